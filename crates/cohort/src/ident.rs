@@ -1,0 +1,236 @@
+//! Identifier quoting and the one gate through which dynamic SQL text passes.
+//!
+//! Cohort's SQL is built from two kinds of pieces only: fixed text written in
+//! this crate, and PostgreSQL identifiers (schema, table and column names)
+//! that come from user declarations. Values are never part of SQL text: they
+//! are always bound parameters. [`SqlText`] enforces that split: it accepts
+//! `&'static str` fragments and [`quote_ident`]-quoted names, and it is the
+//! only type in the crate that hands a dynamic string to sqlx (through
+//! `AssertSqlSafe`).
+
+use std::fmt;
+
+/// Quotes a PostgreSQL identifier: wraps it in double quotes and doubles any
+/// embedded double quote, so any string is a single, exact identifier.
+///
+/// ```
+/// assert_eq!(cohort::quote_ident("orders"), "\"orders\"");
+/// assert_eq!(cohort::quote_ident("we\"ird"), "\"we\"\"ird\"");
+/// ```
+pub fn quote_ident(name: &str) -> String {
+    let mut out = String::with_capacity(name.len() + 2);
+    out.push('"');
+    for ch in name.chars() {
+        if ch == '"' {
+            out.push('"');
+        }
+        out.push(ch);
+    }
+    out.push('"');
+    out
+}
+
+/// Checks that a string can be a PostgreSQL identifier at all: non-empty, no
+/// NUL byte, and at most 63 bytes (longer names are silently truncated by the
+/// server, which would make Cohort inspect a different object).
+pub(crate) fn check_identifier(name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err("an identifier cannot be empty".into());
+    }
+    if name.contains('\0') {
+        return Err(format!("identifier {name:?} contains a NUL byte"));
+    }
+    if name.len() > 63 {
+        return Err(format!(
+            "identifier {name:?} is longer than PostgreSQL's 63-byte limit and would be truncated"
+        ));
+    }
+    Ok(())
+}
+
+/// A schema-qualified table name. Displays quoted (`"schema"."table"`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct QualifiedName {
+    /// The schema (namespace) the table lives in.
+    pub schema: String,
+    /// The table's own name.
+    pub name: String,
+}
+
+impl QualifiedName {
+    /// Builds a name from its two parts, taken literally (no splitting on dots).
+    pub fn new(schema: impl Into<String>, name: impl Into<String>) -> Self {
+        Self {
+            schema: schema.into(),
+            name: name.into(),
+        }
+    }
+
+    /// Parses `schema.table` or `table`; a missing schema becomes
+    /// `default_schema`. Double-quoted parts may contain dots
+    /// (`"my.schema"."t"`).
+    pub fn parse(text: &str, default_schema: &str) -> Result<Self, String> {
+        let parts = split_qualified(text)?;
+        match parts.as_slice() {
+            [name] => Ok(Self::new(default_schema, name.clone())),
+            [schema, name] => Ok(Self::new(schema.clone(), name.clone())),
+            _ => Err(format!(
+                "table name {text:?} has more than two parts; expected `schema.table` or `table`"
+            )),
+        }
+    }
+
+    /// The unquoted `schema.table` form, for messages.
+    pub fn display_plain(&self) -> String {
+        format!("{}.{}", self.schema, self.name)
+    }
+}
+
+impl fmt::Display for QualifiedName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}", quote_ident(&self.schema), quote_ident(&self.name))
+    }
+}
+
+fn split_qualified(text: &str) -> Result<Vec<String>, String> {
+    let mut parts = Vec::new();
+    let mut chars = text.trim().chars().peekable();
+    loop {
+        let mut part = String::new();
+        if chars.peek() == Some(&'"') {
+            chars.next();
+            loop {
+                match chars.next() {
+                    Some('"') if chars.peek() == Some(&'"') => {
+                        chars.next();
+                        part.push('"');
+                    }
+                    Some('"') => break,
+                    Some(c) => part.push(c),
+                    None => return Err(format!("unterminated quote in {text:?}")),
+                }
+            }
+        } else {
+            while let Some(&c) = chars.peek() {
+                if c == '.' {
+                    break;
+                }
+                if c == '"' {
+                    return Err(format!("stray quote in table name {text:?}"));
+                }
+                part.push(c);
+                chars.next();
+            }
+        }
+        check_identifier(&part).map_err(|e| format!("in table name {text:?}: {e}"))?;
+        parts.push(part);
+        match chars.next() {
+            None => break,
+            Some('.') => continue,
+            Some(c) => return Err(format!("unexpected {c:?} in table name {text:?}")),
+        }
+    }
+    Ok(parts)
+}
+
+/// SQL text assembled only from fixed fragments and quoted identifiers.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct SqlText(String);
+
+impl SqlText {
+    /// Starts with a fixed fragment.
+    pub(crate) fn new(fragment: &'static str) -> Self {
+        Self(fragment.to_owned())
+    }
+
+    /// Appends a fixed fragment.
+    pub(crate) fn push(&mut self, fragment: &'static str) -> &mut Self {
+        self.0.push_str(fragment);
+        self
+    }
+
+    /// Appends a quoted identifier.
+    pub(crate) fn ident(&mut self, name: &str) -> &mut Self {
+        self.0.push_str(&quote_ident(name));
+        self
+    }
+
+    /// Appends a quoted, schema-qualified table name.
+    pub(crate) fn table(&mut self, name: &QualifiedName) -> &mut Self {
+        self.ident(&name.schema);
+        self.0.push('.');
+        self.ident(&name.name)
+    }
+
+    /// The text, for tests and logs.
+    pub(crate) fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// Hands the text to sqlx. Sound because every piece is either a
+    /// `&'static str` written in this crate or a quoted identifier.
+    pub(crate) fn into_sql(self) -> sqlx::AssertSqlSafe<String> {
+        sqlx::AssertSqlSafe(self.0)
+    }
+}
+
+/// Builds [`SqlText`] from a template in which `{schema}` stands for a quoted
+/// schema name. Used for migrations, whose text is fixed apart from the schema.
+pub(crate) fn with_schema(template: &'static str, schema: &str) -> SqlText {
+    SqlText(template.replace("{schema}", &quote_ident(schema)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quoting_table() {
+        let cases = [
+            ("plain", "\"plain\""),
+            ("MixedCase", "\"MixedCase\""),
+            ("with space", "\"with space\""),
+            ("a\"b", "\"a\"\"b\""),
+            ("\"", "\"\"\"\""),
+            ("x; DROP TABLE y; --", "\"x; DROP TABLE y; --\""),
+            ("ünï", "\"ünï\""),
+        ];
+        for (input, expected) in cases {
+            assert_eq!(quote_ident(input), expected, "input {input:?}");
+        }
+    }
+
+    #[test]
+    fn qualified_name_parsing_table() {
+        let ok = [
+            ("notes", "public", ("public", "notes")),
+            ("app.notes", "public", ("app", "notes")),
+            ("notes", "tenant_data", ("tenant_data", "notes")),
+            ("\"my.schema\".\"t\"", "public", ("my.schema", "t")),
+            ("\"We\"\"ird\"", "s", ("s", "We\"ird")),
+            ("  spaced.t  ", "public", ("spaced", "t")),
+        ];
+        for (input, default, (schema, name)) in ok {
+            let q = QualifiedName::parse(input, default).unwrap();
+            assert_eq!((q.schema.as_str(), q.name.as_str()), (schema, name), "{input}");
+        }
+        for bad in ["", "a.b.c", ".t", "s.", "\"open", "a\"b\".c", &"x".repeat(64)] {
+            assert!(QualifiedName::parse(bad, "public").is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn qualified_name_displays_quoted() {
+        let q = QualifiedName::new("a\"s", "t");
+        assert_eq!(q.to_string(), "\"a\"\"s\".\"t\"");
+        let mut sql = SqlText::new("DELETE FROM ");
+        sql.table(&q).push(" WHERE ").ident("id").push(" = $1");
+        assert_eq!(sql.as_str(), "DELETE FROM \"a\"\"s\".\"t\" WHERE \"id\" = $1");
+    }
+
+    #[test]
+    fn schema_template_quotes_schema() {
+        let sql = with_schema("CREATE TABLE {schema}.x ()", "re\"tention");
+        assert_eq!(sql.as_str(), "CREATE TABLE \"re\"\"tention\".x ()");
+    }
+}

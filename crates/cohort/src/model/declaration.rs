@@ -1,0 +1,413 @@
+//! What a derive, a policy file or hand-written code *declares* about an
+//! entity, before conventions and the catalog are applied.
+//!
+//! Declarations are in column terms: the derive macro has already turned
+//! field names into column names (explicit `column = …`, then the ORM's
+//! rename attributes, then the field name).
+
+use std::fmt;
+use std::sync::Arc;
+
+/// One of the five column roles Cohort understands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[non_exhaustive]
+pub enum Marker {
+    /// The record key (default column `id`).
+    RecordId,
+    /// The tenant column (default `tenant_id`).
+    Tenant,
+    /// The soft-delete flag (default `is_deleted`).
+    SoftDelete,
+    /// When the row was soft-deleted (default `deleted_at`).
+    DeletedAt,
+    /// When the row was anonymised (default `anonymised_at`).
+    AnonymisedAt,
+}
+
+impl Marker {
+    /// Every marker.
+    pub const ALL: [Marker; 5] = [
+        Marker::RecordId,
+        Marker::Tenant,
+        Marker::SoftDelete,
+        Marker::DeletedAt,
+        Marker::AnonymisedAt,
+    ];
+
+    /// The attribute / policy-file key (`record_id`, `tenant`, `soft_delete`, `deleted_at`, `anonymised_at`).
+    pub fn key(self) -> &'static str {
+        match self {
+            Marker::RecordId => "record_id",
+            Marker::Tenant => "tenant",
+            Marker::SoftDelete => "soft_delete",
+            Marker::DeletedAt => "deleted_at",
+            Marker::AnonymisedAt => "anonymised_at",
+        }
+    }
+
+    /// The built-in default column name.
+    pub fn default_column(self) -> &'static str {
+        match self {
+            Marker::RecordId => "id",
+            Marker::Tenant => "tenant_id",
+            Marker::SoftDelete => "is_deleted",
+            Marker::DeletedAt => "deleted_at",
+            Marker::AnonymisedAt => "anonymised_at",
+        }
+    }
+}
+
+impl fmt::Display for Marker {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.key())
+    }
+}
+
+/// A value produced by a custom anonymiser, bound as a query parameter.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum AnonymisedValue {
+    /// SQL NULL.
+    Null,
+    /// Text.
+    Text(String),
+    /// A 64-bit integer.
+    Int(i64),
+    /// A UUID.
+    Uuid(uuid::Uuid),
+    /// A boolean.
+    Bool(bool),
+    /// A JSON document.
+    Json(serde_json::Value),
+}
+
+macro_rules! anonymised_from {
+    ($($ty:ty => $variant:ident $(as $conv:ty)?),* $(,)?) => {$(
+        impl From<$ty> for AnonymisedValue {
+            fn from(v: $ty) -> Self { AnonymisedValue::$variant(v $(as $conv)?) }
+        }
+    )*};
+}
+anonymised_from!(String => Text, i64 => Int, i32 => Int as i64, i16 => Int as i64, uuid::Uuid => Uuid, bool => Bool, serde_json::Value => Json);
+
+impl From<&str> for AnonymisedValue {
+    fn from(v: &str) -> Self {
+        AnonymisedValue::Text(v.to_owned())
+    }
+}
+
+impl<T: Into<AnonymisedValue>> From<Option<T>> for AnonymisedValue {
+    fn from(v: Option<T>) -> Self {
+        v.map_or(AnonymisedValue::Null, Into::into)
+    }
+}
+
+/// The type-erased form of a custom anonymiser: reads the original value of
+/// its column from the row (in its Rust type) and returns the replacement.
+pub trait ErasedAnonymiser: Send + Sync + 'static {
+    /// Computes the replacement for `column` of `row`.
+    fn anonymise(
+        &self,
+        row: &sqlx::postgres::PgRow,
+        column: &str,
+    ) -> Result<AnonymisedValue, sqlx::Error>;
+}
+
+struct TypedAnonymiser<T, F> {
+    f: F,
+    _marker: std::marker::PhantomData<fn(&T)>,
+}
+
+impl<T, R, F> ErasedAnonymiser for TypedAnonymiser<T, F>
+where
+    T: for<'r> sqlx::Decode<'r, sqlx::Postgres> + sqlx::Type<sqlx::Postgres> + 'static,
+    R: Into<AnonymisedValue>,
+    F: Fn(&T) -> R + Send + Sync + 'static,
+{
+    fn anonymise(
+        &self,
+        row: &sqlx::postgres::PgRow,
+        column: &str,
+    ) -> Result<AnonymisedValue, sqlx::Error> {
+        use sqlx::Row;
+        let original: T = row.try_get(column)?;
+        Ok((self.f)(&original).into())
+    }
+}
+
+/// A named custom anonymiser. The function sees the original value in its
+/// Rust type; its output is bound as a parameter and converted to the
+/// column's type by PostgreSQL (never interpolated into SQL).
+#[derive(Clone)]
+pub struct CustomAnonymiser {
+    name: String,
+    inner: Arc<dyn ErasedAnonymiser>,
+}
+
+impl CustomAnonymiser {
+    /// Wraps a typed function `fn(&T) -> R`.
+    pub fn new<T, R, F>(name: impl Into<String>, f: F) -> Self
+    where
+        T: for<'r> sqlx::Decode<'r, sqlx::Postgres> + sqlx::Type<sqlx::Postgres> + 'static,
+        R: Into<AnonymisedValue>,
+        F: Fn(&T) -> R + Send + Sync + 'static,
+    {
+        Self {
+            name: name.into(),
+            inner: Arc::new(TypedAnonymiser {
+                f,
+                _marker: std::marker::PhantomData,
+            }),
+        }
+    }
+
+    /// The anonymiser's name (the function path, for messages and audit).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Runs it on a row that was read from the entity's table.
+    pub fn apply(
+        &self,
+        row: &sqlx::postgres::PgRow,
+        column: &str,
+    ) -> Result<AnonymisedValue, sqlx::Error> {
+        self.inner.anonymise(row, column)
+    }
+}
+
+impl fmt::Debug for CustomAnonymiser {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CustomAnonymiser")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PartialEq for CustomAnonymiser {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name && Arc::ptr_eq(&self.inner, &other.inner)
+    }
+}
+
+/// How one column is scrubbed.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum AnonymiseMethod {
+    /// Set to NULL (the column must be nullable).
+    Null,
+    /// Set to the empty string (text columns).
+    Empty,
+    /// Set to a fixed text (text columns).
+    Literal(String),
+    /// Replace with a one-way hash of the original value (text columns),
+    /// computed in SQL from the row's own value.
+    Hash,
+    /// Replace with the output of a Rust function.
+    Custom(CustomAnonymiser),
+}
+
+impl AnonymiseMethod {
+    /// A short name for messages (`null`, `empty`, `literal`, `hash`, `custom`).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            AnonymiseMethod::Null => "null",
+            AnonymiseMethod::Empty => "empty",
+            AnonymiseMethod::Literal(_) => "literal",
+            AnonymiseMethod::Hash => "hash",
+            AnonymiseMethod::Custom(_) => "custom",
+        }
+    }
+}
+
+/// A column the declaration knows about, with its Rust type when declared
+/// by the derive (used to check the column's type is compatible).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeclaredColumn {
+    /// The column name.
+    pub column: String,
+    /// The Rust field it came from.
+    pub field: String,
+    /// The field's Rust type as written (`Option<DateTime<Utc>>`), for compatibility checks.
+    pub rust_type: String,
+}
+
+/// An erasure-subject column, optionally with a subject kind (e.g. `user`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SubjectDeclaration {
+    /// The column holding the subject identifier.
+    pub column: String,
+    /// A subject kind that narrows which columns an erasure request uses.
+    pub kind: Option<String>,
+}
+
+/// Where a declaration came from, for messages.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Origin {
+    /// `#[derive(Retained)]` on a Rust type.
+    Derive {
+        /// The type's path as written (`my_app::SessionNote`).
+        type_path: String,
+    },
+    /// An `[[entity]]` of a policy file.
+    PolicyFile,
+    /// Built in code with [`EntityDeclaration::new`].
+    Code,
+}
+
+/// A retained (or explicitly exempt) entity as declared.
+///
+/// Built by the derive, by the policy-file loader, or by hand:
+///
+/// ```
+/// use cohort::model::EntityDeclaration;
+/// let decl = EntityDeclaration::new("SessionNote", "a3f467fe-c5d0-4f17-9897-83c373cc1dc8")
+///     .category("session-notes")
+///     .anchor("created_at")
+///     .table("public.session_notes");
+/// assert_eq!(decl.name(), "SessionNote");
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct EntityDeclaration {
+    pub(crate) name: String,
+    pub(crate) id: String,
+    pub(crate) category: Option<String>,
+    pub(crate) anchor: Option<String>,
+    pub(crate) table: Option<String>,
+    pub(crate) schema: Option<String>,
+    pub(crate) tenantless: bool,
+    pub(crate) exempt: Option<String>,
+    pub(crate) columns: Option<Vec<DeclaredColumn>>,
+    pub(crate) markers: Vec<(Marker, String)>,
+    pub(crate) anonymise: Vec<(String, AnonymiseMethod)>,
+    pub(crate) subjects: Vec<SubjectDeclaration>,
+    pub(crate) origin: Origin,
+}
+
+impl EntityDeclaration {
+    /// Starts a declaration with its display name and durable id (a UUID, as text).
+    pub fn new(name: impl Into<String>, id: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            id: id.into(),
+            category: None,
+            anchor: None,
+            table: None,
+            schema: None,
+            tenantless: false,
+            exempt: None,
+            columns: None,
+            markers: Vec::new(),
+            anonymise: Vec::new(),
+            subjects: Vec::new(),
+            origin: Origin::Code,
+        }
+    }
+
+    /// The retention category.
+    pub fn category(mut self, category: impl Into<String>) -> Self {
+        self.category = Some(category.into());
+        self
+    }
+
+    /// The anchor column (the timestamp a row's age is measured from).
+    pub fn anchor(mut self, column: impl Into<String>) -> Self {
+        self.anchor = Some(column.into());
+        self
+    }
+
+    /// The table, `schema.table` or `table`.
+    pub fn table(mut self, table: impl Into<String>) -> Self {
+        self.table = Some(table.into());
+        self
+    }
+
+    /// The table's schema, when `table` does not name one.
+    pub fn schema(mut self, schema: impl Into<String>) -> Self {
+        self.schema = Some(schema.into());
+        self
+    }
+
+    /// Marks a global entity with no tenant column.
+    pub fn tenantless(mut self) -> Self {
+        self.tenantless = true;
+        self
+    }
+
+    /// Documents an explicit exemption: Cohort never touches this entity.
+    pub fn exempt(mut self, reason: impl Into<String>) -> Self {
+        self.exempt = Some(reason.into());
+        self
+    }
+
+    /// Declares a known column (the derive declares every field). Once any
+    /// column is declared, only declared columns are candidates for
+    /// conventions; otherwise the live table's columns are.
+    pub fn column(
+        mut self,
+        column: impl Into<String>,
+        field: impl Into<String>,
+        rust_type: impl Into<String>,
+    ) -> Self {
+        self.columns.get_or_insert_with(Vec::new).push(DeclaredColumn {
+            column: column.into(),
+            field: field.into(),
+            rust_type: rust_type.into(),
+        });
+        self
+    }
+
+    /// Assigns a marker role to a column explicitly.
+    pub fn marker(mut self, marker: Marker, column: impl Into<String>) -> Self {
+        self.markers.push((marker, column.into()));
+        self
+    }
+
+    /// Scrubs `column` with `method` when anonymising.
+    pub fn anonymise(mut self, column: impl Into<String>, method: AnonymiseMethod) -> Self {
+        self.anonymise.push((column.into(), method));
+        self
+    }
+
+    /// Adds an erasure-subject column, optionally with a kind.
+    pub fn subject(mut self, column: impl Into<String>, kind: Option<&str>) -> Self {
+        self.subjects.push(SubjectDeclaration {
+            column: column.into(),
+            kind: kind.map(str::to_owned),
+        });
+        self
+    }
+
+    /// Records where the declaration came from.
+    pub fn origin(mut self, origin: Origin) -> Self {
+        self.origin = origin;
+        self
+    }
+
+    /// The display name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The durable id as declared (not yet validated).
+    pub fn raw_id(&self) -> &str {
+        &self.id
+    }
+
+    /// Whether this entity is explicitly exempt.
+    pub fn is_exempt(&self) -> bool {
+        self.exempt.is_some()
+    }
+
+    /// The declared origin.
+    pub fn declared_origin(&self) -> &Origin {
+        &self.origin
+    }
+}
+
+/// Implemented by `#[derive(Retained)]`: the type's declaration.
+pub trait Retained {
+    /// The declaration the derive built from the type's attributes.
+    fn declaration() -> EntityDeclaration;
+}

@@ -1,0 +1,482 @@
+//! Resolved entities: a declaration with conventions applied and every
+//! column role decided. Everything downstream (validation, SQL planning,
+//! execution) works on [`EntityDescriptor`] only.
+
+use std::collections::BTreeSet;
+
+use uuid::Uuid;
+
+use super::declaration::{AnonymiseMethod, DeclaredColumn, EntityDeclaration, Marker, Origin};
+use crate::ident::{check_identifier, QualifiedName};
+
+/// Global column conventions (config), used when a declaration names no
+/// column for a marker. Priority: declaration, then these, then the
+/// built-in defaults ([`Marker::default_column`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Conventions {
+    /// Record key column.
+    pub record_id: Option<String>,
+    /// Tenant column.
+    pub tenant: Option<String>,
+    /// Soft-delete flag column.
+    pub soft_delete: Option<String>,
+    /// Deleted-at column.
+    pub deleted_at: Option<String>,
+    /// Anonymised-at column.
+    pub anonymised_at: Option<String>,
+}
+
+impl Conventions {
+    /// The configured column for a marker, if any.
+    pub fn get(&self, marker: Marker) -> Option<&str> {
+        match marker {
+            Marker::RecordId => self.record_id.as_deref(),
+            Marker::Tenant => self.tenant.as_deref(),
+            Marker::SoftDelete => self.soft_delete.as_deref(),
+            Marker::DeletedAt => self.deleted_at.as_deref(),
+            Marker::AnonymisedAt => self.anonymised_at.as_deref(),
+        }
+    }
+}
+
+/// An anonymised column and how it is scrubbed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AnonymisedColumn {
+    /// The column.
+    pub column: String,
+    /// The method.
+    pub method: AnonymiseMethod,
+}
+
+/// A resolved erasure-subject column.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SubjectColumn {
+    /// The column.
+    pub column: String,
+    /// Its subject kind, if any.
+    pub kind: Option<String>,
+}
+
+/// How a marker's column was chosen, for messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Resolution {
+    /// Named by the declaration.
+    Declared,
+    /// From the global conventions.
+    Convention,
+    /// The built-in default name, found among the entity's columns.
+    Default,
+}
+
+/// A resolved retained entity.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EntityDescriptor {
+    /// Durable identity.
+    pub id: Uuid,
+    /// Display ("type") name.
+    pub name: String,
+    /// Retention category.
+    pub category: String,
+    /// The table, always schema-qualified.
+    pub table: QualifiedName,
+    /// Anchor column.
+    pub anchor: String,
+    /// Record key column.
+    pub record_id: String,
+    /// Tenant column; `None` for tenantless entities.
+    pub tenant: Option<String>,
+    /// Soft-delete flag column.
+    pub soft_delete: Option<String>,
+    /// Deleted-at column.
+    pub deleted_at: Option<String>,
+    /// Anonymised-at column.
+    pub anonymised_at: Option<String>,
+    /// Columns scrubbed by Anonymise.
+    pub anonymise: Vec<AnonymisedColumn>,
+    /// Erasure-subject columns.
+    pub subjects: Vec<SubjectColumn>,
+    /// Columns declared in Rust (derive), with their Rust types.
+    pub declared_columns: Option<Vec<DeclaredColumn>>,
+    /// How each marker was resolved.
+    pub marker_resolution: Vec<(Marker, Resolution)>,
+    /// Where the declaration came from.
+    pub origin: Origin,
+}
+
+impl EntityDescriptor {
+    /// The column for a marker, if resolved.
+    pub fn marker(&self, marker: Marker) -> Option<&str> {
+        match marker {
+            Marker::RecordId => Some(self.record_id.as_str()),
+            Marker::Tenant => self.tenant.as_deref(),
+            Marker::SoftDelete => self.soft_delete.as_deref(),
+            Marker::DeletedAt => self.deleted_at.as_deref(),
+            Marker::AnonymisedAt => self.anonymised_at.as_deref(),
+        }
+    }
+
+    /// Whether the entity has no tenant column.
+    pub fn is_tenantless(&self) -> bool {
+        self.tenant.is_none()
+    }
+
+    /// The Rust type declared for a column, when known.
+    pub fn rust_type_of(&self, column: &str) -> Option<&str> {
+        self.declared_columns
+            .as_ref()?
+            .iter()
+            .find(|c| c.column == column)
+            .map(|c| c.rust_type.as_str())
+    }
+
+    /// Every column the descriptor uses, each once.
+    pub fn used_columns(&self) -> BTreeSet<&str> {
+        let mut cols: BTreeSet<&str> = BTreeSet::new();
+        cols.insert(&self.anchor);
+        for m in Marker::ALL {
+            if let Some(c) = self.marker(m) {
+                cols.insert(c);
+            }
+        }
+        cols.extend(self.anonymise.iter().map(|a| a.column.as_str()));
+        cols.extend(self.subjects.iter().map(|s| s.column.as_str()));
+        cols
+    }
+}
+
+/// An explicitly exempt entity: documented, never touched.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExemptEntity {
+    /// Durable identity.
+    pub id: Uuid,
+    /// Display name.
+    pub name: String,
+    /// Why it is exempt.
+    pub reason: String,
+}
+
+/// The outcome of resolving one declaration.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum Resolved {
+    /// A retained entity.
+    Retained(Box<EntityDescriptor>),
+    /// An explicitly exempt entity.
+    Exempt(ExemptEntity),
+}
+
+/// Parses a durable entity id: a non-nil UUID.
+pub fn parse_entity_id(raw: &str) -> Result<Uuid, String> {
+    if raw.trim().is_empty() {
+        return Err("the retained-entity id is missing or empty".into());
+    }
+    match Uuid::parse_str(raw.trim()) {
+        Ok(id) if id.is_nil() => Err("the retained-entity id must not be the nil UUID".into()),
+        Ok(id) => Ok(id),
+        Err(_) => Err(format!("the retained-entity id {raw:?} is not a UUID")),
+    }
+}
+
+/// Applies conventions to a declaration. `available` lists the columns
+/// conventions and defaults may pick from: the declared columns when the
+/// declaration lists any (derive), else the live table's columns (policy
+/// file). Returns every problem found, not just the first.
+pub fn resolve(
+    decl: &EntityDeclaration,
+    conventions: &Conventions,
+    default_schema: &str,
+    available: &[String],
+) -> Result<Resolved, Vec<String>> {
+    let mut problems = Vec::new();
+    let id = parse_entity_id(&decl.id).map_err(|e| problems.push(e)).ok();
+
+    if let Some(reason) = &decl.exempt {
+        if decl.category.is_some() {
+            problems.push(format!(
+                "declared both retained (category {:?}) and exempt from retention; choose one",
+                decl.category.as_deref().unwrap_or_default()
+            ));
+        }
+        if reason.trim().is_empty() {
+            problems.push("an exemption needs a non-empty reason".into());
+        }
+        return match (id, problems.is_empty()) {
+            (Some(id), true) => Ok(Resolved::Exempt(ExemptEntity {
+                id,
+                name: decl.name.clone(),
+                reason: reason.clone(),
+            })),
+            _ => Err(problems),
+        };
+    }
+
+    let category = match decl.category.as_deref().map(str::trim) {
+        Some(c) if !c.is_empty() => Some(c.to_owned()),
+        _ => {
+            problems.push("no retention category declared".into());
+            None
+        }
+    };
+    let anchor = match decl.anchor.as_deref() {
+        Some(a) if !a.is_empty() => Some(a.to_owned()),
+        _ => {
+            problems.push("no anchor column declared".into());
+            None
+        }
+    };
+    let schema = decl.schema.as_deref().unwrap_or(default_schema);
+    let table_text = decl
+        .table
+        .clone()
+        .unwrap_or_else(|| heck::ToSnakeCase::to_snake_case(decl.name.as_str()));
+    let table = QualifiedName::parse(&table_text, schema)
+        .map_err(|e| problems.push(e))
+        .ok();
+
+    let available: Vec<&str> = match &decl.columns {
+        Some(cols) => cols.iter().map(|c| c.column.as_str()).collect(),
+        None => available.iter().map(String::as_str).collect(),
+    };
+
+    // Explicit markers, each at most once.
+    let mut explicit: Vec<(Marker, &str)> = Vec::new();
+    for (marker, column) in &decl.markers {
+        if let Some((_, first)) = explicit.iter().find(|(m, _)| m == marker) {
+            problems.push(format!(
+                "the {marker} marker is declared twice (columns {first:?} and {column:?}); each marker may be on at most one column"
+            ));
+        } else {
+            explicit.push((*marker, column));
+        }
+    }
+
+    let mut resolution = Vec::new();
+    let mut resolve_marker = |marker: Marker| -> Option<String> {
+        if let Some((_, col)) = explicit.iter().find(|(m, _)| *m == marker) {
+            resolution.push((marker, Resolution::Declared));
+            return Some((*col).to_owned());
+        }
+        if let Some(col) = conventions.get(marker) {
+            if available.contains(&col) {
+                resolution.push((marker, Resolution::Convention));
+                return Some(col.to_owned());
+            }
+        }
+        let default = marker.default_column();
+        if available.contains(&default) {
+            resolution.push((marker, Resolution::Default));
+            return Some(default.to_owned());
+        }
+        None
+    };
+
+    let record_id = resolve_marker(Marker::RecordId);
+    let tenant = resolve_marker(Marker::Tenant);
+    let soft_delete = resolve_marker(Marker::SoftDelete);
+    let deleted_at = resolve_marker(Marker::DeletedAt);
+    let anonymised_at = resolve_marker(Marker::AnonymisedAt);
+
+    if record_id.is_none() {
+        problems.push(format!(
+            "no record key column: none declared and the default {:?} does not exist",
+            conventions.get(Marker::RecordId).unwrap_or("id")
+        ));
+    }
+    match (&tenant, decl.tenantless) {
+        (Some(col), true) => problems.push(format!(
+            "declared tenantless, but the tenant column {col:?} resolves; remove `tenantless` or map the tenant"
+        )),
+        (None, false) => problems.push(format!(
+            "no tenant column: none declared and {:?} does not exist; declare the tenant column or mark the entity tenantless",
+            conventions.get(Marker::Tenant).unwrap_or("tenant_id")
+        )),
+        _ => {}
+    }
+
+    let mut seen = BTreeSet::new();
+    for (column, _) in &decl.anonymise {
+        if !seen.insert(column.as_str()) {
+            problems.push(format!("column {column:?} has more than one anonymise method"));
+        }
+    }
+    let mut seen = BTreeSet::new();
+    for s in &decl.subjects {
+        if !seen.insert(s.column.as_str()) {
+            problems.push(format!("erasure subject column {:?} is declared twice", s.column));
+        }
+        if s.kind.as_deref().is_some_and(|k| k.trim().is_empty()) {
+            problems.push(format!("erasure subject column {:?} has an empty kind", s.column));
+        }
+    }
+
+    for name in decl
+        .markers
+        .iter()
+        .map(|(_, c)| c.as_str())
+        .chain(decl.anonymise.iter().map(|(c, _)| c.as_str()))
+        .chain(decl.subjects.iter().map(|s| s.column.as_str()))
+        .chain(anchor.as_deref())
+    {
+        if let Err(e) = check_identifier(name) {
+            problems.push(format!("column name: {e}"));
+        }
+    }
+
+    if !problems.is_empty() {
+        return Err(problems);
+    }
+    Ok(Resolved::Retained(Box::new(EntityDescriptor {
+        id: id.expect("checked"),
+        name: decl.name.clone(),
+        category: category.expect("checked"),
+        table: table.expect("checked"),
+        anchor: anchor.expect("checked"),
+        record_id: record_id.expect("checked"),
+        tenant,
+        soft_delete,
+        deleted_at,
+        anonymised_at,
+        anonymise: decl
+            .anonymise
+            .iter()
+            .map(|(column, method)| AnonymisedColumn {
+                column: column.clone(),
+                method: method.clone(),
+            })
+            .collect(),
+        subjects: decl
+            .subjects
+            .iter()
+            .map(|s| SubjectColumn {
+                column: s.column.clone(),
+                kind: s.kind.clone(),
+            })
+            .collect(),
+        declared_columns: decl.columns.clone(),
+        marker_resolution: resolution,
+        origin: decl.origin.clone(),
+    })))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ID: &str = "a3f467fe-c5d0-4f17-9897-83c373cc1dc8";
+
+    fn cols(names: &[&str]) -> Vec<String> {
+        names.iter().map(|s| s.to_string()).collect()
+    }
+
+    fn retained(r: Result<Resolved, Vec<String>>) -> EntityDescriptor {
+        match r {
+            Ok(Resolved::Retained(d)) => *d,
+            other => panic!("expected a retained entity, got {other:?}"),
+        }
+    }
+
+    fn base() -> EntityDeclaration {
+        EntityDeclaration::new("SessionNote", ID)
+            .category("notes")
+            .anchor("created_at")
+    }
+
+    #[test]
+    fn convention_resolution_table() {
+        // (declared markers, conventions.tenant, available columns, expected tenant, expected resolution)
+        let org = Conventions {
+            tenant: Some("organisation_id".into()),
+            ..Conventions::default()
+        };
+        let none = Conventions::default();
+        let cases: Vec<(EntityDeclaration, &Conventions, Vec<String>, Option<&str>, Resolution)> = vec![
+            // Built-in default when the column exists.
+            (base(), &none, cols(&["id", "tenant_id", "created_at"]), Some("tenant_id"), Resolution::Default),
+            // Convention beats the default.
+            (base(), &org, cols(&["id", "tenant_id", "organisation_id", "created_at"]), Some("organisation_id"), Resolution::Convention),
+            // Convention naming a missing column falls back to the default.
+            (base(), &org, cols(&["id", "tenant_id", "created_at"]), Some("tenant_id"), Resolution::Default),
+            // Declaration beats both.
+            (base().marker(Marker::Tenant, "owner"), &org, cols(&["id", "tenant_id", "organisation_id", "owner"]), Some("owner"), Resolution::Declared),
+        ];
+        for (decl, conv, available, tenant, how) in cases {
+            let d = retained(resolve(&decl, conv, "public", &available));
+            assert_eq!(d.tenant.as_deref(), tenant, "{available:?}");
+            assert!(d.marker_resolution.contains(&(Marker::Tenant, how)), "{:?}", d.marker_resolution);
+        }
+    }
+
+    #[test]
+    fn declared_columns_win_over_catalog_columns() {
+        let decl = base().column("id", "id", "Uuid").column("created_at", "created_at", "DateTime<Utc>").tenantless();
+        // The live table has tenant_id, but the Rust type does not declare it.
+        let d = retained(resolve(&decl, &Conventions::default(), "public", &cols(&["id", "tenant_id", "created_at"])));
+        assert_eq!(d.tenant, None);
+        assert_eq!(d.table, QualifiedName::new("public", "session_note"));
+    }
+
+    #[test]
+    fn table_and_schema_resolution_table() {
+        let cases = [
+            (base().table("notes"), "public", ("public", "notes")),
+            (base().table("notes"), "app", ("app", "notes")),
+            (base().table("archive.notes"), "app", ("archive", "notes")),
+            (base().table("notes").schema("s2"), "app", ("s2", "notes")),
+            (base(), "public", ("public", "session_note")),
+        ];
+        for (decl, default, (schema, name)) in cases {
+            let d = retained(resolve(&decl.tenantless(), &Conventions::default(), default, &cols(&["id", "created_at"])));
+            assert_eq!(d.table, QualifiedName::new(schema, name));
+        }
+    }
+
+    #[test]
+    fn every_problem_is_reported() {
+        let decl = EntityDeclaration::new("Bad", "not-a-uuid")
+            .marker(Marker::Tenant, "a")
+            .marker(Marker::Tenant, "b")
+            .anonymise("email", AnonymiseMethod::Null)
+            .anonymise("email", AnonymiseMethod::Empty)
+            .subject("user_id", Some(" "));
+        let problems = resolve(&decl, &Conventions::default(), "public", &cols(&["created_at"])).unwrap_err();
+        let text = problems.join("\n");
+        for expected in [
+            "is not a UUID",
+            "no retention category",
+            "no anchor column",
+            "tenant marker is declared twice",
+            "no record key column",
+            "more than one anonymise method",
+            "empty kind",
+        ] {
+            assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
+        }
+    }
+
+    #[test]
+    fn ids_table() {
+        assert!(parse_entity_id(ID).is_ok());
+        assert!(parse_entity_id("A3F467FE-C5D0-4F17-9897-83C373CC1DC8").is_ok());
+        for bad in ["", "  ", "xyz", "00000000-0000-0000-0000-000000000000", "a3f467fe-c5d0-4f17-9897"] {
+            assert!(parse_entity_id(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn tenantless_conflicts_and_missing_tenant() {
+        let both = resolve(&base().tenantless(), &Conventions::default(), "public", &cols(&["id", "tenant_id", "created_at"])).unwrap_err();
+        assert!(both[0].contains("declared tenantless, but the tenant column \"tenant_id\" resolves"), "{both:?}");
+        let neither = resolve(&base(), &Conventions::default(), "public", &cols(&["id", "created_at"])).unwrap_err();
+        assert!(neither[0].contains("no tenant column"), "{neither:?}");
+    }
+
+    #[test]
+    fn retained_and_exempt_conflict() {
+        let problems = resolve(&base().exempt("audit log"), &Conventions::default(), "public", &[]).unwrap_err();
+        assert!(problems[0].contains("both retained"), "{problems:?}");
+        let ok = resolve(&EntityDeclaration::new("Log", ID).exempt("audit log"), &Conventions::default(), "public", &[]).unwrap();
+        assert!(matches!(ok, Resolved::Exempt(ExemptEntity { ref reason, .. }) if reason == "audit log"));
+    }
+}

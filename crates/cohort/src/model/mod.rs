@@ -1,0 +1,15 @@
+//! The entity model: declarations (from the derive, the policy file or
+//! code), conventions, and the resolved descriptors everything downstream
+//! works on. Pure: no I/O.
+
+mod declaration;
+mod descriptor;
+
+pub use declaration::{
+    AnonymiseMethod, AnonymisedValue, CustomAnonymiser, DeclaredColumn, EntityDeclaration,
+    ErasedAnonymiser, Marker, Origin, Retained, SubjectDeclaration,
+};
+pub use descriptor::{
+    parse_entity_id, resolve, AnonymisedColumn, Conventions, EntityDescriptor, ExemptEntity,
+    Resolution, Resolved, SubjectColumn,
+};

@@ -1,0 +1,410 @@
+//! The rule-provider port and the ready-made static provider.
+
+use std::collections::BTreeMap;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+
+use super::rule::{CategoryCapabilities, RetentionRule, Strategy};
+
+/// Who a rule is being resolved for.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TenantContext {
+    /// The tenant's canonical id; `None` for the tenantless pass.
+    pub tenant_id: Option<String>,
+    /// The tenant's jurisdiction, when the tenant source knows it (e.g. `"EU"`).
+    pub jurisdiction: Option<String>,
+}
+
+impl TenantContext {
+    /// The tenantless context.
+    pub fn tenantless() -> Self {
+        Self::default()
+    }
+
+    /// A tenant without a known jurisdiction.
+    pub fn tenant(id: impl Into<String>) -> Self {
+        Self {
+            tenant_id: Some(id.into()),
+            jurisdiction: None,
+        }
+    }
+
+    /// Adds the jurisdiction.
+    pub fn with_jurisdiction(mut self, jurisdiction: impl Into<String>) -> Self {
+        self.jurisdiction = Some(jurisdiction.into());
+        self
+    }
+}
+
+/// Everything a provider may use to pick a rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResolutionContext {
+    /// The category asked for (the entity's declared category).
+    pub category: String,
+    /// The tenant being processed.
+    pub tenant: TenantContext,
+    /// The run's logical time (UTC).
+    pub now: DateTime<Utc>,
+    /// Categories followed through aliases so far, starting with `category`.
+    pub alias_path: Vec<String>,
+}
+
+impl ResolutionContext {
+    /// A context for `category`, with an alias path holding just that category.
+    pub fn new(category: impl Into<String>, tenant: TenantContext, now: DateTime<Utc>) -> Self {
+        let category = category.into();
+        Self {
+            alias_path: vec![category.clone()],
+            category,
+            tenant,
+            now,
+        }
+    }
+}
+
+/// Why a rule could not be resolved.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ResolveError {
+    /// The category is not known to the provider.
+    #[error("unknown retention category {0:?}")]
+    UnknownCategory(String),
+    /// Aliases loop back on themselves.
+    #[error("category alias cycle: {}", .0.join(" -> "))]
+    AliasCycle(Vec<String>),
+    /// The provider failed for its own reasons.
+    #[error("rule provider failed: {0}")]
+    Provider(String),
+}
+
+/// Supplies retention rules. Capabilities are synchronous and fixed (startup
+/// validates every strategy a category can ever return); resolution is async
+/// so a provider may consult a database or a service.
+#[async_trait]
+pub trait RuleProvider: Send + Sync + 'static {
+    /// Every strategy `category` can ever resolve to, or `None` if unknown.
+    fn capabilities(&self, category: &str) -> Option<CategoryCapabilities>;
+
+    /// The rule for a category, tenant and time.
+    async fn resolve(&self, ctx: &ResolutionContext) -> Result<RetentionRule, ResolveError>;
+}
+
+/// A tenant- or jurisdiction-specific variation of a category's rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuleOverride {
+    /// Applies to this tenant id only.
+    pub tenant: Option<String>,
+    /// Applies to tenants of this jurisdiction only.
+    pub jurisdiction: Option<String>,
+    /// The rule used when the override matches.
+    pub rule: RetentionRule,
+}
+
+impl RuleOverride {
+    fn matches(&self, tenant: &TenantContext) -> bool {
+        let tenant_ok = self
+            .tenant
+            .as_ref()
+            .is_none_or(|t| tenant.tenant_id.as_deref() == Some(t.as_str()));
+        let jurisdiction_ok = self
+            .jurisdiction
+            .as_ref()
+            .is_none_or(|j| tenant.jurisdiction.as_deref() == Some(j.as_str()));
+        tenant_ok && jurisdiction_ok
+    }
+}
+
+/// One category of the static provider.
+#[derive(Debug, Clone)]
+enum CategoryEntry {
+    Rules {
+        rule: RetentionRule,
+        overrides: Vec<RuleOverride>,
+        capabilities: CategoryCapabilities,
+    },
+    Alias(String),
+}
+
+/// Problems found while building a [`StaticRuleProvider`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum StaticProviderError {
+    /// Two categories with one name.
+    #[error("category {0:?} is defined twice")]
+    Duplicate(String),
+    /// Declared capabilities miss a strategy the category can return.
+    #[error("category {category:?} can return {strategy} but its declared strategies do not include it")]
+    UndeclaredStrategy {
+        /// The category.
+        category: String,
+        /// The strategy missing from the capabilities.
+        strategy: Strategy,
+    },
+    /// An override that matches nothing.
+    #[error("an override of category {0:?} names neither a tenant nor a jurisdiction")]
+    EmptyOverride(String),
+}
+
+/// A provider of fixed rules, built in code or from the policy file.
+/// Overrides are tried in order; the first match wins.
+///
+/// ```
+/// use cohort::rules::{Period, RetentionRule, StaticRuleProvider, Strategy};
+/// let provider = StaticRuleProvider::builder()
+///     .category("session-notes", RetentionRule::new("30d".parse().unwrap(), Strategy::Purge))
+///     .build()
+///     .unwrap();
+/// # let _ = provider;
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct StaticRuleProvider {
+    categories: BTreeMap<String, CategoryEntry>,
+}
+
+/// Builds a [`StaticRuleProvider`], collecting every problem.
+#[derive(Debug, Default)]
+pub struct StaticRuleProviderBuilder {
+    entries: Vec<(String, CategoryEntry, Option<CategoryCapabilities>)>,
+}
+
+impl StaticRuleProviderBuilder {
+    /// Adds a category whose capabilities are its rule's strategy plus its overrides' strategies.
+    pub fn category(self, name: impl Into<String>, rule: RetentionRule) -> Self {
+        self.category_with(name, rule, Vec::new(), None)
+    }
+
+    /// Adds a category with overrides and, optionally, explicit capabilities.
+    pub fn category_with(
+        mut self,
+        name: impl Into<String>,
+        rule: RetentionRule,
+        overrides: Vec<RuleOverride>,
+        capabilities: Option<CategoryCapabilities>,
+    ) -> Self {
+        let derived = CategoryCapabilities::new(
+            std::iter::once(rule.strategy()).chain(overrides.iter().map(|o| o.rule.strategy())),
+        )
+        .expect("at least the default strategy");
+        self.entries.push((
+            name.into(),
+            CategoryEntry::Rules {
+                rule,
+                overrides,
+                capabilities: derived,
+            },
+            capabilities,
+        ));
+        self
+    }
+
+    /// Makes `name` resolve as `target` (the alias path records the hop).
+    pub fn alias(mut self, name: impl Into<String>, target: impl Into<String>) -> Self {
+        self.entries
+            .push((name.into(), CategoryEntry::Alias(target.into()), None));
+        self
+    }
+
+    /// Validates and builds, reporting every problem.
+    pub fn build(self) -> Result<StaticRuleProvider, Vec<StaticProviderError>> {
+        let mut problems = Vec::new();
+        let mut categories = BTreeMap::new();
+        for (name, mut entry, declared) in self.entries {
+            if let CategoryEntry::Rules {
+                overrides,
+                capabilities,
+                ..
+            } = &mut entry
+            {
+                if overrides
+                    .iter()
+                    .any(|o| o.tenant.is_none() && o.jurisdiction.is_none())
+                {
+                    problems.push(StaticProviderError::EmptyOverride(name.clone()));
+                }
+                if let Some(declared) = declared {
+                    for strategy in capabilities.iter() {
+                        if !declared.allows(strategy) {
+                            problems.push(StaticProviderError::UndeclaredStrategy {
+                                category: name.clone(),
+                                strategy,
+                            });
+                        }
+                    }
+                    *capabilities = declared;
+                }
+            }
+            if categories.insert(name.clone(), entry).is_some() {
+                problems.push(StaticProviderError::Duplicate(name));
+            }
+        }
+        if problems.is_empty() {
+            Ok(StaticRuleProvider { categories })
+        } else {
+            Err(problems)
+        }
+    }
+}
+
+impl StaticRuleProvider {
+    /// Starts a builder.
+    pub fn builder() -> StaticRuleProviderBuilder {
+        StaticRuleProviderBuilder::default()
+    }
+
+    /// The category names this provider knows, aliases included.
+    pub fn category_names(&self) -> impl Iterator<Item = &str> {
+        self.categories.keys().map(String::as_str)
+    }
+
+    /// Follows aliases from the end of `start`; returns the path walked (the
+    /// start included) and the entry at its end.
+    fn follow_entry(
+        &self,
+        start: &[String],
+    ) -> Result<(Vec<String>, &CategoryEntry), ResolveError> {
+        let mut path = start.to_vec();
+        let mut current = path.last().cloned().unwrap_or_default();
+        loop {
+            match self.categories.get(&current) {
+                None => return Err(ResolveError::UnknownCategory(current)),
+                Some(CategoryEntry::Alias(target)) => {
+                    if path.contains(target) {
+                        path.push(target.clone());
+                        return Err(ResolveError::AliasCycle(path));
+                    }
+                    path.push(target.clone());
+                    current = target.clone();
+                }
+                Some(entry) => return Ok((path, entry)),
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl RuleProvider for StaticRuleProvider {
+    fn capabilities(&self, category: &str) -> Option<CategoryCapabilities> {
+        match self.follow_entry(&[category.to_owned()]) {
+            Ok((_, CategoryEntry::Rules { capabilities, .. })) => Some(capabilities.clone()),
+            _ => None,
+        }
+    }
+
+    async fn resolve(&self, ctx: &ResolutionContext) -> Result<RetentionRule, ResolveError> {
+        let start = if ctx.alias_path.is_empty() {
+            vec![ctx.category.clone()]
+        } else {
+            ctx.alias_path.clone()
+        };
+        let (_, entry) = self.follow_entry(&start)?;
+        let CategoryEntry::Rules { rule, overrides, .. } = entry else {
+            unreachable!("follow_entry only returns rule entries")
+        };
+        Ok(overrides
+            .iter()
+            .find(|o| o.matches(&ctx.tenant))
+            .map_or(rule, |o| &o.rule)
+            .clone())
+    }
+}
+
+impl StaticRuleProvider {
+    /// The alias path from `category` to the category that holds its rules,
+    /// or the reason there is none (unknown category, alias cycle).
+    pub fn alias_path(&self, category: &str) -> Result<Vec<String>, ResolveError> {
+        self.follow_entry(&[category.to_owned()]).map(|(path, _)| path)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rules::Period;
+    use chrono::TimeZone;
+
+    fn rule(days: i64, strategy: Strategy) -> RetentionRule {
+        RetentionRule::new(Period::from_days(days).unwrap(), strategy)
+    }
+
+    fn now() -> DateTime<Utc> {
+        Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap()
+    }
+
+    #[tokio::test]
+    async fn overrides_first_match_wins_and_capabilities_cover_them() {
+        let provider = StaticRuleProvider::builder()
+            .category_with(
+                "notes",
+                rule(30, Strategy::Purge),
+                vec![
+                    RuleOverride { tenant: Some("t2".into()), jurisdiction: None, rule: rule(90, Strategy::Anonymise) },
+                    RuleOverride { tenant: None, jurisdiction: Some("EU".into()), rule: rule(10, Strategy::Purge) },
+                    RuleOverride { tenant: Some("t2".into()), jurisdiction: None, rule: rule(1, Strategy::Purge) },
+                ],
+                None,
+            )
+            .build()
+            .unwrap();
+        let caps = provider.capabilities("notes").unwrap();
+        assert_eq!(caps.iter().collect::<Vec<_>>(), vec![Strategy::Purge, Strategy::Anonymise]);
+        let cases = [
+            (TenantContext::tenant("t1"), 30, Strategy::Purge),
+            (TenantContext::tenant("t2"), 90, Strategy::Anonymise),
+            (TenantContext::tenant("t3").with_jurisdiction("EU"), 10, Strategy::Purge),
+            (TenantContext::tenantless(), 30, Strategy::Purge),
+        ];
+        for (tenant, days, strategy) in cases {
+            let ctx = ResolutionContext::new("notes", tenant.clone(), now());
+            let got = provider.resolve(&ctx).await.unwrap();
+            assert_eq!((got.period().as_seconds() / 86_400, got.strategy()), (days, strategy), "{tenant:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn unknown_categories_and_alias_cycles_are_reported() {
+        let provider = StaticRuleProvider::builder()
+            .category("base", rule(5, Strategy::Purge))
+            .alias("legacy", "base")
+            .alias("a", "b")
+            .alias("b", "a")
+            .alias("dangling", "nowhere")
+            .build()
+            .unwrap();
+        assert_eq!(provider.alias_path("legacy").unwrap(), vec!["legacy", "base"]);
+        assert!(provider.capabilities("legacy").unwrap().allows(Strategy::Purge));
+        let ctx = ResolutionContext::new("legacy", TenantContext::tenantless(), now());
+        assert_eq!(provider.resolve(&ctx).await.unwrap().strategy(), Strategy::Purge);
+        assert_eq!(
+            provider.alias_path("a").unwrap_err(),
+            ResolveError::AliasCycle(vec!["a".into(), "b".into(), "a".into()])
+        );
+        assert!(provider.capabilities("a").is_none());
+        assert_eq!(provider.alias_path("dangling").unwrap_err(), ResolveError::UnknownCategory("nowhere".into()));
+        let ctx = ResolutionContext::new("missing", TenantContext::tenantless(), now());
+        assert_eq!(provider.resolve(&ctx).await.unwrap_err(), ResolveError::UnknownCategory("missing".into()));
+    }
+
+    #[test]
+    fn builder_reports_every_problem() {
+        let problems = StaticRuleProvider::builder()
+            .category("x", rule(1, Strategy::Purge))
+            .category("x", rule(2, Strategy::Purge))
+            .category_with(
+                "y",
+                rule(1, Strategy::Purge),
+                vec![RuleOverride { tenant: None, jurisdiction: None, rule: rule(1, Strategy::SoftDelete) }],
+                Some(CategoryCapabilities::only(Strategy::Purge)),
+            )
+            .build()
+            .unwrap_err();
+        assert_eq!(
+            problems,
+            vec![
+                StaticProviderError::Duplicate("x".into()),
+                StaticProviderError::EmptyOverride("y".into()),
+                StaticProviderError::UndeclaredStrategy { category: "y".into(), strategy: Strategy::SoftDelete },
+            ]
+        );
+    }
+}

@@ -1,0 +1,403 @@
+//! Strategies, rules and category capabilities: pure values, no I/O.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::str::FromStr;
+
+use chrono::{DateTime, Utc};
+
+use super::period::Period;
+
+/// What happens to a row once it is past its cutoff.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[non_exhaustive]
+pub enum Strategy {
+    /// Delete the row.
+    Purge,
+    /// Set the soft-delete flag (and deleted-at when mapped).
+    SoftDelete,
+    /// Scrub the marked columns and stamp anonymised-at, once per row.
+    Anonymise,
+    /// Do nothing, visibly: the run reports zero mutations.
+    Exempt,
+}
+
+impl Strategy {
+    /// Every strategy, in a fixed order.
+    pub const ALL: [Strategy; 4] = [
+        Strategy::Purge,
+        Strategy::SoftDelete,
+        Strategy::Anonymise,
+        Strategy::Exempt,
+    ];
+
+    /// The policy-file and audit spelling (`purge`, `soft_delete`, `anonymise`, `exempt`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Strategy::Purge => "purge",
+            Strategy::SoftDelete => "soft_delete",
+            Strategy::Anonymise => "anonymise",
+            Strategy::Exempt => "exempt",
+        }
+    }
+
+    /// Whether the strategy changes or removes rows.
+    pub fn mutates(self) -> bool {
+        !matches!(self, Strategy::Exempt)
+    }
+}
+
+impl fmt::Display for Strategy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// An unknown strategy name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown strategy {0:?}: expected purge, soft_delete, anonymise or exempt")]
+pub struct UnknownStrategy(pub String);
+
+impl FromStr for Strategy {
+    type Err = UnknownStrategy;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "purge" => Ok(Strategy::Purge),
+            "soft_delete" => Ok(Strategy::SoftDelete),
+            "anonymise" | "anonymize" => Ok(Strategy::Anonymise),
+            "exempt" => Ok(Strategy::Exempt),
+            other => Err(UnknownStrategy(other.to_owned())),
+        }
+    }
+}
+
+/// How much audit a rule asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+#[non_exhaustive]
+pub enum AuditDetail {
+    /// Run and per-entity summary rows only.
+    #[default]
+    Summary,
+    /// Also one row-detail record per mutated row.
+    PerRow,
+}
+
+impl AuditDetail {
+    /// The policy-file spelling (`summary`, `per_row`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AuditDetail::Summary => "summary",
+            AuditDetail::PerRow => "per_row",
+        }
+    }
+}
+
+impl FromStr for AuditDetail {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "summary" => Ok(AuditDetail::Summary),
+            "per_row" => Ok(AuditDetail::PerRow),
+            other => Err(format!(
+                "unknown audit setting {other:?}: expected \"summary\" or \"per_row\""
+            )),
+        }
+    }
+}
+
+/// Why a rule could not be built.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RuleError {
+    /// Provenance text was given but empty.
+    #[error("rule {field} must not be empty when given")]
+    EmptyProvenance {
+        /// `rule_source` or `rule_reason`.
+        field: &'static str,
+    },
+    /// An exempt rule cannot ask for per-row audit: it never touches a row.
+    #[error("an exempt rule cannot ask for per-row audit detail (it never mutates a row)")]
+    PerRowOnExempt,
+}
+
+/// The retention rule for one category, tenant and time: immutable once
+/// built, and only built through [`RetentionRule::new`] and its `with_*`
+/// methods, which validate. Negative durations are unrepresentable
+/// ([`Period`] refuses them).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RetentionRule {
+    period: Period,
+    strategy: Strategy,
+    legal_min: Option<Period>,
+    audit: AuditDetail,
+    source: Option<String>,
+    reason: Option<String>,
+}
+
+impl RetentionRule {
+    /// A rule with a period and a strategy, summary audit, no legal minimum.
+    pub fn new(period: Period, strategy: Strategy) -> Self {
+        Self {
+            period,
+            strategy,
+            legal_min: None,
+            audit: AuditDetail::Summary,
+            source: None,
+            reason: None,
+        }
+    }
+
+    /// Adds a legal minimum: rows are kept at least this long whatever the period.
+    pub fn with_legal_min(mut self, legal_min: Period) -> Self {
+        self.legal_min = Some(legal_min);
+        self
+    }
+
+    /// Sets the audit detail.
+    pub fn with_audit(mut self, audit: AuditDetail) -> Result<Self, RuleError> {
+        if audit == AuditDetail::PerRow && self.strategy == Strategy::Exempt {
+            return Err(RuleError::PerRowOnExempt);
+        }
+        self.audit = audit;
+        Ok(self)
+    }
+
+    /// Records where the rule comes from (e.g. "retention policy v3").
+    pub fn with_source(mut self, source: impl Into<String>) -> Result<Self, RuleError> {
+        self.source = Some(non_empty(source.into(), "rule_source")?);
+        Ok(self)
+    }
+
+    /// Records why the rule exists.
+    pub fn with_reason(mut self, reason: impl Into<String>) -> Result<Self, RuleError> {
+        self.reason = Some(non_empty(reason.into(), "rule_reason")?);
+        Ok(self)
+    }
+
+    /// The ordinary retention period.
+    pub fn period(&self) -> Period {
+        self.period
+    }
+
+    /// What happens to eligible rows.
+    pub fn strategy(&self) -> Strategy {
+        self.strategy
+    }
+
+    /// The legal minimum, if any.
+    pub fn legal_min(&self) -> Option<Period> {
+        self.legal_min
+    }
+
+    /// Whether the legal minimum is positive (it then also constrains erasure).
+    pub fn has_positive_legal_min(&self) -> bool {
+        self.legal_min.is_some_and(|m| m > Period::ZERO)
+    }
+
+    /// The audit detail.
+    pub fn audit(&self) -> AuditDetail {
+        self.audit
+    }
+
+    /// Provenance: where the rule comes from.
+    pub fn source(&self) -> Option<&str> {
+        self.source.as_deref()
+    }
+
+    /// Provenance: why the rule exists.
+    pub fn reason(&self) -> Option<&str> {
+        self.reason.as_deref()
+    }
+
+    /// The age a row must exceed before a sweep touches it: `max(period, legal_min)`.
+    pub fn effective_period(&self) -> Period {
+        self.legal_min.map_or(self.period, |m| m.max(self.period))
+    }
+
+    /// The sweep cutoff for a logical `now`: rows whose anchor is strictly
+    /// before it are eligible; rows exactly on it are kept.
+    pub fn sweep_cutoff(&self, now: DateTime<Utc>) -> Result<DateTime<Utc>, CutoffOutOfRange> {
+        cutoff(now, self.effective_period())
+    }
+
+    /// The erasure cutoff: `now - legal_min` when the legal minimum is
+    /// positive, otherwise none (the ordinary period never delays erasure).
+    pub fn erasure_cutoff(
+        &self,
+        now: DateTime<Utc>,
+    ) -> Result<Option<DateTime<Utc>>, CutoffOutOfRange> {
+        match self.legal_min {
+            Some(min) if min > Period::ZERO => cutoff(now, min).map(Some),
+            _ => Ok(None),
+        }
+    }
+}
+
+fn non_empty(text: String, field: &'static str) -> Result<String, RuleError> {
+    if text.trim().is_empty() {
+        Err(RuleError::EmptyProvenance { field })
+    } else {
+        Ok(text)
+    }
+}
+
+/// `now - period` fell outside the representable time range.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("cutoff {now} minus {period} is outside the supported time range")]
+pub struct CutoffOutOfRange {
+    /// The logical time.
+    pub now: DateTime<Utc>,
+    /// The duration subtracted.
+    pub period: Period,
+}
+
+/// `now - period`, checked. The one place eligibility times are computed.
+pub fn cutoff(now: DateTime<Utc>, period: Period) -> Result<DateTime<Utc>, CutoffOutOfRange> {
+    now.checked_sub_signed(period.as_time_delta())
+        .ok_or(CutoffOutOfRange { now, period })
+}
+
+/// Every strategy a category can ever return: non-empty, only real
+/// strategies, immutable. Startup validates each entity against all of them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CategoryCapabilities(BTreeSet<Strategy>);
+
+/// Capabilities must name at least one strategy.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("a category must declare at least one strategy")]
+pub struct EmptyCapabilities;
+
+impl CategoryCapabilities {
+    /// Builds a capability set; empty input is refused.
+    pub fn new(strategies: impl IntoIterator<Item = Strategy>) -> Result<Self, EmptyCapabilities> {
+        let set: BTreeSet<Strategy> = strategies.into_iter().collect();
+        if set.is_empty() {
+            Err(EmptyCapabilities)
+        } else {
+            Ok(Self(set))
+        }
+    }
+
+    /// A single strategy.
+    pub fn only(strategy: Strategy) -> Self {
+        Self(BTreeSet::from([strategy]))
+    }
+
+    /// Whether the category may return `strategy`.
+    pub fn allows(&self, strategy: Strategy) -> bool {
+        self.0.contains(&strategy)
+    }
+
+    /// The strategies, in a fixed order.
+    pub fn iter(&self) -> impl Iterator<Item = Strategy> + '_ {
+        self.0.iter().copied()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+
+    fn days(n: i64) -> Period {
+        Period::from_days(n).unwrap()
+    }
+
+    #[test]
+    fn cutoff_table() {
+        let now = Utc.with_ymd_and_hms(2026, 3, 31, 12, 0, 0).unwrap();
+        // (period, legal_min, expected sweep cutoff, expected erasure cutoff)
+        let cases = [
+            (days(30), None, Utc.with_ymd_and_hms(2026, 3, 1, 12, 0, 0).unwrap(), None),
+            (days(0), None, now, None),
+            (days(0), Some(days(0)), now, None),
+            (
+                days(30),
+                Some(days(60)),
+                Utc.with_ymd_and_hms(2026, 1, 30, 12, 0, 0).unwrap(),
+                Some(Utc.with_ymd_and_hms(2026, 1, 30, 12, 0, 0).unwrap()),
+            ),
+            (
+                days(90),
+                Some(days(1)),
+                Utc.with_ymd_and_hms(2025, 12, 31, 12, 0, 0).unwrap(),
+                Some(Utc.with_ymd_and_hms(2026, 3, 30, 12, 0, 0).unwrap()),
+            ),
+            (
+                "1d12h".parse().unwrap(),
+                None,
+                Utc.with_ymd_and_hms(2026, 3, 30, 0, 0, 0).unwrap(),
+                None,
+            ),
+        ];
+        for (period, legal_min, sweep, erasure) in cases {
+            let mut rule = RetentionRule::new(period, Strategy::Purge);
+            if let Some(m) = legal_min {
+                rule = rule.with_legal_min(m);
+            }
+            assert_eq!(rule.sweep_cutoff(now).unwrap(), sweep, "{period} {legal_min:?}");
+            assert_eq!(rule.erasure_cutoff(now).unwrap(), erasure, "{period} {legal_min:?}");
+        }
+    }
+
+    #[test]
+    fn cutoff_near_the_start_of_time_is_an_error_not_a_panic() {
+        let now = DateTime::<Utc>::MIN_UTC + chrono::TimeDelta::days(1);
+        let rule = RetentionRule::new(days(365_000), Strategy::Purge);
+        assert!(rule.sweep_cutoff(now).is_err());
+    }
+
+    #[test]
+    fn rule_invariants() {
+        let rule = RetentionRule::new(days(30), Strategy::Exempt);
+        assert_eq!(rule.clone().with_audit(AuditDetail::PerRow), Err(RuleError::PerRowOnExempt));
+        assert_eq!(
+            RetentionRule::new(days(1), Strategy::Purge).with_source("  "),
+            Err(RuleError::EmptyProvenance { field: "rule_source" })
+        );
+        assert_eq!(
+            RetentionRule::new(days(1), Strategy::Purge).with_reason(""),
+            Err(RuleError::EmptyProvenance { field: "rule_reason" })
+        );
+        let rule = RetentionRule::new(days(30), Strategy::Anonymise)
+            .with_legal_min(days(10))
+            .with_audit(AuditDetail::PerRow)
+            .unwrap()
+            .with_source("policy v3")
+            .unwrap()
+            .with_reason("contracts")
+            .unwrap();
+        assert_eq!(rule.effective_period(), days(30));
+        assert_eq!(rule.audit(), AuditDetail::PerRow);
+        assert_eq!(rule.source(), Some("policy v3"));
+        assert_eq!(rule.reason(), Some("contracts"));
+        assert!(rule.has_positive_legal_min());
+        assert!(!RetentionRule::new(days(1), Strategy::Purge)
+            .with_legal_min(Period::ZERO)
+            .has_positive_legal_min());
+    }
+
+    #[test]
+    fn capability_invariants() {
+        assert_eq!(CategoryCapabilities::new([]), Err(EmptyCapabilities));
+        let caps = CategoryCapabilities::new([Strategy::Purge, Strategy::Purge, Strategy::Anonymise]).unwrap();
+        assert_eq!(caps.iter().collect::<Vec<_>>(), vec![Strategy::Purge, Strategy::Anonymise]);
+        assert!(caps.allows(Strategy::Purge));
+        assert!(!caps.allows(Strategy::SoftDelete));
+        assert!(CategoryCapabilities::only(Strategy::Exempt).allows(Strategy::Exempt));
+    }
+
+    #[test]
+    fn strategy_names_round_trip() {
+        for s in Strategy::ALL {
+            assert_eq!(s.as_str().parse::<Strategy>().unwrap(), s);
+        }
+        assert_eq!("anonymize".parse::<Strategy>().unwrap(), Strategy::Anonymise);
+        assert!("delete".parse::<Strategy>().is_err());
+        assert!(!Strategy::Exempt.mutates());
+        assert_eq!("per_row".parse::<AuditDetail>().unwrap(), AuditDetail::PerRow);
+        assert!("rows".parse::<AuditDetail>().is_err());
+    }
+}
