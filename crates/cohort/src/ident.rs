@@ -174,10 +174,16 @@ impl SqlText {
     }
 }
 
-/// Builds [`SqlText`] from a template in which `{schema}` stands for a quoted
-/// schema name. Used for migrations, whose text is fixed apart from the schema.
-pub(crate) fn with_schema(template: &'static str, schema: &str) -> SqlText {
-    SqlText(template.replace("{schema}", &quote_ident(schema)))
+/// Builds [`SqlText`] from fixed template text in which `{name}`
+/// placeholders stand for tables; each is replaced by the quoted,
+/// schema-qualified name. Used for migrations, whose text is fixed apart
+/// from where Cohort's tables live.
+pub(crate) fn from_template(template: &'static str, tables: &[(&str, QualifiedName)]) -> SqlText {
+    let mut text = template.to_owned();
+    for (placeholder, name) in tables {
+        text = text.replace(&format!("{{{placeholder}}}"), &name.to_string());
+    }
+    SqlText(text)
 }
 
 #[cfg(test)]
@@ -229,8 +235,14 @@ mod tests {
     }
 
     #[test]
-    fn schema_template_quotes_schema() {
-        let sql = with_schema("CREATE TABLE {schema}.x ()", "re\"tention");
-        assert_eq!(sql.as_str(), "CREATE TABLE \"re\"\"tention\".x ()");
+    fn template_quotes_tables() {
+        let sql = from_template(
+            "CREATE TABLE {t} (); COMMENT ON TABLE {t} IS 'x'",
+            &[("t", QualifiedName::new("re\"tention", "t"))],
+        );
+        assert_eq!(
+            sql.as_str(),
+            "CREATE TABLE \"re\"\"tention\".\"t\" (); COMMENT ON TABLE \"re\"\"tention\".\"t\" IS 'x'"
+        );
     }
 }

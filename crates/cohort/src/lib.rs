@@ -1,9 +1,14 @@
 //! Cohort: annotation-driven data retention for Rust applications on PostgreSQL.
 
+pub mod config;
+mod error;
 mod ident;
 pub mod model;
 pub mod rules;
+pub mod schema;
 
+pub use config::CohortConfig;
+pub use error::{Error, Problem, Problems, Result};
 pub use ident::{quote_ident, QualifiedName};
 pub use model::{EntityDeclaration, Retained};
 

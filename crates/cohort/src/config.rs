@@ -1,0 +1,288 @@
+//! Configuration: defaults, ranges, and loading from the `[cohort]` table of
+//! a TOML file and from `COHORT_…` environment variables (environment wins
+//! over the file; code can build it directly).
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::ident::check_identifier;
+use crate::model::Conventions;
+use crate::rules::Period;
+
+/// Default batch size of sweeps and erasure.
+pub const DEFAULT_SWEEP_BATCH_SIZE: u32 = 5000;
+/// Largest accepted sweep batch size.
+pub const MAX_SWEEP_BATCH_SIZE: u32 = 100_000;
+
+/// Row-handler dispatcher settings (SPEC §8). Defaults: poll 10 s, batch 50
+/// (1..=10000), parallelism 4 (1..=256), attempts 10 (1..=1000), base
+/// backoff 1 s, claim time-out 5 min, settle time-out 1 h, payload retention 30 d.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DispatchConfig {
+    /// How often the dispatcher polls for due work.
+    pub poll_interval: Period,
+    /// Rows claimed per poll.
+    pub batch_size: u32,
+    /// Rows delivered at once.
+    pub max_parallelism: u32,
+    /// Attempts before dead-lettering.
+    pub max_attempts: u32,
+    /// First retry delay; doubles per attempt.
+    pub base_backoff: Period,
+    /// How long a claim lasts before it may be reclaimed.
+    pub claim_timeout: Period,
+    /// How long a run may stay Started before it is recovered as Failed.
+    pub settle_timeout: Period,
+    /// Backstop age after which captured payloads are scrubbed.
+    pub payload_retention: Period,
+}
+
+impl Default for DispatchConfig {
+    fn default() -> Self {
+        Self {
+            poll_interval: secs(10),
+            batch_size: 50,
+            max_parallelism: 4,
+            max_attempts: 10,
+            base_backoff: secs(1),
+            claim_timeout: secs(300),
+            settle_timeout: secs(3600),
+            payload_retention: secs(30 * 86_400),
+        }
+    }
+}
+
+fn secs(n: i64) -> Period {
+    Period::from_seconds(n).expect("constant in range")
+}
+
+/// History-pruner settings; nothing is pruned unless configured.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PruneConfig {
+    /// Delete settled runs (with their summaries and details) older than this.
+    pub runs_older_than: Option<Period>,
+    /// Delete released or expired holds inactive for longer than this.
+    pub inactive_holds_older_than: Option<Period>,
+}
+
+/// Cohort's settings. Build in code, or load with [`CohortConfig::from_toml`]
+/// and [`CohortConfig::apply_env`]; check with [`CohortConfig::validate`]
+/// (building a [`crate::Cohort`] does).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CohortConfig {
+    /// Schema holding Cohort's own tables (default `public`); also the
+    /// default schema of retained tables that name none.
+    pub schema: String,
+    /// Default schema for retained tables without one, when it differs
+    /// from `schema`.
+    pub default_table_schema: Option<String>,
+    /// Rows per batch (1..=100000, default 5000).
+    pub sweep_batch_size: u32,
+    /// Cron schedule (UTC) of the worker; `None` keeps it idle.
+    pub schedule: Option<String>,
+    /// Scheduled sweeps count instead of mutating.
+    pub dry_run: bool,
+    /// Stops the worker between passes.
+    pub kill_switch: bool,
+    /// Per-observer time limit.
+    pub observer_timeout: Period,
+    /// Global column conventions.
+    pub conventions: Conventions,
+    /// Row-handler dispatcher.
+    pub dispatch: DispatchConfig,
+    /// History pruner.
+    pub prune: PruneConfig,
+}
+
+impl Default for CohortConfig {
+    fn default() -> Self {
+        Self {
+            schema: "public".into(),
+            default_table_schema: None,
+            sweep_batch_size: DEFAULT_SWEEP_BATCH_SIZE,
+            schedule: None,
+            dry_run: false,
+            kill_switch: false,
+            observer_timeout: secs(5),
+            conventions: Conventions::default(),
+            dispatch: DispatchConfig::default(),
+            prune: PruneConfig::default(),
+        }
+    }
+}
+
+impl CohortConfig {
+    /// Parses a `[cohort]` table's contents (not the whole policy file).
+    pub fn from_toml(text: &str) -> Result<Self> {
+        toml::from_str(text).map_err(|e| Error::Config(e.to_string()))
+    }
+
+    /// The schema retained tables without one resolve to.
+    pub fn table_schema(&self) -> &str {
+        self.default_table_schema.as_deref().unwrap_or(&self.schema)
+    }
+
+    /// Overlays `COHORT_…` variables from `vars` (pass `std::env::vars()`):
+    /// `COHORT_SCHEMA`, `COHORT_SWEEP_BATCH_SIZE`, `COHORT_SCHEDULE`,
+    /// `COHORT_DRY_RUN`, `COHORT_KILL_SWITCH`, `COHORT_OBSERVER_TIMEOUT`,
+    /// `COHORT_DISPATCH__<FIELD>` (e.g. `COHORT_DISPATCH__BATCH_SIZE`).
+    /// Unknown `COHORT_` variables are errors, so typos do not pass silently.
+    pub fn apply_env(&mut self, vars: impl IntoIterator<Item = (String, String)>) -> Result<()> {
+        for (key, value) in vars {
+            let Some(name) = key.strip_prefix("COHORT_") else { continue };
+            let bad = |what: &str| Error::Config(format!("{key}={value:?}: {what}"));
+            let int = || value.trim().parse::<u32>().map_err(|_| bad("expected a whole number"));
+            let period = || value.parse::<Period>().map_err(|e| bad(&e.to_string()));
+            let boolean = || match value.trim().to_ascii_lowercase().as_str() {
+                "1" | "true" | "yes" | "on" => Ok(true),
+                "0" | "false" | "no" | "off" => Ok(false),
+                _ => Err(bad("expected true or false")),
+            };
+            match name {
+                "SCHEMA" => self.schema = value.clone(),
+                "SWEEP_BATCH_SIZE" => self.sweep_batch_size = int()?,
+                "SCHEDULE" => self.schedule = Some(value.clone()).filter(|s| !s.trim().is_empty()),
+                "DRY_RUN" => self.dry_run = boolean()?,
+                "KILL_SWITCH" => self.kill_switch = boolean()?,
+                "OBSERVER_TIMEOUT" => self.observer_timeout = period()?,
+                "DISPATCH__POLL_INTERVAL" => self.dispatch.poll_interval = period()?,
+                "DISPATCH__BATCH_SIZE" => self.dispatch.batch_size = int()?,
+                "DISPATCH__MAX_PARALLELISM" => self.dispatch.max_parallelism = int()?,
+                "DISPATCH__MAX_ATTEMPTS" => self.dispatch.max_attempts = int()?,
+                "DISPATCH__BASE_BACKOFF" => self.dispatch.base_backoff = period()?,
+                "DISPATCH__CLAIM_TIMEOUT" => self.dispatch.claim_timeout = period()?,
+                "DISPATCH__SETTLE_TIMEOUT" => self.dispatch.settle_timeout = period()?,
+                "DISPATCH__PAYLOAD_RETENTION" => self.dispatch.payload_retention = period()?,
+                _ => return Err(Error::Config(format!("unknown setting {key}"))),
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks every range; reports all problems at once.
+    pub fn validate(&self) -> Result<()> {
+        let mut problems = Vec::new();
+        if let Err(e) = check_identifier(&self.schema) {
+            problems.push(format!("schema: {e}"));
+        }
+        if let Some(s) = &self.default_table_schema {
+            if let Err(e) = check_identifier(s) {
+                problems.push(format!("default_table_schema: {e}"));
+            }
+        }
+        let mut range = |name: &str, value: u32, min: u32, max: u32| {
+            if !(min..=max).contains(&value) {
+                problems.push(format!("{name} = {value} is out of range {min}..={max}"));
+            }
+        };
+        range("sweep_batch_size", self.sweep_batch_size, 1, MAX_SWEEP_BATCH_SIZE);
+        range("dispatch.batch_size", self.dispatch.batch_size, 1, 10_000);
+        range("dispatch.max_parallelism", self.dispatch.max_parallelism, 1, 256);
+        range("dispatch.max_attempts", self.dispatch.max_attempts, 1, 1_000);
+        let d = &self.dispatch;
+        for (name, p) in [
+            ("observer_timeout", self.observer_timeout),
+            ("dispatch.poll_interval", d.poll_interval),
+            ("dispatch.base_backoff", d.base_backoff),
+            ("dispatch.claim_timeout", d.claim_timeout),
+            ("dispatch.settle_timeout", d.settle_timeout),
+            ("dispatch.payload_retention", d.payload_retention),
+        ] {
+            if p == Period::ZERO {
+                problems.push(format!("{name} must be greater than zero"));
+            }
+        }
+        if let Some(schedule) = &self.schedule {
+            if let Err(e) = schedule.parse::<croner::Cron>() {
+                problems.push(format!("schedule {schedule:?} is not a valid cron expression: {e}"));
+            }
+        }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(Error::Config(problems.join("; ")))
+        }
+    }
+
+    /// The observer time-out as a std duration.
+    pub fn observer_timeout(&self) -> Duration {
+        Duration::from_secs(self.observer_timeout.as_seconds().unsigned_abs())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_match_the_documentation() {
+        let c = CohortConfig::default();
+        assert_eq!(c.schema, "public");
+        assert_eq!(c.sweep_batch_size, 5000);
+        assert_eq!(c.schedule, None);
+        assert!(!c.dry_run && !c.kill_switch);
+        assert_eq!(c.observer_timeout.as_seconds(), 5);
+        let d = &c.dispatch;
+        assert_eq!((d.batch_size, d.max_parallelism, d.max_attempts), (50, 4, 10));
+        assert_eq!(d.poll_interval.as_seconds(), 10);
+        assert_eq!(d.claim_timeout.as_seconds(), 300);
+        assert_eq!(d.settle_timeout.as_seconds(), 3600);
+        assert_eq!(d.payload_retention.as_seconds(), 30 * 86_400);
+        c.validate().unwrap();
+    }
+
+    #[test]
+    fn out_of_range_values_are_all_reported() {
+        let mut c = CohortConfig::default();
+        c.sweep_batch_size = 0;
+        c.dispatch.batch_size = 10_001;
+        c.dispatch.max_parallelism = 257;
+        c.dispatch.max_attempts = 0;
+        c.dispatch.claim_timeout = Period::ZERO;
+        c.schedule = Some("every day".into());
+        c.schema = String::new();
+        let Err(Error::Config(msg)) = c.validate() else { panic!("accepted") };
+        for part in [
+            "sweep_batch_size = 0",
+            "dispatch.batch_size = 10001",
+            "dispatch.max_parallelism = 257",
+            "dispatch.max_attempts = 0",
+            "dispatch.claim_timeout must be greater than zero",
+            "not a valid cron expression",
+            "schema: an identifier cannot be empty",
+        ] {
+            assert!(msg.contains(part), "{part:?} missing from {msg}");
+        }
+    }
+
+    #[test]
+    fn toml_and_environment_precedence() {
+        let mut c = CohortConfig::from_toml(
+            "schema = \"retention\"\nsweep_batch_size = 100\nschedule = \"0 2 * * *\"\n[dispatch]\nbatch_size = 7\n[conventions]\ntenant = \"organisation_id\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.conventions.tenant.as_deref(), Some("organisation_id"));
+        c.apply_env([
+            ("COHORT_SWEEP_BATCH_SIZE".to_string(), "250".to_string()),
+            ("COHORT_DRY_RUN".to_string(), "true".to_string()),
+            ("COHORT_DISPATCH__CLAIM_TIMEOUT".to_string(), "10m".to_string()),
+            ("PATH".to_string(), "/bin".to_string()),
+        ])
+        .unwrap();
+        assert_eq!(c.schema, "retention");
+        assert_eq!(c.sweep_batch_size, 250);
+        assert!(c.dry_run);
+        assert_eq!(c.dispatch.batch_size, 7);
+        assert_eq!(c.dispatch.claim_timeout.as_seconds(), 600);
+        c.validate().unwrap();
+        assert!(c.clone().apply_env([("COHORT_SWEEP_BATCH".into(), "1".into())]).is_err());
+        assert!(c.clone().apply_env([("COHORT_DRY_RUN".into(), "maybe".into())]).is_err());
+        assert!(CohortConfig::from_toml("sweep_batch = 3").is_err());
+        assert!(CohortConfig::from_toml("sweep_batch_size = -3").is_err());
+    }
+}

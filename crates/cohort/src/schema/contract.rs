@@ -1,0 +1,182 @@
+//! The one definition of Cohort's own tables: names, columns, types and the
+//! schema version. Migrations create exactly this; validation checks exactly
+//! this; runtime SQL names tables through [`CohortTable`].
+
+use crate::ident::QualifiedName;
+
+/// The schema version the code expects. Migrations record it on
+/// `sweep_run` as the table comment `cohort schema version N`.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// The prefix of the version comment on `sweep_run`.
+pub(crate) const VERSION_COMMENT_PREFIX: &str = "cohort schema version ";
+
+/// One of Cohort's five tables.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum CohortTable {
+    /// One row per sweep or erasure run.
+    SweepRun,
+    /// Per-entity totals of a run.
+    EntitySummary,
+    /// Optional per-row audit.
+    RowDetail,
+    /// The durable row-handler queue.
+    HandlerStatus,
+    /// Legal holds.
+    Hold,
+}
+
+/// A column of a Cohort table as the catalog reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ColumnContract {
+    /// Column name.
+    pub name: &'static str,
+    /// Type as `pg_catalog.format_type` prints it.
+    pub sql_type: &'static str,
+    /// Whether NULL is allowed.
+    pub nullable: bool,
+}
+
+macro_rules! col {
+    ($name:literal, $ty:expr, $nullable:literal) => {
+        ColumnContract {
+            name: $name,
+            sql_type: $ty,
+            nullable: $nullable,
+        }
+    };
+}
+
+const UUID: &str = "uuid";
+const TEXT: &str = "text";
+const BOOL: &str = "boolean";
+const TSTZ: &str = "timestamp with time zone";
+const BIGINT: &str = "bigint";
+const INT: &str = "integer";
+const INTERVAL: &str = "interval";
+const JSONB: &str = "jsonb";
+
+impl CohortTable {
+    /// All five, in creation order (referenced tables first).
+    pub const ALL: [CohortTable; 5] = [
+        CohortTable::SweepRun,
+        CohortTable::EntitySummary,
+        CohortTable::RowDetail,
+        CohortTable::HandlerStatus,
+        CohortTable::Hold,
+    ];
+
+    /// The table's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            CohortTable::SweepRun => "sweep_run",
+            CohortTable::EntitySummary => "sweep_run_entity_summary",
+            CohortTable::RowDetail => "sweep_run_row_detail",
+            CohortTable::HandlerStatus => "sweep_row_handler_status",
+            CohortTable::Hold => "retention_hold",
+        }
+    }
+
+    /// The table qualified with Cohort's schema.
+    pub fn qualified(self, schema: &str) -> QualifiedName {
+        QualifiedName::new(schema, self.name())
+    }
+
+    /// The columns the code relies on.
+    pub fn columns(self) -> &'static [ColumnContract] {
+        match self {
+            CohortTable::SweepRun => &[
+                col!("run_id", UUID, false),
+                col!("kind", TEXT, false),
+                col!("trigger", TEXT, false),
+                col!("dry_run", BOOL, false),
+                col!("tenant_id", TEXT, true),
+                col!("status", TEXT, false),
+                col!("logical_now", TSTZ, false),
+                col!("started_at", TSTZ, false),
+                col!("settled_at", TSTZ, true),
+                col!("error", TEXT, true),
+            ],
+            CohortTable::EntitySummary => &[
+                col!("summary_id", BIGINT, false),
+                col!("run_id", UUID, false),
+                col!("retention_entity_id", UUID, false),
+                col!("entity_type", TEXT, false),
+                col!("category", TEXT, false),
+                col!("tenant_id", TEXT, true),
+                col!("strategy", TEXT, false),
+                col!("affected_count", BIGINT, false),
+                col!("held_count", BIGINT, false),
+                col!("skipped_count", BIGINT, false),
+                col!("null_anchor_count", BIGINT, false),
+                col!("cutoff", TSTZ, true),
+                col!("resolved_period", INTERVAL, false),
+                col!("legal_min", INTERVAL, true),
+                col!("rule_source", TEXT, true),
+                col!("rule_reason", TEXT, true),
+                col!("error", TEXT, true),
+                col!("updated_at", TSTZ, false),
+            ],
+            CohortTable::RowDetail => &[
+                col!("row_detail_id", BIGINT, false),
+                col!("run_id", UUID, false),
+                col!("retention_entity_id", UUID, false),
+                col!("entity_type", TEXT, false),
+                col!("record_id", TEXT, false),
+                col!("tenant_id", TEXT, true),
+                col!("action", TEXT, false),
+                col!("recorded_at", TSTZ, false),
+            ],
+            CohortTable::HandlerStatus => &[
+                col!("handler_status_id", BIGINT, false),
+                col!("row_detail_id", BIGINT, false),
+                col!("run_id", UUID, false),
+                col!("handler_id", TEXT, false),
+                col!("priority", INT, true),
+                col!("phase", TEXT, false),
+                col!("status", TEXT, false),
+                col!("attempts", INT, false),
+                col!("next_attempt_at", TSTZ, false),
+                col!("claim_token", UUID, true),
+                col!("claimed_at", TSTZ, true),
+                col!("claim_expires_at", TSTZ, true),
+                col!("captured_payload", JSONB, true),
+                col!("payload_scrubbed_at", TSTZ, true),
+                col!("last_error", TEXT, true),
+                col!("created_at", TSTZ, false),
+                col!("updated_at", TSTZ, false),
+            ],
+            CohortTable::Hold => &[
+                col!("hold_id", UUID, false),
+                col!("retention_entity_id", UUID, false),
+                col!("record_id", TEXT, false),
+                col!("tenant_id", TEXT, true),
+                col!("reason", TEXT, false),
+                col!("created_at", TSTZ, false),
+                col!("expires_at", TSTZ, true),
+                col!("released_at", TSTZ, true),
+            ],
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_and_columns_nonempty() {
+        let mut names: Vec<_> = CohortTable::ALL.iter().map(|t| t.name()).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), 5);
+        for t in CohortTable::ALL {
+            let mut cols: Vec<_> = t.columns().iter().map(|c| c.name).collect();
+            let n = cols.len();
+            cols.sort_unstable();
+            cols.dedup();
+            assert_eq!(cols.len(), n, "duplicate column in {}", t.name());
+        }
+    }
+}

@@ -1,0 +1,161 @@
+//! Versioned migrations for Cohort's tables, parameterised by schema.
+//!
+//! The SQL is fixed text in which table placeholders become quoted,
+//! schema-qualified names ([`migrations`]); hosts can feed it to their own
+//! migration tool, or call [`migrate`] (what `cohort migrate` does). The
+//! installed version is recorded as the comment of `sweep_run`, so no sixth
+//! table is needed. Runtime code never runs DDL.
+
+use sqlx::{Connection, PgConnection, Row};
+
+use super::contract::{CohortTable, SCHEMA_VERSION, VERSION_COMMENT_PREFIX};
+use crate::error::{Error, Result};
+use crate::ident::{check_identifier, from_template, SqlText};
+
+/// One versioned migration, rendered for a schema.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Migration {
+    /// The version this migration brings the schema to.
+    pub version: u32,
+    /// A short name (`cohort_tables`).
+    pub name: &'static str,
+    /// The SQL, with every table name quoted and schema-qualified.
+    pub sql: String,
+}
+
+const SOURCES: &[(u32, &str, &str)] = &[(
+    1,
+    "cohort_tables",
+    include_str!("../../migrations/0001_cohort_tables.sql"),
+)];
+
+fn render(template: &'static str, schema: &str) -> SqlText {
+    let tables: Vec<(&str, crate::QualifiedName)> = CohortTable::ALL
+        .iter()
+        .map(|t| (t.name(), t.qualified(schema)))
+        .collect();
+    from_template(template, &tables)
+}
+
+/// Every migration, rendered for `schema`, in order. The last one's version
+/// is [`SCHEMA_VERSION`].
+///
+/// ```
+/// let all = cohort::schema::migrations("retention").unwrap();
+/// assert_eq!(all.last().unwrap().version, cohort::schema::SCHEMA_VERSION);
+/// assert!(all[0].sql.contains("CREATE TABLE \"retention\".\"sweep_run\""));
+/// ```
+pub fn migrations(schema: &str) -> Result<Vec<Migration>> {
+    check_identifier(schema).map_err(|e| Error::Config(format!("schema name: {e}")))?;
+    Ok(SOURCES
+        .iter()
+        .map(|(version, name, sql)| Migration {
+            version: *version,
+            name,
+            sql: render(sql, schema).as_str().to_owned(),
+        })
+        .collect())
+}
+
+/// The Cohort schema version installed in `schema`: `Ok(None)` when
+/// `sweep_run` does not exist there; an error when it exists without a
+/// version comment (created by hand or by something else).
+pub async fn installed_version(conn: &mut PgConnection, schema: &str) -> Result<Option<u32>> {
+    let row = sqlx::query(
+        "SELECT pg_catalog.obj_description(c.oid, 'pg_class') AS comment \
+         FROM pg_catalog.pg_class c \
+         JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+         WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind IN ('r', 'p')",
+    )
+    .bind(schema)
+    .bind(CohortTable::SweepRun.name())
+    .fetch_optional(&mut *conn)
+    .await?;
+    let Some(row) = row else { return Ok(None) };
+    let comment: Option<String> = row.try_get("comment")?;
+    parse_version_comment(comment.as_deref()).map(Some).ok_or_else(|| {
+        Error::Migration(format!(
+            "{}.sweep_run exists but carries no Cohort schema version (comment {:?}); \
+             it was not created by Cohort's migrations",
+            schema, comment
+        ))
+    })
+}
+
+pub(crate) fn parse_version_comment(comment: Option<&str>) -> Option<u32> {
+    comment?.strip_prefix(VERSION_COMMENT_PREFIX)?.trim().parse().ok()
+}
+
+/// What [`migrate`] did.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct MigrationReport {
+    /// The schema migrated.
+    pub schema: String,
+    /// The version found (0 when Cohort was not installed).
+    pub from_version: u32,
+    /// The version now installed.
+    pub to_version: u32,
+    /// The migrations applied, by version.
+    pub applied: Vec<u32>,
+}
+
+/// Brings Cohort's tables in `schema` to [`SCHEMA_VERSION`]: creates the
+/// schema if needed and applies every pending migration in one transaction
+/// under an advisory lock, so concurrent callers apply them once. A newer
+/// schema than this code knows is refused.
+pub async fn migrate(conn: &mut PgConnection, schema: &str) -> Result<MigrationReport> {
+    check_identifier(schema).map_err(|e| Error::Config(format!("schema name: {e}")))?;
+    let mut tx = conn.begin().await?;
+    sqlx::query("SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext($1))")
+        .bind(format!("cohort.migrate:{schema}"))
+        .execute(&mut *tx)
+        .await?;
+    let mut create = SqlText::new("CREATE SCHEMA IF NOT EXISTS ");
+    create.ident(schema);
+    sqlx::query(create.into_sql()).execute(&mut *tx).await?;
+    let from = installed_version(&mut tx, schema).await?.unwrap_or(0);
+    if from > SCHEMA_VERSION {
+        return Err(Error::Migration(format!(
+            "schema {schema:?} is at Cohort schema version {from}, newer than this build's {SCHEMA_VERSION}; upgrade Cohort"
+        )));
+    }
+    let mut applied = Vec::new();
+    for (version, name, template) in SOURCES.iter().filter(|(v, _, _)| *v > from) {
+        sqlx::raw_sql(render(template, schema).into_sql())
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| Error::Migration(format!("migration {version} ({name}) failed: {e}")))?;
+        applied.push(*version);
+    }
+    tx.commit().await?;
+    Ok(MigrationReport {
+        schema: schema.to_owned(),
+        from_version: from,
+        to_version: SCHEMA_VERSION,
+        applied,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn version_comment_parsing() {
+        assert_eq!(parse_version_comment(Some("cohort schema version 1")), Some(1));
+        assert_eq!(parse_version_comment(Some("cohort schema version 12 ")), Some(12));
+        assert_eq!(parse_version_comment(Some("my table")), None);
+        assert_eq!(parse_version_comment(None), None);
+    }
+
+    #[test]
+    fn migrations_are_fully_qualified() {
+        let all = migrations("ret\"ention").unwrap();
+        let sql = &all[0].sql;
+        assert!(!sql.contains('{'), "unreplaced placeholder");
+        for t in CohortTable::ALL {
+            assert!(sql.contains(&format!("\"ret\"\"ention\".\"{}\"", t.name())), "{}", t.name());
+        }
+        assert!(migrations("").is_err());
+    }
+}
