@@ -4,8 +4,10 @@ pub mod config;
 mod error;
 mod ident;
 pub mod model;
+pub mod policy;
 pub mod rules;
 pub mod schema;
+pub mod validate;
 
 pub use config::CohortConfig;
 pub use error::{Error, Problem, Problems, Result};

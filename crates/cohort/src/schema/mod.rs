@@ -6,3 +6,4 @@ mod migrate;
 
 pub use contract::{ColumnContract, CohortTable, SCHEMA_VERSION};
 pub use migrate::{installed_version, migrate, migrations, Migration, MigrationReport};
+pub(crate) use migrate::parse_version_comment;

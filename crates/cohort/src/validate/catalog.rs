@@ -1,0 +1,193 @@
+//! Reads what validation needs from the live catalog. Only `pg_catalog`
+//! relations and functions, always schema-qualified, and objects are found
+//! by (schema, name) bound as values, so neither `search_path` nor a
+//! same-named table elsewhere can change what is inspected.
+
+use sqlx::postgres::types::Oid;
+use sqlx::{PgConnection, Row};
+
+use crate::ident::QualifiedName;
+
+/// The server's identity.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ServerInfo {
+    pub(crate) version_num: i32,
+    pub(crate) version: String,
+}
+
+/// A column as the catalog reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ColumnInfo {
+    pub(crate) name: String,
+    /// `format_type` output, e.g. `timestamp with time zone`.
+    pub(crate) display_type: String,
+    /// The base type's `typname`, e.g. `timestamptz`, `int4`.
+    pub(crate) type_name: String,
+    pub(crate) not_null: bool,
+}
+
+/// An index's key columns (an expression shows as an empty name).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct IndexInfo {
+    pub(crate) primary: bool,
+    pub(crate) unique: bool,
+    pub(crate) partial: bool,
+    pub(crate) columns: Vec<String>,
+}
+
+/// A foreign key of the table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ForeignKeyInfo {
+    pub(crate) name: String,
+    /// `pg_constraint.confdeltype`: `c` is ON DELETE CASCADE.
+    pub(crate) on_delete: String,
+    pub(crate) references: QualifiedName,
+}
+
+/// A relation found by schema and name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct TableInfo {
+    pub(crate) oid: u32,
+    pub(crate) name: QualifiedName,
+    /// `r` table, `p` partitioned table, `v` view, …
+    pub(crate) relkind: String,
+    pub(crate) is_partition: bool,
+    pub(crate) inherits: bool,
+    pub(crate) has_inheritance_children: bool,
+    pub(crate) comment: Option<String>,
+    pub(crate) columns: Vec<ColumnInfo>,
+    pub(crate) indexes: Vec<IndexInfo>,
+    pub(crate) foreign_keys: Vec<ForeignKeyInfo>,
+}
+
+impl TableInfo {
+    pub(crate) fn column(&self, name: &str) -> Option<&ColumnInfo> {
+        self.columns.iter().find(|c| c.name == name)
+    }
+}
+
+pub(crate) async fn server_info(conn: &mut PgConnection) -> Result<ServerInfo, sqlx::Error> {
+    let row = sqlx::query(
+        "SELECT pg_catalog.current_setting('server_version_num')::int4 AS num, \
+                pg_catalog.version() AS version",
+    )
+    .fetch_one(conn)
+    .await?;
+    Ok(ServerInfo {
+        version_num: row.try_get("num")?,
+        version: row.try_get("version")?,
+    })
+}
+
+pub(crate) async fn load_table(
+    conn: &mut PgConnection,
+    name: &QualifiedName,
+) -> Result<Option<TableInfo>, sqlx::Error> {
+    let Some(row) = sqlx::query(
+        "SELECT c.oid, c.relkind::text AS relkind, c.relispartition, \
+            EXISTS (SELECT 1 FROM pg_catalog.pg_inherits i WHERE i.inhrelid = c.oid) AS inherits, \
+            EXISTS (SELECT 1 FROM pg_catalog.pg_inherits i \
+                    JOIN pg_catalog.pg_class ch ON ch.oid = i.inhrelid \
+                    WHERE i.inhparent = c.oid AND NOT ch.relispartition) AS has_children, \
+            pg_catalog.obj_description(c.oid, 'pg_class') AS comment \
+         FROM pg_catalog.pg_class c \
+         JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+         WHERE n.nspname = $1 AND c.relname = $2",
+    )
+    .bind(&name.schema)
+    .bind(&name.name)
+    .fetch_optional(&mut *conn)
+    .await?
+    else {
+        return Ok(None);
+    };
+    let oid: Oid = row.try_get("oid")?;
+
+    let columns = sqlx::query(
+        "SELECT a.attname::text AS name, \
+                pg_catalog.format_type(a.atttypid, a.atttypmod) AS display_type, \
+                COALESCE(bt.typname, t.typname)::text AS type_name, \
+                a.attnotnull AS not_null \
+         FROM pg_catalog.pg_attribute a \
+         JOIN pg_catalog.pg_type t ON t.oid = a.atttypid \
+         LEFT JOIN pg_catalog.pg_type bt ON t.typtype = 'd' AND bt.oid = t.typbasetype \
+         WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped \
+         ORDER BY a.attnum",
+    )
+    .bind(oid)
+    .fetch_all(&mut *conn)
+    .await?
+    .into_iter()
+    .map(|r| {
+        Ok(ColumnInfo {
+            name: r.try_get("name")?,
+            display_type: r.try_get("display_type")?,
+            type_name: r.try_get("type_name")?,
+            not_null: r.try_get("not_null")?,
+        })
+    })
+    .collect::<Result<Vec<_>, sqlx::Error>>()?;
+
+    let indexes = sqlx::query(
+        "SELECT i.indisprimary AS is_primary, i.indisunique AS is_unique, \
+                i.indpred IS NOT NULL AS partial, \
+                ARRAY(SELECT COALESCE(a.attname::text, '') \
+                      FROM pg_catalog.unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, ord) \
+                      LEFT JOIN pg_catalog.pg_attribute a \
+                        ON a.attrelid = i.indrelid AND a.attnum = k.attnum \
+                      WHERE k.ord <= i.indnkeyatts \
+                      ORDER BY k.ord) AS columns \
+         FROM pg_catalog.pg_index i WHERE i.indrelid = $1",
+    )
+    .bind(oid)
+    .fetch_all(&mut *conn)
+    .await?
+    .into_iter()
+    .map(|r| {
+        Ok(IndexInfo {
+            primary: r.try_get("is_primary")?,
+            unique: r.try_get("is_unique")?,
+            partial: r.try_get("partial")?,
+            columns: r.try_get("columns")?,
+        })
+    })
+    .collect::<Result<Vec<_>, sqlx::Error>>()?;
+
+    let foreign_keys = sqlx::query(
+        "SELECT con.conname::text AS name, con.confdeltype::text AS on_delete, \
+                rn.nspname::text AS ref_schema, rc.relname::text AS ref_table \
+         FROM pg_catalog.pg_constraint con \
+         JOIN pg_catalog.pg_class rc ON rc.oid = con.confrelid \
+         JOIN pg_catalog.pg_namespace rn ON rn.oid = rc.relnamespace \
+         WHERE con.contype = 'f' AND con.conrelid = $1 \
+         ORDER BY con.conname",
+    )
+    .bind(oid)
+    .fetch_all(&mut *conn)
+    .await?
+    .into_iter()
+    .map(|r| {
+        Ok(ForeignKeyInfo {
+            name: r.try_get("name")?,
+            on_delete: r.try_get("on_delete")?,
+            references: QualifiedName::new(
+                r.try_get::<String, _>("ref_schema")?,
+                r.try_get::<String, _>("ref_table")?,
+            ),
+        })
+    })
+    .collect::<Result<Vec<_>, sqlx::Error>>()?;
+
+    Ok(Some(TableInfo {
+        oid: oid.0,
+        name: name.clone(),
+        relkind: row.try_get("relkind")?,
+        is_partition: row.try_get("relispartition")?,
+        inherits: row.try_get("inherits")?,
+        has_inheritance_children: row.try_get("has_children")?,
+        comment: row.try_get("comment")?,
+        columns,
+        indexes,
+        foreign_keys,
+    }))
+}

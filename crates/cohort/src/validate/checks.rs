@@ -1,0 +1,458 @@
+//! The checks of startup validation, as pure functions over a catalog
+//! snapshot. Each returns problems; nothing here does I/O.
+
+use std::collections::BTreeMap;
+
+use super::catalog::{ColumnInfo, ServerInfo, TableInfo};
+use crate::error::Problem;
+use crate::model::{AnonymiseMethod, EntityDescriptor, Marker};
+use crate::rules::{CategoryCapabilities, Strategy};
+use crate::schema::{CohortTable, SCHEMA_VERSION};
+
+/// The oldest PostgreSQL Cohort supports (13).
+pub const MIN_SERVER_VERSION_NUM: i32 = 130_000;
+
+/// Rejects anything but PostgreSQL 13 or newer.
+pub(crate) fn check_server(server: &ServerInfo) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    if !server.version.starts_with("PostgreSQL ")
+        || ["CockroachDB", "Redshift", "Greenplum", "YugabyteDB"]
+            .iter()
+            .any(|fork| server.version.contains(fork))
+    {
+        problems.push(Problem::global(format!(
+            "the server is not a supported PostgreSQL (it reports {:?}); Cohort needs PostgreSQL 13 or newer",
+            server.version
+        )));
+    } else if server.version_num < MIN_SERVER_VERSION_NUM {
+        problems.push(Problem::global(format!(
+            "PostgreSQL {} is too old; Cohort needs PostgreSQL 13 or newer",
+            server.version_num
+        )));
+    }
+    problems
+}
+
+/// Checks that Cohort's five tables exist in `schema` with the contracted
+/// columns and the current version.
+pub(crate) fn check_cohort_schema(schema: &str, tables: &[(CohortTable, Option<TableInfo>)]) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    let missing: Vec<&str> = tables
+        .iter()
+        .filter(|(_, info)| info.is_none())
+        .map(|(t, _)| t.name())
+        .collect();
+    if missing.len() == tables.len() {
+        return vec![Problem::global(format!(
+            "Cohort's tables are not installed in schema {schema:?}; run `cohort migrate` (or apply cohort::schema::migrations) first"
+        ))];
+    }
+    for name in &missing {
+        problems.push(Problem::global(format!(
+            "Cohort table {schema}.{name} is missing; the Cohort schema is incomplete, run `cohort migrate`"
+        )));
+    }
+    for (table, info) in tables {
+        let Some(info) = info else { continue };
+        if !matches!(info.relkind.as_str(), "r" | "p") {
+            problems.push(Problem::global(format!(
+                "{schema}.{} is not a table", table.name()
+            )));
+            continue;
+        }
+        for expected in table.columns() {
+            match info.column(expected.name) {
+                None => problems.push(Problem::global(format!(
+                    "Cohort table {schema}.{} lacks column {:?}; the Cohort schema is old or incomplete, run `cohort migrate`",
+                    table.name(),
+                    expected.name
+                ))),
+                Some(actual) if actual.display_type != expected.sql_type => {
+                    problems.push(Problem::global(format!(
+                        "Cohort column {schema}.{}.{} is {} but must be {}",
+                        table.name(),
+                        expected.name,
+                        actual.display_type,
+                        expected.sql_type
+                    )))
+                }
+                Some(actual) if actual.not_null == expected.nullable => {
+                    problems.push(Problem::global(format!(
+                        "Cohort column {schema}.{}.{} must be {}",
+                        table.name(),
+                        expected.name,
+                        if expected.nullable { "nullable" } else { "NOT NULL" }
+                    )))
+                }
+                Some(_) => {}
+            }
+        }
+        if *table == CohortTable::SweepRun {
+            match crate::schema::parse_version_comment(info.comment.as_deref()) {
+                Some(v) if v == SCHEMA_VERSION => {}
+                Some(v) if v < SCHEMA_VERSION => problems.push(Problem::global(format!(
+                    "the Cohort schema in {schema:?} is version {v}, older than this build's {SCHEMA_VERSION}; run `cohort migrate`"
+                ))),
+                Some(v) => problems.push(Problem::global(format!(
+                    "the Cohort schema in {schema:?} is version {v}, newer than this build's {SCHEMA_VERSION}; upgrade Cohort"
+                ))),
+                None => problems.push(Problem::global(format!(
+                    "{schema}.sweep_run carries no Cohort schema version; it was not created by Cohort's migrations"
+                ))),
+            }
+        }
+    }
+    problems
+}
+
+/// Column type families Cohort accepts per role (base `typname`s).
+const TEXT_TYPES: &[&str] = &["text", "varchar", "bpchar", "citext"];
+const KEY_TYPES: &[&str] = &["uuid", "int2", "int4", "int8", "text", "varchar", "bpchar", "citext"];
+
+fn is_text(c: &ColumnInfo) -> bool {
+    TEXT_TYPES.contains(&c.type_name.as_str())
+}
+
+/// PostgreSQL base types a declared Rust type can map to, when known.
+fn pg_types_for_rust(rust_type: &str) -> Option<&'static [&'static str]> {
+    let mut t: String = rust_type.chars().filter(|c| !c.is_whitespace()).collect();
+    while let Some(inner) = t
+        .strip_prefix("Option<")
+        .or_else(|| t.strip_prefix("::std::option::Option<"))
+        .or_else(|| t.strip_prefix("std::option::Option<"))
+        .and_then(|s| s.strip_suffix('>'))
+    {
+        t = inner.to_owned();
+    }
+    let last = t.rsplit("::").next().unwrap_or(&t);
+    let last = last.split('<').next().unwrap_or(last);
+    Some(match last {
+        "Uuid" => &["uuid"],
+        "String" | "str" | "&str" => TEXT_TYPES,
+        "i16" => &["int2"],
+        "i32" => &["int4"],
+        "i64" => &["int8"],
+        "bool" => &["bool"],
+        "f32" => &["float4"],
+        "f64" => &["float8"],
+        "DateTime" | "OffsetDateTime" => &["timestamptz"],
+        "NaiveDateTime" | "PrimitiveDateTime" => &["timestamp"],
+        "NaiveDate" | "Date" => &["date"],
+        "Value" | "JsonValue" => &["json", "jsonb"],
+        _ => return None,
+    })
+}
+
+/// Checks one resolved entity against its table and its category's capabilities.
+pub(crate) fn check_entity(
+    entity: &EntityDescriptor,
+    table: &TableInfo,
+    capabilities: Option<&CategoryCapabilities>,
+    tenant_candidates: &[&str],
+) -> Vec<String> {
+    let mut problems = Vec::new();
+    let t = table.name.display_plain();
+
+    match table.relkind.as_str() {
+        "r" | "p" => {}
+        "v" | "m" => problems.push(format!("{t} is a view; Cohort retains rows of tables only")),
+        other => problems.push(format!("{t} is not a table (relkind {other:?})")),
+    }
+    if table.is_partition {
+        problems.push(format!(
+            "{t} is a partition of another table; declare the partitioned parent table instead"
+        ));
+    } else if table.inherits || table.has_inheritance_children {
+        problems.push(format!(
+            "{t} takes part in table inheritance; Cohort mutates one independently owned table per entity and rejects inheritance hierarchies"
+        ));
+    }
+
+    // Every column the entity uses must exist.
+    let mut roles: Vec<(String, &str)> = vec![("anchor".into(), entity.anchor.as_str())];
+    for m in Marker::ALL {
+        if let Some(c) = entity.marker(m) {
+            roles.push((format!("{m} marker"), c));
+        }
+    }
+    for a in &entity.anonymise {
+        roles.push((format!("anonymised ({})", a.method.kind()), &a.column));
+    }
+    for s in &entity.subjects {
+        roles.push(("erasure subject".into(), &s.column));
+    }
+    for (role, column) in &roles {
+        if table.column(column).is_none() {
+            problems.push(format!("{role} column {column:?} does not exist in {t}"));
+        }
+    }
+
+    for (role, column) in [
+        ("anchor", Some(entity.anchor.as_str())),
+        ("deleted_at", entity.deleted_at.as_deref()),
+        ("anonymised_at", entity.anonymised_at.as_deref()),
+    ] {
+        let Some(col) = column.and_then(|c| table.column(c)) else { continue };
+        match col.type_name.as_str() {
+            "timestamptz" => {}
+            "timestamp" => problems.push(format!(
+                "{role} column {:?} is `timestamp without time zone`; Cohort compares and writes UTC instants, and a naive timestamp silently shifts with the session time zone. Change it to `timestamp with time zone` (timestamptz)",
+                col.name
+            )),
+            _ => problems.push(format!(
+                "{role} column {:?} is {} but must be timestamp with time zone",
+                col.name, col.display_type
+            )),
+        }
+    }
+
+    // The record key: one column, unique on its own.
+    if let Some(col) = table.column(&entity.record_id) {
+        if let Some(pk) = table.indexes.iter().find(|i| i.primary) {
+            if pk.columns.len() > 1 {
+                problems.push(format!(
+                    "{t} has a composite primary key ({}); Cohort needs a single-column record key",
+                    pk.columns.join(", ")
+                ));
+            }
+        }
+        let unique_alone = table
+            .indexes
+            .iter()
+            .any(|i| (i.primary || i.unique) && !i.partial && i.columns == [entity.record_id.clone()]);
+        if !unique_alone && !table.indexes.iter().any(|i| i.primary && i.columns.len() > 1) {
+            problems.push(format!(
+                "record key column {:?} is not a primary key or unique on its own; holds and audit need a unique single-column key",
+                col.name
+            ));
+        }
+        if !KEY_TYPES.contains(&col.type_name.as_str()) {
+            problems.push(format!(
+                "record key column {:?} is {}; supported key types are uuid, integer types and text",
+                col.name, col.display_type
+            ));
+        }
+    }
+    if let Some(col) = entity.tenant.as_deref().and_then(|c| table.column(c)) {
+        if !KEY_TYPES.contains(&col.type_name.as_str()) {
+            problems.push(format!(
+                "tenant column {:?} is {}; supported tenant types are uuid, integer types and text",
+                col.name, col.display_type
+            ));
+        }
+    }
+    if entity.tenant.is_none() {
+        if let Some(col) = tenant_candidates.iter().find_map(|c| table.column(c)) {
+            problems.push(format!(
+                "entity is tenantless but {t} has a tenant column {:?}; map it as the tenant or remove it",
+                col.name
+            ));
+        }
+    }
+    if let Some(col) = entity.soft_delete.as_deref().and_then(|c| table.column(c)) {
+        if col.type_name != "bool" {
+            problems.push(format!(
+                "soft-delete flag column {:?} is {} but must be boolean",
+                col.name, col.display_type
+            ));
+        }
+    }
+    for s in &entity.subjects {
+        let Some(col) = table.column(&s.column) else { continue };
+        if !KEY_TYPES.contains(&col.type_name.as_str()) {
+            problems.push(format!(
+                "erasure subject column {:?} is {}; subjects must be uuid, integer or text columns",
+                col.name, col.display_type
+            ));
+        }
+    }
+    let markers: Vec<&str> = Marker::ALL.iter().filter_map(|m| entity.marker(*m)).collect();
+    for a in &entity.anonymise {
+        if markers.contains(&a.column.as_str()) || a.column == entity.anchor {
+            problems.push(format!(
+                "column {:?} is both anonymised and a marker or anchor; Cohort will not scrub the columns it relies on",
+                a.column
+            ));
+        }
+        let Some(col) = table.column(&a.column) else { continue };
+        match &a.method {
+            AnonymiseMethod::Null if col.not_null => problems.push(format!(
+                "column {:?} is anonymised to NULL but is NOT NULL; use empty, a literal or a custom anonymiser",
+                col.name
+            )),
+            AnonymiseMethod::Empty | AnonymiseMethod::Literal(_) | AnonymiseMethod::Hash if !is_text(col) => {
+                problems.push(format!(
+                    "column {:?} is {}; the {} anonymise method needs a text column",
+                    col.name,
+                    col.display_type,
+                    a.method.kind()
+                ))
+            }
+            _ => {}
+        }
+    }
+
+    // Declared Rust types must fit the columns Cohort uses.
+    for column in entity.used_columns() {
+        let (Some(rust), Some(col)) = (entity.rust_type_of(column), table.column(column)) else {
+            continue;
+        };
+        if let Some(expected) = pg_types_for_rust(rust) {
+            if !expected.contains(&col.type_name.as_str()) {
+                problems.push(format!(
+                    "field type {rust} does not match column {:?} of type {}",
+                    col.name, col.display_type
+                ));
+            }
+        }
+    }
+
+    // Strategy requirements, for every strategy the category may return.
+    match capabilities {
+        None => problems.push(format!(
+            "category {:?} is not known to the rule provider",
+            entity.category
+        )),
+        Some(caps) => {
+            for strategy in caps.iter() {
+                match strategy {
+                    Strategy::Anonymise => {
+                        if entity.anonymised_at.is_none() {
+                            problems.push(format!(
+                                "category {:?} may anonymise, but no anonymised_at marker resolves (declare one, or add an `anonymised_at` timestamptz column)",
+                                entity.category
+                            ));
+                        }
+                        if entity.anonymise.is_empty() {
+                            problems.push(format!(
+                                "category {:?} may anonymise, but no column is marked for anonymisation",
+                                entity.category
+                            ));
+                        }
+                    }
+                    Strategy::SoftDelete => {
+                        if entity.soft_delete.is_none() {
+                            problems.push(format!(
+                                "category {:?} may soft delete, but no soft-delete flag resolves (declare one, or add an `is_deleted` boolean column)",
+                                entity.category
+                            ));
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+    problems
+}
+
+/// Problems that span entities: duplicate ids, shared tables, cascades.
+pub(crate) fn check_across(
+    entities: &[(&EntityDescriptor, &TableInfo, Option<&CategoryCapabilities>)],
+) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    let mut by_table: BTreeMap<u32, Vec<&str>> = BTreeMap::new();
+    for (e, t, _) in entities {
+        by_table.entry(t.oid).or_default().push(&e.name);
+    }
+    for (e, t, _) in entities {
+        let names = &by_table[&t.oid];
+        if names.len() > 1 {
+            problems.push(Problem::entity(
+                &e.name,
+                format!(
+                    "table {} is also declared by {}; one independently owned table per retained entity",
+                    t.name.display_plain(),
+                    names.iter().filter(|n| **n != e.name).cloned().collect::<Vec<_>>().join(", ")
+                ),
+            ));
+        }
+    }
+    for (child, child_table, _) in entities {
+        for fk in &child_table.foreign_keys {
+            if fk.on_delete != "c" {
+                continue;
+            }
+            for (parent, parent_table, caps) in entities {
+                if parent_table.name == fk.references
+                    && parent_table.oid != child_table.oid
+                    && caps.is_some_and(|c| c.allows(Strategy::Purge))
+                {
+                    problems.push(Problem::entity(
+                        &child.name,
+                        format!(
+                            "foreign key {:?} on {} is ON DELETE CASCADE from {} (entity {}, which may be purged); purging it would delete {} rows outside retention rules and audit. Use ON DELETE RESTRICT/NO ACTION and let Cohort purge dependents first",
+                            fk.name,
+                            child_table.name.display_plain(),
+                            parent_table.name.display_plain(),
+                            parent.name,
+                            child.name
+                        ),
+                    ));
+                }
+            }
+        }
+    }
+    problems
+}
+
+/// Advice: a missing index usable for the sweep's `(tenant, anchor)` scan.
+pub(crate) fn index_advice(entity: &EntityDescriptor, table: &TableInfo) -> Option<String> {
+    let wanted: Vec<&str> = entity
+        .tenant
+        .as_deref()
+        .into_iter()
+        .chain(std::iter::once(entity.anchor.as_str()))
+        .collect();
+    let covered = table.indexes.iter().any(|i| {
+        !i.partial && i.columns.len() >= wanted.len() && i.columns.iter().zip(&wanted).all(|(a, b)| a == b)
+    });
+    if covered {
+        return None;
+    }
+    let cols = wanted.iter().map(|c| crate::quote_ident(c)).collect::<Vec<_>>().join(", ");
+    Some(format!(
+        "{}: no index starts with ({}); sweeps will scan {}. Suggested: CREATE INDEX ON {} ({cols});",
+        entity.name,
+        wanted.join(", "),
+        table.name.display_plain(),
+        table.name
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn server_check_table() {
+        let cases = [
+            ("PostgreSQL 15.18 (Debian 15.18-0+deb12u1) on x86_64", 150018, true),
+            ("PostgreSQL 13.0 on x86_64", 130000, true),
+            ("PostgreSQL 12.9 on x86_64", 120009, false),
+            ("CockroachDB CCL v23.1.0", 130000, false),
+            ("PostgreSQL 8.0.2 on i686-pc-linux-gnu, compiled by GCC, Redshift 1.0.1", 80002, false),
+        ];
+        for (version, num, ok) in cases {
+            let problems = check_server(&ServerInfo { version_num: num, version: version.into() });
+            assert_eq!(problems.is_empty(), ok, "{version}: {problems:?}");
+        }
+    }
+
+    #[test]
+    fn rust_type_mapping_table() {
+        let cases: [(&str, Option<&[&str]>); 8] = [
+            ("Uuid", Some(&["uuid"])),
+            ("uuid::Uuid", Some(&["uuid"])),
+            ("Option<DateTime<Utc>>", Some(&["timestamptz"])),
+            ("chrono::NaiveDateTime", Some(&["timestamp"])),
+            ("Option<Option<i64>>", Some(&["int8"])),
+            ("bool", Some(&["bool"])),
+            ("Option<String>", Some(TEXT_TYPES)),
+            ("MyNewtype", None),
+        ];
+        for (rust, expected) in cases {
+            assert_eq!(pg_types_for_rust(rust), expected, "{rust}");
+        }
+    }
+}

@@ -1,0 +1,172 @@
+//! Startup validation against the live catalog (SPEC §4).
+//!
+//! Reads only `pg_catalog`, never changes anything, and reports every
+//! problem it finds in one [`Error::Validation`]. Missing-index advice is
+//! returned as warnings, not errors.
+
+mod catalog;
+mod checks;
+
+use std::collections::BTreeMap;
+
+use sqlx::PgConnection;
+
+pub use checks::MIN_SERVER_VERSION_NUM;
+
+use crate::config::CohortConfig;
+use crate::error::{Error, Problem, Problems, Result};
+use crate::ident::QualifiedName;
+use crate::model::{parse_entity_id, resolve, EntityDeclaration, EntityDescriptor, ExemptEntity, Marker, Resolved};
+use crate::rules::{CategoryCapabilities, RuleProvider};
+use crate::schema::CohortTable;
+
+/// What validation established: the resolved entities Cohort may act on.
+#[derive(Debug, Clone)]
+pub struct ValidatedModel {
+    /// Retained entities, in declaration order.
+    pub entities: Vec<EntityDescriptor>,
+    /// Explicitly exempt entities.
+    pub exempt: Vec<ExemptEntity>,
+    /// Each entity's category capabilities, by entity id.
+    pub capabilities: BTreeMap<uuid::Uuid, CategoryCapabilities>,
+    /// Advice (missing indexes); not errors.
+    pub warnings: Vec<String>,
+    /// `server_version_num` of the server validated against.
+    pub server_version_num: i32,
+}
+
+/// The table a declaration points at, before conventions: needed first so
+/// policy-file entities can take their columns from the catalog.
+fn declared_table(decl: &EntityDeclaration, default_schema: &str) -> std::result::Result<QualifiedName, String> {
+    let schema = decl.schema.as_deref().unwrap_or(default_schema);
+    let text = decl
+        .table
+        .clone()
+        .unwrap_or_else(|| heck::ToSnakeCase::to_snake_case(decl.name.as_str()));
+    QualifiedName::parse(&text, schema)
+}
+
+/// Validates everything against the database behind `conn`. Nothing is
+/// written. Returns every problem at once.
+pub async fn validate(
+    conn: &mut PgConnection,
+    config: &CohortConfig,
+    declarations: &[EntityDeclaration],
+    rules: &dyn RuleProvider,
+) -> Result<ValidatedModel> {
+    let mut problems: Vec<Problem> = Vec::new();
+    if let Err(Error::Config(msg)) = config.validate() {
+        problems.push(Problem::global(format!("configuration: {msg}")));
+    }
+
+    let server = catalog::server_info(conn).await.map_err(|e| {
+        Error::Validation(Problems(vec![Problem::global(format!(
+            "could not read the server version ({e}); Cohort needs PostgreSQL 13 or newer"
+        ))]))
+    })?;
+    let server_problems = checks::check_server(&server);
+    if !server_problems.is_empty() {
+        // Nothing else can be trusted on an unsupported server.
+        problems.extend(server_problems);
+        return Err(Error::Validation(Problems(problems)));
+    }
+
+    let mut cohort_tables = Vec::new();
+    for table in CohortTable::ALL {
+        cohort_tables.push((table, catalog::load_table(conn, &table.qualified(&config.schema)).await?));
+    }
+    problems.extend(checks::check_cohort_schema(&config.schema, &cohort_tables));
+
+    let conventions = &config.conventions;
+    let tenant_candidates: Vec<&str> = conventions
+        .get(Marker::Tenant)
+        .into_iter()
+        .chain(std::iter::once(Marker::Tenant.default_column()))
+        .collect();
+
+    let mut entities = Vec::new();
+    let mut exempt = Vec::new();
+    let mut tables: Vec<catalog::TableInfo> = Vec::new();
+    let mut ids: BTreeMap<uuid::Uuid, &str> = BTreeMap::new();
+    let mut capabilities = BTreeMap::new();
+
+    for decl in declarations {
+        if let Ok(id) = parse_entity_id(decl.raw_id()) {
+            if let Some(first) = ids.insert(id, decl.name()) {
+                problems.push(Problem::entity(
+                    decl.name(),
+                    format!("retained-entity id {id} is also used by {first}; ids must be unique"),
+                ));
+            }
+        }
+        if decl.is_exempt() {
+            match resolve(decl, conventions, config.table_schema(), &[]) {
+                Ok(Resolved::Exempt(e)) => exempt.push(e),
+                Ok(Resolved::Retained(_)) => unreachable!("exempt declarations resolve as exempt"),
+                Err(ps) => problems.extend(ps.into_iter().map(|p| Problem::entity(decl.name(), p))),
+            }
+            continue;
+        }
+        let table_name = match declared_table(decl, config.table_schema()) {
+            Ok(t) => t,
+            Err(e) => {
+                problems.push(Problem::entity(decl.name(), e));
+                continue;
+            }
+        };
+        let Some(table) = catalog::load_table(conn, &table_name).await? else {
+            problems.push(Problem::entity(
+                decl.name(),
+                format!("table {} does not exist", table_name.display_plain()),
+            ));
+            if let Err(e) = parse_entity_id(decl.raw_id()) {
+                problems.push(Problem::entity(decl.name(), e));
+            }
+            continue;
+        };
+        let available: Vec<String> = table.columns.iter().map(|c| c.name.clone()).collect();
+        let descriptor = match resolve(decl, conventions, config.table_schema(), &available) {
+            Ok(Resolved::Retained(d)) => *d,
+            Ok(Resolved::Exempt(_)) => unreachable!("non-exempt declarations resolve as retained"),
+            Err(ps) => {
+                problems.extend(ps.into_iter().map(|p| Problem::entity(decl.name(), p)));
+                continue;
+            }
+        };
+        let caps = rules.capabilities(&descriptor.category);
+        problems.extend(
+            checks::check_entity(&descriptor, &table, caps.as_ref(), &tenant_candidates)
+                .into_iter()
+                .map(|p| Problem::entity(&descriptor.name, p)),
+        );
+        if let Some(c) = caps {
+            capabilities.insert(descriptor.id, c);
+        }
+        entities.push(descriptor);
+        tables.push(table);
+    }
+
+    let joined: Vec<_> = entities
+        .iter()
+        .zip(&tables)
+        .map(|(e, t)| (e, t, capabilities.get(&e.id)))
+        .collect();
+    problems.extend(checks::check_across(&joined));
+
+    if !problems.is_empty() {
+        return Err(Error::Validation(Problems(problems)));
+    }
+    let warnings = entities
+        .iter()
+        .zip(&tables)
+        .filter(|(e, _)| capabilities.get(&e.id).is_some_and(|c| c.iter().any(|s| s.mutates())))
+        .filter_map(|(e, t)| checks::index_advice(e, t))
+        .collect();
+    Ok(ValidatedModel {
+        entities,
+        exempt,
+        capabilities,
+        warnings,
+        server_version_num: server.version_num,
+    })
+}
