@@ -1,5 +1,6 @@
 //! Cohort: annotation-driven data retention for Rust applications on PostgreSQL.
 
+mod cohort;
 pub mod config;
 mod error;
 mod ident;
@@ -9,6 +10,7 @@ pub mod rules;
 pub mod schema;
 pub mod validate;
 
+pub use cohort::{Cohort, CohortBuilder};
 pub use config::CohortConfig;
 pub use error::{Error, Problem, Problems, Result};
 pub use ident::{quote_ident, QualifiedName};

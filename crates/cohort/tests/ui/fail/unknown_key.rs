@@ -1,0 +1,10 @@
+use cohort::Retained;
+
+#[derive(Retained)]
+#[retain(category = "session-notes", anchor = "created_at", id = "a3f467fe-c5d0-4f17-9897-83c373cc1dc8", ttl = "30d")]
+struct SessionNote {
+    #[retain(colum = "created")]
+    created_at: i64,
+}
+
+fn main() {}
