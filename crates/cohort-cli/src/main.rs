@@ -1,1 +1,158 @@
-fn main() {}
+//! The `cohort` command: retention driven by a policy file, on any
+//! PostgreSQL database. See `cohort --help`.
+//!
+//! Exit codes are a public contract: 0 success; 1 the run failed (or the
+//! database could not be reached); 2 bad input, bad config or failed
+//! validation (nothing changed); 3 the run settled partially failed.
+
+mod demo;
+mod output;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use cohort::policy::PolicyFile;
+use cohort::{Cohort, CohortConfig, Error};
+
+/// Annotation-driven data retention for PostgreSQL.
+#[derive(Debug, Parser)]
+#[command(name = "cohort", version, about)]
+struct Cli {
+    /// Policy file (TOML).
+    #[arg(long, global = true, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Database URL; overrides DATABASE_URL and the policy file's [database] url.
+    #[arg(long, global = true, value_name = "URL")]
+    database_url: Option<String>,
+    /// Print one JSON document on stdout (logs go to stderr).
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Start a throw-away PostgreSQL, create sample tables and walk through Cohort.
+    Demo,
+    /// Install or upgrade Cohort's tables.
+    Migrate {
+        /// Schema for Cohort's tables (default: the policy file's, else public).
+        #[arg(long)]
+        schema: Option<String>,
+    },
+    /// Validate the policy against the live database; exit 2 listing every problem.
+    Validate,
+}
+
+/// How a command ended, mapped to the documented exit codes.
+#[derive(Debug)]
+pub(crate) enum Failure {
+    /// Bad input, bad configuration or failed validation: exit 2.
+    Input(Error),
+    /// Anything else (database unreachable, run failed): exit 1.
+    Run(Error),
+}
+
+impl From<Error> for Failure {
+    fn from(e: Error) -> Self {
+        match e {
+            Error::Validation(_) | Error::Config(_) | Error::Policy(_) => Failure::Input(e),
+            other => Failure::Run(other),
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("cohort: cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let json = cli.json;
+    match runtime.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(failure) => {
+            let (code, error) = match failure {
+                Failure::Input(e) => (2, e),
+                Failure::Run(e) => (1, e),
+            };
+            output::error(json, &error);
+            ExitCode::from(code)
+        }
+    }
+}
+
+async fn run(cli: Cli) -> Result<(), Failure> {
+    match &cli.command {
+        Command::Demo => demo::run(cli.json).await,
+        Command::Migrate { schema } => {
+            let policy = load_policy(&cli, false)?;
+            let schema = schema
+                .clone()
+                .or_else(|| policy.as_ref().map(|p| p.config.schema.clone()))
+                .unwrap_or_else(|| CohortConfig::default().schema);
+            let url = database_url(&cli, policy.as_ref())?;
+            let mut conn = connect(&url).await?;
+            let report = cohort::schema::migrate(&mut conn, &schema).await?;
+            output::migration(cli.json, &report);
+            Ok(())
+        }
+        Command::Validate => {
+            let policy = load_policy(&cli, true)?.expect("required");
+            let url = database_url(&cli, Some(&policy))?;
+            let pool = sqlx::postgres::PgPoolOptions::new()
+                .max_connections(2)
+                .connect(&url)
+                .await
+                .map_err(|e| Failure::Run(e.into()))?;
+            let cohort = Cohort::builder(pool).policy(policy).build().await?;
+            let model = cohort.ready().await?;
+            output::validated(cli.json, cohort.config(), &model);
+            Ok(())
+        }
+    }
+}
+
+/// Loads `--config` (default `./cohort.toml`). When not `required`, a
+/// missing default file is fine; an explicitly named one must exist.
+fn load_policy(cli: &Cli, required: bool) -> Result<Option<PolicyFile>, Failure> {
+    let path = cli.config.clone().unwrap_or_else(|| PathBuf::from("cohort.toml"));
+    if cli.config.is_none() && !required && !path.exists() {
+        return Ok(None);
+    }
+    let mut policy = PolicyFile::load(&path)?;
+    policy.config.apply_env(std::env::vars())?;
+    Ok(Some(policy))
+}
+
+/// `--database-url`, then `DATABASE_URL`, then the policy file.
+fn database_url(cli: &Cli, policy: Option<&PolicyFile>) -> Result<String, Failure> {
+    cli.database_url
+        .clone()
+        .or_else(|| std::env::var("DATABASE_URL").ok().filter(|s| !s.is_empty()))
+        .or_else(|| policy.and_then(|p| p.database_url.clone()))
+        .ok_or_else(|| {
+            Failure::Input(Error::Config(
+                "no database URL: pass --database-url, set DATABASE_URL, or set [database] url in the policy file".into(),
+            ))
+        })
+}
+
+async fn connect(url: &str) -> Result<sqlx::PgConnection, Failure> {
+    use sqlx::Connection;
+    sqlx::PgConnection::connect(url)
+        .await
+        .map_err(|e| Failure::Run(e.into()))
+}

@@ -143,23 +143,10 @@ impl SqlText {
         Self(fragment.to_owned())
     }
 
-    /// Appends a fixed fragment.
-    pub(crate) fn push(&mut self, fragment: &'static str) -> &mut Self {
-        self.0.push_str(fragment);
-        self
-    }
-
     /// Appends a quoted identifier.
     pub(crate) fn ident(&mut self, name: &str) -> &mut Self {
         self.0.push_str(&quote_ident(name));
         self
-    }
-
-    /// Appends a quoted, schema-qualified table name.
-    pub(crate) fn table(&mut self, name: &QualifiedName) -> &mut Self {
-        self.ident(&name.schema);
-        self.0.push('.');
-        self.ident(&name.name)
     }
 
     /// The text, for tests and logs.
@@ -229,9 +216,9 @@ mod tests {
     fn qualified_name_displays_quoted() {
         let q = QualifiedName::new("a\"s", "t");
         assert_eq!(q.to_string(), "\"a\"\"s\".\"t\"");
-        let mut sql = SqlText::new("DELETE FROM ");
-        sql.table(&q).push(" WHERE ").ident("id").push(" = $1");
-        assert_eq!(sql.as_str(), "DELETE FROM \"a\"\"s\".\"t\" WHERE \"id\" = $1");
+        let mut sql = SqlText::new("CREATE SCHEMA ");
+        sql.ident("x\"y");
+        assert_eq!(sql.as_str(), "CREATE SCHEMA \"x\"\"y\"");
     }
 
     #[test]

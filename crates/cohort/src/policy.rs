@@ -379,3 +379,173 @@ fn category(c: &RawCategory) -> std::result::Result<Built, Vec<String>> {
         _ => Err(problems),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rules::{ResolutionContext, RuleProvider, TenantContext};
+
+    /// The example of the specification, verbatim in its keys.
+    pub(crate) const EXAMPLE: &str = r#"
+[database]
+url = "postgres://app@localhost/app"
+
+[cohort]
+schema = "public"
+sweep_batch_size = 5000
+schedule = "0 2 * * *"
+dry_run = false
+kill_switch = false
+
+[cohort.conventions]
+tenant = "organisation_id"
+
+[[entity]]
+name = "SessionNote"
+id = "a3f467fe-c5d0-4f17-9897-83c373cc1dc8"
+table = "public.session_notes"
+category = "session-notes"
+anchor = "created_at"
+
+[[entity]]
+name = "CaseContact"
+id = "b7316df4-7db5-46ad-aea7-f65c4b430f73"
+table = "case_contacts"
+category = "case-contacts"
+anchor = "created_at"
+subjects = ["user_id", { column = "delegate_user_id", kind = "user" }]
+anonymise = { email = "null", full_name = "empty", phone = { literal = "[redacted]" }, reference = "hash" }
+
+[[category]]
+name = "session-notes"
+strategy = "purge"
+period = "30d"
+legal_min = "0d"
+strategies = ["purge"]
+audit = "summary"
+source = "retention policy v3"
+reason = "ops data"
+
+[[category]]
+name = "case-contacts"
+strategy = "anonymise"
+period = "1d12h"
+audit = "per_row"
+
+[[category.override]]
+tenant = "22222222-2222-2222-2222-222222222222"
+period = "90d"
+strategy = "purge"
+
+[[tenant]]
+id = "11111111-1111-1111-1111-111111111111"
+jurisdiction = "UK"
+"#;
+
+    #[tokio::test]
+    async fn the_specification_example_loads() {
+        let p = PolicyFile::parse(EXAMPLE).unwrap();
+        assert_eq!(p.database_url.as_deref(), Some("postgres://app@localhost/app"));
+        assert_eq!(p.config.schedule.as_deref(), Some("0 2 * * *"));
+        assert_eq!(p.config.conventions.tenant.as_deref(), Some("organisation_id"));
+        assert_eq!(p.entities.len(), 2);
+        let contact = &p.entities[1];
+        assert_eq!(contact.subjects.len(), 2);
+        assert_eq!(contact.subjects[1].kind.as_deref(), Some("user"));
+        assert_eq!(contact.anonymise.len(), 4);
+        assert!(contact.anonymise.contains(&("phone".into(), AnonymiseMethod::Literal("[redacted]".into()))));
+        assert_eq!(p.tenants[0].jurisdiction.as_deref(), Some("UK"));
+        let caps = p.rules.capabilities("case-contacts").unwrap();
+        assert!(caps.allows(Strategy::Anonymise) && caps.allows(Strategy::Purge));
+        let now = chrono::Utc::now();
+        let t2 = ResolutionContext::new("case-contacts", TenantContext::tenant("22222222-2222-2222-2222-222222222222"), now);
+        let rule = p.rules.resolve(&t2).await.unwrap();
+        // The override keeps the category's audit setting.
+        assert_eq!((rule.strategy(), rule.period().to_string(), rule.audit()), (Strategy::Purge, "90d".into(), AuditDetail::PerRow));
+        let notes = ResolutionContext::new("session-notes", TenantContext::tenantless(), now);
+        let rule = p.rules.resolve(&notes).await.unwrap();
+        assert_eq!(rule.source(), Some("retention policy v3"));
+        assert_eq!(rule.reason(), Some("ops data"));
+    }
+
+    #[test]
+    fn bad_policies_are_rejected_with_every_problem() {
+        let text = r#"
+[[entity]]
+name = "A"
+id = "a3f467fe-c5d0-4f17-9897-83c373cc1dc8"
+category = "c"
+anchor = "created_at"
+anonymise = { email = "scramble" }
+
+[[category]]
+name = "c"
+strategy = "shred"
+period = "-5d"
+"#;
+        let err = PolicyFile::parse(text).unwrap_err().to_string();
+        // A negative period is a TOML-level error reported with its position.
+        assert!(err.contains("cannot be negative"), "{err}");
+
+        let text = r#"
+[[entity]]
+name = "A"
+id = "a3f467fe-c5d0-4f17-9897-83c373cc1dc8"
+category = "c"
+anchor = "created_at"
+anonymise = { email = "scramble" }
+
+[[category]]
+name = "c"
+strategy = "shred"
+period = "5d"
+
+[[category]]
+name = "d"
+strategy = "purge"
+period = "5d"
+strategies = ["anonymise"]
+
+[[category]]
+name = "e"
+strategy = "exempt"
+period = "1d"
+audit = "per_row"
+"#;
+        let err = PolicyFile::parse(text).unwrap_err().to_string();
+        for part in [
+            "entity #1 (A): table is required",
+            "entity #1 (A): anonymise method \"scramble\" for column \"email\" is unknown",
+            "category \"c\": unknown strategy \"shred\"",
+            "category \"d\" can return purge but its declared strategies do not include it",
+            "category \"e\": an exempt rule cannot ask for per-row audit detail",
+        ] {
+            assert!(err.contains(part), "missing {part:?} in {err}");
+        }
+    }
+
+    #[test]
+    fn absurd_durations_unknown_keys_and_ranges_are_rejected() {
+        for (text, fragment) in [
+            ("[[category]]\nname = \"x\"\nstrategy = \"purge\"\nperiod = \"400000d\"\n", "cannot exceed 1000 years"),
+            ("[[category]]\nname = \"x\"\nstrategy = \"purge\"\nperiod = \"30 days\"\n", "invalid duration"),
+            ("[[category]]\nname = \"x\"\nstrategy = \"purge\"\nperiod = \"3d\"\nretention = \"x\"\n", "unknown field `retention`"),
+            ("[cohort]\nsweep_batch_size = 0\n", "sweep_batch_size = 0 is out of range"),
+            ("[cohort]\nschedule = \"whenever\"\n", "not a valid cron expression"),
+            ("tenants_query = \"SELECT 1\"\n[[tenant]]\nid = \"a\"\n", "either [[tenant]] entries or tenants_query"),
+            ("[[category]]\nname = \"x\"\nperiod = \"3d\"\n", "strategy is required"),
+        ] {
+            let err = PolicyFile::parse(text).unwrap_err().to_string();
+            assert!(err.contains(fragment), "{text:?}: {err}");
+        }
+    }
+
+    #[tokio::test]
+    async fn aliases_resolve_through_the_static_provider() {
+        let text = "[[category]]\nname = \"base\"\nstrategy = \"purge\"\nperiod = \"3d\"\n\n[[category]]\nname = \"old-name\"\nalias_of = \"base\"\n";
+        let p = PolicyFile::parse(text).unwrap();
+        assert_eq!(p.rules.alias_path("old-name").unwrap(), vec!["old-name", "base"]);
+        let ctx = ResolutionContext::new("old-name", TenantContext::tenantless(), chrono::Utc::now());
+        assert_eq!(p.rules.resolve(&ctx).await.unwrap().period().to_string(), "3d");
+    }
+}

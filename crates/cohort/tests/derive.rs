@@ -2,7 +2,9 @@
 //! expected declaration by hand with the builder and compares.
 
 use chrono::{DateTime, Utc};
-use cohort::model::{AnonymiseMethod, CustomAnonymiser, EntityDeclaration, Marker, Origin, Retained};
+use cohort::model::{
+    AnonymiseMethod, CustomAnonymiser, EntityDeclaration, Marker, Origin, Retained,
+};
 use uuid::Uuid;
 
 /// The origin the derive records for a type of this test crate.
@@ -121,7 +123,10 @@ fn case_contact() {
     // Custom anonymisers compare by pointer, so compare the Debug forms.
     assert_eq!(format!("{decl:?}"), format!("{expected:?}"));
     assert!(format!("{decl:?}").contains(r#"CustomAnonymiser { name: "mask_reference""#));
-    assert_ne!(decl, expected, "distinct custom anonymiser instances are not equal");
+    assert_ne!(
+        decl, expected,
+        "distinct custom anonymiser instances are not equal"
+    );
     assert_eq!(mask_reference(&"AB-123456".to_owned()), "*****3456");
 }
 
@@ -133,7 +138,11 @@ mod anonymisers {
 }
 
 #[derive(cohort::Retained)]
-#[retain(category = "c", anchor = "created_at", id = "0b0d3a3e-7a0f-4a35-9a7c-5c1d6f9e2b11")]
+#[retain(
+    category = "c",
+    anchor = "created_at",
+    id = "0b0d3a3e-7a0f-4a35-9a7c-5c1d6f9e2b11"
+)]
 #[allow(dead_code)]
 struct PathAnonymiser {
     created_at: DateTime<Utc>,
@@ -145,7 +154,9 @@ struct PathAnonymiser {
 fn custom_anonymiser_by_path() {
     let decl = format!("{:?}", PathAnonymiser::declaration());
     assert!(
-        decl.contains(r#"("amount", Custom(CustomAnonymiser { name: "crate::anonymisers::last_digits""#),
+        decl.contains(
+            r#"("amount", Custom(CustomAnonymiser { name: "crate::anonymisers::last_digits""#
+        ),
         "{decl}"
     );
     assert_eq!(anonymisers::last_digits(&Some(1234)), Some(34));
@@ -153,7 +164,11 @@ fn custom_anonymiser_by_path() {
 
 #[derive(cohort::Retained)]
 #[sqlx(rename_all = "camelCase")]
-#[retain(category = "events", anchor = "occurred_at", id = "2f5b7a1c-1f8e-4c0b-9d59-3b8f3c6f5e21")]
+#[retain(
+    category = "events",
+    anchor = "occurred_at",
+    id = "2f5b7a1c-1f8e-4c0b-9d59-3b8f3c6f5e21"
+)]
 #[allow(dead_code)]
 struct SqlxEvent {
     #[sqlx(rename = "event_id")]
@@ -180,7 +195,11 @@ fn sqlx_rename_and_rename_all() {
 
 #[derive(cohort::Retained)]
 #[sea_orm(table_name = "orders", schema_name = "shop")]
-#[retain(category = "orders", anchor = "placed_at", id = "8d7e3c2b-4a1f-4e6d-b5c9-0a1b2c3d4e5f")]
+#[retain(
+    category = "orders",
+    anchor = "placed_at",
+    id = "8d7e3c2b-4a1f-4e6d-b5c9-0a1b2c3d4e5f"
+)]
 #[allow(dead_code)]
 struct Model {
     #[sea_orm(primary_key, auto_increment = false, column_name = "order_id")]
@@ -207,7 +226,11 @@ fn sea_orm_table_and_column_names() {
 #[derive(cohort::Retained)]
 #[diesel(table_name = crate::schema::invoices)]
 #[diesel(check_for_backend(diesel::pg::Pg))]
-#[retain(category = "invoices", anchor = "issued_at", id = "c4a1e9f0-2b3d-4c5e-8f70-91a2b3c4d5e6")]
+#[retain(
+    category = "invoices",
+    anchor = "issued_at",
+    id = "c4a1e9f0-2b3d-4c5e-8f70-91a2b3c4d5e6"
+)]
 #[allow(dead_code)]
 struct Invoice {
     id: i64,
@@ -338,7 +361,11 @@ fn exempt() {
 }
 
 #[derive(cohort::Retained)]
-#[retain(category = "envelopes", anchor = "created_at", id = "0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d")]
+#[retain(
+    category = "envelopes",
+    anchor = "created_at",
+    id = "0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d"
+)]
 #[allow(dead_code)]
 struct Envelope<'a, T: Clone, const N: usize>
 where
@@ -359,12 +386,22 @@ fn generics() {
         .column("created_at", "created_at", "DateTime<Utc>")
         .column("payload", "payload", "T")
         .column("tags", "tags", "&'a[u8;N]");
-    assert_eq!(<Envelope<'static, String, 4> as Retained>::declaration(), expected);
-    assert_eq!(<Envelope<'static, u8, 0> as Retained>::declaration(), expected);
+    assert_eq!(
+        <Envelope<'static, String, 4> as Retained>::declaration(),
+        expected
+    );
+    assert_eq!(
+        <Envelope<'static, u8, 0> as Retained>::declaration(),
+        expected
+    );
 }
 
 #[derive(cohort::Retained)]
-#[retain(category = "matches", anchor = "r#when", id = "1b2c3d4e-5f6a-4b7c-8d9e-0f1a2b3c4d5e")]
+#[retain(
+    category = "matches",
+    anchor = "r#when",
+    id = "1b2c3d4e-5f6a-4b7c-8d9e-0f1a2b3c4d5e"
+)]
 #[allow(dead_code, non_camel_case_types)]
 struct r#match {
     r#when: DateTime<Utc>,
@@ -399,7 +436,11 @@ mod shadowing {
     }
 
     #[derive(::cohort::Retained)]
-    #[retain(category = "c", anchor = "at", id = "2c3d4e5f-6a7b-4c8d-9e0f-1a2b3c4d5e6f")]
+    #[retain(
+        category = "c",
+        anchor = "at",
+        id = "2c3d4e5f-6a7b-4c8d-9e0f-1a2b3c4d5e6f"
+    )]
     pub(super) struct Shadowed {
         at: i64,
         #[erasure_subject]

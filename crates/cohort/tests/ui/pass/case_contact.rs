@@ -1,5 +1,4 @@
 use chrono::{DateTime, Utc};
-use cohort::model::Retained as _;
 use cohort::Retained;
 use uuid::Uuid;
 

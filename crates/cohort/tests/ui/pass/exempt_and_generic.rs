@@ -19,7 +19,6 @@ pub struct Envelope<T: Clone> {
 }
 
 fn main() {
-    use cohort::model::Retained as _;
     assert!(AuditEntry::declaration().is_exempt());
     assert_eq!(Envelope::<String>::declaration().name(), "Envelope");
 }

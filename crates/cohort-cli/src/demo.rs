@@ -1,0 +1,298 @@
+//! `cohort demo`: a throw-away PostgreSQL, sample tables and a policy file,
+//! Cohort's schema migrated, the policy validated and the retention plan
+//! printed. Needs only Rust and the PostgreSQL server binaries.
+
+use std::time::Instant;
+
+use chrono::Utc;
+use cohort::policy::PolicyFile;
+use cohort::rules::{ResolutionContext, TenantContext};
+use cohort::Cohort;
+use cohort_pgtemp::Cluster;
+use serde_json::json;
+use sqlx::Connection;
+
+use crate::output;
+use crate::Failure;
+
+/// The demo's policy file, also a worked example of the format.
+pub(crate) const DEMO_POLICY: &str = r#"
+[cohort]
+schema = "cohort"            # Cohort's ledger lives apart from the application's tables
+
+[[entity]]
+name = "SessionNote"
+id = "a3f467fe-c5d0-4f17-9897-83c373cc1dc8"
+table = "app.session_notes"
+category = "session-notes"
+anchor = "created_at"
+
+[[entity]]
+name = "CaseContact"
+id = "b7316df4-7db5-46ad-aea7-f65c4b430f73"
+table = "app.case_contacts"
+category = "case-contacts"
+anchor = "created_at"
+subjects = ["user_id", { column = "delegate_user_id", kind = "user" }]
+anonymise = { email = "null", full_name = "empty", phone = { literal = "[redacted]" }, reference = "hash" }
+
+[[entity]]
+name = "Ticket"
+id = "3c1f0d4e-8a7b-4c2d-9e6f-0a1b2c3d4e5f"
+table = "app.tickets"
+category = "tickets"
+anchor = "closed_at"
+subjects = ["requester_id"]
+
+[[entity]]
+name = "Invoice"
+id = "9e8d7c6b-5a49-4838-a726-1514f3e2d1c0"
+table = "app.invoices"
+category = "invoices"
+anchor = "issued_at"
+
+[[category]]
+name = "session-notes"
+strategy = "purge"
+period = "30d"
+source = "retention policy v3"
+reason = "operational notes"
+
+[[category]]
+name = "case-contacts"
+strategy = "anonymise"
+period = "90d"
+audit = "per_row"
+
+[[category.override]]
+tenant = "22222222-2222-2222-2222-222222222222"
+period = "180d"
+
+[[category]]
+name = "tickets"
+strategy = "soft_delete"
+period = "10d"
+legal_min = "14d"
+
+[[category]]
+name = "invoices"
+strategy = "exempt"
+period = "0d"
+reason = "kept for the tax authority"
+
+[[tenant]]
+id = "11111111-1111-1111-1111-111111111111"
+jurisdiction = "UK"
+
+[[tenant]]
+id = "22222222-2222-2222-2222-222222222222"
+jurisdiction = "EU"
+"#;
+
+/// Sample tables and rows: two tenants, rows of several ages, rows exactly
+/// on a cutoff and rows with NULL anchors.
+pub(crate) const DEMO_SQL: &str = r#"
+CREATE SCHEMA app;
+CREATE TABLE app.session_notes (
+    id uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+    tenant_id uuid NOT NULL,
+    created_at timestamptz,
+    body text NOT NULL
+);
+CREATE INDEX ON app.session_notes (tenant_id, created_at);
+CREATE TABLE app.case_contacts (
+    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    tenant_id uuid NOT NULL,
+    created_at timestamptz NOT NULL,
+    anonymised_at timestamptz,
+    email text,
+    full_name text NOT NULL,
+    phone text NOT NULL,
+    reference text NOT NULL,
+    user_id uuid NOT NULL,
+    delegate_user_id uuid
+);
+CREATE INDEX ON app.case_contacts (tenant_id, created_at);
+CREATE INDEX ON app.case_contacts (user_id);
+CREATE TABLE app.tickets (
+    id uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+    tenant_id uuid NOT NULL,
+    closed_at timestamptz,
+    is_deleted boolean NOT NULL DEFAULT false,
+    deleted_at timestamptz,
+    requester_id uuid NOT NULL,
+    subject text NOT NULL
+);
+CREATE TABLE app.invoices (
+    id uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+    tenant_id uuid NOT NULL,
+    issued_at timestamptz NOT NULL,
+    amount_pence bigint NOT NULL
+);
+
+INSERT INTO app.session_notes (tenant_id, created_at, body)
+SELECT t::uuid, now() - make_interval(days => d), 'note ' || d || ' days old'
+FROM unnest(ARRAY['11111111-1111-1111-1111-111111111111', '22222222-2222-2222-2222-222222222222']) t,
+     unnest(ARRAY[1, 29, 31, 45, 400]) d;
+INSERT INTO app.session_notes (tenant_id, created_at, body)
+VALUES ('11111111-1111-1111-1111-111111111111', NULL, 'note without a creation time');
+
+INSERT INTO app.case_contacts (tenant_id, created_at, email, full_name, phone, reference, user_id, delegate_user_id)
+VALUES
+ ('11111111-1111-1111-1111-111111111111', now() - interval '120 days', 'ada@example.com', 'Ada Lovelace', '+44 20 7946 0001', 'REF-1001', 'aaaaaaaa-0000-0000-0000-000000000001', NULL),
+ ('11111111-1111-1111-1111-111111111111', now() - interval '10 days', 'ada@example.com', 'Ada Lovelace', '+44 20 7946 0001', 'REF-1002', 'aaaaaaaa-0000-0000-0000-000000000001', NULL),
+ ('11111111-1111-1111-1111-111111111111', now() - interval '200 days', 'alan@example.com', 'Alan Turing', '+44 20 7946 0002', 'REF-1003', 'aaaaaaaa-0000-0000-0000-000000000002', 'aaaaaaaa-0000-0000-0000-000000000001'),
+ ('22222222-2222-2222-2222-222222222222', now() - interval '120 days', 'grace@example.com', 'Grace Hopper', '+1 555 0100', 'REF-2001', 'aaaaaaaa-0000-0000-0000-000000000001', NULL);
+
+INSERT INTO app.tickets (tenant_id, closed_at, requester_id, subject)
+SELECT '11111111-1111-1111-1111-111111111111', now() - make_interval(days => d), 'aaaaaaaa-0000-0000-0000-000000000001', 'ticket closed ' || d || ' days ago'
+FROM unnest(ARRAY[3, 12, 20]) d;
+INSERT INTO app.tickets (tenant_id, closed_at, requester_id, subject)
+VALUES ('11111111-1111-1111-1111-111111111111', NULL, 'aaaaaaaa-0000-0000-0000-000000000002', 'still open');
+
+INSERT INTO app.invoices (tenant_id, issued_at, amount_pence)
+VALUES ('11111111-1111-1111-1111-111111111111', now() - interval '3000 days', 12000),
+       ('22222222-2222-2222-2222-222222222222', now() - interval '5 days', 990);
+"#;
+
+pub(crate) async fn run(json: bool) -> Result<(), Failure> {
+    let say = |text: &str| {
+        if !json {
+            println!("{text}");
+        }
+    };
+    say("Cohort demo: a throw-away PostgreSQL with sample tables.\n");
+    let started = Instant::now();
+    let cluster = Cluster::start().await.map_err(|e| {
+        Failure::Run(cohort::Error::Config(format!("cannot start a throw-away PostgreSQL: {e}")))
+    })?;
+    say(&format!(
+        "1. Started PostgreSQL from {} in {:.1} s (it is removed when the demo ends).",
+        cluster.binaries().bin_dir().display(),
+        started.elapsed().as_secs_f64()
+    ));
+
+    let mut conn = sqlx::PgConnection::connect_with(&cluster.connect_options())
+        .await
+        .map_err(|e| Failure::Run(e.into()))?;
+    sqlx::raw_sql(DEMO_SQL)
+        .execute(&mut conn)
+        .await
+        .map_err(|e| Failure::Run(e.into()))?;
+    say("2. Created app.session_notes, app.case_contacts, app.tickets and app.invoices for two tenants,\n   with rows of several ages and some without an anchor time.");
+
+    let dir = tempfile_dir()?;
+    let policy_path = dir.join("cohort.toml");
+    std::fs::write(&policy_path, DEMO_POLICY)
+        .map_err(|e| Failure::Run(cohort::Error::Config(format!("cannot write the demo policy: {e}"))))?;
+    let policy = PolicyFile::load(&policy_path)?;
+    let schema = policy.config.schema.clone();
+    let report = cohort::schema::migrate(&mut conn, &schema).await?;
+    say(&format!(
+        "3. Installed Cohort's tables in schema {:?} (schema version {}), as `cohort migrate` does.",
+        report.schema, report.to_version
+    ));
+
+    let tenants = policy.tenants.clone();
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(2)
+        .connect_with(cluster.connect_options())
+        .await
+        .map_err(|e| Failure::Run(e.into()))?;
+    let cohort = Cohort::builder(pool).policy(policy).build().await?;
+    let model = cohort.ready().await?;
+    say(&format!(
+        "4. Validated the policy file against the live catalog: {} entities, no problems.\n",
+        model.entities.len()
+    ));
+    if !json {
+        println!(
+            "{}",
+            output::table(
+                &["ENTITY", "TABLE", "CATEGORY", "STRATEGIES", "TENANT", "ANCHOR"],
+                &output::entity_rows(&model)
+            )
+        );
+    }
+
+    // The plan: each entity's rule and cutoff for each tenant, now.
+    let now = Utc::now();
+    let mut rows = Vec::new();
+    let mut plan = Vec::new();
+    for tenant in &tenants {
+        for e in &model.entities {
+            let mut ctx = TenantContext::tenant(&tenant.id);
+            if let Some(j) = &tenant.jurisdiction {
+                ctx = ctx.with_jurisdiction(j);
+            }
+            let rule = cohort
+                .rules()
+                .resolve(&ResolutionContext::new(&e.category, ctx, now))
+                .await
+                .map_err(|err| Failure::Input(cohort::Error::Config(err.to_string())))?;
+            let cutoff = rule
+                .sweep_cutoff(now)
+                .map_err(|err| Failure::Input(cohort::Error::Config(err.to_string())))?;
+            let cutoff_text = if rule.strategy().mutates() {
+                cutoff.format("%Y-%m-%d %H:%M").to_string()
+            } else {
+                "never".into()
+            };
+            rows.push(vec![
+                short(&tenant.id),
+                e.name.clone(),
+                rule.strategy().to_string(),
+                rule.period().to_string(),
+                rule.legal_min().map(|m| m.to_string()).unwrap_or_else(|| "-".into()),
+                cutoff_text.clone(),
+            ]);
+            plan.push(json!({
+                "tenant": tenant.id,
+                "entity_id": e.id,
+                "entity": e.name,
+                "strategy": rule.strategy().as_str(),
+                "period": rule.period().to_string(),
+                "legal_min": rule.legal_min().map(|m| m.to_string()),
+                "cutoff": rule.strategy().mutates().then_some(cutoff),
+            }));
+        }
+    }
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&json!({
+                "schema": schema,
+                "entities": model.entities.iter().map(|e| output::entity_json(e, &model)).collect::<Vec<_>>(),
+                "plan": plan,
+                "warnings": model.warnings,
+            }))
+            .expect("JSON values serialise")
+        );
+    } else {
+        println!("\n5. The retention plan at {} (UTC): rows anchored strictly before the cutoff are eligible;\n   rows exactly on it, newer rows and rows without an anchor are kept.\n", now.format("%Y-%m-%d %H:%M"));
+        println!(
+            "{}",
+            output::table(&["TENANT", "ENTITY", "STRATEGY", "PERIOD", "LEGAL MIN", "CUTOFF"], &rows)
+        );
+        for w in &model.warnings {
+            println!("\nadvice: {w}");
+        }
+        println!("\nOn your own database: write a cohort.toml like the demo's (see the README), then run\n`cohort migrate` and `cohort validate`.");
+    }
+    drop(conn);
+    cohort.pool().close().await;
+    drop(cluster);
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
+fn short(id: &str) -> String {
+    id.chars().take(8).collect()
+}
+
+fn tempfile_dir() -> Result<std::path::PathBuf, Failure> {
+    let dir = std::env::temp_dir().join(format!("cohort-demo-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| Failure::Run(cohort::Error::Config(format!("cannot create {}: {e}", dir.display()))))?;
+    Ok(dir)
+}

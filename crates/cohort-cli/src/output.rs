@@ -1,0 +1,165 @@
+//! Human and JSON output. With `--json`, stdout carries exactly one JSON
+//! document; everything else goes to stderr.
+
+use cohort::model::{AnonymiseMethod, EntityDescriptor};
+use cohort::schema::MigrationReport;
+use cohort::validate::ValidatedModel;
+use cohort::{CohortConfig, Error};
+use serde_json::{json, Value};
+
+/// Prints rows as an aligned text table.
+pub(crate) fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |cells: Vec<String>| {
+        cells
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect::<Vec<_>>()
+            .join("  ")
+            .trim_end()
+            .to_string()
+    };
+    let mut out = line(headers.iter().map(|h| h.to_string()).collect());
+    out.push('\n');
+    out.push_str(&line(widths.iter().map(|w| "-".repeat(*w)).collect()));
+    for row in rows {
+        out.push('\n');
+        out.push_str(&line(row.clone()));
+    }
+    out
+}
+
+fn print_json(value: &Value) {
+    println!("{}", serde_json::to_string_pretty(value).expect("JSON values serialise"));
+}
+
+pub(crate) fn error(json: bool, error: &Error) {
+    let kind = match error {
+        Error::Validation(_) => "validation",
+        Error::Config(_) => "config",
+        Error::Policy(_) => "policy",
+        Error::Migration(_) => "migration",
+        Error::Database(_) => "database",
+        _ => "other",
+    };
+    if json {
+        print_json(&json!({
+            "error": {
+                "kind": kind,
+                "message": error.to_string(),
+                "problems": error.problems().unwrap_or_default(),
+            }
+        }));
+    } else {
+        eprintln!("cohort: {error}");
+    }
+}
+
+pub(crate) fn migration(json: bool, report: &MigrationReport) {
+    if json {
+        print_json(&serde_json::to_value(report).expect("report serialises"));
+    } else if report.applied.is_empty() {
+        println!(
+            "Cohort schema {:?} is up to date (version {}).",
+            report.schema, report.to_version
+        );
+    } else {
+        println!(
+            "Cohort schema {:?} migrated from version {} to {} (applied {:?}).",
+            report.schema, report.from_version, report.to_version, report.applied
+        );
+    }
+}
+
+fn method(m: &AnonymiseMethod) -> String {
+    match m {
+        AnonymiseMethod::Literal(text) => format!("literal {text:?}"),
+        other => other.kind().to_string(),
+    }
+}
+
+pub(crate) fn entity_json(e: &EntityDescriptor, model: &ValidatedModel) -> Value {
+    json!({
+        "entity_id": e.id,
+        "entity": e.name,
+        "table": e.table.display_plain(),
+        "category": e.category,
+        "strategies": model.capabilities.get(&e.id).map(|c| c.iter().map(|s| s.as_str()).collect::<Vec<_>>()),
+        "anchor": e.anchor,
+        "record_id": e.record_id,
+        "tenant": e.tenant,
+        "soft_delete": e.soft_delete,
+        "deleted_at": e.deleted_at,
+        "anonymised_at": e.anonymised_at,
+        "anonymise": e.anonymise.iter().map(|a| json!({"column": a.column, "method": method(&a.method)})).collect::<Vec<_>>(),
+        "subjects": e.subjects.iter().map(|s| json!({"column": s.column, "kind": s.kind})).collect::<Vec<_>>(),
+    })
+}
+
+pub(crate) fn entity_rows(model: &ValidatedModel) -> Vec<Vec<String>> {
+    model
+        .entities
+        .iter()
+        .map(|e| {
+            vec![
+                e.name.clone(),
+                e.table.display_plain(),
+                e.category.clone(),
+                model
+                    .capabilities
+                    .get(&e.id)
+                    .map(|c| c.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", "))
+                    .unwrap_or_default(),
+                e.tenant.clone().unwrap_or_else(|| "(tenantless)".into()),
+                e.anchor.clone(),
+            ]
+        })
+        .collect()
+}
+
+pub(crate) fn validated(json: bool, config: &CohortConfig, model: &ValidatedModel) {
+    if json {
+        print_json(&json!({
+            "valid": true,
+            "schema": config.schema,
+            "entities": model.entities.iter().map(|e| entity_json(e, model)).collect::<Vec<_>>(),
+            "exempt": model.exempt.iter().map(|e| json!({"entity_id": e.id, "entity": e.name, "reason": e.reason})).collect::<Vec<_>>(),
+            "warnings": model.warnings,
+        }));
+        return;
+    }
+    println!(
+        "Valid: {} retained entit{}, Cohort tables in schema {:?}.\n",
+        model.entities.len(),
+        if model.entities.len() == 1 { "y" } else { "ies" },
+        config.schema
+    );
+    println!(
+        "{}",
+        table(
+            &["ENTITY", "TABLE", "CATEGORY", "STRATEGIES", "TENANT", "ANCHOR"],
+            &entity_rows(model)
+        )
+    );
+    for e in &model.exempt {
+        println!("\nExempt: {} ({})", e.name, e.reason);
+    }
+    for w in &model.warnings {
+        println!("\nadvice: {w}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn table_aligns_columns() {
+        let t = super::table(&["A", "LONG"], &[vec!["xyz".into(), "1".into()]]);
+        assert_eq!(t, "A    LONG\n---  ----\nxyz  1");
+    }
+}

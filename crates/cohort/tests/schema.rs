@@ -1,0 +1,131 @@
+//! Cohort's own tables: migrations create exactly the contract, in exactly
+//! the configured schema, once, whatever the search path.
+
+mod support;
+
+use cohort::schema::{self, CohortTable, SCHEMA_VERSION};
+use sqlx::{AssertSqlSafe, Row};
+use support::*;
+
+async fn catalog_columns(pool: &sqlx::PgPool, schema: &str, table: &str) -> Vec<(String, String, bool)> {
+    sqlx::query(
+        "SELECT a.attname::text AS name, pg_catalog.format_type(a.atttypid, a.atttypmod) AS ty, NOT a.attnotnull AS nullable \
+         FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_class c ON c.oid = a.attrelid \
+         JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+         WHERE n.nspname = $1 AND c.relname = $2 AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum",
+    )
+    .bind(schema)
+    .bind(table)
+    .fetch_all(pool)
+    .await
+    .unwrap()
+    .into_iter()
+    .map(|r| (r.get("name"), r.get("ty"), r.get("nullable")))
+    .collect()
+}
+
+#[tokio::test]
+async fn migrations_create_exactly_the_table_contract() {
+    let db = empty_db().await;
+    let mut conn = db.connect().await.unwrap();
+    schema::migrate(&mut conn, "public").await.unwrap();
+    for table in CohortTable::ALL {
+        let expected: Vec<(String, String, bool)> = table
+            .columns()
+            .iter()
+            .map(|c| (c.name.to_string(), c.sql_type.to_string(), c.nullable))
+            .collect();
+        assert_eq!(catalog_columns(db.pool(), "public", table.name()).await, expected, "{}", table.name());
+    }
+    assert_eq!(schema::installed_version(&mut conn, "public").await.unwrap(), Some(SCHEMA_VERSION));
+}
+
+#[tokio::test]
+async fn concurrent_migrations_apply_once_and_rerun_is_a_no_op() {
+    let db = empty_db().await;
+    let mut tasks = Vec::new();
+    for _ in 0..4 {
+        let options = db.connect_options();
+        tasks.push(tokio::spawn(async move {
+            let mut conn = sqlx::ConnectOptions::connect(&options).await.unwrap();
+            schema::migrate(&mut conn, "retention").await.unwrap()
+        }));
+    }
+    let mut applied = Vec::new();
+    for t in tasks {
+        applied.push(t.await.unwrap().applied);
+    }
+    applied.sort();
+    assert_eq!(applied, vec![vec![], vec![], vec![], vec![1]]);
+    let mut conn = db.connect().await.unwrap();
+    let again = schema::migrate(&mut conn, "retention").await.unwrap();
+    assert_eq!((again.from_version, again.to_version, again.applied), (1, 1, vec![]));
+}
+
+#[tokio::test]
+async fn tables_land_exactly_in_the_named_schema_whatever_the_search_path() {
+    let db = empty_db().await;
+    exec(db.pool(), "CREATE SCHEMA decoy").await;
+    let options = db.connect_options().options([("search_path", "decoy")]);
+    let mut conn = sqlx::ConnectOptions::connect(&options).await.unwrap();
+    schema::migrate(&mut conn, "Retention Ledger").await.unwrap();
+    let counts: Vec<(String, i64)> = sqlx::query(
+        "SELECT n.nspname::text AS s, count(*) AS n FROM pg_catalog.pg_class c \
+         JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+         WHERE c.relkind = 'r' AND n.nspname IN ('decoy', 'public', 'Retention Ledger') GROUP BY 1",
+    )
+    .fetch_all(db.pool())
+    .await
+    .unwrap()
+    .into_iter()
+    .map(|r| (r.get("s"), r.get("n")))
+    .collect();
+    assert_eq!(counts, vec![("Retention Ledger".to_string(), 5)]);
+}
+
+#[tokio::test]
+async fn host_migration_tools_can_apply_the_rendered_sql() {
+    let db = empty_db().await;
+    exec(db.pool(), "CREATE SCHEMA audit").await;
+    for m in schema::migrations("audit").unwrap() {
+        sqlx::raw_sql(AssertSqlSafe(m.sql)).execute(db.pool()).await.unwrap();
+    }
+    let mut conn = db.connect().await.unwrap();
+    assert_eq!(schema::installed_version(&mut conn, "audit").await.unwrap(), Some(SCHEMA_VERSION));
+    // `cohort migrate` afterwards sees it as current.
+    assert!(schema::migrate(&mut conn, "audit").await.unwrap().applied.is_empty());
+}
+
+#[tokio::test]
+async fn unknown_or_newer_schemas_are_refused_and_left_alone() {
+    let db = empty_db().await;
+    exec(db.pool(), "CREATE TABLE public.sweep_run (id int)").await;
+    let mut conn = db.connect().await.unwrap();
+    let err = schema::migrate(&mut conn, "public").await.unwrap_err();
+    assert!(err.to_string().contains("carries no Cohort schema version"), "{err}");
+    exec(db.pool(), "COMMENT ON TABLE public.sweep_run IS 'cohort schema version 7'").await;
+    let err = schema::migrate(&mut conn, "public").await.unwrap_err();
+    assert!(err.to_string().contains("newer than this build's 1"), "{err}");
+    // Nothing was created next to the foreign table.
+    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM pg_catalog.pg_tables WHERE schemaname = 'public'")
+        .fetch_one(db.pool())
+        .await
+        .unwrap();
+    assert_eq!(n, 1);
+}
+
+#[tokio::test]
+async fn ledger_constraints_reject_incoherent_rows() {
+    let db = migrated_db().await;
+    // A settled status without settled_at, an unknown kind, and a hold with an empty reason are refused.
+    for bad in [
+        "INSERT INTO sweep_run (run_id, kind, trigger, dry_run, status, logical_now) VALUES (gen_random_uuid(), 'sweep', 'manual', false, 'succeeded', now())",
+        "INSERT INTO sweep_run (run_id, kind, trigger, dry_run, status, logical_now) VALUES (gen_random_uuid(), 'purge', 'manual', false, 'started', now())",
+        "INSERT INTO retention_hold (hold_id, retention_entity_id, record_id, reason) VALUES (gen_random_uuid(), gen_random_uuid(), '1', '  ')",
+        "INSERT INTO retention_hold (hold_id, retention_entity_id, record_id, reason, created_at, expires_at) VALUES (gen_random_uuid(), gen_random_uuid(), '1', 'x', now(), now() - interval '1 day')",
+    ] {
+        let err = sqlx::raw_sql(AssertSqlSafe(bad)).execute(db.pool()).await.unwrap_err();
+        assert_eq!(err.as_database_error().and_then(|e| e.code()).as_deref(), Some("23514"), "{bad}");
+    }
+    assert_eq!(ledger_rows(db.pool(), "public").await, 0);
+}
