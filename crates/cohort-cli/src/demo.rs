@@ -164,7 +164,9 @@ pub(crate) async fn run(json: bool) -> Result<(), Failure> {
     say("Cohort demo: a throw-away PostgreSQL with sample tables.\n");
     let started = Instant::now();
     let cluster = Cluster::start().await.map_err(|e| {
-        Failure::Run(cohort::Error::Config(format!("cannot start a throw-away PostgreSQL: {e}")))
+        Failure::Run(cohort::Error::Config(format!(
+            "cannot start a throw-away PostgreSQL: {e}"
+        )))
     })?;
     say(&format!(
         "1. Started PostgreSQL from {} in {:.1} s (it is removed when the demo ends).",
@@ -183,8 +185,11 @@ pub(crate) async fn run(json: bool) -> Result<(), Failure> {
 
     let dir = tempfile_dir()?;
     let policy_path = dir.join("cohort.toml");
-    std::fs::write(&policy_path, DEMO_POLICY)
-        .map_err(|e| Failure::Run(cohort::Error::Config(format!("cannot write the demo policy: {e}"))))?;
+    std::fs::write(&policy_path, DEMO_POLICY).map_err(|e| {
+        Failure::Run(cohort::Error::Config(format!(
+            "cannot write the demo policy: {e}"
+        )))
+    })?;
     let policy = PolicyFile::load(&policy_path)?;
     let schema = policy.config.schema.clone();
     let report = cohort::schema::migrate(&mut conn, &schema).await?;
@@ -209,7 +214,14 @@ pub(crate) async fn run(json: bool) -> Result<(), Failure> {
         println!(
             "{}",
             output::table(
-                &["ENTITY", "TABLE", "CATEGORY", "STRATEGIES", "TENANT", "ANCHOR"],
+                &[
+                    "ENTITY",
+                    "TABLE",
+                    "CATEGORY",
+                    "STRATEGIES",
+                    "TENANT",
+                    "ANCHOR"
+                ],
                 &output::entity_rows(&model)
             )
         );
@@ -243,7 +255,9 @@ pub(crate) async fn run(json: bool) -> Result<(), Failure> {
                 e.name.clone(),
                 rule.strategy().to_string(),
                 rule.period().to_string(),
-                rule.legal_min().map(|m| m.to_string()).unwrap_or_else(|| "-".into()),
+                rule.legal_min()
+                    .map(|m| m.to_string())
+                    .unwrap_or_else(|| "-".into()),
                 cutoff_text.clone(),
             ]);
             plan.push(json!({
@@ -272,7 +286,17 @@ pub(crate) async fn run(json: bool) -> Result<(), Failure> {
         println!("\n5. The retention plan at {} (UTC): rows anchored strictly before the cutoff are eligible;\n   rows exactly on it, newer rows and rows without an anchor are kept.\n", now.format("%Y-%m-%d %H:%M"));
         println!(
             "{}",
-            output::table(&["TENANT", "ENTITY", "STRATEGY", "PERIOD", "LEGAL MIN", "CUTOFF"], &rows)
+            output::table(
+                &[
+                    "TENANT",
+                    "ENTITY",
+                    "STRATEGY",
+                    "PERIOD",
+                    "LEGAL MIN",
+                    "CUTOFF"
+                ],
+                &rows
+            )
         );
         for w in &model.warnings {
             println!("\nadvice: {w}");
@@ -292,7 +316,11 @@ fn short(id: &str) -> String {
 
 fn tempfile_dir() -> Result<std::path::PathBuf, Failure> {
     let dir = std::env::temp_dir().join(format!("cohort-demo-{}", uuid::Uuid::new_v4().simple()));
-    std::fs::create_dir_all(&dir)
-        .map_err(|e| Failure::Run(cohort::Error::Config(format!("cannot create {}: {e}", dir.display()))))?;
+    std::fs::create_dir_all(&dir).map_err(|e| {
+        Failure::Run(cohort::Error::Config(format!(
+            "cannot create {}: {e}",
+            dir.display()
+        )))
+    })?;
     Ok(dir)
 }

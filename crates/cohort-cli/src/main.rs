@@ -73,7 +73,10 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
         .init();
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("cohort: cannot start the async runtime: {e}");
@@ -128,7 +131,10 @@ async fn run(cli: Cli) -> Result<(), Failure> {
 /// Loads `--config` (default `./cohort.toml`). When not `required`, a
 /// missing default file is fine; an explicitly named one must exist.
 fn load_policy(cli: &Cli, required: bool) -> Result<Option<PolicyFile>, Failure> {
-    let path = cli.config.clone().unwrap_or_else(|| PathBuf::from("cohort.toml"));
+    let path = cli
+        .config
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("cohort.toml"));
     if cli.config.is_none() && !required && !path.exists() {
         return Ok(None);
     }

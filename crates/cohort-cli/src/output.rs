@@ -36,7 +36,10 @@ pub(crate) fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
 }
 
 fn print_json(value: &Value) {
-    println!("{}", serde_json::to_string_pretty(value).expect("JSON values serialise"));
+    println!(
+        "{}",
+        serde_json::to_string_pretty(value).expect("JSON values serialise")
+    );
 }
 
 pub(crate) fn error(json: bool, error: &Error) {
@@ -137,13 +140,24 @@ pub(crate) fn validated(json: bool, config: &CohortConfig, model: &ValidatedMode
     println!(
         "Valid: {} retained entit{}, Cohort tables in schema {:?}.\n",
         model.entities.len(),
-        if model.entities.len() == 1 { "y" } else { "ies" },
+        if model.entities.len() == 1 {
+            "y"
+        } else {
+            "ies"
+        },
         config.schema
     );
     println!(
         "{}",
         table(
-            &["ENTITY", "TABLE", "CATEGORY", "STRATEGIES", "TENANT", "ANCHOR"],
+            &[
+                "ENTITY",
+                "TABLE",
+                "CATEGORY",
+                "STRATEGIES",
+                "TENANT",
+                "ANCHOR"
+            ],
             &entity_rows(model)
         )
     );

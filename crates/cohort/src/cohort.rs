@@ -156,7 +156,9 @@ impl CohortBuilder {
 
     fn finish(self) -> Result<Cohort> {
         self.config.validate()?;
-        let rules = self.rules.unwrap_or_else(|| Arc::new(StaticRuleProvider::default()));
+        let rules = self
+            .rules
+            .unwrap_or_else(|| Arc::new(StaticRuleProvider::default()));
         Ok(Cohort {
             inner: Arc::new(Inner {
                 pool: self.pool,

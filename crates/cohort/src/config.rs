@@ -134,9 +134,16 @@ impl CohortConfig {
     /// Unknown `COHORT_` variables are errors, so typos do not pass silently.
     pub fn apply_env(&mut self, vars: impl IntoIterator<Item = (String, String)>) -> Result<()> {
         for (key, value) in vars {
-            let Some(name) = key.strip_prefix("COHORT_") else { continue };
+            let Some(name) = key.strip_prefix("COHORT_") else {
+                continue;
+            };
             let bad = |what: &str| Error::Config(format!("{key}={value:?}: {what}"));
-            let int = || value.trim().parse::<u32>().map_err(|_| bad("expected a whole number"));
+            let int = || {
+                value
+                    .trim()
+                    .parse::<u32>()
+                    .map_err(|_| bad("expected a whole number"))
+            };
             let period = || value.parse::<Period>().map_err(|e| bad(&e.to_string()));
             let boolean = || match value.trim().to_ascii_lowercase().as_str() {
                 "1" | "true" | "yes" | "on" => Ok(true),
@@ -180,10 +187,25 @@ impl CohortConfig {
                 problems.push(format!("{name} = {value} is out of range {min}..={max}"));
             }
         };
-        range("sweep_batch_size", self.sweep_batch_size, 1, MAX_SWEEP_BATCH_SIZE);
+        range(
+            "sweep_batch_size",
+            self.sweep_batch_size,
+            1,
+            MAX_SWEEP_BATCH_SIZE,
+        );
         range("dispatch.batch_size", self.dispatch.batch_size, 1, 10_000);
-        range("dispatch.max_parallelism", self.dispatch.max_parallelism, 1, 256);
-        range("dispatch.max_attempts", self.dispatch.max_attempts, 1, 1_000);
+        range(
+            "dispatch.max_parallelism",
+            self.dispatch.max_parallelism,
+            1,
+            256,
+        );
+        range(
+            "dispatch.max_attempts",
+            self.dispatch.max_attempts,
+            1,
+            1_000,
+        );
         let d = &self.dispatch;
         for (name, p) in [
             ("observer_timeout", self.observer_timeout),
@@ -199,7 +221,9 @@ impl CohortConfig {
         }
         if let Some(schedule) = &self.schedule {
             if let Err(e) = schedule.parse::<croner::Cron>() {
-                problems.push(format!("schedule {schedule:?} is not a valid cron expression: {e}"));
+                problems.push(format!(
+                    "schedule {schedule:?} is not a valid cron expression: {e}"
+                ));
             }
         }
         if problems.is_empty() {
@@ -228,7 +252,10 @@ mod tests {
         assert!(!c.dry_run && !c.kill_switch);
         assert_eq!(c.observer_timeout.as_seconds(), 5);
         let d = &c.dispatch;
-        assert_eq!((d.batch_size, d.max_parallelism, d.max_attempts), (50, 4, 10));
+        assert_eq!(
+            (d.batch_size, d.max_parallelism, d.max_attempts),
+            (50, 4, 10)
+        );
         assert_eq!(d.poll_interval.as_seconds(), 10);
         assert_eq!(d.claim_timeout.as_seconds(), 300);
         assert_eq!(d.settle_timeout.as_seconds(), 3600);
@@ -246,7 +273,9 @@ mod tests {
         c.dispatch.claim_timeout = Period::ZERO;
         c.schedule = Some("every day".into());
         c.schema = String::new();
-        let Err(Error::Config(msg)) = c.validate() else { panic!("accepted") };
+        let Err(Error::Config(msg)) = c.validate() else {
+            panic!("accepted")
+        };
         for part in [
             "sweep_batch_size = 0",
             "dispatch.batch_size = 10001",
@@ -270,7 +299,10 @@ mod tests {
         c.apply_env([
             ("COHORT_SWEEP_BATCH_SIZE".to_string(), "250".to_string()),
             ("COHORT_DRY_RUN".to_string(), "true".to_string()),
-            ("COHORT_DISPATCH__CLAIM_TIMEOUT".to_string(), "10m".to_string()),
+            (
+                "COHORT_DISPATCH__CLAIM_TIMEOUT".to_string(),
+                "10m".to_string(),
+            ),
             ("PATH".to_string(), "/bin".to_string()),
         ])
         .unwrap();
@@ -280,8 +312,14 @@ mod tests {
         assert_eq!(c.dispatch.batch_size, 7);
         assert_eq!(c.dispatch.claim_timeout.as_seconds(), 600);
         c.validate().unwrap();
-        assert!(c.clone().apply_env([("COHORT_SWEEP_BATCH".into(), "1".into())]).is_err());
-        assert!(c.clone().apply_env([("COHORT_DRY_RUN".into(), "maybe".into())]).is_err());
+        assert!(c
+            .clone()
+            .apply_env([("COHORT_SWEEP_BATCH".into(), "1".into())])
+            .is_err());
+        assert!(c
+            .clone()
+            .apply_env([("COHORT_DRY_RUN".into(), "maybe".into())])
+            .is_err());
         assert!(CohortConfig::from_toml("sweep_batch = 3").is_err());
         assert!(CohortConfig::from_toml("sweep_batch_size = -3").is_err());
     }

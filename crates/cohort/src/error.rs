@@ -121,7 +121,10 @@ mod tests {
             Problem::entity("Note", "anchor is naive"),
             Problem::global("schema missing"),
         ]);
-        assert_eq!(p.to_string(), "2 problem(s):\n  - Note: anchor is naive\n  - schema missing");
+        assert_eq!(
+            p.to_string(),
+            "2 problem(s):\n  - Note: anchor is naive\n  - schema missing"
+        );
     }
 
     #[test]

@@ -88,7 +88,12 @@ impl QualifiedName {
 
 impl fmt::Display for QualifiedName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}.{}", quote_ident(&self.schema), quote_ident(&self.name))
+        write!(
+            f,
+            "{}.{}",
+            quote_ident(&self.schema),
+            quote_ident(&self.name)
+        )
     }
 }
 
@@ -205,10 +210,25 @@ mod tests {
         ];
         for (input, default, (schema, name)) in ok {
             let q = QualifiedName::parse(input, default).unwrap();
-            assert_eq!((q.schema.as_str(), q.name.as_str()), (schema, name), "{input}");
+            assert_eq!(
+                (q.schema.as_str(), q.name.as_str()),
+                (schema, name),
+                "{input}"
+            );
         }
-        for bad in ["", "a.b.c", ".t", "s.", "\"open", "a\"b\".c", &"x".repeat(64)] {
-            assert!(QualifiedName::parse(bad, "public").is_err(), "{bad:?} accepted");
+        for bad in [
+            "",
+            "a.b.c",
+            ".t",
+            "s.",
+            "\"open",
+            "a\"b\".c",
+            &"x".repeat(64),
+        ] {
+            assert!(
+                QualifiedName::parse(bad, "public").is_err(),
+                "{bad:?} accepted"
+            );
         }
     }
 

@@ -65,7 +65,10 @@ struct RawEntity {
 #[serde(untagged)]
 enum RawSubject {
     Column(String),
-    WithKind { column: String, kind: Option<String> },
+    WithKind {
+        column: String,
+        kind: Option<String>,
+    },
 }
 
 #[derive(Debug, Deserialize)]
@@ -157,7 +160,10 @@ impl PolicyFile {
             .filter_map(|(i, e)| {
                 entity(e)
                     .map_err(|ps| {
-                        problems.extend(ps.into_iter().map(|p| format!("entity #{} ({}): {p}", i + 1, e.name)))
+                        problems.extend(
+                            ps.into_iter()
+                                .map(|p| format!("entity #{} ({}): {p}", i + 1, e.name)),
+                        )
                     })
                     .ok()
             })
@@ -169,7 +175,10 @@ impl PolicyFile {
                     builder = builder.category_with(&c.name, rule, overrides, caps)
                 }
                 Ok(Built::Alias(target)) => builder = builder.alias(&c.name, target),
-                Err(ps) => problems.extend(ps.into_iter().map(|p| format!("category {:?}: {p}", c.name))),
+                Err(ps) => problems.extend(
+                    ps.into_iter()
+                        .map(|p| format!("category {:?}: {p}", c.name)),
+                ),
             }
         }
         let rules = builder
@@ -271,13 +280,20 @@ fn entity(e: &RawEntity) -> std::result::Result<EntityDeclaration, Vec<String>> 
 }
 
 enum Built {
-    Rules(RetentionRule, Vec<RuleOverride>, Option<CategoryCapabilities>),
+    Rules(
+        RetentionRule,
+        Vec<RuleOverride>,
+        Option<CategoryCapabilities>,
+    ),
     Alias(String),
 }
 
 fn strategy(text: &Option<String>, problems: &mut Vec<String>) -> Option<Strategy> {
-    text.as_deref()
-        .and_then(|s| s.parse().map_err(|e: crate::rules::UnknownStrategy| problems.push(e.to_string())).ok())
+    text.as_deref().and_then(|s| {
+        s.parse()
+            .map_err(|e: crate::rules::UnknownStrategy| problems.push(e.to_string()))
+            .ok()
+    })
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -294,12 +310,15 @@ fn rule(
     if let Some(m) = legal_min {
         r = r.with_legal_min(m);
     }
-    let mut step = |res: std::result::Result<RetentionRule, String>| res.map_err(|e| problems.push(e)).ok();
+    let mut step =
+        |res: std::result::Result<RetentionRule, String>| res.map_err(|e| problems.push(e)).ok();
     if let Some(a) = audit {
         let detail = a.parse::<AuditDetail>().ok();
         r = match detail {
             Some(d) => step(r.with_audit(d).map_err(|e| e.to_string()))?,
-            None => step(Err(format!("unknown audit setting {a:?}: expected \"summary\" or \"per_row\"")))?,
+            None => step(Err(format!(
+                "unknown audit setting {a:?}: expected \"summary\" or \"per_row\""
+            )))?,
         };
     }
     if let Some(s) = source {
@@ -315,7 +334,9 @@ fn category(c: &RawCategory) -> std::result::Result<Built, Vec<String>> {
     let mut problems = Vec::new();
     if let Some(target) = &c.alias_of {
         if c.strategy.is_some() || c.period.is_some() || !c.overrides.is_empty() {
-            problems.push("an alias (alias_of) cannot also define strategy, period or overrides".into());
+            problems.push(
+                "an alias (alias_of) cannot also define strategy, period or overrides".into(),
+            );
             return Err(problems);
         }
         return Ok(Built::Alias(target.clone()));
@@ -328,7 +349,15 @@ fn category(c: &RawCategory) -> std::result::Result<Built, Vec<String>> {
         problems.push("period is required (e.g. \"30d\")".into());
     }
     let base = match (s, c.period) {
-        (Some(s), Some(p)) => rule(s, p, c.legal_min, c.audit.as_deref(), c.source.as_deref(), c.reason.as_deref(), &mut problems),
+        (Some(s), Some(p)) => rule(
+            s,
+            p,
+            c.legal_min,
+            c.audit.as_deref(),
+            c.source.as_deref(),
+            c.reason.as_deref(),
+            &mut problems,
+        ),
         _ => None,
     };
     let mut overrides = Vec::new();
@@ -356,14 +385,22 @@ fn category(c: &RawCategory) -> std::result::Result<Built, Vec<String>> {
                 });
             }
         }
-        problems.extend(local.into_iter().map(|p| format!("override #{}: {p}", i + 1)));
+        problems.extend(
+            local
+                .into_iter()
+                .map(|p| format!("override #{}: {p}", i + 1)),
+        );
     }
     let caps = match &c.strategies {
         None => None,
         Some(list) => {
             let parsed: Vec<Strategy> = list
                 .iter()
-                .filter_map(|s| s.parse().map_err(|e: crate::rules::UnknownStrategy| problems.push(e.to_string())).ok())
+                .filter_map(|s| {
+                    s.parse()
+                        .map_err(|e: crate::rules::UnknownStrategy| problems.push(e.to_string()))
+                        .ok()
+                })
                 .collect();
             match CategoryCapabilities::new(parsed) {
                 Ok(c) => Some(c),
@@ -445,23 +482,39 @@ jurisdiction = "UK"
     #[tokio::test]
     async fn the_specification_example_loads() {
         let p = PolicyFile::parse(EXAMPLE).unwrap();
-        assert_eq!(p.database_url.as_deref(), Some("postgres://app@localhost/app"));
+        assert_eq!(
+            p.database_url.as_deref(),
+            Some("postgres://app@localhost/app")
+        );
         assert_eq!(p.config.schedule.as_deref(), Some("0 2 * * *"));
-        assert_eq!(p.config.conventions.tenant.as_deref(), Some("organisation_id"));
+        assert_eq!(
+            p.config.conventions.tenant.as_deref(),
+            Some("organisation_id")
+        );
         assert_eq!(p.entities.len(), 2);
         let contact = &p.entities[1];
         assert_eq!(contact.subjects.len(), 2);
         assert_eq!(contact.subjects[1].kind.as_deref(), Some("user"));
         assert_eq!(contact.anonymise.len(), 4);
-        assert!(contact.anonymise.contains(&("phone".into(), AnonymiseMethod::Literal("[redacted]".into()))));
+        assert!(contact.anonymise.contains(&(
+            "phone".into(),
+            AnonymiseMethod::Literal("[redacted]".into())
+        )));
         assert_eq!(p.tenants[0].jurisdiction.as_deref(), Some("UK"));
         let caps = p.rules.capabilities("case-contacts").unwrap();
         assert!(caps.allows(Strategy::Anonymise) && caps.allows(Strategy::Purge));
         let now = chrono::Utc::now();
-        let t2 = ResolutionContext::new("case-contacts", TenantContext::tenant("22222222-2222-2222-2222-222222222222"), now);
+        let t2 = ResolutionContext::new(
+            "case-contacts",
+            TenantContext::tenant("22222222-2222-2222-2222-222222222222"),
+            now,
+        );
         let rule = p.rules.resolve(&t2).await.unwrap();
         // The override keeps the category's audit setting.
-        assert_eq!((rule.strategy(), rule.period().to_string(), rule.audit()), (Strategy::Purge, "90d".into(), AuditDetail::PerRow));
+        assert_eq!(
+            (rule.strategy(), rule.period().to_string(), rule.audit()),
+            (Strategy::Purge, "90d".into(), AuditDetail::PerRow)
+        );
         let notes = ResolutionContext::new("session-notes", TenantContext::tenantless(), now);
         let rule = p.rules.resolve(&notes).await.unwrap();
         assert_eq!(rule.source(), Some("retention policy v3"));
@@ -544,8 +597,15 @@ audit = "per_row"
     async fn aliases_resolve_through_the_static_provider() {
         let text = "[[category]]\nname = \"base\"\nstrategy = \"purge\"\nperiod = \"3d\"\n\n[[category]]\nname = \"old-name\"\nalias_of = \"base\"\n";
         let p = PolicyFile::parse(text).unwrap();
-        assert_eq!(p.rules.alias_path("old-name").unwrap(), vec!["old-name", "base"]);
-        let ctx = ResolutionContext::new("old-name", TenantContext::tenantless(), chrono::Utc::now());
-        assert_eq!(p.rules.resolve(&ctx).await.unwrap().period().to_string(), "3d");
+        assert_eq!(
+            p.rules.alias_path("old-name").unwrap(),
+            vec!["old-name", "base"]
+        );
+        let ctx =
+            ResolutionContext::new("old-name", TenantContext::tenantless(), chrono::Utc::now());
+        assert_eq!(
+            p.rules.resolve(&ctx).await.unwrap().period().to_string(),
+            "3d"
+        );
     }
 }

@@ -7,7 +7,11 @@ use cohort::schema::{self, CohortTable, SCHEMA_VERSION};
 use sqlx::{AssertSqlSafe, Row};
 use support::*;
 
-async fn catalog_columns(pool: &sqlx::PgPool, schema: &str, table: &str) -> Vec<(String, String, bool)> {
+async fn catalog_columns(
+    pool: &sqlx::PgPool,
+    schema: &str,
+    table: &str,
+) -> Vec<(String, String, bool)> {
     sqlx::query(
         "SELECT a.attname::text AS name, pg_catalog.format_type(a.atttypid, a.atttypmod) AS ty, NOT a.attnotnull AS nullable \
          FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_class c ON c.oid = a.attrelid \
@@ -35,9 +39,19 @@ async fn migrations_create_exactly_the_table_contract() {
             .iter()
             .map(|c| (c.name.to_string(), c.sql_type.to_string(), c.nullable))
             .collect();
-        assert_eq!(catalog_columns(db.pool(), "public", table.name()).await, expected, "{}", table.name());
+        assert_eq!(
+            catalog_columns(db.pool(), "public", table.name()).await,
+            expected,
+            "{}",
+            table.name()
+        );
     }
-    assert_eq!(schema::installed_version(&mut conn, "public").await.unwrap(), Some(SCHEMA_VERSION));
+    assert_eq!(
+        schema::installed_version(&mut conn, "public")
+            .await
+            .unwrap(),
+        Some(SCHEMA_VERSION)
+    );
 }
 
 #[tokio::test]
@@ -59,7 +73,10 @@ async fn concurrent_migrations_apply_once_and_rerun_is_a_no_op() {
     assert_eq!(applied, vec![vec![], vec![], vec![], vec![1]]);
     let mut conn = db.connect().await.unwrap();
     let again = schema::migrate(&mut conn, "retention").await.unwrap();
-    assert_eq!((again.from_version, again.to_version, again.applied), (1, 1, vec![]));
+    assert_eq!(
+        (again.from_version, again.to_version, again.applied),
+        (1, 1, vec![])
+    );
 }
 
 #[tokio::test]
@@ -68,7 +85,9 @@ async fn tables_land_exactly_in_the_named_schema_whatever_the_search_path() {
     exec(db.pool(), "CREATE SCHEMA decoy").await;
     let options = db.connect_options().options([("search_path", "decoy")]);
     let mut conn = sqlx::ConnectOptions::connect(&options).await.unwrap();
-    schema::migrate(&mut conn, "Retention Ledger").await.unwrap();
+    schema::migrate(&mut conn, "Retention Ledger")
+        .await
+        .unwrap();
     let counts: Vec<(String, i64)> = sqlx::query(
         "SELECT n.nspname::text AS s, count(*) AS n FROM pg_catalog.pg_class c \
          JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
@@ -88,12 +107,22 @@ async fn host_migration_tools_can_apply_the_rendered_sql() {
     let db = empty_db().await;
     exec(db.pool(), "CREATE SCHEMA audit").await;
     for m in schema::migrations("audit").unwrap() {
-        sqlx::raw_sql(AssertSqlSafe(m.sql)).execute(db.pool()).await.unwrap();
+        sqlx::raw_sql(AssertSqlSafe(m.sql))
+            .execute(db.pool())
+            .await
+            .unwrap();
     }
     let mut conn = db.connect().await.unwrap();
-    assert_eq!(schema::installed_version(&mut conn, "audit").await.unwrap(), Some(SCHEMA_VERSION));
+    assert_eq!(
+        schema::installed_version(&mut conn, "audit").await.unwrap(),
+        Some(SCHEMA_VERSION)
+    );
     // `cohort migrate` afterwards sees it as current.
-    assert!(schema::migrate(&mut conn, "audit").await.unwrap().applied.is_empty());
+    assert!(schema::migrate(&mut conn, "audit")
+        .await
+        .unwrap()
+        .applied
+        .is_empty());
 }
 
 #[tokio::test]
@@ -102,15 +131,26 @@ async fn unknown_or_newer_schemas_are_refused_and_left_alone() {
     exec(db.pool(), "CREATE TABLE public.sweep_run (id int)").await;
     let mut conn = db.connect().await.unwrap();
     let err = schema::migrate(&mut conn, "public").await.unwrap_err();
-    assert!(err.to_string().contains("carries no Cohort schema version"), "{err}");
-    exec(db.pool(), "COMMENT ON TABLE public.sweep_run IS 'cohort schema version 7'").await;
+    assert!(
+        err.to_string().contains("carries no Cohort schema version"),
+        "{err}"
+    );
+    exec(
+        db.pool(),
+        "COMMENT ON TABLE public.sweep_run IS 'cohort schema version 7'",
+    )
+    .await;
     let err = schema::migrate(&mut conn, "public").await.unwrap_err();
-    assert!(err.to_string().contains("newer than this build's 1"), "{err}");
+    assert!(
+        err.to_string().contains("newer than this build's 1"),
+        "{err}"
+    );
     // Nothing was created next to the foreign table.
-    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM pg_catalog.pg_tables WHERE schemaname = 'public'")
-        .fetch_one(db.pool())
-        .await
-        .unwrap();
+    let n: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM pg_catalog.pg_tables WHERE schemaname = 'public'")
+            .fetch_one(db.pool())
+            .await
+            .unwrap();
     assert_eq!(n, 1);
 }
 

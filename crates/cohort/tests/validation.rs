@@ -24,8 +24,14 @@ async fn build(db: &TestDatabase, decls: Vec<EntityDeclaration>) -> Result<Cohor
     build_with(db, decls, CohortConfig::default()).await
 }
 
-async fn build_with(db: &TestDatabase, decls: Vec<EntityDeclaration>, config: CohortConfig) -> Result<Cohort, Error> {
-    let mut builder = Cohort::builder(db.pool().clone()).config(config).rules(rules());
+async fn build_with(
+    db: &TestDatabase,
+    decls: Vec<EntityDeclaration>,
+    config: CohortConfig,
+) -> Result<Cohort, Error> {
+    let mut builder = Cohort::builder(db.pool().clone())
+        .config(config)
+        .rules(rules());
     for d in decls {
         builder = builder.declaration(d);
     }
@@ -34,7 +40,12 @@ async fn build_with(db: &TestDatabase, decls: Vec<EntityDeclaration>, config: Co
 
 /// Builds, expects a validation failure containing every `expected`
 /// fragment, and checks that `tables` and the ledger did not change.
-async fn expect_problems(db: &TestDatabase, decls: Vec<EntityDeclaration>, tables: &[&str], expected: &[&str]) -> Vec<String> {
+async fn expect_problems(
+    db: &TestDatabase,
+    decls: Vec<EntityDeclaration>,
+    tables: &[&str],
+    expected: &[&str],
+) -> Vec<String> {
     let mut before = Vec::new();
     for t in tables {
         before.push(table_digest(db.pool(), t).await);
@@ -54,9 +65,17 @@ async fn expect_problems(db: &TestDatabase, decls: Vec<EntityDeclaration>, table
         );
     }
     for (t, digest) in tables.iter().zip(before) {
-        assert_eq!(table_digest(db.pool(), t).await, digest, "{t} changed during validation");
+        assert_eq!(
+            table_digest(db.pool(), t).await,
+            digest,
+            "{t} changed during validation"
+        );
     }
-    assert_eq!(ledger_rows(db.pool(), "public").await, 0, "validation wrote to the ledger");
+    assert_eq!(
+        ledger_rows(db.pool(), "public").await,
+        0,
+        "validation wrote to the ledger"
+    );
     problems
 }
 
@@ -79,51 +98,100 @@ async fn valid_model_passes_and_resolves_conventions() {
 #[tokio::test]
 async fn naive_timestamp_anchor_is_rejected() {
     let db = migrated_db().await;
-    exec(db.pool(), "CREATE TABLE notes (id uuid PRIMARY KEY, tenant_id uuid, created_at timestamp);
-        INSERT INTO notes VALUES (gen_random_uuid(), gen_random_uuid(), now());").await;
-    expect_problems(&db, vec![note("notes")], &["notes"], &[
-        "anchor column \"created_at\" is `timestamp without time zone`",
-        "Change it to `timestamp with time zone`",
-    ]).await;
+    exec(
+        db.pool(),
+        "CREATE TABLE notes (id uuid PRIMARY KEY, tenant_id uuid, created_at timestamp);
+        INSERT INTO notes VALUES (gen_random_uuid(), gen_random_uuid(), now());",
+    )
+    .await;
+    expect_problems(
+        &db,
+        vec![note("notes")],
+        &["notes"],
+        &[
+            "anchor column \"created_at\" is `timestamp without time zone`",
+            "Change it to `timestamp with time zone`",
+        ],
+    )
+    .await;
 }
 
 #[tokio::test]
 async fn missing_column_is_rejected() {
     let db = migrated_db().await;
     exec(db.pool(), NOTES).await;
-    let decl = note("notes").anchor("written_at").marker(Marker::SoftDelete, "gone");
-    expect_problems(&db, vec![decl], &["notes"], &[
-        "anchor column \"written_at\" does not exist in public.notes",
-        "soft_delete marker column \"gone\" does not exist in public.notes",
-    ]).await;
+    let decl = note("notes")
+        .anchor("written_at")
+        .marker(Marker::SoftDelete, "gone");
+    expect_problems(
+        &db,
+        vec![decl],
+        &["notes"],
+        &[
+            "anchor column \"written_at\" does not exist in public.notes",
+            "soft_delete marker column \"gone\" does not exist in public.notes",
+        ],
+    )
+    .await;
 }
 
 #[tokio::test]
 async fn missing_table_is_rejected() {
     let db = migrated_db().await;
-    expect_problems(&db, vec![note("nowhere")], &[], &["Note: table public.nowhere does not exist"]).await;
+    expect_problems(
+        &db,
+        vec![note("nowhere")],
+        &[],
+        &["Note: table public.nowhere does not exist"],
+    )
+    .await;
 }
 
 #[tokio::test]
 async fn two_entities_on_one_table_are_rejected() {
     let db = migrated_db().await;
     exec(db.pool(), NOTES).await;
-    let second = EntityDeclaration::new("NoteAgain", OTHER_ID).category("notes").anchor("created_at").table("public.notes");
-    let problems = expect_problems(&db, vec![note("notes"), second], &["notes"], &[
-        "Note: table public.notes is also declared by NoteAgain",
-        "NoteAgain: table public.notes is also declared by Note",
-    ]).await;
+    let second = EntityDeclaration::new("NoteAgain", OTHER_ID)
+        .category("notes")
+        .anchor("created_at")
+        .table("public.notes");
+    let problems = expect_problems(
+        &db,
+        vec![note("notes"), second],
+        &["notes"],
+        &[
+            "Note: table public.notes is also declared by NoteAgain",
+            "NoteAgain: table public.notes is also declared by Note",
+        ],
+    )
+    .await;
     assert_eq!(problems.len(), 2, "{problems:?}");
 }
 
 #[tokio::test]
 async fn inherited_tables_are_rejected() {
     let db = migrated_db().await;
-    exec(db.pool(), "CREATE TABLE parent_notes (id uuid PRIMARY KEY, tenant_id uuid, created_at timestamptz);
+    exec(
+        db.pool(),
+        "CREATE TABLE parent_notes (id uuid PRIMARY KEY, tenant_id uuid, created_at timestamptz);
         CREATE TABLE child_notes (extra text) INHERITS (parent_notes);
-        INSERT INTO child_notes VALUES (gen_random_uuid(), gen_random_uuid(), now(), 'x');").await;
-    expect_problems(&db, vec![note("parent_notes")], &["parent_notes"], &["public.parent_notes takes part in table inheritance"]).await;
-    expect_problems(&db, vec![note("child_notes")], &["child_notes"], &["public.child_notes takes part in table inheritance"]).await;
+        INSERT INTO child_notes VALUES (gen_random_uuid(), gen_random_uuid(), now(), 'x');",
+    )
+    .await;
+    expect_problems(
+        &db,
+        vec![note("parent_notes")],
+        &["parent_notes"],
+        &["public.parent_notes takes part in table inheritance"],
+    )
+    .await;
+    expect_problems(
+        &db,
+        vec![note("child_notes")],
+        &["child_notes"],
+        &["public.child_notes takes part in table inheritance"],
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -134,49 +202,110 @@ async fn declarative_partitioning_of_the_retained_table_is_accepted_but_a_partit
         CREATE TABLE events_0 PARTITION OF events FOR VALUES WITH (MODULUS 2, REMAINDER 0);
         CREATE TABLE events_1 PARTITION OF events FOR VALUES WITH (MODULUS 2, REMAINDER 1);").await;
     build(&db, vec![note("events")]).await.unwrap();
-    expect_problems(&db, vec![note("events_0")], &["events_0"], &["public.events_0 is a partition of another table"]).await;
+    expect_problems(
+        &db,
+        vec![note("events_0")],
+        &["events_0"],
+        &["public.events_0 is a partition of another table"],
+    )
+    .await;
 }
 
 #[tokio::test]
 async fn on_delete_cascade_from_a_purgeable_entity_into_another_is_rejected() {
     let db = migrated_db().await;
-    exec(db.pool(), "CREATE TABLE cases (id uuid PRIMARY KEY, tenant_id uuid, created_at timestamptz);
+    exec(
+        db.pool(),
+        "CREATE TABLE cases (id uuid PRIMARY KEY, tenant_id uuid, created_at timestamptz);
         CREATE TABLE case_notes (id uuid PRIMARY KEY, tenant_id uuid, created_at timestamptz,
-            case_id uuid REFERENCES cases (id) ON DELETE CASCADE);").await;
-    let cases = EntityDeclaration::new("Case", NOTE_ID).category("notes").anchor("created_at").table("cases");
-    let notes = EntityDeclaration::new("CaseNote", OTHER_ID).category("kept").anchor("created_at").table("case_notes");
+            case_id uuid REFERENCES cases (id) ON DELETE CASCADE);",
+    )
+    .await;
+    let cases = EntityDeclaration::new("Case", NOTE_ID)
+        .category("notes")
+        .anchor("created_at")
+        .table("cases");
+    let notes = EntityDeclaration::new("CaseNote", OTHER_ID)
+        .category("kept")
+        .anchor("created_at")
+        .table("case_notes");
     expect_problems(&db, vec![cases.clone(), notes.clone()], &["cases", "case_notes"], &[
         "CaseNote: foreign key \"case_notes_case_id_fkey\" on public.case_notes is ON DELETE CASCADE from public.cases (entity Case, which may be purged)",
     ]).await;
     // Not purgeable: the same cascade is acceptable.
-    let cases_exempt = EntityDeclaration::new("Case", NOTE_ID).category("kept").anchor("created_at").table("cases");
+    let cases_exempt = EntityDeclaration::new("Case", NOTE_ID)
+        .category("kept")
+        .anchor("created_at")
+        .table("cases");
     build(&db, vec![cases_exempt, notes.clone()]).await.unwrap();
     // RESTRICT instead of CASCADE: acceptable.
-    exec(db.pool(), "ALTER TABLE case_notes DROP CONSTRAINT case_notes_case_id_fkey;
-        ALTER TABLE case_notes ADD FOREIGN KEY (case_id) REFERENCES cases (id) ON DELETE RESTRICT;").await;
+    exec(
+        db.pool(),
+        "ALTER TABLE case_notes DROP CONSTRAINT case_notes_case_id_fkey;
+        ALTER TABLE case_notes ADD FOREIGN KEY (case_id) REFERENCES cases (id) ON DELETE RESTRICT;",
+    )
+    .await;
     build(&db, vec![cases, notes]).await.unwrap();
 }
 
 #[tokio::test]
 async fn anonymise_without_marker_or_columns_is_rejected() {
     let db = migrated_db().await;
-    exec(db.pool(), "CREATE TABLE contacts (id uuid PRIMARY KEY, tenant_id uuid, created_at timestamptz,
-        email text, full_name text NOT NULL)").await;
-    let no_marker = EntityDeclaration::new("Contact", CONTACT_ID).category("contacts").anchor("created_at").table("contacts")
+    exec(
+        db.pool(),
+        "CREATE TABLE contacts (id uuid PRIMARY KEY, tenant_id uuid, created_at timestamptz,
+        email text, full_name text NOT NULL)",
+    )
+    .await;
+    let no_marker = EntityDeclaration::new("Contact", CONTACT_ID)
+        .category("contacts")
+        .anchor("created_at")
+        .table("contacts")
         .anonymise("email", AnonymiseMethod::Null);
-    expect_problems(&db, vec![no_marker], &["contacts"], &["category \"contacts\" may anonymise, but no anonymised_at marker resolves"]).await;
-    exec(db.pool(), "ALTER TABLE contacts ADD COLUMN anonymised_at timestamptz").await;
-    let no_columns = EntityDeclaration::new("Contact", CONTACT_ID).category("contacts").anchor("created_at").table("contacts");
-    expect_problems(&db, vec![no_columns], &["contacts"], &["may anonymise, but no column is marked for anonymisation"]).await;
-    let bad_methods = EntityDeclaration::new("Contact", CONTACT_ID).category("contacts").anchor("created_at").table("contacts")
+    expect_problems(
+        &db,
+        vec![no_marker],
+        &["contacts"],
+        &["category \"contacts\" may anonymise, but no anonymised_at marker resolves"],
+    )
+    .await;
+    exec(
+        db.pool(),
+        "ALTER TABLE contacts ADD COLUMN anonymised_at timestamptz",
+    )
+    .await;
+    let no_columns = EntityDeclaration::new("Contact", CONTACT_ID)
+        .category("contacts")
+        .anchor("created_at")
+        .table("contacts");
+    expect_problems(
+        &db,
+        vec![no_columns],
+        &["contacts"],
+        &["may anonymise, but no column is marked for anonymisation"],
+    )
+    .await;
+    let bad_methods = EntityDeclaration::new("Contact", CONTACT_ID)
+        .category("contacts")
+        .anchor("created_at")
+        .table("contacts")
         .anonymise("full_name", AnonymiseMethod::Null)
         .anonymise("tenant_id", AnonymiseMethod::Empty);
-    expect_problems(&db, vec![bad_methods], &["contacts"], &[
-        "column \"full_name\" is anonymised to NULL but is NOT NULL",
-        "column \"tenant_id\" is both anonymised and a marker",
-        "column \"tenant_id\" is uuid; the empty anonymise method needs a text column",
-    ]).await;
-    let good = EntityDeclaration::new("Contact", CONTACT_ID).category("contacts").anchor("created_at").table("contacts")
+    expect_problems(
+        &db,
+        vec![bad_methods],
+        &["contacts"],
+        &[
+            "column \"full_name\" is anonymised to NULL but is NOT NULL",
+            "column \"tenant_id\" is both anonymised and a marker",
+            "column \"tenant_id\" is uuid; the empty anonymise method needs a text column",
+        ],
+    )
+    .await;
+    let good = EntityDeclaration::new("Contact", CONTACT_ID)
+        .category("contacts")
+        .anchor("created_at")
+        .table("contacts")
         .anonymise("email", AnonymiseMethod::Null)
         .anonymise("full_name", AnonymiseMethod::Literal("[redacted]".into()));
     build(&db, vec![good]).await.unwrap();
@@ -186,15 +315,44 @@ async fn anonymise_without_marker_or_columns_is_rejected() {
 async fn soft_delete_without_flag_is_rejected_also_when_only_an_override_may_soft_delete() {
     let db = migrated_db().await;
     exec(db.pool(), NOTES).await;
-    let soft = EntityDeclaration::new("Note", NOTE_ID).category("soft").anchor("created_at").table("notes");
-    expect_problems(&db, vec![soft], &["notes"], &["category \"soft\" may soft delete, but no soft-delete flag resolves"]).await;
+    let soft = EntityDeclaration::new("Note", NOTE_ID)
+        .category("soft")
+        .anchor("created_at")
+        .table("notes");
+    expect_problems(
+        &db,
+        vec![soft],
+        &["notes"],
+        &["category \"soft\" may soft delete, but no soft-delete flag resolves"],
+    )
+    .await;
     // `mixed` purges by default and soft-deletes only for tenant t2: still validated up front.
-    let mixed = EntityDeclaration::new("Note", NOTE_ID).category("mixed").anchor("created_at").table("notes");
-    expect_problems(&db, vec![mixed.clone()], &["notes"], &["category \"mixed\" may soft delete"]).await;
+    let mixed = EntityDeclaration::new("Note", NOTE_ID)
+        .category("mixed")
+        .anchor("created_at")
+        .table("notes");
+    expect_problems(
+        &db,
+        vec![mixed.clone()],
+        &["notes"],
+        &["category \"mixed\" may soft delete"],
+    )
+    .await;
     exec(db.pool(), "ALTER TABLE notes ADD COLUMN is_deleted text").await;
-    expect_problems(&db, vec![mixed.clone()], &["notes"], &["soft-delete flag column \"is_deleted\" is text but must be boolean"]).await;
+    expect_problems(
+        &db,
+        vec![mixed.clone()],
+        &["notes"],
+        &["soft-delete flag column \"is_deleted\" is text but must be boolean"],
+    )
+    .await;
     exec(db.pool(), "ALTER TABLE notes DROP COLUMN is_deleted; ALTER TABLE notes ADD COLUMN is_deleted boolean NOT NULL DEFAULT false").await;
-    let model = build(&db, vec![mixed]).await.unwrap().ready().await.unwrap();
+    let model = build(&db, vec![mixed])
+        .await
+        .unwrap()
+        .ready()
+        .await
+        .unwrap();
     assert_eq!(model.entities[0].soft_delete.as_deref(), Some("is_deleted"));
 }
 
@@ -202,14 +360,41 @@ async fn soft_delete_without_flag_is_rejected_also_when_only_an_override_may_sof
 async fn tenantless_entity_that_has_a_tenant_column_is_rejected() {
     let db = migrated_db().await;
     exec(db.pool(), NOTES).await;
-    expect_problems(&db, vec![note("notes").tenantless()], &["notes"], &["declared tenantless, but the tenant column \"tenant_id\" resolves"]).await;
+    expect_problems(
+        &db,
+        vec![note("notes").tenantless()],
+        &["notes"],
+        &["declared tenantless, but the tenant column \"tenant_id\" resolves"],
+    )
+    .await;
     // A derive-style declaration that does not list the column is caught by the catalog check.
-    let declared = note("notes").tenantless().column("id", "id", "Uuid").column("created_at", "created_at", "DateTime<Utc>");
-    expect_problems(&db, vec![declared], &["notes"], &["entity is tenantless but public.notes has a tenant column \"tenant_id\""]).await;
+    let declared = note("notes")
+        .tenantless()
+        .column("id", "id", "Uuid")
+        .column("created_at", "created_at", "DateTime<Utc>");
+    expect_problems(
+        &db,
+        vec![declared],
+        &["notes"],
+        &["entity is tenantless but public.notes has a tenant column \"tenant_id\""],
+    )
+    .await;
     // And an entity with no tenant column that is not marked tenantless.
-    exec(db.pool(), "CREATE TABLE globals (id bigint PRIMARY KEY, created_at timestamptz)").await;
-    expect_problems(&db, vec![note("globals")], &["globals"], &["no tenant column: none declared"]).await;
-    build(&db, vec![note("globals").tenantless()]).await.unwrap();
+    exec(
+        db.pool(),
+        "CREATE TABLE globals (id bigint PRIMARY KEY, created_at timestamptz)",
+    )
+    .await;
+    expect_problems(
+        &db,
+        vec![note("globals")],
+        &["globals"],
+        &["no tenant column: none declared"],
+    )
+    .await;
+    build(&db, vec![note("globals").tenantless()])
+        .await
+        .unwrap();
 }
 
 #[tokio::test]
@@ -217,14 +402,29 @@ async fn duplicate_and_malformed_ids_are_rejected() {
     let db = migrated_db().await;
     exec(db.pool(), NOTES).await;
     exec(db.pool(), "CREATE TABLE notes2 (LIKE notes INCLUDING ALL); CREATE TABLE notes3 (LIKE notes INCLUDING ALL);").await;
-    let dup = EntityDeclaration::new("NoteCopy", NOTE_ID).category("notes").anchor("created_at").table("notes2");
-    let malformed = EntityDeclaration::new("NoteBad", "not-a-uuid").category("notes").anchor("created_at").table("notes3");
-    let empty = EntityDeclaration::new("NoteEmpty", "").category("notes").anchor("created_at").table("notes3");
-    expect_problems(&db, vec![note("notes"), dup, malformed, empty], &["notes"], &[
-        &format!("NoteCopy: retained-entity id {NOTE_ID} is also used by Note"),
-        "NoteBad: the retained-entity id \"not-a-uuid\" is not a UUID",
-        "NoteEmpty: the retained-entity id is missing or empty",
-    ]).await;
+    let dup = EntityDeclaration::new("NoteCopy", NOTE_ID)
+        .category("notes")
+        .anchor("created_at")
+        .table("notes2");
+    let malformed = EntityDeclaration::new("NoteBad", "not-a-uuid")
+        .category("notes")
+        .anchor("created_at")
+        .table("notes3");
+    let empty = EntityDeclaration::new("NoteEmpty", "")
+        .category("notes")
+        .anchor("created_at")
+        .table("notes3");
+    expect_problems(
+        &db,
+        vec![note("notes"), dup, malformed, empty],
+        &["notes"],
+        &[
+            &format!("NoteCopy: retained-entity id {NOTE_ID} is also used by Note"),
+            "NoteBad: the retained-entity id \"not-a-uuid\" is not a UUID",
+            "NoteEmpty: the retained-entity id is missing or empty",
+        ],
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -232,8 +432,16 @@ async fn duplicate_markers_are_rejected() {
     let db = migrated_db().await;
     exec(db.pool(), NOTES).await;
     exec(db.pool(), "ALTER TABLE notes ADD COLUMN org uuid").await;
-    let decl = note("notes").marker(Marker::Tenant, "tenant_id").marker(Marker::Tenant, "org");
-    expect_problems(&db, vec![decl], &["notes"], &["the tenant marker is declared twice (columns \"tenant_id\" and \"org\")"]).await;
+    let decl = note("notes")
+        .marker(Marker::Tenant, "tenant_id")
+        .marker(Marker::Tenant, "org");
+    expect_problems(
+        &db,
+        vec![decl],
+        &["notes"],
+        &["the tenant marker is declared twice (columns \"tenant_id\" and \"org\")"],
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -242,22 +450,41 @@ async fn composite_and_non_unique_keys_are_rejected() {
     exec(db.pool(), "CREATE TABLE pairs (id uuid, tenant_id uuid, created_at timestamptz, PRIMARY KEY (tenant_id, id));
         CREATE TABLE loose (id uuid, tenant_id uuid, created_at timestamptz);").await;
     expect_problems(&db, vec![note("pairs")], &["pairs"], &["public.pairs has a composite primary key (tenant_id, id); Cohort needs a single-column record key"]).await;
-    expect_problems(&db, vec![note("loose")], &["loose"], &["record key column \"id\" is not a primary key or unique on its own"]).await;
+    expect_problems(
+        &db,
+        vec![note("loose")],
+        &["loose"],
+        &["record key column \"id\" is not a primary key or unique on its own"],
+    )
+    .await;
 }
 
 #[tokio::test]
 async fn every_problem_is_reported_at_once() {
     let db = migrated_db().await;
-    exec(db.pool(), "CREATE TABLE bad (id uuid, tenant_id uuid, created_at timestamp, is_deleted int)").await;
-    let decl = EntityDeclaration::new("Bad", NOTE_ID).category("soft").anchor("created_at").table("bad")
+    exec(
+        db.pool(),
+        "CREATE TABLE bad (id uuid, tenant_id uuid, created_at timestamp, is_deleted int)",
+    )
+    .await;
+    let decl = EntityDeclaration::new("Bad", NOTE_ID)
+        .category("soft")
+        .anchor("created_at")
+        .table("bad")
         .subject("missing_col", None);
-    let problems = expect_problems(&db, vec![decl, note("absent")], &["bad"], &[
-        "Bad: erasure subject column \"missing_col\" does not exist",
-        "Bad: anchor column \"created_at\" is `timestamp without time zone`",
-        "Bad: record key column \"id\" is not a primary key",
-        "Bad: soft-delete flag column \"is_deleted\" is integer but must be boolean",
-        "Note: table public.absent does not exist",
-    ]).await;
+    let problems = expect_problems(
+        &db,
+        vec![decl, note("absent")],
+        &["bad"],
+        &[
+            "Bad: erasure subject column \"missing_col\" does not exist",
+            "Bad: anchor column \"created_at\" is `timestamp without time zone`",
+            "Bad: record key column \"id\" is not a primary key",
+            "Bad: soft-delete flag column \"is_deleted\" is integer but must be boolean",
+            "Note: table public.absent does not exist",
+        ],
+    )
+    .await;
     assert!(problems.len() >= 5);
 }
 
@@ -266,21 +493,33 @@ async fn unknown_category_is_rejected() {
     let db = migrated_db().await;
     exec(db.pool(), NOTES).await;
     let decl = note("notes").category("no-such-category");
-    expect_problems(&db, vec![decl], &["notes"], &["category \"no-such-category\" is not known to the rule provider"]).await;
+    expect_problems(
+        &db,
+        vec![decl],
+        &["notes"],
+        &["category \"no-such-category\" is not known to the rule provider"],
+    )
+    .await;
 }
 
 #[tokio::test]
 async fn erasure_subjects_several_columns_and_incompatible_types() {
     let db = migrated_db().await;
-    exec(db.pool(), "CREATE TABLE messages (id uuid PRIMARY KEY, tenant_id uuid, created_at timestamptz,
-        author_id uuid, recipient_email text, legacy_user int8, payload jsonb)").await;
+    exec(
+        db.pool(),
+        "CREATE TABLE messages (id uuid PRIMARY KEY, tenant_id uuid, created_at timestamptz,
+        author_id uuid, recipient_email text, legacy_user int8, payload jsonb)",
+    )
+    .await;
     let ok = note("messages")
         .subject("author_id", None)
         .subject("recipient_email", Some("email"))
         .subject("legacy_user", Some("user"));
     let model = build(&db, vec![ok]).await.unwrap().ready().await.unwrap();
     assert_eq!(model.entities[0].subjects.len(), 3);
-    let bad = note("messages").subject("author_id", None).subject("payload", None);
+    let bad = note("messages")
+        .subject("author_id", None)
+        .subject("payload", None);
     expect_problems(&db, vec![bad], &["messages"], &["erasure subject column \"payload\" is jsonb; subjects must be uuid, integer or text columns"]).await;
     let typed = note("messages")
         .column("id", "id", "Uuid")
@@ -288,16 +527,33 @@ async fn erasure_subjects_several_columns_and_incompatible_types() {
         .column("created_at", "created_at", "DateTime<Utc>")
         .column("author_id", "author_id", "i32")
         .subject("author_id", None);
-    expect_problems(&db, vec![typed], &["messages"], &["field type i32 does not match column \"author_id\" of type uuid"]).await;
+    expect_problems(
+        &db,
+        vec![typed],
+        &["messages"],
+        &["field type i32 does not match column \"author_id\" of type uuid"],
+    )
+    .await;
 }
 
 #[tokio::test]
 async fn retained_and_exempt_at_once_is_rejected() {
     let db = migrated_db().await;
     exec(db.pool(), NOTES).await;
-    expect_problems(&db, vec![note("notes").exempt("audit evidence")], &["notes"], &["declared both retained (category \"notes\") and exempt"]).await;
+    expect_problems(
+        &db,
+        vec![note("notes").exempt("audit evidence")],
+        &["notes"],
+        &["declared both retained (category \"notes\") and exempt"],
+    )
+    .await;
     let exempt = EntityDeclaration::new("AuditLog", OTHER_ID).exempt("kept by law");
-    let model = build(&db, vec![note("notes"), exempt]).await.unwrap().ready().await.unwrap();
+    let model = build(&db, vec![note("notes"), exempt])
+        .await
+        .unwrap()
+        .ready()
+        .await
+        .unwrap();
     assert_eq!(model.exempt.len(), 1);
     assert_eq!(model.entities.len(), 1);
 }
@@ -308,24 +564,53 @@ async fn missing_cohort_schema_is_rejected() {
     exec(db.pool(), NOTES).await;
     let err = build(&db, vec![note("notes")]).await.unwrap_err();
     let text = err.to_string();
-    assert!(text.contains("Cohort's tables are not installed in schema \"public\"; run `cohort migrate`"), "{text}");
+    assert!(
+        text.contains(
+            "Cohort's tables are not installed in schema \"public\"; run `cohort migrate`"
+        ),
+        "{text}"
+    );
 }
 
 #[tokio::test]
 async fn incomplete_or_old_cohort_schema_is_rejected() {
     let db = migrated_db().await;
     exec(db.pool(), NOTES).await;
-    exec(db.pool(), "DROP TABLE sweep_row_handler_status; ALTER TABLE retention_hold DROP COLUMN released_at;
-        ALTER TABLE sweep_run ALTER COLUMN error TYPE varchar(200);").await;
-    expect_problems_global(&db, &[
-        "Cohort table public.sweep_row_handler_status is missing",
-        "Cohort table public.retention_hold lacks column \"released_at\"",
-        "Cohort column public.sweep_run.error is character varying(200) but must be text",
-    ]).await;
-    exec(db.pool(), "COMMENT ON TABLE sweep_run IS 'cohort schema version 0'").await;
-    expect_problems_global(&db, &["is version 0, older than this build's 1; run `cohort migrate`"]).await;
-    exec(db.pool(), "COMMENT ON TABLE sweep_run IS 'cohort schema version 99'").await;
-    expect_problems_global(&db, &["is version 99, newer than this build's 1; upgrade Cohort"]).await;
+    exec(
+        db.pool(),
+        "DROP TABLE sweep_row_handler_status; ALTER TABLE retention_hold DROP COLUMN released_at;
+        ALTER TABLE sweep_run ALTER COLUMN error TYPE varchar(200);",
+    )
+    .await;
+    expect_problems_global(
+        &db,
+        &[
+            "Cohort table public.sweep_row_handler_status is missing",
+            "Cohort table public.retention_hold lacks column \"released_at\"",
+            "Cohort column public.sweep_run.error is character varying(200) but must be text",
+        ],
+    )
+    .await;
+    exec(
+        db.pool(),
+        "COMMENT ON TABLE sweep_run IS 'cohort schema version 0'",
+    )
+    .await;
+    expect_problems_global(
+        &db,
+        &["is version 0, older than this build's 1; run `cohort migrate`"],
+    )
+    .await;
+    exec(
+        db.pool(),
+        "COMMENT ON TABLE sweep_run IS 'cohort schema version 99'",
+    )
+    .await;
+    expect_problems_global(
+        &db,
+        &["is version 99, newer than this build's 1; upgrade Cohort"],
+    )
+    .await;
 }
 
 async fn expect_problems_global(db: &TestDatabase, expected: &[&str]) {
@@ -341,18 +626,50 @@ async fn a_same_named_table_in_another_schema_is_never_inspected() {
     let db = migrated_db().await;
     // The right table is in `app`; `public.notes` has a bad shape and must be ignored,
     // even when it is first on the search path.
-    exec(db.pool(), "CREATE SCHEMA app;
+    exec(
+        db.pool(),
+        "CREATE SCHEMA app;
         CREATE TABLE app.notes (id uuid PRIMARY KEY, tenant_id uuid, created_at timestamptz);
-        CREATE TABLE public.notes (id text, tenant_id uuid, created_at timestamp);").await;
-    let options = db.connect_options().options([("search_path", "public, app")]);
-    let pool = sqlx::postgres::PgPoolOptions::new().max_connections(2).connect_with(options).await.unwrap();
-    Cohort::builder(pool).rules(rules()).declaration(note("app.notes")).build().await.unwrap();
+        CREATE TABLE public.notes (id text, tenant_id uuid, created_at timestamp);",
+    )
+    .await;
+    let options = db
+        .connect_options()
+        .options([("search_path", "public, app")]);
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(2)
+        .connect_with(options)
+        .await
+        .unwrap();
+    Cohort::builder(pool)
+        .rules(rules())
+        .declaration(note("app.notes"))
+        .build()
+        .await
+        .unwrap();
     // With `app` as the configured default schema, an unqualified table resolves there.
-    let config = CohortConfig { default_table_schema: Some("app".into()), ..CohortConfig::default() };
-    let model = build_with(&db, vec![note("notes")], config).await.unwrap().ready().await.unwrap();
-    assert_eq!(model.entities[0].table, cohort::QualifiedName::new("app", "notes"));
+    let config = CohortConfig {
+        default_table_schema: Some("app".into()),
+        ..CohortConfig::default()
+    };
+    let model = build_with(&db, vec![note("notes")], config)
+        .await
+        .unwrap()
+        .ready()
+        .await
+        .unwrap();
+    assert_eq!(
+        model.entities[0].table,
+        cohort::QualifiedName::new("app", "notes")
+    );
     // And the bad public one really is rejected when named.
-    expect_problems(&db, vec![note("public.notes")], &["public.notes"], &["is `timestamp without time zone`"]).await;
+    expect_problems(
+        &db,
+        vec![note("public.notes")],
+        &["public.notes"],
+        &["is `timestamp without time zone`"],
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -365,12 +682,26 @@ async fn catalog_reads_cannot_be_shadowed_through_search_path() {
         CREATE VIEW evil.pg_attribute AS SELECT attrelid, attname, atttypid, atttypmod, attnum, attnotnull, attisdropped FROM pg_catalog.pg_attribute WHERE false;
         CREATE FUNCTION evil.version() RETURNS text LANGUAGE sql AS $$ SELECT 'CockroachDB'::text $$;
         CREATE FUNCTION evil.format_type(oid, int4) RETURNS text LANGUAGE sql AS $$ SELECT 'nonsense'::text $$;").await;
-    let options = db.connect_options().options([("search_path", "evil, pg_catalog, public")]);
-    let pool = sqlx::postgres::PgPoolOptions::new().max_connections(2).connect_with(options).await.unwrap();
+    let options = db
+        .connect_options()
+        .options([("search_path", "evil, pg_catalog, public")]);
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(2)
+        .connect_with(options)
+        .await
+        .unwrap();
     // The shadowing objects really shadow for unqualified names on this pool.
-    let shadowed: String = sqlx::query_scalar("SELECT version()").fetch_one(&pool).await.unwrap();
+    let shadowed: String = sqlx::query_scalar("SELECT version()")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
     assert_eq!(shadowed, "CockroachDB");
-    let cohort = Cohort::builder(pool).rules(rules()).declaration(note("notes")).build().await.unwrap();
+    let cohort = Cohort::builder(pool)
+        .rules(rules())
+        .declaration(note("notes"))
+        .build()
+        .await
+        .unwrap();
     let model = cohort.ready().await.unwrap();
     assert_eq!(model.entities[0].tenant.as_deref(), Some("tenant_id"));
 }
@@ -379,15 +710,37 @@ async fn catalog_reads_cannot_be_shadowed_through_search_path() {
 async fn missing_index_is_advised_with_the_statement_to_create_it() {
     let db = migrated_db().await;
     exec(db.pool(), NOTES).await;
-    exec(db.pool(), "CREATE TABLE globals (id bigint PRIMARY KEY, created_at timestamptz)").await;
-    let globals = EntityDeclaration::new("Global", OTHER_ID).category("notes").anchor("created_at").table("globals").tenantless();
-    let model = build(&db, vec![note("notes"), globals.clone()]).await.unwrap().ready().await.unwrap();
+    exec(
+        db.pool(),
+        "CREATE TABLE globals (id bigint PRIMARY KEY, created_at timestamptz)",
+    )
+    .await;
+    let globals = EntityDeclaration::new("Global", OTHER_ID)
+        .category("notes")
+        .anchor("created_at")
+        .table("globals")
+        .tenantless();
+    let model = build(&db, vec![note("notes"), globals.clone()])
+        .await
+        .unwrap()
+        .ready()
+        .await
+        .unwrap();
     assert_eq!(model.warnings, vec![
         "Note: no index starts with (tenant_id, created_at); sweeps will scan public.notes. Suggested: CREATE INDEX ON \"public\".\"notes\" (\"tenant_id\", \"created_at\");".to_string(),
         "Global: no index starts with (created_at); sweeps will scan public.globals. Suggested: CREATE INDEX ON \"public\".\"globals\" (\"created_at\");".to_string(),
     ]);
-    exec(db.pool(), "CREATE INDEX ON notes (tenant_id, created_at, id); CREATE INDEX ON globals (created_at)").await;
-    let model = build(&db, vec![note("notes"), globals]).await.unwrap().ready().await.unwrap();
+    exec(
+        db.pool(),
+        "CREATE INDEX ON notes (tenant_id, created_at, id); CREATE INDEX ON globals (created_at)",
+    )
+    .await;
+    let model = build(&db, vec![note("notes"), globals])
+        .await
+        .unwrap()
+        .ready()
+        .await
+        .unwrap();
     assert!(model.warnings.is_empty(), "{:?}", model.warnings);
 }
 
@@ -396,22 +749,47 @@ async fn cohort_tables_are_found_exactly_in_the_configured_schema() {
     let db = empty_db().await;
     exec(db.pool(), NOTES).await;
     let mut conn = db.connect().await.unwrap();
-    let report = cohort::schema::migrate(&mut conn, "retention").await.unwrap();
-    assert_eq!((report.from_version, report.to_version, report.applied.clone()), (0, 1, vec![1]));
+    let report = cohort::schema::migrate(&mut conn, "retention")
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            report.from_version,
+            report.to_version,
+            report.applied.clone()
+        ),
+        (0, 1, vec![1])
+    );
     // Not in public: the default configuration must not find them.
     let err = build(&db, vec![note("notes")]).await.unwrap_err();
-    assert!(err.to_string().contains("not installed in schema \"public\""), "{err}");
-    let config = CohortConfig { schema: "retention".into(), default_table_schema: Some("public".into()), ..CohortConfig::default() };
+    assert!(
+        err.to_string()
+            .contains("not installed in schema \"public\""),
+        "{err}"
+    );
+    let config = CohortConfig {
+        schema: "retention".into(),
+        default_table_schema: Some("public".into()),
+        ..CohortConfig::default()
+    };
     build_with(&db, vec![note("notes")], config).await.unwrap();
 }
 
 #[tokio::test]
 async fn unvalidated_handle_checks_readiness_itself_and_caches_only_success() {
     let db = migrated_db().await;
-    let cohort = Cohort::builder(db.pool().clone()).rules(rules()).declaration(note("notes")).build_unvalidated().unwrap();
+    let cohort = Cohort::builder(db.pool().clone())
+        .rules(rules())
+        .declaration(note("notes"))
+        .build_unvalidated()
+        .unwrap();
     assert!(!cohort.is_ready());
     let err = cohort.ready().await.unwrap_err();
-    assert!(err.to_string().contains("table public.notes does not exist"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("table public.notes does not exist"),
+        "{err}"
+    );
     assert!(!cohort.is_ready(), "a failure must not be cached");
     exec(db.pool(), NOTES).await;
     cohort.ready().await.unwrap();
@@ -427,11 +805,21 @@ async fn out_of_range_configuration_is_rejected_before_touching_the_database() {
     let mut config = CohortConfig::default();
     config.sweep_batch_size = 0;
     config.dispatch.max_parallelism = 1000;
-    let err = Cohort::builder(db.pool().clone()).config(config).build().await.unwrap_err();
+    let err = Cohort::builder(db.pool().clone())
+        .config(config)
+        .build()
+        .await
+        .unwrap_err();
     let text = err.to_string();
     assert!(matches!(err, Error::Config(_)), "{text}");
-    assert!(text.contains("sweep_batch_size = 0 is out of range 1..=100000"), "{text}");
-    assert!(text.contains("dispatch.max_parallelism = 1000 is out of range 1..=256"), "{text}");
+    assert!(
+        text.contains("sweep_batch_size = 0 is out of range 1..=100000"),
+        "{text}"
+    );
+    assert!(
+        text.contains("dispatch.max_parallelism = 1000 is out of range 1..=256"),
+        "{text}"
+    );
 }
 
 #[tokio::test]
@@ -448,7 +836,9 @@ async fn something_that_is_not_postgres_is_rejected() {
         }
     });
     let url = format!("postgres://u@{addr}/db?sslmode=disable&connect_timeout=2");
-    let result = tokio::time::timeout(std::time::Duration::from_secs(20), Cohort::connect(&url)).await.expect("no hang");
+    let result = tokio::time::timeout(std::time::Duration::from_secs(20), Cohort::connect(&url))
+        .await
+        .expect("no hang");
     assert!(matches!(result, Err(Error::Database(_))), "{result:?}");
     server.abort();
 }

@@ -350,11 +350,13 @@ impl EntityDeclaration {
         field: impl Into<String>,
         rust_type: impl Into<String>,
     ) -> Self {
-        self.columns.get_or_insert_with(Vec::new).push(DeclaredColumn {
-            column: column.into(),
-            field: field.into(),
-            rust_type: rust_type.into(),
-        });
+        self.columns
+            .get_or_insert_with(Vec::new)
+            .push(DeclaredColumn {
+                column: column.into(),
+                field: field.into(),
+                rust_type: rust_type.into(),
+            });
         self
     }
 

@@ -298,16 +298,24 @@ pub fn resolve(
     let mut seen = BTreeSet::new();
     for (column, _) in &decl.anonymise {
         if !seen.insert(column.as_str()) {
-            problems.push(format!("column {column:?} has more than one anonymise method"));
+            problems.push(format!(
+                "column {column:?} has more than one anonymise method"
+            ));
         }
     }
     let mut seen = BTreeSet::new();
     for s in &decl.subjects {
         if !seen.insert(s.column.as_str()) {
-            problems.push(format!("erasure subject column {:?} is declared twice", s.column));
+            problems.push(format!(
+                "erasure subject column {:?} is declared twice",
+                s.column
+            ));
         }
         if s.kind.as_deref().is_some_and(|k| k.trim().is_empty()) {
-            problems.push(format!("erasure subject column {:?} has an empty kind", s.column));
+            problems.push(format!(
+                "erasure subject column {:?} has an empty kind",
+                s.column
+            ));
         }
     }
 
@@ -391,28 +399,70 @@ mod tests {
             ..Conventions::default()
         };
         let none = Conventions::default();
-        let cases: Vec<(EntityDeclaration, &Conventions, Vec<String>, Option<&str>, Resolution)> = vec![
+        let cases: Vec<(
+            EntityDeclaration,
+            &Conventions,
+            Vec<String>,
+            Option<&str>,
+            Resolution,
+        )> = vec![
             // Built-in default when the column exists.
-            (base(), &none, cols(&["id", "tenant_id", "created_at"]), Some("tenant_id"), Resolution::Default),
+            (
+                base(),
+                &none,
+                cols(&["id", "tenant_id", "created_at"]),
+                Some("tenant_id"),
+                Resolution::Default,
+            ),
             // Convention beats the default.
-            (base(), &org, cols(&["id", "tenant_id", "organisation_id", "created_at"]), Some("organisation_id"), Resolution::Convention),
+            (
+                base(),
+                &org,
+                cols(&["id", "tenant_id", "organisation_id", "created_at"]),
+                Some("organisation_id"),
+                Resolution::Convention,
+            ),
             // Convention naming a missing column falls back to the default.
-            (base(), &org, cols(&["id", "tenant_id", "created_at"]), Some("tenant_id"), Resolution::Default),
+            (
+                base(),
+                &org,
+                cols(&["id", "tenant_id", "created_at"]),
+                Some("tenant_id"),
+                Resolution::Default,
+            ),
             // Declaration beats both.
-            (base().marker(Marker::Tenant, "owner"), &org, cols(&["id", "tenant_id", "organisation_id", "owner"]), Some("owner"), Resolution::Declared),
+            (
+                base().marker(Marker::Tenant, "owner"),
+                &org,
+                cols(&["id", "tenant_id", "organisation_id", "owner"]),
+                Some("owner"),
+                Resolution::Declared,
+            ),
         ];
         for (decl, conv, available, tenant, how) in cases {
             let d = retained(resolve(&decl, conv, "public", &available));
             assert_eq!(d.tenant.as_deref(), tenant, "{available:?}");
-            assert!(d.marker_resolution.contains(&(Marker::Tenant, how)), "{:?}", d.marker_resolution);
+            assert!(
+                d.marker_resolution.contains(&(Marker::Tenant, how)),
+                "{:?}",
+                d.marker_resolution
+            );
         }
     }
 
     #[test]
     fn declared_columns_win_over_catalog_columns() {
-        let decl = base().column("id", "id", "Uuid").column("created_at", "created_at", "DateTime<Utc>").tenantless();
+        let decl = base()
+            .column("id", "id", "Uuid")
+            .column("created_at", "created_at", "DateTime<Utc>")
+            .tenantless();
         // The live table has tenant_id, but the Rust type does not declare it.
-        let d = retained(resolve(&decl, &Conventions::default(), "public", &cols(&["id", "tenant_id", "created_at"])));
+        let d = retained(resolve(
+            &decl,
+            &Conventions::default(),
+            "public",
+            &cols(&["id", "tenant_id", "created_at"]),
+        ));
         assert_eq!(d.tenant, None);
         assert_eq!(d.table, QualifiedName::new("public", "session_note"));
     }
@@ -427,7 +477,12 @@ mod tests {
             (base(), "public", ("public", "session_note")),
         ];
         for (decl, default, (schema, name)) in cases {
-            let d = retained(resolve(&decl.tenantless(), &Conventions::default(), default, &cols(&["id", "created_at"])));
+            let d = retained(resolve(
+                &decl.tenantless(),
+                &Conventions::default(),
+                default,
+                &cols(&["id", "created_at"]),
+            ));
             assert_eq!(d.table, QualifiedName::new(schema, name));
         }
     }
@@ -440,7 +495,13 @@ mod tests {
             .anonymise("email", AnonymiseMethod::Null)
             .anonymise("email", AnonymiseMethod::Empty)
             .subject("user_id", Some(" "));
-        let problems = resolve(&decl, &Conventions::default(), "public", &cols(&["created_at"])).unwrap_err();
+        let problems = resolve(
+            &decl,
+            &Conventions::default(),
+            "public",
+            &cols(&["created_at"]),
+        )
+        .unwrap_err();
         let text = problems.join("\n");
         for expected in [
             "is not a UUID",
@@ -459,24 +520,59 @@ mod tests {
     fn ids_table() {
         assert!(parse_entity_id(ID).is_ok());
         assert!(parse_entity_id("A3F467FE-C5D0-4F17-9897-83C373CC1DC8").is_ok());
-        for bad in ["", "  ", "xyz", "00000000-0000-0000-0000-000000000000", "a3f467fe-c5d0-4f17-9897"] {
+        for bad in [
+            "",
+            "  ",
+            "xyz",
+            "00000000-0000-0000-0000-000000000000",
+            "a3f467fe-c5d0-4f17-9897",
+        ] {
             assert!(parse_entity_id(bad).is_err(), "{bad:?}");
         }
     }
 
     #[test]
     fn tenantless_conflicts_and_missing_tenant() {
-        let both = resolve(&base().tenantless(), &Conventions::default(), "public", &cols(&["id", "tenant_id", "created_at"])).unwrap_err();
-        assert!(both[0].contains("declared tenantless, but the tenant column \"tenant_id\" resolves"), "{both:?}");
-        let neither = resolve(&base(), &Conventions::default(), "public", &cols(&["id", "created_at"])).unwrap_err();
+        let both = resolve(
+            &base().tenantless(),
+            &Conventions::default(),
+            "public",
+            &cols(&["id", "tenant_id", "created_at"]),
+        )
+        .unwrap_err();
+        assert!(
+            both[0].contains("declared tenantless, but the tenant column \"tenant_id\" resolves"),
+            "{both:?}"
+        );
+        let neither = resolve(
+            &base(),
+            &Conventions::default(),
+            "public",
+            &cols(&["id", "created_at"]),
+        )
+        .unwrap_err();
         assert!(neither[0].contains("no tenant column"), "{neither:?}");
     }
 
     #[test]
     fn retained_and_exempt_conflict() {
-        let problems = resolve(&base().exempt("audit log"), &Conventions::default(), "public", &[]).unwrap_err();
+        let problems = resolve(
+            &base().exempt("audit log"),
+            &Conventions::default(),
+            "public",
+            &[],
+        )
+        .unwrap_err();
         assert!(problems[0].contains("both retained"), "{problems:?}");
-        let ok = resolve(&EntityDeclaration::new("Log", ID).exempt("audit log"), &Conventions::default(), "public", &[]).unwrap();
-        assert!(matches!(ok, Resolved::Exempt(ExemptEntity { ref reason, .. }) if reason == "audit log"));
+        let ok = resolve(
+            &EntityDeclaration::new("Log", ID).exempt("audit log"),
+            &Conventions::default(),
+            "public",
+            &[],
+        )
+        .unwrap();
+        assert!(
+            matches!(ok, Resolved::Exempt(ExemptEntity { ref reason, .. }) if reason == "audit log")
+        );
     }
 }

@@ -11,6 +11,6 @@ pub use provider::{
     StaticRuleProvider, StaticRuleProviderBuilder, TenantContext,
 };
 pub use rule::{
-    cutoff, AuditDetail, CategoryCapabilities, CutoffOutOfRange, EmptyCapabilities,
-    RetentionRule, RuleError, Strategy, UnknownStrategy,
+    cutoff, AuditDetail, CategoryCapabilities, CutoffOutOfRange, EmptyCapabilities, RetentionRule,
+    RuleError, Strategy, UnknownStrategy,
 };

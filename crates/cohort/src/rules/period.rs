@@ -155,7 +155,11 @@ mod tests {
             ("365000d", MAX_PERIOD_SECONDS),
         ];
         for (text, seconds) in ok {
-            assert_eq!(text.parse::<Period>().unwrap().as_seconds(), seconds, "{text}");
+            assert_eq!(
+                text.parse::<Period>().unwrap().as_seconds(),
+                seconds,
+                "{text}"
+            );
         }
         let bad = [
             ("", PeriodError::Syntax(String::new())),

@@ -134,7 +134,9 @@ pub enum StaticProviderError {
     #[error("category {0:?} is defined twice")]
     Duplicate(String),
     /// Declared capabilities miss a strategy the category can return.
-    #[error("category {category:?} can return {strategy} but its declared strategies do not include it")]
+    #[error(
+        "category {category:?} can return {strategy} but its declared strategies do not include it"
+    )]
     UndeclaredStrategy {
         /// The category.
         category: String,
@@ -298,7 +300,10 @@ impl RuleProvider for StaticRuleProvider {
             ctx.alias_path.clone()
         };
         let (_, entry) = self.follow_entry(&start)?;
-        let CategoryEntry::Rules { rule, overrides, .. } = entry else {
+        let CategoryEntry::Rules {
+            rule, overrides, ..
+        } = entry
+        else {
             unreachable!("follow_entry only returns rule entries")
         };
         Ok(overrides
@@ -313,7 +318,8 @@ impl StaticRuleProvider {
     /// The alias path from `category` to the category that holds its rules,
     /// or the reason there is none (unknown category, alias cycle).
     pub fn alias_path(&self, category: &str) -> Result<Vec<String>, ResolveError> {
-        self.follow_entry(&[category.to_owned()]).map(|(path, _)| path)
+        self.follow_entry(&[category.to_owned()])
+            .map(|(path, _)| path)
     }
 }
 
@@ -338,26 +344,49 @@ mod tests {
                 "notes",
                 rule(30, Strategy::Purge),
                 vec![
-                    RuleOverride { tenant: Some("t2".into()), jurisdiction: None, rule: rule(90, Strategy::Anonymise) },
-                    RuleOverride { tenant: None, jurisdiction: Some("EU".into()), rule: rule(10, Strategy::Purge) },
-                    RuleOverride { tenant: Some("t2".into()), jurisdiction: None, rule: rule(1, Strategy::Purge) },
+                    RuleOverride {
+                        tenant: Some("t2".into()),
+                        jurisdiction: None,
+                        rule: rule(90, Strategy::Anonymise),
+                    },
+                    RuleOverride {
+                        tenant: None,
+                        jurisdiction: Some("EU".into()),
+                        rule: rule(10, Strategy::Purge),
+                    },
+                    RuleOverride {
+                        tenant: Some("t2".into()),
+                        jurisdiction: None,
+                        rule: rule(1, Strategy::Purge),
+                    },
                 ],
                 None,
             )
             .build()
             .unwrap();
         let caps = provider.capabilities("notes").unwrap();
-        assert_eq!(caps.iter().collect::<Vec<_>>(), vec![Strategy::Purge, Strategy::Anonymise]);
+        assert_eq!(
+            caps.iter().collect::<Vec<_>>(),
+            vec![Strategy::Purge, Strategy::Anonymise]
+        );
         let cases = [
             (TenantContext::tenant("t1"), 30, Strategy::Purge),
             (TenantContext::tenant("t2"), 90, Strategy::Anonymise),
-            (TenantContext::tenant("t3").with_jurisdiction("EU"), 10, Strategy::Purge),
+            (
+                TenantContext::tenant("t3").with_jurisdiction("EU"),
+                10,
+                Strategy::Purge,
+            ),
             (TenantContext::tenantless(), 30, Strategy::Purge),
         ];
         for (tenant, days, strategy) in cases {
             let ctx = ResolutionContext::new("notes", tenant.clone(), now());
             let got = provider.resolve(&ctx).await.unwrap();
-            assert_eq!((got.period().as_seconds() / 86_400, got.strategy()), (days, strategy), "{tenant:?}");
+            assert_eq!(
+                (got.period().as_seconds() / 86_400, got.strategy()),
+                (days, strategy),
+                "{tenant:?}"
+            );
         }
     }
 
@@ -371,18 +400,33 @@ mod tests {
             .alias("dangling", "nowhere")
             .build()
             .unwrap();
-        assert_eq!(provider.alias_path("legacy").unwrap(), vec!["legacy", "base"]);
-        assert!(provider.capabilities("legacy").unwrap().allows(Strategy::Purge));
+        assert_eq!(
+            provider.alias_path("legacy").unwrap(),
+            vec!["legacy", "base"]
+        );
+        assert!(provider
+            .capabilities("legacy")
+            .unwrap()
+            .allows(Strategy::Purge));
         let ctx = ResolutionContext::new("legacy", TenantContext::tenantless(), now());
-        assert_eq!(provider.resolve(&ctx).await.unwrap().strategy(), Strategy::Purge);
+        assert_eq!(
+            provider.resolve(&ctx).await.unwrap().strategy(),
+            Strategy::Purge
+        );
         assert_eq!(
             provider.alias_path("a").unwrap_err(),
             ResolveError::AliasCycle(vec!["a".into(), "b".into(), "a".into()])
         );
         assert!(provider.capabilities("a").is_none());
-        assert_eq!(provider.alias_path("dangling").unwrap_err(), ResolveError::UnknownCategory("nowhere".into()));
+        assert_eq!(
+            provider.alias_path("dangling").unwrap_err(),
+            ResolveError::UnknownCategory("nowhere".into())
+        );
         let ctx = ResolutionContext::new("missing", TenantContext::tenantless(), now());
-        assert_eq!(provider.resolve(&ctx).await.unwrap_err(), ResolveError::UnknownCategory("missing".into()));
+        assert_eq!(
+            provider.resolve(&ctx).await.unwrap_err(),
+            ResolveError::UnknownCategory("missing".into())
+        );
     }
 
     #[test]
@@ -393,7 +437,11 @@ mod tests {
             .category_with(
                 "y",
                 rule(1, Strategy::Purge),
-                vec![RuleOverride { tenant: None, jurisdiction: None, rule: rule(1, Strategy::SoftDelete) }],
+                vec![RuleOverride {
+                    tenant: None,
+                    jurisdiction: None,
+                    rule: rule(1, Strategy::SoftDelete),
+                }],
                 Some(CategoryCapabilities::only(Strategy::Purge)),
             )
             .build()
@@ -403,7 +451,10 @@ mod tests {
             vec![
                 StaticProviderError::Duplicate("x".into()),
                 StaticProviderError::EmptyOverride("y".into()),
-                StaticProviderError::UndeclaredStrategy { category: "y".into(), strategy: Strategy::SoftDelete },
+                StaticProviderError::UndeclaredStrategy {
+                    category: "y".into(),
+                    strategy: Strategy::SoftDelete
+                },
             ]
         );
     }

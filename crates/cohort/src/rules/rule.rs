@@ -310,7 +310,12 @@ mod tests {
         let now = Utc.with_ymd_and_hms(2026, 3, 31, 12, 0, 0).unwrap();
         // (period, legal_min, expected sweep cutoff, expected erasure cutoff)
         let cases = [
-            (days(30), None, Utc.with_ymd_and_hms(2026, 3, 1, 12, 0, 0).unwrap(), None),
+            (
+                days(30),
+                None,
+                Utc.with_ymd_and_hms(2026, 3, 1, 12, 0, 0).unwrap(),
+                None,
+            ),
             (days(0), None, now, None),
             (days(0), Some(days(0)), now, None),
             (
@@ -337,8 +342,16 @@ mod tests {
             if let Some(m) = legal_min {
                 rule = rule.with_legal_min(m);
             }
-            assert_eq!(rule.sweep_cutoff(now).unwrap(), sweep, "{period} {legal_min:?}");
-            assert_eq!(rule.erasure_cutoff(now).unwrap(), erasure, "{period} {legal_min:?}");
+            assert_eq!(
+                rule.sweep_cutoff(now).unwrap(),
+                sweep,
+                "{period} {legal_min:?}"
+            );
+            assert_eq!(
+                rule.erasure_cutoff(now).unwrap(),
+                erasure,
+                "{period} {legal_min:?}"
+            );
         }
     }
 
@@ -352,14 +365,21 @@ mod tests {
     #[test]
     fn rule_invariants() {
         let rule = RetentionRule::new(days(30), Strategy::Exempt);
-        assert_eq!(rule.clone().with_audit(AuditDetail::PerRow), Err(RuleError::PerRowOnExempt));
+        assert_eq!(
+            rule.clone().with_audit(AuditDetail::PerRow),
+            Err(RuleError::PerRowOnExempt)
+        );
         assert_eq!(
             RetentionRule::new(days(1), Strategy::Purge).with_source("  "),
-            Err(RuleError::EmptyProvenance { field: "rule_source" })
+            Err(RuleError::EmptyProvenance {
+                field: "rule_source"
+            })
         );
         assert_eq!(
             RetentionRule::new(days(1), Strategy::Purge).with_reason(""),
-            Err(RuleError::EmptyProvenance { field: "rule_reason" })
+            Err(RuleError::EmptyProvenance {
+                field: "rule_reason"
+            })
         );
         let rule = RetentionRule::new(days(30), Strategy::Anonymise)
             .with_legal_min(days(10))
@@ -382,8 +402,13 @@ mod tests {
     #[test]
     fn capability_invariants() {
         assert_eq!(CategoryCapabilities::new([]), Err(EmptyCapabilities));
-        let caps = CategoryCapabilities::new([Strategy::Purge, Strategy::Purge, Strategy::Anonymise]).unwrap();
-        assert_eq!(caps.iter().collect::<Vec<_>>(), vec![Strategy::Purge, Strategy::Anonymise]);
+        let caps =
+            CategoryCapabilities::new([Strategy::Purge, Strategy::Purge, Strategy::Anonymise])
+                .unwrap();
+        assert_eq!(
+            caps.iter().collect::<Vec<_>>(),
+            vec![Strategy::Purge, Strategy::Anonymise]
+        );
         assert!(caps.allows(Strategy::Purge));
         assert!(!caps.allows(Strategy::SoftDelete));
         assert!(CategoryCapabilities::only(Strategy::Exempt).allows(Strategy::Exempt));
@@ -394,10 +419,16 @@ mod tests {
         for s in Strategy::ALL {
             assert_eq!(s.as_str().parse::<Strategy>().unwrap(), s);
         }
-        assert_eq!("anonymize".parse::<Strategy>().unwrap(), Strategy::Anonymise);
+        assert_eq!(
+            "anonymize".parse::<Strategy>().unwrap(),
+            Strategy::Anonymise
+        );
         assert!("delete".parse::<Strategy>().is_err());
         assert!(!Strategy::Exempt.mutates());
-        assert_eq!("per_row".parse::<AuditDetail>().unwrap(), AuditDetail::PerRow);
+        assert_eq!(
+            "per_row".parse::<AuditDetail>().unwrap(),
+            AuditDetail::PerRow
+        );
         assert!("rows".parse::<AuditDetail>().is_err());
     }
 }

@@ -73,17 +73,23 @@ pub async fn installed_version(conn: &mut PgConnection, schema: &str) -> Result<
     .await?;
     let Some(row) = row else { return Ok(None) };
     let comment: Option<String> = row.try_get("comment")?;
-    parse_version_comment(comment.as_deref()).map(Some).ok_or_else(|| {
-        Error::Migration(format!(
-            "{}.sweep_run exists but carries no Cohort schema version (comment {:?}); \
+    parse_version_comment(comment.as_deref())
+        .map(Some)
+        .ok_or_else(|| {
+            Error::Migration(format!(
+                "{}.sweep_run exists but carries no Cohort schema version (comment {:?}); \
              it was not created by Cohort's migrations",
-            schema, comment
-        ))
-    })
+                schema, comment
+            ))
+        })
 }
 
 pub(crate) fn parse_version_comment(comment: Option<&str>) -> Option<u32> {
-    comment?.strip_prefix(VERSION_COMMENT_PREFIX)?.trim().parse().ok()
+    comment?
+        .strip_prefix(VERSION_COMMENT_PREFIX)?
+        .trim()
+        .parse()
+        .ok()
 }
 
 /// What [`migrate`] did.
@@ -142,8 +148,14 @@ mod tests {
 
     #[test]
     fn version_comment_parsing() {
-        assert_eq!(parse_version_comment(Some("cohort schema version 1")), Some(1));
-        assert_eq!(parse_version_comment(Some("cohort schema version 12 ")), Some(12));
+        assert_eq!(
+            parse_version_comment(Some("cohort schema version 1")),
+            Some(1)
+        );
+        assert_eq!(
+            parse_version_comment(Some("cohort schema version 12 ")),
+            Some(12)
+        );
         assert_eq!(parse_version_comment(Some("my table")), None);
         assert_eq!(parse_version_comment(None), None);
     }
@@ -154,7 +166,11 @@ mod tests {
         let sql = &all[0].sql;
         assert!(!sql.contains('{'), "unreplaced placeholder");
         for t in CohortTable::ALL {
-            assert!(sql.contains(&format!("\"ret\"\"ention\".\"{}\"", t.name())), "{}", t.name());
+            assert!(
+                sql.contains(&format!("\"ret\"\"ention\".\"{}\"", t.name())),
+                "{}",
+                t.name()
+            );
         }
         assert!(migrations("").is_err());
     }

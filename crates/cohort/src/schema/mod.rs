@@ -4,6 +4,6 @@
 mod contract;
 mod migrate;
 
-pub use contract::{ColumnContract, CohortTable, SCHEMA_VERSION};
-pub use migrate::{installed_version, migrate, migrations, Migration, MigrationReport};
+pub use contract::{CohortTable, ColumnContract, SCHEMA_VERSION};
 pub(crate) use migrate::parse_version_comment;
+pub use migrate::{installed_version, migrate, migrations, Migration, MigrationReport};

@@ -35,7 +35,10 @@ pub(crate) fn check_server(server: &ServerInfo) -> Vec<Problem> {
 
 /// Checks that Cohort's five tables exist in `schema` with the contracted
 /// columns and the current version.
-pub(crate) fn check_cohort_schema(schema: &str, tables: &[(CohortTable, Option<TableInfo>)]) -> Vec<Problem> {
+pub(crate) fn check_cohort_schema(
+    schema: &str,
+    tables: &[(CohortTable, Option<TableInfo>)],
+) -> Vec<Problem> {
     let mut problems = Vec::new();
     let missing: Vec<&str> = tables
         .iter()
@@ -56,7 +59,8 @@ pub(crate) fn check_cohort_schema(schema: &str, tables: &[(CohortTable, Option<T
         let Some(info) = info else { continue };
         if !matches!(info.relkind.as_str(), "r" | "p") {
             problems.push(Problem::global(format!(
-                "{schema}.{} is not a table", table.name()
+                "{schema}.{} is not a table",
+                table.name()
             )));
             continue;
         }
@@ -107,7 +111,9 @@ pub(crate) fn check_cohort_schema(schema: &str, tables: &[(CohortTable, Option<T
 
 /// Column type families Cohort accepts per role (base `typname`s).
 const TEXT_TYPES: &[&str] = &["text", "varchar", "bpchar", "citext"];
-const KEY_TYPES: &[&str] = &["uuid", "int2", "int4", "int8", "text", "varchar", "bpchar", "citext"];
+const KEY_TYPES: &[&str] = &[
+    "uuid", "int2", "int4", "int8", "text", "varchar", "bpchar", "citext",
+];
 
 fn is_text(c: &ColumnInfo) -> bool {
     TEXT_TYPES.contains(&c.type_name.as_str())
@@ -192,7 +198,9 @@ pub(crate) fn check_entity(
         ("deleted_at", entity.deleted_at.as_deref()),
         ("anonymised_at", entity.anonymised_at.as_deref()),
     ] {
-        let Some(col) = column.and_then(|c| table.column(c)) else { continue };
+        let Some(col) = column.and_then(|c| table.column(c)) else {
+            continue;
+        };
         match col.type_name.as_str() {
             "timestamptz" => {}
             "timestamp" => problems.push(format!(
@@ -216,11 +224,15 @@ pub(crate) fn check_entity(
                 ));
             }
         }
-        let unique_alone = table
-            .indexes
-            .iter()
-            .any(|i| (i.primary || i.unique) && !i.partial && i.columns == [entity.record_id.clone()]);
-        if !unique_alone && !table.indexes.iter().any(|i| i.primary && i.columns.len() > 1) {
+        let unique_alone = table.indexes.iter().any(|i| {
+            (i.primary || i.unique) && !i.partial && i.columns == [entity.record_id.clone()]
+        });
+        if !unique_alone
+            && !table
+                .indexes
+                .iter()
+                .any(|i| i.primary && i.columns.len() > 1)
+        {
             problems.push(format!(
                 "record key column {:?} is not a primary key or unique on its own; holds and audit need a unique single-column key",
                 col.name
@@ -258,7 +270,9 @@ pub(crate) fn check_entity(
         }
     }
     for s in &entity.subjects {
-        let Some(col) = table.column(&s.column) else { continue };
+        let Some(col) = table.column(&s.column) else {
+            continue;
+        };
         if !KEY_TYPES.contains(&col.type_name.as_str()) {
             problems.push(format!(
                 "erasure subject column {:?} is {}; subjects must be uuid, integer or text columns",
@@ -266,7 +280,10 @@ pub(crate) fn check_entity(
             ));
         }
     }
-    let markers: Vec<&str> = Marker::ALL.iter().filter_map(|m| entity.marker(*m)).collect();
+    let markers: Vec<&str> = Marker::ALL
+        .iter()
+        .filter_map(|m| entity.marker(*m))
+        .collect();
     for a in &entity.anonymise {
         if markers.contains(&a.column.as_str()) || a.column == entity.anchor {
             problems.push(format!(
@@ -274,7 +291,9 @@ pub(crate) fn check_entity(
                 a.column
             ));
         }
-        let Some(col) = table.column(&a.column) else { continue };
+        let Some(col) = table.column(&a.column) else {
+            continue;
+        };
         match &a.method {
             AnonymiseMethod::Null if col.not_null => problems.push(format!(
                 "column {:?} is anonymised to NULL but is NOT NULL; use empty, a literal or a custom anonymiser",
@@ -405,12 +424,18 @@ pub(crate) fn index_advice(entity: &EntityDescriptor, table: &TableInfo) -> Opti
         .chain(std::iter::once(entity.anchor.as_str()))
         .collect();
     let covered = table.indexes.iter().any(|i| {
-        !i.partial && i.columns.len() >= wanted.len() && i.columns.iter().zip(&wanted).all(|(a, b)| a == b)
+        !i.partial
+            && i.columns.len() >= wanted.len()
+            && i.columns.iter().zip(&wanted).all(|(a, b)| a == b)
     });
     if covered {
         return None;
     }
-    let cols = wanted.iter().map(|c| crate::quote_ident(c)).collect::<Vec<_>>().join(", ");
+    let cols = wanted
+        .iter()
+        .map(|c| crate::quote_ident(c))
+        .collect::<Vec<_>>()
+        .join(", ");
     Some(format!(
         "{}: no index starts with ({}); sweeps will scan {}. Suggested: CREATE INDEX ON {} ({cols});",
         entity.name,
@@ -427,14 +452,25 @@ mod tests {
     #[test]
     fn server_check_table() {
         let cases = [
-            ("PostgreSQL 15.18 (Debian 15.18-0+deb12u1) on x86_64", 150018, true),
+            (
+                "PostgreSQL 15.18 (Debian 15.18-0+deb12u1) on x86_64",
+                150018,
+                true,
+            ),
             ("PostgreSQL 13.0 on x86_64", 130000, true),
             ("PostgreSQL 12.9 on x86_64", 120009, false),
             ("CockroachDB CCL v23.1.0", 130000, false),
-            ("PostgreSQL 8.0.2 on i686-pc-linux-gnu, compiled by GCC, Redshift 1.0.1", 80002, false),
+            (
+                "PostgreSQL 8.0.2 on i686-pc-linux-gnu, compiled by GCC, Redshift 1.0.1",
+                80002,
+                false,
+            ),
         ];
         for (version, num, ok) in cases {
-            let problems = check_server(&ServerInfo { version_num: num, version: version.into() });
+            let problems = check_server(&ServerInfo {
+                version_num: num,
+                version: version.into(),
+            });
             assert_eq!(problems.is_empty(), ok, "{version}: {problems:?}");
         }
     }

@@ -16,7 +16,9 @@ pub use checks::MIN_SERVER_VERSION_NUM;
 use crate::config::CohortConfig;
 use crate::error::{Error, Problem, Problems, Result};
 use crate::ident::QualifiedName;
-use crate::model::{parse_entity_id, resolve, EntityDeclaration, EntityDescriptor, ExemptEntity, Marker, Resolved};
+use crate::model::{
+    parse_entity_id, resolve, EntityDeclaration, EntityDescriptor, ExemptEntity, Marker, Resolved,
+};
 use crate::rules::{CategoryCapabilities, RuleProvider};
 use crate::schema::CohortTable;
 
@@ -37,7 +39,10 @@ pub struct ValidatedModel {
 
 /// The table a declaration points at, before conventions: needed first so
 /// policy-file entities can take their columns from the catalog.
-fn declared_table(decl: &EntityDeclaration, default_schema: &str) -> std::result::Result<QualifiedName, String> {
+fn declared_table(
+    decl: &EntityDeclaration,
+    default_schema: &str,
+) -> std::result::Result<QualifiedName, String> {
     let schema = decl.schema.as_deref().unwrap_or(default_schema);
     let text = decl
         .table
@@ -73,7 +78,10 @@ pub async fn validate(
 
     let mut cohort_tables = Vec::new();
     for table in CohortTable::ALL {
-        cohort_tables.push((table, catalog::load_table(conn, &table.qualified(&config.schema)).await?));
+        cohort_tables.push((
+            table,
+            catalog::load_table(conn, &table.qualified(&config.schema)).await?,
+        ));
     }
     problems.extend(checks::check_cohort_schema(&config.schema, &cohort_tables));
 
@@ -159,7 +167,11 @@ pub async fn validate(
     let warnings = entities
         .iter()
         .zip(&tables)
-        .filter(|(e, _)| capabilities.get(&e.id).is_some_and(|c| c.iter().any(|s| s.mutates())))
+        .filter(|(e, _)| {
+            capabilities
+                .get(&e.id)
+                .is_some_and(|c| c.iter().any(|s| s.mutates()))
+        })
         .filter_map(|(e, t)| checks::index_advice(e, t))
         .collect();
     Ok(ValidatedModel {

@@ -24,12 +24,16 @@ fn template() -> TemplateSpec {
 
 /// A fresh database with Cohort's tables in `public`.
 pub async fn migrated_db() -> TestDatabase {
-    cohort_pgtemp::fresh_database(&template()).await.expect("test database")
+    cohort_pgtemp::fresh_database(&template())
+        .await
+        .expect("test database")
 }
 
 /// A fresh database with nothing in it.
 pub async fn empty_db() -> TestDatabase {
-    cohort_pgtemp::fresh_empty_database().await.expect("test database")
+    cohort_pgtemp::fresh_empty_database()
+        .await
+        .expect("test database")
 }
 
 /// Runs SQL written by the test (several statements allowed).
@@ -45,7 +49,11 @@ pub async fn table_digest(pool: &PgPool, table: &str) -> String {
     let sql = format!(
         "SELECT count(*)::text || ':' || COALESCE(md5(string_agg(t::text, ',' ORDER BY t::text)), '') AS d FROM {table} t"
     );
-    sqlx::query(AssertSqlSafe(sql)).fetch_one(pool).await.unwrap().get("d")
+    sqlx::query(AssertSqlSafe(sql))
+        .fetch_one(pool)
+        .await
+        .unwrap()
+        .get("d")
 }
 
 /// Rows in Cohort's ledger tables (all must stay 0 during validation).
@@ -56,7 +64,11 @@ pub async fn ledger_rows(pool: &PgPool, schema: &str) -> i64 {
          + (SELECT count(*) FROM {q}.sweep_run_row_detail) + (SELECT count(*) FROM {q}.sweep_row_handler_status) \
          + (SELECT count(*) FROM {q}.retention_hold) AS n"
     );
-    sqlx::query(AssertSqlSafe(sql)).fetch_one(pool).await.unwrap().get("n")
+    sqlx::query(AssertSqlSafe(sql))
+        .fetch_one(pool)
+        .await
+        .unwrap()
+        .get("n")
 }
 
 pub fn days(n: i64) -> Period {
@@ -69,7 +81,10 @@ pub fn days(n: i64) -> Period {
 pub fn rules() -> StaticRuleProvider {
     StaticRuleProvider::builder()
         .category("notes", RetentionRule::new(days(30), Strategy::Purge))
-        .category("contacts", RetentionRule::new(days(90), Strategy::Anonymise))
+        .category(
+            "contacts",
+            RetentionRule::new(days(90), Strategy::Anonymise),
+        )
         .category("soft", RetentionRule::new(days(10), Strategy::SoftDelete))
         .category("kept", RetentionRule::new(days(1), Strategy::Exempt))
         .category_with(
