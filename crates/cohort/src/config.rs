@@ -265,14 +265,16 @@ mod tests {
 
     #[test]
     fn out_of_range_values_are_all_reported() {
-        let mut c = CohortConfig::default();
-        c.sweep_batch_size = 0;
+        let mut c = CohortConfig {
+            sweep_batch_size: 0,
+            schedule: Some("every day".into()),
+            schema: String::new(),
+            ..CohortConfig::default()
+        };
         c.dispatch.batch_size = 10_001;
         c.dispatch.max_parallelism = 257;
         c.dispatch.max_attempts = 0;
         c.dispatch.claim_timeout = Period::ZERO;
-        c.schedule = Some("every day".into());
-        c.schema = String::new();
         let Err(Error::Config(msg)) = c.validate() else {
             panic!("accepted")
         };

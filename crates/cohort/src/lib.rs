@@ -1,4 +1,4 @@
-//! Cohort: annotation-driven data retention for Rust applications on PostgreSQL.
+#![doc = include_str!("../../../README.md")]
 
 mod cohort;
 pub mod config;

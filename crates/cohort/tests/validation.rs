@@ -802,8 +802,10 @@ async fn unvalidated_handle_checks_readiness_itself_and_caches_only_success() {
 #[tokio::test]
 async fn out_of_range_configuration_is_rejected_before_touching_the_database() {
     let db = migrated_db().await;
-    let mut config = CohortConfig::default();
-    config.sweep_batch_size = 0;
+    let mut config = CohortConfig {
+        sweep_batch_size: 0,
+        ..CohortConfig::default()
+    };
     config.dispatch.max_parallelism = 1000;
     let err = Cohort::builder(db.pool().clone())
         .config(config)

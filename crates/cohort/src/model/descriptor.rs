@@ -399,13 +399,14 @@ mod tests {
             ..Conventions::default()
         };
         let none = Conventions::default();
-        let cases: Vec<(
+        type Case<'a> = (
             EntityDeclaration,
-            &Conventions,
+            &'a Conventions,
             Vec<String>,
-            Option<&str>,
+            Option<&'a str>,
             Resolution,
-        )> = vec![
+        );
+        let cases: Vec<Case<'_>> = vec![
             // Built-in default when the column exists.
             (
                 base(),

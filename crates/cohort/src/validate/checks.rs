@@ -349,13 +349,11 @@ pub(crate) fn check_entity(
                             ));
                         }
                     }
-                    Strategy::SoftDelete => {
-                        if entity.soft_delete.is_none() {
-                            problems.push(format!(
-                                "category {:?} may soft delete, but no soft-delete flag resolves (declare one, or add an `is_deleted` boolean column)",
-                                entity.category
-                            ));
-                        }
+                    Strategy::SoftDelete if entity.soft_delete.is_none() => {
+                        problems.push(format!(
+                            "category {:?} may soft delete, but no soft-delete flag resolves (declare one, or add an `is_deleted` boolean column)",
+                            entity.category
+                        ));
                     }
                     _ => {}
                 }
