@@ -844,3 +844,101 @@ async fn something_that_is_not_postgres_is_rejected() {
     assert!(matches!(result, Err(Error::Database(_))), "{result:?}");
     server.abort();
 }
+
+mod derived {
+    use chrono::{DateTime, Utc};
+    use uuid::Uuid;
+
+    #[derive(cohort::Retained)]
+    #[retain(
+        category = "contacts",
+        anchor = "created_at",
+        id = "b7316df4-7db5-46ad-aea7-f65c4b430f73",
+        table = "crm.contacts"
+    )]
+    pub struct Contact {
+        pub id: i64,
+        #[retain(tenant)]
+        pub org: Uuid,
+        pub created_at: DateTime<Utc>,
+        pub anonymised_at: Option<DateTime<Utc>>,
+        #[anonymise(null)]
+        pub email: Option<String>,
+        #[anonymise(literal = "[redacted]")]
+        pub phone: String,
+        #[erasure_subject]
+        pub user_id: Uuid,
+        #[erasure_subject(kind = "user")]
+        pub delegate_id: Option<Uuid>,
+    }
+}
+
+#[tokio::test]
+async fn derive_and_policy_file_resolve_to_the_same_entity() {
+    let db = migrated_db().await;
+    exec(
+        db.pool(),
+        "CREATE SCHEMA crm; CREATE TABLE crm.contacts (id bigint PRIMARY KEY, org uuid NOT NULL,
+        created_at timestamptz NOT NULL, anonymised_at timestamptz, email text, phone text NOT NULL,
+        user_id uuid NOT NULL, delegate_id uuid, notes text)",
+    )
+    .await;
+    let from_derive = Cohort::builder(db.pool().clone())
+        .rules(rules())
+        .entity::<derived::Contact>()
+        .build()
+        .await
+        .unwrap();
+    let policy = cohort::policy::PolicyFile::parse(&format!(
+        r#"
+[[entity]]
+name = "Contact"
+id = "{CONTACT_ID}"
+table = "crm.contacts"
+category = "contacts"
+anchor = "created_at"
+tenant = "org"
+subjects = ["user_id", {{ column = "delegate_id", kind = "user" }}]
+anonymise = {{ email = "null", phone = {{ literal = "[redacted]" }} }}
+
+[[category]]
+name = "contacts"
+strategy = "anonymise"
+period = "90d"
+"#
+    ))
+    .unwrap();
+    let from_policy = Cohort::builder(db.pool().clone())
+        .policy(policy)
+        .build()
+        .await
+        .unwrap();
+    let a = from_derive.ready().await.unwrap().entities[0].clone();
+    let b = from_policy.ready().await.unwrap().entities[0].clone();
+    // Same table, columns, markers, methods and subjects; only the origin and
+    // the Rust field list differ.
+    assert_eq!(
+        (a.id, &a.name, &a.category, &a.table, &a.anchor),
+        (b.id, &b.name, &b.category, &b.table, &b.anchor)
+    );
+    assert_eq!(
+        (
+            &a.record_id,
+            &a.tenant,
+            &a.soft_delete,
+            &a.deleted_at,
+            &a.anonymised_at
+        ),
+        (
+            &b.record_id,
+            &b.tenant,
+            &b.soft_delete,
+            &b.deleted_at,
+            &b.anonymised_at
+        )
+    );
+    assert_eq!(a.anonymise, b.anonymise);
+    assert_eq!(a.subjects, b.subjects);
+    assert_eq!(a.tenant.as_deref(), Some("org"));
+    assert!(a.declared_columns.is_some() && b.declared_columns.is_none());
+}
