@@ -845,6 +845,7 @@ async fn something_that_is_not_postgres_is_rejected() {
     server.abort();
 }
 
+#[allow(dead_code)] // the struct exists for its declaration only
 mod derived {
     use chrono::{DateTime, Utc};
     use uuid::Uuid;
@@ -856,7 +857,7 @@ mod derived {
         id = "b7316df4-7db5-46ad-aea7-f65c4b430f73",
         table = "crm.contacts"
     )]
-    pub struct Contact {
+    pub(crate) struct Contact {
         pub id: i64,
         #[retain(tenant)]
         pub org: Uuid,
