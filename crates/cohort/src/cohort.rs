@@ -6,11 +6,15 @@ use std::sync::Arc;
 use sqlx::postgres::{PgPool, PgPoolOptions};
 use tokio::sync::OnceCell;
 
+use std::collections::BTreeMap;
+
+use crate::audit::{AuditObserver, ObserverHub};
 use crate::config::CohortConfig;
 use crate::error::Result;
 use crate::model::{EntityDeclaration, Retained};
 use crate::policy::PolicyFile;
 use crate::rules::{RuleProvider, StaticRuleProvider};
+use crate::sql::plan::{EntityPlan, LedgerPlan};
 use crate::validate::{validate, ValidatedModel};
 
 /// A configured Cohort. Cheap to clone; all clones share one readiness state.
@@ -25,12 +29,20 @@ pub struct Cohort {
     inner: Arc<Inner>,
 }
 
-struct Inner {
-    pool: PgPool,
-    config: CohortConfig,
+pub(crate) struct Inner {
+    pub(crate) pool: PgPool,
+    pub(crate) config: CohortConfig,
     declarations: Vec<EntityDeclaration>,
-    rules: Arc<dyn RuleProvider>,
-    ready: OnceCell<Arc<ValidatedModel>>,
+    pub(crate) rules: Arc<dyn RuleProvider>,
+    ready: OnceCell<Arc<Ready>>,
+    pub(crate) observers: ObserverHub,
+}
+
+/// A validated model with its SQL plans, built once.
+pub(crate) struct Ready {
+    pub(crate) model: Arc<ValidatedModel>,
+    pub(crate) plans: BTreeMap<uuid::Uuid, EntityPlan>,
+    pub(crate) ledger: LedgerPlan,
 }
 
 impl std::fmt::Debug for Cohort {
@@ -50,6 +62,7 @@ pub struct CohortBuilder {
     config: CohortConfig,
     declarations: Vec<EntityDeclaration>,
     rules: Option<Arc<dyn RuleProvider>>,
+    observers: Vec<Arc<dyn AuditObserver>>,
 }
 
 impl std::fmt::Debug for CohortBuilder {
@@ -70,6 +83,7 @@ impl Cohort {
             config: CohortConfig::default(),
             declarations: Vec::new(),
             rules: None,
+            observers: Vec::new(),
         }
     }
 
@@ -82,21 +96,75 @@ impl Cohort {
     /// The validated model, validating first if this handle has not been
     /// validated yet. Only success is cached.
     pub async fn ready(&self) -> Result<Arc<ValidatedModel>> {
+        Ok(Arc::clone(&self.prepared().await?.model))
+    }
+
+    /// The validated model with its plans; what every operation starts with.
+    pub(crate) async fn prepared(&self) -> Result<Arc<Ready>> {
         self.inner
             .ready
             .get_or_try_init(|| async {
                 let mut conn = self.inner.pool.acquire().await?;
-                validate(
+                let model = validate(
                     &mut conn,
                     &self.inner.config,
                     &self.inner.declarations,
                     self.inner.rules.as_ref(),
                 )
-                .await
-                .map(Arc::new)
+                .await?;
+                let plans = model
+                    .entities
+                    .iter()
+                    .map(|e| {
+                        let caps = &model.capabilities[&e.id];
+                        (e.id, EntityPlan::build(e, caps, &self.inner.config.schema))
+                    })
+                    .collect();
+                Ok(Arc::new(Ready {
+                    model: Arc::new(model),
+                    plans,
+                    ledger: LedgerPlan::build(&self.inner.config.schema),
+                }))
             })
             .await
             .cloned()
+    }
+
+    pub(crate) fn inner(&self) -> &Inner {
+        &self.inner
+    }
+
+    /// Sweeps one tenant's tenant-scoped entities (or the tenantless ones):
+    /// see the run model in the crate documentation. Returns the settled
+    /// result; a bad request is refused before anything is written.
+    pub async fn sweep(&self, request: crate::SweepRequest) -> Result<crate::SweepResult> {
+        crate::engine::sweep(self, request).await
+    }
+
+    /// Counts what a sweep would change now, without writing anything.
+    pub async fn preview(&self, request: crate::PreviewRequest) -> Result<crate::PreviewResult> {
+        crate::engine::preview(self, request).await
+    }
+
+    /// Places a legal hold (see [`crate::holds`] for every check it makes).
+    pub async fn create_hold(
+        &self,
+        request: crate::holds::HoldRequest,
+    ) -> Result<crate::holds::Hold> {
+        crate::holds::create(self, request).await
+    }
+
+    /// Lists holds.
+    pub async fn list_holds(
+        &self,
+        filter: &crate::holds::HoldFilter,
+    ) -> Result<Vec<crate::holds::Hold>> {
+        crate::holds::list(self, filter).await
+    }
+
+    /// Releases an active hold now.
+    pub async fn release_hold(&self, hold_id: uuid::Uuid) -> Result<crate::holds::Hold> {
+        crate::holds::release(self, hold_id).await
     }
 
     /// Whether validation has already succeeded.
@@ -145,6 +213,13 @@ impl CohortBuilder {
         self
     }
 
+    /// Adds an audit observer (any number; each gets committed events in
+    /// order, on its own task, bounded by `observer_timeout`).
+    pub fn observer(mut self, observer: impl AuditObserver) -> Self {
+        self.observers.push(Arc::new(observer));
+        self
+    }
+
     /// Takes settings, entities and rules from a policy file (entities add
     /// to any already registered).
     pub fn policy(mut self, policy: PolicyFile) -> Self {
@@ -161,6 +236,7 @@ impl CohortBuilder {
             .unwrap_or_else(|| Arc::new(StaticRuleProvider::default()));
         Ok(Cohort {
             inner: Arc::new(Inner {
+                observers: ObserverHub::new(self.observers, self.config.observer_timeout()),
                 pool: self.pool,
                 config: self.config,
                 declarations: self.declarations,

@@ -71,6 +71,10 @@ pub enum Error {
     /// upgraded by this version.
     #[error("migration failed: {0}")]
     Migration(String),
+    /// A request was invalid (unknown entity, malformed id, wrong tenant,
+    /// missing record, …); nothing was changed.
+    #[error("invalid input: {0}")]
+    InvalidInput(String),
     /// A database error.
     #[error("database error: {0}")]
     Database(#[from] sqlx::Error),

@@ -148,6 +148,38 @@ impl SqlText {
         Self(fragment.to_owned())
     }
 
+    /// Appends a fixed fragment.
+    pub(crate) fn push(&mut self, fragment: &'static str) -> &mut Self {
+        self.0.push_str(fragment);
+        self
+    }
+
+    /// Appends the placeholder of bound parameter `n` (`$n`).
+    pub(crate) fn param(&mut self, n: usize) -> &mut Self {
+        self.0.push('$');
+        self.0.push_str(&n.to_string());
+        self
+    }
+
+    /// Appends another piece of checked SQL text.
+    pub(crate) fn append(&mut self, other: &SqlText) -> &mut Self {
+        self.0.push_str(&other.0);
+        self
+    }
+
+    /// Appends a quoted, schema-qualified table name.
+    pub(crate) fn table(&mut self, name: &QualifiedName) -> &mut Self {
+        self.ident(&name.schema);
+        self.0.push('.');
+        self.ident(&name.name)
+    }
+
+    /// Appends `t.` followed by a quoted column name.
+    pub(crate) fn col(&mut self, column: &str) -> &mut Self {
+        self.0.push_str("t.");
+        self.ident(column)
+    }
+
     /// Appends a quoted identifier.
     pub(crate) fn ident(&mut self, name: &str) -> &mut Self {
         self.0.push_str(&quote_ident(name));
@@ -157,6 +189,12 @@ impl SqlText {
     /// The text, for tests and logs.
     pub(crate) fn as_str(&self) -> &str {
         &self.0
+    }
+
+    /// Hands a copy of the text to sqlx (plans are built once and reused;
+    /// sqlx caches the prepared statement by its text).
+    pub(crate) fn sql(&self) -> sqlx::AssertSqlSafe<String> {
+        sqlx::AssertSqlSafe(self.0.clone())
     }
 
     /// Hands the text to sqlx. Sound because every piece is either a
@@ -236,9 +274,16 @@ mod tests {
     fn qualified_name_displays_quoted() {
         let q = QualifiedName::new("a\"s", "t");
         assert_eq!(q.to_string(), "\"a\"\"s\".\"t\"");
-        let mut sql = SqlText::new("CREATE SCHEMA ");
-        sql.ident("x\"y");
-        assert_eq!(sql.as_str(), "CREATE SCHEMA \"x\"\"y\"");
+        let mut sql = SqlText::new("DELETE FROM ");
+        sql.table(&q)
+            .push(" t WHERE ")
+            .col("i\"d")
+            .push(" = ")
+            .param(12);
+        assert_eq!(
+            sql.as_str(),
+            "DELETE FROM \"a\"\"s\".\"t\" t WHERE t.\"i\"\"d\" = $12"
+        );
     }
 
     #[test]

@@ -21,6 +21,7 @@ use crate::model::{
 };
 use crate::rules::{CategoryCapabilities, RuleProvider};
 use crate::schema::CohortTable;
+use crate::sql::KeyType;
 
 /// What validation established: the resolved entities Cohort may act on.
 #[derive(Debug, Clone)]
@@ -35,6 +36,76 @@ pub struct ValidatedModel {
     pub warnings: Vec<String>,
     /// `server_version_num` of the server validated against.
     pub server_version_num: i32,
+    /// Entity ids in processing order: dependents (tables with foreign keys
+    /// into other retained tables) before the tables they reference.
+    pub order: Vec<uuid::Uuid>,
+    /// Store types of the key-like columns, by entity id.
+    pub(crate) facts: BTreeMap<uuid::Uuid, TableFacts>,
+}
+
+/// What the engine needs to know about a validated entity's columns.
+#[derive(Debug, Clone)]
+pub(crate) struct TableFacts {
+    pub(crate) record: KeyType,
+    pub(crate) tenant: Option<KeyType>,
+}
+
+impl ValidatedModel {
+    /// The entity with this id.
+    pub fn entity(&self, id: uuid::Uuid) -> Option<&EntityDescriptor> {
+        self.entities.iter().find(|e| e.id == id)
+    }
+
+    /// The entity with this display name or id (as text).
+    pub fn find_entity(&self, id_or_name: &str) -> Option<&EntityDescriptor> {
+        let id = uuid::Uuid::parse_str(id_or_name.trim()).ok();
+        self.entities
+            .iter()
+            .find(|e| Some(e.id) == id || e.name == id_or_name)
+    }
+
+    /// Entities in processing order.
+    pub fn ordered(&self) -> impl Iterator<Item = &EntityDescriptor> {
+        self.order.iter().filter_map(|id| self.entity(*id))
+    }
+}
+
+/// Dependents first: an entity whose table references another retained
+/// table comes before it. Ties and cycles keep declaration order.
+fn dependency_order(
+    entities: &[EntityDescriptor],
+    tables: &[catalog::TableInfo],
+) -> Vec<uuid::Uuid> {
+    let n = entities.len();
+    // before[i] lists the entities that must come before i (those that reference i).
+    let mut waiting_on: Vec<usize> = vec![0; n];
+    let mut referenced_by: Vec<Vec<usize>> = vec![Vec::new(); n];
+    for (child, table) in tables.iter().enumerate() {
+        for fk in &table.foreign_keys {
+            if let Some(parent) = tables.iter().position(|t| t.name == fk.references) {
+                if parent != child && !referenced_by[parent].contains(&child) {
+                    referenced_by[parent].push(child);
+                    waiting_on[parent] += 1;
+                }
+            }
+        }
+    }
+    let mut done = vec![false; n];
+    let mut order = Vec::with_capacity(n);
+    while order.len() < n {
+        let next = (0..n)
+            .find(|&i| !done[i] && waiting_on[i] == 0)
+            .or_else(|| (0..n).find(|&i| !done[i])) // a cycle: fall back to declaration order
+            .expect("some entity is left");
+        done[next] = true;
+        order.push(entities[next].id);
+        for parent in 0..n {
+            if referenced_by[parent].contains(&next) && waiting_on[parent] > 0 {
+                waiting_on[parent] -= 1;
+            }
+        }
+    }
+    order
 }
 
 /// The table a declaration points at, before conventions: needed first so
@@ -174,7 +245,28 @@ pub async fn validate(
         })
         .filter_map(|(e, t)| checks::index_advice(e, t))
         .collect();
+    let order = dependency_order(&entities, &tables);
+    let facts = entities
+        .iter()
+        .zip(&tables)
+        .map(|(e, t)| {
+            let key = |c: &str| {
+                t.column(c)
+                    .and_then(|c| KeyType::from_type_name(&c.type_name))
+            };
+            let facts = TableFacts {
+                record: key(&e.record_id).expect("validated key type"),
+                tenant: e
+                    .tenant
+                    .as_deref()
+                    .map(|c| key(c).expect("validated tenant type")),
+            };
+            (e.id, facts)
+        })
+        .collect();
     Ok(ValidatedModel {
+        order,
+        facts,
         entities,
         exempt,
         capabilities,

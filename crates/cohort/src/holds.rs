@@ -1,0 +1,259 @@
+//! Legal holds: create, list, release; expiry by `expires_at`. A hold is
+//! active while it is neither released nor expired, judged by the
+//! database clock (not a run's logical time).
+//!
+//! Creation validates everything that would make a hold silently protect
+//! nothing: the entity must be registered, the record id is parsed and
+//! canonicalised with the key column's type, the tenant must own the row
+//! (tenantless entities take no tenant), and the row must exist. The
+//! existence check and the insert happen under a row lock on the target
+//! (`FOR KEY SHARE`), which conflicts with the sweep's `FOR UPDATE`: either
+//! the hold commits first and every later mutation sees it, or the hold
+//! waits for the batch holding the row and then finds it gone (purged) or
+//! changed.
+
+use chrono::{DateTime, FixedOffset, Utc};
+use sqlx::postgres::PgRow;
+use sqlx::{Acquire, Row};
+use uuid::Uuid;
+
+use crate::cohort::Cohort;
+use crate::error::{Error, Result};
+
+/// A request to place a hold.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HoldRequest {
+    /// The hold's id (choose one to make creation idempotent to retry).
+    pub hold_id: Uuid,
+    /// The retained entity's durable id.
+    pub retention_entity_id: Uuid,
+    /// The record id as text; canonicalised with the key column's type.
+    pub record_id: String,
+    /// The owning tenant; `None` for tenantless entities.
+    pub tenant_id: Option<String>,
+    /// Why (e.g. "Litigation hold - case #12345"). Required.
+    pub reason: String,
+    /// When the hold was placed (normally now).
+    pub created_at: DateTime<Utc>,
+    /// When it lapses by itself, if ever.
+    pub expires_at: Option<DateTime<Utc>>,
+}
+
+impl HoldRequest {
+    /// A hold created now, with a new id, no tenant and no expiry.
+    pub fn new(
+        retention_entity_id: Uuid,
+        record_id: impl Into<String>,
+        reason: impl Into<String>,
+    ) -> Self {
+        Self {
+            hold_id: Uuid::new_v4(),
+            retention_entity_id,
+            record_id: record_id.into(),
+            tenant_id: None,
+            reason: reason.into(),
+            created_at: Utc::now(),
+            expires_at: None,
+        }
+    }
+
+    /// Sets the owning tenant.
+    pub fn tenant(mut self, tenant: impl Into<String>) -> Self {
+        self.tenant_id = Some(tenant.into());
+        self
+    }
+
+    /// Sets the expiry (any offset; stored as UTC).
+    pub fn expires_at(mut self, at: DateTime<FixedOffset>) -> Self {
+        self.expires_at = Some(at.with_timezone(&Utc));
+        self
+    }
+
+    /// Sets the hold id.
+    pub fn hold_id(mut self, id: Uuid) -> Self {
+        self.hold_id = id;
+        self
+    }
+
+    /// Sets the creation time (any offset; stored as UTC).
+    pub fn created_at(mut self, at: DateTime<FixedOffset>) -> Self {
+        self.created_at = at.with_timezone(&Utc);
+        self
+    }
+}
+
+/// A stored hold.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Hold {
+    /// Hold id.
+    pub hold_id: Uuid,
+    /// Retained entity id.
+    #[serde(rename = "entity_id")]
+    pub retention_entity_id: Uuid,
+    /// Canonical record id.
+    pub record_id: String,
+    /// Owning tenant.
+    #[serde(rename = "tenant")]
+    pub tenant_id: Option<String>,
+    /// Why.
+    pub reason: String,
+    /// When it was placed.
+    pub created_at: DateTime<Utc>,
+    /// When it lapses.
+    pub expires_at: Option<DateTime<Utc>>,
+    /// When it was released.
+    pub released_at: Option<DateTime<Utc>>,
+    /// Whether it protects its row now (database clock).
+    pub active: bool,
+}
+
+impl Hold {
+    fn from_row(r: &PgRow) -> std::result::Result<Self, sqlx::Error> {
+        Ok(Hold {
+            hold_id: r.try_get("hold_id")?,
+            retention_entity_id: r.try_get("retention_entity_id")?,
+            record_id: r.try_get("record_id")?,
+            tenant_id: r.try_get("tenant_id")?,
+            reason: r.try_get("reason")?,
+            created_at: r.try_get("created_at")?,
+            expires_at: r.try_get("expires_at")?,
+            released_at: r.try_get("released_at")?,
+            active: r.try_get("active")?,
+        })
+    }
+}
+
+/// Which holds to list.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HoldFilter {
+    /// Only this entity's holds.
+    pub entity_id: Option<Uuid>,
+    /// Only this tenant's holds (canonical text).
+    pub tenant: Option<String>,
+    /// Only holds active now.
+    pub active_only: bool,
+}
+
+pub(crate) async fn create(cohort: &Cohort, req: HoldRequest) -> Result<Hold> {
+    let ready = cohort.prepared().await?;
+    let entity = ready.model.entity(req.retention_entity_id).ok_or_else(|| {
+        Error::InvalidInput(format!(
+            "{} is not the id of a registered retained entity",
+            req.retention_entity_id
+        ))
+    })?;
+    let facts = &ready.model.facts[&entity.id];
+    if req.reason.trim().is_empty() {
+        return Err(Error::InvalidInput("a hold needs a reason".into()));
+    }
+    if req.expires_at.is_some_and(|e| e <= req.created_at) {
+        return Err(Error::InvalidInput(
+            "a hold must expire after it is created".into(),
+        ));
+    }
+    let record = facts
+        .record
+        .parse(&req.record_id)
+        .map_err(|msg| Error::InvalidInput(format!("record id for {}: {msg}", entity.name)))?;
+    let tenant = match (facts.tenant, req.tenant_id.as_deref()) {
+        (Some(ty), Some(t)) => Some(
+            ty.parse(t)
+                .map_err(|msg| Error::InvalidInput(format!("tenant for {}: {msg}", entity.name)))?
+                .canonical(),
+        ),
+        (Some(_), None) => {
+            return Err(Error::InvalidInput(format!(
+                "{} is tenant-scoped: a hold needs the row's tenant",
+                entity.name
+            )))
+        }
+        (None, Some(_)) => {
+            return Err(Error::InvalidInput(format!(
+                "{} is tenantless: a hold must not name a tenant",
+                entity.name
+            )))
+        }
+        (None, None) => None,
+    };
+
+    let mut conn = cohort.inner().pool.acquire().await?;
+    let mut tx = conn.begin().await?;
+    let plan = &ready.plans[&entity.id];
+    let row = record
+        .bind(sqlx::query(plan.lock_target.sql()))
+        .fetch_optional(&mut *tx)
+        .await?;
+    let Some(row) = row else {
+        return Err(Error::InvalidInput(format!(
+            "record {} of {} does not exist",
+            record.canonical(),
+            entity.name
+        )));
+    };
+    let owner: Option<String> = row.try_get("tenant")?;
+    if owner != tenant {
+        return Err(Error::InvalidInput(format!(
+            "record {} of {} does not belong to tenant {}",
+            record.canonical(),
+            entity.name,
+            tenant.as_deref().unwrap_or("(none)")
+        )));
+    }
+    let inserted = sqlx::query(ready.ledger.insert_hold.sql())
+        .bind(req.hold_id)
+        .bind(entity.id)
+        .bind(record.canonical())
+        .bind(tenant.as_deref())
+        .bind(req.reason.trim())
+        .bind(req.created_at)
+        .bind(req.expires_at)
+        .fetch_one(&mut *tx)
+        .await;
+    let row = match inserted {
+        Ok(row) => row,
+        Err(e) if e.as_database_error().and_then(|d| d.code()).as_deref() == Some("23505") => {
+            return Err(Error::InvalidInput(format!(
+                "a hold with id {} already exists",
+                req.hold_id
+            )));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let hold = Hold::from_row(&row)?;
+    tx.commit().await?;
+    Ok(hold)
+}
+
+pub(crate) async fn list(cohort: &Cohort, filter: &HoldFilter) -> Result<Vec<Hold>> {
+    let ready = cohort.prepared().await?;
+    let rows = sqlx::query(ready.ledger.list_holds.sql())
+        .bind(filter.entity_id)
+        .bind(filter.tenant.as_deref())
+        .bind(filter.active_only)
+        .fetch_all(&cohort.inner().pool)
+        .await?;
+    Ok(rows
+        .iter()
+        .map(Hold::from_row)
+        .collect::<std::result::Result<_, _>>()?)
+}
+
+pub(crate) async fn release(cohort: &Cohort, hold_id: Uuid) -> Result<Hold> {
+    let ready = cohort.prepared().await?;
+    let pool = &cohort.inner().pool;
+    if let Some(row) = sqlx::query(ready.ledger.release_hold.sql())
+        .bind(hold_id)
+        .fetch_optional(pool)
+        .await?
+    {
+        return Ok(Hold::from_row(&row)?);
+    }
+    let existing = sqlx::query(ready.ledger.get_hold.sql())
+        .bind(hold_id)
+        .fetch_optional(pool)
+        .await?;
+    Err(Error::InvalidInput(match existing {
+        Some(_) => format!("hold {hold_id} is already released"),
+        None => format!("no hold with id {hold_id}"),
+    }))
+}

@@ -1,0 +1,252 @@
+//! Requests and results of sweeps and previews (the public contract of the
+//! engine; the engine itself is private).
+
+use chrono::{DateTime, FixedOffset, Utc};
+use serde::Serialize;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use crate::diagnostic::Diagnostic;
+use crate::rules::{Period, Strategy};
+
+/// What started a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Trigger {
+    /// Called directly (API or CLI).
+    Manual,
+    /// Started by the scheduled worker.
+    Scheduled,
+}
+
+impl Trigger {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Trigger::Manual => "manual",
+            Trigger::Scheduled => "scheduled",
+        }
+    }
+}
+
+/// Sweep or erasure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum RunKind {
+    /// A retention sweep.
+    Sweep,
+    /// A right-to-erasure request.
+    Erasure,
+}
+
+impl RunKind {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            RunKind::Sweep => "sweep",
+            RunKind::Erasure => "erasure",
+        }
+    }
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum RunStatus {
+    /// Still running, or its process died (recovered later as failed).
+    Started,
+    /// Every entity was processed.
+    Succeeded,
+    /// At least one entity failed; the others' work is committed.
+    PartiallyFailed,
+    /// The run itself failed (e.g. its connection was lost).
+    Failed,
+    /// Cancelled by the caller; the open batch was rolled back.
+    Cancelled,
+}
+
+impl RunStatus {
+    /// The ledger spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Started => "started",
+            RunStatus::Succeeded => "succeeded",
+            RunStatus::PartiallyFailed => "partially_failed",
+            RunStatus::Failed => "failed",
+            RunStatus::Cancelled => "cancelled",
+        }
+    }
+
+    /// Parses the ledger spelling.
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "started" => RunStatus::Started,
+            "succeeded" => RunStatus::Succeeded,
+            "partially_failed" => RunStatus::PartiallyFailed,
+            "failed" => RunStatus::Failed,
+            "cancelled" => RunStatus::Cancelled,
+            _ => return None,
+        })
+    }
+}
+
+/// A sweep: one tenant's tenant-scoped entities, or the tenantless ones.
+#[derive(Debug, Clone)]
+pub struct SweepRequest {
+    pub(crate) tenant: Option<String>,
+    pub(crate) now: DateTime<Utc>,
+    pub(crate) dry_run: bool,
+    pub(crate) trigger: Trigger,
+    pub(crate) cancel: CancellationToken,
+}
+
+impl SweepRequest {
+    /// Sweeps the tenant-scoped entities of `tenant` as of `now` (any
+    /// offset; normalised to UTC).
+    pub fn tenanted(tenant: impl Into<String>, now: DateTime<FixedOffset>) -> Self {
+        Self::new(Some(tenant.into()), now.with_timezone(&Utc))
+    }
+
+    /// Sweeps the tenantless entities as of `now`.
+    pub fn tenantless(now: DateTime<FixedOffset>) -> Self {
+        Self::new(None, now.with_timezone(&Utc))
+    }
+
+    fn new(tenant: Option<String>, now: DateTime<Utc>) -> Self {
+        Self {
+            tenant,
+            now,
+            dry_run: false,
+            trigger: Trigger::Manual,
+            cancel: CancellationToken::new(),
+        }
+    }
+
+    /// Counts what would change and writes the same audit trail, changing no row.
+    pub fn dry_run(mut self, dry_run: bool) -> Self {
+        self.dry_run = dry_run;
+        self
+    }
+
+    /// Marks the run as started by the scheduler.
+    pub fn trigger(mut self, trigger: Trigger) -> Self {
+        self.trigger = trigger;
+        self
+    }
+
+    /// Cancellation: when the token fires, the open batch is rolled back and
+    /// the run settles `Cancelled`.
+    pub fn cancellation(mut self, token: CancellationToken) -> Self {
+        self.cancel = token;
+        self
+    }
+}
+
+/// What happened to one entity in a run (or would, in a preview).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct EntityOutcome {
+    /// Durable entity id.
+    pub entity_id: Uuid,
+    /// Display name.
+    pub entity: String,
+    /// Category.
+    pub category: String,
+    /// Strategy applied.
+    pub strategy: Strategy,
+    /// Rows changed (or, in a dry run or preview, that would change).
+    pub affected: u64,
+    /// Rows past the cutoff kept by an active hold.
+    pub held: u64,
+    /// Rows skipped by failing before-handlers.
+    pub skipped: u64,
+    /// Rows in scope whose anchor is NULL (never eligible).
+    pub null_anchor: u64,
+    /// The cutoff: rows anchored strictly before it were eligible.
+    pub cutoff: DateTime<Utc>,
+    /// The resolved period.
+    pub period: Period,
+    /// The resolved legal minimum.
+    pub legal_min: Option<Period>,
+}
+
+/// An entity that failed; the run went on with the others.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct EntityFailure {
+    /// Durable entity id.
+    pub entity_id: Uuid,
+    /// Display name.
+    pub entity: String,
+    /// Sanitised diagnostic (or a Cohort-defined reason).
+    pub error: String,
+}
+
+/// The settled result of a sweep.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SweepResult {
+    /// The run's id in `sweep_run`.
+    pub run_id: Uuid,
+    /// Sweep or erasure.
+    pub kind: RunKind,
+    /// Manual or scheduled.
+    pub trigger: Trigger,
+    /// Terminal status.
+    pub status: RunStatus,
+    /// Whether rows were left unchanged by design.
+    pub dry_run: bool,
+    /// The tenant, or `None` for the tenantless pass.
+    pub tenant: Option<String>,
+    /// When the Started row was written.
+    pub started_at: DateTime<Utc>,
+    /// When the run settled.
+    pub settled_at: DateTime<Utc>,
+    /// Per-entity outcomes, in processing order.
+    pub entities: Vec<EntityOutcome>,
+    /// Entities that failed.
+    pub failures: Vec<EntityFailure>,
+}
+
+impl SweepResult {
+    /// Total rows affected.
+    pub fn affected(&self) -> u64 {
+        self.entities.iter().map(|e| e.affected).sum()
+    }
+
+    /// The outcome of one entity, by display name.
+    pub fn entity(&self, name: &str) -> Option<&EntityOutcome> {
+        self.entities.iter().find(|e| e.entity == name)
+    }
+}
+
+/// A preview: counts only, nothing written.
+#[derive(Debug, Clone)]
+pub struct PreviewRequest {
+    pub(crate) tenant: Option<String>,
+    pub(crate) now: DateTime<Utc>,
+}
+
+impl PreviewRequest {
+    /// Previews `tenant`'s tenant-scoped entities.
+    pub fn tenanted(tenant: impl Into<String>, now: DateTime<FixedOffset>) -> Self {
+        Self {
+            tenant: Some(tenant.into()),
+            now: now.with_timezone(&Utc),
+        }
+    }
+
+    /// Previews the tenantless entities.
+    pub fn tenantless(now: DateTime<FixedOffset>) -> Self {
+        Self {
+            tenant: None,
+            now: now.with_timezone(&Utc),
+        }
+    }
+}
+
+pub(crate) fn failure(entity_id: Uuid, entity: &str, d: &Diagnostic) -> EntityFailure {
+    EntityFailure {
+        entity_id,
+        entity: entity.to_owned(),
+        error: d.to_string(),
+    }
+}

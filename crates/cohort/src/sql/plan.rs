@@ -1,0 +1,424 @@
+//! The statements of one entity, built once when the model is validated.
+//!
+//! A sweep batch is a fixed number of statements whatever its size:
+//! `lock` (candidates past the cutoff, in the tenant, not held, oldest first,
+//! `FOR UPDATE SKIP LOCKED`, at most the batch size), then `mutate` (a new
+//! statement, so a new snapshot: it re-checks holds committed while the
+//! candidates were being locked), then the ledger writes. Hold creation
+//! takes a row lock on its target, so a hold either commits before the
+//! candidate lock (and `mutate` sees it) or waits until the batch commits.
+//! Row locks live in the tuples, not in the shared lock table, so a
+//! 5000-row batch needs no more lock-table slots than a one-row batch.
+//!
+//! Parameters are positional and documented per statement.
+
+use std::collections::BTreeMap;
+
+use crate::ident::{QualifiedName, SqlText};
+use crate::model::{AnonymiseMethod, CustomAnonymiser, EntityDescriptor};
+use crate::rules::{CategoryCapabilities, Strategy};
+use crate::schema::CohortTable;
+
+/// How an anonymised column gets its new value in the UPDATE.
+#[derive(Debug, Clone)]
+pub(crate) enum Scrub {
+    /// Fixed SQL (`NULL`, `''`, a hash of the column).
+    Fixed,
+    /// A bound literal; its index into `EntityPlan::literals`.
+    Literal,
+    /// A value computed in Rust per row.
+    Custom(CustomAnonymiser),
+}
+
+/// The statements of one entity.
+#[derive(Debug, Clone)]
+pub(crate) struct EntityPlan {
+    /// Lock candidates. `$1` entity id, `$2` cutoff, `$3` limit, `$4` tenant.
+    /// Returns the record key.
+    pub(crate) lock: BTreeMap<Strategy, SqlText>,
+    /// Mutate locked rows that are still not held. `$1` entity id, `$2`
+    /// record keys (array), then the literals, then one text array per
+    /// custom anonymiser (aligned with `$2`). Returns `record::text`.
+    pub(crate) mutate: BTreeMap<Strategy, SqlText>,
+    /// Counts in scope: eligible (past cutoff, not held), held (past cutoff,
+    /// held) and null_anchor. `$1` entity id, `$2` cutoff, `$3` tenant.
+    pub(crate) counts: BTreeMap<Strategy, SqlText>,
+    /// Reads the locked rows for custom anonymisers: key first, then every
+    /// column. `$1` record keys.
+    pub(crate) load_rows: SqlText,
+    /// Locks one row against mutation and returns its tenant as text (NULL
+    /// when tenantless): what hold creation and guarded deletion take.
+    /// `$1` record key.
+    pub(crate) lock_target: SqlText,
+    /// Literal values bound after `$2` by the anonymise statement.
+    pub(crate) literals: Vec<String>,
+    /// Custom anonymisers, in parameter order: (column, anonymiser).
+    pub(crate) custom: Vec<(String, CustomAnonymiser)>,
+}
+
+fn hold_exists(e: &EntityDescriptor, cohort_schema: &str) -> SqlText {
+    let mut s = SqlText::new("EXISTS (SELECT 1 FROM ");
+    s.table(&CohortTable::Hold.qualified(cohort_schema))
+        .push(" h WHERE h.retention_entity_id = $1 AND h.record_id = ")
+        .col(&e.record_id)
+        .push("::text AND ");
+    match &e.tenant {
+        Some(t) => {
+            s.push("h.tenant_id = ").col(t).push("::text");
+        }
+        None => {
+            s.push("h.tenant_id IS NULL");
+        }
+    }
+    s.push(
+        " AND (h.released_at IS NULL OR h.released_at > pg_catalog.now()) \
+         AND (h.expires_at IS NULL OR h.expires_at > pg_catalog.now()))",
+    );
+    s
+}
+
+/// The strategy's own "not yet done" condition, with a leading ` AND `.
+fn not_done(e: &EntityDescriptor, strategy: Strategy) -> SqlText {
+    let mut s = SqlText::default();
+    match strategy {
+        Strategy::SoftDelete => {
+            s.push(" AND ")
+                .col(
+                    e.soft_delete
+                        .as_deref()
+                        .expect("validated: soft delete has a flag"),
+                )
+                .push(" IS NOT TRUE");
+        }
+        Strategy::Anonymise => {
+            s.push(" AND ")
+                .col(
+                    e.anonymised_at
+                        .as_deref()
+                        .expect("validated: anonymise has a marker"),
+                )
+                .push(" IS NULL");
+        }
+        _ => {}
+    }
+    s
+}
+
+fn tenant_filter(e: &EntityDescriptor, param: usize) -> SqlText {
+    let mut s = SqlText::default();
+    if let Some(t) = &e.tenant {
+        s.push(" AND ").col(t).push(" = ").param(param);
+    }
+    s
+}
+
+impl EntityPlan {
+    /// Builds every statement for the strategies the category may return.
+    pub(crate) fn build(
+        e: &EntityDescriptor,
+        capabilities: &CategoryCapabilities,
+        cohort_schema: &str,
+    ) -> Self {
+        let table: &QualifiedName = &e.table;
+        let held = hold_exists(e, cohort_schema);
+        let mut lock = BTreeMap::new();
+        let mut mutate = BTreeMap::new();
+        let mut counts = BTreeMap::new();
+        let mut literals = Vec::new();
+        let mut custom = Vec::new();
+
+        for strategy in capabilities.iter() {
+            let done = not_done(e, strategy);
+
+            let mut c = SqlText::new("SELECT count(*) FILTER (WHERE ");
+            c.col(&e.anchor)
+                .push(" < $2 AND NOT ")
+                .append(&held)
+                .push(") AS eligible, count(*) FILTER (WHERE ")
+                .col(&e.anchor)
+                .push(" < $2 AND ")
+                .append(&held)
+                .push(") AS held, count(*) FILTER (WHERE ")
+                .col(&e.anchor)
+                .push(" IS NULL) AS null_anchor FROM ")
+                .table(table)
+                .push(" t WHERE TRUE")
+                .append(&tenant_filter(e, 3))
+                .append(&done);
+            counts.insert(strategy, c);
+
+            if !strategy.mutates() {
+                continue;
+            }
+            let mut l = SqlText::new("SELECT ");
+            l.col(&e.record_id)
+                .push(" FROM ")
+                .table(table)
+                .push(" t WHERE ")
+                .col(&e.anchor)
+                .push(" < $2")
+                .append(&tenant_filter(e, 4))
+                .append(&done)
+                .push(" AND NOT ")
+                .append(&held)
+                .push(" ORDER BY ")
+                .col(&e.anchor)
+                .push(" LIMIT $3 FOR UPDATE SKIP LOCKED");
+            lock.insert(strategy, l);
+
+            let mut m = SqlText::default();
+            let mut key_match = SqlText::default();
+            key_match.col(&e.record_id).push(" = ANY($2)");
+            match strategy {
+                Strategy::Purge => {
+                    m.push("DELETE FROM ")
+                        .table(table)
+                        .push(" t WHERE ")
+                        .append(&key_match);
+                }
+                Strategy::SoftDelete => {
+                    m.push("UPDATE ")
+                        .table(table)
+                        .push(" t SET ")
+                        .ident(e.soft_delete.as_deref().expect("validated"));
+                    m.push(" = TRUE");
+                    if let Some(d) = &e.deleted_at {
+                        m.push(", ").ident(d).push(" = pg_catalog.now()");
+                    }
+                    m.push(" WHERE ").append(&key_match);
+                }
+                Strategy::Anonymise => {
+                    literals.clear();
+                    custom.clear();
+                    m.push("UPDATE ").table(table).push(" t SET ");
+                    let mut next_param = 3;
+                    let scrubs: Vec<(&str, Scrub)> = e
+                        .anonymise
+                        .iter()
+                        .map(|a| {
+                            let scrub = match &a.method {
+                                AnonymiseMethod::Literal(v) => {
+                                    literals.push(v.clone());
+                                    Scrub::Literal
+                                }
+                                AnonymiseMethod::Custom(c) => Scrub::Custom(c.clone()),
+                                _ => Scrub::Fixed,
+                            };
+                            (a.column.as_str(), scrub)
+                        })
+                        .collect();
+                    let first_custom_param = 3 + literals.len();
+                    for (i, (column, scrub)) in scrubs.iter().enumerate() {
+                        if i > 0 {
+                            m.push(", ");
+                        }
+                        m.ident(column).push(" = ");
+                        match scrub {
+                            Scrub::Fixed => match &e.anonymise[i].method {
+                                AnonymiseMethod::Null => {
+                                    m.push("NULL");
+                                }
+                                AnonymiseMethod::Empty => {
+                                    m.push("''");
+                                }
+                                AnonymiseMethod::Hash => {
+                                    m.push("pg_catalog.encode(pg_catalog.sha256(pg_catalog.convert_to(")
+                                        .col(column)
+                                        .push(", 'UTF8')), 'hex')");
+                                }
+                                _ => unreachable!("literal and custom are not fixed"),
+                            },
+                            Scrub::Literal => {
+                                m.param(next_param);
+                                next_param += 1;
+                            }
+                            Scrub::Custom(c) => {
+                                m.push("v.").ident(&format!("c{}", custom.len()));
+                                custom.push((column.to_string(), c.clone()));
+                            }
+                        }
+                    }
+                    m.push(", ")
+                        .ident(e.anonymised_at.as_deref().expect("validated"))
+                        .push(" = pg_catalog.now()");
+                    if custom.is_empty() {
+                        m.push(" WHERE ").append(&key_match);
+                    } else {
+                        m.push(" FROM pg_catalog.unnest($2");
+                        for i in 0..custom.len() {
+                            m.push(", ").param(first_custom_param + i);
+                        }
+                        m.push(") AS v(k");
+                        for i in 0..custom.len() {
+                            m.push(", ").ident(&format!("c{i}"));
+                        }
+                        m.push(") WHERE ").col(&e.record_id).push(" = v.k");
+                    }
+                }
+                Strategy::Exempt => unreachable!("exempt does not mutate"),
+            }
+            m.append(&done)
+                .push(" AND NOT ")
+                .append(&held)
+                .push(" RETURNING ")
+                .col(&e.record_id)
+                .push("::text");
+            mutate.insert(strategy, m);
+        }
+
+        let mut load_rows = SqlText::new("SELECT ");
+        load_rows
+            .col(&e.record_id)
+            .push(", t.* FROM ")
+            .table(table)
+            .push(" t WHERE ")
+            .col(&e.record_id)
+            .push(" = ANY($1)");
+
+        let mut lock_target = SqlText::new("SELECT ");
+        match &e.tenant {
+            Some(t) => {
+                lock_target.col(t).push("::text");
+            }
+            None => {
+                lock_target.push("NULL::text");
+            }
+        }
+        lock_target
+            .push(" AS tenant FROM ")
+            .table(table)
+            .push(" t WHERE ")
+            .col(&e.record_id)
+            .push(" = $1 FOR KEY SHARE");
+
+        EntityPlan {
+            lock_target,
+            lock,
+            mutate,
+            counts,
+            load_rows,
+            literals,
+            custom,
+        }
+    }
+}
+
+/// Fixed ledger statements for Cohort's schema, built once.
+#[derive(Debug, Clone)]
+pub(crate) struct LedgerPlan {
+    /// `$1` run id, `$2` kind, `$3` trigger, `$4` dry run, `$5` tenant, `$6` logical now.
+    pub(crate) insert_run: SqlText,
+    /// `$1` run id, `$2` status, `$3` error. Returns settled_at.
+    pub(crate) settle_run: SqlText,
+    /// `$1` run, `$2` entity id, `$3` type, `$4` category, `$5` tenant,
+    /// `$6` strategy, `$7` cutoff, `$8` period days, `$9` period secs,
+    /// `$10` legal-min days, `$11` legal-min secs, `$12` source, `$13` reason.
+    pub(crate) insert_summary: SqlText,
+    /// `$1` summary id, `$2` affected increment.
+    pub(crate) add_affected: SqlText,
+    /// `$1` summary id, `$2` affected, `$3` held, `$4` skipped, `$5` null anchor, `$6` error.
+    pub(crate) finish_summary: SqlText,
+    /// `$1` run, `$2` entity id, `$3` type, `$4` tenant, `$5` action, `$6` record ids (text[]).
+    pub(crate) insert_details: SqlText,
+    /// `$1` hold id, `$2` entity id, `$3` record id, `$4` tenant, `$5` reason,
+    /// `$6` created at, `$7` expires at. Returns the hold.
+    pub(crate) insert_hold: SqlText,
+    /// `$1` entity id or NULL, `$2` tenant or NULL, `$3` active only.
+    pub(crate) list_holds: SqlText,
+    /// `$1` hold id. Returns the hold if it was active.
+    pub(crate) release_hold: SqlText,
+    /// `$1` hold id.
+    pub(crate) get_hold: SqlText,
+}
+
+const HOLD_COLUMNS: &str =
+    " hold_id, retention_entity_id, record_id, tenant_id, reason, created_at, \
+    expires_at, released_at, (released_at IS NULL OR released_at > pg_catalog.now()) \
+    AND (expires_at IS NULL OR expires_at > pg_catalog.now()) AS active";
+
+impl LedgerPlan {
+    pub(crate) fn build(schema: &str) -> Self {
+        let run = CohortTable::SweepRun.qualified(schema);
+        let summary = CohortTable::EntitySummary.qualified(schema);
+        let detail = CohortTable::RowDetail.qualified(schema);
+        let mut insert_run = SqlText::new("INSERT INTO ");
+        insert_run.table(&run).push(
+            " (run_id, kind, trigger, dry_run, tenant_id, status, logical_now, started_at) \
+             VALUES ($1, $2, $3, $4, $5, 'started', $6, pg_catalog.clock_timestamp()) RETURNING started_at",
+        );
+        let mut settle_run = SqlText::new("UPDATE ");
+        settle_run.table(&run).push(
+            " SET status = $2, settled_at = pg_catalog.clock_timestamp(), error = $3 \
+             WHERE run_id = $1 AND status = 'started' RETURNING settled_at",
+        );
+        let mut insert_summary = SqlText::new("INSERT INTO ");
+        insert_summary.table(&summary).push(
+            " (run_id, retention_entity_id, entity_type, category, tenant_id, strategy, cutoff, \
+               resolved_period, legal_min, rule_source, rule_reason) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, pg_catalog.make_interval(days => $8, secs => $9), \
+               CASE WHEN $10::int4 IS NULL THEN NULL ELSE pg_catalog.make_interval(days => $10, secs => $11) END, \
+               $12, $13) RETURNING summary_id",
+        );
+        let mut add_affected = SqlText::new("UPDATE ");
+        add_affected.table(&summary).push(
+            " SET affected_count = affected_count + $2, updated_at = pg_catalog.clock_timestamp() WHERE summary_id = $1",
+        );
+        let mut finish_summary = SqlText::new("UPDATE ");
+        finish_summary.table(&summary).push(
+            " SET affected_count = $2, held_count = $3, skipped_count = $4, null_anchor_count = $5, \
+               error = $6, updated_at = pg_catalog.clock_timestamp() WHERE summary_id = $1",
+        );
+        let mut insert_details = SqlText::new("INSERT INTO ");
+        insert_details.table(&detail).push(
+            " (run_id, retention_entity_id, entity_type, record_id, tenant_id, action) \
+             SELECT $1, $2, $3, r, $4, $5 FROM pg_catalog.unnest($6::text[]) AS r",
+        );
+        let hold = CohortTable::Hold.qualified(schema);
+        let mut insert_hold = SqlText::new("INSERT INTO ");
+        insert_hold
+            .table(&hold)
+            .push(
+                " (hold_id, retention_entity_id, record_id, tenant_id, reason, created_at, expires_at) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING",
+            )
+            .push(HOLD_COLUMNS);
+        let mut list_holds = SqlText::new("SELECT");
+        list_holds
+            .push(HOLD_COLUMNS)
+            .push(" FROM ")
+            .table(&hold)
+            .push(
+                " WHERE ($1::uuid IS NULL OR retention_entity_id = $1) \
+               AND ($2::text IS NULL OR tenant_id = $2) \
+               AND (NOT $3 OR ((released_at IS NULL OR released_at > pg_catalog.now()) \
+                    AND (expires_at IS NULL OR expires_at > pg_catalog.now()))) \
+             ORDER BY created_at, hold_id",
+            );
+        let mut release_hold = SqlText::new("UPDATE ");
+        release_hold
+            .table(&hold)
+            .push(
+                " SET released_at = pg_catalog.now() WHERE hold_id = $1 \
+                 AND (released_at IS NULL OR released_at > pg_catalog.now()) RETURNING",
+            )
+            .push(HOLD_COLUMNS);
+        let mut get_hold = SqlText::new("SELECT");
+        get_hold
+            .push(HOLD_COLUMNS)
+            .push(" FROM ")
+            .table(&hold)
+            .push(" WHERE hold_id = $1");
+        LedgerPlan {
+            insert_hold,
+            list_holds,
+            release_hold,
+            get_hold,
+            insert_run,
+            settle_run,
+            insert_summary,
+            add_affected,
+            finish_summary,
+            insert_details,
+        }
+    }
+}
