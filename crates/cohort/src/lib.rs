@@ -23,7 +23,7 @@ pub use engine::PreviewResult;
 pub use error::{Error, Problem, Problems, Result};
 pub use ident::{quote_ident, QualifiedName};
 pub use model::{EntityDeclaration, Retained};
-pub use rules::AuditDetail;
+pub use rules::{AuditDetail, Strategy};
 pub use run::{
     EntityFailure, EntityOutcome, PreviewRequest, RunKind, RunStatus, SweepRequest, SweepResult,
     Trigger,

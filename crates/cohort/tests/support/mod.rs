@@ -104,3 +104,135 @@ pub fn rules() -> StaticRuleProvider {
 pub const NOTE_ID: &str = "a3f467fe-c5d0-4f17-9897-83c373cc1dc8";
 pub const CONTACT_ID: &str = "b7316df4-7db5-46ad-aea7-f65c4b430f73";
 pub const OTHER_ID: &str = "5d1d2c55-2f0e-4e6c-9d59-5c0b6f3b8a11";
+
+/// The logical time of engine tests.
+pub fn now() -> chrono::DateTime<chrono::FixedOffset> {
+    chrono::DateTime::parse_from_rfc3339("2026-06-01T00:00:00Z").unwrap()
+}
+
+pub const TENANT_A: &str = "aaaaaaaa-0000-0000-0000-00000000000a";
+pub const TENANT_B: &str = "bbbbbbbb-0000-0000-0000-00000000000b";
+pub const TICKET_ID: &str = "3c1f0d4e-8a7b-4c2d-9e6f-0a1b2c3d4e5f";
+pub const INVOICE_ID: &str = "9e8d7c6b-5a49-4838-a726-1514f3e2d1c0";
+pub const GLOBAL_ID: &str = "0f0e0d0c-0b0a-4908-8706-050403020100";
+
+/// Tables for every strategy in schema `app`, plus a same-named decoy in
+/// `other`. Rows for tenants A and B (and one unrelated tenant), aged
+/// relative to [`now`]: 1 day, exactly on a 30-day cutoff, one second past
+/// it, 45 days, 400 days, and a NULL anchor.
+pub const ENGINE_TABLES: &str = r#"
+CREATE SCHEMA app;
+CREATE SCHEMA other;
+CREATE TABLE app.notes (id uuid PRIMARY KEY DEFAULT gen_random_uuid(), tenant_id uuid NOT NULL,
+    created_at timestamptz, body text NOT NULL);
+CREATE INDEX ON app.notes (tenant_id, created_at);
+CREATE TABLE other.notes (LIKE app.notes INCLUDING ALL);
+CREATE TABLE app.contacts (id bigint PRIMARY KEY, tenant_id uuid NOT NULL, created_at timestamptz,
+    anonymised_at timestamptz, email text, full_name text NOT NULL, phone text NOT NULL,
+    reference text NOT NULL, score integer, user_id uuid NOT NULL);
+CREATE TABLE app.tickets (id uuid PRIMARY KEY DEFAULT gen_random_uuid(), tenant_id uuid NOT NULL,
+    closed_at timestamptz, is_deleted boolean NOT NULL DEFAULT false, deleted_at timestamptz, subject text NOT NULL);
+CREATE TABLE app.invoices (id uuid PRIMARY KEY DEFAULT gen_random_uuid(), tenant_id uuid NOT NULL,
+    issued_at timestamptz NOT NULL, amount bigint NOT NULL);
+CREATE TABLE app.globals (id bigint PRIMARY KEY, created_at timestamptz, payload text);
+
+CREATE FUNCTION pg_temp.seed_ages() RETURNS TABLE (label text, at timestamptz) LANGUAGE sql AS $$
+  SELECT * FROM (VALUES
+    ('1d', timestamptz '2026-06-01T00:00:00Z' - interval '1 day'),
+    ('on-cutoff', timestamptz '2026-06-01T00:00:00Z' - interval '30 days'),
+    ('past-cutoff', timestamptz '2026-06-01T00:00:00Z' - interval '30 days 1 second'),
+    ('45d', timestamptz '2026-06-01T00:00:00Z' - interval '45 days'),
+    ('400d', timestamptz '2026-06-01T00:00:00Z' - interval '400 days'),
+    ('null', NULL::timestamptz)) v(label, at)
+$$;
+INSERT INTO app.notes (tenant_id, created_at, body)
+SELECT t::uuid, a.at, t || ':' || a.label FROM pg_temp.seed_ages() a,
+  unnest(ARRAY['aaaaaaaa-0000-0000-0000-00000000000a', 'bbbbbbbb-0000-0000-0000-00000000000b']) t;
+INSERT INTO other.notes (tenant_id, created_at, body)
+SELECT 'aaaaaaaa-0000-0000-0000-00000000000a', a.at, 'decoy:' || a.label FROM pg_temp.seed_ages() a;
+INSERT INTO app.contacts (id, tenant_id, created_at, email, full_name, phone, reference, score, user_id)
+SELECT row_number() OVER (), t::uuid, a.at - interval '60 days', 'person@example.com', 'Person ' || a.label,
+       '+44 1', 'REF-' || a.label, 7, 'cccccccc-0000-0000-0000-00000000000c'
+FROM pg_temp.seed_ages() a,
+  unnest(ARRAY['aaaaaaaa-0000-0000-0000-00000000000a', 'bbbbbbbb-0000-0000-0000-00000000000b']) t;
+INSERT INTO app.tickets (tenant_id, closed_at, subject)
+SELECT t::uuid, a.at + interval '20 days', 'ticket ' || a.label FROM pg_temp.seed_ages() a,
+  unnest(ARRAY['aaaaaaaa-0000-0000-0000-00000000000a', 'bbbbbbbb-0000-0000-0000-00000000000b']) t;
+INSERT INTO app.invoices (tenant_id, issued_at, amount)
+SELECT 'aaaaaaaa-0000-0000-0000-00000000000a', a.at, 100 FROM pg_temp.seed_ages() a WHERE a.at IS NOT NULL;
+INSERT INTO app.globals (id, created_at, payload)
+SELECT row_number() OVER (), a.at, a.label FROM pg_temp.seed_ages() a;
+"#;
+
+/// Declarations matching [`ENGINE_TABLES`] and [`rules`].
+pub fn engine_entities() -> Vec<cohort::EntityDeclaration> {
+    use cohort::model::AnonymiseMethod;
+    vec![
+        cohort::EntityDeclaration::new("Note", NOTE_ID).category("notes").anchor("created_at").table("app.notes"),
+        cohort::EntityDeclaration::new("Contact", CONTACT_ID)
+            .category("contacts")
+            .anchor("created_at")
+            .table("app.contacts")
+            .anonymise("email", AnonymiseMethod::Null)
+            .anonymise("full_name", AnonymiseMethod::Empty)
+            .anonymise("phone", AnonymiseMethod::Literal("[redacted]".into()))
+            .anonymise("reference", AnonymiseMethod::Hash)
+            .subject("user_id", None),
+        cohort::EntityDeclaration::new("Ticket", TICKET_ID).category("soft").anchor("closed_at").table("app.tickets"),
+        cohort::EntityDeclaration::new("Invoice", INVOICE_ID).category("kept").anchor("issued_at").table("app.invoices"),
+        cohort::EntityDeclaration::new("Global", GLOBAL_ID).category("notes").anchor("created_at").table("app.globals").tenantless(),
+    ]
+}
+
+/// A database seeded with [`ENGINE_TABLES`].
+pub async fn engine_db() -> TestDatabase {
+    let db = migrated_db().await;
+    exec(db.pool(), ENGINE_TABLES).await;
+    db
+}
+
+/// A validated Cohort over [`engine_db`] with [`engine_entities`].
+pub async fn engine_cohort(db: &TestDatabase) -> cohort::Cohort {
+    let mut b = cohort::Cohort::builder(db.pool().clone()).rules(rules());
+    for d in engine_entities() {
+        b = b.declaration(d);
+    }
+    b.build().await.expect("engine fixture validates")
+}
+
+/// Labels (text after ':') of the rows left in a notes-like table for a tenant.
+pub async fn labels(pool: &PgPool, sql: &str) -> Vec<String> {
+    let mut v: Vec<String> = sqlx::query_scalar::<_, String>(AssertSqlSafe(sql.to_owned()))
+        .fetch_all(pool)
+        .await
+        .unwrap();
+    v.sort();
+    v
+}
+
+/// Counts rows of a query.
+pub async fn count(pool: &PgPool, sql: &str) -> i64 {
+    sqlx::query_scalar::<_, i64>(AssertSqlSafe(sql.to_owned())).fetch_one(pool).await.unwrap()
+}
+
+/// The ledger rows of a run: (status, dry_run, settled) and its summaries
+/// as (entity_type, strategy, affected, held, skipped, null_anchor).
+pub async fn ledger(pool: &PgPool, run_id: uuid::Uuid) -> (String, bool, bool, Vec<(String, String, i64, i64, i64, i64)>) {
+    let run = sqlx::query("SELECT status, dry_run, settled_at IS NOT NULL AS settled FROM public.sweep_run WHERE run_id = $1")
+        .bind(run_id)
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    let summaries = sqlx::query(
+        "SELECT entity_type, strategy, affected_count, held_count, skipped_count, null_anchor_count \
+         FROM public.sweep_run_entity_summary WHERE run_id = $1 ORDER BY summary_id",
+    )
+    .bind(run_id)
+    .fetch_all(pool)
+    .await
+    .unwrap()
+    .into_iter()
+    .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4), r.get(5)))
+    .collect();
+    (run.get("status"), run.get("dry_run"), run.get("settled"), summaries)
+}

@@ -1,0 +1,302 @@
+//! Sweeps end to end on real tables: every strategy, exact cutoffs, NULL
+//! anchors, tenants, other schemas, dry runs and previews, with rows,
+//! results and audit rows asserted together.
+
+mod support;
+
+use cohort::{PreviewRequest, RunStatus, SweepRequest, Strategy};
+use support::*;
+
+const NOTES_A: &str = "SELECT split_part(body, ':', 2) FROM app.notes WHERE tenant_id = 'aaaaaaaa-0000-0000-0000-00000000000a'";
+const NOTES_B: &str = "SELECT split_part(body, ':', 2) FROM app.notes WHERE tenant_id = 'bbbbbbbb-0000-0000-0000-00000000000b'";
+const DECOY: &str = "SELECT split_part(body, ':', 2) FROM other.notes";
+
+fn kept_labels() -> Vec<String> {
+    let mut v = vec!["1d".to_string(), "null".into(), "on-cutoff".into()];
+    v.sort();
+    v
+}
+
+fn all_labels() -> Vec<String> {
+    let mut v: Vec<String> = ["1d", "on-cutoff", "past-cutoff", "45d", "400d", "null"].iter().map(|s| s.to_string()).collect();
+    v.sort();
+    v
+}
+
+#[tokio::test]
+async fn sweep_applies_every_strategy_to_exactly_the_eligible_rows_of_one_tenant() {
+    let db = engine_db().await;
+    let cohort = engine_cohort(&db).await;
+    let result = cohort.sweep(SweepRequest::tenanted(TENANT_A, now())).await.unwrap();
+    assert_eq!(result.status, RunStatus::Succeeded);
+    assert!(result.failures.is_empty());
+    assert_eq!(result.tenant.as_deref(), Some(TENANT_A));
+
+    // Purge: strictly older than the cutoff; the row exactly on it, newer rows and NULL anchors stay.
+    assert_eq!(labels(db.pool(), NOTES_A).await, kept_labels());
+    // Other tenant and other schema untouched.
+    assert_eq!(labels(db.pool(), NOTES_B).await, all_labels());
+    assert_eq!(labels(db.pool(), DECOY).await, all_labels());
+
+    // Soft delete: only the markers changed, on exactly three rows.
+    let deleted = count(db.pool(), &format!("SELECT count(*) FROM app.tickets WHERE tenant_id = '{TENANT_A}' AND is_deleted AND deleted_at IS NOT NULL")).await;
+    assert_eq!(deleted, 3);
+    assert_eq!(count(db.pool(), "SELECT count(*) FROM app.tickets WHERE is_deleted AND subject NOT IN ('ticket past-cutoff', 'ticket 45d', 'ticket 400d')").await, 0);
+
+    // Anonymise: declared columns scrubbed, the rest intact, marker stamped in the same statement.
+    let rows: Vec<(Option<String>, String, String, String, Option<i32>, bool)> = sqlx::query_as(
+        "SELECT email, full_name, phone, reference, score, anonymised_at IS NOT NULL FROM app.contacts \
+         WHERE tenant_id = 'aaaaaaaa-0000-0000-0000-00000000000a' ORDER BY id",
+    )
+    .fetch_all(db.pool())
+    .await
+    .unwrap();
+    let scrubbed: Vec<_> = rows.iter().filter(|r| r.5).collect();
+    assert_eq!(scrubbed.len(), 3);
+    for r in &scrubbed {
+        assert_eq!((r.0.as_deref(), r.1.as_str(), r.2.as_str()), (None, "", "[redacted]"));
+        assert_eq!(r.3.len(), 64, "sha-256 hex of the original reference");
+        assert!(!r.3.starts_with("REF-"));
+        assert_eq!(r.4, Some(7), "undeclared columns stay");
+    }
+    for r in rows.iter().filter(|r| !r.5) {
+        assert_eq!(r.0.as_deref(), Some("person@example.com"));
+        assert!(r.3.starts_with("REF-"));
+    }
+    let expected_hash: String = sqlx::query_scalar("SELECT encode(sha256(convert_to('REF-45d', 'UTF8')), 'hex')")
+        .fetch_one(db.pool())
+        .await
+        .unwrap();
+    assert!(scrubbed.iter().any(|r| r.3 == expected_hash));
+
+    // Exempt: a visible zero.
+    assert_eq!(count(db.pool(), "SELECT count(*) FROM app.invoices").await, 5);
+    // The tenantless entity is not part of a tenant pass.
+    assert_eq!(count(db.pool(), "SELECT count(*) FROM app.globals").await, 6);
+
+    // Results and ledger agree.
+    let by = |name: &str| result.entity(name).unwrap().clone();
+    assert_eq!((by("Note").affected, by("Note").null_anchor, by("Note").strategy), (3, 1, Strategy::Purge));
+    assert_eq!((by("Contact").affected, by("Contact").null_anchor), (3, 1));
+    assert_eq!((by("Ticket").affected, by("Ticket").null_anchor), (3, 1));
+    assert_eq!((by("Invoice").affected, by("Invoice").strategy), (0, Strategy::Exempt));
+    assert_eq!(by("Note").cutoff, chrono::DateTime::parse_from_rfc3339("2026-05-02T00:00:00Z").unwrap());
+    let (status, dry, settled, summaries) = ledger(db.pool(), result.run_id).await;
+    assert_eq!((status.as_str(), dry, settled), ("succeeded", false, true));
+    let mut expected: Vec<(String, String, i64, i64, i64, i64)> = result
+        .entities
+        .iter()
+        .map(|e| (e.entity.clone(), e.strategy.as_str().to_string(), e.affected as i64, e.held as i64, e.skipped as i64, e.null_anchor as i64))
+        .collect();
+    let mut got = summaries.clone();
+    expected.sort();
+    got.sort();
+    assert_eq!(got, expected);
+    assert_eq!(summaries.len(), 4);
+}
+
+#[tokio::test]
+async fn rerunning_a_sweep_changes_nothing_more() {
+    let db = engine_db().await;
+    let cohort = engine_cohort(&db).await;
+    cohort.sweep(SweepRequest::tenanted(TENANT_A, now())).await.unwrap();
+    let ticket_times = labels(db.pool(), "SELECT deleted_at::text FROM app.tickets WHERE is_deleted").await;
+    let contact_times = labels(db.pool(), "SELECT anonymised_at::text FROM app.contacts WHERE anonymised_at IS NOT NULL").await;
+    let again = cohort.sweep(SweepRequest::tenanted(TENANT_A, now())).await.unwrap();
+    assert_eq!(again.affected(), 0, "{again:?}");
+    // Already deleted or anonymised rows are not processed again (markers keep their first times).
+    assert_eq!(labels(db.pool(), "SELECT deleted_at::text FROM app.tickets WHERE is_deleted").await, ticket_times);
+    assert_eq!(labels(db.pool(), "SELECT anonymised_at::text FROM app.contacts WHERE anonymised_at IS NOT NULL").await, contact_times);
+    let (_, _, _, summaries) = ledger(db.pool(), again.run_id).await;
+    assert!(summaries.iter().all(|s| s.2 == 0));
+}
+
+#[tokio::test]
+async fn tenantless_pass_touches_only_tenantless_entities() {
+    let db = engine_db().await;
+    let cohort = engine_cohort(&db).await;
+    let result = cohort.sweep(SweepRequest::tenantless(now())).await.unwrap();
+    assert_eq!(result.entities.len(), 1);
+    assert_eq!(result.entities[0].entity, "Global");
+    assert_eq!((result.entities[0].affected, result.entities[0].null_anchor), (3, 1));
+    assert_eq!(labels(db.pool(), "SELECT payload FROM app.globals").await, kept_labels());
+    assert_eq!(count(db.pool(), "SELECT count(*) FROM app.notes").await, 12);
+    let (status, _, _, summaries) = ledger(db.pool(), result.run_id).await;
+    assert_eq!(status, "succeeded");
+    assert_eq!(summaries, vec![("Global".to_string(), "purge".to_string(), 3, 0, 0, 1)]);
+    let tenant: Option<String> = sqlx::query_scalar("SELECT tenant_id FROM sweep_run WHERE run_id = $1")
+        .bind(result.run_id)
+        .fetch_one(db.pool())
+        .await
+        .unwrap();
+    assert_eq!(tenant, None);
+}
+
+#[tokio::test]
+async fn zero_period_makes_rows_eligible_at_once_but_null_anchors_survive() {
+    let db = engine_db().await;
+    let rules = cohort::rules::StaticRuleProvider::builder()
+        .category("notes", cohort::rules::RetentionRule::new(cohort::rules::Period::ZERO, Strategy::Purge))
+        .build()
+        .unwrap();
+    let cohort = cohort::Cohort::builder(db.pool().clone())
+        .rules(rules)
+        .declaration(engine_entities().remove(0))
+        .build()
+        .await
+        .unwrap();
+    let result = cohort.sweep(SweepRequest::tenanted(TENANT_A, now())).await.unwrap();
+    assert_eq!(labels(db.pool(), NOTES_A).await, vec!["null".to_string()]);
+    assert_eq!((result.entities[0].affected, result.entities[0].null_anchor), (5, 1));
+    let (_, _, _, summaries) = ledger(db.pool(), result.run_id).await;
+    assert_eq!(summaries[0].5, 1, "null anchors are reported");
+}
+
+#[tokio::test]
+async fn dry_run_counts_and_audits_without_changing_a_row() {
+    let db = engine_db().await;
+    let cohort = engine_cohort(&db).await;
+    let before = table_digest(db.pool(), "app.notes").await;
+    let contacts = table_digest(db.pool(), "app.contacts").await;
+    let tickets = table_digest(db.pool(), "app.tickets").await;
+    let result = cohort.sweep(SweepRequest::tenanted(TENANT_A, now()).dry_run(true)).await.unwrap();
+    assert!(result.dry_run);
+    assert_eq!(table_digest(db.pool(), "app.notes").await, before);
+    assert_eq!(table_digest(db.pool(), "app.contacts").await, contacts);
+    assert_eq!(table_digest(db.pool(), "app.tickets").await, tickets);
+    assert_eq!(result.entity("Note").unwrap().affected, 3);
+    assert_eq!(result.entity("Contact").unwrap().affected, 3);
+    assert_eq!(result.entity("Ticket").unwrap().null_anchor, 1);
+    let (status, dry, _, summaries) = ledger(db.pool(), result.run_id).await;
+    assert_eq!((status.as_str(), dry), ("succeeded", true));
+    assert!(summaries.iter().any(|s| s.0 == "Note" && s.2 == 3 && s.5 == 1));
+    assert_eq!(count(db.pool(), "SELECT count(*) FROM sweep_run_row_detail").await, 0);
+
+    // The real sweep then changes what the dry run counted.
+    let real = cohort.sweep(SweepRequest::tenanted(TENANT_A, now())).await.unwrap();
+    for e in &result.entities {
+        assert_eq!(real.entity(&e.entity).unwrap().affected, e.affected, "{}", e.entity);
+    }
+}
+
+#[tokio::test]
+async fn preview_counts_and_writes_nothing() {
+    let db = engine_db().await;
+    let cohort = engine_cohort(&db).await;
+    let p = cohort.preview(PreviewRequest::tenanted(TENANT_B, now())).await.unwrap();
+    assert_eq!(p.entities.len(), 4);
+    assert_eq!(p.entities.iter().find(|e| e.entity == "Note").unwrap().affected, 3);
+    assert_eq!(p.entities.iter().find(|e| e.entity == "Invoice").unwrap().affected, 0);
+    assert_eq!(ledger_rows(db.pool(), "public").await, 0);
+    assert_eq!(count(db.pool(), "SELECT count(*) FROM app.notes").await, 12);
+    let t = cohort.preview(PreviewRequest::tenantless(now())).await.unwrap();
+    assert_eq!((t.entities.len(), t.entities[0].affected, t.entities[0].null_anchor), (1, 3, 1));
+}
+
+#[tokio::test]
+async fn legal_minimum_wins_over_a_shorter_period_with_the_exact_boundary_kept() {
+    let db = engine_db().await;
+    // Period 10 days but legal minimum 45 days: cutoff = now - 45d; the 45d row is exactly on it.
+    let rules = cohort::rules::StaticRuleProvider::builder()
+        .category(
+            "notes",
+            cohort::rules::RetentionRule::new(days(10), Strategy::Purge)
+                .with_legal_min(days(45))
+                .with_source("records act s.12")
+                .unwrap(),
+        )
+        .build()
+        .unwrap();
+    let cohort = cohort::Cohort::builder(db.pool().clone())
+        .rules(rules)
+        .declaration(engine_entities().remove(0))
+        .build()
+        .await
+        .unwrap();
+    let result = cohort.sweep(SweepRequest::tenanted(TENANT_A, now())).await.unwrap();
+    let mut expected: Vec<String> = ["1d", "on-cutoff", "past-cutoff", "45d", "null"].iter().map(|s| s.to_string()).collect();
+    expected.sort();
+    assert_eq!(labels(db.pool(), NOTES_A).await, expected);
+    assert_eq!(result.entities[0].affected, 1);
+    assert_eq!(result.entities[0].legal_min, Some(days(45)));
+    let row = sqlx::query("SELECT resolved_period::text, legal_min::text, rule_source, cutoff FROM sweep_run_entity_summary WHERE run_id = $1")
+        .bind(result.run_id)
+        .fetch_one(db.pool())
+        .await
+        .unwrap();
+    use sqlx::Row;
+    assert_eq!(row.get::<String, _>(0), "10 days");
+    assert_eq!(row.get::<String, _>(1), "45 days");
+    assert_eq!(row.get::<String, _>(2), "records act s.12");
+    assert_eq!(row.get::<chrono::DateTime<chrono::Utc>, _>(3), chrono::DateTime::parse_from_rfc3339("2026-04-17T00:00:00Z").unwrap());
+}
+
+#[tokio::test]
+async fn caller_times_with_any_offset_are_normalised_to_utc() {
+    let db = engine_db().await;
+    let cohort = engine_cohort(&db).await;
+    let same_instant = chrono::DateTime::parse_from_rfc3339("2026-06-01T05:30:00+05:30").unwrap();
+    let result = cohort.sweep(SweepRequest::tenanted(TENANT_A, same_instant)).await.unwrap();
+    assert_eq!(labels(db.pool(), NOTES_A).await, kept_labels());
+    let logical: chrono::DateTime<chrono::Utc> = sqlx::query_scalar("SELECT logical_now FROM sweep_run WHERE run_id = $1")
+        .bind(result.run_id)
+        .fetch_one(db.pool())
+        .await
+        .unwrap();
+    assert_eq!(logical, now());
+}
+
+#[tokio::test]
+async fn small_batches_commit_alone_and_add_up() {
+    let db = engine_db().await;
+    exec(db.pool(), "INSERT INTO app.notes (tenant_id, created_at, body) SELECT 'aaaaaaaa-0000-0000-0000-00000000000a', timestamptz '2026-01-01' - make_interval(secs => g), 'bulk:' || g FROM generate_series(1, 23) g").await;
+    let config = cohort::CohortConfig { sweep_batch_size: 4, ..cohort::CohortConfig::default() };
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let cohort = cohort::Cohort::builder(db.pool().clone())
+        .config(config)
+        .rules(rules())
+        .declaration(engine_entities().remove(0))
+        .observer(Recorder(seen.clone()))
+        .build()
+        .await
+        .unwrap();
+    let result = cohort.sweep(SweepRequest::tenanted(TENANT_A, now())).await.unwrap();
+    assert_eq!(result.entities[0].affected, 26);
+    assert_eq!(labels(db.pool(), NOTES_A).await, kept_labels());
+    // 26 rows in batches of 4: seven committed batches, progress events in order.
+    let events = wait_for_settled(&seen).await;
+    let batches: Vec<u64> = events
+        .iter()
+        .filter_map(|e| match e {
+            cohort::audit::AuditEvent::EntityProgress { batch, .. } => Some(*batch),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(batches, vec![4, 4, 4, 4, 4, 4, 2]);
+    let (_, _, _, summaries) = ledger(db.pool(), result.run_id).await;
+    assert_eq!(summaries[0].2, 26);
+}
+
+/// Records every event it receives.
+pub struct Recorder(pub std::sync::Arc<std::sync::Mutex<Vec<cohort::audit::AuditEvent>>>);
+
+#[async_trait::async_trait]
+impl cohort::audit::AuditObserver for Recorder {
+    async fn on_event(&self, event: &cohort::audit::AuditEvent) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        self.0.lock().unwrap().push(event.clone());
+        Ok(())
+    }
+}
+
+async fn wait_for_settled(seen: &std::sync::Arc<std::sync::Mutex<Vec<cohort::audit::AuditEvent>>>) -> Vec<cohort::audit::AuditEvent> {
+    for _ in 0..200 {
+        {
+            let events = seen.lock().unwrap();
+            if events.iter().any(|e| matches!(e, cohort::audit::AuditEvent::Settled { .. })) {
+                return events.clone();
+            }
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    panic!("observer never saw the settled event");
+}
