@@ -380,16 +380,12 @@ async fn batches(
         }
 
         let mut mutate = sqlx::query(plan.mutate[&strategy].sql()).bind(e.id);
-        if let Some((ordered_keys, values)) = &custom_values {
-            mutate = bind_array(mutate, key_type, ordered_keys);
-            if strategy == Strategy::Anonymise {
-                for literal in &plan.literals {
-                    mutate = mutate.bind(literal.clone());
-                }
+        if let Some((ordered_keys, values)) = custom_values {
+            mutate = bind_array(mutate, key_type, &ordered_keys);
+            for literal in &plan.literals {
+                mutate = mutate.bind(literal.clone());
             }
-            for column in values {
-                mutate = mutate.bind(column.clone());
-            }
+            mutate = mutate.bind(values);
         } else {
             mutate = bind_array(mutate, key_type, &keys);
             if strategy == Strategy::Anonymise {
@@ -460,22 +456,24 @@ async fn batches(
 }
 
 /// Reads the locked rows and computes each custom anonymiser's value.
-/// Returns the keys in row order and one text column per anonymiser.
+/// Returns the keys in row order and, per row, a JSON object of the new
+/// values by column.
 async fn custom_values(
     tx: &mut sqlx::Transaction<'_, Postgres>,
     plan: &EntityPlan,
     key_type: crate::sql::KeyType,
     keys: &[KeyValue],
-) -> std::result::Result<(Vec<KeyValue>, Vec<Vec<Option<String>>>), Stop> {
+) -> std::result::Result<(Vec<KeyValue>, Vec<serde_json::Value>), Stop> {
     let rows = bind_array(sqlx::query(plan.load_rows.sql()), key_type, keys)
         .fetch_all(&mut **tx)
         .await
         .map_err(stop_from)?;
     let mut ordered = Vec::with_capacity(rows.len());
-    let mut columns = vec![Vec::with_capacity(rows.len()); plan.custom.len()];
+    let mut objects = Vec::with_capacity(rows.len());
     for row in &rows {
         ordered.push(key_type.decode(row, 0).map_err(stop_from)?);
-        for (i, (column, anonymiser)) in plan.custom.iter().enumerate() {
+        let mut object = serde_json::Map::new();
+        for (column, anonymiser) in &plan.custom {
             let value = anonymiser.apply(row, column).map_err(|err| {
                 Stop::Entity(Diagnostic::capture(
                     "anonymiser",
@@ -483,10 +481,11 @@ async fn custom_values(
                     &err,
                 ))
             })?;
-            columns[i].push(value.into_text());
+            object.insert(column.clone(), value.into_json());
         }
+        objects.push(serde_json::Value::Object(object));
     }
-    Ok((ordered, columns))
+    Ok((ordered, objects))
 }
 
 pub(crate) async fn sweep(cohort: &Cohort, req: SweepRequest) -> Result<SweepResult> {

@@ -26,9 +26,16 @@ FROM generate_series(1, $N) g;
 
 async fn engine(db: &cohort_pgtemp::TestDatabase, batch: u32) -> Cohort {
     // Each engine has its own pool: separate connections, as separate processes would.
-    let pool = sqlx::postgres::PgPoolOptions::new().max_connections(3).connect_with(db.connect_options()).await.unwrap();
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(3)
+        .connect_with(db.connect_options())
+        .await
+        .unwrap();
     let mut b = Cohort::builder(pool)
-        .config(CohortConfig { sweep_batch_size: batch, ..CohortConfig::default() })
+        .config(CohortConfig {
+            sweep_batch_size: batch,
+            ..CohortConfig::default()
+        })
         .rules(rules());
     for d in engine_entities() {
         b = b.declaration(d);
@@ -39,14 +46,40 @@ async fn engine(db: &cohort_pgtemp::TestDatabase, batch: u32) -> Cohort {
 #[tokio::test]
 async fn two_sweeps_with_5000_row_batches_on_a_default_server_never_double_count() {
     let db = engine_db().await;
-    let locks: String = sqlx::query_scalar("SHOW max_locks_per_transaction").fetch_one(db.pool()).await.unwrap();
-    assert_eq!(locks, "64", "the server must be default-configured for this proof");
+    let locks: String = sqlx::query_scalar("SHOW max_locks_per_transaction")
+        .fetch_one(db.pool())
+        .await
+        .unwrap();
+    assert_eq!(
+        locks, "64",
+        "the server must be default-configured for this proof"
+    );
     exec(db.pool(), &BULK.replace("$N", "12000")).await;
-    let eligible = |table: &str, filter: &str| format!("SELECT count(*) FROM app.{table} WHERE tenant_id = '{TENANT_A}' {filter}");
-    let notes_before = count(db.pool(), &eligible("notes", "AND created_at < '2026-05-02'")).await;
-    let contacts_before = count(db.pool(), &eligible("contacts", "AND created_at < '2026-03-03' AND anonymised_at IS NULL")).await;
-    let tickets_before = count(db.pool(), &eligible("tickets", "AND closed_at < '2026-05-22' AND NOT is_deleted")).await;
-    assert_eq!((notes_before, contacts_before, tickets_before), (12003, 12003, 12003));
+    let eligible = |table: &str, filter: &str| {
+        format!("SELECT count(*) FROM app.{table} WHERE tenant_id = '{TENANT_A}' {filter}")
+    };
+    let notes_before = count(
+        db.pool(),
+        &eligible("notes", "AND created_at < '2026-05-02'"),
+    )
+    .await;
+    let contacts_before = count(
+        db.pool(),
+        &eligible(
+            "contacts",
+            "AND created_at < '2026-03-03' AND anonymised_at IS NULL",
+        ),
+    )
+    .await;
+    let tickets_before = count(
+        db.pool(),
+        &eligible("tickets", "AND closed_at < '2026-05-22' AND NOT is_deleted"),
+    )
+    .await;
+    assert_eq!(
+        (notes_before, contacts_before, tickets_before),
+        (12003, 12003, 12003)
+    );
 
     let (a, b) = (engine(&db, 5000).await, engine(&db, 5000).await);
     let (ra, rb) = tokio::join!(
@@ -54,19 +87,48 @@ async fn two_sweeps_with_5000_row_batches_on_a_default_server_never_double_count
         b.sweep(SweepRequest::tenanted(TENANT_A, now()))
     );
     let (ra, rb) = (ra.unwrap(), rb.unwrap());
-    assert_eq!((ra.status, rb.status), (RunStatus::Succeeded, RunStatus::Succeeded), "{ra:?}\n{rb:?}");
-    for (name, before) in [("Note", notes_before), ("Contact", contacts_before), ("Ticket", tickets_before)] {
+    assert_eq!(
+        (ra.status, rb.status),
+        (RunStatus::Succeeded, RunStatus::Succeeded),
+        "{ra:?}\n{rb:?}"
+    );
+    for (name, before) in [
+        ("Note", notes_before),
+        ("Contact", contacts_before),
+        ("Ticket", tickets_before),
+    ] {
         let total = ra.entity(name).unwrap().affected + rb.entity(name).unwrap().affected;
-        assert_eq!(total as i64, before, "{name}: each row changed and reported exactly once");
+        assert_eq!(
+            total as i64, before,
+            "{name}: each row changed and reported exactly once"
+        );
     }
-    assert_eq!(count(db.pool(), &eligible("notes", "AND created_at < '2026-05-02'")).await, 0);
-    assert_eq!(count(db.pool(), &eligible("contacts", "AND anonymised_at IS NOT NULL")).await, 12003);
-    assert_eq!(count(db.pool(), &eligible("tickets", "AND is_deleted")).await, 12003);
+    assert_eq!(
+        count(
+            db.pool(),
+            &eligible("notes", "AND created_at < '2026-05-02'")
+        )
+        .await,
+        0
+    );
+    assert_eq!(
+        count(
+            db.pool(),
+            &eligible("contacts", "AND anonymised_at IS NOT NULL")
+        )
+        .await,
+        12003
+    );
+    assert_eq!(
+        count(db.pool(), &eligible("tickets", "AND is_deleted")).await,
+        12003
+    );
     // The ledger agrees with the results.
-    let ledger_total: i64 = sqlx::query_scalar("SELECT sum(affected_count)::int8 FROM sweep_run_entity_summary")
-        .fetch_one(db.pool())
-        .await
-        .unwrap();
+    let ledger_total: i64 =
+        sqlx::query_scalar("SELECT sum(affected_count)::int8 FROM sweep_run_entity_summary")
+            .fetch_one(db.pool())
+            .await
+            .unwrap();
     assert_eq!(ledger_total, 3 * 12003);
 }
 
@@ -77,33 +139,52 @@ async fn hold_creation_racing_two_sweeps_never_loses_a_protected_row() {
     // Targets: every 5th bulk row of each entity.
     let notes: Vec<Uuid> = sqlx::query_scalar("SELECT id FROM app.notes WHERE body LIKE 'bulk:%' AND split_part(body, ':', 2)::int % 5 = 0")
         .fetch_all(db.pool()).await.unwrap();
-    let contacts: Vec<i64> = sqlx::query_scalar("SELECT id FROM app.contacts WHERE id > 1000 AND id % 5 = 0").fetch_all(db.pool()).await.unwrap();
+    let contacts: Vec<i64> =
+        sqlx::query_scalar("SELECT id FROM app.contacts WHERE id > 1000 AND id % 5 = 0")
+            .fetch_all(db.pool())
+            .await
+            .unwrap();
     let tickets: Vec<Uuid> = sqlx::query_scalar("SELECT id FROM app.tickets WHERE subject LIKE 'bulk %' AND split_part(subject, ' ', 2)::int % 5 = 0")
         .fetch_all(db.pool()).await.unwrap();
     let mut targets: Vec<(&str, &str, String)> = Vec::new();
-    for n in &notes { targets.push((NOTE_ID, "notes", n.to_string())); }
-    for c in &contacts { targets.push((CONTACT_ID, "contacts", c.to_string())); }
-    for t in &tickets { targets.push((TICKET_ID, "tickets", t.to_string())); }
+    for n in &notes {
+        targets.push((NOTE_ID, "notes", n.to_string()));
+    }
+    for c in &contacts {
+        targets.push((CONTACT_ID, "contacts", c.to_string()));
+    }
+    for t in &tickets {
+        targets.push((TICKET_ID, "tickets", t.to_string()));
+    }
     // Interleave entities so holds land while every strategy runs.
     targets.sort_by_key(|(_, _, r)| r.chars().rev().collect::<String>());
 
-    let (a, b, h) = (engine(&db, 50).await, engine(&db, 50).await, engine(&db, 50).await);
+    let (a, b, h) = (
+        engine(&db, 50).await,
+        engine(&db, 50).await,
+        engine(&db, 50).await,
+    );
     let holder = async {
         let mut protected: BTreeMap<String, String> = BTreeMap::new();
         let mut refused = 0;
         for (entity, table, record) in &targets {
-            let req = HoldRequest::new(Uuid::parse_str(entity).unwrap(), record.clone(), "race").tenant(TENANT_A);
+            let req = HoldRequest::new(Uuid::parse_str(entity).unwrap(), record.clone(), "race")
+                .tenant(TENANT_A);
             match h.create_hold(req).await {
                 Ok(_) => {
                     // The row as it was when the hold took effect; nothing may change it afterwards.
-                    let state: String = sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT row_to_json(t)::text FROM app.{table} t WHERE id::text = $1")))
-                        .bind(record)
-                        .fetch_one(h.pool())
-                        .await
-                        .unwrap();
+                    let state: String = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+                        "SELECT row_to_json(t)::text FROM app.{table} t WHERE id::text = $1"
+                    )))
+                    .bind(record)
+                    .fetch_one(h.pool())
+                    .await
+                    .unwrap();
                     protected.insert(format!("{table}:{record}"), state);
                 }
-                Err(cohort::Error::InvalidInput(msg)) if msg.contains("does not exist") => refused += 1,
+                Err(cohort::Error::InvalidInput(msg)) if msg.contains("does not exist") => {
+                    refused += 1
+                }
                 Err(e) => panic!("hold creation failed: {e}"),
             }
         }
@@ -119,23 +200,40 @@ async fn hold_creation_racing_two_sweeps_never_loses_a_protected_row() {
     assert_eq!(protected.len() + refused, targets.len());
     for (key, state) in &protected {
         let (table, record) = key.split_once(':').unwrap();
-        let now_state: Option<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT row_to_json(t)::text FROM app.{table} t WHERE id::text = $1")))
-            .bind(record)
-            .fetch_optional(db.pool())
-            .await
-            .unwrap();
-        assert_eq!(now_state.as_ref(), Some(state), "{key} changed after its hold was created");
+        let now_state: Option<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+            "SELECT row_to_json(t)::text FROM app.{table} t WHERE id::text = $1"
+        )))
+        .bind(record)
+        .fetch_optional(db.pool())
+        .await
+        .unwrap();
+        assert_eq!(
+            now_state.as_ref(),
+            Some(state),
+            "{key} changed after its hold was created"
+        );
     }
     // Reported counts equal what committed.
     let purged = 1503 - count(db.pool(), &format!("SELECT count(*) FROM app.notes WHERE tenant_id = '{TENANT_A}' AND created_at < '2026-05-02'")).await;
     let anonymised = count(db.pool(), &format!("SELECT count(*) FROM app.contacts WHERE tenant_id = '{TENANT_A}' AND anonymised_at IS NOT NULL")).await;
-    let deleted = count(db.pool(), &format!("SELECT count(*) FROM app.tickets WHERE tenant_id = '{TENANT_A}' AND is_deleted")).await;
-    for (name, actual) in [("Note", purged), ("Contact", anonymised), ("Ticket", deleted)] {
+    let deleted = count(
+        db.pool(),
+        &format!("SELECT count(*) FROM app.tickets WHERE tenant_id = '{TENANT_A}' AND is_deleted"),
+    )
+    .await;
+    for (name, actual) in [
+        ("Note", purged),
+        ("Contact", anonymised),
+        ("Ticket", deleted),
+    ] {
         let reported = ra.entity(name).unwrap().affected + rb.entity(name).unwrap().affected;
         assert_eq!(reported as i64, actual, "{name}");
     }
     // A later sweep sees every hold that protects a still-eligible row.
-    let after = a.sweep(SweepRequest::tenanted(TENANT_A, now())).await.unwrap();
+    let after = a
+        .sweep(SweepRequest::tenanted(TENANT_A, now()))
+        .await
+        .unwrap();
     assert_eq!(after.affected(), 0);
 }
 
@@ -146,17 +244,34 @@ async fn a_callers_open_transaction_neither_blocks_nor_is_joined_by_a_sweep() {
     let mut caller = db.connect().await.unwrap();
     sqlx::query("BEGIN").execute(&mut caller).await.unwrap();
     // The caller holds a row lock on an eligible row and has an uncommitted eligible insert.
-    sqlx::query("UPDATE app.notes SET body = body WHERE body = $1").bind(format!("{TENANT_A}:45d")).execute(&mut caller).await.unwrap();
+    sqlx::query("UPDATE app.notes SET body = body WHERE body = $1")
+        .bind(format!("{TENANT_A}:45d"))
+        .execute(&mut caller)
+        .await
+        .unwrap();
     sqlx::query("INSERT INTO app.notes (tenant_id, created_at, body) VALUES ($1::uuid, '2020-01-01', 'uncommitted')")
         .bind(TENANT_A).execute(&mut caller).await.unwrap();
-    let result = tokio::time::timeout(std::time::Duration::from_secs(30), cohort.sweep(SweepRequest::tenanted(TENANT_A, now())))
-        .await
-        .expect("the sweep must not wait for the caller")
-        .unwrap();
+    let result = tokio::time::timeout(
+        std::time::Duration::from_secs(30),
+        cohort.sweep(SweepRequest::tenanted(TENANT_A, now())),
+    )
+    .await
+    .expect("the sweep must not wait for the caller")
+    .unwrap();
     assert_eq!(result.entity("Note").unwrap().affected, 2);
     sqlx::query("ROLLBACK").execute(&mut caller).await.unwrap();
     // The skipped row stays eligible for the next run.
-    let next = cohort.sweep(SweepRequest::tenanted(TENANT_A, now())).await.unwrap();
+    let next = cohort
+        .sweep(SweepRequest::tenanted(TENANT_A, now()))
+        .await
+        .unwrap();
     assert_eq!(next.entity("Note").unwrap().affected, 1);
-    assert_eq!(count(db.pool(), "SELECT count(*) FROM app.notes WHERE body = 'uncommitted'").await, 0);
+    assert_eq!(
+        count(
+            db.pool(),
+            "SELECT count(*) FROM app.notes WHERE body = 'uncommitted'"
+        )
+        .await,
+        0
+    );
 }

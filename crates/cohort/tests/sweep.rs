@@ -4,7 +4,7 @@
 
 mod support;
 
-use cohort::{PreviewRequest, RunStatus, SweepRequest, Strategy};
+use cohort::{PreviewRequest, RunStatus, Strategy, SweepRequest};
 use support::*;
 
 const NOTES_A: &str = "SELECT split_part(body, ':', 2) FROM app.notes WHERE tenant_id = 'aaaaaaaa-0000-0000-0000-00000000000a'";
@@ -18,7 +18,10 @@ fn kept_labels() -> Vec<String> {
 }
 
 fn all_labels() -> Vec<String> {
-    let mut v: Vec<String> = ["1d", "on-cutoff", "past-cutoff", "45d", "400d", "null"].iter().map(|s| s.to_string()).collect();
+    let mut v: Vec<String> = ["1d", "on-cutoff", "past-cutoff", "45d", "400d", "null"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
     v.sort();
     v
 }
@@ -27,7 +30,10 @@ fn all_labels() -> Vec<String> {
 async fn sweep_applies_every_strategy_to_exactly_the_eligible_rows_of_one_tenant() {
     let db = engine_db().await;
     let cohort = engine_cohort(&db).await;
-    let result = cohort.sweep(SweepRequest::tenanted(TENANT_A, now())).await.unwrap();
+    let result = cohort
+        .sweep(SweepRequest::tenanted(TENANT_A, now()))
+        .await
+        .unwrap();
     assert_eq!(result.status, RunStatus::Succeeded);
     assert!(result.failures.is_empty());
     assert_eq!(result.tenant.as_deref(), Some(TENANT_A));
@@ -54,7 +60,10 @@ async fn sweep_applies_every_strategy_to_exactly_the_eligible_rows_of_one_tenant
     let scrubbed: Vec<_> = rows.iter().filter(|r| r.5).collect();
     assert_eq!(scrubbed.len(), 3);
     for r in &scrubbed {
-        assert_eq!((r.0.as_deref(), r.1.as_str(), r.2.as_str()), (None, "", "[redacted]"));
+        assert_eq!(
+            (r.0.as_deref(), r.1.as_str(), r.2.as_str()),
+            (None, "", "[redacted]")
+        );
         assert_eq!(r.3.len(), 64, "sha-256 hex of the original reference");
         assert!(!r.3.starts_with("REF-"));
         assert_eq!(r.4, Some(7), "undeclared columns stay");
@@ -63,30 +72,59 @@ async fn sweep_applies_every_strategy_to_exactly_the_eligible_rows_of_one_tenant
         assert_eq!(r.0.as_deref(), Some("person@example.com"));
         assert!(r.3.starts_with("REF-"));
     }
-    let expected_hash: String = sqlx::query_scalar("SELECT encode(sha256(convert_to('REF-45d', 'UTF8')), 'hex')")
-        .fetch_one(db.pool())
-        .await
-        .unwrap();
+    let expected_hash: String =
+        sqlx::query_scalar("SELECT encode(sha256(convert_to('REF-45d', 'UTF8')), 'hex')")
+            .fetch_one(db.pool())
+            .await
+            .unwrap();
     assert!(scrubbed.iter().any(|r| r.3 == expected_hash));
 
     // Exempt: a visible zero.
-    assert_eq!(count(db.pool(), "SELECT count(*) FROM app.invoices").await, 5);
+    assert_eq!(
+        count(db.pool(), "SELECT count(*) FROM app.invoices").await,
+        5
+    );
     // The tenantless entity is not part of a tenant pass.
-    assert_eq!(count(db.pool(), "SELECT count(*) FROM app.globals").await, 6);
+    assert_eq!(
+        count(db.pool(), "SELECT count(*) FROM app.globals").await,
+        6
+    );
 
     // Results and ledger agree.
     let by = |name: &str| result.entity(name).unwrap().clone();
-    assert_eq!((by("Note").affected, by("Note").null_anchor, by("Note").strategy), (3, 1, Strategy::Purge));
+    assert_eq!(
+        (
+            by("Note").affected,
+            by("Note").null_anchor,
+            by("Note").strategy
+        ),
+        (3, 1, Strategy::Purge)
+    );
     assert_eq!((by("Contact").affected, by("Contact").null_anchor), (3, 1));
     assert_eq!((by("Ticket").affected, by("Ticket").null_anchor), (3, 1));
-    assert_eq!((by("Invoice").affected, by("Invoice").strategy), (0, Strategy::Exempt));
-    assert_eq!(by("Note").cutoff, chrono::DateTime::parse_from_rfc3339("2026-05-02T00:00:00Z").unwrap());
+    assert_eq!(
+        (by("Invoice").affected, by("Invoice").strategy),
+        (0, Strategy::Exempt)
+    );
+    assert_eq!(
+        by("Note").cutoff,
+        chrono::DateTime::parse_from_rfc3339("2026-05-02T00:00:00Z").unwrap()
+    );
     let (status, dry, settled, summaries) = ledger(db.pool(), result.run_id).await;
     assert_eq!((status.as_str(), dry, settled), ("succeeded", false, true));
     let mut expected: Vec<(String, String, i64, i64, i64, i64)> = result
         .entities
         .iter()
-        .map(|e| (e.entity.clone(), e.strategy.as_str().to_string(), e.affected as i64, e.held as i64, e.skipped as i64, e.null_anchor as i64))
+        .map(|e| {
+            (
+                e.entity.clone(),
+                e.strategy.as_str().to_string(),
+                e.affected as i64,
+                e.held as i64,
+                e.skipped as i64,
+                e.null_anchor as i64,
+            )
+        })
         .collect();
     let mut got = summaries.clone();
     expected.sort();
@@ -99,14 +137,42 @@ async fn sweep_applies_every_strategy_to_exactly_the_eligible_rows_of_one_tenant
 async fn rerunning_a_sweep_changes_nothing_more() {
     let db = engine_db().await;
     let cohort = engine_cohort(&db).await;
-    cohort.sweep(SweepRequest::tenanted(TENANT_A, now())).await.unwrap();
-    let ticket_times = labels(db.pool(), "SELECT deleted_at::text FROM app.tickets WHERE is_deleted").await;
-    let contact_times = labels(db.pool(), "SELECT anonymised_at::text FROM app.contacts WHERE anonymised_at IS NOT NULL").await;
-    let again = cohort.sweep(SweepRequest::tenanted(TENANT_A, now())).await.unwrap();
+    cohort
+        .sweep(SweepRequest::tenanted(TENANT_A, now()))
+        .await
+        .unwrap();
+    let ticket_times = labels(
+        db.pool(),
+        "SELECT deleted_at::text FROM app.tickets WHERE is_deleted",
+    )
+    .await;
+    let contact_times = labels(
+        db.pool(),
+        "SELECT anonymised_at::text FROM app.contacts WHERE anonymised_at IS NOT NULL",
+    )
+    .await;
+    let again = cohort
+        .sweep(SweepRequest::tenanted(TENANT_A, now()))
+        .await
+        .unwrap();
     assert_eq!(again.affected(), 0, "{again:?}");
     // Already deleted or anonymised rows are not processed again (markers keep their first times).
-    assert_eq!(labels(db.pool(), "SELECT deleted_at::text FROM app.tickets WHERE is_deleted").await, ticket_times);
-    assert_eq!(labels(db.pool(), "SELECT anonymised_at::text FROM app.contacts WHERE anonymised_at IS NOT NULL").await, contact_times);
+    assert_eq!(
+        labels(
+            db.pool(),
+            "SELECT deleted_at::text FROM app.tickets WHERE is_deleted"
+        )
+        .await,
+        ticket_times
+    );
+    assert_eq!(
+        labels(
+            db.pool(),
+            "SELECT anonymised_at::text FROM app.contacts WHERE anonymised_at IS NOT NULL"
+        )
+        .await,
+        contact_times
+    );
     let (_, _, _, summaries) = ledger(db.pool(), again.run_id).await;
     assert!(summaries.iter().all(|s| s.2 == 0));
 }
@@ -118,17 +184,27 @@ async fn tenantless_pass_touches_only_tenantless_entities() {
     let result = cohort.sweep(SweepRequest::tenantless(now())).await.unwrap();
     assert_eq!(result.entities.len(), 1);
     assert_eq!(result.entities[0].entity, "Global");
-    assert_eq!((result.entities[0].affected, result.entities[0].null_anchor), (3, 1));
-    assert_eq!(labels(db.pool(), "SELECT payload FROM app.globals").await, kept_labels());
+    assert_eq!(
+        (result.entities[0].affected, result.entities[0].null_anchor),
+        (3, 1)
+    );
+    assert_eq!(
+        labels(db.pool(), "SELECT payload FROM app.globals").await,
+        kept_labels()
+    );
     assert_eq!(count(db.pool(), "SELECT count(*) FROM app.notes").await, 12);
     let (status, _, _, summaries) = ledger(db.pool(), result.run_id).await;
     assert_eq!(status, "succeeded");
-    assert_eq!(summaries, vec![("Global".to_string(), "purge".to_string(), 3, 0, 0, 1)]);
-    let tenant: Option<String> = sqlx::query_scalar("SELECT tenant_id FROM sweep_run WHERE run_id = $1")
-        .bind(result.run_id)
-        .fetch_one(db.pool())
-        .await
-        .unwrap();
+    assert_eq!(
+        summaries,
+        vec![("Global".to_string(), "purge".to_string(), 3, 0, 0, 1)]
+    );
+    let tenant: Option<String> =
+        sqlx::query_scalar("SELECT tenant_id FROM sweep_run WHERE run_id = $1")
+            .bind(result.run_id)
+            .fetch_one(db.pool())
+            .await
+            .unwrap();
     assert_eq!(tenant, None);
 }
 
@@ -136,7 +212,10 @@ async fn tenantless_pass_touches_only_tenantless_entities() {
 async fn zero_period_makes_rows_eligible_at_once_but_null_anchors_survive() {
     let db = engine_db().await;
     let rules = cohort::rules::StaticRuleProvider::builder()
-        .category("notes", cohort::rules::RetentionRule::new(cohort::rules::Period::ZERO, Strategy::Purge))
+        .category(
+            "notes",
+            cohort::rules::RetentionRule::new(cohort::rules::Period::ZERO, Strategy::Purge),
+        )
         .build()
         .unwrap();
     let cohort = cohort::Cohort::builder(db.pool().clone())
@@ -145,9 +224,15 @@ async fn zero_period_makes_rows_eligible_at_once_but_null_anchors_survive() {
         .build()
         .await
         .unwrap();
-    let result = cohort.sweep(SweepRequest::tenanted(TENANT_A, now())).await.unwrap();
+    let result = cohort
+        .sweep(SweepRequest::tenanted(TENANT_A, now()))
+        .await
+        .unwrap();
     assert_eq!(labels(db.pool(), NOTES_A).await, vec!["null".to_string()]);
-    assert_eq!((result.entities[0].affected, result.entities[0].null_anchor), (5, 1));
+    assert_eq!(
+        (result.entities[0].affected, result.entities[0].null_anchor),
+        (5, 1)
+    );
     let (_, _, _, summaries) = ledger(db.pool(), result.run_id).await;
     assert_eq!(summaries[0].5, 1, "null anchors are reported");
 }
@@ -159,7 +244,10 @@ async fn dry_run_counts_and_audits_without_changing_a_row() {
     let before = table_digest(db.pool(), "app.notes").await;
     let contacts = table_digest(db.pool(), "app.contacts").await;
     let tickets = table_digest(db.pool(), "app.tickets").await;
-    let result = cohort.sweep(SweepRequest::tenanted(TENANT_A, now()).dry_run(true)).await.unwrap();
+    let result = cohort
+        .sweep(SweepRequest::tenanted(TENANT_A, now()).dry_run(true))
+        .await
+        .unwrap();
     assert!(result.dry_run);
     assert_eq!(table_digest(db.pool(), "app.notes").await, before);
     assert_eq!(table_digest(db.pool(), "app.contacts").await, contacts);
@@ -169,13 +257,26 @@ async fn dry_run_counts_and_audits_without_changing_a_row() {
     assert_eq!(result.entity("Ticket").unwrap().null_anchor, 1);
     let (status, dry, _, summaries) = ledger(db.pool(), result.run_id).await;
     assert_eq!((status.as_str(), dry), ("succeeded", true));
-    assert!(summaries.iter().any(|s| s.0 == "Note" && s.2 == 3 && s.5 == 1));
-    assert_eq!(count(db.pool(), "SELECT count(*) FROM sweep_run_row_detail").await, 0);
+    assert!(summaries
+        .iter()
+        .any(|s| s.0 == "Note" && s.2 == 3 && s.5 == 1));
+    assert_eq!(
+        count(db.pool(), "SELECT count(*) FROM sweep_run_row_detail").await,
+        0
+    );
 
     // The real sweep then changes what the dry run counted.
-    let real = cohort.sweep(SweepRequest::tenanted(TENANT_A, now())).await.unwrap();
+    let real = cohort
+        .sweep(SweepRequest::tenanted(TENANT_A, now()))
+        .await
+        .unwrap();
     for e in &result.entities {
-        assert_eq!(real.entity(&e.entity).unwrap().affected, e.affected, "{}", e.entity);
+        assert_eq!(
+            real.entity(&e.entity).unwrap().affected,
+            e.affected,
+            "{}",
+            e.entity
+        );
     }
 }
 
@@ -183,14 +284,41 @@ async fn dry_run_counts_and_audits_without_changing_a_row() {
 async fn preview_counts_and_writes_nothing() {
     let db = engine_db().await;
     let cohort = engine_cohort(&db).await;
-    let p = cohort.preview(PreviewRequest::tenanted(TENANT_B, now())).await.unwrap();
+    let p = cohort
+        .preview(PreviewRequest::tenanted(TENANT_B, now()))
+        .await
+        .unwrap();
     assert_eq!(p.entities.len(), 4);
-    assert_eq!(p.entities.iter().find(|e| e.entity == "Note").unwrap().affected, 3);
-    assert_eq!(p.entities.iter().find(|e| e.entity == "Invoice").unwrap().affected, 0);
+    assert_eq!(
+        p.entities
+            .iter()
+            .find(|e| e.entity == "Note")
+            .unwrap()
+            .affected,
+        3
+    );
+    assert_eq!(
+        p.entities
+            .iter()
+            .find(|e| e.entity == "Invoice")
+            .unwrap()
+            .affected,
+        0
+    );
     assert_eq!(ledger_rows(db.pool(), "public").await, 0);
     assert_eq!(count(db.pool(), "SELECT count(*) FROM app.notes").await, 12);
-    let t = cohort.preview(PreviewRequest::tenantless(now())).await.unwrap();
-    assert_eq!((t.entities.len(), t.entities[0].affected, t.entities[0].null_anchor), (1, 3, 1));
+    let t = cohort
+        .preview(PreviewRequest::tenantless(now()))
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            t.entities.len(),
+            t.entities[0].affected,
+            t.entities[0].null_anchor
+        ),
+        (1, 3, 1)
+    );
 }
 
 #[tokio::test]
@@ -213,8 +341,14 @@ async fn legal_minimum_wins_over_a_shorter_period_with_the_exact_boundary_kept()
         .build()
         .await
         .unwrap();
-    let result = cohort.sweep(SweepRequest::tenanted(TENANT_A, now())).await.unwrap();
-    let mut expected: Vec<String> = ["1d", "on-cutoff", "past-cutoff", "45d", "null"].iter().map(|s| s.to_string()).collect();
+    let result = cohort
+        .sweep(SweepRequest::tenanted(TENANT_A, now()))
+        .await
+        .unwrap();
+    let mut expected: Vec<String> = ["1d", "on-cutoff", "past-cutoff", "45d", "null"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
     expected.sort();
     assert_eq!(labels(db.pool(), NOTES_A).await, expected);
     assert_eq!(result.entities[0].affected, 1);
@@ -228,7 +362,10 @@ async fn legal_minimum_wins_over_a_shorter_period_with_the_exact_boundary_kept()
     assert_eq!(row.get::<String, _>(0), "10 days");
     assert_eq!(row.get::<String, _>(1), "45 days");
     assert_eq!(row.get::<String, _>(2), "records act s.12");
-    assert_eq!(row.get::<chrono::DateTime<chrono::Utc>, _>(3), chrono::DateTime::parse_from_rfc3339("2026-04-17T00:00:00Z").unwrap());
+    assert_eq!(
+        row.get::<chrono::DateTime<chrono::Utc>, _>(3),
+        chrono::DateTime::parse_from_rfc3339("2026-04-17T00:00:00Z").unwrap()
+    );
 }
 
 #[tokio::test]
@@ -236,13 +373,17 @@ async fn caller_times_with_any_offset_are_normalised_to_utc() {
     let db = engine_db().await;
     let cohort = engine_cohort(&db).await;
     let same_instant = chrono::DateTime::parse_from_rfc3339("2026-06-01T05:30:00+05:30").unwrap();
-    let result = cohort.sweep(SweepRequest::tenanted(TENANT_A, same_instant)).await.unwrap();
-    assert_eq!(labels(db.pool(), NOTES_A).await, kept_labels());
-    let logical: chrono::DateTime<chrono::Utc> = sqlx::query_scalar("SELECT logical_now FROM sweep_run WHERE run_id = $1")
-        .bind(result.run_id)
-        .fetch_one(db.pool())
+    let result = cohort
+        .sweep(SweepRequest::tenanted(TENANT_A, same_instant))
         .await
         .unwrap();
+    assert_eq!(labels(db.pool(), NOTES_A).await, kept_labels());
+    let logical: chrono::DateTime<chrono::Utc> =
+        sqlx::query_scalar("SELECT logical_now FROM sweep_run WHERE run_id = $1")
+            .bind(result.run_id)
+            .fetch_one(db.pool())
+            .await
+            .unwrap();
     assert_eq!(logical, now());
 }
 
@@ -250,7 +391,10 @@ async fn caller_times_with_any_offset_are_normalised_to_utc() {
 async fn small_batches_commit_alone_and_add_up() {
     let db = engine_db().await;
     exec(db.pool(), "INSERT INTO app.notes (tenant_id, created_at, body) SELECT 'aaaaaaaa-0000-0000-0000-00000000000a', timestamptz '2026-01-01' - make_interval(secs => g), 'bulk:' || g FROM generate_series(1, 23) g").await;
-    let config = cohort::CohortConfig { sweep_batch_size: 4, ..cohort::CohortConfig::default() };
+    let config = cohort::CohortConfig {
+        sweep_batch_size: 4,
+        ..cohort::CohortConfig::default()
+    };
     let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let cohort = cohort::Cohort::builder(db.pool().clone())
         .config(config)
@@ -260,7 +404,10 @@ async fn small_batches_commit_alone_and_add_up() {
         .build()
         .await
         .unwrap();
-    let result = cohort.sweep(SweepRequest::tenanted(TENANT_A, now())).await.unwrap();
+    let result = cohort
+        .sweep(SweepRequest::tenanted(TENANT_A, now()))
+        .await
+        .unwrap();
     assert_eq!(result.entities[0].affected, 26);
     assert_eq!(labels(db.pool(), NOTES_A).await, kept_labels());
     // 26 rows in batches of 4: seven committed batches, progress events in order.
@@ -282,17 +429,25 @@ pub struct Recorder(pub std::sync::Arc<std::sync::Mutex<Vec<cohort::audit::Audit
 
 #[async_trait::async_trait]
 impl cohort::audit::AuditObserver for Recorder {
-    async fn on_event(&self, event: &cohort::audit::AuditEvent) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    async fn on_event(
+        &self,
+        event: &cohort::audit::AuditEvent,
+    ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         self.0.lock().unwrap().push(event.clone());
         Ok(())
     }
 }
 
-async fn wait_for_settled(seen: &std::sync::Arc<std::sync::Mutex<Vec<cohort::audit::AuditEvent>>>) -> Vec<cohort::audit::AuditEvent> {
+async fn wait_for_settled(
+    seen: &std::sync::Arc<std::sync::Mutex<Vec<cohort::audit::AuditEvent>>>,
+) -> Vec<cohort::audit::AuditEvent> {
     for _ in 0..200 {
         {
             let events = seen.lock().unwrap();
-            if events.iter().any(|e| matches!(e, cohort::audit::AuditEvent::Settled { .. })) {
+            if events
+                .iter()
+                .any(|e| matches!(e, cohort::audit::AuditEvent::Settled { .. }))
+            {
                 return events.clone();
             }
         }

@@ -91,16 +91,16 @@ macro_rules! anonymised_from {
 anonymised_from!(String => Text, i64 => Int, i32 => Int as i64, i16 => Int as i64, uuid::Uuid => Uuid, bool => Bool, serde_json::Value => Json);
 
 impl AnonymisedValue {
-    /// The value as text, for binding into a column of any type (PostgreSQL
-    /// converts text to the column's type on assignment); `None` is NULL.
-    pub fn into_text(self) -> Option<String> {
+    /// The value as JSON, from which PostgreSQL converts it to the
+    /// column's type.
+    pub fn into_json(self) -> serde_json::Value {
         match self {
-            AnonymisedValue::Null => None,
-            AnonymisedValue::Text(s) => Some(s),
-            AnonymisedValue::Int(n) => Some(n.to_string()),
-            AnonymisedValue::Uuid(u) => Some(u.hyphenated().to_string()),
-            AnonymisedValue::Bool(b) => Some(b.to_string()),
-            AnonymisedValue::Json(v) => Some(v.to_string()),
+            AnonymisedValue::Null => serde_json::Value::Null,
+            AnonymisedValue::Text(s) => serde_json::Value::String(s),
+            AnonymisedValue::Int(n) => serde_json::Value::from(n),
+            AnonymisedValue::Uuid(u) => serde_json::Value::String(u.hyphenated().to_string()),
+            AnonymisedValue::Bool(b) => serde_json::Value::Bool(b),
+            AnonymisedValue::Json(v) => v,
         }
     }
 }

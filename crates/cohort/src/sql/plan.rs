@@ -37,8 +37,9 @@ pub(crate) struct EntityPlan {
     /// Returns the record key.
     pub(crate) lock: BTreeMap<Strategy, SqlText>,
     /// Mutate locked rows that are still not held. `$1` entity id, `$2`
-    /// record keys (array), then the literals, then one text array per
-    /// custom anonymiser (aligned with `$2`). Returns `record::text`.
+    /// record keys (array), then the literals, then (with custom
+    /// anonymisers) one JSON object per key, aligned with `$2`, holding each
+    /// custom column's new value. Returns `record::text`.
     pub(crate) mutate: BTreeMap<Strategy, SqlText>,
     /// Counts in scope: eligible (past cutoff, not held), held (past cutoff,
     /// held) and null_anchor. `$1` entity id, `$2` cutoff, `$3` tenant.
@@ -233,7 +234,13 @@ impl EntityPlan {
                                 next_param += 1;
                             }
                             Scrub::Custom(c) => {
-                                m.push("v.").ident(&format!("c{}", custom.len()));
+                                // Rust computes a JSON object per row; PostgreSQL converts
+                                // each value to the column's own type through the table's
+                                // row type (no type names in SQL, no text casts).
+                                m.push("(pg_catalog.jsonb_populate_record(NULL::")
+                                    .table(table)
+                                    .push(", v.j)).")
+                                    .ident(column);
                                 custom.push((column.to_string(), c.clone()));
                             }
                         }
@@ -244,15 +251,11 @@ impl EntityPlan {
                     if custom.is_empty() {
                         m.push(" WHERE ").append(&key_match);
                     } else {
-                        m.push(" FROM pg_catalog.unnest($2");
-                        for i in 0..custom.len() {
-                            m.push(", ").param(first_custom_param + i);
-                        }
-                        m.push(") AS v(k");
-                        for i in 0..custom.len() {
-                            m.push(", ").ident(&format!("c{i}"));
-                        }
-                        m.push(") WHERE ").col(&e.record_id).push(" = v.k");
+                        m.push(" FROM ROWS FROM (pg_catalog.unnest($2), pg_catalog.unnest(")
+                            .param(first_custom_param)
+                            .push("::jsonb[])) AS v(k, j) WHERE ")
+                            .col(&e.record_id)
+                            .push(" = v.k");
                     }
                 }
                 Strategy::Exempt => unreachable!("exempt does not mutate"),

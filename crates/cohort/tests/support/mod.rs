@@ -168,7 +168,10 @@ SELECT row_number() OVER (), a.at, a.label FROM pg_temp.seed_ages() a;
 pub fn engine_entities() -> Vec<cohort::EntityDeclaration> {
     use cohort::model::AnonymiseMethod;
     vec![
-        cohort::EntityDeclaration::new("Note", NOTE_ID).category("notes").anchor("created_at").table("app.notes"),
+        cohort::EntityDeclaration::new("Note", NOTE_ID)
+            .category("notes")
+            .anchor("created_at")
+            .table("app.notes"),
         cohort::EntityDeclaration::new("Contact", CONTACT_ID)
             .category("contacts")
             .anchor("created_at")
@@ -178,9 +181,19 @@ pub fn engine_entities() -> Vec<cohort::EntityDeclaration> {
             .anonymise("phone", AnonymiseMethod::Literal("[redacted]".into()))
             .anonymise("reference", AnonymiseMethod::Hash)
             .subject("user_id", None),
-        cohort::EntityDeclaration::new("Ticket", TICKET_ID).category("soft").anchor("closed_at").table("app.tickets"),
-        cohort::EntityDeclaration::new("Invoice", INVOICE_ID).category("kept").anchor("issued_at").table("app.invoices"),
-        cohort::EntityDeclaration::new("Global", GLOBAL_ID).category("notes").anchor("created_at").table("app.globals").tenantless(),
+        cohort::EntityDeclaration::new("Ticket", TICKET_ID)
+            .category("soft")
+            .anchor("closed_at")
+            .table("app.tickets"),
+        cohort::EntityDeclaration::new("Invoice", INVOICE_ID)
+            .category("kept")
+            .anchor("issued_at")
+            .table("app.invoices"),
+        cohort::EntityDeclaration::new("Global", GLOBAL_ID)
+            .category("notes")
+            .anchor("created_at")
+            .table("app.globals")
+            .tenantless(),
     ]
 }
 
@@ -212,12 +225,23 @@ pub async fn labels(pool: &PgPool, sql: &str) -> Vec<String> {
 
 /// Counts rows of a query.
 pub async fn count(pool: &PgPool, sql: &str) -> i64 {
-    sqlx::query_scalar::<_, i64>(AssertSqlSafe(sql.to_owned())).fetch_one(pool).await.unwrap()
+    sqlx::query_scalar::<_, i64>(AssertSqlSafe(sql.to_owned()))
+        .fetch_one(pool)
+        .await
+        .unwrap()
 }
 
 /// The ledger rows of a run: (status, dry_run, settled) and its summaries
 /// as (entity_type, strategy, affected, held, skipped, null_anchor).
-pub async fn ledger(pool: &PgPool, run_id: uuid::Uuid) -> (String, bool, bool, Vec<(String, String, i64, i64, i64, i64)>) {
+pub async fn ledger(
+    pool: &PgPool,
+    run_id: uuid::Uuid,
+) -> (
+    String,
+    bool,
+    bool,
+    Vec<(String, String, i64, i64, i64, i64)>,
+) {
     let run = sqlx::query("SELECT status, dry_run, settled_at IS NOT NULL AS settled FROM public.sweep_run WHERE run_id = $1")
         .bind(run_id)
         .fetch_one(pool)
@@ -234,5 +258,10 @@ pub async fn ledger(pool: &PgPool, run_id: uuid::Uuid) -> (String, bool, bool, V
     .into_iter()
     .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4), r.get(5)))
     .collect();
-    (run.get("status"), run.get("dry_run"), run.get("settled"), summaries)
+    (
+        run.get("status"),
+        run.get("dry_run"),
+        run.get("settled"),
+        summaries,
+    )
 }
