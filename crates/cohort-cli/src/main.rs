@@ -5,6 +5,7 @@
 //! database could not be reached); 2 bad input, bad config or failed
 //! validation (nothing changed); 3 the run settled partially failed.
 
+mod commands;
 mod demo;
 mod output;
 
@@ -44,6 +45,31 @@ enum Command {
     },
     /// Validate the policy against the live database; exit 2 listing every problem.
     Validate,
+    /// Count what a sweep would change now; writes nothing.
+    Preview {
+        #[command(flatten)]
+        scope: commands::Scope,
+        /// Logical time (RFC 3339; default now).
+        #[arg(long)]
+        now: Option<String>,
+    },
+    /// Apply the retention rules (or, with --dry-run, count and audit only).
+    Sweep {
+        #[command(flatten)]
+        scope: commands::SweepScope,
+        /// Logical time (RFC 3339; default now).
+        #[arg(long)]
+        now: Option<String>,
+        /// Count and audit without changing rows.
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Legal holds.
+    #[command(subcommand)]
+    Holds(commands::HoldsCommand),
+    /// The audit ledger.
+    #[command(subcommand)]
+    Runs(commands::RunsCommand),
 }
 
 /// How a command ended, mapped to the documented exit codes.
@@ -53,12 +79,16 @@ pub(crate) enum Failure {
     Input(Error),
     /// Anything else (database unreachable, run failed): exit 1.
     Run(Error),
+    /// Output was printed; exit with this code (1 failed/cancelled run, 3 partially failed).
+    Status(u8),
 }
 
 impl From<Error> for Failure {
     fn from(e: Error) -> Self {
         match e {
-            Error::Validation(_) | Error::Config(_) | Error::Policy(_) => Failure::Input(e),
+            Error::Validation(_) | Error::Config(_) | Error::Policy(_) | Error::InvalidInput(_) => {
+                Failure::Input(e)
+            }
             other => Failure::Run(other),
         }
     }
@@ -90,6 +120,7 @@ fn main() -> ExitCode {
             let (code, error) = match failure {
                 Failure::Input(e) => (2, e),
                 Failure::Run(e) => (1, e),
+                Failure::Status(code) => return ExitCode::from(code),
             };
             output::error(json, &error);
             ExitCode::from(code)
@@ -125,7 +156,44 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             output::validated(cli.json, cohort.config(), &model);
             Ok(())
         }
+        Command::Preview { scope, now } => {
+            let (cohort, policy) = open(&cli).await?;
+            commands::preview(&cohort, &policy, cli.json, scope, now.as_deref()).await
+        }
+        Command::Sweep {
+            scope,
+            now,
+            dry_run,
+        } => {
+            let (cohort, policy) = open(&cli).await?;
+            commands::sweep(&cohort, &policy, cli.json, scope, now.as_deref(), *dry_run).await
+        }
+        Command::Holds(cmd) => {
+            let (cohort, _) = open(&cli).await?;
+            commands::holds(&cohort, cli.json, cmd).await
+        }
+        Command::Runs(cmd) => {
+            let (cohort, _) = open(&cli).await?;
+            commands::runs(&cohort, cli.json, cmd).await
+        }
     }
+}
+
+/// Loads the policy, connects, and builds a validated handle.
+async fn open(cli: &Cli) -> Result<(Cohort, PolicyFile), Failure> {
+    let policy = load_policy(cli, true)?.expect("required");
+    let url = database_url(cli, Some(&policy))?;
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(4)
+        .connect(&url)
+        .await
+        .map_err(|e| Failure::Run(e.into()))?;
+    let mut builder = Cohort::builder(pool).policy(policy.clone());
+    if commands::progress_wanted(cli.json) {
+        builder = builder.observer(commands::Progress::new());
+    }
+    let cohort = builder.build().await?;
+    Ok((cohort, policy))
 }
 
 /// Loads `--config` (default `./cohort.toml`). When not `required`, a

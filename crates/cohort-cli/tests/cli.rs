@@ -304,3 +304,359 @@ fn demo_runs_on_a_throw_away_database_and_prints_the_plan() {
         "{text}"
     );
 }
+
+const ROWS: &str = "INSERT INTO app.session_notes
+    SELECT gen_random_uuid(), t::uuid, timestamptz '2026-06-01' - make_interval(days => d), 'n'
+    FROM unnest(ARRAY['11111111-1111-1111-1111-111111111111', '22222222-2222-2222-2222-222222222222']) t,
+         unnest(ARRAY[1, 29, 31, 45]) d;
+    INSERT INTO app.case_contacts
+    SELECT g, '11111111-1111-1111-1111-111111111111', timestamptz '2026-06-01' - make_interval(days => 80 + g * 5), NULL,
+           'x@example.com', '+1', gen_random_uuid() FROM generate_series(1, 4) g;";
+
+const NOW: &str = "2026-06-01T00:00:00Z";
+
+#[tokio::test]
+async fn holds_preview_sweep_and_runs_work_end_to_end_with_json() {
+    let (db, dir) = setup().await;
+    sqlx::raw_sql(ROWS).execute(db.pool()).await.unwrap();
+    let dir = dir.path();
+    let url = Some(db.url());
+    assert_eq!(cohort(dir, &["migrate"], url).status.code(), Some(0));
+    let held: String = sqlx::query_scalar("SELECT id::text FROM app.session_notes WHERE tenant_id = '11111111-1111-1111-1111-111111111111' AND created_at = '2026-04-17'")
+        .fetch_one(db.pool()).await.unwrap();
+
+    let out = cohort(
+        dir,
+        &[
+            "--json",
+            "holds",
+            "create",
+            "--entity",
+            "SessionNote",
+            "--record",
+            &held.to_uppercase(),
+            "--tenant",
+            "11111111-1111-1111-1111-111111111111",
+            "--reason",
+            "case 42",
+        ],
+        url,
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let hold = json(&out);
+    assert_eq!(hold["record_id"], held.as_str());
+    assert_eq!(hold["entity_id"], "a3f467fe-c5d0-4f17-9897-83c373cc1dc8");
+    assert_eq!(hold["tenant"], "11111111-1111-1111-1111-111111111111");
+    for key in ["hold_id", "reason", "created_at", "expires_at"] {
+        assert!(hold.get(key).is_some(), "{key}");
+    }
+    let list = json(&cohort(dir, &["--json", "holds", "list", "--active"], url));
+    assert_eq!(list.as_array().unwrap().len(), 1);
+
+    let preview = json(&cohort(
+        dir,
+        &[
+            "--json",
+            "preview",
+            "--tenant",
+            "11111111-1111-1111-1111-111111111111",
+            "--now",
+            NOW,
+        ],
+        url,
+    ));
+    let notes = preview["entities"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["entity"] == "SessionNote")
+        .unwrap()
+        .clone();
+    assert_eq!(
+        (notes["affected"].as_u64(), notes["held"].as_u64()),
+        (Some(1), Some(1))
+    );
+
+    let dry = cohort(
+        dir,
+        &[
+            "--json",
+            "sweep",
+            "--tenant",
+            "11111111-1111-1111-1111-111111111111",
+            "--now",
+            NOW,
+            "--dry-run",
+        ],
+        url,
+    );
+    assert_eq!(dry.status.code(), Some(0));
+    let dry = json(&dry);
+    assert_eq!(
+        (
+            dry["dry_run"].as_bool(),
+            dry["status"].as_str(),
+            dry["kind"].as_str(),
+            dry["trigger"].as_str()
+        ),
+        (Some(true), Some("succeeded"), Some("sweep"), Some("manual"))
+    );
+    assert_eq!(
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM app.session_notes")
+            .fetch_one(db.pool())
+            .await
+            .unwrap(),
+        8
+    );
+
+    let run = cohort(
+        dir,
+        &[
+            "--json",
+            "sweep",
+            "--tenant",
+            "11111111-1111-1111-1111-111111111111",
+            "--now",
+            NOW,
+        ],
+        url,
+    );
+    assert_eq!(
+        run.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let run = json(&run);
+    for key in [
+        "run_id",
+        "kind",
+        "trigger",
+        "status",
+        "dry_run",
+        "tenant",
+        "started_at",
+        "settled_at",
+        "entities",
+        "failures",
+    ] {
+        assert!(run.get(key).is_some(), "{key}");
+    }
+    let e = run["entities"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["entity"] == "SessionNote")
+        .unwrap()
+        .clone();
+    for key in [
+        "entity_id",
+        "entity",
+        "category",
+        "strategy",
+        "affected",
+        "held",
+        "skipped",
+        "null_anchor",
+        "cutoff",
+    ] {
+        assert!(e.get(key).is_some(), "{key}");
+    }
+    assert_eq!(
+        (
+            e["affected"].as_u64(),
+            e["held"].as_u64(),
+            e["strategy"].as_str()
+        ),
+        (Some(1), Some(1), Some("purge"))
+    );
+    let contacts = run["entities"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["entity"] == "CaseContact")
+        .unwrap()
+        .clone();
+    assert_eq!(
+        contacts["affected"].as_u64(),
+        Some(2),
+        "85 and 90 days (exactly on the cutoff) stay"
+    );
+    assert_eq!(sqlx::query_scalar::<_, i64>("SELECT count(*) FROM app.case_contacts WHERE anonymised_at IS NOT NULL AND email IS NULL AND phone = '[redacted]'").fetch_one(db.pool()).await.unwrap(), 2);
+
+    let shown = json(&cohort(
+        dir,
+        &["--json", "runs", "show", run["run_id"].as_str().unwrap()],
+        url,
+    ));
+    assert_eq!(shown, run);
+    let runs = json(&cohort(dir, &["--json", "runs", "list"], url));
+    assert_eq!(runs.as_array().unwrap().len(), 2);
+
+    let hold_id = hold["hold_id"].as_str().unwrap();
+    assert_eq!(
+        cohort(dir, &["holds", "release", hold_id], url)
+            .status
+            .code(),
+        Some(0)
+    );
+    assert_eq!(
+        cohort(dir, &["holds", "release", hold_id], url)
+            .status
+            .code(),
+        Some(2)
+    );
+    let again = json(&cohort(
+        dir,
+        &[
+            "--json",
+            "sweep",
+            "--tenant",
+            "11111111-1111-1111-1111-111111111111",
+            "--now",
+            NOW,
+        ],
+        url,
+    ));
+    let e = again["entities"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["entity"] == "SessionNote")
+        .unwrap()
+        .clone();
+    assert_eq!(
+        e["affected"].as_u64(),
+        Some(1),
+        "released hold no longer protects"
+    );
+}
+
+#[tokio::test]
+async fn sweep_exit_codes_follow_the_contract() {
+    let (db, dir) = setup().await;
+    sqlx::raw_sql(ROWS).execute(db.pool()).await.unwrap();
+    let dir = dir.path();
+    let url = Some(db.url());
+    assert_eq!(cohort(dir, &["migrate"], url).status.code(), Some(0));
+    // Bad input: no scope, a bad time, an unknown entity, a missing record; nothing changes.
+    assert_eq!(cohort(dir, &["sweep"], url).status.code(), Some(2));
+    assert_eq!(
+        cohort(dir, &["sweep", "--tenantless", "--now", "yesterday"], url)
+            .status
+            .code(),
+        Some(2)
+    );
+    assert_eq!(
+        cohort(dir, &["sweep", "--tenant", "not-a-uuid"], url)
+            .status
+            .code(),
+        Some(2)
+    );
+    assert_eq!(
+        cohort(
+            dir,
+            &["holds", "create", "--entity", "Nope", "--record", "1", "--reason", "r"],
+            url
+        )
+        .status
+        .code(),
+        Some(2)
+    );
+    let out = cohort(
+        dir,
+        &[
+            "--json",
+            "holds",
+            "create",
+            "--entity",
+            "CaseContact",
+            "--record",
+            "999",
+            "--tenant",
+            "11111111-1111-1111-1111-111111111111",
+            "--reason",
+            "r",
+        ],
+        url,
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(json(&out)["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("does not exist"));
+    assert_eq!(
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM retention.sweep_run")
+            .fetch_one(db.pool())
+            .await
+            .unwrap(),
+        0
+    );
+    assert_eq!(
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM app.session_notes")
+            .fetch_one(db.pool())
+            .await
+            .unwrap(),
+        8
+    );
+
+    // A partially failed run exits 3.
+    sqlx::raw_sql("CREATE FUNCTION app.refuse() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'no'; END $$;
+        CREATE TRIGGER refuse BEFORE DELETE ON app.session_notes FOR EACH ROW EXECUTE FUNCTION app.refuse();")
+        .execute(db.pool()).await.unwrap();
+    let out = cohort(
+        dir,
+        &[
+            "--json",
+            "sweep",
+            "--tenant",
+            "11111111-1111-1111-1111-111111111111",
+            "--now",
+            NOW,
+        ],
+        url,
+    );
+    assert_eq!(out.status.code(), Some(3));
+    let v = json(&out);
+    assert_eq!(v["status"], "partially_failed");
+    assert_eq!(
+        v["failures"][0]["entity_id"],
+        "a3f467fe-c5d0-4f17-9897-83c373cc1dc8"
+    );
+    assert!(v["failures"][0]["error"]
+        .as_str()
+        .unwrap()
+        .starts_with("kind=database code=P0001"));
+
+    // --all-tenants: every tenant of the file, then the tenantless pass; the worst status decides.
+    std::fs::write(
+        dir.join("cohort.toml"),
+        format!("{POLICY}\n[[tenant]]\nid = \"22222222-2222-2222-2222-222222222222\"\n"),
+    )
+    .unwrap();
+    let out = cohort(
+        dir,
+        &["--json", "sweep", "--all-tenants", "--now", NOW],
+        url,
+    );
+    assert_eq!(out.status.code(), Some(3));
+    let all = json(&out);
+    let tenants: Vec<Value> = all
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["tenant"].clone())
+        .collect();
+    assert_eq!(
+        tenants,
+        vec![
+            Value::from("22222222-2222-2222-2222-222222222222"),
+            Value::Null
+        ]
+    );
+}

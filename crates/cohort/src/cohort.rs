@@ -167,6 +167,16 @@ impl Cohort {
         crate::holds::release(self, hold_id).await
     }
 
+    /// The most recent runs, newest first.
+    pub async fn list_runs(&self, limit: i64) -> Result<Vec<crate::runs::RunRecord>> {
+        crate::runs::list(self, limit).await
+    }
+
+    /// One run as recorded in the ledger, with its entity summaries.
+    pub async fn show_run(&self, run_id: uuid::Uuid) -> Result<crate::SweepResult> {
+        crate::runs::show(self, run_id).await
+    }
+
     /// Whether validation has already succeeded.
     pub fn is_ready(&self) -> bool {
         self.inner.ready.initialized()

@@ -80,12 +80,16 @@ async fn rule_for(
     ready: &Ready,
     e: &EntityDescriptor,
     tenant: Option<&str>,
+    jurisdiction: Option<&str>,
     now: DateTime<Utc>,
 ) -> std::result::Result<(RetentionRule, DateTime<Utc>), Diagnostic> {
-    let tenant_ctx = match tenant {
+    let mut tenant_ctx = match tenant {
         Some(t) => TenantContext::tenant(t),
         None => TenantContext::tenantless(),
     };
+    if let Some(j) = jurisdiction {
+        tenant_ctx = tenant_ctx.with_jurisdiction(j);
+    }
     let ctx = ResolutionContext::new(&e.category, tenant_ctx, now);
     let rule = cohort.inner().rules.resolve(&ctx).await.map_err(|err| {
         let code = match &err {
@@ -174,14 +178,22 @@ pub(crate) async fn preview(cohort: &Cohort, req: PreviewRequest) -> Result<Prev
         failures: Vec::new(),
     };
     for e in entities {
-        let (rule, cutoff) =
-            match rule_for(cohort, &ready, e, result.tenant.as_deref(), req.now).await {
-                Ok(r) => r,
-                Err(d) => {
-                    result.failures.push(failure(e.id, &e.name, &d));
-                    continue;
-                }
-            };
+        let (rule, cutoff) = match rule_for(
+            cohort,
+            &ready,
+            e,
+            result.tenant.as_deref(),
+            req.jurisdiction.as_deref(),
+            req.now,
+        )
+        .await
+        {
+            Ok(r) => r,
+            Err(d) => {
+                result.failures.push(failure(e.id, &e.name, &d));
+                continue;
+            }
+        };
         let c = counts(
             &mut conn,
             &ready.plans[&e.id],
@@ -532,7 +544,16 @@ pub(crate) async fn sweep(cohort: &Cohort, req: SweepRequest) -> Result<SweepRes
             status = RunStatus::Cancelled;
             break;
         }
-        let (rule, cutoff) = match rule_for(cohort, &ready, e, tenant.as_deref(), req.now).await {
+        let (rule, cutoff) = match rule_for(
+            cohort,
+            &ready,
+            e,
+            tenant.as_deref(),
+            req.jurisdiction.as_deref(),
+            req.now,
+        )
+        .await
+        {
             Ok(r) => r,
             Err(d) => {
                 failures.push(failure(e.id, &e.name, &d));
@@ -581,7 +602,7 @@ pub(crate) async fn sweep(cohort: &Cohort, req: SweepRequest) -> Result<SweepRes
         dry_run: req.dry_run,
         tenant,
         started_at,
-        settled_at,
+        settled_at: Some(settled_at),
         entities: outcomes,
         failures,
     })

@@ -12,6 +12,7 @@ pub mod model;
 pub mod policy;
 pub mod rules;
 mod run;
+pub mod runs;
 pub mod schema;
 mod sql;
 pub mod validate;

@@ -21,7 +21,8 @@ pub enum Trigger {
 }
 
 impl Trigger {
-    pub(crate) fn as_str(self) -> &'static str {
+    /// The ledger spelling (`manual`, `scheduled`).
+    pub fn as_str(self) -> &'static str {
         match self {
             Trigger::Manual => "manual",
             Trigger::Scheduled => "scheduled",
@@ -41,7 +42,8 @@ pub enum RunKind {
 }
 
 impl RunKind {
-    pub(crate) fn as_str(self) -> &'static str {
+    /// The ledger spelling (`sweep`, `erasure`).
+    pub fn as_str(self) -> &'static str {
         match self {
             RunKind::Sweep => "sweep",
             RunKind::Erasure => "erasure",
@@ -95,6 +97,7 @@ impl RunStatus {
 #[derive(Debug, Clone)]
 pub struct SweepRequest {
     pub(crate) tenant: Option<String>,
+    pub(crate) jurisdiction: Option<String>,
     pub(crate) now: DateTime<Utc>,
     pub(crate) dry_run: bool,
     pub(crate) trigger: Trigger,
@@ -116,6 +119,7 @@ impl SweepRequest {
     fn new(tenant: Option<String>, now: DateTime<Utc>) -> Self {
         Self {
             tenant,
+            jurisdiction: None,
             now,
             dry_run: false,
             trigger: Trigger::Manual,
@@ -126,6 +130,12 @@ impl SweepRequest {
     /// Counts what would change and writes the same audit trail, changing no row.
     pub fn dry_run(mut self, dry_run: bool) -> Self {
         self.dry_run = dry_run;
+        self
+    }
+
+    /// The tenant's jurisdiction, passed to the rule provider.
+    pub fn jurisdiction(mut self, jurisdiction: impl Into<String>) -> Self {
+        self.jurisdiction = Some(jurisdiction.into());
         self
     }
 
@@ -198,8 +208,8 @@ pub struct SweepResult {
     pub tenant: Option<String>,
     /// When the Started row was written.
     pub started_at: DateTime<Utc>,
-    /// When the run settled.
-    pub settled_at: DateTime<Utc>,
+    /// When the run settled (`None` while it is still `Started`).
+    pub settled_at: Option<DateTime<Utc>>,
     /// Per-entity outcomes, in processing order.
     pub entities: Vec<EntityOutcome>,
     /// Entities that failed.
@@ -222,6 +232,7 @@ impl SweepResult {
 #[derive(Debug, Clone)]
 pub struct PreviewRequest {
     pub(crate) tenant: Option<String>,
+    pub(crate) jurisdiction: Option<String>,
     pub(crate) now: DateTime<Utc>,
 }
 
@@ -230,6 +241,7 @@ impl PreviewRequest {
     pub fn tenanted(tenant: impl Into<String>, now: DateTime<FixedOffset>) -> Self {
         Self {
             tenant: Some(tenant.into()),
+            jurisdiction: None,
             now: now.with_timezone(&Utc),
         }
     }
@@ -238,8 +250,15 @@ impl PreviewRequest {
     pub fn tenantless(now: DateTime<FixedOffset>) -> Self {
         Self {
             tenant: None,
+            jurisdiction: None,
             now: now.with_timezone(&Utc),
         }
+    }
+
+    /// The tenant's jurisdiction, passed to the rule provider.
+    pub fn jurisdiction(mut self, jurisdiction: impl Into<String>) -> Self {
+        self.jurisdiction = Some(jurisdiction.into());
+        self
     }
 }
 

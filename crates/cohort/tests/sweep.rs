@@ -455,3 +455,30 @@ async fn wait_for_settled(
     }
     panic!("observer never saw the settled event");
 }
+
+#[tokio::test]
+async fn the_ledger_reads_back_as_the_result() {
+    let db = engine_db().await;
+    let cohort = engine_cohort(&db).await;
+    let result = cohort
+        .sweep(SweepRequest::tenanted(TENANT_A, now()))
+        .await
+        .unwrap();
+    let shown = cohort.show_run(result.run_id).await.unwrap();
+    assert_eq!(shown, result);
+    let dry = cohort
+        .sweep(SweepRequest::tenanted(TENANT_B, now()).dry_run(true))
+        .await
+        .unwrap();
+    let runs = cohort.list_runs(10).await.unwrap();
+    assert_eq!(runs.len(), 2);
+    assert_eq!(
+        (runs[0].run_id, runs[0].dry_run, runs[0].affected),
+        (dry.run_id, true, 9)
+    );
+    assert_eq!((runs[1].run_id, runs[1].affected), (result.run_id, 9));
+    assert!(matches!(
+        cohort.show_run(uuid::Uuid::new_v4()).await,
+        Err(cohort::Error::InvalidInput(_))
+    ));
+}

@@ -1,0 +1,528 @@
+//! `preview`, `sweep`, `holds` and `runs`.
+
+use std::io::IsTerminal;
+use std::sync::Mutex;
+
+use async_trait::async_trait;
+use chrono::{DateTime, FixedOffset, Utc};
+use clap::{Args, Subcommand};
+use cohort::audit::{AuditEvent, AuditObserver};
+use cohort::holds::{Hold, HoldFilter, HoldRequest};
+use cohort::policy::{PolicyFile, TenantEntry};
+use cohort::{
+    CancellationToken, Cohort, Error, PreviewRequest, RunStatus, SweepRequest, SweepResult,
+};
+use serde_json::json;
+use uuid::Uuid;
+
+use crate::output::{print_json, table};
+use crate::Failure;
+
+/// `--tenant T` or `--tenantless`.
+#[derive(Debug, Args)]
+#[group(required = true, multiple = false)]
+pub(crate) struct Scope {
+    /// The tenant whose tenant-scoped entities are processed.
+    #[arg(long)]
+    tenant: Option<String>,
+    /// Process the tenantless entities.
+    #[arg(long)]
+    tenantless: bool,
+}
+
+/// `--tenant T`, `--tenantless` or `--all-tenants`.
+#[derive(Debug, Args)]
+#[group(required = true, multiple = false)]
+pub(crate) struct SweepScope {
+    /// The tenant whose tenant-scoped entities are swept.
+    #[arg(long)]
+    tenant: Option<String>,
+    /// Sweep the tenantless entities.
+    #[arg(long)]
+    tenantless: bool,
+    /// Sweep every tenant of the policy file in order, then the tenantless entities.
+    #[arg(long)]
+    all_tenants: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum HoldsCommand {
+    /// Place a hold on one record.
+    Create {
+        /// Entity id or display name.
+        #[arg(long)]
+        entity: String,
+        /// Record id (canonicalised with the key column's type).
+        #[arg(long)]
+        record: String,
+        /// The row's tenant (omit for tenantless entities).
+        #[arg(long)]
+        tenant: Option<String>,
+        /// Why.
+        #[arg(long)]
+        reason: String,
+        /// When the hold lapses (RFC 3339).
+        #[arg(long)]
+        expires_at: Option<String>,
+        /// Hold id (default: a new UUID).
+        #[arg(long)]
+        hold_id: Option<Uuid>,
+    },
+    /// List holds.
+    List {
+        /// Entity id or display name.
+        #[arg(long)]
+        entity: Option<String>,
+        /// Tenant.
+        #[arg(long)]
+        tenant: Option<String>,
+        /// Only holds active now.
+        #[arg(long)]
+        active: bool,
+    },
+    /// Release a hold now.
+    Release {
+        /// The hold's id.
+        hold_id: Uuid,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum RunsCommand {
+    /// Recent runs, newest first.
+    List {
+        /// How many.
+        #[arg(long, default_value_t = 20)]
+        limit: i64,
+    },
+    /// One run with its entity summaries.
+    Show {
+        /// The run's id.
+        run_id: Uuid,
+    },
+}
+
+fn bad(msg: impl Into<String>) -> Failure {
+    Failure::Input(Error::InvalidInput(msg.into()))
+}
+
+fn parse_time(text: Option<&str>, what: &str) -> Result<DateTime<FixedOffset>, Failure> {
+    match text {
+        None => Ok(Utc::now().fixed_offset()),
+        Some(t) => DateTime::parse_from_rfc3339(t)
+            .map_err(|e| bad(format!("{what} {t:?} is not an RFC 3339 time: {e}"))),
+    }
+}
+
+fn jurisdiction_of<'a>(tenants: &'a [TenantEntry], tenant: &str) -> Option<&'a str> {
+    tenants
+        .iter()
+        .find(|t| t.id.eq_ignore_ascii_case(tenant.trim()))
+        .and_then(|t| t.jurisdiction.as_deref())
+}
+
+/// Whether to draw a progress bar: human output on a terminal.
+pub(crate) fn progress_wanted(json: bool) -> bool {
+    !json && std::io::stdout().is_terminal()
+}
+
+/// A progress spinner fed by committed ledger events.
+pub(crate) struct Progress {
+    bar: Mutex<Option<indicatif::ProgressBar>>,
+}
+
+impl Progress {
+    pub(crate) fn new() -> Self {
+        Self {
+            bar: Mutex::new(None),
+        }
+    }
+}
+
+#[async_trait]
+impl AuditObserver for Progress {
+    async fn on_event(
+        &self,
+        event: &AuditEvent,
+    ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        let mut bar = self.bar.lock().expect("progress lock");
+        match event {
+            AuditEvent::Started { .. } => {
+                let b = indicatif::ProgressBar::new_spinner();
+                b.set_message("sweeping");
+                *bar = Some(b);
+            }
+            AuditEvent::EntityProgress {
+                total, strategy, ..
+            } => {
+                if let Some(b) = bar.as_ref() {
+                    b.set_message(format!("{strategy}: {total} rows"));
+                    b.tick();
+                }
+            }
+            AuditEvent::Settled { .. } => {
+                if let Some(b) = bar.take() {
+                    b.finish_and_clear();
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+fn outcome_rows(result_entities: &[cohort::EntityOutcome]) -> Vec<Vec<String>> {
+    result_entities
+        .iter()
+        .map(|e| {
+            vec![
+                e.entity.clone(),
+                e.category.clone(),
+                e.strategy.to_string(),
+                e.affected.to_string(),
+                e.held.to_string(),
+                e.skipped.to_string(),
+                e.null_anchor.to_string(),
+                e.cutoff.format("%Y-%m-%d %H:%M:%S").to_string(),
+            ]
+        })
+        .collect()
+}
+
+const OUTCOME_HEADERS: [&str; 8] = [
+    "ENTITY",
+    "CATEGORY",
+    "STRATEGY",
+    "AFFECTED",
+    "HELD",
+    "SKIPPED",
+    "NULL ANCHOR",
+    "CUTOFF (UTC)",
+];
+
+pub(crate) async fn preview(
+    cohort: &Cohort,
+    policy: &PolicyFile,
+    json: bool,
+    scope: &Scope,
+    now: Option<&str>,
+) -> Result<(), Failure> {
+    let now = parse_time(now, "--now")?;
+    let mut req = match &scope.tenant {
+        Some(t) => PreviewRequest::tenanted(t, now),
+        None => PreviewRequest::tenantless(now),
+    };
+    if let Some(j) = scope
+        .tenant
+        .as_deref()
+        .and_then(|t| jurisdiction_of(&policy.tenants, t))
+    {
+        req = req.jurisdiction(j);
+    }
+    let result = cohort.preview(req).await?;
+    if json {
+        print_json(&json!({
+            "tenant": result.tenant,
+            "entities": result.entities,
+            "failures": result.failures,
+        }));
+    } else {
+        println!(
+            "Preview for {} (nothing is changed):\n",
+            result
+                .tenant
+                .as_deref()
+                .unwrap_or("the tenantless entities")
+        );
+        println!(
+            "{}",
+            table(&OUTCOME_HEADERS, &outcome_rows(&result.entities))
+        );
+        for f in &result.failures {
+            println!("\nfailed: {} ({}): {}", f.entity, f.entity_id, f.error);
+        }
+    }
+    if result.failures.is_empty() {
+        Ok(())
+    } else {
+        Err(Failure::Status(3))
+    }
+}
+
+fn print_result(result: &SweepResult) {
+    println!(
+        "Run {} ({}{}) for {}: {}",
+        result.run_id,
+        if result.dry_run { "dry run, " } else { "" },
+        result.kind.as_str(),
+        result
+            .tenant
+            .as_deref()
+            .unwrap_or("the tenantless entities"),
+        result.status.as_str()
+    );
+    println!(
+        "{}",
+        table(&OUTCOME_HEADERS, &outcome_rows(&result.entities))
+    );
+    for f in &result.failures {
+        println!("failed: {} ({}): {}", f.entity, f.entity_id, f.error);
+    }
+}
+
+fn exit_for(statuses: impl IntoIterator<Item = RunStatus>) -> Result<(), Failure> {
+    let mut code = 0;
+    for s in statuses {
+        code = code.max(match s {
+            RunStatus::Succeeded => 0,
+            RunStatus::PartiallyFailed => 3,
+            _ => 1,
+        });
+    }
+    if code == 0 {
+        Ok(())
+    } else {
+        Err(Failure::Status(if code == 3 { 3 } else { 1 }))
+    }
+}
+
+async fn tenants(cohort: &Cohort, policy: &PolicyFile) -> Result<Vec<TenantEntry>, Failure> {
+    let mut list = policy.tenants.clone();
+    if let Some(q) = &policy.tenants_query {
+        // The policy author's own query: `SELECT id::text, jurisdiction FROM …`.
+        let rows: Vec<(String, Option<String>)> = sqlx::query_as(sqlx::AssertSqlSafe(q.clone()))
+            .fetch_all(cohort.pool())
+            .await
+            .map_err(|e| Failure::Run(e.into()))?;
+        list = rows
+            .into_iter()
+            .map(|(id, jurisdiction)| TenantEntry { id, jurisdiction })
+            .collect();
+    }
+    // First occurrence wins; a conflicting jurisdiction is warned about.
+    let mut out: Vec<TenantEntry> = Vec::new();
+    for t in list {
+        match out.iter().find(|o| o.id == t.id) {
+            Some(first) if first.jurisdiction != t.jurisdiction => {
+                tracing::warn!(tenant = %t.id, "tenant listed twice with different jurisdictions; the first wins")
+            }
+            Some(_) => {}
+            None => out.push(t),
+        }
+    }
+    Ok(out)
+}
+
+pub(crate) async fn sweep(
+    cohort: &Cohort,
+    policy: &PolicyFile,
+    json: bool,
+    scope: &SweepScope,
+    now: Option<&str>,
+    dry_run: bool,
+) -> Result<(), Failure> {
+    let now = parse_time(now, "--now")?;
+    let cancel = CancellationToken::new();
+    let on_signal = cancel.clone();
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            eprintln!("cohort: cancelling; the open batch will be rolled back");
+            on_signal.cancel();
+        }
+    });
+    let mut passes: Vec<(Option<String>, Option<String>)> = Vec::new();
+    if scope.all_tenants {
+        for t in tenants(cohort, policy).await? {
+            passes.push((Some(t.id), t.jurisdiction));
+        }
+        passes.push((None, None));
+    } else if let Some(t) = &scope.tenant {
+        passes.push((
+            Some(t.clone()),
+            jurisdiction_of(&policy.tenants, t).map(str::to_owned),
+        ));
+    } else {
+        passes.push((None, None));
+    }
+    let mut results = Vec::new();
+    for (tenant, jurisdiction) in passes {
+        if cancel.is_cancelled() {
+            break;
+        }
+        let mut req = match &tenant {
+            Some(t) => SweepRequest::tenanted(t, now),
+            None => SweepRequest::tenantless(now),
+        }
+        .dry_run(dry_run)
+        .cancellation(cancel.clone());
+        if let Some(j) = jurisdiction {
+            req = req.jurisdiction(j);
+        }
+        match cohort.sweep(req).await {
+            Ok(r) => {
+                if !json {
+                    print_result(&r);
+                    println!();
+                }
+                results.push(r);
+            }
+            // With several tenants, one tenant's failure does not stop the rest.
+            Err(e) if scope.all_tenants => {
+                tracing::error!(tenant = tenant.as_deref().unwrap_or("(tenantless)"), error = %e, "tenant pass failed");
+                eprintln!(
+                    "cohort: pass for {} failed: {e}",
+                    tenant.as_deref().unwrap_or("the tenantless entities")
+                );
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    if json {
+        if scope.all_tenants {
+            print_json(&serde_json::to_value(&results).expect("results serialise"));
+        } else if let Some(r) = results.first() {
+            print_json(&serde_json::to_value(r).expect("result serialises"));
+        }
+    }
+    exit_for(results.iter().map(|r| r.status))
+}
+
+fn hold_rows(holds: &[Hold]) -> Vec<Vec<String>> {
+    holds
+        .iter()
+        .map(|h| {
+            vec![
+                h.hold_id.to_string(),
+                h.retention_entity_id.to_string(),
+                h.record_id.clone(),
+                h.tenant_id.clone().unwrap_or_default(),
+                if h.active { "yes" } else { "no" }.to_string(),
+                h.expires_at.map(|t| t.to_rfc3339()).unwrap_or_default(),
+                h.reason.clone(),
+            ]
+        })
+        .collect()
+}
+
+const HOLD_HEADERS: [&str; 7] = [
+    "HOLD", "ENTITY", "RECORD", "TENANT", "ACTIVE", "EXPIRES", "REASON",
+];
+
+async fn entity_id(cohort: &Cohort, id_or_name: &str) -> Result<Uuid, Failure> {
+    let model = cohort.ready().await?;
+    model
+        .find_entity(id_or_name)
+        .map(|e| e.id)
+        .ok_or_else(|| bad(format!("no retained entity with id or name {id_or_name:?}")))
+}
+
+pub(crate) async fn holds(cohort: &Cohort, json: bool, cmd: &HoldsCommand) -> Result<(), Failure> {
+    match cmd {
+        HoldsCommand::Create {
+            entity,
+            record,
+            tenant,
+            reason,
+            expires_at,
+            hold_id,
+        } => {
+            let mut req = HoldRequest::new(entity_id(cohort, entity).await?, record, reason);
+            if let Some(t) = tenant {
+                req = req.tenant(t);
+            }
+            if let Some(e) = expires_at {
+                req = req.expires_at(parse_time(Some(e), "--expires-at")?);
+            }
+            if let Some(id) = hold_id {
+                req = req.hold_id(*id);
+            }
+            let hold = cohort.create_hold(req).await?;
+            if json {
+                print_json(&serde_json::to_value(&hold).expect("hold serialises"));
+            } else {
+                println!("Hold {} placed.\n", hold.hold_id);
+                println!("{}", table(&HOLD_HEADERS, &hold_rows(&[hold])));
+            }
+        }
+        HoldsCommand::List {
+            entity,
+            tenant,
+            active,
+        } => {
+            let entity_id = match entity {
+                Some(e) => Some(entity_id(cohort, e).await?),
+                None => None,
+            };
+            let holds = cohort
+                .list_holds(&HoldFilter {
+                    entity_id,
+                    tenant: tenant.clone(),
+                    active_only: *active,
+                })
+                .await?;
+            if json {
+                print_json(&serde_json::to_value(&holds).expect("holds serialise"));
+            } else {
+                println!("{}", table(&HOLD_HEADERS, &hold_rows(&holds)));
+            }
+        }
+        HoldsCommand::Release { hold_id } => {
+            let hold = cohort.release_hold(*hold_id).await?;
+            if json {
+                print_json(&serde_json::to_value(&hold).expect("hold serialises"));
+            } else {
+                println!("Hold {} released.", hold.hold_id);
+            }
+        }
+    }
+    Ok(())
+}
+
+pub(crate) async fn runs(cohort: &Cohort, json: bool, cmd: &RunsCommand) -> Result<(), Failure> {
+    match cmd {
+        RunsCommand::List { limit } => {
+            let runs = cohort.list_runs(*limit).await?;
+            if json {
+                print_json(&serde_json::to_value(&runs).expect("runs serialise"));
+            } else {
+                let rows: Vec<Vec<String>> = runs
+                    .iter()
+                    .map(|r| {
+                        vec![
+                            r.run_id.to_string(),
+                            r.status.as_str().to_string(),
+                            if r.dry_run { "yes" } else { "no" }.to_string(),
+                            r.tenant.clone().unwrap_or_else(|| "(tenantless)".into()),
+                            r.started_at.format("%Y-%m-%d %H:%M:%S").to_string(),
+                            r.affected.to_string(),
+                        ]
+                    })
+                    .collect();
+                println!(
+                    "{}",
+                    table(
+                        &[
+                            "RUN",
+                            "STATUS",
+                            "DRY RUN",
+                            "TENANT",
+                            "STARTED (UTC)",
+                            "AFFECTED"
+                        ],
+                        &rows
+                    )
+                );
+            }
+            Ok(())
+        }
+        RunsCommand::Show { run_id } => {
+            let run = cohort.show_run(*run_id).await?;
+            if json {
+                print_json(&serde_json::to_value(&run).expect("run serialises"));
+            } else {
+                print_result(&run);
+            }
+            Ok(())
+        }
+    }
+}

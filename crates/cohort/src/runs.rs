@@ -1,0 +1,181 @@
+//! Reading the ledger back: recent runs, and one run with its summaries.
+
+use chrono::{DateTime, Utc};
+use sqlx::Row;
+use uuid::Uuid;
+
+use crate::cohort::Cohort;
+use crate::error::{Error, Result};
+use crate::ident::SqlText;
+use crate::rules::{Period, Strategy};
+use crate::run::{EntityFailure, EntityOutcome, RunKind, RunStatus, SweepResult, Trigger};
+use crate::schema::CohortTable;
+
+/// One line of `runs list`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct RunRecord {
+    /// Run id.
+    pub run_id: Uuid,
+    /// Sweep or erasure.
+    pub kind: RunKind,
+    /// Manual or scheduled.
+    pub trigger: Trigger,
+    /// Status.
+    pub status: RunStatus,
+    /// Dry run.
+    pub dry_run: bool,
+    /// Tenant.
+    pub tenant: Option<String>,
+    /// Start.
+    pub started_at: DateTime<Utc>,
+    /// Settlement.
+    pub settled_at: Option<DateTime<Utc>>,
+    /// Rows affected, all entities.
+    pub affected: i64,
+}
+
+fn kind(s: &str) -> RunKind {
+    if s == "erasure" {
+        RunKind::Erasure
+    } else {
+        RunKind::Sweep
+    }
+}
+
+fn trigger(s: &str) -> Trigger {
+    if s == "scheduled" {
+        Trigger::Scheduled
+    } else {
+        Trigger::Manual
+    }
+}
+
+fn status(s: &str) -> Result<RunStatus> {
+    RunStatus::parse(s)
+        .ok_or_else(|| Error::Migration(format!("unknown run status {s:?} in the ledger")))
+}
+
+pub(crate) async fn list(cohort: &Cohort, limit: i64) -> Result<Vec<RunRecord>> {
+    let schema = &cohort.config().schema;
+    let mut sql = SqlText::new(
+        "SELECT r.run_id, r.kind, r.trigger, r.status, r.dry_run, r.tenant_id, r.started_at, r.settled_at, \
+         COALESCE((SELECT sum(s.affected_count) FROM ",
+    );
+    sql.table(&CohortTable::EntitySummary.qualified(schema))
+        .push(" s WHERE s.run_id = r.run_id), 0)::int8 AS affected FROM ")
+        .table(&CohortTable::SweepRun.qualified(schema))
+        .push(" r ORDER BY r.started_at DESC, r.run_id LIMIT $1");
+    let rows = sqlx::query(sql.into_sql())
+        .bind(limit.clamp(1, 10_000))
+        .fetch_all(&cohort.inner().pool)
+        .await?;
+    rows.iter()
+        .map(|r| {
+            Ok(RunRecord {
+                run_id: r.try_get("run_id")?,
+                kind: kind(r.try_get("kind")?),
+                trigger: trigger(r.try_get("trigger")?),
+                status: status(r.try_get("status")?)?,
+                dry_run: r.try_get("dry_run")?,
+                tenant: r.try_get("tenant_id")?,
+                started_at: r.try_get("started_at")?,
+                settled_at: r.try_get("settled_at")?,
+                affected: r.try_get("affected")?,
+            })
+        })
+        .collect()
+}
+
+pub(crate) async fn show(cohort: &Cohort, run_id: Uuid) -> Result<SweepResult> {
+    let schema = &cohort.config().schema;
+    let pool = &cohort.inner().pool;
+    let mut run_sql = SqlText::new(
+        "SELECT kind, trigger, status, dry_run, tenant_id, started_at, settled_at, error FROM ",
+    );
+    run_sql
+        .table(&CohortTable::SweepRun.qualified(schema))
+        .push(" WHERE run_id = $1");
+    let Some(run) = sqlx::query(run_sql.into_sql())
+        .bind(run_id)
+        .fetch_optional(pool)
+        .await?
+    else {
+        return Err(Error::InvalidInput(format!("no run with id {run_id}")));
+    };
+    let mut sum_sql = SqlText::new(
+        "SELECT retention_entity_id, entity_type, category, strategy, affected_count, held_count, \
+         skipped_count, null_anchor_count, cutoff, \
+         pg_catalog.date_part('epoch', resolved_period)::int8 AS period_s, \
+         pg_catalog.date_part('epoch', legal_min)::int8 AS legal_min_s FROM ",
+    );
+    sum_sql
+        .table(&CohortTable::EntitySummary.qualified(schema))
+        .push(" WHERE run_id = $1 ORDER BY summary_id");
+    let summaries = sqlx::query(sum_sql.into_sql())
+        .bind(run_id)
+        .fetch_all(pool)
+        .await?;
+    let n = |v: i64| v.max(0) as u64;
+    let mut entities = Vec::new();
+    for s in &summaries {
+        let strategy: String = s.try_get("strategy")?;
+        let period = |col: &str| -> Result<Option<Period>> {
+            let secs: Option<i64> = s.try_get(col)?;
+            secs.map(|v| Period::from_seconds(v).map_err(|e| Error::Migration(e.to_string())))
+                .transpose()
+        };
+        entities.push(EntityOutcome {
+            entity_id: s.try_get("retention_entity_id")?,
+            entity: s.try_get("entity_type")?,
+            category: s.try_get("category")?,
+            strategy: strategy
+                .parse::<Strategy>()
+                .map_err(|e| Error::Migration(e.to_string()))?,
+            affected: n(s.try_get("affected_count")?),
+            held: n(s.try_get("held_count")?),
+            skipped: n(s.try_get("skipped_count")?),
+            null_anchor: n(s.try_get("null_anchor_count")?),
+            cutoff: s
+                .try_get::<Option<DateTime<Utc>>, _>("cutoff")?
+                .unwrap_or_default(),
+            period: period("period_s")?.unwrap_or_default(),
+            legal_min: period("legal_min_s")?,
+        });
+    }
+    // Failures are stored sanitised on the run as "entity <id>: <diagnostic>; …".
+    let error: Option<String> = run.try_get("error")?;
+    let failures = error
+        .as_deref()
+        .map(|e| {
+            e.split("; ")
+                .filter_map(|part| {
+                    let rest = part.strip_prefix("entity ")?;
+                    let (id, diagnostic) = rest.split_once(": ")?;
+                    let entity_id = Uuid::parse_str(id).ok()?;
+                    let entity = entities
+                        .iter()
+                        .find(|o| o.entity_id == entity_id)
+                        .map(|o| o.entity.clone())
+                        .unwrap_or_default();
+                    Some(EntityFailure {
+                        entity_id,
+                        entity,
+                        error: diagnostic.to_owned(),
+                    })
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    Ok(SweepResult {
+        run_id,
+        kind: kind(run.try_get("kind")?),
+        trigger: trigger(run.try_get("trigger")?),
+        status: status(run.try_get("status")?)?,
+        dry_run: run.try_get("dry_run")?,
+        tenant: run.try_get("tenant_id")?,
+        started_at: run.try_get("started_at")?,
+        settled_at: run.try_get("settled_at")?,
+        entities,
+        failures,
+    })
+}
