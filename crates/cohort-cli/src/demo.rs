@@ -5,9 +5,10 @@
 use std::time::Instant;
 
 use chrono::Utc;
+use cohort::holds::HoldRequest;
 use cohort::policy::PolicyFile;
 use cohort::rules::{ResolutionContext, TenantContext};
-use cohort::Cohort;
+use cohort::{Cohort, PreviewRequest, SweepRequest};
 use cohort_pgtemp::Cluster;
 use serde_json::json;
 use sqlx::Connection;
@@ -271,18 +272,7 @@ pub(crate) async fn run(json: bool) -> Result<(), Failure> {
             }));
         }
     }
-    if json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&json!({
-                "schema": schema,
-                "entities": model.entities.iter().map(|e| output::entity_json(e, &model)).collect::<Vec<_>>(),
-                "plan": plan,
-                "warnings": model.warnings,
-            }))
-            .expect("JSON values serialise")
-        );
-    } else {
+    if !json {
         println!("\n5. The retention plan at {} (UTC): rows anchored strictly before the cutoff are eligible;\n   rows exactly on it, newer rows and rows without an anchor are kept.\n", now.format("%Y-%m-%d %H:%M"));
         println!(
             "{}",
@@ -301,7 +291,162 @@ pub(crate) async fn run(json: bool) -> Result<(), Failure> {
         for w in &model.warnings {
             println!("\nadvice: {w}");
         }
-        println!("\nOn your own database: write a cohort.toml like the demo's (see the README), then run\n`cohort migrate` and `cohort validate`.");
+    }
+
+    // 6. Preview tenant 1: counts only.
+    let uk = &tenants[0];
+    let now_fixed = now.fixed_offset();
+    let preview = cohort
+        .preview(PreviewRequest::tenanted(&uk.id, now_fixed))
+        .await?;
+    if !json {
+        println!(
+            "\n6. Preview for tenant {} (counts only, nothing written):\n",
+            short(&uk.id)
+        );
+        println!(
+            "{}",
+            output::table(&OUTCOME, &outcome_rows(&preview.entities))
+        );
+    }
+
+    // 7. A legal hold on one note that is due for purging.
+    let held: uuid::Uuid = sqlx::query_scalar(
+        "SELECT id FROM app.session_notes WHERE tenant_id = $1::uuid AND body = 'note 45 days old'",
+    )
+    .bind(&uk.id)
+    .fetch_one(&mut conn)
+    .await
+    .map_err(|e| Failure::Run(e.into()))?;
+    let hold = cohort
+        .create_hold(
+            HoldRequest::new(
+                model.find_entity("SessionNote").expect("demo entity").id,
+                held.to_string(),
+                "Litigation hold - case #12345",
+            )
+            .tenant(&uk.id),
+        )
+        .await?;
+    if !json {
+        println!(
+            "\n7. Placed legal hold {} on session note {} (45 days old, past its 30-day cutoff).",
+            short(&hold.hold_id.to_string()),
+            short(&held.to_string())
+        );
+    }
+
+    // 8. Sweep both tenants.
+    let before = snapshot(&mut conn).await?;
+    let mut sweeps = Vec::new();
+    for t in &tenants {
+        let mut req = SweepRequest::tenanted(&t.id, now_fixed);
+        if let Some(j) = &t.jurisdiction {
+            req = req.jurisdiction(j);
+        }
+        let result = cohort.sweep(req).await?;
+        if !json {
+            println!(
+                "\n8. Swept tenant {} ({}): run {} {}.\n",
+                short(&t.id),
+                t.jurisdiction.as_deref().unwrap_or("-"),
+                short(&result.run_id.to_string()),
+                result.status.as_str()
+            );
+            println!(
+                "{}",
+                output::table(&OUTCOME, &outcome_rows(&result.entities))
+            );
+        }
+        sweeps.push(result);
+    }
+    let after = snapshot(&mut conn).await?;
+
+    // 9. What changed, and the audit trail.
+    let contact: (Option<String>, String, String, String) = sqlx::query_as(
+        "SELECT email, full_name, phone, reference FROM app.case_contacts WHERE anonymised_at IS NOT NULL ORDER BY id LIMIT 1",
+    )
+    .fetch_one(&mut conn)
+    .await
+    .map_err(|e| Failure::Run(e.into()))?;
+    let still_there: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM app.session_notes WHERE id = $1")
+            .bind(held)
+            .fetch_one(&mut conn)
+            .await
+            .map_err(|e| Failure::Run(e.into()))?;
+    let audit: Vec<(String, String, String, i64, i64, i64, i64)> = sqlx::query_as(
+        "SELECT left(r.tenant_id, 8), s.entity_type, s.strategy, s.affected_count, s.held_count, s.null_anchor_count, \
+                (SELECT count(*) FROM cohort.sweep_run_row_detail d WHERE d.run_id = r.run_id AND d.retention_entity_id = s.retention_entity_id) \
+         FROM cohort.sweep_run r JOIN cohort.sweep_run_entity_summary s USING (run_id) ORDER BY r.started_at, s.summary_id",
+    )
+    .fetch_all(&mut conn)
+    .await
+    .map_err(|e| Failure::Run(e.into()))?;
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&json!({
+                "schema": schema,
+                "entities": model.entities.iter().map(|e| output::entity_json(e, &model)).collect::<Vec<_>>(),
+                "plan": plan,
+                "warnings": model.warnings,
+                "preview": preview,
+                "hold": hold,
+                "sweeps": sweeps,
+                "rows_before": before,
+                "rows_after": after,
+                "held_row_kept": still_there == 1,
+            }))
+            .expect("JSON values serialise")
+        );
+    } else {
+        println!("\n9. What changed (rows per table, before -> after):\n");
+        let changes: Vec<Vec<String>> = before
+            .iter()
+            .zip(&after)
+            .map(|((name, b), (_, a))| vec![name.clone(), b.to_string(), a.to_string()])
+            .collect();
+        println!("{}", output::table(&["TABLE", "BEFORE", "AFTER"], &changes));
+        println!(
+            "\n   The held note is still there: {}.\n   An anonymised contact now reads: email={:?}, full_name={:?}, phone={:?}, reference={}…",
+            if still_there == 1 { "yes" } else { "NO" },
+            contact.0,
+            contact.1,
+            contact.2,
+            &contact.3[..12.min(contact.3.len())]
+        );
+        println!("\n10. The audit trail in schema \"cohort\" (sweep_run, sweep_run_entity_summary, sweep_run_row_detail):\n");
+        let rows: Vec<Vec<String>> = audit
+            .iter()
+            .map(|r| {
+                vec![
+                    r.0.clone(),
+                    r.1.clone(),
+                    r.2.clone(),
+                    r.3.to_string(),
+                    r.4.to_string(),
+                    r.5.to_string(),
+                    r.6.to_string(),
+                ]
+            })
+            .collect();
+        println!(
+            "{}",
+            output::table(
+                &[
+                    "TENANT",
+                    "ENTITY",
+                    "STRATEGY",
+                    "AFFECTED",
+                    "HELD",
+                    "NULL ANCHOR",
+                    "ROW DETAILS"
+                ],
+                &rows
+            )
+        );
+        println!("\nOn your own database: write a cohort.toml like the demo's (see the README), then run\n`cohort migrate`, `cohort validate`, `cohort preview --tenant T` and `cohort sweep --tenant T`.");
     }
     drop(conn);
     cohort.pool().close().await;
@@ -323,4 +468,47 @@ fn tempfile_dir() -> Result<std::path::PathBuf, Failure> {
         )))
     })?;
     Ok(dir)
+}
+
+const OUTCOME: [&str; 6] = [
+    "ENTITY",
+    "STRATEGY",
+    "AFFECTED",
+    "HELD",
+    "NULL ANCHOR",
+    "CUTOFF (UTC)",
+];
+
+fn outcome_rows(entities: &[cohort::EntityOutcome]) -> Vec<Vec<String>> {
+    entities
+        .iter()
+        .map(|e| {
+            vec![
+                e.entity.clone(),
+                e.strategy.to_string(),
+                e.affected.to_string(),
+                e.held.to_string(),
+                e.null_anchor.to_string(),
+                if e.strategy.mutates() {
+                    e.cutoff.format("%Y-%m-%d %H:%M").to_string()
+                } else {
+                    "never".into()
+                },
+            ]
+        })
+        .collect()
+}
+
+/// Row counts per demo table (soft-deleted and anonymised rows shown apart).
+async fn snapshot(conn: &mut sqlx::PgConnection) -> Result<Vec<(String, i64)>, Failure> {
+    let rows: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT 'app.session_notes', count(*) FROM app.session_notes \
+         UNION ALL SELECT 'app.case_contacts (not anonymised)', count(*) FROM app.case_contacts WHERE anonymised_at IS NULL \
+         UNION ALL SELECT 'app.tickets (not deleted)', count(*) FROM app.tickets WHERE NOT is_deleted \
+         UNION ALL SELECT 'app.invoices', count(*) FROM app.invoices",
+    )
+    .fetch_all(conn)
+    .await
+    .map_err(|e| Failure::Run(e.into()))?;
+    Ok(rows)
 }
