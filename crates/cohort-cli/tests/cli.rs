@@ -1,5 +1,6 @@
 //! The `cohort` binary as users script it: exit codes, JSON on stdout,
 //! database-URL precedence, and a real database behind every command.
+#![allow(clippy::type_complexity)] // tuple rows read back from SQL
 
 use std::path::Path;
 use std::process::{Command, Output};

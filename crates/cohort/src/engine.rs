@@ -43,15 +43,16 @@ pub struct PreviewResult {
     pub failures: Vec<EntityFailure>,
 }
 
+/// The entities of one pass with their canonical tenant keys.
+struct Pass<'a> {
+    entities: Vec<&'a EntityDescriptor>,
+    keys: BTreeMap<Uuid, KeyValue>,
+    /// The tenant's canonical text (as stored in the ledger).
+    tenant: Option<String>,
+}
+
 /// Canonical tenant keys per entity of the pass, checked before anything is written.
-fn tenant_keys<'a>(
-    ready: &'a Ready,
-    tenant: Option<&str>,
-) -> Result<(
-    Vec<&'a EntityDescriptor>,
-    BTreeMap<Uuid, KeyValue>,
-    Option<String>,
-)> {
+fn tenant_keys<'a>(ready: &'a Ready, tenant: Option<&str>) -> Result<Pass<'a>> {
     let entities: Vec<&EntityDescriptor> = ready
         .model
         .ordered()
@@ -71,7 +72,11 @@ fn tenant_keys<'a>(
             keys.insert(e.id, key);
         }
     }
-    Ok((entities, keys, canonical))
+    Ok(Pass {
+        entities,
+        keys,
+        tenant: canonical,
+    })
 }
 
 /// Resolves and checks the rule of one entity; a sanitised failure otherwise.
@@ -170,7 +175,11 @@ fn outcome(e: &EntityDescriptor, rule: &RetentionRule, cutoff: DateTime<Utc>) ->
 
 pub(crate) async fn preview(cohort: &Cohort, req: PreviewRequest) -> Result<PreviewResult> {
     let ready = cohort.prepared().await?;
-    let (entities, keys, tenant) = tenant_keys(&ready, req.tenant.as_deref())?;
+    let Pass {
+        entities,
+        keys,
+        tenant,
+    } = tenant_keys(&ready, req.tenant.as_deref())?;
     let mut conn = cohort.inner().pool.acquire().await?;
     let mut result = PreviewResult {
         tenant,
@@ -502,7 +511,11 @@ async fn custom_values(
 
 pub(crate) async fn sweep(cohort: &Cohort, req: SweepRequest) -> Result<SweepResult> {
     let ready = cohort.prepared().await?;
-    let (entities, keys, tenant) = tenant_keys(&ready, req.tenant.as_deref())?;
+    let Pass {
+        entities,
+        keys,
+        tenant,
+    } = tenant_keys(&ready, req.tenant.as_deref())?;
     let inner = cohort.inner();
     let run_id = Uuid::new_v4();
     let mut conn: PoolConnection<Postgres> = inner.pool.acquire().await?;

@@ -1,6 +1,7 @@
 //! Real concurrent connections: several engines over the same rows, hold
 //! creation racing sweeps, 5000-row batches on a default-configured server,
 //! and callers' own transactions.
+#![allow(clippy::type_complexity)] // tuple rows read back from SQL
 
 mod support;
 

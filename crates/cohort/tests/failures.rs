@@ -1,5 +1,6 @@
 //! Failure isolation, cancellation, readiness, rule checks at run time,
 //! observers and sanitised diagnostics.
+#![allow(clippy::type_complexity)] // tuple rows read back from SQL
 
 mod support;
 
@@ -15,6 +16,33 @@ use cohort::{CancellationToken, Cohort, CohortConfig, Error, RunStatus, SweepReq
 use support::*;
 
 type Events = Arc<Mutex<Vec<AuditEvent>>>;
+
+/// Collects log output.
+#[derive(Clone, Default)]
+struct LogBuffer(Arc<Mutex<Vec<u8>>>);
+
+impl LogBuffer {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+impl std::io::Write for LogBuffer {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LogBuffer {
+    type Writer = LogBuffer;
+    fn make_writer(&'a self) -> Self::Writer {
+        self.clone()
+    }
+}
 
 struct Recorder(Events);
 
@@ -70,10 +98,17 @@ async fn one_entity_failing_mid_run_keeps_committed_batches_and_the_other_entiti
         ..CohortConfig::default()
     };
     let cohort = cohort_with(&db, config, engine_entities()).await;
+    let logs = LogBuffer::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(logs.clone())
+        .with_ansi(false)
+        .finish();
+    let guard = tracing::subscriber::set_default(subscriber);
     let result = cohort
         .sweep(SweepRequest::tenanted(TENANT_A, now()))
         .await
         .unwrap();
+    drop(guard);
     assert_eq!(result.status, RunStatus::PartiallyFailed);
     assert_eq!(result.failures.len(), 1);
     let failure = &result.failures[0];
@@ -86,6 +121,17 @@ async fn one_entity_failing_mid_run_keeps_committed_batches_and_the_other_entiti
         failure.error
     );
     assert!(!failure.error.contains("alice"));
+    // The full error is in the log, under the same diagnostic id.
+    let diagnostic_id = failure.error.rsplit('=').next().unwrap();
+    let log = logs.text();
+    let line = log
+        .lines()
+        .find(|l| l.contains(diagnostic_id))
+        .unwrap_or_else(|| panic!("no log line for {diagnostic_id}:\n{log}"));
+    assert!(
+        line.contains("cannot delete ticket of alice@example.com"),
+        "{line}"
+    );
     // Oldest first: the 400d ticket's batch committed before the failing one; nothing after it ran.
     let deleted = labels(
         db.pool(),
@@ -200,6 +246,15 @@ impl RuleProvider for Misbehaving {
         (category != "unknown-at-runtime").then(|| CategoryCapabilities::only(Strategy::Purge))
     }
     async fn resolve(&self, ctx: &ResolutionContext) -> Result<RetentionRule, ResolveError> {
+        // The provider receives the run's logical time and tenant.
+        if ctx.now != now()
+            || ctx.tenant.tenant_id.is_none()
+            || ctx.alias_path != vec![ctx.category.clone()]
+        {
+            return Err(ResolveError::Provider(format!(
+                "unexpected context {ctx:?}"
+            )));
+        }
         match ctx.category.as_str() {
             // Declares only purge but returns soft delete for tenant B.
             "notes" if ctx.tenant.tenant_id.as_deref() == Some(TENANT_B) => {
@@ -327,6 +382,7 @@ async fn a_cancelled_run_rolls_back_its_open_batch_and_settles_cancelled() {
     assert_eq!(later.entity("Contact").unwrap().affected, 3);
 }
 
+#[allow(clippy::ptr_arg)] // a custom anonymiser receives &T of the column's Rust type
 fn mask(v: &String) -> String {
     format!("{}***", &v[..2])
 }

@@ -1,5 +1,6 @@
 //! Legal holds: validation on creation, scope, activity by the database
 //! clock, and protection under every strategy.
+#![allow(clippy::type_complexity)] // tuple rows read back from SQL
 
 mod support;
 

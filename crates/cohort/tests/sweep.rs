@@ -1,6 +1,7 @@
 //! Sweeps end to end on real tables: every strategy, exact cutoffs, NULL
 //! anchors, tenants, other schemas, dry runs and previews, with rows,
 //! results and audit rows asserted together.
+#![allow(clippy::type_complexity)] // tuple rows read back from SQL
 
 mod support;
 
