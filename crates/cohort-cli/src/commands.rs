@@ -183,7 +183,9 @@ fn outcome_rows(result_entities: &[cohort::EntityOutcome]) -> Vec<Vec<String>> {
                 e.held.to_string(),
                 e.skipped.to_string(),
                 e.null_anchor.to_string(),
-                e.cutoff.format("%Y-%m-%d %H:%M:%S").to_string(),
+                e.cutoff
+                    .map(|c| c.format("%Y-%m-%d %H:%M:%S").to_string())
+                    .unwrap_or_else(|| "-".into()),
             ]
         })
         .collect()

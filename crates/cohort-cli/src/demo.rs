@@ -490,7 +490,9 @@ fn outcome_rows(entities: &[cohort::EntityOutcome]) -> Vec<Vec<String>> {
                 e.held.to_string(),
                 e.null_anchor.to_string(),
                 if e.strategy.mutates() {
-                    e.cutoff.format("%Y-%m-%d %H:%M").to_string()
+                    e.cutoff
+                        .map(|c| c.format("%Y-%m-%d %H:%M").to_string())
+                        .unwrap_or_else(|| "-".into())
                 } else {
                     "never".into()
                 },

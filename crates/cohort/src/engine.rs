@@ -1,32 +1,36 @@
-//! The retention engine: preview and sweep (private; the public surface is
-//! [`Cohort::sweep`] and [`Cohort::preview`]).
+//! The retention engine (private; the public surface is [`Cohort::sweep`],
+//! [`Cohort::preview`] and [`Cohort::erase`]).
 //!
-//! Run model: the run's advisory lock is taken on a dedicated connection and
-//! the `Started` row is committed before any mutation; entities are
-//! processed dependents first; each entity's rule is resolved for the tenant
-//! and logical time and checked against the category's declared strategies;
-//! batches of `sweep_batch_size` rows are locked, mutated and audited in one
-//! transaction each; the run settles `Succeeded`, `PartiallyFailed`,
-//! `Failed` or `Cancelled`. One entity's failure is recorded (sanitised) and
-//! the run goes on. A batch that changes nothing ends that entity's loop,
-//! so no loop can spin.
+//! Run model, shared by sweeps and erasure: every entity's rule is resolved
+//! for the tenant and logical time and checked against the category's
+//! declared strategies; the run's advisory lock is taken on a dedicated
+//! connection and the `Started` row is committed before any mutation;
+//! entities are processed dependents first; batches of `sweep_batch_size`
+//! rows are locked, mutated and audited in one transaction each; the run
+//! settles `Succeeded`, `PartiallyFailed`, `Failed` or `Cancelled`. One
+//! entity's failure is recorded (sanitised) and the run goes on. A batch
+//! that changes nothing ends that entity's loop, so no loop can spin.
 
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 use sqlx::pool::PoolConnection;
+use sqlx::postgres::PgArguments;
+use sqlx::query::Query;
 use sqlx::{Acquire, PgConnection, Postgres, Row};
+use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::audit::AuditEvent;
 use crate::cohort::{Cohort, Ready};
 use crate::diagnostic::Diagnostic;
 use crate::error::{Error, Result};
+use crate::ident::SqlText;
 use crate::model::EntityDescriptor;
 use crate::rules::{ResolutionContext, ResolveError, RetentionRule, Strategy, TenantContext};
 use crate::run::{
     failure, EntityFailure, EntityOutcome, PreviewRequest, RunKind, RunStatus, SweepRequest,
-    SweepResult,
+    SweepResult, Trigger,
 };
 use crate::sql::plan::EntityPlan;
 use crate::sql::{bind_array, KeyValue};
@@ -43,16 +47,62 @@ pub struct PreviewResult {
     pub failures: Vec<EntityFailure>,
 }
 
+/// A bound value of a planned statement.
+#[derive(Debug, Clone)]
+pub(crate) enum Arg {
+    Key(KeyValue),
+    Time(DateTime<Utc>),
+    Int8(i64),
+}
+
+impl Arg {
+    fn bind<'q>(&self, q: Query<'q, Postgres, PgArguments>) -> Query<'q, Postgres, PgArguments> {
+        match self {
+            Arg::Key(k) => k.bind(q),
+            Arg::Time(t) => q.bind(*t),
+            Arg::Int8(n) => q.bind(*n),
+        }
+    }
+}
+
+fn bind_all<'q>(
+    mut q: Query<'q, Postgres, PgArguments>,
+    args: &[Arg],
+) -> Query<'q, Postgres, PgArguments> {
+    for a in args {
+        q = a.bind(q);
+    }
+    q
+}
+
+/// One entity's share of a run: its rule and the statements to run.
+/// Every statement takes the entity id as `$1`.
+pub(crate) struct Work<'a> {
+    pub(crate) entity: &'a EntityDescriptor,
+    pub(crate) rule: RetentionRule,
+    /// The cutoff reported and stored (`None`: erasure without a legal minimum).
+    pub(crate) cutoff: Option<DateTime<Utc>>,
+    /// Locks a batch; returns record keys.
+    pub(crate) lock: SqlText,
+    pub(crate) lock_args: Vec<Arg>,
+    /// Mutates locked rows; binds keys, literals, custom values, then `mutate_args`.
+    pub(crate) mutate: SqlText,
+    pub(crate) mutate_args: Vec<Arg>,
+    /// Returns `eligible`, `held`, `null_anchor`.
+    pub(crate) counts: SqlText,
+    pub(crate) count_args: Vec<Arg>,
+}
+
 /// The entities of one pass with their canonical tenant keys.
-struct Pass<'a> {
-    entities: Vec<&'a EntityDescriptor>,
-    keys: BTreeMap<Uuid, KeyValue>,
+pub(crate) struct Pass<'a> {
+    pub(crate) entities: Vec<&'a EntityDescriptor>,
+    pub(crate) keys: BTreeMap<Uuid, KeyValue>,
     /// The tenant's canonical text (as stored in the ledger).
-    tenant: Option<String>,
+    pub(crate) tenant: Option<String>,
 }
 
 /// Canonical tenant keys per entity of the pass, checked before anything is written.
-fn tenant_keys<'a>(ready: &'a Ready, tenant: Option<&str>) -> Result<Pass<'a>> {
+pub(crate) fn tenant_keys<'a>(ready: &'a Ready, tenant: Option<&str>) -> Result<Pass<'a>> {
     let entities: Vec<&EntityDescriptor> = ready
         .model
         .ordered()
@@ -80,14 +130,14 @@ fn tenant_keys<'a>(ready: &'a Ready, tenant: Option<&str>) -> Result<Pass<'a>> {
 }
 
 /// Resolves and checks the rule of one entity; a sanitised failure otherwise.
-async fn rule_for(
+pub(crate) async fn rule_for(
     cohort: &Cohort,
     ready: &Ready,
     e: &EntityDescriptor,
     tenant: Option<&str>,
     jurisdiction: Option<&str>,
     now: DateTime<Utc>,
-) -> std::result::Result<(RetentionRule, DateTime<Utc>), Diagnostic> {
+) -> std::result::Result<RetentionRule, Diagnostic> {
     let mut tenant_ctx = match tenant {
         Some(t) => TenantContext::tenant(t),
         None => TenantContext::tenantless(),
@@ -120,32 +170,55 @@ async fn rule_for(
             ),
         ));
     }
+    Ok(rule)
+}
+
+/// The sweep's work for one entity.
+fn sweep_work<'a>(
+    ready: &Ready,
+    e: &'a EntityDescriptor,
+    rule: RetentionRule,
+    now: DateTime<Utc>,
+    tenant: Option<&KeyValue>,
+    batch_size: i64,
+) -> std::result::Result<Work<'a>, Diagnostic> {
     let cutoff = rule
         .sweep_cutoff(now)
         .map_err(|err| Diagnostic::capture("rule", Some("cutoff_out_of_range".into()), &err))?;
-    Ok((rule, cutoff))
+    let plan = &ready.plans[&e.id];
+    let strategy = rule.strategy();
+    let tenant_arg: Vec<Arg> = tenant.cloned().map(Arg::Key).into_iter().collect();
+    let mut lock_args = vec![Arg::Time(cutoff), Arg::Int8(batch_size)];
+    lock_args.extend(tenant_arg.iter().cloned());
+    let mut count_args = vec![Arg::Time(cutoff)];
+    count_args.extend(tenant_arg);
+    Ok(Work {
+        entity: e,
+        cutoff: Some(cutoff),
+        lock: plan.lock.get(&strategy).cloned().unwrap_or_default(),
+        lock_args,
+        mutate: plan.mutate.get(&strategy).cloned().unwrap_or_default(),
+        mutate_args: Vec::new(),
+        counts: plan.counts[&strategy].clone(),
+        count_args,
+        rule,
+    })
 }
 
-struct Counts {
-    eligible: u64,
-    held: u64,
-    null_anchor: u64,
+pub(crate) struct Counts {
+    pub(crate) eligible: u64,
+    pub(crate) held: u64,
+    pub(crate) null_anchor: u64,
 }
 
-async fn counts(
+pub(crate) async fn counts(
     conn: &mut PgConnection,
-    plan: &EntityPlan,
-    strategy: Strategy,
-    e: &EntityDescriptor,
-    cutoff: DateTime<Utc>,
-    tenant: Option<&KeyValue>,
+    work: &Work<'_>,
 ) -> std::result::Result<Counts, sqlx::Error> {
-    let mut q = sqlx::query(plan.counts[&strategy].sql())
-        .bind(e.id)
-        .bind(cutoff);
-    if let Some(t) = tenant {
-        q = t.bind(q);
-    }
+    let q = bind_all(
+        sqlx::query(work.counts.sql()).bind(work.entity.id),
+        &work.count_args,
+    );
     let row = q.fetch_one(conn).await?;
     let n = |name: &str| -> std::result::Result<u64, sqlx::Error> {
         Ok(row.try_get::<i64, _>(name)?.max(0) as u64)
@@ -157,37 +230,35 @@ async fn counts(
     })
 }
 
-fn outcome(e: &EntityDescriptor, rule: &RetentionRule, cutoff: DateTime<Utc>) -> EntityOutcome {
+pub(crate) fn outcome(work: &Work<'_>) -> EntityOutcome {
+    let e = work.entity;
     EntityOutcome {
         entity_id: e.id,
         entity: e.name.clone(),
         category: e.category.clone(),
-        strategy: rule.strategy(),
+        strategy: work.rule.strategy(),
         affected: 0,
         held: 0,
         skipped: 0,
         null_anchor: 0,
-        cutoff,
-        period: rule.period(),
-        legal_min: rule.legal_min(),
+        cutoff: work.cutoff,
+        period: work.rule.period(),
+        legal_min: work.rule.legal_min(),
     }
 }
 
 pub(crate) async fn preview(cohort: &Cohort, req: PreviewRequest) -> Result<PreviewResult> {
     let ready = cohort.prepared().await?;
-    let Pass {
-        entities,
-        keys,
-        tenant,
-    } = tenant_keys(&ready, req.tenant.as_deref())?;
+    let pass = tenant_keys(&ready, req.tenant.as_deref())?;
     let mut conn = cohort.inner().pool.acquire().await?;
     let mut result = PreviewResult {
-        tenant,
+        tenant: pass.tenant.clone(),
         entities: Vec::new(),
         failures: Vec::new(),
     };
-    for e in entities {
-        let (rule, cutoff) = match rule_for(
+    let batch = i64::from(cohort.inner().config.sweep_batch_size);
+    for e in pass.entities {
+        let work = match rule_for(
             cohort,
             &ready,
             e,
@@ -196,24 +267,17 @@ pub(crate) async fn preview(cohort: &Cohort, req: PreviewRequest) -> Result<Prev
             req.now,
         )
         .await
+        .and_then(|rule| sweep_work(&ready, e, rule, req.now, pass.keys.get(&e.id), batch))
         {
-            Ok(r) => r,
+            Ok(w) => w,
             Err(d) => {
                 result.failures.push(failure(e.id, &e.name, &d));
                 continue;
             }
         };
-        let c = counts(
-            &mut conn,
-            &ready.plans[&e.id],
-            rule.strategy(),
-            e,
-            cutoff,
-            keys.get(&e.id),
-        )
-        .await?;
-        let mut o = outcome(e, &rule, cutoff);
-        o.affected = if rule.strategy().mutates() {
+        let c = counts(&mut conn, &work).await?;
+        let mut o = outcome(&work);
+        o.affected = if work.rule.strategy().mutates() {
             c.eligible
         } else {
             0
@@ -223,6 +287,51 @@ pub(crate) async fn preview(cohort: &Cohort, req: PreviewRequest) -> Result<Prev
         result.entities.push(o);
     }
     Ok(result)
+}
+
+pub(crate) async fn sweep(cohort: &Cohort, req: SweepRequest) -> Result<SweepResult> {
+    let ready = cohort.prepared().await?;
+    let pass = tenant_keys(&ready, req.tenant.as_deref())?;
+    let batch = i64::from(cohort.inner().config.sweep_batch_size);
+    let mut works = Vec::new();
+    for e in &pass.entities {
+        let work = rule_for(
+            cohort,
+            &ready,
+            e,
+            pass.tenant.as_deref(),
+            req.jurisdiction.as_deref(),
+            req.now,
+        )
+        .await
+        .and_then(|rule| sweep_work(&ready, e, rule, req.now, pass.keys.get(&e.id), batch))
+        .map_err(|d| failure(e.id, &e.name, &d));
+        works.push(work);
+    }
+    execute(
+        cohort,
+        &ready,
+        RunSpec {
+            kind: RunKind::Sweep,
+            trigger: req.trigger,
+            dry_run: req.dry_run,
+            tenant: pass.tenant,
+            now: req.now,
+            cancel: req.cancel,
+        },
+        works,
+    )
+    .await
+}
+
+/// What a run is, apart from its entities.
+pub(crate) struct RunSpec {
+    pub(crate) kind: RunKind,
+    pub(crate) trigger: Trigger,
+    pub(crate) dry_run: bool,
+    pub(crate) tenant: Option<String>,
+    pub(crate) now: DateTime<Utc>,
+    pub(crate) cancel: CancellationToken,
 }
 
 /// Why an entity stopped.
@@ -260,47 +369,142 @@ struct RunCtx<'a> {
     cohort: &'a Cohort,
     ready: &'a Ready,
     run_id: Uuid,
-    tenant: Option<String>,
-    req: &'a SweepRequest,
+    spec: &'a RunSpec,
 }
 
-/// Sweeps one entity's batches. `out` is updated only with committed work.
-async fn sweep_entity(
+/// Runs the works of one run: lock, Started, entities, settle.
+pub(crate) async fn execute(
+    cohort: &Cohort,
+    ready: &Ready,
+    spec: RunSpec,
+    works: Vec<std::result::Result<Work<'_>, EntityFailure>>,
+) -> Result<SweepResult> {
+    let inner = cohort.inner();
+    let run_id = Uuid::new_v4();
+    let mut conn: PoolConnection<Postgres> = inner.pool.acquire().await?;
+    sqlx::query("SELECT pg_catalog.pg_advisory_lock(pg_catalog.hashtextextended($1, 0))")
+        .bind(format!("cohort.run:{run_id}"))
+        .execute(&mut *conn)
+        .await?;
+    let started_at: DateTime<Utc> = sqlx::query(ready.ledger.insert_run.sql())
+        .bind(run_id)
+        .bind(spec.kind.as_str())
+        .bind(spec.trigger.as_str())
+        .bind(spec.dry_run)
+        .bind(spec.tenant.as_deref())
+        .bind(spec.now)
+        .fetch_one(&mut *conn)
+        .await?
+        .try_get("started_at")?;
+    inner.observers.emit(AuditEvent::Started {
+        run_id,
+        kind: spec.kind,
+        dry_run: spec.dry_run,
+        tenant: spec.tenant.clone(),
+        now: spec.now,
+    });
+
+    let ctx = RunCtx {
+        cohort,
+        ready,
+        run_id,
+        spec: &spec,
+    };
+    let mut outcomes = Vec::new();
+    let mut failures = Vec::new();
+    let mut status = RunStatus::Succeeded;
+    let mut run_error: Option<String> = None;
+    for work in works {
+        if spec.cancel.is_cancelled() {
+            status = RunStatus::Cancelled;
+            break;
+        }
+        let work = match work {
+            Ok(w) => w,
+            Err(f) => {
+                failures.push(f);
+                continue;
+            }
+        };
+        let mut out = outcome(&work);
+        let result = run_entity(&ctx, &mut conn, &work, &mut out).await;
+        outcomes.push(out);
+        match result {
+            Ok(()) => {}
+            Err(Stop::Entity(d)) => failures.push(failure(work.entity.id, &work.entity.name, &d)),
+            Err(Stop::Cancelled) => {
+                status = RunStatus::Cancelled;
+                break;
+            }
+            Err(Stop::Run(err)) => {
+                run_error = Some(Diagnostic::from_sqlx(&err).to_string());
+                status = RunStatus::Failed;
+                break;
+            }
+        }
+    }
+    if status == RunStatus::Succeeded && !failures.is_empty() {
+        status = RunStatus::PartiallyFailed;
+    }
+    let error = run_error.or_else(|| {
+        (!failures.is_empty()).then(|| {
+            failures
+                .iter()
+                .map(|f| format!("entity {}: {}", f.entity_id, f.error))
+                .collect::<Vec<_>>()
+                .join("; ")
+        })
+    });
+    let settled_at = settle(cohort, ready, &mut conn, run_id, status, error.as_deref()).await?;
+    release_run_lock(conn, run_id).await;
+    inner.observers.emit(AuditEvent::Settled { run_id, status });
+    Ok(SweepResult {
+        run_id,
+        kind: spec.kind,
+        trigger: spec.trigger,
+        status,
+        dry_run: spec.dry_run,
+        tenant: spec.tenant,
+        started_at,
+        settled_at: Some(settled_at),
+        entities: outcomes,
+        failures,
+    })
+}
+
+/// One entity: summary row, batches (unless dry run or exempt), direct
+/// counts, final summary. `out` holds only committed work.
+async fn run_entity(
     ctx: &RunCtx<'_>,
     conn: &mut PgConnection,
-    e: &EntityDescriptor,
-    tenant: Option<&KeyValue>,
-    rule: &RetentionRule,
-    cutoff: DateTime<Utc>,
+    work: &Work<'_>,
     out: &mut EntityOutcome,
 ) -> std::result::Result<(), Stop> {
+    let e = work.entity;
     let ledger = &ctx.ready.ledger;
-    let plan = &ctx.ready.plans[&e.id];
-    let strategy = rule.strategy();
-    let split = |p: Option<crate::rules::Period>| {
-        p.map(|p| {
-            (
-                (p.as_seconds() / 86_400) as i32,
-                (p.as_seconds() % 86_400) as f64,
-            )
-        })
+    let strategy = work.rule.strategy();
+    let split = |p: crate::rules::Period| {
+        (
+            (p.as_seconds() / 86_400) as i32,
+            (p.as_seconds() % 86_400) as f64,
+        )
     };
-    let (period_days, period_secs) = split(Some(rule.period())).expect("some");
-    let legal = split(rule.legal_min());
+    let (period_days, period_secs) = split(work.rule.period());
+    let legal = work.rule.legal_min().map(split);
     let summary_id: i64 = sqlx::query(ledger.insert_summary.sql())
         .bind(ctx.run_id)
         .bind(e.id)
         .bind(&e.name)
         .bind(&e.category)
-        .bind(ctx.tenant.as_deref())
+        .bind(ctx.spec.tenant.as_deref())
         .bind(strategy.as_str())
-        .bind(cutoff)
+        .bind(work.cutoff)
         .bind(period_days)
         .bind(period_secs)
         .bind(legal.map(|l| l.0))
         .bind(legal.map(|l| l.1).unwrap_or(0.0))
-        .bind(rule.source())
-        .bind(rule.reason())
+        .bind(work.rule.source())
+        .bind(work.rule.reason())
         .fetch_one(&mut *conn)
         .await
         .map_err(stop_from)?
@@ -308,11 +512,14 @@ async fn sweep_entity(
         .map_err(stop_from)?;
 
     let mut result = Ok(());
-    if strategy.mutates() && !ctx.req.dry_run {
-        result = batches(ctx, conn, e, plan, tenant, rule, cutoff, summary_id, out).await;
+    if strategy.mutates() && !ctx.spec.dry_run {
+        result = batches(ctx, conn, work, summary_id, out).await;
+    }
+    if matches!(result, Err(Stop::Run(_))) {
+        return result;
     }
     // Held and NULL-anchor rows are measured directly, after the batches.
-    let measured = counts(conn, plan, strategy, e, cutoff, tenant).await;
+    let measured = counts(conn, work).await;
     let error = match &result {
         Err(Stop::Entity(d)) => Some(d.to_string()),
         Err(Stop::Cancelled) => Some("cancelled".to_string()),
@@ -321,7 +528,7 @@ async fn sweep_entity(
     if let Ok(c) = &measured {
         out.held = c.held;
         out.null_anchor = c.null_anchor;
-        if ctx.req.dry_run && strategy.mutates() {
+        if ctx.spec.dry_run && strategy.mutates() {
             out.affected = c.eligible;
         }
     }
@@ -350,72 +557,67 @@ async fn sweep_entity(
     Ok(())
 }
 
-#[allow(clippy::too_many_arguments)]
 async fn batches(
     ctx: &RunCtx<'_>,
     conn: &mut PgConnection,
-    e: &EntityDescriptor,
-    plan: &EntityPlan,
-    tenant: Option<&KeyValue>,
-    rule: &RetentionRule,
-    cutoff: DateTime<Utc>,
+    work: &Work<'_>,
     summary_id: i64,
     out: &mut EntityOutcome,
 ) -> std::result::Result<(), Stop> {
-    let strategy = rule.strategy();
+    let e = work.entity;
+    let plan = &ctx.ready.plans[&e.id];
+    let strategy = work.rule.strategy();
     let key_type = ctx.ready.model.facts[&e.id].record;
-    let batch_size = i64::from(ctx.cohort.inner().config.sweep_batch_size);
+    let cancel = &ctx.spec.cancel;
     loop {
-        if ctx.req.cancel.is_cancelled() {
+        if cancel.is_cancelled() {
             return Err(Stop::Cancelled);
         }
         let mut tx = conn.begin().await.map_err(stop_from)?;
-        let mut lock = sqlx::query(plan.lock[&strategy].sql())
-            .bind(e.id)
-            .bind(cutoff)
-            .bind(batch_size);
-        if let Some(t) = tenant {
-            lock = t.bind(lock);
-        }
-        let keys: Vec<KeyValue> = lock
-            .fetch_all(&mut *tx)
-            .await
-            .map_err(stop_from)?
-            .iter()
-            .map(|row| key_type.decode(row, 0))
-            .collect::<std::result::Result<_, _>>()
-            .map_err(stop_from)?;
+        let keys: Vec<KeyValue> =
+            bind_all(sqlx::query(work.lock.sql()).bind(e.id), &work.lock_args)
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(stop_from)?
+                .iter()
+                .map(|row| key_type.decode(row, 0))
+                .collect::<std::result::Result<_, _>>()
+                .map_err(stop_from)?;
         if keys.is_empty() {
             tx.rollback().await.map_err(stop_from)?;
             return Ok(());
         }
 
-        let custom_values = if strategy == Strategy::Anonymise && !plan.custom.is_empty() {
+        let custom = if strategy == Strategy::Anonymise && !plan.custom.is_empty() {
             Some(custom_values(&mut tx, plan, key_type, &keys).await?)
         } else {
             None
         };
-        if ctx.req.cancel.is_cancelled() {
+        if cancel.is_cancelled() {
             tx.rollback().await.map_err(stop_from)?;
             return Err(Stop::Cancelled);
         }
 
-        let mut mutate = sqlx::query(plan.mutate[&strategy].sql()).bind(e.id);
-        if let Some((ordered_keys, values)) = custom_values {
-            mutate = bind_array(mutate, key_type, &ordered_keys);
+        let mut mutate = sqlx::query(work.mutate.sql()).bind(e.id);
+        let custom_json = match custom {
+            Some((ordered_keys, values)) => {
+                mutate = bind_array(mutate, key_type, &ordered_keys);
+                Some(values)
+            }
+            None => {
+                mutate = bind_array(mutate, key_type, &keys);
+                None
+            }
+        };
+        if strategy == Strategy::Anonymise {
             for literal in &plan.literals {
                 mutate = mutate.bind(literal.clone());
             }
-            mutate = mutate.bind(values);
-        } else {
-            mutate = bind_array(mutate, key_type, &keys);
-            if strategy == Strategy::Anonymise {
-                for literal in &plan.literals {
-                    mutate = mutate.bind(literal.clone());
-                }
-            }
         }
-        let changed: Vec<String> = mutate
+        if let Some(values) = custom_json {
+            mutate = mutate.bind(values);
+        }
+        let changed: Vec<String> = bind_all(mutate, &work.mutate_args)
             .fetch_all(&mut *tx)
             .await
             .map_err(stop_from)?
@@ -432,20 +634,20 @@ async fn batches(
             .execute(&mut *tx)
             .await
             .map_err(stop_from)?;
-        let per_row = rule.audit() == AuditDetail::PerRow && n > 0;
+        let per_row = work.rule.audit() == AuditDetail::PerRow && n > 0;
         if per_row {
             sqlx::query(ledger.insert_details.sql())
                 .bind(ctx.run_id)
                 .bind(e.id)
                 .bind(&e.name)
-                .bind(ctx.tenant.as_deref())
+                .bind(ctx.spec.tenant.as_deref())
                 .bind(strategy.as_str())
                 .bind(&changed)
                 .execute(&mut *tx)
                 .await
                 .map_err(stop_from)?;
         }
-        if ctx.req.cancel.is_cancelled() {
+        if cancel.is_cancelled() {
             tx.rollback().await.map_err(stop_from)?;
             return Err(Stop::Cancelled);
         }
@@ -464,7 +666,7 @@ async fn batches(
             hub.emit(AuditEvent::RowDetail {
                 run_id: ctx.run_id,
                 entity_id: e.id,
-                tenant: ctx.tenant.clone(),
+                tenant: ctx.spec.tenant.clone(),
                 record_ids: changed,
                 action: strategy,
             });
@@ -507,118 +709,6 @@ async fn custom_values(
         objects.push(serde_json::Value::Object(object));
     }
     Ok((ordered, objects))
-}
-
-pub(crate) async fn sweep(cohort: &Cohort, req: SweepRequest) -> Result<SweepResult> {
-    let ready = cohort.prepared().await?;
-    let Pass {
-        entities,
-        keys,
-        tenant,
-    } = tenant_keys(&ready, req.tenant.as_deref())?;
-    let inner = cohort.inner();
-    let run_id = Uuid::new_v4();
-    let mut conn: PoolConnection<Postgres> = inner.pool.acquire().await?;
-    sqlx::query("SELECT pg_catalog.pg_advisory_lock(pg_catalog.hashtextextended($1, 0))")
-        .bind(format!("cohort.run:{run_id}"))
-        .execute(&mut *conn)
-        .await?;
-    let started_at: DateTime<Utc> = sqlx::query(ready.ledger.insert_run.sql())
-        .bind(run_id)
-        .bind(RunKind::Sweep.as_str())
-        .bind(req.trigger.as_str())
-        .bind(req.dry_run)
-        .bind(tenant.as_deref())
-        .bind(req.now)
-        .fetch_one(&mut *conn)
-        .await?
-        .try_get("started_at")?;
-    inner.observers.emit(AuditEvent::Started {
-        run_id,
-        kind: RunKind::Sweep,
-        dry_run: req.dry_run,
-        tenant: tenant.clone(),
-        now: req.now,
-    });
-
-    let ctx = RunCtx {
-        cohort,
-        ready: &ready,
-        run_id,
-        tenant: tenant.clone(),
-        req: &req,
-    };
-    let mut outcomes = Vec::new();
-    let mut failures = Vec::new();
-    let mut status = RunStatus::Succeeded;
-    let mut run_error: Option<String> = None;
-    for e in entities {
-        if req.cancel.is_cancelled() {
-            status = RunStatus::Cancelled;
-            break;
-        }
-        let (rule, cutoff) = match rule_for(
-            cohort,
-            &ready,
-            e,
-            tenant.as_deref(),
-            req.jurisdiction.as_deref(),
-            req.now,
-        )
-        .await
-        {
-            Ok(r) => r,
-            Err(d) => {
-                failures.push(failure(e.id, &e.name, &d));
-                continue;
-            }
-        };
-        let mut out = outcome(e, &rule, cutoff);
-        let result =
-            sweep_entity(&ctx, &mut conn, e, keys.get(&e.id), &rule, cutoff, &mut out).await;
-        outcomes.push(out);
-        match result {
-            Ok(()) => {}
-            Err(Stop::Entity(d)) => failures.push(failure(e.id, &e.name, &d)),
-            Err(Stop::Cancelled) => {
-                status = RunStatus::Cancelled;
-                break;
-            }
-            Err(Stop::Run(err)) => {
-                let d = Diagnostic::from_sqlx(&err);
-                run_error = Some(d.to_string());
-                status = RunStatus::Failed;
-                break;
-            }
-        }
-    }
-    if status == RunStatus::Succeeded && !failures.is_empty() {
-        status = RunStatus::PartiallyFailed;
-    }
-    let error = run_error.or_else(|| {
-        (!failures.is_empty()).then(|| {
-            failures
-                .iter()
-                .map(|f| format!("entity {}: {}", f.entity_id, f.error))
-                .collect::<Vec<_>>()
-                .join("; ")
-        })
-    });
-    let settled_at = settle(cohort, &ready, &mut conn, run_id, status, error.as_deref()).await?;
-    release_run_lock(conn, run_id).await;
-    inner.observers.emit(AuditEvent::Settled { run_id, status });
-    Ok(SweepResult {
-        run_id,
-        kind: RunKind::Sweep,
-        trigger: req.trigger,
-        status,
-        dry_run: req.dry_run,
-        tenant,
-        started_at,
-        settled_at: Some(settled_at),
-        entities: outcomes,
-        failures,
-    })
 }
 
 /// Writes the terminal status, on the run's connection or, if that is

@@ -172,8 +172,9 @@ pub struct EntityOutcome {
     pub skipped: u64,
     /// Rows in scope whose anchor is NULL (never eligible).
     pub null_anchor: u64,
-    /// The cutoff: rows anchored strictly before it were eligible.
-    pub cutoff: DateTime<Utc>,
+    /// The cutoff: rows anchored strictly before it were eligible (`None`
+    /// for an erasure without a positive legal minimum: no anchor limit).
+    pub cutoff: Option<DateTime<Utc>>,
     /// The resolved period.
     pub period: Period,
     /// The resolved legal minimum.

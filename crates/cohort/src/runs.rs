@@ -135,9 +135,7 @@ pub(crate) async fn show(cohort: &Cohort, run_id: Uuid) -> Result<SweepResult> {
             held: n(s.try_get("held_count")?),
             skipped: n(s.try_get("skipped_count")?),
             null_anchor: n(s.try_get("null_anchor_count")?),
-            cutoff: s
-                .try_get::<Option<DateTime<Utc>>, _>("cutoff")?
-                .unwrap_or_default(),
+            cutoff: s.try_get("cutoff")?,
             period: period("period_s")?.unwrap_or_default(),
             legal_min: period("legal_min_s")?,
         });

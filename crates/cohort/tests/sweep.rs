@@ -109,7 +109,11 @@ async fn sweep_applies_every_strategy_to_exactly_the_eligible_rows_of_one_tenant
     );
     assert_eq!(
         by("Note").cutoff,
-        chrono::DateTime::parse_from_rfc3339("2026-05-02T00:00:00Z").unwrap()
+        Some(
+            chrono::DateTime::parse_from_rfc3339("2026-05-02T00:00:00Z")
+                .unwrap()
+                .to_utc()
+        )
     );
     let (status, dry, settled, summaries) = ledger(db.pool(), result.run_id).await;
     assert_eq!((status.as_str(), dry, settled), ("succeeded", false, true));

@@ -41,6 +41,9 @@ pub(crate) struct EntityPlan {
     /// anonymisers) one JSON object per key, aligned with `$2`, holding each
     /// custom column's new value. Returns `record::text`.
     pub(crate) mutate: BTreeMap<Strategy, SqlText>,
+    /// `mutate` without its RETURNING clause, for erasure to add its
+    /// re-checks (parameters after the ones `mutate` uses).
+    pub(crate) mutate_head: BTreeMap<Strategy, SqlText>,
     /// Counts in scope: eligible (past cutoff, not held), held (past cutoff,
     /// held) and null_anchor. `$1` entity id, `$2` cutoff, `$3` tenant.
     pub(crate) counts: BTreeMap<Strategy, SqlText>,
@@ -124,6 +127,7 @@ impl EntityPlan {
         let held = hold_exists(e, cohort_schema);
         let mut lock = BTreeMap::new();
         let mut mutate = BTreeMap::new();
+        let mut mutate_head = BTreeMap::new();
         let mut counts = BTreeMap::new();
         let mut literals = Vec::new();
         let mut custom = Vec::new();
@@ -260,12 +264,9 @@ impl EntityPlan {
                 }
                 Strategy::Exempt => unreachable!("exempt does not mutate"),
             }
-            m.append(&done)
-                .push(" AND NOT ")
-                .append(&held)
-                .push(" RETURNING ")
-                .col(&e.record_id)
-                .push("::text");
+            m.append(&done).push(" AND NOT ").append(&held);
+            mutate_head.insert(strategy, m.clone());
+            m.push(" RETURNING ").col(&e.record_id).push("::text");
             mutate.insert(strategy, m);
         }
 
@@ -295,6 +296,7 @@ impl EntityPlan {
             .push(" = $1 FOR KEY SHARE");
 
         EntityPlan {
+            mutate_head,
             lock_target,
             lock,
             mutate,
@@ -422,6 +424,145 @@ impl LedgerPlan {
             add_affected,
             finish_summary,
             insert_details,
+        }
+    }
+}
+
+/// Erasure statements for one entity, strategy and set of subject columns,
+/// built per request (they depend on which subject columns apply).
+///
+/// Parameters of `lock` and `counts`: `$1` entity id, `$2` limit (unused by
+/// `counts`), then the [`ErasureParams`] from `$3`. `mutate` binds the same
+/// values after its own (`$1` entity id, `$2` keys, literals, custom).
+#[derive(Debug, Clone)]
+pub(crate) struct ErasurePlan {
+    /// Lock candidates, waiting for locked rows (`FOR UPDATE`): a row whose
+    /// subject or tenant changed while we waited no longer matches.
+    pub(crate) lock: SqlText,
+    /// Mutate with subject, tenant, legal minimum, anchor and hold re-checked.
+    pub(crate) mutate: SqlText,
+    /// `eligible`, `held` and (with a legal minimum) `null_anchor` among the
+    /// subject's rows in the tenant.
+    pub(crate) counts: SqlText,
+}
+
+/// Positions of the erasure's values: tenant (if tenant-scoped), the
+/// legal-minimum cutoff (if any), then one value per subject column.
+#[derive(Debug, Clone, Copy)]
+struct ErasureParams {
+    tenant: Option<usize>,
+    cutoff: Option<usize>,
+    subjects: usize,
+}
+
+impl ErasureParams {
+    fn from(first: usize, tenanted: bool, with_cutoff: bool) -> Self {
+        let mut n = first;
+        let mut next = |on: bool| {
+            on.then(|| {
+                n += 1;
+                n - 1
+            })
+        };
+        let tenant = next(tenanted);
+        let cutoff = next(with_cutoff);
+        Self {
+            tenant,
+            cutoff,
+            subjects: n,
+        }
+    }
+
+    fn tenant_and_subjects(&self, e: &EntityDescriptor, subjects: &[String]) -> SqlText {
+        let mut s = SqlText::default();
+        if let (Some(t), Some(p)) = (&e.tenant, self.tenant) {
+            s.push(" AND ").col(t).push(" = ").param(p);
+        }
+        s.push(" AND (");
+        for (i, column) in subjects.iter().enumerate() {
+            if i > 0 {
+                s.push(" OR ");
+            }
+            s.col(column).push(" = ").param(self.subjects + i);
+        }
+        s.push(")");
+        s
+    }
+
+    fn anchor(&self, e: &EntityDescriptor) -> SqlText {
+        let mut s = SqlText::default();
+        if let Some(p) = self.cutoff {
+            s.push(" AND ").col(&e.anchor).push(" < ").param(p);
+        }
+        s
+    }
+}
+
+impl ErasurePlan {
+    pub(crate) fn build(
+        e: &EntityDescriptor,
+        plan: &EntityPlan,
+        strategy: Strategy,
+        subjects: &[String],
+        with_cutoff: bool,
+        cohort_schema: &str,
+    ) -> Self {
+        let table = &e.table;
+        let held = hold_exists(e, cohort_schema);
+        let done = not_done(e, strategy);
+        let p = ErasureParams::from(3, e.tenant.is_some(), with_cutoff);
+
+        let mut lock = SqlText::new("SELECT ");
+        lock.col(&e.record_id)
+            .push(" FROM ")
+            .table(table)
+            .push(" t WHERE TRUE")
+            .append(&p.tenant_and_subjects(e, subjects))
+            .append(&p.anchor(e))
+            .append(&done)
+            .push(" AND NOT ")
+            .append(&held)
+            .push(" ORDER BY ")
+            .col(&e.record_id)
+            .push(" LIMIT $2 FOR UPDATE");
+
+        let first_extra = 3 + plan.literals.len() + usize::from(!plan.custom.is_empty());
+        let m = ErasureParams::from(first_extra, e.tenant.is_some(), with_cutoff);
+        let mut mutate = plan.mutate_head[&strategy].clone();
+        mutate
+            .append(&m.tenant_and_subjects(e, subjects))
+            .append(&m.anchor(e))
+            .push(" RETURNING ")
+            .col(&e.record_id)
+            .push("::text");
+
+        let anchor_ok = p.anchor(e);
+        let mut counts = SqlText::new("SELECT count(*) FILTER (WHERE NOT ");
+        counts
+            .append(&held)
+            .append(&anchor_ok)
+            .push(") AS eligible, count(*) FILTER (WHERE ")
+            .append(&held)
+            .append(&anchor_ok)
+            .push(") AS held, ");
+        if with_cutoff {
+            counts
+                .push("count(*) FILTER (WHERE ")
+                .col(&e.anchor)
+                .push(" IS NULL) AS null_anchor");
+        } else {
+            counts.push("0::int8 AS null_anchor");
+        }
+        counts
+            .push(" FROM ")
+            .table(table)
+            .push(" t WHERE $2::int8 IS NOT NULL")
+            .append(&p.tenant_and_subjects(e, subjects))
+            .append(&done);
+        ErasurePlan {
+            lock,
+            mutate,
+            counts,
         }
     }
 }
