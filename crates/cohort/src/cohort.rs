@@ -141,6 +141,15 @@ impl Cohort {
         crate::engine::sweep(self, request).await
     }
 
+    /// Erases one data subject's rows (see [`crate::erasure`]). Returns the
+    /// settled run; a bad request is refused before anything is written.
+    pub async fn erase(
+        &self,
+        request: crate::erasure::ErasureRequest,
+    ) -> Result<crate::SweepResult> {
+        crate::erasure::erase(self, request).await
+    }
+
     /// Counts what a sweep would change now, without writing anything.
     pub async fn preview(&self, request: crate::PreviewRequest) -> Result<crate::PreviewResult> {
         crate::engine::preview(self, request).await

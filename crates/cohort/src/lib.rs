@@ -5,6 +5,7 @@ mod cohort;
 pub mod config;
 mod diagnostic;
 mod engine;
+pub mod erasure;
 mod error;
 pub mod holds;
 mod ident;

@@ -526,15 +526,28 @@ impl ErasurePlan {
             .col(&e.record_id)
             .push(" LIMIT $2 FOR UPDATE");
 
-        let first_extra = 3 + plan.literals.len() + usize::from(!plan.custom.is_empty());
-        let m = ErasureParams::from(first_extra, e.tenant.is_some(), with_cutoff);
-        let mut mutate = plan.mutate_head[&strategy].clone();
-        mutate
-            .append(&m.tenant_and_subjects(e, subjects))
-            .append(&m.anchor(e))
-            .push(" RETURNING ")
-            .col(&e.record_id)
-            .push("::text");
+        // Exempt entities are only counted: no mutation statement.
+        let mut mutate = SqlText::default();
+        if let Some(head) = plan.mutate_head.get(&strategy) {
+            let literals = if strategy == Strategy::Anonymise {
+                plan.literals.len()
+            } else {
+                0
+            };
+            let custom = strategy == Strategy::Anonymise && !plan.custom.is_empty();
+            let m = ErasureParams::from(
+                3 + literals + usize::from(custom),
+                e.tenant.is_some(),
+                with_cutoff,
+            );
+            mutate = head.clone();
+            mutate
+                .append(&m.tenant_and_subjects(e, subjects))
+                .append(&m.anchor(e))
+                .push(" RETURNING ")
+                .col(&e.record_id)
+                .push("::text");
+        }
 
         let anchor_ok = p.anchor(e);
         let mut counts = SqlText::new("SELECT count(*) FILTER (WHERE NOT ");

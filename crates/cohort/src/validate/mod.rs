@@ -48,6 +48,8 @@ pub struct ValidatedModel {
 pub(crate) struct TableFacts {
     pub(crate) record: KeyType,
     pub(crate) tenant: Option<KeyType>,
+    /// Erasure-subject columns and their store types.
+    pub(crate) subjects: BTreeMap<String, KeyType>,
 }
 
 impl ValidatedModel {
@@ -260,6 +262,16 @@ pub async fn validate(
                     .tenant
                     .as_deref()
                     .map(|c| key(c).expect("validated tenant type")),
+                subjects: e
+                    .subjects
+                    .iter()
+                    .map(|s| {
+                        (
+                            s.column.clone(),
+                            key(&s.column).expect("validated subject type"),
+                        )
+                    })
+                    .collect(),
             };
             (e.id, facts)
         })
