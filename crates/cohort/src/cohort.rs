@@ -150,6 +150,36 @@ impl Cohort {
         crate::erasure::erase(self, request).await
     }
 
+    /// Runs the application's own deletion of `request.record_ids` inside a
+    /// Cohort transaction, unless a target is under an active legal hold
+    /// (see [`crate::guarded`]).
+    ///
+    /// ```no_run
+    /// # async fn f(cohort: cohort::Cohort, entity: uuid::Uuid) -> Result<(), cohort::Error> {
+    /// use cohort::guarded::{Guarded, GuardedDeletion};
+    /// let request = GuardedDeletion::new(entity, ["42"]).tenant("11111111-1111-1111-1111-111111111111");
+    /// let outcome = cohort
+    ///     .guarded_delete(request, |tx| Box::pin(async move {
+    ///         let done = sqlx::query("DELETE FROM app.notes WHERE id = 42").execute(&mut *tx).await?;
+    ///         Ok(done.rows_affected())
+    ///     }))
+    ///     .await?;
+    /// if let Guarded::Protected { held } = outcome {
+    ///     eprintln!("not deleted, under legal hold: {held:?}");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn guarded_delete<T, F>(
+        &self,
+        request: crate::guarded::GuardedDeletion,
+        callback: F,
+    ) -> Result<crate::guarded::Guarded<T>>
+    where
+        F: for<'c> FnOnce(&'c mut sqlx::PgConnection) -> crate::guarded::CallbackFuture<'c, T>,
+    {
+        crate::guarded::delete(self, request, callback).await
+    }
+
     /// Counts what a sweep would change now, without writing anything.
     pub async fn preview(&self, request: crate::PreviewRequest) -> Result<crate::PreviewResult> {
         crate::engine::preview(self, request).await

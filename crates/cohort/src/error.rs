@@ -75,6 +75,9 @@ pub enum Error {
     /// missing record, …); nothing was changed.
     #[error("invalid input: {0}")]
     InvalidInput(String),
+    /// A guarded-deletion callback failed; its transaction was rolled back.
+    #[error("the guarded-deletion callback failed: {0}")]
+    Callback(Box<dyn std::error::Error + Send + Sync>),
     /// A database error.
     #[error("database error: {0}")]
     Database(#[from] sqlx::Error),

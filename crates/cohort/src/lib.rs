@@ -7,6 +7,7 @@ mod diagnostic;
 mod engine;
 pub mod erasure;
 mod error;
+pub mod guarded;
 pub mod holds;
 mod ident;
 pub mod model;

@@ -54,6 +54,9 @@ pub(crate) struct EntityPlan {
     /// when tenantless): what hold creation and guarded deletion take.
     /// `$1` record key.
     pub(crate) lock_target: SqlText,
+    /// Guarded deletion: locks the targets (`FOR UPDATE`, in key order) and
+    /// returns each one's canonical id and tenant. `$1` record keys.
+    pub(crate) guard_lock: SqlText,
     /// Literal values bound after `$2` by the anonymise statement.
     pub(crate) literals: Vec<String>,
     /// Custom anonymisers, in parameter order: (column, anonymiser).
@@ -295,7 +298,27 @@ impl EntityPlan {
             .col(&e.record_id)
             .push(" = $1 FOR KEY SHARE");
 
+        let mut guard_lock = SqlText::new("SELECT ");
+        guard_lock.col(&e.record_id).push("::text AS record, ");
+        match &e.tenant {
+            Some(t) => {
+                guard_lock.col(t).push("::text");
+            }
+            None => {
+                guard_lock.push("NULL::text");
+            }
+        }
+        guard_lock
+            .push(" AS tenant FROM ")
+            .table(table)
+            .push(" t WHERE ")
+            .col(&e.record_id)
+            .push(" = ANY($1) ORDER BY ")
+            .col(&e.record_id)
+            .push(" FOR UPDATE");
+
         EntityPlan {
+            guard_lock,
             mutate_head,
             lock_target,
             lock,
@@ -334,6 +357,9 @@ pub(crate) struct LedgerPlan {
     pub(crate) release_hold: SqlText,
     /// `$1` hold id.
     pub(crate) get_hold: SqlText,
+    /// Active holds among records. `$1` entity id, `$2` record ids (text[]),
+    /// `$3` tenant or NULL. Returns the held record ids.
+    pub(crate) held_records: SqlText,
 }
 
 const HOLD_COLUMNS: &str =
@@ -413,7 +439,15 @@ impl LedgerPlan {
             .push(" FROM ")
             .table(&hold)
             .push(" WHERE hold_id = $1");
+        let mut held_records = SqlText::new("SELECT DISTINCT record_id FROM ");
+        held_records.table(&hold).push(
+            " WHERE retention_entity_id = $1 AND record_id = ANY($2::text[]) \
+               AND tenant_id IS NOT DISTINCT FROM $3 \
+               AND (released_at IS NULL OR released_at > pg_catalog.now()) \
+               AND (expires_at IS NULL OR expires_at > pg_catalog.now()) ORDER BY record_id",
+        );
         LedgerPlan {
+            held_records,
             insert_hold,
             list_holds,
             release_hold,

@@ -1,0 +1,334 @@
+//! `cohort-bench`: sweep throughput of Cohort against a hand-written batched
+//! SQL loop doing the same work, for each mutating strategy (purge,
+//! anonymise, soft delete).
+//!
+//! ```text
+//! cargo run --release -p cohort-bench -- [--rows N] [--batch B] [--tenants T] [--json]
+//! ```
+//!
+//! Uses the server behind `DATABASE_URL` when set (a fresh database is
+//! created on it and dropped at the end), otherwise a throw-away cluster.
+//! For each strategy a table of N rows over T tenants is seeded, one tenant
+//! is swept by Cohort and timed, then an identical table is seeded and the
+//! same tenant is processed by the baseline and timed. Both must change the
+//! same rows and leave the same counts behind, or the program exits non-zero.
+//! Each timed run follows an untimed warm-up on a small table of the same
+//! name, on the same connection, so connecting, validation and statement
+//! preparation are not measured.
+
+mod baseline;
+mod report;
+mod scenario;
+
+use std::process::ExitCode;
+use std::time::Instant;
+
+use chrono::{SubsecRound, TimeDelta, Utc};
+use clap::Parser;
+use cohort::{Cohort, CohortConfig, RunStatus, SweepRequest};
+use cohort_pgtemp::TestDatabase;
+use sqlx::postgres::PgPoolOptions;
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use crate::report::{Measurement, Parameters, Report};
+use crate::scenario::{Scenario, Seed, TableState, PERIOD_DAYS, SCENARIOS};
+
+/// Rows of the untimed warm-up table (at least 50 per tenant).
+fn warmup_rows(args: &Args) -> u64 {
+    1000.max(50 * u64::from(args.tenants))
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Command-line arguments.
+#[derive(Debug, Parser)]
+#[command(
+    name = "cohort-bench",
+    about = "Cohort sweep throughput against a hand-written batched SQL baseline"
+)]
+struct Args {
+    /// Rows seeded per table (all tenants together).
+    #[arg(long, default_value_t = 200_000, value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
+    rows: u64,
+    /// Rows per batch, for Cohort (`sweep_batch_size`) and the baseline alike.
+    #[arg(long, default_value_t = 5000, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    batch: u32,
+    /// Tenants the rows are spread over; the first one is swept.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    tenants: u32,
+    /// Print the results as one JSON document instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args = Args::parse();
+    let db = match cohort_pgtemp::fresh_empty_database().await {
+        Ok(db) => db,
+        Err(e) => {
+            eprintln!("cohort-bench: cannot get a database: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let outcome = bench(&args, &db).await;
+    let external = cohort_pgtemp::test_cluster()
+        .await
+        .map(|c| c.is_external())
+        .unwrap_or(false);
+    if external {
+        // Do not leave a large database behind on someone else's server.
+        if let Err(e) = db.drop_database().await {
+            eprintln!("cohort-bench: dropping the benchmark database failed: {e}");
+        }
+    }
+    match outcome {
+        Ok(report) => {
+            if args.json {
+                println!("{}", report.to_json());
+            } else {
+                print!("{}", report.to_table());
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("cohort-bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn bench(args: &Args, db: &TestDatabase) -> Result<Report, BoxError> {
+    let pool = db.pool();
+    cohort::schema::migrate(&mut *pool.acquire().await?, "public").await?;
+    let server_version: String = sqlx::query_scalar("SHOW server_version")
+        .fetch_one(pool)
+        .await?;
+
+    let tenants: Vec<Uuid> = (0..args.tenants).map(|_| Uuid::new_v4()).collect();
+    let now = Utc::now().trunc_subsecs(0);
+    let seed = Seed {
+        tenants: &tenants,
+        now,
+        cutoff: now - TimeDelta::days(PERIOD_DAYS),
+    };
+    // Cohort's own pool: a sweep uses one connection, so the warm-up's
+    // prepared statements are reused by the timed sweep.
+    let cohort_pool = PgPoolOptions::new()
+        .max_connections(2)
+        .connect_with(db.connect_options())
+        .await?;
+    let mut baseline_conn = db.connect().await?;
+
+    let mut measurements = Vec::new();
+    for scenario in &SCENARIOS {
+        eprintln!("cohort-bench: {} ...", scenario.label);
+        let m = measure(
+            args,
+            pool,
+            &cohort_pool,
+            &mut baseline_conn,
+            scenario,
+            &seed,
+        )
+        .await?;
+        eprintln!(
+            "cohort-bench: {}: {} rows, Cohort {:.3} s, baseline {:.3} s",
+            m.label, m.affected, m.cohort_seconds, m.baseline_seconds
+        );
+        measurements.push(m);
+    }
+    cohort_pool.close().await;
+    let _ = sqlx::Connection::close(baseline_conn).await;
+
+    Ok(Report {
+        parameters: Parameters {
+            rows: args.rows,
+            batch: args.batch,
+            tenants: args.tenants,
+            server_version,
+            swept_tenant: seed.tenant(),
+            now,
+            cutoff: seed.cutoff,
+        },
+        measurements,
+    })
+}
+
+/// Checks a condition of the comparison; a mismatch fails the run.
+fn ensure(ok: bool, what: impl FnOnce() -> String) -> Result<(), BoxError> {
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("verification failed: {}", what()).into())
+    }
+}
+
+/// Sweeps the swept tenant with Cohort and checks the run is a clean
+/// success; returns (affected, held). The cutoff is not read from the
+/// result: `verify` proves it matched, since the anchors are spread
+/// continuously and any other cutoff would change different rows.
+async fn cohort_sweep(
+    cohort: &Cohort,
+    scenario: &Scenario,
+    seed: &Seed<'_>,
+) -> Result<(u64, u64), BoxError> {
+    let result = cohort
+        .sweep(SweepRequest::tenanted(
+            seed.tenant().to_string(),
+            seed.now.fixed_offset(),
+        ))
+        .await?;
+    ensure(
+        result.status == RunStatus::Succeeded && result.failures.is_empty(),
+        || {
+            format!(
+                "{}: Cohort sweep did not succeed: {result:?}",
+                scenario.label
+            )
+        },
+    )?;
+    let outcome = result
+        .entities
+        .first()
+        .ok_or_else(|| format!("{}: Cohort swept no entity", scenario.label))?;
+    Ok((result.affected(), outcome.held))
+}
+
+async fn measure(
+    args: &Args,
+    pool: &PgPool,
+    cohort_pool: &PgPool,
+    baseline_conn: &mut sqlx::PgConnection,
+    scenario: &Scenario,
+    seed: &Seed<'_>,
+) -> Result<Measurement, BoxError> {
+    let label = scenario.label;
+
+    // Cohort: build (validation) and warm up on a small table, then time one sweep.
+    scenario.seed(pool, seed, warmup_rows(args)).await?;
+    let config = CohortConfig {
+        sweep_batch_size: args.batch,
+        ..CohortConfig::default()
+    };
+    let cohort = Cohort::builder(cohort_pool.clone())
+        .config(config)
+        .rules(scenario.rules()?)
+        .declaration(scenario.declaration())
+        .build()
+        .await?;
+    let (warm, _) = cohort_sweep(&cohort, scenario, seed).await?;
+    ensure(warm > 0, || {
+        format!("{label}: the Cohort warm-up changed nothing")
+    })?;
+
+    scenario.seed(pool, seed, args.rows).await?;
+    let before = scenario.state(pool, seed).await?;
+    let started = Instant::now();
+    let (cohort_affected, cohort_held) = cohort_sweep(&cohort, scenario, seed).await?;
+    let cohort_seconds = started.elapsed().as_secs_f64();
+    let cohort_after = scenario.state(pool, seed).await?;
+
+    // Baseline: the same, on an identical table.
+    scenario.seed(pool, seed, warmup_rows(args)).await?;
+    let warm = baseline::run(
+        baseline_conn,
+        scenario,
+        seed.tenant(),
+        seed.cutoff,
+        args.batch,
+    )
+    .await?;
+    ensure(warm > 0, || {
+        format!("{label}: the baseline warm-up changed nothing")
+    })?;
+
+    scenario.seed(pool, seed, args.rows).await?;
+    let baseline_before = scenario.state(pool, seed).await?;
+    let started = Instant::now();
+    let baseline_affected = baseline::run(
+        baseline_conn,
+        scenario,
+        seed.tenant(),
+        seed.cutoff,
+        args.batch,
+    )
+    .await?;
+    let baseline_seconds = started.elapsed().as_secs_f64();
+    let baseline_after = scenario.state(pool, seed).await?;
+
+    verify(
+        scenario,
+        &before,
+        &baseline_before,
+        (cohort_affected, cohort_held, &cohort_after),
+        (baseline_affected, &baseline_after),
+    )?;
+
+    Ok(Measurement {
+        label,
+        affected: cohort_affected,
+        held: cohort_held,
+        tenant_rows: before.tenant_rows as u64,
+        cohort_seconds,
+        baseline_seconds,
+    })
+}
+
+/// Both runs started from the same state and did the same thing.
+fn verify(
+    scenario: &Scenario,
+    before: &TableState,
+    baseline_before: &TableState,
+    (cohort_affected, cohort_held, cohort_after): (u64, u64, &TableState),
+    (baseline_affected, baseline_after): (u64, &TableState),
+) -> Result<(), BoxError> {
+    let label = scenario.label;
+    ensure(before == baseline_before, || {
+        format!("{label}: the seeded tables differ: {before:?} vs {baseline_before:?}")
+    })?;
+    ensure(before.eligible > 0, || {
+        format!("{label}: nothing eligible to sweep: {before:?}")
+    })?;
+    let expected = before.eligible as u64;
+    ensure(
+        cohort_affected == expected && baseline_affected == expected,
+        || {
+            format!(
+                "{label}: rows affected differ: expected {expected}, Cohort {cohort_affected}, \
+                 baseline {baseline_affected}"
+            )
+        },
+    )?;
+    ensure(cohort_after == baseline_after, || {
+        format!(
+            "{label}: remaining rows differ: Cohort {cohort_after:?}, baseline {baseline_after:?}"
+        )
+    })?;
+    ensure(
+        cohort_after.eligible == 0 && cohort_after.held == before.held,
+        || format!("{label}: work left or holds not respected: {cohort_after:?}"),
+    )?;
+    ensure(cohort_held == before.held as u64, || {
+        format!(
+            "{label}: Cohort reported {cohort_held} held rows, the table has {}",
+            before.held
+        )
+    })?;
+    let expected_total = match scenario.strategy {
+        cohort::Strategy::Purge => before.total - before.eligible,
+        _ => before.total,
+    };
+    ensure(
+        cohort_after.total == expected_total
+            && cohort_after.not_done == before.not_done - before.eligible,
+        || format!("{label}: unexpected remaining rows {cohort_after:?} from {before:?}"),
+    )?;
+    if scenario.strategy != cohort::Strategy::Purge {
+        ensure(cohort_after.done_consistent == before.eligible, || {
+            format!("{label}: processed rows not in the expected state: {cohort_after:?}")
+        })?;
+    }
+    Ok(())
+}

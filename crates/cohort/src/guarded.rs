@@ -1,0 +1,182 @@
+//! Guarded deletion: the application's own deletes, made safe against
+//! legal holds.
+//!
+//! Give the entity, the tenant and every record id about to be deleted.
+//! Cohort canonicalises the ids, opens its own transaction, locks the target
+//! rows `FOR UPDATE` in key order (the lock that conflicts with hold
+//! creation's `FOR KEY SHARE` and with the sweep's batches), then checks for
+//! active holds in a new statement. If any target is held, the transaction
+//! is rolled back and [`Guarded::Protected`] names the held ids; the
+//! callback is not called. Otherwise the callback runs on the same
+//! transaction: success commits, an error rolls back and is returned as
+//! [`Error::Callback`]. A hold created concurrently either commits first
+//! (and the deletion is refused) or waits for the deletion to commit (and
+//! then finds the row gone).
+
+use std::future::Future;
+use std::pin::Pin;
+
+use sqlx::{Acquire, PgConnection, Row};
+use uuid::Uuid;
+
+use crate::cohort::Cohort;
+use crate::error::{Error, Result};
+use crate::sql::{bind_array, KeyValue};
+
+/// The error type callbacks return.
+pub type CallbackError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The future a callback returns, borrowing Cohort's transaction.
+pub type CallbackFuture<'c, T> =
+    Pin<Box<dyn Future<Output = std::result::Result<T, CallbackError>> + Send + 'c>>;
+
+/// What the application is about to delete.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GuardedDeletion {
+    /// The retained entity's durable id.
+    pub entity_id: Uuid,
+    /// The tenant owning every target (`None` for tenantless entities).
+    pub tenant: Option<String>,
+    /// Every record id about to be deleted.
+    pub record_ids: Vec<String>,
+}
+
+impl GuardedDeletion {
+    /// A deletion of `record_ids` of the entity.
+    pub fn new(entity_id: Uuid, record_ids: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        Self {
+            entity_id,
+            tenant: None,
+            record_ids: record_ids.into_iter().map(Into::into).collect(),
+        }
+    }
+
+    /// Sets the owning tenant.
+    pub fn tenant(mut self, tenant: impl Into<String>) -> Self {
+        self.tenant = Some(tenant.into());
+        self
+    }
+}
+
+/// The outcome of a guarded deletion.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use]
+pub enum Guarded<T> {
+    /// No target was held; the callback ran and its transaction committed.
+    Completed(T),
+    /// Some targets are held (canonical ids); nothing ran, nothing changed.
+    Protected {
+        /// The held record ids.
+        held: Vec<String>,
+    },
+}
+
+pub(crate) async fn delete<T, F>(
+    cohort: &Cohort,
+    req: GuardedDeletion,
+    callback: F,
+) -> Result<Guarded<T>>
+where
+    F: for<'c> FnOnce(&'c mut PgConnection) -> CallbackFuture<'c, T>,
+{
+    let ready = cohort.prepared().await?;
+    let entity = ready.model.entity(req.entity_id).ok_or_else(|| {
+        Error::InvalidInput(format!(
+            "{} is not the id of a registered retained entity",
+            req.entity_id
+        ))
+    })?;
+    let facts = &ready.model.facts[&entity.id];
+    if req.record_ids.is_empty() {
+        return Err(Error::InvalidInput(
+            "a guarded deletion needs at least one record id".into(),
+        ));
+    }
+    let mut keys: Vec<KeyValue> = req
+        .record_ids
+        .iter()
+        .map(|r| {
+            facts
+                .record
+                .parse(r)
+                .map_err(|m| Error::InvalidInput(format!("record id for {}: {m}", entity.name)))
+        })
+        .collect::<Result<_>>()?;
+    keys.sort();
+    keys.dedup();
+    let tenant = match (facts.tenant, req.tenant.as_deref()) {
+        (Some(ty), Some(t)) => Some(
+            ty.parse(t)
+                .map_err(|m| Error::InvalidInput(format!("tenant for {}: {m}", entity.name)))?
+                .canonical(),
+        ),
+        (Some(_), None) => {
+            return Err(Error::InvalidInput(format!(
+                "{} is tenant-scoped: give the tenant",
+                entity.name
+            )))
+        }
+        (None, Some(_)) => {
+            return Err(Error::InvalidInput(format!(
+                "{} is tenantless: do not give a tenant",
+                entity.name
+            )))
+        }
+        (None, None) => None,
+    };
+
+    let mut conn = cohort.inner().pool.acquire().await?;
+    let mut tx = conn.begin().await?;
+    let plan = &ready.plans[&entity.id];
+    let rows = bind_array(sqlx::query(plan.guard_lock.sql()), facts.record, &keys)
+        .fetch_all(&mut *tx)
+        .await?;
+    let mut found = Vec::with_capacity(rows.len());
+    for row in &rows {
+        let record: String = row.try_get("record")?;
+        let owner: Option<String> = row.try_get("tenant")?;
+        if owner != tenant {
+            return Err(Error::InvalidInput(format!(
+                "record {record} of {} does not belong to tenant {}",
+                entity.name,
+                tenant.as_deref().unwrap_or("(none)")
+            )));
+        }
+        found.push(record);
+    }
+    let missing: Vec<String> = keys
+        .iter()
+        .map(KeyValue::canonical)
+        .filter(|k| !found.contains(k))
+        .collect();
+    if !missing.is_empty() {
+        return Err(Error::InvalidInput(format!(
+            "records of {} do not exist: {}",
+            entity.name,
+            missing.join(", ")
+        )));
+    }
+    // A new statement, after the locks: sees every hold committed before them.
+    let held: Vec<String> = sqlx::query_scalar(ready.ledger.held_records.sql())
+        .bind(entity.id)
+        .bind(&found)
+        .bind(tenant.as_deref())
+        .fetch_all(&mut *tx)
+        .await?;
+    if !held.is_empty() {
+        tx.rollback().await?;
+        return Ok(Guarded::Protected { held });
+    }
+    match callback(&mut tx).await {
+        Ok(value) => {
+            tx.commit().await?;
+            Ok(Guarded::Completed(value))
+        }
+        Err(e) => {
+            if let Err(rollback) = tx.rollback().await {
+                tracing::warn!(error = %rollback, "rolling back after a failed guarded-deletion callback failed");
+            }
+            Err(Error::Callback(e))
+        }
+    }
+}
