@@ -389,6 +389,37 @@ pub(crate) async fn sweep(
     exit_for(results.iter().map(|r| r.status))
 }
 
+pub(crate) async fn erase(
+    cohort: &Cohort,
+    json: bool,
+    tenant: &str,
+    scope: cohort::erasure::ErasureScope,
+    now: Option<&str>,
+    dry_run: bool,
+) -> Result<(), Failure> {
+    let now = parse_time(now, "--now")?;
+    let cancel = CancellationToken::new();
+    let on_signal = cancel.clone();
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            on_signal.cancel();
+        }
+    });
+    let result = cohort
+        .erase(
+            cohort::erasure::ErasureRequest::tenanted(tenant, scope, now)
+                .dry_run(dry_run)
+                .cancellation(cancel),
+        )
+        .await?;
+    if json {
+        print_json(&serde_json::to_value(&result).expect("result serialises"));
+    } else {
+        print_result(&result);
+    }
+    exit_for([result.status])
+}
+
 fn hold_rows(holds: &[Hold]) -> Vec<Vec<String>> {
     holds
         .iter()

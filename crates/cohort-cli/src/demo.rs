@@ -5,6 +5,7 @@
 use std::time::Instant;
 
 use chrono::Utc;
+use cohort::erasure::{ErasureRequest, ErasureScope};
 use cohort::holds::HoldRequest;
 use cohort::policy::PolicyFile;
 use cohort::rules::{ResolutionContext, TenantContext};
@@ -143,6 +144,7 @@ VALUES
  ('11111111-1111-1111-1111-111111111111', now() - interval '120 days', 'ada@example.com', 'Ada Lovelace', '+44 20 7946 0001', 'REF-1001', 'aaaaaaaa-0000-0000-0000-000000000001', NULL),
  ('11111111-1111-1111-1111-111111111111', now() - interval '10 days', 'ada@example.com', 'Ada Lovelace', '+44 20 7946 0001', 'REF-1002', 'aaaaaaaa-0000-0000-0000-000000000001', NULL),
  ('11111111-1111-1111-1111-111111111111', now() - interval '200 days', 'alan@example.com', 'Alan Turing', '+44 20 7946 0002', 'REF-1003', 'aaaaaaaa-0000-0000-0000-000000000002', 'aaaaaaaa-0000-0000-0000-000000000001'),
+ ('11111111-1111-1111-1111-111111111111', now() - interval '30 days', 'ada@example.com', 'Ada Lovelace', '+44 20 7946 0001', 'REF-1004', 'aaaaaaaa-0000-0000-0000-000000000001', NULL),
  ('22222222-2222-2222-2222-222222222222', now() - interval '120 days', 'grace@example.com', 'Grace Hopper', '+1 555 0100', 'REF-2001', 'aaaaaaaa-0000-0000-0000-000000000001', NULL);
 
 INSERT INTO app.tickets (tenant_id, closed_at, requester_id, subject)
@@ -383,6 +385,39 @@ pub(crate) async fn run(json: bool) -> Result<(), Failure> {
     .fetch_all(&mut conn)
     .await
     .map_err(|e| Failure::Run(e.into()))?;
+    // 11. Right to erasure for Ada in tenant 1; one of her rows is under a legal hold.
+    let ada = "aaaaaaaa-0000-0000-0000-000000000001";
+    let held_contact: i64 =
+        sqlx::query_scalar("SELECT id FROM app.case_contacts WHERE reference = 'REF-1004'")
+            .fetch_one(&mut conn)
+            .await
+            .map_err(|e| Failure::Run(e.into()))?;
+    cohort
+        .create_hold(
+            HoldRequest::new(
+                model.find_entity("CaseContact").expect("demo entity").id,
+                held_contact.to_string(),
+                "Subject access dispute - keep until resolved",
+            )
+            .tenant(&uk.id),
+        )
+        .await?;
+    let erasure = cohort
+        .erase(ErasureRequest::tenanted(
+            &uk.id,
+            ErasureScope::new(ada).allow_soft_delete(true),
+            now_fixed,
+        ))
+        .await?;
+    let ada_rows: Vec<(String, String, bool)> = sqlx::query_as(
+        "SELECT left(tenant_id::text, 8), left(reference, 12), anonymised_at IS NOT NULL FROM app.case_contacts \
+         WHERE user_id = $1::uuid OR delegate_user_id = $1::uuid ORDER BY tenant_id, id",
+    )
+    .bind(ada)
+    .fetch_all(&mut conn)
+    .await
+    .map_err(|e| Failure::Run(e.into()))?;
+
     if json {
         println!(
             "{}",
@@ -397,6 +432,7 @@ pub(crate) async fn run(json: bool) -> Result<(), Failure> {
                 "rows_before": before,
                 "rows_after": after,
                 "held_row_kept": still_there == 1,
+                "erasure": erasure,
             }))
             .expect("JSON values serialise")
         );
@@ -446,7 +482,32 @@ pub(crate) async fn run(json: bool) -> Result<(), Failure> {
                 &rows
             )
         );
-        println!("\nOn your own database: write a cohort.toml like the demo's (see the README), then run\n`cohort migrate`, `cohort validate`, `cohort preview --tenant T` and `cohort sweep --tenant T`.");
+        println!(
+            "\n11. Erasure request for Ada (user {}) in tenant {}: run {} {}. Her contact row under a legal hold\n    stays, her tickets are kept by their 14-day legal minimum, and her row in tenant 22222222 is\n    out of scope.\n",
+            short(ada),
+            short(&uk.id),
+            short(&erasure.run_id.to_string()),
+            erasure.status.as_str()
+        );
+        println!(
+            "{}",
+            output::table(&OUTCOME, &outcome_rows(&erasure.entities))
+        );
+        let rows: Vec<Vec<String>> = ada_rows
+            .iter()
+            .map(|r| {
+                vec![
+                    r.0.clone(),
+                    r.1.clone(),
+                    if r.2 { "anonymised" } else { "intact" }.to_string(),
+                ]
+            })
+            .collect();
+        println!(
+            "\n{}",
+            output::table(&["TENANT", "CONTACT", "STATE"], &rows)
+        );
+        println!("\nOn your own database: write a cohort.toml like the demo's (see the README), then run\n`cohort migrate`, `cohort validate`, `cohort preview --tenant T`, `cohort sweep --tenant T`\nand `cohort erase --tenant T --subject S`.");
     }
     drop(conn);
     cohort.pool().close().await;

@@ -64,6 +64,27 @@ enum Command {
         #[arg(long)]
         dry_run: bool,
     },
+    /// Erase one data subject's rows in a tenant (right to erasure).
+    Erase {
+        /// The tenant.
+        #[arg(long)]
+        tenant: String,
+        /// The subject id (compared exactly with each subject column, in its type).
+        #[arg(long)]
+        subject: String,
+        /// Only subject columns of this kind.
+        #[arg(long)]
+        kind: Option<String>,
+        /// Accept soft deletion as erasure for categories that soft-delete.
+        #[arg(long)]
+        allow_soft_delete: bool,
+        /// Count and audit without changing rows.
+        #[arg(long)]
+        dry_run: bool,
+        /// Logical time (RFC 3339; default now).
+        #[arg(long)]
+        now: Option<String>,
+    },
     /// Legal holds.
     #[command(subcommand)]
     Holds(commands::HoldsCommand),
@@ -167,6 +188,22 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         } => {
             let (cohort, policy) = open(&cli).await?;
             commands::sweep(&cohort, &policy, cli.json, scope, now.as_deref(), *dry_run).await
+        }
+        Command::Erase {
+            tenant,
+            subject,
+            kind,
+            allow_soft_delete,
+            dry_run,
+            now,
+        } => {
+            let (cohort, _) = open(&cli).await?;
+            let mut scope =
+                cohort::erasure::ErasureScope::new(subject).allow_soft_delete(*allow_soft_delete);
+            if let Some(k) = kind {
+                scope = scope.kind(k);
+            }
+            commands::erase(&cohort, cli.json, tenant, scope, now.as_deref(), *dry_run).await
         }
         Command::Holds(cmd) => {
             let (cohort, _) = open(&cli).await?;

@@ -661,3 +661,107 @@ async fn sweep_exit_codes_follow_the_contract() {
         ]
     );
 }
+
+#[tokio::test]
+async fn erase_follows_the_cli_contract() {
+    let (db, dir) = setup().await;
+    sqlx::raw_sql(ROWS).execute(db.pool()).await.unwrap();
+    let dir = dir.path();
+    let url = Some(db.url());
+    assert_eq!(cohort(dir, &["migrate"], url).status.code(), Some(0));
+    let subject: String =
+        sqlx::query_scalar("SELECT user_id::text FROM app.case_contacts WHERE id = 1")
+            .fetch_one(db.pool())
+            .await
+            .unwrap();
+    let dry = cohort(
+        dir,
+        &[
+            "--json",
+            "erase",
+            "--tenant",
+            "11111111-1111-1111-1111-111111111111",
+            "--subject",
+            &subject,
+            "--dry-run",
+            "--now",
+            NOW,
+        ],
+        url,
+    );
+    assert_eq!(
+        dry.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&dry.stderr)
+    );
+    let dry = json(&dry);
+    assert_eq!(
+        (dry["kind"].as_str(), dry["dry_run"].as_bool()),
+        (Some("erasure"), Some(true))
+    );
+    assert_eq!(dry["entities"][0]["affected"].as_u64(), Some(1));
+    assert_eq!(
+        sqlx::query_scalar::<_, i64>(
+            "SELECT count(*) FROM app.case_contacts WHERE anonymised_at IS NOT NULL"
+        )
+        .fetch_one(db.pool())
+        .await
+        .unwrap(),
+        0
+    );
+    let live = json(&cohort(
+        dir,
+        &[
+            "--json",
+            "erase",
+            "--tenant",
+            "11111111-1111-1111-1111-111111111111",
+            "--subject",
+            &subject,
+            "--now",
+            NOW,
+        ],
+        url,
+    ));
+    assert_eq!(
+        (
+            live["status"].as_str(),
+            live["entities"][0]["affected"].as_u64()
+        ),
+        (Some("succeeded"), Some(1))
+    );
+    assert!(
+        live["entities"][0]["cutoff"].is_null(),
+        "no legal minimum: no anchor limit"
+    );
+    assert_eq!(
+        sqlx::query_scalar::<_, i64>(
+            "SELECT count(*) FROM app.case_contacts WHERE anonymised_at IS NOT NULL AND id = 1"
+        )
+        .fetch_one(db.pool())
+        .await
+        .unwrap(),
+        1
+    );
+    // A subject no column can hold is bad input.
+    let bad = cohort(
+        dir,
+        &[
+            "erase",
+            "--tenant",
+            "11111111-1111-1111-1111-111111111111",
+            "--subject",
+            "not-a-uuid",
+        ],
+        url,
+    );
+    assert_eq!(bad.status.code(), Some(2));
+    assert_eq!(
+        cohort(dir, &["erase", "--subject", &subject], url)
+            .status
+            .code(),
+        Some(2),
+        "--tenant is required"
+    );
+}
