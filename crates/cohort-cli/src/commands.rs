@@ -391,6 +391,7 @@ pub(crate) async fn sweep(
 
 pub(crate) async fn erase(
     cohort: &Cohort,
+    policy: &PolicyFile,
     json: bool,
     tenant: &str,
     scope: cohort::erasure::ErasureScope,
@@ -405,13 +406,13 @@ pub(crate) async fn erase(
             on_signal.cancel();
         }
     });
-    let result = cohort
-        .erase(
-            cohort::erasure::ErasureRequest::tenanted(tenant, scope, now)
-                .dry_run(dry_run)
-                .cancellation(cancel),
-        )
-        .await?;
+    let mut req = cohort::erasure::ErasureRequest::tenanted(tenant, scope, now)
+        .dry_run(dry_run)
+        .cancellation(cancel);
+    if let Some(j) = jurisdiction_of(&policy.tenants, tenant) {
+        req = req.jurisdiction(j);
+    }
+    let result = cohort.erase(req).await?;
     if json {
         print_json(&serde_json::to_value(&result).expect("result serialises"));
     } else {

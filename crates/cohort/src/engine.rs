@@ -17,7 +17,7 @@ use chrono::{DateTime, Utc};
 use sqlx::pool::PoolConnection;
 use sqlx::postgres::PgArguments;
 use sqlx::query::Query;
-use sqlx::{Acquire, PgConnection, Postgres, Row};
+use sqlx::{PgConnection, Postgres, Row};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -386,7 +386,7 @@ pub(crate) async fn execute(
         .bind(format!("cohort.run:{run_id}"))
         .execute(&mut *conn)
         .await?;
-    let started_at: DateTime<Utc> = sqlx::query(ready.ledger.insert_run.sql())
+    let started = sqlx::query(ready.ledger.insert_run.sql())
         .bind(run_id)
         .bind(spec.kind.as_str())
         .bind(spec.trigger.as_str())
@@ -394,8 +394,15 @@ pub(crate) async fn execute(
         .bind(spec.tenant.as_deref())
         .bind(spec.now)
         .fetch_one(&mut *conn)
-        .await?
-        .try_get("started_at")?;
+        .await
+        .and_then(|row| row.try_get::<DateTime<Utc>, _>("started_at"));
+    let started_at = match started {
+        Ok(at) => at,
+        Err(e) => {
+            release_run_lock(conn, run_id).await;
+            return Err(e.into());
+        }
+    };
     inner.observers.emit(AuditEvent::Started {
         run_id,
         kind: spec.kind,
@@ -446,17 +453,17 @@ pub(crate) async fn execute(
     if status == RunStatus::Succeeded && !failures.is_empty() {
         status = RunStatus::PartiallyFailed;
     }
-    let error = run_error.or_else(|| {
-        (!failures.is_empty()).then(|| {
-            failures
-                .iter()
-                .map(|f| format!("entity {}: {}", f.entity_id, f.error))
-                .collect::<Vec<_>>()
-                .join("; ")
-        })
-    });
-    let settled_at = settle(cohort, ready, &mut conn, run_id, status, error.as_deref()).await?;
+    // Entity failures first ("entity <id>: <diagnostic>", read back by
+    // `runs show`), then the run-level failure, if any.
+    let mut parts: Vec<String> = failures
+        .iter()
+        .map(|f| format!("entity {}: {}", f.entity_id, f.error))
+        .collect();
+    parts.extend(run_error.map(|e| format!("run: {e}")));
+    let error = (!parts.is_empty()).then(|| parts.join("; "));
+    let settled = settle(cohort, ready, &mut conn, run_id, status, error.as_deref()).await;
     release_run_lock(conn, run_id).await;
+    let settled_at = settled?;
     inner.observers.emit(AuditEvent::Settled { run_id, status });
     Ok(SweepResult {
         run_id,
@@ -573,7 +580,9 @@ async fn batches(
         if cancel.is_cancelled() {
             return Err(Stop::Cancelled);
         }
-        let mut tx = conn.begin().await.map_err(stop_from)?;
+        let mut tx = sqlx::Connection::begin_with(&mut *conn, crate::sql::READ_COMMITTED)
+            .await
+            .map_err(stop_from)?;
         let keys: Vec<KeyValue> =
             bind_all(sqlx::query(work.lock.sql()).bind(e.id), &work.lock_args)
                 .fetch_all(&mut *tx)

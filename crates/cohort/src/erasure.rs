@@ -62,6 +62,7 @@ impl ErasureScope {
 #[derive(Debug, Clone)]
 pub struct ErasureRequest {
     tenant: Option<String>,
+    jurisdiction: Option<String>,
     scope: ErasureScope,
     now: DateTime<Utc>,
     dry_run: bool,
@@ -86,6 +87,7 @@ impl ErasureRequest {
     fn new(tenant: Option<String>, scope: ErasureScope, now: DateTime<FixedOffset>) -> Self {
         Self {
             tenant,
+            jurisdiction: None,
             scope,
             now: now.with_timezone(&Utc),
             dry_run: false,
@@ -96,6 +98,13 @@ impl ErasureRequest {
     /// Counts what would be erased and writes the audit trail, changing no row.
     pub fn dry_run(mut self, dry_run: bool) -> Self {
         self.dry_run = dry_run;
+        self
+    }
+
+    /// The tenant's jurisdiction, passed to the rule provider (overrides by
+    /// jurisdiction can raise the legal minimum or change the strategy).
+    pub fn jurisdiction(mut self, jurisdiction: impl Into<String>) -> Self {
+        self.jurisdiction = Some(jurisdiction.into());
         self
     }
 
@@ -138,7 +147,16 @@ pub(crate) async fn erase(cohort: &Cohort, req: ErasureRequest) -> Result<SweepR
             continue;
         }
         any_column = true;
-        let rule = match rule_for(cohort, &ready, e, pass.tenant.as_deref(), None, req.now).await {
+        let rule = match rule_for(
+            cohort,
+            &ready,
+            e,
+            pass.tenant.as_deref(),
+            req.jurisdiction.as_deref(),
+            req.now,
+        )
+        .await
+        {
             Ok(rule) => rule,
             Err(d) => {
                 works.push(Err(failure(e.id, &e.name, &d)));

@@ -16,7 +16,7 @@
 use std::future::Future;
 use std::pin::Pin;
 
-use sqlx::{Acquire, PgConnection, Row};
+use sqlx::{PgConnection, Row};
 use uuid::Uuid;
 
 use crate::cohort::Cohort;
@@ -126,7 +126,7 @@ where
     };
 
     let mut conn = cohort.inner().pool.acquire().await?;
-    let mut tx = conn.begin().await?;
+    let mut tx = sqlx::Connection::begin_with(&mut *conn, crate::sql::READ_COMMITTED).await?;
     let plan = &ready.plans[&entity.id];
     let rows = bind_array(sqlx::query(plan.guard_lock.sql()), facts.record, &keys)
         .fetch_all(&mut *tx)

@@ -14,7 +14,7 @@
 
 use chrono::{DateTime, FixedOffset, Utc};
 use sqlx::postgres::PgRow;
-use sqlx::{Acquire, Row};
+use sqlx::Row;
 use uuid::Uuid;
 
 use crate::cohort::Cohort;
@@ -177,7 +177,7 @@ pub(crate) async fn create(cohort: &Cohort, req: HoldRequest) -> Result<Hold> {
     };
 
     let mut conn = cohort.inner().pool.acquire().await?;
-    let mut tx = conn.begin().await?;
+    let mut tx = sqlx::Connection::begin_with(&mut *conn, crate::sql::READ_COMMITTED).await?;
     let plan = &ready.plans[&entity.id];
     let row = record
         .bind(sqlx::query(plan.lock_target.sql()))
@@ -207,10 +207,16 @@ pub(crate) async fn create(cohort: &Cohort, req: HoldRequest) -> Result<Hold> {
         .bind(req.reason.trim())
         .bind(req.created_at)
         .bind(req.expires_at)
-        .fetch_one(&mut *tx)
+        .fetch_optional(&mut *tx)
         .await;
     let row = match inserted {
-        Ok(row) => row,
+        Ok(Some(row)) => row,
+        Ok(None) => {
+            return Err(Error::InvalidInput(
+                "the hold's expiry is already past by the database clock; it would protect nothing"
+                    .into(),
+            ));
+        }
         Err(e) if e.as_database_error().and_then(|d| d.code()).as_deref() == Some("23505") => {
             return Err(Error::InvalidInput(format!(
                 "a hold with id {} already exists",

@@ -136,6 +136,25 @@ async fn two_sweeps_with_5000_row_batches_on_a_default_server_never_double_count
 #[tokio::test]
 async fn hold_creation_racing_two_sweeps_never_loses_a_protected_row() {
     let db = engine_db().await;
+    race_holds_against_sweeps(&db).await;
+}
+
+#[tokio::test]
+async fn hold_races_are_safe_even_when_the_database_defaults_to_repeatable_read() {
+    let db = engine_db().await;
+    // Cohort must not inherit this: its re-check needs a fresh snapshot per statement.
+    exec(
+        db.pool(),
+        &format!(
+            "ALTER DATABASE \"{}\" SET default_transaction_isolation = 'repeatable read'",
+            db.name()
+        ),
+    )
+    .await;
+    race_holds_against_sweeps(&db).await;
+}
+
+async fn race_holds_against_sweeps(db: &cohort_pgtemp::TestDatabase) {
     exec(db.pool(), &BULK.replace("$N", "1500")).await;
     // Targets: every 5th bulk row of each entity.
     let notes: Vec<Uuid> = sqlx::query_scalar("SELECT id FROM app.notes WHERE body LIKE 'bulk:%' AND split_part(body, ':', 2)::int % 5 = 0")
@@ -161,9 +180,9 @@ async fn hold_creation_racing_two_sweeps_never_loses_a_protected_row() {
     targets.sort_by_key(|(_, _, r)| r.chars().rev().collect::<String>());
 
     let (a, b, h) = (
-        engine(&db, 50).await,
-        engine(&db, 50).await,
-        engine(&db, 50).await,
+        engine(db, 50).await,
+        engine(db, 50).await,
+        engine(db, 50).await,
     );
     let holder = async {
         let mut protected: BTreeMap<String, String> = BTreeMap::new();

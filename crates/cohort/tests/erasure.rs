@@ -492,3 +492,41 @@ async fn bad_erasure_requests_are_refused_before_anything_is_written() {
         5
     );
 }
+
+#[tokio::test]
+async fn jurisdiction_overrides_apply_to_erasure() {
+    let db = migrated_db().await;
+    exec(db.pool(), TABLES).await;
+    // Accounts in the UK keep a one-year legal minimum; elsewhere none.
+    let rules = StaticRuleProvider::builder()
+        .category_with(
+            "accounts",
+            RetentionRule::new(days(30), Strategy::Purge),
+            vec![cohort::rules::RuleOverride {
+                tenant: None,
+                jurisdiction: Some("UK".into()),
+                rule: RetentionRule::new(days(30), Strategy::Purge).with_legal_min(days(365)),
+            }],
+            None,
+        )
+        .build()
+        .unwrap();
+    let cohort = Cohort::builder(db.pool().clone())
+        .rules(rules)
+        .declaration(entities().remove(0))
+        .build()
+        .await
+        .unwrap();
+    let uk = cohort.erase(request(S).jurisdiction("UK")).await.unwrap();
+    assert_eq!(
+        (uk.entities[0].affected, uk.entities[0].null_anchor),
+        (0, 1),
+        "the UK legal minimum blocks young and NULL rows"
+    );
+    assert_eq!(
+        count(db.pool(), "SELECT count(*) FROM app.accounts").await,
+        5
+    );
+    let elsewhere = cohort.erase(request(S)).await.unwrap();
+    assert_eq!(elsewhere.entities[0].affected, 3);
+}

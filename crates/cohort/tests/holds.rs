@@ -104,13 +104,27 @@ async fn holds_stop_protecting_at_expiry_or_release_judged_by_the_database_clock
     let active = note_id(db.pool(), TENANT_A, "past-cutoff").await;
     let long_ago = chrono::DateTime::parse_from_rfc3339("2020-01-01T00:00:00Z").unwrap();
     let just_gone = chrono::DateTime::parse_from_rfc3339("2021-01-01T00:00:00Z").unwrap();
-    cohort
+    // A hold placed long ago that has since expired (inserted as history: creating
+    // an already-expired hold through the API is refused).
+    let refused = cohort
         .create_hold(
             HoldRequest::new(id(NOTE_ID), expired.to_string(), "expired")
                 .tenant(TENANT_A)
                 .created_at(long_ago)
                 .expires_at(just_gone),
         )
+        .await;
+    assert!(
+        matches!(&refused, Err(Error::InvalidInput(m)) if m.contains("already past")),
+        "{refused:?}"
+    );
+    sqlx::query("INSERT INTO public.retention_hold (hold_id, retention_entity_id, record_id, tenant_id, reason, created_at, expires_at) VALUES (gen_random_uuid(), $1, $2, $3, 'expired', $4, $5)")
+        .bind(id(NOTE_ID))
+        .bind(expired.to_string())
+        .bind(TENANT_A)
+        .bind(long_ago)
+        .bind(just_gone)
+        .execute(db.pool())
         .await
         .unwrap();
     let r = cohort

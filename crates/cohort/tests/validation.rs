@@ -943,3 +943,33 @@ period = "90d"
     assert_eq!(a.tenant.as_deref(), Some("org"));
     assert!(a.declared_columns.is_some() && b.declared_columns.is_none());
 }
+
+#[tokio::test]
+async fn self_referencing_cascades_nullable_and_padded_keys_are_rejected() {
+    let db = migrated_db().await;
+    exec(
+        db.pool(),
+        "CREATE TABLE threads (id uuid PRIMARY KEY, tenant_id uuid, created_at timestamptz,
+            reply_to uuid REFERENCES threads (id) ON DELETE CASCADE);
+        CREATE TABLE nullable_keys (id uuid UNIQUE, tenant_id uuid, created_at timestamptz);
+        CREATE TABLE padded_keys (id char(8) PRIMARY KEY, tenant_id uuid, created_at timestamptz);",
+    )
+    .await;
+    expect_problems(&db, vec![note("threads")], &["threads"], &[
+        "Note: foreign key \"threads_reply_to_fkey\" on public.threads is ON DELETE CASCADE from public.threads (entity Note, which may be purged)",
+    ]).await;
+    expect_problems(
+        &db,
+        vec![note("nullable_keys")],
+        &["nullable_keys"],
+        &["record key column \"id\" allows NULL"],
+    )
+    .await;
+    expect_problems(
+        &db,
+        vec![note("padded_keys")],
+        &["padded_keys"],
+        &["record key column \"id\" is character(8)"],
+    )
+    .await;
+}

@@ -5,3 +5,10 @@ mod key;
 pub(crate) mod plan;
 
 pub(crate) use key::{bind_array, KeyType, KeyValue};
+
+/// Every Cohort transaction that relies on a later statement seeing rows
+/// committed after an earlier one (hold checks after row locks) runs in
+/// READ COMMITTED explicitly, whatever the role's or database's default
+/// isolation level: under REPEATABLE READ the re-check would reuse the
+/// first statement's snapshot and miss a hold committed in between.
+pub(crate) const READ_COMMITTED: &str = "BEGIN ISOLATION LEVEL READ COMMITTED";

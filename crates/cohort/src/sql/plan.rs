@@ -349,7 +349,8 @@ pub(crate) struct LedgerPlan {
     /// `$1` run, `$2` entity id, `$3` type, `$4` tenant, `$5` action, `$6` record ids (text[]).
     pub(crate) insert_details: SqlText,
     /// `$1` hold id, `$2` entity id, `$3` record id, `$4` tenant, `$5` reason,
-    /// `$6` created at, `$7` expires at. Returns the hold.
+    /// `$6` created at, `$7` expires at. Returns the hold; no row when
+    /// `expires_at` is already past by the database clock.
     pub(crate) insert_hold: SqlText,
     /// `$1` entity id or NULL, `$2` tenant or NULL, `$3` active only.
     pub(crate) list_holds: SqlText,
@@ -410,7 +411,8 @@ impl LedgerPlan {
             .table(&hold)
             .push(
                 " (hold_id, retention_entity_id, record_id, tenant_id, reason, created_at, expires_at) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING",
+                 SELECT $1, $2, $3, $4, $5, $6, $7 \
+                 WHERE $7::timestamptz IS NULL OR $7::timestamptz > pg_catalog.now() RETURNING",
             )
             .push(HOLD_COLUMNS);
         let mut list_holds = SqlText::new("SELECT");

@@ -238,10 +238,17 @@ pub(crate) fn check_entity(
                 col.name
             ));
         }
-        if !KEY_TYPES.contains(&col.type_name.as_str()) {
+        // char(n) is padded: its values would not compare equal to themselves as text.
+        if !KEY_TYPES.contains(&col.type_name.as_str()) || col.type_name == "bpchar" {
             problems.push(format!(
-                "record key column {:?} is {}; supported key types are uuid, integer types and text",
+                "record key column {:?} is {}; supported key types are uuid, integer types, text and varchar",
                 col.name, col.display_type
+            ));
+        }
+        if !col.not_null {
+            problems.push(format!(
+                "record key column {:?} allows NULL; a record key must be NOT NULL",
+                col.name
             ));
         }
     }
@@ -391,8 +398,9 @@ pub(crate) fn check_across(
                 continue;
             }
             for (parent, parent_table, caps) in entities {
+                // A self-reference counts too: purging a parent row would
+                // cascade into rows of the same entity, past holds and audit.
                 if parent_table.name == fk.references
-                    && parent_table.oid != child_table.oid
                     && caps.is_some_and(|c| c.allows(Strategy::Purge))
                 {
                     problems.push(Problem::entity(
