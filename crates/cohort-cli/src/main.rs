@@ -197,13 +197,22 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             dry_run,
             now,
         } => {
-            let (cohort, _) = open(&cli).await?;
+            let (cohort, policy) = open(&cli).await?;
             let mut scope =
                 cohort::erasure::ErasureScope::new(subject).allow_soft_delete(*allow_soft_delete);
             if let Some(k) = kind {
                 scope = scope.kind(k);
             }
-            commands::erase(&cohort, cli.json, tenant, scope, now.as_deref(), *dry_run).await
+            commands::erase(
+                &cohort,
+                &policy,
+                cli.json,
+                tenant,
+                scope,
+                now.as_deref(),
+                *dry_run,
+            )
+            .await
         }
         Command::Holds(cmd) => {
             let (cohort, _) = open(&cli).await?;
