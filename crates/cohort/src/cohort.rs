@@ -117,7 +117,11 @@ impl Cohort {
                     .iter()
                     .map(|e| {
                         let caps = &model.capabilities[&e.id];
-                        (e.id, EntityPlan::build(e, caps, &self.inner.config.schema))
+                        let blockers = &model.facts[&e.id].blocking_references;
+                        (
+                            e.id,
+                            EntityPlan::build(e, caps, blockers, &self.inner.config.schema),
+                        )
                     })
                     .collect();
                 Ok(Arc::new(Ready {

@@ -209,6 +209,9 @@ pub(crate) struct Counts {
     pub(crate) eligible: u64,
     pub(crate) held: u64,
     pub(crate) null_anchor: u64,
+    /// Past the cutoff, not held, but still referenced by other rows
+    /// through a NO ACTION / RESTRICT foreign key (purge leaves them).
+    pub(crate) skipped: u64,
 }
 
 pub(crate) async fn counts(
@@ -227,6 +230,7 @@ pub(crate) async fn counts(
         eligible: n("eligible")?,
         held: n("held")?,
         null_anchor: n("null_anchor")?,
+        skipped: n("skipped")?,
     })
 }
 
@@ -284,6 +288,7 @@ pub(crate) async fn preview(cohort: &Cohort, req: PreviewRequest) -> Result<Prev
         };
         o.held = c.held;
         o.null_anchor = c.null_anchor;
+        o.skipped = c.skipped;
         result.entities.push(o);
     }
     Ok(result)
@@ -535,6 +540,7 @@ async fn run_entity(
     if let Ok(c) = &measured {
         out.held = c.held;
         out.null_anchor = c.null_anchor;
+        out.skipped = c.skipped;
         if ctx.spec.dry_run && strategy.mutates() {
             out.affected = c.eligible;
         }

@@ -168,7 +168,9 @@ pub struct EntityOutcome {
     pub affected: u64,
     /// Rows past the cutoff kept by an active hold.
     pub held: u64,
-    /// Rows skipped by failing before-handlers.
+    /// Rows past the cutoff left alone although not held: purge candidates
+    /// still referenced by other rows through a NO ACTION / RESTRICT
+    /// foreign key (and, with row handlers, rows whose before-handler failed).
     pub skipped: u64,
     /// Rows in scope whose anchor is NULL (never eligible).
     pub null_anchor: u64,

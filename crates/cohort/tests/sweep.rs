@@ -487,3 +487,89 @@ async fn the_ledger_reads_back_as_the_result() {
         Err(cohort::Error::InvalidInput(_))
     ));
 }
+
+#[tokio::test]
+async fn dependents_go_first_and_rows_still_referenced_are_skipped_not_failed() {
+    let db = migrated_db().await;
+    exec(db.pool(), "CREATE SCHEMA app;
+        CREATE TABLE app.cases (id bigint PRIMARY KEY, tenant_id uuid NOT NULL, created_at timestamptz);
+        CREATE TABLE app.case_notes (id bigint PRIMARY KEY, tenant_id uuid NOT NULL, created_at timestamptz,
+            case_id bigint NOT NULL REFERENCES app.cases (id) ON DELETE RESTRICT);
+        INSERT INTO app.cases SELECT g, 'aaaaaaaa-0000-0000-0000-00000000000a', '2025-01-01' FROM generate_series(1, 3) g;
+        INSERT INTO app.case_notes VALUES (10, 'aaaaaaaa-0000-0000-0000-00000000000a', '2025-01-01', 1),
+                                          (20, 'aaaaaaaa-0000-0000-0000-00000000000a', '2025-01-01', 2);").await;
+    // Declared parents first on purpose: the engine still purges the notes first.
+    let cohort = cohort::Cohort::builder(db.pool().clone())
+        .rules(rules())
+        .declaration(
+            cohort::EntityDeclaration::new("Case", NOTE_ID)
+                .category("notes")
+                .anchor("created_at")
+                .table("app.cases"),
+        )
+        .declaration(
+            cohort::EntityDeclaration::new("CaseNote", OTHER_ID)
+                .category("notes")
+                .anchor("created_at")
+                .table("app.case_notes"),
+        )
+        .build()
+        .await
+        .unwrap();
+    cohort
+        .create_hold(
+            cohort::holds::HoldRequest::new(
+                uuid::Uuid::parse_str(OTHER_ID).unwrap(),
+                "10",
+                "evidence",
+            )
+            .tenant(TENANT_A),
+        )
+        .await
+        .unwrap();
+    let preview = cohort
+        .preview(PreviewRequest::tenanted(TENANT_A, now()))
+        .await
+        .unwrap();
+    let case_preview = preview
+        .entities
+        .iter()
+        .find(|e| e.entity == "Case")
+        .unwrap()
+        .clone();
+    assert_eq!(
+        (case_preview.affected, case_preview.skipped),
+        (1, 2),
+        "before the notes go, cases 1 and 2 are referenced"
+    );
+    let result = cohort
+        .sweep(SweepRequest::tenanted(TENANT_A, now()))
+        .await
+        .unwrap();
+    assert_eq!(result.status, RunStatus::Succeeded, "{result:?}");
+    assert_eq!(
+        result
+            .entities
+            .iter()
+            .map(|e| e.entity.as_str())
+            .collect::<Vec<_>>(),
+        vec!["CaseNote", "Case"]
+    );
+    let notes = result.entity("CaseNote").unwrap();
+    assert_eq!((notes.affected, notes.held), (1, 1));
+    let cases = result.entity("Case").unwrap();
+    assert_eq!(
+        (cases.affected, cases.skipped),
+        (2, 1),
+        "case 1 is still referenced by a held note"
+    );
+    assert_eq!(
+        labels(db.pool(), "SELECT id::text FROM app.cases").await,
+        vec!["1".to_string()]
+    );
+    let (_, _, _, summaries) = ledger(db.pool(), result.run_id).await;
+    assert!(
+        summaries.contains(&("Case".to_string(), "purge".to_string(), 2, 0, 1, 0)),
+        "{summaries:?}"
+    );
+}

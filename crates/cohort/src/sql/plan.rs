@@ -18,6 +18,7 @@ use crate::ident::{QualifiedName, SqlText};
 use crate::model::{AnonymiseMethod, CustomAnonymiser, EntityDescriptor};
 use crate::rules::{CategoryCapabilities, Strategy};
 use crate::schema::CohortTable;
+use crate::validate::IncomingKey;
 
 /// How an anonymised column gets its new value in the UPDATE.
 #[derive(Debug, Clone)]
@@ -54,6 +55,9 @@ pub(crate) struct EntityPlan {
     /// when tenantless): what hold creation and guarded deletion take.
     /// `$1` record key.
     pub(crate) lock_target: SqlText,
+    /// `EXISTS (…)` for rows another row still references through a NO
+    /// ACTION / RESTRICT foreign key (`None`: nothing references the table).
+    pub(crate) referenced: Option<SqlText>,
     /// Guarded deletion: locks the targets (`FOR UPDATE`, in key order) and
     /// returns each one's canonical id and tenant. `$1` record keys.
     pub(crate) guard_lock: SqlText,
@@ -111,6 +115,82 @@ fn not_done(e: &EntityDescriptor, strategy: Strategy) -> SqlText {
     s
 }
 
+/// `EXISTS` over every foreign key that forbids deleting a referenced row.
+fn referenced(blockers: &[IncomingKey]) -> Option<SqlText> {
+    if blockers.is_empty() {
+        return None;
+    }
+    let mut s = SqlText::new("(");
+    for (i, k) in blockers.iter().enumerate() {
+        if i > 0 {
+            s.push(" OR ");
+        }
+        s.push("EXISTS (SELECT 1 FROM ")
+            .table(&k.child)
+            .push(" r WHERE ");
+        for (j, (child, parent)) in k.child_columns.iter().zip(&k.parent_columns).enumerate() {
+            if j > 0 {
+                s.push(" AND ");
+            }
+            s.push("r.").ident(child).push(" = ").col(parent);
+        }
+        s.push(")");
+    }
+    s.push(")");
+    Some(s)
+}
+
+/// Purge cannot delete a row that another row still references: such rows
+/// are left alone (not locked, not mutated) and counted as skipped.
+pub(crate) struct Blocked {
+    /// ` AND NOT (referenced)` for purge, else empty.
+    pub(crate) unblocked: SqlText,
+    referenced: Option<SqlText>,
+}
+
+impl Blocked {
+    /// `count(*) FILTER (…) AS skipped`, or `0 AS skipped`.
+    pub(crate) fn skipped_column(
+        &self,
+        anchor: &str,
+        cutoff: &'static str,
+        held: &SqlText,
+    ) -> SqlText {
+        let mut s = SqlText::default();
+        match &self.referenced {
+            Some(r) => {
+                s.push("count(*) FILTER (WHERE ")
+                    .col(anchor)
+                    .push(" < ")
+                    .push(cutoff)
+                    .push(" AND NOT ")
+                    .append(held)
+                    .push(" AND ")
+                    .append(r)
+                    .push(") AS skipped");
+            }
+            None => {
+                s.push("0::int8 AS skipped");
+            }
+        }
+        s
+    }
+}
+
+pub(crate) fn blocked(strategy: Strategy, referenced: Option<&SqlText>) -> Blocked {
+    let referenced = (strategy == Strategy::Purge)
+        .then(|| referenced.cloned())
+        .flatten();
+    let mut unblocked = SqlText::default();
+    if let Some(r) = &referenced {
+        unblocked.push(" AND NOT ").append(r);
+    }
+    Blocked {
+        unblocked,
+        referenced,
+    }
+}
+
 fn tenant_filter(e: &EntityDescriptor, param: usize) -> SqlText {
     let mut s = SqlText::default();
     if let Some(t) = &e.tenant {
@@ -124,10 +204,12 @@ impl EntityPlan {
     pub(crate) fn build(
         e: &EntityDescriptor,
         capabilities: &CategoryCapabilities,
+        blockers: &[IncomingKey],
         cohort_schema: &str,
     ) -> Self {
         let table: &QualifiedName = &e.table;
         let held = hold_exists(e, cohort_schema);
+        let referenced = referenced(blockers);
         let mut lock = BTreeMap::new();
         let mut mutate = BTreeMap::new();
         let mut mutate_head = BTreeMap::new();
@@ -137,12 +219,16 @@ impl EntityPlan {
 
         for strategy in capabilities.iter() {
             let done = not_done(e, strategy);
+            let blocked = blocked(strategy, referenced.as_ref());
 
             let mut c = SqlText::new("SELECT count(*) FILTER (WHERE ");
             c.col(&e.anchor)
                 .push(" < $2 AND NOT ")
                 .append(&held)
-                .push(") AS eligible, count(*) FILTER (WHERE ")
+                .append(&blocked.unblocked)
+                .push(") AS eligible, ");
+            c.append(&blocked.skipped_column(&e.anchor, "$2", &held))
+                .push(", count(*) FILTER (WHERE ")
                 .col(&e.anchor)
                 .push(" < $2 AND ")
                 .append(&held)
@@ -167,6 +253,7 @@ impl EntityPlan {
                 .push(" < $2")
                 .append(&tenant_filter(e, 4))
                 .append(&done)
+                .append(&blocked.unblocked)
                 .push(" AND NOT ")
                 .append(&held)
                 .push(" ORDER BY ")
@@ -267,7 +354,12 @@ impl EntityPlan {
                 }
                 Strategy::Exempt => unreachable!("exempt does not mutate"),
             }
-            m.append(&done).push(" AND NOT ").append(&held);
+            // The re-check in a new snapshot also sees references committed
+            // while the batch was being locked.
+            m.append(&done)
+                .append(&blocked.unblocked)
+                .push(" AND NOT ")
+                .append(&held);
             mutate_head.insert(strategy, m.clone());
             m.push(" RETURNING ").col(&e.record_id).push("::text");
             mutate.insert(strategy, m);
@@ -318,6 +410,7 @@ impl EntityPlan {
             .push(" FOR UPDATE");
 
         EntityPlan {
+            referenced,
             guard_lock,
             mutate_head,
             lock_target,
@@ -546,6 +639,7 @@ impl ErasurePlan {
         let table = &e.table;
         let held = hold_exists(e, cohort_schema);
         let done = not_done(e, strategy);
+        let blocked = blocked(strategy, plan.referenced.as_ref());
         let p = ErasureParams::from(3, e.tenant.is_some(), with_cutoff);
 
         let mut lock = SqlText::new("SELECT ");
@@ -556,6 +650,7 @@ impl ErasurePlan {
             .append(&p.tenant_and_subjects(e, subjects))
             .append(&p.anchor(e))
             .append(&done)
+            .append(&blocked.unblocked)
             .push(" AND NOT ")
             .append(&held)
             .push(" ORDER BY ")
@@ -590,7 +685,24 @@ impl ErasurePlan {
         counts
             .append(&held)
             .append(&anchor_ok)
-            .push(") AS eligible, count(*) FILTER (WHERE ")
+            .append(&blocked.unblocked)
+            .push(") AS eligible, ");
+        match (strategy, &plan.referenced) {
+            (Strategy::Purge, Some(r)) => {
+                counts
+                    .push("count(*) FILTER (WHERE NOT ")
+                    .append(&held)
+                    .append(&anchor_ok)
+                    .push(" AND ")
+                    .append(r)
+                    .push(") AS skipped, ");
+            }
+            _ => {
+                counts.push("0::int8 AS skipped, ");
+            }
+        }
+        counts
+            .push("count(*) FILTER (WHERE ")
             .append(&held)
             .append(&anchor_ok)
             .push(") AS held, ");

@@ -44,6 +44,17 @@ pub(crate) struct ForeignKeyInfo {
     pub(crate) references: QualifiedName,
 }
 
+/// A foreign key of another table (or this one) referencing this table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct IncomingKey {
+    pub(crate) name: String,
+    /// `pg_constraint.confdeltype`: `a` NO ACTION, `r` RESTRICT, `c` CASCADE, …
+    pub(crate) on_delete: String,
+    pub(crate) child: QualifiedName,
+    pub(crate) child_columns: Vec<String>,
+    pub(crate) parent_columns: Vec<String>,
+}
+
 /// A relation found by schema and name.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct TableInfo {
@@ -58,6 +69,8 @@ pub(crate) struct TableInfo {
     pub(crate) columns: Vec<ColumnInfo>,
     pub(crate) indexes: Vec<IndexInfo>,
     pub(crate) foreign_keys: Vec<ForeignKeyInfo>,
+    /// Foreign keys referencing this table.
+    pub(crate) referenced_by: Vec<IncomingKey>,
 }
 
 impl TableInfo {
@@ -178,7 +191,41 @@ pub(crate) async fn load_table(
     })
     .collect::<Result<Vec<_>, sqlx::Error>>()?;
 
+    let referenced_by = sqlx::query(
+        "SELECT con.conname::text AS name, con.confdeltype::text AS on_delete, \
+                cn.nspname::text AS child_schema, cc.relname::text AS child_table, \
+                ARRAY(SELECT a.attname::text FROM pg_catalog.unnest(con.conkey) WITH ORDINALITY AS k(n, ord) \
+                      JOIN pg_catalog.pg_attribute a ON a.attrelid = con.conrelid AND a.attnum = k.n \
+                      ORDER BY k.ord) AS child_columns, \
+                ARRAY(SELECT a.attname::text FROM pg_catalog.unnest(con.confkey) WITH ORDINALITY AS k(n, ord) \
+                      JOIN pg_catalog.pg_attribute a ON a.attrelid = con.confrelid AND a.attnum = k.n \
+                      ORDER BY k.ord) AS parent_columns \
+         FROM pg_catalog.pg_constraint con \
+         JOIN pg_catalog.pg_class cc ON cc.oid = con.conrelid \
+         JOIN pg_catalog.pg_namespace cn ON cn.oid = cc.relnamespace \
+         WHERE con.contype = 'f' AND con.confrelid = $1 AND con.conparentid = 0 \
+         ORDER BY con.conname",
+    )
+    .bind(oid)
+    .fetch_all(&mut *conn)
+    .await?
+    .into_iter()
+    .map(|r| {
+        Ok(IncomingKey {
+            name: r.try_get("name")?,
+            on_delete: r.try_get("on_delete")?,
+            child: QualifiedName::new(
+                r.try_get::<String, _>("child_schema")?,
+                r.try_get::<String, _>("child_table")?,
+            ),
+            child_columns: r.try_get("child_columns")?,
+            parent_columns: r.try_get("parent_columns")?,
+        })
+    })
+    .collect::<Result<Vec<_>, sqlx::Error>>()?;
+
     Ok(Some(TableInfo {
+        referenced_by,
         oid: oid.0,
         name: name.clone(),
         relkind: row.try_get("relkind")?,

@@ -7,6 +7,8 @@
 mod catalog;
 mod checks;
 
+pub(crate) use catalog::IncomingKey;
+
 use std::collections::BTreeMap;
 
 use sqlx::PgConnection;
@@ -50,6 +52,9 @@ pub(crate) struct TableFacts {
     pub(crate) tenant: Option<KeyType>,
     /// Erasure-subject columns and their store types.
     pub(crate) subjects: BTreeMap<String, KeyType>,
+    /// Foreign keys that forbid deleting a referenced row (NO ACTION,
+    /// RESTRICT): purge leaves such rows alone and reports them as skipped.
+    pub(crate) blocking_references: Vec<catalog::IncomingKey>,
 }
 
 impl ValidatedModel {
@@ -271,6 +276,12 @@ pub async fn validate(
                             key(&s.column).expect("validated subject type"),
                         )
                     })
+                    .collect(),
+                blocking_references: t
+                    .referenced_by
+                    .iter()
+                    .filter(|k| matches!(k.on_delete.as_str(), "a" | "r"))
+                    .cloned()
                     .collect(),
             };
             (e.id, facts)
