@@ -200,7 +200,14 @@ impl PolicyFile {
             config: raw.cohort,
             entities,
             rules: rules.expect("no problems"),
-            tenants: raw.tenant,
+            tenants: raw
+                .tenant
+                .into_iter()
+                .map(|t| TenantEntry {
+                    id: canonical_tenant(&t.id),
+                    jurisdiction: t.jurisdiction,
+                })
+                .collect(),
             tenants_query: raw.tenants_query,
         })
     }
@@ -276,6 +283,15 @@ fn entity(e: &RawEntity) -> std::result::Result<EntityDeclaration, Vec<String>> 
         Ok(d)
     } else {
         Err(problems)
+    }
+}
+
+/// Tenant ids written as UUIDs are compared in canonical form (lower case,
+/// hyphenated), the form runs resolve rules with; other ids are kept as written.
+fn canonical_tenant(id: &str) -> String {
+    match uuid::Uuid::parse_str(id.trim()) {
+        Ok(u) => u.hyphenated().to_string(),
+        Err(_) => id.to_owned(),
     }
 }
 
@@ -379,7 +395,7 @@ fn category(c: &RawCategory) -> std::result::Result<Built, Vec<String>> {
             );
             if let Some(rule) = built {
                 overrides.push(RuleOverride {
-                    tenant: o.tenant.clone(),
+                    tenant: o.tenant.as_deref().map(canonical_tenant),
                     jurisdiction: o.jurisdiction.clone(),
                     rule,
                 });
@@ -474,6 +490,10 @@ tenant = "22222222-2222-2222-2222-222222222222"
 period = "90d"
 strategy = "purge"
 
+[[category.override]]
+tenant = "3333333333334333A333333333333333"
+period = "7d"
+
 [[tenant]]
 id = "11111111-1111-1111-1111-111111111111"
 jurisdiction = "UK"
@@ -514,6 +534,16 @@ jurisdiction = "UK"
         assert_eq!(
             (rule.strategy(), rule.period().to_string(), rule.audit()),
             (Strategy::Purge, "90d".into(), AuditDetail::PerRow)
+        );
+        // An override written in upper case without hyphens still matches the canonical tenant.
+        let t3 = ResolutionContext::new(
+            "case-contacts",
+            TenantContext::tenant("33333333-3333-4333-a333-333333333333"),
+            now,
+        );
+        assert_eq!(
+            p.rules.resolve(&t3).await.unwrap().period().to_string(),
+            "7d"
         );
         let notes = ResolutionContext::new("session-notes", TenantContext::tenantless(), now);
         let rule = p.rules.resolve(&notes).await.unwrap();
