@@ -765,3 +765,127 @@ async fn erase_follows_the_cli_contract() {
         "--tenant is required"
     );
 }
+
+#[tokio::test]
+async fn kill_9_mid_sweep_loses_nothing_and_a_rerun_finishes() {
+    let (db, dir) = setup().await;
+    let dir = dir.path();
+    let url = Some(db.url());
+    assert_eq!(cohort(dir, &["migrate"], url).status.code(), Some(0));
+    sqlx::raw_sql("INSERT INTO app.session_notes
+            SELECT gen_random_uuid(), '11111111-1111-1111-1111-111111111111', timestamptz '2026-01-01' - make_interval(secs => g), 'n'
+            FROM generate_series(1, 3000) g;
+        CREATE FUNCTION app.slow() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(0.002); RETURN OLD; END $$;
+        CREATE TRIGGER slow BEFORE DELETE ON app.session_notes FOR EACH ROW EXECUTE FUNCTION app.slow();")
+        .execute(db.pool())
+        .await
+        .unwrap();
+    std::fs::write(
+        dir.join("cohort.toml"),
+        POLICY.replace(
+            "schema = \"retention\"",
+            "schema = \"retention\"\nsweep_batch_size = 100",
+        ),
+    )
+    .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cohort"))
+        .current_dir(dir)
+        .args([
+            "sweep",
+            "--tenant",
+            "11111111-1111-1111-1111-111111111111",
+            "--now",
+            NOW,
+        ])
+        .env("DATABASE_URL", db.url())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Wait until some batches have committed, then kill the process outright.
+    let mut committed = 0;
+    for _ in 0..500 {
+        committed = sqlx::query_scalar::<_, i64>(
+            "SELECT COALESCE(sum(affected_count), 0)::int8 FROM retention.sweep_run_entity_summary",
+        )
+        .fetch_one(db.pool())
+        .await
+        .unwrap();
+        if committed >= 300 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    assert!(committed >= 300, "the sweep never got going");
+    // Give the server a moment to notice the dead connection and roll back its open batch.
+    for _ in 0..200 {
+        let busy: i64 = sqlx::query_scalar("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() AND state <> 'idle'")
+            .fetch_one(db.pool()).await.unwrap();
+        if busy == 0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    // Every committed deletion has its audit, and nothing else is gone: whole batches only.
+    let audited: i64 = sqlx::query_scalar(
+        "SELECT COALESCE(sum(affected_count), 0)::int8 FROM retention.sweep_run_entity_summary",
+    )
+    .fetch_one(db.pool())
+    .await
+    .unwrap();
+    let gone = 3000
+        - sqlx::query_scalar::<_, i64>("SELECT count(*) FROM app.session_notes WHERE body = 'n'")
+            .fetch_one(db.pool())
+            .await
+            .unwrap();
+    assert_eq!(
+        gone, audited,
+        "each row is either deleted with its audit or untouched"
+    );
+    assert_eq!(audited % 100, 0, "only whole batches committed");
+    assert!(audited < 3000, "the kill landed mid-run");
+    let open: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM retention.sweep_run WHERE status = 'started' AND settled_at IS NULL",
+    )
+    .fetch_one(db.pool())
+    .await
+    .unwrap();
+    assert_eq!(open, 1, "the killed run is left Started for recovery");
+    // A rerun finishes the work.
+    let rerun = cohort(
+        dir,
+        &[
+            "--json",
+            "sweep",
+            "--tenant",
+            "11111111-1111-1111-1111-111111111111",
+            "--now",
+            NOW,
+        ],
+        url,
+    );
+    assert_eq!(
+        rerun.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&rerun.stderr)
+    );
+    let rerun = json(&rerun);
+    let notes = rerun["entities"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["entity"] == "SessionNote")
+        .unwrap()
+        .clone();
+    assert_eq!(notes["affected"].as_i64(), Some(3000 - audited));
+    assert_eq!(
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM app.session_notes WHERE body = 'n'")
+            .fetch_one(db.pool())
+            .await
+            .unwrap(),
+        0
+    );
+}
