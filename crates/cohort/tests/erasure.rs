@@ -376,18 +376,6 @@ async fn dry_run_and_live_erasure_agree_for_every_strategy_when_legal_min_exceed
     assert!(dry_flag);
 }
 
-/// Waits until some other session is waiting for a row lock.
-async fn wait_for_lock_wait(pool: &sqlx::PgPool) {
-    for _ in 0..300 {
-        let waiting = count(pool, "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()").await;
-        if waiting > 0 {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("erasure never waited for the lock");
-}
-
 #[tokio::test]
 async fn a_row_whose_subject_changes_while_erasure_waits_is_not_mutated() {
     let (db, cohort) = setup(None).await;

@@ -192,12 +192,7 @@ async fn a_hold_created_concurrently_never_ends_with_a_deleted_held_row() {
                 .await
         }
     });
-    for _ in 0..300 {
-        if count(db.pool(), "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()").await > 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_for_lock_wait(db.pool()).await;
     sqlx::query("COMMIT").execute(&mut other).await.unwrap();
     let outcome = tokio::time::timeout(Duration::from_secs(60), deleting)
         .await
@@ -257,7 +252,8 @@ async fn a_hold_created_concurrently_never_ends_with_a_deleted_held_row() {
                 .await
         }
     });
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Hold creation waits on the deletion's row lock.
+    wait_for_lock_wait(db.pool()).await;
     assert!(
         !creating.is_finished(),
         "hold creation must wait for the deletion's lock"

@@ -265,3 +265,20 @@ pub async fn ledger(
         summaries,
     )
 }
+
+/// Waits until some session of this database is waiting for a lock (the
+/// step a concurrency test needs before releasing the blocker).
+pub async fn wait_for_lock_wait(pool: &PgPool) {
+    for _ in 0..500 {
+        let waiting = count(
+            pool,
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()",
+        )
+        .await;
+        if waiting > 0 {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    panic!("no session ever waited for a lock");
+}
