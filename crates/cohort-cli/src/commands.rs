@@ -15,7 +15,7 @@ use cohort::{
 use serde_json::json;
 use uuid::Uuid;
 
-use crate::output::{print_json, table};
+use crate::output::{outcome_rows, print_json, table, OUTCOME_HEADERS};
 use crate::Failure;
 
 /// `--tenant T` or `--tenantless`.
@@ -170,37 +170,6 @@ impl AuditObserver for Progress {
         Ok(())
     }
 }
-
-fn outcome_rows(result_entities: &[cohort::EntityOutcome]) -> Vec<Vec<String>> {
-    result_entities
-        .iter()
-        .map(|e| {
-            vec![
-                e.entity.clone(),
-                e.category.clone(),
-                e.strategy.to_string(),
-                e.affected.to_string(),
-                e.held.to_string(),
-                e.skipped.to_string(),
-                e.null_anchor.to_string(),
-                e.cutoff
-                    .map(|c| c.format("%Y-%m-%d %H:%M:%S").to_string())
-                    .unwrap_or_else(|| "-".into()),
-            ]
-        })
-        .collect()
-}
-
-const OUTCOME_HEADERS: [&str; 8] = [
-    "ENTITY",
-    "CATEGORY",
-    "STRATEGY",
-    "AFFECTED",
-    "HELD",
-    "SKIPPED",
-    "NULL ANCHOR",
-    "CUTOFF (UTC)",
-];
 
 pub(crate) async fn preview(
     cohort: &Cohort,

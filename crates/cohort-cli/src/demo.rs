@@ -308,7 +308,10 @@ pub(crate) async fn run(json: bool) -> Result<(), Failure> {
         );
         println!(
             "{}",
-            output::table(&OUTCOME, &outcome_rows(&preview.entities))
+            output::table(
+                &output::OUTCOME_HEADERS,
+                &output::outcome_rows(&preview.entities)
+            )
         );
     }
 
@@ -357,7 +360,10 @@ pub(crate) async fn run(json: bool) -> Result<(), Failure> {
             );
             println!(
                 "{}",
-                output::table(&OUTCOME, &outcome_rows(&result.entities))
+                output::table(
+                    &output::OUTCOME_HEADERS,
+                    &output::outcome_rows(&result.entities)
+                )
             );
         }
         sweeps.push(result);
@@ -491,7 +497,10 @@ pub(crate) async fn run(json: bool) -> Result<(), Failure> {
         );
         println!(
             "{}",
-            output::table(&OUTCOME, &outcome_rows(&erasure.entities))
+            output::table(
+                &output::OUTCOME_HEADERS,
+                &output::outcome_rows(&erasure.entities)
+            )
         );
         let rows: Vec<Vec<String>> = ada_rows
             .iter()
@@ -529,37 +538,6 @@ fn tempfile_dir() -> Result<std::path::PathBuf, Failure> {
         )))
     })?;
     Ok(dir)
-}
-
-const OUTCOME: [&str; 6] = [
-    "ENTITY",
-    "STRATEGY",
-    "AFFECTED",
-    "HELD",
-    "NULL ANCHOR",
-    "CUTOFF (UTC)",
-];
-
-fn outcome_rows(entities: &[cohort::EntityOutcome]) -> Vec<Vec<String>> {
-    entities
-        .iter()
-        .map(|e| {
-            vec![
-                e.entity.clone(),
-                e.strategy.to_string(),
-                e.affected.to_string(),
-                e.held.to_string(),
-                e.null_anchor.to_string(),
-                if e.strategy.mutates() {
-                    e.cutoff
-                        .map(|c| c.format("%Y-%m-%d %H:%M").to_string())
-                        .unwrap_or_else(|| "-".into())
-                } else {
-                    "never".into()
-                },
-            ]
-        })
-        .collect()
 }
 
 /// Row counts per demo table (soft-deleted and anonymised rows shown apart).

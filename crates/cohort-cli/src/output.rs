@@ -169,6 +169,44 @@ pub(crate) fn validated(json: bool, config: &CohortConfig, model: &ValidatedMode
     }
 }
 
+/// One row per entity outcome, under [`OUTCOME_HEADERS`]; exempt entities
+/// show "never" as their cutoff.
+pub(crate) fn outcome_rows(result_entities: &[cohort::EntityOutcome]) -> Vec<Vec<String>> {
+    result_entities
+        .iter()
+        .map(|e| {
+            vec![
+                e.entity.clone(),
+                e.category.clone(),
+                e.strategy.to_string(),
+                e.affected.to_string(),
+                e.held.to_string(),
+                e.skipped.to_string(),
+                e.null_anchor.to_string(),
+                if e.strategy.mutates() {
+                    e.cutoff
+                        .map(|c| c.format("%Y-%m-%d %H:%M:%S").to_string())
+                        .unwrap_or_else(|| "-".into())
+                } else {
+                    "never".into()
+                },
+            ]
+        })
+        .collect()
+}
+
+/// Headers of the per-entity outcome table.
+pub(crate) const OUTCOME_HEADERS: [&str; 8] = [
+    "ENTITY",
+    "CATEGORY",
+    "STRATEGY",
+    "AFFECTED",
+    "HELD",
+    "SKIPPED",
+    "NULL ANCHOR",
+    "CUTOFF (UTC)",
+];
+
 #[cfg(test)]
 mod tests {
     #[test]

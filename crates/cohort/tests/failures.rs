@@ -15,8 +15,6 @@ use cohort::rules::{
 use cohort::{CancellationToken, Cohort, CohortConfig, Error, RunStatus, SweepRequest};
 use support::*;
 
-type Events = Arc<Mutex<Vec<AuditEvent>>>;
-
 /// Collects log output.
 #[derive(Clone, Default)]
 struct LogBuffer(Arc<Mutex<Vec<u8>>>);
@@ -42,34 +40,6 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LogBuffer {
     fn make_writer(&'a self) -> Self::Writer {
         self.clone()
     }
-}
-
-struct Recorder(Events);
-
-#[async_trait]
-impl AuditObserver for Recorder {
-    async fn on_event(
-        &self,
-        event: &AuditEvent,
-    ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-        self.0.lock().unwrap().push(event.clone());
-        Ok(())
-    }
-}
-
-async fn settled_events(events: &Events) -> Vec<AuditEvent> {
-    for _ in 0..500 {
-        if events
-            .lock()
-            .unwrap()
-            .iter()
-            .any(|e| matches!(e, AuditEvent::Settled { .. }))
-        {
-            return events.lock().unwrap().clone();
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
-    panic!("no settled event");
 }
 
 async fn cohort_with(

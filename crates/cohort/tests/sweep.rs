@@ -416,7 +416,7 @@ async fn small_batches_commit_alone_and_add_up() {
     assert_eq!(result.entities[0].affected, 26);
     assert_eq!(labels(db.pool(), NOTES_A).await, kept_labels());
     // 26 rows in batches of 4: seven committed batches, progress events in order.
-    let events = wait_for_settled(&seen).await;
+    let events = settled_events(&seen).await;
     let batches: Vec<u64> = events
         .iter()
         .filter_map(|e| match e {
@@ -427,38 +427,6 @@ async fn small_batches_commit_alone_and_add_up() {
     assert_eq!(batches, vec![4, 4, 4, 4, 4, 4, 2]);
     let (_, _, _, summaries) = ledger(db.pool(), result.run_id).await;
     assert_eq!(summaries[0].2, 26);
-}
-
-/// Records every event it receives.
-pub struct Recorder(pub std::sync::Arc<std::sync::Mutex<Vec<cohort::audit::AuditEvent>>>);
-
-#[async_trait::async_trait]
-impl cohort::audit::AuditObserver for Recorder {
-    async fn on_event(
-        &self,
-        event: &cohort::audit::AuditEvent,
-    ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-        self.0.lock().unwrap().push(event.clone());
-        Ok(())
-    }
-}
-
-async fn wait_for_settled(
-    seen: &std::sync::Arc<std::sync::Mutex<Vec<cohort::audit::AuditEvent>>>,
-) -> Vec<cohort::audit::AuditEvent> {
-    for _ in 0..200 {
-        {
-            let events = seen.lock().unwrap();
-            if events
-                .iter()
-                .any(|e| matches!(e, cohort::audit::AuditEvent::Settled { .. }))
-            {
-                return events.clone();
-            }
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
-    panic!("observer never saw the settled event");
 }
 
 #[tokio::test]

@@ -282,3 +282,37 @@ pub async fn wait_for_lock_wait(pool: &PgPool) {
     }
     panic!("no session ever waited for a lock");
 }
+
+/// Events an observer received, shared with the test.
+pub type Events = std::sync::Arc<std::sync::Mutex<Vec<cohort::audit::AuditEvent>>>;
+
+/// An observer that records every event it receives.
+pub struct Recorder(pub Events);
+
+#[async_trait::async_trait]
+impl cohort::audit::AuditObserver for Recorder {
+    async fn on_event(
+        &self,
+        event: &cohort::audit::AuditEvent,
+    ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        self.0.lock().unwrap().push(event.clone());
+        Ok(())
+    }
+}
+
+/// Waits until the recorder has seen a run settle, and returns what it saw.
+pub async fn settled_events(events: &Events) -> Vec<cohort::audit::AuditEvent> {
+    for _ in 0..500 {
+        {
+            let seen = events.lock().unwrap();
+            if seen
+                .iter()
+                .any(|e| matches!(e, cohort::audit::AuditEvent::Settled { .. }))
+            {
+                return seen.clone();
+            }
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    panic!("the observer never saw the run settle");
+}
