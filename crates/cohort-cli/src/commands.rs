@@ -114,13 +114,6 @@ fn parse_time(text: Option<&str>, what: &str) -> Result<DateTime<FixedOffset>, F
     }
 }
 
-fn jurisdiction_of<'a>(tenants: &'a [TenantEntry], tenant: &str) -> Option<&'a str> {
-    tenants
-        .iter()
-        .find(|t| t.id.eq_ignore_ascii_case(tenant.trim()))
-        .and_then(|t| t.jurisdiction.as_deref())
-}
-
 /// Whether to draw a progress bar: human output on a terminal.
 pub(crate) fn progress_wanted(json: bool) -> bool {
     !json && std::io::stdout().is_terminal()
@@ -173,23 +166,15 @@ impl AuditObserver for Progress {
 
 pub(crate) async fn preview(
     cohort: &Cohort,
-    policy: &PolicyFile,
     json: bool,
     scope: &Scope,
     now: Option<&str>,
 ) -> Result<(), Failure> {
     let now = parse_time(now, "--now")?;
-    let mut req = match &scope.tenant {
+    let req = match &scope.tenant {
         Some(t) => PreviewRequest::tenanted(t, now),
         None => PreviewRequest::tenantless(now),
     };
-    if let Some(j) = scope
-        .tenant
-        .as_deref()
-        .and_then(|t| jurisdiction_of(&policy.tenants, t))
-    {
-        req = req.jurisdiction(j);
-    }
     let result = cohort.preview(req).await?;
     if json {
         print_json(&json!({
@@ -239,6 +224,9 @@ fn print_result(result: &SweepResult) {
     for f in &result.failures {
         println!("failed: {} ({}): {}", f.entity, f.entity_id, f.error);
     }
+    for n in &result.not_reached {
+        println!("not reached: {} ({}): {}", n.entity, n.entity_id, n.reason);
+    }
 }
 
 fn exit_for(statuses: impl IntoIterator<Item = RunStatus>) -> Result<(), Failure> {
@@ -270,15 +258,25 @@ async fn tenants(cohort: &Cohort, policy: &PolicyFile) -> Result<Vec<TenantEntry
             .map(|(id, jurisdiction)| TenantEntry { id, jurisdiction })
             .collect();
     }
-    // First occurrence wins; a conflicting jurisdiction is warned about.
+    // One tenant however it is spelled (by the tenant columns' type): the
+    // first occurrence wins; a conflicting jurisdiction is warned about.
     let mut out: Vec<TenantEntry> = Vec::new();
+    let mut seen: Vec<String> = Vec::new();
     for t in list {
-        match out.iter().find(|o| o.id == t.id) {
+        let canonical = cohort
+            .canonical_tenant(&t.id)
+            .await
+            .unwrap_or_else(|_| t.id.clone());
+        let first = seen.iter().position(|s| *s == canonical).map(|i| &out[i]);
+        match first {
             Some(first) if first.jurisdiction != t.jurisdiction => {
                 tracing::warn!(tenant = %t.id, "tenant listed twice with different jurisdictions; the first wins")
             }
             Some(_) => {}
-            None => out.push(t),
+            None => {
+                seen.push(canonical);
+                out.push(t);
+            }
         }
     }
     Ok(out)
@@ -308,10 +306,9 @@ pub(crate) async fn sweep(
         }
         passes.push((None, None));
     } else if let Some(t) = &scope.tenant {
-        passes.push((
-            Some(t.clone()),
-            jurisdiction_of(&policy.tenants, t).map(str::to_owned),
-        ));
+        // The library finds the tenant's jurisdiction in the directory,
+        // matching the id by the tenant columns' type.
+        passes.push((Some(t.clone()), None));
     } else {
         passes.push((None, None));
     }
@@ -360,9 +357,8 @@ pub(crate) async fn sweep(
 
 pub(crate) async fn erase(
     cohort: &Cohort,
-    policy: &PolicyFile,
     json: bool,
-    tenant: &str,
+    tenant: Option<&str>,
     scope: cohort::erasure::ErasureScope,
     now: Option<&str>,
     dry_run: bool,
@@ -375,12 +371,12 @@ pub(crate) async fn erase(
             on_signal.cancel();
         }
     });
-    let mut req = cohort::erasure::ErasureRequest::tenanted(tenant, scope, now)
-        .dry_run(dry_run)
-        .cancellation(cancel);
-    if let Some(j) = jurisdiction_of(&policy.tenants, tenant) {
-        req = req.jurisdiction(j);
+    let req = match tenant {
+        Some(t) => cohort::erasure::ErasureRequest::tenanted(t, scope, now),
+        None => cohort::erasure::ErasureRequest::tenantless(scope, now),
     }
+    .dry_run(dry_run)
+    .cancellation(cancel);
     let result = cohort.erase(req).await?;
     if json {
         print_json(&serde_json::to_value(&result).expect("result serialises"));

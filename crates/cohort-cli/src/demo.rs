@@ -193,7 +193,17 @@ pub(crate) async fn run(json: bool) -> Result<(), Failure> {
             "cannot write the demo policy: {e}"
         )))
     })?;
-    let policy = PolicyFile::load(&policy_path)?;
+    let mut policy = PolicyFile::load(&policy_path)?;
+    if policy.config.hash_key.is_none() {
+        // The `hash` method is keyed (HMAC-SHA256); a throw-away demo uses a
+        // random key. Real deployments set COHORT_HASH_KEY and keep it.
+        let key = format!(
+            "{}{}",
+            uuid::Uuid::new_v4().simple(),
+            uuid::Uuid::new_v4().simple()
+        );
+        policy.config.hash_key = Some(cohort::config::HashKey::new(key));
+    }
     let schema = policy.config.schema.clone();
     let report = cohort::schema::migrate(&mut conn, &schema).await?;
     say(&format!(

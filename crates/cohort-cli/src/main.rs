@@ -64,11 +64,19 @@ enum Command {
         #[arg(long)]
         dry_run: bool,
     },
-    /// Erase one data subject's rows in a tenant (right to erasure).
+    /// Erase one data subject's rows in a tenant, or in the tenantless
+    /// entities (right to erasure).
     Erase {
         /// The tenant.
+        #[arg(
+            long,
+            required_unless_present = "tenantless",
+            conflicts_with = "tenantless"
+        )]
+        tenant: Option<String>,
+        /// Erase from the tenantless entities instead of a tenant's.
         #[arg(long)]
-        tenant: String,
+        tenantless: bool,
         /// The subject id (compared exactly with each subject column, in its type).
         #[arg(long)]
         subject: String,
@@ -178,8 +186,8 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             Ok(())
         }
         Command::Preview { scope, now } => {
-            let (cohort, policy) = open(&cli).await?;
-            commands::preview(&cohort, &policy, cli.json, scope, now.as_deref()).await
+            let (cohort, _) = open(&cli).await?;
+            commands::preview(&cohort, cli.json, scope, now.as_deref()).await
         }
         Command::Sweep {
             scope,
@@ -191,13 +199,14 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         }
         Command::Erase {
             tenant,
+            tenantless: _,
             subject,
             kind,
             allow_soft_delete,
             dry_run,
             now,
         } => {
-            let (cohort, policy) = open(&cli).await?;
+            let (cohort, _) = open(&cli).await?;
             let mut scope =
                 cohort::erasure::ErasureScope::new(subject).allow_soft_delete(*allow_soft_delete);
             if let Some(k) = kind {
@@ -205,9 +214,8 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             }
             commands::erase(
                 &cohort,
-                &policy,
                 cli.json,
-                tenant,
+                tenant.as_deref(),
                 scope,
                 now.as_deref(),
                 *dry_run,

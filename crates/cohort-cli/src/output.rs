@@ -170,7 +170,8 @@ pub(crate) fn validated(json: bool, config: &CohortConfig, model: &ValidatedMode
 }
 
 /// One row per entity outcome, under [`OUTCOME_HEADERS`]; exempt entities
-/// show "never" as their cutoff.
+/// show "never" as their cutoff. KEPT counts rows kept by the legal minimum
+/// (erasure) or by an exempt strategy.
 pub(crate) fn outcome_rows(result_entities: &[cohort::EntityOutcome]) -> Vec<Vec<String>> {
     result_entities
         .iter()
@@ -183,6 +184,7 @@ pub(crate) fn outcome_rows(result_entities: &[cohort::EntityOutcome]) -> Vec<Vec
                 e.held.to_string(),
                 e.skipped.to_string(),
                 e.null_anchor.to_string(),
+                (e.kept_by_legal_min + e.kept_by_policy).to_string(),
                 if e.strategy.mutates() {
                     e.cutoff
                         .map(|c| c.format("%Y-%m-%d %H:%M:%S").to_string())
@@ -196,7 +198,7 @@ pub(crate) fn outcome_rows(result_entities: &[cohort::EntityOutcome]) -> Vec<Vec
 }
 
 /// Headers of the per-entity outcome table.
-pub(crate) const OUTCOME_HEADERS: [&str; 8] = [
+pub(crate) const OUTCOME_HEADERS: [&str; 9] = [
     "ENTITY",
     "CATEGORY",
     "STRATEGY",
@@ -204,6 +206,7 @@ pub(crate) const OUTCOME_HEADERS: [&str; 8] = [
     "HELD",
     "SKIPPED",
     "NULL ANCHOR",
+    "KEPT",
     "CUTOFF (UTC)",
 ];
 

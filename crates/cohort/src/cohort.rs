@@ -11,8 +11,9 @@ use std::collections::BTreeMap;
 use crate::audit::{AuditObserver, ObserverHub};
 use crate::config::CohortConfig;
 use crate::error::Result;
+use crate::error::{Error, Problem, Problems};
 use crate::model::{EntityDeclaration, Retained};
-use crate::policy::PolicyFile;
+use crate::policy::{PolicyFile, TenantEntry};
 use crate::rules::{RuleProvider, StaticRuleProvider};
 use crate::sql::plan::{EntityPlan, LedgerPlan};
 use crate::validate::{validate, ValidatedModel};
@@ -34,6 +35,7 @@ pub(crate) struct Inner {
     pub(crate) config: CohortConfig,
     declarations: Vec<EntityDeclaration>,
     pub(crate) rules: Arc<dyn RuleProvider>,
+    tenants: Vec<TenantEntry>,
     ready: OnceCell<Arc<Ready>>,
     pub(crate) observers: ObserverHub,
 }
@@ -43,6 +45,61 @@ pub(crate) struct Ready {
     pub(crate) model: Arc<ValidatedModel>,
     pub(crate) plans: BTreeMap<uuid::Uuid, EntityPlan>,
     pub(crate) ledger: LedgerPlan,
+    /// The tenant directory (`[[tenant]]`), canonicalised: (tenant, jurisdiction).
+    pub(crate) tenants: Vec<(String, Option<String>)>,
+    /// HMAC-SHA256 pads of the hash key, when one is configured.
+    pub(crate) hash_pads: Option<HmacPads>,
+}
+
+/// The two padded forms of an HMAC-SHA256 key (RFC 2104): the `hash`
+/// anonymise method binds them and computes
+/// `sha256(outer || sha256(inner || value))` with core functions.
+#[derive(Clone)]
+pub(crate) struct HmacPads {
+    pub(crate) inner: Vec<u8>,
+    pub(crate) outer: Vec<u8>,
+}
+
+impl HmacPads {
+    pub(crate) fn new(key: &[u8]) -> Self {
+        use sha2::Digest;
+        const BLOCK: usize = 64;
+        let mut block = if key.len() > BLOCK {
+            sha2::Sha256::digest(key).to_vec()
+        } else {
+            key.to_vec()
+        };
+        block.resize(BLOCK, 0);
+        Self {
+            inner: block.iter().map(|b| b ^ 0x36).collect(),
+            outer: block.iter().map(|b| b ^ 0x5c).collect(),
+        }
+    }
+}
+
+impl Ready {
+    /// The jurisdiction of a canonical tenant: the request's, checked
+    /// against the directory's when both are known.
+    pub(crate) fn jurisdiction(
+        &self,
+        tenant: Option<&str>,
+        requested: Option<&str>,
+    ) -> Result<Option<String>> {
+        let listed = tenant.and_then(|t| {
+            self.tenants
+                .iter()
+                .find(|(id, _)| id == t)
+                .and_then(|(_, j)| j.clone())
+        });
+        match (requested, listed) {
+            (Some(r), Some(l)) if r != l => Err(crate::Error::InvalidInput(format!(
+                "tenant {} is listed with jurisdiction {l:?}, but the request says {r:?}",
+                tenant.unwrap_or_default()
+            ))),
+            (Some(r), _) => Ok(Some(r.to_owned())),
+            (None, listed) => Ok(listed),
+        }
+    }
 }
 
 impl std::fmt::Debug for Cohort {
@@ -63,6 +120,7 @@ pub struct CohortBuilder {
     declarations: Vec<EntityDeclaration>,
     rules: Option<Arc<dyn RuleProvider>>,
     observers: Vec<Arc<dyn AuditObserver>>,
+    tenants: Vec<TenantEntry>,
 }
 
 impl std::fmt::Debug for CohortBuilder {
@@ -84,6 +142,7 @@ impl Cohort {
             declarations: Vec::new(),
             rules: None,
             observers: Vec::new(),
+            tenants: Vec::new(),
         }
     }
 
@@ -112,15 +171,22 @@ impl Cohort {
                     self.inner.rules.as_ref(),
                 )
                 .await?;
+                let tenants = tenant_directory(&model, &self.inner.tenants)?;
                 let plans = model
                     .entities
                     .iter()
                     .map(|e| {
                         let caps = &model.capabilities[&e.id];
-                        let blockers = &model.facts[&e.id].blocking_references;
+                        let facts = &model.facts[&e.id];
                         (
                             e.id,
-                            EntityPlan::build(e, caps, blockers, &self.inner.config.schema),
+                            EntityPlan::build(
+                                e,
+                                caps,
+                                &facts.blocking_references,
+                                &facts.casts,
+                                &self.inner.config.schema,
+                            ),
                         )
                     })
                     .collect();
@@ -128,6 +194,13 @@ impl Cohort {
                     model: Arc::new(model),
                     plans,
                     ledger: LedgerPlan::build(&self.inner.config.schema),
+                    tenants,
+                    hash_pads: self
+                        .inner
+                        .config
+                        .hash_key
+                        .as_ref()
+                        .map(|k| HmacPads::new(k.expose())),
                 }))
             })
             .await
@@ -239,6 +312,52 @@ impl Cohort {
     pub fn rules(&self) -> &dyn RuleProvider {
         self.inner.rules.as_ref()
     }
+
+    /// The canonical form of a tenant id, by the tenant columns' type (see
+    /// [`crate::rules::TenantIdentity`]): what runs, holds and the ledger use.
+    pub async fn canonical_tenant(&self, tenant: &str) -> Result<String> {
+        let ready = self.prepared().await?;
+        let identity = ready.model.tenant_identity();
+        identity.canonical(tenant).ok_or_else(|| {
+            Error::InvalidInput(format!(
+                "{tenant:?} is not a valid tenant id ({identity:?} tenant columns)"
+            ))
+        })
+    }
+}
+
+/// Canonicalises the `[[tenant]]` directory; an id that is not valid for
+/// the tenant columns, or one tenant listed twice with different
+/// jurisdictions, is a validation problem.
+fn tenant_directory(
+    model: &ValidatedModel,
+    entries: &[TenantEntry],
+) -> Result<Vec<(String, Option<String>)>> {
+    let identity = model.tenant_identity();
+    let mut problems = Vec::new();
+    let mut out: Vec<(String, Option<String>)> = Vec::new();
+    for entry in entries {
+        let Some(id) = identity.canonical(&entry.id) else {
+            problems.push(Problem::global(format!(
+                "[[tenant]] id {:?} is not a valid tenant id for the tenant columns ({identity:?})",
+                entry.id
+            )));
+            continue;
+        };
+        match out.iter().find(|(seen, _)| *seen == id) {
+            Some((_, j)) if *j != entry.jurisdiction => problems.push(Problem::global(format!(
+                "tenant {id} is listed twice with different jurisdictions ({:?} and {:?})",
+                j, entry.jurisdiction
+            ))),
+            Some(_) => {}
+            None => out.push((id, entry.jurisdiction.clone())),
+        }
+    }
+    if problems.is_empty() {
+        Ok(out)
+    } else {
+        Err(Error::Validation(Problems(problems)))
+    }
 }
 
 impl CohortBuilder {
@@ -273,12 +392,23 @@ impl CohortBuilder {
         self
     }
 
-    /// Takes settings, entities and rules from a policy file (entities add
-    /// to any already registered).
+    /// Takes settings, entities, rules and the `[[tenant]]` directory from
+    /// a policy file (entities and tenants add to any already registered).
     pub fn policy(mut self, policy: PolicyFile) -> Self {
         self.config = policy.config;
         self.declarations.extend(policy.entities);
         self.rules = Some(Arc::new(policy.rules));
+        self.tenants.extend(policy.tenants);
+        self
+    }
+
+    /// Lists a tenant with its jurisdiction: runs for this tenant (however
+    /// its id is spelled) resolve rules with that jurisdiction.
+    pub fn tenant(mut self, id: impl Into<String>, jurisdiction: Option<String>) -> Self {
+        self.tenants.push(TenantEntry {
+            id: id.into(),
+            jurisdiction,
+        });
         self
     }
 
@@ -294,6 +424,7 @@ impl CohortBuilder {
                 config: self.config,
                 declarations: self.declarations,
                 rules,
+                tenants: self.tenants,
                 ready: OnceCell::new(),
             }),
         })
@@ -316,6 +447,23 @@ impl CohortBuilder {
 
 #[cfg(test)]
 mod tests {
+    /// The pads reproduce RustCrypto's HMAC-SHA256 for short, block-sized
+    /// and long keys (what the SQL computes from them).
+    #[test]
+    fn hmac_pads_match_rustcrypto() {
+        use hmac::{KeyInit, Mac};
+        use sha2::Digest;
+        for key in [&b"0123456789abcdef"[..], &[7u8; 64][..], &[9u8; 100][..]] {
+            let pads = super::HmacPads::new(key);
+            let message = b"person@example.com";
+            let inner = sha2::Sha256::digest([&pads.inner[..], &message[..]].concat());
+            let ours = sha2::Sha256::digest([&pads.outer[..], &inner[..]].concat());
+            let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(key).unwrap();
+            mac.update(message);
+            assert_eq!(ours.to_vec(), mac.finalize().into_bytes().to_vec());
+        }
+    }
+
     #[test]
     fn handle_is_send_and_sync() {
         fn check<T: Send + Sync + Clone>() {}

@@ -97,6 +97,63 @@ pub struct CohortConfig {
     pub dispatch: DispatchConfig,
     /// History pruner.
     pub prune: PruneConfig,
+    /// The secret key of the `hash` anonymise method (HMAC-SHA256); at
+    /// least 16 bytes. Required when any entity hashes a column. Prefer
+    /// `COHORT_HASH_KEY` to writing it in a file. Never stored in the
+    /// database, never printed.
+    pub hash_key: Option<HashKey>,
+}
+
+/// A secret key. Its `Debug` and serialised forms never show it.
+#[derive(Clone, PartialEq, Eq, Deserialize)]
+#[serde(transparent)]
+pub struct HashKey(String);
+
+impl HashKey {
+    /// Wraps a key.
+    pub fn new(key: impl Into<String>) -> Self {
+        Self(key.into())
+    }
+
+    /// The key's bytes.
+    pub fn expose(&self) -> &[u8] {
+        self.0.as_bytes()
+    }
+}
+
+impl std::fmt::Debug for HashKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("HashKey(<redacted>)")
+    }
+}
+
+impl Serialize for HashKey {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.serialize_str("<redacted>")
+    }
+}
+
+/// The shortest accepted hash key, in bytes.
+pub const MIN_HASH_KEY_BYTES: usize = 16;
+
+/// Problems with a schema Cohort would install into or read retained
+/// tables from: PostgreSQL's own schemas and names that only differ from
+/// a real one by white space are refused.
+pub(crate) fn check_schema_name(name: &str) -> std::result::Result<(), String> {
+    check_identifier(name)?;
+    if name.trim() != name {
+        return Err(format!(
+            "{name:?} starts or ends with white space; that is a different schema from {:?}",
+            name.trim()
+        ));
+    }
+    let lower = name.to_ascii_lowercase();
+    if lower == "information_schema" || lower.starts_with("pg_") {
+        return Err(format!(
+            "{name:?} is reserved for PostgreSQL's own catalogs"
+        ));
+    }
+    Ok(())
 }
 
 impl Default for CohortConfig {
@@ -112,6 +169,7 @@ impl Default for CohortConfig {
             conventions: Conventions::default(),
             dispatch: DispatchConfig::default(),
             prune: PruneConfig::default(),
+            hash_key: None,
         }
     }
 }
@@ -130,6 +188,7 @@ impl CohortConfig {
     /// Overlays `COHORT_…` variables from `vars` (pass `std::env::vars()`):
     /// `COHORT_SCHEMA`, `COHORT_SWEEP_BATCH_SIZE`, `COHORT_SCHEDULE`,
     /// `COHORT_DRY_RUN`, `COHORT_KILL_SWITCH`, `COHORT_OBSERVER_TIMEOUT`,
+    /// `COHORT_HASH_KEY`,
     /// `COHORT_DISPATCH__<FIELD>` (e.g. `COHORT_DISPATCH__BATCH_SIZE`).
     /// Unknown `COHORT_` variables are errors, so typos do not pass silently.
     pub fn apply_env(&mut self, vars: impl IntoIterator<Item = (String, String)>) -> Result<()> {
@@ -137,7 +196,14 @@ impl CohortConfig {
             let Some(name) = key.strip_prefix("COHORT_") else {
                 continue;
             };
-            let bad = |what: &str| Error::Config(format!("{key}={value:?}: {what}"));
+            let bad = |what: &str| {
+                let shown = if name == "HASH_KEY" {
+                    "<redacted>"
+                } else {
+                    value.as_str()
+                };
+                Error::Config(format!("{key}={shown:?}: {what}"))
+            };
             let int = || {
                 value
                     .trim()
@@ -152,6 +218,7 @@ impl CohortConfig {
             };
             match name {
                 "SCHEMA" => self.schema = value.clone(),
+                "HASH_KEY" => self.hash_key = Some(HashKey::new(value.clone())),
                 "SWEEP_BATCH_SIZE" => self.sweep_batch_size = int()?,
                 "SCHEDULE" => self.schedule = Some(value.clone()).filter(|s| !s.trim().is_empty()),
                 "DRY_RUN" => self.dry_run = boolean()?,
@@ -174,12 +241,20 @@ impl CohortConfig {
     /// Checks every range; reports all problems at once.
     pub fn validate(&self) -> Result<()> {
         let mut problems = Vec::new();
-        if let Err(e) = check_identifier(&self.schema) {
+        if let Err(e) = check_schema_name(&self.schema) {
             problems.push(format!("schema: {e}"));
         }
         if let Some(s) = &self.default_table_schema {
-            if let Err(e) = check_identifier(s) {
+            if let Err(e) = check_schema_name(s) {
                 problems.push(format!("default_table_schema: {e}"));
+            }
+        }
+        if let Some(k) = &self.hash_key {
+            if k.expose().len() < MIN_HASH_KEY_BYTES {
+                problems.push(format!(
+                    "hash_key is {} bytes; a key shorter than {MIN_HASH_KEY_BYTES} bytes can be guessed",
+                    k.expose().len()
+                ));
             }
         }
         let mut range = |name: &str, value: u32, min: u32, max: u32| {

@@ -101,7 +101,10 @@ pub(crate) struct Pass<'a> {
     pub(crate) tenant: Option<String>,
 }
 
-/// Canonical tenant keys per entity of the pass, checked before anything is written.
+/// Canonical tenant keys per entity of the pass, checked before anything
+/// is written. The tenant is canonicalised once, by the tenant columns' type
+/// (validation makes them agree): uuid spellings become one uuid, text is
+/// kept exactly as written, citext is compared case-insensitively.
 pub(crate) fn tenant_keys<'a>(ready: &'a Ready, tenant: Option<&str>) -> Result<Pass<'a>> {
     let entities: Vec<&EntityDescriptor> = ready
         .model
@@ -109,16 +112,21 @@ pub(crate) fn tenant_keys<'a>(ready: &'a Ready, tenant: Option<&str>) -> Result<
         .filter(|e| e.tenant.is_some() == tenant.is_some())
         .collect();
     let mut keys = BTreeMap::new();
-    let mut canonical = tenant.map(|t| t.trim().to_owned());
+    let canonical = match (tenant, ready.model.tenant_key) {
+        (Some(t), Some(ty)) => Some(
+            ty.parse(t)
+                .map_err(|msg| Error::InvalidInput(format!("tenant: {msg}")))?
+                .canonical(),
+        ),
+        (Some(t), None) => Some(t.to_owned()),
+        (None, _) => None,
+    };
     if let Some(t) = tenant {
         for e in &entities {
             let ty = ready.model.facts[&e.id].tenant.expect("tenanted entity");
             let key = ty
                 .parse(t)
                 .map_err(|msg| Error::InvalidInput(format!("tenant for {}: {msg}", e.name)))?;
-            if canonical.as_deref() == Some(t.trim()) {
-                canonical = Some(key.canonical());
-            }
             keys.insert(e.id, key);
         }
     }
@@ -139,7 +147,7 @@ pub(crate) async fn rule_for(
     now: DateTime<Utc>,
 ) -> std::result::Result<RetentionRule, Diagnostic> {
     let mut tenant_ctx = match tenant {
-        Some(t) => TenantContext::tenant(t),
+        Some(t) => TenantContext::tenant(t).with_identity(ready.model.tenant_identity()),
         None => TenantContext::tenantless(),
     };
     if let Some(j) = jurisdiction {
@@ -191,14 +199,17 @@ fn sweep_work<'a>(
     let mut lock_args = vec![Arg::Time(cutoff), Arg::Int8(batch_size)];
     lock_args.extend(tenant_arg.iter().cloned());
     let mut count_args = vec![Arg::Time(cutoff)];
-    count_args.extend(tenant_arg);
+    count_args.extend(tenant_arg.iter().cloned());
+    // The mutation re-checks the cutoff and the tenant the candidates were chosen by.
+    let mut mutate_args = vec![Arg::Time(cutoff)];
+    mutate_args.extend(tenant_arg);
     Ok(Work {
         entity: e,
         cutoff: Some(cutoff),
         lock: plan.lock.get(&strategy).cloned().unwrap_or_default(),
         lock_args,
         mutate: plan.mutate.get(&strategy).cloned().unwrap_or_default(),
-        mutate_args: Vec::new(),
+        mutate_args,
         counts: plan.counts[&strategy].clone(),
         count_args,
         rule,
@@ -212,6 +223,8 @@ pub(crate) struct Counts {
     /// Past the cutoff, not held, but still referenced by other rows
     /// through a NO ACTION / RESTRICT foreign key (purge leaves them).
     pub(crate) skipped: u64,
+    /// Erasure: kept because the legal minimum has not passed.
+    pub(crate) kept_by_legal_min: u64,
 }
 
 pub(crate) async fn counts(
@@ -231,6 +244,7 @@ pub(crate) async fn counts(
         held: n("held")?,
         null_anchor: n("null_anchor")?,
         skipped: n("skipped")?,
+        kept_by_legal_min: n("kept_by_legal_min")?,
     })
 }
 
@@ -245,6 +259,8 @@ pub(crate) fn outcome(work: &Work<'_>) -> EntityOutcome {
         held: 0,
         skipped: 0,
         null_anchor: 0,
+        kept_by_legal_min: 0,
+        kept_by_policy: 0,
         cutoff: work.cutoff,
         period: work.rule.period(),
         legal_min: work.rule.legal_min(),
@@ -254,6 +270,7 @@ pub(crate) fn outcome(work: &Work<'_>) -> EntityOutcome {
 pub(crate) async fn preview(cohort: &Cohort, req: PreviewRequest) -> Result<PreviewResult> {
     let ready = cohort.prepared().await?;
     let pass = tenant_keys(&ready, req.tenant.as_deref())?;
+    let jurisdiction = ready.jurisdiction(pass.tenant.as_deref(), req.jurisdiction.as_deref())?;
     let mut conn = cohort.inner().pool.acquire().await?;
     let mut result = PreviewResult {
         tenant: pass.tenant.clone(),
@@ -267,7 +284,7 @@ pub(crate) async fn preview(cohort: &Cohort, req: PreviewRequest) -> Result<Prev
             &ready,
             e,
             result.tenant.as_deref(),
-            req.jurisdiction.as_deref(),
+            jurisdiction.as_deref(),
             req.now,
         )
         .await
@@ -289,6 +306,10 @@ pub(crate) async fn preview(cohort: &Cohort, req: PreviewRequest) -> Result<Prev
         o.held = c.held;
         o.null_anchor = c.null_anchor;
         o.skipped = c.skipped;
+        o.kept_by_legal_min = c.kept_by_legal_min;
+        if !work.rule.strategy().mutates() {
+            o.kept_by_policy = c.eligible;
+        }
         result.entities.push(o);
     }
     Ok(result)
@@ -297,6 +318,7 @@ pub(crate) async fn preview(cohort: &Cohort, req: PreviewRequest) -> Result<Prev
 pub(crate) async fn sweep(cohort: &Cohort, req: SweepRequest) -> Result<SweepResult> {
     let ready = cohort.prepared().await?;
     let pass = tenant_keys(&ready, req.tenant.as_deref())?;
+    let jurisdiction = ready.jurisdiction(pass.tenant.as_deref(), req.jurisdiction.as_deref())?;
     let batch = i64::from(cohort.inner().config.sweep_batch_size);
     let mut works = Vec::new();
     for e in &pass.entities {
@@ -305,7 +327,7 @@ pub(crate) async fn sweep(cohort: &Cohort, req: SweepRequest) -> Result<SweepRes
             &ready,
             e,
             pass.tenant.as_deref(),
-            req.jurisdiction.as_deref(),
+            jurisdiction.as_deref(),
             req.now,
         )
         .await
@@ -481,6 +503,7 @@ pub(crate) async fn execute(
         settled_at: Some(settled_at),
         entities: outcomes,
         failures,
+        not_reached: Vec::new(),
     })
 }
 
@@ -541,8 +564,12 @@ async fn run_entity(
         out.held = c.held;
         out.null_anchor = c.null_anchor;
         out.skipped = c.skipped;
+        out.kept_by_legal_min = c.kept_by_legal_min;
         if ctx.spec.dry_run && strategy.mutates() {
             out.affected = c.eligible;
+        }
+        if !strategy.mutates() {
+            out.kept_by_policy = c.eligible;
         }
     }
     let finish = sqlx::query(ledger.finish_summary.sql())
@@ -552,6 +579,8 @@ async fn run_entity(
         .bind(out.skipped as i64)
         .bind(out.null_anchor as i64)
         .bind(error)
+        .bind(out.kept_by_legal_min as i64)
+        .bind(out.kept_by_policy as i64)
         .execute(&mut *conn)
         .await;
     result?;
@@ -627,6 +656,14 @@ async fn batches(
         if strategy == Strategy::Anonymise {
             for literal in &plan.literals {
                 mutate = mutate.bind(literal.clone());
+            }
+            if plan.hashes {
+                let pads = ctx
+                    .ready
+                    .hash_pads
+                    .as_ref()
+                    .expect("validated: hashing needs a key");
+                mutate = mutate.bind(pads.inner.clone()).bind(pads.outer.clone());
             }
         }
         if let Some(values) = custom_json {

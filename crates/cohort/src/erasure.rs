@@ -7,7 +7,10 @@
 //! blocked and counted). The ordinary period never delays erasure. The
 //! entity's own strategy is applied: purge deletes, anonymise scrubs, soft
 //! delete only when the scope opts in (otherwise the request is refused
-//! before anything is written). Exempt entities are reported with zero.
+//! before anything is written). The result accounts for every entity with
+//! subject columns for the request: affected, held, kept by the legal
+//! minimum, NULL anchor, kept by policy (`exempt`), or not reached and why
+//! ([`crate::SweepResult::not_reached`]).
 //!
 //! Candidates are locked with `FOR UPDATE` (erasure waits for rows other
 //! transactions hold, rather than skipping them); a row whose subject or
@@ -22,7 +25,7 @@ use crate::cohort::Cohort;
 use crate::engine::{execute, rule_for, tenant_keys, Arg, RunSpec, Work};
 use crate::error::{Error, Result};
 use crate::rules::Strategy;
-use crate::run::{failure, RunKind, SweepResult, Trigger};
+use crate::run::{failure, NotReached, RunKind, SweepResult, Trigger};
 use crate::sql::plan::ErasurePlan;
 use crate::sql::KeyValue;
 
@@ -118,6 +121,7 @@ impl ErasureRequest {
 pub(crate) async fn erase(cohort: &Cohort, req: ErasureRequest) -> Result<SweepResult> {
     let ready = cohort.prepared().await?;
     let pass = tenant_keys(&ready, req.tenant.as_deref())?;
+    let jurisdiction = ready.jurisdiction(pass.tenant.as_deref(), req.jurisdiction.as_deref())?;
     let scope = &req.scope;
     if scope.subject.trim().is_empty() {
         return Err(Error::InvalidInput("an erasure needs a subject".into()));
@@ -131,6 +135,27 @@ pub(crate) async fn erase(cohort: &Cohort, req: ErasureRequest) -> Result<SweepR
 
     let mut works = Vec::new();
     let mut any_column = false;
+    let in_request = |e: &crate::model::EntityDescriptor| {
+        e.subjects
+            .iter()
+            .any(|s| scope.kind.is_none() || s.kind == scope.kind)
+    };
+    // Entities holding the subject's kind of data that this request cannot
+    // reach are reported, never passed over in silence.
+    let mut not_reached: Vec<NotReached> = ready
+        .model
+        .ordered()
+        .filter(|e| in_request(e) && e.tenant.is_some() != pass.tenant.is_some())
+        .map(|e| NotReached {
+            entity_id: e.id,
+            entity: e.name.clone(),
+            reason: if e.tenant.is_none() {
+                "tenantless: a tenant's erasure does not reach it; erase the subject's tenantless rows with a tenantless request (ErasureRequest::tenantless, `cohort erase --tenantless`)".into()
+            } else {
+                "tenant-scoped: a tenantless erasure does not reach it; erase the subject in each tenant (ErasureRequest::tenanted, `cohort erase --tenant T`)".into()
+            },
+        })
+        .collect();
     for e in &pass.entities {
         let facts = &ready.model.facts[&e.id];
         // The subject columns this request reaches, with the subject in each column's type.
@@ -144,6 +169,21 @@ pub(crate) async fn erase(cohort: &Cohort, req: ErasureRequest) -> Result<SweepR
             })
             .collect();
         if columns.is_empty() {
+            if in_request(e) {
+                not_reached.push(NotReached {
+                    entity_id: e.id,
+                    entity: e.name.clone(),
+                    reason: format!(
+                        "the subject is not a valid value for its subject column(s) ({}), so no row can match",
+                        e.subjects
+                            .iter()
+                            .filter(|s| scope.kind.is_none() || s.kind == scope.kind)
+                            .map(|s| s.column.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                });
+            }
             continue;
         }
         any_column = true;
@@ -152,7 +192,7 @@ pub(crate) async fn erase(cohort: &Cohort, req: ErasureRequest) -> Result<SweepR
             &ready,
             e,
             pass.tenant.as_deref(),
-            req.jurisdiction.as_deref(),
+            jurisdiction.as_deref(),
             req.now,
         )
         .await
@@ -186,6 +226,7 @@ pub(crate) async fn erase(cohort: &Cohort, req: ErasureRequest) -> Result<SweepR
             e,
             &ready.plans[&e.id],
             strategy,
+            &facts.casts,
             &subject_columns,
             cutoff.is_some(),
             &cohort.config().schema,
@@ -215,7 +256,7 @@ pub(crate) async fn erase(cohort: &Cohort, req: ErasureRequest) -> Result<SweepR
             "(check its format against the subject columns' types)"
         )));
     }
-    execute(
+    let mut result = execute(
         cohort,
         &ready,
         RunSpec {
@@ -228,5 +269,7 @@ pub(crate) async fn erase(cohort: &Cohort, req: ErasureRequest) -> Result<SweepR
         },
         works,
     )
-    .await
+    .await?;
+    result.not_reached = not_reached;
+    Ok(result)
 }

@@ -132,9 +132,16 @@ where
         .fetch_all(&mut *tx)
         .await?;
     let mut found = Vec::with_capacity(rows.len());
+    let mut found_canonical = Vec::with_capacity(rows.len());
     for row in &rows {
         let record: String = row.try_get("record")?;
         let owner: Option<String> = row.try_get("tenant")?;
+        let owner = owner.map(|o| {
+            facts
+                .tenant
+                .and_then(|ty| ty.canonical_text(&o))
+                .unwrap_or(o)
+        });
         if owner != tenant {
             return Err(Error::InvalidInput(format!(
                 "record {record} of {} does not belong to tenant {}",
@@ -142,12 +149,13 @@ where
                 tenant.as_deref().unwrap_or("(none)")
             )));
         }
+        found_canonical.push(facts.record.canonical_text(&record).unwrap_or_default());
         found.push(record);
     }
     let missing: Vec<String> = keys
         .iter()
         .map(KeyValue::canonical)
-        .filter(|k| !found.contains(k))
+        .filter(|k| !found_canonical.contains(k))
         .collect();
     if !missing.is_empty() {
         return Err(Error::InvalidInput(format!(
@@ -160,7 +168,6 @@ where
     let held: Vec<String> = sqlx::query_scalar(ready.ledger.held_records.sql())
         .bind(entity.id)
         .bind(&found)
-        .bind(tenant.as_deref())
         .fetch_all(&mut *tx)
         .await?;
     if !held.is_empty() {

@@ -2,6 +2,11 @@
 //! active while it is neither released nor expired, judged by the
 //! database clock (not a run's logical time).
 //!
+//! The tenant is checked when a hold is created (only the row's own tenant
+//! may hold it); from then on the hold protects the record — entity and
+//! record id — whatever happens to the row: moved to another tenant, it is
+//! still counted held, and left alone, by every tenant's sweep and erasure.
+//!
 //! Creation validates everything that would make a hold silently protect
 //! nothing: the entity must be registered, the record id is parsed and
 //! canonicalised with the key column's type, the tenant must own the row
@@ -190,7 +195,15 @@ pub(crate) async fn create(cohort: &Cohort, req: HoldRequest) -> Result<Hold> {
             entity.name
         )));
     };
+    // The tenant authorises the hold; protection then follows the record.
+    let stored_record: String = row.try_get("record")?;
     let owner: Option<String> = row.try_get("tenant")?;
+    let owner = owner.map(|o| {
+        facts
+            .tenant
+            .and_then(|ty| ty.canonical_text(&o))
+            .unwrap_or(o)
+    });
     if owner != tenant {
         return Err(Error::InvalidInput(format!(
             "record {} of {} does not belong to tenant {}",
@@ -202,7 +215,7 @@ pub(crate) async fn create(cohort: &Cohort, req: HoldRequest) -> Result<Hold> {
     let inserted = sqlx::query(ready.ledger.insert_hold.sql())
         .bind(req.hold_id)
         .bind(entity.id)
-        .bind(record.canonical())
+        .bind(&stored_record)
         .bind(tenant.as_deref())
         .bind(req.reason.trim())
         .bind(req.created_at)
@@ -232,9 +245,16 @@ pub(crate) async fn create(cohort: &Cohort, req: HoldRequest) -> Result<Hold> {
 
 pub(crate) async fn list(cohort: &Cohort, filter: &HoldFilter) -> Result<Vec<Hold>> {
     let ready = cohort.prepared().await?;
+    let tenant = filter.tenant.as_deref().map(|t| {
+        ready
+            .model
+            .tenant_identity()
+            .canonical(t)
+            .unwrap_or_else(|| t.to_owned())
+    });
     let rows = sqlx::query(ready.ledger.list_holds.sql())
         .bind(filter.entity_id)
-        .bind(filter.tenant.as_deref())
+        .bind(tenant.as_deref())
         .bind(filter.active_only)
         .fetch_all(&cohort.inner().pool)
         .await?;

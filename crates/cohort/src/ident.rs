@@ -209,10 +209,33 @@ impl SqlText {
 /// schema-qualified name. Used for migrations, whose text is fixed apart
 /// from where Cohort's tables live.
 pub(crate) fn from_template(template: &'static str, tables: &[(&str, QualifiedName)]) -> SqlText {
-    let mut text = template.to_owned();
-    for (placeholder, name) in tables {
-        text = text.replace(&format!("{{{placeholder}}}"), &name.to_string());
+    // One pass over the template: text inserted for one placeholder is never
+    // scanned again, so a schema name that itself looks like a placeholder
+    // (`x{retention_hold}`) stays inside its own quotes.
+    let mut text = String::with_capacity(template.len() + 64);
+    let mut rest = template;
+    while let Some(open) = rest.find('{') {
+        text.push_str(&rest[..open]);
+        let after = &rest[open + 1..];
+        let found = after.find('}').and_then(|close| {
+            let key = &after[..close];
+            tables
+                .iter()
+                .find(|(placeholder, _)| *placeholder == key)
+                .map(|(_, name)| (close, name))
+        });
+        match found {
+            Some((close, name)) => {
+                text.push_str(&name.to_string());
+                rest = &after[close + 1..];
+            }
+            None => {
+                text.push('{');
+                rest = after;
+            }
+        }
     }
+    text.push_str(rest);
     SqlText(text)
 }
 

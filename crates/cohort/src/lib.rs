@@ -28,8 +28,8 @@ pub use ident::{quote_ident, QualifiedName};
 pub use model::{EntityDeclaration, Retained};
 pub use rules::{AuditDetail, Strategy};
 pub use run::{
-    EntityFailure, EntityOutcome, PreviewRequest, RunKind, RunStatus, SweepRequest, SweepResult,
-    Trigger,
+    EntityFailure, EntityOutcome, NotReached, PreviewRequest, RunKind, RunStatus, SweepRequest,
+    SweepResult, Trigger,
 };
 pub use tokio_util::sync::CancellationToken;
 

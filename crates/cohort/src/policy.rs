@@ -148,6 +148,15 @@ impl PolicyFile {
 
     /// Parses and checks policy text, reporting every problem found.
     pub fn parse(text: &str) -> Result<Self> {
+        let value: toml::Value = toml::from_str(text).map_err(|e| Error::Policy(e.to_string()))?;
+        let mut nul = Vec::new();
+        nul_strings(&value, "", &mut nul);
+        if !nul.is_empty() {
+            return Err(Error::Policy(format!(
+                "NUL characters are not allowed (PostgreSQL text cannot hold them), found in: {}",
+                nul.join(", ")
+            )));
+        }
         let raw: RawPolicy = toml::from_str(text).map_err(|e| Error::Policy(e.to_string()))?;
         let mut problems = Vec::new();
         if let Err(Error::Config(msg)) = raw.config_check() {
@@ -204,7 +213,7 @@ impl PolicyFile {
                 .tenant
                 .into_iter()
                 .map(|t| TenantEntry {
-                    id: canonical_tenant(&t.id),
+                    id: t.id,
                     jurisdiction: t.jurisdiction,
                 })
                 .collect(),
@@ -286,12 +295,31 @@ fn entity(e: &RawEntity) -> std::result::Result<EntityDeclaration, Vec<String>> 
     }
 }
 
-/// Tenant ids written as UUIDs are compared in canonical form (lower case,
-/// hyphenated), the form runs resolve rules with; other ids are kept as written.
-fn canonical_tenant(id: &str) -> String {
-    match uuid::Uuid::parse_str(id.trim()) {
-        Ok(u) => u.hyphenated().to_string(),
-        Err(_) => id.to_owned(),
+/// Every place in the document where a string (or a key) holds a NUL
+/// character: PostgreSQL text cannot store one, so any run that wrote it
+/// (a literal, a rule's source or reason, a name) would fail every time.
+fn nul_strings(value: &toml::Value, path: &str, found: &mut Vec<String>) {
+    match value {
+        toml::Value::String(s) if s.contains('\0') => found.push(path.to_owned()),
+        toml::Value::Array(items) => {
+            for (i, item) in items.iter().enumerate() {
+                nul_strings(item, &format!("{path}[{i}]"), found);
+            }
+        }
+        toml::Value::Table(table) => {
+            for (k, v) in table {
+                let here = if path.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{path}.{k}")
+                };
+                if k.contains('\0') {
+                    found.push(format!("the key {here:?}"));
+                }
+                nul_strings(v, &here, found);
+            }
+        }
+        _ => {}
     }
 }
 
@@ -395,7 +423,7 @@ fn category(c: &RawCategory) -> std::result::Result<Built, Vec<String>> {
             );
             if let Some(rule) = built {
                 overrides.push(RuleOverride {
-                    tenant: o.tenant.as_deref().map(canonical_tenant),
+                    tenant: o.tenant.clone(),
                     jurisdiction: o.jurisdiction.clone(),
                     rule,
                 });
@@ -535,15 +563,27 @@ jurisdiction = "UK"
             (rule.strategy(), rule.period().to_string(), rule.audit()),
             (Strategy::Purge, "90d".into(), AuditDetail::PerRow)
         );
-        // An override written in upper case without hyphens still matches the canonical tenant.
+        // An override written in upper case without hyphens still matches
+        // the canonical tenant when tenants are uuids...
         let t3 = ResolutionContext::new(
             "case-contacts",
-            TenantContext::tenant("33333333-3333-4333-a333-333333333333"),
+            TenantContext::tenant("33333333-3333-4333-a333-333333333333")
+                .with_identity(crate::rules::TenantIdentity::Uuid),
             now,
         );
         assert_eq!(
             p.rules.resolve(&t3).await.unwrap().period().to_string(),
             "7d"
+        );
+        // ...and not when tenants are text: there the spelling is the identity.
+        let exact = ResolutionContext::new(
+            "case-contacts",
+            TenantContext::tenant("33333333-3333-4333-a333-333333333333"),
+            now,
+        );
+        assert_eq!(
+            p.rules.resolve(&exact).await.unwrap().period().to_string(),
+            "1d12h"
         );
         let notes = ResolutionContext::new("session-notes", TenantContext::tenantless(), now);
         let rule = p.rules.resolve(&notes).await.unwrap();

@@ -174,6 +174,12 @@ pub struct EntityOutcome {
     pub skipped: u64,
     /// Rows in scope whose anchor is NULL (never eligible).
     pub null_anchor: u64,
+    /// Erasure: the subject's rows kept because the legal minimum has not
+    /// passed yet (anchor on or after `now - legal_min`). 0 for sweeps.
+    pub kept_by_legal_min: u64,
+    /// Rows the policy keeps: past the cutoff (sweep) or the subject's
+    /// (erasure), not held, but the resolved strategy is `exempt`.
+    pub kept_by_policy: u64,
     /// The cutoff: rows anchored strictly before it were eligible (`None`
     /// for an erasure without a positive legal minimum: no anchor limit).
     pub cutoff: Option<DateTime<Utc>>,
@@ -217,6 +223,23 @@ pub struct SweepResult {
     pub entities: Vec<EntityOutcome>,
     /// Entities that failed.
     pub failures: Vec<EntityFailure>,
+    /// Erasure: entities with subject columns for the request that the run
+    /// did not reach, and why (e.g. tenantless entities in a tenant's
+    /// erasure). Not serialised when empty; not stored in the ledger.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub not_reached: Vec<NotReached>,
+}
+
+/// An entity with erasure-subject columns that an erasure did not reach.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct NotReached {
+    /// Durable entity id.
+    pub entity_id: Uuid,
+    /// Display name.
+    pub entity: String,
+    /// Why, and how to reach it.
+    pub reason: String,
 }
 
 impl SweepResult {

@@ -104,7 +104,7 @@ pub(crate) async fn show(cohort: &Cohort, run_id: Uuid) -> Result<SweepResult> {
     };
     let mut sum_sql = SqlText::new(
         "SELECT retention_entity_id, entity_type, category, strategy, affected_count, held_count, \
-         skipped_count, null_anchor_count, cutoff, \
+         skipped_count, null_anchor_count, kept_by_legal_min_count, kept_by_policy_count, cutoff, \
          pg_catalog.date_part('epoch', resolved_period)::int8 AS period_s, \
          pg_catalog.date_part('epoch', legal_min)::int8 AS legal_min_s FROM ",
     );
@@ -134,6 +134,8 @@ pub(crate) async fn show(cohort: &Cohort, run_id: Uuid) -> Result<SweepResult> {
             affected: n(s.try_get("affected_count")?),
             held: n(s.try_get("held_count")?),
             skipped: n(s.try_get("skipped_count")?),
+            kept_by_legal_min: n(s.try_get("kept_by_legal_min_count")?),
+            kept_by_policy: n(s.try_get("kept_by_policy_count")?),
             null_anchor: n(s.try_get("null_anchor_count")?),
             cutoff: s.try_get("cutoff")?,
             period: period("period_s")?.unwrap_or_default(),
@@ -175,5 +177,6 @@ pub(crate) async fn show(cohort: &Cohort, run_id: Uuid) -> Result<SweepResult> {
         settled_at: run.try_get("settled_at")?,
         entities,
         failures,
+        not_reached: Vec::new(),
     })
 }

@@ -33,9 +33,10 @@ async fn engine(db: &cohort_pgtemp::TestDatabase, batch: u32) -> Cohort {
         .await
         .unwrap();
     let mut b = Cohort::builder(pool)
+        .config(test_config())
         .config(CohortConfig {
             sweep_batch_size: batch,
-            ..CohortConfig::default()
+            ..test_config()
         })
         .rules(rules());
     for d in engine_entities() {

@@ -105,7 +105,9 @@ fn erasure_rules(legal_min_everywhere: Option<i64>) -> StaticRuleProvider {
 async fn setup(legal_min_everywhere: Option<i64>) -> (cohort_pgtemp::TestDatabase, Cohort) {
     let db = migrated_db().await;
     exec(db.pool(), TABLES).await;
-    let mut b = Cohort::builder(db.pool().clone()).rules(erasure_rules(legal_min_everywhere));
+    let mut b = Cohort::builder(db.pool().clone())
+        .config(test_config())
+        .rules(erasure_rules(legal_min_everywhere));
     for d in entities() {
         b = b.declaration(d);
     }
@@ -500,6 +502,7 @@ async fn jurisdiction_overrides_apply_to_erasure() {
         .build()
         .unwrap();
     let cohort = Cohort::builder(db.pool().clone())
+        .config(test_config())
         .rules(rules)
         .declaration(entities().remove(0))
         .build()

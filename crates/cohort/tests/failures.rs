@@ -48,6 +48,7 @@ async fn cohort_with(
     decls: Vec<cohort::EntityDeclaration>,
 ) -> Cohort {
     let mut b = Cohort::builder(db.pool().clone())
+        .config(test_config())
         .config(config)
         .rules(rules());
     for d in decls {
@@ -65,7 +66,7 @@ async fn one_entity_failing_mid_run_keeps_committed_batches_and_the_other_entiti
         CREATE TRIGGER refuse BEFORE UPDATE ON app.tickets FOR EACH ROW EXECUTE FUNCTION app.refuse();").await;
     let config = CohortConfig {
         sweep_batch_size: 1,
-        ..CohortConfig::default()
+        ..test_config()
     };
     let cohort = cohort_with(&db, config, engine_entities()).await;
     let logs = LogBuffer::default();
@@ -155,9 +156,10 @@ async fn per_row_detail_and_provenance_are_recorded_and_a_rolled_back_batch_leav
         .build()
         .unwrap();
     let cohort = Cohort::builder(db.pool().clone())
+        .config(test_config())
         .config(CohortConfig {
             sweep_batch_size: 1,
-            ..CohortConfig::default()
+            ..test_config()
         })
         .rules(rules)
         .declaration(engine_entities().remove(0))
@@ -245,6 +247,7 @@ async fn undeclared_strategies_and_unknown_categories_are_rejected_at_run_time()
         .anchor("closed_at")
         .table("app.tickets");
     let cohort = Cohort::builder(db.pool().clone())
+        .config(test_config())
         .rules(Misbehaving)
         .declaration(decls[0].clone())
         .declaration(tickets_as_notes)
@@ -314,7 +317,7 @@ async fn a_cancelled_run_rolls_back_its_open_batch_and_settles_cancelled() {
                 format!("masked {}", v.len())
             })),
         );
-    let cohort = cohort_with(&db, CohortConfig::default(), vec![contact]).await;
+    let cohort = cohort_with(&db, test_config(), vec![contact]).await;
     let before = table_digest(db.pool(), "app.contacts").await;
     let result = cohort
         .sweep(SweepRequest::tenanted(TENANT_A, now()).cancellation(token))
@@ -376,7 +379,7 @@ async fn custom_anonymisers_see_typed_values_and_write_the_column_type() {
             })),
         )
         .anonymise("phone", AnonymiseMethod::Literal("[redacted]".into()));
-    let cohort = cohort_with(&db, CohortConfig::default(), vec![contact]).await;
+    let cohort = cohort_with(&db, test_config(), vec![contact]).await;
     let result = cohort
         .sweep(SweepRequest::tenanted(TENANT_A, now()))
         .await
@@ -431,10 +434,11 @@ async fn observers_get_committed_events_in_order_and_cannot_block_or_change_the_
     let db = engine_db().await;
     let events: Events = Arc::default();
     let mut b = Cohort::builder(db.pool().clone())
+        .config(test_config())
         .config(CohortConfig {
             sweep_batch_size: 2,
             observer_timeout: "1s".parse().unwrap(),
-            ..CohortConfig::default()
+            ..test_config()
         })
         .rules(rules())
         .observer(Failing)
@@ -495,7 +499,9 @@ async fn observers_get_committed_events_in_order_and_cannot_block_or_change_the_
 #[tokio::test]
 async fn a_handle_built_without_validation_checks_readiness_before_writing_started() {
     let db = migrated_db().await;
-    let mut b = Cohort::builder(db.pool().clone()).rules(rules());
+    let mut b = Cohort::builder(db.pool().clone())
+        .config(test_config())
+        .rules(rules());
     for d in engine_entities() {
         b = b.declaration(d);
     }
@@ -563,9 +569,10 @@ async fn a_terminated_run_connection_settles_the_run_failed_with_no_half_batch()
         }
     }
     let mut b = Cohort::builder(db.pool().clone())
+        .config(test_config())
         .config(CohortConfig {
             sweep_batch_size: 5,
-            ..CohortConfig::default()
+            ..test_config()
         })
         .rules(rules())
         .observer(Killer(db.pool().clone(), Arc::default()));

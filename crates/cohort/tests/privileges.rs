@@ -42,7 +42,9 @@ async fn a_least_privilege_role_can_validate_sweep_hold_and_erase() {
         .await
         .is_err());
 
-    let mut b = Cohort::builder(pool.clone()).rules(rules());
+    let mut b = Cohort::builder(pool.clone())
+        .config(test_config())
+        .rules(rules());
     for d in engine_entities() {
         b = b.declaration(d);
     }

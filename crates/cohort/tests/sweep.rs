@@ -65,7 +65,7 @@ async fn sweep_applies_every_strategy_to_exactly_the_eligible_rows_of_one_tenant
             (r.0.as_deref(), r.1.as_str(), r.2.as_str()),
             (None, "", "[redacted]")
         );
-        assert_eq!(r.3.len(), 64, "sha-256 hex of the original reference");
+        assert_eq!(r.3.len(), 64, "HMAC-SHA256 hex of the original reference");
         assert!(!r.3.starts_with("REF-"));
         assert_eq!(r.4, Some(7), "undeclared columns stay");
     }
@@ -73,12 +73,16 @@ async fn sweep_applies_every_strategy_to_exactly_the_eligible_rows_of_one_tenant
         assert_eq!(r.0.as_deref(), Some("person@example.com"));
         assert!(r.3.starts_with("REF-"));
     }
-    let expected_hash: String =
+    // Keyed: HMAC-SHA256 under the configured key, as RustCrypto computes
+    // it, and not the unkeyed SHA-256 a dictionary would reverse.
+    let expected_hash = test_hmac_hex("REF-45d");
+    assert!(scrubbed.iter().any(|r| r.3 == expected_hash));
+    let unkeyed: String =
         sqlx::query_scalar("SELECT encode(sha256(convert_to('REF-45d', 'UTF8')), 'hex')")
             .fetch_one(db.pool())
             .await
             .unwrap();
-    assert!(scrubbed.iter().any(|r| r.3 == expected_hash));
+    assert!(scrubbed.iter().all(|r| r.3 != unkeyed));
 
     // Exempt: a visible zero.
     assert_eq!(
@@ -224,6 +228,7 @@ async fn zero_period_makes_rows_eligible_at_once_but_null_anchors_survive() {
         .build()
         .unwrap();
     let cohort = cohort::Cohort::builder(db.pool().clone())
+        .config(test_config())
         .rules(rules)
         .declaration(engine_entities().remove(0))
         .build()
@@ -341,6 +346,7 @@ async fn legal_minimum_wins_over_a_shorter_period_with_the_exact_boundary_kept()
         .build()
         .unwrap();
     let cohort = cohort::Cohort::builder(db.pool().clone())
+        .config(test_config())
         .rules(rules)
         .declaration(engine_entities().remove(0))
         .build()
@@ -398,10 +404,11 @@ async fn small_batches_commit_alone_and_add_up() {
     exec(db.pool(), "INSERT INTO app.notes (tenant_id, created_at, body) SELECT 'aaaaaaaa-0000-0000-0000-00000000000a', timestamptz '2026-01-01' - make_interval(secs => g), 'bulk:' || g FROM generate_series(1, 23) g").await;
     let config = cohort::CohortConfig {
         sweep_batch_size: 4,
-        ..cohort::CohortConfig::default()
+        ..test_config()
     };
     let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let cohort = cohort::Cohort::builder(db.pool().clone())
+        .config(test_config())
         .config(config)
         .rules(rules())
         .declaration(engine_entities().remove(0))
@@ -468,6 +475,7 @@ async fn dependents_go_first_and_rows_still_referenced_are_skipped_not_failed() 
                                           (20, 'aaaaaaaa-0000-0000-0000-00000000000a', '2025-01-01', 2);").await;
     // Declared parents first on purpose: the engine still purges the notes first.
     let cohort = cohort::Cohort::builder(db.pool().clone())
+        .config(test_config())
         .rules(rules())
         .declaration(
             cohort::EntityDeclaration::new("Case", NOTE_ID)

@@ -21,7 +21,7 @@ const NOTES: &str = "CREATE TABLE notes (id uuid PRIMARY KEY, tenant_id uuid NOT
     INSERT INTO notes VALUES (gen_random_uuid(), gen_random_uuid(), now(), 'hello');";
 
 async fn build(db: &TestDatabase, decls: Vec<EntityDeclaration>) -> Result<Cohort, Error> {
-    build_with(db, decls, CohortConfig::default()).await
+    build_with(db, decls, test_config()).await
 }
 
 async fn build_with(
@@ -30,6 +30,7 @@ async fn build_with(
     config: CohortConfig,
 ) -> Result<Cohort, Error> {
     let mut builder = Cohort::builder(db.pool().clone())
+        .config(test_config())
         .config(config)
         .rules(rules());
     for d in decls {
@@ -598,7 +599,7 @@ async fn incomplete_or_old_cohort_schema_is_rejected() {
     .await;
     expect_problems_global(
         &db,
-        &["is version 0, older than this build's 1; run `cohort migrate`"],
+        &["is version 0, older than this build's 2; run `cohort migrate`"],
     )
     .await;
     exec(
@@ -642,6 +643,7 @@ async fn a_same_named_table_in_another_schema_is_never_inspected() {
         .await
         .unwrap();
     Cohort::builder(pool)
+        .config(test_config())
         .rules(rules())
         .declaration(note("app.notes"))
         .build()
@@ -650,7 +652,7 @@ async fn a_same_named_table_in_another_schema_is_never_inspected() {
     // With `app` as the configured default schema, an unqualified table resolves there.
     let config = CohortConfig {
         default_table_schema: Some("app".into()),
-        ..CohortConfig::default()
+        ..test_config()
     };
     let model = build_with(&db, vec![note("notes")], config)
         .await
@@ -697,6 +699,7 @@ async fn catalog_reads_cannot_be_shadowed_through_search_path() {
         .unwrap();
     assert_eq!(shadowed, "CockroachDB");
     let cohort = Cohort::builder(pool)
+        .config(test_config())
         .rules(rules())
         .declaration(note("notes"))
         .build()
@@ -758,7 +761,11 @@ async fn cohort_tables_are_found_exactly_in_the_configured_schema() {
             report.to_version,
             report.applied.clone()
         ),
-        (0, 1, vec![1])
+        (
+            0,
+            cohort::schema::SCHEMA_VERSION,
+            (1..=cohort::schema::SCHEMA_VERSION).collect::<Vec<_>>()
+        )
     );
     // Not in public: the default configuration must not find them.
     let err = build(&db, vec![note("notes")]).await.unwrap_err();
@@ -770,7 +777,7 @@ async fn cohort_tables_are_found_exactly_in_the_configured_schema() {
     let config = CohortConfig {
         schema: "retention".into(),
         default_table_schema: Some("public".into()),
-        ..CohortConfig::default()
+        ..test_config()
     };
     build_with(&db, vec![note("notes")], config).await.unwrap();
 }
@@ -779,6 +786,7 @@ async fn cohort_tables_are_found_exactly_in_the_configured_schema() {
 async fn unvalidated_handle_checks_readiness_itself_and_caches_only_success() {
     let db = migrated_db().await;
     let cohort = Cohort::builder(db.pool().clone())
+        .config(test_config())
         .rules(rules())
         .declaration(note("notes"))
         .build_unvalidated()
@@ -804,10 +812,11 @@ async fn out_of_range_configuration_is_rejected_before_touching_the_database() {
     let db = migrated_db().await;
     let mut config = CohortConfig {
         sweep_batch_size: 0,
-        ..CohortConfig::default()
+        ..test_config()
     };
     config.dispatch.max_parallelism = 1000;
     let err = Cohort::builder(db.pool().clone())
+        .config(test_config())
         .config(config)
         .build()
         .await
@@ -885,6 +894,7 @@ async fn derive_and_policy_file_resolve_to_the_same_entity() {
     )
     .await;
     let from_derive = Cohort::builder(db.pool().clone())
+        .config(test_config())
         .rules(rules())
         .entity::<derived::Contact>()
         .build()
@@ -910,6 +920,7 @@ period = "90d"
     ))
     .unwrap();
     let from_policy = Cohort::builder(db.pool().clone())
+        .config(test_config())
         .policy(policy)
         .build()
         .await

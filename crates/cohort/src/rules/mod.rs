@@ -8,7 +8,7 @@ mod rule;
 pub use period::{Period, PeriodError, MAX_PERIOD_SECONDS};
 pub use provider::{
     ResolutionContext, ResolveError, RuleOverride, RuleProvider, StaticProviderError,
-    StaticRuleProvider, StaticRuleProviderBuilder, TenantContext,
+    StaticRuleProvider, StaticRuleProviderBuilder, TenantContext, TenantIdentity,
 };
 pub use rule::{
     cutoff, AuditDetail, CategoryCapabilities, CutoffOutOfRange, EmptyCapabilities, RetentionRule,

@@ -7,6 +7,51 @@ use chrono::{DateTime, Utc};
 
 use super::rule::{CategoryCapabilities, RetentionRule, Strategy};
 
+/// How two spellings of a tenant id compare. It follows the type of the
+/// tenant columns (validation requires every tenant-scoped entity to agree),
+/// and it is the one rule used for rule overrides, the `[[tenant]]`
+/// directory, holds, erasure and the ledger.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TenantIdentity {
+    /// `text` / `varchar`: exactly as written, never trimmed or case-folded.
+    #[default]
+    Exact,
+    /// `uuid`: every spelling of the same uuid (case, hyphens, braces,
+    /// `urn:uuid:`); canonical form lower-case hyphenated.
+    Uuid,
+    /// Integer types: the same number (`0042` is `42`).
+    Integer,
+    /// `citext`: case-insensitively; canonical form lower case.
+    CaseInsensitive,
+}
+
+impl TenantIdentity {
+    fn key_type(self) -> crate::sql::KeyType {
+        use crate::sql::KeyType;
+        match self {
+            TenantIdentity::Exact => KeyType::Text,
+            TenantIdentity::Uuid => KeyType::Uuid,
+            TenantIdentity::Integer => KeyType::Int8,
+            TenantIdentity::CaseInsensitive => KeyType::CiText,
+        }
+    }
+
+    /// The canonical form of `id`, or `None` when it is not a valid tenant
+    /// id of this kind.
+    pub fn canonical(self, id: &str) -> Option<String> {
+        self.key_type().canonical_text(id)
+    }
+
+    /// Whether `a` and `b` name the same tenant.
+    pub fn same(self, a: &str, b: &str) -> bool {
+        match (self.canonical(a), self.canonical(b)) {
+            (Some(a), Some(b)) => a == b,
+            _ => false,
+        }
+    }
+}
+
 /// Who a rule is being resolved for.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TenantContext {
@@ -14,6 +59,9 @@ pub struct TenantContext {
     pub tenant_id: Option<String>,
     /// The tenant's jurisdiction, when the tenant source knows it (e.g. `"EU"`).
     pub jurisdiction: Option<String>,
+    /// How tenant spellings compare (set by Cohort from the tenant
+    /// columns' type); providers match tenant ids with [`TenantContext::is`].
+    pub identity: TenantIdentity,
 }
 
 impl TenantContext {
@@ -22,12 +70,27 @@ impl TenantContext {
         Self::default()
     }
 
-    /// A tenant without a known jurisdiction.
+    /// A tenant without a known jurisdiction (compared exactly until
+    /// [`TenantContext::with_identity`] says otherwise).
     pub fn tenant(id: impl Into<String>) -> Self {
         Self {
             tenant_id: Some(id.into()),
             jurisdiction: None,
+            identity: TenantIdentity::Exact,
         }
+    }
+
+    /// Sets how tenant spellings compare.
+    pub fn with_identity(mut self, identity: TenantIdentity) -> Self {
+        self.identity = identity;
+        self
+    }
+
+    /// Whether `written` (e.g. an override's tenant) names this tenant.
+    pub fn is(&self, written: &str) -> bool {
+        self.tenant_id
+            .as_deref()
+            .is_some_and(|id| self.identity.same(id, written))
     }
 
     /// Adds the jurisdiction.
@@ -88,6 +151,13 @@ pub trait RuleProvider: Send + Sync + 'static {
 
     /// The rule for a category, tenant and time.
     async fn resolve(&self, ctx: &ResolutionContext) -> Result<RetentionRule, ResolveError>;
+
+    /// Tenant ids the provider's rules name, with the category naming each
+    /// (e.g. tenant overrides). Validation checks each is a valid id for
+    /// the tenant columns, so an override cannot silently match nothing.
+    fn named_tenants(&self) -> Vec<(String, String)> {
+        Vec::new()
+    }
 }
 
 /// A tenant- or jurisdiction-specific variation of a category's rule.
@@ -103,10 +173,7 @@ pub struct RuleOverride {
 
 impl RuleOverride {
     fn matches(&self, tenant: &TenantContext) -> bool {
-        let tenant_ok = self
-            .tenant
-            .as_ref()
-            .is_none_or(|t| tenant.tenant_id.as_deref() == Some(t.as_str()));
+        let tenant_ok = self.tenant.as_ref().is_none_or(|t| tenant.is(t));
         let jurisdiction_ok = self
             .jurisdiction
             .as_ref()
@@ -286,6 +353,21 @@ impl StaticRuleProvider {
 
 #[async_trait]
 impl RuleProvider for StaticRuleProvider {
+    fn named_tenants(&self) -> Vec<(String, String)> {
+        self.categories
+            .iter()
+            .filter_map(|(name, entry)| match entry {
+                CategoryEntry::Rules { overrides, .. } => Some((name, overrides)),
+                CategoryEntry::Alias(_) => None,
+            })
+            .flat_map(|(name, overrides)| {
+                overrides
+                    .iter()
+                    .filter_map(|o| o.tenant.clone().map(|t| (name.clone(), t)))
+            })
+            .collect()
+    }
+
     fn capabilities(&self, category: &str) -> Option<CategoryCapabilities> {
         match self.follow_entry(&[category.to_owned()]) {
             Ok((_, CategoryEntry::Rules { capabilities, .. })) => Some(capabilities.clone()),

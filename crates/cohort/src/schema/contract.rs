@@ -6,7 +6,7 @@ use crate::ident::QualifiedName;
 
 /// The schema version the code expects. Migrations record it on
 /// `sweep_run` as the table comment `cohort schema version N`.
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// The prefix of the version comment on `sweep_run`.
 pub(crate) const VERSION_COMMENT_PREFIX: &str = "cohort schema version ";
@@ -117,6 +117,8 @@ impl CohortTable {
                 col!("rule_reason", TEXT, true),
                 col!("error", TEXT, true),
                 col!("updated_at", TSTZ, false),
+                col!("kept_by_legal_min_count", BIGINT, false),
+                col!("kept_by_policy_count", BIGINT, false),
             ],
             CohortTable::RowDetail => &[
                 col!("row_detail_id", BIGINT, false),

@@ -9,8 +9,9 @@
 use sqlx::{Connection, PgConnection, Row};
 
 use super::contract::{CohortTable, SCHEMA_VERSION, VERSION_COMMENT_PREFIX};
+use crate::config::check_schema_name;
 use crate::error::{Error, Result};
-use crate::ident::{check_identifier, from_template, SqlText};
+use crate::ident::{from_template, SqlText};
 
 /// One versioned migration, rendered for a schema.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,11 +24,20 @@ pub struct Migration {
     pub sql: String,
 }
 
-const SOURCES: &[(u32, &str, &str)] = &[(
-    1,
-    "cohort_tables",
-    include_str!("../../migrations/0001_cohort_tables.sql"),
-)];
+/// Released migrations are never edited: a new version appends one
+/// (a test pins each released file's checksum).
+const SOURCES: &[(u32, &str, &str)] = &[
+    (
+        1,
+        "cohort_tables",
+        include_str!("../../migrations/0001_cohort_tables.sql"),
+    ),
+    (
+        2,
+        "kept_counts",
+        include_str!("../../migrations/0002_kept_counts.sql"),
+    ),
+];
 
 fn render(template: &'static str, schema: &str) -> SqlText {
     let tables: Vec<(&str, crate::QualifiedName)> = CohortTable::ALL
@@ -46,7 +56,7 @@ fn render(template: &'static str, schema: &str) -> SqlText {
 /// assert!(all[0].sql.contains("CREATE TABLE \"retention\".\"sweep_run\""));
 /// ```
 pub fn migrations(schema: &str) -> Result<Vec<Migration>> {
-    check_identifier(schema).map_err(|e| Error::Config(format!("schema name: {e}")))?;
+    check_schema_name(schema).map_err(|e| Error::Config(format!("schema name: {e}")))?;
     Ok(SOURCES
         .iter()
         .map(|(version, name, sql)| Migration {
@@ -110,7 +120,7 @@ pub struct MigrationReport {
 /// under an advisory lock, so concurrent callers apply them once. A newer
 /// schema than this code knows is refused.
 pub async fn migrate(conn: &mut PgConnection, schema: &str) -> Result<MigrationReport> {
-    check_identifier(schema).map_err(|e| Error::Config(format!("schema name: {e}")))?;
+    check_schema_name(schema).map_err(|e| Error::Config(format!("schema name: {e}")))?;
     let mut tx = conn.begin().await?;
     sqlx::query("SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext($1))")
         .bind(format!("cohort.migrate:{schema}"))

@@ -14,7 +14,11 @@ pub(crate) enum KeyType {
     Int2,
     Int4,
     Int8,
+    /// text, varchar, char(n): compared exactly, never trimmed or case-folded.
     Text,
+    /// citext: compared case-insensitively, in SQL in the column's own type;
+    /// canonical text is lower case.
+    CiText,
 }
 
 impl KeyType {
@@ -25,7 +29,8 @@ impl KeyType {
             "int2" => KeyType::Int2,
             "int4" => KeyType::Int4,
             "int8" => KeyType::Int8,
-            "text" | "varchar" | "bpchar" | "citext" => KeyType::Text,
+            "text" | "varchar" | "bpchar" => KeyType::Text,
+            "citext" => KeyType::CiText,
             _ => return None,
         })
     }
@@ -54,13 +59,32 @@ impl KeyType {
                 KeyValue::Int4(int(i32::MIN.into(), i32::MAX.into(), "integer")? as i32)
             }
             KeyType::Int8 => KeyValue::Int8(int(i64::MIN, i64::MAX, "bigint")?),
-            KeyType::Text => {
+            KeyType::Text | KeyType::CiText => {
                 if text.is_empty() || text.contains('\0') {
                     return Err(format!("{text:?} is not a valid text key"));
                 }
-                KeyValue::Text(text.to_owned())
+                if self == KeyType::CiText {
+                    KeyValue::Text(text.to_lowercase())
+                } else {
+                    KeyValue::Text(text.to_owned())
+                }
             }
         })
+    }
+
+    /// The canonical text of `text` read as this type, if it is valid.
+    pub(crate) fn canonical_text(self, text: &str) -> Option<String> {
+        self.parse(text).ok().map(|k| k.canonical())
+    }
+
+    /// Whether two key types give every spelling the same meaning (the
+    /// integer widths agree; uuid, exact text and citext all differ).
+    pub(crate) fn same_identity(self, other: KeyType) -> bool {
+        let class = |t: KeyType| match t {
+            KeyType::Int2 | KeyType::Int4 | KeyType::Int8 => KeyType::Int8,
+            t => t,
+        };
+        class(self) == class(other)
     }
 
     /// Reads a column of this type from a row.
@@ -70,7 +94,7 @@ impl KeyType {
             KeyType::Int2 => KeyValue::Int2(row.try_get(index)?),
             KeyType::Int4 => KeyValue::Int4(row.try_get(index)?),
             KeyType::Int8 => KeyValue::Int8(row.try_get(index)?),
-            KeyType::Text => KeyValue::Text(row.try_get(index)?),
+            KeyType::Text | KeyType::CiText => KeyValue::Text(row.try_get(index)?),
         })
     }
 }
@@ -134,7 +158,7 @@ pub(crate) fn bind_array<'q>(
         KeyType::Int2 => q.bind(collect!(Int2)),
         KeyType::Int4 => q.bind(collect!(Int4)),
         KeyType::Int8 => q.bind(collect!(Int8)),
-        KeyType::Text => q.bind(collect!(Text)),
+        KeyType::Text | KeyType::CiText => q.bind(collect!(Text)),
     }
 }
 
@@ -163,6 +187,8 @@ mod tests {
             (KeyType::Int8, "1e3", Err(())),
             (KeyType::Text, "Case-Sensitive ", Ok("Case-Sensitive ")),
             (KeyType::Text, "", Err(())),
+            (KeyType::Text, " ACME", Ok(" ACME")),
+            (KeyType::CiText, "AcMe", Ok("acme")),
         ];
         for (ty, input, expected) in cases {
             let got = ty.parse(input).map(|k| k.canonical()).map_err(|_| ());

@@ -12,3 +12,6 @@ pub(crate) use key::{bind_array, KeyType, KeyValue};
 /// isolation level: under REPEATABLE READ the re-check would reuse the
 /// first statement's snapshot and miss a hold committed in between.
 pub(crate) const READ_COMMITTED: &str = "BEGIN ISOLATION LEVEL READ COMMITTED";
+
+/// Characters the `hash` anonymise method writes (hex of HMAC-SHA256).
+pub(crate) const HASH_HEX_CHARS: usize = 64;

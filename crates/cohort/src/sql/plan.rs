@@ -20,30 +20,21 @@ use crate::rules::{CategoryCapabilities, Strategy};
 use crate::schema::CohortTable;
 use crate::validate::IncomingKey;
 
-/// How an anonymised column gets its new value in the UPDATE.
-#[derive(Debug, Clone)]
-pub(crate) enum Scrub {
-    /// Fixed SQL (`NULL`, `''`, a hash of the column).
-    Fixed,
-    /// A bound literal; its index into `EntityPlan::literals`.
-    Literal,
-    /// A value computed in Rust per row.
-    Custom(CustomAnonymiser),
-}
-
 /// The statements of one entity.
 #[derive(Debug, Clone)]
 pub(crate) struct EntityPlan {
     /// Lock candidates. `$1` entity id, `$2` cutoff, `$3` limit, `$4` tenant.
     /// Returns the record key.
     pub(crate) lock: BTreeMap<Strategy, SqlText>,
-    /// Mutate locked rows that are still not held. `$1` entity id, `$2`
-    /// record keys (array), then the literals, then (with custom
-    /// anonymisers) one JSON object per key, aligned with `$2`, holding each
-    /// custom column's new value. Returns `record::text`.
+    /// Mutate locked rows that are still not held, not done, past the
+    /// cutoff and in the tenant. `$1` entity id, `$2` record keys (array),
+    /// then (anonymise) the literals, the HMAC inner and outer pads when a
+    /// column is hashed, and (with custom anonymisers) one JSON object per
+    /// key, aligned with `$2`, holding each custom column's new value; then
+    /// the cutoff and the tenant. Returns `record::text`.
     pub(crate) mutate: BTreeMap<Strategy, SqlText>,
-    /// `mutate` without its RETURNING clause, for erasure to add its
-    /// re-checks (parameters after the ones `mutate` uses).
+    /// `mutate` without its cutoff, tenant and RETURNING, for erasure to
+    /// add its own re-checks (parameters after the anonymise ones).
     pub(crate) mutate_head: BTreeMap<Strategy, SqlText>,
     /// Counts in scope: eligible (past cutoff, not held), held (past cutoff,
     /// held) and null_anchor. `$1` entity id, `$2` cutoff, `$3` tenant.
@@ -51,8 +42,8 @@ pub(crate) struct EntityPlan {
     /// Reads the locked rows for custom anonymisers: key first, then every
     /// column. `$1` record keys.
     pub(crate) load_rows: SqlText,
-    /// Locks one row against mutation and returns its tenant as text (NULL
-    /// when tenantless): what hold creation and guarded deletion take.
+    /// Locks one row against mutation and returns its key and tenant as
+    /// text (tenant NULL when tenantless): what hold creation takes.
     /// `$1` record key.
     pub(crate) lock_target: SqlText,
     /// `EXISTS (…)` for rows another row still references through a NO
@@ -63,29 +54,66 @@ pub(crate) struct EntityPlan {
     pub(crate) guard_lock: SqlText,
     /// Literal values bound after `$2` by the anonymise statement.
     pub(crate) literals: Vec<String>,
+    /// Whether a column is hashed (the HMAC pads follow the literals).
+    pub(crate) hashes: bool,
     /// Custom anonymisers, in parameter order: (column, anonymiser).
     pub(crate) custom: Vec<(String, CustomAnonymiser)>,
 }
 
+/// An active hold on the row. Holds protect the record (entity + record
+/// id), whatever tenant the row belongs to now: a held row that was moved to
+/// another tenant stays protected in every tenant's sweep and erasure.
 fn hold_exists(e: &EntityDescriptor, cohort_schema: &str) -> SqlText {
     let mut s = SqlText::new("EXISTS (SELECT 1 FROM ");
     s.table(&CohortTable::Hold.qualified(cohort_schema))
         .push(" h WHERE h.retention_entity_id = $1 AND h.record_id = ")
         .col(&e.record_id)
-        .push("::text AND ");
-    match &e.tenant {
-        Some(t) => {
-            s.push("h.tenant_id = ").col(t).push("::text");
-        }
-        None => {
-            s.push("h.tenant_id IS NULL");
+        .push(
+            "::text AND (h.released_at IS NULL OR h.released_at > pg_catalog.now()) \
+             AND (h.expires_at IS NULL OR h.expires_at > pg_catalog.now()))",
+        );
+    s
+}
+
+/// Columns whose values must be compared in the column's own type rather
+/// than the bound parameter's (citext: case-insensitive), by column name,
+/// with that type's schema-qualified name.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Casts(pub(crate) BTreeMap<String, QualifiedName>);
+
+impl Casts {
+    /// `$n`, cast to `column`'s type when needed.
+    pub(crate) fn param(&self, s: &mut SqlText, column: &str, n: usize) {
+        s.param(n);
+        if let Some(ty) = self.0.get(column) {
+            s.push("::").table(ty);
         }
     }
-    s.push(
-        " AND (h.released_at IS NULL OR h.released_at > pg_catalog.now()) \
-         AND (h.expires_at IS NULL OR h.expires_at > pg_catalog.now()))",
-    );
-    s
+
+    /// `$n` as an array of `column`'s type when needed.
+    pub(crate) fn array(&self, s: &mut SqlText, column: &str, n: usize) {
+        s.param(n);
+        if let Some(ty) = self.0.get(column) {
+            s.push("::").table(ty).push("[]");
+        }
+    }
+
+    /// The column as selected for decoding (as text when it has a cast).
+    pub(crate) fn select(&self, s: &mut SqlText, column: &str) {
+        s.col(column);
+        if self.0.contains_key(column) {
+            s.push("::text");
+        }
+    }
+
+    /// `t.column = ANY($n)` in the column's own type.
+    fn any(&self, column: &str, n: usize) -> SqlText {
+        let mut s = SqlText::default();
+        s.col(column).push(" = ANY(");
+        self.array(&mut s, column, n);
+        s.push(")");
+        s
+    }
 }
 
 /// The strategy's own "not yet done" condition, with a leading ` AND `.
@@ -191,31 +219,65 @@ pub(crate) fn blocked(strategy: Strategy, referenced: Option<&SqlText>) -> Block
     }
 }
 
-fn tenant_filter(e: &EntityDescriptor, param: usize) -> SqlText {
+fn tenant_filter(e: &EntityDescriptor, casts: &Casts, param: usize) -> SqlText {
     let mut s = SqlText::default();
     if let Some(t) = &e.tenant {
-        s.push(" AND ").col(t).push(" = ").param(param);
+        s.push(" AND ").col(t).push(" = ");
+        casts.param(&mut s, t, param);
     }
     s
 }
 
 impl EntityPlan {
+    /// Parameters the anonymise statement binds after the keys (`$2`):
+    /// literals, the two HMAC pads when a column is hashed, and the custom
+    /// values' JSON array.
+    pub(crate) fn anonymise_params(&self) -> usize {
+        self.literals.len() + if self.hashes { 2 } else { 0 } + usize::from(!self.custom.is_empty())
+    }
+
+    /// Parameters `mutate` binds after the keys for `strategy`.
+    pub(crate) fn params_after_keys(&self, strategy: Strategy) -> usize {
+        if strategy == Strategy::Anonymise {
+            self.anonymise_params()
+        } else {
+            0
+        }
+    }
+
     /// Builds every statement for the strategies the category may return.
     pub(crate) fn build(
         e: &EntityDescriptor,
         capabilities: &CategoryCapabilities,
         blockers: &[IncomingKey],
+        casts: &Casts,
         cohort_schema: &str,
     ) -> Self {
         let table: &QualifiedName = &e.table;
         let held = hold_exists(e, cohort_schema);
         let referenced = referenced(blockers);
-        let mut lock = BTreeMap::new();
-        let mut mutate = BTreeMap::new();
-        let mut mutate_head = BTreeMap::new();
-        let mut counts = BTreeMap::new();
-        let mut literals = Vec::new();
-        let mut custom = Vec::new();
+        let mut plan = EntityPlan {
+            lock: BTreeMap::new(),
+            mutate: BTreeMap::new(),
+            mutate_head: BTreeMap::new(),
+            counts: BTreeMap::new(),
+            load_rows: SqlText::default(),
+            lock_target: SqlText::default(),
+            referenced: referenced.clone(),
+            guard_lock: SqlText::default(),
+            literals: Vec::new(),
+            hashes: false,
+            custom: Vec::new(),
+        };
+        // Anonymise's parameters are fixed by the entity, whatever the strategy.
+        for a in &e.anonymise {
+            match &a.method {
+                AnonymiseMethod::Literal(v) => plan.literals.push(v.clone()),
+                AnonymiseMethod::Hash => plan.hashes = true,
+                AnonymiseMethod::Custom(c) => plan.custom.push((a.column.clone(), c.clone())),
+                _ => {}
+            }
+        }
 
         for strategy in capabilities.iter() {
             let done = not_done(e, strategy);
@@ -234,24 +296,24 @@ impl EntityPlan {
                 .append(&held)
                 .push(") AS held, count(*) FILTER (WHERE ")
                 .col(&e.anchor)
-                .push(" IS NULL) AS null_anchor FROM ")
+                .push(" IS NULL) AS null_anchor, 0::int8 AS kept_by_legal_min FROM ")
                 .table(table)
                 .push(" t WHERE TRUE")
-                .append(&tenant_filter(e, 3))
+                .append(&tenant_filter(e, casts, 3))
                 .append(&done);
-            counts.insert(strategy, c);
+            plan.counts.insert(strategy, c);
 
             if !strategy.mutates() {
                 continue;
             }
             let mut l = SqlText::new("SELECT ");
-            l.col(&e.record_id)
-                .push(" FROM ")
+            casts.select(&mut l, &e.record_id);
+            l.push(" FROM ")
                 .table(table)
                 .push(" t WHERE ")
                 .col(&e.anchor)
                 .push(" < $2")
-                .append(&tenant_filter(e, 4))
+                .append(&tenant_filter(e, casts, 4))
                 .append(&done)
                 .append(&blocked.unblocked)
                 .push(" AND NOT ")
@@ -259,11 +321,10 @@ impl EntityPlan {
                 .push(" ORDER BY ")
                 .col(&e.anchor)
                 .push(" LIMIT $3 FOR UPDATE SKIP LOCKED");
-            lock.insert(strategy, l);
+            plan.lock.insert(strategy, l);
 
+            let key_match = casts.any(&e.record_id, 2);
             let mut m = SqlText::default();
-            let mut key_match = SqlText::default();
-            key_match.col(&e.record_id).push(" = ANY($2)");
             match strategy {
                 Strategy::Purge => {
                     m.push("DELETE FROM ")
@@ -283,70 +344,58 @@ impl EntityPlan {
                     m.push(" WHERE ").append(&key_match);
                 }
                 Strategy::Anonymise => {
-                    literals.clear();
-                    custom.clear();
                     m.push("UPDATE ").table(table).push(" t SET ");
-                    let mut next_param = 3;
-                    let scrubs: Vec<(&str, Scrub)> = e
-                        .anonymise
-                        .iter()
-                        .map(|a| {
-                            let scrub = match &a.method {
-                                AnonymiseMethod::Literal(v) => {
-                                    literals.push(v.clone());
-                                    Scrub::Literal
-                                }
-                                AnonymiseMethod::Custom(c) => Scrub::Custom(c.clone()),
-                                _ => Scrub::Fixed,
-                            };
-                            (a.column.as_str(), scrub)
-                        })
-                        .collect();
-                    let first_custom_param = 3 + literals.len();
-                    for (i, (column, scrub)) in scrubs.iter().enumerate() {
+                    let mut next_literal = 3;
+                    let hash_inner = 3 + plan.literals.len();
+                    let custom_param = hash_inner + if plan.hashes { 2 } else { 0 };
+                    for (i, a) in e.anonymise.iter().enumerate() {
                         if i > 0 {
                             m.push(", ");
                         }
-                        m.ident(column).push(" = ");
-                        match scrub {
-                            Scrub::Fixed => match &e.anonymise[i].method {
-                                AnonymiseMethod::Null => {
-                                    m.push("NULL");
-                                }
-                                AnonymiseMethod::Empty => {
-                                    m.push("''");
-                                }
-                                AnonymiseMethod::Hash => {
-                                    m.push("pg_catalog.encode(pg_catalog.sha256(pg_catalog.convert_to(")
-                                        .col(column)
-                                        .push(", 'UTF8')), 'hex')");
-                                }
-                                _ => unreachable!("literal and custom are not fixed"),
-                            },
-                            Scrub::Literal => {
-                                m.param(next_param);
-                                next_param += 1;
+                        m.ident(&a.column).push(" = ");
+                        match &a.method {
+                            AnonymiseMethod::Null => {
+                                m.push("NULL");
                             }
-                            Scrub::Custom(c) => {
+                            AnonymiseMethod::Empty => {
+                                m.push("''");
+                            }
+                            AnonymiseMethod::Hash => {
+                                // HMAC-SHA256 from core functions: the key's two
+                                // padded forms are bound parameters, never stored.
+                                m.push("pg_catalog.encode(pg_catalog.sha256(")
+                                    .param(hash_inner + 1)
+                                    .push("::bytea || pg_catalog.sha256(")
+                                    .param(hash_inner)
+                                    .push("::bytea || pg_catalog.convert_to(")
+                                    .col(&a.column)
+                                    .push("::text, 'UTF8'))), 'hex')");
+                            }
+                            AnonymiseMethod::Literal(_) => {
+                                m.param(next_literal);
+                                next_literal += 1;
+                            }
+                            AnonymiseMethod::Custom(_) => {
                                 // Rust computes a JSON object per row; PostgreSQL converts
                                 // each value to the column's own type through the table's
                                 // row type (no type names in SQL, no text casts).
                                 m.push("(pg_catalog.jsonb_populate_record(NULL::")
                                     .table(table)
                                     .push(", v.j)).")
-                                    .ident(column);
-                                custom.push((column.to_string(), c.clone()));
+                                    .ident(&a.column);
                             }
                         }
                     }
                     m.push(", ")
                         .ident(e.anonymised_at.as_deref().expect("validated"))
                         .push(" = pg_catalog.now()");
-                    if custom.is_empty() {
+                    if plan.custom.is_empty() {
                         m.push(" WHERE ").append(&key_match);
                     } else {
-                        m.push(" FROM ROWS FROM (pg_catalog.unnest($2), pg_catalog.unnest(")
-                            .param(first_custom_param)
+                        m.push(" FROM ROWS FROM (pg_catalog.unnest(");
+                        casts.array(&mut m, &e.record_id, 2);
+                        m.push("), pg_catalog.unnest(")
+                            .param(custom_param)
                             .push("::jsonb[])) AS v(k, j) WHERE ")
                             .col(&e.record_id)
                             .push(" = v.k");
@@ -354,27 +403,39 @@ impl EntityPlan {
                 }
                 Strategy::Exempt => unreachable!("exempt does not mutate"),
             }
-            // The re-check in a new snapshot also sees references committed
-            // while the batch was being locked.
+            // The re-check in a new snapshot also sees holds and references
+            // committed while the batch was being locked.
             m.append(&done)
                 .append(&blocked.unblocked)
                 .push(" AND NOT ")
                 .append(&held);
-            mutate_head.insert(strategy, m.clone());
-            m.push(" RETURNING ").col(&e.record_id).push("::text");
-            mutate.insert(strategy, m);
+            plan.mutate_head.insert(strategy, m.clone());
+            // A sweep's mutation re-checks what the candidate query chose
+            // by (cutoff and tenant) besides the keys, so no key collision,
+            // concurrent update or planner surprise reaches another row.
+            let after = 3 + plan.params_after_keys(strategy);
+            m.push(" AND ")
+                .col(&e.anchor)
+                .push(" < ")
+                .param(after)
+                .append(&tenant_filter(e, casts, after + 1))
+                .push(" RETURNING ")
+                .col(&e.record_id)
+                .push("::text");
+            plan.mutate.insert(strategy, m);
         }
 
         let mut load_rows = SqlText::new("SELECT ");
+        casts.select(&mut load_rows, &e.record_id);
         load_rows
-            .col(&e.record_id)
             .push(", t.* FROM ")
             .table(table)
             .push(" t WHERE ")
-            .col(&e.record_id)
-            .push(" = ANY($1)");
+            .append(&casts.any(&e.record_id, 1));
+        plan.load_rows = load_rows;
 
         let mut lock_target = SqlText::new("SELECT ");
+        lock_target.col(&e.record_id).push("::text AS record, ");
         match &e.tenant {
             Some(t) => {
                 lock_target.col(t).push("::text");
@@ -388,7 +449,10 @@ impl EntityPlan {
             .table(table)
             .push(" t WHERE ")
             .col(&e.record_id)
-            .push(" = $1 FOR KEY SHARE");
+            .push(" = ");
+        casts.param(&mut lock_target, &e.record_id, 1);
+        lock_target.push(" FOR KEY SHARE");
+        plan.lock_target = lock_target;
 
         let mut guard_lock = SqlText::new("SELECT ");
         guard_lock.col(&e.record_id).push("::text AS record, ");
@@ -404,23 +468,12 @@ impl EntityPlan {
             .push(" AS tenant FROM ")
             .table(table)
             .push(" t WHERE ")
-            .col(&e.record_id)
-            .push(" = ANY($1) ORDER BY ")
+            .append(&casts.any(&e.record_id, 1))
+            .push(" ORDER BY ")
             .col(&e.record_id)
             .push(" FOR UPDATE");
-
-        EntityPlan {
-            referenced,
-            guard_lock,
-            mutate_head,
-            lock_target,
-            lock,
-            mutate,
-            counts,
-            load_rows,
-            literals,
-            custom,
-        }
+        plan.guard_lock = guard_lock;
+        plan
     }
 }
 
@@ -437,7 +490,8 @@ pub(crate) struct LedgerPlan {
     pub(crate) insert_summary: SqlText,
     /// `$1` summary id, `$2` affected increment.
     pub(crate) add_affected: SqlText,
-    /// `$1` summary id, `$2` affected, `$3` held, `$4` skipped, `$5` null anchor, `$6` error.
+    /// `$1` summary id, `$2` affected, `$3` held, `$4` skipped, `$5` null
+    /// anchor, `$6` error, `$7` kept by legal minimum, `$8` kept by policy.
     pub(crate) finish_summary: SqlText,
     /// `$1` run, `$2` entity id, `$3` type, `$4` tenant, `$5` action, `$6` record ids (text[]).
     pub(crate) insert_details: SqlText,
@@ -451,8 +505,8 @@ pub(crate) struct LedgerPlan {
     pub(crate) release_hold: SqlText,
     /// `$1` hold id.
     pub(crate) get_hold: SqlText,
-    /// Active holds among records. `$1` entity id, `$2` record ids (text[]),
-    /// `$3` tenant or NULL. Returns the held record ids.
+    /// Active holds among records (whatever tenant they were placed in).
+    /// `$1` entity id, `$2` record ids (text[]). Returns the held record ids.
     pub(crate) held_records: SqlText,
 }
 
@@ -491,7 +545,8 @@ impl LedgerPlan {
         let mut finish_summary = SqlText::new("UPDATE ");
         finish_summary.table(&summary).push(
             " SET affected_count = $2, held_count = $3, skipped_count = $4, null_anchor_count = $5, \
-               error = $6, updated_at = pg_catalog.clock_timestamp() WHERE summary_id = $1",
+               error = $6, kept_by_legal_min_count = $7, kept_by_policy_count = $8, \
+               updated_at = pg_catalog.clock_timestamp() WHERE summary_id = $1",
         );
         let mut insert_details = SqlText::new("INSERT INTO ");
         insert_details.table(&detail).push(
@@ -537,7 +592,6 @@ impl LedgerPlan {
         let mut held_records = SqlText::new("SELECT DISTINCT record_id FROM ");
         held_records.table(&hold).push(
             " WHERE retention_entity_id = $1 AND record_id = ANY($2::text[]) \
-               AND tenant_id IS NOT DISTINCT FROM $3 \
                AND (released_at IS NULL OR released_at > pg_catalog.now()) \
                AND (expires_at IS NULL OR expires_at > pg_catalog.now()) ORDER BY record_id",
         );
@@ -602,17 +656,24 @@ impl ErasureParams {
         }
     }
 
-    fn tenant_and_subjects(&self, e: &EntityDescriptor, subjects: &[String]) -> SqlText {
+    fn tenant_and_subjects(
+        &self,
+        e: &EntityDescriptor,
+        casts: &Casts,
+        subjects: &[String],
+    ) -> SqlText {
         let mut s = SqlText::default();
         if let (Some(t), Some(p)) = (&e.tenant, self.tenant) {
-            s.push(" AND ").col(t).push(" = ").param(p);
+            s.push(" AND ").col(t).push(" = ");
+            casts.param(&mut s, t, p);
         }
         s.push(" AND (");
         for (i, column) in subjects.iter().enumerate() {
             if i > 0 {
                 s.push(" OR ");
             }
-            s.col(column).push(" = ").param(self.subjects + i);
+            s.col(column).push(" = ");
+            casts.param(&mut s, column, self.subjects + i);
         }
         s.push(")");
         s
@@ -632,6 +693,7 @@ impl ErasurePlan {
         e: &EntityDescriptor,
         plan: &EntityPlan,
         strategy: Strategy,
+        casts: &Casts,
         subjects: &[String],
         with_cutoff: bool,
         cohort_schema: &str,
@@ -643,11 +705,11 @@ impl ErasurePlan {
         let p = ErasureParams::from(3, e.tenant.is_some(), with_cutoff);
 
         let mut lock = SqlText::new("SELECT ");
-        lock.col(&e.record_id)
-            .push(" FROM ")
+        casts.select(&mut lock, &e.record_id);
+        lock.push(" FROM ")
             .table(table)
             .push(" t WHERE TRUE")
-            .append(&p.tenant_and_subjects(e, subjects))
+            .append(&p.tenant_and_subjects(e, casts, subjects))
             .append(&p.anchor(e))
             .append(&done)
             .append(&blocked.unblocked)
@@ -660,20 +722,14 @@ impl ErasurePlan {
         // Exempt entities are only counted: no mutation statement.
         let mut mutate = SqlText::default();
         if let Some(head) = plan.mutate_head.get(&strategy) {
-            let literals = if strategy == Strategy::Anonymise {
-                plan.literals.len()
-            } else {
-                0
-            };
-            let custom = strategy == Strategy::Anonymise && !plan.custom.is_empty();
             let m = ErasureParams::from(
-                3 + literals + usize::from(custom),
+                3 + plan.params_after_keys(strategy),
                 e.tenant.is_some(),
                 with_cutoff,
             );
             mutate = head.clone();
             mutate
-                .append(&m.tenant_and_subjects(e, subjects))
+                .append(&m.tenant_and_subjects(e, casts, subjects))
                 .append(&m.anchor(e))
                 .push(" RETURNING ")
                 .col(&e.record_id)
@@ -706,19 +762,23 @@ impl ErasurePlan {
             .append(&held)
             .append(&anchor_ok)
             .push(") AS held, ");
-        if with_cutoff {
+        if let Some(cutoff) = p.cutoff {
             counts
                 .push("count(*) FILTER (WHERE ")
                 .col(&e.anchor)
-                .push(" IS NULL) AS null_anchor");
+                .push(" IS NULL) AS null_anchor, count(*) FILTER (WHERE ")
+                .col(&e.anchor)
+                .push(" >= ")
+                .param(cutoff)
+                .push(") AS kept_by_legal_min");
         } else {
-            counts.push("0::int8 AS null_anchor");
+            counts.push("0::int8 AS null_anchor, 0::int8 AS kept_by_legal_min");
         }
         counts
             .push(" FROM ")
             .table(table)
             .push(" t WHERE $2::int8 IS NOT NULL")
-            .append(&p.tenant_and_subjects(e, subjects))
+            .append(&p.tenant_and_subjects(e, casts, subjects))
             .append(&done);
         ErasurePlan {
             lock,

@@ -23,7 +23,22 @@ pub(crate) struct ColumnInfo {
     pub(crate) display_type: String,
     /// The base type's `typname`, e.g. `timestamptz`, `int4`.
     pub(crate) type_name: String,
+    /// The schema of that base type (`pg_catalog`, or where an extension
+    /// such as citext is installed).
+    pub(crate) type_schema: String,
+    /// The declared length of `varchar(n)` / `char(n)` (also through a
+    /// domain), in characters.
+    pub(crate) max_chars: Option<i32>,
     pub(crate) not_null: bool,
+    /// Whether the column has a DEFAULT expression.
+    pub(crate) has_default: bool,
+}
+
+impl ColumnInfo {
+    /// The base type, schema-qualified (for casts in SQL).
+    pub(crate) fn qualified_type(&self) -> QualifiedName {
+        QualifiedName::new(self.type_schema.clone(), self.type_name.clone())
+    }
 }
 
 /// An index's key columns (an expression shows as an empty name).
@@ -32,6 +47,10 @@ pub(crate) struct IndexInfo {
     pub(crate) primary: bool,
     pub(crate) unique: bool,
     pub(crate) partial: bool,
+    /// `indisvalid AND indisready AND indimmediate`: an index left invalid
+    /// by a failed `CREATE INDEX CONCURRENTLY`, or a deferrable one, does
+    /// not guarantee uniqueness when a statement runs.
+    pub(crate) usable: bool,
     pub(crate) columns: Vec<String>,
 }
 
@@ -120,10 +139,15 @@ pub(crate) async fn load_table(
         "SELECT a.attname::text AS name, \
                 pg_catalog.format_type(a.atttypid, a.atttypmod) AS display_type, \
                 COALESCE(bt.typname, t.typname)::text AS type_name, \
-                a.attnotnull AS not_null \
+                tn.nspname::text AS type_schema, \
+                CASE WHEN COALESCE(bt.typname, t.typname) IN ('varchar', 'bpchar') \
+                     AND COALESCE(NULLIF(a.atttypmod, -1), NULLIF(t.typtypmod, -1)) IS NOT NULL \
+                     THEN COALESCE(NULLIF(a.atttypmod, -1), t.typtypmod) - 4 END AS max_chars, \
+                a.attnotnull AS not_null, a.atthasdef AS has_default \
          FROM pg_catalog.pg_attribute a \
          JOIN pg_catalog.pg_type t ON t.oid = a.atttypid \
          LEFT JOIN pg_catalog.pg_type bt ON t.typtype = 'd' AND bt.oid = t.typbasetype \
+         JOIN pg_catalog.pg_namespace tn ON tn.oid = COALESCE(bt.typnamespace, t.typnamespace) \
          WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped \
          ORDER BY a.attnum",
     )
@@ -136,7 +160,10 @@ pub(crate) async fn load_table(
             name: r.try_get("name")?,
             display_type: r.try_get("display_type")?,
             type_name: r.try_get("type_name")?,
+            type_schema: r.try_get("type_schema")?,
+            max_chars: r.try_get("max_chars")?,
             not_null: r.try_get("not_null")?,
+            has_default: r.try_get("has_default")?,
         })
     })
     .collect::<Result<Vec<_>, sqlx::Error>>()?;
@@ -144,6 +171,7 @@ pub(crate) async fn load_table(
     let indexes = sqlx::query(
         "SELECT i.indisprimary AS is_primary, i.indisunique AS is_unique, \
                 i.indpred IS NOT NULL AS partial, \
+                (i.indisvalid AND i.indisready AND i.indimmediate) AS usable, \
                 ARRAY(SELECT COALESCE(a.attname::text, '') \
                       FROM pg_catalog.unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, ord) \
                       LEFT JOIN pg_catalog.pg_attribute a \
@@ -161,6 +189,7 @@ pub(crate) async fn load_table(
             primary: r.try_get("is_primary")?,
             unique: r.try_get("is_unique")?,
             partial: r.try_get("partial")?,
+            usable: r.try_get("usable")?,
             columns: r.try_get("columns")?,
         })
     })
@@ -237,4 +266,116 @@ pub(crate) async fn load_table(
         indexes,
         foreign_keys,
     }))
+}
+
+/// A foreign-key action that a DELETE from a table sets off, directly or
+/// through a chain of `ON DELETE CASCADE` keys (through any tables,
+/// retained or not).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct CascadeEdge {
+    /// The constraint's name.
+    pub(crate) name: String,
+    /// `c` CASCADE, `n` SET NULL, `d` SET DEFAULT.
+    pub(crate) action: String,
+    /// The table whose rows the action deletes or changes.
+    pub(crate) child: QualifiedName,
+    /// The tables from the deleted one to `child`, in order.
+    pub(crate) path: Vec<QualifiedName>,
+    /// For SET NULL / SET DEFAULT: key columns of `child` the action would
+    /// set to NULL although they are NOT NULL (so every delete fails).
+    pub(crate) failing_columns: Vec<String>,
+}
+
+impl CascadeEdge {
+    /// `CASCADE`, `SET NULL` or `SET DEFAULT`.
+    pub(crate) fn action_sql(&self) -> &'static str {
+        match self.action.as_str() {
+            "c" => "CASCADE",
+            "n" => "SET NULL",
+            _ => "SET DEFAULT",
+        }
+    }
+}
+
+/// Every CASCADE / SET NULL / SET DEFAULT action a DELETE from `table`
+/// reaches, following CASCADE chains transitively (cycles cut).
+pub(crate) async fn cascade_edges(
+    conn: &mut PgConnection,
+    table: u32,
+) -> Result<Vec<CascadeEdge>, sqlx::Error> {
+    sqlx::query(
+        "WITH RECURSIVE edge AS ( \
+            SELECT con.oid AS con, con.conrelid AS child, con.confdeltype::text AS action, \
+                   ARRAY[con.confrelid, con.conrelid]::oid[] AS path \
+            FROM pg_catalog.pg_constraint con \
+            WHERE con.contype = 'f' AND con.conparentid = 0 AND con.confrelid = $1 \
+              AND con.confdeltype IN ('c', 'n', 'd') \
+          UNION ALL \
+            SELECT con.oid, con.conrelid, con.confdeltype::text, e.path || con.conrelid \
+            FROM edge e \
+            JOIN pg_catalog.pg_constraint con ON con.confrelid = e.child \
+            WHERE e.action = 'c' AND con.contype = 'f' AND con.conparentid = 0 \
+              AND con.confdeltype IN ('c', 'n', 'd') \
+              AND NOT (con.conrelid = ANY (e.path)) AND pg_catalog.cardinality(e.path) < 32 \
+         ) \
+         SELECT c.conname::text AS name, e.action, cn.nspname::text AS child_schema, \
+                cc.relname::text AS child_table, \
+                ARRAY(SELECT pn.nspname::text FROM pg_catalog.unnest(e.path) WITH ORDINALITY AS p(rel, ord) \
+                      JOIN pg_catalog.pg_class pc ON pc.oid = p.rel \
+                      JOIN pg_catalog.pg_namespace pn ON pn.oid = pc.relnamespace ORDER BY p.ord) AS path_schemas, \
+                ARRAY(SELECT pc.relname::text FROM pg_catalog.unnest(e.path) WITH ORDINALITY AS p(rel, ord) \
+                      JOIN pg_catalog.pg_class pc ON pc.oid = p.rel ORDER BY p.ord) AS path_names, \
+                ARRAY(SELECT a.attname::text FROM pg_catalog.unnest(c.conkey) WITH ORDINALITY AS k(n, ord) \
+                      JOIN pg_catalog.pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = k.n \
+                      WHERE e.action <> 'c' AND a.attnotnull AND (e.action = 'n' OR NOT a.atthasdef) \
+                      ORDER BY k.ord) AS failing_columns \
+         FROM edge e \
+         JOIN pg_catalog.pg_constraint c ON c.oid = e.con \
+         JOIN pg_catalog.pg_class cc ON cc.oid = e.child \
+         JOIN pg_catalog.pg_namespace cn ON cn.oid = cc.relnamespace \
+         ORDER BY pg_catalog.cardinality(e.path), c.conname",
+    )
+    .bind(Oid(table))
+    .fetch_all(conn)
+    .await?
+    .into_iter()
+    .map(|r| {
+        let schemas: Vec<String> = r.try_get("path_schemas")?;
+        let names: Vec<String> = r.try_get("path_names")?;
+        Ok(CascadeEdge {
+            name: r.try_get("name")?,
+            action: r.try_get("action")?,
+            child: QualifiedName::new(
+                r.try_get::<String, _>("child_schema")?,
+                r.try_get::<String, _>("child_table")?,
+            ),
+            path: schemas
+                .into_iter()
+                .zip(names)
+                .map(|(s, n)| QualifiedName::new(s, n))
+                .collect(),
+            failing_columns: r.try_get("failing_columns")?,
+        })
+    })
+    .collect()
+}
+
+/// Whether `schema` holds Cohort's ledger (a `sweep_run` table carrying a
+/// Cohort schema-version comment).
+pub(crate) async fn is_cohort_schema(
+    conn: &mut PgConnection,
+    schema: &str,
+) -> Result<bool, sqlx::Error> {
+    let comment: Option<Option<String>> = sqlx::query_scalar(
+        "SELECT pg_catalog.obj_description(c.oid, 'pg_class') \
+         FROM pg_catalog.pg_class c \
+         JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+         WHERE n.nspname = $1 AND c.relname = 'sweep_run'",
+    )
+    .bind(schema)
+    .fetch_optional(conn)
+    .await?;
+    Ok(comment
+        .flatten()
+        .is_some_and(|c| crate::schema::parse_version_comment(Some(&c)).is_some()))
 }

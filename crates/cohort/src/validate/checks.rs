@@ -3,8 +3,9 @@
 
 use std::collections::BTreeMap;
 
-use super::catalog::{ColumnInfo, ServerInfo, TableInfo};
+use super::catalog::{CascadeEdge, ColumnInfo, ServerInfo, TableInfo};
 use crate::error::Problem;
+use crate::ident::QualifiedName;
 use crate::model::{AnonymiseMethod, EntityDescriptor, Marker};
 use crate::rules::{CategoryCapabilities, Strategy};
 use crate::schema::{CohortTable, SCHEMA_VERSION};
@@ -224,10 +225,21 @@ pub(crate) fn check_entity(
                 ));
             }
         }
-        let unique_alone = table.indexes.iter().any(|i| {
+        // Only an index that guarantees uniqueness right now counts: a
+        // failed CREATE UNIQUE INDEX CONCURRENTLY leaves an invalid index
+        // over duplicate keys, and a deferrable one allows them mid-transaction.
+        let is_key_index = |i: &&super::catalog::IndexInfo| {
             (i.primary || i.unique) && !i.partial && i.columns == [entity.record_id.clone()]
-        });
+        };
+        let unique_alone = table.indexes.iter().filter(is_key_index).any(|i| i.usable);
+        if !unique_alone && table.indexes.iter().any(|i| is_key_index(&i)) {
+            problems.push(format!(
+                "the unique index on record key column {:?} is not valid, ready and immediate (a failed CREATE UNIQUE INDEX CONCURRENTLY, or a DEFERRABLE constraint); duplicate keys would let one batch reach rows it did not select. Rebuild it (REINDEX) or drop and recreate it",
+                col.name
+            ));
+        }
         if !unique_alone
+            && !table.indexes.iter().any(|i| is_key_index(&i))
             && !table
                 .indexes
                 .iter()
@@ -298,9 +310,46 @@ pub(crate) fn check_entity(
                 a.column
             ));
         }
+        // Rewriting a referenced key would reach the rows that reference it
+        // (ON UPDATE CASCADE rewrites them, held or not) or fail every batch.
+        for k in table
+            .referenced_by
+            .iter()
+            .filter(|k| k.parent_columns.contains(&a.column))
+        {
+            problems.push(format!(
+                "column {:?} is anonymised but is part of a key that foreign key {:?} on {} references; scrubbing it would change or break the rows that reference it",
+                a.column,
+                k.name,
+                k.child.display_plain()
+            ));
+        }
+        if let AnonymiseMethod::Literal(v) = &a.method {
+            if v.contains('\0') {
+                problems.push(format!(
+                    "the literal for column {:?} contains a NUL character, which PostgreSQL text cannot store",
+                    a.column
+                ));
+            }
+        }
         let Some(col) = table.column(&a.column) else {
             continue;
         };
+        let written = match &a.method {
+            AnonymiseMethod::Hash => Some(crate::sql::HASH_HEX_CHARS),
+            AnonymiseMethod::Literal(v) => Some(v.chars().count()),
+            _ => None,
+        };
+        if let (Some(n), Some(max)) = (written, col.max_chars) {
+            if n > usize::try_from(max).unwrap_or(0) {
+                problems.push(format!(
+                    "column {:?} is {} but the {} anonymise method writes {n} characters; every batch would fail (value too long). Widen the column or choose another method",
+                    col.name,
+                    col.display_type,
+                    a.method.kind()
+                ));
+            }
+        }
         match &a.method {
             AnonymiseMethod::Null if col.not_null => problems.push(format!(
                 "column {:?} is anonymised to NULL but is NOT NULL; use empty, a literal or a custom anonymiser",
@@ -392,29 +441,76 @@ pub(crate) fn check_across(
             ));
         }
     }
-    for (child, child_table, _) in entities {
-        for fk in &child_table.foreign_keys {
-            if fk.on_delete != "c" {
-                continue;
-            }
-            for (parent, parent_table, caps) in entities {
-                // A self-reference counts too: purging a parent row would
-                // cascade into rows of the same entity, past holds and audit.
-                if parent_table.name == fk.references
-                    && caps.is_some_and(|c| c.allows(Strategy::Purge))
-                {
-                    problems.push(Problem::entity(
-                        &child.name,
-                        format!(
-                            "foreign key {:?} on {} is ON DELETE CASCADE from {} (entity {}, which may be purged); purging it would delete {} rows outside retention rules and audit. Use ON DELETE RESTRICT/NO ACTION and let Cohort purge dependents first",
-                            fk.name,
-                            child_table.name.display_plain(),
-                            parent_table.name.display_plain(),
-                            parent.name,
-                            child.name
-                        ),
-                    ));
-                }
+    let mut by_name: BTreeMap<&str, Vec<uuid::Uuid>> = BTreeMap::new();
+    for (e, _, _) in entities {
+        by_name.entry(e.name.as_str()).or_default().push(e.id);
+    }
+    for (name, ids) in by_name.iter().filter(|(_, ids)| ids.len() > 1) {
+        problems.push(Problem::entity(
+            *name,
+            format!(
+                "{} retained entities share the display name {name:?} (ids {}); names pick entities in the CLI and the ledger, so each must be unique",
+                ids.len(),
+                ids.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(", ")
+            ),
+        ));
+    }
+    problems
+}
+
+/// What a purge of each purgeable entity would set off through foreign
+/// keys: refused when a CASCADE / SET NULL / SET DEFAULT action (directly or
+/// through a chain of cascades over any tables) reaches a retained or exempt
+/// entity's table, or when a SET NULL / SET DEFAULT would violate NOT NULL
+/// (every purge would fail).
+pub(crate) fn check_cascades(
+    purgeable: &[(&EntityDescriptor, Vec<CascadeEdge>)],
+    kept_tables: &[(&str, &QualifiedName)],
+) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    for (parent, edges) in purgeable {
+        for edge in edges {
+            let from = edge.path[edge.path.len() - 2].display_plain();
+            let origin = if edge.path.len() > 2 {
+                format!(
+                    "{from}, which a purge of entity {} reaches through {}",
+                    parent.name,
+                    edge.path
+                        .iter()
+                        .map(QualifiedName::display_plain)
+                        .collect::<Vec<_>>()
+                        .join(" -> ")
+                )
+            } else {
+                format!("{from} (entity {}, which may be purged)", parent.name)
+            };
+            if let Some((kept, _)) = kept_tables.iter().find(|(_, t)| **t == edge.child) {
+                let effect = if edge.action == "c" {
+                    "delete"
+                } else {
+                    "change"
+                };
+                problems.push(Problem::entity(
+                    *kept,
+                    format!(
+                        "foreign key {:?} on {} is ON DELETE {} from {origin}; purging would {effect} {kept} rows outside retention rules, holds and audit. Use ON DELETE RESTRICT/NO ACTION and let Cohort purge dependents first",
+                        edge.name,
+                        edge.child.display_plain(),
+                        edge.action_sql(),
+                    ),
+                ));
+            } else if !edge.failing_columns.is_empty() {
+                problems.push(Problem::entity(
+                    &parent.name,
+                    format!(
+                        "foreign key {:?} on {} is ON DELETE {} from {origin}, but its column(s) {} are NOT NULL{}; every purge of a referenced row would fail",
+                        edge.name,
+                        edge.child.display_plain(),
+                        edge.action_sql(),
+                        edge.failing_columns.join(", "),
+                        if edge.action == "d" { " without a default" } else { "" },
+                    ),
+                ));
             }
         }
     }

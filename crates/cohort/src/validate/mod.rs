@@ -9,6 +9,9 @@ mod checks;
 
 pub(crate) use catalog::IncomingKey;
 
+use crate::rules::TenantIdentity;
+use crate::sql::plan::Casts;
+
 use std::collections::BTreeMap;
 
 use sqlx::PgConnection;
@@ -43,6 +46,8 @@ pub struct ValidatedModel {
     pub order: Vec<uuid::Uuid>,
     /// Store types of the key-like columns, by entity id.
     pub(crate) facts: BTreeMap<uuid::Uuid, TableFacts>,
+    /// The tenant columns' store type (every tenant-scoped entity agrees).
+    pub(crate) tenant_key: Option<KeyType>,
 }
 
 /// What the engine needs to know about a validated entity's columns.
@@ -55,6 +60,8 @@ pub(crate) struct TableFacts {
     /// Foreign keys that forbid deleting a referenced row (NO ACTION,
     /// RESTRICT): purge leaves such rows alone and reports them as skipped.
     pub(crate) blocking_references: Vec<catalog::IncomingKey>,
+    /// Key-like columns compared in their own type (citext).
+    pub(crate) casts: Casts,
 }
 
 impl ValidatedModel {
@@ -74,6 +81,20 @@ impl ValidatedModel {
     /// Entities in processing order.
     pub fn ordered(&self) -> impl Iterator<Item = &EntityDescriptor> {
         self.order.iter().filter_map(|id| self.entity(*id))
+    }
+
+    /// How tenant ids compare, from the tenant columns' type.
+    pub fn tenant_identity(&self) -> TenantIdentity {
+        identity_of(self.tenant_key)
+    }
+}
+
+fn identity_of(key: Option<KeyType>) -> TenantIdentity {
+    match key {
+        Some(KeyType::Uuid) => TenantIdentity::Uuid,
+        Some(KeyType::Int2 | KeyType::Int4 | KeyType::Int8) => TenantIdentity::Integer,
+        Some(KeyType::CiText) => TenantIdentity::CaseInsensitive,
+        Some(KeyType::Text) | None => TenantIdentity::Exact,
     }
 }
 
@@ -175,6 +196,7 @@ pub async fn validate(
     let mut tables: Vec<catalog::TableInfo> = Vec::new();
     let mut ids: BTreeMap<uuid::Uuid, &str> = BTreeMap::new();
     let mut capabilities = BTreeMap::new();
+    let mut exempt_tables: Vec<(String, QualifiedName)> = Vec::new();
 
     for decl in declarations {
         if let Ok(id) = parse_entity_id(decl.raw_id()) {
@@ -186,6 +208,9 @@ pub async fn validate(
             }
         }
         if decl.is_exempt() {
+            if let Ok(t) = declared_table(decl, config.table_schema()) {
+                exempt_tables.push((decl.name().to_owned(), t));
+            }
             match resolve(decl, conventions, config.table_schema(), &[]) {
                 Ok(Resolved::Exempt(e)) => exempt.push(e),
                 Ok(Resolved::Retained(_)) => unreachable!("exempt declarations resolve as exempt"),
@@ -200,6 +225,19 @@ pub async fn validate(
                 continue;
             }
         };
+        if CohortTable::ALL.iter().any(|t| t.name() == table_name.name)
+            && (table_name.schema == config.schema
+                || catalog::is_cohort_schema(conn, &table_name.schema).await?)
+        {
+            problems.push(Problem::entity(
+                decl.name(),
+                format!(
+                    "{} is one of Cohort's own ledger tables; it cannot be a retained entity (purging it would drop holds and audit)",
+                    table_name.display_plain()
+                ),
+            ));
+            continue;
+        }
         let Some(table) = catalog::load_table(conn, &table_name).await? else {
             problems.push(Problem::entity(
                 decl.name(),
@@ -238,6 +276,72 @@ pub async fn validate(
         .map(|(e, t)| (e, t, capabilities.get(&e.id)))
         .collect();
     problems.extend(checks::check_across(&joined));
+
+    // Everything a purge would set off through foreign keys, to the end.
+    let mut purgeable = Vec::new();
+    for (e, t, caps) in &joined {
+        if caps.is_some_and(|c| c.allows(crate::rules::Strategy::Purge)) {
+            purgeable.push((*e, catalog::cascade_edges(conn, t.oid).await?));
+        }
+    }
+    let kept_tables: Vec<(&str, &QualifiedName)> = entities
+        .iter()
+        .map(|e| (e.name.as_str(), &e.table))
+        .chain(exempt_tables.iter().map(|(n, t)| (n.as_str(), t)))
+        .collect();
+    problems.extend(checks::check_cascades(&purgeable, &kept_tables));
+
+    // One tenant identity: every tenant column gives a spelling one meaning.
+    let tenant_types: Vec<(&str, KeyType, &str)> = entities
+        .iter()
+        .zip(&tables)
+        .filter_map(|(e, t)| {
+            let col = t.column(e.tenant.as_deref()?)?;
+            Some((
+                e.name.as_str(),
+                KeyType::from_type_name(&col.type_name)?,
+                col.display_type.as_str(),
+            ))
+        })
+        .collect();
+    let tenant_key = tenant_types.first().map(|(_, k, _)| *k);
+    if tenant_types
+        .iter()
+        .any(|(_, k, _)| !k.same_identity(tenant_key.expect("non-empty")))
+    {
+        problems.push(Problem::global(format!(
+            "tenant columns disagree on type ({}), so one tenant id could mean different tenants in different tables; give every tenant column the same type",
+            tenant_types
+                .iter()
+                .map(|(n, _, d)| format!("{n}: {d}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )));
+    }
+    if let Some(key) = tenant_key {
+        for (category, tenant) in rules.named_tenants() {
+            if key.canonical_text(&tenant).is_none() {
+                problems.push(Problem::global(format!(
+                    "category {category:?} has an override for tenant {tenant:?}, which is not a valid {} tenant id; it would never match",
+                    tenant_types[0].2
+                )));
+            }
+        }
+    }
+
+    if config.hash_key.is_none() {
+        for e in &entities {
+            if e.anonymise
+                .iter()
+                .any(|a| a.method == crate::model::AnonymiseMethod::Hash)
+            {
+                problems.push(Problem::entity(
+                    &e.name,
+                    "the hash anonymise method needs a secret key (COHORT_HASH_KEY or [cohort] hash_key, at least 16 bytes): an unkeyed hash of an e-mail address or phone number is reversed by a dictionary",
+                ));
+            }
+        }
+    }
 
     if !problems.is_empty() {
         return Err(Error::Validation(Problems(problems)));
@@ -283,11 +387,19 @@ pub async fn validate(
                     .filter(|k| matches!(k.on_delete.as_str(), "a" | "r"))
                     .cloned()
                     .collect(),
+                casts: Casts(
+                    t.columns
+                        .iter()
+                        .filter(|c| KeyType::from_type_name(&c.type_name) == Some(KeyType::CiText))
+                        .map(|c| (c.name.clone(), c.qualified_type()))
+                        .collect(),
+                ),
             };
             (e.id, facts)
         })
         .collect();
     Ok(ValidatedModel {
+        tenant_key,
         order,
         facts,
         entities,

@@ -91,7 +91,7 @@ pub fn rules() -> StaticRuleProvider {
             "mixed",
             RetentionRule::new(days(30), Strategy::Purge),
             vec![cohort::rules::RuleOverride {
-                tenant: Some("t2".into()),
+                tenant: Some(TENANT_B.into()),
                 jurisdiction: None,
                 rule: RetentionRule::new(days(30), Strategy::SoftDelete),
             }],
@@ -206,7 +206,9 @@ pub async fn engine_db() -> TestDatabase {
 
 /// A validated Cohort over [`engine_db`] with [`engine_entities`].
 pub async fn engine_cohort(db: &TestDatabase) -> cohort::Cohort {
-    let mut b = cohort::Cohort::builder(db.pool().clone()).rules(rules());
+    let mut b = cohort::Cohort::builder(db.pool().clone())
+        .config(test_config())
+        .rules(rules());
     for d in engine_entities() {
         b = b.declaration(d);
     }
@@ -315,4 +317,28 @@ pub async fn settled_events(events: &Events) -> Vec<cohort::audit::AuditEvent> {
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
     panic!("the observer never saw the run settle");
+}
+
+/// The secret key tests hash with (the `hash` anonymise method needs one).
+pub const TEST_HASH_KEY: &str = "test-hash-key-0123456789abcdef";
+
+/// Default settings plus the test hash key.
+pub fn test_config() -> cohort::CohortConfig {
+    cohort::CohortConfig {
+        hash_key: Some(cohort::config::HashKey::new(TEST_HASH_KEY)),
+        ..cohort::CohortConfig::default()
+    }
+}
+
+/// HMAC-SHA256 of `message` under the test key, hex: what the `hash`
+/// anonymise method must write, computed by the RustCrypto crates.
+pub fn test_hmac_hex(message: &str) -> String {
+    use hmac::{KeyInit, Mac};
+    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(TEST_HASH_KEY.as_bytes()).unwrap();
+    mac.update(message.as_bytes());
+    mac.finalize()
+        .into_bytes()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
