@@ -889,3 +889,113 @@ async fn kill_9_mid_sweep_loses_nothing_and_a_rerun_finishes() {
         0
     );
 }
+
+/// Issue "data-loss defects", A: the CLI resolves one tenant however its id
+/// is spelled (jurisdiction, overrides, legal minimum), keeps text tenants
+/// exactly as written in `--all-tenants`, and erasure names what it could
+/// not reach.
+#[tokio::test]
+async fn cli_tenant_spellings_resolve_one_tenant() {
+    let db = cohort_pgtemp::fresh_empty_database().await.unwrap();
+    sqlx::raw_sql(
+        "CREATE SCHEMA app;
+         CREATE TABLE app.notes (id bigint PRIMARY KEY, tenant_id uuid NOT NULL, created_at timestamptz, user_id text);
+         CREATE INDEX ON app.notes (tenant_id, created_at);
+         CREATE TABLE app.globals (id bigint PRIMARY KEY, created_at timestamptz, user_id text);
+         INSERT INTO app.notes VALUES
+           (1, '33333333-3333-4333-a333-333333333333', now() - interval '100 days', 'u-1'),
+           (2, '33333333-3333-4333-a333-333333333333', now() - interval '100 days', 'u-2');
+         INSERT INTO app.globals VALUES (1, now() - interval '100 days', 'u-1');",
+    )
+    .execute(db.pool())
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("cohort.toml"),
+        r#"
+[[entity]]
+name = "Note"
+id = "a3f467fe-c5d0-4f17-9897-83c373cc1dc8"
+table = "app.notes"
+category = "notes"
+anchor = "created_at"
+subjects = ["user_id"]
+
+[[entity]]
+name = "Global"
+id = "0f0e0d0c-0b0a-4908-8706-050403020100"
+table = "app.globals"
+category = "notes"
+anchor = "created_at"
+tenantless = true
+subjects = ["user_id"]
+
+[[category]]
+name = "notes"
+strategy = "purge"
+period = "30d"
+
+[[category.override]]
+jurisdiction = "EU"
+period = "3650d"
+legal_min = "2190d"
+
+[[tenant]]
+id = "33333333-3333-4333-a333-333333333333"
+jurisdiction = "EU"
+
+[[tenant]]
+id = "3333333333334333A333333333333333"
+jurisdiction = "EU"
+"#,
+    )
+    .unwrap();
+    let dir = dir.path();
+    let url = Some(db.url());
+    assert_eq!(cohort(dir, &["migrate"], url).status.code(), Some(0));
+    for spelling in [
+        "3333333333334333a333333333333333",
+        "{33333333-3333-4333-A333-333333333333}",
+        "urn:uuid:33333333-3333-4333-a333-333333333333",
+    ] {
+        let out = cohort(dir, &["--json", "sweep", "--tenant", spelling], url);
+        assert_eq!(out.status.code(), Some(0), "{spelling}");
+        let run = json(&out);
+        assert_eq!(run["tenant"], "33333333-3333-4333-a333-333333333333");
+        assert_eq!(run["entities"][0]["period"], "3650d", "{spelling}");
+        assert_eq!(run["entities"][0]["affected"], 0, "{spelling}");
+        let out = cohort(
+            dir,
+            &["--json", "erase", "--tenant", spelling, "--subject", "u-1"],
+            url,
+        );
+        assert_eq!(out.status.code(), Some(0), "{spelling}");
+        let run = json(&out);
+        assert_eq!(run["entities"][0]["kept_by_legal_min"], 1, "{spelling}");
+        assert_eq!(run["entities"][0]["affected"], 0, "{spelling}");
+        assert_eq!(run["not_reached"][0]["entity"], "Global");
+    }
+    // The tenantless erasure reaches Global.
+    let out = cohort(
+        dir,
+        &["--json", "erase", "--tenantless", "--subject", "u-1"],
+        url,
+    );
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(json(&out)["entities"][0]["affected"], 1);
+    // --all-tenants: the two spellings are one tenant, swept once.
+    let out = cohort(dir, &["--json", "sweep", "--all-tenants"], url);
+    assert_eq!(out.status.code(), Some(0));
+    let runs = json(&out);
+    let runs = runs.as_array().unwrap();
+    assert_eq!(runs.len(), 2, "one tenant pass and the tenantless pass");
+    assert_eq!(runs[0]["entities"][0]["affected"], 0);
+    let left: i64 = sqlx::query_scalar("SELECT count(*) FROM app.notes")
+        .fetch_one(db.pool())
+        .await
+        .unwrap();
+    assert_eq!(left, 2);
+    let out = cohort(dir, &["erase", "--subject", "u-1"], url);
+    assert_eq!(out.status.code(), Some(2), "a scope is required");
+}

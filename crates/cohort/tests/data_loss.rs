@@ -742,3 +742,460 @@ async fn cascades_are_followed_through_unretained_tables() {
     let cohort = from_policy(&db, CASCADE_POLICY).await.unwrap();
     assert_eq!(cohort.ready().await.unwrap().entities.len(), 2);
 }
+
+/// E.8: an anonymise output that cannot fit its column would fail every
+/// batch; NUL characters cannot be stored at all.
+#[tokio::test]
+async fn anonymise_outputs_must_fit_their_columns() {
+    let db = migrated_db().await;
+    exec(
+        db.pool(),
+        "CREATE SCHEMA app;
+         CREATE DOMAIN app.short_text AS varchar(5);
+         CREATE TABLE app.contacts (id bigint PRIMARY KEY, tenant_id uuid NOT NULL, created_at timestamptz,
+             anonymised_at timestamptz, email varchar(10), code char(3), nick app.short_text,
+             note varchar(12), wide varchar(64));",
+    )
+    .await;
+    let policy = r#"
+[[entity]]
+name = "Contact"
+id = "b7316df4-7db5-46ad-aea7-f65c4b430f73"
+table = "app.contacts"
+category = "contacts"
+anchor = "created_at"
+anonymise = { email = "hash", code = { literal = "xxxx" }, nick = { literal = "redacted" }, note = { literal = "[redacted]" }, wide = "hash" }
+
+[[category]]
+name = "contacts"
+strategy = "anonymise"
+period = "30d"
+"#;
+    expect_refused(
+        &db,
+        policy,
+        &[
+            "column \"email\" is character varying(10) but the hash anonymise method writes 64 characters",
+            "column \"code\" is character(3) but the literal anonymise method writes 4 characters",
+            "column \"nick\" is app.short_text but the literal anonymise method writes 8 characters",
+        ],
+    )
+    .await;
+    let err = from_policy(&db, policy).await.unwrap_err().to_string();
+    assert!(
+        !err.contains("\"note\"") && !err.contains("\"wide\""),
+        "{err}"
+    );
+    // NUL characters are refused when the file is loaded, wherever they are.
+    let err = PolicyFile::parse(&policy.replace("[redacted]", "[red\\u0000acted]")).unwrap_err();
+    assert!(
+        err.to_string().contains("NUL characters are not allowed")
+            && err.to_string().contains("entity[0].anonymise.note.literal"),
+        "{err}"
+    );
+    let err = PolicyFile::parse(&policy.replace(
+        "period = \"30d\"",
+        "period = \"30d\"\nreason = \"a\\u0000b\"",
+    ))
+    .unwrap_err();
+    assert!(err.to_string().contains("category[0].reason"), "{err}");
+    // The same literal built in code is refused by validation.
+    let decl = cohort::EntityDeclaration::new("Contact", CONTACT_ID)
+        .category("contacts")
+        .anchor("created_at")
+        .table("app.contacts")
+        .anonymise(
+            "wide",
+            cohort::model::AnonymiseMethod::Literal("a\0b".into()),
+        );
+    let err = Cohort::builder(db.pool().clone())
+        .config(test_config())
+        .rules(rules())
+        .declaration(decl)
+        .build()
+        .await
+        .unwrap_err();
+    assert!(
+        problems_text(&err).contains("contains a NUL character"),
+        "{err}"
+    );
+}
+
+/// E.9, E.10, E.11: Cohort's own tables, duplicate names and PostgreSQL's
+/// own schemas are refused.
+#[tokio::test]
+async fn cohort_tables_duplicate_names_and_reserved_schemas_are_refused() {
+    let db = migrated_db().await;
+    let mut conn = db.connect().await.unwrap();
+    cohort::schema::migrate(&mut conn, "ledger2").await.unwrap();
+    let policy = r#"
+[[entity]]
+name = "Holds"
+id = "a3f467fe-c5d0-4f17-9897-83c373cc1dc8"
+table = "public.retention_hold"
+category = "c"
+anchor = "created_at"
+tenantless = true
+
+[[entity]]
+name = "OtherRuns"
+id = "b7316df4-7db5-46ad-aea7-f65c4b430f73"
+table = "ledger2.sweep_run"
+category = "c"
+anchor = "started_at"
+tenantless = true
+
+[[category]]
+name = "c"
+strategy = "purge"
+period = "30d"
+"#;
+    expect_refused(
+        &db,
+        policy,
+        &[
+            "Holds: public.retention_hold is one of Cohort's own ledger tables",
+            "OtherRuns: ledger2.sweep_run is one of Cohort's own ledger tables",
+        ],
+    )
+    .await;
+
+    exec(
+        db.pool(),
+        "CREATE TABLE public.notes (id bigint PRIMARY KEY, created_at timestamptz);
+         CREATE TABLE public.notes2 (id bigint PRIMARY KEY, created_at timestamptz);",
+    )
+    .await;
+    let dup = r#"
+[[entity]]
+name = "Note"
+id = "a3f467fe-c5d0-4f17-9897-83c373cc1dc8"
+table = "notes"
+category = "c"
+anchor = "created_at"
+tenantless = true
+
+[[entity]]
+name = "Note"
+id = "b7316df4-7db5-46ad-aea7-f65c4b430f73"
+table = "notes2"
+category = "c"
+anchor = "created_at"
+tenantless = true
+
+[[category]]
+name = "c"
+strategy = "purge"
+period = "30d"
+"#;
+    expect_refused(
+        &db,
+        dup,
+        &["2 retained entities share the display name \"Note\" (ids a3f467fe-c5d0-4f17-9897-83c373cc1dc8, b7316df4-7db5-46ad-aea7-f65c4b430f73)"],
+    )
+    .await;
+
+    for schema in [
+        " public",
+        "public ",
+        "information_schema",
+        "pg_catalog",
+        "PG_temp",
+    ] {
+        let config = cohort::CohortConfig {
+            schema: schema.into(),
+            ..test_config()
+        };
+        let err = Cohort::builder(db.pool().clone())
+            .config(config)
+            .build()
+            .await
+            .unwrap_err();
+        assert!(matches!(err, Error::Config(_)), "{schema:?}: {err}");
+        let err = cohort::schema::migrate(&mut conn, schema)
+            .await
+            .unwrap_err();
+        assert!(matches!(err, Error::Config(_)), "{schema:?}: {err}");
+    }
+    assert_eq!(
+        count(
+            db.pool(),
+            "SELECT count(*) FROM pg_namespace WHERE nspname IN (' public', 'public ')"
+        )
+        .await,
+        0
+    );
+}
+
+/// F.12: schema names holding braces, quotes and placeholders stay inside
+/// their own quotes.
+#[tokio::test]
+async fn migrations_quote_any_schema_name_in_one_pass() {
+    let db = empty_db().await;
+    let mut conn = db.connect().await.unwrap();
+    for schema in [
+        "x{retention_hold}",
+        "{sweep_run_entity_summary}",
+        "{sweep_run}",
+        "we\"ird {",
+        "}{",
+    ] {
+        let report = cohort::schema::migrate(&mut conn, schema).await.unwrap();
+        assert_eq!(report.to_version, cohort::schema::SCHEMA_VERSION);
+        let tables: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM pg_tables WHERE schemaname = $1")
+                .bind(schema)
+                .fetch_one(&mut conn)
+                .await
+                .unwrap();
+        assert_eq!(tables, 5, "{schema:?}");
+        assert_eq!(
+            cohort::schema::installed_version(&mut conn, schema)
+                .await
+                .unwrap(),
+            Some(cohort::schema::SCHEMA_VERSION)
+        );
+        let config = cohort::CohortConfig {
+            schema: schema.into(),
+            ..test_config()
+        };
+        Cohort::builder(db.pool().clone())
+            .config(config)
+            .build()
+            .await
+            .unwrap_or_else(|e| panic!("{schema:?}: {e}"));
+    }
+}
+
+/// G.13: an erasure accounts for every entity holding subject columns.
+#[tokio::test]
+async fn erasure_reports_what_it_did_not_do() {
+    let db = migrated_db().await;
+    exec(
+        db.pool(),
+        "CREATE SCHEMA app;
+         CREATE TABLE app.notes (id bigint PRIMARY KEY, tenant_id uuid NOT NULL, created_at timestamptz, user_id text);
+         CREATE TABLE app.invoices (id bigint PRIMARY KEY, tenant_id uuid NOT NULL, created_at timestamptz, user_id text);
+         CREATE TABLE app.records (id bigint PRIMARY KEY, tenant_id uuid NOT NULL, created_at timestamptz, user_id text);
+         CREATE TABLE app.globals (id bigint PRIMARY KEY, created_at timestamptz, user_id text);
+         CREATE TABLE app.badges (id bigint PRIMARY KEY, tenant_id uuid NOT NULL, created_at timestamptz, badge_no bigint);
+         INSERT INTO app.notes VALUES (1, 'aaaaaaaa-0000-0000-0000-00000000000a', '2026-05-01', 'u-1');
+         INSERT INTO app.invoices VALUES (1, 'aaaaaaaa-0000-0000-0000-00000000000a', '2026-05-01', 'u-1'),
+                                         (2, 'aaaaaaaa-0000-0000-0000-00000000000a', '2018-01-01', 'u-1');
+         INSERT INTO app.records VALUES (1, 'aaaaaaaa-0000-0000-0000-00000000000a', '2026-05-01', 'u-1');
+         INSERT INTO app.globals VALUES (1, '2026-05-01', 'u-1');",
+    )
+    .await;
+    let policy = r#"
+[[entity]]
+name = "Note"
+id = "a3f467fe-c5d0-4f17-9897-83c373cc1dc8"
+table = "app.notes"
+category = "notes"
+anchor = "created_at"
+subjects = ["user_id"]
+
+[[entity]]
+name = "Invoice"
+id = "9e8d7c6b-5a49-4838-a726-1514f3e2d1c0"
+table = "app.invoices"
+category = "invoices"
+anchor = "created_at"
+subjects = ["user_id"]
+
+[[entity]]
+name = "Record"
+id = "3c1f0d4e-8a7b-4c2d-9e6f-0a1b2c3d4e5f"
+table = "app.records"
+category = "records"
+anchor = "created_at"
+subjects = ["user_id"]
+
+[[entity]]
+name = "Global"
+id = "0f0e0d0c-0b0a-4908-8706-050403020100"
+table = "app.globals"
+category = "notes"
+anchor = "created_at"
+tenantless = true
+subjects = ["user_id"]
+
+[[entity]]
+name = "Badge"
+id = "5d1d2c55-2f0e-4e6c-9d59-5c0b6f3b8a11"
+table = "app.badges"
+category = "notes"
+anchor = "created_at"
+subjects = ["badge_no"]
+
+[[category]]
+name = "notes"
+strategy = "purge"
+period = "30d"
+
+[[category]]
+name = "invoices"
+strategy = "purge"
+period = "30d"
+legal_min = "2190d"
+
+[[category]]
+name = "records"
+strategy = "exempt"
+period = "30d"
+"#;
+    let cohort = from_policy(&db, policy).await.unwrap();
+    let r = cohort
+        .erase(ErasureRequest::tenanted(
+            TENANT_A,
+            ErasureScope::new("u-1"),
+            now(),
+        ))
+        .await
+        .unwrap();
+    let note = r.entity("Note").unwrap();
+    assert_eq!(note.affected, 1);
+    let invoice = r.entity("Invoice").unwrap();
+    assert_eq!((invoice.affected, invoice.kept_by_legal_min), (1, 1));
+    let record = r.entity("Record").unwrap();
+    assert_eq!((record.affected, record.kept_by_policy), (0, 1));
+    let reasons: Vec<(&str, &str)> = r
+        .not_reached
+        .iter()
+        .map(|n| (n.entity.as_str(), n.reason.as_str()))
+        .collect();
+    assert_eq!(reasons.len(), 2, "{reasons:?}");
+    assert!(reasons
+        .iter()
+        .any(|(e, why)| *e == "Global" && why.starts_with("tenantless")));
+    assert!(reasons.iter().any(|(e, why)| *e == "Badge"
+        && why.contains("not a valid value for its subject column(s) (badge_no)")));
+    // The ledger keeps the kept counts; the JSON carries not_reached.
+    let shown = cohort.show_run(r.run_id).await.unwrap();
+    assert_eq!(shown.entity("Invoice").unwrap().kept_by_legal_min, 1);
+    assert_eq!(shown.entity("Record").unwrap().kept_by_policy, 1);
+    let json = serde_json::to_value(&r).unwrap();
+    assert_eq!(json["not_reached"].as_array().unwrap().len(), 2);
+    // The tenantless request reaches Global and names the tenant-scoped ones.
+    let r = cohort
+        .erase(ErasureRequest::tenantless(ErasureScope::new("u-1"), now()))
+        .await
+        .unwrap();
+    assert_eq!(r.entity("Global").unwrap().affected, 1);
+    assert_eq!(r.not_reached.len(), 4);
+    assert!(r
+        .not_reached
+        .iter()
+        .all(|n| n.reason.starts_with("tenant-scoped")));
+}
+
+/// G.14: `hash` is keyed; without a key it is refused before anything runs.
+#[tokio::test]
+async fn hashing_requires_a_key() {
+    let db = engine_db().await;
+    let mut b = Cohort::builder(db.pool().clone()).rules(rules());
+    for d in engine_entities() {
+        b = b.declaration(d);
+    }
+    let err = b.build().await.unwrap_err();
+    assert!(
+        problems_text(&err)
+            .contains("the hash anonymise method needs a secret key (COHORT_HASH_KEY"),
+        "{err}"
+    );
+    // A short key is refused; the key never shows in errors or Debug.
+    let mut config = test_config();
+    config.hash_key = Some(HashKey::new("short"));
+    let err = config.validate().unwrap_err().to_string();
+    assert!(err.contains("hash_key is 5 bytes"), "{err}");
+    let mut config = cohort::CohortConfig::default();
+    config
+        .apply_env([("COHORT_HASH_KEY".to_string(), TEST_HASH_KEY.to_string())])
+        .unwrap();
+    assert!(!format!("{config:?}").contains(TEST_HASH_KEY));
+    assert!(!serde_json::to_string(&config)
+        .unwrap()
+        .contains(TEST_HASH_KEY));
+    assert_eq!(config.hash_key, Some(HashKey::new(TEST_HASH_KEY)));
+}
+
+/// Migration 0002 upgrades a version-1 database keeping its history, and a
+/// handle refuses a database that is behind.
+#[tokio::test]
+async fn a_version_one_database_upgrades_keeping_history() {
+    let db = empty_db().await;
+    let mut conn = db.connect().await.unwrap();
+    let v1 = &cohort::schema::migrations("public").unwrap()[0];
+    assert_eq!(v1.version, 1);
+    sqlx::raw_sql(sqlx::AssertSqlSafe(v1.sql.clone()))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    exec(
+        db.pool(),
+        "INSERT INTO public.sweep_run (run_id, kind, trigger, dry_run, status, logical_now, started_at, settled_at, error)
+           VALUES ('11111111-1111-4111-8111-111111111111', 'sweep', 'manual', false, 'partially_failed', now(), now(), now(), 'entity x: kind=db code=22001 diagnostic_id=abc');
+         INSERT INTO public.sweep_run_entity_summary (run_id, retention_entity_id, entity_type, category, strategy,
+             affected_count, held_count, skipped_count, null_anchor_count, resolved_period)
+           VALUES ('11111111-1111-4111-8111-111111111111', 'a3f467fe-c5d0-4f17-9897-83c373cc1dc8', 'Note', 'notes', 'purge', 5, 1, 0, 2, interval '30 days');",
+    )
+    .await;
+    let before = table_digest(db.pool(), "public.sweep_run").await;
+    let err = Cohort::builder(db.pool().clone())
+        .config(test_config())
+        .build()
+        .await
+        .unwrap_err();
+    assert!(
+        problems_text(&err)
+            .contains("is version 1, older than this build's 2; run `cohort migrate`"),
+        "{err}"
+    );
+    let report = cohort::schema::migrate(&mut conn, "public").await.unwrap();
+    assert_eq!((report.from_version, report.applied), (1, vec![2]));
+    // The runs table is byte for byte as it was, error texts included.
+    assert_eq!(table_digest(db.pool(), "public.sweep_run").await, before);
+    let cohort = Cohort::builder(db.pool().clone())
+        .config(test_config())
+        .build()
+        .await
+        .unwrap();
+    let run = cohort
+        .show_run(uuid::Uuid::parse_str("11111111-1111-4111-8111-111111111111").unwrap())
+        .await
+        .unwrap();
+    let note = run.entity("Note").unwrap();
+    assert_eq!(
+        (
+            note.affected,
+            note.held,
+            note.null_anchor,
+            note.kept_by_legal_min
+        ),
+        (5, 1, 2, 0)
+    );
+}
+
+/// Released migrations are never edited: their checksums are pinned.
+#[test]
+fn released_migrations_are_pinned() {
+    use sha2::Digest;
+    let pinned = [
+        (
+            1,
+            "608e187d69252026253c8487bf78d7024f388d117640699d1f28ff6f314622c1",
+        ),
+        (
+            2,
+            "3983322a06f8235d7f6e2b5210f2a523572e856d33297deb0669c1a2eb9a224e",
+        ),
+    ];
+    for (version, digest) in pinned {
+        let m = &cohort::schema::migrations("public").unwrap()[version - 1];
+        let hex: String = sha2::Sha256::digest(m.sql.as_bytes())
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        assert_eq!(hex, digest, "migration {version} was edited after release");
+    }
+}

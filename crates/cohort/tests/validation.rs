@@ -609,7 +609,7 @@ async fn incomplete_or_old_cohort_schema_is_rejected() {
     .await;
     expect_problems_global(
         &db,
-        &["is version 99, newer than this build's 1; upgrade Cohort"],
+        &["is version 99, newer than this build's 2; upgrade Cohort"],
     )
     .await;
 }
