@@ -3,15 +3,13 @@
 use std::io::IsTerminal;
 use std::sync::Mutex;
 
-use async_trait::async_trait;
 use chrono::{DateTime, FixedOffset, Utc};
 use clap::{Args, Subcommand};
-use cohort::audit::{AuditEvent, AuditObserver};
+use cohort::async_trait;
 use cohort::holds::{Hold, HoldFilter, HoldRequest};
+use cohort::observer::{AuditEvent, AuditObserver};
 use cohort::policy::{PolicyFile, TenantEntry};
-use cohort::{
-    CancellationToken, Cohort, Error, PreviewRequest, RunStatus, SweepRequest, SweepResult,
-};
+use cohort::{Cancel, Cohort, Error, PreviewRequest, RunStatus, SweepRequest, SweepResult};
 use serde_json::json;
 use uuid::Uuid;
 
@@ -291,7 +289,7 @@ pub(crate) async fn sweep(
     dry_run: bool,
 ) -> Result<(), Failure> {
     let now = parse_time(now, "--now")?;
-    let cancel = CancellationToken::new();
+    let cancel = Cancel::new();
     let on_signal = cancel.clone();
     tokio::spawn(async move {
         if tokio::signal::ctrl_c().await.is_ok() {
@@ -364,7 +362,7 @@ pub(crate) async fn erase(
     dry_run: bool,
 ) -> Result<(), Failure> {
     let now = parse_time(now, "--now")?;
-    let cancel = CancellationToken::new();
+    let cancel = Cancel::new();
     let on_signal = cancel.clone();
     tokio::spawn(async move {
         if tokio::signal::ctrl_c().await.is_ok() {

@@ -10,7 +10,7 @@ use uuid::Uuid;
 
 /// A sanitised description of a failure.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct Diagnostic {
+pub(crate) struct Diagnostic {
     /// What failed, from a fixed vocabulary (`database`, `rule`, `anonymiser`, …).
     pub kind: String,
     /// A machine-safe code, e.g. the SQLSTATE.

@@ -18,23 +18,15 @@
 //! statement re-checks subject, tenant, hold, legal minimum and anchor once
 //! more. Runs, batches, audit and failure isolation are those of a sweep.
 
+use crate::cancel::Cancel;
 use chrono::{DateTime, FixedOffset, Utc};
-use tokio_util::sync::CancellationToken;
-
-use crate::cohort::Cohort;
-use crate::engine::{execute, rule_for, tenant_keys, Arg, RunSpec, Work};
-use crate::error::{Error, Result};
-use crate::rules::Strategy;
-use crate::run::{failure, NotReached, RunKind, SweepResult, Trigger};
-use crate::sql::plan::ErasurePlan;
-use crate::sql::KeyValue;
 
 /// Whose data to erase, and how far the request reaches.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ErasureScope {
-    subject: String,
-    kind: Option<String>,
-    allow_soft_delete: bool,
+    pub(crate) subject: String,
+    pub(crate) kind: Option<String>,
+    pub(crate) allow_soft_delete: bool,
 }
 
 impl ErasureScope {
@@ -64,12 +56,12 @@ impl ErasureScope {
 /// An erasure request for one tenant (or the tenantless entities).
 #[derive(Debug, Clone)]
 pub struct ErasureRequest {
-    tenant: Option<String>,
-    jurisdiction: Option<String>,
-    scope: ErasureScope,
-    now: DateTime<Utc>,
-    dry_run: bool,
-    cancel: CancellationToken,
+    pub(crate) tenant: Option<String>,
+    pub(crate) jurisdiction: Option<String>,
+    pub(crate) scope: ErasureScope,
+    pub(crate) now: DateTime<Utc>,
+    pub(crate) dry_run: bool,
+    pub(crate) cancel: Cancel,
 }
 
 impl ErasureRequest {
@@ -94,7 +86,7 @@ impl ErasureRequest {
             scope,
             now: now.with_timezone(&Utc),
             dry_run: false,
-            cancel: CancellationToken::new(),
+            cancel: Cancel::new(),
         }
     }
 
@@ -112,164 +104,8 @@ impl ErasureRequest {
     }
 
     /// Cancellation, as for sweeps.
-    pub fn cancellation(mut self, token: CancellationToken) -> Self {
+    pub fn cancellation(mut self, token: Cancel) -> Self {
         self.cancel = token;
         self
     }
-}
-
-pub(crate) async fn erase(cohort: &Cohort, req: ErasureRequest) -> Result<SweepResult> {
-    let ready = cohort.prepared().await?;
-    let pass = tenant_keys(&ready, req.tenant.as_deref())?;
-    let jurisdiction = ready.jurisdiction(pass.tenant.as_deref(), req.jurisdiction.as_deref())?;
-    let scope = &req.scope;
-    if scope.subject.trim().is_empty() {
-        return Err(Error::InvalidInput("an erasure needs a subject".into()));
-    }
-    if scope.kind.as_deref().is_some_and(|k| k.trim().is_empty()) {
-        return Err(Error::InvalidInput(
-            "an erasure kind must not be empty".into(),
-        ));
-    }
-    let batch = i64::from(cohort.inner().config.sweep_batch_size);
-
-    let mut works = Vec::new();
-    let mut any_column = false;
-    let in_request = |e: &crate::model::EntityDescriptor| {
-        e.subjects
-            .iter()
-            .any(|s| scope.kind.is_none() || s.kind == scope.kind)
-    };
-    // Entities holding the subject's kind of data that this request cannot
-    // reach are reported, never passed over in silence.
-    let mut not_reached: Vec<NotReached> = ready
-        .model
-        .ordered()
-        .filter(|e| in_request(e) && e.tenant.is_some() != pass.tenant.is_some())
-        .map(|e| NotReached {
-            entity_id: e.id,
-            entity: e.name.clone(),
-            reason: if e.tenant.is_none() {
-                "tenantless: a tenant's erasure does not reach it; erase the subject's tenantless rows with a tenantless request (ErasureRequest::tenantless, `cohort erase --tenantless`)".into()
-            } else {
-                "tenant-scoped: a tenantless erasure does not reach it; erase the subject in each tenant (ErasureRequest::tenanted, `cohort erase --tenant T`)".into()
-            },
-        })
-        .collect();
-    for e in &pass.entities {
-        let facts = &ready.model.facts[&e.id];
-        // The subject columns this request reaches, with the subject in each column's type.
-        let columns: Vec<(String, KeyValue)> = e
-            .subjects
-            .iter()
-            .filter(|s| scope.kind.is_none() || s.kind == scope.kind)
-            .filter_map(|s| {
-                let ty = facts.subjects[&s.column];
-                ty.parse(&scope.subject).ok().map(|v| (s.column.clone(), v))
-            })
-            .collect();
-        if columns.is_empty() {
-            if in_request(e) {
-                not_reached.push(NotReached {
-                    entity_id: e.id,
-                    entity: e.name.clone(),
-                    reason: format!(
-                        "the subject is not a valid value for its subject column(s) ({}), so no row can match",
-                        e.subjects
-                            .iter()
-                            .filter(|s| scope.kind.is_none() || s.kind == scope.kind)
-                            .map(|s| s.column.as_str())
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    ),
-                });
-            }
-            continue;
-        }
-        any_column = true;
-        let rule = match rule_for(
-            cohort,
-            &ready,
-            e,
-            pass.tenant.as_deref(),
-            jurisdiction.as_deref(),
-            req.now,
-        )
-        .await
-        {
-            Ok(rule) => rule,
-            Err(d) => {
-                works.push(Err(failure(e.id, &e.name, &d)));
-                continue;
-            }
-        };
-        if rule.strategy() == Strategy::SoftDelete && !scope.allow_soft_delete {
-            return Err(Error::InvalidInput(format!(
-                "{} soft-deletes (category {:?}); erasure by soft delete must be allowed explicitly (allow_soft_delete / --allow-soft-delete)",
-                e.name, e.category
-            )));
-        }
-        let cutoff = rule
-            .erasure_cutoff(req.now)
-            .map_err(|err| Error::InvalidInput(format!("{}: {err}", e.name)))?;
-        let strategy = rule.strategy();
-        let subject_columns: Vec<String> = columns.iter().map(|(c, _)| c.clone()).collect();
-        let mut values: Vec<Arg> = Vec::new();
-        if let Some(t) = pass.keys.get(&e.id) {
-            values.push(Arg::Key(t.clone()));
-        }
-        if let Some(c) = cutoff {
-            values.push(Arg::Time(c));
-        }
-        values.extend(columns.into_iter().map(|(_, v)| Arg::Key(v)));
-        let statements = ErasurePlan::build(
-            e,
-            &ready.plans[&e.id],
-            strategy,
-            &facts.casts,
-            &subject_columns,
-            cutoff.is_some(),
-            &cohort.config().schema,
-        );
-        let mut lock_args = vec![Arg::Int8(batch)];
-        lock_args.extend(values.iter().cloned());
-        works.push(Ok(Work {
-            entity: e,
-            cutoff,
-            lock: statements.lock,
-            count_args: lock_args.clone(),
-            lock_args,
-            mutate: statements.mutate,
-            mutate_args: values,
-            counts: statements.counts,
-            rule,
-        }));
-    }
-    if !any_column {
-        return Err(Error::InvalidInput(format!(
-            "no erasure-subject column{} can hold the subject {}",
-            scope
-                .kind
-                .as_deref()
-                .map(|k| format!(" of kind {k:?}"))
-                .unwrap_or_default(),
-            "(check its format against the subject columns' types)"
-        )));
-    }
-    let mut result = execute(
-        cohort,
-        &ready,
-        RunSpec {
-            kind: RunKind::Erasure,
-            trigger: Trigger::Manual,
-            dry_run: req.dry_run,
-            tenant: pass.tenant,
-            now: req.now,
-            cancel: req.cancel,
-        },
-        works,
-    )
-    .await?;
-    result.not_reached = not_reached;
-    Ok(result)
 }

@@ -19,7 +19,7 @@ use std::pin::Pin;
 use sqlx::{PgConnection, Row};
 use uuid::Uuid;
 
-use crate::cohort::Cohort;
+use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::sql::{bind_array, KeyValue};
 
@@ -72,14 +72,14 @@ pub enum Guarded<T> {
 }
 
 pub(crate) async fn delete<T, F>(
-    cohort: &Cohort,
+    cx: &Context,
     req: GuardedDeletion,
     callback: F,
 ) -> Result<Guarded<T>>
 where
     F: for<'c> FnOnce(&'c mut PgConnection) -> CallbackFuture<'c, T>,
 {
-    let ready = cohort.prepared().await?;
+    let ready = cx.prepared().await?;
     let entity = ready.model.entity(req.entity_id).ok_or_else(|| {
         Error::InvalidInput(format!(
             "{} is not the id of a registered retained entity",
@@ -125,7 +125,7 @@ where
         (None, None) => None,
     };
 
-    let mut conn = cohort.inner().pool.acquire().await?;
+    let mut conn = cx.pool.acquire().await?;
     let mut tx = sqlx::Connection::begin_with(&mut *conn, crate::sql::READ_COMMITTED).await?;
     let plan = &ready.plans[&entity.id];
     let rows = bind_array(sqlx::query(plan.guard_lock.sql()), facts.record, &keys)

@@ -22,7 +22,7 @@ use sqlx::postgres::PgRow;
 use sqlx::Row;
 use uuid::Uuid;
 
-use crate::cohort::Cohort;
+use crate::context::Context;
 use crate::error::{Error, Result};
 
 /// A request to place a hold.
@@ -139,8 +139,8 @@ pub struct HoldFilter {
     pub active_only: bool,
 }
 
-pub(crate) async fn create(cohort: &Cohort, req: HoldRequest) -> Result<Hold> {
-    let ready = cohort.prepared().await?;
+pub(crate) async fn create(cx: &Context, req: HoldRequest) -> Result<Hold> {
+    let ready = cx.prepared().await?;
     let entity = ready.model.entity(req.retention_entity_id).ok_or_else(|| {
         Error::InvalidInput(format!(
             "{} is not the id of a registered retained entity",
@@ -181,7 +181,7 @@ pub(crate) async fn create(cohort: &Cohort, req: HoldRequest) -> Result<Hold> {
         (None, None) => None,
     };
 
-    let mut conn = cohort.inner().pool.acquire().await?;
+    let mut conn = cx.pool.acquire().await?;
     let mut tx = sqlx::Connection::begin_with(&mut *conn, crate::sql::READ_COMMITTED).await?;
     let plan = &ready.plans[&entity.id];
     let row = record
@@ -243,8 +243,8 @@ pub(crate) async fn create(cohort: &Cohort, req: HoldRequest) -> Result<Hold> {
     Ok(hold)
 }
 
-pub(crate) async fn list(cohort: &Cohort, filter: &HoldFilter) -> Result<Vec<Hold>> {
-    let ready = cohort.prepared().await?;
+pub(crate) async fn list(cx: &Context, filter: &HoldFilter) -> Result<Vec<Hold>> {
+    let ready = cx.prepared().await?;
     let tenant = filter.tenant.as_deref().map(|t| {
         ready
             .model
@@ -256,7 +256,7 @@ pub(crate) async fn list(cohort: &Cohort, filter: &HoldFilter) -> Result<Vec<Hol
         .bind(filter.entity_id)
         .bind(tenant.as_deref())
         .bind(filter.active_only)
-        .fetch_all(&cohort.inner().pool)
+        .fetch_all(&cx.pool)
         .await?;
     Ok(rows
         .iter()
@@ -264,9 +264,9 @@ pub(crate) async fn list(cohort: &Cohort, filter: &HoldFilter) -> Result<Vec<Hol
         .collect::<std::result::Result<_, _>>()?)
 }
 
-pub(crate) async fn release(cohort: &Cohort, hold_id: Uuid) -> Result<Hold> {
-    let ready = cohort.prepared().await?;
-    let pool = &cohort.inner().pool;
+pub(crate) async fn release(cx: &Context, hold_id: Uuid) -> Result<Hold> {
+    let ready = cx.prepared().await?;
+    let pool = &cx.pool;
     if let Some(row) = sqlx::query(ready.ledger.release_hold.sql())
         .bind(hold_id)
         .fetch_optional(pool)

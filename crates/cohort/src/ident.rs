@@ -11,13 +11,9 @@
 use std::fmt;
 
 /// Quotes a PostgreSQL identifier: wraps it in double quotes and doubles any
-/// embedded double quote, so any string is a single, exact identifier.
-///
-/// ```
-/// assert_eq!(cohort::quote_ident("orders"), "\"orders\"");
-/// assert_eq!(cohort::quote_ident("we\"ird"), "\"we\"\"ird\"");
-/// ```
-pub fn quote_ident(name: &str) -> String {
+/// embedded double quote, so any string is a single, exact identifier
+/// (see `quoting_table` below).
+pub(crate) fn quote_ident(name: &str) -> String {
     let mut out = String::with_capacity(name.len() + 2);
     out.push('"');
     for ch in name.chars() {

@@ -1,37 +1,49 @@
 #![doc = include_str!("../../../README.md")]
 
-pub mod audit;
+mod cancel;
 mod cohort;
 pub mod config;
+mod context;
 mod diagnostic;
-mod engine;
+pub mod observer;
+
 pub mod erasure;
 mod error;
 pub mod guarded;
+pub mod history;
 pub mod holds;
 mod ident;
+mod locks;
 pub mod model;
 pub mod policy;
 pub mod rules;
 mod run;
-pub mod runs;
 pub mod schema;
 mod sql;
 pub mod validate;
 
+pub use cancel::Cancel;
 pub use cohort::{Cohort, CohortBuilder};
 pub use config::CohortConfig;
-pub use diagnostic::Diagnostic;
-pub use engine::PreviewResult;
 pub use error::{Error, Problem, Problems, Result};
-pub use ident::{quote_ident, QualifiedName};
+pub use ident::QualifiedName;
 pub use model::{EntityDeclaration, Retained};
 pub use rules::{AuditDetail, Strategy};
+pub use run::PreviewResult;
 pub use run::{
     EntityFailure, EntityOutcome, NotReached, PreviewRequest, RunKind, RunStatus, SweepRequest,
     SweepResult, Trigger,
 };
-pub use tokio_util::sync::CancellationToken;
+
+/// The attribute for implementing Cohort's async traits
+/// ([`rules::RuleProvider`], [`observer::AuditObserver`]) without adding
+/// `async-trait` to your own dependencies: `#[cohort::async_trait]`.
+pub use async_trait::async_trait;
+
+/// The sqlx version Cohort is built on (`cohort::sqlx::PgPool`): build the
+/// pool you hand to [`Cohort::builder`] with it to avoid mixing two sqlx
+/// versions.
+pub use sqlx;
 
 #[cfg(feature = "derive")]
 pub use cohort_macros::Retained;

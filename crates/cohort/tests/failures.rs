@@ -6,13 +6,13 @@ mod support;
 
 use std::sync::{Arc, Mutex};
 
-use async_trait::async_trait;
-use cohort::audit::{AuditEvent, AuditObserver};
+use cohort::async_trait;
 use cohort::model::{AnonymiseMethod, CustomAnonymiser};
+use cohort::observer::{AuditEvent, AuditObserver};
 use cohort::rules::{
     CategoryCapabilities, ResolutionContext, ResolveError, RetentionRule, RuleProvider, Strategy,
 };
-use cohort::{CancellationToken, Cohort, CohortConfig, Error, RunStatus, SweepRequest};
+use cohort::{Cancel, Cohort, CohortConfig, Error, RunStatus, SweepRequest};
 use support::*;
 
 /// Collects log output.
@@ -302,7 +302,7 @@ async fn undeclared_strategies_and_unknown_categories_are_rejected_at_run_time()
 #[tokio::test]
 async fn a_cancelled_run_rolls_back_its_open_batch_and_settles_cancelled() {
     let db = engine_db().await;
-    let token = CancellationToken::new();
+    let token = Cancel::new();
     let trip = token.clone();
     // The custom anonymiser runs inside the batch, after the rows are locked: cancel there.
     let contact = cohort::EntityDeclaration::new("Contact", CONTACT_ID)
@@ -339,7 +339,7 @@ async fn a_cancelled_run_rolls_back_its_open_batch_and_settles_cancelled() {
     );
 
     // Cancelled before it starts: Started, then Cancelled, nothing else.
-    let pre = CancellationToken::new();
+    let pre = Cancel::new();
     pre.cancel();
     let plain = engine_cohort(&db).await;
     let r = plain

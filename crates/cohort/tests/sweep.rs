@@ -427,7 +427,7 @@ async fn small_batches_commit_alone_and_add_up() {
     let batches: Vec<u64> = events
         .iter()
         .filter_map(|e| match e {
-            cohort::audit::AuditEvent::EntityProgress { batch, .. } => Some(*batch),
+            cohort::observer::AuditEvent::EntityProgress { batch, .. } => Some(*batch),
             _ => None,
         })
         .collect();

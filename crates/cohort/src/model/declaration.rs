@@ -119,7 +119,7 @@ impl<T: Into<AnonymisedValue>> From<Option<T>> for AnonymisedValue {
 
 /// The type-erased form of a custom anonymiser: reads the original value of
 /// its column from the row (in its Rust type) and returns the replacement.
-pub trait ErasedAnonymiser: Send + Sync + 'static {
+pub(crate) trait ErasedAnonymiser: Send + Sync + 'static {
     /// Computes the replacement for `column` of `row`.
     fn anonymise(
         &self,
@@ -182,7 +182,7 @@ impl CustomAnonymiser {
     }
 
     /// Runs it on a row that was read from the entity's table.
-    pub fn apply(
+    pub(crate) fn apply(
         &self,
         row: &sqlx::postgres::PgRow,
         column: &str,

@@ -6,8 +6,8 @@ mod declaration;
 mod descriptor;
 
 pub use declaration::{
-    AnonymiseMethod, AnonymisedValue, CustomAnonymiser, DeclaredColumn, EntityDeclaration,
-    ErasedAnonymiser, Marker, Origin, Retained, SubjectDeclaration,
+    AnonymiseMethod, AnonymisedValue, CustomAnonymiser, DeclaredColumn, EntityDeclaration, Marker,
+    Origin, Retained, SubjectDeclaration,
 };
 pub use descriptor::{
     parse_entity_id, resolve, AnonymisedColumn, Conventions, EntityDescriptor, ExemptEntity,

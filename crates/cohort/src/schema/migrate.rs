@@ -122,10 +122,7 @@ pub struct MigrationReport {
 pub async fn migrate(conn: &mut PgConnection, schema: &str) -> Result<MigrationReport> {
     check_schema_name(schema).map_err(|e| Error::Config(format!("schema name: {e}")))?;
     let mut tx = conn.begin().await?;
-    sqlx::query("SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext($1))")
-        .bind(format!("cohort.migrate:{schema}"))
-        .execute(&mut *tx)
-        .await?;
+    crate::locks::lock_xact(&mut tx, crate::locks::LockKey::Migrate(schema)).await?;
     let mut create = SqlText::new("CREATE SCHEMA IF NOT EXISTS ");
     create.ident(schema);
     sqlx::query(create.into_sql()).execute(&mut *tx).await?;

@@ -1,10 +1,17 @@
 //! SQL planning: typed keys and the statements the engine runs, built once
 //! per entity from quoted identifiers and fixed text.
 
+mod entity;
+mod erasure;
+mod fragments;
 mod key;
-pub(crate) mod plan;
+mod ledger;
 
+pub(crate) use entity::EntityPlan;
+pub(crate) use erasure::ErasurePlan;
+pub(crate) use fragments::Casts;
 pub(crate) use key::{bind_array, KeyType, KeyValue};
+pub(crate) use ledger::LedgerPlan;
 
 /// Every Cohort transaction that relies on a later statement seeing rows
 /// committed after an earlier one (hold checks after row locks) runs in

@@ -535,7 +535,7 @@ pub(crate) fn index_advice(entity: &EntityDescriptor, table: &TableInfo) -> Opti
     }
     let cols = wanted
         .iter()
-        .map(|c| crate::quote_ident(c))
+        .map(|c| crate::ident::quote_ident(c))
         .collect::<Vec<_>>()
         .join(", ");
     Some(format!(

@@ -10,7 +10,7 @@ mod checks;
 pub(crate) use catalog::IncomingKey;
 
 use crate::rules::TenantIdentity;
-use crate::sql::plan::Casts;
+use crate::sql::Casts;
 
 use std::collections::BTreeMap;
 

@@ -58,7 +58,7 @@ pub async fn table_digest(pool: &PgPool, table: &str) -> String {
 
 /// Rows in Cohort's ledger tables (all must stay 0 during validation).
 pub async fn ledger_rows(pool: &PgPool, schema: &str) -> i64 {
-    let q = cohort::quote_ident(schema);
+    let q = cohort_pgtemp::quote_ident(schema);
     let sql = format!(
         "SELECT (SELECT count(*) FROM {q}.sweep_run) + (SELECT count(*) FROM {q}.sweep_run_entity_summary) \
          + (SELECT count(*) FROM {q}.sweep_run_row_detail) + (SELECT count(*) FROM {q}.sweep_row_handler_status) \
@@ -286,16 +286,16 @@ pub async fn wait_for_lock_wait(pool: &PgPool) {
 }
 
 /// Events an observer received, shared with the test.
-pub type Events = std::sync::Arc<std::sync::Mutex<Vec<cohort::audit::AuditEvent>>>;
+pub type Events = std::sync::Arc<std::sync::Mutex<Vec<cohort::observer::AuditEvent>>>;
 
 /// An observer that records every event it receives.
 pub struct Recorder(pub Events);
 
-#[async_trait::async_trait]
-impl cohort::audit::AuditObserver for Recorder {
+#[cohort::async_trait]
+impl cohort::observer::AuditObserver for Recorder {
     async fn on_event(
         &self,
-        event: &cohort::audit::AuditEvent,
+        event: &cohort::observer::AuditEvent,
     ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         self.0.lock().unwrap().push(event.clone());
         Ok(())
@@ -303,13 +303,13 @@ impl cohort::audit::AuditObserver for Recorder {
 }
 
 /// Waits until the recorder has seen a run settle, and returns what it saw.
-pub async fn settled_events(events: &Events) -> Vec<cohort::audit::AuditEvent> {
+pub async fn settled_events(events: &Events) -> Vec<cohort::observer::AuditEvent> {
     for _ in 0..500 {
         {
             let seen = events.lock().unwrap();
             if seen
                 .iter()
-                .any(|e| matches!(e, cohort::audit::AuditEvent::Settled { .. }))
+                .any(|e| matches!(e, cohort::observer::AuditEvent::Settled { .. }))
             {
                 return seen.clone();
             }

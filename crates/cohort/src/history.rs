@@ -4,7 +4,7 @@ use chrono::{DateTime, Utc};
 use sqlx::Row;
 use uuid::Uuid;
 
-use crate::cohort::Cohort;
+use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::ident::SqlText;
 use crate::rules::{Period, Strategy};
@@ -55,8 +55,8 @@ fn status(s: &str) -> Result<RunStatus> {
         .ok_or_else(|| Error::Migration(format!("unknown run status {s:?} in the ledger")))
 }
 
-pub(crate) async fn list(cohort: &Cohort, limit: i64) -> Result<Vec<RunRecord>> {
-    let schema = &cohort.config().schema;
+pub(crate) async fn list(cx: &Context, limit: i64) -> Result<Vec<RunRecord>> {
+    let schema = &cx.config.schema;
     let mut sql = SqlText::new(
         "SELECT r.run_id, r.kind, r.trigger, r.status, r.dry_run, r.tenant_id, r.started_at, r.settled_at, \
          COALESCE((SELECT sum(s.affected_count) FROM ",
@@ -67,7 +67,7 @@ pub(crate) async fn list(cohort: &Cohort, limit: i64) -> Result<Vec<RunRecord>> 
         .push(" r ORDER BY r.started_at DESC, r.run_id LIMIT $1");
     let rows = sqlx::query(sql.into_sql())
         .bind(limit.clamp(1, 10_000))
-        .fetch_all(&cohort.inner().pool)
+        .fetch_all(&cx.pool)
         .await?;
     rows.iter()
         .map(|r| {
@@ -86,9 +86,9 @@ pub(crate) async fn list(cohort: &Cohort, limit: i64) -> Result<Vec<RunRecord>> 
         .collect()
 }
 
-pub(crate) async fn show(cohort: &Cohort, run_id: Uuid) -> Result<SweepResult> {
-    let schema = &cohort.config().schema;
-    let pool = &cohort.inner().pool;
+pub(crate) async fn show(cx: &Context, run_id: Uuid) -> Result<SweepResult> {
+    let schema = &cx.config.schema;
+    let pool = &cx.pool;
     let mut run_sql = SqlText::new(
         "SELECT kind, trigger, status, dry_run, tenant_id, started_at, settled_at, error FROM ",
     );

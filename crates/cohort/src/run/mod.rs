@@ -1,9 +1,17 @@
-//! Requests and results of sweeps and previews (the public contract of the
-//! engine; the engine itself is private).
+//! Runs: the public requests and results of sweeps, previews and erasure
+//! (re-exported at the crate root), and the private machinery behind them:
+//! what a run resolves first ([`resolve`]), the work of sweeps and previews
+//! ([`sweep`]) and of erasure ([`erasure`]), the executor both share
+//! ([`executor`]), and the multi-tenant passes ([`passes`]).
 
+pub(crate) mod erasure;
+pub(crate) mod executor;
+pub(crate) mod resolve;
+pub(crate) mod sweep;
+
+use crate::cancel::Cancel;
 use chrono::{DateTime, FixedOffset, Utc};
 use serde::Serialize;
-use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::diagnostic::Diagnostic;
@@ -101,7 +109,7 @@ pub struct SweepRequest {
     pub(crate) now: DateTime<Utc>,
     pub(crate) dry_run: bool,
     pub(crate) trigger: Trigger,
-    pub(crate) cancel: CancellationToken,
+    pub(crate) cancel: Cancel,
 }
 
 impl SweepRequest {
@@ -123,7 +131,7 @@ impl SweepRequest {
             now,
             dry_run: false,
             trigger: Trigger::Manual,
-            cancel: CancellationToken::new(),
+            cancel: Cancel::new(),
         }
     }
 
@@ -147,7 +155,7 @@ impl SweepRequest {
 
     /// Cancellation: when the token fires, the open batch is rolled back and
     /// the run settles `Cancelled`.
-    pub fn cancellation(mut self, token: CancellationToken) -> Self {
+    pub fn cancellation(mut self, token: Cancel) -> Self {
         self.cancel = token;
         self
     }
@@ -294,4 +302,15 @@ pub(crate) fn failure(entity_id: Uuid, entity: &str, d: &Diagnostic) -> EntityFa
         entity: entity.to_owned(),
         error: d.to_string(),
     }
+}
+
+/// Results of a preview: counts only, nothing written.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct PreviewResult {
+    /// The tenant previewed, or `None` for the tenantless entities.
+    pub tenant: Option<String>,
+    /// Per-entity counts; `affected` is what a sweep would change now.
+    pub entities: Vec<EntityOutcome>,
+    /// Entities whose rule could not be resolved.
+    pub failures: Vec<EntityFailure>,
 }

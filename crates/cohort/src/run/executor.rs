@@ -1,51 +1,31 @@
-//! The retention engine (private; the public surface is [`Cohort::sweep`],
-//! [`Cohort::preview`] and [`Cohort::erase`]).
-//!
-//! Run model, shared by sweeps and erasure: every entity's rule is resolved
-//! for the tenant and logical time and checked against the category's
-//! declared strategies; the run's advisory lock is taken on a dedicated
-//! connection and the `Started` row is committed before any mutation;
-//! entities are processed dependents first; batches of `sweep_batch_size`
-//! rows are locked, mutated and audited in one transaction each; the run
-//! settles `Succeeded`, `PartiallyFailed`, `Failed` or `Cancelled`. One
-//! entity's failure is recorded (sanitised) and the run goes on. A batch
-//! that changes nothing ends that entity's loop, so no loop can spin.
+//! The run executor, shared by sweeps and erasure: the run's advisory lock
+//! is taken on a dedicated connection and the `Started` row is committed
+//! before any mutation; entities are processed dependents first; batches of
+//! `sweep_batch_size` rows are locked, mutated and audited in one
+//! transaction each; the run settles `Succeeded`, `PartiallyFailed`,
+//! `Failed` or `Cancelled`. One entity's failure is recorded (sanitised) and
+//! the run goes on. A batch that changes nothing ends that entity's loop, so
+//! no loop can spin.
 
-use std::collections::BTreeMap;
-
+use crate::cancel::Cancel;
 use chrono::{DateTime, Utc};
 use sqlx::pool::PoolConnection;
 use sqlx::postgres::PgArguments;
 use sqlx::query::Query;
 use sqlx::{PgConnection, Postgres, Row};
-use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use crate::audit::AuditEvent;
-use crate::cohort::{Cohort, Ready};
+use super::{failure, EntityFailure, EntityOutcome, RunKind, RunStatus, SweepResult, Trigger};
+use crate::context::{Context, Prepared};
 use crate::diagnostic::Diagnostic;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::ident::SqlText;
+use crate::locks::{self, LockKey};
 use crate::model::EntityDescriptor;
-use crate::rules::{ResolutionContext, ResolveError, RetentionRule, Strategy, TenantContext};
-use crate::run::{
-    failure, EntityFailure, EntityOutcome, PreviewRequest, RunKind, RunStatus, SweepRequest,
-    SweepResult, Trigger,
-};
-use crate::sql::plan::EntityPlan;
-use crate::sql::{bind_array, KeyValue};
+use crate::observer::AuditEvent;
+use crate::rules::{RetentionRule, Strategy};
+use crate::sql::{bind_array, EntityPlan, KeyValue};
 use crate::AuditDetail;
-
-/// Results of a preview: counts only, nothing written.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct PreviewResult {
-    /// The tenant previewed, or `None` for the tenantless entities.
-    pub tenant: Option<String>,
-    /// Per-entity counts; `affected` is what a sweep would change now.
-    pub entities: Vec<EntityOutcome>,
-    /// Entities whose rule could not be resolved.
-    pub failures: Vec<EntityFailure>,
-}
 
 /// A bound value of a planned statement.
 #[derive(Debug, Clone)]
@@ -65,7 +45,7 @@ impl Arg {
     }
 }
 
-fn bind_all<'q>(
+pub(crate) fn bind_all<'q>(
     mut q: Query<'q, Postgres, PgArguments>,
     args: &[Arg],
 ) -> Query<'q, Postgres, PgArguments> {
@@ -91,129 +71,6 @@ pub(crate) struct Work<'a> {
     /// Returns `eligible`, `held`, `null_anchor`.
     pub(crate) counts: SqlText,
     pub(crate) count_args: Vec<Arg>,
-}
-
-/// The entities of one pass with their canonical tenant keys.
-pub(crate) struct Pass<'a> {
-    pub(crate) entities: Vec<&'a EntityDescriptor>,
-    pub(crate) keys: BTreeMap<Uuid, KeyValue>,
-    /// The tenant's canonical text (as stored in the ledger).
-    pub(crate) tenant: Option<String>,
-}
-
-/// Canonical tenant keys per entity of the pass, checked before anything
-/// is written. The tenant is canonicalised once, by the tenant columns' type
-/// (validation makes them agree): uuid spellings become one uuid, text is
-/// kept exactly as written, citext is compared case-insensitively.
-pub(crate) fn tenant_keys<'a>(ready: &'a Ready, tenant: Option<&str>) -> Result<Pass<'a>> {
-    let entities: Vec<&EntityDescriptor> = ready
-        .model
-        .ordered()
-        .filter(|e| e.tenant.is_some() == tenant.is_some())
-        .collect();
-    let mut keys = BTreeMap::new();
-    let canonical = match (tenant, ready.model.tenant_key) {
-        (Some(t), Some(ty)) => Some(
-            ty.parse(t)
-                .map_err(|msg| Error::InvalidInput(format!("tenant: {msg}")))?
-                .canonical(),
-        ),
-        (Some(t), None) => Some(t.to_owned()),
-        (None, _) => None,
-    };
-    if let Some(t) = tenant {
-        for e in &entities {
-            let ty = ready.model.facts[&e.id].tenant.expect("tenanted entity");
-            let key = ty
-                .parse(t)
-                .map_err(|msg| Error::InvalidInput(format!("tenant for {}: {msg}", e.name)))?;
-            keys.insert(e.id, key);
-        }
-    }
-    Ok(Pass {
-        entities,
-        keys,
-        tenant: canonical,
-    })
-}
-
-/// Resolves and checks the rule of one entity; a sanitised failure otherwise.
-pub(crate) async fn rule_for(
-    cohort: &Cohort,
-    ready: &Ready,
-    e: &EntityDescriptor,
-    tenant: Option<&str>,
-    jurisdiction: Option<&str>,
-    now: DateTime<Utc>,
-) -> std::result::Result<RetentionRule, Diagnostic> {
-    let mut tenant_ctx = match tenant {
-        Some(t) => TenantContext::tenant(t).with_identity(ready.model.tenant_identity()),
-        None => TenantContext::tenantless(),
-    };
-    if let Some(j) = jurisdiction {
-        tenant_ctx = tenant_ctx.with_jurisdiction(j);
-    }
-    let ctx = ResolutionContext::new(&e.category, tenant_ctx, now);
-    let rule = cohort.inner().rules.resolve(&ctx).await.map_err(|err| {
-        let code = match &err {
-            ResolveError::UnknownCategory(_) => "unknown_category",
-            ResolveError::AliasCycle(_) => "alias_cycle",
-            _ => "provider_error",
-        };
-        Diagnostic::capture("rule", Some(code.into()), &err)
-    })?;
-    let allowed = ready
-        .model
-        .capabilities
-        .get(&e.id)
-        .is_some_and(|c| c.allows(rule.strategy()));
-    if !allowed {
-        return Err(Diagnostic::capture(
-            "rule",
-            Some("undeclared_strategy".into()),
-            &format!(
-                "category {:?} resolved to {} which it does not declare",
-                e.category,
-                rule.strategy()
-            ),
-        ));
-    }
-    Ok(rule)
-}
-
-/// The sweep's work for one entity.
-fn sweep_work<'a>(
-    ready: &Ready,
-    e: &'a EntityDescriptor,
-    rule: RetentionRule,
-    now: DateTime<Utc>,
-    tenant: Option<&KeyValue>,
-    batch_size: i64,
-) -> std::result::Result<Work<'a>, Diagnostic> {
-    let cutoff = rule
-        .sweep_cutoff(now)
-        .map_err(|err| Diagnostic::capture("rule", Some("cutoff_out_of_range".into()), &err))?;
-    let plan = &ready.plans[&e.id];
-    let strategy = rule.strategy();
-    let tenant_arg: Vec<Arg> = tenant.cloned().map(Arg::Key).into_iter().collect();
-    let mut lock_args = vec![Arg::Time(cutoff), Arg::Int8(batch_size)];
-    lock_args.extend(tenant_arg.iter().cloned());
-    let mut count_args = vec![Arg::Time(cutoff)];
-    count_args.extend(tenant_arg.iter().cloned());
-    // The mutation re-checks the cutoff and the tenant the candidates were chosen by.
-    let mut mutate_args = vec![Arg::Time(cutoff)];
-    mutate_args.extend(tenant_arg);
-    Ok(Work {
-        entity: e,
-        cutoff: Some(cutoff),
-        lock: plan.lock.get(&strategy).cloned().unwrap_or_default(),
-        lock_args,
-        mutate: plan.mutate.get(&strategy).cloned().unwrap_or_default(),
-        mutate_args,
-        counts: plan.counts[&strategy].clone(),
-        count_args,
-        rule,
-    })
 }
 
 pub(crate) struct Counts {
@@ -267,90 +124,6 @@ pub(crate) fn outcome(work: &Work<'_>) -> EntityOutcome {
     }
 }
 
-pub(crate) async fn preview(cohort: &Cohort, req: PreviewRequest) -> Result<PreviewResult> {
-    let ready = cohort.prepared().await?;
-    let pass = tenant_keys(&ready, req.tenant.as_deref())?;
-    let jurisdiction = ready.jurisdiction(pass.tenant.as_deref(), req.jurisdiction.as_deref())?;
-    let mut conn = cohort.inner().pool.acquire().await?;
-    let mut result = PreviewResult {
-        tenant: pass.tenant.clone(),
-        entities: Vec::new(),
-        failures: Vec::new(),
-    };
-    let batch = i64::from(cohort.inner().config.sweep_batch_size);
-    for e in pass.entities {
-        let work = match rule_for(
-            cohort,
-            &ready,
-            e,
-            result.tenant.as_deref(),
-            jurisdiction.as_deref(),
-            req.now,
-        )
-        .await
-        .and_then(|rule| sweep_work(&ready, e, rule, req.now, pass.keys.get(&e.id), batch))
-        {
-            Ok(w) => w,
-            Err(d) => {
-                result.failures.push(failure(e.id, &e.name, &d));
-                continue;
-            }
-        };
-        let c = counts(&mut conn, &work).await?;
-        let mut o = outcome(&work);
-        o.affected = if work.rule.strategy().mutates() {
-            c.eligible
-        } else {
-            0
-        };
-        o.held = c.held;
-        o.null_anchor = c.null_anchor;
-        o.skipped = c.skipped;
-        o.kept_by_legal_min = c.kept_by_legal_min;
-        if !work.rule.strategy().mutates() {
-            o.kept_by_policy = c.eligible;
-        }
-        result.entities.push(o);
-    }
-    Ok(result)
-}
-
-pub(crate) async fn sweep(cohort: &Cohort, req: SweepRequest) -> Result<SweepResult> {
-    let ready = cohort.prepared().await?;
-    let pass = tenant_keys(&ready, req.tenant.as_deref())?;
-    let jurisdiction = ready.jurisdiction(pass.tenant.as_deref(), req.jurisdiction.as_deref())?;
-    let batch = i64::from(cohort.inner().config.sweep_batch_size);
-    let mut works = Vec::new();
-    for e in &pass.entities {
-        let work = rule_for(
-            cohort,
-            &ready,
-            e,
-            pass.tenant.as_deref(),
-            jurisdiction.as_deref(),
-            req.now,
-        )
-        .await
-        .and_then(|rule| sweep_work(&ready, e, rule, req.now, pass.keys.get(&e.id), batch))
-        .map_err(|d| failure(e.id, &e.name, &d));
-        works.push(work);
-    }
-    execute(
-        cohort,
-        &ready,
-        RunSpec {
-            kind: RunKind::Sweep,
-            trigger: req.trigger,
-            dry_run: req.dry_run,
-            tenant: pass.tenant,
-            now: req.now,
-            cancel: req.cancel,
-        },
-        works,
-    )
-    .await
-}
-
 /// What a run is, apart from its entities.
 pub(crate) struct RunSpec {
     pub(crate) kind: RunKind,
@@ -358,7 +131,7 @@ pub(crate) struct RunSpec {
     pub(crate) dry_run: bool,
     pub(crate) tenant: Option<String>,
     pub(crate) now: DateTime<Utc>,
-    pub(crate) cancel: CancellationToken,
+    pub(crate) cancel: Cancel,
 }
 
 /// Why an entity stopped.
@@ -393,26 +166,23 @@ fn stop_from(e: sqlx::Error) -> Stop {
 }
 
 struct RunCtx<'a> {
-    cohort: &'a Cohort,
-    ready: &'a Ready,
+    cx: &'a Context,
+    ready: &'a Prepared,
     run_id: Uuid,
     spec: &'a RunSpec,
 }
 
 /// Runs the works of one run: lock, Started, entities, settle.
 pub(crate) async fn execute(
-    cohort: &Cohort,
-    ready: &Ready,
+    cx: &Context,
+    ready: &Prepared,
     spec: RunSpec,
     works: Vec<std::result::Result<Work<'_>, EntityFailure>>,
 ) -> Result<SweepResult> {
-    let inner = cohort.inner();
+    let inner = cx;
     let run_id = Uuid::new_v4();
     let mut conn: PoolConnection<Postgres> = inner.pool.acquire().await?;
-    sqlx::query("SELECT pg_catalog.pg_advisory_lock(pg_catalog.hashtextextended($1, 0))")
-        .bind(format!("cohort.run:{run_id}"))
-        .execute(&mut *conn)
-        .await?;
+    locks::lock(&mut conn, LockKey::Run(run_id)).await?;
     let started = sqlx::query(ready.ledger.insert_run.sql())
         .bind(run_id)
         .bind(spec.kind.as_str())
@@ -439,7 +209,7 @@ pub(crate) async fn execute(
     });
 
     let ctx = RunCtx {
-        cohort,
+        cx,
         ready,
         run_id,
         spec: &spec,
@@ -488,7 +258,7 @@ pub(crate) async fn execute(
         .collect();
     parts.extend(run_error.map(|e| format!("run: {e}")));
     let error = (!parts.is_empty()).then(|| parts.join("; "));
-    let settled = settle(cohort, ready, &mut conn, run_id, status, error.as_deref()).await;
+    let settled = settle(cx, ready, &mut conn, run_id, status, error.as_deref()).await;
     release_run_lock(conn, run_id).await;
     let settled_at = settled?;
     inner.observers.emit(AuditEvent::Settled { run_id, status });
@@ -586,16 +356,13 @@ async fn run_entity(
     result?;
     measured.map_err(stop_from)?;
     finish.map_err(stop_from)?;
-    ctx.cohort
-        .inner()
-        .observers
-        .emit(AuditEvent::EntitySummary {
-            run_id: ctx.run_id,
-            entity_id: e.id,
-            affected: out.affected,
-            held: out.held,
-            null_anchor: out.null_anchor,
-        });
+    ctx.cx.observers.emit(AuditEvent::EntitySummary {
+        run_id: ctx.run_id,
+        entity_id: e.id,
+        affected: out.affected,
+        held: out.held,
+        null_anchor: out.null_anchor,
+    });
     Ok(())
 }
 
@@ -706,7 +473,7 @@ async fn batches(
         tx.commit().await.map_err(stop_from)?;
 
         out.affected += n;
-        let hub = &ctx.cohort.inner().observers;
+        let hub = &ctx.cx.observers;
         hub.emit(AuditEvent::EntityProgress {
             run_id: ctx.run_id,
             entity_id: e.id,
@@ -766,8 +533,8 @@ async fn custom_values(
 /// Writes the terminal status, on the run's connection or, if that is
 /// gone, on a fresh one.
 async fn settle(
-    cohort: &Cohort,
-    ready: &Ready,
+    cx: &Context,
+    ready: &Prepared,
     conn: &mut PgConnection,
     run_id: Uuid,
     status: RunStatus,
@@ -783,7 +550,7 @@ async fn settle(
         Ok(row) => row,
         Err(first) => {
             tracing::warn!(%run_id, error = %first, "settling on the run connection failed; retrying on a new connection");
-            let mut fresh = cohort.inner().pool.acquire().await?;
+            let mut fresh = cx.pool.acquire().await?;
             q().fetch_one(&mut *fresh).await?
         }
     };
@@ -794,11 +561,7 @@ async fn settle(
 /// (which releases the lock); the failure is logged, never returned over
 /// the run's own result.
 async fn release_run_lock(mut conn: PoolConnection<Postgres>, run_id: Uuid) {
-    let unlock =
-        sqlx::query("SELECT pg_catalog.pg_advisory_unlock(pg_catalog.hashtextextended($1, 0))")
-            .bind(format!("cohort.run:{run_id}"))
-            .execute(&mut *conn)
-            .await;
+    let unlock = locks::unlock(&mut conn, LockKey::Run(run_id)).await;
     if let Err(e) = unlock {
         tracing::warn!(%run_id, error = %e, "releasing the run lock failed; closing the connection instead");
         let raw = conn.detach();

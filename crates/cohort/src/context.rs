@@ -1,0 +1,200 @@
+//! The internal service context: what every service needs (pool,
+//! configuration, rules, observers, the tenant directory) and the prepared
+//! form (validated model, SQL plans), built once. Services take these; the
+//! [`crate::Cohort`] facade only delegates, so nothing below it depends on it.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use sqlx::postgres::PgPool;
+use tokio::sync::OnceCell;
+
+use crate::config::CohortConfig;
+use crate::error::{Error, Problem, Problems, Result};
+use crate::model::EntityDeclaration;
+use crate::observer::ObserverHub;
+use crate::policy::TenantEntry;
+use crate::rules::RuleProvider;
+use crate::sql::{EntityPlan, LedgerPlan};
+use crate::validate::{validate, ValidatedModel};
+
+/// What services need, shared by every clone of a handle.
+pub(crate) struct Context {
+    pub(crate) pool: PgPool,
+    pub(crate) config: CohortConfig,
+    pub(crate) declarations: Vec<EntityDeclaration>,
+    pub(crate) rules: Arc<dyn RuleProvider>,
+    pub(crate) tenants: Vec<TenantEntry>,
+    pub(crate) ready: OnceCell<Arc<Prepared>>,
+    pub(crate) observers: ObserverHub,
+}
+
+/// A validated model with its SQL plans, built once.
+pub(crate) struct Prepared {
+    pub(crate) model: Arc<ValidatedModel>,
+    pub(crate) plans: BTreeMap<uuid::Uuid, EntityPlan>,
+    pub(crate) ledger: LedgerPlan,
+    /// The tenant directory (`[[tenant]]`), canonicalised: (tenant, jurisdiction).
+    pub(crate) tenants: Vec<(String, Option<String>)>,
+    /// HMAC-SHA256 pads of the hash key, when one is configured.
+    pub(crate) hash_pads: Option<HmacPads>,
+}
+
+/// The two padded forms of an HMAC-SHA256 key (RFC 2104): the `hash`
+/// anonymise method binds them and computes
+/// `sha256(outer || sha256(inner || value))` with core functions.
+#[derive(Clone)]
+pub(crate) struct HmacPads {
+    pub(crate) inner: Vec<u8>,
+    pub(crate) outer: Vec<u8>,
+}
+
+impl HmacPads {
+    pub(crate) fn new(key: &[u8]) -> Self {
+        use sha2::Digest;
+        const BLOCK: usize = 64;
+        let mut block = if key.len() > BLOCK {
+            sha2::Sha256::digest(key).to_vec()
+        } else {
+            key.to_vec()
+        };
+        block.resize(BLOCK, 0);
+        Self {
+            inner: block.iter().map(|b| b ^ 0x36).collect(),
+            outer: block.iter().map(|b| b ^ 0x5c).collect(),
+        }
+    }
+}
+
+impl Prepared {
+    /// The jurisdiction of a canonical tenant: the request's, checked
+    /// against the directory's when both are known.
+    pub(crate) fn jurisdiction(
+        &self,
+        tenant: Option<&str>,
+        requested: Option<&str>,
+    ) -> Result<Option<String>> {
+        let listed = tenant.and_then(|t| {
+            self.tenants
+                .iter()
+                .find(|(id, _)| id == t)
+                .and_then(|(_, j)| j.clone())
+        });
+        match (requested, listed) {
+            (Some(r), Some(l)) if r != l => Err(Error::InvalidInput(format!(
+                "tenant {} is listed with jurisdiction {l:?}, but the request says {r:?}",
+                tenant.unwrap_or_default()
+            ))),
+            (Some(r), _) => Ok(Some(r.to_owned())),
+            (None, listed) => Ok(listed),
+        }
+    }
+}
+
+impl Context {
+    /// The validated model with its plans; what every operation starts with.
+    pub(crate) async fn prepared(&self) -> Result<Arc<Prepared>> {
+        self.ready
+            .get_or_try_init(|| async {
+                let mut conn = self.pool.acquire().await?;
+                let model = validate(
+                    &mut conn,
+                    &self.config,
+                    &self.declarations,
+                    self.rules.as_ref(),
+                )
+                .await?;
+                let tenants = tenant_directory(&model, &self.tenants)?;
+                let plans = model
+                    .entities
+                    .iter()
+                    .map(|e| {
+                        let caps = &model.capabilities[&e.id];
+                        let facts = &model.facts[&e.id];
+                        (
+                            e.id,
+                            EntityPlan::build(
+                                e,
+                                caps,
+                                &facts.blocking_references,
+                                &facts.casts,
+                                &self.config.schema,
+                            ),
+                        )
+                    })
+                    .collect();
+                Ok(Arc::new(Prepared {
+                    model: Arc::new(model),
+                    plans,
+                    ledger: LedgerPlan::build(&self.config.schema),
+                    tenants,
+                    hash_pads: self
+                        .config
+                        .hash_key
+                        .as_ref()
+                        .map(|k| HmacPads::new(k.expose())),
+                }))
+            })
+            .await
+            .cloned()
+    }
+
+    /// Whether validation has already succeeded.
+    pub(crate) fn is_ready(&self) -> bool {
+        self.ready.initialized()
+    }
+}
+
+/// Canonicalises the `[[tenant]]` directory; an id that is not valid for
+/// the tenant columns, or one tenant listed twice with different
+/// jurisdictions, is a validation problem.
+fn tenant_directory(
+    model: &ValidatedModel,
+    entries: &[TenantEntry],
+) -> Result<Vec<(String, Option<String>)>> {
+    let identity = model.tenant_identity();
+    let mut problems = Vec::new();
+    let mut out: Vec<(String, Option<String>)> = Vec::new();
+    for entry in entries {
+        let Some(id) = identity.canonical(&entry.id) else {
+            problems.push(Problem::global(format!(
+                "[[tenant]] id {:?} is not a valid tenant id for the tenant columns ({identity:?})",
+                entry.id
+            )));
+            continue;
+        };
+        match out.iter().find(|(seen, _)| *seen == id) {
+            Some((_, j)) if *j != entry.jurisdiction => problems.push(Problem::global(format!(
+                "tenant {id} is listed twice with different jurisdictions ({:?} and {:?})",
+                j, entry.jurisdiction
+            ))),
+            Some(_) => {}
+            None => out.push((id, entry.jurisdiction.clone())),
+        }
+    }
+    if problems.is_empty() {
+        Ok(out)
+    } else {
+        Err(Error::Validation(Problems(problems)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// The pads reproduce RustCrypto's HMAC-SHA256 for short, block-sized
+    /// and long keys (what the SQL computes from them).
+    #[test]
+    fn hmac_pads_match_rustcrypto() {
+        use hmac::{KeyInit, Mac};
+        use sha2::Digest;
+        for key in [&b"0123456789abcdef"[..], &[7u8; 64][..], &[9u8; 100][..]] {
+            let pads = super::HmacPads::new(key);
+            let message = b"person@example.com";
+            let inner = sha2::Sha256::digest([&pads.inner[..], &message[..]].concat());
+            let ours = sha2::Sha256::digest([&pads.outer[..], &inner[..]].concat());
+            let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(key).unwrap();
+            mac.update(message);
+            assert_eq!(ours.to_vec(), mac.finalize().into_bytes().to_vec());
+        }
+    }
+}

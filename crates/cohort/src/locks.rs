@@ -1,0 +1,74 @@
+//! Every advisory lock Cohort takes, in one place: the key text of each
+//! kind and the statements that take and release it. Keys are namespaced
+//! (`cohort.<kind>:<id>`) and hashed by the server, so Cohort's locks cannot
+//! collide with each other; the worker and dispatcher add their kinds here.
+
+use sqlx::PgConnection;
+use uuid::Uuid;
+
+/// An advisory lock of Cohort's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LockKey<'a> {
+    /// Held on the run's dedicated connection from before `Started` is
+    /// written until the run settles: a run whose lock can be taken is not
+    /// live (what recovery checks).
+    Run(Uuid),
+    /// Held by the migration transaction of one schema.
+    Migrate(&'a str),
+}
+
+impl LockKey<'_> {
+    /// The key text the server hashes.
+    pub(crate) fn text(&self) -> String {
+        match self {
+            LockKey::Run(id) => format!("cohort.run:{id}"),
+            LockKey::Migrate(schema) => format!("cohort.migrate:{schema}"),
+        }
+    }
+}
+
+/// Takes a session-level lock, waiting for it.
+pub(crate) async fn lock(conn: &mut PgConnection, key: LockKey<'_>) -> Result<(), sqlx::Error> {
+    sqlx::query("SELECT pg_catalog.pg_advisory_lock(pg_catalog.hashtextextended($1, 0))")
+        .bind(key.text())
+        .execute(conn)
+        .await
+        .map(drop)
+}
+
+/// Releases a session-level lock taken with [`lock`].
+pub(crate) async fn unlock(conn: &mut PgConnection, key: LockKey<'_>) -> Result<(), sqlx::Error> {
+    sqlx::query("SELECT pg_catalog.pg_advisory_unlock(pg_catalog.hashtextextended($1, 0))")
+        .bind(key.text())
+        .execute(conn)
+        .await
+        .map(drop)
+}
+
+/// Takes a transaction-level lock, waiting for it; released at commit or
+/// rollback.
+pub(crate) async fn lock_xact(
+    conn: &mut PgConnection,
+    key: LockKey<'_>,
+) -> Result<(), sqlx::Error> {
+    sqlx::query("SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtextextended($1, 0))")
+        .bind(key.text())
+        .execute(conn)
+        .await
+        .map(drop)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_namespaced_by_kind() {
+        let id = Uuid::nil();
+        assert_eq!(
+            LockKey::Run(id).text(),
+            "cohort.run:00000000-0000-0000-0000-000000000000"
+        );
+        assert_eq!(LockKey::Migrate("public").text(), "cohort.migrate:public");
+    }
+}

@@ -1,0 +1,102 @@
+//! What every run resolves before it writes anything: the tenant's
+//! canonical key per entity and each entity's rule.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use crate::context::{Context, Prepared};
+use crate::diagnostic::Diagnostic;
+use crate::error::{Error, Result};
+use crate::model::EntityDescriptor;
+use crate::rules::{ResolutionContext, ResolveError, RetentionRule, TenantContext};
+use crate::sql::KeyValue;
+
+/// The entities of one pass with their canonical tenant keys.
+pub(crate) struct Pass<'a> {
+    pub(crate) entities: Vec<&'a EntityDescriptor>,
+    pub(crate) keys: BTreeMap<Uuid, KeyValue>,
+    /// The tenant's canonical text (as stored in the ledger).
+    pub(crate) tenant: Option<String>,
+}
+
+/// Canonical tenant keys per entity of the pass, checked before anything
+/// is written. The tenant is canonicalised once, by the tenant columns' type
+/// (validation makes them agree): uuid spellings become one uuid, text is
+/// kept exactly as written, citext is compared case-insensitively.
+pub(crate) fn tenant_keys<'a>(ready: &'a Prepared, tenant: Option<&str>) -> Result<Pass<'a>> {
+    let entities: Vec<&EntityDescriptor> = ready
+        .model
+        .ordered()
+        .filter(|e| e.tenant.is_some() == tenant.is_some())
+        .collect();
+    let mut keys = BTreeMap::new();
+    let canonical = match (tenant, ready.model.tenant_key) {
+        (Some(t), Some(ty)) => Some(
+            ty.parse(t)
+                .map_err(|msg| Error::InvalidInput(format!("tenant: {msg}")))?
+                .canonical(),
+        ),
+        (Some(t), None) => Some(t.to_owned()),
+        (None, _) => None,
+    };
+    if let Some(t) = tenant {
+        for e in &entities {
+            let ty = ready.model.facts[&e.id].tenant.expect("tenanted entity");
+            let key = ty
+                .parse(t)
+                .map_err(|msg| Error::InvalidInput(format!("tenant for {}: {msg}", e.name)))?;
+            keys.insert(e.id, key);
+        }
+    }
+    Ok(Pass {
+        entities,
+        keys,
+        tenant: canonical,
+    })
+}
+
+/// Resolves and checks the rule of one entity; a sanitised failure otherwise.
+pub(crate) async fn rule_for(
+    cx: &Context,
+    ready: &Prepared,
+    e: &EntityDescriptor,
+    tenant: Option<&str>,
+    jurisdiction: Option<&str>,
+    now: DateTime<Utc>,
+) -> std::result::Result<RetentionRule, Diagnostic> {
+    let mut tenant_ctx = match tenant {
+        Some(t) => TenantContext::tenant(t).with_identity(ready.model.tenant_identity()),
+        None => TenantContext::tenantless(),
+    };
+    if let Some(j) = jurisdiction {
+        tenant_ctx = tenant_ctx.with_jurisdiction(j);
+    }
+    let ctx = ResolutionContext::new(&e.category, tenant_ctx, now);
+    let rule = cx.rules.resolve(&ctx).await.map_err(|err| {
+        let code = match &err {
+            ResolveError::UnknownCategory(_) => "unknown_category",
+            ResolveError::AliasCycle(_) => "alias_cycle",
+            _ => "provider_error",
+        };
+        Diagnostic::capture("rule", Some(code.into()), &err)
+    })?;
+    let allowed = ready
+        .model
+        .capabilities
+        .get(&e.id)
+        .is_some_and(|c| c.allows(rule.strategy()));
+    if !allowed {
+        return Err(Diagnostic::capture(
+            "rule",
+            Some("undeclared_strategy".into()),
+            &format!(
+                "category {:?} resolved to {} which it does not declare",
+                e.category,
+                rule.strategy()
+            ),
+        ));
+    }
+    Ok(rule)
+}

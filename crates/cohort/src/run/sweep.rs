@@ -1,0 +1,133 @@
+//! Sweeps and previews: each entity's work for one tenant (or the
+//! tenantless entities) at a logical time.
+
+use chrono::{DateTime, Utc};
+
+use super::executor::{counts, execute, outcome, Arg, RunSpec, Work};
+use super::resolve::{rule_for, tenant_keys};
+use super::{failure, PreviewRequest, PreviewResult, RunKind, SweepRequest, SweepResult};
+use crate::context::{Context, Prepared};
+use crate::diagnostic::Diagnostic;
+use crate::error::Result;
+use crate::model::EntityDescriptor;
+use crate::rules::RetentionRule;
+use crate::sql::KeyValue;
+
+/// The sweep's work for one entity.
+fn sweep_work<'a>(
+    ready: &Prepared,
+    e: &'a EntityDescriptor,
+    rule: RetentionRule,
+    now: DateTime<Utc>,
+    tenant: Option<&KeyValue>,
+    batch_size: i64,
+) -> std::result::Result<Work<'a>, Diagnostic> {
+    let cutoff = rule
+        .sweep_cutoff(now)
+        .map_err(|err| Diagnostic::capture("rule", Some("cutoff_out_of_range".into()), &err))?;
+    let plan = &ready.plans[&e.id];
+    let strategy = rule.strategy();
+    let tenant_arg: Vec<Arg> = tenant.cloned().map(Arg::Key).into_iter().collect();
+    let mut lock_args = vec![Arg::Time(cutoff), Arg::Int8(batch_size)];
+    lock_args.extend(tenant_arg.iter().cloned());
+    let mut count_args = vec![Arg::Time(cutoff)];
+    count_args.extend(tenant_arg.iter().cloned());
+    // The mutation re-checks the cutoff and the tenant the candidates were chosen by.
+    let mut mutate_args = vec![Arg::Time(cutoff)];
+    mutate_args.extend(tenant_arg);
+    Ok(Work {
+        entity: e,
+        cutoff: Some(cutoff),
+        lock: plan.lock.get(&strategy).cloned().unwrap_or_default(),
+        lock_args,
+        mutate: plan.mutate.get(&strategy).cloned().unwrap_or_default(),
+        mutate_args,
+        counts: plan.counts[&strategy].clone(),
+        count_args,
+        rule,
+    })
+}
+
+pub(crate) async fn preview(cx: &Context, req: PreviewRequest) -> Result<PreviewResult> {
+    let ready = cx.prepared().await?;
+    let pass = tenant_keys(&ready, req.tenant.as_deref())?;
+    let jurisdiction = ready.jurisdiction(pass.tenant.as_deref(), req.jurisdiction.as_deref())?;
+    let mut conn = cx.pool.acquire().await?;
+    let mut result = PreviewResult {
+        tenant: pass.tenant.clone(),
+        entities: Vec::new(),
+        failures: Vec::new(),
+    };
+    let batch = i64::from(cx.config.sweep_batch_size);
+    for e in pass.entities {
+        let work = match rule_for(
+            cx,
+            &ready,
+            e,
+            result.tenant.as_deref(),
+            jurisdiction.as_deref(),
+            req.now,
+        )
+        .await
+        .and_then(|rule| sweep_work(&ready, e, rule, req.now, pass.keys.get(&e.id), batch))
+        {
+            Ok(w) => w,
+            Err(d) => {
+                result.failures.push(failure(e.id, &e.name, &d));
+                continue;
+            }
+        };
+        let c = counts(&mut conn, &work).await?;
+        let mut o = outcome(&work);
+        o.affected = if work.rule.strategy().mutates() {
+            c.eligible
+        } else {
+            0
+        };
+        o.held = c.held;
+        o.null_anchor = c.null_anchor;
+        o.skipped = c.skipped;
+        o.kept_by_legal_min = c.kept_by_legal_min;
+        if !work.rule.strategy().mutates() {
+            o.kept_by_policy = c.eligible;
+        }
+        result.entities.push(o);
+    }
+    Ok(result)
+}
+
+pub(crate) async fn sweep(cx: &Context, req: SweepRequest) -> Result<SweepResult> {
+    let ready = cx.prepared().await?;
+    let pass = tenant_keys(&ready, req.tenant.as_deref())?;
+    let jurisdiction = ready.jurisdiction(pass.tenant.as_deref(), req.jurisdiction.as_deref())?;
+    let batch = i64::from(cx.config.sweep_batch_size);
+    let mut works = Vec::new();
+    for e in &pass.entities {
+        let work = rule_for(
+            cx,
+            &ready,
+            e,
+            pass.tenant.as_deref(),
+            jurisdiction.as_deref(),
+            req.now,
+        )
+        .await
+        .and_then(|rule| sweep_work(&ready, e, rule, req.now, pass.keys.get(&e.id), batch))
+        .map_err(|d| failure(e.id, &e.name, &d));
+        works.push(work);
+    }
+    execute(
+        cx,
+        &ready,
+        RunSpec {
+            kind: RunKind::Sweep,
+            trigger: req.trigger,
+            dry_run: req.dry_run,
+            tenant: pass.tenant,
+            now: req.now,
+            cancel: req.cancel,
+        },
+        works,
+    )
+    .await
+}

@@ -1,0 +1,309 @@
+//! The statements of one entity, built once when the model is validated.
+//!
+//! A sweep batch is a fixed number of statements whatever its size:
+//! `lock` (candidates past the cutoff, in the tenant, not held, oldest first,
+//! `FOR UPDATE SKIP LOCKED`, at most the batch size), then `mutate` (a new
+//! statement, so a new snapshot: it re-checks holds committed while the
+//! candidates were being locked), then the ledger writes. Hold creation
+//! takes a row lock on its target, so a hold either commits before the
+//! candidate lock (and `mutate` sees it) or waits until the batch commits.
+//! Row locks live in the tuples, not in the shared lock table, so a
+//! 5000-row batch needs no more lock-table slots than a one-row batch.
+//!
+//! Parameters are positional and documented per statement.
+
+use std::collections::BTreeMap;
+
+use super::fragments::{blocked, hold_exists, not_done, referenced, tenant_filter, Casts};
+use crate::ident::{QualifiedName, SqlText};
+use crate::model::{AnonymiseMethod, CustomAnonymiser, EntityDescriptor};
+use crate::rules::{CategoryCapabilities, Strategy};
+use crate::validate::IncomingKey;
+
+/// The statements of one entity.
+#[derive(Debug, Clone)]
+pub(crate) struct EntityPlan {
+    /// Lock candidates. `$1` entity id, `$2` cutoff, `$3` limit, `$4` tenant.
+    /// Returns the record key.
+    pub(crate) lock: BTreeMap<Strategy, SqlText>,
+    /// Mutate locked rows that are still not held, not done, past the
+    /// cutoff and in the tenant. `$1` entity id, `$2` record keys (array),
+    /// then (anonymise) the literals, the HMAC inner and outer pads when a
+    /// column is hashed, and (with custom anonymisers) one JSON object per
+    /// key, aligned with `$2`, holding each custom column's new value; then
+    /// the cutoff and the tenant. Returns `record::text`.
+    pub(crate) mutate: BTreeMap<Strategy, SqlText>,
+    /// `mutate` without its cutoff, tenant and RETURNING, for erasure to
+    /// add its own re-checks (parameters after the anonymise ones).
+    pub(crate) mutate_head: BTreeMap<Strategy, SqlText>,
+    /// Counts in scope: eligible (past cutoff, not held), held (past cutoff,
+    /// held) and null_anchor. `$1` entity id, `$2` cutoff, `$3` tenant.
+    pub(crate) counts: BTreeMap<Strategy, SqlText>,
+    /// Reads the locked rows for custom anonymisers: key first, then every
+    /// column. `$1` record keys.
+    pub(crate) load_rows: SqlText,
+    /// Locks one row against mutation and returns its key and tenant as
+    /// text (tenant NULL when tenantless): what hold creation takes.
+    /// `$1` record key.
+    pub(crate) lock_target: SqlText,
+    /// `EXISTS (…)` for rows another row still references through a NO
+    /// ACTION / RESTRICT foreign key (`None`: nothing references the table).
+    pub(crate) referenced: Option<SqlText>,
+    /// Guarded deletion: locks the targets (`FOR UPDATE`, in key order) and
+    /// returns each one's canonical id and tenant. `$1` record keys.
+    pub(crate) guard_lock: SqlText,
+    /// Literal values bound after `$2` by the anonymise statement.
+    pub(crate) literals: Vec<String>,
+    /// Whether a column is hashed (the HMAC pads follow the literals).
+    pub(crate) hashes: bool,
+    /// Custom anonymisers, in parameter order: (column, anonymiser).
+    pub(crate) custom: Vec<(String, CustomAnonymiser)>,
+}
+impl EntityPlan {
+    /// Parameters the anonymise statement binds after the keys (`$2`):
+    /// literals, the two HMAC pads when a column is hashed, and the custom
+    /// values' JSON array.
+    pub(crate) fn anonymise_params(&self) -> usize {
+        self.literals.len() + if self.hashes { 2 } else { 0 } + usize::from(!self.custom.is_empty())
+    }
+
+    /// Parameters `mutate` binds after the keys for `strategy`.
+    pub(crate) fn params_after_keys(&self, strategy: Strategy) -> usize {
+        if strategy == Strategy::Anonymise {
+            self.anonymise_params()
+        } else {
+            0
+        }
+    }
+
+    /// Builds every statement for the strategies the category may return.
+    pub(crate) fn build(
+        e: &EntityDescriptor,
+        capabilities: &CategoryCapabilities,
+        blockers: &[IncomingKey],
+        casts: &Casts,
+        cohort_schema: &str,
+    ) -> Self {
+        let table: &QualifiedName = &e.table;
+        let held = hold_exists(e, cohort_schema);
+        let referenced = referenced(blockers);
+        let mut plan = EntityPlan {
+            lock: BTreeMap::new(),
+            mutate: BTreeMap::new(),
+            mutate_head: BTreeMap::new(),
+            counts: BTreeMap::new(),
+            load_rows: SqlText::default(),
+            lock_target: SqlText::default(),
+            referenced: referenced.clone(),
+            guard_lock: SqlText::default(),
+            literals: Vec::new(),
+            hashes: false,
+            custom: Vec::new(),
+        };
+        // Anonymise's parameters are fixed by the entity, whatever the strategy.
+        for a in &e.anonymise {
+            match &a.method {
+                AnonymiseMethod::Literal(v) => plan.literals.push(v.clone()),
+                AnonymiseMethod::Hash => plan.hashes = true,
+                AnonymiseMethod::Custom(c) => plan.custom.push((a.column.clone(), c.clone())),
+                _ => {}
+            }
+        }
+
+        for strategy in capabilities.iter() {
+            let done = not_done(e, strategy);
+            let blocked = blocked(strategy, referenced.as_ref());
+
+            let mut c = SqlText::new("SELECT count(*) FILTER (WHERE ");
+            c.col(&e.anchor)
+                .push(" < $2 AND NOT ")
+                .append(&held)
+                .append(&blocked.unblocked)
+                .push(") AS eligible, ");
+            c.append(&blocked.skipped_column(&e.anchor, "$2", &held))
+                .push(", count(*) FILTER (WHERE ")
+                .col(&e.anchor)
+                .push(" < $2 AND ")
+                .append(&held)
+                .push(") AS held, count(*) FILTER (WHERE ")
+                .col(&e.anchor)
+                .push(" IS NULL) AS null_anchor, 0::int8 AS kept_by_legal_min FROM ")
+                .table(table)
+                .push(" t WHERE TRUE")
+                .append(&tenant_filter(e, casts, 3))
+                .append(&done);
+            plan.counts.insert(strategy, c);
+
+            if !strategy.mutates() {
+                continue;
+            }
+            let mut l = SqlText::new("SELECT ");
+            casts.select(&mut l, &e.record_id);
+            l.push(" FROM ")
+                .table(table)
+                .push(" t WHERE ")
+                .col(&e.anchor)
+                .push(" < $2")
+                .append(&tenant_filter(e, casts, 4))
+                .append(&done)
+                .append(&blocked.unblocked)
+                .push(" AND NOT ")
+                .append(&held)
+                .push(" ORDER BY ")
+                .col(&e.anchor)
+                .push(" LIMIT $3 FOR UPDATE SKIP LOCKED");
+            plan.lock.insert(strategy, l);
+
+            let key_match = casts.any(&e.record_id, 2);
+            let mut m = SqlText::default();
+            match strategy {
+                Strategy::Purge => {
+                    m.push("DELETE FROM ")
+                        .table(table)
+                        .push(" t WHERE ")
+                        .append(&key_match);
+                }
+                Strategy::SoftDelete => {
+                    m.push("UPDATE ")
+                        .table(table)
+                        .push(" t SET ")
+                        .ident(e.soft_delete.as_deref().expect("validated"));
+                    m.push(" = TRUE");
+                    if let Some(d) = &e.deleted_at {
+                        m.push(", ").ident(d).push(" = pg_catalog.now()");
+                    }
+                    m.push(" WHERE ").append(&key_match);
+                }
+                Strategy::Anonymise => {
+                    m.push("UPDATE ").table(table).push(" t SET ");
+                    let mut next_literal = 3;
+                    let hash_inner = 3 + plan.literals.len();
+                    let custom_param = hash_inner + if plan.hashes { 2 } else { 0 };
+                    for (i, a) in e.anonymise.iter().enumerate() {
+                        if i > 0 {
+                            m.push(", ");
+                        }
+                        m.ident(&a.column).push(" = ");
+                        match &a.method {
+                            AnonymiseMethod::Null => {
+                                m.push("NULL");
+                            }
+                            AnonymiseMethod::Empty => {
+                                m.push("''");
+                            }
+                            AnonymiseMethod::Hash => {
+                                // HMAC-SHA256 from core functions: the key's two
+                                // padded forms are bound parameters, never stored.
+                                m.push("pg_catalog.encode(pg_catalog.sha256(")
+                                    .param(hash_inner + 1)
+                                    .push("::bytea || pg_catalog.sha256(")
+                                    .param(hash_inner)
+                                    .push("::bytea || pg_catalog.convert_to(")
+                                    .col(&a.column)
+                                    .push("::text, 'UTF8'))), 'hex')");
+                            }
+                            AnonymiseMethod::Literal(_) => {
+                                m.param(next_literal);
+                                next_literal += 1;
+                            }
+                            AnonymiseMethod::Custom(_) => {
+                                // Rust computes a JSON object per row; PostgreSQL converts
+                                // each value to the column's own type through the table's
+                                // row type (no type names in SQL, no text casts).
+                                m.push("(pg_catalog.jsonb_populate_record(NULL::")
+                                    .table(table)
+                                    .push(", v.j)).")
+                                    .ident(&a.column);
+                            }
+                        }
+                    }
+                    m.push(", ")
+                        .ident(e.anonymised_at.as_deref().expect("validated"))
+                        .push(" = pg_catalog.now()");
+                    if plan.custom.is_empty() {
+                        m.push(" WHERE ").append(&key_match);
+                    } else {
+                        m.push(" FROM ROWS FROM (pg_catalog.unnest(");
+                        casts.array(&mut m, &e.record_id, 2);
+                        m.push("), pg_catalog.unnest(")
+                            .param(custom_param)
+                            .push("::jsonb[])) AS v(k, j) WHERE ")
+                            .col(&e.record_id)
+                            .push(" = v.k");
+                    }
+                }
+                Strategy::Exempt => unreachable!("exempt does not mutate"),
+            }
+            // The re-check in a new snapshot also sees holds and references
+            // committed while the batch was being locked.
+            m.append(&done)
+                .append(&blocked.unblocked)
+                .push(" AND NOT ")
+                .append(&held);
+            plan.mutate_head.insert(strategy, m.clone());
+            // A sweep's mutation re-checks what the candidate query chose
+            // by (cutoff and tenant) besides the keys, so no key collision,
+            // concurrent update or planner surprise reaches another row.
+            let after = 3 + plan.params_after_keys(strategy);
+            m.push(" AND ")
+                .col(&e.anchor)
+                .push(" < ")
+                .param(after)
+                .append(&tenant_filter(e, casts, after + 1))
+                .push(" RETURNING ")
+                .col(&e.record_id)
+                .push("::text");
+            plan.mutate.insert(strategy, m);
+        }
+
+        let mut load_rows = SqlText::new("SELECT ");
+        casts.select(&mut load_rows, &e.record_id);
+        load_rows
+            .push(", t.* FROM ")
+            .table(table)
+            .push(" t WHERE ")
+            .append(&casts.any(&e.record_id, 1));
+        plan.load_rows = load_rows;
+
+        let mut lock_target = SqlText::new("SELECT ");
+        lock_target.col(&e.record_id).push("::text AS record, ");
+        match &e.tenant {
+            Some(t) => {
+                lock_target.col(t).push("::text");
+            }
+            None => {
+                lock_target.push("NULL::text");
+            }
+        }
+        lock_target
+            .push(" AS tenant FROM ")
+            .table(table)
+            .push(" t WHERE ")
+            .col(&e.record_id)
+            .push(" = ");
+        casts.param(&mut lock_target, &e.record_id, 1);
+        lock_target.push(" FOR KEY SHARE");
+        plan.lock_target = lock_target;
+
+        let mut guard_lock = SqlText::new("SELECT ");
+        guard_lock.col(&e.record_id).push("::text AS record, ");
+        match &e.tenant {
+            Some(t) => {
+                guard_lock.col(t).push("::text");
+            }
+            None => {
+                guard_lock.push("NULL::text");
+            }
+        }
+        guard_lock
+            .push(" AS tenant FROM ")
+            .table(table)
+            .push(" t WHERE ")
+            .append(&casts.any(&e.record_id, 1))
+            .push(" ORDER BY ")
+            .col(&e.record_id)
+            .push(" FOR UPDATE");
+        plan.guard_lock = guard_lock;
+        plan
+    }
+}

@@ -1,0 +1,184 @@
+//! Erasure statements, built per request from an entity's plan.
+
+use super::entity::EntityPlan;
+use super::fragments::{blocked, hold_exists, not_done, Casts};
+use crate::ident::SqlText;
+use crate::model::EntityDescriptor;
+use crate::rules::Strategy;
+
+/// Erasure statements for one entity, strategy and set of subject columns,
+/// built per request (they depend on which subject columns apply).
+///
+/// Parameters of `lock` and `counts`: `$1` entity id, `$2` limit (unused by
+/// `counts`), then the [`ErasureParams`] from `$3`. `mutate` binds the same
+/// values after its own (`$1` entity id, `$2` keys, literals, custom).
+#[derive(Debug, Clone)]
+pub(crate) struct ErasurePlan {
+    /// Lock candidates, waiting for locked rows (`FOR UPDATE`): a row whose
+    /// subject or tenant changed while we waited no longer matches.
+    pub(crate) lock: SqlText,
+    /// Mutate with subject, tenant, legal minimum, anchor and hold re-checked.
+    pub(crate) mutate: SqlText,
+    /// `eligible`, `held` and (with a legal minimum) `null_anchor` among the
+    /// subject's rows in the tenant.
+    pub(crate) counts: SqlText,
+}
+
+/// Positions of the erasure's values: tenant (if tenant-scoped), the
+/// legal-minimum cutoff (if any), then one value per subject column.
+#[derive(Debug, Clone, Copy)]
+struct ErasureParams {
+    tenant: Option<usize>,
+    cutoff: Option<usize>,
+    subjects: usize,
+}
+
+impl ErasureParams {
+    fn from(first: usize, tenanted: bool, with_cutoff: bool) -> Self {
+        let mut n = first;
+        let mut next = |on: bool| {
+            on.then(|| {
+                n += 1;
+                n - 1
+            })
+        };
+        let tenant = next(tenanted);
+        let cutoff = next(with_cutoff);
+        Self {
+            tenant,
+            cutoff,
+            subjects: n,
+        }
+    }
+
+    fn tenant_and_subjects(
+        &self,
+        e: &EntityDescriptor,
+        casts: &Casts,
+        subjects: &[String],
+    ) -> SqlText {
+        let mut s = SqlText::default();
+        if let (Some(t), Some(p)) = (&e.tenant, self.tenant) {
+            s.push(" AND ").col(t).push(" = ");
+            casts.param(&mut s, t, p);
+        }
+        s.push(" AND (");
+        for (i, column) in subjects.iter().enumerate() {
+            if i > 0 {
+                s.push(" OR ");
+            }
+            s.col(column).push(" = ");
+            casts.param(&mut s, column, self.subjects + i);
+        }
+        s.push(")");
+        s
+    }
+
+    fn anchor(&self, e: &EntityDescriptor) -> SqlText {
+        let mut s = SqlText::default();
+        if let Some(p) = self.cutoff {
+            s.push(" AND ").col(&e.anchor).push(" < ").param(p);
+        }
+        s
+    }
+}
+
+impl ErasurePlan {
+    pub(crate) fn build(
+        e: &EntityDescriptor,
+        plan: &EntityPlan,
+        strategy: Strategy,
+        casts: &Casts,
+        subjects: &[String],
+        with_cutoff: bool,
+        cohort_schema: &str,
+    ) -> Self {
+        let table = &e.table;
+        let held = hold_exists(e, cohort_schema);
+        let done = not_done(e, strategy);
+        let blocked = blocked(strategy, plan.referenced.as_ref());
+        let p = ErasureParams::from(3, e.tenant.is_some(), with_cutoff);
+
+        let mut lock = SqlText::new("SELECT ");
+        casts.select(&mut lock, &e.record_id);
+        lock.push(" FROM ")
+            .table(table)
+            .push(" t WHERE TRUE")
+            .append(&p.tenant_and_subjects(e, casts, subjects))
+            .append(&p.anchor(e))
+            .append(&done)
+            .append(&blocked.unblocked)
+            .push(" AND NOT ")
+            .append(&held)
+            .push(" ORDER BY ")
+            .col(&e.record_id)
+            .push(" LIMIT $2 FOR UPDATE");
+
+        // Exempt entities are only counted: no mutation statement.
+        let mut mutate = SqlText::default();
+        if let Some(head) = plan.mutate_head.get(&strategy) {
+            let m = ErasureParams::from(
+                3 + plan.params_after_keys(strategy),
+                e.tenant.is_some(),
+                with_cutoff,
+            );
+            mutate = head.clone();
+            mutate
+                .append(&m.tenant_and_subjects(e, casts, subjects))
+                .append(&m.anchor(e))
+                .push(" RETURNING ")
+                .col(&e.record_id)
+                .push("::text");
+        }
+
+        let anchor_ok = p.anchor(e);
+        let mut counts = SqlText::new("SELECT count(*) FILTER (WHERE NOT ");
+        counts
+            .append(&held)
+            .append(&anchor_ok)
+            .append(&blocked.unblocked)
+            .push(") AS eligible, ");
+        match (strategy, &plan.referenced) {
+            (Strategy::Purge, Some(r)) => {
+                counts
+                    .push("count(*) FILTER (WHERE NOT ")
+                    .append(&held)
+                    .append(&anchor_ok)
+                    .push(" AND ")
+                    .append(r)
+                    .push(") AS skipped, ");
+            }
+            _ => {
+                counts.push("0::int8 AS skipped, ");
+            }
+        }
+        counts
+            .push("count(*) FILTER (WHERE ")
+            .append(&held)
+            .append(&anchor_ok)
+            .push(") AS held, ");
+        if let Some(cutoff) = p.cutoff {
+            counts
+                .push("count(*) FILTER (WHERE ")
+                .col(&e.anchor)
+                .push(" IS NULL) AS null_anchor, count(*) FILTER (WHERE ")
+                .col(&e.anchor)
+                .push(" >= ")
+                .param(cutoff)
+                .push(") AS kept_by_legal_min");
+        } else {
+            counts.push("0::int8 AS null_anchor, 0::int8 AS kept_by_legal_min");
+        }
+        counts
+            .push(" FROM ")
+            .table(table)
+            .push(" t WHERE $2::int8 IS NOT NULL")
+            .append(&p.tenant_and_subjects(e, casts, subjects))
+            .append(&done);
+        ErasurePlan {
+            lock,
+            mutate,
+            counts,
+        }
+    }
+}
