@@ -8,8 +8,11 @@ use clap::{Args, Subcommand};
 use cohort::async_trait;
 use cohort::holds::{Hold, HoldFilter, HoldRequest};
 use cohort::observer::{AuditEvent, AuditObserver};
-use cohort::policy::{PolicyFile, TenantEntry};
-use cohort::{Cancel, Cohort, Error, PreviewRequest, RunStatus, SweepRequest, SweepResult};
+use cohort::policy::PolicyFile;
+use cohort::{
+    Cancel, Cohort, Error, PassOutcome, PreviewRequest, RunStatus, SweepAllRequest, SweepRequest,
+    SweepResult, TenantSource,
+};
 use serde_json::json;
 use uuid::Uuid;
 
@@ -196,10 +199,13 @@ pub(crate) async fn preview(
             println!("\nfailed: {} ({}): {}", f.entity, f.entity_id, f.error);
         }
     }
+    // A preview has no run, so 3 (a run settled partially failed) does not
+    // apply: a rule that cannot be resolved is a configuration problem and
+    // nothing was changed.
     if result.failures.is_empty() {
         Ok(())
     } else {
-        Err(Failure::Status(3))
+        Err(Failure::Status(2))
     }
 }
 
@@ -243,41 +249,35 @@ fn exit_for(statuses: impl IntoIterator<Item = RunStatus>) -> Result<(), Failure
     }
 }
 
-async fn tenants(cohort: &Cohort, policy: &PolicyFile) -> Result<Vec<TenantEntry>, Failure> {
-    let mut list = policy.tenants.clone();
-    if let Some(q) = &policy.tenants_query {
-        // The policy author's own query: `SELECT id::text, jurisdiction FROM …`.
-        let rows: Vec<(String, Option<String>)> = sqlx::query_as(sqlx::AssertSqlSafe(q.clone()))
-            .fetch_all(cohort.pool())
-            .await
-            .map_err(|e| Failure::Run(e.into()))?;
-        list = rows
-            .into_iter()
-            .map(|(id, jurisdiction)| TenantEntry { id, jurisdiction })
-            .collect();
+/// Exit code of one pass: 0 succeeded, 3 partially failed, 1 failed or
+/// cancelled, 2 refused as bad input before its run existed.
+fn pass_code(pass: &PassOutcome) -> u8 {
+    match pass {
+        PassOutcome::Ran(r) => match r.status {
+            RunStatus::Succeeded => 0,
+            RunStatus::PartiallyFailed => 3,
+            _ => 1,
+        },
+        PassOutcome::NotStarted(f) if f.kind.is_bad_input() => 2,
+        _ => 1,
     }
-    // One tenant however it is spelled (by the tenant columns' type): the
-    // first occurrence wins; a conflicting jurisdiction is warned about.
-    let mut out: Vec<TenantEntry> = Vec::new();
-    let mut seen: Vec<String> = Vec::new();
-    for t in list {
-        let canonical = cohort
-            .canonical_tenant(&t.id)
-            .await
-            .unwrap_or_else(|_| t.id.clone());
-        let first = seen.iter().position(|s| *s == canonical).map(|i| &out[i]);
-        match first {
-            Some(first) if first.jurisdiction != t.jurisdiction => {
-                tracing::warn!(tenant = %t.id, "tenant listed twice with different jurisdictions; the first wins")
-            }
-            Some(_) => {}
-            None => {
-                seen.push(canonical);
-                out.push(t);
-            }
-        }
+}
+
+/// `sweep --all-tenants`: 0 when every pass succeeded; 3 when some passes
+/// did their work and others failed (a run partially failed, or a pass
+/// could not start); when no pass succeeded at all, 2 if every pass was
+/// refused as bad input, else 1.
+fn all_tenants_code(passes: &[PassOutcome]) -> u8 {
+    let codes: Vec<u8> = passes.iter().map(pass_code).collect();
+    if codes.iter().all(|c| *c == 0) {
+        0
+    } else if codes.iter().any(|c| *c == 0 || *c == 3) {
+        3
+    } else if codes.iter().all(|c| *c == 2) {
+        2
+    } else {
+        1
     }
-    Ok(out)
 }
 
 pub(crate) async fn sweep(
@@ -286,7 +286,7 @@ pub(crate) async fn sweep(
     json: bool,
     scope: &SweepScope,
     now: Option<&str>,
-    dry_run: bool,
+    (dry_run, allow_future_now): (bool, bool),
 ) -> Result<(), Failure> {
     let now = parse_time(now, "--now")?;
     let cancel = Cancel::new();
@@ -297,60 +297,70 @@ pub(crate) async fn sweep(
             on_signal.cancel();
         }
     });
-    let mut passes: Vec<(Option<String>, Option<String>)> = Vec::new();
     if scope.all_tenants {
-        for t in tenants(cohort, policy).await? {
-            passes.push((Some(t.id), t.jurisdiction));
-        }
-        passes.push((None, None));
-    } else if let Some(t) = &scope.tenant {
-        // The library finds the tenant's jurisdiction in the directory,
-        // matching the id by the tenant columns' type.
-        passes.push((Some(t.clone()), None));
-    } else {
-        passes.push((None, None));
-    }
-    let mut results = Vec::new();
-    for (tenant, jurisdiction) in passes {
-        if cancel.is_cancelled() {
-            break;
-        }
-        let mut req = match &tenant {
-            Some(t) => SweepRequest::tenanted(t, now),
-            None => SweepRequest::tenantless(now),
-        }
-        .dry_run(dry_run)
-        .cancellation(cancel.clone());
-        if let Some(j) = jurisdiction {
-            req = req.jurisdiction(j);
-        }
-        match cohort.sweep(req).await {
-            Ok(r) => {
-                if !json {
-                    print_result(&r);
-                    println!();
+        let source = match &policy.tenants_query {
+            Some(q) => TenantSource::Query(q.clone()),
+            None => TenantSource::Directory,
+        };
+        let result = cohort
+            .sweep_all(
+                SweepAllRequest::new(source, now)
+                    .dry_run(dry_run)
+                    .allow_future_now(allow_future_now)
+                    .cancellation(cancel),
+            )
+            .await?;
+        if json {
+            let docs: Vec<serde_json::Value> = result
+                .passes
+                .iter()
+                .map(|p| match p {
+                    PassOutcome::Ran(r) => serde_json::to_value(r).expect("result serialises"),
+                    PassOutcome::NotStarted(f) => json!({
+                        "run_id": null,
+                        "status": "not_started",
+                        "tenant": f.tenant,
+                        "error": {"kind": f.kind.as_str(), "message": f.error},
+                    }),
+                    _ => json!(null),
+                })
+                .collect();
+            print_json(&serde_json::Value::Array(docs));
+        } else {
+            for p in &result.passes {
+                match p {
+                    PassOutcome::Ran(r) => {
+                        print_result(r);
+                        println!();
+                    }
+                    PassOutcome::NotStarted(f) => println!(
+                        "Pass for {} did not start: {}\n",
+                        f.tenant.as_deref().unwrap_or("the tenantless entities"),
+                        f.error
+                    ),
+                    _ => {}
                 }
-                results.push(r);
             }
-            // With several tenants, one tenant's failure does not stop the rest.
-            Err(e) if scope.all_tenants => {
-                tracing::error!(tenant = tenant.as_deref().unwrap_or("(tenantless)"), error = %e, "tenant pass failed");
-                eprintln!(
-                    "cohort: pass for {} failed: {e}",
-                    tenant.as_deref().unwrap_or("the tenantless entities")
-                );
-            }
-            Err(e) => return Err(e.into()),
         }
+        return match all_tenants_code(&result.passes) {
+            0 => Ok(()),
+            code => Err(Failure::Status(code)),
+        };
     }
+    let req = match &scope.tenant {
+        Some(t) => SweepRequest::tenanted(t, now),
+        None => SweepRequest::tenantless(now),
+    }
+    .dry_run(dry_run)
+    .allow_future_now(allow_future_now)
+    .cancellation(cancel);
+    let result = cohort.sweep(req).await?;
     if json {
-        if scope.all_tenants {
-            print_json(&serde_json::to_value(&results).expect("results serialise"));
-        } else if let Some(r) = results.first() {
-            print_json(&serde_json::to_value(r).expect("result serialises"));
-        }
+        print_json(&serde_json::to_value(&result).expect("result serialises"));
+    } else {
+        print_result(&result);
     }
-    exit_for(results.iter().map(|r| r.status))
+    exit_for([result.status])
 }
 
 pub(crate) async fn erase(
@@ -359,7 +369,7 @@ pub(crate) async fn erase(
     tenant: Option<&str>,
     scope: cohort::erasure::ErasureScope,
     now: Option<&str>,
-    dry_run: bool,
+    (dry_run, allow_future_now): (bool, bool),
 ) -> Result<(), Failure> {
     let now = parse_time(now, "--now")?;
     let cancel = Cancel::new();
@@ -374,6 +384,7 @@ pub(crate) async fn erase(
         None => cohort::erasure::ErasureRequest::tenantless(scope, now),
     }
     .dry_run(dry_run)
+    .allow_future_now(allow_future_now)
     .cancellation(cancel);
     let result = cohort.erase(req).await?;
     if json {

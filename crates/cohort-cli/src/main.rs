@@ -63,6 +63,10 @@ enum Command {
         /// Count and audit without changing rows.
         #[arg(long)]
         dry_run: bool,
+        /// Accept a --now later than the database clock for a mutating run
+        /// (refused by default: it moves every cutoff forward).
+        #[arg(long)]
+        allow_future_now: bool,
     },
     /// Erase one data subject's rows in a tenant, or in the tenantless
     /// entities (right to erasure).
@@ -92,6 +96,10 @@ enum Command {
         /// Logical time (RFC 3339; default now).
         #[arg(long)]
         now: Option<String>,
+        /// Accept a --now later than the database clock for a mutating run
+        /// (refused by default: it moves every cutoff forward).
+        #[arg(long)]
+        allow_future_now: bool,
     },
     /// Legal holds.
     #[command(subcommand)]
@@ -114,11 +122,10 @@ pub(crate) enum Failure {
 
 impl From<Error> for Failure {
     fn from(e: Error) -> Self {
-        match e {
-            Error::Validation(_) | Error::Config(_) | Error::Policy(_) | Error::InvalidInput(_) => {
-                Failure::Input(e)
-            }
-            other => Failure::Run(other),
+        if e.kind().is_bad_input() {
+            Failure::Input(e)
+        } else {
+            Failure::Run(e)
         }
     }
 }
@@ -193,9 +200,18 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             scope,
             now,
             dry_run,
+            allow_future_now,
         } => {
             let (cohort, policy) = open(&cli).await?;
-            commands::sweep(&cohort, &policy, cli.json, scope, now.as_deref(), *dry_run).await
+            commands::sweep(
+                &cohort,
+                &policy,
+                cli.json,
+                scope,
+                now.as_deref(),
+                (*dry_run, *allow_future_now),
+            )
+            .await
         }
         Command::Erase {
             tenant,
@@ -205,6 +221,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             allow_soft_delete,
             dry_run,
             now,
+            allow_future_now,
         } => {
             let (cohort, _) = open(&cli).await?;
             let mut scope =
@@ -218,7 +235,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 tenant.as_deref(),
                 scope,
                 now.as_deref(),
-                *dry_run,
+                (*dry_run, *allow_future_now),
             )
             .await
         }

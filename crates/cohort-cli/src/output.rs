@@ -43,14 +43,7 @@ pub(crate) fn print_json(value: &Value) {
 }
 
 pub(crate) fn error(json: bool, error: &Error) {
-    let kind = match error {
-        Error::Validation(_) => "validation",
-        Error::Config(_) => "config",
-        Error::Policy(_) => "policy",
-        Error::Migration(_) => "migration",
-        Error::Database(_) => "database",
-        _ => "other",
-    };
+    let kind = error.kind().as_str();
     if json {
         print_json(&json!({
             "error": {

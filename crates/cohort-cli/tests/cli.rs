@@ -88,7 +88,7 @@ async fn migrate_then_validate_succeeds_with_json_on_stdout() {
     );
     let report = json(&out);
     assert_eq!(report["schema"], "retention");
-    assert_eq!(report["applied"], serde_json::json!([1, 2]));
+    assert_eq!(report["applied"], serde_json::json!([1, 2, 3]));
     let again = json(&cohort(dir.path(), &["--json", "migrate"], Some(db.url())));
     assert_eq!(again["applied"], serde_json::json!([]));
 
@@ -657,7 +657,8 @@ async fn sweep_exit_codes_follow_the_contract() {
         tenants,
         vec![
             Value::from("22222222-2222-2222-2222-222222222222"),
-            Value::Null
+            // No tenantless pass: there are no tenantless entities, and an
+            // empty run is not written.
         ]
     );
 }
@@ -998,4 +999,122 @@ jurisdiction = "EU"
     assert_eq!(left, 2);
     let out = cohort(dir, &["erase", "--subject", "u-1"], url);
     assert_eq!(out.status.code(), Some(2), "a scope is required");
+}
+
+/// Contract defects: an `--all-tenants` pass that fails before its run
+/// counts (in the JSON and the exit code), a future `--now` refused unless
+/// allowed, and error kinds in the JSON.
+#[tokio::test]
+async fn cli_all_tenants_future_now_and_error_kinds_follow_the_contract() {
+    let (db, dir) = setup().await;
+    sqlx::raw_sql(ROWS).execute(db.pool()).await.unwrap();
+    let dir = dir.path();
+    let url = Some(db.url());
+    assert_eq!(cohort(dir, &["migrate"], url).status.code(), Some(0));
+    let base = std::fs::read_to_string(dir.join("cohort.toml")).unwrap();
+
+    // A tenants query naming one good tenant and one that cannot be a tenant.
+    std::fs::write(
+        dir.join("cohort.toml"),
+        format!(
+            "tenants_query = \"SELECT t FROM (VALUES ('11111111-1111-1111-1111-111111111111'), ('not-a-uuid')) v(t)\"\n{base}"
+        ),
+    )
+    .unwrap();
+    let out = cohort(
+        dir,
+        &["--json", "sweep", "--all-tenants", "--now", NOW],
+        url,
+    );
+    assert_eq!(out.status.code(), Some(3), "some passes failed");
+    let docs = json(&out);
+    let docs = docs.as_array().unwrap();
+    assert_eq!(docs.len(), 2, "one run and one pass that never started");
+    assert_eq!(docs[0]["status"], "succeeded");
+    assert_eq!(docs[1]["status"], "not_started");
+    assert_eq!(docs[1]["tenant"], "not-a-uuid");
+    assert_eq!(docs[1]["error"]["kind"], "invalid_input");
+    // Every pass refused as bad input: exit 2.
+    std::fs::write(
+        dir.join("cohort.toml"),
+        format!("tenants_query = \"SELECT 'nope'\"\n{base}"),
+    )
+    .unwrap();
+    let out = cohort(
+        dir,
+        &["--json", "sweep", "--all-tenants", "--now", NOW],
+        url,
+    );
+    assert_eq!(out.status.code(), Some(2));
+    // No tenants at all with tenant-scoped entities: refused, exit 2.
+    std::fs::write(
+        dir.join("cohort.toml"),
+        format!("tenants_query = \"SELECT 'x' WHERE false\"\n{base}"),
+    )
+    .unwrap();
+    let out = cohort(
+        dir,
+        &["--json", "sweep", "--all-tenants", "--now", NOW],
+        url,
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(json(&out)["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("no tenants to sweep"));
+
+    std::fs::write(dir.join("cohort.toml"), &base).unwrap();
+
+    // A future --now is refused for a mutating run, allowed for a dry run
+    // or when asked for; nothing is written when refused.
+    let future = (chrono::Utc::now() + chrono::Duration::days(10)).to_rfc3339();
+    let tenant = "11111111-1111-1111-1111-111111111111";
+    let out = cohort(
+        dir,
+        &["--json", "sweep", "--tenant", tenant, "--now", &future],
+        url,
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(json(&out)["error"]["kind"], "refused");
+    let runs = cohort(dir, &["--json", "runs", "list"], url);
+    let before = json(&runs).as_array().unwrap().len();
+    let out = cohort(
+        dir,
+        &[
+            "--json",
+            "sweep",
+            "--tenant",
+            tenant,
+            "--now",
+            &future,
+            "--dry-run",
+        ],
+        url,
+    );
+    assert_eq!(out.status.code(), Some(0));
+    let out = cohort(
+        dir,
+        &[
+            "--json",
+            "sweep",
+            "--tenant",
+            tenant,
+            "--now",
+            &future,
+            "--allow-future-now",
+        ],
+        url,
+    );
+    assert_eq!(out.status.code(), Some(0));
+    let runs = cohort(dir, &["--json", "runs", "list"], url);
+    assert_eq!(json(&runs).as_array().unwrap().len(), before + 2);
+
+    // Error kinds: an unknown run is not_found, exit 2.
+    let out = cohort(
+        dir,
+        &["--json", "runs", "show", &uuid::Uuid::new_v4().to_string()],
+        url,
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(json(&out)["error"]["kind"], "not_found");
 }

@@ -129,6 +129,18 @@ impl Cohort {
         crate::guarded::delete(&self.cx, request, callback).await
     }
 
+    /// Sweeps every tenant of `request`'s source, one pass each in
+    /// first-seen order (one tenant however its id is spelled), then the
+    /// tenantless entities. A pass that fails does not stop the others;
+    /// cancellation stops the open pass and skips the rest. Refused when
+    /// there are tenant-scoped entities but no tenants at all.
+    pub async fn sweep_all(
+        &self,
+        request: crate::SweepAllRequest,
+    ) -> Result<crate::SweepAllResult> {
+        crate::run::passes::sweep_all(&self.cx, request).await
+    }
+
     /// Counts what a sweep would change now, without writing anything.
     pub async fn preview(&self, request: crate::PreviewRequest) -> Result<crate::PreviewResult> {
         crate::run::sweep::preview(&self.cx, request).await
@@ -140,6 +152,13 @@ impl Cohort {
         request: crate::holds::HoldRequest,
     ) -> Result<crate::holds::Hold> {
         crate::holds::create(&self.cx, request).await
+    }
+
+    /// Whether a record is under an active hold now (database clock),
+    /// whatever tenant it belongs to. An unknown entity is `NotFound`, a
+    /// malformed record id `InvalidInput`.
+    pub async fn is_held(&self, entity_id: uuid::Uuid, record_id: &str) -> Result<bool> {
+        crate::holds::is_held(&self.cx, entity_id, record_id).await
     }
 
     /// Lists holds.

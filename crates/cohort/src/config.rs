@@ -75,11 +75,10 @@ pub struct PruneConfig {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct CohortConfig {
-    /// Schema holding Cohort's own tables (default `public`); also the
-    /// default schema of retained tables that name none.
+    /// Schema holding Cohort's own tables (default `public`).
     pub schema: String,
-    /// Default schema for retained tables without one, when it differs
-    /// from `schema`.
+    /// Schema of retained tables that name none (default `public`; never
+    /// Cohort's own schema unless set to it).
     pub default_table_schema: Option<String>,
     /// Rows per batch (1..=100000, default 5000).
     pub sweep_batch_size: u32,
@@ -180,9 +179,10 @@ impl CohortConfig {
         toml::from_str(text).map_err(|e| Error::Config(e.to_string()))
     }
 
-    /// The schema retained tables without one resolve to.
+    /// The schema retained tables without one resolve to: the configured
+    /// default, then `public` (never Cohort's own ledger schema).
     pub fn table_schema(&self) -> &str {
-        self.default_table_schema.as_deref().unwrap_or(&self.schema)
+        self.default_table_schema.as_deref().unwrap_or("public")
     }
 
     /// Overlays `COHORT_…` variables from `vars` (pass `std::env::vars()`):
@@ -232,6 +232,10 @@ impl CohortConfig {
                 "DISPATCH__CLAIM_TIMEOUT" => self.dispatch.claim_timeout = period()?,
                 "DISPATCH__SETTLE_TIMEOUT" => self.dispatch.settle_timeout = period()?,
                 "DISPATCH__PAYLOAD_RETENTION" => self.dispatch.payload_retention = period()?,
+                "PRUNE__RUNS_OLDER_THAN" => self.prune.runs_older_than = Some(period()?),
+                "PRUNE__INACTIVE_HOLDS_OLDER_THAN" => {
+                    self.prune.inactive_holds_older_than = Some(period()?)
+                }
                 _ => return Err(Error::Config(format!("unknown setting {key}"))),
             }
         }
@@ -294,6 +298,19 @@ impl CohortConfig {
                 problems.push(format!("{name} must be greater than zero"));
             }
         }
+        for (name, p) in [
+            ("prune.runs_older_than", self.prune.runs_older_than),
+            (
+                "prune.inactive_holds_older_than",
+                self.prune.inactive_holds_older_than,
+            ),
+        ] {
+            if p == Some(Period::ZERO) {
+                problems.push(format!(
+                    "{name} must be greater than zero (leave it out to keep history forever)"
+                ));
+            }
+        }
         if let Some(schedule) = &self.schedule {
             if let Err(e) = schedule.parse::<croner::Cron>() {
                 problems.push(format!(
@@ -306,6 +323,37 @@ impl CohortConfig {
         } else {
             Err(Error::Config(problems.join("; ")))
         }
+    }
+
+    /// Settings that are accepted but that nothing in this version acts on
+    /// yet (they belong to the scheduled worker, the row-handler dispatcher
+    /// and the history pruner): one warning each, so configuration never
+    /// passes silently. Validation reports them with its other advice.
+    pub fn settings_without_effect(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let later = "; it only affects the scheduled worker, which this version does not run yet";
+        if let Some(s) = &self.schedule {
+            out.push(format!("schedule = {s:?} is set{later}"));
+        }
+        if self.dry_run {
+            out.push(format!("dry_run = true is set{later} (use --dry-run or SweepRequest::dry_run for manual runs)"));
+        }
+        if self.kill_switch {
+            out.push(format!("kill_switch = true is set{later}"));
+        }
+        if self.dispatch != DispatchConfig::default() {
+            out.push(
+                "[cohort.dispatch] settings are set; they only affect the row-handler dispatcher, which this version does not run yet"
+                    .into(),
+            );
+        }
+        if self.prune != PruneConfig::default() {
+            out.push(
+                "[cohort.prune] settings are set; they only affect the history pruner, which this version does not run yet"
+                    .into(),
+            );
+        }
+        out
     }
 
     /// The observer time-out as a std duration.

@@ -19,7 +19,7 @@
 //! more. Runs, batches, audit and failure isolation are those of a sweep.
 
 use crate::cancel::Cancel;
-use chrono::{DateTime, FixedOffset, Utc};
+use chrono::{DateTime, TimeZone, Utc};
 
 /// Whose data to erase, and how far the request reaches.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -62,31 +62,33 @@ pub struct ErasureRequest {
     pub(crate) now: DateTime<Utc>,
     pub(crate) dry_run: bool,
     pub(crate) cancel: Cancel,
+    pub(crate) allow_future_now: bool,
 }
 
 impl ErasureRequest {
     /// Erases the subject's rows of `tenant`'s tenant-scoped entities.
-    pub fn tenanted(
+    pub fn tenanted<Tz: TimeZone>(
         tenant: impl Into<String>,
         scope: ErasureScope,
-        now: DateTime<FixedOffset>,
+        now: DateTime<Tz>,
     ) -> Self {
-        Self::new(Some(tenant.into()), scope, now)
+        Self::new(Some(tenant.into()), scope, crate::run::logical_now(now))
     }
 
     /// Erases the subject's rows of the tenantless entities.
-    pub fn tenantless(scope: ErasureScope, now: DateTime<FixedOffset>) -> Self {
-        Self::new(None, scope, now)
+    pub fn tenantless<Tz: TimeZone>(scope: ErasureScope, now: DateTime<Tz>) -> Self {
+        Self::new(None, scope, crate::run::logical_now(now))
     }
 
-    fn new(tenant: Option<String>, scope: ErasureScope, now: DateTime<FixedOffset>) -> Self {
+    fn new(tenant: Option<String>, scope: ErasureScope, now: DateTime<Utc>) -> Self {
         Self {
             tenant,
             jurisdiction: None,
             scope,
-            now: now.with_timezone(&Utc),
+            now,
             dry_run: false,
             cancel: Cancel::new(),
+            allow_future_now: false,
         }
     }
 
@@ -100,6 +102,13 @@ impl ErasureRequest {
     /// jurisdiction can raise the legal minimum or change the strategy).
     pub fn jurisdiction(mut self, jurisdiction: impl Into<String>) -> Self {
         self.jurisdiction = Some(jurisdiction.into());
+        self
+    }
+
+    /// Accepts a `now` later than the database clock (see
+    /// [`crate::SweepRequest::allow_future_now`]); refused by default.
+    pub fn allow_future_now(mut self, allow: bool) -> Self {
+        self.allow_future_now = allow;
         self
     }
 

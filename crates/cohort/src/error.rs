@@ -72,9 +72,23 @@ pub enum Error {
     #[error("migration failed: {0}")]
     Migration(String),
     /// A request was invalid (unknown entity, malformed id, wrong tenant,
-    /// missing record, …); nothing was changed.
+    /// …); nothing was changed.
     #[error("invalid input: {0}")]
     InvalidInput(String),
+    /// What the request names does not exist (a record, a hold, a run);
+    /// nothing was changed.
+    #[error("not found: {0}")]
+    NotFound(String),
+    /// The request conflicts with what exists (a hold id already taken, a
+    /// hold already released). Retrying the same create is safe to
+    /// recognise by this kind. Nothing was changed.
+    #[error("conflict: {0}")]
+    Conflict(String),
+    /// The request is well-formed but refused by a safety rule (soft delete
+    /// as erasure without opting in, a mutating run dated after the database
+    /// clock); nothing was changed.
+    #[error("refused: {0}")]
+    Refused(String),
     /// A guarded-deletion callback failed; its transaction was rolled back.
     #[error("the guarded-deletion callback failed: {0}")]
     Callback(Box<dyn std::error::Error + Send + Sync>),
@@ -83,7 +97,88 @@ pub enum Error {
     Database(#[from] sqlx::Error),
 }
 
+/// What kind of error an [`Error`] is: what callers branch on, and the
+/// `error.kind` of the CLI's JSON.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// Startup validation failed.
+    Validation,
+    /// Configuration is invalid.
+    Config,
+    /// The policy file is invalid.
+    Policy,
+    /// A migration failed or the schema cannot be upgraded.
+    Migration,
+    /// A malformed or inconsistent request.
+    InvalidInput,
+    /// Something the request names does not exist.
+    NotFound,
+    /// The request conflicts with existing state.
+    Conflict,
+    /// Refused by a safety rule.
+    Refused,
+    /// A guarded-deletion callback failed.
+    Callback,
+    /// The database could not be reached or the connection was lost.
+    Connection,
+    /// Any other database error.
+    Database,
+}
+
+impl ErrorKind {
+    /// The snake_case name (`invalid_input`, `not_found`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::Validation => "validation",
+            ErrorKind::Config => "config",
+            ErrorKind::Policy => "policy",
+            ErrorKind::Migration => "migration",
+            ErrorKind::InvalidInput => "invalid_input",
+            ErrorKind::NotFound => "not_found",
+            ErrorKind::Conflict => "conflict",
+            ErrorKind::Refused => "refused",
+            ErrorKind::Callback => "callback",
+            ErrorKind::Connection => "connection",
+            ErrorKind::Database => "database",
+        }
+    }
+
+    /// Whether the caller's input (request, configuration, policy) is at
+    /// fault and nothing was changed (the CLI's exit code 2).
+    pub fn is_bad_input(self) -> bool {
+        matches!(
+            self,
+            ErrorKind::Validation
+                | ErrorKind::Config
+                | ErrorKind::Policy
+                | ErrorKind::InvalidInput
+                | ErrorKind::NotFound
+                | ErrorKind::Conflict
+                | ErrorKind::Refused
+        )
+    }
+}
+
 impl Error {
+    /// The kind of error.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::Validation(_) => ErrorKind::Validation,
+            Error::Config(_) => ErrorKind::Config,
+            Error::Policy(_) => ErrorKind::Policy,
+            Error::Migration(_) => ErrorKind::Migration,
+            Error::InvalidInput(_) => ErrorKind::InvalidInput,
+            Error::NotFound(_) => ErrorKind::NotFound,
+            Error::Conflict(_) => ErrorKind::Conflict,
+            Error::Refused(_) => ErrorKind::Refused,
+            Error::Callback(_) => ErrorKind::Callback,
+            Error::Database(e) if is_connection_error(e) => ErrorKind::Connection,
+            Error::Database(_) => ErrorKind::Database,
+        }
+    }
+
     /// Whether retrying the same operation may succeed: serialization
     /// failures (40001), deadlocks (40P01), lock timeouts (55P03) and lost
     /// connections.
@@ -103,16 +198,31 @@ impl Error {
     }
 }
 
-/// The one place retryable PostgreSQL conditions are listed.
+/// The one place connection-level failures are recognised: the connection
+/// is gone (I/O, protocol, pool), SQLSTATE class 08, or the server
+/// terminated the session (57P01 admin shutdown, 57P02 crash shutdown,
+/// 57P03 cannot connect now).
+pub(crate) fn is_connection_error(e: &sqlx::Error) -> bool {
+    matches!(
+        e,
+        sqlx::Error::Io(_)
+            | sqlx::Error::PoolClosed
+            | sqlx::Error::PoolTimedOut
+            | sqlx::Error::Protocol(_)
+    ) || e
+        .as_database_error()
+        .and_then(|d| d.code())
+        .is_some_and(|c| c.starts_with("08") || matches!(c.as_ref(), "57P01" | "57P02" | "57P03"))
+}
+
+/// The one place retryable PostgreSQL conditions are listed: lost
+/// connections, serialization failures (40001), deadlocks (40P01) and lock
+/// time-outs (55P03).
 pub(crate) fn is_retryable_sqlx(e: &sqlx::Error) -> bool {
-    match e {
-        sqlx::Error::Database(db) => {
-            matches!(db.code().as_deref(), Some("40001" | "40P01" | "55P03"))
-                || db.code().is_some_and(|c| c.starts_with("08"))
-        }
-        sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed => true,
-        _ => false,
-    }
+    is_connection_error(e)
+        || e.as_database_error()
+            .and_then(|d| d.code())
+            .is_some_and(|c| matches!(c.as_ref(), "40001" | "40P01" | "55P03"))
 }
 
 /// The crate's result type.

@@ -158,7 +158,7 @@ where
         .filter(|k| !found_canonical.contains(k))
         .collect();
     if !missing.is_empty() {
-        return Err(Error::InvalidInput(format!(
+        return Err(Error::NotFound(format!(
             "records of {} do not exist: {}",
             entity.name,
             missing.join(", ")

@@ -90,7 +90,7 @@ pub(crate) async fn show(cx: &Context, run_id: Uuid) -> Result<SweepResult> {
     let schema = &cx.config.schema;
     let pool = &cx.pool;
     let mut run_sql = SqlText::new(
-        "SELECT kind, trigger, status, dry_run, tenant_id, started_at, settled_at, error FROM ",
+        "SELECT kind, trigger, status, dry_run, tenant_id, started_at, settled_at, error, failures FROM ",
     );
     run_sql
         .table(&CohortTable::SweepRun.qualified(schema))
@@ -100,7 +100,7 @@ pub(crate) async fn show(cx: &Context, run_id: Uuid) -> Result<SweepResult> {
         .fetch_optional(pool)
         .await?
     else {
-        return Err(Error::InvalidInput(format!("no run with id {run_id}")));
+        return Err(Error::NotFound(format!("no run with id {run_id}")));
     };
     let mut sum_sql = SqlText::new(
         "SELECT retention_entity_id, entity_type, category, strategy, affected_count, held_count, \
@@ -142,30 +142,39 @@ pub(crate) async fn show(cx: &Context, run_id: Uuid) -> Result<SweepResult> {
             legal_min: period("legal_min_s")?,
         });
     }
-    // Failures are stored sanitised on the run as "entity <id>: <diagnostic>; …".
+    // Failures are stored structurally since schema version 3; runs settled
+    // before it are read from the sanitised text "entity <id>: <diagnostic>; …".
+    let structured: Option<serde_json::Value> = run.try_get("failures")?;
     let error: Option<String> = run.try_get("error")?;
-    let failures = error
-        .as_deref()
-        .map(|e| {
-            e.split("; ")
-                .filter_map(|part| {
-                    let rest = part.strip_prefix("entity ")?;
-                    let (id, diagnostic) = rest.split_once(": ")?;
-                    let entity_id = Uuid::parse_str(id).ok()?;
-                    let entity = entities
-                        .iter()
-                        .find(|o| o.entity_id == entity_id)
-                        .map(|o| o.entity.clone())
-                        .unwrap_or_default();
-                    Some(EntityFailure {
-                        entity_id,
-                        entity,
-                        error: diagnostic.to_owned(),
+    let legacy = || -> Vec<EntityFailure> {
+        error
+            .as_deref()
+            .map(|e| {
+                e.split("; ")
+                    .filter_map(|part| {
+                        let rest = part.strip_prefix("entity ")?;
+                        let (id, diagnostic) = rest.split_once(": ")?;
+                        let entity_id = Uuid::parse_str(id).ok()?;
+                        let entity = entities
+                            .iter()
+                            .find(|o| o.entity_id == entity_id)
+                            .map(|o| o.entity.clone())
+                            .unwrap_or_default();
+                        Some(EntityFailure {
+                            entity_id,
+                            entity,
+                            error: diagnostic.to_owned(),
+                        })
                     })
-                })
-                .collect()
-        })
-        .unwrap_or_default();
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let failures: Vec<EntityFailure> = match structured {
+        Some(v) => serde_json::from_value(v)
+            .map_err(|e| Error::Migration(format!("run {run_id} has unreadable failures: {e}")))?,
+        None => legacy(),
+    };
     Ok(SweepResult {
         run_id,
         kind: kind(run.try_get("kind")?),

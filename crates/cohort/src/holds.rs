@@ -17,7 +17,7 @@
 //! waits for the batch holding the row and then finds it gone (purged) or
 //! changed.
 
-use chrono::{DateTime, FixedOffset, Utc};
+use chrono::{DateTime, TimeZone, Utc};
 use sqlx::postgres::PgRow;
 use sqlx::Row;
 use uuid::Uuid;
@@ -69,7 +69,7 @@ impl HoldRequest {
     }
 
     /// Sets the expiry (any offset; stored as UTC).
-    pub fn expires_at(mut self, at: DateTime<FixedOffset>) -> Self {
+    pub fn expires_at<Tz: TimeZone>(mut self, at: DateTime<Tz>) -> Self {
         self.expires_at = Some(at.with_timezone(&Utc));
         self
     }
@@ -81,7 +81,7 @@ impl HoldRequest {
     }
 
     /// Sets the creation time (any offset; stored as UTC).
-    pub fn created_at(mut self, at: DateTime<FixedOffset>) -> Self {
+    pub fn created_at<Tz: TimeZone>(mut self, at: DateTime<Tz>) -> Self {
         self.created_at = at.with_timezone(&Utc);
         self
     }
@@ -189,7 +189,7 @@ pub(crate) async fn create(cx: &Context, req: HoldRequest) -> Result<Hold> {
         .fetch_optional(&mut *tx)
         .await?;
     let Some(row) = row else {
-        return Err(Error::InvalidInput(format!(
+        return Err(Error::NotFound(format!(
             "record {} of {} does not exist",
             record.canonical(),
             entity.name
@@ -231,7 +231,7 @@ pub(crate) async fn create(cx: &Context, req: HoldRequest) -> Result<Hold> {
             ));
         }
         Err(e) if e.as_database_error().and_then(|d| d.code()).as_deref() == Some("23505") => {
-            return Err(Error::InvalidInput(format!(
+            return Err(Error::Conflict(format!(
                 "a hold with id {} already exists",
                 req.hold_id
             )));
@@ -241,6 +241,26 @@ pub(crate) async fn create(cx: &Context, req: HoldRequest) -> Result<Hold> {
     let hold = Hold::from_row(&row)?;
     tx.commit().await?;
     Ok(hold)
+}
+
+pub(crate) async fn is_held(cx: &Context, entity_id: Uuid, record_id: &str) -> Result<bool> {
+    let ready = cx.prepared().await?;
+    let entity = ready.model.entity(entity_id).ok_or_else(|| {
+        Error::NotFound(format!(
+            "{entity_id} is not the id of a registered retained entity"
+        ))
+    })?;
+    let record = ready.model.facts[&entity.id]
+        .record
+        .parse(record_id)
+        .map_err(|msg| Error::InvalidInput(format!("record id for {}: {msg}", entity.name)))?;
+    let plan = &ready.plans[&entity.id];
+    let row = record
+        .bind(sqlx::query(plan.is_held.sql()).bind(entity.id))
+        .bind(record.canonical())
+        .fetch_one(&cx.pool)
+        .await?;
+    Ok(row.try_get(0)?)
 }
 
 pub(crate) async fn list(cx: &Context, filter: &HoldFilter) -> Result<Vec<Hold>> {
@@ -278,8 +298,8 @@ pub(crate) async fn release(cx: &Context, hold_id: Uuid) -> Result<Hold> {
         .bind(hold_id)
         .fetch_optional(pool)
         .await?;
-    Err(Error::InvalidInput(match existing {
-        Some(_) => format!("hold {hold_id} is already released"),
-        None => format!("no hold with id {hold_id}"),
-    }))
+    Err(match existing {
+        Some(_) => Error::Conflict(format!("hold {hold_id} is already released")),
+        None => Error::NotFound(format!("no hold with id {hold_id}")),
+    })
 }

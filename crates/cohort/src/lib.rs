@@ -25,10 +25,11 @@ pub mod validate;
 pub use cancel::Cancel;
 pub use cohort::{Cohort, CohortBuilder};
 pub use config::CohortConfig;
-pub use error::{Error, Problem, Problems, Result};
+pub use error::{Error, ErrorKind, Problem, Problems, Result};
 pub use ident::QualifiedName;
 pub use model::{EntityDeclaration, Retained};
 pub use rules::{AuditDetail, Strategy};
+pub use run::passes::{PassFailure, PassOutcome, SweepAllRequest, SweepAllResult, TenantSource};
 pub use run::PreviewResult;
 pub use run::{
     EntityFailure, EntityOutcome, NotReached, PreviewRequest, RunKind, RunStatus, SweepRequest,

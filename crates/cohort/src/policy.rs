@@ -61,14 +61,48 @@ struct RawEntity {
     exempt: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
+#[derive(Debug)]
 enum RawSubject {
     Column(String),
     WithKind {
         column: String,
         kind: Option<String>,
     },
+}
+
+/// A subject is a column name or `{ column, kind }`; any other key is an
+/// error naming the key (with its line, from the TOML parser), never
+/// silently ignored (`knd = "user"` would widen the subject to every kind).
+impl<'de> Deserialize<'de> for RawSubject {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = RawSubject;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a column name or { column = \"...\", kind = \"...\" }")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> std::result::Result<RawSubject, E> {
+                Ok(RawSubject::Column(v.to_owned()))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> std::result::Result<RawSubject, A::Error> {
+                const FIELDS: &[&str] = &["column", "kind"];
+                let (mut column, mut kind) = (None, None);
+                while let Some(key) = map.next_key::<String>()? {
+                    match key.as_str() {
+                        "column" => column = Some(map.next_value::<String>()?),
+                        "kind" => kind = Some(map.next_value::<String>()?),
+                        other => return Err(serde::de::Error::unknown_field(other, FIELDS)),
+                    }
+                }
+                let column = column.ok_or_else(|| serde::de::Error::missing_field("column"))?;
+                Ok(RawSubject::WithKind { column, kind })
+            }
+        }
+        d.deserialize_any(Visitor)
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -677,5 +711,20 @@ audit = "per_row"
             p.rules.resolve(&ctx).await.unwrap().period().to_string(),
             "3d"
         );
+    }
+
+    #[test]
+    fn unknown_subject_keys_are_named_with_their_line() {
+        let text = "[[entity]]\nname = \"A\"\nid = \"a3f467fe-c5d0-4f17-9897-83c373cc1dc8\"\ncategory = \"c\"\nanchor = \"t\"\ntable = \"a\"\nsubjects = [{ column = \"user_id\", knd = \"user\" }]\n";
+        let err = PolicyFile::parse(text).unwrap_err().to_string();
+        assert!(err.contains("unknown field `knd`"), "{err}");
+        assert!(err.contains("line 7"), "{err}");
+        let ok = PolicyFile::parse(&text.replace("knd", "kind")).unwrap();
+        assert_eq!(ok.entities.len(), 1);
+        let err = PolicyFile::parse(
+            &text.replace("column = \"user_id\", knd = \"user\"", "kind = \"user\""),
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("missing field `column`"), "{err}");
     }
 }

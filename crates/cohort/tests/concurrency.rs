@@ -203,9 +203,7 @@ async fn race_holds_against_sweeps(db: &cohort_pgtemp::TestDatabase) {
                     .unwrap();
                     protected.insert(format!("{table}:{record}"), state);
                 }
-                Err(cohort::Error::InvalidInput(msg)) if msg.contains("does not exist") => {
-                    refused += 1
-                }
+                Err(cohort::Error::NotFound(msg)) if msg.contains("does not exist") => refused += 1,
                 Err(e) => panic!("hold creation failed: {e}"),
             }
         }

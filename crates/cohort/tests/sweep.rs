@@ -459,7 +459,7 @@ async fn the_ledger_reads_back_as_the_result() {
     assert_eq!((runs[1].run_id, runs[1].affected), (result.run_id, 9));
     assert!(matches!(
         cohort.show_run(uuid::Uuid::new_v4()).await,
-        Err(cohort::Error::InvalidInput(_))
+        Err(cohort::Error::NotFound(_))
     ));
 }
 

@@ -2,7 +2,7 @@
 //! built for the subject columns that apply.
 
 use super::executor::{execute, Arg, RunSpec, Work};
-use super::resolve::{rule_for, tenant_keys};
+use super::resolve::{check_now, rule_for, tenant_keys};
 use super::{failure, NotReached, RunKind, SweepResult, Trigger};
 use crate::context::Context;
 use crate::erasure::ErasureRequest;
@@ -12,6 +12,7 @@ use crate::sql::{ErasurePlan, KeyValue};
 
 pub(crate) async fn erase(cx: &Context, req: ErasureRequest) -> Result<SweepResult> {
     let ready = cx.prepared().await?;
+    check_now(cx, req.now, !req.dry_run, req.allow_future_now).await?;
     let pass = tenant_keys(&ready, req.tenant.as_deref())?;
     let jurisdiction = ready.jurisdiction(pass.tenant.as_deref(), req.jurisdiction.as_deref())?;
     let scope = &req.scope;
@@ -96,7 +97,7 @@ pub(crate) async fn erase(cx: &Context, req: ErasureRequest) -> Result<SweepResu
             }
         };
         if rule.strategy() == Strategy::SoftDelete && !scope.allow_soft_delete {
-            return Err(Error::InvalidInput(format!(
+            return Err(Error::Refused(format!(
                 "{} soft-deletes (category {:?}); erasure by soft delete must be allowed explicitly (allow_soft_delete / --allow-soft-delete)",
                 e.name, e.category
             )));

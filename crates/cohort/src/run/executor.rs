@@ -18,7 +18,7 @@ use uuid::Uuid;
 use super::{failure, EntityFailure, EntityOutcome, RunKind, RunStatus, SweepResult, Trigger};
 use crate::context::{Context, Prepared};
 use crate::diagnostic::Diagnostic;
-use crate::error::Result;
+use crate::error::{is_connection_error, Result};
 use crate::ident::SqlText;
 use crate::locks::{self, LockKey};
 use crate::model::EntityDescriptor;
@@ -144,19 +144,6 @@ enum Stop {
     Run(sqlx::Error),
 }
 
-fn is_connection_error(e: &sqlx::Error) -> bool {
-    matches!(
-        e,
-        sqlx::Error::Io(_)
-            | sqlx::Error::PoolClosed
-            | sqlx::Error::PoolTimedOut
-            | sqlx::Error::Protocol(_)
-    ) || e
-        .as_database_error()
-        .and_then(|d| d.code())
-        .is_some_and(|c| c.starts_with("08") || c == "57P01")
-}
-
 fn stop_from(e: sqlx::Error) -> Stop {
     if is_connection_error(&e) {
         Stop::Run(e)
@@ -258,7 +245,16 @@ pub(crate) async fn execute(
         .collect();
     parts.extend(run_error.map(|e| format!("run: {e}")));
     let error = (!parts.is_empty()).then(|| parts.join("; "));
-    let settled = settle(cx, ready, &mut conn, run_id, status, error.as_deref()).await;
+    let settled = settle(
+        cx,
+        ready,
+        &mut conn,
+        run_id,
+        status,
+        error.as_deref(),
+        &failures,
+    )
+    .await;
     release_run_lock(conn, run_id).await;
     let settled_at = settled?;
     inner.observers.emit(AuditEvent::Settled { run_id, status });
@@ -539,12 +535,15 @@ async fn settle(
     run_id: Uuid,
     status: RunStatus,
     error: Option<&str>,
+    failures: &[EntityFailure],
 ) -> Result<DateTime<Utc>> {
+    let structured = serde_json::to_value(failures).expect("failures serialise");
     let q = || {
         sqlx::query(ready.ledger.settle_run.sql())
             .bind(run_id)
             .bind(status.as_str())
             .bind(error)
+            .bind(&structured)
     };
     let row = match q().fetch_one(&mut *conn).await {
         Ok(row) => row,

@@ -6,11 +6,12 @@
 
 pub(crate) mod erasure;
 pub(crate) mod executor;
+pub(crate) mod passes;
 pub(crate) mod resolve;
 pub(crate) mod sweep;
 
 use crate::cancel::Cancel;
-use chrono::{DateTime, FixedOffset, Utc};
+use chrono::{DateTime, TimeZone, Utc};
 use serde::Serialize;
 use uuid::Uuid;
 
@@ -110,18 +111,19 @@ pub struct SweepRequest {
     pub(crate) dry_run: bool,
     pub(crate) trigger: Trigger,
     pub(crate) cancel: Cancel,
+    pub(crate) allow_future_now: bool,
 }
 
 impl SweepRequest {
     /// Sweeps the tenant-scoped entities of `tenant` as of `now` (any
     /// offset; normalised to UTC).
-    pub fn tenanted(tenant: impl Into<String>, now: DateTime<FixedOffset>) -> Self {
-        Self::new(Some(tenant.into()), now.with_timezone(&Utc))
+    pub fn tenanted<Tz: TimeZone>(tenant: impl Into<String>, now: DateTime<Tz>) -> Self {
+        Self::new(Some(tenant.into()), crate::run::logical_now(now))
     }
 
     /// Sweeps the tenantless entities as of `now`.
-    pub fn tenantless(now: DateTime<FixedOffset>) -> Self {
-        Self::new(None, now.with_timezone(&Utc))
+    pub fn tenantless<Tz: TimeZone>(now: DateTime<Tz>) -> Self {
+        Self::new(None, crate::run::logical_now(now))
     }
 
     fn new(tenant: Option<String>, now: DateTime<Utc>) -> Self {
@@ -132,6 +134,7 @@ impl SweepRequest {
             dry_run: false,
             trigger: Trigger::Manual,
             cancel: Cancel::new(),
+            allow_future_now: false,
         }
     }
 
@@ -147,9 +150,12 @@ impl SweepRequest {
         self
     }
 
-    /// Marks the run as started by the scheduler.
-    pub fn trigger(mut self, trigger: Trigger) -> Self {
-        self.trigger = trigger;
+    /// Accepts a `now` later than the database clock for a mutating run.
+    /// Refused by default: a future `now` moves every cutoff forward and
+    /// mutates rows that are not old enough yet. Dry runs and previews may
+    /// look ahead freely.
+    pub fn allow_future_now(mut self, allow: bool) -> Self {
+        self.allow_future_now = allow;
         self
     }
 
@@ -198,7 +204,7 @@ pub struct EntityOutcome {
 }
 
 /// An entity that failed; the run went on with the others.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct EntityFailure {
     /// Durable entity id.
     pub entity_id: Uuid,
@@ -272,20 +278,20 @@ pub struct PreviewRequest {
 
 impl PreviewRequest {
     /// Previews `tenant`'s tenant-scoped entities.
-    pub fn tenanted(tenant: impl Into<String>, now: DateTime<FixedOffset>) -> Self {
+    pub fn tenanted<Tz: TimeZone>(tenant: impl Into<String>, now: DateTime<Tz>) -> Self {
         Self {
             tenant: Some(tenant.into()),
             jurisdiction: None,
-            now: now.with_timezone(&Utc),
+            now: crate::run::logical_now(now),
         }
     }
 
     /// Previews the tenantless entities.
-    pub fn tenantless(now: DateTime<FixedOffset>) -> Self {
+    pub fn tenantless<Tz: TimeZone>(now: DateTime<Tz>) -> Self {
         Self {
             tenant: None,
             jurisdiction: None,
-            now: now.with_timezone(&Utc),
+            now: crate::run::logical_now(now),
         }
     }
 
@@ -313,4 +319,11 @@ pub struct PreviewResult {
     pub entities: Vec<EntityOutcome>,
     /// Entities whose rule could not be resolved.
     pub failures: Vec<EntityFailure>,
+}
+
+/// A request's logical time at the boundary: UTC, at PostgreSQL's
+/// microsecond precision (so what a run reports is what the ledger stores).
+pub(crate) fn logical_now<Tz: TimeZone>(now: DateTime<Tz>) -> DateTime<Utc> {
+    use chrono::SubsecRound;
+    now.with_timezone(&Utc).trunc_subsecs(6)
 }

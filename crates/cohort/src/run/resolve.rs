@@ -100,3 +100,32 @@ pub(crate) async fn rule_for(
     }
     Ok(rule)
 }
+
+/// How far a mutating run's `now` may be ahead of the database clock
+/// (client clock skew), in seconds.
+pub(crate) const FUTURE_NOW_TOLERANCE_SECS: i64 = 60;
+
+/// Refuses a mutating run dated later than the database clock (beyond
+/// [`FUTURE_NOW_TOLERANCE_SECS`]) unless the caller allowed it: a future
+/// `now` moves every cutoff forward. Nothing has been written yet.
+pub(crate) async fn check_now(
+    cx: &Context,
+    now: DateTime<Utc>,
+    mutating: bool,
+    allowed: bool,
+) -> Result<()> {
+    if !mutating || allowed {
+        return Ok(());
+    }
+    let db_now: DateTime<Utc> = sqlx::query_scalar("SELECT pg_catalog.now()")
+        .fetch_one(&cx.pool)
+        .await?;
+    if now > db_now + chrono::Duration::seconds(FUTURE_NOW_TOLERANCE_SECS) {
+        return Err(Error::Refused(format!(
+            "now {} is later than the database clock ({}): every cutoff would move forward and rows that are not old enough yet would change. Use a dry run to look ahead, or allow it explicitly (allow_future_now / --allow-future-now)",
+            now.to_rfc3339(),
+            db_now.to_rfc3339()
+        )));
+    }
+    Ok(())
+}

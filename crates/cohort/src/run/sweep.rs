@@ -4,7 +4,7 @@
 use chrono::{DateTime, Utc};
 
 use super::executor::{counts, execute, outcome, Arg, RunSpec, Work};
-use super::resolve::{rule_for, tenant_keys};
+use super::resolve::{check_now, rule_for, tenant_keys};
 use super::{failure, PreviewRequest, PreviewResult, RunKind, SweepRequest, SweepResult};
 use crate::context::{Context, Prepared};
 use crate::diagnostic::Diagnostic;
@@ -98,6 +98,7 @@ pub(crate) async fn preview(cx: &Context, req: PreviewRequest) -> Result<Preview
 
 pub(crate) async fn sweep(cx: &Context, req: SweepRequest) -> Result<SweepResult> {
     let ready = cx.prepared().await?;
+    check_now(cx, req.now, !req.dry_run, req.allow_future_now).await?;
     let pass = tenant_keys(&ready, req.tenant.as_deref())?;
     let jurisdiction = ready.jurisdiction(pass.tenant.as_deref(), req.jurisdiction.as_deref())?;
     let batch = i64::from(cx.config.sweep_batch_size);

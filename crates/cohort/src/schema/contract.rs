@@ -6,7 +6,7 @@ use crate::ident::QualifiedName;
 
 /// The schema version the code expects. Migrations record it on
 /// `sweep_run` as the table comment `cohort schema version N`.
-pub const SCHEMA_VERSION: u32 = 2;
+pub const SCHEMA_VERSION: u32 = 3;
 
 /// The prefix of the version comment on `sweep_run`.
 pub(crate) const VERSION_COMMENT_PREFIX: &str = "cohort schema version ";
@@ -97,6 +97,7 @@ impl CohortTable {
                 col!("started_at", TSTZ, false),
                 col!("settled_at", TSTZ, true),
                 col!("error", TEXT, true),
+                col!("failures", JSONB, true),
             ],
             CohortTable::EntitySummary => &[
                 col!("summary_id", BIGINT, false),

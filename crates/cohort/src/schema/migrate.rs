@@ -37,6 +37,11 @@ const SOURCES: &[(u32, &str, &str)] = &[
         "kept_counts",
         include_str!("../../migrations/0002_kept_counts.sql"),
     ),
+    (
+        3,
+        "structured_failures",
+        include_str!("../../migrations/0003_structured_failures.sql"),
+    ),
 ];
 
 fn render(template: &'static str, schema: &str) -> SqlText {

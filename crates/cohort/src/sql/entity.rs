@@ -52,6 +52,10 @@ pub(crate) struct EntityPlan {
     /// Guarded deletion: locks the targets (`FOR UPDATE`, in key order) and
     /// returns each one's canonical id and tenant. `$1` record keys.
     pub(crate) guard_lock: SqlText,
+    /// Whether a record is under an active hold: matched through the row
+    /// (the hold stores the row's own key text) or by the canonical id.
+    /// `$1` entity id, `$2` record key, `$3` canonical id text.
+    pub(crate) is_held: SqlText,
     /// Literal values bound after `$2` by the anonymise statement.
     pub(crate) literals: Vec<String>,
     /// Whether a column is hashed (the HMAC pads follow the literals).
@@ -96,6 +100,7 @@ impl EntityPlan {
             lock_target: SqlText::default(),
             referenced: referenced.clone(),
             guard_lock: SqlText::default(),
+            is_held: SqlText::default(),
             literals: Vec::new(),
             hashes: false,
             custom: Vec::new(),
@@ -304,6 +309,26 @@ impl EntityPlan {
             .col(&e.record_id)
             .push(" FOR UPDATE");
         plan.guard_lock = guard_lock;
+
+        let mut is_held = SqlText::new("SELECT EXISTS (SELECT 1 FROM ");
+        is_held
+            .table(table)
+            .push(" t WHERE ")
+            .col(&e.record_id)
+            .push(" = ");
+        casts.param(&mut is_held, &e.record_id, 2);
+        is_held
+            .push(" AND ")
+            .append(&held)
+            .push(") OR EXISTS (SELECT 1 FROM ");
+        is_held
+            .table(&crate::schema::CohortTable::Hold.qualified(cohort_schema))
+            .push(
+                " h WHERE h.retention_entity_id = $1 AND h.record_id = $3 \
+                 AND (h.released_at IS NULL OR h.released_at > pg_catalog.now()) \
+                 AND (h.expires_at IS NULL OR h.expires_at > pg_catalog.now()))",
+            );
+        plan.is_held = is_held;
         plan
     }
 }

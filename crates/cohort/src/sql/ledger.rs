@@ -9,7 +9,8 @@ use crate::schema::CohortTable;
 pub(crate) struct LedgerPlan {
     /// `$1` run id, `$2` kind, `$3` trigger, `$4` dry run, `$5` tenant, `$6` logical now.
     pub(crate) insert_run: SqlText,
-    /// `$1` run id, `$2` status, `$3` error. Returns settled_at.
+    /// `$1` run id, `$2` status, `$3` error text, `$4` failures (JSON
+    /// array of `{entity_id, entity, error}`). Returns settled_at.
     pub(crate) settle_run: SqlText,
     /// `$1` run, `$2` entity id, `$3` type, `$4` category, `$5` tenant,
     /// `$6` strategy, `$7` cutoff, `$8` period days, `$9` period secs,
@@ -54,7 +55,7 @@ impl LedgerPlan {
         );
         let mut settle_run = SqlText::new("UPDATE ");
         settle_run.table(&run).push(
-            " SET status = $2, settled_at = pg_catalog.clock_timestamp(), error = $3 \
+            " SET status = $2, settled_at = pg_catalog.clock_timestamp(), error = $3, failures = $4 \
              WHERE run_id = $1 AND status = 'started' RETURNING settled_at",
         );
         let mut insert_summary = SqlText::new("INSERT INTO ");

@@ -346,16 +346,19 @@ pub async fn validate(
     if !problems.is_empty() {
         return Err(Error::Validation(Problems(problems)));
     }
-    let warnings = entities
-        .iter()
-        .zip(&tables)
-        .filter(|(e, _)| {
-            capabilities
-                .get(&e.id)
-                .is_some_and(|c| c.iter().any(|s| s.mutates()))
-        })
-        .filter_map(|(e, t)| checks::index_advice(e, t))
-        .collect();
+    let mut warnings: Vec<String> = config.settings_without_effect();
+    warnings.extend(
+        entities
+            .iter()
+            .zip(&tables)
+            .filter(|(e, _)| {
+                capabilities
+                    .get(&e.id)
+                    .is_some_and(|c| c.iter().any(|s| s.mutates()))
+            })
+            .filter_map(|(e, t)| checks::index_advice(e, t))
+            .collect::<Vec<_>>(),
+    );
     let order = dependency_order(&entities, &tables);
     let facts = entities
         .iter()
