@@ -457,17 +457,14 @@ pub(crate) async fn holds(cohort: &Cohort, json: bool, cmd: &HoldsCommand) -> Re
             tenant,
             active,
         } => {
-            let entity_id = match entity {
-                Some(e) => Some(entity_id(cohort, e).await?),
-                None => None,
-            };
-            let holds = cohort
-                .list_holds(&HoldFilter {
-                    entity_id,
-                    tenant: tenant.clone(),
-                    active_only: *active,
-                })
-                .await?;
+            let mut filter = HoldFilter::all().active_only(*active);
+            if let Some(e) = entity {
+                filter = filter.entity(entity_id(cohort, e).await?);
+            }
+            if let Some(t) = tenant {
+                filter = filter.tenant(t);
+            }
+            let holds = cohort.list_holds(&filter).await?;
             if json {
                 print_json(&serde_json::to_value(&holds).expect("holds serialise"));
             } else {

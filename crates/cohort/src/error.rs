@@ -5,6 +5,7 @@ use std::fmt;
 
 /// A problem found by validation, attached to the entity it concerns.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
 pub struct Problem {
     /// The entity's display name, or `None` for global problems (server,
     /// Cohort schema, configuration).

@@ -34,11 +34,11 @@ pub type CallbackFuture<'c, T> =
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GuardedDeletion {
     /// The retained entity's durable id.
-    pub entity_id: Uuid,
+    pub(crate) entity_id: Uuid,
     /// The tenant owning every target (`None` for tenantless entities).
-    pub tenant: Option<String>,
+    pub(crate) tenant: Option<String>,
     /// Every record id about to be deleted.
-    pub record_ids: Vec<String>,
+    pub(crate) record_ids: Vec<String>,
 }
 
 impl GuardedDeletion {

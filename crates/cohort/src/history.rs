@@ -13,6 +13,7 @@ use crate::schema::CohortTable;
 
 /// One line of `runs list`.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
 pub struct RunRecord {
     /// Run id.
     pub run_id: Uuid,

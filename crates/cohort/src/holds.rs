@@ -29,19 +29,19 @@ use crate::error::{Error, Result};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HoldRequest {
     /// The hold's id (choose one to make creation idempotent to retry).
-    pub hold_id: Uuid,
+    pub(crate) hold_id: Uuid,
     /// The retained entity's durable id.
-    pub retention_entity_id: Uuid,
+    pub(crate) retention_entity_id: Uuid,
     /// The record id as text; canonicalised with the key column's type.
-    pub record_id: String,
+    pub(crate) record_id: String,
     /// The owning tenant; `None` for tenantless entities.
-    pub tenant_id: Option<String>,
+    pub(crate) tenant_id: Option<String>,
     /// Why (e.g. "Litigation hold - case #12345"). Required.
-    pub reason: String,
+    pub(crate) reason: String,
     /// When the hold was placed (normally now).
-    pub created_at: DateTime<Utc>,
+    pub(crate) created_at: DateTime<Utc>,
     /// When it lapses by itself, if ever.
-    pub expires_at: Option<DateTime<Utc>>,
+    pub(crate) expires_at: Option<DateTime<Utc>>,
 }
 
 impl HoldRequest {
@@ -89,6 +89,7 @@ impl HoldRequest {
 
 /// A stored hold.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
 pub struct Hold {
     /// Hold id.
     pub hold_id: Uuid,
@@ -132,11 +133,36 @@ impl Hold {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct HoldFilter {
     /// Only this entity's holds.
-    pub entity_id: Option<Uuid>,
+    pub(crate) entity_id: Option<Uuid>,
     /// Only this tenant's holds (canonical text).
-    pub tenant: Option<String>,
+    pub(crate) tenant: Option<String>,
     /// Only holds active now.
-    pub active_only: bool,
+    pub(crate) active_only: bool,
+}
+
+impl HoldFilter {
+    /// Every hold.
+    pub fn all() -> Self {
+        Self::default()
+    }
+
+    /// Only this entity's holds.
+    pub fn entity(mut self, entity_id: Uuid) -> Self {
+        self.entity_id = Some(entity_id);
+        self
+    }
+
+    /// Only holds placed for this tenant (any spelling of its id).
+    pub fn tenant(mut self, tenant: impl Into<String>) -> Self {
+        self.tenant = Some(tenant.into());
+        self
+    }
+
+    /// Only holds active now (database clock).
+    pub fn active_only(mut self, active_only: bool) -> Self {
+        self.active_only = active_only;
+        self
+    }
 }
 
 pub(crate) async fn create(cx: &Context, req: HoldRequest) -> Result<Hold> {

@@ -596,11 +596,11 @@ async fn a_hold_follows_its_record_into_another_tenant() {
     );
     // Still listed active, under the tenant it was placed for.
     let listed = cohort
-        .list_holds(&cohort::holds::HoldFilter {
-            tenant: Some(TENANT_A.to_uppercase()),
-            active_only: true,
-            ..Default::default()
-        })
+        .list_holds(
+            &cohort::holds::HoldFilter::all()
+                .tenant(TENANT_A.to_uppercase())
+                .active_only(true),
+        )
         .await
         .unwrap();
     assert!(listed.iter().any(|h| h.hold_id == hold.hold_id));

@@ -153,10 +153,7 @@ async fn holds_stop_protecting_at_expiry_or_release_judged_by_the_database_clock
     );
 
     let active_holds = cohort
-        .list_holds(&HoldFilter {
-            active_only: true,
-            ..HoldFilter::default()
-        })
+        .list_holds(&HoldFilter::all().active_only(true))
         .await
         .unwrap();
     assert_eq!(active_holds.len(), 1);

@@ -160,7 +160,7 @@ pub struct ExemptEntity {
 /// The outcome of resolving one declaration.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
-pub enum Resolved {
+pub(crate) enum Resolved {
     /// A retained entity.
     Retained(Box<EntityDescriptor>),
     /// An explicitly exempt entity.
@@ -168,7 +168,7 @@ pub enum Resolved {
 }
 
 /// Parses a durable entity id: a non-nil UUID.
-pub fn parse_entity_id(raw: &str) -> Result<Uuid, String> {
+pub(crate) fn parse_entity_id(raw: &str) -> Result<Uuid, String> {
     if raw.trim().is_empty() {
         return Err("the retained-entity id is missing or empty".into());
     }
@@ -183,7 +183,7 @@ pub fn parse_entity_id(raw: &str) -> Result<Uuid, String> {
 /// conventions and defaults may pick from: the declared columns when the
 /// declaration lists any (derive), else the live table's columns (policy
 /// file). Returns every problem found, not just the first.
-pub fn resolve(
+pub(crate) fn resolve(
     decl: &EntityDeclaration,
     conventions: &Conventions,
     default_schema: &str,

@@ -9,7 +9,7 @@ pub use declaration::{
     AnonymiseMethod, AnonymisedValue, CustomAnonymiser, DeclaredColumn, EntityDeclaration, Marker,
     Origin, Retained, SubjectDeclaration,
 };
+pub(crate) use descriptor::{parse_entity_id, resolve, Resolved};
 pub use descriptor::{
-    parse_entity_id, resolve, AnonymisedColumn, Conventions, EntityDescriptor, ExemptEntity,
-    Resolution, Resolved, SubjectColumn,
+    AnonymisedColumn, Conventions, EntityDescriptor, ExemptEntity, Resolution, SubjectColumn,
 };

@@ -169,6 +169,7 @@ impl SweepRequest {
 
 /// What happened to one entity in a run (or would, in a preview).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct EntityOutcome {
     /// Durable entity id.
     pub entity_id: Uuid,
@@ -205,6 +206,7 @@ pub struct EntityOutcome {
 
 /// An entity that failed; the run went on with the others.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[non_exhaustive]
 pub struct EntityFailure {
     /// Durable entity id.
     pub entity_id: Uuid,
@@ -216,6 +218,7 @@ pub struct EntityFailure {
 
 /// The settled result of a sweep.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct SweepResult {
     /// The run's id in `sweep_run`.
     pub run_id: Uuid,
@@ -312,6 +315,7 @@ pub(crate) fn failure(entity_id: Uuid, entity: &str, d: &Diagnostic) -> EntityFa
 
 /// Results of a preview: counts only, nothing written.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
 pub struct PreviewResult {
     /// The tenant previewed, or `None` for the tenantless entities.
     pub tenant: Option<String>,

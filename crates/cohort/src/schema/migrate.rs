@@ -109,6 +109,7 @@ pub(crate) fn parse_version_comment(comment: Option<&str>) -> Option<u32> {
 
 /// What [`migrate`] did.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
 pub struct MigrationReport {
     /// The schema migrated.
     pub schema: String,

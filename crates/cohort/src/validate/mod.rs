@@ -30,6 +30,7 @@ use crate::sql::KeyType;
 
 /// What validation established: the resolved entities Cohort may act on.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct ValidatedModel {
     /// Retained entities, in declaration order.
     pub entities: Vec<EntityDescriptor>,
