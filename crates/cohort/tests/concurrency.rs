@@ -94,6 +94,23 @@ async fn two_sweeps_with_5000_row_batches_on_a_default_server_never_double_count
         (RunStatus::Succeeded, RunStatus::Succeeded),
         "{ra:?}\n{rb:?}"
     );
+    // Both sweeps were live at the same time (each started before the other
+    // settled) and both did work: the proof is of concurrency, not of two
+    // sweeps one after the other.
+    assert!(
+        ra.started_at < rb.settled_at.unwrap() && rb.started_at < ra.settled_at.unwrap(),
+        "the runs did not overlap: {:?}..{:?} and {:?}..{:?}",
+        ra.started_at,
+        ra.settled_at,
+        rb.started_at,
+        rb.settled_at
+    );
+    assert!(
+        ra.affected() > 0 && rb.affected() > 0,
+        "both sweeps changed rows: {} and {}",
+        ra.affected(),
+        rb.affected()
+    );
     for (name, before) in [
         ("Note", notes_before),
         ("Contact", contacts_before),
