@@ -22,3 +22,6 @@ pub(crate) const READ_COMMITTED: &str = "BEGIN ISOLATION LEVEL READ COMMITTED";
 
 /// Characters the `hash` anonymise method writes (hex of HMAC-SHA256).
 pub(crate) const HASH_HEX_CHARS: usize = 64;
+
+#[cfg(test)]
+mod snapshots_test;
