@@ -167,9 +167,9 @@ pub(crate) async fn run(json: bool) -> Result<(), Failure> {
     say("Cohort demo: a throw-away PostgreSQL with sample tables.\n");
     let started = Instant::now();
     let cluster = Cluster::start().await.map_err(|e| {
-        Failure::Run(cohort::Error::Config(format!(
-            "cannot start a throw-away PostgreSQL: {e}"
-        )))
+        Failure::Run(cohort::Error::Config(
+            format!("cannot start a throw-away PostgreSQL: {e}").into(),
+        ))
     })?;
     say(&format!(
         "1. Started PostgreSQL from {} in {:.1} s (it is removed when the demo ends).",
@@ -189,9 +189,9 @@ pub(crate) async fn run(json: bool) -> Result<(), Failure> {
     let dir = tempfile_dir()?;
     let policy_path = dir.join("cohort.toml");
     std::fs::write(&policy_path, DEMO_POLICY).map_err(|e| {
-        Failure::Run(cohort::Error::Config(format!(
-            "cannot write the demo policy: {e}"
-        )))
+        Failure::Run(cohort::Error::Config(
+            format!("cannot write the demo policy: {e}").into(),
+        ))
     })?;
     let mut policy = PolicyFile::load(&policy_path)?;
     if policy.config.hash_key.is_none() {
@@ -254,10 +254,10 @@ pub(crate) async fn run(json: bool) -> Result<(), Failure> {
                 .rules()
                 .resolve(&ResolutionContext::new(&e.category, ctx, now))
                 .await
-                .map_err(|err| Failure::Input(cohort::Error::Config(err.to_string())))?;
+                .map_err(|err| Failure::Input(cohort::Error::Config(err.to_string().into())))?;
             let cutoff = rule
                 .sweep_cutoff(now)
-                .map_err(|err| Failure::Input(cohort::Error::Config(err.to_string())))?;
+                .map_err(|err| Failure::Input(cohort::Error::Config(err.to_string().into())))?;
             let cutoff_text = if rule.strategy().mutates() {
                 cutoff.format("%Y-%m-%d %H:%M").to_string()
             } else {
@@ -542,10 +542,9 @@ fn short(id: &str) -> String {
 fn tempfile_dir() -> Result<std::path::PathBuf, Failure> {
     let dir = std::env::temp_dir().join(format!("cohort-demo-{}", uuid::Uuid::new_v4().simple()));
     std::fs::create_dir_all(&dir).map_err(|e| {
-        Failure::Run(cohort::Error::Config(format!(
-            "cannot create {}: {e}",
-            dir.display()
-        )))
+        Failure::Run(cohort::Error::Config(
+            format!("cannot create {}: {e}", dir.display()).into(),
+        ))
     })?;
     Ok(dir)
 }

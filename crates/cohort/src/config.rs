@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Problems, Result};
 use crate::ident::check_identifier;
 use crate::model::Conventions;
 use crate::rules::Period;
@@ -176,7 +176,7 @@ impl Default for CohortConfig {
 impl CohortConfig {
     /// Parses a `[cohort]` table's contents (not the whole policy file).
     pub fn from_toml(text: &str) -> Result<Self> {
-        toml::from_str(text).map_err(|e| Error::Config(e.to_string()))
+        toml::from_str(text).map_err(|e| Error::Config(Problems::one(e.to_string())))
     }
 
     /// The schema retained tables without one resolve to: the configured
@@ -202,7 +202,7 @@ impl CohortConfig {
                 } else {
                     value.as_str()
                 };
-                Error::Config(format!("{key}={shown:?}: {what}"))
+                Error::Config(Problems::one(format!("{key}={shown:?}: {what}")))
             };
             let int = || {
                 value
@@ -236,7 +236,11 @@ impl CohortConfig {
                 "PRUNE__INACTIVE_HOLDS_OLDER_THAN" => {
                     self.prune.inactive_holds_older_than = Some(period()?)
                 }
-                _ => return Err(Error::Config(format!("unknown setting {key}"))),
+                _ => {
+                    return Err(Error::Config(Problems::one(format!(
+                        "unknown setting {key}"
+                    ))))
+                }
             }
         }
         Ok(())
@@ -321,7 +325,7 @@ impl CohortConfig {
         if problems.is_empty() {
             Ok(())
         } else {
-            Err(Error::Config(problems.join("; ")))
+            Err(Error::Config(Problems::global(problems)))
         }
     }
 
@@ -398,9 +402,11 @@ mod tests {
         c.dispatch.max_parallelism = 257;
         c.dispatch.max_attempts = 0;
         c.dispatch.claim_timeout = Period::ZERO;
-        let Err(Error::Config(msg)) = c.validate() else {
+        let Err(Error::Config(problems)) = c.validate() else {
             panic!("accepted")
         };
+        assert_eq!(problems.0.len(), 7, "every problem listed: {problems}");
+        let msg = problems.to_string();
         for part in [
             "sweep_batch_size = 0",
             "dispatch.batch_size = 10001",

@@ -41,12 +41,53 @@ impl fmt::Display for Problem {
     }
 }
 
-/// Every problem validation found, in a stable order.
+/// Every problem found at once, in a stable order: what validation,
+/// configuration and policy errors alike carry.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Problems(pub Vec<Problem>);
 
+impl Problems {
+    /// One global problem.
+    pub fn one(message: impl Into<String>) -> Self {
+        Self(vec![Problem::global(message)])
+    }
+
+    /// Global problems, one per message.
+    pub fn global(messages: impl IntoIterator<Item = String>) -> Self {
+        Self(messages.into_iter().map(Problem::global).collect())
+    }
+
+    /// The same problems with `prefix: ` before each message.
+    pub fn prefixed(self, prefix: &str) -> Self {
+        Self(
+            self.0
+                .into_iter()
+                .map(|p| Problem {
+                    message: format!("{prefix}: {}", p.message),
+                    ..p
+                })
+                .collect(),
+        )
+    }
+}
+
+impl From<String> for Problems {
+    fn from(message: String) -> Self {
+        Self::one(message)
+    }
+}
+
+impl From<&str> for Problems {
+    fn from(message: &str) -> Self {
+        Self::one(message)
+    }
+}
+
 impl fmt::Display for Problems {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let [only] = self.0.as_slice() {
+            return write!(f, "{only}");
+        }
         write!(f, "{} problem(s):", self.0.len())?;
         for p in &self.0 {
             write!(f, "\n  - {p}")?;
@@ -62,12 +103,13 @@ pub enum Error {
     /// Startup validation found problems; nothing was changed. Lists all of them.
     #[error("Cohort validation failed with {0}")]
     Validation(Problems),
-    /// Configuration is invalid or out of range.
+    /// Configuration is invalid or out of range; lists every problem.
     #[error("invalid configuration: {0}")]
-    Config(String),
-    /// The policy file could not be read or is invalid.
+    Config(Problems),
+    /// The policy file could not be read or is invalid; lists every problem
+    /// found (a TOML syntax or type error stops parsing at the first).
     #[error("invalid policy file: {0}")]
-    Policy(String),
+    Policy(Problems),
     /// The database refused a migration, or the installed schema cannot be
     /// upgraded by this version.
     #[error("migration failed: {0}")]
@@ -193,7 +235,7 @@ impl Error {
     /// The validation problems, if this is a validation error.
     pub fn problems(&self) -> Option<&[Problem]> {
         match self {
-            Error::Validation(p) => Some(&p.0),
+            Error::Validation(p) | Error::Config(p) | Error::Policy(p) => Some(&p.0),
             _ => None,
         }
     }
@@ -249,6 +291,6 @@ mod tests {
     fn retryable_classification() {
         assert!(Error::Database(sqlx::Error::PoolTimedOut).is_retryable());
         assert!(!Error::Database(sqlx::Error::RowNotFound).is_retryable());
-        assert!(!Error::Config("x".into()).is_retryable());
+        assert!(!Error::Config(Problems::one("x")).is_retryable());
     }
 }

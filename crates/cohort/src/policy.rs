@@ -9,7 +9,7 @@ use std::path::Path;
 use serde::Deserialize;
 
 use crate::config::CohortConfig;
-use crate::error::{Error, Result};
+use crate::error::{Error, Problems, Result};
 use crate::model::{AnonymiseMethod, EntityDeclaration, Marker, Origin};
 use crate::rules::{
     AuditDetail, CategoryCapabilities, Period, RetentionRule, RuleOverride, StaticRuleProvider,
@@ -172,29 +172,42 @@ impl PolicyFile {
     /// Reads and checks a policy file.
     pub fn load(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| Error::Policy(format!("cannot read {}: {e}", path.display())))?;
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            Error::Policy(Problems::one(format!(
+                "cannot read {}: {e}",
+                path.display()
+            )))
+        })?;
         Self::parse(&text).map_err(|e| match e {
-            Error::Policy(msg) => Error::Policy(format!("{}: {msg}", path.display())),
+            Error::Policy(problems) => {
+                Error::Policy(problems.prefixed(&path.display().to_string()))
+            }
             other => other,
         })
     }
 
     /// Parses and checks policy text, reporting every problem found.
     pub fn parse(text: &str) -> Result<Self> {
-        let value: toml::Value = toml::from_str(text).map_err(|e| Error::Policy(e.to_string()))?;
+        let value: toml::Value =
+            toml::from_str(text).map_err(|e| Error::Policy(Problems::one(e.to_string())))?;
         let mut nul = Vec::new();
         nul_strings(&value, "", &mut nul);
         if !nul.is_empty() {
-            return Err(Error::Policy(format!(
+            return Err(Error::Policy(Problems::one(format!(
                 "NUL characters are not allowed (PostgreSQL text cannot hold them), found in: {}",
                 nul.join(", ")
-            )));
+            ))));
         }
-        let raw: RawPolicy = toml::from_str(text).map_err(|e| Error::Policy(e.to_string()))?;
+        let raw: RawPolicy =
+            toml::from_str(text).map_err(|e| Error::Policy(Problems::one(e.to_string())))?;
         let mut problems = Vec::new();
-        if let Err(Error::Config(msg)) = raw.config_check() {
-            problems.push(format!("[cohort]: {msg}"));
+        if let Err(Error::Config(config_problems)) = raw.config_check() {
+            problems.extend(
+                config_problems
+                    .0
+                    .into_iter()
+                    .map(|p| format!("[cohort]: {}", p.message)),
+            );
         }
         let entities: Vec<EntityDeclaration> = raw
             .entity
@@ -232,11 +245,7 @@ impl PolicyFile {
             problems.push("give either [[tenant]] entries or tenants_query, not both".into());
         }
         if !problems.is_empty() {
-            return Err(Error::Policy(format!(
-                "{} problem(s):\n  - {}",
-                problems.len(),
-                problems.join("\n  - ")
-            )));
+            return Err(Error::Policy(Problems::global(problems)));
         }
         Ok(PolicyFile {
             database_url: raw.database.url,

@@ -10,7 +10,7 @@ use sqlx::{Connection, PgConnection, Row};
 
 use super::contract::{CohortTable, SCHEMA_VERSION, VERSION_COMMENT_PREFIX};
 use crate::config::check_schema_name;
-use crate::error::{Error, Result};
+use crate::error::{Error, Problems, Result};
 use crate::ident::{from_template, SqlText};
 
 /// One versioned migration, rendered for a schema.
@@ -61,7 +61,8 @@ fn render(template: &'static str, schema: &str) -> SqlText {
 /// assert!(all[0].sql.contains("CREATE TABLE \"retention\".\"sweep_run\""));
 /// ```
 pub fn migrations(schema: &str) -> Result<Vec<Migration>> {
-    check_schema_name(schema).map_err(|e| Error::Config(format!("schema name: {e}")))?;
+    check_schema_name(schema)
+        .map_err(|e| Error::Config(Problems::one(format!("schema name: {e}"))))?;
     Ok(SOURCES
         .iter()
         .map(|(version, name, sql)| Migration {
@@ -126,7 +127,8 @@ pub struct MigrationReport {
 /// under an advisory lock, so concurrent callers apply them once. A newer
 /// schema than this code knows is refused.
 pub async fn migrate(conn: &mut PgConnection, schema: &str) -> Result<MigrationReport> {
-    check_schema_name(schema).map_err(|e| Error::Config(format!("schema name: {e}")))?;
+    check_schema_name(schema)
+        .map_err(|e| Error::Config(Problems::one(format!("schema name: {e}"))))?;
     let mut tx = conn.begin().await?;
     crate::locks::lock_xact(&mut tx, crate::locks::LockKey::Migrate(schema)).await?;
     let mut create = SqlText::new("CREATE SCHEMA IF NOT EXISTS ");

@@ -160,8 +160,8 @@ pub async fn validate(
     rules: &dyn RuleProvider,
 ) -> Result<ValidatedModel> {
     let mut problems: Vec<Problem> = Vec::new();
-    if let Err(Error::Config(msg)) = config.validate() {
-        problems.push(Problem::global(format!("configuration: {msg}")));
+    if let Err(Error::Config(config_problems)) = config.validate() {
+        problems.extend(config_problems.prefixed("configuration").0);
     }
 
     let server = catalog::server_info(conn).await.map_err(|e| {
