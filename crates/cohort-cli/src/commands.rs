@@ -184,19 +184,19 @@ pub(crate) async fn preview(
             "failures": result.failures,
         }));
     } else {
-        println!(
+        outln!(
             "Preview for {} (nothing is changed):\n",
             result
                 .tenant
                 .as_deref()
                 .unwrap_or("the tenantless entities")
         );
-        println!(
+        outln!(
             "{}",
             table(&OUTCOME_HEADERS, &outcome_rows(&result.entities))
         );
         for f in &result.failures {
-            println!("\nfailed: {} ({}): {}", f.entity, f.entity_id, f.error);
+            outln!("\nfailed: {} ({}): {}", f.entity, f.entity_id, f.error);
         }
     }
     // A preview has no run, so 3 (a run settled partially failed) does not
@@ -210,7 +210,7 @@ pub(crate) async fn preview(
 }
 
 fn print_result(result: &SweepResult) {
-    println!(
+    outln!(
         "Run {} ({}{}) for {}: {}",
         result.run_id,
         if result.dry_run { "dry run, " } else { "" },
@@ -221,15 +221,15 @@ fn print_result(result: &SweepResult) {
             .unwrap_or("the tenantless entities"),
         result.status.as_str()
     );
-    println!(
+    outln!(
         "{}",
         table(&OUTCOME_HEADERS, &outcome_rows(&result.entities))
     );
     for f in &result.failures {
-        println!("failed: {} ({}): {}", f.entity, f.entity_id, f.error);
+        outln!("failed: {} ({}): {}", f.entity, f.entity_id, f.error);
     }
     for n in &result.not_reached {
-        println!("not reached: {} ({}): {}", n.entity, n.entity_id, n.reason);
+        outln!("not reached: {} ({}): {}", n.entity, n.entity_id, n.reason);
     }
 }
 
@@ -331,9 +331,9 @@ pub(crate) async fn sweep(
                 match p {
                     PassOutcome::Ran(r) => {
                         print_result(r);
-                        println!();
+                        outln!();
                     }
-                    PassOutcome::NotStarted(f) => println!(
+                    PassOutcome::NotStarted(f) => outln!(
                         "Pass for {} did not start: {}\n",
                         f.tenant.as_deref().unwrap_or("the tenantless entities"),
                         f.error
@@ -448,8 +448,8 @@ pub(crate) async fn holds(cohort: &Cohort, json: bool, cmd: &HoldsCommand) -> Re
             if json {
                 print_json(&serde_json::to_value(&hold).expect("hold serialises"));
             } else {
-                println!("Hold {} placed.\n", hold.hold_id);
-                println!("{}", table(&HOLD_HEADERS, &hold_rows(&[hold])));
+                outln!("Hold {} placed.\n", hold.hold_id);
+                outln!("{}", table(&HOLD_HEADERS, &hold_rows(&[hold])));
             }
         }
         HoldsCommand::List {
@@ -468,7 +468,7 @@ pub(crate) async fn holds(cohort: &Cohort, json: bool, cmd: &HoldsCommand) -> Re
             if json {
                 print_json(&serde_json::to_value(&holds).expect("holds serialise"));
             } else {
-                println!("{}", table(&HOLD_HEADERS, &hold_rows(&holds)));
+                outln!("{}", table(&HOLD_HEADERS, &hold_rows(&holds)));
             }
         }
         HoldsCommand::Release { hold_id } => {
@@ -476,7 +476,7 @@ pub(crate) async fn holds(cohort: &Cohort, json: bool, cmd: &HoldsCommand) -> Re
             if json {
                 print_json(&serde_json::to_value(&hold).expect("hold serialises"));
             } else {
-                println!("Hold {} released.", hold.hold_id);
+                outln!("Hold {} released.", hold.hold_id);
             }
         }
     }
@@ -503,7 +503,7 @@ pub(crate) async fn runs(cohort: &Cohort, json: bool, cmd: &RunsCommand) -> Resu
                         ]
                     })
                     .collect();
-                println!(
+                outln!(
                     "{}",
                     table(
                         &[

@@ -161,7 +161,7 @@ VALUES ('11111111-1111-1111-1111-111111111111', now() - interval '3000 days', 12
 pub(crate) async fn run(json: bool) -> Result<(), Failure> {
     let say = |text: &str| {
         if !json {
-            println!("{text}");
+            outln!("{text}");
         }
     };
     say("Cohort demo: a throw-away PostgreSQL with sample tables.\n");
@@ -224,7 +224,7 @@ pub(crate) async fn run(json: bool) -> Result<(), Failure> {
         model.entities.len()
     ));
     if !json {
-        println!(
+        outln!(
             "{}",
             output::table(
                 &[
@@ -285,8 +285,8 @@ pub(crate) async fn run(json: bool) -> Result<(), Failure> {
         }
     }
     if !json {
-        println!("\n5. The retention plan at {} (UTC): rows anchored strictly before the cutoff are eligible;\n   rows exactly on it, newer rows and rows without an anchor are kept.\n", now.format("%Y-%m-%d %H:%M"));
-        println!(
+        outln!("\n5. The retention plan at {} (UTC): rows anchored strictly before the cutoff are eligible;\n   rows exactly on it, newer rows and rows without an anchor are kept.\n", now.format("%Y-%m-%d %H:%M"));
+        outln!(
             "{}",
             output::table(
                 &[
@@ -301,7 +301,7 @@ pub(crate) async fn run(json: bool) -> Result<(), Failure> {
             )
         );
         for w in &model.warnings {
-            println!("\nadvice: {w}");
+            outln!("\nadvice: {w}");
         }
     }
 
@@ -312,11 +312,11 @@ pub(crate) async fn run(json: bool) -> Result<(), Failure> {
         .preview(PreviewRequest::tenanted(&uk.id, now_fixed))
         .await?;
     if !json {
-        println!(
+        outln!(
             "\n6. Preview for tenant {} (counts only, nothing written):\n",
             short(&uk.id)
         );
-        println!(
+        outln!(
             "{}",
             output::table(
                 &output::OUTCOME_HEADERS,
@@ -344,7 +344,7 @@ pub(crate) async fn run(json: bool) -> Result<(), Failure> {
         )
         .await?;
     if !json {
-        println!(
+        outln!(
             "\n7. Placed legal hold {} on session note {} (45 days old, past its 30-day cutoff).",
             short(&hold.hold_id.to_string()),
             short(&held.to_string())
@@ -361,14 +361,14 @@ pub(crate) async fn run(json: bool) -> Result<(), Failure> {
         }
         let result = cohort.sweep(req).await?;
         if !json {
-            println!(
+            outln!(
                 "\n8. Swept tenant {} ({}): run {} {}.\n",
                 short(&t.id),
                 t.jurisdiction.as_deref().unwrap_or("-"),
                 short(&result.run_id.to_string()),
                 result.status.as_str()
             );
-            println!(
+            outln!(
                 "{}",
                 output::table(
                     &output::OUTCOME_HEADERS,
@@ -435,7 +435,7 @@ pub(crate) async fn run(json: bool) -> Result<(), Failure> {
     .map_err(|e| Failure::Run(e.into()))?;
 
     if json {
-        println!(
+        outln!(
             "{}",
             serde_json::to_string_pretty(&json!({
                 "schema": schema,
@@ -453,14 +453,14 @@ pub(crate) async fn run(json: bool) -> Result<(), Failure> {
             .expect("JSON values serialise")
         );
     } else {
-        println!("\n9. What changed (rows per table, before -> after):\n");
+        outln!("\n9. What changed (rows per table, before -> after):\n");
         let changes: Vec<Vec<String>> = before
             .iter()
             .zip(&after)
             .map(|((name, b), (_, a))| vec![name.clone(), b.to_string(), a.to_string()])
             .collect();
-        println!("{}", output::table(&["TABLE", "BEFORE", "AFTER"], &changes));
-        println!(
+        outln!("{}", output::table(&["TABLE", "BEFORE", "AFTER"], &changes));
+        outln!(
             "\n   The held note is still there: {}.\n   An anonymised contact now reads: email={:?}, full_name={:?}, phone={:?}, reference={}…",
             if still_there == 1 { "yes" } else { "NO" },
             contact.0,
@@ -468,7 +468,7 @@ pub(crate) async fn run(json: bool) -> Result<(), Failure> {
             contact.2,
             &contact.3[..12.min(contact.3.len())]
         );
-        println!("\n10. The audit trail in schema \"cohort\" (sweep_run, sweep_run_entity_summary, sweep_run_row_detail):\n");
+        outln!("\n10. The audit trail in schema \"cohort\" (sweep_run, sweep_run_entity_summary, sweep_run_row_detail):\n");
         let rows: Vec<Vec<String>> = audit
             .iter()
             .map(|r| {
@@ -483,7 +483,7 @@ pub(crate) async fn run(json: bool) -> Result<(), Failure> {
                 ]
             })
             .collect();
-        println!(
+        outln!(
             "{}",
             output::table(
                 &[
@@ -498,14 +498,14 @@ pub(crate) async fn run(json: bool) -> Result<(), Failure> {
                 &rows
             )
         );
-        println!(
+        outln!(
             "\n11. Erasure request for Ada (user {}) in tenant {}: run {} {}. Her contact row under a legal hold\n    stays, her tickets are kept by their 14-day legal minimum, and her row in tenant 22222222 is\n    out of scope.\n",
             short(ada),
             short(&uk.id),
             short(&erasure.run_id.to_string()),
             erasure.status.as_str()
         );
-        println!(
+        outln!(
             "{}",
             output::table(
                 &output::OUTCOME_HEADERS,
@@ -522,11 +522,11 @@ pub(crate) async fn run(json: bool) -> Result<(), Failure> {
                 ]
             })
             .collect();
-        println!(
+        outln!(
             "\n{}",
             output::table(&["TENANT", "CONTACT", "STATE"], &rows)
         );
-        println!("\nOn your own database: write a cohort.toml like the demo's (see the README), then run\n`cohort migrate`, `cohort validate`, `cohort preview --tenant T`, `cohort sweep --tenant T`\nand `cohort erase --tenant T --subject S`.");
+        outln!("\nOn your own database: write a cohort.toml like the demo's (see the README), then run\n`cohort migrate`, `cohort validate`, `cohort preview --tenant T`, `cohort sweep --tenant T`\nand `cohort erase --tenant T --subject S`.");
     }
     drop(conn);
     cohort.pool().close().await;

@@ -5,6 +5,17 @@
 //! database could not be reached); 2 bad input, bad config or failed
 //! validation (nothing changed); 3 the run settled partially failed.
 
+/// `println!` for everything the command prints on stdout: a closed pipe
+/// (`cohort --json … | head`) ends the command quietly instead of panicking.
+macro_rules! outln {
+    () => {
+        $crate::output::write_stdout(format_args!("\n"))
+    };
+    ($($arg:tt)*) => {
+        $crate::output::write_stdout(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
+
 mod commands;
 mod demo;
 mod output;
@@ -131,8 +142,20 @@ impl From<Error> for Failure {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let json_requested = std::env::args().any(|a| a == "--json");
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        // Usage errors follow --json like every other error: one JSON
+        // document on stdout and exit 2. Help and version print as usual.
+        Err(e) if json_requested && e.use_stderr() => {
+            output::usage_error(&e.render().to_string());
+            return ExitCode::from(2);
+        }
+        Err(e) => e.exit(),
+    };
+    use std::io::IsTerminal;
     tracing_subscriber::fmt()
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr)
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -182,11 +205,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Validate => {
             let policy = load_policy(&cli, true)?.expect("required");
             let url = database_url(&cli, Some(&policy))?;
-            let pool = sqlx::postgres::PgPoolOptions::new()
-                .max_connections(2)
-                .connect(&url)
-                .await
-                .map_err(|e| Failure::Run(e.into()))?;
+            let pool = pool(&url, 2).await?;
             let cohort = Cohort::builder(pool).policy(policy).build().await?;
             let model = cohort.ready().await?;
             output::validated(cli.json, cohort.config(), &model);
@@ -254,11 +273,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
 async fn open(cli: &Cli) -> Result<(Cohort, PolicyFile), Failure> {
     let policy = load_policy(cli, true)?.expect("required");
     let url = database_url(cli, Some(&policy))?;
-    let pool = sqlx::postgres::PgPoolOptions::new()
-        .max_connections(4)
-        .connect(&url)
-        .await
-        .map_err(|e| Failure::Run(e.into()))?;
+    let pool = pool(&url, 4).await?;
     let mut builder = Cohort::builder(pool).policy(policy.clone());
     if commands::progress_wanted(cli.json) {
         builder = builder.observer(commands::Progress::new());
@@ -295,9 +310,53 @@ fn database_url(cli: &Cli, policy: Option<&PolicyFile>) -> Result<String, Failur
         })
 }
 
+/// How long the first connection may take before the command gives up.
+const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Connects once, failing fast (within [`CONNECT_TIMEOUT`]) with the
+/// underlying cause and where it tried to connect (never the password).
 async fn connect(url: &str) -> Result<sqlx::PgConnection, Failure> {
+    use sqlx::ConnectOptions;
+    let options: sqlx::postgres::PgConnectOptions = url.parse().map_err(|e| {
+        Failure::Input(Error::Config(
+            format!("the database URL is not valid: {e}").into(),
+        ))
+    })?;
+    let place = format!(
+        "{}:{} (database {:?}, user {:?})",
+        options.get_host(),
+        options.get_port(),
+        options.get_database().unwrap_or("(default)"),
+        options.get_username()
+    );
+    let unreachable = |cause: String| {
+        Failure::Run(Error::Database(sqlx::Error::Io(std::io::Error::other(
+            format!("cannot reach PostgreSQL at {place}: {cause}"),
+        ))))
+    };
+    match tokio::time::timeout(CONNECT_TIMEOUT, options.connect()).await {
+        Ok(Ok(conn)) => Ok(conn),
+        Ok(Err(e)) => Err(unreachable(e.to_string())),
+        Err(_) => Err(unreachable(format!(
+            "no answer within {} s",
+            CONNECT_TIMEOUT.as_secs()
+        ))),
+    }
+}
+
+/// A pool whose first connection is made (and checked) by [`connect`], so
+/// an unreachable server fails fast with its cause.
+async fn pool(url: &str, max: u32) -> Result<sqlx::PgPool, Failure> {
     use sqlx::Connection;
-    sqlx::PgConnection::connect(url)
-        .await
-        .map_err(|e| Failure::Run(e.into()))
+    // Closing the probe connection politely; a failure to close changes nothing.
+    let _ = connect(url).await?.close().await;
+    let options: sqlx::postgres::PgConnectOptions = url.parse().map_err(|e| {
+        Failure::Input(Error::Config(
+            format!("the database URL is not valid: {e}").into(),
+        ))
+    })?;
+    Ok(sqlx::postgres::PgPoolOptions::new()
+        .max_connections(max)
+        .acquire_timeout(CONNECT_TIMEOUT)
+        .connect_lazy_with(options))
 }

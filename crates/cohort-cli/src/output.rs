@@ -36,7 +36,7 @@ pub(crate) fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
 }
 
 pub(crate) fn print_json(value: &Value) {
-    println!(
+    outln!(
         "{}",
         serde_json::to_string_pretty(value).expect("JSON values serialise")
     );
@@ -61,14 +61,18 @@ pub(crate) fn migration(json: bool, report: &MigrationReport) {
     if json {
         print_json(&serde_json::to_value(report).expect("report serialises"));
     } else if report.applied.is_empty() {
-        println!(
+        outln!(
             "Cohort schema {:?} is up to date (version {}).",
-            report.schema, report.to_version
+            report.schema,
+            report.to_version
         );
     } else {
-        println!(
+        outln!(
             "Cohort schema {:?} migrated from version {} to {} (applied {:?}).",
-            report.schema, report.from_version, report.to_version, report.applied
+            report.schema,
+            report.from_version,
+            report.to_version,
+            report.applied
         );
     }
 }
@@ -130,7 +134,7 @@ pub(crate) fn validated(json: bool, config: &CohortConfig, model: &ValidatedMode
         }));
         return;
     }
-    println!(
+    outln!(
         "Valid: {} retained entit{}, Cohort tables in schema {:?}.\n",
         model.entities.len(),
         if model.entities.len() == 1 {
@@ -140,7 +144,7 @@ pub(crate) fn validated(json: bool, config: &CohortConfig, model: &ValidatedMode
         },
         config.schema
     );
-    println!(
+    outln!(
         "{}",
         table(
             &[
@@ -155,10 +159,10 @@ pub(crate) fn validated(json: bool, config: &CohortConfig, model: &ValidatedMode
         )
     );
     for e in &model.exempt {
-        println!("\nExempt: {} ({})", e.name, e.reason);
+        outln!("\nExempt: {} ({})", e.name, e.reason);
     }
     for w in &model.warnings {
-        println!("\nadvice: {w}");
+        outln!("\nadvice: {w}");
     }
 }
 
@@ -202,6 +206,31 @@ pub(crate) const OUTCOME_HEADERS: [&str; 9] = [
     "KEPT",
     "CUTOFF (UTC)",
 ];
+
+/// Writes to stdout; a closed pipe ends the process quietly with the
+/// shell's code for it (141), never a panic.
+pub(crate) fn write_stdout(args: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    if let Err(e) = out.write_fmt(args).and_then(|()| out.flush()) {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(141);
+        }
+        eprintln!("cohort: cannot write to stdout: {e}");
+        std::process::exit(1);
+    }
+}
+
+/// A command-line usage error as the `--json` error document.
+pub(crate) fn usage_error(rendered: &str) {
+    print_json(&json!({
+        "error": {
+            "kind": "usage",
+            "message": rendered.trim(),
+            "problems": [],
+        }
+    }));
+}
 
 #[cfg(test)]
 mod tests {

@@ -1118,3 +1118,92 @@ async fn cli_all_tenants_future_now_and_error_kinds_follow_the_contract() {
     assert_eq!(out.status.code(), Some(2));
     assert_eq!(json(&out)["error"]["kind"], "not_found");
 }
+
+/// The newcomer's operator output: an unreachable database fails within a
+/// bounded time with its cause and where (never the password); a closed
+/// stdout pipe ends the command quietly; `--json` usage errors are JSON;
+/// stderr carries no colour codes when it is not a terminal.
+#[tokio::test]
+async fn operator_output_is_bounded_quiet_and_plain() {
+    let (db, dir) = setup().await;
+    let dir = dir.path();
+
+    // Connection refused: at once, with host and port, without the password.
+    let started = std::time::Instant::now();
+    let out = cohort(
+        dir,
+        &[
+            "--json",
+            "validate",
+            "--database-url",
+            "postgres://app:s3cret-pw@127.0.0.1:1/appdb",
+        ],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let err = json(&out);
+    let message = err["error"]["message"].as_str().unwrap();
+    assert!(message.contains("127.0.0.1:1"), "{message}");
+    assert!(message.contains("appdb"), "{message}");
+    assert_eq!(err["error"]["kind"], "connection");
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("s3cret-pw"));
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("s3cret-pw"));
+    assert!(started.elapsed() < std::time::Duration::from_secs(20));
+
+    // A server that accepts the TCP connection and never answers: bounded.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = silent.local_addr().unwrap().port();
+    let started = std::time::Instant::now();
+    let out = cohort(
+        dir,
+        &[
+            "migrate",
+            "--database-url",
+            &format!("postgres://app@127.0.0.1:{port}/appdb"),
+        ],
+        None,
+    );
+    let waited = started.elapsed();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains(&format!("127.0.0.1:{port}")), "{stderr}");
+    assert!(stderr.contains("no answer within 5 s"), "{stderr}");
+    assert!(waited < std::time::Duration::from_secs(20), "{waited:?}");
+    drop(silent);
+
+    // stdout closed before the command writes: no panic, no backtrace.
+    assert_eq!(
+        cohort(dir, &["migrate"], Some(db.url())).status.code(),
+        Some(0)
+    );
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "\"{}\" --json validate | true",
+            env!("CARGO_BIN_EXE_cohort")
+        ))
+        .current_dir(dir)
+        .env("DATABASE_URL", db.url())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(!stderr.contains("Broken pipe"), "{stderr}");
+
+    // Usage errors with --json: one JSON document, exit 2.
+    let out = cohort(dir, &["--json", "sweep", "--no-such-flag"], Some(db.url()));
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(json(&out)["error"]["kind"], "usage");
+
+    // No colour codes on a stderr that is not a terminal.
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_cohort"));
+    let out = cmd
+        .current_dir(dir)
+        .args(["validate"])
+        .env("DATABASE_URL", db.url())
+        .env("RUST_LOG", "debug")
+        .output()
+        .unwrap();
+    assert!(!out.stderr.is_empty(), "debug logs were written");
+    assert!(!out.stderr.contains(&0x1b), "no ANSI escapes on a pipe");
+}
