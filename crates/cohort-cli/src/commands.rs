@@ -19,18 +19,6 @@ use uuid::Uuid;
 use crate::output::{outcome_rows, print_json, table, OUTCOME_HEADERS};
 use crate::Failure;
 
-/// `--tenant T` or `--tenantless`.
-#[derive(Debug, Args)]
-#[group(required = true, multiple = false)]
-pub(crate) struct Scope {
-    /// The tenant whose tenant-scoped entities are processed.
-    #[arg(long)]
-    tenant: Option<String>,
-    /// Process the tenantless entities.
-    #[arg(long)]
-    tenantless: bool,
-}
-
 /// `--tenant T`, `--tenantless` or `--all-tenants`.
 #[derive(Debug, Args)]
 #[group(required = true, multiple = false)]
@@ -98,8 +86,8 @@ pub(crate) enum RunsCommand {
     },
     /// One run with its entity summaries.
     Show {
-        /// The run's id.
-        run_id: Uuid,
+        /// The run's id, or a unique prefix of it (the 8 characters tables print).
+        run_id: String,
     },
 }
 
@@ -165,43 +153,100 @@ impl AuditObserver for Progress {
     }
 }
 
+fn tenant_source(policy: &PolicyFile) -> TenantSource {
+    match &policy.tenants_query {
+        Some(q) => TenantSource::Query(q.clone()),
+        None => TenantSource::Directory,
+    }
+}
+
+fn print_preview(result: &cohort::PreviewResult) {
+    outln!(
+        "Preview for {} (nothing is changed):\n",
+        result
+            .tenant
+            .as_deref()
+            .unwrap_or("the tenantless entities")
+    );
+    outln!(
+        "{}",
+        table(&OUTCOME_HEADERS, &outcome_rows(&result.entities))
+    );
+    for f in &result.failures {
+        outln!("\nfailed: {} ({}): {}", f.entity, f.entity_id, f.error);
+    }
+}
+
+fn preview_json(result: &cohort::PreviewResult) -> serde_json::Value {
+    json!({
+        "tenant": result.tenant,
+        "entities": result.entities,
+        "failures": result.failures,
+    })
+}
+
 pub(crate) async fn preview(
     cohort: &Cohort,
+    policy: &PolicyFile,
     json: bool,
-    scope: &Scope,
+    scope: &SweepScope,
     now: Option<&str>,
 ) -> Result<(), Failure> {
     let now = parse_time(now, "--now")?;
+    // A preview has no run, so 3 (a run settled partially failed) does not
+    // apply: a rule that cannot be resolved is a configuration problem and
+    // nothing was changed (exit 2).
+    if scope.all_tenants {
+        let previews = cohort.preview_all(tenant_source(policy), now).await?;
+        let mut failed = false;
+        let mut docs = Vec::new();
+        for p in &previews {
+            match p {
+                Ok(r) => {
+                    failed |= !r.failures.is_empty();
+                    if json {
+                        docs.push(preview_json(r));
+                    } else {
+                        print_preview(r);
+                        outln!();
+                    }
+                }
+                Err(f) => {
+                    failed = true;
+                    if json {
+                        docs.push(json!({
+                            "tenant": f.tenant,
+                            "error": {"kind": f.kind.as_str(), "message": f.error},
+                        }));
+                    } else {
+                        outln!(
+                            "Preview for {} failed: {}\n",
+                            f.tenant.as_deref().unwrap_or("the tenantless entities"),
+                            f.error
+                        );
+                    }
+                }
+            }
+        }
+        if json {
+            print_json(&serde_json::Value::Array(docs));
+        }
+        return if failed {
+            Err(Failure::Status(2))
+        } else {
+            Ok(())
+        };
+    }
     let req = match &scope.tenant {
         Some(t) => PreviewRequest::tenanted(t, now),
         None => PreviewRequest::tenantless(now),
     };
     let result = cohort.preview(req).await?;
     if json {
-        print_json(&json!({
-            "tenant": result.tenant,
-            "entities": result.entities,
-            "failures": result.failures,
-        }));
+        print_json(&preview_json(&result));
     } else {
-        outln!(
-            "Preview for {} (nothing is changed):\n",
-            result
-                .tenant
-                .as_deref()
-                .unwrap_or("the tenantless entities")
-        );
-        outln!(
-            "{}",
-            table(&OUTCOME_HEADERS, &outcome_rows(&result.entities))
-        );
-        for f in &result.failures {
-            outln!("\nfailed: {} ({}): {}", f.entity, f.entity_id, f.error);
-        }
+        print_preview(&result);
     }
-    // A preview has no run, so 3 (a run settled partially failed) does not
-    // apply: a rule that cannot be resolved is a configuration problem and
-    // nothing was changed.
     if result.failures.is_empty() {
         Ok(())
     } else {
@@ -298,10 +343,7 @@ pub(crate) async fn sweep(
         }
     });
     if scope.all_tenants {
-        let source = match &policy.tenants_query {
-            Some(q) => TenantSource::Query(q.clone()),
-            None => TenantSource::Directory,
-        };
+        let source = tenant_source(policy);
         let result = cohort
             .sweep_all(
                 SweepAllRequest::new(source, now)
@@ -395,13 +437,18 @@ pub(crate) async fn erase(
     exit_for([result.status])
 }
 
-fn hold_rows(holds: &[Hold]) -> Vec<Vec<String>> {
-    holds
+/// Hold rows with entity names (the id when the entity is no longer declared).
+async fn hold_rows(cohort: &Cohort, holds: &[Hold]) -> Result<Vec<Vec<String>>, Failure> {
+    let model = cohort.ready().await?;
+    Ok(holds
         .iter()
         .map(|h| {
             vec![
                 h.hold_id.to_string(),
-                h.retention_entity_id.to_string(),
+                model
+                    .entity(h.retention_entity_id)
+                    .map(|e| e.name.clone())
+                    .unwrap_or_else(|| h.retention_entity_id.to_string()),
                 h.record_id.clone(),
                 h.tenant_id.clone().unwrap_or_default(),
                 if h.active { "yes" } else { "no" }.to_string(),
@@ -409,7 +456,7 @@ fn hold_rows(holds: &[Hold]) -> Vec<Vec<String>> {
                 h.reason.clone(),
             ]
         })
-        .collect()
+        .collect())
 }
 
 const HOLD_HEADERS: [&str; 7] = [
@@ -449,7 +496,10 @@ pub(crate) async fn holds(cohort: &Cohort, json: bool, cmd: &HoldsCommand) -> Re
                 print_json(&serde_json::to_value(&hold).expect("hold serialises"));
             } else {
                 outln!("Hold {} placed.\n", hold.hold_id);
-                outln!("{}", table(&HOLD_HEADERS, &hold_rows(&[hold])));
+                outln!(
+                    "{}",
+                    table(&HOLD_HEADERS, &hold_rows(cohort, &[hold]).await?)
+                );
             }
         }
         HoldsCommand::List {
@@ -468,7 +518,10 @@ pub(crate) async fn holds(cohort: &Cohort, json: bool, cmd: &HoldsCommand) -> Re
             if json {
                 print_json(&serde_json::to_value(&holds).expect("holds serialise"));
             } else {
-                outln!("{}", table(&HOLD_HEADERS, &hold_rows(&holds)));
+                outln!(
+                    "{}",
+                    table(&HOLD_HEADERS, &hold_rows(cohort, &holds).await?)
+                );
             }
         }
         HoldsCommand::Release { hold_id } => {
@@ -495,10 +548,17 @@ pub(crate) async fn runs(cohort: &Cohort, json: bool, cmd: &RunsCommand) -> Resu
                     .map(|r| {
                         vec![
                             r.run_id.to_string(),
+                            r.kind.as_str().to_string(),
                             r.status.as_str().to_string(),
                             if r.dry_run { "yes" } else { "no" }.to_string(),
                             r.tenant.clone().unwrap_or_else(|| "(tenantless)".into()),
                             r.started_at.format("%Y-%m-%d %H:%M:%S").to_string(),
+                            r.settled_at
+                                .map(|s| {
+                                    let ms = (s - r.started_at).num_milliseconds().max(0);
+                                    format!("{}.{:03} s", ms / 1000, ms % 1000)
+                                })
+                                .unwrap_or_else(|| "running".into()),
                             r.affected.to_string(),
                         ]
                     })
@@ -508,10 +568,12 @@ pub(crate) async fn runs(cohort: &Cohort, json: bool, cmd: &RunsCommand) -> Resu
                     table(
                         &[
                             "RUN",
+                            "KIND",
                             "STATUS",
                             "DRY RUN",
                             "TENANT",
                             "STARTED (UTC)",
+                            "DURATION",
                             "AFFECTED"
                         ],
                         &rows
@@ -521,7 +583,7 @@ pub(crate) async fn runs(cohort: &Cohort, json: bool, cmd: &RunsCommand) -> Resu
             Ok(())
         }
         RunsCommand::Show { run_id } => {
-            let run = cohort.show_run(*run_id).await?;
+            let run = cohort.show_run(cohort.find_run(run_id).await?).await?;
             if json {
                 print_json(&serde_json::to_value(&run).expect("run serialises"));
             } else {

@@ -158,6 +158,33 @@ VALUES ('11111111-1111-1111-1111-111111111111', now() - interval '3000 days', 12
        ('22222222-2222-2222-2222-222222222222', now() - interval '5 days', 990);
 "#;
 
+/// Writes the demo's policy file to `path` to start from (never over an
+/// existing file).
+pub(crate) fn write_policy(path: &std::path::Path) -> Result<(), Failure> {
+    use std::io::Write;
+    let text = format!(
+        "# The policy file of `cohort demo`, to adapt to your own tables.\n\
+         # The `hash` anonymise method needs a secret key of 16 bytes or more:\n\
+         # export COHORT_HASH_KEY=... (keep it outside this file and the database).\n{DEMO_POLICY}"
+    );
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)
+        .map_err(|e| {
+            Failure::Input(cohort::Error::Config(
+                format!("cannot write {}: {e}", path.display()).into(),
+            ))
+        })?;
+    file.write_all(text.as_bytes()).map_err(|e| {
+        Failure::Run(cohort::Error::Config(
+            format!("cannot write {}: {e}", path.display()).into(),
+        ))
+    })?;
+    outln!("Wrote the demo policy to {}.", path.display());
+    Ok(())
+}
+
 pub(crate) async fn run(json: bool) -> Result<(), Failure> {
     let say = |text: &str| {
         if !json {
@@ -264,7 +291,7 @@ pub(crate) async fn run(json: bool) -> Result<(), Failure> {
                 "never".into()
             };
             rows.push(vec![
-                short(&tenant.id),
+                tenant.id.clone(),
                 e.name.clone(),
                 rule.strategy().to_string(),
                 rule.period().to_string(),
@@ -354,6 +381,9 @@ pub(crate) async fn run(json: bool) -> Result<(), Failure> {
     // 8. Sweep both tenants.
     let before = snapshot(&mut conn).await?;
     let mut sweeps = Vec::new();
+    if !json {
+        outln!("\n8. Swept both tenants, as `cohort sweep --tenant T` does:");
+    }
     for t in &tenants {
         let mut req = SweepRequest::tenanted(&t.id, now_fixed);
         if let Some(j) = &t.jurisdiction {
@@ -362,8 +392,8 @@ pub(crate) async fn run(json: bool) -> Result<(), Failure> {
         let result = cohort.sweep(req).await?;
         if !json {
             outln!(
-                "\n8. Swept tenant {} ({}): run {} {}.\n",
-                short(&t.id),
+                "\n   Tenant {} ({}): run {} {}.\n",
+                t.id,
                 t.jurisdiction.as_deref().unwrap_or("-"),
                 short(&result.run_id.to_string()),
                 result.status.as_str()
@@ -408,7 +438,7 @@ pub(crate) async fn run(json: bool) -> Result<(), Failure> {
             .fetch_one(&mut conn)
             .await
             .map_err(|e| Failure::Run(e.into()))?;
-    cohort
+    let contact_hold = cohort
         .create_hold(
             HoldRequest::new(
                 model.find_entity("CaseContact").expect("demo entity").id,
@@ -461,11 +491,11 @@ pub(crate) async fn run(json: bool) -> Result<(), Failure> {
             .collect();
         outln!("{}", output::table(&["TABLE", "BEFORE", "AFTER"], &changes));
         outln!(
-            "\n   The held note is still there: {}.\n   An anonymised contact now reads: email={:?}, full_name={:?}, phone={:?}, reference={}…",
+            "\n   The held note is still there: {}.\n   An anonymised contact now reads: email={}, full_name={}, phone={}, reference={}…",
             if still_there == 1 { "yes" } else { "NO" },
-            contact.0,
-            contact.1,
-            contact.2,
+            shown(contact.0.as_deref()),
+            shown(Some(contact.1.as_str())),
+            shown(Some(contact.2.as_str())),
             &contact.3[..12.min(contact.3.len())]
         );
         outln!("\n10. The audit trail in schema \"cohort\" (sweep_run, sweep_run_entity_summary, sweep_run_row_detail):\n");
@@ -499,9 +529,10 @@ pub(crate) async fn run(json: bool) -> Result<(), Failure> {
             )
         );
         outln!(
-            "\n11. Erasure request for Ada (user {}) in tenant {}: run {} {}. Her contact row under a legal hold\n    stays, her tickets are kept by their 14-day legal minimum, and her row in tenant 22222222 is\n    out of scope.\n",
-            short(ada),
-            short(&uk.id),
+            "\n11. Placed legal hold {} on Ada's contact REF-1004 (a subject access dispute), then erased\n    Ada (user {}) in tenant {}, as `cohort erase --tenant T --subject S` does: run {} {}.\n    The held contact row stays, her tickets are kept by their 14-day legal minimum (KEPT), and\n    her row in tenant 22222222-2222-2222-2222-222222222222 is out of scope.\n",
+            short(&contact_hold.hold_id.to_string()),
+            ada,
+            uk.id,
             short(&erasure.run_id.to_string()),
             erasure.status.as_str()
         );
@@ -526,13 +557,18 @@ pub(crate) async fn run(json: bool) -> Result<(), Failure> {
             "\n{}",
             output::table(&["TENANT", "CONTACT", "STATE"], &rows)
         );
-        outln!("\nOn your own database: write a cohort.toml like the demo's (see the README), then run\n`cohort migrate`, `cohort validate`, `cohort preview --tenant T`, `cohort sweep --tenant T`\nand `cohort erase --tenant T --subject S`.");
+        outln!("\nOn your own database: `cohort demo --write-policy cohort.toml` writes the demo's policy file\nto start from; then run `cohort migrate`, `cohort validate`, `cohort preview --tenant T`,\n`cohort sweep --tenant T` and `cohort erase --tenant T --subject S`. Run ids may be given\nby the 8 characters printed here (`cohort runs show {}`).", short(&erasure.run_id.to_string()));
     }
     drop(conn);
     cohort.pool().close().await;
     drop(cluster);
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
+}
+
+/// A scrubbed value as SQL shows it (`NULL`, or quoted text).
+fn shown(value: Option<&str>) -> String {
+    value.map_or_else(|| "NULL".into(), |v| format!("'{v}'"))
 }
 
 fn short(id: &str) -> String {

@@ -47,7 +47,14 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Start a throw-away PostgreSQL, create sample tables and walk through Cohort.
-    Demo,
+    Demo {
+        /// Only write the demo's policy file to FILE (to start your own
+        /// from), without running the demo; an existing file is kept.
+        #[arg(long, value_name = "FILE")]
+        write_policy: Option<PathBuf>,
+    },
+    /// Print a new random id (UUID v4) for a retained entity's `id`.
+    NewId,
     /// Install or upgrade Cohort's tables.
     Migrate {
         /// Schema for Cohort's tables (default: the policy file's, else public).
@@ -59,7 +66,7 @@ enum Command {
     /// Count what a sweep would change now; writes nothing.
     Preview {
         #[command(flatten)]
-        scope: commands::Scope,
+        scope: commands::SweepScope,
         /// Logical time (RFC 3339; default now).
         #[arg(long)]
         now: Option<String>,
@@ -189,7 +196,19 @@ fn main() -> ExitCode {
 
 async fn run(cli: Cli) -> Result<(), Failure> {
     match &cli.command {
-        Command::Demo => demo::run(cli.json).await,
+        Command::Demo {
+            write_policy: Some(path),
+        } => demo::write_policy(path),
+        Command::Demo { write_policy: None } => demo::run(cli.json).await,
+        Command::NewId => {
+            let id = uuid::Uuid::new_v4();
+            if cli.json {
+                output::print_json(&serde_json::json!({ "id": id }));
+            } else {
+                outln!("{id}");
+            }
+            Ok(())
+        }
         Command::Migrate { schema } => {
             let policy = load_policy(&cli, false)?;
             let schema = schema
@@ -212,8 +231,8 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             Ok(())
         }
         Command::Preview { scope, now } => {
-            let (cohort, _) = open(&cli).await?;
-            commands::preview(&cohort, cli.json, scope, now.as_deref()).await
+            let (cohort, policy) = open(&cli).await?;
+            commands::preview(&cohort, &policy, cli.json, scope, now.as_deref()).await
         }
         Command::Sweep {
             scope,

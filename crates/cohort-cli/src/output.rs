@@ -182,6 +182,10 @@ pub(crate) fn outcome_rows(result_entities: &[cohort::EntityOutcome]) -> Vec<Vec
                 e.skipped.to_string(),
                 e.null_anchor.to_string(),
                 (e.kept_by_legal_min + e.kept_by_policy).to_string(),
+                e.period.to_string(),
+                e.legal_min
+                    .map(|l| l.to_string())
+                    .unwrap_or_else(|| "-".into()),
                 if e.strategy.mutates() {
                     e.cutoff
                         .map(|c| c.format("%Y-%m-%d %H:%M:%S").to_string())
@@ -195,7 +199,7 @@ pub(crate) fn outcome_rows(result_entities: &[cohort::EntityOutcome]) -> Vec<Vec
 }
 
 /// Headers of the per-entity outcome table.
-pub(crate) const OUTCOME_HEADERS: [&str; 9] = [
+pub(crate) const OUTCOME_HEADERS: [&str; 11] = [
     "ENTITY",
     "CATEGORY",
     "STRATEGY",
@@ -204,6 +208,8 @@ pub(crate) const OUTCOME_HEADERS: [&str; 9] = [
     "SKIPPED",
     "NULL ANCHOR",
     "KEPT",
+    "PERIOD",
+    "LEGAL MIN",
     "CUTOFF (UTC)",
 ];
 

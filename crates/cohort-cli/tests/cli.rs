@@ -1207,3 +1207,146 @@ async fn operator_output_is_bounded_quiet_and_plain() {
     assert!(!out.stderr.is_empty(), "debug logs were written");
     assert!(!out.stderr.contains(&0x1b), "no ANSI escapes on a pipe");
 }
+
+/// The newcomer's path: `preview --all-tenants`, run ids by the prefix the
+/// tables print, `runs list --limit 0`, hold lists naming entities,
+/// `new-id`, and `demo --write-policy` for a policy to start from.
+#[tokio::test]
+async fn newcomer_commands_do_what_the_output_suggests() {
+    let (db, dir) = setup().await;
+    sqlx::raw_sql(ROWS).execute(db.pool()).await.unwrap();
+    let dir = dir.path();
+    let url = Some(db.url());
+    assert_eq!(cohort(dir, &["migrate"], url).status.code(), Some(0));
+    std::fs::write(
+        dir.join("cohort.toml"),
+        format!(
+            "{POLICY}\n[[tenant]]\nid = \"11111111-1111-1111-1111-111111111111\"\n\n[[tenant]]\nid = \"22222222-2222-2222-2222-222222222222\"\n"
+        ),
+    )
+    .unwrap();
+
+    let out = cohort(
+        dir,
+        &["--json", "preview", "--all-tenants", "--now", NOW],
+        url,
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let previews = json(&out);
+    let tenants: Vec<&str> = previews
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["tenant"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        tenants,
+        vec![
+            "11111111-1111-1111-1111-111111111111",
+            "22222222-2222-2222-2222-222222222222"
+        ]
+    );
+    // The human table shows what produced each cutoff.
+    let out = cohort(
+        dir,
+        &[
+            "preview",
+            "--tenant",
+            "11111111-1111-1111-1111-111111111111",
+            "--now",
+            NOW,
+        ],
+        url,
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("PERIOD") && text.contains("LEGAL MIN") && text.contains("90d"),
+        "{text}"
+    );
+
+    let out = cohort(
+        dir,
+        &[
+            "--json",
+            "sweep",
+            "--tenant",
+            "11111111-1111-1111-1111-111111111111",
+            "--now",
+            NOW,
+        ],
+        url,
+    );
+    let run_id = json(&out)["run_id"].as_str().unwrap().to_string();
+    let out = cohort(dir, &["--json", "runs", "show", &run_id[..8]], url);
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(json(&out)["run_id"], run_id.as_str());
+    let out = cohort(
+        dir,
+        &["--json", "runs", "show", &run_id[..8].to_uppercase()],
+        url,
+    );
+    assert_eq!(json(&out)["run_id"], run_id.as_str());
+    let out = cohort(dir, &["--json", "runs", "show", "zz"], url);
+    assert_eq!(out.status.code(), Some(2));
+
+    let out = cohort(dir, &["--json", "runs", "list", "--limit", "0"], url);
+    assert_eq!(json(&out), serde_json::json!([]));
+    let out = cohort(dir, &["runs", "list"], url);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("KIND") && text.contains("DURATION") && text.contains("sweep"),
+        "{text}"
+    );
+
+    let contact = "1";
+    let out = cohort(
+        dir,
+        &[
+            "holds",
+            "create",
+            "--entity",
+            "CaseContact",
+            "--record",
+            contact,
+            "--tenant",
+            "11111111-1111-1111-1111-111111111111",
+            "--reason",
+            "case 7",
+        ],
+        url,
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = cohort(dir, &["holds", "list"], url);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("CaseContact"));
+
+    let out = cohort(dir, &["new-id"], None);
+    let printed = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert!(uuid::Uuid::parse_str(&printed).is_ok(), "{printed}");
+
+    let target = dir.join("starter.toml");
+    let out = cohort(
+        dir,
+        &["demo", "--write-policy", target.to_str().unwrap()],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(0));
+    let written = std::fs::read_to_string(&target).unwrap();
+    assert!(written.contains("COHORT_HASH_KEY") && written.contains("[[entity]]"));
+    cohort::policy::PolicyFile::parse(&written).expect("the written policy loads");
+    let again = cohort(
+        dir,
+        &["demo", "--write-policy", target.to_str().unwrap()],
+        None,
+    );
+    assert_eq!(again.status.code(), Some(2), "an existing file is kept");
+}

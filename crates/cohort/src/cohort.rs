@@ -141,6 +141,16 @@ impl Cohort {
         crate::run::passes::sweep_all(&self.cx, request).await
     }
 
+    /// Previews every pass `sweep_all` would make for `source`, in order;
+    /// one tenant's failure does not stop the others.
+    pub async fn preview_all<Tz: chrono::TimeZone>(
+        &self,
+        source: crate::TenantSource,
+        now: chrono::DateTime<Tz>,
+    ) -> Result<Vec<std::result::Result<crate::PreviewResult, crate::PassFailure>>> {
+        crate::run::passes::preview_all(&self.cx, source, crate::run::logical_now(now)).await
+    }
+
     /// Counts what a sweep would change now, without writing anything.
     pub async fn preview(&self, request: crate::PreviewRequest) -> Result<crate::PreviewResult> {
         crate::run::sweep::preview(&self.cx, request).await
@@ -177,6 +187,13 @@ impl Cohort {
     /// The most recent runs, newest first.
     pub async fn list_runs(&self, limit: i64) -> Result<Vec<crate::history::RunRecord>> {
         crate::history::list(&self.cx, limit).await
+    }
+
+    /// The id of the run whose id starts with `prefix` (the 8 characters the
+    /// tables print are usually enough); an ambiguous prefix is refused,
+    /// naming the matches.
+    pub async fn find_run(&self, prefix: &str) -> Result<uuid::Uuid> {
+        crate::history::find_run(&self.cx, prefix).await
     }
 
     /// One run as recorded in the ledger, with its entity summaries.

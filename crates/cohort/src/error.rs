@@ -96,8 +96,10 @@ impl fmt::Display for Problems {
     }
 }
 
-/// Errors returned by Cohort.
-#[derive(Debug, thiserror::Error)]
+/// Errors returned by Cohort. `Debug` prints the same readable text as
+/// `Display` (prefixed by the kind), so `fn main() -> Result<(), cohort::Error>`
+/// shows the problems, not a struct dump.
+#[derive(thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// Startup validation found problems; nothing was changed. Lists all of them.
@@ -138,6 +140,12 @@ pub enum Error {
     /// A database error.
     #[error("database error: {0}")]
     Database(#[from] sqlx::Error),
+}
+
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "[{}] {self}", self.kind().as_str())
+    }
 }
 
 /// What kind of error an [`Error`] is: what callers branch on, and the

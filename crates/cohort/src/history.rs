@@ -57,6 +57,14 @@ fn status(s: &str) -> Result<RunStatus> {
 }
 
 pub(crate) async fn list(cx: &Context, limit: i64) -> Result<Vec<RunRecord>> {
+    if !(0..=10_000).contains(&limit) {
+        return Err(Error::InvalidInput(format!(
+            "a run list limit must be between 0 and 10000, not {limit}"
+        )));
+    }
+    if limit == 0 {
+        return Ok(Vec::new());
+    }
     let schema = &cx.config.schema;
     let mut sql = SqlText::new(
         "SELECT r.run_id, r.kind, r.trigger, r.status, r.dry_run, r.tenant_id, r.started_at, r.settled_at, \
@@ -67,7 +75,7 @@ pub(crate) async fn list(cx: &Context, limit: i64) -> Result<Vec<RunRecord>> {
         .table(&CohortTable::SweepRun.qualified(schema))
         .push(" r ORDER BY r.started_at DESC, r.run_id LIMIT $1");
     let rows = sqlx::query(sql.into_sql())
-        .bind(limit.clamp(1, 10_000))
+        .bind(limit)
         .fetch_all(&cx.pool)
         .await?;
     rows.iter()
@@ -189,4 +197,41 @@ pub(crate) async fn show(cx: &Context, run_id: Uuid) -> Result<SweepResult> {
         failures,
         not_reached: Vec::new(),
     })
+}
+
+/// The run whose id starts with `prefix` (at least 4 hexadecimal characters,
+/// hyphens optional: what the tables print is enough). No match is
+/// `NotFound`; several are `InvalidInput` naming them.
+pub(crate) async fn find_run(cx: &Context, prefix: &str) -> Result<Uuid> {
+    let wanted: String = prefix.trim().to_ascii_lowercase();
+    if let Ok(id) = Uuid::parse_str(&wanted) {
+        return Ok(id);
+    }
+    let hex: String = wanted.chars().filter(|c| *c != '-').collect();
+    if hex.len() < 4 || !hex.chars().all(|c| c.is_ascii_hexdigit()) {
+        return Err(Error::InvalidInput(format!(
+            "{prefix:?} is not a run id or a prefix of one (at least 4 hexadecimal characters)"
+        )));
+    }
+    let mut sql = SqlText::new("SELECT run_id FROM ");
+    sql.table(&CohortTable::SweepRun.qualified(&cx.config.schema)).push(
+        " WHERE pg_catalog.replace(run_id::text, '-', '') LIKE $1 || '%' ORDER BY started_at DESC LIMIT 6",
+    );
+    let found: Vec<Uuid> = sqlx::query_scalar(sql.into_sql())
+        .bind(&hex)
+        .fetch_all(&cx.pool)
+        .await?;
+    match found.as_slice() {
+        [] => Err(Error::NotFound(format!("no run id starts with {prefix:?}"))),
+        [one] => Ok(*one),
+        many => Err(Error::InvalidInput(format!(
+            "{prefix:?} matches several runs: {}{}; give more of the id",
+            many.iter()
+                .take(5)
+                .map(Uuid::to_string)
+                .collect::<Vec<_>>()
+                .join(", "),
+            if many.len() > 5 { ", …" } else { "" }
+        ))),
+    }
 }

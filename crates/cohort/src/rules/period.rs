@@ -74,20 +74,23 @@ impl FromStr for Period {
         }
         let mut total: i64 = 0;
         let mut digits = String::new();
-        let mut seen_unit = [false; 4];
+        let mut seen_unit = [false; 5];
         for ch in trimmed.chars() {
             if ch.is_ascii_digit() {
                 digits.push(ch);
                 continue;
             }
+            // A year is 365 days: a fixed length, like every Cohort period
+            // (no calendar arithmetic, so `6y` is exactly `2190d`).
             let (index, unit) = match ch {
-                'd' => (0, 86_400),
-                'h' => (1, 3_600),
-                'm' => (2, 60),
-                's' => (3, 1),
+                'y' => (0, 365 * 86_400),
+                'd' => (1, 86_400),
+                'h' => (2, 3_600),
+                'm' => (3, 60),
+                's' => (4, 1),
                 _ => return Err(PeriodError::Syntax(text.to_owned())),
             };
-            // Units must appear once each and in d, h, m, s order.
+            // Units must appear once each and in y, d, h, m, s order.
             if digits.is_empty() || seen_unit[index..].iter().any(|s| *s) {
                 return Err(PeriodError::Syntax(text.to_owned()));
             }
@@ -192,5 +195,16 @@ mod tests {
         assert_eq!(Period::from_seconds(-1), Err(PeriodError::Negative));
         assert_eq!(Period::from_days(i64::MAX), Err(PeriodError::TooLong));
         assert_eq!(Period::from_days(2).unwrap().as_seconds(), 172_800);
+    }
+
+    #[test]
+    fn years_are_365_days() {
+        assert_eq!(
+            "6y".parse::<Period>().unwrap(),
+            Period::from_days(2190).unwrap()
+        );
+        assert_eq!("1y1d".parse::<Period>().unwrap().to_string(), "366d");
+        assert!("1d1y".parse::<Period>().is_err(), "units in order");
+        assert!("1001y".parse::<Period>().is_err(), "over 1000 years");
     }
 }

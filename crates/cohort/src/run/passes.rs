@@ -173,11 +173,22 @@ fn tenant_row(row: &sqlx::postgres::PgRow) -> Result<TenantEntry> {
     Ok(TenantEntry { id, jurisdiction })
 }
 
-pub(crate) async fn sweep_all(cx: &Context, req: SweepAllRequest) -> Result<SweepAllResult> {
-    let prepared = cx.prepared().await?;
-    super::resolve::check_now(cx, req.now, !req.dry_run, req.allow_future_now).await?;
+/// The passes of an all-tenants operation: each listed tenant once (first
+/// listing wins; conflicting duplicates named), then `None` for the
+/// tenantless pass when there are tenantless entities. Refused when there
+/// are tenant-scoped entities but no tenants.
+struct PassList {
+    passes: Vec<Option<(String, Option<String>)>>,
+    conflicting_duplicates: Vec<String>,
+}
+
+async fn pass_list(
+    cx: &Context,
+    prepared: &crate::context::Prepared,
+    source: &TenantSource,
+) -> Result<PassList> {
     let identity = prepared.model.tenant_identity();
-    let listed = tenant_list(cx, &req.source).await?;
+    let listed = tenant_list(cx, source).await?;
     let has_tenanted = prepared.model.entities.iter().any(|e| e.tenant.is_some());
     if has_tenanted && listed.is_empty() {
         return Err(Error::InvalidInput(
@@ -186,26 +197,42 @@ pub(crate) async fn sweep_all(cx: &Context, req: SweepAllRequest) -> Result<Swee
                 .into(),
         ));
     }
-
-    // One tenant however it is spelled: first listing wins.
-    let mut result = SweepAllResult::default();
-    let mut passes: Vec<(String, Option<String>, Option<String>)> = Vec::new();
+    let mut conflicting_duplicates = Vec::new();
+    let mut seen: Vec<(String, Option<String>, Option<String>)> = Vec::new();
     for entry in listed {
         let canonical = identity.canonical(&entry.id);
         let first = canonical
             .as_ref()
-            .and_then(|c| passes.iter().find(|(_, seen, _)| seen.as_ref() == Some(c)));
+            .and_then(|c| seen.iter().find(|(_, s, _)| s.as_ref() == Some(c)));
         match first {
             Some((_, _, j)) => {
                 if *j != entry.jurisdiction {
                     tracing::warn!(tenant = %entry.id, "tenant listed twice with different jurisdictions; the first listing wins");
-                    result.conflicting_duplicates.push(entry.id.clone());
+                    conflicting_duplicates.push(entry.id.clone());
                 }
             }
-            None => passes.push((entry.id, canonical, entry.jurisdiction)),
+            None => seen.push((entry.id, canonical, entry.jurisdiction)),
         }
     }
+    let tenantless = prepared.model.entities.iter().any(|e| e.tenant.is_none());
+    Ok(PassList {
+        passes: seen
+            .into_iter()
+            .map(|(t, _, j)| Some((t, j)))
+            .chain(tenantless.then_some(None))
+            .collect(),
+        conflicting_duplicates,
+    })
+}
 
+pub(crate) async fn sweep_all(cx: &Context, req: SweepAllRequest) -> Result<SweepAllResult> {
+    let prepared = cx.prepared().await?;
+    super::resolve::check_now(cx, req.now, !req.dry_run, req.allow_future_now).await?;
+    let list = pass_list(cx, &prepared, &req.source).await?;
+    let mut result = SweepAllResult {
+        conflicting_duplicates: list.conflicting_duplicates,
+        ..SweepAllResult::default()
+    };
     let run = |tenant: Option<(String, Option<String>)>| {
         let mut r = match tenant {
             Some((t, j)) => {
@@ -221,12 +248,7 @@ pub(crate) async fn sweep_all(cx: &Context, req: SweepAllRequest) -> Result<Swee
         r.allow_future_now = req.allow_future_now;
         r
     };
-    let tenantless = prepared.model.entities.iter().any(|e| e.tenant.is_none());
-    let all = passes
-        .into_iter()
-        .map(|(t, _, j)| Some((t, j)))
-        .chain(tenantless.then_some(None));
-    for pass in all {
+    for pass in list.passes {
         if req.cancel.is_cancelled() {
             break;
         }
@@ -244,4 +266,37 @@ pub(crate) async fn sweep_all(cx: &Context, req: SweepAllRequest) -> Result<Swee
         }
     }
     Ok(result)
+}
+
+/// Previews every pass an all-tenants sweep would make, in the same order;
+/// a tenant that cannot be previewed is reported, the others go on.
+pub(crate) async fn preview_all(
+    cx: &Context,
+    source: TenantSource,
+    now: DateTime<Utc>,
+) -> Result<Vec<std::result::Result<super::PreviewResult, PassFailure>>> {
+    let prepared = cx.prepared().await?;
+    let list = pass_list(cx, &prepared, &source).await?;
+    let mut out = Vec::new();
+    for pass in list.passes {
+        let tenant = pass.as_ref().map(|(t, _)| t.clone());
+        let req = match pass {
+            Some((t, j)) => {
+                let mut r = super::PreviewRequest::tenanted(t, now);
+                r.jurisdiction = j;
+                r
+            }
+            None => super::PreviewRequest::tenantless(now),
+        };
+        out.push(
+            super::sweep::preview(cx, req)
+                .await
+                .map_err(|e| PassFailure {
+                    tenant,
+                    kind: e.kind(),
+                    error: e.to_string(),
+                }),
+        );
+    }
+    Ok(out)
 }
