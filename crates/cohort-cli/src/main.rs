@@ -225,8 +225,13 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             let policy = load_policy(&cli, true)?.expect("required");
             let url = database_url(&cli, Some(&policy))?;
             let pool = pool(&url, 2).await?;
+            let query = policy.tenants_query.clone();
             let cohort = Cohort::builder(pool).policy(policy).build().await?;
             let model = cohort.ready().await?;
+            // A tenants query is run (read-only) and its shape checked too.
+            if let Some(q) = query {
+                cohort.tenants(&cohort::TenantSource::Query(q)).await?;
+            }
             output::validated(cli.json, cohort.config(), &model);
             Ok(())
         }

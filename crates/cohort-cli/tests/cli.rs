@@ -1046,6 +1046,21 @@ async fn cli_all_tenants_future_now_and_error_kinds_follow_the_contract() {
         url,
     );
     assert_eq!(out.status.code(), Some(2));
+    // `validate` runs the tenants query and checks what it returns.
+    let out = cohort(dir, &["--json", "validate"], url);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(json(&out)["error"]["kind"], "invalid_input");
+    std::fs::write(
+        dir.join("cohort.toml"),
+        format!("tenants_query = \"SELECT 1, 2, 3\"\n{base}"),
+    )
+    .unwrap();
+    let out = cohort(dir, &["--json", "validate"], url);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(json(&out)["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("one or two columns"));
     // No tenants at all with tenant-scoped entities: refused, exit 2.
     std::fs::write(
         dir.join("cohort.toml"),

@@ -89,6 +89,11 @@ fn generate(c: &Container) -> TokenStream {
         calls.push(quote!(.exempt(#reason)));
     }
 
+    // Validated by the container: the id is a non-nil UUID.
+    let id_bits = uuid::Uuid::parse_str(id)
+        .map(|u| u.as_u128())
+        .unwrap_or_default();
+    let id_bits = proc_macro2::Literal::u128_unsuffixed(id_bits);
     quote! {
         #[allow(unused_qualifications)]
         const _: () = {
@@ -98,6 +103,14 @@ fn generate(c: &Container) -> TokenStream {
                     ::cohort::model::EntityDeclaration::new(#name, #id)
                         #(#calls)*
                 }
+            }
+
+            #[automatically_derived]
+            impl #impl_generics #ident #ty_generics #where_clause {
+                /// The durable id of this entity (`#[retain(id = ...)]`):
+                /// what holds and guarded deletion name it by.
+                pub const RETENTION_ENTITY_ID: ::cohort::__private::Uuid =
+                    ::cohort::__private::Uuid::from_u128(#id_bits);
             }
         };
     }

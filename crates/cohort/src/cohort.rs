@@ -141,6 +141,13 @@ impl Cohort {
         crate::run::passes::sweep_all(&self.cx, request).await
     }
 
+    /// The tenants of `source` (the directory, a tenants query or a list),
+    /// each checked to be a valid tenant id: a tenants query of the wrong
+    /// shape, or returning an id that cannot be a tenant, is `InvalidInput`.
+    pub async fn tenants(&self, source: &crate::TenantSource) -> Result<Vec<TenantEntry>> {
+        crate::run::passes::checked_tenants(&self.cx, source).await
+    }
+
     /// Previews every pass `sweep_all` would make for `source`, in order;
     /// one tenant's failure does not stop the others.
     pub async fn preview_all<Tz: chrono::TimeZone>(

@@ -48,3 +48,9 @@ pub use sqlx;
 
 #[cfg(feature = "derive")]
 pub use cohort_macros::Retained;
+
+/// What the derive's expansion names; not part of the public API.
+#[doc(hidden)]
+pub mod __private {
+    pub use uuid::Uuid;
+}

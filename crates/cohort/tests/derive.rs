@@ -43,6 +43,12 @@ fn session_note() {
     let decl = SessionNote::declaration();
     assert_eq!(decl, expected);
     assert_eq!(decl.name(), "SessionNote");
+    // The id as a constant, so code naming the entity does not repeat it.
+    const ID: Uuid = SessionNote::RETENTION_ENTITY_ID;
+    assert_eq!(
+        ID,
+        Uuid::parse_str("a3f467fe-c5d0-4f17-9897-83c373cc1dc8").unwrap()
+    );
     assert_eq!(decl.raw_id(), "a3f467fe-c5d0-4f17-9897-83c373cc1dc8");
     assert!(!decl.is_exempt());
     assert_eq!(

@@ -203,7 +203,7 @@ impl Container {
                     &input.ident,
                     format!(
                         "missing `#[retain(id = \"...\")]` on `{ident_name}`: every retained or \
-                         exempt type needs a durable UUID (generate one, e.g. with `uuidgen`)"
+                         exempt type needs a durable UUID (generate one, e.g. with `cohort new-id`)"
                     ),
                 );
                 None
@@ -334,7 +334,7 @@ fn check_id(cx: &Ctxt, lit: &syn::LitStr) -> bool {
         Ok(uuid) if uuid.is_nil() => {
             cx.error_spanned_by(
                 lit,
-                "`id` must not be the nil UUID: generate a random one (e.g. with `uuidgen`)",
+                "`id` must not be the nil UUID: generate a random one (e.g. with `cohort new-id`)",
             );
             false
         }
@@ -344,7 +344,7 @@ fn check_id(cx: &Ctxt, lit: &syn::LitStr) -> bool {
                 lit,
                 format!(
                     "`id` must be a UUID such as \"xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx\" \
-                     (generate one, e.g. with `uuidgen`): {err}"
+                     (generate one, e.g. with `cohort new-id`): {err}"
                 ),
             );
             false

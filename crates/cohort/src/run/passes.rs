@@ -126,6 +126,30 @@ impl SweepAllResult {
     }
 }
 
+/// The tenants of `source`, each checked to be a valid tenant id of the
+/// tenant columns' type (what `cohort validate` runs on a tenants query).
+pub(crate) async fn checked_tenants(
+    cx: &Context,
+    source: &TenantSource,
+) -> Result<Vec<TenantEntry>> {
+    let prepared = cx.prepared().await?;
+    let identity = prepared.model.tenant_identity();
+    let list = tenant_list(cx, source).await?;
+    let bad: Vec<&str> = list
+        .iter()
+        .filter(|t| identity.canonical(&t.id).is_none())
+        .map(|t| t.id.as_str())
+        .take(5)
+        .collect();
+    if !bad.is_empty() {
+        return Err(Error::InvalidInput(format!(
+            "these tenant ids are not valid for the tenant columns ({identity:?}): {}",
+            bad.join(", ")
+        )));
+    }
+    Ok(list)
+}
+
 /// Reads the tenant list of `source`.
 async fn tenant_list(cx: &Context, source: &TenantSource) -> Result<Vec<TenantEntry>> {
     match source {
