@@ -299,10 +299,14 @@ async fn open(cli: &Cli) -> Result<(Cohort, PolicyFile), Failure> {
     let url = database_url(cli, Some(&policy))?;
     let pool = pool(&url, 4).await?;
     let mut builder = Cohort::builder(pool).policy(policy.clone());
-    if commands::progress_wanted(cli.json) {
-        builder = builder.observer(commands::Progress::new());
+    let progress = commands::progress_wanted(cli.json).then(commands::Progress::install);
+    if let Some(p) = &progress {
+        builder = builder.observer(p.clone());
     }
     let cohort = builder.build().await?;
+    if let Some(p) = &progress {
+        p.names(&*cohort.ready().await?);
+    }
     Ok((cohort, policy))
 }
 

@@ -138,7 +138,7 @@ pub enum Error {
     #[error("the guarded-deletion callback failed: {0}")]
     Callback(Box<dyn std::error::Error + Send + Sync>),
     /// A database error.
-    #[error("database error: {0}")]
+    #[error("database error: {}", describe_sqlx(.0))]
     Database(#[from] sqlx::Error),
 }
 
@@ -247,6 +247,26 @@ impl Error {
             _ => None,
         }
     }
+}
+
+/// A database error for people: the server's message, its SQLSTATE and
+/// its hint; never the server's own source line (`at line 768`), which says
+/// nothing about the user's problem, nor its detail, which can quote row
+/// values (personal data) into logs.
+fn describe_sqlx(e: &sqlx::Error) -> String {
+    let Some(db) = e.as_database_error() else {
+        return e.to_string();
+    };
+    let mut out = db.message().to_owned();
+    if let Some(code) = db.code() {
+        out.push_str(&format!(" (SQLSTATE {code})"));
+    }
+    if let Some(pg) = db.try_downcast_ref::<sqlx::postgres::PgDatabaseError>() {
+        if let Some(hint) = pg.hint() {
+            out.push_str(&format!("; hint: {hint}"));
+        }
+    }
+    out
 }
 
 /// The one place connection-level failures are recognised: the connection

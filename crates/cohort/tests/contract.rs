@@ -228,3 +228,21 @@ async fn failures_read_back_structurally() {
     assert_eq!(shown.failures, r.failures);
     assert_eq!(shown, r);
 }
+
+/// Database errors read as the server's message and SQLSTATE, without the
+/// server's source line; `Debug` is as readable as `Display`.
+#[tokio::test]
+async fn database_errors_read_cleanly() {
+    let db = engine_db().await;
+    let cohort = engine_cohort(&db).await;
+    exec(db.pool(), "DROP TABLE public.retention_hold").await;
+    let err = cohort
+        .list_holds(&cohort::holds::HoldFilter::all())
+        .await
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("SQLSTATE 42P01"), "{text}");
+    assert!(!text.contains(" at line "), "{text}");
+    assert_eq!(err.kind(), ErrorKind::Database);
+    assert_eq!(format!("{err:?}"), format!("[database] {text}"));
+}
