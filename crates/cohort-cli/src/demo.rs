@@ -424,7 +424,7 @@ pub(crate) async fn run(json: bool) -> Result<(), Failure> {
             .await
             .map_err(|e| Failure::Run(e.into()))?;
     let audit: Vec<(String, String, String, i64, i64, i64, i64)> = sqlx::query_as(
-        "SELECT left(r.tenant_id, 8), s.entity_type, s.strategy, s.affected_count, s.held_count, s.null_anchor_count, \
+        "SELECT r.tenant_id, s.entity_type, s.strategy, s.affected_count, s.held_count, s.null_anchor_count, \
                 (SELECT count(*) FROM cohort.sweep_run_row_detail d WHERE d.run_id = r.run_id AND d.retention_entity_id = s.retention_entity_id) \
          FROM cohort.sweep_run r JOIN cohort.sweep_run_entity_summary s USING (run_id) ORDER BY r.started_at, s.summary_id",
     )
@@ -456,7 +456,7 @@ pub(crate) async fn run(json: bool) -> Result<(), Failure> {
         ))
         .await?;
     let ada_rows: Vec<(String, String, bool)> = sqlx::query_as(
-        "SELECT left(tenant_id::text, 8), left(reference, 12), anonymised_at IS NOT NULL FROM app.case_contacts \
+        "SELECT tenant_id::text, left(reference, 12), anonymised_at IS NOT NULL FROM app.case_contacts \
          WHERE user_id = $1::uuid OR delegate_user_id = $1::uuid ORDER BY tenant_id, id",
     )
     .bind(ada)
