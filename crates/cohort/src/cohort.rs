@@ -46,6 +46,7 @@ pub struct CohortBuilder {
     rules: Option<Arc<dyn RuleProvider>>,
     observers: Vec<Arc<dyn AuditObserver>>,
     tenants: Vec<TenantEntry>,
+    handlers: Vec<crate::handlers::Registered>,
 }
 
 impl std::fmt::Debug for CohortBuilder {
@@ -68,6 +69,7 @@ impl Cohort {
             rules: None,
             observers: Vec::new(),
             tenants: Vec::new(),
+            handlers: Vec::new(),
         }
     }
 
@@ -169,6 +171,11 @@ impl Cohort {
         request: crate::holds::HoldRequest,
     ) -> Result<crate::holds::Hold> {
         crate::holds::create(&self.cx, request).await
+    }
+
+    /// A dispatcher delivering this handle's queued row-handler work.
+    pub fn dispatcher(&self) -> crate::handlers::Dispatcher {
+        crate::handlers::Dispatcher::new(Arc::clone(&self.cx))
     }
 
     /// Whether a record is under an active hold now (database clock),
@@ -283,6 +290,25 @@ impl CohortBuilder {
         self
     }
 
+    /// Registers a row handler for the rows of entity `T` (decoded with
+    /// `sqlx::FromRow`) under `registration`'s entity id, identity,
+    /// priority and phase (see [`crate::handlers`]).
+    pub fn handler<T, H>(
+        mut self,
+        registration: crate::handlers::HandlerRegistration,
+        handler: H,
+    ) -> Self
+    where
+        T: for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow> + Send + Sync + 'static,
+        H: crate::handlers::RowHandler<T>,
+    {
+        self.handlers.push(crate::handlers::Registered::new::<T, H>(
+            registration,
+            handler,
+        ));
+        self
+    }
+
     /// Lists a tenant with its jurisdiction: runs for this tenant (however
     /// its id is spelled) resolve rules with that jurisdiction.
     pub fn tenant(mut self, id: impl Into<String>, jurisdiction: Option<String>) -> Self {
@@ -306,6 +332,20 @@ impl CohortBuilder {
                 declarations: self.declarations,
                 rules,
                 tenants: self.tenants,
+                handlers: {
+                    let mut by_entity: std::collections::BTreeMap<uuid::Uuid, Vec<_>> =
+                        std::collections::BTreeMap::new();
+                    for h in self.handlers {
+                        by_entity
+                            .entry(h.registration.entity_id)
+                            .or_default()
+                            .push(h);
+                    }
+                    by_entity
+                        .into_iter()
+                        .map(|(id, list)| (id, crate::handlers::ordered(list)))
+                        .collect()
+                },
                 ready: OnceCell::new(),
             }),
         })

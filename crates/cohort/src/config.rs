@@ -345,12 +345,6 @@ impl CohortConfig {
         if self.kill_switch {
             out.push(format!("kill_switch = true is set{later}"));
         }
-        if self.dispatch != DispatchConfig::default() {
-            out.push(
-                "[cohort.dispatch] settings are set; they only affect the row-handler dispatcher, which this version does not run yet"
-                    .into(),
-            );
-        }
         if self.prune != PruneConfig::default() {
             out.push(
                 "[cohort.prune] settings are set; they only affect the history pruner, which this version does not run yet"

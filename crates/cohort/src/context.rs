@@ -25,6 +25,8 @@ pub(crate) struct Context {
     pub(crate) declarations: Vec<EntityDeclaration>,
     pub(crate) rules: Arc<dyn RuleProvider>,
     pub(crate) tenants: Vec<TenantEntry>,
+    /// Row handlers by entity id, in delivery order.
+    pub(crate) handlers: BTreeMap<uuid::Uuid, Vec<crate::handlers::Registered>>,
     pub(crate) ready: OnceCell<Arc<Prepared>>,
     pub(crate) observers: ObserverHub,
 }
@@ -34,6 +36,8 @@ pub(crate) struct Prepared {
     pub(crate) model: Arc<ValidatedModel>,
     pub(crate) plans: BTreeMap<uuid::Uuid, EntityPlan>,
     pub(crate) ledger: LedgerPlan,
+    /// The handler queue's statements.
+    pub(crate) queue: crate::handlers::queue::QueuePlan,
     /// The tenant directory (`[[tenant]]`), canonicalised: (tenant, jurisdiction).
     pub(crate) tenants: Vec<(String, Option<String>)>,
     /// HMAC-SHA256 pads of the hash key, when one is configured.
@@ -105,6 +109,7 @@ impl Context {
                 )
                 .await?;
                 let tenants = tenant_directory(&model, &self.tenants)?;
+                check_handlers(&model, &self.handlers)?;
                 let plans = model
                     .entities
                     .iter()
@@ -127,6 +132,7 @@ impl Context {
                     model: Arc::new(model),
                     plans,
                     ledger: LedgerPlan::build(&self.config.schema),
+                    queue: crate::handlers::queue::QueuePlan::build(&self.config.schema),
                     tenants,
                     hash_pads: self
                         .config
@@ -142,6 +148,47 @@ impl Context {
     /// Whether validation has already succeeded.
     pub(crate) fn is_ready(&self) -> bool {
         self.ready.initialized()
+    }
+}
+
+/// Every handler belongs to a registered retained entity, under a
+/// non-empty identity unique for that entity.
+fn check_handlers(
+    model: &ValidatedModel,
+    handlers: &BTreeMap<uuid::Uuid, Vec<crate::handlers::Registered>>,
+) -> Result<()> {
+    let mut problems = Vec::new();
+    for (entity_id, list) in handlers {
+        let Some(entity) = model.entity(*entity_id) else {
+            problems.push(Problem::global(format!(
+                "row handler(s) {} are registered for {entity_id}, which is not a retained entity",
+                list.iter()
+                    .map(|h| format!("{:?}", h.registration.identity))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+            continue;
+        };
+        let mut seen = std::collections::BTreeSet::new();
+        for h in list {
+            let identity = &h.registration.identity;
+            if identity.trim().is_empty() || identity.contains('\0') {
+                problems.push(Problem::entity(
+                    &entity.name,
+                    format!("row handler identity {identity:?} must be non-empty text"),
+                ));
+            } else if !seen.insert(identity.clone()) {
+                problems.push(Problem::entity(
+                    &entity.name,
+                    format!("two row handlers share the identity {identity:?}; queued work is keyed by it"),
+                ));
+            }
+        }
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::Validation(Problems(problems)))
     }
 }
 

@@ -10,6 +10,7 @@ pub mod observer;
 pub mod erasure;
 mod error;
 pub mod guarded;
+pub mod handlers;
 pub mod history;
 pub mod holds;
 mod ident;

@@ -36,6 +36,18 @@ pub(crate) async fn lock(conn: &mut PgConnection, key: LockKey<'_>) -> Result<()
         .map(drop)
 }
 
+/// Takes a session-level lock if it is free; `false` when another session
+/// holds it (for a run: the run is live).
+pub(crate) async fn try_lock(
+    conn: &mut PgConnection,
+    key: LockKey<'_>,
+) -> Result<bool, sqlx::Error> {
+    sqlx::query_scalar("SELECT pg_catalog.pg_try_advisory_lock(pg_catalog.hashtextextended($1, 0))")
+        .bind(key.text())
+        .fetch_one(conn)
+        .await
+}
+
 /// Releases a session-level lock taken with [`lock`].
 pub(crate) async fn unlock(conn: &mut PgConnection, key: LockKey<'_>) -> Result<(), sqlx::Error> {
     sqlx::query("SELECT pg_catalog.pg_advisory_unlock(pg_catalog.hashtextextended($1, 0))")

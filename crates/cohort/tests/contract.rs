@@ -83,7 +83,6 @@ async fn settings_without_effect_are_reported_by_validation() {
         "schedule = \"0 2 * * *\" is set; it only affects the scheduled worker",
         "dry_run = true is set",
         "kill_switch = true is set",
-        "[cohort.dispatch] settings are set",
         "[cohort.prune] settings are set",
     ] {
         assert!(

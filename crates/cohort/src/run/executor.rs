@@ -374,6 +374,7 @@ async fn batches(
     let strategy = work.rule.strategy();
     let key_type = ctx.ready.model.facts[&e.id].record;
     let cancel = &ctx.spec.cancel;
+    let handlers = ctx.cx.handlers.get(&e.id).filter(|h| !h.is_empty());
     loop {
         if cancel.is_cancelled() {
             return Err(Stop::Cancelled);
@@ -394,6 +395,12 @@ async fn batches(
             tx.rollback().await.map_err(stop_from)?;
             return Ok(());
         }
+
+        // Row handlers capture from the locked rows, before the mutation.
+        let captured = match handlers {
+            Some(hs) => Some(capture(ctx, &mut tx, work, hs, &keys).await?),
+            None => None,
+        };
 
         let custom = if strategy == Strategy::Anonymise && !plan.custom.is_empty() {
             Some(custom_values(&mut tx, plan, key_type, &keys).await?)
@@ -449,18 +456,22 @@ async fn batches(
             .execute(&mut *tx)
             .await
             .map_err(stop_from)?;
-        let per_row = work.rule.audit() == AuditDetail::PerRow && n > 0;
+        // Handler work needs a detail row per mutated row to hang from.
+        let per_row = (work.rule.audit() == AuditDetail::PerRow || handlers.is_some()) && n > 0;
         if per_row {
-            sqlx::query(ledger.insert_details.sql())
+            let details = sqlx::query(ledger.insert_details.sql())
                 .bind(ctx.run_id)
                 .bind(e.id)
                 .bind(&e.name)
                 .bind(ctx.spec.tenant.as_deref())
                 .bind(strategy.as_str())
                 .bind(&changed)
-                .execute(&mut *tx)
+                .fetch_all(&mut *tx)
                 .await
                 .map_err(stop_from)?;
+            if let (Some(hs), Some(captured)) = (handlers, &captured) {
+                enqueue(ctx, &mut tx, hs, captured, &details).await?;
+            }
         }
         if cancel.is_cancelled() {
             tx.rollback().await.map_err(stop_from)?;
@@ -491,6 +502,95 @@ async fn batches(
             return Ok(());
         }
     }
+}
+
+/// Runs every handler's `on_before` on each locked row (decoded into the
+/// entity's Rust type), in delivery order; returns each row's snapshots by
+/// record id, aligned with the handlers. Any failure fails the batch:
+/// nothing of it is mutated or queued.
+async fn capture(
+    ctx: &RunCtx<'_>,
+    tx: &mut sqlx::Transaction<'_, Postgres>,
+    work: &Work<'_>,
+    handlers: &[crate::handlers::Registered],
+    keys: &[KeyValue],
+) -> std::result::Result<std::collections::HashMap<String, Vec<serde_json::Value>>, Stop> {
+    let e = work.entity;
+    let plan = &ctx.ready.plans[&e.id];
+    let key_type = ctx.ready.model.facts[&e.id].record;
+    let rows = bind_array(sqlx::query(plan.load_rows.sql()), key_type, keys)
+        .fetch_all(&mut **tx)
+        .await
+        .map_err(stop_from)?;
+    let mut captured = std::collections::HashMap::with_capacity(rows.len());
+    for row in &rows {
+        let record_id = key_type.decode(row, 0).map_err(stop_from)?.canonical();
+        let mut payloads = Vec::with_capacity(handlers.len());
+        for h in handlers {
+            let mut before = crate::handlers::BeforeContext {
+                snapshot: crate::handlers::Snapshot::new(),
+                record_id: record_id.clone(),
+                tenant: ctx.spec.tenant.clone(),
+                run_id: ctx.run_id,
+                strategy: work.rule.strategy(),
+            };
+            h.handler.before(row, &mut before).await.map_err(|err| {
+                Stop::Entity(Diagnostic::capture(
+                    "handler",
+                    Some("on_before_failed".into()),
+                    &err,
+                ))
+            })?;
+            payloads.push(before.snapshot.to_json());
+        }
+        captured.insert(record_id, payloads);
+    }
+    Ok(captured)
+}
+
+/// Queues one piece of work per handler per mutated row, with its
+/// snapshot, in the batch transaction.
+async fn enqueue(
+    ctx: &RunCtx<'_>,
+    tx: &mut sqlx::Transaction<'_, Postgres>,
+    handlers: &[crate::handlers::Registered],
+    captured: &std::collections::HashMap<String, Vec<serde_json::Value>>,
+    details: &[sqlx::postgres::PgRow],
+) -> std::result::Result<(), Stop> {
+    let mut detail_ids = Vec::new();
+    let mut identities = Vec::new();
+    let mut priorities: Vec<Option<i32>> = Vec::new();
+    let mut phases = Vec::new();
+    let mut payloads = Vec::new();
+    for d in details {
+        let detail_id: i64 = d.try_get("row_detail_id").map_err(stop_from)?;
+        let record: String = d.try_get("record_id").map_err(stop_from)?;
+        let Some(snapshots) = captured.get(&record) else {
+            return Err(Stop::Entity(Diagnostic::capture(
+                "handler",
+                Some("capture_missing".into()),
+                &format!("a mutated row was not among the rows its handlers captured ({record})"),
+            )));
+        };
+        for (h, payload) in handlers.iter().zip(snapshots) {
+            detail_ids.push(detail_id);
+            identities.push(h.registration.identity.clone());
+            priorities.push(h.registration.priority);
+            phases.push(h.registration.phase.as_str());
+            payloads.push(payload.clone());
+        }
+    }
+    sqlx::query(ctx.ready.queue.enqueue.sql())
+        .bind(&detail_ids)
+        .bind(ctx.run_id)
+        .bind(&identities)
+        .bind(&priorities)
+        .bind(&phases)
+        .bind(&payloads)
+        .execute(&mut **tx)
+        .await
+        .map_err(stop_from)?;
+    Ok(())
 }
 
 /// Reads the locked rows and computes each custom anonymiser's value.

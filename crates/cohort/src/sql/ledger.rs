@@ -79,7 +79,8 @@ impl LedgerPlan {
         let mut insert_details = SqlText::new("INSERT INTO ");
         insert_details.table(&detail).push(
             " (run_id, retention_entity_id, entity_type, record_id, tenant_id, action) \
-             SELECT $1, $2, $3, r, $4, $5 FROM pg_catalog.unnest($6::text[]) AS r",
+             SELECT $1, $2, $3, r, $4, $5 FROM pg_catalog.unnest($6::text[]) AS r \
+             RETURNING row_detail_id, record_id",
         );
         let hold = CohortTable::Hold.qualified(schema);
         let mut insert_hold = SqlText::new("INSERT INTO ");

@@ -1,0 +1,388 @@
+//! The dispatcher: delivers queued handler work at least once.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlx::Row;
+use uuid::Uuid;
+
+use super::{AfterContext, Snapshot};
+use crate::cancel::Cancel;
+use crate::context::{Context, Prepared};
+use crate::diagnostic::Diagnostic;
+use crate::error::Result;
+use crate::locks::{self, LockKey};
+use crate::rules::Strategy;
+
+/// The longest retry delay, whatever the attempt count (backoff doubles
+/// from `base_backoff` and saturates here).
+const MAX_BACKOFF_SECS: f64 = 86_400.0;
+
+/// What one [`Dispatcher::flush`] did, and what it left.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
+pub struct FlushReport {
+    /// Deliveries that succeeded and settled.
+    pub delivered: u64,
+    /// Deliveries that failed and were put back for a retry.
+    pub failed: u64,
+    /// Work dead-lettered (attempts exhausted, unknown handler, tampered or
+    /// scrubbed payload).
+    pub dead_lettered: u64,
+    /// Deliveries whose claim was taken over meanwhile: their outcome was
+    /// discarded (the newer delivery settles the row).
+    pub superseded: u64,
+    /// Deliveries whose outcome could not be recorded: left in flight
+    /// until their claim expires and they are reclaimed.
+    pub unrecorded: u64,
+    /// Runs left `started` past `settle_timeout` that were settled `failed`.
+    pub recovered_runs: u64,
+    /// Payloads cleared by the `payload_retention` backstop.
+    pub scrubbed: u64,
+    /// Work still pending afterwards (due later, after its backoff or its
+    /// run settling).
+    pub pending: u64,
+    /// Work in flight afterwards (claimed by another dispatcher).
+    pub in_flight: u64,
+}
+
+/// Delivers queued handler work (see [`crate::handlers`]). Cheap to clone;
+/// any number may run at once, in one process or many.
+#[derive(Clone)]
+pub struct Dispatcher {
+    cx: Arc<Context>,
+}
+
+impl std::fmt::Debug for Dispatcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dispatcher").finish_non_exhaustive()
+    }
+}
+
+/// One claimed piece of work.
+struct Claimed {
+    id: i64,
+    row_detail_id: i64,
+    handler: String,
+    attempt: i32,
+    token: Uuid,
+    payload: Option<serde_json::Value>,
+    scrubbed: bool,
+    run_id: Uuid,
+    entity_id: Uuid,
+    record_id: String,
+    tenant: Option<String>,
+    action: String,
+}
+
+enum Outcome {
+    Delivered,
+    Failed,
+    DeadLettered,
+    Superseded,
+    Unrecorded,
+}
+
+fn secs(p: crate::rules::Period) -> f64 {
+    p.as_seconds() as f64
+}
+
+impl Dispatcher {
+    pub(crate) fn new(cx: Arc<Context>) -> Self {
+        Self { cx }
+    }
+
+    /// Recovers stale runs, scrubs expired payloads, then delivers
+    /// everything due now until nothing is left to claim; reports what it
+    /// did and what it left (in flight elsewhere, or pending for later).
+    pub async fn flush(&self) -> Result<FlushReport> {
+        let prepared = self.cx.prepared().await?;
+        let mut report = FlushReport {
+            recovered_runs: self.recover_runs(&prepared).await?,
+            scrubbed: self.scrub(&prepared).await?,
+            ..FlushReport::default()
+        };
+        loop {
+            let claimed = self.claim(&prepared).await?;
+            if claimed.is_empty() {
+                break;
+            }
+            for outcome in self.deliver_all(&prepared, claimed).await {
+                match outcome {
+                    Outcome::Delivered => report.delivered += 1,
+                    Outcome::Failed => report.failed += 1,
+                    Outcome::DeadLettered => report.dead_lettered += 1,
+                    Outcome::Superseded => report.superseded += 1,
+                    Outcome::Unrecorded => report.unrecorded += 1,
+                }
+            }
+        }
+        let row = sqlx::query(prepared.queue.outstanding.sql())
+            .fetch_one(&self.cx.pool)
+            .await?;
+        report.pending = row.try_get::<i64, _>("pending")?.max(0) as u64;
+        report.in_flight = row.try_get::<i64, _>("in_flight")?.max(0) as u64;
+        Ok(report)
+    }
+
+    /// Flushes every `poll_interval` until `cancel` fires. A failed poll
+    /// (e.g. the database restarting) is logged and retried next time.
+    pub async fn run(&self, cancel: Cancel) {
+        let interval = Duration::from_secs_f64(secs(self.cx.config.dispatch.poll_interval));
+        while !cancel.is_cancelled() {
+            if let Err(e) = self.flush().await {
+                tracing::warn!(error = %e, "dispatcher poll failed; retrying at the next poll");
+            }
+            let mut waited = Duration::ZERO;
+            while waited < interval && !cancel.is_cancelled() {
+                let step = Duration::from_millis(100).min(interval - waited);
+                tokio::time::sleep(step).await;
+                waited += step;
+            }
+        }
+    }
+
+    async fn claim(&self, prepared: &Prepared) -> Result<Vec<Claimed>> {
+        let d = &self.cx.config.dispatch;
+        let rows = sqlx::query(prepared.queue.claim.sql())
+            .bind(i64::from(d.batch_size))
+            .bind(secs(d.claim_timeout))
+            .fetch_all(&self.cx.pool)
+            .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(Claimed {
+                    id: r.try_get("handler_status_id")?,
+                    row_detail_id: r.try_get("row_detail_id")?,
+                    handler: r.try_get("handler_id")?,
+                    attempt: r.try_get("attempts")?,
+                    token: r.try_get("claim_token")?,
+                    payload: r.try_get("captured_payload")?,
+                    scrubbed: r.try_get("scrubbed")?,
+                    run_id: r.try_get("run_id")?,
+                    entity_id: r.try_get("retention_entity_id")?,
+                    record_id: r.try_get("record_id")?,
+                    tenant: r.try_get("tenant_id")?,
+                    action: r.try_get("action")?,
+                })
+            })
+            .collect::<std::result::Result<_, sqlx::Error>>()
+            .map_err(Into::into)
+    }
+
+    /// Delivers a claimed batch, at most `max_parallelism` at once.
+    async fn deliver_all(&self, prepared: &Arc<Prepared>, claimed: Vec<Claimed>) -> Vec<Outcome> {
+        let limit = self.cx.config.dispatch.max_parallelism.max(1) as usize;
+        let semaphore = Arc::new(tokio::sync::Semaphore::new(limit));
+        let mut tasks = tokio::task::JoinSet::new();
+        for work in claimed {
+            let this = self.clone();
+            let prepared = Arc::clone(prepared);
+            let permit = Arc::clone(&semaphore);
+            tasks.spawn(async move {
+                let _permit = permit.acquire_owned().await.expect("semaphore open");
+                this.deliver(&prepared, work).await
+            });
+        }
+        let mut out = Vec::new();
+        while let Some(done) = tasks.join_next().await {
+            match done {
+                Ok(outcome) => out.push(outcome),
+                Err(e) => {
+                    // A panicking handler: its claim stays until it expires.
+                    tracing::error!(error = %e, "a delivery task panicked");
+                    out.push(Outcome::Unrecorded);
+                }
+            }
+        }
+        out
+    }
+
+    async fn deliver(&self, prepared: &Prepared, work: Claimed) -> Outcome {
+        let d = &self.cx.config.dispatch;
+        let attempt = work.attempt.max(1) as u32;
+        if attempt > d.max_attempts {
+            return self
+                .settle_failure(
+                    prepared,
+                    &work,
+                    "attempts exhausted: the last claim expired before the delivery settled",
+                    true,
+                )
+                .await;
+        }
+        if work.scrubbed {
+            return self
+                .settle_failure(
+                    prepared,
+                    &work,
+                    "payload scrubbed after payload_retention; the work can never complete",
+                    true,
+                )
+                .await;
+        }
+        let Some(handler) = self
+            .cx
+            .handlers
+            .get(&work.entity_id)
+            .and_then(|hs| hs.iter().find(|h| h.registration.identity == work.handler))
+        else {
+            let reason = format!(
+                "unknown handler {:?} for entity {}: removed from the code or renamed",
+                work.handler, work.entity_id
+            );
+            return self.settle_failure(prepared, &work, &reason, true).await;
+        };
+        let snapshot = match work
+            .payload
+            .clone()
+            .ok_or_else(|| "payload missing".to_string())
+            .and_then(Snapshot::from_json)
+        {
+            Ok(s) => s,
+            Err(e) => {
+                let reason = format!("tampered or unreadable payload: {e}");
+                return self.settle_failure(prepared, &work, &reason, true).await;
+            }
+        };
+        let strategy = work.action.parse::<Strategy>().unwrap_or(Strategy::Purge);
+        let cancel = Cancel::new();
+        let ctx = AfterContext {
+            snapshot,
+            entity_id: work.entity_id,
+            record_id: work.record_id.clone(),
+            tenant: work.tenant.clone(),
+            run_id: work.run_id,
+            strategy,
+            attempt,
+            handler: work.handler.clone(),
+            cancel: cancel.clone(),
+        };
+        let deadline = Duration::from_secs_f64(secs(d.claim_timeout) * 0.9);
+        let result = tokio::time::timeout(deadline, handler.handler.after(&ctx)).await;
+        let error = match result {
+            Ok(Ok(())) => None,
+            Ok(Err(e)) => {
+                Some(Diagnostic::capture("handler", Some("on_after_failed".into()), &e).to_string())
+            }
+            Err(_) => {
+                cancel.cancel();
+                Some(format!(
+                    "kind=handler code=timed_out after {:.1}s",
+                    deadline.as_secs_f64()
+                ))
+            }
+        };
+        match error {
+            None => self.settle_success(prepared, &work).await,
+            Some(e) => {
+                let dead = attempt >= d.max_attempts;
+                self.settle_failure(prepared, &work, &e, dead).await
+            }
+        }
+    }
+
+    async fn settle_success(&self, prepared: &Prepared, work: &Claimed) -> Outcome {
+        let settled = sqlx::query(prepared.queue.succeed.sql())
+            .bind(work.id)
+            .bind(work.token)
+            .fetch_optional(&self.cx.pool)
+            .await;
+        match settled {
+            Ok(Some(_)) => {
+                self.clear_payloads(prepared, work.row_detail_id).await;
+                Outcome::Delivered
+            }
+            Ok(None) => Outcome::Superseded,
+            Err(e) => {
+                tracing::warn!(work = work.id, error = %e, "recording a delivery failed; the work stays in flight until reclaimed");
+                Outcome::Unrecorded
+            }
+        }
+    }
+
+    async fn settle_failure(
+        &self,
+        prepared: &Prepared,
+        work: &Claimed,
+        error: &str,
+        dead: bool,
+    ) -> Outcome {
+        let d = &self.cx.config.dispatch;
+        let exponent = (work.attempt.max(1) - 1).min(62) as u32;
+        let backoff = (secs(d.base_backoff) * 2f64.powi(exponent as i32)).min(MAX_BACKOFF_SECS);
+        let settled = sqlx::query(prepared.queue.fail.sql())
+            .bind(work.id)
+            .bind(work.token)
+            .bind(error)
+            .bind(if dead { 0.0 } else { backoff })
+            .bind(dead)
+            .fetch_optional(&self.cx.pool)
+            .await;
+        match settled {
+            Ok(Some(_)) if dead => {
+                tracing::warn!(work = work.id, handler = %work.handler, error, "work dead-lettered");
+                self.clear_payloads(prepared, work.row_detail_id).await;
+                Outcome::DeadLettered
+            }
+            Ok(Some(_)) => Outcome::Failed,
+            Ok(None) => Outcome::Superseded,
+            Err(e) => {
+                tracing::warn!(work = work.id, error = %e, "recording a failed delivery failed; the work stays in flight until reclaimed");
+                Outcome::Unrecorded
+            }
+        }
+    }
+
+    /// Clears a row's payloads once all its handlers are terminal; a
+    /// failure here is only logged (the backstop scrub catches it).
+    async fn clear_payloads(&self, prepared: &Prepared, row_detail_id: i64) {
+        if let Err(e) = sqlx::query(prepared.queue.clear_payloads.sql())
+            .bind(row_detail_id)
+            .execute(&self.cx.pool)
+            .await
+        {
+            tracing::warn!(row_detail_id, error = %e, "clearing payloads failed; the backstop scrub will");
+        }
+    }
+
+    async fn scrub(&self, prepared: &Prepared) -> Result<u64> {
+        let done = sqlx::query(prepared.queue.scrub.sql())
+            .bind(secs(self.cx.config.dispatch.payload_retention))
+            .execute(&self.cx.pool)
+            .await?;
+        Ok(done.rows_affected())
+    }
+
+    /// Settles `failed` every run left `started` past `settle_timeout`
+    /// whose run lock can be taken: a live run holds its lock, so it is
+    /// never recovered.
+    async fn recover_runs(&self, prepared: &Prepared) -> Result<u64> {
+        let stale: Vec<Uuid> = sqlx::query_scalar(prepared.queue.stale_runs.sql())
+            .bind(secs(self.cx.config.dispatch.settle_timeout))
+            .fetch_all(&self.cx.pool)
+            .await?;
+        let mut recovered = 0;
+        for run_id in stale {
+            let mut conn = self.cx.pool.acquire().await?;
+            if !locks::try_lock(&mut conn, LockKey::Run(run_id)).await? {
+                continue;
+            }
+            let done = sqlx::query(prepared.queue.recover_run.sql())
+                .bind(run_id)
+                .bind("run: recovered: the process running it stopped before it settled (no run lock held past settle_timeout)")
+                .execute(&mut *conn)
+                .await;
+            let unlocked = locks::unlock(&mut conn, LockKey::Run(run_id)).await;
+            if unlocked.is_err() {
+                // Closing the connection releases the lock.
+                drop(conn.detach());
+            }
+            if done?.rows_affected() > 0 {
+                tracing::warn!(%run_id, "recovered a run left started as failed");
+                recovered += 1;
+            }
+        }
+        Ok(recovered)
+    }
+}

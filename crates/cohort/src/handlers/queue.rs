@@ -1,0 +1,166 @@
+//! The handler queue's statements (`sweep_row_handler_status`), built once
+//! for Cohort's schema. Parameters are positional and documented per
+//! statement.
+
+use crate::ident::SqlText;
+use crate::schema::CohortTable;
+
+/// The queue's statements.
+#[derive(Debug, Clone)]
+pub(crate) struct QueuePlan {
+    /// Queues work for mutated rows, in the batch transaction. `$1`
+    /// row-detail ids (int8[]), `$2` run id, `$3` handler ids (text[]), `$4`
+    /// priorities (int4[]), `$5` phases (text[]), `$6` payloads (jsonb[]).
+    pub(crate) enqueue: SqlText,
+    /// Claims due work: pending and due, or in flight with an expired claim
+    /// (a reclaim, counted as an attempt); `after_sweep_settled` work only
+    /// once its run settled; a row's handler only when every handler before
+    /// it (priority, then identity) is terminal. A CTE locks the candidates
+    /// with `FOR UPDATE SKIP LOCKED` before the update, so concurrent
+    /// dispatchers never claim the same work. `$1` limit, `$2` claim
+    /// time-out in seconds (float8). Returns the claimed work.
+    pub(crate) claim: SqlText,
+    /// Settles a delivery that succeeded, fenced by its claim. `$1` id,
+    /// `$2` claim token. Returns the row-detail id when it settled.
+    pub(crate) succeed: SqlText,
+    /// Settles a failed delivery, fenced: back to pending at `$4` seconds
+    /// from now, or dead-lettered when `$5` is true. `$1` id, `$2` claim
+    /// token, `$3` sanitised error. Returns the row-detail id.
+    pub(crate) fail: SqlText,
+    /// Clears the payloads of a row once all its handlers are terminal.
+    /// `$1` row-detail id.
+    pub(crate) clear_payloads: SqlText,
+    /// Backstop scrub of payloads older than `$1` seconds. Returns the count.
+    pub(crate) scrub: SqlText,
+    /// Runs left `started` for longer than `$1` seconds.
+    pub(crate) stale_runs: SqlText,
+    /// Settles a stale run failed. `$1` run id, `$2` error.
+    pub(crate) recover_run: SqlText,
+    /// Work not delivered yet: pending (due later or now) and in flight.
+    pub(crate) outstanding: SqlText,
+}
+
+impl QueuePlan {
+    pub(crate) fn build(schema: &str) -> Self {
+        let hs = CohortTable::HandlerStatus.qualified(schema);
+        let run = CohortTable::SweepRun.qualified(schema);
+        let detail = CohortTable::RowDetail.qualified(schema);
+
+        let mut enqueue = SqlText::new("INSERT INTO ");
+        enqueue.table(&hs).push(
+            " (row_detail_id, run_id, handler_id, priority, phase, captured_payload) \
+             SELECT u.d, $2, u.h, u.p, u.ph, u.pl FROM ROWS FROM (pg_catalog.unnest($1::int8[]), \
+             pg_catalog.unnest($3::text[]), pg_catalog.unnest($4::int4[]), \
+             pg_catalog.unnest($5::text[]), pg_catalog.unnest($6::jsonb[])) AS u(d, h, p, ph, pl)",
+        );
+
+        let mut claim = SqlText::new("WITH c AS (SELECT h.handler_status_id FROM ");
+        claim
+            .table(&hs)
+            .push(" h JOIN ")
+            .table(&run)
+            .push(
+                " r ON r.run_id = h.run_id \
+                 WHERE ((h.status = 'pending' AND h.next_attempt_at <= pg_catalog.now()) \
+                     OR (h.status = 'in_flight' AND h.claim_expires_at <= pg_catalog.now())) \
+                   AND (h.phase = 'immediate' OR r.status <> 'started') \
+                   AND NOT EXISTS (SELECT 1 FROM ",
+            )
+            .table(&hs)
+            .push(
+                " s WHERE s.row_detail_id = h.row_detail_id \
+                     AND s.handler_status_id <> h.handler_status_id \
+                     AND s.status IN ('pending', 'in_flight') \
+                     AND (COALESCE(s.priority, 2147483647), s.handler_id COLLATE \"C\") \
+                       < (COALESCE(h.priority, 2147483647), h.handler_id COLLATE \"C\")) \
+                 ORDER BY h.next_attempt_at, h.handler_status_id \
+                 LIMIT $1 FOR UPDATE OF h SKIP LOCKED) \
+                 UPDATE ",
+            )
+            .table(&hs)
+            .push(
+                " q SET status = 'in_flight', attempts = q.attempts + 1, \
+                   claim_token = pg_catalog.gen_random_uuid(), claimed_at = pg_catalog.now(), \
+                   claim_expires_at = pg_catalog.now() + pg_catalog.make_interval(secs => $2), \
+                   updated_at = pg_catalog.now() \
+                 FROM c, ",
+            )
+            .table(&detail)
+            .push(
+                " d WHERE q.handler_status_id = c.handler_status_id \
+                   AND d.row_detail_id = q.row_detail_id \
+                 RETURNING q.handler_status_id, q.row_detail_id, q.handler_id, q.attempts, \
+                   q.claim_token, q.captured_payload, q.payload_scrubbed_at IS NOT NULL AS scrubbed, \
+                   q.run_id, d.retention_entity_id, d.record_id, d.tenant_id, d.action",
+            );
+
+        let mut succeed = SqlText::new("UPDATE ");
+        succeed.table(&hs).push(
+            " SET status = 'succeeded', claim_token = NULL, claim_expires_at = NULL, \
+               last_error = NULL, updated_at = pg_catalog.now() \
+             WHERE handler_status_id = $1 AND claim_token = $2 AND status = 'in_flight' \
+             RETURNING row_detail_id",
+        );
+
+        let mut fail = SqlText::new("UPDATE ");
+        fail.table(&hs).push(
+            " SET status = CASE WHEN $5 THEN 'dead_lettered' ELSE 'pending' END, \
+               next_attempt_at = pg_catalog.now() + pg_catalog.make_interval(secs => $4), \
+               claim_token = NULL, claim_expires_at = NULL, last_error = $3, \
+               updated_at = pg_catalog.now() \
+             WHERE handler_status_id = $1 AND claim_token = $2 AND status = 'in_flight' \
+             RETURNING row_detail_id",
+        );
+
+        let mut clear_payloads = SqlText::new("UPDATE ");
+        clear_payloads
+            .table(&hs)
+            .push(
+                " SET captured_payload = NULL, updated_at = pg_catalog.now() \
+                 WHERE row_detail_id = $1 AND captured_payload IS NOT NULL \
+                   AND NOT EXISTS (SELECT 1 FROM ",
+            )
+            .table(&hs)
+            .push(" s WHERE s.row_detail_id = $1 AND s.status IN ('pending', 'in_flight'))");
+
+        let mut scrub = SqlText::new("UPDATE ");
+        scrub.table(&hs).push(
+            " SET captured_payload = NULL, payload_scrubbed_at = pg_catalog.now(), \
+               updated_at = pg_catalog.now() \
+             WHERE captured_payload IS NOT NULL \
+               AND created_at < pg_catalog.now() - pg_catalog.make_interval(secs => $1)",
+        );
+
+        let mut stale_runs = SqlText::new("SELECT run_id FROM ");
+        stale_runs.table(&run).push(
+            " WHERE status = 'started' \
+               AND started_at < pg_catalog.now() - pg_catalog.make_interval(secs => $1) \
+             ORDER BY started_at",
+        );
+
+        let mut recover_run = SqlText::new("UPDATE ");
+        recover_run.table(&run).push(
+            " SET status = 'failed', settled_at = pg_catalog.clock_timestamp(), \
+               error = $2, failures = '[]'::jsonb \
+             WHERE run_id = $1 AND status = 'started'",
+        );
+
+        let mut outstanding = SqlText::new(
+            "SELECT count(*) FILTER (WHERE status = 'pending') AS pending, \
+                    count(*) FILTER (WHERE status = 'in_flight') AS in_flight FROM ",
+        );
+        outstanding.table(&hs);
+
+        QueuePlan {
+            enqueue,
+            claim,
+            succeed,
+            fail,
+            clear_payloads,
+            scrub,
+            stale_runs,
+            recover_run,
+            outstanding,
+        }
+    }
+}

@@ -1,0 +1,243 @@
+//! What `on_before` captures for `on_after`: typed values that round-trip
+//! exactly through the queue's JSON (each value carries its type).
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+/// One captured value. What comes back is equal and of the same variant.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "t", content = "v", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum SnapshotValue {
+    /// No value.
+    Null,
+    /// A boolean.
+    Bool(bool),
+    /// An integer (any width up to 64 bits).
+    Int(i64),
+    /// A finite float (NaN and infinities cannot be captured).
+    Float(f64),
+    /// Text.
+    Text(String),
+    /// A uuid.
+    Uuid(Uuid),
+    /// An instant (UTC, microseconds as PostgreSQL keeps them).
+    Timestamp(DateTime<Utc>),
+    /// An exact decimal, as its canonical text (`-12.50`).
+    Decimal(String),
+    /// A value of an application enum: its type's name and the variant.
+    Enum {
+        /// The enum's name (e.g. `OrderStatus`).
+        ty: String,
+        /// The variant (e.g. `Shipped`).
+        value: String,
+    },
+    /// A list of values.
+    List(Vec<SnapshotValue>),
+    /// A nested map.
+    Map(BTreeMap<String, SnapshotValue>),
+}
+
+/// A value that cannot be captured; fails the capturing handler before
+/// anything is mutated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SnapshotError(pub String);
+
+impl fmt::Display for SnapshotError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "cannot capture into the snapshot: {}", self.0)
+    }
+}
+
+impl std::error::Error for SnapshotError {}
+
+impl SnapshotValue {
+    /// An exact decimal from its text; refused unless it is one.
+    pub fn decimal(text: &str) -> Result<Self, SnapshotError> {
+        let t = text.trim();
+        let digits = t.strip_prefix('-').unwrap_or(t);
+        let (int, frac) = digits.split_once('.').unwrap_or((digits, ""));
+        let ok = !int.is_empty()
+            && int.chars().all(|c| c.is_ascii_digit())
+            && frac.chars().all(|c| c.is_ascii_digit())
+            && !(digits.contains('.') && frac.is_empty());
+        if ok {
+            Ok(SnapshotValue::Decimal(t.to_owned()))
+        } else {
+            Err(SnapshotError(format!("{text:?} is not a decimal number")))
+        }
+    }
+
+    /// An application enum value.
+    pub fn enumerated(ty: impl Into<String>, value: impl Into<String>) -> Self {
+        SnapshotValue::Enum {
+            ty: ty.into(),
+            value: value.into(),
+        }
+    }
+
+    fn check(&self) -> Result<(), SnapshotError> {
+        match self {
+            SnapshotValue::Float(f) if !f.is_finite() => {
+                Err(SnapshotError(format!("{f} is not a finite number")))
+            }
+            SnapshotValue::Text(s) | SnapshotValue::Decimal(s) if s.contains('\0') => Err(
+                SnapshotError("text with a NUL character cannot be stored".into()),
+            ),
+            SnapshotValue::List(items) => items.iter().try_for_each(SnapshotValue::check),
+            SnapshotValue::Map(map) => map.values().try_for_each(SnapshotValue::check),
+            _ => Ok(()),
+        }
+    }
+}
+
+macro_rules! from {
+    ($($t:ty => $variant:ident $(as $conv:ty)?),* $(,)?) => {
+        $(impl From<$t> for SnapshotValue {
+            fn from(v: $t) -> Self {
+                SnapshotValue::$variant(v $(as $conv)?)
+            }
+        })*
+    };
+}
+
+from!(bool => Bool, i16 => Int as i64, i32 => Int as i64, i64 => Int, f64 => Float, String => Text, Uuid => Uuid, DateTime<Utc> => Timestamp);
+
+impl From<&str> for SnapshotValue {
+    fn from(v: &str) -> Self {
+        SnapshotValue::Text(v.to_owned())
+    }
+}
+
+impl<T: Into<SnapshotValue>> From<Option<T>> for SnapshotValue {
+    fn from(v: Option<T>) -> Self {
+        v.map_or(SnapshotValue::Null, Into::into)
+    }
+}
+
+impl<T: Into<SnapshotValue>> From<Vec<T>> for SnapshotValue {
+    fn from(v: Vec<T>) -> Self {
+        SnapshotValue::List(v.into_iter().map(Into::into).collect())
+    }
+}
+
+/// The values one handler captured for one row.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Snapshot(BTreeMap<String, SnapshotValue>);
+
+impl Snapshot {
+    /// An empty snapshot.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Captures a value under `key`; a value that cannot round-trip is
+    /// refused (and fails the capturing handler).
+    pub fn insert(
+        &mut self,
+        key: impl Into<String>,
+        value: impl Into<SnapshotValue>,
+    ) -> Result<(), SnapshotError> {
+        let key = key.into();
+        if key.contains('\0') {
+            return Err(SnapshotError("a key with a NUL character".into()));
+        }
+        let value = value.into();
+        value.check()?;
+        self.0.insert(key, value);
+        Ok(())
+    }
+
+    /// The value captured under `key`.
+    pub fn get(&self, key: &str) -> Option<&SnapshotValue> {
+        self.0.get(key)
+    }
+
+    /// Every captured value.
+    pub fn values(&self) -> &BTreeMap<String, SnapshotValue> {
+        &self.0
+    }
+
+    /// The stored form.
+    pub(crate) fn to_json(&self) -> serde_json::Value {
+        serde_json::to_value(self).expect("checked snapshot values serialise")
+    }
+
+    /// Reads a stored form back; a tampered payload is an error, never a panic.
+    pub(crate) fn from_json(value: serde_json::Value) -> Result<Self, String> {
+        let snapshot: Snapshot =
+            serde_json::from_value(value).map_err(|e| format!("unreadable payload: {e}"))?;
+        for v in snapshot.0.values() {
+            v.check().map_err(|e| e.to_string())?;
+        }
+        Ok(snapshot)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kind_of_value_round_trips_exactly() {
+        let mut s = Snapshot::new();
+        let when: DateTime<Utc> = "2026-06-01T12:34:56.123456Z".parse().unwrap();
+        s.insert("null", SnapshotValue::Null).unwrap();
+        s.insert("bool", true).unwrap();
+        s.insert("int", i64::MIN).unwrap();
+        s.insert("small", 7i16).unwrap();
+        s.insert("float", 0.1f64).unwrap();
+        s.insert("text", "Ada Lovelace").unwrap();
+        s.insert("uuid", Uuid::from_u128(42)).unwrap();
+        s.insert("at", when).unwrap();
+        s.insert("amount", SnapshotValue::decimal("-12.50").unwrap())
+            .unwrap();
+        s.insert(
+            "status",
+            SnapshotValue::enumerated("OrderStatus", "Shipped"),
+        )
+        .unwrap();
+        s.insert("list", vec![1i64, 2, 3]).unwrap();
+        s.insert(
+            "map",
+            SnapshotValue::Map(BTreeMap::from([(
+                "inner".to_string(),
+                SnapshotValue::List(vec![SnapshotValue::Null, "x".into()]),
+            )])),
+        )
+        .unwrap();
+        let back = Snapshot::from_json(s.to_json()).unwrap();
+        assert_eq!(back, s);
+        // The same variant comes back: a decimal is not a float, a uuid not text.
+        assert!(matches!(back.get("amount"), Some(SnapshotValue::Decimal(d)) if d == "-12.50"));
+        assert!(matches!(back.get("uuid"), Some(SnapshotValue::Uuid(_))));
+    }
+
+    #[test]
+    fn values_that_cannot_round_trip_are_refused() {
+        let mut s = Snapshot::new();
+        assert!(s.insert("nan", f64::NAN).is_err());
+        assert!(s.insert("inf", vec![f64::INFINITY]).is_err());
+        assert!(s.insert("nul", "a\0b").is_err());
+        assert!(SnapshotValue::decimal("1e5").is_err());
+        assert!(SnapshotValue::decimal("12.").is_err());
+        assert!(s.values().is_empty());
+    }
+
+    #[test]
+    fn tampered_payloads_are_errors_not_panics() {
+        for bad in [
+            serde_json::json!({"x": {"t": "uuid", "v": "not-a-uuid"}}),
+            serde_json::json!({"x": {"t": "nonsense", "v": 1}}),
+            serde_json::json!([1, 2, 3]),
+            serde_json::json!({"x": {"t": "float", "v": "NaN"}}),
+        ] {
+            assert!(Snapshot::from_json(bad).is_err());
+        }
+    }
+}

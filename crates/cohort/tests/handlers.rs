@@ -1,0 +1,534 @@
+//! Durable row handlers and the dispatcher, on a real server: capture in
+//! the batch transaction, queue with the mutation, deliver in order at
+//! least once, retry and dead-letter, fence stale deliveries, and recover
+//! runs a crashed process left started.
+
+mod support;
+
+use std::sync::{Arc, Mutex};
+
+use cohort::handlers::{
+    AfterContext, BeforeContext, HandlerError, HandlerRegistration, Phase, RowHandler,
+    SnapshotValue,
+};
+use cohort::holds::HoldRequest;
+use cohort::{Cohort, CohortConfig, RunStatus, SweepRequest};
+use sqlx::Row;
+use support::*;
+use uuid::Uuid;
+
+/// A note as handlers see it.
+struct Note {
+    id: Uuid,
+    body: String,
+}
+
+impl<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow> for Note {
+    fn from_row(row: &'r sqlx::postgres::PgRow) -> Result<Self, sqlx::Error> {
+        Ok(Note {
+            id: row.try_get("id")?,
+            body: row.try_get("body")?,
+        })
+    }
+}
+
+type Log = Arc<Mutex<Vec<(String, String, String, u32)>>>;
+
+/// Captures the body; on delivery logs (handler, record, body, attempt).
+/// Fails its first `fail_first` deliveries, and fails capture for bodies
+/// ending in `fail_capture_for`.
+struct Recording {
+    name: &'static str,
+    log: Log,
+    fail_first: u32,
+    fail_capture_for: Option<&'static str>,
+}
+
+#[cohort::async_trait]
+impl RowHandler<Note> for Recording {
+    async fn on_before(&self, row: &Note, ctx: &mut BeforeContext) -> Result<(), HandlerError> {
+        if self
+            .fail_capture_for
+            .is_some_and(|suffix| row.body.ends_with(suffix))
+        {
+            return Err("cannot capture this one".into());
+        }
+        assert_eq!(ctx.record_id, row.id.to_string());
+        ctx.snapshot.insert("body", row.body.clone())?;
+        ctx.snapshot.insert("id", row.id)?;
+        Ok(())
+    }
+
+    async fn on_after(&self, ctx: &AfterContext) -> Result<(), HandlerError> {
+        if ctx.attempt <= self.fail_first {
+            return Err("crm said no for secret@example.com".into());
+        }
+        let Some(SnapshotValue::Text(body)) = ctx.snapshot.get("body") else {
+            return Err("no body captured".into());
+        };
+        assert!(
+            matches!(ctx.snapshot.get("id"), Some(SnapshotValue::Uuid(id)) if id.to_string() == ctx.record_id)
+        );
+        self.log.lock().unwrap().push((
+            self.name.to_string(),
+            ctx.record_id.clone(),
+            body.clone(),
+            ctx.attempt,
+        ));
+        Ok(())
+    }
+}
+
+fn note_entity() -> Uuid {
+    Uuid::parse_str(NOTE_ID).unwrap()
+}
+
+fn recording(name: &'static str, log: &Log) -> Recording {
+    Recording {
+        name,
+        log: log.clone(),
+        fail_first: 0,
+        fail_capture_for: None,
+    }
+}
+
+async fn cohort_with(
+    db: &cohort_pgtemp::TestDatabase,
+    config: CohortConfig,
+    handlers: Vec<(HandlerRegistration, Recording)>,
+) -> Cohort {
+    let mut b = Cohort::builder(db.pool().clone())
+        .config(config)
+        .rules(rules());
+    for d in engine_entities() {
+        b = b.declaration(d);
+    }
+    for (r, h) in handlers {
+        b = b.handler::<Note, _>(r, h);
+    }
+    b.build().await.unwrap()
+}
+
+async fn queue(pool: &sqlx::PgPool, filter: &str) -> i64 {
+    count(
+        pool,
+        &format!("SELECT count(*) FROM public.sweep_row_handler_status WHERE {filter}"),
+    )
+    .await
+}
+
+#[tokio::test]
+async fn handlers_run_in_order_with_their_snapshots_and_held_rows_queue_nothing() {
+    let db = engine_db().await;
+    let log: Log = Arc::default();
+    let cohort = cohort_with(
+        &db,
+        test_config(),
+        vec![
+            (
+                HandlerRegistration::new(note_entity(), "second").priority(20),
+                recording("second", &log),
+            ),
+            (
+                HandlerRegistration::new(note_entity(), "first").priority(10),
+                recording("first", &log),
+            ),
+            (
+                HandlerRegistration::new(note_entity(), "last-unprioritised"),
+                recording("last-unprioritised", &log),
+            ),
+        ],
+    )
+    .await;
+    let held: Uuid = sqlx::query_scalar(
+        "SELECT id FROM app.notes WHERE body = 'aaaaaaaa-0000-0000-0000-00000000000a:45d'",
+    )
+    .fetch_one(db.pool())
+    .await
+    .unwrap();
+    cohort
+        .create_hold(HoldRequest::new(note_entity(), held.to_string(), "case").tenant(TENANT_A))
+        .await
+        .unwrap();
+    let bodies: Vec<(Uuid, String)> = sqlx::query_as(
+        "SELECT id, body FROM app.notes WHERE tenant_id = 'aaaaaaaa-0000-0000-0000-00000000000a' \
+         AND created_at < '2026-05-02' AND id <> $1 ORDER BY id",
+    )
+    .bind(held)
+    .fetch_all(db.pool())
+    .await
+    .unwrap();
+    let r = cohort
+        .sweep(SweepRequest::tenanted(TENANT_A, now()))
+        .await
+        .unwrap();
+    assert!(r.failures.is_empty(), "{:?}", r.failures);
+    let note = r.entity("Note").unwrap();
+    assert_eq!((note.affected, note.held), (bodies.len() as u64, 1));
+    // One piece of work per handler per mutated row; none for the held row.
+    assert_eq!(queue(db.pool(), "TRUE").await, 3 * bodies.len() as i64);
+    assert_eq!(
+        queue(
+            db.pool(),
+            &format!("row_detail_id IN (SELECT row_detail_id FROM public.sweep_run_row_detail WHERE record_id = '{held}')")
+        )
+        .await,
+        0
+    );
+    // Other entities have no handlers and queue nothing.
+    let report = cohort.dispatcher().flush().await.unwrap();
+    assert_eq!(report.delivered, 3 * bodies.len() as u64);
+    assert_eq!(
+        (report.pending, report.in_flight, report.dead_lettered),
+        (0, 0, 0)
+    );
+    let log = log.lock().unwrap().clone();
+    for (id, body) in &bodies {
+        let seen: Vec<&str> = log
+            .iter()
+            .filter(|(_, r, _, _)| *r == id.to_string())
+            .map(|(h, _, b, _)| {
+                assert_eq!(b, body, "on_after gets what on_before captured");
+                h.as_str()
+            })
+            .collect();
+        assert_eq!(seen, vec!["first", "second", "last-unprioritised"]);
+    }
+    // Payloads are cleared once every handler of a row is terminal.
+    assert_eq!(queue(db.pool(), "captured_payload IS NOT NULL").await, 0);
+    assert_eq!(
+        queue(db.pool(), "status = 'succeeded'").await,
+        3 * bodies.len() as i64
+    );
+    // Erasure queues work too.
+    let report = cohort.dispatcher().flush().await.unwrap();
+    assert_eq!(report.delivered, 0, "nothing is delivered twice");
+}
+
+#[tokio::test]
+async fn an_on_before_failure_fails_the_batch_and_nothing_is_mutated_or_queued() {
+    let db = engine_db().await;
+    let log: Log = Arc::default();
+    let mut failing = recording("fussy", &log);
+    failing.fail_capture_for = Some(":45d");
+    let cohort = cohort_with(
+        &db,
+        test_config(),
+        vec![(HandlerRegistration::new(note_entity(), "fussy"), failing)],
+    )
+    .await;
+    let before = table_digest(db.pool(), "app.notes").await;
+    let r = cohort
+        .sweep(SweepRequest::tenanted(TENANT_A, now()))
+        .await
+        .unwrap();
+    assert_eq!(r.status, RunStatus::PartiallyFailed);
+    assert_eq!(r.failures[0].entity, "Note");
+    assert!(r.failures[0].error.contains("code=on_before_failed"));
+    assert_eq!(r.entity("Note").unwrap().affected, 0);
+    assert_eq!(table_digest(db.pool(), "app.notes").await, before);
+    assert_eq!(queue(db.pool(), "TRUE").await, 0);
+    // The other entities' work stands.
+    assert!(r.entity("Ticket").unwrap().affected > 0);
+}
+
+#[tokio::test]
+async fn failed_deliveries_retry_with_backoff_then_succeed_or_dead_letter() {
+    let db = engine_db().await;
+    let log: Log = Arc::default();
+    let mut config = test_config();
+    config.dispatch.max_attempts = 3;
+    let mut flaky = recording("flaky", &log);
+    flaky.fail_first = 1;
+    let mut hopeless = recording("hopeless", &log);
+    hopeless.fail_first = u32::MAX;
+    let cohort = cohort_with(
+        &db,
+        config,
+        vec![
+            (
+                HandlerRegistration::new(note_entity(), "flaky").priority(1),
+                flaky,
+            ),
+            (
+                HandlerRegistration::new(note_entity(), "hopeless").priority(2),
+                hopeless,
+            ),
+        ],
+    )
+    .await;
+    let r = cohort
+        .sweep(SweepRequest::tenanted(TENANT_A, now()))
+        .await
+        .unwrap();
+    let rows = r.entity("Note").unwrap().affected as i64;
+    let d = cohort.dispatcher();
+    let first = d.flush().await.unwrap();
+    assert_eq!((first.failed, first.delivered), (rows as u64, 0));
+    // Not due again before the backoff (1s base): nothing is attempted.
+    let early = d.flush().await.unwrap();
+    assert_eq!(
+        (early.failed, early.delivered, early.pending),
+        (0, 0, 2 * rows as u64)
+    );
+    let due_in: f64 = sqlx::query_scalar(
+        "SELECT min(extract(epoch FROM next_attempt_at - now()))::float8 FROM public.sweep_row_handler_status WHERE handler_id = 'flaky'",
+    )
+    .fetch_one(db.pool())
+    .await
+    .unwrap();
+    assert!(due_in > 0.0 && due_in <= 1.0, "{due_in}");
+    // Make everything due now (instead of sleeping through the backoff).
+    let due_now = "UPDATE public.sweep_row_handler_status SET next_attempt_at = now() WHERE status = 'pending'";
+    exec(db.pool(), due_now).await;
+    let second = d.flush().await.unwrap();
+    assert_eq!(second.delivered, rows as u64, "flaky succeeds on attempt 2");
+    assert!(log
+        .lock()
+        .unwrap()
+        .iter()
+        .all(|(h, _, _, a)| h == "flaky" && *a == 2));
+    // `hopeless` runs only after `flaky` succeeded for the row; it fails 3 times.
+    for _ in 0..3 {
+        exec(db.pool(), due_now).await;
+        d.flush().await.unwrap();
+    }
+    assert_eq!(
+        queue(
+            db.pool(),
+            "handler_id = 'hopeless' AND status = 'dead_lettered'"
+        )
+        .await,
+        rows
+    );
+    let errors: Vec<String> = sqlx::query_scalar(
+        "SELECT last_error FROM public.sweep_row_handler_status WHERE status = 'dead_lettered'",
+    )
+    .fetch_all(db.pool())
+    .await
+    .unwrap();
+    for e in errors {
+        assert!(
+            e.starts_with("kind=handler code=on_after_failed diagnostic_id="),
+            "{e}"
+        );
+        assert!(
+            !e.contains("secret@example.com"),
+            "handler text is never stored"
+        );
+    }
+    assert_eq!(
+        queue(db.pool(), "handler_id = 'hopeless' AND attempts = 3").await,
+        rows
+    );
+    assert_eq!(queue(db.pool(), "captured_payload IS NOT NULL").await, 0);
+}
+
+/// A handler whose first delivery blocks until released.
+struct Blocking {
+    release: Arc<tokio::sync::Notify>,
+    started: Arc<tokio::sync::Notify>,
+    calls: Arc<Mutex<u32>>,
+}
+
+#[cohort::async_trait]
+impl RowHandler<Note> for Blocking {
+    async fn on_after(&self, _ctx: &AfterContext) -> Result<(), HandlerError> {
+        let first = {
+            let mut calls = self.calls.lock().unwrap();
+            *calls += 1;
+            *calls == 1
+        };
+        if first {
+            self.started.notify_one();
+            self.release.notified().await;
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_stale_delivery_cannot_settle_once_its_claim_was_taken_over() {
+    let db = engine_db().await;
+    let release = Arc::new(tokio::sync::Notify::new());
+    let started = Arc::new(tokio::sync::Notify::new());
+    let calls = Arc::new(Mutex::new(0));
+    let mut b = Cohort::builder(db.pool().clone())
+        .config(test_config())
+        .rules(rules())
+        .declaration(engine_entities().remove(0));
+    b = b.handler::<Note, _>(
+        HandlerRegistration::new(note_entity(), "blocking"),
+        Blocking {
+            release: release.clone(),
+            started: started.clone(),
+            calls: calls.clone(),
+        },
+    );
+    let cohort = b.build().await.unwrap();
+    // One row only, so the blocked delivery is the only work.
+    exec(
+        db.pool(),
+        "DELETE FROM app.notes WHERE body <> 'aaaaaaaa-0000-0000-0000-00000000000a:45d'",
+    )
+    .await;
+    cohort
+        .sweep(SweepRequest::tenanted(TENANT_A, now()))
+        .await
+        .unwrap();
+    let stale = cohort.dispatcher();
+    let first = tokio::spawn(async move { stale.flush().await.unwrap() });
+    tokio::time::timeout(std::time::Duration::from_secs(20), started.notified())
+        .await
+        .expect("the first delivery started");
+    assert_eq!(
+        queue(db.pool(), "status = 'in_flight' AND attempts = 1").await,
+        1
+    );
+    // The first delivery overran: its claim expires and another dispatcher reclaims.
+    exec(
+        db.pool(),
+        "UPDATE public.sweep_row_handler_status SET claim_expires_at = now() - interval '1 second'",
+    )
+    .await;
+    let second = cohort.dispatcher().flush().await.unwrap();
+    assert_eq!(second.delivered, 1);
+    assert_eq!(
+        queue(db.pool(), "status = 'succeeded' AND attempts = 2").await,
+        1
+    );
+    // The stale delivery finishes now: it cannot settle anything.
+    release.notify_one();
+    let first = first.await.unwrap();
+    assert_eq!((first.superseded, first.delivered), (1, 0));
+    assert_eq!(
+        queue(db.pool(), "status = 'succeeded' AND attempts = 2").await,
+        1
+    );
+    assert_eq!(*calls.lock().unwrap(), 2);
+}
+
+#[tokio::test]
+async fn unknown_tampered_and_scrubbed_work_dead_letters_with_its_reason() {
+    let db = engine_db().await;
+    let log: Log = Arc::default();
+    let with = cohort_with(
+        &db,
+        test_config(),
+        vec![
+            (
+                HandlerRegistration::new(note_entity(), "kept"),
+                recording("kept", &log),
+            ),
+            (
+                HandlerRegistration::new(note_entity(), "removed"),
+                recording("removed", &log),
+            ),
+        ],
+    )
+    .await;
+    with.sweep(SweepRequest::tenanted(TENANT_A, now()))
+        .await
+        .unwrap();
+    let ids: Vec<i64> = sqlx::query_scalar(
+        "SELECT handler_status_id FROM public.sweep_row_handler_status WHERE handler_id = 'kept' ORDER BY 1",
+    )
+    .fetch_all(db.pool())
+    .await
+    .unwrap();
+    assert!(ids.len() >= 3);
+    // Tamper with one payload, make another older than payload_retention.
+    exec(
+        db.pool(),
+        &format!(
+            "UPDATE public.sweep_row_handler_status SET captured_payload = '{{\"body\": {{\"t\": \"uuid\", \"v\": \"nope\"}}}}' WHERE handler_status_id = {};
+             UPDATE public.sweep_row_handler_status SET created_at = now() - interval '31 days' WHERE handler_status_id = {};",
+            ids[0], ids[1]
+        ),
+    )
+    .await;
+    // The code no longer registers `removed`.
+    let without = cohort_with(
+        &db,
+        test_config(),
+        vec![(
+            HandlerRegistration::new(note_entity(), "kept"),
+            recording("kept", &log),
+        )],
+    )
+    .await;
+    let report = without.dispatcher().flush().await.unwrap();
+    assert_eq!(report.scrubbed, 1);
+    let reason = |id: i64| {
+        let pool = db.pool().clone();
+        async move {
+            sqlx::query_scalar::<_, String>(
+                "SELECT last_error FROM public.sweep_row_handler_status WHERE handler_status_id = $1 AND status = 'dead_lettered'",
+            )
+            .bind(id)
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+        }
+    };
+    assert!(reason(ids[0])
+        .await
+        .starts_with("tampered or unreadable payload"));
+    assert!(reason(ids[1])
+        .await
+        .starts_with("payload scrubbed after payload_retention"));
+    let removed = queue(db.pool(), "handler_id = 'removed' AND status = 'dead_lettered' AND last_error LIKE 'unknown handler \"removed\"%'").await;
+    assert_eq!(removed, ids.len() as i64);
+    assert_eq!(report.dead_lettered, 2 + ids.len() as u64);
+    assert_eq!(report.delivered, ids.len() as u64 - 2);
+}
+
+#[tokio::test]
+async fn after_sweep_settled_work_waits_for_its_run_and_only_dead_runs_are_recovered() {
+    let db = engine_db().await;
+    let log: Log = Arc::default();
+    let mut config = test_config();
+    config.dispatch.settle_timeout = "1m".parse().unwrap();
+    let cohort = cohort_with(
+        &db,
+        config,
+        vec![(
+            HandlerRegistration::new(note_entity(), "archive").phase(Phase::AfterSweepSettled),
+            recording("archive", &log),
+        )],
+    )
+    .await;
+    let r = cohort
+        .sweep(SweepRequest::tenanted(TENANT_A, now()))
+        .await
+        .unwrap();
+    let rows = r.entity("Note").unwrap().affected;
+    // As if the process had died after its batches: the run is still started.
+    exec(
+        db.pool(),
+        &format!(
+            "UPDATE public.sweep_run SET status = 'started', settled_at = NULL, started_at = now() - interval '2 hours' WHERE run_id = '{}'",
+            r.run_id
+        ),
+    )
+    .await;
+    // A live run holds its lock: it is neither recovered nor its work released.
+    let mut holder = db.connect().await.unwrap();
+    sqlx::query("SELECT pg_advisory_lock(hashtextextended($1, 0))")
+        .bind(format!("cohort.run:{}", r.run_id))
+        .execute(&mut holder)
+        .await
+        .unwrap();
+    let report = cohort.dispatcher().flush().await.unwrap();
+    assert_eq!(
+        (report.recovered_runs, report.delivered, report.pending),
+        (0, 0, rows)
+    );
+    drop(holder);
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let report = cohort.dispatcher().flush().await.unwrap();
+    assert_eq!(report.recovered_runs, 1);
+    assert_eq!(report.delivered, rows);
+    let shown = cohort.show_run(r.run_id).await.unwrap();
+    assert_eq!(shown.status, RunStatus::Failed);
+}
