@@ -205,6 +205,29 @@ impl AuditObserver for Progress {
     }
 }
 
+/// A single tenant's jurisdiction when the tenants come from
+/// `tenants_query` (the `[[tenant]]` directory is looked up by the library):
+/// the query is run and the tenant found by identity. A tenant the query
+/// does not list is refused, since its rules could not be resolved safely.
+async fn query_jurisdiction(
+    cohort: &Cohort,
+    policy: &PolicyFile,
+    tenant: &str,
+) -> Result<Option<String>, Failure> {
+    let Some(q) = &policy.tenants_query else {
+        return Ok(None);
+    };
+    let wanted = cohort.canonical_tenant(tenant).await?;
+    for t in cohort.tenants(&TenantSource::Query(q.clone())).await? {
+        if cohort.canonical_tenant(&t.id).await? == wanted {
+            return Ok(t.jurisdiction);
+        }
+    }
+    Err(bad(format!(
+        "tenant {tenant:?} is not among the tenants tenants_query returns; its jurisdiction is unknown, so its rules cannot be resolved safely"
+    )))
+}
+
 fn tenant_source(policy: &PolicyFile) -> TenantSource {
     match &policy.tenants_query {
         Some(q) => TenantSource::Query(q.clone()),
@@ -290,7 +313,13 @@ pub(crate) async fn preview(
         };
     }
     let req = match &scope.tenant {
-        Some(t) => PreviewRequest::tenanted(t, now),
+        Some(t) => {
+            let mut r = PreviewRequest::tenanted(t, now);
+            if let Some(j) = query_jurisdiction(cohort, policy, t).await? {
+                r = r.jurisdiction(j);
+            }
+            r
+        }
         None => PreviewRequest::tenantless(now),
     };
     let result = cohort.preview(req).await?;
@@ -397,6 +426,7 @@ pub(crate) async fn sweep(
     });
     if scope.all_tenants {
         let source = tenant_source(policy);
+        let cancelled = cancel.clone();
         let result = cohort
             .sweep_all(
                 SweepAllRequest::new(source, now)
@@ -405,6 +435,11 @@ pub(crate) async fn sweep(
                     .cancellation(cancel),
             )
             .await?;
+        for t in &result.conflicting_duplicates {
+            eprintln!(
+                "cohort: tenant {t:?} is listed more than once with different jurisdictions; its first listing was used"
+            );
+        }
         if json {
             let docs: Vec<serde_json::Value> = result
                 .passes
@@ -437,18 +472,28 @@ pub(crate) async fn sweep(
                 }
             }
         }
+        // A cancelled command did not sweep every tenant: it failed.
+        if cancelled.is_cancelled() {
+            eprintln!("cohort: cancelled; later passes were not run");
+            return Err(Failure::Status(1));
+        }
         return match all_tenants_code(&result.passes) {
             0 => Ok(()),
             code => Err(Failure::Status(code)),
         };
     }
-    let req = match &scope.tenant {
+    let mut req = match &scope.tenant {
         Some(t) => SweepRequest::tenanted(t, now),
         None => SweepRequest::tenantless(now),
     }
     .dry_run(dry_run)
     .allow_future_now(allow_future_now)
     .cancellation(cancel);
+    if let Some(t) = &scope.tenant {
+        if let Some(j) = query_jurisdiction(cohort, policy, t).await? {
+            req = req.jurisdiction(j);
+        }
+    }
     let result = cohort.sweep(req).await?;
     if json {
         print_json(&serde_json::to_value(&result).expect("result serialises"));
@@ -460,6 +505,7 @@ pub(crate) async fn sweep(
 
 pub(crate) async fn erase(
     cohort: &Cohort,
+    policy: &PolicyFile,
     json: bool,
     tenant: Option<&str>,
     scope: cohort::erasure::ErasureScope,
@@ -474,13 +520,20 @@ pub(crate) async fn erase(
             on_signal.cancel();
         }
     });
-    let req = match tenant {
+    let jurisdiction = match tenant {
+        Some(t) => query_jurisdiction(cohort, policy, t).await?,
+        None => None,
+    };
+    let mut req = match tenant {
         Some(t) => cohort::erasure::ErasureRequest::tenanted(t, scope, now),
         None => cohort::erasure::ErasureRequest::tenantless(scope, now),
     }
     .dry_run(dry_run)
     .allow_future_now(allow_future_now)
     .cancellation(cancel);
+    if let Some(j) = jurisdiction {
+        req = req.jurisdiction(j);
+    }
     let result = cohort.erase(req).await?;
     if json {
         print_json(&serde_json::to_value(&result).expect("result serialises"));

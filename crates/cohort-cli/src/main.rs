@@ -266,7 +266,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             now,
             allow_future_now,
         } => {
-            let (cohort, _) = open(&cli).await?;
+            let (cohort, policy) = open(&cli).await?;
             let mut scope =
                 cohort::erasure::ErasureScope::new(subject).allow_soft_delete(*allow_soft_delete);
             if let Some(k) = kind {
@@ -274,6 +274,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             }
             commands::erase(
                 &cohort,
+                &policy,
                 cli.json,
                 tenant.as_deref(),
                 scope,

@@ -1365,3 +1365,91 @@ async fn newcomer_commands_do_what_the_output_suggests() {
     );
     assert_eq!(again.status.code(), Some(2), "an existing file is kept");
 }
+
+/// A single tenant's jurisdiction comes from `tenants_query` too: its
+/// overrides and legal minimums apply to `--tenant` runs, and a tenant the
+/// query does not list is refused rather than swept under default rules.
+#[tokio::test]
+async fn single_tenant_runs_take_their_jurisdiction_from_the_tenants_query() {
+    let db = cohort_pgtemp::fresh_empty_database().await.unwrap();
+    sqlx::raw_sql(
+        "CREATE SCHEMA app;
+         CREATE TABLE app.orgs (id uuid PRIMARY KEY, region text);
+         INSERT INTO app.orgs VALUES ('33333333-3333-4333-a333-333333333333', 'EU');
+         CREATE TABLE app.notes (id bigint PRIMARY KEY, tenant_id uuid NOT NULL, created_at timestamptz, user_id text);
+         CREATE INDEX ON app.notes (tenant_id, created_at);
+         INSERT INTO app.notes VALUES
+           (1, '33333333-3333-4333-a333-333333333333', now() - interval '100 days', 'u-1'),
+           (2, '44444444-4444-4444-8444-444444444444', now() - interval '100 days', 'u-1');",
+    )
+    .execute(db.pool())
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("cohort.toml"),
+        r#"
+tenants_query = "SELECT id, region FROM app.orgs"
+
+[[entity]]
+name = "Note"
+id = "a3f467fe-c5d0-4f17-9897-83c373cc1dc8"
+table = "app.notes"
+category = "notes"
+anchor = "created_at"
+subjects = ["user_id"]
+
+[[category]]
+name = "notes"
+strategy = "purge"
+period = "30d"
+
+[[category.override]]
+jurisdiction = "EU"
+period = "3650d"
+legal_min = "2190d"
+"#,
+    )
+    .unwrap();
+    let dir = dir.path();
+    let url = Some(db.url());
+    assert_eq!(cohort(dir, &["migrate"], url).status.code(), Some(0));
+    let tenant = "3333333333334333A333333333333333";
+    for args in [
+        vec!["--json", "preview", "--tenant", tenant],
+        vec!["--json", "sweep", "--tenant", tenant],
+        vec!["--json", "erase", "--tenant", tenant, "--subject", "u-1"],
+    ] {
+        let out = cohort(dir, &args, url);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let doc = json(&out);
+        assert_eq!(doc["entities"][0]["period"], "3650d", "{args:?}");
+        assert_eq!(doc["entities"][0]["affected"], 0, "{args:?}");
+    }
+    // A tenant the query does not list: refused, nothing written.
+    let out = cohort(
+        dir,
+        &[
+            "--json",
+            "sweep",
+            "--tenant",
+            "44444444-4444-4444-8444-444444444444",
+        ],
+        url,
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(json(&out)["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("not among the tenants tenants_query returns"));
+    let left: i64 = sqlx::query_scalar("SELECT count(*) FROM app.notes")
+        .fetch_one(db.pool())
+        .await
+        .unwrap();
+    assert_eq!(left, 2);
+}
