@@ -40,13 +40,11 @@ pub(crate) struct Prepared {
     pub(crate) queue: crate::handlers::queue::QueuePlan,
     /// The tenant directory (`[[tenant]]`), canonicalised: (tenant, jurisdiction).
     pub(crate) tenants: Vec<(String, Option<String>)>,
-    /// HMAC-SHA256 pads of the hash key, when one is configured.
-    pub(crate) hash_pads: Option<HmacPads>,
 }
 
-/// The two padded forms of an HMAC-SHA256 key (RFC 2104): the `hash`
-/// anonymise method binds them and computes
-/// `sha256(outer || sha256(inner || value))` with core functions.
+/// The two padded forms of an HMAC-SHA256 key (RFC 2104), from which the
+/// `hash` anonymise method computes `sha256(outer || sha256(inner ||
+/// value))` in Rust: the key never reaches the database.
 #[derive(Clone)]
 pub(crate) struct HmacPads {
     pub(crate) inner: Vec<u8>,
@@ -54,6 +52,23 @@ pub(crate) struct HmacPads {
 }
 
 impl HmacPads {
+    /// The hex HMAC-SHA256 of `message`.
+    pub(crate) fn hex(&self, message: &[u8]) -> String {
+        use sha2::Digest;
+        let inner = sha2::Sha256::digest([&self.inner[..], message].concat());
+        let outer = sha2::Sha256::digest([&self.outer[..], &inner[..]].concat());
+        outer.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// The `hash` anonymiser for this key: NULL stays NULL.
+    pub(crate) fn anonymiser(key: &[u8]) -> crate::model::CustomAnonymiser {
+        let pads = HmacPads::new(key);
+        crate::model::CustomAnonymiser::new::<Option<String>, _, _>(
+            "hash (HMAC-SHA256)",
+            move |v: &Option<String>| v.as_ref().map(|s| pads.hex(s.as_bytes())),
+        )
+    }
+
     pub(crate) fn new(key: &[u8]) -> Self {
         use sha2::Digest;
         const BLOCK: usize = 64;
@@ -109,6 +124,11 @@ impl Context {
                 )
                 .await?;
                 let tenants = tenant_directory(&model, &self.tenants)?;
+                let hasher = self
+                    .config
+                    .hash_key
+                    .as_ref()
+                    .map(|k| HmacPads::anonymiser(k.expose()));
                 check_handlers(&model, &self.handlers)?;
                 let plans = model
                     .entities
@@ -123,6 +143,7 @@ impl Context {
                                 caps,
                                 &facts.blocking_references,
                                 &facts.casts,
+                                hasher.as_ref(),
                                 &self.config.schema,
                             ),
                         )
@@ -134,11 +155,6 @@ impl Context {
                     ledger: LedgerPlan::build(&self.config.schema),
                     queue: crate::handlers::queue::QueuePlan::build(&self.config.schema),
                     tenants,
-                    hash_pads: self
-                        .config
-                        .hash_key
-                        .as_ref()
-                        .map(|k| HmacPads::new(k.expose())),
                 }))
             })
             .await

@@ -427,14 +427,6 @@ async fn batches(
             for literal in &plan.literals {
                 mutate = mutate.bind(literal.clone());
             }
-            if plan.hashes {
-                let pads = ctx
-                    .ready
-                    .hash_pads
-                    .as_ref()
-                    .expect("validated: hashing needs a key");
-                mutate = mutate.bind(pads.inner.clone()).bind(pads.outer.clone());
-            }
         }
         if let Some(values) = custom_json {
             mutate = mutate.bind(values);

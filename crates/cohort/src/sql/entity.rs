@@ -28,10 +28,10 @@ pub(crate) struct EntityPlan {
     pub(crate) lock: BTreeMap<Strategy, SqlText>,
     /// Mutate locked rows that are still not held, not done, past the
     /// cutoff and in the tenant. `$1` entity id, `$2` record keys (array),
-    /// then (anonymise) the literals, the HMAC inner and outer pads when a
-    /// column is hashed, and (with custom anonymisers) one JSON object per
-    /// key, aligned with `$2`, holding each custom column's new value; then
-    /// the cutoff and the tenant. Returns `record::text`.
+    /// then (anonymise) the literals and (with custom anonymisers or hashed
+    /// columns, computed in Rust) one JSON object per key, aligned with
+    /// `$2`, holding each such column's new value; then the cutoff and the
+    /// tenant. Returns `record::text`.
     pub(crate) mutate: BTreeMap<Strategy, SqlText>,
     /// `mutate` without its cutoff, tenant and RETURNING, for erasure to
     /// add its own re-checks (parameters after the anonymise ones).
@@ -58,17 +58,15 @@ pub(crate) struct EntityPlan {
     pub(crate) is_held: SqlText,
     /// Literal values bound after `$2` by the anonymise statement.
     pub(crate) literals: Vec<String>,
-    /// Whether a column is hashed (the HMAC pads follow the literals).
-    pub(crate) hashes: bool,
     /// Custom anonymisers, in parameter order: (column, anonymiser).
     pub(crate) custom: Vec<(String, CustomAnonymiser)>,
 }
 impl EntityPlan {
     /// Parameters the anonymise statement binds after the keys (`$2`):
-    /// literals, the two HMAC pads when a column is hashed, and the custom
-    /// values' JSON array.
+    /// literals, then the JSON array of values computed in Rust (custom
+    /// anonymisers and hashed columns).
     pub(crate) fn anonymise_params(&self) -> usize {
-        self.literals.len() + if self.hashes { 2 } else { 0 } + usize::from(!self.custom.is_empty())
+        self.literals.len() + usize::from(!self.custom.is_empty())
     }
 
     /// Parameters `mutate` binds after the keys for `strategy`.
@@ -86,6 +84,7 @@ impl EntityPlan {
         capabilities: &CategoryCapabilities,
         blockers: &[IncomingKey],
         casts: &Casts,
+        hasher: Option<&CustomAnonymiser>,
         cohort_schema: &str,
     ) -> Self {
         let table: &QualifiedName = &e.table;
@@ -102,14 +101,19 @@ impl EntityPlan {
             guard_lock: SqlText::default(),
             is_held: SqlText::default(),
             literals: Vec::new(),
-            hashes: false,
             custom: Vec::new(),
         };
         // Anonymise's parameters are fixed by the entity, whatever the strategy.
         for a in &e.anonymise {
             match &a.method {
                 AnonymiseMethod::Literal(v) => plan.literals.push(v.clone()),
-                AnonymiseMethod::Hash => plan.hashes = true,
+                // Hashed in Rust (HMAC-SHA256 under the configured key), like a
+                // custom anonymiser: the key never reaches the server, its
+                // statements or its logs.
+                AnonymiseMethod::Hash => plan.custom.push((
+                    a.column.clone(),
+                    hasher.cloned().expect("validated: hashing needs a key"),
+                )),
                 AnonymiseMethod::Custom(c) => plan.custom.push((a.column.clone(), c.clone())),
                 _ => {}
             }
@@ -182,8 +186,7 @@ impl EntityPlan {
                 Strategy::Anonymise => {
                     m.push("UPDATE ").table(table).push(" t SET ");
                     let mut next_literal = 3;
-                    let hash_inner = 3 + plan.literals.len();
-                    let custom_param = hash_inner + if plan.hashes { 2 } else { 0 };
+                    let custom_param = 3 + plan.literals.len();
                     for (i, a) in e.anonymise.iter().enumerate() {
                         if i > 0 {
                             m.push(", ");
@@ -196,22 +199,11 @@ impl EntityPlan {
                             AnonymiseMethod::Empty => {
                                 m.push("''");
                             }
-                            AnonymiseMethod::Hash => {
-                                // HMAC-SHA256 from core functions: the key's two
-                                // padded forms are bound parameters, never stored.
-                                m.push("pg_catalog.encode(pg_catalog.sha256(")
-                                    .param(hash_inner + 1)
-                                    .push("::bytea || pg_catalog.sha256(")
-                                    .param(hash_inner)
-                                    .push("::bytea || pg_catalog.convert_to(")
-                                    .col(&a.column)
-                                    .push("::text, 'UTF8'))), 'hex')");
-                            }
                             AnonymiseMethod::Literal(_) => {
                                 m.param(next_literal);
                                 next_literal += 1;
                             }
-                            AnonymiseMethod::Custom(_) => {
+                            AnonymiseMethod::Custom(_) | AnonymiseMethod::Hash => {
                                 // Rust computes a JSON object per row; PostgreSQL converts
                                 // each value to the column's own type through the table's
                                 // row type (no type names in SQL, no text casts).
