@@ -1212,3 +1212,75 @@ fn released_migrations_are_pinned() {
         assert_eq!(hex, digest, "migration {version} was edited after release");
     }
 }
+
+/// Key-like columns must compare the way Cohort identifies values: no
+/// non-deterministic collations, no char(n) tenants or subjects.
+#[tokio::test]
+async fn key_columns_must_compare_deterministically() {
+    let db = migrated_db().await;
+    exec(
+        db.pool(),
+        "CREATE SCHEMA app;
+         CREATE COLLATION app.ci (provider = icu, locale = 'und-u-ks-level2', deterministic = false);
+         CREATE TABLE app.notes (id bigint PRIMARY KEY, tenant_id text COLLATE app.ci NOT NULL,
+             created_at timestamptz, user_code char(8));",
+    )
+    .await;
+    let policy = r#"
+[[entity]]
+name = "Note"
+id = "a3f467fe-c5d0-4f17-9897-83c373cc1dc8"
+table = "app.notes"
+category = "notes"
+anchor = "created_at"
+subjects = ["user_code"]
+
+[[category]]
+name = "notes"
+strategy = "purge"
+period = "30d"
+"#;
+    expect_refused(
+        &db,
+        policy,
+        &[
+            "tenant column \"tenant_id\" has a non-deterministic collation",
+            "erasure subject column \"user_code\" is character(8)",
+        ],
+    )
+    .await;
+}
+
+/// A cascade that loops back into the purged table is reported too.
+#[tokio::test]
+async fn cascades_that_loop_back_are_refused() {
+    let db = migrated_db().await;
+    exec(
+        db.pool(),
+        "CREATE SCHEMA app;
+         CREATE TABLE app.parent (id bigint PRIMARY KEY, created_at timestamptz, child_id bigint);
+         CREATE TABLE app.mid (id bigint PRIMARY KEY, parent_id bigint REFERENCES app.parent ON DELETE CASCADE);
+         ALTER TABLE app.parent ADD CONSTRAINT parent_mid_fkey FOREIGN KEY (child_id) REFERENCES app.mid ON DELETE CASCADE;",
+    )
+    .await;
+    let policy = r#"
+[[entity]]
+name = "Parent"
+id = "a3f467fe-c5d0-4f17-9897-83c373cc1dc8"
+table = "app.parent"
+category = "short"
+anchor = "created_at"
+tenantless = true
+
+[[category]]
+name = "short"
+strategy = "purge"
+period = "30d"
+"#;
+    expect_refused(
+        &db,
+        policy,
+        &["Parent: foreign key \"parent_mid_fkey\" on app.parent is ON DELETE CASCADE from app.mid, which a purge of entity Parent reaches through app.parent -> app.mid -> app.parent"],
+    )
+    .await;
+}

@@ -64,7 +64,14 @@ impl KeyType {
                     return Err(format!("{text:?} is not a valid text key"));
                 }
                 if self == KeyType::CiText {
-                    KeyValue::Text(text.to_lowercase())
+                    // citext folds case by the database's locale; only ASCII
+                    // folds the same in Rust and in every locale.
+                    if !text.is_ascii() {
+                        return Err(format!(
+                            "{text:?} is not ASCII; case-insensitive (citext) ids must be, since case folding of other letters depends on the database's locale"
+                        ));
+                    }
+                    KeyValue::Text(text.to_ascii_lowercase())
                 } else {
                     KeyValue::Text(text.to_owned())
                 }
@@ -189,6 +196,7 @@ mod tests {
             (KeyType::Text, "", Err(())),
             (KeyType::Text, " ACME", Ok(" ACME")),
             (KeyType::CiText, "AcMe", Ok("acme")),
+            (KeyType::CiText, "École", Err(())),
         ];
         for (ty, input, expected) in cases {
             let got = ty.parse(input).map(|k| k.canonical()).map_err(|_| ());

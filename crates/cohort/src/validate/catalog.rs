@@ -23,6 +23,10 @@ pub(crate) struct ColumnInfo {
     pub(crate) display_type: String,
     /// The base type's `typname`, e.g. `timestamptz`, `int4`.
     pub(crate) type_name: String,
+    /// Whether its collation compares deterministically (byte-wise equal
+    /// means equal); a non-deterministic collation (e.g. case-insensitive
+    /// ICU) makes SQL equality disagree with Cohort's identity of values.
+    pub(crate) deterministic: bool,
     /// The schema of that base type (`pg_catalog`, or where an extension
     /// such as citext is installed).
     pub(crate) type_schema: String,
@@ -143,7 +147,9 @@ pub(crate) async fn load_table(
                 CASE WHEN COALESCE(bt.typname, t.typname) IN ('varchar', 'bpchar') \
                      AND COALESCE(NULLIF(a.atttypmod, -1), NULLIF(t.typtypmod, -1)) IS NOT NULL \
                      THEN COALESCE(NULLIF(a.atttypmod, -1), t.typtypmod) - 4 END AS max_chars, \
-                a.attnotnull AS not_null, a.atthasdef AS has_default \
+                a.attnotnull AS not_null, a.atthasdef AS has_default, \
+                COALESCE((SELECT co.collisdeterministic FROM pg_catalog.pg_collation co \
+                          WHERE co.oid = a.attcollation), true) AS deterministic \
          FROM pg_catalog.pg_attribute a \
          JOIN pg_catalog.pg_type t ON t.oid = a.atttypid \
          LEFT JOIN pg_catalog.pg_type bt ON t.typtype = 'd' AND bt.oid = t.typbasetype \
@@ -160,6 +166,7 @@ pub(crate) async fn load_table(
             name: r.try_get("name")?,
             display_type: r.try_get("display_type")?,
             type_name: r.try_get("type_name")?,
+            deterministic: r.try_get("deterministic")?,
             type_schema: r.try_get("type_schema")?,
             max_chars: r.try_get("max_chars")?,
             not_null: r.try_get("not_null")?,
@@ -306,17 +313,18 @@ pub(crate) async fn cascade_edges(
     sqlx::query(
         "WITH RECURSIVE edge AS ( \
             SELECT con.oid AS con, con.conrelid AS child, con.confdeltype::text AS action, \
-                   ARRAY[con.confrelid, con.conrelid]::oid[] AS path \
+                   ARRAY[con.confrelid, con.conrelid]::oid[] AS path, \
+                   con.conrelid = con.confrelid AS is_cycle \
             FROM pg_catalog.pg_constraint con \
             WHERE con.contype = 'f' AND con.conparentid = 0 AND con.confrelid = $1 \
               AND con.confdeltype IN ('c', 'n', 'd') \
           UNION ALL \
-            SELECT con.oid, con.conrelid, con.confdeltype::text, e.path || con.conrelid \
+            SELECT con.oid, con.conrelid, con.confdeltype::text, e.path || con.conrelid, \
+                   con.conrelid = ANY (e.path) \
             FROM edge e \
             JOIN pg_catalog.pg_constraint con ON con.confrelid = e.child \
-            WHERE e.action = 'c' AND con.contype = 'f' AND con.conparentid = 0 \
-              AND con.confdeltype IN ('c', 'n', 'd') \
-              AND NOT (con.conrelid = ANY (e.path)) AND pg_catalog.cardinality(e.path) < 32 \
+            WHERE e.action = 'c' AND NOT e.is_cycle AND con.contype = 'f' AND con.conparentid = 0 \
+              AND con.confdeltype IN ('c', 'n', 'd') AND pg_catalog.cardinality(e.path) < 64 \
          ) \
          SELECT c.conname::text AS name, e.action, cn.nspname::text AS child_schema, \
                 cc.relname::text AS child_table, \
@@ -331,7 +339,8 @@ pub(crate) async fn cascade_edges(
                       ORDER BY k.ord) AS failing_columns \
          FROM edge e \
          JOIN pg_catalog.pg_constraint c ON c.oid = e.con \
-         JOIN pg_catalog.pg_class cc ON cc.oid = e.child \
+         JOIN pg_catalog.pg_class cc \
+           ON cc.oid = COALESCE(pg_catalog.pg_partition_root(e.child), e.child) \
          JOIN pg_catalog.pg_namespace cn ON cn.oid = cc.relnamespace \
          ORDER BY pg_catalog.cardinality(e.path), c.conname",
     )

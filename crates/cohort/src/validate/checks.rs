@@ -264,6 +264,32 @@ pub(crate) fn check_entity(
             ));
         }
     }
+    // Key-like columns must compare the way Cohort identifies their values.
+    let key_like = std::iter::once(("record key", Some(entity.record_id.as_str())))
+        .chain(std::iter::once(("tenant", entity.tenant.as_deref())))
+        .chain(
+            entity
+                .subjects
+                .iter()
+                .map(|s| ("erasure subject", Some(s.column.as_str()))),
+        );
+    for (role, column) in key_like {
+        let Some(col) = column.and_then(|c| table.column(c)) else {
+            continue;
+        };
+        if !col.deterministic {
+            problems.push(format!(
+                "{role} column {:?} has a non-deterministic collation: SQL would treat values Cohort tells apart as equal (or the reverse). Use a deterministic collation, or citext for case-insensitive ids",
+                col.name
+            ));
+        }
+        if role != "record key" && col.type_name == "bpchar" {
+            problems.push(format!(
+                "{role} column {:?} is {}; char(n) pads its values, so an id compared as text never matches. Use text or varchar",
+                col.name, col.display_type
+            ));
+        }
+    }
     if let Some(col) = entity.tenant.as_deref().and_then(|c| table.column(c)) {
         if !KEY_TYPES.contains(&col.type_name.as_str()) {
             problems.push(format!(
