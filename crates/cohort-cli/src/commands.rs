@@ -228,6 +228,17 @@ async fn query_jurisdiction(
     )))
 }
 
+/// Worker-only settings do not change a manual run: say so when they are on.
+fn note_worker_settings(cohort: &Cohort, dry_run: bool) {
+    let c = cohort.config();
+    if c.kill_switch {
+        eprintln!("cohort: note: [cohort] kill_switch stops the scheduled worker only; this manual run goes ahead");
+    }
+    if c.dry_run && !dry_run {
+        eprintln!("cohort: note: [cohort] dry_run applies to the scheduled worker only; this manual run changes rows (pass --dry-run to count only)");
+    }
+}
+
 fn tenant_source(policy: &PolicyFile) -> TenantSource {
     match &policy.tenants_query {
         Some(q) => TenantSource::Query(q.clone()),
@@ -416,6 +427,7 @@ pub(crate) async fn sweep(
     (dry_run, allow_future_now): (bool, bool),
 ) -> Result<(), Failure> {
     let now = parse_time(now, "--now")?;
+    note_worker_settings(cohort, dry_run);
     let cancel = Cancel::new();
     let on_signal = cancel.clone();
     tokio::spawn(async move {
@@ -513,6 +525,7 @@ pub(crate) async fn erase(
     (dry_run, allow_future_now): (bool, bool),
 ) -> Result<(), Failure> {
     let now = parse_time(now, "--now")?;
+    note_worker_settings(cohort, dry_run);
     let cancel = Cancel::new();
     let on_signal = cancel.clone();
     tokio::spawn(async move {

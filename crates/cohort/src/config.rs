@@ -132,6 +132,21 @@ impl Serialize for HashKey {
     }
 }
 
+/// A TOML error as `line L, column C: message`, without the source excerpt
+/// the parser's own text quotes: the offending line may hold a secret
+/// (`hash_key`, a database URL with a password).
+pub(crate) fn toml_problem(text: &str, e: &toml::de::Error) -> String {
+    match e.span() {
+        Some(span) => {
+            let before = &text[..span.start.min(text.len())];
+            let line = before.matches('\n').count() + 1;
+            let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+            format!("line {line}, column {column}: {}", e.message())
+        }
+        None => e.message().to_string(),
+    }
+}
+
 /// The shortest accepted hash key, in bytes.
 pub const MIN_HASH_KEY_BYTES: usize = 16;
 
@@ -176,7 +191,7 @@ impl Default for CohortConfig {
 impl CohortConfig {
     /// Parses a `[cohort]` table's contents (not the whole policy file).
     pub fn from_toml(text: &str) -> Result<Self> {
-        toml::from_str(text).map_err(|e| Error::Config(Problems::one(e.to_string())))
+        toml::from_str(text).map_err(|e| Error::Config(Problems::one(toml_problem(text, &e))))
     }
 
     /// The schema retained tables without one resolve to: the configured

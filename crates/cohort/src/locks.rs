@@ -58,12 +58,14 @@ pub(crate) async fn unlock(conn: &mut PgConnection, key: LockKey<'_>) -> Result<
 }
 
 /// Takes a transaction-level lock, waiting for it; released at commit or
-/// rollback.
+/// rollback. Hashed with `hashtext` (int4), as released versions hashed the
+/// migration lock, so old and new binaries migrating at once still exclude
+/// each other.
 pub(crate) async fn lock_xact(
     conn: &mut PgConnection,
     key: LockKey<'_>,
 ) -> Result<(), sqlx::Error> {
-    sqlx::query("SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtextextended($1, 0))")
+    sqlx::query("SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext($1))")
         .bind(key.text())
         .execute(conn)
         .await

@@ -188,8 +188,8 @@ impl PolicyFile {
 
     /// Parses and checks policy text, reporting every problem found.
     pub fn parse(text: &str) -> Result<Self> {
-        let value: toml::Value =
-            toml::from_str(text).map_err(|e| Error::Policy(Problems::one(e.to_string())))?;
+        let value: toml::Value = toml::from_str(text)
+            .map_err(|e| Error::Policy(Problems::one(crate::config::toml_problem(text, &e))))?;
         let mut nul = Vec::new();
         nul_strings(&value, "", &mut nul);
         if !nul.is_empty() {
@@ -198,8 +198,8 @@ impl PolicyFile {
                 nul.join(", ")
             ))));
         }
-        let raw: RawPolicy =
-            toml::from_str(text).map_err(|e| Error::Policy(Problems::one(e.to_string())))?;
+        let raw: RawPolicy = toml::from_str(text)
+            .map_err(|e| Error::Policy(Problems::one(crate::config::toml_problem(text, &e))))?;
         let mut problems = Vec::new();
         if let Err(Error::Config(config_problems)) = raw.config_check() {
             problems.extend(
@@ -735,5 +735,16 @@ audit = "per_row"
         )
         .unwrap_err();
         assert!(err.to_string().contains("missing field `column`"), "{err}");
+    }
+
+    #[test]
+    fn parse_errors_name_the_line_but_never_quote_it() {
+        let text = "[cohort]\nhash_key = 12345678901234567890\n";
+        let err = PolicyFile::parse(text).unwrap_err().to_string();
+        assert!(err.contains("line 2"), "{err}");
+        assert!(!err.contains("12345678901234567890"), "{err}");
+        let text = "[database]\nurl = \"postgres://app:s3cret@db/app\"\nport = 1\n";
+        let err = PolicyFile::parse(text).unwrap_err().to_string();
+        assert!(!err.contains("s3cret"), "{err}");
     }
 }

@@ -45,6 +45,11 @@ async fn tables_without_a_schema_resolve_to_the_default_then_public() {
             .declaration(decl())
             .build()
     };
+    // A same-named table in the ledger schema makes the unqualified name
+    // ambiguous (earlier versions resolved it there): refused.
+    let err = build(None).await.unwrap_err();
+    assert!(err.to_string().contains("ledger.notes exists too"), "{err}");
+    exec(db.pool(), "DROP TABLE ledger.notes").await;
     let cohort = build(None).await.unwrap();
     let model = cohort.ready().await.unwrap();
     assert_eq!(model.entities[0].table.schema, "public");

@@ -1284,3 +1284,55 @@ period = "30d"
     )
     .await;
 }
+
+/// A fixed value written into a unique column would fail every batch of two
+/// rows or more; an unqualified table that also exists in Cohort's schema is
+/// ambiguous since the default table schema became `public`.
+#[tokio::test]
+async fn constant_scrubs_of_unique_columns_and_ambiguous_tables_are_refused() {
+    let db = migrated_db().await;
+    let mut conn = db.connect().await.unwrap();
+    cohort::schema::migrate(&mut conn, "ledger").await.unwrap();
+    exec(
+        db.pool(),
+        "CREATE TABLE public.contacts (id bigint PRIMARY KEY, tenant_id uuid NOT NULL, created_at timestamptz,
+             anonymised_at timestamptz, handle text UNIQUE, nick text);
+         CREATE TABLE ledger.contacts (LIKE public.contacts);",
+    )
+    .await;
+    let policy = r#"
+[cohort]
+schema = "ledger"
+
+[[entity]]
+name = "Contact"
+id = "b7316df4-7db5-46ad-aea7-f65c4b430f73"
+table = "contacts"
+category = "contacts"
+anchor = "created_at"
+anonymise = { handle = { literal = "gone" }, nick = "empty" }
+
+[[category]]
+name = "contacts"
+strategy = "anonymise"
+period = "30d"
+"#;
+    let err = from_policy(&db, policy).await.unwrap_err();
+    let text = problems_text(&err);
+    for f in [
+        "column \"handle\" is unique, but the literal anonymise method writes the same value into every row",
+        "table \"contacts\" names no schema: it resolves to public.contacts (the default table schema), but ledger.contacts exists too",
+    ] {
+        assert!(text.contains(f), "{f:?} missing from\n{text}");
+    }
+    assert!(!text.contains("\"nick\""), "{text}");
+    // Qualified, and hashing the unique column instead: accepted.
+    from_policy(
+        &db,
+        &policy
+            .replace("table = \"contacts\"", "table = \"public.contacts\"")
+            .replace("{ literal = \"gone\" }", "\"hash\""),
+    )
+    .await
+    .unwrap();
+}

@@ -156,9 +156,17 @@ async fn tenant_list(cx: &Context, source: &TenantSource) -> Result<Vec<TenantEn
         TenantSource::Directory => Ok(cx.tenants.clone()),
         TenantSource::List(list) => Ok(list.clone()),
         TenantSource::Query(sql) => {
+            // Read-only: the query can list tenants, never change anything.
+            let mut conn = cx.pool.acquire().await?;
+            let mut tx = sqlx::Connection::begin_with(
+                &mut *conn,
+                "BEGIN ISOLATION LEVEL READ COMMITTED READ ONLY",
+            )
+            .await?;
             let rows = sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
-                .fetch_all(&cx.pool)
+                .fetch_all(&mut *tx)
                 .await?;
+            tx.rollback().await?;
             rows.iter().map(tenant_row).collect()
         }
     }

@@ -381,6 +381,17 @@ pub(crate) fn check_entity(
                 "column {:?} is anonymised to NULL but is NOT NULL; use empty, a literal or a custom anonymiser",
                 col.name
             )),
+            AnonymiseMethod::Empty | AnonymiseMethod::Literal(_)
+                if table.indexes.iter().any(|i| {
+                    (i.primary || i.unique) && !i.partial && i.columns == [col.name.clone()]
+                }) =>
+            {
+                problems.push(format!(
+                    "column {:?} is unique, but the {} anonymise method writes the same value into every row: the second row of a batch would violate the unique index and retention would never happen. Use null, hash or a custom anonymiser",
+                    col.name,
+                    a.method.kind()
+                ))
+            }
             AnonymiseMethod::Empty | AnonymiseMethod::Literal(_) | AnonymiseMethod::Hash if !is_text(col) => {
                 problems.push(format!(
                     "column {:?} is {}; the {} anonymise method needs a text column",

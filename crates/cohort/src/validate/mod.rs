@@ -226,6 +226,37 @@ pub async fn validate(
                 continue;
             }
         };
+        // Since the default table schema became `public`, an unqualified name
+        // that also exists in Cohort's own schema would silently change
+        // tables on upgrade: refuse the ambiguity.
+        let text = decl
+            .table
+            .clone()
+            .unwrap_or_else(|| heck::ToSnakeCase::to_snake_case(decl.name()));
+        let unqualified = decl.schema.is_none()
+            && config.default_table_schema.is_none()
+            && config.schema != "public"
+            && !text.is_empty()
+            && QualifiedName::parse(&text, "public").ok()
+                != QualifiedName::parse(&text, &config.schema).ok();
+        if unqualified {
+            let in_cohort_schema =
+                QualifiedName::new(config.schema.clone(), table_name.name.clone());
+            if catalog::load_table(conn, &in_cohort_schema)
+                .await?
+                .is_some()
+            {
+                problems.push(Problem::entity(
+                    decl.name(),
+                    format!(
+                        "table {:?} names no schema: it resolves to {} (the default table schema), but {} exists too (earlier versions resolved it there); qualify the table or set default_table_schema",
+                        text,
+                        table_name.display_plain(),
+                        in_cohort_schema.display_plain()
+                    ),
+                ));
+            }
+        }
         if CohortTable::ALL.iter().any(|t| t.name() == table_name.name)
             && (table_name.schema == config.schema
                 || catalog::is_cohort_schema(conn, &table_name.schema).await?)
