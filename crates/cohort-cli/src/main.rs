@@ -125,6 +125,9 @@ enum Command {
     /// The audit ledger.
     #[command(subcommand)]
     Runs(commands::RunsCommand),
+    /// Row-handler work that will not be delivered without an operator.
+    #[command(subcommand, name = "dead-letters")]
+    DeadLetters(commands::DeadLettersCommand),
 }
 
 /// How a command ended, mapped to the documented exit codes.
@@ -290,6 +293,10 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Runs(cmd) => {
             let (cohort, _) = open(&cli).await?;
             commands::runs(&cohort, cli.json, cmd).await
+        }
+        Command::DeadLetters(cmd) => {
+            let (cohort, _) = open(&cli).await?;
+            commands::dead_letters(&cohort, cli.json, cmd).await
         }
     }
 }

@@ -1453,3 +1453,92 @@ legal_min = "2190d"
         .unwrap();
     assert_eq!(left, 2);
 }
+
+/// `dead-letters list` and `retry` as SPEC §12 pins them.
+#[tokio::test]
+async fn dead_letters_are_listed_and_retried_from_the_cli() {
+    let (db, dir) = setup().await;
+    let dir = dir.path();
+    let url = Some(db.url());
+    assert_eq!(cohort(dir, &["migrate"], url).status.code(), Some(0));
+    sqlx::raw_sql(
+        "INSERT INTO retention.sweep_run (run_id, kind, trigger, dry_run, tenant_id, status, logical_now, started_at, settled_at)
+           VALUES ('11111111-1111-4111-8111-111111111111', 'sweep', 'manual', false,
+                   '11111111-1111-1111-1111-111111111111', 'succeeded', now(), now(), now());
+         INSERT INTO retention.sweep_run_row_detail (run_id, retention_entity_id, entity_type, record_id, tenant_id, action)
+           VALUES ('11111111-1111-4111-8111-111111111111', 'a3f467fe-c5d0-4f17-9897-83c373cc1dc8', 'SessionNote', 'r1',
+                   '11111111-1111-1111-1111-111111111111', 'purge'),
+                  ('11111111-1111-4111-8111-111111111111', 'a3f467fe-c5d0-4f17-9897-83c373cc1dc8', 'SessionNote', 'r2',
+                   '11111111-1111-1111-1111-111111111111', 'purge');
+         INSERT INTO retention.sweep_row_handler_status (row_detail_id, run_id, handler_id, phase, status, attempts,
+             captured_payload, payload_scrubbed_at, last_error)
+           SELECT row_detail_id, run_id, 'crm', 'immediate', 'dead_lettered', 10,
+                  CASE WHEN record_id = 'r1' THEN '{}'::jsonb END,
+                  CASE WHEN record_id = 'r2' THEN now() END,
+                  'kind=handler code=on_after_failed diagnostic_id=x'
+           FROM retention.sweep_run_row_detail ORDER BY record_id;",
+    )
+    .execute(db.pool())
+    .await
+    .unwrap();
+    let out = cohort(
+        dir,
+        &["--json", "dead-letters", "list", "--entity", "SessionNote"],
+        url,
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let letters = json(&out);
+    let letters = letters.as_array().unwrap();
+    assert_eq!(letters.len(), 2);
+    for key in [
+        "id",
+        "run_id",
+        "entity_id",
+        "entity",
+        "record_id",
+        "tenant",
+        "handler",
+        "attempts",
+        "last_error",
+        "dead_lettered_at",
+    ] {
+        assert!(letters[0].get(key).is_some(), "{key} missing");
+    }
+    let id_of = |record: &str| {
+        letters.iter().find(|l| l["record_id"] == record).unwrap()["id"]
+            .as_i64()
+            .unwrap()
+            .to_string()
+    };
+    let (good, scrubbed) = (id_of("r1"), id_of("r2"));
+    let snapshot = || async {
+        sqlx::query_scalar::<_, String>(
+            "SELECT string_agg(status || attempts, ',' ORDER BY handler_status_id) FROM retention.sweep_row_handler_status",
+        )
+        .fetch_one(db.pool())
+        .await
+        .unwrap()
+    };
+    let before = snapshot().await;
+    for bad in [vec![scrubbed.as_str()], vec![good.as_str(), "999999"]] {
+        let mut args = vec!["--json", "dead-letters", "retry"];
+        args.extend(bad.iter());
+        let out = cohort(dir, &args, url);
+        assert_eq!(out.status.code(), Some(2), "{bad:?}");
+        assert_eq!(snapshot().await, before, "nothing changed");
+    }
+    let out = cohort(dir, &["--json", "dead-letters", "retry", &good], url);
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(json(&out)["retried"], 1);
+    let out = cohort(dir, &["--json", "dead-letters", "list"], url);
+    assert_eq!(
+        json(&out).as_array().unwrap().len(),
+        1,
+        "only the scrubbed one is left"
+    );
+}

@@ -173,6 +173,24 @@ impl Cohort {
         crate::holds::create(&self.cx, request).await
     }
 
+    /// Dead-lettered handler work, most recent first.
+    pub async fn dead_letters(
+        &self,
+        filter: &crate::handlers::DeadLetterFilter,
+    ) -> Result<Vec<crate::handlers::DeadLetter>> {
+        crate::handlers::dead_letters::list(&self.cx, filter).await
+    }
+
+    /// Requeues dead letters (due now, attempts reset); returns how many.
+    /// Named ids that are unknown, not dead-lettered or scrubbed refuse the
+    /// whole request and change nothing.
+    pub async fn retry_dead_letters(
+        &self,
+        selection: &crate::handlers::RetrySelection,
+    ) -> Result<u64> {
+        crate::handlers::dead_letters::retry(&self.cx, selection).await
+    }
+
     /// A dispatcher delivering this handle's queued row-handler work.
     pub fn dispatcher(&self) -> crate::handlers::Dispatcher {
         crate::handlers::Dispatcher::new(Arc::clone(&self.cx))

@@ -321,7 +321,12 @@ async fn failed_deliveries_retry_with_backoff_then_succeed_or_dead_letter() {
         queue(db.pool(), "handler_id = 'hopeless' AND attempts = 3").await,
         rows
     );
-    assert_eq!(queue(db.pool(), "captured_payload IS NOT NULL").await, 0);
+    // A row whose work dead-lettered keeps its payloads for a retry (they
+    // are cleared once all of the row's work succeeded, or by the backstop).
+    assert_eq!(
+        queue(db.pool(), "captured_payload IS NOT NULL").await,
+        2 * rows
+    );
 }
 
 /// A handler whose first delivery blocks until released.
@@ -531,4 +536,105 @@ async fn after_sweep_settled_work_waits_for_its_run_and_only_dead_runs_are_recov
     assert_eq!(report.delivered, rows);
     let shown = cohort.show_run(r.run_id).await.unwrap();
     assert_eq!(shown.status, RunStatus::Failed);
+}
+
+/// A handler that fails until the test says the far side is healthy.
+struct Toggle(Arc<std::sync::atomic::AtomicBool>);
+
+#[cohort::async_trait]
+impl RowHandler<Note> for Toggle {
+    async fn on_before(&self, row: &Note, ctx: &mut BeforeContext) -> Result<(), HandlerError> {
+        ctx.snapshot.insert("id", row.id)?;
+        Ok(())
+    }
+
+    async fn on_after(&self, _ctx: &AfterContext) -> Result<(), HandlerError> {
+        if self.0.load(std::sync::atomic::Ordering::SeqCst) {
+            Ok(())
+        } else {
+            Err("far side down".into())
+        }
+    }
+}
+
+#[tokio::test]
+async fn dead_letters_are_listed_and_retried_and_bad_retries_change_nothing() {
+    use cohort::handlers::{DeadLetterFilter, RetrySelection};
+    let db = engine_db().await;
+    let healthy = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut config = test_config();
+    config.dispatch.max_attempts = 1;
+    let cohort = Cohort::builder(db.pool().clone())
+        .config(config)
+        .rules(rules())
+        .declaration(engine_entities().remove(0))
+        .handler::<Note, _>(
+            HandlerRegistration::new(note_entity(), "crm"),
+            Toggle(healthy.clone()),
+        )
+        .build()
+        .await
+        .unwrap();
+    let r = cohort
+        .sweep(SweepRequest::tenanted(TENANT_A, now()))
+        .await
+        .unwrap();
+    let rows = r.entity("Note").unwrap().affected;
+    let report = cohort.dispatcher().flush().await.unwrap();
+    assert_eq!(report.dead_lettered, rows);
+    let letters = cohort
+        .dead_letters(&DeadLetterFilter::all().entity(note_entity()).handler("crm"))
+        .await
+        .unwrap();
+    assert_eq!(letters.len() as u64, rows);
+    assert!(letters
+        .iter()
+        .all(|l| l.entity == "Note" && l.attempts == 1 && l.run_id == r.run_id));
+    assert!(cohort
+        .dead_letters(&DeadLetterFilter::all().handler("other"))
+        .await
+        .unwrap()
+        .is_empty());
+    let ids: Vec<i64> = letters.iter().map(|l| l.id).collect();
+    // Bad retries change nothing.
+    let before = table_digest(db.pool(), "public.sweep_row_handler_status").await;
+    let unknown = cohort
+        .retry_dead_letters(&RetrySelection::Ids(vec![ids[0], 999_999]))
+        .await
+        .unwrap_err();
+    assert_eq!(unknown.kind(), cohort::ErrorKind::NotFound);
+    exec(
+        db.pool(),
+        &format!("UPDATE public.sweep_row_handler_status SET captured_payload = NULL, payload_scrubbed_at = now() WHERE handler_status_id = {}", ids[1]),
+    )
+    .await;
+    let scrubbed_digest = table_digest(db.pool(), "public.sweep_row_handler_status").await;
+    let scrubbed = cohort
+        .retry_dead_letters(&RetrySelection::Ids(vec![ids[0], ids[1]]))
+        .await
+        .unwrap_err();
+    assert_eq!(scrubbed.kind(), cohort::ErrorKind::Refused);
+    assert_eq!(
+        table_digest(db.pool(), "public.sweep_row_handler_status").await,
+        scrubbed_digest
+    );
+    assert_ne!(before, scrubbed_digest);
+    // The far side is back: retry everything retryable and deliver it.
+    healthy.store(true, std::sync::atomic::Ordering::SeqCst);
+    let requeued = cohort
+        .retry_dead_letters(&RetrySelection::All)
+        .await
+        .unwrap();
+    assert_eq!(requeued, rows - 1, "all but the scrubbed one");
+    let report = cohort.dispatcher().flush().await.unwrap();
+    assert_eq!(report.delivered, rows - 1);
+    let again = cohort
+        .retry_dead_letters(&RetrySelection::Ids(vec![ids[0]]))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        again.kind(),
+        cohort::ErrorKind::Conflict,
+        "succeeded work is not dead-lettered"
+    );
 }

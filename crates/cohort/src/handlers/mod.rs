@@ -17,9 +17,11 @@
 //! `max_attempts` with a sanitised `last_error`. A claim that expires is
 //! reclaimed as a new attempt, and the stale delivery can never settle the
 //! row (every settlement is fenced by the claim token). Snapshots are
-//! cleared as soon as every handler of the row is terminal, and a backstop
-//! scrub clears any older than `payload_retention`.
+//! cleared as soon as every handler of the row has succeeded (a dead
+//! letter keeps its payload so it can be retried), and a backstop scrub
+//! clears any older than `payload_retention`.
 
+pub(crate) mod dead_letters;
 mod dispatch;
 pub(crate) mod queue;
 mod snapshot;
@@ -29,6 +31,7 @@ use std::sync::Arc;
 use sqlx::postgres::PgRow;
 use uuid::Uuid;
 
+pub use dead_letters::{DeadLetter, DeadLetterFilter, RetrySelection};
 pub use dispatch::{Dispatcher, FlushReport};
 pub use snapshot::{Snapshot, SnapshotError, SnapshotValue};
 

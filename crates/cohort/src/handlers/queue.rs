@@ -27,8 +27,8 @@ pub(crate) struct QueuePlan {
     /// from now, or dead-lettered when `$5` is true. `$1` id, `$2` claim
     /// token, `$3` sanitised error. Returns the row-detail id.
     pub(crate) fail: SqlText,
-    /// Clears the payloads of a row once all its handlers are terminal.
-    /// `$1` row-detail id.
+    /// Clears the payloads of a row once all its handlers succeeded (a dead
+    /// letter keeps its payload for a retry). `$1` row-detail id.
     pub(crate) clear_payloads: SqlText,
     /// Backstop scrub of payloads older than `$1` seconds. Returns the count.
     pub(crate) scrub: SqlText,
@@ -121,7 +121,7 @@ impl QueuePlan {
                    AND NOT EXISTS (SELECT 1 FROM ",
             )
             .table(&hs)
-            .push(" s WHERE s.row_detail_id = $1 AND s.status IN ('pending', 'in_flight'))");
+            .push(" s WHERE s.row_detail_id = $1 AND s.status IN ('pending', 'in_flight', 'dead_lettered'))");
 
         let mut scrub = SqlText::new("UPDATE ");
         scrub.table(&hs).push(
