@@ -245,7 +245,10 @@ impl Dispatcher {
                 return self.settle_failure(prepared, &work, &reason, true).await;
             }
         };
-        let strategy = work.action.parse::<Strategy>().unwrap_or(Strategy::Purge);
+        let Ok(strategy) = work.action.parse::<Strategy>() else {
+            let reason = format!("tampered row detail: unknown action {:?}", work.action);
+            return self.settle_failure(prepared, &work, &reason, true).await;
+        };
         let cancel = Cancel::new();
         let ctx = AfterContext {
             snapshot,
