@@ -76,6 +76,58 @@ pub(crate) enum HoldsCommand {
     },
 }
 
+/// `cohort dispatch`: delivers the work of the policy file's handlers.
+/// Refused when the policy declares none: work queued by an application's
+/// own (Rust) handlers belongs to the application's dispatcher, and this
+/// one would dead-letter it as unknown.
+pub(crate) async fn dispatch(
+    cohort: &Cohort,
+    policy: &PolicyFile,
+    json: bool,
+    once: bool,
+) -> Result<(), Failure> {
+    if policy.handlers.is_empty() {
+        return Err(bad(
+            "the policy file declares no [[entity.handler]]; work queued by an application's own handlers is delivered by the application's dispatcher",
+        ));
+    }
+    let dispatcher = cohort.dispatcher();
+    if once {
+        let r = dispatcher.flush().await?;
+        if json {
+            print_json(&json!({
+                "delivered": r.delivered,
+                "failed": r.failed,
+                "dead_lettered": r.dead_lettered,
+                "pending": r.pending,
+                "in_flight": r.in_flight,
+                "superseded": r.superseded,
+                "recovered_runs": r.recovered_runs,
+            }));
+        } else {
+            outln!(
+                "Delivered {}, failed {} (will retry), dead-lettered {}; {} pending, {} in flight elsewhere.",
+                r.delivered, r.failed, r.dead_lettered, r.pending, r.in_flight
+            );
+        }
+        return Ok(());
+    }
+    let cancel = Cancel::new();
+    let on_signal = cancel.clone();
+    tokio::spawn(async move {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("SIGTERM handler");
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+        eprintln!("cohort: stopping the dispatcher");
+        on_signal.cancel();
+    });
+    dispatcher.run(cancel).await;
+    Ok(())
+}
+
 #[derive(Debug, Subcommand)]
 pub(crate) enum DeadLettersCommand {
     /// Dead-lettered handler work, most recent first.

@@ -125,6 +125,13 @@ enum Command {
     /// The audit ledger.
     #[command(subcommand)]
     Runs(commands::RunsCommand),
+    /// Deliver queued work of the policy file's handlers (--once: what is due
+    /// now, then exit; otherwise until SIGINT/SIGTERM).
+    Dispatch {
+        /// Deliver what is due now and exit.
+        #[arg(long)]
+        once: bool,
+    },
     /// Row-handler work that will not be delivered without an operator.
     #[command(subcommand, name = "dead-letters")]
     DeadLetters(commands::DeadLettersCommand),
@@ -293,6 +300,10 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Runs(cmd) => {
             let (cohort, _) = open(&cli).await?;
             commands::runs(&cohort, cli.json, cmd).await
+        }
+        Command::Dispatch { once } => {
+            let (cohort, policy) = open(&cli).await?;
+            commands::dispatch(&cohort, &policy, cli.json, *once).await
         }
         Command::DeadLetters(cmd) => {
             let (cohort, _) = open(&cli).await?;

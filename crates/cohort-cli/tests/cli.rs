@@ -1542,3 +1542,139 @@ async fn dead_letters_are_listed_and_retried_from_the_cli() {
         "only the scrubbed one is left"
     );
 }
+
+/// Policy-file `command` handlers and `cohort dispatch`: the captured
+/// columns reach the program as JSON on stdin, a failing program's exit
+/// status is the dead letter's reason (its stderr never stored), and a
+/// dispatcher killed with -9 mid-delivery loses nothing: the work is
+/// redelivered after the claim time-out, its attempts counted.
+#[tokio::test]
+async fn command_handlers_are_dispatched_at_least_once_even_across_kill_9() {
+    let (db, dir) = setup().await;
+    sqlx::raw_sql(ROWS).execute(db.pool()).await.unwrap();
+    let dir = dir.path();
+    let url = Some(db.url());
+    let out_file = dir.join("delivered.jsonl");
+    let mark = dir.join("first-attempt-started");
+    let policy = POLICY.replace(
+        "[[entity]]\nname = \"CaseContact\"",
+        &format!(
+            "[[entity.handler]]\nname = \"log\"\npriority = 1\ncapture = [\"body\"]\ncommand = [\"sh\", \"-c\", \"if [ -f '{mark}' ]; then cat >> '{out}'; echo >> '{out}'; else touch '{mark}'; sleep 20; fi\"]\n\n[[entity.handler]]\nname = \"crm\"\npriority = 2\ncommand = [\"sh\", \"-c\", \"echo 'secret-stderr@example.com' >&2; exit 3\"]\n\n[[entity]]\nname = \"CaseContact\"",
+            mark = mark.display(),
+            out = out_file.display()
+        ),
+    );
+    let policy = format!("[cohort.dispatch]\nmax_attempts = 2\nbase_backoff = \"1s\"\nclaim_timeout = \"3s\"\n\n{policy}")
+        .replacen("[cohort]\nschema = \"retention\"\n", "", 1);
+    let policy = format!("[cohort]\nschema = \"retention\"\n{policy}");
+    std::fs::write(dir.join("cohort.toml"), &policy).unwrap();
+    assert_eq!(cohort(dir, &["migrate"], url).status.code(), Some(0));
+    let tenant = "11111111-1111-1111-1111-111111111111";
+    let out = cohort(
+        dir,
+        &["--json", "sweep", "--tenant", tenant, "--now", NOW],
+        url,
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let purged = json(&out)["entities"][0]["affected"].as_u64().unwrap();
+    assert!(purged >= 2);
+
+    // A dispatcher that blocks in its first `log` delivery, killed with -9.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cohort"))
+        .current_dir(dir)
+        .arg("dispatch")
+        .env("DATABASE_URL", db.url())
+        .spawn()
+        .unwrap();
+    for _ in 0..200 {
+        if mark.exists() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(mark.exists(), "the first delivery started");
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    // After the claim time-out another dispatcher redelivers; nothing is lost.
+    std::thread::sleep(std::time::Duration::from_millis(3500));
+    let out = cohort(dir, &["--json", "dispatch", "--once"], url);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<Value> = std::fs::read_to_string(&out_file)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(
+        lines.len() as u64,
+        purged,
+        "every purged row delivered once to `log`"
+    );
+    for doc in &lines {
+        assert_eq!(doc["handler"], "log");
+        assert_eq!(doc["run_kind"], "sweep");
+        assert_eq!(doc["tenant"], tenant);
+        assert_eq!(doc["snapshot"]["body"], "n", "captured before the purge");
+        assert!(doc["delivery_id"].is_string());
+    }
+    let reclaimed: i32 = sqlx::query_scalar(
+        "SELECT max(attempts) FROM retention.sweep_row_handler_status WHERE handler_id = 'log'",
+    )
+    .fetch_one(db.pool())
+    .await
+    .unwrap();
+    assert_eq!(reclaimed, 2, "the killed delivery counted as an attempt");
+    // `crm` always fails: after its second attempt (past the backoff) it is
+    // dead-lettered with its exit status; its stderr is not stored.
+    std::thread::sleep(std::time::Duration::from_millis(1200));
+    let out = cohort(dir, &["--json", "dispatch", "--once"], url);
+    assert_eq!(json(&out)["dead_lettered"].as_u64(), Some(purged));
+    let reasons: Vec<String> = sqlx::query_scalar(
+        "SELECT DISTINCT last_error FROM retention.sweep_row_handler_status WHERE status = 'dead_lettered'",
+    )
+    .fetch_all(db.pool())
+    .await
+    .unwrap();
+    assert_eq!(reasons, vec!["exit status 3".to_string()]);
+    let leaked: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM retention.sweep_row_handler_status WHERE last_error LIKE '%secret-stderr%'",
+    )
+    .fetch_one(db.pool())
+    .await
+    .unwrap();
+    assert_eq!(leaked, 0);
+    let out = cohort(dir, &["--json", "dead-letters", "list"], url);
+    assert_eq!(json(&out).as_array().unwrap().len() as u64, purged);
+
+    // No handlers in the policy: `dispatch` is refused; url handlers are
+    // refused at load (not accepted silently).
+    std::fs::write(dir.join("cohort.toml"), POLICY).unwrap();
+    assert_eq!(
+        cohort(dir, &["dispatch", "--once"], url).status.code(),
+        Some(2)
+    );
+    std::fs::write(
+        dir.join("cohort.toml"),
+        POLICY.replace(
+            "[[entity]]\nname = \"CaseContact\"",
+            "[[entity.handler]]\nname = \"hook\"\nurl = \"http://127.0.0.1:9/x\"\n\n[[entity]]\nname = \"CaseContact\"",
+        ),
+    )
+    .unwrap();
+    let out = cohort(dir, &["--json", "validate"], url);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(json(&out)["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("url handlers"));
+}

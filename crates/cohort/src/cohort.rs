@@ -305,6 +305,12 @@ impl CohortBuilder {
         self.declarations.extend(policy.entities);
         self.rules = Some(Arc::new(policy.rules));
         self.tenants.extend(policy.tenants);
+        self.handlers.extend(
+            policy
+                .handlers
+                .into_iter()
+                .map(crate::handlers::Registered::command),
+        );
         self
     }
 

@@ -130,6 +130,7 @@ impl Context {
                     .as_ref()
                     .map(|k| HmacPads::anonymiser(k.expose()));
                 check_handlers(&model, &self.handlers)?;
+                check_captures(&mut conn, &model, &self.handlers).await?;
                 let plans = model
                     .entities
                     .iter()
@@ -164,6 +165,41 @@ impl Context {
     /// Whether validation has already succeeded.
     pub(crate) fn is_ready(&self) -> bool {
         self.ready.initialized()
+    }
+}
+
+/// Every column a policy-file handler captures exists in its table.
+async fn check_captures(
+    conn: &mut sqlx::PgConnection,
+    model: &ValidatedModel,
+    handlers: &BTreeMap<uuid::Uuid, Vec<crate::handlers::Registered>>,
+) -> Result<()> {
+    let mut problems = Vec::new();
+    for (entity_id, list) in handlers {
+        let Some(entity) = model.entity(*entity_id) else {
+            continue;
+        };
+        if list.iter().all(|h| h.capture.is_empty()) {
+            continue;
+        }
+        let columns = crate::validate::column_names(conn, &entity.table).await?;
+        for h in list {
+            for c in h.capture.iter().filter(|c| !columns.contains(c)) {
+                problems.push(Problem::entity(
+                    &entity.name,
+                    format!(
+                        "handler {:?} captures column {c:?}, which {} does not have",
+                        h.registration.identity,
+                        entity.table.display_plain()
+                    ),
+                ));
+            }
+        }
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::Validation(Problems(problems)))
     }
 }
 

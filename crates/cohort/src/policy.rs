@@ -10,6 +10,7 @@ use serde::Deserialize;
 
 use crate::config::CohortConfig;
 use crate::error::{Error, Problems, Result};
+use crate::handlers::{CommandSpec, Phase};
 use crate::model::{AnonymiseMethod, EntityDeclaration, Marker, Origin};
 use crate::rules::{
     AuditDetail, CategoryCapabilities, Period, RetentionRule, RuleOverride, StaticRuleProvider,
@@ -59,6 +60,94 @@ struct RawEntity {
     #[serde(default)]
     anonymise: BTreeMap<String, RawMethod>,
     exempt: Option<String>,
+    #[serde(default)]
+    handler: Vec<RawHandler>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawHandler {
+    name: String,
+    phase: Option<String>,
+    priority: Option<i32>,
+    #[serde(default)]
+    capture: Vec<String>,
+    timeout: Option<Period>,
+    command: Option<Vec<String>>,
+    url: Option<String>,
+    secret_env: Option<String>,
+}
+
+/// The `[[entity.handler]]` tables of one entity, checked.
+fn handlers(e: &RawEntity) -> std::result::Result<Vec<CommandSpec>, Vec<String>> {
+    let mut problems = Vec::new();
+    let mut out = Vec::new();
+    let Ok(entity_id) = uuid::Uuid::parse_str(e.id.trim()) else {
+        return Ok(Vec::new()); // the entity's own id problem is reported already
+    };
+    let mut names = std::collections::BTreeSet::new();
+    for (i, h) in e.handler.iter().enumerate() {
+        let at = format!("handler #{} ({:?})", i + 1, h.name);
+        if h.name.trim().is_empty() {
+            problems.push(format!("{at}: name must not be empty"));
+        } else if !names.insert(h.name.clone()) {
+            problems.push(format!(
+                "{at}: two handlers of this entity are named {:?}",
+                h.name
+            ));
+        }
+        let phase = match h.phase.as_deref() {
+            None | Some("immediate") => Phase::Immediate,
+            Some("after_sweep_settled") => Phase::AfterSweepSettled,
+            Some(other) => {
+                problems.push(format!(
+                    "{at}: phase {other:?} is unknown: use \"immediate\" or \"after_sweep_settled\""
+                ));
+                Phase::Immediate
+            }
+        };
+        if h.url.is_some() || h.secret_env.is_some() {
+            problems.push(format!(
+                "{at}: url handlers (and secret_env) are not supported by this version yet; use command"
+            ));
+        }
+        let command = match &h.command {
+            Some(argv) if !argv.is_empty() && !argv[0].trim().is_empty() => argv.clone(),
+            Some(_) => {
+                problems.push(format!("{at}: command must name a program"));
+                Vec::new()
+            }
+            None => {
+                if h.url.is_none() {
+                    problems.push(format!("{at}: give command = [\"program\", \"arg\", ...]"));
+                }
+                Vec::new()
+            }
+        };
+        if h.capture.iter().any(|c| c.trim().is_empty()) {
+            problems.push(format!("{at}: capture names an empty column"));
+        }
+        if h.timeout == Some(Period::ZERO) {
+            problems.push(format!("{at}: timeout must be greater than zero"));
+        }
+        out.push(CommandSpec {
+            entity_id,
+            entity: e.name.clone(),
+            name: h.name.clone(),
+            phase,
+            priority: h.priority,
+            capture: h.capture.clone(),
+            timeout: h
+                .timeout
+                .map(|p| std::time::Duration::from_secs(p.as_seconds().unsigned_abs())),
+            command,
+        });
+    }
+    if problems.is_empty() {
+        Ok(out)
+    } else {
+        Err(problems)
+    }
 }
 
 #[derive(Debug)]
@@ -166,6 +255,8 @@ pub struct PolicyFile {
     pub tenants: Vec<TenantEntry>,
     /// `tenants_query`, an alternative tenant source.
     pub tenants_query: Option<String>,
+    /// `[[entity.handler]]` command handlers.
+    pub handlers: Vec<CommandSpec>,
 }
 
 impl PolicyFile {
@@ -224,6 +315,16 @@ impl PolicyFile {
                     .ok()
             })
             .collect();
+        let mut command_handlers = Vec::new();
+        for (i, e) in raw.entity.iter().enumerate() {
+            match handlers(e) {
+                Ok(hs) => command_handlers.extend(hs),
+                Err(ps) => problems.extend(
+                    ps.into_iter()
+                        .map(|p| format!("entity #{} ({}): {p}", i + 1, e.name)),
+                ),
+            }
+        }
         let mut builder = StaticRuleProvider::builder();
         for c in &raw.category {
             match category(c) {
@@ -261,6 +362,7 @@ impl PolicyFile {
                 })
                 .collect(),
             tenants_query: raw.tenants_query,
+            handlers: command_handlers,
         })
     }
 }

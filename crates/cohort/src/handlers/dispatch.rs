@@ -73,6 +73,7 @@ struct Claimed {
     record_id: String,
     tenant: Option<String>,
     action: String,
+    run_kind: String,
 }
 
 enum Outcome {
@@ -164,6 +165,7 @@ impl Dispatcher {
                     record_id: r.try_get("record_id")?,
                     tenant: r.try_get("tenant_id")?,
                     action: r.try_get("action")?,
+                    run_kind: r.try_get("kind")?,
                 })
             })
             .collect::<std::result::Result<_, sqlx::Error>>()
@@ -256,7 +258,13 @@ impl Dispatcher {
             record_id: work.record_id.clone(),
             tenant: work.tenant.clone(),
             run_id: work.run_id,
+            run_kind: if work.run_kind == "erasure" {
+                crate::RunKind::Erasure
+            } else {
+                crate::RunKind::Sweep
+            },
             strategy,
+            work_id: work.id,
             attempt,
             handler: work.handler.clone(),
             cancel: cancel.clone(),
@@ -265,9 +273,12 @@ impl Dispatcher {
         let result = tokio::time::timeout(deadline, handler.handler.after(&ctx)).await;
         let error = match result {
             Ok(Ok(())) => None,
-            Ok(Err(e)) => {
-                Some(Diagnostic::capture("handler", Some("on_after_failed".into()), &e).to_string())
-            }
+            Ok(Err(e)) => Some(match e.downcast_ref::<super::SafeReason>() {
+                Some(safe) => safe.0.clone(),
+                None => {
+                    Diagnostic::capture("handler", Some("on_after_failed".into()), &e).to_string()
+                }
+            }),
             Err(_) => {
                 cancel.cancel();
                 Some(format!(

@@ -21,6 +21,7 @@
 //! letter keeps its payload so it can be retried), and a backstop scrub
 //! clears any older than `payload_retention`.
 
+pub(crate) mod command;
 pub(crate) mod dead_letters;
 mod dispatch;
 pub(crate) mod queue;
@@ -31,6 +32,7 @@ use std::sync::Arc;
 use sqlx::postgres::PgRow;
 use uuid::Uuid;
 
+pub use command::CommandSpec;
 pub use dead_letters::{DeadLetter, DeadLetterFilter, RetrySelection};
 pub use dispatch::{Dispatcher, FlushReport};
 pub use snapshot::{Snapshot, SnapshotError, SnapshotValue};
@@ -59,8 +61,21 @@ impl Phase {
 }
 
 /// What a handler returns when it fails; its text is never stored (the
-/// ledger keeps a sanitised diagnostic only).
+/// ledger keeps a sanitised diagnostic only), unless it is a [`SafeReason`].
 pub type HandlerError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A failure reason the handler vouches holds no personal data (e.g.
+/// `exit status 3`): stored as the dead letter's `last_error` as written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SafeReason(pub String);
+
+impl std::fmt::Display for SafeReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for SafeReason {}
 
 /// What `on_before` sees besides the row, and where it captures values.
 #[derive(Debug)]
@@ -92,8 +107,13 @@ pub struct AfterContext {
     pub tenant: Option<String>,
     /// The run that mutated the row.
     pub run_id: Uuid,
+    /// Whether that run was a sweep or an erasure.
+    pub run_kind: crate::RunKind,
     /// What the mutation did.
     pub strategy: Strategy,
+    /// The work's id: the same for every attempt (a delivery id to make
+    /// `on_after` idempotent by).
+    pub work_id: i64,
     /// 1 for the first delivery; above 1 the work may already be done, so
     /// handlers must be idempotent.
     pub attempt: u32,
@@ -207,6 +227,8 @@ where
 pub(crate) struct Registered {
     pub(crate) registration: HandlerRegistration,
     pub(crate) handler: Arc<dyn ErasedHandler>,
+    /// Columns a policy-file handler captures (checked at validation).
+    pub(crate) capture: Vec<String>,
 }
 
 impl Registered {
@@ -221,6 +243,19 @@ impl Registered {
                 handler,
                 _row: std::marker::PhantomData,
             }),
+            capture: Vec::new(),
+        }
+    }
+
+    /// A policy-file `command` handler.
+    pub(crate) fn command(spec: CommandSpec) -> Self {
+        let mut registration = HandlerRegistration::new(spec.entity_id, spec.name.clone());
+        registration.priority = spec.priority;
+        registration.phase = spec.phase;
+        Self {
+            registration,
+            capture: spec.capture.clone(),
+            handler: Arc::new(command::CommandHandler { spec }),
         }
     }
 }

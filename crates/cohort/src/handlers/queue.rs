@@ -86,12 +86,14 @@ impl QueuePlan {
                  FROM c, ",
             )
             .table(&detail)
+            .push(" d, ")
+            .table(&run)
             .push(
-                " d WHERE q.handler_status_id = c.handler_status_id \
-                   AND d.row_detail_id = q.row_detail_id \
+                " rk WHERE q.handler_status_id = c.handler_status_id \
+                   AND d.row_detail_id = q.row_detail_id AND rk.run_id = q.run_id \
                  RETURNING q.handler_status_id, q.row_detail_id, q.handler_id, q.attempts, \
                    q.claim_token, q.captured_payload, q.payload_scrubbed_at IS NOT NULL AS scrubbed, \
-                   q.run_id, d.retention_entity_id, d.record_id, d.tenant_id, d.action",
+                   q.run_id, d.retention_entity_id, d.record_id, d.tenant_id, d.action, rk.kind",
             );
 
         let mut succeed = SqlText::new("UPDATE ");

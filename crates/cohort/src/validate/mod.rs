@@ -151,6 +151,17 @@ fn declared_table(
     QualifiedName::parse(&text, schema)
 }
 
+/// The column names of a table (for checks made after validation).
+pub(crate) async fn column_names(
+    conn: &mut PgConnection,
+    table: &QualifiedName,
+) -> Result<Vec<String>> {
+    Ok(catalog::load_table(conn, table)
+        .await?
+        .map(|t| t.columns.into_iter().map(|c| c.name).collect())
+        .unwrap_or_default())
+}
+
 /// Validates everything against the database behind `conn`. Nothing is
 /// written. Returns every problem at once.
 pub async fn validate(
