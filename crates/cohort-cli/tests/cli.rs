@@ -1678,3 +1678,238 @@ async fn command_handlers_are_dispatched_at_least_once_even_across_kill_9() {
         .unwrap()
         .contains("url handlers"));
 }
+
+/// The fence, with real processes: a dispatcher stopped (SIGSTOP) in the
+/// middle of a delivery loses its claim to another dispatcher, which
+/// delivers; when the stopped one continues, it cannot settle anything.
+#[tokio::test]
+async fn a_stopped_dispatcher_cannot_settle_work_taken_over_by_another() {
+    let (db, dir) = setup().await;
+    sqlx::raw_sql(ROWS).execute(db.pool()).await.unwrap();
+    let dir = dir.path();
+    let url = Some(db.url());
+    let out_file = dir.join("delivered.jsonl");
+    let mark = dir.join("first-attempt-started");
+    let policy = POLICY
+        .replace(
+            "[[entity]]\nname = \"CaseContact\"",
+            &format!(
+                "[[entity.handler]]\nname = \"log\"\ncommand = [\"sh\", \"-c\", \"if [ -f '{mark}' ]; then cat >> '{out}'; echo >> '{out}'; else touch '{mark}'; sleep 2; fi\"]\n\n[[entity]]\nname = \"CaseContact\"",
+                mark = mark.display(),
+                out = out_file.display()
+            ),
+        )
+        .replacen(
+            "[cohort]\nschema = \"retention\"\n",
+            "[cohort]\nschema = \"retention\"\n\n[cohort.dispatch]\nclaim_timeout = \"3s\"\nmax_parallelism = 1\nbatch_size = 1\n",
+            1,
+        );
+    std::fs::write(dir.join("cohort.toml"), &policy).unwrap();
+    assert_eq!(cohort(dir, &["migrate"], url).status.code(), Some(0));
+    // One row to deliver, so the stopped delivery is the only work.
+    sqlx::raw_sql(
+        "DELETE FROM app.session_notes WHERE tenant_id <> '11111111-1111-1111-1111-111111111111'
+            OR created_at BETWEEN '2026-04-20' AND '2026-05-02'",
+    )
+    .execute(db.pool())
+    .await
+    .unwrap();
+    let out = cohort(
+        dir,
+        &[
+            "--json",
+            "sweep",
+            "--tenant",
+            "11111111-1111-1111-1111-111111111111",
+            "--now",
+            NOW,
+        ],
+        url,
+    );
+    assert_eq!(json(&out)["entities"][0]["affected"], 1);
+
+    let mut stopped = Command::new(env!("CARGO_BIN_EXE_cohort"))
+        .current_dir(dir)
+        .arg("dispatch")
+        .env("DATABASE_URL", db.url())
+        .spawn()
+        .unwrap();
+    for _ in 0..200 {
+        if mark.exists() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(mark.exists(), "the first delivery started");
+    let pid = stopped.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-STOP", &pid])
+        .status()
+        .unwrap()
+        .success());
+    // Its claim expires; another dispatcher takes the work over and delivers.
+    std::thread::sleep(std::time::Duration::from_millis(3500));
+    let out = cohort(dir, &["--json", "dispatch", "--once"], url);
+    assert_eq!(
+        json(&out)["delivered"],
+        1,
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let settled = || async {
+        sqlx::query_as::<_, (String, i32, Option<String>)>(
+            "SELECT status, attempts, last_error FROM retention.sweep_row_handler_status",
+        )
+        .fetch_one(db.pool())
+        .await
+        .unwrap()
+    };
+    assert_eq!(settled().await, ("succeeded".to_string(), 2, None));
+    // The stopped dispatcher continues: its delivery finishes, but it no
+    // longer holds the claim, so the row stays as the newer delivery left it.
+    assert!(Command::new("kill")
+        .args(["-CONT", &pid])
+        .status()
+        .unwrap()
+        .success());
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    assert_eq!(settled().await, ("succeeded".to_string(), 2, None));
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let status = stopped.wait().unwrap();
+    assert_eq!(status.code(), Some(0), "a graceful stop on SIGTERM");
+    let delivered = std::fs::read_to_string(&out_file).unwrap();
+    assert_eq!(
+        delivered.lines().filter(|l| !l.trim().is_empty()).count(),
+        1
+    );
+}
+
+/// Three dispatcher processes drain one queue: every row's handlers are
+/// delivered, in order, none skipped, and none twice (no claim expired).
+/// `COHORT_SOAK_ROWS` sets the size (20 000 for the full run; CI uses 1 500).
+#[tokio::test]
+async fn three_dispatcher_processes_deliver_every_row_in_order() {
+    let rows: u64 = std::env::var("COHORT_SOAK_ROWS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1_500);
+    let (db, dir) = setup().await;
+    let dir = dir.path();
+    let url = Some(db.url());
+    let out_file = dir.join("delivered.jsonl");
+    let handler = |name: &str, priority: u32| {
+        format!(
+            "[[entity.handler]]\nname = \"{name}\"\npriority = {priority}\ncommand = [\"sh\", \"-c\", \"d=$(cat); printf '%s\\\\n' \\\"$d\\\" >> '{out}'\"]\n\n",
+            out = out_file.display()
+        )
+    };
+    let policy = POLICY
+        .replace(
+            "[[entity]]\nname = \"CaseContact\"",
+            &format!("{}{}[[entity]]\nname = \"CaseContact\"", handler("a", 1), handler("b", 2)),
+        )
+        .replacen(
+            "[cohort]\nschema = \"retention\"\n",
+            "[cohort]\nschema = \"retention\"\n\n[cohort.dispatch]\npoll_interval = \"1s\"\nbatch_size = 100\n",
+            1,
+        );
+    std::fs::write(dir.join("cohort.toml"), &policy).unwrap();
+    assert_eq!(cohort(dir, &["migrate"], url).status.code(), Some(0));
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "INSERT INTO app.session_notes SELECT gen_random_uuid(), '11111111-1111-1111-1111-111111111111',
+             timestamptz '2026-06-01' - interval '40 days', 'n' FROM generate_series(1, {rows})"
+    )))
+    .execute(db.pool())
+    .await
+    .unwrap();
+    let out = cohort(
+        dir,
+        &[
+            "--json",
+            "sweep",
+            "--tenant",
+            "11111111-1111-1111-1111-111111111111",
+            "--now",
+            NOW,
+        ],
+        url,
+    );
+    assert_eq!(json(&out)["entities"][0]["affected"].as_u64(), Some(rows));
+
+    let mut dispatchers: Vec<std::process::Child> = (0..3)
+        .map(|_| {
+            Command::new(env!("CARGO_BIN_EXE_cohort"))
+                .current_dir(dir)
+                .arg("dispatch")
+                .env("DATABASE_URL", db.url())
+                .stdout(std::process::Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let started = std::time::Instant::now();
+    loop {
+        let open: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM retention.sweep_row_handler_status WHERE status IN ('pending', 'in_flight')",
+        )
+        .fetch_one(db.pool())
+        .await
+        .unwrap();
+        if open == 0 {
+            break;
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(600),
+            "{open} deliveries still open"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    for d in &mut dispatchers {
+        Command::new("kill")
+            .args(["-TERM", &d.id().to_string()])
+            .status()
+            .unwrap();
+        assert_eq!(d.wait().unwrap().code(), Some(0));
+    }
+    let text = std::fs::read_to_string(&out_file).unwrap();
+    let docs: Vec<Value> = text
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let mut seen: std::collections::HashMap<String, Vec<String>> = Default::default();
+    for d in &docs {
+        seen.entry(d["record_id"].as_str().unwrap().to_string())
+            .or_default()
+            .push(d["handler"].as_str().unwrap().to_string());
+    }
+    assert_eq!(seen.len() as u64, rows, "every row delivered");
+    let duplicates = docs.len() as u64 - 2 * rows;
+    assert_eq!(
+        duplicates, 0,
+        "no claim expired, so nothing was delivered twice"
+    );
+    for (record, handlers) in &seen {
+        assert_eq!(
+            handlers,
+            &vec!["a".to_string(), "b".to_string()],
+            "{record}: in order"
+        );
+    }
+    let settled: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM retention.sweep_row_handler_status WHERE status = 'succeeded' AND attempts = 1",
+    )
+    .fetch_one(db.pool())
+    .await
+    .unwrap();
+    assert_eq!(settled as u64, 2 * rows);
+    eprintln!(
+        "three dispatchers delivered {} in {:.1}s",
+        2 * rows,
+        started.elapsed().as_secs_f64()
+    );
+}
