@@ -215,7 +215,30 @@ pub(crate) async fn run(json: bool) -> Result<(), Failure> {
 
     let dir = tempfile_dir()?;
     let policy_path = dir.join("cohort.toml");
-    std::fs::write(&policy_path, DEMO_POLICY).map_err(|e| {
+    // The demo's policy adds two command handlers to the session notes: one
+    // that fails its first attempt and succeeds on the retry, one that
+    // always fails and ends as a dead letter.
+    let notified = dir.join("notified.jsonl");
+    let handlers = "[cohort.dispatch]\nbase_backoff = \"1s\"\nmax_attempts = 2\n\n";
+    let note_handlers = format!(
+        "[[entity.handler]]\nname = \"notify-archive\"\npriority = 1\ncapture = [\"body\"]\n\
+         command = [\"sh\", \"-c\", \"f='{seen}'/seen-$COHORT_DELIVERY_ID; if [ -f \\\"$f\\\" ]; then d=$(cat); printf '%s\\\\n' \\\"$d\\\" >> '{out}'; else touch \\\"$f\\\"; exit 1; fi\"]\n\n\
+         [[entity.handler]]\nname = \"crm-forget\"\npriority = 2\ncommand = [\"sh\", \"-c\", \"exit 3\"]\n\n",
+        seen = dir.display(),
+        out = notified.display()
+    );
+    let policy_text = DEMO_POLICY
+        .replacen(
+            "schema = \"cohort\"            # Cohort's ledger lives apart from the application's tables\n",
+            &format!("schema = \"cohort\"            # Cohort's ledger lives apart from the application's tables\n\n{handlers}"),
+            1,
+        )
+        .replacen(
+            "anchor = \"created_at\"\n\n[[entity]]\nname = \"CaseContact\"",
+            &format!("anchor = \"created_at\"\n\n{note_handlers}[[entity]]\nname = \"CaseContact\""),
+            1,
+        );
+    std::fs::write(&policy_path, policy_text).map_err(|e| {
         Failure::Run(cohort::Error::Config(
             format!("cannot write the demo policy: {e}").into(),
         ))
@@ -464,10 +487,29 @@ pub(crate) async fn run(json: bool) -> Result<(), Failure> {
     .await
     .map_err(|e| Failure::Run(e.into()))?;
 
+    // 12. Deliver the row handlers' work: notify-archive fails its first
+    // attempt and succeeds after the 1 s backoff; crm-forget always fails
+    // and is dead-lettered after its second attempt.
+    let dispatcher = cohort.dispatcher();
+    let first_pass = dispatcher.flush().await?;
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    let second_pass = dispatcher.flush().await?;
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    let third_pass = dispatcher.flush().await?;
+    let letters = cohort
+        .dead_letters(&cohort::handlers::DeadLetterFilter::all())
+        .await?;
+    let notified_lines = std::fs::read_to_string(&notified)
+        .map(|t| t.lines().filter(|l| !l.trim().is_empty()).count())
+        .unwrap_or(0);
+
     if json {
         outln!(
             "{}",
             serde_json::to_string_pretty(&json!({
+                "dispatch": [first_pass, second_pass, third_pass],
+                "dead_letters": letters,
+                "notified": notified_lines,
                 "schema": schema,
                 "entities": model.entities.iter().map(|e| output::entity_json(e, &model)).collect::<Vec<_>>(),
                 "plan": plan,
@@ -556,6 +598,51 @@ pub(crate) async fn run(json: bool) -> Result<(), Failure> {
         outln!(
             "\n{}",
             output::table(&["TENANT", "CONTACT", "STATE"], &rows)
+        );
+        outln!(
+            "\n12. Delivered the row handlers' work (`cohort dispatch --once` does the same). Each purged note\n    queued two deliveries in its batch's transaction: notify-archive, which fails its first attempt,\n    and crm-forget, which always fails.\n"
+        );
+        let passes: Vec<Vec<String>> = [
+            ("first", &first_pass),
+            ("after 1 s", &second_pass),
+            ("after 2 s", &third_pass),
+        ]
+        .iter()
+        .map(|(when, r)| {
+            vec![
+                when.to_string(),
+                r.delivered.to_string(),
+                r.failed.to_string(),
+                r.dead_lettered.to_string(),
+                r.pending.to_string(),
+            ]
+        })
+        .collect();
+        outln!(
+            "{}",
+            output::table(
+                &["PASS", "DELIVERED", "FAILED", "DEAD-LETTERED", "PENDING"],
+                &passes
+            )
+        );
+        outln!(
+            "\n   {notified_lines} notification(s) reached the archive script, each with the note's captured body.\n   Dead letters (`cohort dead-letters list`; `cohort dead-letters retry ID` requeues one):\n"
+        );
+        let rows: Vec<Vec<String>> = letters
+            .iter()
+            .map(|l| {
+                vec![
+                    l.id.to_string(),
+                    l.entity.clone(),
+                    l.handler.clone(),
+                    l.attempts.to_string(),
+                    l.last_error.clone().unwrap_or_default(),
+                ]
+            })
+            .collect();
+        outln!(
+            "{}",
+            output::table(&["ID", "ENTITY", "HANDLER", "ATTEMPTS", "REASON"], &rows)
         );
         outln!("\nOn your own database: `cohort demo --write-policy cohort.toml` writes the demo's policy file\nto start from; then run `cohort migrate`, `cohort validate`, `cohort preview --tenant T`,\n`cohort sweep --tenant T` and `cohort erase --tenant T --subject S`. Run ids may be given\nby the 8 characters printed here (`cohort runs show {}`).", short(&erasure.run_id.to_string()));
     }

@@ -1790,10 +1790,10 @@ async fn a_stopped_dispatcher_cannot_settle_work_taken_over_by_another() {
 
 /// Three dispatcher processes drain one queue: every row's handlers are
 /// delivered, in order, none skipped, and none twice (no claim expired).
-/// `COHORT_SOAK_ROWS` sets the size (20 000 for the full run; CI uses 1 500).
+/// `SOAK_ROWS` sets the size (20 000 for the full run; CI uses 1 500).
 #[tokio::test]
 async fn three_dispatcher_processes_deliver_every_row_in_order() {
-    let rows: u64 = std::env::var("COHORT_SOAK_ROWS")
+    let rows: u64 = std::env::var("SOAK_ROWS")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(1_500);
