@@ -1656,8 +1656,8 @@ async fn command_handlers_are_dispatched_at_least_once_even_across_kill_9() {
     let out = cohort(dir, &["--json", "dead-letters", "list"], url);
     assert_eq!(json(&out).as_array().unwrap().len() as u64, purged);
 
-    // No handlers in the policy: `dispatch` is refused; url handlers are
-    // refused at load (not accepted silently).
+    // No handlers in the policy: `dispatch` is refused; a webhook whose
+    // signing secret variable is not set is refused at load.
     std::fs::write(dir.join("cohort.toml"), POLICY).unwrap();
     assert_eq!(
         cohort(dir, &["dispatch", "--once"], url).status.code(),
@@ -1667,7 +1667,7 @@ async fn command_handlers_are_dispatched_at_least_once_even_across_kill_9() {
         dir.join("cohort.toml"),
         POLICY.replace(
             "[[entity]]\nname = \"CaseContact\"",
-            "[[entity.handler]]\nname = \"hook\"\nurl = \"http://127.0.0.1:9/x\"\n\n[[entity]]\nname = \"CaseContact\"",
+            "[[entity.handler]]\nname = \"hook\"\nurl = \"http://127.0.0.1:9/x\"\nsecret_env = \"COHORT_TEST_UNSET_SECRET_VARIABLE\"\n\n[[entity]]\nname = \"CaseContact\"",
         ),
     )
     .unwrap();
@@ -1676,7 +1676,7 @@ async fn command_handlers_are_dispatched_at_least_once_even_across_kill_9() {
     assert!(json(&out)["error"]["message"]
         .as_str()
         .unwrap()
-        .contains("url handlers"));
+        .contains("which is not set"));
 }
 
 /// The fence, with real processes: a dispatcher stopped (SIGSTOP) in the
@@ -1911,5 +1911,200 @@ async fn three_dispatcher_processes_deliver_every_row_in_order() {
         "three dispatchers delivered {} in {:.1}s",
         2 * rows,
         started.elapsed().as_secs_f64()
+    );
+}
+
+/// One HTTP request as the test server saw it.
+struct Seen {
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+/// A loopback HTTP server answering with `statuses` in turn (then 200), or
+/// never answering when `silent`. Records what it receives.
+async fn hook_server(
+    statuses: Vec<u16>,
+    silent: bool,
+) -> (u16, std::sync::Arc<std::sync::Mutex<Vec<Seen>>>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let log = seen.clone();
+    tokio::spawn(async move {
+        let mut answers = statuses.into_iter();
+        loop {
+            let Ok((mut sock, _)) = listener.accept().await else {
+                return;
+            };
+            let mut buf = Vec::new();
+            let mut chunk = [0u8; 4096];
+            let (head_end, length) = loop {
+                let n = sock.read(&mut chunk).await.unwrap_or(0);
+                if n == 0 {
+                    break (None, 0);
+                }
+                buf.extend_from_slice(&chunk[..n]);
+                if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                    let head = String::from_utf8_lossy(&buf[..i]).to_string();
+                    let length = head
+                        .lines()
+                        .find_map(|l| {
+                            l.to_ascii_lowercase()
+                                .strip_prefix("content-length:")
+                                .map(|v| v.trim().parse::<usize>().unwrap())
+                        })
+                        .unwrap_or(0);
+                    break (Some(i + 4), length);
+                }
+            };
+            let Some(start) = head_end else { continue };
+            while buf.len() < start + length {
+                let n = sock.read(&mut chunk).await.unwrap_or(0);
+                if n == 0 {
+                    break;
+                }
+                buf.extend_from_slice(&chunk[..n]);
+            }
+            let head = String::from_utf8_lossy(&buf[..start]).to_string();
+            let headers = head
+                .lines()
+                .skip(1)
+                .filter_map(|l| l.split_once(':'))
+                .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+                .collect();
+            log.lock().unwrap().push(Seen {
+                headers,
+                body: buf[start..].to_vec(),
+            });
+            if silent {
+                tokio::time::sleep(std::time::Duration::from_secs(30)).await;
+                continue;
+            }
+            let status = answers.next().unwrap_or(200);
+            let reply =
+                format!("HTTP/1.1 {status} X\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok");
+            let _ = sock.write_all(reply.as_bytes()).await;
+        }
+    });
+    (port, seen)
+}
+
+/// Webhooks (`url` handlers): signed with HMAC-SHA256 of "<t>.<body>", 503
+/// then 200 is delivered on attempt 2, and a server that never answers is a
+/// timed-out attempt. (Multi-threaded: the test servers answer while the
+/// test waits for the `cohort` process.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn url_handlers_post_signed_documents_and_retry() {
+    use hmac::{KeyInit, Mac};
+    let (db, dir) = setup().await;
+    sqlx::raw_sql(ROWS).execute(db.pool()).await.unwrap();
+    let dir = dir.path();
+    let (port, seen) = hook_server(vec![503], false).await;
+    let (silent_port, _) = hook_server(vec![], true).await;
+    let policy = POLICY
+        .replace(
+            "[[entity]]\nname = \"CaseContact\"",
+            &format!(
+                "[[entity.handler]]\nname = \"hook\"\npriority = 1\ncapture = [\"body\"]\nurl = \"http://127.0.0.1:{port}/retention\"\nsecret_env = \"CRM_HOOK_SECRET\"\n\n\
+                 [[entity.handler]]\nname = \"slow\"\npriority = 2\ntimeout = \"1s\"\nurl = \"http://127.0.0.1:{silent_port}/slow\"\n\n[[entity]]\nname = \"CaseContact\""
+            ),
+        )
+        .replacen(
+            "[cohort]\nschema = \"retention\"\n",
+            "[cohort]\nschema = \"retention\"\n\n[cohort.dispatch]\nbase_backoff = \"1s\"\n",
+            1,
+        );
+    std::fs::write(dir.join("cohort.toml"), &policy).unwrap();
+    let run = |args: &[&str]| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_cohort"));
+        cmd.current_dir(dir)
+            .args(args)
+            .env("DATABASE_URL", db.url())
+            .env("CRM_HOOK_SECRET", "s3cret-signing-key");
+        cmd.output().unwrap()
+    };
+    assert_eq!(run(&["migrate"]).status.code(), Some(0));
+    sqlx::raw_sql(
+        "DELETE FROM app.session_notes WHERE tenant_id <> '11111111-1111-1111-1111-111111111111'
+            OR created_at BETWEEN '2026-04-20' AND '2026-05-02'",
+    )
+    .execute(db.pool())
+    .await
+    .unwrap();
+    let out = run(&[
+        "--json",
+        "sweep",
+        "--tenant",
+        "11111111-1111-1111-1111-111111111111",
+        "--now",
+        NOW,
+    ]);
+    assert_eq!(
+        json(&out)["entities"][0]["affected"],
+        1,
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let first = run(&["--json", "dispatch", "--once"]);
+    assert_eq!(json(&first)["failed"], 1, "503: a failed attempt");
+    tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
+    let second = run(&["--json", "dispatch", "--once"]);
+    let report = json(&second);
+    assert_eq!(report["delivered"], 1, "200 on attempt 2");
+    assert_eq!(report["failed"], 1, "then the silent server times out");
+    let attempts: Vec<(String, String, i32, Option<String>)> = sqlx::query_as(
+        "SELECT handler_id, status, attempts, last_error FROM retention.sweep_row_handler_status ORDER BY handler_id",
+    )
+    .fetch_all(db.pool())
+    .await
+    .unwrap();
+    assert_eq!(attempts[0], ("hook".into(), "succeeded".into(), 2, None));
+    assert_eq!(
+        (
+            attempts[1].0.as_str(),
+            attempts[1].1.as_str(),
+            attempts[1].3.as_deref()
+        ),
+        ("slow", "pending", Some("timed out after 1s"))
+    );
+    // Both requests were signed; the signature verifies; the document is SPEC §8a's.
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), 2);
+    for req in seen.iter() {
+        let header = |name: &str| {
+            req.headers
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.clone())
+                .unwrap_or_default()
+        };
+        assert_eq!(header("content-type"), "application/json");
+        let signature = header("cohort-signature");
+        let (t, v1) = signature
+            .strip_prefix("t=")
+            .and_then(|s| s.split_once(",v1="))
+            .expect("t=<seconds>,v1=<hex>");
+        let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(b"s3cret-signing-key").unwrap();
+        mac.update(format!("{t}.").as_bytes());
+        mac.update(&req.body);
+        let expected: String = mac
+            .finalize()
+            .into_bytes()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        assert_eq!(v1, expected, "the signature verifies");
+        let doc: Value = serde_json::from_slice(&req.body).unwrap();
+        assert_eq!(
+            header("cohort-delivery"),
+            doc["delivery_id"].as_str().unwrap()
+        );
+        assert_eq!(doc["handler"], "hook");
+        assert_eq!(doc["snapshot"]["body"], "n");
+    }
+    assert_eq!(
+        serde_json::from_slice::<Value>(&seen[1].body).unwrap()["attempt"],
+        2
     );
 }

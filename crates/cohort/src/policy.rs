@@ -10,7 +10,7 @@ use serde::Deserialize;
 
 use crate::config::CohortConfig;
 use crate::error::{Error, Problems, Result};
-use crate::handlers::{CommandSpec, Phase};
+use crate::handlers::{HandlerTarget, Phase, PolicyHandler};
 use crate::model::{AnonymiseMethod, EntityDeclaration, Marker, Origin};
 use crate::rules::{
     AuditDetail, CategoryCapabilities, Period, RetentionRule, RuleOverride, StaticRuleProvider,
@@ -79,7 +79,7 @@ struct RawHandler {
 }
 
 /// The `[[entity.handler]]` tables of one entity, checked.
-fn handlers(e: &RawEntity) -> std::result::Result<Vec<CommandSpec>, Vec<String>> {
+fn handlers(e: &RawEntity) -> std::result::Result<Vec<PolicyHandler>, Vec<String>> {
     let mut problems = Vec::new();
     let mut out = Vec::new();
     let Ok(entity_id) = uuid::Uuid::parse_str(e.id.trim()) else {
@@ -106,22 +106,43 @@ fn handlers(e: &RawEntity) -> std::result::Result<Vec<CommandSpec>, Vec<String>>
                 Phase::Immediate
             }
         };
-        if h.url.is_some() || h.secret_env.is_some() {
-            problems.push(format!(
-                "{at}: url handlers (and secret_env) are not supported by this version yet; use command"
-            ));
-        }
-        let command = match &h.command {
-            Some(argv) if !argv.is_empty() && !argv[0].trim().is_empty() => argv.clone(),
-            Some(_) => {
-                problems.push(format!("{at}: command must name a program"));
-                Vec::new()
+        let target = match (&h.command, &h.url) {
+            (Some(_), Some(_)) => {
+                problems.push(format!("{at}: give either command or url, not both"));
+                None
             }
-            None => {
-                if h.url.is_none() {
-                    problems.push(format!("{at}: give command = [\"program\", \"arg\", ...]"));
+            (Some(argv), None) => {
+                if argv.is_empty() || argv[0].trim().is_empty() {
+                    problems.push(format!("{at}: command must name a program"));
                 }
-                Vec::new()
+                if h.secret_env.is_some() {
+                    problems.push(format!(
+                        "{at}: secret_env signs webhooks only (url handlers)"
+                    ));
+                }
+                Some(HandlerTarget::Command(argv.clone()))
+            }
+            (None, Some(url)) => {
+                if !(url.starts_with("http://") || url.starts_with("https://")) {
+                    problems.push(format!("{at}: url must start with http:// or https://"));
+                }
+                if let Some(var) = &h.secret_env {
+                    if std::env::var(var).map_or(true, |v| v.is_empty()) {
+                        problems.push(format!(
+                            "{at}: secret_env names {var}, which is not set: webhooks could not be signed"
+                        ));
+                    }
+                }
+                Some(HandlerTarget::Url {
+                    url: url.clone(),
+                    secret_env: h.secret_env.clone(),
+                })
+            }
+            (None, None) => {
+                problems.push(format!(
+                    "{at}: give command = [\"program\", \"arg\", ...] or url = \"https://...\""
+                ));
+                None
             }
         };
         if h.capture.iter().any(|c| c.trim().is_empty()) {
@@ -130,7 +151,7 @@ fn handlers(e: &RawEntity) -> std::result::Result<Vec<CommandSpec>, Vec<String>>
         if h.timeout == Some(Period::ZERO) {
             problems.push(format!("{at}: timeout must be greater than zero"));
         }
-        out.push(CommandSpec {
+        out.push(PolicyHandler {
             entity_id,
             entity: e.name.clone(),
             name: h.name.clone(),
@@ -140,7 +161,7 @@ fn handlers(e: &RawEntity) -> std::result::Result<Vec<CommandSpec>, Vec<String>>
             timeout: h
                 .timeout
                 .map(|p| std::time::Duration::from_secs(p.as_seconds().unsigned_abs())),
-            command,
+            target: target.unwrap_or(HandlerTarget::Command(Vec::new())),
         });
     }
     if problems.is_empty() {
@@ -256,7 +277,7 @@ pub struct PolicyFile {
     /// `tenants_query`, an alternative tenant source.
     pub tenants_query: Option<String>,
     /// `[[entity.handler]]` command handlers.
-    pub handlers: Vec<CommandSpec>,
+    pub handlers: Vec<PolicyHandler>,
 }
 
 impl PolicyFile {

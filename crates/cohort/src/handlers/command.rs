@@ -1,9 +1,12 @@
-//! Row handlers from the policy file (SPEC §8a): `command` handlers, for
-//! people who do not write Rust. The listed columns are captured before the
-//! mutation; each delivery runs the program (argv, no shell) with one JSON
-//! document on stdin. Exit 0 = delivered; any other exit, or the time-out
-//! (the process is killed), is a failed attempt. Its stderr is logged,
-//! never stored.
+//! Row handlers from the policy file (SPEC §8a), for people who do not
+//! write Rust. The listed columns are captured before the mutation; each
+//! delivery carries one JSON document:
+//! - `command`: the program (argv, no shell) gets it on stdin. Exit 0 =
+//!   delivered; any other exit, or the time-out (the process is killed), is
+//!   a failed attempt. Its stderr is logged, never stored.
+//! - `url`: an HTTP POST; 2xx = delivered. With `secret_env`, signed with
+//!   `Cohort-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<body>">`.
+//!   The response body is never logged or stored.
 
 use std::process::Stdio;
 use std::time::Duration;
@@ -15,9 +18,25 @@ use tokio::io::AsyncWriteExt;
 
 use super::{AfterContext, BeforeContext, ErasedHandler, HandlerError, SafeReason, SnapshotValue};
 
-/// A `[[entity.handler]]` with a `command`, as loaded from the policy file.
+/// Where a policy-file handler delivers.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CommandSpec {
+#[non_exhaustive]
+pub enum HandlerTarget {
+    /// Run this program (argv, no shell) with the document on stdin.
+    Command(Vec<String>),
+    /// POST the document to this URL, signed with the secret in the named
+    /// environment variable when one is given.
+    Url {
+        /// The endpoint.
+        url: String,
+        /// The environment variable holding the signing secret.
+        secret_env: Option<String>,
+    },
+}
+
+/// A `[[entity.handler]]`, as loaded from the policy file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PolicyHandler {
     /// The entity's durable id.
     pub entity_id: uuid::Uuid,
     /// The entity's display name (in the delivery document).
@@ -33,12 +52,12 @@ pub struct CommandSpec {
     /// How long one delivery may take (at most 9/10 of the claim time-out,
     /// which the dispatcher enforces too).
     pub timeout: Option<Duration>,
-    /// The program and its arguments.
-    pub command: Vec<String>,
+    /// Where it delivers.
+    pub target: HandlerTarget,
 }
 
 pub(crate) struct CommandHandler {
-    pub(crate) spec: CommandSpec,
+    pub(crate) spec: PolicyHandler,
 }
 
 /// A column's value as a snapshot value, whatever its (common) type.
@@ -125,11 +144,23 @@ impl ErasedHandler for CommandHandler {
 
     async fn after(&self, ctx: &AfterContext) -> Result<(), HandlerError> {
         let body = serde_json::to_vec(&self.document(ctx))?;
-        let (program, args) = self
-            .spec
-            .command
-            .split_first()
-            .ok_or("the command is empty")?;
+        match &self.spec.target {
+            HandlerTarget::Command(argv) => self.run(argv, body, ctx).await,
+            HandlerTarget::Url { url, secret_env } => {
+                self.post(url, secret_env.as_deref(), body, ctx).await
+            }
+        }
+    }
+}
+
+impl CommandHandler {
+    async fn run(
+        &self,
+        argv: &[String],
+        body: Vec<u8>,
+        ctx: &AfterContext,
+    ) -> Result<(), HandlerError> {
+        let (program, args) = argv.split_first().ok_or("the command is empty")?;
         let mut child = tokio::process::Command::new(program)
             .args(args)
             .env("COHORT_DELIVERY_ID", ctx.work_id.to_string())
@@ -172,4 +203,76 @@ impl ErasedHandler for CommandHandler {
             .into())
         }
     }
+
+    async fn post(
+        &self,
+        url: &str,
+        secret_env: Option<&str>,
+        body: Vec<u8>,
+        ctx: &AfterContext,
+    ) -> Result<(), HandlerError> {
+        let signature = match secret_env {
+            Some(var) => {
+                let secret = std::env::var(var).map_err(|_| {
+                    SafeReason(format!("the signing secret variable {var} is not set"))
+                })?;
+                let t = Utc::now().timestamp();
+                Some(format!("t={t},v1={}", sign(secret.as_bytes(), t, &body)))
+            }
+            None => None,
+        };
+        let timeout = self.spec.timeout.unwrap_or(Duration::from_secs(30));
+        let url = url.to_owned();
+        let delivery = ctx.work_id.to_string();
+        let status = tokio::task::spawn_blocking(move || {
+            let agent: ureq::Agent = ureq::Agent::config_builder()
+                .timeout_global(Some(timeout))
+                .http_status_as_error(false)
+                .build()
+                .into();
+            let mut request = agent
+                .post(&url)
+                .header("Content-Type", "application/json")
+                .header("Cohort-Delivery", &delivery);
+            if let Some(sig) = &signature {
+                request = request.header("Cohort-Signature", sig);
+            }
+            // The response body is never read into logs or the ledger.
+            request.send(&body[..]).map(|r| r.status().as_u16())
+        })
+        .await
+        .map_err(|e| SafeReason(format!("delivery task failed: {e}")))?;
+        match status {
+            Ok(code) if (200..300).contains(&code) => Ok(()),
+            Ok(code) => Err(SafeReason(format!("http status {code}")).into()),
+            Err(ureq::Error::Timeout(_)) => {
+                Err(SafeReason(format!("timed out after {}s", timeout.as_secs_f64())).into())
+            }
+            Err(e) => Err(SafeReason(format!("cannot deliver: {}", classify(&e))).into()),
+        }
+    }
+}
+
+/// A transport failure as a safe reason (no URL credentials, no bodies).
+fn classify(e: &ureq::Error) -> &'static str {
+    match e {
+        ureq::Error::Io(_) => "connection failed",
+        ureq::Error::HostNotFound => "host not found",
+        ureq::Error::ConnectionFailed => "connection failed",
+        ureq::Error::Tls(_) => "TLS failed",
+        _ => "transport error",
+    }
+}
+
+/// The `v1` signature: hex HMAC-SHA256 of `"<t>.<body>"` under `secret`.
+pub(crate) fn sign(secret: &[u8], t: i64, body: &[u8]) -> String {
+    use hmac::{KeyInit, Mac};
+    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(secret).expect("any key length");
+    mac.update(format!("{t}.").as_bytes());
+    mac.update(body);
+    mac.finalize()
+        .into_bytes()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }

@@ -32,7 +32,7 @@ use std::sync::Arc;
 use sqlx::postgres::PgRow;
 use uuid::Uuid;
 
-pub use command::CommandSpec;
+pub use command::{HandlerTarget, PolicyHandler};
 pub use dead_letters::{DeadLetter, DeadLetterFilter, RetrySelection};
 pub use dispatch::{Dispatcher, FlushReport};
 pub use snapshot::{Snapshot, SnapshotError, SnapshotValue};
@@ -248,7 +248,7 @@ impl Registered {
     }
 
     /// A policy-file `command` handler.
-    pub(crate) fn command(spec: CommandSpec) -> Self {
+    pub(crate) fn command(spec: PolicyHandler) -> Self {
         let mut registration = HandlerRegistration::new(spec.entity_id, spec.name.clone());
         registration.priority = spec.priority;
         registration.phase = spec.phase;
