@@ -638,3 +638,150 @@ async fn dead_letters_are_listed_and_retried_and_bad_retries_change_nothing() {
         "succeeded work is not dead-lettered"
     );
 }
+
+/// ERASURE-007: a dry-run erasure runs no handlers and queues nothing; a
+/// live erasure queues work only for the rows it changed (held ones not).
+#[tokio::test]
+async fn erasure_queues_work_only_for_the_rows_it_changes() {
+    let db = engine_db().await;
+    let log: Log = Arc::default();
+    // Notes gain a subject column for this test.
+    exec(db.pool(), "ALTER TABLE app.notes ADD COLUMN user_id text; UPDATE app.notes SET user_id = 'u-1' WHERE tenant_id = 'aaaaaaaa-0000-0000-0000-00000000000a'").await;
+    let mut decls = engine_entities();
+    decls[0] = decls[0].clone().subject("user_id", None);
+    let mut b2 = Cohort::builder(db.pool().clone())
+        .config(test_config())
+        .rules(rules());
+    for d in decls {
+        b2 = b2.declaration(d);
+    }
+    let cohort = b2
+        .handler::<Note, _>(
+            HandlerRegistration::new(note_entity(), "erase-log"),
+            recording("erase-log", &log),
+        )
+        .build()
+        .await
+        .unwrap();
+    let held: Uuid = sqlx::query_scalar(
+        "SELECT id FROM app.notes WHERE body = 'aaaaaaaa-0000-0000-0000-00000000000a:1d'",
+    )
+    .fetch_one(db.pool())
+    .await
+    .unwrap();
+    cohort
+        .create_hold(HoldRequest::new(note_entity(), held.to_string(), "case").tenant(TENANT_A))
+        .await
+        .unwrap();
+    let erase = |dry: bool| {
+        cohort::erasure::ErasureRequest::tenanted(
+            TENANT_A,
+            cohort::erasure::ErasureScope::new("u-1"),
+            now(),
+        )
+        .dry_run(dry)
+    };
+    let dry = cohort.erase(erase(true)).await.unwrap();
+    assert!(dry.entity("Note").unwrap().affected > 0);
+    assert_eq!(
+        queue(db.pool(), "TRUE").await,
+        0,
+        "a dry run queues nothing"
+    );
+    let live = cohort.erase(erase(false)).await.unwrap();
+    let note = live.entity("Note").unwrap();
+    assert_eq!(note.held, 1);
+    assert_eq!(queue(db.pool(), "TRUE").await, note.affected as i64);
+    let report = cohort.dispatcher().flush().await.unwrap();
+    assert_eq!(report.delivered, note.affected);
+    assert!(log
+        .lock()
+        .unwrap()
+        .iter()
+        .all(|(_, record, _, _)| *record != held.to_string()));
+}
+
+/// Succeeds, but first has another session lock its own queue row (and
+/// keeps that transaction open), so recording the outcome cannot finish.
+struct LocksItsRow {
+    pool: sqlx::PgPool,
+    held: Arc<tokio::sync::Mutex<Option<sqlx::pool::PoolConnection<sqlx::Postgres>>>>,
+}
+
+#[cohort::async_trait]
+impl RowHandler<Note> for LocksItsRow {
+    async fn on_after(&self, ctx: &AfterContext) -> Result<(), HandlerError> {
+        let mut conn = self.pool.acquire().await?;
+        sqlx::query("BEGIN").execute(&mut *conn).await?;
+        sqlx::query(
+            "SELECT 1 FROM public.sweep_row_handler_status WHERE handler_status_id = $1 FOR UPDATE",
+        )
+        .bind(ctx.work_id)
+        .execute(&mut *conn)
+        .await?;
+        *self.held.lock().await = Some(conn);
+        Ok(())
+    }
+}
+
+/// DISPATCH-002: recording an outcome has its own bounded time-out; when it
+/// cannot be recorded, the delivery stays in flight (to be reclaimed) and
+/// the flush goes on instead of hanging.
+#[tokio::test]
+async fn an_outcome_that_cannot_be_recorded_leaves_the_work_in_flight() {
+    let db = engine_db().await;
+    let held = Arc::new(tokio::sync::Mutex::new(None));
+    let mut config = test_config();
+    config.dispatch.claim_timeout = "10s".parse().unwrap(); // cleanup time-out: 1 s
+    let cohort = Cohort::builder(db.pool().clone())
+        .config(config)
+        .rules(rules())
+        .declaration(engine_entities().remove(0))
+        .handler::<Note, _>(
+            HandlerRegistration::new(note_entity(), "locks"),
+            LocksItsRow {
+                pool: db.pool().clone(),
+                held: held.clone(),
+            },
+        )
+        .build()
+        .await
+        .unwrap();
+    exec(
+        db.pool(),
+        "DELETE FROM app.notes WHERE body <> 'aaaaaaaa-0000-0000-0000-00000000000a:45d'",
+    )
+    .await;
+    cohort
+        .sweep(SweepRequest::tenanted(TENANT_A, now()))
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    let report = tokio::time::timeout(
+        std::time::Duration::from_secs(20),
+        cohort.dispatcher().flush(),
+    )
+    .await
+    .expect("the flush does not hang")
+    .unwrap();
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
+    assert_eq!((report.unrecorded, report.delivered), (1, 0));
+    // Release the lock. The abandoned statement may still land once the
+    // database catches up (the delivery did succeed); otherwise the work is
+    // in flight with its attempt spent, reclaimed when its claim expires.
+    // Either way the row is consistent: one attempt, never retried early.
+    if let Some(mut conn) = held.lock().await.take() {
+        sqlx::query("ROLLBACK").execute(&mut *conn).await.unwrap();
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let state: Vec<(String, i32)> =
+        sqlx::query_as("SELECT status, attempts FROM public.sweep_row_handler_status")
+            .fetch_all(db.pool())
+            .await
+            .unwrap();
+    assert_eq!(state.len(), 1);
+    assert!(
+        matches!(state[0].0.as_str(), "in_flight" | "succeeded") && state[0].1 == 1,
+        "{state:?}"
+    );
+}

@@ -84,6 +84,13 @@ enum Outcome {
     Unrecorded,
 }
 
+/// The retry delay after `attempt` failed: `base` doubled per attempt,
+/// saturating at [`MAX_BACKOFF_SECS`] (no overflow, whatever the numbers).
+fn backoff_secs(base: f64, attempt: i32) -> f64 {
+    let exponent = (attempt.max(1) - 1).min(62);
+    (base * 2f64.powi(exponent)).clamp(0.0, MAX_BACKOFF_SECS)
+}
+
 fn secs(p: crate::rules::Period) -> f64 {
     p.as_seconds() as f64
 }
@@ -296,11 +303,39 @@ impl Dispatcher {
         }
     }
 
+    /// How long recording an outcome may take: a tenth of the claim
+    /// time-out, between 100 ms and 10 s. Past it the delivery is left in
+    /// flight (reclaimed when its claim expires) and the batch goes on.
+    fn cleanup_timeout(&self) -> Duration {
+        Duration::from_secs_f64(
+            (secs(self.cx.config.dispatch.claim_timeout) / 10.0).clamp(0.1, 10.0),
+        )
+    }
+
+    /// Runs a settling statement within the cleanup time-out.
+    async fn record(
+        &self,
+        query: sqlx::query::Query<'_, sqlx::Postgres, sqlx::postgres::PgArguments>,
+    ) -> std::result::Result<Option<sqlx::postgres::PgRow>, String> {
+        match tokio::time::timeout(self.cleanup_timeout(), query.fetch_optional(&self.cx.pool))
+            .await
+        {
+            Ok(Ok(row)) => Ok(row),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err(format!(
+                "no answer within {:.1}s",
+                self.cleanup_timeout().as_secs_f64()
+            )),
+        }
+    }
+
     async fn settle_success(&self, prepared: &Prepared, work: &Claimed) -> Outcome {
-        let settled = sqlx::query(prepared.queue.succeed.sql())
-            .bind(work.id)
-            .bind(work.token)
-            .fetch_optional(&self.cx.pool)
+        let settled = self
+            .record(
+                sqlx::query(prepared.queue.succeed.sql())
+                    .bind(work.id)
+                    .bind(work.token),
+            )
             .await;
         match settled {
             Ok(Some(_)) => {
@@ -323,15 +358,16 @@ impl Dispatcher {
         dead: bool,
     ) -> Outcome {
         let d = &self.cx.config.dispatch;
-        let exponent = (work.attempt.max(1) - 1).min(62) as u32;
-        let backoff = (secs(d.base_backoff) * 2f64.powi(exponent as i32)).min(MAX_BACKOFF_SECS);
-        let settled = sqlx::query(prepared.queue.fail.sql())
-            .bind(work.id)
-            .bind(work.token)
-            .bind(error)
-            .bind(if dead { 0.0 } else { backoff })
-            .bind(dead)
-            .fetch_optional(&self.cx.pool)
+        let backoff = backoff_secs(secs(d.base_backoff), work.attempt);
+        let settled = self
+            .record(
+                sqlx::query(prepared.queue.fail.sql())
+                    .bind(work.id)
+                    .bind(work.token)
+                    .bind(error)
+                    .bind(if dead { 0.0 } else { backoff })
+                    .bind(dead),
+            )
             .await;
         match settled {
             Ok(Some(_)) if dead => {
@@ -342,7 +378,9 @@ impl Dispatcher {
             Ok(Some(_)) => Outcome::Failed,
             Ok(None) => Outcome::Superseded,
             Err(e) => {
-                tracing::warn!(work = work.id, error = %e, "recording a failed delivery failed; the work stays in flight until reclaimed");
+                // The primary error (the delivery's) is kept, beside the
+                // failure to record it.
+                tracing::warn!(work = work.id, delivery_error = error, record_error = %e, "recording a failed delivery failed; the work stays in flight until reclaimed");
                 Outcome::Unrecorded
             }
         }
@@ -398,5 +436,27 @@ impl Dispatcher {
             }
         }
         Ok(recovered)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// DISPATCH-001: retry arithmetic saturates instead of overflowing.
+    #[test]
+    fn backoff_doubles_and_saturates() {
+        assert_eq!(backoff_secs(1.0, 1), 1.0);
+        assert_eq!(backoff_secs(1.0, 2), 2.0);
+        assert_eq!(backoff_secs(1.0, 5), 16.0);
+        assert_eq!(
+            backoff_secs(1.0, 0),
+            1.0,
+            "a non-positive attempt counts as the first"
+        );
+        assert_eq!(backoff_secs(1.0, i32::MAX), MAX_BACKOFF_SECS);
+        let thousand_years = 1000.0 * 365.0 * 86_400.0;
+        assert_eq!(backoff_secs(thousand_years, 1000), MAX_BACKOFF_SECS);
+        assert!(backoff_secs(thousand_years, 1000).is_finite());
     }
 }
