@@ -785,3 +785,55 @@ async fn an_outcome_that_cannot_be_recorded_leaves_the_work_in_flight() {
         "{state:?}"
     );
 }
+
+/// CONCURRENCY-001 with handlers: two sweeps at once queue each mutated
+/// row's work exactly once, and it is delivered exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_sweeps_queue_each_row_once() {
+    let db = engine_db().await;
+    exec(
+        db.pool(),
+        "INSERT INTO app.notes (tenant_id, created_at, body)
+         SELECT 'aaaaaaaa-0000-0000-0000-00000000000a', '2026-01-01', 'bulk:' || g FROM generate_series(1, 3000) g",
+    )
+    .await;
+    let log: Log = Arc::default();
+    let build = || async {
+        let mut config = test_config();
+        config.sweep_batch_size = 200;
+        Cohort::builder(db.pool().clone())
+            .config(config)
+            .rules(rules())
+            .declaration(engine_entities().remove(0))
+            .handler::<Note, _>(
+                HandlerRegistration::new(note_entity(), "log"),
+                recording("log", &log),
+            )
+            .build()
+            .await
+            .unwrap()
+    };
+    let (a, b) = (build().await, build().await);
+    let (ra, rb) = tokio::join!(
+        a.sweep(SweepRequest::tenanted(TENANT_A, now())),
+        b.sweep(SweepRequest::tenanted(TENANT_A, now()))
+    );
+    let total = ra.unwrap().affected() + rb.unwrap().affected();
+    assert_eq!(total, 3003);
+    assert_eq!(queue(db.pool(), "TRUE").await, total as i64);
+    assert_eq!(
+        count(
+            db.pool(),
+            "SELECT count(*) FROM (SELECT record_id FROM public.sweep_run_row_detail GROUP BY record_id HAVING count(*) > 1) d"
+        )
+        .await,
+        0,
+        "no row detailed (or queued) twice"
+    );
+    let (da, db2) = (a.dispatcher(), b.dispatcher());
+    let (fa, fb) = tokio::join!(da.flush(), db2.flush());
+    assert_eq!(fa.unwrap().delivered + fb.unwrap().delivered, total);
+    let log = log.lock().unwrap();
+    let distinct: std::collections::HashSet<&String> = log.iter().map(|(_, r, _, _)| r).collect();
+    assert_eq!((log.len() as u64, distinct.len() as u64), (total, total));
+}
