@@ -1559,7 +1559,7 @@ async fn command_handlers_are_dispatched_at_least_once_even_across_kill_9() {
     let policy = POLICY.replace(
         "[[entity]]\nname = \"CaseContact\"",
         &format!(
-            "[[entity.handler]]\nname = \"log\"\npriority = 1\ncapture = [\"body\"]\ncommand = [\"sh\", \"-c\", \"if [ -f '{mark}' ]; then cat >> '{out}'; echo >> '{out}'; else touch '{mark}'; sleep 20; fi\"]\n\n[[entity.handler]]\nname = \"crm\"\npriority = 2\ncommand = [\"sh\", \"-c\", \"echo 'secret-stderr@example.com' >&2; exit 3\"]\n\n[[entity]]\nname = \"CaseContact\"",
+            "[[entity.handler]]\nname = \"log\"\npriority = 1\ncapture = [\"body\"]\ncommand = [\"sh\", \"-c\", \"if [ -f '{mark}' ]; then d=$(cat); printf '%s\\n' \\\"$d\\\" >> '{out}'; else touch '{mark}'; sleep 20; fi\"]\n\n[[entity.handler]]\nname = \"crm\"\npriority = 2\ncommand = [\"sh\", \"-c\", \"echo 'secret-stderr@example.com' >&2; exit 3\"]\n\n[[entity]]\nname = \"CaseContact\"",
             mark = mark.display(),
             out = out_file.display()
         ),
