@@ -102,7 +102,9 @@ pub(crate) async fn dispatch(
                 "pending": r.pending,
                 "in_flight": r.in_flight,
                 "superseded": r.superseded,
+                "unrecorded": r.unrecorded,
                 "recovered_runs": r.recovered_runs,
+                "scrubbed": r.scrubbed,
             }));
         } else {
             outln!(

@@ -182,17 +182,46 @@ async fn check_captures(
         if list.iter().all(|h| h.capture.is_empty()) {
             continue;
         }
-        let columns = crate::validate::column_names(conn, &entity.table).await?;
+        // The types a command handler can capture as JSON values.
+        const CAPTURABLE: &[&str] = &[
+            "text",
+            "varchar",
+            "bpchar",
+            "int2",
+            "int4",
+            "int8",
+            "bool",
+            "float8",
+            "uuid",
+            "timestamptz",
+            "timestamp",
+            "date",
+            "json",
+            "jsonb",
+        ];
+        let columns = crate::validate::column_types(conn, &entity.table).await?;
         for h in list {
-            for c in h.capture.iter().filter(|c| !columns.contains(c)) {
-                problems.push(Problem::entity(
-                    &entity.name,
-                    format!(
-                        "handler {:?} captures column {c:?}, which {} does not have",
-                        h.registration.identity,
-                        entity.table.display_plain()
-                    ),
-                ));
+            for c in &h.capture {
+                match columns.iter().find(|(name, _)| name == c) {
+                    None => problems.push(Problem::entity(
+                        &entity.name,
+                        format!(
+                            "handler {:?} captures column {c:?}, which {} does not have",
+                            h.registration.identity,
+                            entity.table.display_plain()
+                        ),
+                    )),
+                    Some((_, ty)) if !CAPTURABLE.contains(&ty.as_str()) => {
+                        problems.push(Problem::entity(
+                            &entity.name,
+                            format!(
+                                "handler {:?} captures column {c:?} of type {ty}, which a policy handler cannot capture (text, integers, booleans, float8, uuid, timestamps, dates and json are supported); every sweep would fail",
+                                h.registration.identity
+                            ),
+                        ))
+                    }
+                    Some(_) => {}
+                }
             }
         }
     }

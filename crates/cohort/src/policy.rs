@@ -79,7 +79,10 @@ struct RawHandler {
 }
 
 /// The `[[entity.handler]]` tables of one entity, checked.
-fn handlers(e: &RawEntity) -> std::result::Result<Vec<PolicyHandler>, Vec<String>> {
+fn handlers(
+    e: &RawEntity,
+    claim_timeout: Period,
+) -> std::result::Result<Vec<PolicyHandler>, Vec<String>> {
     let mut problems = Vec::new();
     let mut out = Vec::new();
     let Ok(entity_id) = uuid::Uuid::parse_str(e.id.trim()) else {
@@ -151,6 +154,13 @@ fn handlers(e: &RawEntity) -> std::result::Result<Vec<PolicyHandler>, Vec<String
         if h.timeout == Some(Period::ZERO) {
             problems.push(format!("{at}: timeout must be greater than zero"));
         }
+        if let Some(t) = h.timeout {
+            if t.as_seconds() as f64 > claim_timeout.as_seconds() as f64 * 0.85 {
+                problems.push(format!(
+                    "{at}: timeout {t} exceeds the delivery deadline (85% of dispatch.claim_timeout {claim_timeout}); past it the work could be reclaimed and run twice at once"
+                ));
+            }
+        }
         out.push(PolicyHandler {
             entity_id,
             entity: e.name.clone(),
@@ -158,9 +168,12 @@ fn handlers(e: &RawEntity) -> std::result::Result<Vec<PolicyHandler>, Vec<String
             phase,
             priority: h.priority,
             capture: h.capture.clone(),
-            timeout: h
-                .timeout
-                .map(|p| std::time::Duration::from_secs(p.as_seconds().unsigned_abs())),
+            // Unset: 30 s, and never past the delivery deadline.
+            timeout: Some(std::time::Duration::from_secs_f64(
+                h.timeout
+                    .map_or(30.0, |p| p.as_seconds() as f64)
+                    .min(claim_timeout.as_seconds() as f64 * 0.85),
+            )),
             target: target.unwrap_or(HandlerTarget::Command(Vec::new())),
         });
     }
@@ -338,7 +351,7 @@ impl PolicyFile {
             .collect();
         let mut command_handlers = Vec::new();
         for (i, e) in raw.entity.iter().enumerate() {
-            match handlers(e) {
+            match handlers(e, raw.cohort.dispatch.claim_timeout) {
                 Ok(hs) => command_handlers.extend(hs),
                 Err(ps) => problems.extend(
                     ps.into_iter()

@@ -171,8 +171,12 @@ impl CommandHandler {
             .spawn()
             .map_err(|e| SafeReason(format!("cannot start {program:?}: {}", e.kind())))?;
         if let Some(mut stdin) = child.stdin.take() {
-            // A program that exits without reading is judged by its status.
-            let _ = stdin.write_all(&body).await;
+            // Written beside the wait, so a program that writes stderr before
+            // reading stdin cannot deadlock against us; a program that exits
+            // without reading is judged by its status.
+            tokio::spawn(async move {
+                let _ = stdin.write_all(&body).await;
+            });
         }
         let waited = match self.spec.timeout {
             Some(limit) => tokio::time::timeout(limit, child.wait_with_output()).await,
@@ -191,7 +195,8 @@ impl CommandHandler {
         };
         if !output.stderr.is_empty() {
             // Logged for the operator; never stored (it may hold personal data).
-            tracing::warn!(handler = %self.spec.name, stderr = %String::from_utf8_lossy(&output.stderr).trim(), "command handler wrote to stderr");
+            let shown = &output.stderr[..output.stderr.len().min(4096)];
+            tracing::warn!(handler = %self.spec.name, stderr = %String::from_utf8_lossy(shown).trim(), "command handler wrote to stderr");
         }
         if output.status.success() {
             Ok(())
@@ -241,7 +246,7 @@ impl CommandHandler {
             request.send(&body[..]).map(|r| r.status().as_u16())
         })
         .await
-        .map_err(|e| SafeReason(format!("delivery task failed: {e}")))?;
+        .map_err(|_| SafeReason("the delivery task panicked".into()))?;
         match status {
             Ok(code) if (200..300).contains(&code) => Ok(()),
             Ok(code) => Err(SafeReason(format!("http status {code}")).into()),

@@ -104,13 +104,18 @@ impl Dispatcher {
     /// everything due now until nothing is left to claim; reports what it
     /// did and what it left (in flight elsewhere, or pending for later).
     pub async fn flush(&self) -> Result<FlushReport> {
+        self.flush_until(&Cancel::new()).await
+    }
+
+    /// [`Dispatcher::flush`], stopping between batches once `cancel` fires.
+    async fn flush_until(&self, cancel: &Cancel) -> Result<FlushReport> {
         let prepared = self.cx.prepared().await?;
         let mut report = FlushReport {
             recovered_runs: self.recover_runs(&prepared).await?,
             scrubbed: self.scrub(&prepared).await?,
             ..FlushReport::default()
         };
-        loop {
+        while !cancel.is_cancelled() {
             let claimed = self.claim(&prepared).await?;
             if claimed.is_empty() {
                 break;
@@ -138,7 +143,7 @@ impl Dispatcher {
     pub async fn run(&self, cancel: Cancel) {
         let interval = Duration::from_secs_f64(secs(self.cx.config.dispatch.poll_interval));
         while !cancel.is_cancelled() {
-            if let Err(e) = self.flush().await {
+            if let Err(e) = self.flush_until(&cancel).await {
                 tracing::warn!(error = %e, "dispatcher poll failed; retrying at the next poll");
             }
             let mut waited = Duration::ZERO;
@@ -152,9 +157,12 @@ impl Dispatcher {
 
     async fn claim(&self, prepared: &Prepared) -> Result<Vec<Claimed>> {
         let d = &self.cx.config.dispatch;
+        // Claim no more than can start at once: a claim's time runs from
+        // the moment it is taken, so work must not wait for a free slot.
         let rows = sqlx::query(prepared.queue.claim.sql())
-            .bind(i64::from(d.batch_size))
+            .bind(i64::from(d.batch_size.min(d.max_parallelism.max(1))))
             .bind(secs(d.claim_timeout))
+            .bind(self.cx.handlers.keys().copied().collect::<Vec<Uuid>>())
             .fetch_all(&self.cx.pool)
             .await?;
         rows.iter()
@@ -250,8 +258,11 @@ impl Dispatcher {
         {
             Ok(s) => s,
             Err(e) => {
-                let reason = format!("tampered or unreadable payload: {e}");
-                return self.settle_failure(prepared, &work, &reason, true).await;
+                // The decoder's own text can quote the payload: never stored.
+                tracing::warn!(work = work.id, "dead-lettering an unreadable payload");
+                drop(e);
+                let reason = "tampered or unreadable payload: the stored snapshot does not decode";
+                return self.settle_failure(prepared, &work, reason, true).await;
             }
         };
         let Ok(strategy) = work.action.parse::<Strategy>() else {
@@ -276,8 +287,19 @@ impl Dispatcher {
             handler: work.handler.clone(),
             cancel: cancel.clone(),
         };
+        // The handler's deadline: its cancel fires at 85% of the claim
+        // time-out, and it is dropped at 90% if it ignores it.
+        let soft = Duration::from_secs_f64(secs(d.claim_timeout) * 0.85);
         let deadline = Duration::from_secs_f64(secs(d.claim_timeout) * 0.9);
-        let result = tokio::time::timeout(deadline, handler.handler.after(&ctx)).await;
+        let delivery = handler.handler.after(&ctx);
+        tokio::pin!(delivery);
+        let result = match tokio::time::timeout(soft, &mut delivery).await {
+            Ok(r) => Ok(r),
+            Err(_) => {
+                cancel.cancel();
+                tokio::time::timeout(deadline - soft, &mut delivery).await
+            }
+        };
         let error = match result {
             Ok(Ok(())) => None,
             Ok(Err(e)) => Some(match e.downcast_ref::<super::SafeReason>() {

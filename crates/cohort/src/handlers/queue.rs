@@ -17,8 +17,11 @@ pub(crate) struct QueuePlan {
     /// once its run settled; a row's handler only when every handler before
     /// it (priority, then identity) is terminal. A CTE locks the candidates
     /// with `FOR UPDATE SKIP LOCKED` before the update, so concurrent
-    /// dispatchers never claim the same work. `$1` limit, `$2` claim
-    /// time-out in seconds (float8). Returns the claimed work.
+    /// dispatchers never claim the same work. Only work of entities this
+    /// dispatcher has handlers for is claimed, so dispatchers of different
+    /// processes (an application's, `cohort dispatch`) leave each other's
+    /// work alone. `$1` limit, `$2` claim time-out in seconds (float8), `$3`
+    /// entity ids with handlers (uuid[]). Returns the claimed work.
     pub(crate) claim: SqlText,
     /// Settles a delivery that succeeded, fenced by its claim. `$1` id,
     /// `$2` claim token. Returns the row-detail id when it settled.
@@ -59,9 +62,12 @@ impl QueuePlan {
             .table(&hs)
             .push(" h JOIN ")
             .table(&run)
+            .push(" r ON r.run_id = h.run_id JOIN ")
+            .table(&detail)
             .push(
-                " r ON r.run_id = h.run_id \
-                 WHERE ((h.status = 'pending' AND h.next_attempt_at <= pg_catalog.now()) \
+                " d0 ON d0.row_detail_id = h.row_detail_id \
+                 WHERE d0.retention_entity_id = ANY($3::uuid[]) \
+                   AND ((h.status = 'pending' AND h.next_attempt_at <= pg_catalog.now()) \
                      OR (h.status = 'in_flight' AND h.claim_expires_at <= pg_catalog.now())) \
                    AND (h.phase = 'immediate' OR r.status <> 'started') \
                    AND NOT EXISTS (SELECT 1 FROM ",
@@ -127,8 +133,7 @@ impl QueuePlan {
 
         let mut scrub = SqlText::new("UPDATE ");
         scrub.table(&hs).push(
-            " SET captured_payload = NULL, payload_scrubbed_at = pg_catalog.now(), \
-               updated_at = pg_catalog.now() \
+            " SET captured_payload = NULL, payload_scrubbed_at = pg_catalog.now() \
              WHERE captured_payload IS NOT NULL \
                AND created_at < pg_catalog.now() - pg_catalog.make_interval(secs => $1)",
         );

@@ -68,7 +68,7 @@ impl SnapshotValue {
         if ok {
             Ok(SnapshotValue::Decimal(t.to_owned()))
         } else {
-            Err(SnapshotError(format!("{text:?} is not a decimal number")))
+            Err(SnapshotError("a value that is not a decimal number".into()))
         }
     }
 
@@ -88,8 +88,16 @@ impl SnapshotValue {
             SnapshotValue::Text(s) | SnapshotValue::Decimal(s) if s.contains('\0') => Err(
                 SnapshotError("text with a NUL character cannot be stored".into()),
             ),
+            SnapshotValue::Enum { ty, value } if ty.contains('\0') || value.contains('\0') => Err(
+                SnapshotError("text with a NUL character cannot be stored".into()),
+            ),
             SnapshotValue::List(items) => items.iter().try_for_each(SnapshotValue::check),
-            SnapshotValue::Map(map) => map.values().try_for_each(SnapshotValue::check),
+            SnapshotValue::Map(map) => {
+                if map.keys().any(|k| k.contains('\0')) {
+                    return Err(SnapshotError("a key with a NUL character".into()));
+                }
+                map.values().try_for_each(SnapshotValue::check)
+            }
             _ => Ok(()),
         }
     }

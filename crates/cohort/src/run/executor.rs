@@ -526,13 +526,28 @@ async fn capture(
                 run_id: ctx.run_id,
                 strategy: work.rule.strategy(),
             };
-            h.handler.before(row, &mut before).await.map_err(|err| {
-                Stop::Entity(Diagnostic::capture(
-                    "handler",
-                    Some("on_before_failed".into()),
-                    &err,
-                ))
-            })?;
+            // Bounded: a hung capture would hold the batch's row locks and
+            // the run lock, so that not even recovery could step in.
+            let limit = std::time::Duration::from_secs_f64(
+                ctx.cx.config.dispatch.claim_timeout.as_seconds() as f64 * 0.9,
+            );
+            match tokio::time::timeout(limit, h.handler.before(row, &mut before)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(err)) => {
+                    return Err(Stop::Entity(Diagnostic::capture(
+                        "handler",
+                        Some("on_before_failed".into()),
+                        &err,
+                    )))
+                }
+                Err(_) => {
+                    return Err(Stop::Entity(Diagnostic::capture(
+                        "handler",
+                        Some("on_before_timed_out".into()),
+                        &"on_before did not finish within 9/10 of claim_timeout",
+                    )))
+                }
+            }
             payloads.push(before.snapshot.to_json());
         }
         captured.insert(record_id, payloads);

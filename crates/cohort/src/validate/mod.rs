@@ -151,14 +151,20 @@ fn declared_table(
     QualifiedName::parse(&text, schema)
 }
 
-/// The column names of a table (for checks made after validation).
-pub(crate) async fn column_names(
+/// The columns of a table with their base type names (for checks made
+/// after validation).
+pub(crate) async fn column_types(
     conn: &mut PgConnection,
     table: &QualifiedName,
-) -> Result<Vec<String>> {
+) -> Result<Vec<(String, String)>> {
     Ok(catalog::load_table(conn, table)
         .await?
-        .map(|t| t.columns.into_iter().map(|c| c.name).collect())
+        .map(|t| {
+            t.columns
+                .into_iter()
+                .map(|c| (c.name, c.type_name))
+                .collect()
+        })
         .unwrap_or_default())
 }
 
