@@ -837,3 +837,82 @@ async fn concurrent_sweeps_queue_each_row_once() {
     let distinct: std::collections::HashSet<&String> = log.iter().map(|(_, r, _, _)| r).collect();
     assert_eq!((log.len() as u64, distinct.len() as u64), (total, total));
 }
+
+/// Policy handlers that could never work are refused before anything runs:
+/// a captured column of a type they cannot capture, a time-out past the
+/// delivery deadline, a webhook whose signing secret is missing.
+#[tokio::test]
+async fn policy_handlers_that_could_never_work_are_refused() {
+    let db = engine_db().await;
+    exec(db.pool(), "ALTER TABLE app.notes ADD COLUMN amount numeric").await;
+    let policy = |handler: &str| {
+        format!(
+            r#"
+[cohort.dispatch]
+claim_timeout = "10s"
+
+[[entity]]
+name = "Note"
+id = "{NOTE_ID}"
+table = "app.notes"
+category = "notes"
+anchor = "created_at"
+
+{handler}
+
+[[category]]
+name = "notes"
+strategy = "purge"
+period = "30d"
+"#
+        )
+    };
+    let pool = db.pool().clone();
+    let build = |text: String| {
+        let pool = pool.clone();
+        async move {
+            let p = cohort::policy::PolicyFile::parse(&text)?;
+            Cohort::builder(pool).policy(p).build().await
+        }
+    };
+    let err = build(policy(
+        "[[entity.handler]]\nname = \"h\"\ncapture = [\"amount\"]\ncommand = [\"true\"]",
+    ))
+    .await
+    .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("captures column \"amount\" of type numeric"),
+        "{err}"
+    );
+    let err = build(policy(
+        "[[entity.handler]]\nname = \"h\"\ncapture = [\"nope\"]\ncommand = [\"true\"]",
+    ))
+    .await
+    .unwrap_err();
+    assert!(
+        err.to_string().contains("captures column \"nope\""),
+        "{err}"
+    );
+    let err = build(policy(
+        "[[entity.handler]]\nname = \"h\"\ntimeout = \"9s\"\ncommand = [\"true\"]",
+    ))
+    .await
+    .unwrap_err();
+    assert!(
+        err.to_string().contains("exceeds the delivery deadline"),
+        "{err}"
+    );
+    let err = build(policy(
+        "[[entity.handler]]\nname = \"h\"\nurl = \"http://127.0.0.1:9/\"\nsecret_env = \"COHORT_TEST_NEVER_SET_ANYWHERE\"",
+    ))
+    .await
+    .unwrap_err();
+    assert!(err.to_string().contains("which is not set"), "{err}");
+    // A good one builds.
+    build(policy(
+        "[[entity.handler]]\nname = \"h\"\ncapture = [\"body\", \"created_at\"]\ntimeout = \"5s\"\ncommand = [\"true\"]",
+    ))
+    .await
+    .unwrap();
+}
