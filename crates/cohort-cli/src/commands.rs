@@ -372,8 +372,9 @@ async fn query_jurisdiction(
         return Ok(None);
     };
     let wanted = cohort.canonical_tenant(tenant).await?;
+    let identity = cohort.ready().await?.tenant_identity();
     for t in cohort.tenants(&TenantSource::Query(q.clone())).await? {
-        if cohort.canonical_tenant(&t.id).await? == wanted {
+        if identity.canonical(&t.id).as_deref() == Some(wanted.as_str()) {
             return Ok(t.jurisdiction);
         }
     }

@@ -136,12 +136,7 @@ where
     for row in &rows {
         let record: String = row.try_get("record")?;
         let owner: Option<String> = row.try_get("tenant")?;
-        let owner = owner.map(|o| {
-            facts
-                .tenant
-                .and_then(|ty| ty.canonical_text(&o))
-                .unwrap_or(o)
-        });
+        let owner = facts.canonical_owner(owner);
         if owner != tenant {
             return Err(Error::InvalidInput(format!(
                 "record {record} of {} does not belong to tenant {}",

@@ -224,12 +224,7 @@ pub(crate) async fn create(cx: &Context, req: HoldRequest) -> Result<Hold> {
     // The tenant authorises the hold; protection then follows the record.
     let stored_record: String = row.try_get("record")?;
     let owner: Option<String> = row.try_get("tenant")?;
-    let owner = owner.map(|o| {
-        facts
-            .tenant
-            .and_then(|ty| ty.canonical_text(&o))
-            .unwrap_or(o)
-    });
+    let owner = facts.canonical_owner(owner);
     if owner != tenant {
         return Err(Error::InvalidInput(format!(
             "record {} of {} does not belong to tenant {}",

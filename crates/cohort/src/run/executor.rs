@@ -396,14 +396,24 @@ async fn batches(
             return Ok(());
         }
 
+        // The locked rows are read into Rust (once) only when something
+        // needs them: row handlers' capture, or values computed in Rust.
+        let computes = strategy == Strategy::Anonymise && !plan.custom.is_empty();
+        let rows = if handlers.is_some() || computes {
+            bind_array(sqlx::query(plan.load_rows.sql()), key_type, &keys)
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(stop_from)?
+        } else {
+            Vec::new()
+        };
         // Row handlers capture from the locked rows, before the mutation.
         let captured = match handlers {
-            Some(hs) => Some(capture(ctx, &mut tx, work, hs, &keys).await?),
+            Some(hs) => Some(capture(ctx, work, hs, &rows).await?),
             None => None,
         };
-
-        let custom = if strategy == Strategy::Anonymise && !plan.custom.is_empty() {
-            Some(custom_values(&mut tx, plan, key_type, &keys).await?)
+        let custom = if computes {
+            Some(custom_values(plan, key_type, &rows)?)
         } else {
             None
         };
@@ -502,20 +512,13 @@ async fn batches(
 /// nothing of it is mutated or queued.
 async fn capture(
     ctx: &RunCtx<'_>,
-    tx: &mut sqlx::Transaction<'_, Postgres>,
     work: &Work<'_>,
     handlers: &[crate::handlers::Registered],
-    keys: &[KeyValue],
+    rows: &[sqlx::postgres::PgRow],
 ) -> std::result::Result<std::collections::HashMap<String, Vec<serde_json::Value>>, Stop> {
-    let e = work.entity;
-    let plan = &ctx.ready.plans[&e.id];
-    let key_type = ctx.ready.model.facts[&e.id].record;
-    let rows = bind_array(sqlx::query(plan.load_rows.sql()), key_type, keys)
-        .fetch_all(&mut **tx)
-        .await
-        .map_err(stop_from)?;
+    let key_type = ctx.ready.model.facts[&work.entity.id].record;
     let mut captured = std::collections::HashMap::with_capacity(rows.len());
-    for row in &rows {
+    for row in rows {
         let record_id = key_type.decode(row, 0).map_err(stop_from)?.canonical();
         let mut payloads = Vec::with_capacity(handlers.len());
         for h in handlers {
@@ -600,22 +603,17 @@ async fn enqueue(
     Ok(())
 }
 
-/// Reads the locked rows and computes each custom anonymiser's value.
-/// Returns the keys in row order and, per row, a JSON object of the new
-/// values by column.
-async fn custom_values(
-    tx: &mut sqlx::Transaction<'_, Postgres>,
+/// Computes each custom anonymiser's (and the hash's) value on the locked
+/// rows. Returns the keys in row order and, per row, a JSON object of the
+/// new values by column.
+fn custom_values(
     plan: &EntityPlan,
     key_type: crate::sql::KeyType,
-    keys: &[KeyValue],
+    rows: &[sqlx::postgres::PgRow],
 ) -> std::result::Result<(Vec<KeyValue>, Vec<serde_json::Value>), Stop> {
-    let rows = bind_array(sqlx::query(plan.load_rows.sql()), key_type, keys)
-        .fetch_all(&mut **tx)
-        .await
-        .map_err(stop_from)?;
     let mut ordered = Vec::with_capacity(rows.len());
     let mut objects = Vec::with_capacity(rows.len());
-    for row in &rows {
+    for row in rows {
         ordered.push(key_type.decode(row, 0).map_err(stop_from)?);
         let mut object = serde_json::Map::new();
         for (column, anonymiser) in &plan.custom {

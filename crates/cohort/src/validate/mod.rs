@@ -65,6 +65,18 @@ pub(crate) struct TableFacts {
     pub(crate) casts: Casts,
 }
 
+impl TableFacts {
+    /// A row's stored tenant text in canonical form (so it compares with a
+    /// canonical request tenant however the row spells it, e.g. citext).
+    pub(crate) fn canonical_owner(&self, stored: Option<String>) -> Option<String> {
+        stored.map(|o| {
+            self.tenant
+                .and_then(|ty| ty.canonical_text(&o))
+                .unwrap_or(o)
+        })
+    }
+}
+
 impl ValidatedModel {
     /// The entity with this id.
     pub fn entity(&self, id: uuid::Uuid) -> Option<&EntityDescriptor> {
