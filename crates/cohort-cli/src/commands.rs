@@ -114,20 +114,7 @@ pub(crate) async fn dispatch(
         }
         return Ok(());
     }
-    let cancel = Cancel::new();
-    let on_signal = cancel.clone();
-    tokio::spawn(async move {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .expect("SIGTERM handler");
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = term.recv() => {}
-        }
-        eprintln!("cohort: stopping the dispatcher");
-        on_signal.cancel();
-    });
-    dispatcher.run(cancel).await;
-    Ok(())
+    crate::services::dispatch_until_signal(cohort).await
 }
 
 #[derive(Debug, Subcommand)]
@@ -584,13 +571,7 @@ pub(crate) async fn sweep(
     let now = parse_time(now, "--now")?;
     note_worker_settings(cohort, dry_run);
     let cancel = Cancel::new();
-    let on_signal = cancel.clone();
-    tokio::spawn(async move {
-        if tokio::signal::ctrl_c().await.is_ok() {
-            eprintln!("cohort: cancelling; the open batch will be rolled back");
-            on_signal.cancel();
-        }
-    });
+    crate::services::cancel_on_signal(&cancel, "cancelling; the open batch will be rolled back");
     if scope.all_tenants {
         let source = tenant_source(policy);
         let cancelled = cancel.clone();
@@ -682,12 +663,7 @@ pub(crate) async fn erase(
     let now = parse_time(now, "--now")?;
     note_worker_settings(cohort, dry_run);
     let cancel = Cancel::new();
-    let on_signal = cancel.clone();
-    tokio::spawn(async move {
-        if tokio::signal::ctrl_c().await.is_ok() {
-            on_signal.cancel();
-        }
-    });
+    crate::services::cancel_on_signal(&cancel, "cancelling; the open batch will be rolled back");
     let jurisdiction = match tenant {
         Some(t) => query_jurisdiction(cohort, policy, t).await?,
         None => None,

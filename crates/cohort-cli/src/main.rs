@@ -19,6 +19,7 @@ macro_rules! outln {
 mod commands;
 mod demo;
 mod output;
+mod services;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -135,6 +136,18 @@ enum Command {
     /// Row-handler work that will not be delivered without an operator.
     #[command(subcommand, name = "dead-letters")]
     DeadLetters(commands::DeadLettersCommand),
+    /// Run the scheduled worker, the dispatcher and the history pruner
+    /// until SIGINT/SIGTERM, then stop gracefully (exit 0).
+    Worker,
+    /// The live settings every worker replica reads (kill_switch, dry_run).
+    #[command(subcommand)]
+    Settings(services::SettingsCommand),
+    /// One history-pruning pass now, with the policy's [cohort.prune] limits.
+    Prune {
+        /// Count what would be deleted; delete nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
 }
 
 /// How a command ended, mapped to the documented exit codes.
@@ -171,12 +184,18 @@ fn main() -> ExitCode {
         Err(e) => e.exit(),
     };
     use std::io::IsTerminal;
+    // Long-running services say what they do (occurrences, passes); other
+    // commands only warn. RUST_LOG overrides both.
+    let default_level = match cli.command {
+        Command::Worker | Command::Dispatch { once: false } => "info",
+        _ => "warn",
+    };
     tracing_subscriber::fmt()
         .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr)
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level)),
         )
         .init();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -308,6 +327,18 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::DeadLetters(cmd) => {
             let (cohort, _) = open(&cli).await?;
             commands::dead_letters(&cohort, cli.json, cmd).await
+        }
+        Command::Worker => {
+            let (cohort, _) = open(&cli).await?;
+            services::worker(&cohort).await
+        }
+        Command::Settings(cmd) => {
+            let (cohort, _) = open(&cli).await?;
+            services::settings(&cohort, cli.json, cmd).await
+        }
+        Command::Prune { dry_run } => {
+            let (cohort, _) = open(&cli).await?;
+            services::prune(&cohort, cli.json, *dry_run).await
         }
     }
 }

@@ -88,7 +88,7 @@ async fn migrate_then_validate_succeeds_with_json_on_stdout() {
     );
     let report = json(&out);
     assert_eq!(report["schema"], "retention");
-    assert_eq!(report["applied"], serde_json::json!([1, 2, 3]));
+    assert_eq!(report["applied"], serde_json::json!([1, 2, 3, 4]));
     let again = json(&cohort(dir.path(), &["--json", "migrate"], Some(db.url())));
     assert_eq!(again["applied"], serde_json::json!([]));
 
@@ -271,7 +271,7 @@ async fn migrate_honours_an_explicit_schema() {
             .fetch_one(db.pool())
             .await
             .unwrap();
-    assert_eq!(n, 5);
+    assert_eq!(n, 6);
 }
 
 #[test]

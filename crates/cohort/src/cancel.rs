@@ -24,4 +24,18 @@ impl Cancel {
     pub fn is_cancelled(&self) -> bool {
         self.0.is_cancelled()
     }
+
+    /// Completes once it has fired.
+    pub async fn cancelled(&self) {
+        self.0.cancelled().await
+    }
+
+    /// Sleeps for `duration` unless it fires first; `true` when the whole
+    /// time passed without it firing.
+    pub(crate) async fn sleep(&self, duration: std::time::Duration) -> bool {
+        tokio::select! {
+            _ = self.0.cancelled() => false,
+            _ = tokio::time::sleep(duration) => !self.0.is_cancelled(),
+        }
+    }
 }

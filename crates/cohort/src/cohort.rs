@@ -46,6 +46,7 @@ pub struct CohortBuilder {
     rules: Option<Arc<dyn RuleProvider>>,
     observers: Vec<Arc<dyn AuditObserver>>,
     tenants: Vec<TenantEntry>,
+    tenant_source: Option<crate::TenantSource>,
     handlers: Vec<crate::handlers::Registered>,
 }
 
@@ -69,6 +70,7 @@ impl Cohort {
             rules: None,
             observers: Vec::new(),
             tenants: Vec::new(),
+            tenant_source: None,
             handlers: Vec::new(),
         }
     }
@@ -196,6 +198,60 @@ impl Cohort {
         crate::handlers::Dispatcher::new(Arc::clone(&self.cx))
     }
 
+    /// The live settings (`kill_switch`, `dry_run`) as this process sees
+    /// them: its own values, the database's, and their OR (see
+    /// [`crate::settings`]).
+    pub async fn settings(&self) -> Result<crate::settings::LiveSettings> {
+        self.cx.prepared().await?;
+        crate::settings::read(&self.cx).await
+    }
+
+    /// Sets a live setting in the database: every replica's worker sees it
+    /// at its next occurrence or between tenant passes.
+    pub async fn set_setting(
+        &self,
+        setting: crate::settings::Setting,
+        enabled: bool,
+    ) -> Result<crate::settings::LiveSettings> {
+        self.cx.prepared().await?;
+        crate::settings::set(&self.cx, setting, enabled).await
+    }
+
+    /// This process's own values of the live settings, to flip without a
+    /// restart (the database's are set with [`Cohort::set_setting`]).
+    pub fn switches(&self) -> &crate::settings::Switches {
+        &self.cx.switches
+    }
+
+    /// Where the scheduled worker takes its tenants from.
+    pub fn tenant_source(&self) -> &crate::TenantSource {
+        &self.cx.tenant_source
+    }
+
+    /// One history-pruning pass now with `config` (see
+    /// [`crate::services::prune`]); `dry_run` only counts. An explicit pass
+    /// does not read the kill switch; `cancel` stops it between batches.
+    pub async fn prune(
+        &self,
+        config: &crate::services::PrunerConfig,
+        dry_run: bool,
+        cancel: &crate::Cancel,
+    ) -> Result<crate::services::PruneReport> {
+        self.cx.prepared().await?;
+        crate::services::prune::pass(
+            &self.cx,
+            config,
+            dry_run,
+            crate::services::prune::StopCheck::Explicit(cancel),
+        )
+        .await
+    }
+
+    /// The shared context, for the background services.
+    pub(crate) fn context(&self) -> Arc<Context> {
+        Arc::clone(&self.cx)
+    }
+
     /// Whether a record is under an active hold now (database clock),
     /// whatever tenant it belongs to. An unknown entity is `NotFound`, a
     /// malformed record id `InvalidInput`.
@@ -305,6 +361,9 @@ impl CohortBuilder {
         self.declarations.extend(policy.entities);
         self.rules = Some(Arc::new(policy.rules));
         self.tenants.extend(policy.tenants);
+        if let Some(q) = policy.tenants_query {
+            self.tenant_source = Some(crate::TenantSource::Query(q));
+        }
         self.handlers.extend(
             policy
                 .handlers
@@ -333,6 +392,14 @@ impl CohortBuilder {
         self
     }
 
+    /// Where the scheduled worker takes its tenants from (default: the
+    /// directory of [`CohortBuilder::tenant`] entries; a policy file's
+    /// `tenants_query` sets a query).
+    pub fn tenant_source(mut self, source: crate::TenantSource) -> Self {
+        self.tenant_source = Some(source);
+        self
+    }
+
     /// Lists a tenant with its jurisdiction: runs for this tenant (however
     /// its id is spelled) resolve rules with that jurisdiction.
     pub fn tenant(mut self, id: impl Into<String>, jurisdiction: Option<String>) -> Self {
@@ -348,6 +415,7 @@ impl CohortBuilder {
         let rules = self
             .rules
             .unwrap_or_else(|| Arc::new(StaticRuleProvider::default()));
+        let switches = crate::settings::Switches::new(self.config.kill_switch, self.config.dry_run);
         Ok(Cohort {
             cx: Arc::new(Context {
                 observers: ObserverHub::new(self.observers, self.config.observer_timeout()),
@@ -356,6 +424,8 @@ impl CohortBuilder {
                 declarations: self.declarations,
                 rules,
                 tenants: self.tenants,
+                tenant_source: self.tenant_source.unwrap_or(crate::TenantSource::Directory),
+                switches,
                 handlers: {
                     let mut by_entity: std::collections::BTreeMap<uuid::Uuid, Vec<_>> =
                         std::collections::BTreeMap::new();

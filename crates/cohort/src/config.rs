@@ -59,14 +59,30 @@ fn secs(n: i64) -> Period {
     Period::from_seconds(n).expect("constant in range")
 }
 
-/// History-pruner settings; nothing is pruned unless configured.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// History-pruner settings; nothing is pruned unless a limit is set.
+/// Defaults: batch 1000 (1..=100000), a pass every hour.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct PruneConfig {
     /// Delete settled runs (with their summaries and details) older than this.
     pub runs_older_than: Option<Period>,
     /// Delete released or expired holds inactive for longer than this.
     pub inactive_holds_older_than: Option<Period>,
+    /// Runs (or holds) deleted per transaction.
+    pub batch_size: u32,
+    /// How often the background pruner runs a pass.
+    pub interval: Period,
+}
+
+impl Default for PruneConfig {
+    fn default() -> Self {
+        Self {
+            runs_older_than: None,
+            inactive_holds_older_than: None,
+            batch_size: crate::services::prune::DEFAULT_PRUNE_BATCH_SIZE,
+            interval: secs(3600),
+        }
+    }
 }
 
 /// Cohort's settings. Build in code, or load with [`CohortConfig::from_toml`]
@@ -90,6 +106,9 @@ pub struct CohortConfig {
     pub kill_switch: bool,
     /// Per-observer time limit.
     pub observer_timeout: Period,
+    /// How long in-flight handler deliveries may take to finish when the
+    /// background services stop (default 30 s).
+    pub shutdown_grace_period: Period,
     /// Global column conventions.
     pub conventions: Conventions,
     /// Row-handler dispatcher.
@@ -180,6 +199,7 @@ impl Default for CohortConfig {
             dry_run: false,
             kill_switch: false,
             observer_timeout: secs(5),
+            shutdown_grace_period: secs(30),
             conventions: Conventions::default(),
             dispatch: DispatchConfig::default(),
             prune: PruneConfig::default(),
@@ -203,8 +223,9 @@ impl CohortConfig {
     /// Overlays `COHORT_…` variables from `vars` (pass `std::env::vars()`):
     /// `COHORT_SCHEMA`, `COHORT_SWEEP_BATCH_SIZE`, `COHORT_SCHEDULE`,
     /// `COHORT_DRY_RUN`, `COHORT_KILL_SWITCH`, `COHORT_OBSERVER_TIMEOUT`,
-    /// `COHORT_HASH_KEY`,
-    /// `COHORT_DISPATCH__<FIELD>` (e.g. `COHORT_DISPATCH__BATCH_SIZE`).
+    /// `COHORT_SHUTDOWN_GRACE_PERIOD`, `COHORT_HASH_KEY`,
+    /// `COHORT_DISPATCH__<FIELD>` (e.g. `COHORT_DISPATCH__BATCH_SIZE`),
+    /// `COHORT_PRUNE__<FIELD>` (e.g. `COHORT_PRUNE__RUNS_OLDER_THAN`).
     /// Unknown `COHORT_` variables are errors, so typos do not pass silently.
     pub fn apply_env(&mut self, vars: impl IntoIterator<Item = (String, String)>) -> Result<()> {
         for (key, value) in vars {
@@ -239,6 +260,7 @@ impl CohortConfig {
                 "DRY_RUN" => self.dry_run = boolean()?,
                 "KILL_SWITCH" => self.kill_switch = boolean()?,
                 "OBSERVER_TIMEOUT" => self.observer_timeout = period()?,
+                "SHUTDOWN_GRACE_PERIOD" => self.shutdown_grace_period = period()?,
                 "DISPATCH__POLL_INTERVAL" => self.dispatch.poll_interval = period()?,
                 "DISPATCH__BATCH_SIZE" => self.dispatch.batch_size = int()?,
                 "DISPATCH__MAX_PARALLELISM" => self.dispatch.max_parallelism = int()?,
@@ -251,6 +273,8 @@ impl CohortConfig {
                 "PRUNE__INACTIVE_HOLDS_OLDER_THAN" => {
                     self.prune.inactive_holds_older_than = Some(period()?)
                 }
+                "PRUNE__BATCH_SIZE" => self.prune.batch_size = int()?,
+                "PRUNE__INTERVAL" => self.prune.interval = period()?,
                 _ => {
                     return Err(Error::Config(Problems::one(format!(
                         "unknown setting {key}"
@@ -293,6 +317,12 @@ impl CohortConfig {
         );
         range("dispatch.batch_size", self.dispatch.batch_size, 1, 10_000);
         range(
+            "prune.batch_size",
+            self.prune.batch_size,
+            1,
+            crate::services::prune::MAX_PRUNE_BATCH_SIZE,
+        );
+        range(
             "dispatch.max_parallelism",
             self.dispatch.max_parallelism,
             1,
@@ -312,6 +342,7 @@ impl CohortConfig {
             ("dispatch.claim_timeout", d.claim_timeout),
             ("dispatch.settle_timeout", d.settle_timeout),
             ("dispatch.payload_retention", d.payload_retention),
+            ("prune.interval", self.prune.interval),
         ] {
             if p == Period::ZERO {
                 problems.push(format!("{name} must be greater than zero"));
@@ -344,29 +375,28 @@ impl CohortConfig {
         }
     }
 
-    /// Settings that are accepted but that nothing in this version acts on
-    /// yet (they belong to the scheduled worker, the row-handler dispatcher
-    /// and the history pruner): one warning each, so configuration never
-    /// passes silently. Validation reports them with its other advice.
+    /// Settings that are accepted but would do nothing as combined: one
+    /// warning each, so configuration never passes silently. Validation
+    /// reports them with its other advice.
     pub fn settings_without_effect(&self) -> Vec<String> {
+        let p = &self.prune;
+        let defaults = PruneConfig::default();
         let mut out = Vec::new();
-        let later = "; it only affects the scheduled worker, which this version does not run yet";
-        if let Some(s) = &self.schedule {
-            out.push(format!("schedule = {s:?} is set{later}"));
-        }
-        if self.dry_run {
-            out.push(format!("dry_run = true is set{later} (use --dry-run or SweepRequest::dry_run for manual runs)"));
-        }
-        if self.kill_switch {
-            out.push(format!("kill_switch = true is set{later}"));
-        }
-        if self.prune != PruneConfig::default() {
+        if p.runs_older_than.is_none()
+            && p.inactive_holds_older_than.is_none()
+            && (p.batch_size != defaults.batch_size || p.interval != defaults.interval)
+        {
             out.push(
-                "[cohort.prune] settings are set; they only affect the history pruner, which this version does not run yet"
+                "[cohort.prune] batch_size or interval is set, but neither runs_older_than nor inactive_holds_older_than: nothing is pruned"
                     .into(),
             );
         }
         out
+    }
+
+    /// The shutdown grace period as a std duration.
+    pub fn shutdown_grace_period(&self) -> Duration {
+        Duration::from_secs(self.shutdown_grace_period.as_seconds().unsigned_abs())
     }
 
     /// The observer time-out as a std duration.

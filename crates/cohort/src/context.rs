@@ -25,6 +25,10 @@ pub(crate) struct Context {
     pub(crate) declarations: Vec<EntityDeclaration>,
     pub(crate) rules: Arc<dyn RuleProvider>,
     pub(crate) tenants: Vec<TenantEntry>,
+    /// Where the scheduled worker's tenants come from.
+    pub(crate) tenant_source: crate::TenantSource,
+    /// This process's values of the live settings.
+    pub(crate) switches: crate::settings::Switches,
     /// Row handlers by entity id, in delivery order.
     pub(crate) handlers: BTreeMap<uuid::Uuid, Vec<crate::handlers::Registered>>,
     pub(crate) ready: OnceCell<Arc<Prepared>>,

@@ -20,6 +20,8 @@ pub mod policy;
 pub mod rules;
 mod run;
 pub mod schema;
+pub mod services;
+pub mod settings;
 mod sql;
 pub mod validate;
 

@@ -15,6 +15,10 @@ pub(crate) enum LockKey<'a> {
     Run(Uuid),
     /// Held by the migration transaction of one schema.
     Migrate(&'a str),
+    /// Held by the scheduled worker that runs an occurrence, keyed on the
+    /// install's schema-qualified `sweep_run` table (installs in different
+    /// schemas of one database sweep independently).
+    Worker(&'a crate::QualifiedName),
 }
 
 impl LockKey<'_> {
@@ -23,6 +27,7 @@ impl LockKey<'_> {
         match self {
             LockKey::Run(id) => format!("cohort.run:{id}"),
             LockKey::Migrate(schema) => format!("cohort.migrate:{schema}"),
+            LockKey::Worker(table) => format!("cohort.worker:{table}"),
         }
     }
 }
@@ -84,5 +89,10 @@ mod tests {
             "cohort.run:00000000-0000-0000-0000-000000000000"
         );
         assert_eq!(LockKey::Migrate("public").text(), "cohort.migrate:public");
+        let table = crate::QualifiedName::new("a.b", "sweep_run");
+        assert_eq!(
+            LockKey::Worker(&table).text(),
+            "cohort.worker:\"a.b\".\"sweep_run\""
+        );
     }
 }

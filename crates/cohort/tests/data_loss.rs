@@ -948,7 +948,7 @@ async fn migrations_quote_any_schema_name_in_one_pass() {
                 .fetch_one(&mut conn)
                 .await
                 .unwrap();
-        assert_eq!(tables, 5, "{schema:?}");
+        assert_eq!(tables, 6, "{schema:?}");
         assert_eq!(
             cohort::schema::installed_version(&mut conn, schema)
                 .await
@@ -1152,11 +1152,11 @@ async fn a_version_one_database_upgrades_keeping_history() {
         .unwrap_err();
     assert!(
         problems_text(&err)
-            .contains("is version 1, older than this build's 3; run `cohort migrate`"),
+            .contains("is version 1, older than this build's 4; run `cohort migrate`"),
         "{err}"
     );
     let report = cohort::schema::migrate(&mut conn, "public").await.unwrap();
-    assert_eq!((report.from_version, report.applied), (1, vec![2, 3]));
+    assert_eq!((report.from_version, report.applied), (1, vec![2, 3, 4]));
     // The runs table is byte for byte as it was, error texts included.
     assert_eq!(table_digest(db.pool(), V1_RUNS).await, before);
     let cohort = Cohort::builder(db.pool().clone())
@@ -1196,6 +1196,10 @@ fn released_migrations_are_pinned() {
         (
             3,
             "b8d9fc32d3501bd6f79c129c54855d04493726568eefa30269dbaae07a9a3962",
+        ),
+        (
+            4,
+            "fd3374d3b302e3a141a15ec5f32c1714b841f0040ed0b9427aafa6acc97cae83",
         ),
     ];
     assert_eq!(

@@ -35,6 +35,9 @@ pub struct FlushReport {
     /// Deliveries whose outcome could not be recorded: left in flight
     /// until their claim expires and they are reclaimed.
     pub unrecorded: u64,
+    /// Deliveries stopped by shutdown after the grace period: their claims
+    /// were released (due again now, the attempt not counted).
+    pub released: u64,
     /// Runs left `started` past `settle_timeout` that were settled `failed`.
     pub recovered_runs: u64,
     /// Payloads cleared by the `payload_retention` backstop.
@@ -51,6 +54,10 @@ pub struct FlushReport {
 #[derive(Clone)]
 pub struct Dispatcher {
     cx: Arc<Context>,
+    /// Fires when in-flight deliveries must stop now (shutdown after the
+    /// grace period): their handlers are cancelled and dropped, their
+    /// claims released.
+    stop: Cancel,
 }
 
 impl std::fmt::Debug for Dispatcher {
@@ -82,6 +89,7 @@ enum Outcome {
     DeadLettered,
     Superseded,
     Unrecorded,
+    Released,
 }
 
 /// The retry delay after `attempt` failed: `base` doubled per attempt,
@@ -97,7 +105,16 @@ fn secs(p: crate::rules::Period) -> f64 {
 
 impl Dispatcher {
     pub(crate) fn new(cx: Arc<Context>) -> Self {
-        Self { cx }
+        Self {
+            cx,
+            stop: Cancel::new(),
+        }
+    }
+
+    /// This dispatcher, whose in-flight deliveries stop when `stop` fires.
+    pub(crate) fn stopping_on(mut self, stop: Cancel) -> Self {
+        self.stop = stop;
+        self
     }
 
     /// Recovers stale runs, scrubs expired payloads, then delivers
@@ -127,6 +144,7 @@ impl Dispatcher {
                     Outcome::DeadLettered => report.dead_lettered += 1,
                     Outcome::Superseded => report.superseded += 1,
                     Outcome::Unrecorded => report.unrecorded += 1,
+                    Outcome::Released => report.released += 1,
                 }
             }
         }
@@ -293,11 +311,22 @@ impl Dispatcher {
         let deadline = Duration::from_secs_f64(secs(d.claim_timeout) * 0.9);
         let delivery = handler.handler.after(&ctx);
         tokio::pin!(delivery);
-        let result = match tokio::time::timeout(soft, &mut delivery).await {
-            Ok(r) => Ok(r),
-            Err(_) => {
+        let bounded = async {
+            match tokio::time::timeout(soft, &mut delivery).await {
+                Ok(r) => Ok(r),
+                Err(_) => {
+                    cancel.cancel();
+                    tokio::time::timeout(deadline - soft, &mut delivery).await
+                }
+            }
+        };
+        let result = tokio::select! {
+            r = bounded => r,
+            _ = self.stop.cancelled() => {
+                // Shutdown's grace period is over: the handler is told,
+                // dropped, and the work put back for another dispatcher.
                 cancel.cancel();
-                tokio::time::timeout(deadline - soft, &mut delivery).await
+                return self.release(prepared, &work).await;
             }
         };
         let error = match result {
@@ -348,6 +377,27 @@ impl Dispatcher {
                 "no answer within {:.1}s",
                 self.cleanup_timeout().as_secs_f64()
             )),
+        }
+    }
+
+    async fn release(&self, prepared: &Prepared, work: &Claimed) -> Outcome {
+        let released = self
+            .record(
+                sqlx::query(prepared.queue.release.sql())
+                    .bind(work.id)
+                    .bind(work.token),
+            )
+            .await;
+        match released {
+            Ok(Some(_)) => {
+                tracing::info!(work = work.id, handler = %work.handler, "delivery stopped by shutdown; claim released");
+                Outcome::Released
+            }
+            Ok(None) => Outcome::Superseded,
+            Err(e) => {
+                tracing::warn!(work = work.id, error = %e, "releasing a claim failed; the work is reclaimed when its claim expires");
+                Outcome::Unrecorded
+            }
         }
     }
 
@@ -438,27 +488,42 @@ impl Dispatcher {
             .await?;
         let mut recovered = 0;
         for run_id in stale {
-            let mut conn = self.cx.pool.acquire().await?;
-            if !locks::try_lock(&mut conn, LockKey::Run(run_id)).await? {
-                continue;
-            }
-            let done = sqlx::query(prepared.queue.recover_run.sql())
-                .bind(run_id)
-                .bind("run: recovered: the process running it stopped before it settled (no run lock held past settle_timeout)")
-                .execute(&mut *conn)
-                .await;
-            let unlocked = locks::unlock(&mut conn, LockKey::Run(run_id)).await;
-            if unlocked.is_err() {
-                // Closing the connection releases the lock.
-                drop(conn.detach());
-            }
-            if done?.rows_affected() > 0 {
+            if recover_run(
+                &self.cx,
+                run_id,
+                "run: recovered: the process running it stopped before it settled (no run lock held past settle_timeout)",
+            )
+            .await?
+            {
                 tracing::warn!(%run_id, "recovered a run left started as failed");
                 recovered += 1;
             }
         }
         Ok(recovered)
     }
+}
+
+/// Settles `failed` a run left `started` if its run lock can be taken (a
+/// live run holds it, so it is never recovered); `true` when it was.
+pub(crate) async fn recover_run(cx: &Context, run_id: Uuid, reason: &str) -> Result<bool> {
+    let prepared = cx.prepared().await?;
+    let mut conn = cx.pool.acquire().await?;
+    if !locks::try_lock(&mut conn, LockKey::Run(run_id)).await? {
+        return Ok(false);
+    }
+    let done = sqlx::query(prepared.queue.recover_run.sql())
+        .bind(run_id)
+        .bind(reason)
+        .execute(&mut *conn)
+        .await;
+    if locks::unlock(&mut conn, LockKey::Run(run_id))
+        .await
+        .is_err()
+    {
+        // Closing the connection releases the lock.
+        drop(conn.detach());
+    }
+    Ok(done?.rows_affected() > 0)
 }
 
 #[cfg(test)]

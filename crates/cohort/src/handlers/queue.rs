@@ -30,6 +30,9 @@ pub(crate) struct QueuePlan {
     /// from now, or dead-lettered when `$5` is true. `$1` id, `$2` claim
     /// token, `$3` sanitised error. Returns the row-detail id.
     pub(crate) fail: SqlText,
+    /// Puts claimed work back, due now, its attempt not counted: a
+    /// delivery stopped by shutdown after the grace period.
+    pub(crate) release: SqlText,
     /// Clears the payloads of a row once all its handlers succeeded (a dead
     /// letter keeps its payload for a retry). `$1` row-detail id.
     pub(crate) clear_payloads: SqlText,
@@ -120,6 +123,15 @@ impl QueuePlan {
              RETURNING row_detail_id",
         );
 
+        let mut release = SqlText::new("UPDATE ");
+        release.table(&hs).push(
+            " SET status = 'pending', next_attempt_at = pg_catalog.now(), \
+               attempts = GREATEST(attempts - 1, 0), \
+               claim_token = NULL, claim_expires_at = NULL, updated_at = pg_catalog.now() \
+             WHERE handler_status_id = $1 AND claim_token = $2 AND status = 'in_flight' \
+             RETURNING row_detail_id",
+        );
+
         let mut clear_payloads = SqlText::new("UPDATE ");
         clear_payloads
             .table(&hs)
@@ -163,6 +175,7 @@ impl QueuePlan {
             claim,
             succeed,
             fail,
+            release,
             clear_payloads,
             scrub,
             stale_runs,

@@ -159,6 +159,7 @@ pub(crate) async fn erase(cx: &Context, req: ErasureRequest) -> Result<SweepResu
             tenant: pass.tenant,
             now: req.now,
             cancel: req.cancel,
+            occurrence: None,
         },
         works,
     )

@@ -132,6 +132,8 @@ pub(crate) struct RunSpec {
     pub(crate) tenant: Option<String>,
     pub(crate) now: DateTime<Utc>,
     pub(crate) cancel: Cancel,
+    /// The cron occurrence of a scheduled run.
+    pub(crate) occurrence: Option<DateTime<Utc>>,
 }
 
 /// Why an entity stopped.
@@ -177,6 +179,7 @@ pub(crate) async fn execute(
         .bind(spec.dry_run)
         .bind(spec.tenant.as_deref())
         .bind(spec.now)
+        .bind(spec.occurrence)
         .fetch_one(&mut *conn)
         .await
         .and_then(|row| row.try_get::<DateTime<Utc>, _>("started_at"));

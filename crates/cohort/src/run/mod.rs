@@ -112,6 +112,8 @@ pub struct SweepRequest {
     pub(crate) trigger: Trigger,
     pub(crate) cancel: Cancel,
     pub(crate) allow_future_now: bool,
+    /// Set by the scheduled worker only: the occurrence this run is for.
+    pub(crate) occurrence: Option<DateTime<Utc>>,
 }
 
 impl SweepRequest {
@@ -135,6 +137,7 @@ impl SweepRequest {
             trigger: Trigger::Manual,
             cancel: Cancel::new(),
             allow_future_now: false,
+            occurrence: None,
         }
     }
 

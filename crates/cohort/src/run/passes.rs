@@ -209,12 +209,28 @@ fn tenant_row(row: &sqlx::postgres::PgRow) -> Result<TenantEntry> {
 /// listing wins; conflicting duplicates named), then `None` for the
 /// tenantless pass when there are tenantless entities. Refused when there
 /// are tenant-scoped entities but no tenants.
-struct PassList {
-    passes: Vec<Option<(String, Option<String>)>>,
-    conflicting_duplicates: Vec<String>,
+pub(crate) struct PassList {
+    pub(crate) passes: Vec<Option<(String, Option<String>)>>,
+    pub(crate) conflicting_duplicates: Vec<String>,
 }
 
-async fn pass_list(
+/// The sweep request of one pass (a tenant with its jurisdiction, or the
+/// tenantless pass) as of `now`.
+pub(crate) fn pass_request(
+    pass: Option<(String, Option<String>)>,
+    now: DateTime<Utc>,
+) -> SweepRequest {
+    match pass {
+        Some((t, j)) => {
+            let mut r = SweepRequest::tenanted(t, now);
+            r.jurisdiction = j;
+            r
+        }
+        None => SweepRequest::tenantless(now),
+    }
+}
+
+pub(crate) async fn pass_list(
     cx: &Context,
     prepared: &crate::context::Prepared,
     source: &TenantSource,
@@ -266,14 +282,7 @@ pub(crate) async fn sweep_all(cx: &Context, req: SweepAllRequest) -> Result<Swee
         ..SweepAllResult::default()
     };
     let run = |tenant: Option<(String, Option<String>)>| {
-        let mut r = match tenant {
-            Some((t, j)) => {
-                let mut r = SweepRequest::tenanted(t, req.now);
-                r.jurisdiction = j;
-                r
-            }
-            None => SweepRequest::tenantless(req.now),
-        };
+        let mut r = pass_request(tenant, req.now);
         r.dry_run = req.dry_run;
         r.trigger = req.trigger;
         r.cancel = req.cancel.clone();

@@ -127,6 +127,7 @@ pub(crate) async fn sweep(cx: &Context, req: SweepRequest) -> Result<SweepResult
             tenant: pass.tenant,
             now: req.now,
             cancel: req.cancel,
+            occurrence: req.occurrence,
         },
         works,
     )

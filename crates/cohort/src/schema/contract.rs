@@ -6,12 +6,12 @@ use crate::ident::QualifiedName;
 
 /// The schema version the code expects. Migrations record it on
 /// `sweep_run` as the table comment `cohort schema version N`.
-pub const SCHEMA_VERSION: u32 = 3;
+pub const SCHEMA_VERSION: u32 = 4;
 
 /// The prefix of the version comment on `sweep_run`.
 pub(crate) const VERSION_COMMENT_PREFIX: &str = "cohort schema version ";
 
-/// One of Cohort's five tables.
+/// One of Cohort's six tables.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum CohortTable {
@@ -25,6 +25,8 @@ pub enum CohortTable {
     HandlerStatus,
     /// Legal holds.
     Hold,
+    /// Live settings shared by every replica (`kill_switch`, `dry_run`).
+    Setting,
 }
 
 /// A column of a Cohort table as the catalog reports it.
@@ -58,13 +60,14 @@ const INTERVAL: &str = "interval";
 const JSONB: &str = "jsonb";
 
 impl CohortTable {
-    /// All five, in creation order (referenced tables first).
-    pub const ALL: [CohortTable; 5] = [
+    /// All six, in creation order (referenced tables first).
+    pub const ALL: [CohortTable; 6] = [
         CohortTable::SweepRun,
         CohortTable::EntitySummary,
         CohortTable::RowDetail,
         CohortTable::HandlerStatus,
         CohortTable::Hold,
+        CohortTable::Setting,
     ];
 
     /// The table's name.
@@ -75,6 +78,7 @@ impl CohortTable {
             CohortTable::RowDetail => "sweep_run_row_detail",
             CohortTable::HandlerStatus => "sweep_row_handler_status",
             CohortTable::Hold => "retention_hold",
+            CohortTable::Setting => "retention_setting",
         }
     }
 
@@ -98,6 +102,7 @@ impl CohortTable {
                 col!("settled_at", TSTZ, true),
                 col!("error", TEXT, true),
                 col!("failures", JSONB, true),
+                col!("occurrence", TSTZ, true),
             ],
             CohortTable::EntitySummary => &[
                 col!("summary_id", BIGINT, false),
@@ -160,6 +165,12 @@ impl CohortTable {
                 col!("expires_at", TSTZ, true),
                 col!("released_at", TSTZ, true),
             ],
+            CohortTable::Setting => &[
+                col!("name", TEXT, false),
+                col!("enabled", BOOL, false),
+                col!("updated_at", TSTZ, false),
+                col!("updated_by", TEXT, false),
+            ],
         }
     }
 }
@@ -173,7 +184,7 @@ mod tests {
         let mut names: Vec<_> = CohortTable::ALL.iter().map(|t| t.name()).collect();
         names.sort_unstable();
         names.dedup();
-        assert_eq!(names.len(), 5);
+        assert_eq!(names.len(), 6);
         for t in CohortTable::ALL {
             let mut cols: Vec<_> = t.columns().iter().map(|c| c.name).collect();
             let n = cols.len();

@@ -42,6 +42,11 @@ const SOURCES: &[(u32, &str, &str)] = &[
         "structured_failures",
         include_str!("../../migrations/0003_structured_failures.sql"),
     ),
+    (
+        4,
+        "worker",
+        include_str!("../../migrations/0004_worker.sql"),
+    ),
 ];
 
 fn render(template: &'static str, schema: &str) -> SqlText {
@@ -178,9 +183,12 @@ mod tests {
     #[test]
     fn migrations_are_fully_qualified() {
         let all = migrations("ret\"ention").unwrap();
-        let sql = &all[0].sql;
-        assert!(!sql.contains('{'), "unreplaced placeholder");
+        let sql: String = all.iter().map(|m| m.sql.as_str()).collect();
         for t in CohortTable::ALL {
+            assert!(
+                !sql.contains(&format!("{{{}}}", t.name())),
+                "unreplaced placeholder"
+            );
             assert!(
                 sql.contains(&format!("\"ret\"\"ention\".\"{}\"", t.name())),
                 "{}",

@@ -1,0 +1,233 @@
+//! The long-running and operator commands of the background services:
+//! `worker`, `dispatch` (continuous), `settings`, `prune`, and the signal
+//! handling every long-running command shares.
+
+use clap::Subcommand;
+use cohort::services::{PrunerConfig, Services, WorkerConfig};
+use cohort::settings::{LiveSettings, Setting};
+use cohort::{Cancel, Cohort, Error};
+use serde_json::json;
+
+use crate::output::{print_json, table};
+use crate::Failure;
+
+/// Test hook: pretend the worker's wall clock is off by this many seconds
+/// (the replica tests prove scheduling never reads it). Deliberately not a
+/// `COHORT_` variable: it is not configuration.
+const CLOCK_OFFSET_VAR: &str = "COHORTTEST_CLOCK_OFFSET_SECS";
+
+/// Fires `cancel` on the first SIGINT or SIGTERM, after printing `what`.
+pub(crate) fn cancel_on_signal(cancel: &Cancel, what: &'static str) {
+    let on_signal = cancel.clone();
+    tokio::spawn(async move {
+        wait_for_signal().await;
+        eprintln!("cohort: {what}");
+        on_signal.cancel();
+    });
+}
+
+/// The first SIGINT or SIGTERM.
+async fn wait_for_signal() {
+    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot watch SIGTERM; only Ctrl-C stops this command");
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
+
+fn clock_offset() -> Result<chrono::TimeDelta, Failure> {
+    match std::env::var(CLOCK_OFFSET_VAR) {
+        Ok(v) => v
+            .trim()
+            .parse::<i64>()
+            .map(chrono::TimeDelta::seconds)
+            .map_err(|_| {
+                Failure::Input(Error::Config(
+                    format!("{CLOCK_OFFSET_VAR}={v:?}: expected whole seconds").into(),
+                ))
+            }),
+        Err(_) => Ok(chrono::TimeDelta::zero()),
+    }
+}
+
+/// Runs services until SIGINT/SIGTERM, then stops them gracefully; exit 0.
+async fn run_until_signal(services: Services) -> Result<(), Failure> {
+    let names = services.names().join(", ");
+    let handle = services.spawn();
+    tracing::info!(services = %names, "started; stop with SIGINT or SIGTERM");
+    wait_for_signal().await;
+    eprintln!("cohort: stopping ({names}); the open batch is rolled back, in-flight deliveries get the grace period");
+    let report = handle.shutdown().await;
+    if !report.forced.is_empty() {
+        eprintln!(
+            "cohort: {} did not finish within the grace period; in-flight deliveries were stopped and their claims released",
+            report.forced.join(", ")
+        );
+    }
+    if !report.panicked.is_empty() {
+        return Err(Failure::Run(Error::Config(
+            format!("service(s) panicked: {}", report.panicked.join(", ")).into(),
+        )));
+    }
+    Ok(())
+}
+
+/// `cohort worker`: the scheduled worker, the dispatcher (when the policy
+/// declares handlers) and the pruner (when `[cohort.prune]` sets a limit).
+pub(crate) async fn worker(cohort: &Cohort) -> Result<(), Failure> {
+    let offset = clock_offset()?;
+    let worker = WorkerConfig::from_config(cohort.config())?.map(|w| w.local_clock_offset(offset));
+    let services = Services::new(cohort)?.worker(worker);
+    if services.names().is_empty() {
+        return Err(Failure::Input(Error::Config(
+            "nothing to run: set [cohort] schedule for the worker, declare [[entity.handler]] for the dispatcher, or set a [cohort.prune] limit for the pruner"
+                .into(),
+        )));
+    }
+    if cohort.config().schedule.is_none() {
+        eprintln!("cohort: note: no [cohort] schedule; the scheduled worker stays idle");
+    }
+    run_until_signal(services).await
+}
+
+/// `cohort dispatch` without `--once`: the dispatcher alone.
+pub(crate) async fn dispatch_until_signal(cohort: &Cohort) -> Result<(), Failure> {
+    let services = Services::new(cohort)?
+        .worker(None)
+        .pruner(None)
+        .dispatcher(true);
+    run_until_signal(services).await
+}
+
+/// `cohort settings`.
+#[derive(Debug, Subcommand)]
+pub(crate) enum SettingsCommand {
+    /// The live settings: this process's value (configuration), the
+    /// database's, and the effective one (their OR).
+    Show,
+    /// Set a live setting in the database; every worker replica sees it at
+    /// its next occurrence or between tenant passes.
+    Set {
+        /// kill_switch or dry_run.
+        #[arg(value_parser = ["kill_switch", "dry_run"])]
+        name: String,
+        /// on or off.
+        #[arg(value_parser = ["on", "off"])]
+        value: String,
+    },
+}
+
+pub(crate) async fn settings(
+    cohort: &Cohort,
+    json: bool,
+    cmd: &SettingsCommand,
+) -> Result<(), Failure> {
+    let live = match cmd {
+        SettingsCommand::Show => cohort.settings().await?,
+        SettingsCommand::Set { name, value } => {
+            let setting: Setting = name.parse()?;
+            cohort.set_setting(setting, value == "on").await?
+        }
+    };
+    print_settings(json, &live);
+    Ok(())
+}
+
+fn print_settings(json: bool, live: &LiveSettings) {
+    if json {
+        let one = |s: Setting| {
+            let v = live.get(s);
+            json!({
+                "effective": v.effective,
+                "configuration": v.process,
+                "database": v.database,
+                "updated_at": v.updated_at,
+                "updated_by": v.updated_by,
+            })
+        };
+        print_json(&json!({
+            "kill_switch": live.kill_switch.effective,
+            "dry_run": live.dry_run.effective,
+            "sources": {
+                "kill_switch": one(Setting::KillSwitch),
+                "dry_run": one(Setting::DryRun),
+            },
+        }));
+        return;
+    }
+    let on = |b: bool| if b { "on" } else { "off" }.to_string();
+    let rows: Vec<Vec<String>> = Setting::ALL
+        .iter()
+        .map(|&s| {
+            let v = live.get(s);
+            vec![
+                s.name().to_string(),
+                on(v.effective),
+                on(v.process),
+                on(v.database),
+                match (&v.updated_at, &v.updated_by) {
+                    (Some(at), Some(by)) => {
+                        format!("{} by {by}", at.format("%Y-%m-%d %H:%M:%S UTC"))
+                    }
+                    _ => "never set".into(),
+                },
+            ]
+        })
+        .collect();
+    outln!(
+        "{}",
+        table(
+            &[
+                "setting",
+                "effective",
+                "configuration",
+                "database",
+                "database value set"
+            ],
+            &rows
+        )
+    );
+}
+
+/// `cohort prune [--dry-run]`: one pass now with `[cohort.prune]`.
+pub(crate) async fn prune(cohort: &Cohort, json: bool, dry_run: bool) -> Result<(), Failure> {
+    let Some(config) = PrunerConfig::from_config(cohort.config())? else {
+        return Err(Failure::Input(Error::Config(
+            "nothing to prune: set [cohort.prune] runs_older_than and/or inactive_holds_older_than"
+                .into(),
+        )));
+    };
+    if cohort.settings().await?.kill_switch.effective {
+        eprintln!("cohort: note: the kill switch stops the background pruner only; this explicit pass goes ahead");
+    }
+    let cancel = Cancel::new();
+    cancel_on_signal(&cancel, "stopping after the current batch");
+    let r = cohort.prune(&config, dry_run, &cancel).await?;
+    if json {
+        print_json(&serde_json::to_value(&r).expect("report serialises"));
+    } else {
+        let verb = if dry_run { "Would delete" } else { "Deleted" };
+        outln!(
+            "{verb} {} run(s) ({} summaries, {} row details, {} finished handler deliveries) and {} inactive hold(s).",
+            r.runs, r.summaries, r.row_details, r.handler_work, r.holds
+        );
+        if r.runs_kept_for_handlers > 0 {
+            outln!(
+                "Kept {} old run(s) that still have pending or in-flight handler work.",
+                r.runs_kept_for_handlers
+            );
+        }
+    }
+    if r.stopped {
+        eprintln!("cohort: stopped before the pass finished");
+        return Err(Failure::Status(1));
+    }
+    Ok(())
+}

@@ -1,0 +1,592 @@
+//! `cohort worker` as operators run it: several real processes on one real
+//! database, a schedule that fires every few seconds, replicas killed with
+//! SIGKILL, stopped with SIGTERM, clocks skewed, the kill switch flipped
+//! from another process.
+#![allow(clippy::type_complexity)] // tuple rows read back from SQL
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use cohort_pgtemp::TestDatabase;
+use sqlx::PgPool;
+
+const T1: &str = "11111111-1111-1111-1111-111111111111";
+const T2: &str = "22222222-2222-2222-2222-222222222222";
+
+/// Two tenants and one tenantless entity: three passes per occurrence.
+fn policy(schedule: &str, batch: u32, extra: &str) -> String {
+    format!(
+        r#"
+[cohort]
+schema = "retention"
+schedule = "{schedule}"
+sweep_batch_size = {batch}
+{extra}
+
+[[tenant]]
+id = "{T1}"
+
+[[tenant]]
+id = "{T2}"
+
+[[entity]]
+name = "SessionNote"
+id = "a3f467fe-c5d0-4f17-9897-83c373cc1dc8"
+table = "app.session_notes"
+category = "notes"
+anchor = "created_at"
+
+[[entity]]
+name = "Event"
+id = "5b0bf2f4-3f0e-4a57-8d3c-2f1f7f0c9a11"
+table = "app.events"
+category = "notes"
+anchor = "created_at"
+
+[[category]]
+name = "notes"
+strategy = "purge"
+period = "30d"
+"#
+    )
+}
+
+const TABLES: &str = "CREATE SCHEMA app;
+    CREATE TABLE app.session_notes (id bigint PRIMARY KEY, tenant_id uuid NOT NULL, created_at timestamptz, body text);
+    CREATE INDEX ON app.session_notes (tenant_id, created_at);
+    CREATE TABLE app.events (id bigint PRIMARY KEY, created_at timestamptz);";
+
+/// A per-row delay on deletion, so a sweep lasts long enough to be
+/// interrupted.
+const SLOW: &str = "CREATE FUNCTION app.slow() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(0.002); RETURN OLD; END $$;
+    CREATE TRIGGER slow BEFORE DELETE ON app.session_notes FOR EACH ROW EXECUTE FUNCTION app.slow();";
+
+async fn setup(policy_text: &str) -> (TestDatabase, tempfile::TempDir) {
+    let db = cohort_pgtemp::fresh_empty_database().await.unwrap();
+    sqlx::raw_sql(TABLES).execute(db.pool()).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("cohort.toml"), policy_text).unwrap();
+    let out = cohort(dir.path(), &["migrate"], db.url(), &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    (db, dir)
+}
+
+fn command(dir: &Path, args: &[&str], url: &str, env: &[(&str, &str)]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_cohort"));
+    cmd.current_dir(dir).args(args).env("DATABASE_URL", url);
+    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("COHORT")) {
+        cmd.env_remove(k);
+    }
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd
+}
+
+fn cohort(dir: &Path, args: &[&str], url: &str, env: &[(&str, &str)]) -> Output {
+    command(dir, args, url, env).output().expect("run cohort")
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// A `cohort worker` process; its connections carry `name` as their
+/// application name, so the test can tell which replica holds a lock.
+fn spawn_worker(dir: &Path, url: &str, name: &str, env: &[(&str, &str)]) -> Child {
+    let url = format!("{url}&application_name={name}");
+    command(dir, &["worker"], &url, env)
+        .env("RUST_LOG", "cohort=info")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start cohort worker")
+}
+
+fn signal(child: &Child, sig: &str) {
+    let ok = Command::new("kill")
+        .args([&format!("-{sig}"), &child.id().to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "kill -{sig} failed");
+}
+
+/// SIGTERM, then the exit status and stderr; panics if it takes longer than
+/// `within`.
+fn terminate(mut child: Child, within: Duration) -> (Option<i32>, String) {
+    signal(&child, "TERM");
+    let start = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            let out = child.wait_with_output().unwrap();
+            return (
+                status.code(),
+                String::from_utf8_lossy(&out.stderr).into_owned(),
+            );
+        }
+        if start.elapsed() > within {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "worker did not stop within {within:?} of SIGTERM:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+async fn insert_rows(pool: &PgPool, notes_per_tenant: i64, events: i64) {
+    sqlx::query(
+        "INSERT INTO app.session_notes
+         SELECT g + t.n * 1000000, t.id, now() - interval '400 days' - make_interval(secs => g), 'n'
+         FROM generate_series(1, $1) g,
+              (VALUES (1, $2::uuid), (2, $3::uuid)) AS t(n, id)",
+    )
+    .bind(notes_per_tenant)
+    .bind(T1)
+    .bind(T2)
+    .execute(pool)
+    .await
+    .unwrap();
+    sqlx::query(
+        "INSERT INTO app.events SELECT g, now() - interval '400 days' FROM generate_series(1, $1) g",
+    )
+    .bind(events)
+    .execute(pool)
+    .await
+    .unwrap();
+}
+
+/// Scheduled runs: (occurrence, dry_run, tenant, status, logical_now, error).
+async fn scheduled(
+    pool: &PgPool,
+) -> Vec<(
+    DateTime<Utc>,
+    bool,
+    Option<String>,
+    String,
+    DateTime<Utc>,
+    Option<String>,
+)> {
+    sqlx::query_as(
+        "SELECT occurrence, dry_run, tenant_id, status, logical_now, error FROM retention.sweep_run
+         WHERE trigger = 'scheduled' ORDER BY started_at",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap()
+}
+
+async fn wait_until(what: &str, limit: Duration, mut check: impl AsyncFnMut() -> bool) {
+    let start = Instant::now();
+    while !check().await {
+        assert!(start.elapsed() < limit, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// READY-006, RS-011: three replicas (one configured dry-run, two with
+/// wall clocks an hour off either way) over several occurrences: exactly
+/// one run per pass per occurrence of each kind; the dry-run replica never
+/// stands in for the real sweep; cutoffs follow the database clock.
+#[tokio::test]
+async fn three_worker_replicas_run_each_occurrence_once() {
+    let (db, dir) = setup(&policy("*/3 * * * * *", 500, "")).await;
+    let dir = dir.path();
+    insert_rows(db.pool(), 50, 50).await;
+    let workers = vec![
+        spawn_worker(
+            dir,
+            db.url(),
+            "w-ahead",
+            &[("COHORTTEST_CLOCK_OFFSET_SECS", "3600")],
+        ),
+        spawn_worker(
+            dir,
+            db.url(),
+            "w-behind",
+            &[("COHORTTEST_CLOCK_OFFSET_SECS", "-3600")],
+        ),
+        spawn_worker(dir, db.url(), "w-dry", &[("COHORT_DRY_RUN", "true")]),
+    ];
+    // At least three real occurrences with all their passes settled.
+    wait_until(
+        "three real occurrences",
+        Duration::from_secs(40),
+        async || {
+            let runs = scheduled(db.pool()).await;
+            let mut done: BTreeMap<DateTime<Utc>, usize> = BTreeMap::new();
+            for r in runs.iter().filter(|r| !r.1 && r.3 != "started") {
+                *done.entry(r.0).or_default() += 1;
+            }
+            done.values().filter(|&&n| n == 3).count() >= 3
+        },
+    )
+    .await;
+    let mut logs = Vec::new();
+    for w in workers {
+        let (code, err) = terminate(w, Duration::from_secs(30));
+        assert_eq!(code, Some(0), "worker exit:\n{err}");
+        logs.push(err);
+    }
+    let runs = scheduled(db.pool()).await;
+    let mut per: BTreeMap<(DateTime<Utc>, bool, Option<String>), usize> = BTreeMap::new();
+    for (occurrence, dry, tenant, status, logical_now, error) in &runs {
+        // A run cancelled by the shutdown of one replica may be swept again
+        // by another: only settled runs claim an occurrence.
+        if status != "cancelled" {
+            *per.entry((*occurrence, *dry, tenant.clone())).or_default() += 1;
+        }
+        // The cutoffs come from the occurrence, on the database clock.
+        assert_eq!(logical_now, occurrence);
+        assert_eq!(occurrence.timestamp_subsec_nanos(), 0);
+        assert!(
+            status == "succeeded" || status == "cancelled",
+            "{status} {error:?}"
+        );
+    }
+    let doubled: Vec<_> = per.iter().filter(|(_, &n)| n > 1).collect();
+    assert!(doubled.is_empty(), "an occurrence ran twice: {doubled:?}");
+    let real: Vec<_> = per.keys().filter(|k| !k.1).collect();
+    let dry: Vec<_> = per.keys().filter(|k| k.1).collect();
+    assert!(real.len() >= 9, "{real:?}");
+    assert!(
+        !dry.is_empty(),
+        "the dry-run replica ran its own occurrences"
+    );
+    // Consecutive real occurrences are 3 s apart: none was skipped while
+    // all three replicas were up (the first may predate the others).
+    let occurrences: Vec<DateTime<Utc>> = {
+        let mut o: Vec<_> = real.iter().map(|k| k.0).collect();
+        o.dedup();
+        o
+    };
+    for pair in occurrences.windows(2) {
+        assert_eq!(
+            (pair[1] - pair[0]).num_seconds(),
+            3,
+            "an occurrence was skipped: {occurrences:?}"
+        );
+    }
+    // The rows were purged by the real sweeps, not by the dry one.
+    let left: i64 = sqlx::query_scalar(
+        "SELECT (SELECT count(*) FROM app.session_notes) + (SELECT count(*) FROM app.events)",
+    )
+    .fetch_one(db.pool())
+    .await
+    .unwrap();
+    assert_eq!(left, 0);
+    // The skewed replicas noticed their clocks and scheduled by the database's.
+    assert!(
+        logs[0].contains("differs from the database")
+            && logs[1].contains("differs from the database"),
+        "skew warnings missing:\n{}\n{}",
+        logs[0],
+        logs[1]
+    );
+}
+
+/// Which replica holds an advisory lock now (the occurrence owner).
+async fn lock_owner(pool: &PgPool) -> Option<String> {
+    sqlx::query_scalar(
+        "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+         WHERE l.locktype = 'advisory' AND l.granted AND a.application_name LIKE 'w-%'
+         ORDER BY a.application_name LIMIT 1",
+    )
+    .fetch_optional(pool)
+    .await
+    .unwrap()
+}
+
+/// The kill -9 of the replica that owns an occurrence mid-sweep: another
+/// replica sweeps that occurrence again, and the orphaned run is
+/// recovered Failed.
+#[tokio::test]
+async fn a_killed_owner_s_occurrence_is_swept_again_by_another_replica() {
+    let (db, dir) = setup(&policy("*/30 * * * * *", 100, "")).await;
+    let dir = dir.path();
+    insert_rows(db.pool(), 1500, 10).await;
+    sqlx::raw_sql(SLOW).execute(db.pool()).await.unwrap();
+    let mut workers: BTreeMap<String, Child> = ["w-a", "w-b"]
+        .iter()
+        .map(|n| (n.to_string(), spawn_worker(dir, db.url(), n, &[])))
+        .collect();
+    // Wait for an occurrence to be under way with some batches committed.
+    wait_until("a sweep under way", Duration::from_secs(45), async || {
+        let committed: i64 = sqlx::query_scalar(
+            "SELECT COALESCE(sum(affected_count), 0)::int8 FROM retention.sweep_run_entity_summary",
+        )
+        .fetch_one(db.pool())
+        .await
+        .unwrap();
+        committed >= 200
+    })
+    .await;
+    let owner = lock_owner(db.pool())
+        .await
+        .expect("an owner holds the lock");
+    let (occurrence, orphan_id): (DateTime<Utc>, uuid::Uuid) = sqlx::query_as(
+        "SELECT occurrence, run_id FROM retention.sweep_run WHERE status = 'started' AND trigger = 'scheduled'",
+    )
+    .fetch_one(db.pool())
+    .await
+    .unwrap();
+    let victim = workers.remove(&owner).unwrap();
+    signal(&victim, "KILL");
+    let _ = victim.wait_with_output();
+    // The survivor takes the lock, recovers the orphan and runs the
+    // occurrence again, every pass, before the next one is due.
+    wait_until("the occurrence swept again", Duration::from_secs(25), async || {
+        let n: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM retention.sweep_run WHERE occurrence = $1 AND status = 'succeeded' AND tenant_id IS NULL",
+        )
+        .bind(occurrence)
+        .fetch_one(db.pool())
+        .await
+        .unwrap();
+        n >= 1
+    })
+    .await;
+    let (status, error): (String, Option<String>) =
+        sqlx::query_as("SELECT status, error FROM retention.sweep_run WHERE run_id = $1")
+            .bind(orphan_id)
+            .fetch_one(db.pool())
+            .await
+            .unwrap();
+    assert_eq!(status, "failed");
+    assert!(error.unwrap_or_default().contains("owner lost"));
+    let passes: Vec<(Option<String>, String)> = sqlx::query_as(
+        "SELECT tenant_id, status FROM retention.sweep_run WHERE occurrence = $1 AND run_id <> $2 ORDER BY started_at",
+    )
+    .bind(occurrence)
+    .bind(orphan_id)
+    .fetch_all(db.pool())
+    .await
+    .unwrap();
+    let reruns = passes.iter().filter(|p| p.1 == "succeeded").count();
+    assert!(
+        reruns >= 3,
+        "every pass of the occurrence ran again: {passes:?}"
+    );
+    let left: i64 = sqlx::query_scalar("SELECT count(*) FROM app.session_notes")
+        .fetch_one(db.pool())
+        .await
+        .unwrap();
+    assert_eq!(left, 0, "the re-run finished the work");
+    for (_, w) in workers {
+        let (code, err) = terminate(w, Duration::from_secs(30));
+        assert_eq!(code, Some(0), "{err}");
+    }
+}
+
+/// RS-012: SIGTERM during a long sweep: exit 0 within the grace period,
+/// the run settled Cancelled, every committed batch audited, nothing
+/// half-done.
+#[tokio::test]
+async fn sigterm_mid_sweep_cancels_the_run_and_exits_zero() {
+    let (db, dir) = setup(&policy("*/2 * * * * *", 100, "")).await;
+    let dir = dir.path();
+    insert_rows(db.pool(), 3000, 10).await;
+    sqlx::raw_sql(SLOW).execute(db.pool()).await.unwrap();
+    let worker = spawn_worker(dir, db.url(), "w-term", &[]);
+    wait_until("batches committed", Duration::from_secs(30), async || {
+        let committed: i64 = sqlx::query_scalar(
+            "SELECT COALESCE(sum(affected_count), 0)::int8 FROM retention.sweep_run_entity_summary",
+        )
+        .fetch_one(db.pool())
+        .await
+        .unwrap();
+        committed >= 300
+    })
+    .await;
+    let start = Instant::now();
+    let (code, err) = terminate(worker, Duration::from_secs(30));
+    assert_eq!(code, Some(0), "{err}");
+    assert!(start.elapsed() < Duration::from_secs(30));
+    let runs = scheduled(db.pool()).await;
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    assert_eq!(runs[0].3, "cancelled");
+    let audited: i64 = sqlx::query_scalar(
+        "SELECT COALESCE(sum(affected_count), 0)::int8 FROM retention.sweep_run_entity_summary",
+    )
+    .fetch_one(db.pool())
+    .await
+    .unwrap();
+    let left: i64 = sqlx::query_scalar("SELECT count(*) FROM app.session_notes")
+        .fetch_one(db.pool())
+        .await
+        .unwrap();
+    assert_eq!(
+        6000 - left,
+        audited,
+        "every deletion audited, no other row gone"
+    );
+    assert_eq!(audited % 100, 0, "whole batches only");
+    assert!(left > 0, "the stop landed mid-sweep");
+}
+
+/// READY-005, RS-010: `cohort settings set kill_switch on` from another
+/// process while replicas are mid-occurrence: the pass in progress
+/// finishes, later passes and occurrences are skipped; switched off, the
+/// next occurrence runs.
+#[tokio::test]
+async fn the_database_kill_switch_reaches_every_replica() {
+    let (db, dir) = setup(&policy("*/3 * * * * *", 100, "")).await;
+    let dir = dir.path();
+    insert_rows(db.pool(), 1500, 10).await;
+    sqlx::raw_sql(SLOW).execute(db.pool()).await.unwrap();
+    let workers: Vec<Child> = ["w-1", "w-2", "w-3"]
+        .iter()
+        .map(|n| spawn_worker(dir, db.url(), n, &[]))
+        .collect();
+    wait_until(
+        "the first pass under way",
+        Duration::from_secs(30),
+        async || {
+            let committed: i64 = sqlx::query_scalar(
+            "SELECT COALESCE(sum(affected_count), 0)::int8 FROM retention.sweep_run_entity_summary",
+        )
+        .fetch_one(db.pool())
+        .await
+        .unwrap();
+            committed >= 100
+        },
+    )
+    .await;
+    let out = cohort(
+        dir,
+        &["--json", "settings", "set", "kill_switch", "on"],
+        db.url(),
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let shown: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(shown["kill_switch"], true);
+    assert_eq!(shown["sources"]["kill_switch"]["database"], true);
+    // The pass in progress finishes; nothing else starts.
+    wait_until(
+        "the open pass to settle",
+        Duration::from_secs(30),
+        async || scheduled(db.pool()).await.iter().all(|r| r.3 != "started"),
+    )
+    .await;
+    let before = scheduled(db.pool()).await;
+    assert_eq!(before.len(), 1, "later passes were skipped: {before:?}");
+    assert_eq!(before[0].3, "succeeded", "the tenant in progress finished");
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    let during = scheduled(db.pool()).await;
+    assert_eq!(during.len(), 1, "no run while the switch is on: {during:?}");
+    let out = cohort(
+        dir,
+        &["--json", "settings", "set", "kill_switch", "off"],
+        db.url(),
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    wait_until(
+        "an occurrence after the switch is off",
+        Duration::from_secs(40),
+        async || {
+            scheduled(db.pool())
+                .await
+                .iter()
+                .filter(|r| r.3 == "succeeded" && r.2.is_none())
+                .count()
+                >= 1
+        },
+    )
+    .await;
+    for w in workers {
+        let (code, err) = terminate(w, Duration::from_secs(30));
+        assert_eq!(code, Some(0), "{err}");
+        assert!(err.contains("kill switch"), "{err}");
+    }
+}
+
+/// `cohort settings` and `cohort prune` follow the CLI contract: JSON
+/// shapes, bad names exit 2, nothing to prune without limits.
+#[tokio::test]
+async fn settings_and_prune_commands_follow_the_contract() {
+    let (db, dir) = setup(&policy("0 2 * * *", 100, "kill_switch = true")).await;
+    let dir = dir.path();
+    let out = cohort(dir, &["--json", "settings", "show"], db.url(), &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["kill_switch"], true, "configuration OR database");
+    assert_eq!(v["dry_run"], false);
+    assert_eq!(v["sources"]["kill_switch"]["configuration"], true);
+    assert_eq!(v["sources"]["kill_switch"]["database"], false);
+    let out = cohort(dir, &["settings", "set", "dry_run", "on"], db.url(), &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("dry_run") && text.contains("on"), "{text}");
+    for bad in [
+        vec!["settings", "set", "killswitch", "on"],
+        vec!["settings", "set", "dry_run", "maybe"],
+    ] {
+        let out = cohort(dir, &bad, db.url(), &[]);
+        assert_eq!(out.status.code(), Some(2), "{bad:?}");
+    }
+    let out = cohort(dir, &["--json", "prune"], db.url(), &[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("nothing to prune"));
+    // A worker with nothing to run refuses to start.
+    std::fs::write(
+        dir.join("cohort.toml"),
+        policy("0 2 * * *", 100, "").replace("schedule = \"0 2 * * *\"", ""),
+    )
+    .unwrap();
+    let out = cohort(dir, &["worker"], db.url(), &[]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("nothing to run"), "{}", stderr(&out));
+    // Prune with limits: old settled runs go, the rest stays; dry-run counts.
+    std::fs::write(
+        dir.join("cohort.toml"),
+        policy(
+            "0 2 * * *",
+            100,
+            "[cohort.prune]\nruns_older_than = \"90d\"\nbatch_size = 2",
+        ),
+    )
+    .unwrap();
+    insert_rows(db.pool(), 5, 5).await;
+    for _ in 0..3 {
+        let out = cohort(dir, &["sweep", "--all-tenants"], db.url(), &[]);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    }
+    sqlx::raw_sql(
+        "UPDATE retention.sweep_run SET started_at = started_at - interval '100 days', settled_at = settled_at - interval '100 days'
+         WHERE run_id IN (SELECT run_id FROM retention.sweep_run ORDER BY started_at LIMIT 6)",
+    )
+    .execute(db.pool())
+    .await
+    .unwrap();
+    let out = cohort(dir, &["--json", "prune", "--dry-run"], db.url(), &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (v["runs"].as_i64(), v["dry_run"].as_bool()),
+        (Some(6), Some(true))
+    );
+    let total = |pool: PgPool| async move {
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM retention.sweep_run")
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+    };
+    assert_eq!(
+        total(db.pool().clone()).await,
+        9,
+        "a dry run deletes nothing"
+    );
+    let out = cohort(dir, &["--json", "prune"], db.url(), &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["runs"].as_i64(), Some(6));
+    assert_eq!(total(db.pool().clone()).await, 3);
+}

@@ -1,0 +1,236 @@
+//! Background services: the scheduled worker, the row-handler dispatcher
+//! and the history pruner, started together on the host's tokio runtime
+//! and stopped together.
+//!
+//! ```no_run
+//! # async fn f(cohort: cohort::Cohort) -> Result<(), cohort::Error> {
+//! use std::time::Duration;
+//! // Worker if `schedule` is set, dispatcher if handlers are registered,
+//! // pruner if `[prune]` limits are set.
+//! let services = cohort::services::Services::new(&cohort)?
+//!     .grace_period(Duration::from_secs(30))
+//!     .spawn();
+//! // ... the application runs ...
+//! let report = services.shutdown().await; // graceful: see `ServicesHandle`
+//! assert!(report.clean());
+//! # Ok(()) }
+//! ```
+//!
+//! Each service has its own validated settings ([`WorkerConfig`],
+//! [`PrunerConfig`], the dispatcher's [`crate::config::DispatchConfig`]);
+//! [`Services::new`] reads them from the handle's configuration, and the
+//! setters replace or switch off one service.
+
+pub mod prune;
+pub mod worker;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::task::JoinHandle;
+
+use crate::cancel::Cancel;
+use crate::context::Context;
+use crate::error::Result;
+use crate::Cohort;
+
+pub use prune::{PruneReport, PrunerConfig};
+pub use worker::WorkerConfig;
+
+/// The default time in-flight handler deliveries get to finish at shutdown.
+pub const DEFAULT_GRACE_PERIOD: Duration = Duration::from_secs(30);
+
+/// Which services to start, and how; see the module documentation.
+#[derive(Clone)]
+pub struct Services {
+    cx: Arc<Context>,
+    worker: Option<WorkerConfig>,
+    dispatcher: bool,
+    pruner: Option<PrunerConfig>,
+    grace: Duration,
+}
+
+impl std::fmt::Debug for Services {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Services")
+            .field("worker", &self.worker)
+            .field("dispatcher", &self.dispatcher)
+            .field("pruner", &self.pruner)
+            .field("grace", &self.grace)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Services {
+    /// The services `cohort`'s configuration asks for: the worker when
+    /// `schedule` is set, the dispatcher when row handlers are registered,
+    /// the pruner when a `[prune]` limit is set.
+    pub fn new(cohort: &Cohort) -> Result<Self> {
+        let cx = cohort.context();
+        Ok(Self {
+            worker: WorkerConfig::from_config(&cx.config)?,
+            dispatcher: !cx.handlers.is_empty(),
+            pruner: PrunerConfig::from_config(&cx.config)?,
+            grace: cx.config.shutdown_grace_period(),
+            cx,
+        })
+    }
+
+    /// Replaces the worker's settings (`None`: no worker).
+    pub fn worker(mut self, worker: Option<WorkerConfig>) -> Self {
+        self.worker = worker;
+        self
+    }
+
+    /// Starts the dispatcher or not.
+    pub fn dispatcher(mut self, on: bool) -> Self {
+        self.dispatcher = on;
+        self
+    }
+
+    /// Replaces the pruner's settings (`None`: no pruner).
+    pub fn pruner(mut self, pruner: Option<PrunerConfig>) -> Self {
+        self.pruner = pruner;
+        self
+    }
+
+    /// How long in-flight handler deliveries may take to finish at
+    /// shutdown before they are stopped and their claims released
+    /// (default: the configuration's `shutdown_grace_period`, 30 s).
+    pub fn grace_period(mut self, grace: Duration) -> Self {
+        self.grace = grace;
+        self
+    }
+
+    /// The services that would start, by name.
+    pub fn names(&self) -> Vec<&'static str> {
+        let mut out = Vec::new();
+        if self.worker.is_some() {
+            out.push("worker");
+        }
+        if self.dispatcher {
+            out.push("dispatcher");
+        }
+        if self.pruner.is_some() {
+            out.push("pruner");
+        }
+        out
+    }
+
+    /// Starts them on the current tokio runtime. Must be called from
+    /// within one.
+    pub fn spawn(self) -> ServicesHandle {
+        let soft = Cancel::new();
+        let hard = Cancel::new();
+        let mut tasks = Vec::new();
+        if let Some(config) = self.worker {
+            let cx = Arc::clone(&self.cx);
+            let cancel = soft.clone();
+            tasks.push((
+                "worker",
+                tokio::spawn(async move { worker::run(cx, config, cancel).await }),
+            ));
+        }
+        if self.dispatcher {
+            let dispatcher =
+                crate::handlers::Dispatcher::new(Arc::clone(&self.cx)).stopping_on(hard.clone());
+            let cancel = soft.clone();
+            tasks.push((
+                "dispatcher",
+                tokio::spawn(async move { dispatcher.run(cancel).await }),
+            ));
+        }
+        if let Some(config) = self.pruner {
+            let cx = Arc::clone(&self.cx);
+            let cancel = soft.clone();
+            tasks.push((
+                "pruner",
+                tokio::spawn(async move { prune::run(cx, config, cancel).await }),
+            ));
+        }
+        ServicesHandle {
+            soft,
+            hard,
+            tasks,
+            grace: self.grace,
+        }
+    }
+}
+
+/// Running services. Dropping the handle leaves them running until the
+/// runtime stops; call [`ServicesHandle::shutdown`] to stop them well.
+#[derive(Debug)]
+pub struct ServicesHandle {
+    soft: Cancel,
+    hard: Cancel,
+    tasks: Vec<(&'static str, JoinHandle<()>)>,
+    grace: Duration,
+}
+
+/// How a shutdown went.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ShutdownReport {
+    /// Services that stopped within the grace period.
+    pub stopped: Vec<&'static str>,
+    /// Services stopped after the grace period (their in-flight handler
+    /// deliveries were cancelled and their claims released).
+    pub forced: Vec<&'static str>,
+    /// Services that had panicked.
+    pub panicked: Vec<&'static str>,
+}
+
+impl ShutdownReport {
+    /// Every service stopped within the grace period, none had panicked.
+    pub fn clean(&self) -> bool {
+        self.forced.is_empty() && self.panicked.is_empty()
+    }
+}
+
+impl ServicesHandle {
+    /// Stops gracefully: the worker's open batch is rolled back and its run
+    /// settled `Cancelled`, the pruner stops after its batch, the
+    /// dispatcher claims nothing more and its in-flight deliveries get the
+    /// grace period to finish; past it they are cancelled and their claims
+    /// released.
+    pub async fn shutdown(self) -> ShutdownReport {
+        self.soft.cancel();
+        let deadline = tokio::time::Instant::now() + self.grace;
+        let mut report = ShutdownReport::default();
+        for (name, mut task) in self.tasks {
+            let result = match tokio::time::timeout_at(deadline, &mut task).await {
+                Ok(r) => {
+                    report.stopped.push(name);
+                    r
+                }
+                Err(_) => {
+                    tracing::warn!(
+                        service = name,
+                        "still busy after the grace period; stopping in-flight work now"
+                    );
+                    self.hard.cancel();
+                    report.forced.push(name);
+                    task.await
+                }
+            };
+            if result.is_err() {
+                report.stopped.retain(|n| *n != name);
+                report.forced.retain(|n| *n != name);
+                report.panicked.push(name);
+            }
+        }
+        report
+    }
+
+    /// Stops at once: like [`ServicesHandle::shutdown`] with no grace.
+    pub async fn stop_now(self) -> ShutdownReport {
+        self.hard.cancel();
+        self.shutdown().await
+    }
+
+    /// Whether every service has stopped (they only stop when told, or
+    /// when one panicked).
+    pub fn is_finished(&self) -> bool {
+        self.tasks.iter().all(|(_, t)| t.is_finished())
+    }
+}

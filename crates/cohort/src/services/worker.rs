@@ -1,0 +1,482 @@
+//! The scheduled worker: sweeps every tenant, then the tenantless entities,
+//! at each occurrence of a cron schedule (UTC), once across replicas.
+//!
+//! How replicas agree:
+//! - Occurrences are computed from the database clock (read at the start
+//!   of each iteration), never the replica's, and the wait until the next
+//!   one is measured on the monotonic clock. A replica whose wall clock is
+//!   off neither runs an occurrence twice nor skips one.
+//! - The replica that runs an occurrence holds a session-level advisory
+//!   lock keyed on the install's schema-qualified `sweep_run` table for the
+//!   whole occurrence. The others poll for it until the next occurrence is
+//!   due, then give up on this one.
+//! - Under the lock, an occurrence whose latest Scheduled run of the same
+//!   kind (dry or real) settled is skipped: it ran. One whose latest run is
+//!   still `Started` (its owner died: the lock went with its session) or
+//!   `Cancelled` is swept again, whole. Orphaned `Started` runs are settled
+//!   `Failed` first.
+//! - Missed occurrences are skipped, not caught up. A failed iteration is
+//!   logged and tried again at the next occurrence; the worker never stops
+//!   its host.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use sqlx::Row;
+
+use crate::cancel::Cancel;
+use crate::context::Context;
+use crate::error::{Error, Problems, Result};
+use crate::ident::SqlText;
+use crate::locks::{self, LockKey};
+use crate::run::{RunStatus, Trigger};
+use crate::schema::CohortTable;
+
+/// How often a replica retries the occurrence lock while another holds it.
+const LOCK_POLL: Duration = Duration::from_millis(250);
+/// Wall clocks further than this from the database's are logged.
+const SKEW_WARNING: chrono::TimeDelta = chrono::TimeDelta::seconds(5);
+
+/// The worker's settings: a validated cron schedule.
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    schedule: croner::Cron,
+    expression: String,
+    local_clock_offset: chrono::TimeDelta,
+}
+
+impl WorkerConfig {
+    /// A worker for `schedule`, a cron expression evaluated in UTC (five
+    /// fields, or six with seconds first). A bad expression is a
+    /// configuration error.
+    pub fn new(schedule: &str) -> Result<Self> {
+        let cron = schedule.parse::<croner::Cron>().map_err(|e| {
+            Error::Config(Problems::one(format!(
+                "schedule {schedule:?} is not a valid cron expression: {e}"
+            )))
+        })?;
+        if cron.find_next_occurrence(&Utc::now(), false).is_err() {
+            return Err(Error::Config(Problems::one(format!(
+                "schedule {schedule:?} never fires"
+            ))));
+        }
+        Ok(Self {
+            schedule: cron,
+            expression: schedule.to_string(),
+            local_clock_offset: chrono::TimeDelta::zero(),
+        })
+    }
+
+    /// The worker of `config`'s `schedule`; `None` when no schedule is set
+    /// (the worker stays idle).
+    pub fn from_config(config: &crate::CohortConfig) -> Result<Option<Self>> {
+        config.schedule.as_deref().map(Self::new).transpose()
+    }
+
+    /// The cron expression.
+    pub fn schedule(&self) -> &str {
+        &self.expression
+    }
+
+    /// Test hook: pretends this replica's wall clock is off by `offset`.
+    /// Scheduling never reads the wall clock, so this only changes the
+    /// skew warning; the replica tests use it to prove exactly that.
+    #[doc(hidden)]
+    pub fn local_clock_offset(mut self, offset: chrono::TimeDelta) -> Self {
+        self.local_clock_offset = offset;
+        self
+    }
+
+    fn local_now(&self) -> DateTime<Utc> {
+        Utc::now() + self.local_clock_offset
+    }
+}
+
+/// The first occurrence of `schedule` strictly after both the database's
+/// `now` and the occurrence this replica ran last (a replica never runs
+/// one occurrence twice, even if the database clock were to step back).
+pub(crate) fn next_occurrence(
+    schedule: &croner::Cron,
+    db_now: DateTime<Utc>,
+    last: Option<DateTime<Utc>>,
+) -> Option<DateTime<Utc>> {
+    use chrono::{SubsecRound, Timelike};
+    // Cron has whole seconds: search from the whole second (the search is
+    // exclusive, so an occurrence at exactly that second is past).
+    let from = last.map_or(db_now, |l| l.max(db_now)).trunc_subsecs(0);
+    schedule
+        .find_next_occurrence(&from, false)
+        .ok()
+        .map(|t| t.with_nanosecond(0).unwrap_or(t))
+}
+
+/// What a replica holding the occurrence lock does with an occurrence,
+/// given the status of the latest Scheduled run of the same kind for it
+/// (or a later one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Decision {
+    /// No run for it yet.
+    Run,
+    /// Its latest run lost its owner (`Started` while nobody holds the
+    /// lock) or was cancelled: sweep it again, every pass.
+    Rerun,
+    /// It ran (settled Succeeded, PartiallyFailed or Failed; failures are
+    /// retried at the next occurrence).
+    Skip,
+}
+
+pub(crate) fn decide(latest: Option<RunStatus>) -> Decision {
+    match latest {
+        None => Decision::Run,
+        Some(RunStatus::Started | RunStatus::Cancelled) => Decision::Rerun,
+        Some(RunStatus::Succeeded | RunStatus::PartiallyFailed | RunStatus::Failed) => {
+            Decision::Skip
+        }
+    }
+}
+
+/// How long to wait before trying again after `failures` failed
+/// iterations in a row (the database unreachable, say): 1 s doubling to
+/// at most 60 s.
+pub(crate) fn retry_delay(failures: u32) -> Duration {
+    let exponent = failures.saturating_sub(1).min(6);
+    Duration::from_secs((1u64 << exponent).min(60))
+}
+
+/// How one occurrence ended on this replica.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Occurrence {
+    /// Every pass ran (each pass's own outcome is in the ledger).
+    Ran { passes: usize, rerun: bool },
+    /// Another replica's run of it settled; nothing to do.
+    AlreadyRan,
+    /// Another replica held the lock until the next occurrence was due.
+    LockHeld,
+    /// The kill switch was on before the first pass, or turned on after
+    /// `passes` passes.
+    KillSwitch { passes: usize },
+    /// Shutdown stopped it after `passes` passes.
+    Cancelled { passes: usize },
+}
+
+/// Runs the worker until `cancel` fires.
+pub(crate) async fn run(cx: Arc<Context>, config: WorkerConfig, cancel: Cancel) {
+    tracing::info!(schedule = %config.expression, "scheduled worker started (UTC, database clock)");
+    let mut last: Option<DateTime<Utc>> = None;
+    let mut failures = 0u32;
+    while !cancel.is_cancelled() {
+        let next = match wait_for_next(&cx, &config, last, &cancel).await {
+            Ok(Some(next)) => next,
+            Ok(None) => break,
+            Err(e) => {
+                failures += 1;
+                let delay = retry_delay(failures);
+                tracing::warn!(error = %e, retry_in_s = delay.as_secs(), "worker could not read the database clock");
+                if !cancel.sleep(delay).await {
+                    break;
+                }
+                continue;
+            }
+        };
+        last = Some(next);
+        match occurrence(&cx, &config, next, &cancel).await {
+            Ok(outcome) => {
+                failures = 0;
+                tracing::info!(occurrence = %next, outcome = ?outcome, "occurrence done");
+            }
+            Err(e) => {
+                failures += 1;
+                tracing::error!(occurrence = %next, error = %e, "occurrence failed; retrying at the next occurrence");
+            }
+        }
+    }
+    tracing::info!("scheduled worker stopped");
+}
+
+async fn db_now(conn: &mut sqlx::PgConnection) -> Result<DateTime<Utc>> {
+    Ok(sqlx::query_scalar("SELECT pg_catalog.clock_timestamp()")
+        .fetch_one(conn)
+        .await?)
+}
+
+/// Waits until the database clock reaches the next occurrence; `None`
+/// when cancelled first.
+async fn wait_for_next(
+    cx: &Context,
+    config: &WorkerConfig,
+    last: Option<DateTime<Utc>>,
+    cancel: &Cancel,
+) -> Result<Option<DateTime<Utc>>> {
+    let mut conn = cx.pool.acquire().await?;
+    let now = db_now(&mut conn).await?;
+    drop(conn);
+    let skew = config.local_now() - now;
+    if skew.abs() > SKEW_WARNING {
+        tracing::warn!(
+            skew_s = skew.num_milliseconds() as f64 / 1000.0,
+            "this replica's clock differs from the database's; occurrences follow the database clock"
+        );
+    }
+    let Some(next) = next_occurrence(&config.schedule, now, last) else {
+        return Err(Error::Config(Problems::one(format!(
+            "schedule {:?} has no next occurrence",
+            config.expression
+        ))));
+    };
+    let mut now = now;
+    // The monotonic clock and the database's may drift apart slightly:
+    // re-read after waking and wait out any remainder.
+    while now < next {
+        let wait = (next - now).to_std().unwrap_or_default();
+        if !cancel.sleep(wait).await {
+            return Ok(None);
+        }
+        let mut conn = cx.pool.acquire().await?;
+        now = db_now(&mut conn).await?;
+    }
+    Ok(Some(next))
+}
+
+/// One occurrence: take the lock (or give up when the next occurrence is
+/// due), decide, recover orphans, run the passes.
+pub(crate) async fn occurrence(
+    cx: &Context,
+    config: &WorkerConfig,
+    at: DateTime<Utc>,
+    cancel: &Cancel,
+) -> Result<Occurrence> {
+    let table = CohortTable::SweepRun.qualified(&cx.config.schema);
+    let key = LockKey::Worker(&table);
+    let give_up = next_occurrence(&config.schedule, at, None);
+    let mut conn = cx.pool.acquire().await?;
+    loop {
+        if cancel.is_cancelled() {
+            return Ok(Occurrence::Cancelled { passes: 0 });
+        }
+        if locks::try_lock(&mut conn, key).await? {
+            break;
+        }
+        let now = db_now(&mut conn).await?;
+        if give_up.is_some_and(|g| now >= g) {
+            tracing::info!(occurrence = %at, "another replica held the sweep lock until the next occurrence; skipped");
+            return Ok(Occurrence::LockHeld);
+        }
+        cancel.sleep(LOCK_POLL).await;
+    }
+    let result = locked(cx, &mut conn, at, cancel).await;
+    if locks::unlock(&mut conn, key).await.is_err() {
+        // Closing the session releases the lock.
+        drop(conn.detach());
+    }
+    result
+}
+
+/// The part of an occurrence run under the lock.
+async fn locked(
+    cx: &Context,
+    lock_conn: &mut sqlx::PgConnection,
+    at: DateTime<Utc>,
+    cancel: &Cancel,
+) -> Result<Occurrence> {
+    let prepared = cx.prepared().await?;
+    let settings = crate::settings::read(cx).await?;
+    if settings.kill_switch.effective {
+        tracing::warn!(occurrence = %at, "kill switch is on; occurrence skipped");
+        return Ok(Occurrence::KillSwitch { passes: 0 });
+    }
+    let dry_run = settings.dry_run.effective;
+    let schema = &cx.config.schema;
+    let mut sql = SqlText::new("SELECT status FROM ");
+    sql.table(&CohortTable::SweepRun.qualified(schema)).push(
+        " WHERE kind = 'sweep' AND trigger = 'scheduled' AND dry_run = $1 AND occurrence >= $2 \
+         ORDER BY started_at DESC, run_id DESC LIMIT 1",
+    );
+    let latest: Option<String> = sqlx::query_scalar(sql.into_sql())
+        .bind(dry_run)
+        .bind(at)
+        .fetch_optional(&mut *lock_conn)
+        .await?;
+    let decision = decide(latest.as_deref().and_then(RunStatus::parse));
+    recover_orphans(cx, lock_conn).await?;
+    if decision == Decision::Skip {
+        return Ok(Occurrence::AlreadyRan);
+    }
+    let rerun = decision == Decision::Rerun;
+    if rerun {
+        tracing::warn!(occurrence = %at, dry_run, "occurrence's last run was interrupted; sweeping it again");
+    }
+    let list = crate::run::passes::pass_list(cx, &prepared, &cx.tenant_source).await?;
+    let mut passes = 0;
+    for pass in list.passes {
+        if cancel.is_cancelled() {
+            return Ok(Occurrence::Cancelled { passes });
+        }
+        if passes > 0 && crate::settings::read(cx).await?.kill_switch.effective {
+            tracing::warn!(occurrence = %at, passes, "kill switch turned on; later passes skipped");
+            return Ok(Occurrence::KillSwitch { passes });
+        }
+        // The lock's session must still be ours: if it is gone, another
+        // replica may already be running this occurrence.
+        sqlx::query("SELECT 1").execute(&mut *lock_conn).await?;
+        let tenant = pass.as_ref().map(|(t, _)| t.clone());
+        let mut req = crate::run::passes::pass_request(pass, at);
+        req.dry_run = dry_run;
+        req.trigger = Trigger::Scheduled;
+        req.occurrence = Some(at);
+        req.cancel = cancel.clone();
+        passes += 1;
+        report_pass(tenant.as_deref(), crate::run::sweep::sweep(cx, req).await);
+    }
+    if cancel.is_cancelled() {
+        return Ok(Occurrence::Cancelled { passes });
+    }
+    Ok(Occurrence::Ran { passes, rerun })
+}
+
+fn report_pass(tenant: Option<&str>, result: Result<crate::SweepResult>) {
+    let shown = tenant.unwrap_or("(tenantless)");
+    match result {
+        Ok(r) => match r.status {
+            RunStatus::Succeeded => {
+                tracing::info!(tenant = shown, run_id = %r.run_id, affected = r.affected(), dry_run = r.dry_run, "scheduled pass succeeded")
+            }
+            status => {
+                tracing::error!(tenant = shown, run_id = %r.run_id, status = status.as_str(), failures = r.failures.len(), "scheduled pass did not succeed")
+            }
+        },
+        Err(e) => {
+            tracing::error!(tenant = shown, error = %e, "scheduled pass failed before its run started; the other passes go on")
+        }
+    }
+}
+
+/// Settles `failed` every scheduled sweep left `started` whose run lock is
+/// free: under the occurrence lock nobody else runs scheduled sweeps, and
+/// a live run holds its own lock, so such a run lost its owner.
+async fn recover_orphans(cx: &Context, conn: &mut sqlx::PgConnection) -> Result<u64> {
+    let mut sql = SqlText::new("SELECT run_id FROM ");
+    sql.table(&CohortTable::SweepRun.qualified(&cx.config.schema))
+        .push(" WHERE status = 'started' AND trigger = 'scheduled' AND kind = 'sweep'");
+    let orphans: Vec<uuid::Uuid> = sqlx::query(sql.into_sql())
+        .fetch_all(&mut *conn)
+        .await?
+        .iter()
+        .map(|r| r.try_get("run_id"))
+        .collect::<std::result::Result<_, _>>()?;
+    let mut recovered = 0;
+    for run_id in orphans {
+        if crate::handlers::recover_run(
+            cx,
+            run_id,
+            "run: recovered: the worker running this scheduled occurrence stopped before it settled (owner lost)",
+        )
+        .await?
+        {
+            tracing::warn!(%run_id, "recovered a scheduled run whose worker was lost as failed");
+            recovered += 1;
+        }
+    }
+    Ok(recovered)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(s: &str) -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
+    }
+
+    #[test]
+    fn next_occurrence_follows_the_database_clock_and_never_repeats() {
+        let daily: croner::Cron = "0 2 * * *".parse().unwrap();
+        let every5s: croner::Cron = "*/5 * * * * *".parse().unwrap();
+        let cases: &[(&croner::Cron, &str, Option<&str>, &str)] = &[
+            // (schedule, database now, last run, expected next)
+            (&daily, "2026-11-30T01:59:59Z", None, "2026-11-30T02:00:00Z"),
+            // Exactly at an occurrence: that one is past, the next is due.
+            (&daily, "2026-11-30T02:00:00Z", None, "2026-12-01T02:00:00Z"),
+            // Missed occurrences are skipped, not caught up.
+            (
+                &daily,
+                "2026-12-03T11:00:00Z",
+                Some("2026-11-30T02:00:00Z"),
+                "2026-12-04T02:00:00Z",
+            ),
+            // A database clock that stepped back never repeats the last run.
+            (
+                &every5s,
+                "2026-11-30T10:00:03Z",
+                Some("2026-11-30T10:00:05Z"),
+                "2026-11-30T10:00:10Z",
+            ),
+            (
+                &every5s,
+                "2026-11-30T10:00:04.999Z",
+                None,
+                "2026-11-30T10:00:05Z",
+            ),
+            (
+                &every5s,
+                "2026-11-30T10:00:05.001Z",
+                None,
+                "2026-11-30T10:00:10Z",
+            ),
+            // Month and year ends.
+            (&daily, "2026-12-31T23:00:00Z", None, "2027-01-01T02:00:00Z"),
+        ];
+        for (schedule, now, last, want) in cases {
+            assert_eq!(
+                next_occurrence(schedule, at(now), last.map(at)),
+                Some(at(want)),
+                "now {now}, last {last:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_decision_reruns_only_interrupted_occurrences() {
+        let cases = [
+            (None, Decision::Run),
+            (Some(RunStatus::Started), Decision::Rerun),
+            (Some(RunStatus::Cancelled), Decision::Rerun),
+            (Some(RunStatus::Succeeded), Decision::Skip),
+            (Some(RunStatus::PartiallyFailed), Decision::Skip),
+            (Some(RunStatus::Failed), Decision::Skip),
+        ];
+        for (latest, want) in cases {
+            assert_eq!(decide(latest), want, "{latest:?}");
+        }
+    }
+
+    #[test]
+    fn retry_delay_doubles_and_saturates() {
+        let got: Vec<u64> = [0, 1, 2, 3, 6, 7, 8, 100, u32::MAX]
+            .iter()
+            .map(|&n| retry_delay(n).as_secs())
+            .collect();
+        assert_eq!(got, [1, 1, 2, 4, 32, 60, 60, 60, 60]);
+    }
+
+    #[test]
+    fn schedules_are_validated() {
+        assert!(WorkerConfig::new("0 2 * * *").is_ok());
+        assert!(WorkerConfig::new("*/5 * * * * *").is_ok());
+        for bad in ["", "every day", "61 * * * *", "0 2 * *"] {
+            let e = WorkerConfig::new(bad).unwrap_err();
+            assert!(
+                e.to_string().contains("not a valid cron expression"),
+                "{bad}: {e}"
+            );
+        }
+        assert!(WorkerConfig::from_config(&crate::CohortConfig::default())
+            .unwrap()
+            .is_none());
+        let skewed = WorkerConfig::new("0 2 * * *")
+            .unwrap()
+            .local_clock_offset(chrono::TimeDelta::hours(1));
+        let diff = skewed.local_now() - Utc::now();
+        assert!(diff > chrono::TimeDelta::minutes(59), "{diff}");
+    }
+}

@@ -1,0 +1,349 @@
+//! The background services in a host process (the library's `spawn`): a
+//! failing tenant and a database outage do not stop the worker, the
+//! process's own kill switch flips without a restart, and the history
+//! pruner keeps what it must keep and stops on the kill switch.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use cohort::policy::TenantEntry;
+use cohort::rules::{
+    CategoryCapabilities, ResolutionContext, ResolveError, RetentionRule, RuleProvider,
+};
+use cohort::services::{PrunerConfig, Services, WorkerConfig};
+use cohort::settings::Setting;
+use cohort::{Cancel, Cohort, TenantSource};
+use sqlx::PgPool;
+use support::*;
+
+const FAILING: &str = "ffffffff-0000-0000-0000-00000000000f";
+
+/// The engine fixture's rules, failing for one tenant.
+struct FailsForTenant;
+
+#[cohort::async_trait]
+impl RuleProvider for FailsForTenant {
+    fn capabilities(&self, category: &str) -> Option<CategoryCapabilities> {
+        rules().capabilities(category)
+    }
+
+    async fn resolve(&self, ctx: &ResolutionContext) -> Result<RetentionRule, ResolveError> {
+        if ctx.tenant.tenant_id.as_deref() == Some(FAILING) {
+            return Err(ResolveError::Provider("rules service unavailable".into()));
+        }
+        rules().resolve(ctx).await
+    }
+}
+
+fn entry(id: &str) -> TenantEntry {
+    TenantEntry {
+        id: id.into(),
+        jurisdiction: None,
+    }
+}
+
+async fn cohort_with(db: &cohort_pgtemp::TestDatabase, config: cohort::CohortConfig) -> Cohort {
+    let mut b = Cohort::builder(db.pool().clone())
+        .config(config)
+        .rules(FailsForTenant)
+        .tenant_source(TenantSource::List(vec![
+            entry(TENANT_A),
+            entry(FAILING),
+            entry(TENANT_B),
+        ]));
+    for d in engine_entities() {
+        b = b.declaration(d);
+    }
+    b.build().await.unwrap()
+}
+
+/// (occurrence, tenant, status) of scheduled runs, in start order.
+async fn scheduled(pool: &PgPool) -> Vec<(chrono::DateTime<chrono::Utc>, Option<String>, String)> {
+    sqlx::query_as(
+        "SELECT occurrence, tenant_id, status FROM public.sweep_run WHERE trigger = 'scheduled' ORDER BY started_at",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap()
+}
+
+/// Whether an occurrence after `after` has its four passes settled, the
+/// failing tenant's run partially failed and every other run succeeded.
+async fn complete_occurrences(pool: &PgPool, after: chrono::DateTime<chrono::Utc>) -> bool {
+    let runs = scheduled(pool).await;
+    let mut by: std::collections::BTreeMap<_, Vec<(Option<String>, String)>> = Default::default();
+    for (o, t, s) in runs.into_iter().filter(|r| r.0 > after) {
+        by.entry(o).or_default().push((t, s));
+    }
+    by.values()
+        .filter(|passes| {
+            passes.len() == 4
+                && passes.iter().all(|(t, s)| match t.as_deref() {
+                    // Every entity's rule failed: the run settles with
+                    // each failure recorded, and the next pass goes on.
+                    Some(FAILING) => s == "partially_failed",
+                    _ => s == "succeeded",
+                })
+        })
+        .count()
+        > 0
+}
+
+async fn wait_until<F: std::future::Future<Output = bool>>(
+    what: &str,
+    limit: Duration,
+    mut check: impl FnMut() -> F,
+) {
+    let start = Instant::now();
+    while !check().await {
+        assert!(start.elapsed() < limit, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// FAILURE-007, TENANT-001 (worker side): a tenant whose rule provider
+/// errors is logged and the other tenants and the tenantless pass still
+/// run, at every occurrence; a database outage during the worker's life
+/// (every connection cut, new ones refused) is logged and the next
+/// occurrence after it succeeds. The host's task never stops.
+#[tokio::test]
+async fn a_failing_tenant_and_a_database_outage_do_not_stop_the_worker() {
+    let db = engine_db().await;
+    let cohort = cohort_with(&db, test_config()).await;
+    let services = Services::new(&cohort)
+        .unwrap()
+        .worker(Some(WorkerConfig::new("* * * * * *").unwrap()))
+        .spawn();
+    let epoch = chrono::DateTime::<chrono::Utc>::MIN_UTC;
+    wait_until("a complete occurrence", Duration::from_secs(20), || {
+        complete_occurrences(db.pool(), epoch)
+    })
+    .await;
+    let order: Vec<Option<String>> = scheduled(db.pool())
+        .await
+        .into_iter()
+        .take(4)
+        .map(|r| r.1)
+        .collect();
+    assert_eq!(
+        order,
+        [Some(TENANT_A), Some(FAILING), Some(TENANT_B), None].map(|t| t.map(str::to_owned)),
+        "tenants in order, then the tenantless pass"
+    );
+
+    // The outage: connections refused and every open one cut.
+    use sqlx::ConnectOptions;
+    let name: String = sqlx::query_scalar("SELECT current_database()")
+        .fetch_one(db.pool())
+        .await
+        .unwrap();
+    let mut admin = db
+        .url()
+        .parse::<sqlx::postgres::PgConnectOptions>()
+        .unwrap()
+        .database("postgres")
+        .connect()
+        .await
+        .unwrap();
+    let quoted = format!("\"{}\"", name.replace('"', "\"\""));
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "ALTER DATABASE {quoted} ALLOW_CONNECTIONS false"
+    )))
+    .execute(&mut admin)
+    .await
+    .unwrap();
+    sqlx::query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1")
+        .bind(&name)
+        .execute(&mut admin)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let back: chrono::DateTime<chrono::Utc> = sqlx::query_scalar("SELECT clock_timestamp()")
+        .fetch_one(&mut admin)
+        .await
+        .unwrap();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "ALTER DATABASE {quoted} ALLOW_CONNECTIONS true"
+    )))
+    .execute(&mut admin)
+    .await
+    .unwrap();
+    assert!(!services.is_finished(), "the worker survived the outage");
+    wait_until(
+        "a complete occurrence after the outage",
+        Duration::from_secs(40),
+        || complete_occurrences(db.pool(), back),
+    )
+    .await;
+    let report = services.shutdown().await;
+    assert!(report.clean(), "{report:?}");
+    assert_eq!(report.stopped, ["worker"]);
+}
+
+/// The process's own kill switch (configuration, flipped at run time
+/// through `Cohort::switches`) stops later occurrences without a restart.
+#[tokio::test]
+async fn the_process_kill_switch_flips_without_a_restart() {
+    let db = engine_db().await;
+    let cohort = cohort_with(&db, test_config()).await;
+    let services = Services::new(&cohort)
+        .unwrap()
+        .worker(Some(WorkerConfig::new("* * * * * *").unwrap()))
+        .spawn();
+    let epoch = chrono::DateTime::<chrono::Utc>::MIN_UTC;
+    wait_until("a complete occurrence", Duration::from_secs(20), || {
+        complete_occurrences(db.pool(), epoch)
+    })
+    .await;
+    cohort.switches().set(Setting::KillSwitch, true);
+    let live = cohort.settings().await.unwrap();
+    assert!(live.kill_switch.effective && live.kill_switch.process && !live.kill_switch.database);
+    // Let any occurrence in progress settle, then nothing new for 3 s.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let before = scheduled(db.pool()).await.len();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(scheduled(db.pool()).await.len(), before);
+    cohort.switches().set(Setting::KillSwitch, false);
+    let off = chrono::Utc::now();
+    wait_until(
+        "an occurrence after the switch is off",
+        Duration::from_secs(20),
+        || complete_occurrences(db.pool(), off - chrono::TimeDelta::seconds(1)),
+    )
+    .await;
+    assert!(services.shutdown().await.clean());
+}
+
+/// Old ledger rows written the way runs write them.
+const HISTORY: &str = r#"
+INSERT INTO public.sweep_run (run_id, kind, trigger, dry_run, status, logical_now, started_at, settled_at) VALUES
+  ('00000000-0000-0000-0000-000000000001', 'sweep', 'manual', false, 'succeeded', now(), now() - interval '200 days', now() - interval '200 days'),
+  ('00000000-0000-0000-0000-000000000002', 'sweep', 'manual', false, 'succeeded', now(), now() - interval '200 days', now() - interval '200 days'),
+  ('00000000-0000-0000-0000-000000000003', 'erasure', 'manual', false, 'failed', now(), now() - interval '200 days', now() - interval '200 days'),
+  ('00000000-0000-0000-0000-000000000004', 'sweep', 'manual', false, 'succeeded', now(), now() - interval '1 day', now() - interval '1 day'),
+  ('00000000-0000-0000-0000-000000000005', 'sweep', 'manual', false, 'started', now(), now() - interval '200 days', NULL);
+INSERT INTO public.sweep_run_entity_summary (run_id, retention_entity_id, entity_type, category, strategy, affected_count, resolved_period)
+SELECT run_id, 'a3f467fe-c5d0-4f17-9897-83c373cc1dc8', 'Note', 'notes', 'purge', 1, interval '30 days' FROM public.sweep_run;
+INSERT INTO public.sweep_run_row_detail (run_id, retention_entity_id, entity_type, record_id, action)
+SELECT run_id, 'a3f467fe-c5d0-4f17-9897-83c373cc1dc8', 'Note', 'r-' || right(run_id::text, 1), 'purge' FROM public.sweep_run;
+-- Run 1: delivered work; run 2: pending work; run 3: dead-lettered work.
+INSERT INTO public.sweep_row_handler_status (row_detail_id, run_id, handler_id, phase, status)
+SELECT row_detail_id, run_id, 'h', 'immediate',
+       CASE right(run_id::text, 1) WHEN '1' THEN 'succeeded' WHEN '2' THEN 'pending' ELSE 'dead_lettered' END
+FROM public.sweep_run_row_detail WHERE right(run_id::text, 1) IN ('1', '2', '3');
+INSERT INTO public.retention_hold (hold_id, retention_entity_id, record_id, reason, created_at, expires_at, released_at) VALUES
+  ('10000000-0000-0000-0000-000000000001', 'a3f467fe-c5d0-4f17-9897-83c373cc1dc8', 'active', 'r', now() - interval '300 days', NULL, NULL),
+  ('10000000-0000-0000-0000-000000000002', 'a3f467fe-c5d0-4f17-9897-83c373cc1dc8', 'released-long-ago', 'r', now() - interval '300 days', NULL, now() - interval '200 days'),
+  ('10000000-0000-0000-0000-000000000003', 'a3f467fe-c5d0-4f17-9897-83c373cc1dc8', 'released-yesterday', 'r', now() - interval '300 days', NULL, now() - interval '1 day'),
+  ('10000000-0000-0000-0000-000000000004', 'a3f467fe-c5d0-4f17-9897-83c373cc1dc8', 'expired-long-ago', 'r', now() - interval '300 days', now() - interval '200 days', NULL),
+  ('10000000-0000-0000-0000-000000000005', 'a3f467fe-c5d0-4f17-9897-83c373cc1dc8', 'expires-later', 'r', now() - interval '300 days', now() + interval '10 days', NULL);
+"#;
+
+fn prune_config(batch: u32) -> cohort::CohortConfig {
+    let mut c = test_config();
+    c.prune.runs_older_than = Some(days(90));
+    c.prune.inactive_holds_older_than = Some(days(90));
+    c.prune.batch_size = batch;
+    c
+}
+
+async fn ids(pool: &PgPool, sql: &'static str) -> Vec<String> {
+    sqlx::query_scalar(sql).fetch_all(pool).await.unwrap()
+}
+
+/// RS-017: the pruner deletes old settled runs with their summaries, row
+/// details and finished handler work, and holds inactive for longer than
+/// the limit; it keeps recent runs, unsettled runs, any run with pending
+/// handler work, recent and active holds. `--dry-run` counts only. The
+/// schema itself refuses to delete queued work with its run.
+#[tokio::test]
+async fn the_pruner_keeps_pending_work_and_active_holds() {
+    let db = engine_db().await;
+    exec(db.pool(), HISTORY).await;
+    let config = prune_config(1);
+    let cohort = cohort_with(&db, config.clone()).await;
+    let pruner = PrunerConfig::from_config(&config).unwrap().unwrap();
+    let dry = cohort.prune(&pruner, true, &Cancel::new()).await.unwrap();
+    assert_eq!((dry.runs, dry.holds, dry.runs_kept_for_handlers), (2, 2, 1));
+    let runs = "SELECT right(run_id::text, 1) FROM public.sweep_run ORDER BY 1";
+    let holds = "SELECT record_id FROM public.retention_hold ORDER BY 1";
+    assert_eq!(
+        ids(db.pool(), runs).await.len(),
+        5,
+        "a dry run deletes nothing"
+    );
+    // Queued work cannot be deleted with its run, even by hand.
+    let e = sqlx::query(
+        "DELETE FROM public.sweep_run WHERE run_id = '00000000-0000-0000-0000-000000000002'",
+    )
+    .execute(db.pool())
+    .await
+    .unwrap_err();
+    assert!(e.to_string().contains("foreign key"), "{e}");
+
+    let r = cohort.prune(&pruner, false, &Cancel::new()).await.unwrap();
+    assert_eq!(
+        (r.runs, r.summaries, r.row_details, r.handler_work, r.holds),
+        (2, 2, 2, 2, 2)
+    );
+    assert_eq!(ids(db.pool(), runs).await, ["2", "4", "5"]);
+    assert_eq!(
+        ids(db.pool(), holds).await,
+        ["active", "expires-later", "released-yesterday"]
+    );
+    let pending: i64 = count(
+        db.pool(),
+        "SELECT count(*) FROM public.sweep_row_handler_status WHERE status = 'pending'",
+    )
+    .await;
+    assert_eq!(pending, 1, "queued work untouched");
+    // Once its work is delivered, the last old run goes too.
+    exec(
+        db.pool(),
+        "UPDATE public.sweep_row_handler_status SET status = 'succeeded'",
+    )
+    .await;
+    let r = cohort.prune(&pruner, false, &Cancel::new()).await.unwrap();
+    assert_eq!(r.runs, 1);
+    assert_eq!(ids(db.pool(), runs).await, ["4", "5"]);
+}
+
+/// RS-017: the background pruner stops after its batch when the kill
+/// switch turns on, and does not start while it is on.
+#[tokio::test]
+async fn the_background_pruner_stops_on_the_kill_switch() {
+    let db = engine_db().await;
+    exec(
+        db.pool(),
+        "INSERT INTO public.sweep_run (run_id, kind, trigger, dry_run, status, logical_now, started_at, settled_at)
+         SELECT gen_random_uuid(), 'sweep', 'manual', false, 'succeeded', now(), now() - interval '200 days', now() - interval '200 days'
+         FROM generate_series(1, 3000)",
+    )
+    .await;
+    let total = "SELECT count(*) FROM public.sweep_run";
+    let cohort = cohort_with(&db, prune_config(1)).await;
+    cohort.set_setting(Setting::KillSwitch, true).await.unwrap();
+    let services = Services::new(&cohort).unwrap().worker(None).spawn();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(count(db.pool(), total).await, 3000, "no pruning while on");
+    assert!(services.shutdown().await.clean());
+
+    cohort
+        .set_setting(Setting::KillSwitch, false)
+        .await
+        .unwrap();
+    let services = Services::new(&cohort).unwrap().worker(None).spawn();
+    wait_until("pruning under way", Duration::from_secs(20), || async {
+        count(db.pool(), total).await < 2990
+    })
+    .await;
+    cohort.set_setting(Setting::KillSwitch, true).await.unwrap();
+    // Stopped after at most the batch in progress.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let stopped = count(db.pool(), total).await;
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert_eq!(count(db.pool(), total).await, stopped, "pruning stopped");
+    assert!(stopped > 0, "the switch landed mid-pass");
+    assert!(services.shutdown().await.clean());
+}
