@@ -45,6 +45,7 @@ id = "5b0bf2f4-3f0e-4a57-8d3c-2f1f7f0c9a11"
 table = "app.events"
 category = "notes"
 anchor = "created_at"
+tenantless = true
 
 [[category]]
 name = "notes"
@@ -104,6 +105,21 @@ fn spawn_worker(dir: &Path, url: &str, name: &str, env: &[(&str, &str)]) -> Chil
         .stderr(Stdio::piped())
         .spawn()
         .expect("start cohort worker")
+}
+
+/// Kills the listed processes when a test ends, pass or fail, so a failed
+/// assertion never leaves workers running.
+struct Reaper(Vec<u32>);
+
+impl Drop for Reaper {
+    fn drop(&mut self) {
+        for pid in &self.0 {
+            let _ = Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .stderr(Stdio::null())
+                .status();
+        }
+    }
 }
 
 fn signal(child: &Child, sig: &str) {
@@ -214,6 +230,7 @@ async fn three_worker_replicas_run_each_occurrence_once() {
         ),
         spawn_worker(dir, db.url(), "w-dry", &[("COHORT_DRY_RUN", "true")]),
     ];
+    let _reaper = Reaper(workers.iter().map(Child::id).collect());
     // At least three real occurrences with all their passes settled.
     wait_until(
         "three real occurrences",
@@ -316,6 +333,7 @@ async fn a_killed_owner_s_occurrence_is_swept_again_by_another_replica() {
         .iter()
         .map(|n| (n.to_string(), spawn_worker(dir, db.url(), n, &[])))
         .collect();
+    let _reaper = Reaper(workers.values().map(Child::id).collect());
     // Wait for an occurrence to be under way with some batches committed.
     wait_until("a sweep under way", Duration::from_secs(45), async || {
         let committed: i64 = sqlx::query_scalar(
@@ -394,6 +412,7 @@ async fn sigterm_mid_sweep_cancels_the_run_and_exits_zero() {
     insert_rows(db.pool(), 3000, 10).await;
     sqlx::raw_sql(SLOW).execute(db.pool()).await.unwrap();
     let worker = spawn_worker(dir, db.url(), "w-term", &[]);
+    let _reaper = Reaper(vec![worker.id()]);
     wait_until("batches committed", Duration::from_secs(30), async || {
         let committed: i64 = sqlx::query_scalar(
             "SELECT COALESCE(sum(affected_count), 0)::int8 FROM retention.sweep_run_entity_summary",
@@ -444,6 +463,7 @@ async fn the_database_kill_switch_reaches_every_replica() {
         .iter()
         .map(|n| spawn_worker(dir, db.url(), n, &[]))
         .collect();
+    let _reaper = Reaper(workers.iter().map(Child::id).collect());
     wait_until(
         "the first pass under way",
         Duration::from_secs(30),

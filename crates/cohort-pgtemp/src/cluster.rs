@@ -272,6 +272,44 @@ impl Cluster {
         }
     }
 
+    /// Stops the server with a fast shutdown (every session is cut, new
+    /// ones are refused), keeps it down for `down`, then starts it again on
+    /// the same data and waits until it accepts connections: a real
+    /// database outage for tests of what survives one.
+    pub async fn restart(&mut self, down: Duration) -> Result<()> {
+        let pid_file = self.data_dir.join("postmaster.pid");
+        let text = std::fs::read_to_string(&pid_file)
+            .map_err(|e| Error::io(format!("reading {}", pid_file.display()), e))?;
+        let pid = text.lines().next().unwrap_or_default().trim().to_owned();
+        // SIGINT is PostgreSQL's fast shutdown. No stop is requested from
+        // the watchdog, so the supervisor leaves the directory in place.
+        let status = Command::new("kill")
+            .args(["-INT", &pid])
+            .status()
+            .map_err(|e| Error::io("signalling the server", e))?;
+        if !status.success() {
+            return Err(Error::io(
+                "signalling the server",
+                std::io::Error::other(format!("kill -INT {pid} failed")),
+            ));
+        }
+        if let Some(mut child) = self.supervisor.take() {
+            let deadline = Instant::now() + STOP_TIMEOUT;
+            while child.try_wait().ok().flatten().is_none() {
+                if Instant::now() > deadline {
+                    return Err(Error::io(
+                        "restarting the server",
+                        std::io::Error::other("the server did not stop in time"),
+                    ));
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+        tokio::time::sleep(down).await;
+        self.spawn_server()?;
+        self.wait_until_ready().await
+    }
+
     /// The last ~40 lines of the server log (empty if unreadable).
     pub fn log_tail(&self) -> String {
         let Ok(mut f) = std::fs::File::open(&self.log_path) else {

@@ -916,3 +916,111 @@ period = "30d"
     .await
     .unwrap();
 }
+
+/// A handler that never finishes unless cancelled.
+struct Stuck;
+
+#[cohort::async_trait]
+impl RowHandler<Note> for Stuck {
+    async fn on_after(&self, _ctx: &AfterContext) -> Result<(), HandlerError> {
+        tokio::time::sleep(std::time::Duration::from_secs(3600)).await;
+        Ok(())
+    }
+}
+
+/// RS-012 (dispatcher side): at shutdown an in-flight delivery that ends
+/// within the grace period settles normally; one that does not is
+/// cancelled and its claim released (due again, its attempt not counted),
+/// so another dispatcher picks it up at once instead of after the claim
+/// time-out.
+#[tokio::test]
+async fn shutdown_lets_deliveries_finish_within_the_grace_period_then_releases_them() {
+    use cohort::services::Services;
+    use std::time::Duration;
+    let db = engine_db().await;
+    exec(
+        db.pool(),
+        "DELETE FROM app.notes WHERE body <> 'aaaaaaaa-0000-0000-0000-00000000000a:45d'",
+    )
+    .await;
+    let release = Arc::new(tokio::sync::Notify::new());
+    let started = Arc::new(tokio::sync::Notify::new());
+    let cohort = Cohort::builder(db.pool().clone())
+        .config(test_config())
+        .rules(rules())
+        .declaration(engine_entities().remove(0))
+        .handler::<Note, _>(
+            HandlerRegistration::new(note_entity(), "blocking"),
+            Blocking {
+                release: release.clone(),
+                started: started.clone(),
+                calls: Arc::new(Mutex::new(0)),
+            },
+        )
+        .build()
+        .await
+        .unwrap();
+    cohort
+        .sweep(SweepRequest::tenanted(TENANT_A, now()))
+        .await
+        .unwrap();
+    let services = Services::new(&cohort)
+        .unwrap()
+        .grace_period(Duration::from_secs(20))
+        .spawn();
+    tokio::time::timeout(Duration::from_secs(20), started.notified())
+        .await
+        .expect("the delivery started");
+    let stopping = tokio::spawn(services.shutdown());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!stopping.is_finished(), "shutdown waits for the delivery");
+    release.notify_one();
+    let report = stopping.await.unwrap();
+    assert!(report.clean(), "{report:?}");
+    assert_eq!(
+        queue(db.pool(), "status = 'succeeded' AND attempts = 1").await,
+        1
+    );
+
+    // A delivery that outlives the grace period.
+    let db = engine_db().await;
+    exec(
+        db.pool(),
+        "DELETE FROM app.notes WHERE body <> 'aaaaaaaa-0000-0000-0000-00000000000a:45d'",
+    )
+    .await;
+    let cohort = Cohort::builder(db.pool().clone())
+        .config(test_config())
+        .rules(rules())
+        .declaration(engine_entities().remove(0))
+        .handler::<Note, _>(HandlerRegistration::new(note_entity(), "stuck"), Stuck)
+        .build()
+        .await
+        .unwrap();
+    cohort
+        .sweep(SweepRequest::tenanted(TENANT_A, now()))
+        .await
+        .unwrap();
+    let services = Services::new(&cohort)
+        .unwrap()
+        .grace_period(Duration::from_millis(500))
+        .spawn();
+    for _ in 0..200 {
+        if queue(db.pool(), "status = 'in_flight'").await == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(queue(db.pool(), "status = 'in_flight'").await, 1);
+    let report = services.shutdown().await;
+    assert_eq!(report.forced, ["dispatcher"]);
+    assert_eq!(
+        queue(
+            db.pool(),
+            "status = 'pending' AND attempts = 0 AND claim_token IS NULL AND next_attempt_at <= now()"
+        )
+        .await,
+        1,
+        "the claim was released"
+    );
+}

@@ -494,6 +494,7 @@ impl Dispatcher {
                 "run: recovered: the process running it stopped before it settled (no run lock held past settle_timeout)",
             )
             .await?
+                == Recovery::Recovered
             {
                 tracing::warn!(%run_id, "recovered a run left started as failed");
                 recovered += 1;
@@ -503,13 +504,25 @@ impl Dispatcher {
     }
 }
 
+/// What [`recover_run`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Recovery {
+    /// The run was left `started` by a lost owner: settled `failed` now.
+    Recovered,
+    /// The run had settled meanwhile.
+    Settled,
+    /// Its run lock is held: the run is live (or its owner's session is
+    /// still ending).
+    Live,
+}
+
 /// Settles `failed` a run left `started` if its run lock can be taken (a
-/// live run holds it, so it is never recovered); `true` when it was.
-pub(crate) async fn recover_run(cx: &Context, run_id: Uuid, reason: &str) -> Result<bool> {
+/// live run holds it, so it is never recovered).
+pub(crate) async fn recover_run(cx: &Context, run_id: Uuid, reason: &str) -> Result<Recovery> {
     let prepared = cx.prepared().await?;
     let mut conn = cx.pool.acquire().await?;
     if !locks::try_lock(&mut conn, LockKey::Run(run_id)).await? {
-        return Ok(false);
+        return Ok(Recovery::Live);
     }
     let done = sqlx::query(prepared.queue.recover_run.sql())
         .bind(run_id)
@@ -523,7 +536,11 @@ pub(crate) async fn recover_run(cx: &Context, run_id: Uuid, reason: &str) -> Res
         // Closing the connection releases the lock.
         drop(conn.detach());
     }
-    Ok(done?.rows_affected() > 0)
+    Ok(if done?.rows_affected() > 0 {
+        Recovery::Recovered
+    } else {
+        Recovery::Settled
+    })
 }
 
 #[cfg(test)]

@@ -34,7 +34,7 @@ use uuid::Uuid;
 
 pub use command::{HandlerTarget, PolicyHandler};
 pub use dead_letters::{DeadLetter, DeadLetterFilter, RetrySelection};
-pub(crate) use dispatch::recover_run;
+pub(crate) use dispatch::{recover_run, Recovery};
 pub use dispatch::{Dispatcher, FlushReport};
 pub use snapshot::{Snapshot, SnapshotError, SnapshotValue};
 

@@ -108,11 +108,11 @@ pub struct PruneReport {
     pub stopped: bool,
 }
 
+/// A pass's cutoffs: (runs settled before, holds inactive since before).
+type Cutoffs = (Option<DateTime<Utc>>, Option<DateTime<Utc>>);
+
 /// The cutoffs of a pass: `now` minus each configured limit.
-pub(crate) fn cutoffs(
-    config: &PrunerConfig,
-    db_now: DateTime<Utc>,
-) -> Result<(Option<DateTime<Utc>>, Option<DateTime<Utc>>)> {
+pub(crate) fn cutoffs(config: &PrunerConfig, db_now: DateTime<Utc>) -> Result<Cutoffs> {
     let back = |p: Option<Period>| -> Result<Option<DateTime<Utc>>> {
         p.map(|p| {
             db_now.checked_sub_signed(p.as_time_delta()).ok_or_else(|| {

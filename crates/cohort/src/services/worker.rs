@@ -298,9 +298,16 @@ async fn locked(
         .fetch_optional(&mut *lock_conn)
         .await?;
     let decision = decide(latest.as_deref().and_then(RunStatus::parse));
-    recover_orphans(cx, lock_conn).await?;
+    let live = recover_orphans(cx, lock_conn, cancel).await?;
     if decision == Decision::Skip {
         return Ok(Occurrence::AlreadyRan);
+    }
+    if live > 0 {
+        // A Started run whose lock is still held: its owner's session is
+        // still ending (a killed process's statement runs to its end).
+        // Never sweep beside it; the next occurrence recovers it.
+        tracing::warn!(occurrence = %at, live, "a scheduled run still holds its lock; occurrence skipped");
+        return Ok(Occurrence::LockHeld);
     }
     let rerun = decision == Decision::Rerun;
     if rerun {
@@ -351,10 +358,19 @@ fn report_pass(tenant: Option<&str>, result: Result<crate::SweepResult>) {
     }
 }
 
+/// How long to wait for the run lock of a `Started` scheduled run: the
+/// backend of a killed worker ends only when its statement does.
+const ORPHAN_WAIT: Duration = Duration::from_secs(30);
+
 /// Settles `failed` every scheduled sweep left `started` whose run lock is
-/// free: under the occurrence lock nobody else runs scheduled sweeps, and
-/// a live run holds its own lock, so such a run lost its owner.
-async fn recover_orphans(cx: &Context, conn: &mut sqlx::PgConnection) -> Result<u64> {
+/// free (waiting up to [`ORPHAN_WAIT`] for it): under the occurrence lock
+/// nobody else runs scheduled sweeps, and a live run holds its own lock,
+/// so such a run lost its owner. Returns how many still hold their lock.
+async fn recover_orphans(
+    cx: &Context,
+    conn: &mut sqlx::PgConnection,
+    cancel: &Cancel,
+) -> Result<u64> {
     let mut sql = SqlText::new("SELECT run_id FROM ");
     sql.table(&CohortTable::SweepRun.qualified(&cx.config.schema))
         .push(" WHERE status = 'started' AND trigger = 'scheduled' AND kind = 'sweep'");
@@ -364,20 +380,26 @@ async fn recover_orphans(cx: &Context, conn: &mut sqlx::PgConnection) -> Result<
         .iter()
         .map(|r| r.try_get("run_id"))
         .collect::<std::result::Result<_, _>>()?;
-    let mut recovered = 0;
+    let mut live = 0;
     for run_id in orphans {
-        if crate::handlers::recover_run(
-            cx,
-            run_id,
-            "run: recovered: the worker running this scheduled occurrence stopped before it settled (owner lost)",
-        )
-        .await?
-        {
-            tracing::warn!(%run_id, "recovered a scheduled run whose worker was lost as failed");
-            recovered += 1;
+        let started = std::time::Instant::now();
+        loop {
+            let reason = "run: recovered: the worker running this scheduled occurrence stopped before it settled (owner lost)";
+            match crate::handlers::recover_run(cx, run_id, reason).await? {
+                crate::handlers::Recovery::Recovered => {
+                    tracing::warn!(%run_id, "recovered a scheduled run whose worker was lost as failed");
+                    break;
+                }
+                crate::handlers::Recovery::Settled => break,
+                crate::handlers::Recovery::Live => {}
+            }
+            if started.elapsed() >= ORPHAN_WAIT || !cancel.sleep(Duration::from_millis(200)).await {
+                live += 1;
+                break;
+            }
         }
     }
-    Ok(recovered)
+    Ok(live)
 }
 
 #[cfg(test)]
