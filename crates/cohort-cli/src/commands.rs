@@ -381,13 +381,6 @@ fn note_worker_settings(cohort: &Cohort, dry_run: bool) {
     }
 }
 
-fn tenant_source(policy: &PolicyFile) -> TenantSource {
-    match &policy.tenants_query {
-        Some(q) => TenantSource::Query(q.clone()),
-        None => TenantSource::Directory,
-    }
-}
-
 fn print_preview(result: &cohort::PreviewResult) {
     outln!(
         "Preview for {} (nothing is changed):\n",
@@ -425,7 +418,9 @@ pub(crate) async fn preview(
     // apply: a rule that cannot be resolved is a configuration problem and
     // nothing was changed (exit 2).
     if scope.all_tenants {
-        let previews = cohort.preview_all(tenant_source(policy), now).await?;
+        let previews = cohort
+            .preview_all(cohort.tenant_source().clone(), now)
+            .await?;
         let mut failed = false;
         let mut docs = Vec::new();
         for p in &previews {
@@ -573,7 +568,7 @@ pub(crate) async fn sweep(
     let cancel = Cancel::new();
     crate::services::cancel_on_signal(&cancel, "cancelling; the open batch will be rolled back");
     if scope.all_tenants {
-        let source = tenant_source(policy);
+        let source = cohort.tenant_source().clone();
         let cancelled = cancel.clone();
         let result = cohort
             .sweep_all(

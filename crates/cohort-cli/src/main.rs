@@ -321,7 +321,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             commands::runs(&cohort, cli.json, cmd).await
         }
         Command::Dispatch { once } => {
-            let (cohort, policy) = open(&cli).await?;
+            let (cohort, policy) = open_with(&cli, true).await?;
             commands::dispatch(&cohort, &policy, cli.json, *once).await
         }
         Command::DeadLetters(cmd) => {
@@ -329,7 +329,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             commands::dead_letters(&cohort, cli.json, cmd).await
         }
         Command::Worker => {
-            let (cohort, _) = open(&cli).await?;
+            let (cohort, _) = open_with(&cli, true).await?;
             services::worker(&cohort).await
         }
         Command::Settings(cmd) => {
@@ -345,9 +345,21 @@ async fn run(cli: Cli) -> Result<(), Failure> {
 
 /// Loads the policy, connects, and builds a validated handle.
 async fn open(cli: &Cli) -> Result<(Cohort, PolicyFile), Failure> {
+    open_with(cli, false).await
+}
+
+/// [`open`] for a command that runs services: its pool also has room for
+/// the worker's occurrence lock, a run's lock and batch, the pruner, and
+/// one connection per parallel handler delivery.
+async fn open_with(cli: &Cli, services: bool) -> Result<(Cohort, PolicyFile), Failure> {
     let policy = load_policy(cli, true)?.expect("required");
     let url = database_url(cli, Some(&policy))?;
-    let pool = pool(&url, 4).await?;
+    let connections = if services {
+        6 + policy.config.dispatch.max_parallelism.min(100)
+    } else {
+        4
+    };
+    let pool = pool(&url, connections).await?;
     let mut builder = Cohort::builder(pool).policy(policy.clone());
     let progress = commands::progress_wanted(cli.json).then(commands::Progress::install);
     if let Some(p) = &progress {

@@ -63,7 +63,13 @@ async fn run_until_signal(services: Services) -> Result<(), Failure> {
     let handle = services.spawn();
     tracing::info!(services = %names, "started; stop with SIGINT or SIGTERM");
     wait_for_signal().await;
-    eprintln!("cohort: stopping ({names}); the open batch is rolled back, in-flight deliveries get the grace period");
+    eprintln!("cohort: stopping ({names}); the open batch is rolled back, in-flight deliveries get the grace period (signal again to stop them now)");
+    let now = handle.stop_now_token();
+    tokio::spawn(async move {
+        wait_for_signal().await;
+        eprintln!("cohort: stopping in-flight deliveries now; their claims are released");
+        now.cancel();
+    });
     let report = handle.shutdown().await;
     if !report.forced.is_empty() {
         eprintln!(

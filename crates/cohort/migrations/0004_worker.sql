@@ -12,13 +12,19 @@ CREATE TABLE {retention_setting} (
     CONSTRAINT retention_setting_name_check CHECK (name IN ('kill_switch', 'dry_run'))
 );
 
--- 2. The cron occurrence a scheduled run belongs to (NULL for manual runs
---    and for runs written before version 4), so each occurrence runs once
---    across replicas whatever the replicas' clocks say.
+-- 2. The cron occurrence a scheduled run belongs to, and which of the
+--    occurrence's passes it is (1-based, of how many), so each occurrence
+--    runs once and whole across replicas whatever their clocks say. NULL for
+--    manual runs and for runs written before version 4.
 ALTER TABLE {sweep_run}
     ADD COLUMN occurrence timestamptz,
+    ADD COLUMN occurrence_pass integer,
+    ADD COLUMN occurrence_passes integer,
     ADD CONSTRAINT sweep_run_occurrence_check
-        CHECK (occurrence IS NULL OR trigger = 'scheduled');
+        CHECK (occurrence IS NULL OR trigger = 'scheduled'),
+    ADD CONSTRAINT sweep_run_occurrence_pass_check
+        CHECK ((occurrence IS NULL AND occurrence_pass IS NULL AND occurrence_passes IS NULL)
+            OR (occurrence IS NOT NULL AND occurrence_pass BETWEEN 1 AND occurrence_passes));
 CREATE INDEX sweep_run_occurrence_idx
     ON {sweep_run} (dry_run, occurrence) WHERE occurrence IS NOT NULL;
 

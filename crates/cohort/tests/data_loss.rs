@@ -1199,7 +1199,7 @@ fn released_migrations_are_pinned() {
         ),
         (
             4,
-            "fd3374d3b302e3a141a15ec5f32c1714b841f0040ed0b9427aafa6acc97cae83",
+            "45dffbf9579bdc6115b338ed578e004f432442d925d590ff8c9a834331463886",
         ),
     ];
     assert_eq!(

@@ -132,8 +132,8 @@ pub(crate) struct RunSpec {
     pub(crate) tenant: Option<String>,
     pub(crate) now: DateTime<Utc>,
     pub(crate) cancel: Cancel,
-    /// The cron occurrence of a scheduled run.
-    pub(crate) occurrence: Option<DateTime<Utc>>,
+    /// The cron occurrence of a scheduled run, and which of its passes.
+    pub(crate) occurrence: Option<super::OccurrencePass>,
 }
 
 /// Why an entity stopped.
@@ -179,7 +179,9 @@ pub(crate) async fn execute(
         .bind(spec.dry_run)
         .bind(spec.tenant.as_deref())
         .bind(spec.now)
-        .bind(spec.occurrence)
+        .bind(spec.occurrence.map(|o| o.at))
+        .bind(spec.occurrence.map(|o| o.pass))
+        .bind(spec.occurrence.map(|o| o.passes))
         .fetch_one(&mut *conn)
         .await
         .and_then(|row| row.try_get::<DateTime<Utc>, _>("started_at"));

@@ -113,7 +113,18 @@ pub struct SweepRequest {
     pub(crate) cancel: Cancel,
     pub(crate) allow_future_now: bool,
     /// Set by the scheduled worker only: the occurrence this run is for.
-    pub(crate) occurrence: Option<DateTime<Utc>>,
+    pub(crate) occurrence: Option<OccurrencePass>,
+}
+
+/// Which pass of which cron occurrence a scheduled run is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct OccurrencePass {
+    /// The occurrence.
+    pub(crate) at: DateTime<Utc>,
+    /// This pass, from 1.
+    pub(crate) pass: i32,
+    /// The occurrence's passes.
+    pub(crate) passes: i32,
 }
 
 impl SweepRequest {

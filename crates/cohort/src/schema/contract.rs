@@ -103,6 +103,8 @@ impl CohortTable {
                 col!("error", TEXT, true),
                 col!("failures", JSONB, true),
                 col!("occurrence", TSTZ, true),
+                col!("occurrence_pass", INT, true),
+                col!("occurrence_passes", INT, true),
             ],
             CohortTable::EntitySummary => &[
                 col!("summary_id", BIGINT, false),

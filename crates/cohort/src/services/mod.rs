@@ -228,6 +228,13 @@ impl ServicesHandle {
         self.shutdown().await
     }
 
+    /// A token that ends the grace period when fired: in-flight handler
+    /// deliveries are cancelled and their claims released at once (e.g. on
+    /// a second Ctrl-C while [`ServicesHandle::shutdown`] waits).
+    pub fn stop_now_token(&self) -> Cancel {
+        self.hard.clone()
+    }
+
     /// Whether every service has stopped (they only stop when told, or
     /// when one panicked).
     pub fn is_finished(&self) -> bool {

@@ -112,27 +112,41 @@ pub(crate) fn next_occurrence(
 }
 
 /// What a replica holding the occurrence lock does with an occurrence,
-/// given the status of the latest Scheduled run of the same kind for it
-/// (or a later one).
+/// given the latest Scheduled run of the same kind for it (or a later
+/// one): its status, and which pass of how many it was.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Decision {
     /// No run for it yet.
     Run,
     /// Its latest run lost its owner (`Started` while nobody holds the
-    /// lock) or was cancelled: sweep it again, every pass.
+    /// lock), was cancelled, or was not its last pass (the owner stopped
+    /// between passes): sweep it again, every pass.
     Rerun,
-    /// It ran (settled Succeeded, PartiallyFailed or Failed; failures are
-    /// retried at the next occurrence).
+    /// It ran to its last pass (settled Succeeded, PartiallyFailed or
+    /// Failed; failures are retried at the next occurrence).
     Skip,
 }
 
-pub(crate) fn decide(latest: Option<RunStatus>) -> Decision {
+/// The latest scheduled run of an occurrence, as [`decide`] needs it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Latest {
+    pub(crate) status: RunStatus,
+    pub(crate) pass: i32,
+    pub(crate) passes: i32,
+}
+
+pub(crate) fn decide(latest: Option<Latest>) -> Decision {
     match latest {
         None => Decision::Run,
-        Some(RunStatus::Started | RunStatus::Cancelled) => Decision::Rerun,
-        Some(RunStatus::Succeeded | RunStatus::PartiallyFailed | RunStatus::Failed) => {
-            Decision::Skip
-        }
+        Some(l) => match l.status {
+            RunStatus::Started | RunStatus::Cancelled => Decision::Rerun,
+            RunStatus::Succeeded | RunStatus::PartiallyFailed | RunStatus::Failed
+                if l.pass < l.passes =>
+            {
+                Decision::Rerun
+            }
+            RunStatus::Succeeded | RunStatus::PartiallyFailed | RunStatus::Failed => Decision::Skip,
+        },
     }
 }
 
@@ -165,8 +179,9 @@ pub(crate) async fn run(cx: Arc<Context>, config: WorkerConfig, cancel: Cancel) 
     tracing::info!(schedule = %config.expression, "scheduled worker started (UTC, database clock)");
     let mut last: Option<DateTime<Utc>> = None;
     let mut failures = 0u32;
+    let mut skew_reported = false;
     while !cancel.is_cancelled() {
-        let next = match wait_for_next(&cx, &config, last, &cancel).await {
+        let next = match wait_for_next(&cx, &config, last, &cancel, &mut skew_reported).await {
             Ok(Some(next)) => next,
             Ok(None) => break,
             Err(e) => {
@@ -207,12 +222,13 @@ async fn wait_for_next(
     config: &WorkerConfig,
     last: Option<DateTime<Utc>>,
     cancel: &Cancel,
+    skew_reported: &mut bool,
 ) -> Result<Option<DateTime<Utc>>> {
     let mut conn = cx.pool.acquire().await?;
     let now = db_now(&mut conn).await?;
     drop(conn);
     let skew = config.local_now() - now;
-    if skew.abs() > SKEW_WARNING {
+    if skew.abs() > SKEW_WARNING && !std::mem::replace(skew_reported, true) {
         tracing::warn!(
             skew_s = skew.num_milliseconds() as f64 / 1000.0,
             "this replica's clock differs from the database's; occurrences follow the database clock"
@@ -287,17 +303,27 @@ async fn locked(
     }
     let dry_run = settings.dry_run.effective;
     let schema = &cx.config.schema;
-    let mut sql = SqlText::new("SELECT status FROM ");
+    let mut sql = SqlText::new("SELECT status, occurrence_pass, occurrence_passes FROM ");
     sql.table(&CohortTable::SweepRun.qualified(schema)).push(
         " WHERE kind = 'sweep' AND trigger = 'scheduled' AND dry_run = $1 AND occurrence >= $2 \
          ORDER BY started_at DESC, run_id DESC LIMIT 1",
     );
-    let latest: Option<String> = sqlx::query_scalar(sql.into_sql())
+    let latest: Option<(String, i32, i32)> = sqlx::query_as(sql.into_sql())
         .bind(dry_run)
         .bind(at)
         .fetch_optional(&mut *lock_conn)
         .await?;
-    let decision = decide(latest.as_deref().and_then(RunStatus::parse));
+    let latest = match latest {
+        Some((status, pass, passes)) => Some(Latest {
+            status: RunStatus::parse(&status).ok_or_else(|| {
+                Error::Migration(format!("unknown run status {status:?} in the ledger"))
+            })?,
+            pass,
+            passes,
+        }),
+        None => None,
+    };
+    let decision = decide(latest);
     let live = recover_orphans(cx, lock_conn, cancel).await?;
     if decision == Decision::Skip {
         return Ok(Occurrence::AlreadyRan);
@@ -314,6 +340,7 @@ async fn locked(
         tracing::warn!(occurrence = %at, dry_run, "occurrence's last run was interrupted; sweeping it again");
     }
     let list = crate::run::passes::pass_list(cx, &prepared, &cx.tenant_source).await?;
+    let total = i32::try_from(list.passes.len()).unwrap_or(i32::MAX);
     let mut passes = 0;
     for pass in list.passes {
         if cancel.is_cancelled() {
@@ -330,9 +357,13 @@ async fn locked(
         let mut req = crate::run::passes::pass_request(pass, at);
         req.dry_run = dry_run;
         req.trigger = Trigger::Scheduled;
-        req.occurrence = Some(at);
-        req.cancel = cancel.clone();
         passes += 1;
+        req.occurrence = Some(crate::run::OccurrencePass {
+            at,
+            pass: i32::try_from(passes).unwrap_or(i32::MAX),
+            passes: total,
+        });
+        req.cancel = cancel.clone();
         report_pass(tenant.as_deref(), crate::run::sweep::sweep(cx, req).await);
     }
     if cancel.is_cancelled() {
@@ -459,13 +490,28 @@ mod tests {
 
     #[test]
     fn the_decision_reruns_only_interrupted_occurrences() {
+        let l = |status, pass, passes| {
+            Some(Latest {
+                status,
+                pass,
+                passes,
+            })
+        };
+        use RunStatus::*;
         let cases = [
             (None, Decision::Run),
-            (Some(RunStatus::Started), Decision::Rerun),
-            (Some(RunStatus::Cancelled), Decision::Rerun),
-            (Some(RunStatus::Succeeded), Decision::Skip),
-            (Some(RunStatus::PartiallyFailed), Decision::Skip),
-            (Some(RunStatus::Failed), Decision::Skip),
+            // Owner lost mid-pass, or stopped by shutdown: again, whole.
+            (l(Started, 3, 3), Decision::Rerun),
+            (l(Started, 1, 3), Decision::Rerun),
+            (l(Cancelled, 3, 3), Decision::Rerun),
+            // Owner lost between passes.
+            (l(Succeeded, 1, 3), Decision::Rerun),
+            (l(PartiallyFailed, 2, 3), Decision::Rerun),
+            // It ran to its last pass, whatever that pass's outcome.
+            (l(Succeeded, 3, 3), Decision::Skip),
+            (l(PartiallyFailed, 3, 3), Decision::Skip),
+            (l(Failed, 3, 3), Decision::Skip),
+            (l(Succeeded, 1, 1), Decision::Skip),
         ];
         for (latest, want) in cases {
             assert_eq!(decide(latest), want, "{latest:?}");

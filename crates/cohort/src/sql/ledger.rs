@@ -50,8 +50,10 @@ impl LedgerPlan {
         let detail = CohortTable::RowDetail.qualified(schema);
         let mut insert_run = SqlText::new("INSERT INTO ");
         insert_run.table(&run).push(
-            " (run_id, kind, trigger, dry_run, tenant_id, status, logical_now, started_at, occurrence) \
-             VALUES ($1, $2, $3, $4, $5, 'started', $6, pg_catalog.clock_timestamp(), $7) RETURNING started_at",
+            " (run_id, kind, trigger, dry_run, tenant_id, status, logical_now, started_at, \
+               occurrence, occurrence_pass, occurrence_passes) \
+             VALUES ($1, $2, $3, $4, $5, 'started', $6, pg_catalog.clock_timestamp(), $7, $8, $9) \
+             RETURNING started_at",
         );
         let mut settle_run = SqlText::new("UPDATE ");
         settle_run.table(&run).push(
