@@ -370,15 +370,17 @@ async fn query_jurisdiction(
     )))
 }
 
-/// Worker-only settings do not change a manual run: say so when they are on.
-fn note_worker_settings(cohort: &Cohort, dry_run: bool) {
-    let c = cohort.config();
-    if c.kill_switch {
-        eprintln!("cohort: note: [cohort] kill_switch stops the scheduled worker only; this manual run goes ahead");
+/// Worker-only settings do not change a manual run: say so when they are
+/// on (in the configuration or the database).
+async fn note_worker_settings(cohort: &Cohort, dry_run: bool) -> Result<(), Failure> {
+    let live = cohort.settings().await?;
+    if live.kill_switch.effective {
+        eprintln!("cohort: note: the kill switch is on; it stops the scheduled worker only, and this manual run goes ahead");
     }
-    if c.dry_run && !dry_run {
-        eprintln!("cohort: note: [cohort] dry_run applies to the scheduled worker only; this manual run changes rows (pass --dry-run to count only)");
+    if live.dry_run.effective && !dry_run {
+        eprintln!("cohort: note: dry_run is on; it applies to the scheduled worker only, and this manual run changes rows (pass --dry-run to count only)");
     }
+    Ok(())
 }
 
 fn print_preview(result: &cohort::PreviewResult) {
@@ -564,7 +566,7 @@ pub(crate) async fn sweep(
     (dry_run, allow_future_now): (bool, bool),
 ) -> Result<(), Failure> {
     let now = parse_time(now, "--now")?;
-    note_worker_settings(cohort, dry_run);
+    note_worker_settings(cohort, dry_run).await?;
     let cancel = Cancel::new();
     crate::services::cancel_on_signal(&cancel, "cancelling; the open batch will be rolled back");
     if scope.all_tenants {
@@ -656,7 +658,7 @@ pub(crate) async fn erase(
     (dry_run, allow_future_now): (bool, bool),
 ) -> Result<(), Failure> {
     let now = parse_time(now, "--now")?;
-    note_worker_settings(cohort, dry_run);
+    note_worker_settings(cohort, dry_run).await?;
     let cancel = Cancel::new();
     crate::services::cancel_on_signal(&cancel, "cancelling; the open batch will be rolled back");
     let jurisdiction = match tenant {

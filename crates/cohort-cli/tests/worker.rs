@@ -578,7 +578,15 @@ async fn settings_and_prune_commands_follow_the_contract() {
     for _ in 0..3 {
         let out = cohort(dir, &["sweep", "--all-tenants"], db.url(), &[]);
         assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        // Worker-only settings (dry_run on in the database) are named, and
+        // the explicit sweep is honoured as written.
+        assert!(stderr(&out).contains("dry_run is on"), "{}", stderr(&out));
     }
+    let dry: i64 = sqlx::query_scalar("SELECT count(*) FROM retention.sweep_run WHERE dry_run")
+        .fetch_one(db.pool())
+        .await
+        .unwrap();
+    assert_eq!(dry, 0, "explicit sweeps are not made dry by the setting");
     sqlx::raw_sql(
         "UPDATE retention.sweep_run SET started_at = started_at - interval '100 days', settled_at = settled_at - interval '100 days'
          WHERE run_id IN (SELECT run_id FROM retention.sweep_run ORDER BY started_at LIMIT 6)",
