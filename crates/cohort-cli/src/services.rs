@@ -60,9 +60,28 @@ fn clock_offset() -> Result<chrono::TimeDelta, Failure> {
 /// Runs services until SIGINT/SIGTERM, then stops them gracefully; exit 0.
 async fn run_until_signal(services: Services) -> Result<(), Failure> {
     let names = services.names().join(", ");
-    let handle = services.spawn();
+    let handle = services.try_spawn()?;
     tracing::info!(services = %names, "started; stop with SIGINT or SIGTERM");
-    wait_for_signal().await;
+    // Until a signal, or a service ending by itself (it panicked).
+    let signalled = tokio::select! {
+        _ = wait_for_signal() => true,
+        _ = async {
+            while handle.ended().is_empty() {
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+            }
+        } => false,
+    };
+    if !signalled {
+        let ended = handle.ended().join(", ");
+        let report = handle.shutdown().await;
+        return Err(Failure::Run(Error::Config(
+            format!(
+                "service(s) stopped unexpectedly: {ended} (panicked: {})",
+                report.panicked.join(", ")
+            )
+            .into(),
+        )));
+    }
     eprintln!("cohort: stopping ({names}); the open batch is rolled back, in-flight deliveries get the grace period (signal again to stop them now)");
     let now = handle.stop_now_token();
     tokio::spawn(async move {
@@ -210,7 +229,11 @@ pub(crate) async fn prune(cohort: &Cohort, json: bool, dry_run: bool) -> Result<
                 .into(),
         )));
     };
-    if cohort.settings().await?.kill_switch.effective {
+    if cohort
+        .settings()
+        .await
+        .is_ok_and(|s| s.kill_switch.effective)
+    {
         eprintln!("cohort: note: the kill switch stops the background pruner only; this explicit pass goes ahead");
     }
     let cancel = Cancel::new();

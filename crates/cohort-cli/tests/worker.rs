@@ -95,64 +95,116 @@ fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
-/// A `cohort worker` process; its connections carry `name` as their
-/// application name, so the test can tell which replica holds a lock.
-fn spawn_worker(dir: &Path, url: &str, name: &str, env: &[(&str, &str)]) -> Child {
-    let url = format!("{url}&application_name={name}");
-    command(dir, &["worker"], &url, env)
-        .env("RUST_LOG", "cohort=info")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start cohort worker")
+/// `cohort worker` processes owned by a test. Each one's connections carry
+/// its name as their application name (so the test can tell which replica
+/// holds a lock) and its log goes to a file. Dropping the set kills every
+/// process not yet waited for, so a failed assertion never leaves workers
+/// running (and a pid is never signalled after it was reaped).
+struct Replicas {
+    dir: std::path::PathBuf,
+    url: String,
+    procs: Vec<(String, Option<Child>)>,
 }
 
-/// Kills the listed processes when a test ends, pass or fail, so a failed
-/// assertion never leaves workers running.
-struct Reaper(Vec<u32>);
-
-impl Drop for Reaper {
-    fn drop(&mut self) {
-        for pid in &self.0 {
-            let _ = Command::new("kill")
-                .args(["-KILL", &pid.to_string()])
-                .stderr(Stdio::null())
-                .status();
+impl Replicas {
+    fn new(dir: &Path, url: &str) -> Self {
+        Self {
+            dir: dir.to_path_buf(),
+            url: url.to_string(),
+            procs: Vec::new(),
         }
+    }
+
+    fn log_path(&self, name: &str) -> std::path::PathBuf {
+        self.dir.join(format!("{name}.log"))
+    }
+
+    fn spawn(&mut self, name: &str, env: &[(&str, &str)]) {
+        let url = format!("{}&application_name={name}", self.url);
+        let log = std::fs::File::create(self.log_path(name)).unwrap();
+        let child = command(&self.dir, &["worker"], &url, env)
+            .env("RUST_LOG", "cohort=info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(log))
+            .spawn()
+            .expect("start cohort worker");
+        self.procs.push((name.to_string(), Some(child)));
+    }
+
+    fn child(&mut self, name: &str) -> &mut Option<Child> {
+        &mut self
+            .procs
+            .iter_mut()
+            .find(|(n, _)| n == name)
+            .unwrap_or_else(|| panic!("no replica named {name:?}"))
+            .1
+    }
+
+    fn log(&self, name: &str) -> String {
+        std::fs::read_to_string(self.log_path(name)).unwrap_or_default()
+    }
+
+    /// SIGKILL, and reap it.
+    fn kill9(&mut self, name: &str) {
+        let mut child = self.child(name).take().expect("running");
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+
+    /// SIGTERM; the exit code and the log once it has exited. Panics if it
+    /// takes longer than `within`.
+    fn terminate(&mut self, name: &str, within: Duration) -> (Option<i32>, String) {
+        let mut child = self.child(name).take().expect("running");
+        let ok = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill -TERM failed");
+        let start = Instant::now();
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                return (status.code(), self.log(name));
+            }
+            if start.elapsed() > within {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!(
+                    "{name} did not stop within {within:?} of SIGTERM:\n{}",
+                    self.log(name)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// SIGTERM to each still running, in order; each must exit 0.
+    fn terminate_all(&mut self) -> Vec<(String, String)> {
+        let names: Vec<String> = self
+            .procs
+            .iter()
+            .filter(|(_, c)| c.is_some())
+            .map(|(n, _)| n.clone())
+            .collect();
+        names
+            .into_iter()
+            .map(|n| {
+                let (code, log) = self.terminate(&n, Duration::from_secs(30));
+                assert_eq!(code, Some(0), "{n} exit:\n{log}");
+                (n, log)
+            })
+            .collect()
     }
 }
 
-fn signal(child: &Child, sig: &str) {
-    let ok = Command::new("kill")
-        .args([&format!("-{sig}"), &child.id().to_string()])
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "kill -{sig} failed");
-}
-
-/// SIGTERM, then the exit status and stderr; panics if it takes longer than
-/// `within`.
-fn terminate(mut child: Child, within: Duration) -> (Option<i32>, String) {
-    signal(&child, "TERM");
-    let start = Instant::now();
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            let out = child.wait_with_output().unwrap();
-            return (
-                status.code(),
-                String::from_utf8_lossy(&out.stderr).into_owned(),
-            );
+impl Drop for Replicas {
+    fn drop(&mut self) {
+        for (_, child) in &mut self.procs {
+            if let Some(mut c) = child.take() {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
         }
-        if start.elapsed() > within {
-            let _ = child.kill();
-            let out = child.wait_with_output().unwrap();
-            panic!(
-                "worker did not stop within {within:?} of SIGTERM:\n{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
@@ -215,22 +267,10 @@ async fn three_worker_replicas_run_each_occurrence_once() {
     let (db, dir) = setup(&policy("*/3 * * * * *", 500, "")).await;
     let dir = dir.path();
     insert_rows(db.pool(), 50, 50).await;
-    let workers = vec![
-        spawn_worker(
-            dir,
-            db.url(),
-            "w-ahead",
-            &[("COHORTTEST_CLOCK_OFFSET_SECS", "3600")],
-        ),
-        spawn_worker(
-            dir,
-            db.url(),
-            "w-behind",
-            &[("COHORTTEST_CLOCK_OFFSET_SECS", "-3600")],
-        ),
-        spawn_worker(dir, db.url(), "w-dry", &[("COHORT_DRY_RUN", "true")]),
-    ];
-    let _reaper = Reaper(workers.iter().map(Child::id).collect());
+    let mut replicas = Replicas::new(dir, db.url());
+    replicas.spawn("w-ahead", &[("COHORTTEST_CLOCK_OFFSET_SECS", "3600")]);
+    replicas.spawn("w-behind", &[("COHORTTEST_CLOCK_OFFSET_SECS", "-3600")]);
+    replicas.spawn("w-dry", &[("COHORT_DRY_RUN", "true")]);
     // At least three real occurrences with all their passes settled.
     wait_until(
         "three real occurrences",
@@ -245,18 +285,23 @@ async fn three_worker_replicas_run_each_occurrence_once() {
         },
     )
     .await;
-    let mut logs = Vec::new();
-    for w in workers {
-        let (code, err) = terminate(w, Duration::from_secs(30));
-        assert_eq!(code, Some(0), "worker exit:\n{err}");
-        logs.push(err);
-    }
+    let logs: Vec<String> = replicas
+        .terminate_all()
+        .into_iter()
+        .map(|(_, l)| l)
+        .collect();
     let runs = scheduled(db.pool()).await;
+    // An occurrence whose owner was stopped by its SIGTERM (a cancelled
+    // run) is swept again, whole, by another replica: its passes may
+    // repeat. Every other occurrence runs each pass exactly once.
+    let interrupted: std::collections::BTreeSet<(DateTime<Utc>, bool)> = runs
+        .iter()
+        .filter(|r| r.3 == "cancelled")
+        .map(|r| (r.0, r.1))
+        .collect();
     let mut per: BTreeMap<(DateTime<Utc>, bool, Option<String>), usize> = BTreeMap::new();
     for (occurrence, dry, tenant, status, logical_now, error) in &runs {
-        // A run cancelled by the shutdown of one replica may be swept again
-        // by another: only settled runs claim an occurrence.
-        if status != "cancelled" {
+        if !interrupted.contains(&(*occurrence, *dry)) {
             *per.entry((*occurrence, *dry, tenant.clone())).or_default() += 1;
         }
         // The cutoffs come from the occurrence, on the database clock.
@@ -313,6 +358,7 @@ async fn lock_owner(pool: &PgPool) -> Option<String> {
     sqlx::query_scalar(
         "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
          WHERE l.locktype = 'advisory' AND l.granted AND a.application_name LIKE 'w-%'
+           AND a.datname = current_database()
          ORDER BY a.application_name LIMIT 1",
     )
     .fetch_optional(pool)
@@ -329,11 +375,9 @@ async fn a_killed_owner_s_occurrence_is_swept_again_by_another_replica() {
     let dir = dir.path();
     insert_rows(db.pool(), 1500, 10).await;
     sqlx::raw_sql(SLOW).execute(db.pool()).await.unwrap();
-    let mut workers: BTreeMap<String, Child> = ["w-a", "w-b"]
-        .iter()
-        .map(|n| (n.to_string(), spawn_worker(dir, db.url(), n, &[])))
-        .collect();
-    let _reaper = Reaper(workers.values().map(Child::id).collect());
+    let mut replicas = Replicas::new(dir, db.url());
+    replicas.spawn("w-a", &[]);
+    replicas.spawn("w-b", &[]);
     // Wait for an occurrence to be under way with some batches committed.
     wait_until("a sweep under way", Duration::from_secs(45), async || {
         let committed: i64 = sqlx::query_scalar(
@@ -348,15 +392,31 @@ async fn a_killed_owner_s_occurrence_is_swept_again_by_another_replica() {
     let owner = lock_owner(db.pool())
         .await
         .expect("an owner holds the lock");
-    let (occurrence, orphan_id): (DateTime<Utc>, uuid::Uuid) = sqlx::query_as(
-        "SELECT occurrence, run_id FROM retention.sweep_run WHERE status = 'started' AND trigger = 'scheduled'",
-    )
-    .fetch_one(db.pool())
-    .await
-    .unwrap();
-    let victim = workers.remove(&owner).unwrap();
-    signal(&victim, "KILL");
-    let _ = victim.wait_with_output();
+    // The run in progress (read until found: the owner may be between
+    // its first pass and the next for a moment).
+    let mut started = None;
+    for _ in 0..100 {
+        started = sqlx::query_as::<_, (DateTime<Utc>, uuid::Uuid)>(
+            "SELECT occurrence, run_id FROM retention.sweep_run WHERE status = 'started' AND trigger = 'scheduled'",
+        )
+        .fetch_optional(db.pool())
+        .await
+        .unwrap();
+        if started.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (occurrence, orphan_id) = started.expect("a run in progress");
+    replicas.kill9(&owner);
+    // Killed mid-run: the run had not settled by itself.
+    let status: String =
+        sqlx::query_scalar("SELECT status FROM retention.sweep_run WHERE run_id = $1")
+            .bind(orphan_id)
+            .fetch_one(db.pool())
+            .await
+            .unwrap();
+    assert_ne!(status, "succeeded", "the kill landed mid-run");
     // The survivor takes the lock, recovers the orphan and runs the
     // occurrence again, every pass, before the next one is due.
     wait_until("the occurrence swept again", Duration::from_secs(25), async || {
@@ -396,10 +456,7 @@ async fn a_killed_owner_s_occurrence_is_swept_again_by_another_replica() {
         .await
         .unwrap();
     assert_eq!(left, 0, "the re-run finished the work");
-    for (_, w) in workers {
-        let (code, err) = terminate(w, Duration::from_secs(30));
-        assert_eq!(code, Some(0), "{err}");
-    }
+    replicas.terminate_all();
 }
 
 /// RS-012: SIGTERM during a long sweep: exit 0 within the grace period,
@@ -411,8 +468,8 @@ async fn sigterm_mid_sweep_cancels_the_run_and_exits_zero() {
     let dir = dir.path();
     insert_rows(db.pool(), 3000, 10).await;
     sqlx::raw_sql(SLOW).execute(db.pool()).await.unwrap();
-    let worker = spawn_worker(dir, db.url(), "w-term", &[]);
-    let _reaper = Reaper(vec![worker.id()]);
+    let mut replicas = Replicas::new(dir, db.url());
+    replicas.spawn("w-term", &[]);
     wait_until("batches committed", Duration::from_secs(30), async || {
         let committed: i64 = sqlx::query_scalar(
             "SELECT COALESCE(sum(affected_count), 0)::int8 FROM retention.sweep_run_entity_summary",
@@ -424,7 +481,7 @@ async fn sigterm_mid_sweep_cancels_the_run_and_exits_zero() {
     })
     .await;
     let start = Instant::now();
-    let (code, err) = terminate(worker, Duration::from_secs(30));
+    let (code, err) = replicas.terminate("w-term", Duration::from_secs(30));
     assert_eq!(code, Some(0), "{err}");
     assert!(start.elapsed() < Duration::from_secs(30));
     let runs = scheduled(db.pool()).await;
@@ -457,13 +514,12 @@ async fn sigterm_mid_sweep_cancels_the_run_and_exits_zero() {
 async fn the_database_kill_switch_reaches_every_replica() {
     let (db, dir) = setup(&policy("*/3 * * * * *", 100, "")).await;
     let dir = dir.path();
-    insert_rows(db.pool(), 1500, 10).await;
+    insert_rows(db.pool(), 3000, 10).await;
     sqlx::raw_sql(SLOW).execute(db.pool()).await.unwrap();
-    let workers: Vec<Child> = ["w-1", "w-2", "w-3"]
-        .iter()
-        .map(|n| spawn_worker(dir, db.url(), n, &[]))
-        .collect();
-    let _reaper = Reaper(workers.iter().map(Child::id).collect());
+    let mut replicas = Replicas::new(dir, db.url());
+    for n in ["w-1", "w-2", "w-3"] {
+        replicas.spawn(n, &[]);
+    }
     wait_until(
         "the first pass under way",
         Duration::from_secs(30),
@@ -521,10 +577,8 @@ async fn the_database_kill_switch_reaches_every_replica() {
         },
     )
     .await;
-    for w in workers {
-        let (code, err) = terminate(w, Duration::from_secs(30));
-        assert_eq!(code, Some(0), "{err}");
-        assert!(err.contains("kill switch"), "{err}");
+    for (name, log) in replicas.terminate_all() {
+        assert!(log.contains("kill switch"), "{name}:\n{log}");
     }
 }
 

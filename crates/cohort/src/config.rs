@@ -362,10 +362,8 @@ impl CohortConfig {
             }
         }
         if let Some(schedule) = &self.schedule {
-            if let Err(e) = schedule.parse::<croner::Cron>() {
-                problems.push(format!(
-                    "schedule {schedule:?} is not a valid cron expression: {e}"
-                ));
+            if let Err(e) = crate::services::worker::parse_schedule(schedule) {
+                problems.push(e);
             }
         }
         if problems.is_empty() {

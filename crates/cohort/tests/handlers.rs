@@ -930,7 +930,7 @@ impl RowHandler<Note> for Stuck {
 
 /// RS-012 (dispatcher side): at shutdown an in-flight delivery that ends
 /// within the grace period settles normally; one that does not is
-/// cancelled and its claim released (due again, its attempt not counted),
+/// cancelled and its claim released (due again at once, the attempt counted),
 /// so another dispatcher picks it up at once instead of after the claim
 /// time-out.
 #[tokio::test]
@@ -1017,7 +1017,7 @@ async fn shutdown_lets_deliveries_finish_within_the_grace_period_then_releases_t
     assert_eq!(
         queue(
             db.pool(),
-            "status = 'pending' AND attempts = 0 AND claim_token IS NULL AND next_attempt_at <= now()"
+            "status = 'pending' AND attempts = 1 AND claim_token IS NULL AND next_attempt_at <= now()"
         )
         .await,
         1,

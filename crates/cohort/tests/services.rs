@@ -18,6 +18,7 @@ use sqlx::PgPool;
 use support::*;
 
 const FAILING: &str = "ffffffff-0000-0000-0000-00000000000f";
+const PANICKING: &str = "eeeeeeee-0000-0000-0000-00000000000e";
 
 /// The engine fixture's rules, failing for one tenant.
 struct FailsForTenant;
@@ -31,6 +32,9 @@ impl RuleProvider for FailsForTenant {
     async fn resolve(&self, ctx: &ResolutionContext) -> Result<RetentionRule, ResolveError> {
         if ctx.tenant.tenant_id.as_deref() == Some(FAILING) {
             return Err(ResolveError::Provider("rules service unavailable".into()));
+        }
+        if ctx.tenant.tenant_id.as_deref() == Some(PANICKING) {
+            panic!("a rule provider with a bug");
         }
         rules().resolve(ctx).await
     }
@@ -153,10 +157,11 @@ async fn a_failing_tenant_and_a_database_outage_do_not_stop_the_worker() {
         .await
         .unwrap();
     cluster.restart(Duration::from_secs(3)).await.unwrap();
-    let back: chrono::DateTime<chrono::Utc> = sqlx::query_scalar("SELECT clock_timestamp()")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
+    let back: chrono::DateTime<chrono::Utc> =
+        sqlx::query_scalar("SELECT pg_postmaster_start_time()")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
     assert!(!services.is_finished(), "the worker survived the outage");
     let during = scheduled(&pool)
         .await
@@ -173,6 +178,80 @@ async fn a_failing_tenant_and_a_database_outage_do_not_stop_the_worker() {
     let report = services.shutdown().await;
     assert!(report.clean(), "{report:?}");
     assert_eq!(report.stopped, ["worker"]);
+    assert_eq!(
+        advisory_locks(&pool).await,
+        0,
+        "no lock outlives the worker"
+    );
+}
+
+/// Advisory locks held by any session of the database.
+async fn advisory_locks(pool: &PgPool) -> i64 {
+    count(
+        pool,
+        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+    )
+    .await
+}
+
+/// A pass whose user code panics (here a rule provider) fails that pass
+/// only: its run is settled failed at once, the other tenants and the
+/// tenantless pass run, later occurrences run, and no advisory lock is
+/// left behind in the pool.
+#[tokio::test]
+async fn a_panicking_pass_fails_alone_and_leaves_no_lock_behind() {
+    let db = engine_db().await;
+    let mut b = Cohort::builder(db.pool().clone())
+        .config(test_config())
+        .rules(FailsForTenant)
+        .tenant_source(TenantSource::List(vec![
+            entry(TENANT_A),
+            entry(PANICKING),
+            entry(TENANT_B),
+        ]));
+    for d in engine_entities() {
+        b = b.declaration(d);
+    }
+    let cohort = b.build().await.unwrap();
+    let services = Services::new(&cohort)
+        .unwrap()
+        .worker(Some(WorkerConfig::new("* * * * * *").unwrap()))
+        .spawn();
+    // Two occurrences with their four passes settled: the panicking one
+    // failed (recovered), the rest succeeded.
+    wait_until(
+        "two complete occurrences",
+        Duration::from_secs(30),
+        || async {
+            let runs = scheduled(db.pool()).await;
+            let mut by: std::collections::BTreeMap<_, Vec<(Option<String>, String)>> =
+                Default::default();
+            for (o, t, s) in runs {
+                by.entry(o).or_default().push((t, s));
+            }
+            by.values()
+                .filter(|passes| {
+                    passes.len() == 4
+                        && passes.iter().all(|(t, s)| match t.as_deref() {
+                            Some(PANICKING) => s == "failed",
+                            _ => s == "succeeded",
+                        })
+                })
+                .count()
+                >= 2
+        },
+    )
+    .await;
+    let reason: String =
+        sqlx::query_scalar("SELECT error FROM public.sweep_run WHERE tenant_id = $1 LIMIT 1")
+            .bind(PANICKING)
+            .fetch_one(db.pool())
+            .await
+            .unwrap();
+    assert!(reason.contains("panicked"), "{reason}");
+    let report = services.shutdown().await;
+    assert!(report.clean(), "{report:?}");
+    assert_eq!(advisory_locks(db.pool()).await, 0);
 }
 
 /// The process's own kill switch (configuration, flipped at run time
@@ -205,6 +284,17 @@ async fn the_process_kill_switch_flips_without_a_restart() {
         Duration::from_secs(20),
         || complete_occurrences(db.pool(), off - chrono::TimeDelta::seconds(1)),
     )
+    .await;
+    // dry_run set in the database reaches the running worker too.
+    cohort.set_setting(Setting::DryRun, true).await.unwrap();
+    wait_until("a dry scheduled run", Duration::from_secs(20), || async {
+        count(
+            db.pool(),
+            "SELECT count(*) FROM public.sweep_run WHERE trigger = 'scheduled' AND dry_run AND tenant_id IS NULL AND status = 'succeeded'",
+        )
+        .await
+            >= 1
+    })
     .await;
     assert!(services.shutdown().await.clean());
 }

@@ -36,7 +36,7 @@ pub struct FlushReport {
     /// until their claim expires and they are reclaimed.
     pub unrecorded: u64,
     /// Deliveries stopped by shutdown after the grace period: their claims
-    /// were released (due again now, the attempt not counted).
+    /// were released (due again now; the attempt counts).
     pub released: u64,
     /// Runs left `started` past `settle_timeout` that were settled `failed`.
     pub recovered_runs: u64,
@@ -321,6 +321,8 @@ impl Dispatcher {
             }
         };
         let result = tokio::select! {
+            // A delivery that has finished is recorded, never released.
+            biased;
             r = bounded => r,
             _ = self.stop.cancelled() => {
                 // Shutdown's grace period is over: the handler is told,

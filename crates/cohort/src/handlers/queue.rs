@@ -30,8 +30,9 @@ pub(crate) struct QueuePlan {
     /// from now, or dead-lettered when `$5` is true. `$1` id, `$2` claim
     /// token, `$3` sanitised error. Returns the row-detail id.
     pub(crate) fail: SqlText,
-    /// Puts claimed work back, due now, its attempt not counted: a
-    /// delivery stopped by shutdown after the grace period.
+    /// Puts claimed work back, due now: a delivery stopped by shutdown
+    /// after the grace period. Its attempt counts, so work that never
+    /// finishes within a grace period still reaches `max_attempts`.
     pub(crate) release: SqlText,
     /// Clears the payloads of a row once all its handlers succeeded (a dead
     /// letter keeps its payload for a retry). `$1` row-detail id.
@@ -126,7 +127,6 @@ impl QueuePlan {
         let mut release = SqlText::new("UPDATE ");
         release.table(&hs).push(
             " SET status = 'pending', next_attempt_at = pg_catalog.now(), \
-               attempts = GREATEST(attempts - 1, 0), \
                claim_token = NULL, claim_expires_at = NULL, updated_at = pg_catalog.now() \
              WHERE handler_status_id = $1 AND claim_token = $2 AND status = 'in_flight' \
              RETURNING row_detail_id",

@@ -170,7 +170,7 @@ pub(crate) async fn execute(
 ) -> Result<SweepResult> {
     let inner = cx;
     let run_id = Uuid::new_v4();
-    let mut conn: PoolConnection<Postgres> = inner.pool.acquire().await?;
+    let mut conn = locks::Held::new(inner.pool.acquire().await?);
     locks::lock(&mut conn, LockKey::Run(run_id)).await?;
     let started = sqlx::query(ready.ledger.insert_run.sql())
         .bind(run_id)
@@ -188,7 +188,7 @@ pub(crate) async fn execute(
     let started_at = match started {
         Ok(at) => at,
         Err(e) => {
-            release_run_lock(conn, run_id).await;
+            release_run_lock(conn.into_inner(), run_id).await;
             return Err(e.into());
         }
     };
@@ -260,7 +260,7 @@ pub(crate) async fn execute(
         &failures,
     )
     .await;
-    release_run_lock(conn, run_id).await;
+    release_run_lock(conn.into_inner(), run_id).await;
     let settled_at = settled?;
     inner.observers.emit(AuditEvent::Settled { run_id, status });
     Ok(SweepResult {

@@ -9,7 +9,7 @@
 //! // pruner if `[prune]` limits are set.
 //! let services = cohort::services::Services::new(&cohort)?
 //!     .grace_period(Duration::from_secs(30))
-//!     .spawn();
+//!     .try_spawn()?;
 //! // ... the application runs ...
 //! let report = services.shutdown().await; // graceful: see `ServicesHandle`
 //! assert!(report.clean());
@@ -40,6 +40,10 @@ pub use worker::WorkerConfig;
 /// The default time in-flight handler deliveries get to finish at shutdown.
 pub const DEFAULT_GRACE_PERIOD: Duration = Duration::from_secs(30);
 
+/// How long a service may take to stop once the grace period is over and
+/// its in-flight work was told to stop, before it is aborted.
+pub const FORCE_WAIT: Duration = Duration::from_secs(5);
+
 /// Which services to start, and how; see the module documentation.
 #[derive(Clone)]
 pub struct Services {
@@ -64,7 +68,8 @@ impl std::fmt::Debug for Services {
 impl Services {
     /// The services `cohort`'s configuration asks for: the worker when
     /// `schedule` is set, the dispatcher when row handlers are registered,
-    /// the pruner when a `[prune]` limit is set.
+    /// the pruner when a `[prune]` limit is set. [`Services::spawn`]
+    /// refuses a pool too small for them.
     pub fn new(cohort: &Cohort) -> Result<Self> {
         let cx = cohort.context();
         Ok(Self {
@@ -117,8 +122,41 @@ impl Services {
         out
     }
 
-    /// Starts them on the current tokio runtime. Must be called from
-    /// within one.
+    /// The fewest pool connections these services can work with: the
+    /// worker holds its occurrence lock on one while a run uses another
+    /// and reads settings on a third; the pruner's batch transaction and
+    /// its settings read need two; the dispatcher one.
+    pub fn connections_needed(&self) -> u32 {
+        let mut n = 0;
+        if self.worker.is_some() {
+            n = n.max(3);
+        }
+        if self.pruner.is_some() {
+            n = n.max(2);
+        }
+        if self.dispatcher {
+            n = n.max(1);
+        }
+        n
+    }
+
+    /// Starts them on the current tokio runtime (call it from within one).
+    /// A pool smaller than [`Services::connections_needed`] is a
+    /// configuration error: the services would fail every iteration.
+    pub fn try_spawn(self) -> Result<ServicesHandle> {
+        let have = self.cx.pool.options().get_max_connections();
+        let need = self.connections_needed();
+        if have < need {
+            return Err(crate::Error::Config(crate::Problems::one(format!(
+                "the pool allows {have} connection(s); the background services ({}) need at least {need}",
+                self.names().join(", ")
+            ))));
+        }
+        Ok(self.spawn())
+    }
+
+    /// Starts them on the current tokio runtime (call it from within one),
+    /// without checking the pool's size (see [`Services::try_spawn`]).
     pub fn spawn(self) -> ServicesHandle {
         let soft = Cancel::new();
         let hard = Cancel::new();
@@ -192,7 +230,9 @@ impl ServicesHandle {
     /// settled `Cancelled`, the pruner stops after its batch, the
     /// dispatcher claims nothing more and its in-flight deliveries get the
     /// grace period to finish; past it they are cancelled and their claims
-    /// released.
+    /// released. A service still busy [`FORCE_WAIT`] after that (a
+    /// statement that will not end) is aborted: its connections are closed,
+    /// so the server rolls its transaction back and releases its locks.
     pub async fn shutdown(self) -> ShutdownReport {
         self.soft.cancel();
         let deadline = tokio::time::Instant::now() + self.grace;
@@ -210,10 +250,17 @@ impl ServicesHandle {
                     );
                     self.hard.cancel();
                     report.forced.push(name);
-                    task.await
+                    match tokio::time::timeout(FORCE_WAIT, &mut task).await {
+                        Ok(r) => r,
+                        Err(_) => {
+                            tracing::warn!(service = name, "still busy; aborting it");
+                            task.abort();
+                            task.await
+                        }
+                    }
                 }
             };
-            if result.is_err() {
+            if matches!(&result, Err(e) if e.is_panic()) {
                 report.stopped.retain(|n| *n != name);
                 report.forced.retain(|n| *n != name);
                 report.panicked.push(name);
@@ -239,5 +286,15 @@ impl ServicesHandle {
     /// when one panicked).
     pub fn is_finished(&self) -> bool {
         self.tasks.iter().all(|(_, t)| t.is_finished())
+    }
+
+    /// The services that have stopped although nobody asked them to (a
+    /// panic): a host should stop too, or restart them.
+    pub fn ended(&self) -> Vec<&'static str> {
+        self.tasks
+            .iter()
+            .filter(|(_, t)| t.is_finished())
+            .map(|(n, _)| *n)
+            .collect()
     }
 }

@@ -5,10 +5,13 @@
 //!
 //! It never deletes a run that still has handler work that is not terminal
 //! (pending or in flight): such a run is passed over until its work is
-//! delivered or dead-lettered, and the schema itself refuses (`ON DELETE
-//! RESTRICT`) to delete queued work with its run. Terminal handler work of
-//! a pruned run (delivered, or dead-lettered) goes with it. It never
-//! deletes an active hold. Ages are measured on the database clock.
+//! delivered or dead-lettered, and the schema itself refuses (its foreign
+//! keys have no `ON DELETE` action) to delete queued work with its run.
+//! Terminal handler work of a pruned run (delivered, or dead-lettered) goes
+//! with it. It never deletes an active hold, nor the runs of the newest
+//! scheduled occurrence (a worker replica may still be deciding about it).
+//! Every statement deletes at most `batch_size` rows. Ages are measured on
+//! the database clock.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -132,9 +135,9 @@ pub(crate) fn cutoffs(config: &PrunerConfig, db_now: DateTime<Utc>) -> Result<Cu
 struct Statements {
     select_runs: SqlText,
     delete_work: SqlText,
-    remaining_work: SqlText,
-    delete_summaries: SqlText,
     delete_details: SqlText,
+    lock_runs: SqlText,
+    delete_summaries: SqlText,
     delete_runs: SqlText,
     count_runs: SqlText,
     kept_runs: SqlText,
@@ -148,11 +151,16 @@ fn statements(schema: &str) -> Statements {
     let summary = CohortTable::EntitySummary.qualified(schema);
     let detail = CohortTable::RowDetail.qualified(schema);
     let hold = CohortTable::Hold.qualified(schema);
-    // Old settled runs with (EXISTS) or without (NOT EXISTS) pending or
-    // in-flight work.
+    // Old settled runs, not of the newest occurrence, with (EXISTS) or
+    // without (NOT EXISTS) pending or in-flight work.
     let old_runs = |s: &mut SqlText, exists: &'static str| {
         s.table(&run)
-            .push(" r WHERE r.status <> 'started' AND r.settled_at < $1 AND ")
+            .push(
+                " r WHERE r.status <> 'started' AND r.settled_at < $1 \
+                 AND (r.occurrence IS NULL OR r.occurrence < (SELECT max(o.occurrence) FROM ",
+            )
+            .table(&run)
+            .push(" o)) AND ")
             .push(exists)
             .push(" (SELECT 1 FROM ")
             .table(&hs)
@@ -160,18 +168,39 @@ fn statements(schema: &str) -> Statements {
     };
     let mut select_runs = SqlText::new("SELECT r.run_id FROM ");
     old_runs(&mut select_runs, "NOT EXISTS");
-    // Locked, so two pruners never take the same batch.
-    select_runs.push(" ORDER BY r.settled_at, r.run_id LIMIT $2 FOR UPDATE OF r SKIP LOCKED");
+    select_runs.push(" ORDER BY r.settled_at, r.run_id LIMIT $2");
     let mut count_runs = SqlText::new("SELECT count(*)::int8 FROM ");
     old_runs(&mut count_runs, "NOT EXISTS");
     let mut kept_runs = SqlText::new("SELECT count(*)::int8 FROM ");
     old_runs(&mut kept_runs, "EXISTS");
+    // Terminal work of those runs, at most $2 rows.
     let mut delete_work = SqlText::new("DELETE FROM ");
     delete_work
         .table(&hs)
-        .push(" WHERE run_id = ANY($1) AND status IN ('succeeded', 'dead_lettered')");
-    let mut remaining_work = SqlText::new("SELECT DISTINCT run_id FROM ");
-    remaining_work.table(&hs).push(" WHERE run_id = ANY($1)");
+        .push(" WHERE handler_status_id IN (SELECT handler_status_id FROM ")
+        .table(&hs)
+        .push(
+            " WHERE run_id = ANY($1) AND status IN ('succeeded', 'dead_lettered') LIMIT $2 \
+             FOR UPDATE SKIP LOCKED) AND status IN ('succeeded', 'dead_lettered')",
+        );
+    // Row details no handler work hangs from any more, at most $2 rows.
+    let mut delete_details = SqlText::new("DELETE FROM ");
+    delete_details
+        .table(&detail)
+        .push(" WHERE row_detail_id IN (SELECT d.row_detail_id FROM ")
+        .table(&detail)
+        .push(" d WHERE d.run_id = ANY($1) AND NOT EXISTS (SELECT 1 FROM ")
+        .table(&hs)
+        .push(" h WHERE h.row_detail_id = d.row_detail_id) LIMIT $2 FOR UPDATE OF d SKIP LOCKED)");
+    // The runs left with neither work nor details, locked for the delete.
+    let mut lock_runs = SqlText::new("SELECT r.run_id FROM ");
+    lock_runs
+        .table(&run)
+        .push(" r WHERE r.run_id = ANY($1) AND NOT EXISTS (SELECT 1 FROM ")
+        .table(&hs)
+        .push(" h WHERE h.run_id = r.run_id) AND NOT EXISTS (SELECT 1 FROM ")
+        .table(&detail)
+        .push(" d WHERE d.run_id = r.run_id) FOR UPDATE OF r SKIP LOCKED");
     let by_run = |t: &crate::QualifiedName| {
         let mut s = SqlText::new("DELETE FROM ");
         s.table(t).push(" WHERE run_id = ANY($1)");
@@ -192,9 +221,9 @@ fn statements(schema: &str) -> Statements {
     Statements {
         select_runs,
         delete_work,
-        remaining_work,
+        delete_details,
+        lock_runs,
         delete_summaries: by_run(&summary),
-        delete_details: by_run(&detail),
         delete_runs: by_run(&run),
         count_runs,
         kept_runs,
@@ -262,48 +291,55 @@ pub(crate) async fn pass(
                     report.stopped = true;
                     return Ok(report);
                 }
-                let mut tx = cx.pool.begin().await?;
                 let ids: Vec<uuid::Uuid> = sqlx::query_scalar(st.select_runs.sql())
                     .bind(before)
                     .bind(batch)
-                    .fetch_all(&mut *tx)
+                    .fetch_all(&cx.pool)
                     .await?;
                 if ids.is_empty() {
                     break;
                 }
-                // Terminal work first; work that turned pending meanwhile
-                // (a dead letter retried) stays, and keeps its run.
-                let exec =
-                    |sql: &SqlText, ids: &[uuid::Uuid]| sqlx::query(sql.sql()).bind(ids.to_vec());
-                report.handler_work += exec(&st.delete_work, &ids)
-                    .execute(&mut *tx)
-                    .await?
-                    .rows_affected();
-                let remaining: Vec<uuid::Uuid> = sqlx::query_scalar(st.remaining_work.sql())
+                // Bounded statements: finished handler work, then the row
+                // details nothing hangs from any more. Work that turned
+                // pending meanwhile (a dead letter retried) stays, with its
+                // row detail, and keeps its run.
+                for (statement, counter) in [
+                    (&st.delete_work, &mut report.handler_work),
+                    (&st.delete_details, &mut report.row_details),
+                ] {
+                    loop {
+                        let done = sqlx::query(statement.sql())
+                            .bind(&ids)
+                            .bind(batch)
+                            .execute(&cx.pool)
+                            .await?
+                            .rows_affected();
+                        *counter += done;
+                        if done < batch as u64 {
+                            break;
+                        }
+                    }
+                }
+                let mut tx = cx.pool.begin().await?;
+                let victims: Vec<uuid::Uuid> = sqlx::query_scalar(st.lock_runs.sql())
                     .bind(&ids)
                     .fetch_all(&mut *tx)
                     .await?;
-                let victims: Vec<uuid::Uuid> = ids
-                    .iter()
-                    .copied()
-                    .filter(|id| !remaining.contains(id))
-                    .collect();
-                report.summaries += exec(&st.delete_summaries, &victims)
+                report.summaries += sqlx::query(st.delete_summaries.sql())
+                    .bind(&victims)
                     .execute(&mut *tx)
                     .await?
                     .rows_affected();
-                report.row_details += exec(&st.delete_details, &victims)
-                    .execute(&mut *tx)
-                    .await?
-                    .rows_affected();
-                report.runs += exec(&st.delete_runs, &victims)
+                let runs = sqlx::query(st.delete_runs.sql())
+                    .bind(&victims)
                     .execute(&mut *tx)
                     .await?
                     .rows_affected();
                 tx.commit().await?;
-                if !remaining.is_empty() {
-                    // Work turned pending meanwhile: those runs are kept,
-                    // and not taken again in this pass.
+                report.runs += runs;
+                if runs < ids.len() as u64 {
+                    // Some runs gained work meanwhile, or another pruner
+                    // holds them: not taken again in this pass.
                     break;
                 }
             }

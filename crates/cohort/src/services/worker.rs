@@ -23,7 +23,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use sqlx::Row;
 
 use crate::cancel::Cancel;
 use crate::context::Context;
@@ -51,11 +50,7 @@ impl WorkerConfig {
     /// fields, or six with seconds first). A bad expression is a
     /// configuration error.
     pub fn new(schedule: &str) -> Result<Self> {
-        let cron = schedule.parse::<croner::Cron>().map_err(|e| {
-            Error::Config(Problems::one(format!(
-                "schedule {schedule:?} is not a valid cron expression: {e}"
-            )))
-        })?;
+        let cron = parse_schedule(schedule).map_err(|e| Error::Config(Problems::one(e)))?;
         if cron.find_next_occurrence(&Utc::now(), false).is_err() {
             return Err(Error::Config(Problems::one(format!(
                 "schedule {schedule:?} never fires"
@@ -91,6 +86,21 @@ impl WorkerConfig {
     fn local_now(&self) -> DateTime<Utc> {
         Utc::now() + self.local_clock_offset
     }
+}
+
+/// Parses a schedule: five cron fields (minute first), six (second
+/// first), or a nickname such as `@daily`; evaluated in UTC.
+pub(crate) fn parse_schedule(schedule: &str) -> std::result::Result<croner::Cron, String> {
+    let fields = schedule.split_whitespace().count();
+    let nickname = fields == 1 && schedule.trim_start().starts_with('@');
+    if !(nickname || fields == 5 || fields == 6) {
+        return Err(format!(
+            "schedule {schedule:?} is not a valid cron expression: expected five fields (minute hour day month weekday), six (second first) or a nickname such as @daily, not {fields}"
+        ));
+    }
+    schedule
+        .parse::<croner::Cron>()
+        .map_err(|e| format!("schedule {schedule:?} is not a valid cron expression: {e}"))
 }
 
 /// The first occurrence of `schedule` strictly after both the database's
@@ -170,8 +180,21 @@ pub(crate) enum Occurrence {
     /// The kill switch was on before the first pass, or turned on after
     /// `passes` passes.
     KillSwitch { passes: usize },
+    /// `dry_run` changed after `passes` passes: one occurrence is of one
+    /// kind, so the rest waits for the next occurrence.
+    DryRunChanged { passes: usize },
     /// Shutdown stopped it after `passes` passes.
     Cancelled { passes: usize },
+}
+
+/// Aborts a spawned task when dropped (so aborting the worker aborts the
+/// occurrence and pass it is running).
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// Runs the worker until `cancel` fires.
@@ -195,23 +218,32 @@ pub(crate) async fn run(cx: Arc<Context>, config: WorkerConfig, cancel: Cancel) 
             }
         };
         last = Some(next);
-        match occurrence(&cx, &config, next, &cancel).await {
-            Ok(outcome) => {
+        // Its own task: a panic ends this occurrence, never the worker.
+        let mut task = AbortOnDrop(tokio::spawn({
+            let (cx, config, cancel) = (Arc::clone(&cx), config.clone(), cancel.clone());
+            async move { occurrence(&cx, &config, next, &cancel).await }
+        }));
+        match (&mut task.0).await {
+            Ok(Ok(outcome)) => {
                 failures = 0;
                 tracing::info!(occurrence = %next, outcome = ?outcome, "occurrence done");
             }
-            Err(e) => {
+            Ok(Err(e)) => {
                 failures += 1;
                 tracing::error!(occurrence = %next, error = %e, "occurrence failed; retrying at the next occurrence");
+            }
+            Err(e) => {
+                failures += 1;
+                tracing::error!(occurrence = %next, error = %e, "occurrence panicked; retrying at the next occurrence");
             }
         }
     }
     tracing::info!("scheduled worker stopped");
 }
 
-async fn db_now(conn: &mut sqlx::PgConnection) -> Result<DateTime<Utc>> {
+async fn db_now(executor: impl sqlx::PgExecutor<'_>) -> Result<DateTime<Utc>> {
     Ok(sqlx::query_scalar("SELECT pg_catalog.clock_timestamp()")
-        .fetch_one(conn)
+        .fetch_one(executor)
         .await?)
 }
 
@@ -224,9 +256,7 @@ async fn wait_for_next(
     cancel: &Cancel,
     skew_reported: &mut bool,
 ) -> Result<Option<DateTime<Utc>>> {
-    let mut conn = cx.pool.acquire().await?;
-    let now = db_now(&mut conn).await?;
-    drop(conn);
+    let now = db_now(&cx.pool).await?;
     let skew = config.local_now() - now;
     if skew.abs() > SKEW_WARNING && !std::mem::replace(skew_reported, true) {
         tracing::warn!(
@@ -248,189 +278,305 @@ async fn wait_for_next(
         if !cancel.sleep(wait).await {
             return Ok(None);
         }
-        let mut conn = cx.pool.acquire().await?;
-        now = db_now(&mut conn).await?;
+        now = db_now(&cx.pool).await?;
     }
     Ok(Some(next))
+}
+
+/// What the part of an occurrence under the lock asks of its caller.
+enum Locked {
+    /// The occurrence ended this way.
+    Done(Occurrence),
+    /// A `Started` run of a lost owner still holds its run lock (a killed
+    /// process's session ends when its statement does): let go of the
+    /// occurrence lock and try again shortly.
+    OrphanStillLive,
 }
 
 /// One occurrence: take the lock (or give up when the next occurrence is
 /// due), decide, recover orphans, run the passes.
 pub(crate) async fn occurrence(
-    cx: &Context,
+    cx: &Arc<Context>,
     config: &WorkerConfig,
     at: DateTime<Utc>,
     cancel: &Cancel,
 ) -> Result<Occurrence> {
+    // Validation (first use) before the lock, not under it.
+    let prepared = cx.prepared().await?;
     let table = CohortTable::SweepRun.qualified(&cx.config.schema);
     let key = LockKey::Worker(&table);
     let give_up = next_occurrence(&config.schedule, at, None);
-    let mut conn = cx.pool.acquire().await?;
+    let too_late = |now: DateTime<Utc>| give_up.is_some_and(|g| now >= g);
     loop {
         if cancel.is_cancelled() {
             return Ok(Occurrence::Cancelled { passes: 0 });
         }
+        // A connection per attempt: a waiting replica holds none. Whatever
+        // happens once it holds the lock (a panic, an abort), the lock
+        // never goes back to the pool with the connection.
+        let mut conn = locks::Held::new(cx.pool.acquire().await?);
         if locks::try_lock(&mut conn, key).await? {
-            break;
+            let result = if too_late(db_now(&mut *conn).await?) {
+                tracing::info!(occurrence = %at, "the sweep lock came free after the next occurrence was due; skipped");
+                Ok(Locked::Done(Occurrence::LockHeld))
+            } else {
+                locked(cx, &prepared, &mut conn, at, cancel).await
+            };
+            if locks::unlock(&mut conn, key).await.is_ok() {
+                drop(conn.into_inner());
+            }
+            // Otherwise dropping `Held` closes the session, releasing it.
+            match result? {
+                Locked::Done(outcome) => return Ok(outcome),
+                Locked::OrphanStillLive => {}
+            }
+        } else {
+            drop(conn.into_inner());
         }
-        let now = db_now(&mut conn).await?;
-        if give_up.is_some_and(|g| now >= g) {
+        if too_late(db_now(&cx.pool).await?) {
             tracing::info!(occurrence = %at, "another replica held the sweep lock until the next occurrence; skipped");
             return Ok(Occurrence::LockHeld);
         }
         cancel.sleep(LOCK_POLL).await;
     }
-    let result = locked(cx, &mut conn, at, cancel).await;
-    if locks::unlock(&mut conn, key).await.is_err() {
-        // Closing the session releases the lock.
-        drop(conn.detach());
-    }
-    result
 }
 
-/// The part of an occurrence run under the lock.
-async fn locked(
+/// The latest Scheduled run of kind `dry_run` for occurrence `at` or later.
+async fn latest_run(
     cx: &Context,
-    lock_conn: &mut sqlx::PgConnection,
+    conn: &mut sqlx::PgConnection,
+    dry_run: bool,
     at: DateTime<Utc>,
-    cancel: &Cancel,
-) -> Result<Occurrence> {
-    let prepared = cx.prepared().await?;
-    let settings = crate::settings::read(cx).await?;
-    if settings.kill_switch.effective {
-        tracing::warn!(occurrence = %at, "kill switch is on; occurrence skipped");
-        return Ok(Occurrence::KillSwitch { passes: 0 });
-    }
-    let dry_run = settings.dry_run.effective;
-    let schema = &cx.config.schema;
+) -> Result<Option<Latest>> {
     let mut sql = SqlText::new("SELECT status, occurrence_pass, occurrence_passes FROM ");
-    sql.table(&CohortTable::SweepRun.qualified(schema)).push(
+    sql.table(&CohortTable::SweepRun.qualified(&cx.config.schema)).push(
         " WHERE kind = 'sweep' AND trigger = 'scheduled' AND dry_run = $1 AND occurrence >= $2 \
          ORDER BY started_at DESC, run_id DESC LIMIT 1",
     );
-    let latest: Option<(String, i32, i32)> = sqlx::query_as(sql.into_sql())
+    let row: Option<(String, i32, i32)> = sqlx::query_as(sql.into_sql())
         .bind(dry_run)
         .bind(at)
-        .fetch_optional(&mut *lock_conn)
+        .fetch_optional(&mut *conn)
         .await?;
-    let latest = match latest {
-        Some((status, pass, passes)) => Some(Latest {
+    row.map(|(status, pass, passes)| {
+        Ok(Latest {
             status: RunStatus::parse(&status).ok_or_else(|| {
                 Error::Migration(format!("unknown run status {status:?} in the ledger"))
             })?,
             pass,
             passes,
-        }),
-        None => None,
-    };
-    let decision = decide(latest);
-    let live = recover_orphans(cx, lock_conn, cancel).await?;
+        })
+    })
+    .transpose()
+}
+
+/// The part of an occurrence run under the lock.
+async fn locked(
+    cx: &Arc<Context>,
+    prepared: &crate::context::Prepared,
+    lock_conn: &mut sqlx::PgConnection,
+    at: DateTime<Utc>,
+    cancel: &Cancel,
+) -> Result<Locked> {
+    let settings = crate::settings::read(cx).await?;
+    if settings.kill_switch.effective {
+        tracing::warn!(occurrence = %at, "kill switch is on; occurrence skipped");
+        return Ok(Locked::Done(Occurrence::KillSwitch { passes: 0 }));
+    }
+    let dry_run = settings.dry_run.effective;
+    let decision = decide(latest_run(cx, lock_conn, dry_run, at).await?);
+    let live = recover_orphans(cx).await?;
     if decision == Decision::Skip {
-        return Ok(Occurrence::AlreadyRan);
+        return Ok(Locked::Done(Occurrence::AlreadyRan));
     }
     if live > 0 {
-        // A Started run whose lock is still held: its owner's session is
-        // still ending (a killed process's statement runs to its end).
-        // Never sweep beside it; the next occurrence recovers it.
-        tracing::warn!(occurrence = %at, live, "a scheduled run still holds its lock; occurrence skipped");
-        return Ok(Occurrence::LockHeld);
+        return Ok(Locked::OrphanStillLive);
     }
     let rerun = decision == Decision::Rerun;
     if rerun {
-        tracing::warn!(occurrence = %at, dry_run, "occurrence's last run was interrupted; sweeping it again");
+        tracing::warn!(occurrence = %at, dry_run, "occurrence's last attempt was interrupted; sweeping it again");
     }
-    let list = crate::run::passes::pass_list(cx, &prepared, &cx.tenant_source).await?;
+    let list = crate::run::passes::pass_list(cx, prepared, &cx.tenant_source).await?;
     let total = i32::try_from(list.passes.len()).unwrap_or(i32::MAX);
     let mut passes = 0;
     for pass in list.passes {
         if cancel.is_cancelled() {
-            return Ok(Occurrence::Cancelled { passes });
+            return Ok(Locked::Done(Occurrence::Cancelled { passes }));
         }
-        if passes > 0 && crate::settings::read(cx).await?.kill_switch.effective {
-            tracing::warn!(occurrence = %at, passes, "kill switch turned on; later passes skipped");
-            return Ok(Occurrence::KillSwitch { passes });
+        if passes > 0 {
+            let now = crate::settings::read(cx).await?;
+            if now.kill_switch.effective {
+                tracing::warn!(occurrence = %at, passes, "kill switch turned on; later passes skipped");
+                return Ok(Locked::Done(Occurrence::KillSwitch { passes }));
+            }
+            if now.dry_run.effective != dry_run {
+                // One occurrence is of one kind: the rest runs at the next
+                // occurrence as the setting now says.
+                tracing::warn!(occurrence = %at, passes, dry_run = now.dry_run.effective, "dry_run changed; later passes skipped");
+                return Ok(Locked::Done(Occurrence::DryRunChanged { passes }));
+            }
         }
-        // The lock's session must still be ours: if it is gone, another
-        // replica may already be running this occurrence.
+        // The lock's session must still be ours (a session lock lives
+        // exactly as long as its session).
         sqlx::query("SELECT 1").execute(&mut *lock_conn).await?;
-        let tenant = pass.as_ref().map(|(t, _)| t.clone());
-        let mut req = crate::run::passes::pass_request(pass, at);
-        req.dry_run = dry_run;
-        req.trigger = Trigger::Scheduled;
         passes += 1;
-        req.occurrence = Some(crate::run::OccurrencePass {
+        let position = crate::run::OccurrencePass {
             at,
             pass: i32::try_from(passes).unwrap_or(i32::MAX),
             passes: total,
-        });
-        req.cancel = cancel.clone();
-        report_pass(tenant.as_deref(), crate::run::sweep::sweep(cx, req).await);
+        };
+        run_pass(cx, lock_conn, pass, position, dry_run, cancel).await?;
     }
     if cancel.is_cancelled() {
-        return Ok(Occurrence::Cancelled { passes });
+        return Ok(Locked::Done(Occurrence::Cancelled { passes }));
     }
-    Ok(Occurrence::Ran { passes, rerun })
+    Ok(Locked::Done(Occurrence::Ran { passes, rerun }))
 }
 
-fn report_pass(tenant: Option<&str>, result: Result<crate::SweepResult>) {
-    let shown = tenant.unwrap_or("(tenantless)");
-    match result {
-        Ok(r) => match r.status {
+/// How often the occurrence lock's session is used during a long pass, so
+/// no idle time-out (a proxy's, `idle_session_timeout`) can end it.
+const LOCK_KEEPALIVE: Duration = Duration::from_secs(30);
+
+/// Runs one pass in its own task (a panic in user code, such as a rule
+/// provider or an anonymiser, fails the pass, not the occurrence), keeping
+/// the lock's session alive meanwhile. A pass that fails before its run
+/// exists is recorded as a failed run, so the occurrence still counts as
+/// run to its last pass.
+async fn run_pass(
+    cx: &Arc<Context>,
+    lock_conn: &mut sqlx::PgConnection,
+    pass: Option<(String, Option<String>)>,
+    position: crate::run::OccurrencePass,
+    dry_run: bool,
+    cancel: &Cancel,
+) -> Result<()> {
+    let tenant = pass.as_ref().map(|(t, _)| t.clone());
+    let mut req = crate::run::passes::pass_request(pass, position.at);
+    req.dry_run = dry_run;
+    req.trigger = Trigger::Scheduled;
+    req.occurrence = Some(position);
+    req.cancel = cancel.clone();
+    let mut task = AbortOnDrop(tokio::spawn({
+        let cx = Arc::clone(cx);
+        async move { crate::run::sweep::sweep(&cx, req).await }
+    }));
+    let mut lost: Option<sqlx::Error> = None;
+    let joined = loop {
+        tokio::select! {
+            joined = &mut task.0 => break joined,
+            _ = tokio::time::sleep(LOCK_KEEPALIVE), if lost.is_none() => {
+                if let Err(e) = sqlx::query("SELECT 1").execute(&mut *lock_conn).await {
+                    tracing::error!(error = %e, "lost the occurrence lock's session; another replica may start this occurrence");
+                    lost = Some(e);
+                }
+            }
+        }
+    };
+    let shown = tenant.as_deref().unwrap_or("(tenantless)");
+    match joined {
+        Ok(Ok(r)) => match r.status {
             RunStatus::Succeeded => {
                 tracing::info!(tenant = shown, run_id = %r.run_id, affected = r.affected(), dry_run = r.dry_run, "scheduled pass succeeded")
             }
             status => {
-                tracing::error!(tenant = shown, run_id = %r.run_id, status = status.as_str(), failures = r.failures.len(), "scheduled pass did not succeed")
+                tracing::error!(tenant = shown, run_id = %r.run_id, status = status.as_str(), failures = r.failures.len(), "scheduled pass did not succeed; the other passes go on")
             }
         },
-        Err(e) => {
-            tracing::error!(tenant = shown, error = %e, "scheduled pass failed before its run started; the other passes go on")
+        Ok(Err(e)) => {
+            tracing::error!(tenant = shown, error = %e, "scheduled pass failed before its run started; the other passes go on");
+            let text = format!("pass: did not start: kind={} {e}", e.kind().as_str());
+            record_not_started(cx, tenant.as_deref(), position, dry_run, &text).await;
         }
+        Err(e) => {
+            tracing::error!(tenant = shown, error = %e, "scheduled pass panicked; the other passes go on");
+            // A run it had started is settled failed as soon as its
+            // connection (closed as it unwound) has let go of its lock.
+            let reason = "run: recovered: the scheduled pass panicked before it settled";
+            let mut recovered = 0;
+            for _ in 0..20 {
+                let (done, live) = settle_orphans(cx, reason).await?;
+                recovered += done;
+                if live == 0 {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            if recovered == 0 {
+                // It panicked before its run existed.
+                let text = "pass: did not start: kind=panic the pass panicked (a rule provider, anonymiser or handler with a bug)";
+                record_not_started(cx, tenant.as_deref(), position, dry_run, text).await;
+            }
+        }
+    }
+    match lost {
+        Some(e) => Err(e.into()),
+        None => Ok(()),
     }
 }
 
-/// How long to wait for the run lock of a `Started` scheduled run: the
-/// backend of a killed worker ends only when its statement does.
-const ORPHAN_WAIT: Duration = Duration::from_secs(30);
+/// Records a pass that failed before its run existed as a settled failed
+/// run of its occurrence: what failed stays in the ledger, and the
+/// occurrence still counts as run to its last pass (otherwise every
+/// replica would sweep it again). A failure to record is only logged.
+async fn record_not_started(
+    cx: &Context,
+    tenant: Option<&str>,
+    position: crate::run::OccurrencePass,
+    dry_run: bool,
+    text: &str,
+) {
+    let mut sql = SqlText::new("INSERT INTO ");
+    sql.table(&CohortTable::SweepRun.qualified(&cx.config.schema)).push(
+        " (run_id, kind, trigger, dry_run, tenant_id, status, logical_now, started_at, settled_at, \
+           error, occurrence, occurrence_pass, occurrence_passes) \
+         VALUES ($1, 'sweep', 'scheduled', $2, $3, 'failed', $4, pg_catalog.clock_timestamp(), \
+           pg_catalog.clock_timestamp(), $5, $4, $6, $7)",
+    );
+    if let Err(e) = sqlx::query(sql.into_sql())
+        .bind(uuid::Uuid::new_v4())
+        .bind(dry_run)
+        .bind(tenant)
+        .bind(position.at)
+        .bind(text)
+        .bind(position.pass)
+        .bind(position.passes)
+        .execute(&cx.pool)
+        .await
+    {
+        tracing::warn!(error = %e, "could not record the pass that did not start");
+    }
+}
 
 /// Settles `failed` every scheduled sweep left `started` whose run lock is
-/// free (waiting up to [`ORPHAN_WAIT`] for it): under the occurrence lock
-/// nobody else runs scheduled sweeps, and a live run holds its own lock,
-/// so such a run lost its owner. Returns how many still hold their lock.
-async fn recover_orphans(
-    cx: &Context,
-    conn: &mut sqlx::PgConnection,
-    cancel: &Cancel,
-) -> Result<u64> {
+/// free: under the occurrence lock nobody else runs scheduled sweeps, and
+/// a live run holds its own lock, so such a run lost its owner. Returns
+/// (recovered, still holding their lock).
+async fn settle_orphans(cx: &Context, reason: &str) -> Result<(u64, u64)> {
     let mut sql = SqlText::new("SELECT run_id FROM ");
     sql.table(&CohortTable::SweepRun.qualified(&cx.config.schema))
         .push(" WHERE status = 'started' AND trigger = 'scheduled' AND kind = 'sweep'");
-    let orphans: Vec<uuid::Uuid> = sqlx::query(sql.into_sql())
-        .fetch_all(&mut *conn)
-        .await?
-        .iter()
-        .map(|r| r.try_get("run_id"))
-        .collect::<std::result::Result<_, _>>()?;
-    let mut live = 0;
+    let orphans: Vec<uuid::Uuid> = sqlx::query_scalar(sql.into_sql())
+        .fetch_all(&cx.pool)
+        .await?;
+    let (mut recovered, mut live) = (0, 0);
     for run_id in orphans {
-        let started = std::time::Instant::now();
-        loop {
-            let reason = "run: recovered: the worker running this scheduled occurrence stopped before it settled (owner lost)";
-            match crate::handlers::recover_run(cx, run_id, reason).await? {
-                crate::handlers::Recovery::Recovered => {
-                    tracing::warn!(%run_id, "recovered a scheduled run whose worker was lost as failed");
-                    break;
-                }
-                crate::handlers::Recovery::Settled => break,
-                crate::handlers::Recovery::Live => {}
+        match crate::handlers::recover_run(cx, run_id, reason).await? {
+            crate::handlers::Recovery::Recovered => {
+                tracing::warn!(%run_id, reason, "settled a scheduled run whose owner was lost as failed");
+                recovered += 1;
             }
-            if started.elapsed() >= ORPHAN_WAIT || !cancel.sleep(Duration::from_millis(200)).await {
-                live += 1;
-                break;
-            }
+            crate::handlers::Recovery::Settled => {}
+            crate::handlers::Recovery::Live => live += 1,
         }
     }
-    Ok(live)
+    Ok((recovered, live))
+}
+
+/// [`settle_orphans`] for runs whose worker was lost; returns how many
+/// still hold their run lock.
+async fn recover_orphans(cx: &Context) -> Result<u64> {
+    let reason = "run: recovered: the worker running this scheduled occurrence stopped before it settled (owner lost)";
+    Ok(settle_orphans(cx, reason).await?.1)
 }
 
 #[cfg(test)]
@@ -531,7 +677,8 @@ mod tests {
     fn schedules_are_validated() {
         assert!(WorkerConfig::new("0 2 * * *").is_ok());
         assert!(WorkerConfig::new("*/5 * * * * *").is_ok());
-        for bad in ["", "every day", "61 * * * *", "0 2 * *"] {
+        assert!(WorkerConfig::new("@daily").is_ok());
+        for bad in ["", "every day", "61 * * * *", "0 2 * *", "0 0 2 * * * 2030"] {
             let e = WorkerConfig::new(bad).unwrap_err();
             assert!(
                 e.to_string().contains("not a valid cron expression"),
