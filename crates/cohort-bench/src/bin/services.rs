@@ -1,0 +1,182 @@
+//! `cohort-services-bench`: what the background services cost.
+//!
+//! ```text
+//! cargo run --release -p cohort-bench --bin cohort-services-bench -- [--runs N] [--details D] [--tenants T]
+//! ```
+//!
+//! 1. History pruner: a fresh database with N old settled runs, each with
+//!    one entity summary, D per-row details and D delivered handler
+//!    deliveries; one pruning pass (batch 1000). Prints runs and ledger
+//!    rows deleted per second, and checks nothing old is left and a recent
+//!    run is kept.
+//! 2. Scheduled worker: T tenants with nothing eligible, a schedule firing
+//!    every second; the time one occurrence takes from its first pass's
+//!    start to its last pass's settlement, and per pass (the worker's fixed
+//!    cost per tenant: lock, decision, settings reads, a run's ledger rows).
+
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use cohort::policy::TenantEntry;
+use cohort::rules::{Period, RetentionRule, StaticRuleProvider, Strategy};
+use cohort::services::{PrunerConfig, Services, WorkerConfig};
+use cohort::{Cancel, Cohort, EntityDeclaration, TenantSource};
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Command-line arguments.
+#[derive(Debug, Parser)]
+#[command(
+    name = "cohort-services-bench",
+    about = "History pruning and scheduled-worker costs"
+)]
+struct Args {
+    /// Old runs to prune.
+    #[arg(long, default_value_t = 20_000, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    runs: u64,
+    /// Row details (and delivered handler rows) per run.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(0..=10_000))]
+    details: u64,
+    /// Tenants swept per occurrence.
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    tenants: u64,
+}
+
+const ENTITY: &str = "a3f467fe-c5d0-4f17-9897-83c373cc1dc8";
+
+async fn cohort_on(
+    db: &cohort_pgtemp::TestDatabase,
+    config: cohort::CohortConfig,
+    tenants: Vec<TenantEntry>,
+) -> Result<Cohort, BoxError> {
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(8)
+        .connect_with(db.connect_options())
+        .await?;
+    let rules = StaticRuleProvider::builder()
+        .category(
+            "notes",
+            RetentionRule::new(Period::from_days(30)?, Strategy::Purge),
+        )
+        .build()
+        .map_err(|e| format!("{e:?}"))?;
+    Ok(Cohort::builder(pool)
+        .config(config)
+        .rules(rules)
+        .tenant_source(TenantSource::List(tenants))
+        .declaration(
+            EntityDeclaration::new("Note", ENTITY)
+                .category("notes")
+                .anchor("created_at")
+                .table("app.notes"),
+        )
+        .build()
+        .await?)
+}
+
+async fn fresh() -> Result<cohort_pgtemp::TestDatabase, BoxError> {
+    let db = cohort_pgtemp::fresh_empty_database().await?;
+    let mut conn = db.connect().await?;
+    cohort::schema::migrate(&mut conn, "public").await?;
+    sqlx::raw_sql(
+        "CREATE SCHEMA app;
+         CREATE TABLE app.notes (id bigint PRIMARY KEY, tenant_id uuid NOT NULL, created_at timestamptz NOT NULL);
+         CREATE INDEX ON app.notes (tenant_id, created_at);",
+    )
+    .execute(db.pool())
+    .await?;
+    Ok(db)
+}
+
+async fn prune(runs: u64, details: u64) -> Result<(), BoxError> {
+    let db = fresh().await?;
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "INSERT INTO public.sweep_run (run_id, kind, trigger, dry_run, status, logical_now, started_at, settled_at)
+         SELECT gen_random_uuid(), 'sweep', 'manual', false, 'succeeded', now(), now() - interval '200 days', now() - interval '200 days' + make_interval(secs => g)
+         FROM generate_series(1, {runs}) g;
+         INSERT INTO public.sweep_run (run_id, kind, trigger, dry_run, status, logical_now, started_at, settled_at)
+         VALUES ('00000000-0000-4000-8000-000000000001', 'sweep', 'manual', false, 'succeeded', now(), now(), now());
+         INSERT INTO public.sweep_run_entity_summary (run_id, retention_entity_id, entity_type, category, strategy, affected_count, resolved_period)
+         SELECT run_id, '{ENTITY}', 'Note', 'notes', 'purge', {details}, interval '30 days' FROM public.sweep_run;
+         INSERT INTO public.sweep_run_row_detail (run_id, retention_entity_id, entity_type, record_id, action)
+         SELECT r.run_id, '{ENTITY}', 'Note', g::text, 'purge' FROM public.sweep_run r, generate_series(1, {details}) g;
+         INSERT INTO public.sweep_row_handler_status (row_detail_id, run_id, handler_id, phase, status)
+         SELECT row_detail_id, run_id, 'h', 'immediate', 'succeeded' FROM public.sweep_run_row_detail;
+         ANALYZE;"
+    )))
+    .execute(db.pool())
+    .await?;
+    let mut config = cohort::CohortConfig::default();
+    config.prune.runs_older_than = Some(Period::from_days(90)?);
+    let cohort = cohort_on(&db, config.clone(), Vec::new()).await?;
+    let pruner = PrunerConfig::from_config(&config)?.ok_or("pruner not configured")?;
+    let started = Instant::now();
+    let r = cohort.prune(&pruner, false, &Cancel::new()).await?;
+    let secs = started.elapsed().as_secs_f64();
+    let left: i64 = sqlx::query_scalar("SELECT count(*) FROM public.sweep_run")
+        .fetch_one(db.pool())
+        .await?;
+    if r.runs != runs || left != 1 {
+        return Err(format!("pruned {} of {runs} runs, {left} left (expected 1)", r.runs).into());
+    }
+    let rows = r.runs + r.summaries + r.row_details + r.handler_work;
+    println!(
+        "pruner: {runs} runs with {details} row details and {details} deliveries each: {:.2} s, {:.0} runs/s, {:.0} ledger rows/s (batch {})",
+        secs,
+        r.runs as f64 / secs,
+        rows as f64 / secs,
+        config.prune.batch_size
+    );
+    Ok(())
+}
+
+async fn worker(tenants: u64) -> Result<(), BoxError> {
+    let db = fresh().await?;
+    let list: Vec<TenantEntry> = (0..tenants)
+        .map(|i| TenantEntry {
+            id: format!("00000000-0000-4000-8000-{i:012}"),
+            jurisdiction: None,
+        })
+        .collect();
+    let cohort = cohort_on(&db, cohort::CohortConfig::default(), list).await?;
+    let services = Services::new(&cohort)?
+        .worker(Some(WorkerConfig::new("* * * * * *")?))
+        .try_spawn()?;
+    let deadline = Instant::now() + Duration::from_secs(600);
+    let done = loop {
+        let row: Option<(f64, i64)> = sqlx::query_as(
+            "SELECT extract(epoch FROM max(settled_at) - min(started_at))::float8, count(*)
+             FROM public.sweep_run WHERE status = 'succeeded'
+             GROUP BY occurrence HAVING count(*) = $1 ORDER BY occurrence LIMIT 1",
+        )
+        .bind(tenants as i64)
+        .fetch_optional(db.pool())
+        .await?;
+        if let Some(r) = row {
+            break r;
+        }
+        if Instant::now() > deadline {
+            return Err("no occurrence completed within 10 minutes".into());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let report = services.shutdown().await;
+    if !report.clean() {
+        return Err(format!("shutdown: {report:?}").into());
+    }
+    println!(
+        "worker: one occurrence of {} tenant passes: {:.3} s, {:.1} ms per pass",
+        done.1,
+        done.0,
+        done.0 * 1000.0 / done.1 as f64
+    );
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> Result<(), BoxError> {
+    let args = Args::parse();
+    prune(args.runs, args.details).await?;
+    worker(args.tenants).await?;
+    Ok(())
+}
