@@ -431,3 +431,69 @@ async fn the_background_pruner_stops_on_the_kill_switch() {
     assert!(stopped > 0, "the switch landed mid-pass");
     assert!(services.shutdown().await.clean());
 }
+
+/// A pass whose user code panics in the middle of its run (here a custom
+/// anonymiser, called on the locked rows): the open batch is rolled back
+/// by the server, the run left started is settled failed at once, and no
+/// advisory lock (the run's or the occurrence's) is left in the pool.
+#[tokio::test]
+async fn a_pass_that_panics_mid_run_is_settled_failed_and_rolled_back() {
+    use cohort::model::{AnonymiseMethod, CustomAnonymiser};
+    let db = engine_db().await;
+    let cohort = Cohort::builder(db.pool().clone())
+        .config(test_config())
+        .rules(rules())
+        .tenant_source(TenantSource::List(vec![entry(TENANT_A)]))
+        .declaration(
+            cohort::EntityDeclaration::new("Contact", CONTACT_ID)
+                .category("contacts")
+                .anchor("created_at")
+                .table("app.contacts")
+                .anonymise(
+                    "email",
+                    AnonymiseMethod::Custom(CustomAnonymiser::new::<Option<String>, _, _>(
+                        "boom",
+                        |_: &Option<String>| -> Option<String> {
+                            panic!("an anonymiser with a bug")
+                        },
+                    )),
+                ),
+        )
+        .build()
+        .await
+        .unwrap();
+    let services = Services::new(&cohort)
+        .unwrap()
+        .worker(Some(WorkerConfig::new("* * * * * *").unwrap()))
+        .try_spawn()
+        .unwrap();
+    wait_until("a failed scheduled run", Duration::from_secs(20), || async {
+        count(
+            db.pool(),
+            "SELECT count(*) FROM public.sweep_run WHERE trigger = 'scheduled' AND status = 'failed' AND error LIKE '%panicked before it settled%'",
+        )
+        .await
+            >= 1
+    })
+    .await;
+    let report = services.shutdown().await;
+    assert!(report.clean(), "{report:?}");
+    assert_eq!(
+        count(
+            db.pool(),
+            "SELECT count(*) FROM app.contacts WHERE anonymised_at IS NOT NULL OR email IS NULL"
+        )
+        .await,
+        0,
+        "the batch was rolled back"
+    );
+    assert_eq!(
+        count(
+            db.pool(),
+            "SELECT count(*) FROM public.sweep_run WHERE status = 'started'"
+        )
+        .await,
+        0
+    );
+    assert_eq!(advisory_locks(db.pool()).await, 0);
+}
