@@ -130,6 +130,7 @@ pub(crate) async fn erase(cx: &Context, req: ErasureRequest) -> Result<SweepResu
             entity: e,
             cutoff,
             lock: statements.lock,
+            lock_after: None,
             count_args: lock_args.clone(),
             lock_args,
             mutate: statements.mutate,

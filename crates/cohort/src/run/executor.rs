@@ -62,8 +62,13 @@ pub(crate) struct Work<'a> {
     pub(crate) rule: RetentionRule,
     /// The cutoff reported and stored (`None`: erasure without a legal minimum).
     pub(crate) cutoff: Option<DateTime<Utc>>,
-    /// Locks a batch; returns record keys.
+    /// Locks a batch; returns record keys (and, with `lock_after`, each
+    /// row's anchor).
     pub(crate) lock: SqlText,
+    /// Locks the next batch after a cursor, the previous batch's last
+    /// (anchor, key), bound after `lock_args` (`None`: every batch uses
+    /// `lock`).
+    pub(crate) lock_after: Option<SqlText>,
     pub(crate) lock_args: Vec<Arg>,
     /// Mutates locked rows; binds keys, literals, custom values, then `mutate_args`.
     pub(crate) mutate: SqlText,
@@ -380,6 +385,12 @@ async fn batches(
     let key_type = ctx.ready.model.facts[&e.id].record;
     let cancel = &ctx.spec.cancel;
     let handlers = ctx.cx.handlers.get(&e.id).filter(|h| !h.is_empty());
+    // Where the previous batch's candidates ended, in (anchor, key) order:
+    // each batch continues after it, so no batch walks again past the rows
+    // earlier ones finished (anonymised or flagged rows stay in the anchor
+    // index range). Rows passed over (locked by a concurrent sweep, or
+    // held when re-checked) are left to that sweep or the next run.
+    let mut cursor: Option<(DateTime<Utc>, KeyValue)> = None;
     loop {
         if cancel.is_cancelled() {
             return Err(Stop::Cancelled);
@@ -387,18 +398,31 @@ async fn batches(
         let mut tx = sqlx::Connection::begin_with(&mut *conn, crate::sql::READ_COMMITTED)
             .await
             .map_err(stop_from)?;
-        let keys: Vec<KeyValue> =
-            bind_all(sqlx::query(work.lock.sql()).bind(e.id), &work.lock_args)
-                .fetch_all(&mut *tx)
-                .await
-                .map_err(stop_from)?
-                .iter()
-                .map(|row| key_type.decode(row, 0))
-                .collect::<std::result::Result<_, _>>()
-                .map_err(stop_from)?;
+        let locked = match (&work.lock_after, &cursor) {
+            (Some(after), Some((anchor, key))) => {
+                let q = bind_all(sqlx::query(after.sql()).bind(e.id), &work.lock_args);
+                key.bind(q.bind(*anchor)).fetch_all(&mut *tx).await
+            }
+            _ => {
+                bind_all(sqlx::query(work.lock.sql()).bind(e.id), &work.lock_args)
+                    .fetch_all(&mut *tx)
+                    .await
+            }
+        }
+        .map_err(stop_from)?;
+        let keys: Vec<KeyValue> = locked
+            .iter()
+            .map(|row| key_type.decode(row, 0))
+            .collect::<std::result::Result<_, _>>()
+            .map_err(stop_from)?;
         if keys.is_empty() {
             tx.rollback().await.map_err(stop_from)?;
             return Ok(());
+        }
+        if work.lock_after.is_some() {
+            let last = locked.last().expect("not empty");
+            let anchor: DateTime<Utc> = last.try_get(1).map_err(stop_from)?;
+            cursor = Some((anchor, keys.last().expect("not empty").clone()));
         }
 
         // The locked rows are read into Rust (once) only when something

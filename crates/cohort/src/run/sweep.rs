@@ -39,6 +39,7 @@ fn sweep_work<'a>(
         entity: e,
         cutoff: Some(cutoff),
         lock: plan.lock.get(&strategy).cloned().unwrap_or_default(),
+        lock_after: plan.lock_after.get(&strategy).cloned(),
         lock_args,
         mutate: plan.mutate.get(&strategy).cloned().unwrap_or_default(),
         mutate_args,

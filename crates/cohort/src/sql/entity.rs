@@ -24,8 +24,12 @@ use crate::validate::IncomingKey;
 #[derive(Debug, Clone)]
 pub(crate) struct EntityPlan {
     /// Lock candidates. `$1` entity id, `$2` cutoff, `$3` limit, `$4` tenant.
-    /// Returns the record key.
+    /// Returns the record key and the anchor, in (anchor, key) order.
     pub(crate) lock: BTreeMap<Strategy, SqlText>,
+    /// `lock` continuing after a cursor: candidates whose (anchor, key) is
+    /// past the previous batch's last row. Then the cursor's anchor and key
+    /// (`$5`, `$6`; `$4`, `$5` for a tenantless entity).
+    pub(crate) lock_after: BTreeMap<Strategy, SqlText>,
     /// Mutate locked rows that are still not held, not done, past the
     /// cutoff and in the tenant. `$1` entity id, `$2` record keys (array),
     /// then (anonymise) the literals and (with custom anonymisers or hashed
@@ -92,6 +96,7 @@ impl EntityPlan {
         let referenced = referenced(blockers);
         let mut plan = EntityPlan {
             lock: BTreeMap::new(),
+            lock_after: BTreeMap::new(),
             mutate: BTreeMap::new(),
             mutate_head: BTreeMap::new(),
             counts: BTreeMap::new(),
@@ -146,22 +151,43 @@ impl EntityPlan {
             if !strategy.mutates() {
                 continue;
             }
-            let mut l = SqlText::new("SELECT ");
-            casts.select(&mut l, &e.record_id);
-            l.push(" FROM ")
-                .table(table)
-                .push(" t WHERE ")
-                .col(&e.anchor)
-                .push(" < $2")
-                .append(&tenant_filter(e, casts, 4))
-                .append(&done)
-                .append(&blocked.unblocked)
-                .push(" AND NOT ")
-                .append(&held)
-                .push(" ORDER BY ")
-                .col(&e.anchor)
-                .push(" LIMIT $3 FOR UPDATE SKIP LOCKED");
-            plan.lock.insert(strategy, l);
+            // Candidates in (anchor, key) order, so a run can continue
+            // each batch after the last one's final row (`lock_after`)
+            // instead of walking again past every row it already did.
+            let lock = |after: Option<usize>| {
+                let mut l = SqlText::new("SELECT ");
+                casts.select(&mut l, &e.record_id);
+                l.push(", ")
+                    .col(&e.anchor)
+                    .push(" FROM ")
+                    .table(table)
+                    .push(" t WHERE ")
+                    .col(&e.anchor)
+                    .push(" < $2")
+                    .append(&tenant_filter(e, casts, 4))
+                    .append(&done)
+                    .append(&blocked.unblocked);
+                if let Some(n) = after {
+                    // The first condition lets the anchor index start at
+                    // the cursor; the row comparison breaks anchor ties by key.
+                    l.push(" AND ").col(&e.anchor).push(" >= ").param(n);
+                    l.push(" AND (").col(&e.anchor).push(", ").col(&e.record_id);
+                    l.push(") > (").param(n).push(", ");
+                    casts.param(&mut l, &e.record_id, n + 1);
+                    l.push(")");
+                }
+                l.push(" AND NOT ")
+                    .append(&held)
+                    .push(" ORDER BY ")
+                    .col(&e.anchor)
+                    .push(", ")
+                    .col(&e.record_id)
+                    .push(" LIMIT $3 FOR UPDATE SKIP LOCKED");
+                l
+            };
+            plan.lock.insert(strategy, lock(None));
+            let cursor = if e.tenant.is_some() { 5 } else { 4 };
+            plan.lock_after.insert(strategy, lock(Some(cursor)));
 
             let key_match = casts.any(&e.record_id, 2);
             let mut m = SqlText::default();

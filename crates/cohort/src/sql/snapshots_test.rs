@@ -105,6 +105,9 @@ fn render(plan: &EntityPlan) -> String {
     for (strategy, sql) in &plan.lock {
         out.push_str(&format!("-- lock {strategy}\n{}\n\n", sql.as_str()));
     }
+    for (strategy, sql) in &plan.lock_after {
+        out.push_str(&format!("-- lock_after {strategy}\n{}\n\n", sql.as_str()));
+    }
     for (strategy, sql) in &plan.mutate {
         out.push_str(&format!("-- mutate {strategy}\n{}\n\n", sql.as_str()));
     }
