@@ -17,6 +17,7 @@
 //! preparation are not measured.
 
 mod baseline;
+mod reference;
 mod report;
 mod scenario;
 
@@ -48,9 +49,10 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
     about = "Cohort sweep throughput against a hand-written batched SQL baseline"
 )]
 struct Args {
-    /// Rows seeded per table (all tenants together).
-    #[arg(long, default_value_t = 200_000, value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
-    rows: u64,
+    /// Rows seeded per table (all tenants together); several sizes, comma
+    /// separated, run one after another (e.g. `250000,1000000,4000000`).
+    #[arg(long, default_value = "200000", value_delimiter = ',', value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
+    rows: Vec<u64>,
     /// Rows per batch, for Cohort (`sweep_batch_size`) and the baseline alike.
     #[arg(long, default_value_t = 5000, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     batch: u32,
@@ -72,7 +74,23 @@ async fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let outcome = bench(&args, &db).await;
+    let mut reports = Vec::new();
+    let mut outcome = Ok(());
+    for &rows in &args.rows {
+        match bench(&args, rows, &db).await {
+            Ok(report) => {
+                if !args.json {
+                    print!("{}", report.to_table());
+                    println!("peak resident memory so far: {} kB\n", peak_rss_kb());
+                }
+                reports.push((report, peak_rss_kb()));
+            }
+            Err(e) => {
+                outcome = Err(e);
+                break;
+            }
+        }
+    }
     let external = cohort_pgtemp::test_cluster()
         .await
         .map(|c| c.is_external())
@@ -84,11 +102,35 @@ async fn main() -> ExitCode {
         }
     }
     match outcome {
-        Ok(report) => {
+        Ok(()) => {
             if args.json {
-                println!("{}", report.to_json());
-            } else {
-                print!("{}", report.to_table());
+                let docs: Vec<serde_json::Value> = reports
+                    .iter()
+                    .map(|(r, rss)| {
+                        let mut doc = r.to_json();
+                        doc["peak_rss_kb"] = serde_json::json!(rss);
+                        doc
+                    })
+                    .collect();
+                match docs.len() {
+                    1 => println!("{}", docs[0]),
+                    _ => println!("{}", serde_json::Value::Array(docs)),
+                }
+            } else if reports.len() > 1 {
+                println!("time per changed row (Cohort, microseconds):");
+                for (r, rss) in &reports {
+                    let cells: Vec<String> = r
+                        .measurements
+                        .iter()
+                        .map(|m| format!("{} {:.2}", m.label, m.cohort_us_per_row()))
+                        .collect();
+                    println!(
+                        "  rows={:>9}: {}; peak RSS {} kB",
+                        r.parameters.rows,
+                        cells.join(", "),
+                        rss
+                    );
+                }
             }
             ExitCode::SUCCESS
         }
@@ -99,7 +141,20 @@ async fn main() -> ExitCode {
     }
 }
 
-async fn bench(args: &Args, db: &TestDatabase) -> Result<Report, BoxError> {
+/// The process's peak resident set size (VmHWM), in kB; 0 when unknown.
+fn peak_rss_kb() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|n| n.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+async fn bench(args: &Args, rows: u64, db: &TestDatabase) -> Result<Report, BoxError> {
     let pool = db.pool();
     cohort::schema::migrate(&mut *pool.acquire().await?, "public").await?;
     let server_version: String = sqlx::query_scalar("SHOW server_version")
@@ -120,31 +175,34 @@ async fn bench(args: &Args, db: &TestDatabase) -> Result<Report, BoxError> {
         .connect_with(db.connect_options())
         .await?;
     let mut baseline_conn = db.connect().await?;
+    let mut reference_conn = db.connect().await?;
 
     let mut measurements = Vec::new();
     for scenario in &SCENARIOS {
         eprintln!("cohort-bench: {} ...", scenario.label);
+        reference::install(&mut reference_conn, scenario).await?;
         let m = measure(
-            args,
+            (args, rows),
             pool,
             &cohort_pool,
-            &mut baseline_conn,
+            (&mut baseline_conn, &mut reference_conn),
             scenario,
             &seed,
         )
         .await?;
         eprintln!(
-            "cohort-bench: {}: {} rows, Cohort {:.3} s, baseline {:.3} s",
-            m.label, m.affected, m.cohort_seconds, m.baseline_seconds
+            "cohort-bench: {}: {} rows, Cohort {:.3} s, reference {:.3} s, baseline {:.3} s",
+            m.label, m.affected, m.cohort_seconds, m.reference_seconds, m.baseline_seconds
         );
         measurements.push(m);
     }
     cohort_pool.close().await;
     let _ = sqlx::Connection::close(baseline_conn).await;
+    let _ = sqlx::Connection::close(reference_conn).await;
 
     Ok(Report {
         parameters: Parameters {
-            rows: args.rows,
+            rows,
             batch: args.batch,
             tenants: args.tenants,
             server_version,
@@ -197,10 +255,10 @@ async fn cohort_sweep(
 }
 
 async fn measure(
-    args: &Args,
+    (args, rows): (&Args, u64),
     pool: &PgPool,
     cohort_pool: &PgPool,
-    baseline_conn: &mut sqlx::PgConnection,
+    (baseline_conn, reference_conn): (&mut sqlx::PgConnection, &mut sqlx::PgConnection),
     scenario: &Scenario,
     seed: &Seed<'_>,
 ) -> Result<Measurement, BoxError> {
@@ -223,7 +281,7 @@ async fn measure(
         format!("{label}: the Cohort warm-up changed nothing")
     })?;
 
-    scenario.seed(pool, seed, args.rows).await?;
+    scenario.seed(pool, seed, rows).await?;
     let before = scenario.state(pool, seed).await?;
     let started = Instant::now();
     let (cohort_affected, cohort_held) = cohort_sweep(&cohort, scenario, seed).await?;
@@ -244,7 +302,7 @@ async fn measure(
         format!("{label}: the baseline warm-up changed nothing")
     })?;
 
-    scenario.seed(pool, seed, args.rows).await?;
+    scenario.seed(pool, seed, rows).await?;
     let baseline_before = scenario.state(pool, seed).await?;
     let started = Instant::now();
     let baseline_affected = baseline::run(
@@ -257,6 +315,44 @@ async fn measure(
     .await?;
     let baseline_seconds = started.elapsed().as_secs_f64();
     let baseline_after = scenario.state(pool, seed).await?;
+
+    // The in-server reference: the same, on an identical table.
+    scenario.seed(pool, seed, warmup_rows(args)).await?;
+    let warm = reference::run(
+        reference_conn,
+        scenario,
+        seed.tenant(),
+        seed.cutoff,
+        args.batch,
+    )
+    .await?;
+    ensure(warm > 0, || {
+        format!("{label}: the reference warm-up changed nothing")
+    })?;
+    scenario.seed(pool, seed, rows).await?;
+    let reference_before = scenario.state(pool, seed).await?;
+    let started = Instant::now();
+    let reference_affected = reference::run(
+        reference_conn,
+        scenario,
+        seed.tenant(),
+        seed.cutoff,
+        args.batch,
+    )
+    .await?;
+    let reference_seconds = started.elapsed().as_secs_f64();
+    let reference_after = scenario.state(pool, seed).await?;
+    ensure(
+        reference_before == before
+            && reference_affected == cohort_affected
+            && reference_after == cohort_after,
+        || {
+            format!(
+                "{label}: the reference did different work: {reference_affected} rows, \
+                 {reference_before:?} -> {reference_after:?}"
+            )
+        },
+    )?;
 
     verify(
         scenario,
@@ -273,6 +369,7 @@ async fn measure(
         tenant_rows: before.tenant_rows as u64,
         cohort_seconds,
         baseline_seconds,
+        reference_seconds,
     })
 }
 

@@ -61,6 +61,9 @@ pub(crate) struct Scenario {
     /// A count of rows in the done state whose columns are all as the strategy
     /// leaves them (`0` for purge).
     done_consistent: &'static str,
+    /// Whether the category asks for per-row audit (Cohort and the
+    /// in-server reference then write one row detail per changed row).
+    pub(crate) per_row: bool,
 }
 
 /// The three strategies, in the order they are run.
@@ -77,6 +80,7 @@ pub(crate) const SCENARIOS: [Scenario; 3] = [
         not_done: "",
         baseline_mutation: "DELETE FROM {table} t WHERE t.id = ANY (ARRAY(SELECT c.id FROM c))",
         done_consistent: "0::int8",
+        per_row: false,
     },
     Scenario {
         strategy: Strategy::Anonymise,
@@ -94,6 +98,7 @@ pub(crate) const SCENARIOS: [Scenario; 3] = [
                             WHERE t.id = ANY (ARRAY(SELECT c.id FROM c))",
         done_consistent: "count(*) FILTER (WHERE anonymised_at IS NOT NULL AND email IS NULL \
                           AND full_name = '' AND phone = '[redacted]')",
+        per_row: true,
     },
     Scenario {
         strategy: Strategy::SoftDelete,
@@ -109,12 +114,13 @@ pub(crate) const SCENARIOS: [Scenario; 3] = [
         baseline_mutation: "UPDATE {table} t SET is_deleted = TRUE, deleted_at = pg_catalog.now() \
                             WHERE t.id = ANY (ARRAY(SELECT c.id FROM c))",
         done_consistent: "count(*) FILTER (WHERE is_deleted AND deleted_at IS NOT NULL)",
+        per_row: false,
     },
 ];
 
 /// The active-hold test of row `t`, exactly as Cohort's statements write it
 /// (`$entity` is the parameter holding the entity id).
-fn held(entity_param: &str) -> String {
+pub(crate) fn held(entity_param: &str) -> String {
     format!(
         "EXISTS (SELECT 1 FROM public.retention_hold h WHERE h.retention_entity_id = {entity_param} \
          AND h.record_id = t.id::text AND h.tenant_id = t.tenant_id::text \
@@ -146,8 +152,14 @@ impl Scenario {
     /// The rule provider with this scenario's single category.
     pub(crate) fn rules(&self) -> Result<StaticRuleProvider, String> {
         let period = Period::from_days(PERIOD_DAYS).map_err(|e| e.to_string())?;
+        let mut rule = RetentionRule::new(period, self.strategy);
+        if self.per_row {
+            rule = rule
+                .with_audit(cohort::AuditDetail::PerRow)
+                .map_err(|e| e.to_string())?;
+        }
         StaticRuleProvider::builder()
-            .category(self.category, RetentionRule::new(period, self.strategy))
+            .category(self.category, rule)
             .build()
             .map_err(|problems| {
                 problems
@@ -179,6 +191,11 @@ impl Scenario {
         Uuid::parse_str(self.entity_id).expect("constant entity ids are valid")
     }
 
+    /// The mutation of the locked rows `c`, with the table name in place.
+    pub(crate) fn baseline_mutation_sql(&self) -> String {
+        self.baseline_mutation.replace("{table}", self.table)
+    }
+
     /// The hand-written batch statement: `$1` tenant, `$2` cutoff, `$3`
     /// entity id, `$4` batch size.
     pub(crate) fn baseline_sql(&self) -> String {
@@ -188,7 +205,7 @@ impl Scenario {
             table = self.table,
             not_done = self.not_done,
             held = held("$3"),
-            mutation = self.baseline_mutation.replace("{table}", self.table),
+            mutation = self.baseline_mutation_sql(),
         )
     }
 
