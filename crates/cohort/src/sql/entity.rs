@@ -143,7 +143,14 @@ impl EntityPlan {
                 .col(&e.anchor)
                 .push(" IS NULL) AS null_anchor, 0::int8 AS kept_by_legal_min FROM ")
                 .table(table)
-                .push(" t WHERE TRUE")
+                // Every count is of rows past the cutoff or without an
+                // anchor: only those are read (the anchor index's range
+                // before the cutoff, and its NULLs), never the newer rows.
+                .push(" t WHERE (")
+                .col(&e.anchor)
+                .push(" < $2 OR ")
+                .col(&e.anchor)
+                .push(" IS NULL)")
                 .append(&tenant_filter(e, casts, 3))
                 .append(&done);
             plan.counts.insert(strategy, c);
