@@ -134,6 +134,7 @@ pub(crate) async fn erase(cx: &Context, req: ErasureRequest) -> Result<SweepResu
             count_args: lock_args.clone(),
             lock_args,
             mutate: statements.mutate,
+            mutate_count: None,
             mutate_args: values,
             counts: statements.counts,
             rule,

@@ -70,8 +70,11 @@ pub(crate) struct Work<'a> {
     /// `lock`).
     pub(crate) lock_after: Option<SqlText>,
     pub(crate) lock_args: Vec<Arg>,
-    /// Mutates locked rows; binds keys, literals, custom values, then `mutate_args`.
+    /// Mutates locked rows; binds keys, literals, custom values, then
+    /// `mutate_args`; returns the changed keys as text.
     pub(crate) mutate: SqlText,
+    /// `mutate` returning nothing (used when only the count is needed).
+    pub(crate) mutate_count: Option<SqlText>,
     pub(crate) mutate_args: Vec<Arg>,
     /// Returns `eligible`, `held`, `null_anchor`.
     pub(crate) counts: SqlText,
@@ -451,7 +454,11 @@ async fn batches(
             return Err(Stop::Cancelled);
         }
 
-        let mut mutate = sqlx::query(work.mutate.sql()).bind(e.id);
+        // Handler work needs a detail row per mutated row to hang from;
+        // without either, only the count comes back.
+        let wants_ids = work.rule.audit() == AuditDetail::PerRow || handlers.is_some();
+        let count_only = work.mutate_count.as_ref().filter(|_| !wants_ids);
+        let mut mutate = sqlx::query(count_only.unwrap_or(&work.mutate).sql()).bind(e.id);
         let custom_json = match custom {
             Some((ordered_keys, values)) => {
                 mutate = bind_array(mutate, key_type, &ordered_keys);
@@ -470,15 +477,26 @@ async fn batches(
         if let Some(values) = custom_json {
             mutate = mutate.bind(values);
         }
-        let changed: Vec<String> = bind_all(mutate, &work.mutate_args)
-            .fetch_all(&mut *tx)
-            .await
-            .map_err(stop_from)?
-            .iter()
-            .map(|r| r.try_get::<String, _>(0))
-            .collect::<std::result::Result<_, _>>()
-            .map_err(stop_from)?;
-        let n = changed.len() as u64;
+        let mutate = bind_all(mutate, &work.mutate_args);
+        let (changed, n): (Vec<String>, u64) = if count_only.is_none() {
+            let changed: Vec<String> = mutate
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(stop_from)?
+                .iter()
+                .map(|r| r.try_get::<String, _>(0))
+                .collect::<std::result::Result<_, _>>()
+                .map_err(stop_from)?;
+            let n = changed.len() as u64;
+            (changed, n)
+        } else {
+            let n = mutate
+                .execute(&mut *tx)
+                .await
+                .map_err(stop_from)?
+                .rows_affected();
+            (Vec::new(), n)
+        };
 
         let ledger = &ctx.ready.ledger;
         sqlx::query(ledger.add_affected.sql())
@@ -487,8 +505,7 @@ async fn batches(
             .execute(&mut *tx)
             .await
             .map_err(stop_from)?;
-        // Handler work needs a detail row per mutated row to hang from.
-        let per_row = (work.rule.audit() == AuditDetail::PerRow || handlers.is_some()) && n > 0;
+        let per_row = wants_ids && n > 0;
         if per_row {
             let details = sqlx::query(ledger.insert_details.sql())
                 .bind(ctx.run_id)

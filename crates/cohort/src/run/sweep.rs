@@ -42,6 +42,7 @@ fn sweep_work<'a>(
         lock_after: plan.lock_after.get(&strategy).cloned(),
         lock_args,
         mutate: plan.mutate.get(&strategy).cloned().unwrap_or_default(),
+        mutate_count: plan.mutate_count.get(&strategy).cloned(),
         mutate_args,
         counts: plan.counts[&strategy].clone(),
         count_args,

@@ -37,6 +37,9 @@ pub(crate) struct EntityPlan {
     /// `$2`, holding each such column's new value; then the cutoff and the
     /// tenant. Returns `record::text`.
     pub(crate) mutate: BTreeMap<Strategy, SqlText>,
+    /// `mutate` without RETURNING: for batches that need only the count
+    /// (no per-row audit, no handlers), so no key travels back.
+    pub(crate) mutate_count: BTreeMap<Strategy, SqlText>,
     /// `mutate` without its cutoff, tenant and RETURNING, for erasure to
     /// add its own re-checks (parameters after the anonymise ones).
     pub(crate) mutate_head: BTreeMap<Strategy, SqlText>,
@@ -98,6 +101,7 @@ impl EntityPlan {
             lock: BTreeMap::new(),
             lock_after: BTreeMap::new(),
             mutate: BTreeMap::new(),
+            mutate_count: BTreeMap::new(),
             mutate_head: BTreeMap::new(),
             counts: BTreeMap::new(),
             load_rows: SqlText::default(),
@@ -279,10 +283,9 @@ impl EntityPlan {
                 .col(&e.anchor)
                 .push(" < ")
                 .param(after)
-                .append(&tenant_filter(e, casts, after + 1))
-                .push(" RETURNING ")
-                .col(&e.record_id)
-                .push("::text");
+                .append(&tenant_filter(e, casts, after + 1));
+            plan.mutate_count.insert(strategy, m.clone());
+            m.push(" RETURNING ").col(&e.record_id).push("::text");
             plan.mutate.insert(strategy, m);
         }
 

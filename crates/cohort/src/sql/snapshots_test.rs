@@ -111,6 +111,9 @@ fn render(plan: &EntityPlan) -> String {
     for (strategy, sql) in &plan.mutate {
         out.push_str(&format!("-- mutate {strategy}\n{}\n\n", sql.as_str()));
     }
+    for (strategy, sql) in &plan.mutate_count {
+        out.push_str(&format!("-- mutate_count {strategy}\n{}\n\n", sql.as_str()));
+    }
     for (name, sql) in [
         ("load_rows", &plan.load_rows),
         ("lock_target", &plan.lock_target),
