@@ -288,60 +288,25 @@ async fn measure(
     let cohort_seconds = started.elapsed().as_secs_f64();
     let cohort_after = scenario.state(pool, seed).await?;
 
-    // Baseline: the same, on an identical table.
-    scenario.seed(pool, seed, warmup_rows(args)).await?;
-    let warm = baseline::run(
+    // Baseline, then the in-server reference: the same, on identical tables.
+    let (baseline_affected, baseline_seconds, baseline_before, baseline_after) = hand_written(
+        Way::Baseline,
+        (args, rows),
+        pool,
         baseline_conn,
         scenario,
-        seed.tenant(),
-        seed.cutoff,
-        args.batch,
+        seed,
     )
     .await?;
-    ensure(warm > 0, || {
-        format!("{label}: the baseline warm-up changed nothing")
-    })?;
-
-    scenario.seed(pool, seed, rows).await?;
-    let baseline_before = scenario.state(pool, seed).await?;
-    let started = Instant::now();
-    let baseline_affected = baseline::run(
-        baseline_conn,
-        scenario,
-        seed.tenant(),
-        seed.cutoff,
-        args.batch,
-    )
-    .await?;
-    let baseline_seconds = started.elapsed().as_secs_f64();
-    let baseline_after = scenario.state(pool, seed).await?;
-
-    // The in-server reference: the same, on an identical table.
-    scenario.seed(pool, seed, warmup_rows(args)).await?;
-    let warm = reference::run(
+    let (reference_affected, reference_seconds, reference_before, reference_after) = hand_written(
+        Way::Reference,
+        (args, rows),
+        pool,
         reference_conn,
         scenario,
-        seed.tenant(),
-        seed.cutoff,
-        args.batch,
+        seed,
     )
     .await?;
-    ensure(warm > 0, || {
-        format!("{label}: the reference warm-up changed nothing")
-    })?;
-    scenario.seed(pool, seed, rows).await?;
-    let reference_before = scenario.state(pool, seed).await?;
-    let started = Instant::now();
-    let reference_affected = reference::run(
-        reference_conn,
-        scenario,
-        seed.tenant(),
-        seed.cutoff,
-        args.batch,
-    )
-    .await?;
-    let reference_seconds = started.elapsed().as_secs_f64();
-    let reference_after = scenario.state(pool, seed).await?;
     ensure(
         reference_before == before
             && reference_affected == cohort_affected
@@ -371,6 +336,56 @@ async fn measure(
         baseline_seconds,
         reference_seconds,
     })
+}
+
+/// A hand-written way of doing a scenario's work.
+#[derive(Debug, Clone, Copy)]
+enum Way {
+    /// The client-side loop (`baseline.rs`).
+    Baseline,
+    /// The in-server procedure (`reference.rs`).
+    Reference,
+}
+
+impl Way {
+    async fn run(
+        self,
+        conn: &mut sqlx::PgConnection,
+        scenario: &Scenario,
+        seed: &Seed<'_>,
+        batch: u32,
+    ) -> sqlx::Result<u64> {
+        match self {
+            Way::Baseline => baseline::run(conn, scenario, seed.tenant(), seed.cutoff, batch).await,
+            Way::Reference => {
+                reference::run(conn, scenario, seed.tenant(), seed.cutoff, batch).await
+            }
+        }
+    }
+}
+
+/// Warms `way` up on a small table, then seeds `rows` rows and times it;
+/// returns (affected, seconds, state before, state after).
+async fn hand_written(
+    way: Way,
+    (args, rows): (&Args, u64),
+    pool: &PgPool,
+    conn: &mut sqlx::PgConnection,
+    scenario: &Scenario,
+    seed: &Seed<'_>,
+) -> Result<(u64, f64, TableState, TableState), BoxError> {
+    scenario.seed(pool, seed, warmup_rows(args)).await?;
+    let warm = way.run(conn, scenario, seed, args.batch).await?;
+    ensure(warm > 0, || {
+        format!("{}: the {way:?} warm-up changed nothing", scenario.label)
+    })?;
+    scenario.seed(pool, seed, rows).await?;
+    let before = scenario.state(pool, seed).await?;
+    let started = Instant::now();
+    let affected = way.run(conn, scenario, seed, args.batch).await?;
+    let seconds = started.elapsed().as_secs_f64();
+    let after = scenario.state(pool, seed).await?;
+    Ok((affected, seconds, before, after))
 }
 
 /// Both runs started from the same state and did the same thing.

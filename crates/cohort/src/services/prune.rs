@@ -254,6 +254,15 @@ impl StopCheck<'_> {
     }
 }
 
+/// Runs a count statement whose `$1` is a cutoff.
+async fn count_before(cx: &Context, sql: &SqlText, before: DateTime<Utc>) -> Result<u64> {
+    let n: i64 = sqlx::query_scalar(sql.sql())
+        .bind(before)
+        .fetch_one(&cx.pool)
+        .await?;
+    Ok(n.max(0) as u64)
+}
+
 /// One pruning pass; `dry_run` only counts.
 pub(crate) async fn pass(
     cx: &Context,
@@ -274,17 +283,9 @@ pub(crate) async fn pass(
     };
     let batch = i64::from(config.batch_size);
     if let Some(before) = runs_before {
-        report.runs_kept_for_handlers = sqlx::query_scalar::<_, i64>(st.kept_runs.sql())
-            .bind(before)
-            .fetch_one(&cx.pool)
-            .await?
-            .max(0) as u64;
+        report.runs_kept_for_handlers = count_before(cx, &st.kept_runs, before).await?;
         if dry_run {
-            report.runs = sqlx::query_scalar::<_, i64>(st.count_runs.sql())
-                .bind(before)
-                .fetch_one(&cx.pool)
-                .await?
-                .max(0) as u64;
+            report.runs = count_before(cx, &st.count_runs, before).await?;
         } else {
             loop {
                 if stop.stop(cx).await? {
@@ -347,11 +348,7 @@ pub(crate) async fn pass(
     }
     if let Some(before) = holds_before {
         if dry_run {
-            report.holds = sqlx::query_scalar::<_, i64>(st.count_holds.sql())
-                .bind(before)
-                .fetch_one(&cx.pool)
-                .await?
-                .max(0) as u64;
+            report.holds = count_before(cx, &st.count_holds, before).await?;
         } else {
             loop {
                 if stop.stop(cx).await? {
