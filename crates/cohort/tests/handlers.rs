@@ -917,6 +917,33 @@ period = "30d"
     .unwrap();
 }
 
+/// A database with one old note, a handle with `handler` on notes, and a
+/// sweep that queued the note's one delivery.
+async fn one_queued_delivery<H: RowHandler<Note>>(
+    name: &str,
+    handler: H,
+) -> (cohort_pgtemp::TestDatabase, Cohort) {
+    let db = engine_db().await;
+    exec(
+        db.pool(),
+        "DELETE FROM app.notes WHERE body <> 'aaaaaaaa-0000-0000-0000-00000000000a:45d'",
+    )
+    .await;
+    let cohort = Cohort::builder(db.pool().clone())
+        .config(test_config())
+        .rules(rules())
+        .declaration(engine_entities().remove(0))
+        .handler::<Note, _>(HandlerRegistration::new(note_entity(), name), handler)
+        .build()
+        .await
+        .unwrap();
+    cohort
+        .sweep(SweepRequest::tenanted(TENANT_A, now()))
+        .await
+        .unwrap();
+    (db, cohort)
+}
+
 /// A handler that never finishes unless cancelled.
 struct Stuck;
 
@@ -937,33 +964,17 @@ impl RowHandler<Note> for Stuck {
 async fn shutdown_lets_deliveries_finish_within_the_grace_period_then_releases_them() {
     use cohort::services::Services;
     use std::time::Duration;
-    let db = engine_db().await;
-    exec(
-        db.pool(),
-        "DELETE FROM app.notes WHERE body <> 'aaaaaaaa-0000-0000-0000-00000000000a:45d'",
-    )
-    .await;
     let release = Arc::new(tokio::sync::Notify::new());
     let started = Arc::new(tokio::sync::Notify::new());
-    let cohort = Cohort::builder(db.pool().clone())
-        .config(test_config())
-        .rules(rules())
-        .declaration(engine_entities().remove(0))
-        .handler::<Note, _>(
-            HandlerRegistration::new(note_entity(), "blocking"),
-            Blocking {
-                release: release.clone(),
-                started: started.clone(),
-                calls: Arc::new(Mutex::new(0)),
-            },
-        )
-        .build()
-        .await
-        .unwrap();
-    cohort
-        .sweep(SweepRequest::tenanted(TENANT_A, now()))
-        .await
-        .unwrap();
+    let (db, cohort) = one_queued_delivery(
+        "blocking",
+        Blocking {
+            release: release.clone(),
+            started: started.clone(),
+            calls: Arc::new(Mutex::new(0)),
+        },
+    )
+    .await;
     let services = Services::new(&cohort)
         .unwrap()
         .grace_period(Duration::from_secs(20))
@@ -983,24 +994,7 @@ async fn shutdown_lets_deliveries_finish_within_the_grace_period_then_releases_t
     );
 
     // A delivery that outlives the grace period.
-    let db = engine_db().await;
-    exec(
-        db.pool(),
-        "DELETE FROM app.notes WHERE body <> 'aaaaaaaa-0000-0000-0000-00000000000a:45d'",
-    )
-    .await;
-    let cohort = Cohort::builder(db.pool().clone())
-        .config(test_config())
-        .rules(rules())
-        .declaration(engine_entities().remove(0))
-        .handler::<Note, _>(HandlerRegistration::new(note_entity(), "stuck"), Stuck)
-        .build()
-        .await
-        .unwrap();
-    cohort
-        .sweep(SweepRequest::tenanted(TENANT_A, now()))
-        .await
-        .unwrap();
+    let (db, cohort) = one_queued_delivery("stuck", Stuck).await;
     let services = Services::new(&cohort)
         .unwrap()
         .grace_period(Duration::from_millis(500))

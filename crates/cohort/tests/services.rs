@@ -76,9 +76,13 @@ async fn scheduled(pool: &PgPool) -> Vec<(chrono::DateTime<chrono::Utc>, Option<
     .unwrap()
 }
 
-/// Whether an occurrence after `after` has its four passes settled, the
-/// failing tenant's run partially failed and every other run succeeded.
-async fn complete_occurrences(pool: &PgPool, after: chrono::DateTime<chrono::Utc>) -> bool {
+/// Occurrences after `after` with their four passes settled: `tenant`'s
+/// run with `status`, every other run succeeded.
+async fn settled_occurrences(
+    pool: &PgPool,
+    after: chrono::DateTime<chrono::Utc>,
+    (tenant, status): (&str, &str),
+) -> usize {
     let runs = scheduled(pool).await;
     let mut by: std::collections::BTreeMap<_, Vec<(Option<String>, String)>> = Default::default();
     for (o, t, s) in runs.into_iter().filter(|r| r.0 > after) {
@@ -87,15 +91,23 @@ async fn complete_occurrences(pool: &PgPool, after: chrono::DateTime<chrono::Utc
     by.values()
         .filter(|passes| {
             passes.len() == 4
-                && passes.iter().all(|(t, s)| match t.as_deref() {
-                    // Every entity's rule failed: the run settles with
-                    // each failure recorded, and the next pass goes on.
-                    Some(FAILING) => s == "partially_failed",
-                    _ => s == "succeeded",
+                && passes.iter().all(|(t, s)| {
+                    if t.as_deref() == Some(tenant) {
+                        s == status
+                    } else {
+                        s == "succeeded"
+                    }
                 })
         })
         .count()
-        > 0
+}
+
+/// Whether an occurrence after `after` has its four passes settled, the
+/// failing tenant's run partially failed and every other run succeeded.
+async fn complete_occurrences(pool: &PgPool, after: chrono::DateTime<chrono::Utc>) -> bool {
+    // Every entity's rule failed: the run settles with each failure
+    // recorded, and the next pass goes on.
+    settled_occurrences(pool, after, (FAILING, "partially_failed")).await > 0
 }
 
 async fn wait_until<F: std::future::Future<Output = bool>>(
@@ -204,10 +216,13 @@ async fn a_panicking_pass_fails_alone_and_leaves_no_lock_behind() {
     let mut b = Cohort::builder(db.pool().clone())
         .config(test_config())
         .rules(FailsForTenant)
+        // Listed in other spellings: every run, also the one recorded for
+        // the pass that panicked before its run existed, names the tenant
+        // canonically.
         .tenant_source(TenantSource::List(vec![
-            entry(TENANT_A),
-            entry(PANICKING),
-            entry(TENANT_B),
+            entry(&TENANT_A.to_uppercase()),
+            entry(&format!("{{{}}}", PANICKING.to_uppercase())),
+            entry(&format!("urn:uuid:{TENANT_B}")),
         ]));
     for d in engine_entities() {
         b = b.declaration(d);
@@ -223,22 +238,8 @@ async fn a_panicking_pass_fails_alone_and_leaves_no_lock_behind() {
         "two complete occurrences",
         Duration::from_secs(30),
         || async {
-            let runs = scheduled(db.pool()).await;
-            let mut by: std::collections::BTreeMap<_, Vec<(Option<String>, String)>> =
-                Default::default();
-            for (o, t, s) in runs {
-                by.entry(o).or_default().push((t, s));
-            }
-            by.values()
-                .filter(|passes| {
-                    passes.len() == 4
-                        && passes.iter().all(|(t, s)| match t.as_deref() {
-                            Some(PANICKING) => s == "failed",
-                            _ => s == "succeeded",
-                        })
-                })
-                .count()
-                >= 2
+            let epoch = chrono::DateTime::<chrono::Utc>::MIN_UTC;
+            settled_occurrences(db.pool(), epoch, (PANICKING, "failed")).await >= 2
         },
     )
     .await;
@@ -249,6 +250,17 @@ async fn a_panicking_pass_fails_alone_and_leaves_no_lock_behind() {
             .await
             .unwrap();
     assert!(reason.contains("panicked"), "{reason}");
+    assert_eq!(
+        count(
+            db.pool(),
+            &format!(
+                "SELECT count(*) FROM public.sweep_run WHERE tenant_id NOT IN ('{TENANT_A}', '{TENANT_B}', '{PANICKING}')"
+            )
+        )
+        .await,
+        0,
+        "every run names its tenant canonically"
+    );
     let report = services.shutdown().await;
     assert!(report.clean(), "{report:?}");
     assert_eq!(advisory_locks(db.pool()).await, 0);

@@ -117,9 +117,7 @@ pub(crate) async fn check_now(
     if !mutating || allowed {
         return Ok(());
     }
-    let db_now: DateTime<Utc> = sqlx::query_scalar("SELECT pg_catalog.now()")
-        .fetch_one(&cx.pool)
-        .await?;
+    let db_now = crate::sql::database_now(&cx.pool).await?;
     if now > db_now + chrono::Duration::seconds(FUTURE_NOW_TOLERANCE_SECS) {
         return Err(Error::Refused(format!(
             "now {} is later than the database clock ({}): every cutoff would move forward and rows that are not old enough yet would change. Use a dry run to look ahead, or allow it explicitly (allow_future_now / --allow-future-now)",

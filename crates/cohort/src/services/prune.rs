@@ -271,9 +271,7 @@ pub(crate) async fn pass(
     stop: StopCheck<'_>,
 ) -> Result<PruneReport> {
     let st = statements(&cx.config.schema);
-    let db_now: DateTime<Utc> = sqlx::query_scalar("SELECT pg_catalog.now()")
-        .fetch_one(&cx.pool)
-        .await?;
+    let db_now = crate::sql::database_now(&cx.pool).await?;
     let (runs_before, holds_before) = cutoffs(config, db_now)?;
     let mut report = PruneReport {
         dry_run,

@@ -242,9 +242,7 @@ pub(crate) async fn run(cx: Arc<Context>, config: WorkerConfig, cancel: Cancel) 
 }
 
 async fn db_now(executor: impl sqlx::PgExecutor<'_>) -> Result<DateTime<Utc>> {
-    Ok(sqlx::query_scalar("SELECT pg_catalog.clock_timestamp()")
-        .fetch_one(executor)
-        .await?)
+    Ok(crate::sql::database_now(executor).await?)
 }
 
 /// Waits until the database clock reaches the next occurrence; `None`
@@ -525,24 +523,25 @@ async fn record_not_started(
     dry_run: bool,
     text: &str,
 ) {
-    let mut sql = SqlText::new("INSERT INTO ");
-    sql.table(&CohortTable::SweepRun.qualified(&cx.config.schema)).push(
-        " (run_id, kind, trigger, dry_run, tenant_id, status, logical_now, started_at, settled_at, \
-           error, occurrence, occurrence_pass, occurrence_passes) \
-         VALUES ($1, 'sweep', 'scheduled', $2, $3, 'failed', $4, pg_catalog.clock_timestamp(), \
-           pg_catalog.clock_timestamp(), $5, $4, $6, $7)",
-    );
-    if let Err(e) = sqlx::query(sql.into_sql())
-        .bind(uuid::Uuid::new_v4())
-        .bind(dry_run)
-        .bind(tenant)
-        .bind(position.at)
-        .bind(text)
-        .bind(position.pass)
-        .bind(position.passes)
-        .execute(&cx.pool)
-        .await
-    {
+    let recorded = async {
+        let prepared = cx.prepared().await?;
+        // The tenant as the ledger stores every other run's: canonical (an
+        // id that cannot be a tenant, often why the pass failed, as listed).
+        let identity = prepared.model.tenant_identity();
+        let tenant = tenant.map(|t| identity.canonical(t).unwrap_or_else(|| t.to_string()));
+        sqlx::query(prepared.ledger.insert_not_started.sql())
+            .bind(uuid::Uuid::new_v4())
+            .bind(dry_run)
+            .bind(tenant)
+            .bind(position.at)
+            .bind(text)
+            .bind(position.pass)
+            .bind(position.passes)
+            .execute(&cx.pool)
+            .await?;
+        Ok::<_, Error>(())
+    };
+    if let Err(e) = recorded.await {
         tracing::warn!(error = %e, "could not record the pass that did not start");
     }
 }

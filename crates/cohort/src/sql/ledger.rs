@@ -7,8 +7,15 @@ use crate::schema::CohortTable;
 /// Fixed ledger statements for Cohort's schema, built once.
 #[derive(Debug, Clone)]
 pub(crate) struct LedgerPlan {
-    /// `$1` run id, `$2` kind, `$3` trigger, `$4` dry run, `$5` tenant, `$6` logical now.
+    /// `$1` run id, `$2` kind, `$3` trigger, `$4` dry run, `$5` tenant, `$6`
+    /// logical now, `$7` occurrence, `$8` its pass, `$9` its passes (NULL
+    /// for runs that are not scheduled).
     pub(crate) insert_run: SqlText,
+    /// A scheduled pass that failed before its run existed, recorded as a
+    /// settled failed run of its occurrence. `$1` run id, `$2` dry run,
+    /// `$3` tenant, `$4` occurrence (also the logical now), `$5` error,
+    /// `$6` pass, `$7` passes.
+    pub(crate) insert_not_started: SqlText,
     /// `$1` run id, `$2` status, `$3` error text, `$4` failures (JSON
     /// array of `{entity_id, entity, error}`). Returns settled_at.
     pub(crate) settle_run: SqlText,
@@ -54,6 +61,13 @@ impl LedgerPlan {
                occurrence, occurrence_pass, occurrence_passes) \
              VALUES ($1, $2, $3, $4, $5, 'started', $6, pg_catalog.clock_timestamp(), $7, $8, $9) \
              RETURNING started_at",
+        );
+        let mut insert_not_started = SqlText::new("INSERT INTO ");
+        insert_not_started.table(&run).push(
+            " (run_id, kind, trigger, dry_run, tenant_id, status, logical_now, started_at, settled_at, \
+               error, occurrence, occurrence_pass, occurrence_passes) \
+             VALUES ($1, 'sweep', 'scheduled', $2, $3, 'failed', $4, pg_catalog.clock_timestamp(), \
+               pg_catalog.clock_timestamp(), $5, $4, $6, $7)",
         );
         let mut settle_run = SqlText::new("UPDATE ");
         settle_run.table(&run).push(
@@ -133,6 +147,7 @@ impl LedgerPlan {
             release_hold,
             get_hold,
             insert_run,
+            insert_not_started,
             settle_run,
             insert_summary,
             add_affected,

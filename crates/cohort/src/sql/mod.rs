@@ -20,6 +20,16 @@ pub(crate) use ledger::LedgerPlan;
 /// first statement's snapshot and miss a hold committed in between.
 pub(crate) const READ_COMMITTED: &str = "BEGIN ISOLATION LEVEL READ COMMITTED";
 
+/// The database clock now: what cutoffs, occurrences and prune ages are
+/// measured against, never the process's own clock.
+pub(crate) async fn database_now(
+    executor: impl sqlx::PgExecutor<'_>,
+) -> Result<chrono::DateTime<chrono::Utc>, sqlx::Error> {
+    sqlx::query_scalar("SELECT pg_catalog.clock_timestamp()")
+        .fetch_one(executor)
+        .await
+}
+
 /// Characters the `hash` anonymise method writes (hex of HMAC-SHA256).
 pub(crate) const HASH_HEX_CHARS: usize = 64;
 

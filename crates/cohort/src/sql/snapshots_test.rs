@@ -99,20 +99,16 @@ fn citext() -> Casts {
 
 fn render(plan: &EntityPlan) -> String {
     let mut out = String::new();
-    for (strategy, sql) in &plan.counts {
-        out.push_str(&format!("-- counts {strategy}\n{}\n\n", sql.as_str()));
-    }
-    for (strategy, sql) in &plan.lock {
-        out.push_str(&format!("-- lock {strategy}\n{}\n\n", sql.as_str()));
-    }
-    for (strategy, sql) in &plan.lock_after {
-        out.push_str(&format!("-- lock_after {strategy}\n{}\n\n", sql.as_str()));
-    }
-    for (strategy, sql) in &plan.mutate {
-        out.push_str(&format!("-- mutate {strategy}\n{}\n\n", sql.as_str()));
-    }
-    for (strategy, sql) in &plan.mutate_count {
-        out.push_str(&format!("-- mutate_count {strategy}\n{}\n\n", sql.as_str()));
+    for (kind, statements) in [
+        ("counts", &plan.counts),
+        ("lock", &plan.lock),
+        ("lock_after", &plan.lock_after),
+        ("mutate", &plan.mutate),
+        ("mutate_count", &plan.mutate_count),
+    ] {
+        for (strategy, sql) in statements {
+            out.push_str(&format!("-- {kind} {strategy}\n{}\n\n", sql.as_str()));
+        }
     }
     for (name, sql) in [
         ("load_rows", &plan.load_rows),
