@@ -85,6 +85,9 @@ fn generate(c: &Container) -> TokenStream {
     if c.tenantless {
         calls.push(quote!(.tenantless()));
     }
+    if c.drop_partitions {
+        calls.push(quote!(.partitions(::cohort::model::Partitions::Drop)));
+    }
     if let Some(reason) = &c.exempt {
         calls.push(quote!(.exempt(#reason)));
     }

@@ -31,7 +31,8 @@ use proc_macro::TokenStream;
 /// ```
 ///
 /// Struct keys of `#[retain(...)]`: `category`, `anchor` (a field name),
-/// `id` (a UUID, required), `table`, `schema`, `name`, `tenantless`; or
+/// `id` (a UUID, required), `table`, `schema`, `name`, `tenantless`,
+/// `partitions = "drop"` (opt-in partition purge, see the README); or
 /// `#[exempt_from_retention("reason")]` for a documented exemption. Field
 /// keys: `column = "..."` and the markers `record_id`, `tenant`,
 /// `soft_delete`, `deleted_at`, `anonymised_at`. `#[anonymise(...)]` takes

@@ -109,6 +109,11 @@ pub struct CohortConfig {
     /// How long in-flight handler deliveries may take to finish when the
     /// background services stop (default 30 s).
     pub shutdown_grace_period: Period,
+    /// How long a partition purge waits for the locks to detach one
+    /// partition (1 s to 10 min, default 5 s). A partition whose locks are
+    /// not granted in time is left, with every row after its lower bound,
+    /// for the next run.
+    pub partition_lock_timeout: Period,
     /// Global column conventions.
     pub conventions: Conventions,
     /// Row-handler dispatcher.
@@ -200,6 +205,7 @@ impl Default for CohortConfig {
             kill_switch: false,
             observer_timeout: secs(5),
             shutdown_grace_period: secs(30),
+            partition_lock_timeout: secs(5),
             conventions: Conventions::default(),
             dispatch: DispatchConfig::default(),
             prune: PruneConfig::default(),
@@ -223,7 +229,7 @@ impl CohortConfig {
     /// Overlays `COHORT_…` variables from `vars` (pass `std::env::vars()`):
     /// `COHORT_SCHEMA`, `COHORT_SWEEP_BATCH_SIZE`, `COHORT_SCHEDULE`,
     /// `COHORT_DRY_RUN`, `COHORT_KILL_SWITCH`, `COHORT_OBSERVER_TIMEOUT`,
-    /// `COHORT_SHUTDOWN_GRACE_PERIOD`, `COHORT_HASH_KEY`,
+    /// `COHORT_SHUTDOWN_GRACE_PERIOD`, `COHORT_PARTITION_LOCK_TIMEOUT`, `COHORT_HASH_KEY`,
     /// `COHORT_DISPATCH__<FIELD>` (e.g. `COHORT_DISPATCH__BATCH_SIZE`),
     /// `COHORT_PRUNE__<FIELD>` (e.g. `COHORT_PRUNE__RUNS_OLDER_THAN`).
     /// Unknown `COHORT_` variables are errors, so typos do not pass silently.
@@ -261,6 +267,7 @@ impl CohortConfig {
                 "KILL_SWITCH" => self.kill_switch = boolean()?,
                 "OBSERVER_TIMEOUT" => self.observer_timeout = period()?,
                 "SHUTDOWN_GRACE_PERIOD" => self.shutdown_grace_period = period()?,
+                "PARTITION_LOCK_TIMEOUT" => self.partition_lock_timeout = period()?,
                 "DISPATCH__POLL_INTERVAL" => self.dispatch.poll_interval = period()?,
                 "DISPATCH__BATCH_SIZE" => self.dispatch.batch_size = int()?,
                 "DISPATCH__MAX_PARALLELISM" => self.dispatch.max_parallelism = int()?,
@@ -303,6 +310,12 @@ impl CohortConfig {
                     k.expose().len()
                 ));
             }
+        }
+        let lock_timeout = self.partition_lock_timeout.as_seconds();
+        if !(1..=600).contains(&lock_timeout) {
+            problems.push(format!(
+                "partition_lock_timeout = {lock_timeout}s is out of range 1s..=10min (0 would wait for ever)"
+            ));
         }
         let mut range = |name: &str, value: u32, min: u32, max: u32| {
             if !(min..=max).contains(&value) {
@@ -395,6 +408,11 @@ impl CohortConfig {
     /// The shutdown grace period as a std duration.
     pub fn shutdown_grace_period(&self) -> Duration {
         Duration::from_secs(self.shutdown_grace_period.as_seconds().unsigned_abs())
+    }
+
+    /// The partition purge's lock time-out as a std duration.
+    pub fn partition_lock_timeout(&self) -> Duration {
+        Duration::from_secs(self.partition_lock_timeout.as_seconds().unsigned_abs())
     }
 
     /// The observer time-out as a std duration.

@@ -111,6 +111,11 @@ impl ObserverHub {
         }
     }
 
+    /// Whether no observer is registered (events would go nowhere).
+    pub(crate) fn is_empty(&self) -> bool {
+        self.observers.is_empty()
+    }
+
     /// Queues a committed event for every observer. Never waits.
     pub(crate) fn emit(&self, event: AuditEvent) {
         if self.observers.is_empty() {

@@ -11,7 +11,7 @@ use serde::Deserialize;
 use crate::config::CohortConfig;
 use crate::error::{Error, Problems, Result};
 use crate::handlers::{HandlerTarget, Phase, PolicyHandler};
-use crate::model::{AnonymiseMethod, EntityDeclaration, Marker, Origin};
+use crate::model::{AnonymiseMethod, EntityDeclaration, Marker, Origin, Partitions};
 use crate::rules::{
     AuditDetail, CategoryCapabilities, Period, RetentionRule, RuleOverride, StaticRuleProvider,
     Strategy,
@@ -60,6 +60,7 @@ struct RawEntity {
     #[serde(default)]
     anonymise: BTreeMap<String, RawMethod>,
     exempt: Option<String>,
+    partitions: Option<String>,
     #[serde(default)]
     handler: Vec<RawHandler>,
 }
@@ -432,6 +433,14 @@ fn entity(e: &RawEntity) -> std::result::Result<EntityDeclaration, Vec<String>> 
     }
     if let Some(r) = &e.exempt {
         d = d.exempt(r);
+    }
+    if let Some(p) = &e.partitions {
+        match Partitions::parse(p) {
+            Some(p) => d = d.partitions(p),
+            None => problems.push(format!(
+                "partitions = {p:?} is unknown: use \"drop\" (drop whole expired partitions) or \"rows\" (the default)"
+            )),
+        }
     }
     for (marker, column) in [
         (Marker::RecordId, &e.record_id),

@@ -1,5 +1,5 @@
 //! The struct-level attributes: `#[retain(...)]` (category, anchor, id,
-//! table, schema, name, tenantless) and `#[exempt_from_retention("...")]`,
+//! table, schema, name, tenantless, partitions) and `#[exempt_from_retention("...")]`,
 //! read into a [`Container`] together with its fields.
 
 use syn::ext::IdentExt;
@@ -10,7 +10,7 @@ use super::orm::{foreign_key, resolve_table, RenameRule, RENAME_ALL, TABLE_NAME}
 use super::parse::{flag, lit_str, non_empty, parse_list, path_to_string, unknown, Attr};
 use super::symbols::{
     ANCHOR, ANONYMISE, CATEGORY, CONTAINER_KEYS, DIESEL, ERASURE_SUBJECT, EXEMPT_FROM_RETENTION,
-    FIELD_KEYS, ID, NAME, RETAIN, SCHEMA, SEA_ORM, SQLX, TABLE, TENANTLESS,
+    FIELD_KEYS, ID, NAME, PARTITIONS, RETAIN, SCHEMA, SEA_ORM, SQLX, TABLE, TENANTLESS,
 };
 use crate::ctxt::Ctxt;
 
@@ -38,6 +38,8 @@ pub(crate) struct Container {
     pub(crate) tenantless: bool,
     /// The exemption reason.
     pub(crate) exempt: Option<String>,
+    /// `#[retain(partitions = "drop")]`: opt-in partition purge.
+    pub(crate) drop_partitions: bool,
     /// The fields, in declaration order.
     pub(crate) fields: Vec<Field>,
 }
@@ -54,6 +56,7 @@ impl Container {
         let mut schema = Attr::none(cx, RETAIN, SCHEMA);
         let mut name = Attr::none(cx, RETAIN, NAME);
         let mut tenantless = Attr::none(cx, RETAIN, TENANTLESS);
+        let mut partitions = Attr::none(cx, RETAIN, PARTITIONS);
         let mut exempt: Option<syn::LitStr> = None;
         let mut saw_retain = false;
         let mut saw_exempt = false;
@@ -99,6 +102,19 @@ impl Container {
                     } else if *p == TENANTLESS {
                         flag(cx, &meta, RETAIN)?;
                         tenantless.set(p, p.span());
+                    } else if *p == PARTITIONS {
+                        if let Some(s) = lit_str(cx, &meta, RETAIN)? {
+                            match s.value().as_str() {
+                                "drop" | "rows" => partitions.set(p, s),
+                                other => cx.error_spanned_by(
+                                    &s,
+                                    format!(
+                                        "`partitions = {other:?}` is unknown: use \"drop\" \
+                                         (drop whole expired partitions) or \"rows\" (the default)"
+                                    ),
+                                ),
+                            }
+                        }
                     } else {
                         let hint = FIELD_KEYS
                             .iter()
@@ -301,6 +317,7 @@ impl Container {
             schema: schema.get().map(|s| s.value()),
             tenantless: tenantless.is_some(),
             exempt: exempt.map(|e| e.value()),
+            drop_partitions: partitions.get().is_some_and(|p| p.value() == "drop"),
             fields,
         })
     }

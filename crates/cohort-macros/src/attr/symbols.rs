@@ -61,6 +61,8 @@ pub(super) const SCHEMA: Symbol = Symbol("schema");
 pub(super) const NAME: Symbol = Symbol("name");
 /// Struct flag: no tenant column.
 pub(super) const TENANTLESS: Symbol = Symbol("tenantless");
+/// Struct key: `partitions = "drop"` (opt-in partition purge).
+pub(super) const PARTITIONS: Symbol = Symbol("partitions");
 
 /// Field key: explicit column name.
 pub(super) const COLUMN: Symbol = Symbol("column");
@@ -90,8 +92,9 @@ pub(super) const WITH: Symbol = Symbol("with");
 pub(super) const KIND: Symbol = Symbol("kind");
 
 /// The keys of the struct-level `#[retain(...)]`.
-pub(super) const CONTAINER_KEYS: &[Symbol] =
-    &[CATEGORY, ANCHOR, ID, TABLE, SCHEMA, NAME, TENANTLESS];
+pub(super) const CONTAINER_KEYS: &[Symbol] = &[
+    CATEGORY, ANCHOR, ID, TABLE, SCHEMA, NAME, TENANTLESS, PARTITIONS,
+];
 /// The keys of a field-level `#[retain(...)]`.
 pub(super) const FIELD_KEYS: &[Symbol] = &[
     COLUMN,

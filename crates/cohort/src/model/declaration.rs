@@ -235,6 +235,41 @@ impl AnonymiseMethod {
     }
 }
 
+/// How a sweep treats a partitioned table's expired partitions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Partitions {
+    /// Every row goes through the row path (lock, mutate, audit in
+    /// batches). The default.
+    #[default]
+    Rows,
+    /// Opt-in partition purge: a purge detaches and drops each whole
+    /// partition whose upper bound is at or before the cutoff, when none of
+    /// its rows is under an active hold and the entity has no row
+    /// handlers; everything else goes through the row path. Only for
+    /// tenantless entities on tables range-partitioned on the anchor.
+    Drop,
+}
+
+impl Partitions {
+    /// The policy-file and attribute spelling (`rows`, `drop`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Partitions::Rows => "rows",
+            Partitions::Drop => "drop",
+        }
+    }
+
+    /// Parses `rows` or `drop`.
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "rows" => Some(Partitions::Rows),
+            "drop" => Some(Partitions::Drop),
+            _ => None,
+        }
+    }
+}
+
 /// A column the declaration knows about, with its Rust type when declared
 /// by the derive (used to check the column's type is compatible).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -293,6 +328,7 @@ pub struct EntityDeclaration {
     pub(crate) schema: Option<String>,
     pub(crate) tenantless: bool,
     pub(crate) exempt: Option<String>,
+    pub(crate) partitions: Partitions,
     pub(crate) columns: Option<Vec<DeclaredColumn>>,
     pub(crate) markers: Vec<(Marker, String)>,
     pub(crate) anonymise: Vec<(String, AnonymiseMethod)>,
@@ -312,6 +348,7 @@ impl EntityDeclaration {
             schema: None,
             tenantless: false,
             exempt: None,
+            partitions: Partitions::Rows,
             columns: None,
             markers: Vec::new(),
             anonymise: Vec::new(),
@@ -353,6 +390,12 @@ impl EntityDeclaration {
     /// Documents an explicit exemption: Cohort never touches this entity.
     pub fn exempt(mut self, reason: impl Into<String>) -> Self {
         self.exempt = Some(reason.into());
+        self
+    }
+
+    /// Opts the entity into partition purge ([`Partitions::Drop`]).
+    pub fn partitions(mut self, partitions: Partitions) -> Self {
+        self.partitions = partitions;
         self
     }
 

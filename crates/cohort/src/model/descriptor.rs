@@ -6,7 +6,9 @@ use std::collections::BTreeSet;
 
 use uuid::Uuid;
 
-use super::declaration::{AnonymiseMethod, DeclaredColumn, EntityDeclaration, Marker, Origin};
+use super::declaration::{
+    AnonymiseMethod, DeclaredColumn, EntityDeclaration, Marker, Origin, Partitions,
+};
 use crate::ident::{check_identifier, QualifiedName};
 
 /// Global column conventions (config), used when a declaration names no
@@ -97,6 +99,8 @@ pub struct EntityDescriptor {
     pub anonymise: Vec<AnonymisedColumn>,
     /// Erasure-subject columns.
     pub subjects: Vec<SubjectColumn>,
+    /// Whether a purge may drop whole expired partitions.
+    pub partitions: Partitions,
     /// Columns declared in Rust (derive), with their Rust types.
     pub declared_columns: Option<Vec<DeclaredColumn>>,
     /// How each marker was resolved.
@@ -362,6 +366,7 @@ pub(crate) fn resolve(
                 kind: s.kind.clone(),
             })
             .collect(),
+        partitions: decl.partitions,
         declared_columns: decl.columns.clone(),
         marker_resolution: resolution,
         origin: decl.origin.clone(),

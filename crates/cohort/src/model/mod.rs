@@ -7,7 +7,7 @@ mod descriptor;
 
 pub use declaration::{
     AnonymiseMethod, AnonymisedValue, CustomAnonymiser, DeclaredColumn, EntityDeclaration, Marker,
-    Origin, Retained, SubjectDeclaration,
+    Origin, Partitions, Retained, SubjectDeclaration,
 };
 pub(crate) use descriptor::{parse_entity_id, resolve, Resolved};
 pub use descriptor::{

@@ -15,6 +15,7 @@ use sqlx::query::Query;
 use sqlx::{PgConnection, Postgres, Row};
 use uuid::Uuid;
 
+use super::partitions::{self, RowPath};
 use super::{failure, EntityFailure, EntityOutcome, RunKind, RunStatus, SweepResult, Trigger};
 use crate::context::{Context, Prepared};
 use crate::diagnostic::Diagnostic;
@@ -81,6 +82,33 @@ pub(crate) struct Work<'a> {
     pub(crate) count_args: Vec<Arg>,
 }
 
+impl Work<'_> {
+    /// The same work with the row path's cutoff moved earlier (the
+    /// reported cutoff and the end-of-entity counts keep the rule's).
+    fn with_row_cutoff(&self, bound: DateTime<Utc>) -> Self {
+        let earlier = |args: &[Arg]| -> Vec<Arg> {
+            let mut args = args.to_vec();
+            if let Some(first @ Arg::Time(_)) = args.first_mut() {
+                *first = Arg::Time(bound);
+            }
+            args
+        };
+        Work {
+            entity: self.entity,
+            rule: self.rule.clone(),
+            cutoff: self.cutoff,
+            lock: self.lock.clone(),
+            lock_after: self.lock_after.clone(),
+            lock_args: earlier(&self.lock_args),
+            mutate: self.mutate.clone(),
+            mutate_count: self.mutate_count.clone(),
+            mutate_args: earlier(&self.mutate_args),
+            counts: self.counts.clone(),
+            count_args: self.count_args.clone(),
+        }
+    }
+}
+
 pub(crate) struct Counts {
     pub(crate) eligible: u64,
     pub(crate) held: u64,
@@ -145,7 +173,7 @@ pub(crate) struct RunSpec {
 }
 
 /// Why an entity stopped.
-enum Stop {
+pub(crate) enum Stop {
     /// The entity failed; the run goes on.
     Entity(Diagnostic),
     /// Cancelled: the open batch was rolled back.
@@ -154,7 +182,7 @@ enum Stop {
     Run(sqlx::Error),
 }
 
-fn stop_from(e: sqlx::Error) -> Stop {
+pub(crate) fn stop_from(e: sqlx::Error) -> Stop {
     if is_connection_error(&e) {
         Stop::Run(e)
     } else {
@@ -162,11 +190,11 @@ fn stop_from(e: sqlx::Error) -> Stop {
     }
 }
 
-struct RunCtx<'a> {
-    cx: &'a Context,
-    ready: &'a Prepared,
-    run_id: Uuid,
-    spec: &'a RunSpec,
+pub(crate) struct RunCtx<'a> {
+    pub(crate) cx: &'a Context,
+    pub(crate) ready: &'a Prepared,
+    pub(crate) run_id: Uuid,
+    pub(crate) spec: &'a RunSpec,
 }
 
 /// Runs the works of one run: lock, Started, entities, settle.
@@ -326,8 +354,22 @@ async fn run_entity(
         .map_err(stop_from)?;
 
     let mut result = Ok(());
-    if strategy.mutates() && !ctx.spec.dry_run {
-        result = batches(ctx, conn, work, summary_id, out).await;
+    let mut row_path = RowPath::UpToCutoff;
+    if partitions::applies(ctx, work) {
+        match partitions::drop_expired(ctx, conn, work, summary_id, out).await {
+            Ok(left) => row_path = left,
+            Err(stop) => result = Err(stop),
+        }
+    }
+    if strategy.mutates() && !ctx.spec.dry_run && result.is_ok() {
+        result = match row_path {
+            RowPath::UpToCutoff => batches(ctx, conn, work, summary_id, out).await,
+            RowPath::Before(bound) => {
+                let earlier = work.with_row_cutoff(bound);
+                batches(ctx, conn, &earlier, summary_id, out).await
+            }
+            RowPath::Nothing => Ok(()),
+        };
     }
     if matches!(result, Err(Stop::Run(_))) {
         return result;
@@ -349,6 +391,11 @@ async fn run_entity(
         }
         if !strategy.mutates() {
             out.kept_by_policy = c.eligible;
+        }
+        if row_path != RowPath::UpToCutoff {
+            // Past the cutoff and not held, but left for the next run with
+            // the partition that could not be locked in time.
+            out.skipped += c.eligible;
         }
     }
     let finish = sqlx::query(ledger.finish_summary.sql())

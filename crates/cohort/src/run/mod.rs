@@ -6,6 +6,7 @@
 
 pub(crate) mod erasure;
 pub(crate) mod executor;
+pub(crate) mod partitions;
 pub(crate) mod passes;
 pub(crate) mod resolve;
 pub(crate) mod sweep;

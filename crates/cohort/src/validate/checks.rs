@@ -215,10 +215,20 @@ pub(crate) fn check_entity(
         }
     }
 
-    // The record key: one column, unique on its own.
+    // The record key: one column, unique on its own. On a partitioned
+    // table PostgreSQL only allows unique indexes that include the
+    // partition key, so there (record key, anchor) is accepted: every
+    // statement matches a key together with its anchor's cutoff, and rows
+    // that shared an id would share its holds (never fewer protections).
+    let partitioned_key = |columns: &[String]| {
+        table.relkind == "p"
+            && columns.len() == 2
+            && columns.contains(&entity.record_id)
+            && columns.contains(&entity.anchor)
+    };
     if let Some(col) = table.column(&entity.record_id) {
         if let Some(pk) = table.indexes.iter().find(|i| i.primary) {
-            if pk.columns.len() > 1 {
+            if pk.columns.len() > 1 && !partitioned_key(&pk.columns) {
                 problems.push(format!(
                     "{t} has a composite primary key ({}); Cohort needs a single-column record key",
                     pk.columns.join(", ")
@@ -229,7 +239,9 @@ pub(crate) fn check_entity(
         // failed CREATE UNIQUE INDEX CONCURRENTLY leaves an invalid index
         // over duplicate keys, and a deferrable one allows them mid-transaction.
         let is_key_index = |i: &&super::catalog::IndexInfo| {
-            (i.primary || i.unique) && !i.partial && i.columns == [entity.record_id.clone()]
+            (i.primary || i.unique)
+                && !i.partial
+                && (i.columns == [entity.record_id.clone()] || partitioned_key(&i.columns))
         };
         let unique_alone = table.indexes.iter().filter(is_key_index).any(|i| i.usable);
         if !unique_alone && table.indexes.iter().any(|i| is_key_index(&i)) {

@@ -6,6 +6,7 @@
 
 mod catalog;
 mod checks;
+mod partitions;
 
 pub(crate) use catalog::IncomingKey;
 
@@ -324,6 +325,14 @@ pub async fn validate(
                 .into_iter()
                 .map(|p| Problem::entity(&descriptor.name, p)),
         );
+        if descriptor.partitions == crate::model::Partitions::Drop {
+            let partitioning = partitions::load(conn, table.oid).await?;
+            problems.extend(
+                partitions::check(&descriptor, &table, partitioning.as_ref(), caps.as_ref())
+                    .into_iter()
+                    .map(|p| Problem::entity(&descriptor.name, p)),
+            );
+        }
         if let Some(c) = caps {
             capabilities.insert(descriptor.id, c);
         }

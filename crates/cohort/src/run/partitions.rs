@@ -1,0 +1,380 @@
+//! Opt-in partition purge (`partitions = "drop"`): before a purge's row
+//! path, each whole partition whose upper bound is at or before the cutoff
+//! is detached and dropped in a transaction of its own, audited in the
+//! entity's summary with its row count (and, when the category asks for
+//! per-row detail, one detail row per row, written first in the same
+//! transaction).
+//!
+//! A partition is dropped only when, with its locks held (so no hold can
+//! be placed on its rows meanwhile: hold creation locks its target row),
+//! none of its rows is under an active hold. Partitions that are held, or
+//! that straddle the cutoff, stay and go through the row path. The entity
+//! must have no row handlers (they need each row's capture); validation
+//! checks the table's partitioning, foreign keys and ownership at start-up.
+//!
+//! The locks are waited for `partition_lock_timeout` at most. When a
+//! partition's locks are not granted in time (a long query on the table,
+//! say), it and every row from its lower bound up are left for the next
+//! run: the row path of this run stops below that bound, so those rows are
+//! not deleted one by one just because a report was running.
+
+use chrono::{DateTime, Utc};
+use sqlx::{PgConnection, Row};
+
+use super::executor::{stop_from, RunCtx, Stop, Work};
+use crate::ident::{QualifiedName, SqlText};
+use crate::observer::AuditEvent;
+use crate::rules::Strategy;
+use crate::schema::CohortTable;
+use crate::sql::{bind_array, KeyValue};
+use crate::AuditDetail;
+
+/// What partition purge left to the row path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RowPath {
+    /// Every row past the cutoff that is still there.
+    UpToCutoff,
+    /// Only rows before this anchor: a partition starting there could not
+    /// be locked in time, so it and everything after it waits for the
+    /// next run.
+    Before(DateTime<Utc>),
+    /// Nothing: the first partition that could not be locked has no lower
+    /// bound (`MINVALUE`).
+    Nothing,
+}
+
+/// An expired partition: its upper bound is at or before the cutoff.
+struct Expired {
+    table: QualifiedName,
+    lower: Option<DateTime<Utc>>,
+}
+
+/// Whether partition purge applies to this work: a purge (not a dry run)
+/// of an entity that opted in and has no row handlers.
+pub(crate) fn applies(ctx: &RunCtx<'_>, work: &Work<'_>) -> bool {
+    let e = work.entity;
+    e.partitions == crate::model::Partitions::Drop
+        && work.rule.strategy() == Strategy::Purge
+        && !ctx.spec.dry_run
+        && e.tenant.is_none()
+        && ctx.spec.tenant.is_none()
+        && work.cutoff.is_some()
+        && !ctx.cx.handlers.get(&e.id).is_some_and(|h| !h.is_empty())
+}
+
+/// Drops every expired, unheld partition; returns what the row path must
+/// still do. Rows dropped are added to `out.affected`.
+pub(crate) async fn drop_expired(
+    ctx: &RunCtx<'_>,
+    conn: &mut PgConnection,
+    work: &Work<'_>,
+    summary_id: i64,
+    out: &mut crate::run::EntityOutcome,
+) -> std::result::Result<RowPath, Stop> {
+    let e = work.entity;
+    let cutoff = work.cutoff.expect("checked by applies");
+    let expired = expired_partitions(conn, &e.table, cutoff)
+        .await
+        .map_err(stop_from)?;
+    for partition in expired {
+        if ctx.spec.cancel.is_cancelled() {
+            return Err(Stop::Cancelled);
+        }
+        // Cheap first look, without locks: a held partition is left to
+        // the row path without making anyone wait for its locks.
+        if held(ctx, conn, work, &partition.table)
+            .await
+            .map_err(stop_from)?
+        {
+            tracing::info!(entity = %e.name, partition = %partition.table.display_plain(), "partition holds a row under an active hold; its rows go through the row path");
+            continue;
+        }
+        match drop_one(ctx, conn, work, summary_id, &partition).await? {
+            Dropped::Rows(n) => {
+                out.affected += n;
+                tracing::info!(entity = %e.name, partition = %partition.table.display_plain(), rows = n, "expired partition detached and dropped");
+                ctx.cx.observers.emit(AuditEvent::EntityProgress {
+                    run_id: ctx.run_id,
+                    entity_id: e.id,
+                    strategy: Strategy::Purge,
+                    batch: n,
+                    total: out.affected,
+                });
+            }
+            Dropped::Held | Dropped::Gone => {}
+            Dropped::LockTimeout => {
+                tracing::warn!(
+                    entity = %e.name,
+                    partition = %partition.table.display_plain(),
+                    lock_timeout_ms = ctx.cx.config.partition_lock_timeout().as_millis() as u64,
+                    "could not lock the partition in time; it and every row after its lower bound are left for the next run"
+                );
+                return Ok(match partition.lower {
+                    Some(lower) => RowPath::Before(lower.min(cutoff)),
+                    None => RowPath::Nothing,
+                });
+            }
+        }
+    }
+    Ok(RowPath::UpToCutoff)
+}
+
+/// The parent's partitions (plain or themselves partitioned, never
+/// foreign tables, whose rows live elsewhere) whose upper bound is at or
+/// before the cutoff, oldest first. A bound is read back through the
+/// session that printed it, so its date style always parses; `DEFAULT` and
+/// `MAXVALUE` partitions never qualify.
+async fn expired_partitions(
+    conn: &mut PgConnection,
+    parent: &QualifiedName,
+    cutoff: DateTime<Utc>,
+) -> Result<Vec<Expired>, sqlx::Error> {
+    let rows = sqlx::query(
+        "SELECT n.nspname::text AS schema, c.relname::text AS name, b.lower \
+         FROM pg_catalog.pg_inherits i \
+         JOIN pg_catalog.pg_class c ON c.oid = i.inhrelid \
+         JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+         CROSS JOIN LATERAL (SELECT pg_catalog.pg_get_expr(c.relpartbound, c.oid) AS bound) e \
+         CROSS JOIN LATERAL (SELECT \
+             pg_catalog.substring(e.bound, '^FOR VALUES FROM \\(''([^'']*)''\\) TO ')::pg_catalog.timestamptz AS lower, \
+             pg_catalog.substring(e.bound, ' TO \\(''([^'']*)''\\)$')::pg_catalog.timestamptz AS upper) b \
+         WHERE i.inhparent = (SELECT pc.oid FROM pg_catalog.pg_class pc \
+                              JOIN pg_catalog.pg_namespace pn ON pn.oid = pc.relnamespace \
+                              WHERE pn.nspname = $1 AND pc.relname = $2) \
+           AND c.relispartition AND c.relkind IN ('r', 'p') AND b.upper <= $3 \
+         ORDER BY b.upper, n.nspname, c.relname",
+    )
+    .bind(&parent.schema)
+    .bind(&parent.name)
+    .bind(cutoff)
+    .fetch_all(conn)
+    .await?;
+    rows.iter()
+        .map(|r| {
+            Ok(Expired {
+                table: QualifiedName::new(
+                    r.try_get::<String, _>("schema")?,
+                    r.try_get::<String, _>("name")?,
+                ),
+                lower: r.try_get("lower")?,
+            })
+        })
+        .collect()
+}
+
+/// Whether any row of the partition is under an active hold. Driven from
+/// the entity's active holds (few) through the key index, not by reading
+/// every row. A hold whose record id is not a valid key cannot be placed
+/// by Cohort; if one is found anyway the partition is treated as held.
+async fn held(
+    ctx: &RunCtx<'_>,
+    conn: &mut PgConnection,
+    work: &Work<'_>,
+    partition: &QualifiedName,
+) -> Result<bool, sqlx::Error> {
+    let e = work.entity;
+    let mut holds = SqlText::new("SELECT h.record_id FROM ");
+    holds
+        .table(&CohortTable::Hold.qualified(&ctx.cx.config.schema))
+        .push(
+            " h WHERE h.retention_entity_id = $1 \
+         AND (h.released_at IS NULL OR h.released_at > pg_catalog.now()) \
+         AND (h.expires_at IS NULL OR h.expires_at > pg_catalog.now())",
+        );
+    let ids: Vec<String> = sqlx::query_scalar(holds.into_sql())
+        .bind(e.id)
+        .fetch_all(&mut *conn)
+        .await?;
+    if ids.is_empty() {
+        return Ok(false);
+    }
+    let facts = &ctx.ready.model.facts[&e.id];
+    let mut keys: Vec<KeyValue> = Vec::with_capacity(ids.len());
+    for id in &ids {
+        match facts.record.parse(id) {
+            Ok(k) => keys.push(k),
+            Err(_) => return Ok(true),
+        }
+    }
+    let mut any = SqlText::new("SELECT EXISTS (SELECT 1 FROM ");
+    any.table(partition)
+        .push(" t WHERE ")
+        .append(&facts.casts.any(&e.record_id, 1))
+        .push(")");
+    let row = bind_array(
+        sqlx::query(any.into_sql()).persistent(false),
+        facts.record,
+        &keys,
+    )
+    .fetch_one(conn)
+    .await?;
+    row.try_get(0)
+}
+
+enum Dropped {
+    Rows(u64),
+    /// A hold was placed before the locks were granted.
+    Held,
+    /// Another run dropped it first.
+    Gone,
+    LockTimeout,
+}
+
+/// Detaches, re-checks, audits and drops one partition in one transaction.
+async fn drop_one(
+    ctx: &RunCtx<'_>,
+    conn: &mut PgConnection,
+    work: &Work<'_>,
+    summary_id: i64,
+    partition: &Expired,
+) -> std::result::Result<Dropped, Stop> {
+    let e = work.entity;
+    let mut tx = sqlx::Connection::begin_with(&mut *conn, crate::sql::READ_COMMITTED)
+        .await
+        .map_err(stop_from)?;
+    let timeout_ms = ctx
+        .cx
+        .config
+        .partition_lock_timeout()
+        .as_millis()
+        .to_string();
+    sqlx::query("SELECT pg_catalog.set_config('lock_timeout', $1, true)")
+        .bind(format!("{timeout_ms}ms"))
+        .execute(&mut *tx)
+        .await
+        .map_err(stop_from)?;
+    let mut detach = SqlText::new("ALTER TABLE ");
+    detach
+        .table(&e.table)
+        .push(" DETACH PARTITION ")
+        .table(&partition.table);
+    if let Err(err) = sqlx::raw_sql(detach.into_sql()).execute(&mut *tx).await {
+        let code = err.as_database_error().and_then(|d| d.code());
+        let outcome = match code.as_deref() {
+            Some("55P03") => Dropped::LockTimeout,
+            // Dropped or detached by another run since it was listed.
+            Some("42P01") | Some("42809") => Dropped::Gone,
+            _ => return Err(stop_from(err)),
+        };
+        tx.rollback().await.map_err(stop_from)?;
+        return Ok(outcome);
+    }
+    // The locks are held: a hold committed before they were granted is
+    // visible to this new statement; any later one waits for the commit
+    // and then finds no row to hold.
+    if held(ctx, &mut *tx, work, &partition.table)
+        .await
+        .map_err(stop_from)?
+    {
+        tx.rollback().await.map_err(stop_from)?;
+        tracing::info!(entity = %e.name, partition = %partition.table.display_plain(), "a hold was placed on a row of the partition; it stays and goes through the row path");
+        return Ok(Dropped::Held);
+    }
+    let per_row = work.rule.audit() == AuditDetail::PerRow;
+    let mut first_detail: Option<i64> = None;
+    let n: i64 = if per_row {
+        // One detail row per row, before the rows go.
+        let mut insert = SqlText::new("WITH d AS (INSERT INTO ");
+        insert
+            .table(&CohortTable::RowDetail.qualified(&ctx.cx.config.schema))
+            .push(
+                " (run_id, retention_entity_id, entity_type, record_id, tenant_id, action) \
+                 SELECT $1, $2, $3, ",
+            )
+            .col(&e.record_id)
+            .push("::text, NULL, $4 FROM ")
+            .table(&partition.table)
+            .push(" t RETURNING row_detail_id) SELECT count(*) AS n, min(row_detail_id) AS first FROM d");
+        let row = sqlx::query(insert.into_sql())
+            .persistent(false)
+            .bind(ctx.run_id)
+            .bind(e.id)
+            .bind(&e.name)
+            .bind(Strategy::Purge.as_str())
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(stop_from)?;
+        first_detail = row.try_get("first").map_err(stop_from)?;
+        row.try_get("n").map_err(stop_from)?
+    } else {
+        let mut count = SqlText::new("SELECT count(*) FROM ");
+        count.table(&partition.table);
+        sqlx::query_scalar(count.into_sql())
+            .persistent(false)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(stop_from)?
+    };
+    let mut drop = SqlText::new("DROP TABLE ");
+    drop.table(&partition.table);
+    sqlx::raw_sql(drop.into_sql())
+        .execute(&mut *tx)
+        .await
+        .map_err(stop_from)?;
+    sqlx::query(ctx.ready.ledger.add_affected.sql())
+        .bind(summary_id)
+        .bind(n)
+        .execute(&mut *tx)
+        .await
+        .map_err(stop_from)?;
+    if ctx.spec.cancel.is_cancelled() {
+        tx.rollback().await.map_err(stop_from)?;
+        return Err(Stop::Cancelled);
+    }
+    tx.commit().await.map_err(stop_from)?;
+    if let Some(first) = first_detail.filter(|_| !ctx.cx.observers.is_empty()) {
+        emit_details(ctx, conn, work, first).await;
+    }
+    Ok(Dropped::Rows(n.max(0) as u64))
+}
+
+/// Tells observers the committed detail rows of a dropped partition, a
+/// batch at a time (best effort, like every observer event).
+async fn emit_details(ctx: &RunCtx<'_>, conn: &mut PgConnection, work: &Work<'_>, first: i64) {
+    let e = work.entity;
+    let mut select = SqlText::new("SELECT row_detail_id, record_id FROM ");
+    select
+        .table(&CohortTable::RowDetail.qualified(&ctx.cx.config.schema))
+        .push(
+            " WHERE row_detail_id >= $1 AND run_id = $2 AND retention_entity_id = $3 \
+             ORDER BY row_detail_id LIMIT $4",
+        );
+    let mut after = first;
+    loop {
+        let rows = sqlx::query(select.sql())
+            .bind(after)
+            .bind(ctx.run_id)
+            .bind(e.id)
+            .bind(i64::from(ctx.cx.config.sweep_batch_size))
+            .fetch_all(&mut *conn)
+            .await;
+        let rows = match rows {
+            Ok(rows) if !rows.is_empty() => rows,
+            Ok(_) => return,
+            Err(err) => {
+                tracing::warn!(entity = %e.name, error = %err, "reading a dropped partition's detail rows for observers failed");
+                return;
+            }
+        };
+        let mut ids = Vec::with_capacity(rows.len());
+        for r in &rows {
+            match (
+                r.try_get::<i64, _>("row_detail_id"),
+                r.try_get::<String, _>("record_id"),
+            ) {
+                (Ok(id), Ok(record)) => {
+                    after = id + 1;
+                    ids.push(record);
+                }
+                _ => return,
+            }
+        }
+        ctx.cx.observers.emit(AuditEvent::RowDetail {
+            run_id: ctx.run_id,
+            entity_id: e.id,
+            tenant: None,
+            record_ids: ids,
+            action: Strategy::Purge,
+        });
+    }
+}
