@@ -345,6 +345,34 @@ fn tenantless_with_schema() {
 }
 
 #[derive(cohort::Retained)]
+#[retain(
+    category = "events",
+    anchor = "created_at",
+    id = "0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d",
+    tenantless,
+    partitions = "drop"
+)]
+#[allow(dead_code)]
+struct AccessEvent {
+    id: i64,
+    created_at: DateTime<Utc>,
+}
+
+#[test]
+fn partition_purge() {
+    let expected = EntityDeclaration::new("AccessEvent", "0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d")
+        .origin(origin("AccessEvent"))
+        .category("events")
+        .anchor("created_at")
+        .table("access_event")
+        .column("id", "id", "i64")
+        .column("created_at", "created_at", "DateTime<Utc>")
+        .tenantless()
+        .partitions(cohort::model::Partitions::Drop);
+    assert_eq!(AccessEvent::declaration(), expected);
+}
+
+#[derive(cohort::Retained)]
 #[exempt_from_retention("financial ledger: kept for 10 years by law, handled by the archive job")]
 #[retain(id = "f7a8b9c0-d1e2-4f3a-b4c5-d6e7f8a9b0c1", table = "ledger_entries")]
 #[allow(dead_code)]

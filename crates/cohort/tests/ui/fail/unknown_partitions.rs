@@ -1,0 +1,10 @@
+use cohort::Retained;
+
+#[derive(Retained)]
+#[retain(category = "events", anchor = "created_at", id = "a3f467fe-c5d0-4f17-9897-83c373cc1dc8", tenantless, partitions = "truncate")]
+struct Event {
+    id: i64,
+    created_at: chrono::DateTime<chrono::Utc>,
+}
+
+fn main() {}
