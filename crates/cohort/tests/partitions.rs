@@ -462,3 +462,39 @@ async fn the_role_must_be_able_to_drop_every_partition() {
     assert_eq!(summary(&pool, result.run_id).await, (41, 0, 0, 3));
     assert_eq!(partitions(&pool).await.len(), 3);
 }
+
+#[tokio::test]
+async fn two_sweeps_at_once_drop_each_partition_once_and_count_each_row_once() {
+    let (db, cohort) = setup("per_row", "").await;
+    let runs = both(&cohort).await;
+    let mut affected = 0;
+    for result in &runs {
+        assert_eq!(result.status, cohort::RunStatus::Succeeded, "{result:?}");
+        affected += summary(db.pool(), result.run_id).await.0;
+    }
+    assert_eq!(affected, 41, "every purged row counted by exactly one run");
+    let details: i64 = sqlx::query_scalar(
+        "SELECT count(DISTINCT record_id) FROM public.sweep_run_row_detail WHERE record_id IS NOT NULL",
+    )
+    .fetch_one(db.pool())
+    .await
+    .unwrap();
+    let all: i64 = sqlx::query_scalar("SELECT count(*) FROM public.sweep_run_row_detail")
+        .fetch_one(db.pool())
+        .await
+        .unwrap();
+    assert_eq!((details, all), (41, 41), "one detail per purged row");
+    assert_eq!(partitions(db.pool()).await.len(), 3);
+}
+
+async fn both(cohort: &Cohort) -> Vec<cohort::SweepResult> {
+    let a = tokio::spawn({
+        let cohort = cohort.clone();
+        async move { cohort.sweep(SweepRequest::tenantless(now())).await }
+    });
+    let b = tokio::spawn({
+        let cohort = cohort.clone();
+        async move { cohort.sweep(SweepRequest::tenantless(now())).await }
+    });
+    vec![a.await.unwrap().unwrap(), b.await.unwrap().unwrap()]
+}

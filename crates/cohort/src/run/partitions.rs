@@ -5,7 +5,7 @@
 //! per-row detail, one detail row per row, written first in the same
 //! transaction).
 //!
-//! A partition is dropped only when, with its locks held (so no hold can
+//! A partition is dropped only when, with it locked against writes (so no hold can
 //! be placed on its rows meanwhile: hold creation locks its target row),
 //! none of its rows is under an active hold. Partitions that are held, or
 //! that straddle the cutoff, stay and go through the row path. The entity
@@ -220,7 +220,15 @@ enum Dropped {
     LockTimeout,
 }
 
-/// Detaches, re-checks, audits and drops one partition in one transaction.
+/// Locks, re-checks, audits, detaches and drops one partition in one
+/// transaction.
+///
+/// The partition is first locked `EXCLUSIVE`: reads go on, but no row of
+/// it can be written or locked (so no hold can be placed) until the
+/// commit. The hold re-check, the count and any detail rows happen under
+/// that lock, and the table-wide `ACCESS EXCLUSIVE` lock that `DETACH`
+/// needs is taken only at the end, for the detach and the drop: queries on
+/// the rest of the table wait for milliseconds, not for the count.
 async fn drop_one(
     ctx: &RunCtx<'_>,
     conn: &mut PgConnection,
@@ -243,25 +251,16 @@ async fn drop_one(
         .execute(&mut *tx)
         .await
         .map_err(stop_from)?;
-    let mut detach = SqlText::new("ALTER TABLE ");
-    detach
-        .table(&e.table)
-        .push(" DETACH PARTITION ")
-        .table(&partition.table);
-    if let Err(err) = sqlx::raw_sql(detach.into_sql()).execute(&mut *tx).await {
-        let code = err.as_database_error().and_then(|d| d.code());
-        let outcome = match code.as_deref() {
-            Some("55P03") => Dropped::LockTimeout,
-            // Dropped or detached by another run since it was listed.
-            Some("42P01") | Some("42809") => Dropped::Gone,
-            _ => return Err(stop_from(err)),
-        };
+    let mut lock = SqlText::new("LOCK TABLE ");
+    lock.table(&partition.table).push(" IN EXCLUSIVE MODE");
+    if let Err(err) = sqlx::raw_sql(lock.into_sql()).execute(&mut *tx).await {
+        let outcome = not_now(&err).ok_or_else(|| stop_from(err))?;
         tx.rollback().await.map_err(stop_from)?;
         return Ok(outcome);
     }
-    // The locks are held: a hold committed before they were granted is
-    // visible to this new statement; any later one waits for the commit
-    // and then finds no row to hold.
+    // The lock is held: a hold committed before it was granted is visible
+    // to this new statement; any later one waits for the commit and then
+    // finds no row to hold.
     if held(ctx, &mut *tx, work, &partition.table)
         .await
         .map_err(stop_from)?
@@ -305,6 +304,16 @@ async fn drop_one(
             .await
             .map_err(stop_from)?
     };
+    let mut detach = SqlText::new("ALTER TABLE ");
+    detach
+        .table(&e.table)
+        .push(" DETACH PARTITION ")
+        .table(&partition.table);
+    if let Err(err) = sqlx::raw_sql(detach.into_sql()).execute(&mut *tx).await {
+        let outcome = not_now(&err).ok_or_else(|| stop_from(err))?;
+        tx.rollback().await.map_err(stop_from)?;
+        return Ok(outcome);
+    }
     let mut drop = SqlText::new("DROP TABLE ");
     drop.table(&partition.table);
     sqlx::raw_sql(drop.into_sql())
@@ -326,6 +335,17 @@ async fn drop_one(
         emit_details(ctx, conn, work, first).await;
     }
     Ok(Dropped::Rows(n.max(0) as u64))
+}
+
+/// Errors that mean "not this partition, not now": its locks were not
+/// granted in time (or waiting for them deadlocked), or another run
+/// detached or dropped it since it was listed.
+fn not_now(err: &sqlx::Error) -> Option<Dropped> {
+    match err.as_database_error().and_then(|d| d.code()).as_deref() {
+        Some("55P03" | "40P01") => Some(Dropped::LockTimeout),
+        Some("42P01" | "42809") => Some(Dropped::Gone),
+        _ => None,
+    }
 }
 
 /// Tells observers the committed detail rows of a dropped partition, a
