@@ -137,6 +137,7 @@ pub(crate) async fn erase(cx: &Context, req: ErasureRequest) -> Result<SweepResu
             mutate_count: None,
             mutate_args: values,
             counts: statements.counts,
+            counts_after: None,
             rule,
         }));
     }

@@ -79,6 +79,9 @@ pub(crate) struct Work<'a> {
     pub(crate) mutate_args: Vec<Arg>,
     /// Returns `eligible`, `held`, `null_anchor`.
     pub(crate) counts: SqlText,
+    /// `counts` after a real run, through the active holds' keys (bound
+    /// after `count_args`); `None`: always `counts`.
+    pub(crate) counts_after: Option<SqlText>,
     pub(crate) count_args: Vec<Arg>,
 }
 
@@ -104,6 +107,7 @@ impl Work<'_> {
             mutate_count: self.mutate_count.clone(),
             mutate_args: earlier(&self.mutate_args),
             counts: self.counts.clone(),
+            counts_after: self.counts_after.clone(),
             count_args: self.count_args.clone(),
         }
     }
@@ -128,7 +132,56 @@ pub(crate) async fn counts(
         sqlx::query(work.counts.sql()).bind(work.entity.id),
         &work.count_args,
     );
-    let row = q.fetch_one(conn).await?;
+    read_counts(q.fetch_one(conn).await?)
+}
+
+/// The most active holds of one entity whose keys are bound into one
+/// statement; with more, the counts read the rows past the cutoff instead.
+const MAX_BOUND_HOLDS: i64 = 10_000;
+
+/// The keys of an entity's active holds, parsed in the record key's type;
+/// `None` when there are more than [`MAX_BOUND_HOLDS`] or one cannot be a
+/// key of this type (then only a statement that compares every row's key
+/// text gives the exact answer).
+pub(crate) async fn active_hold_keys(
+    conn: &mut PgConnection,
+    ready: &Prepared,
+    entity: &EntityDescriptor,
+) -> std::result::Result<Option<Vec<KeyValue>>, sqlx::Error> {
+    let ids: Vec<String> = sqlx::query_scalar(ready.ledger.active_holds.sql())
+        .bind(entity.id)
+        .bind(MAX_BOUND_HOLDS + 1)
+        .fetch_all(conn)
+        .await?;
+    if ids.len() as i64 > MAX_BOUND_HOLDS {
+        return Ok(None);
+    }
+    let key_type = ready.model.facts[&entity.id].record;
+    Ok(ids.iter().map(|id| key_type.parse(id).ok()).collect())
+}
+
+/// The counts after a real run: through the active holds' keys when they
+/// can be bound, else by reading the rows past the cutoff.
+async fn counts_after_run(
+    conn: &mut PgConnection,
+    ready: &Prepared,
+    work: &Work<'_>,
+) -> std::result::Result<Counts, sqlx::Error> {
+    let Some(after) = &work.counts_after else {
+        return counts(conn, work).await;
+    };
+    let Some(keys) = active_hold_keys(conn, ready, work.entity).await? else {
+        return counts(conn, work).await;
+    };
+    let key_type = ready.model.facts[&work.entity.id].record;
+    let q = bind_all(
+        sqlx::query(after.sql()).bind(work.entity.id),
+        &work.count_args,
+    );
+    read_counts(bind_array(q, key_type, &keys).fetch_one(conn).await?)
+}
+
+fn read_counts(row: sqlx::postgres::PgRow) -> std::result::Result<Counts, sqlx::Error> {
     let n = |name: &str| -> std::result::Result<u64, sqlx::Error> {
         Ok(row.try_get::<i64, _>(name)?.max(0) as u64)
     };
@@ -375,7 +428,11 @@ async fn run_entity(
         return result;
     }
     // Held and NULL-anchor rows are measured directly, after the batches.
-    let measured = counts(conn, work).await;
+    let measured = if strategy.mutates() && !ctx.spec.dry_run && row_path == RowPath::UpToCutoff {
+        counts_after_run(conn, ctx.ready, work).await
+    } else {
+        counts(conn, work).await
+    };
     let error = match &result {
         Err(Stop::Entity(d)) => Some(d.to_string()),
         Err(Stop::Cancelled) => Some("cancelled".to_string()),

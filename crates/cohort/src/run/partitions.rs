@@ -21,12 +21,12 @@
 use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, Row};
 
-use super::executor::{stop_from, RunCtx, Stop, Work};
+use super::executor::{active_hold_keys, stop_from, RunCtx, Stop, Work};
 use crate::ident::{QualifiedName, SqlText};
 use crate::observer::AuditEvent;
 use crate::rules::Strategy;
 use crate::schema::CohortTable;
-use crate::sql::{bind_array, KeyValue};
+use crate::sql::{bind_array, hold_exists};
 use crate::AuditDetail;
 
 /// What partition purge left to the row path.
@@ -59,7 +59,7 @@ pub(crate) fn applies(ctx: &RunCtx<'_>, work: &Work<'_>) -> bool {
         && e.tenant.is_none()
         && ctx.spec.tenant.is_none()
         && work.cutoff.is_some()
-        && !ctx.cx.handlers.get(&e.id).is_some_and(|h| !h.is_empty())
+        && ctx.cx.handlers.get(&e.id).is_none_or(|h| h.is_empty())
 }
 
 /// Drops every expired, unheld partition; returns what the row path must
@@ -164,8 +164,8 @@ async fn expired_partitions(
 
 /// Whether any row of the partition is under an active hold. Driven from
 /// the entity's active holds (few) through the key index, not by reading
-/// every row. A hold whose record id is not a valid key cannot be placed
-/// by Cohort; if one is found anyway the partition is treated as held.
+/// every row; with very many holds, or one that cannot be a key of the
+/// record key's type, every row's key is compared instead.
 async fn held(
     ctx: &RunCtx<'_>,
     conn: &mut PgConnection,
@@ -173,41 +173,33 @@ async fn held(
     partition: &QualifiedName,
 ) -> Result<bool, sqlx::Error> {
     let e = work.entity;
-    let mut holds = SqlText::new("SELECT h.record_id FROM ");
-    holds
-        .table(&CohortTable::Hold.qualified(&ctx.cx.config.schema))
-        .push(
-            " h WHERE h.retention_entity_id = $1 \
-         AND (h.released_at IS NULL OR h.released_at > pg_catalog.now()) \
-         AND (h.expires_at IS NULL OR h.expires_at > pg_catalog.now())",
-        );
-    let ids: Vec<String> = sqlx::query_scalar(holds.into_sql())
-        .bind(e.id)
-        .fetch_all(&mut *conn)
-        .await?;
-    if ids.is_empty() {
-        return Ok(false);
-    }
     let facts = &ctx.ready.model.facts[&e.id];
-    let mut keys: Vec<KeyValue> = Vec::with_capacity(ids.len());
-    for id in &ids {
-        match facts.record.parse(id) {
-            Ok(k) => keys.push(k),
-            Err(_) => return Ok(true),
-        }
-    }
     let mut any = SqlText::new("SELECT EXISTS (SELECT 1 FROM ");
-    any.table(partition)
-        .push(" t WHERE ")
-        .append(&facts.casts.any(&e.record_id, 1))
-        .push(")");
-    let row = bind_array(
-        sqlx::query(any.into_sql()).persistent(false),
-        facts.record,
-        &keys,
-    )
-    .fetch_one(conn)
-    .await?;
+    any.table(partition).push(" t WHERE ");
+    let row = match active_hold_keys(&mut *conn, ctx.ready, e).await? {
+        Some(keys) if keys.is_empty() => return Ok(false),
+        Some(keys) => {
+            any.append(&facts.casts.any(&e.record_id, 2))
+                .push(" AND ")
+                .append(&hold_exists(e, &ctx.cx.config.schema))
+                .push(")");
+            bind_array(
+                sqlx::query(any.into_sql()).persistent(false).bind(e.id),
+                facts.record,
+                &keys,
+            )
+            .fetch_one(conn)
+            .await?
+        }
+        None => {
+            any.append(&hold_exists(e, &ctx.cx.config.schema)).push(")");
+            sqlx::query(any.into_sql())
+                .persistent(false)
+                .bind(e.id)
+                .fetch_one(conn)
+                .await?
+        }
+    };
     row.try_get(0)
 }
 
@@ -261,7 +253,7 @@ async fn drop_one(
     // The lock is held: a hold committed before it was granted is visible
     // to this new statement; any later one waits for the commit and then
     // finds no row to hold.
-    if held(ctx, &mut *tx, work, &partition.table)
+    if held(ctx, &mut tx, work, &partition.table)
         .await
         .map_err(stop_from)?
     {

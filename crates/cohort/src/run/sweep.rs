@@ -45,6 +45,7 @@ fn sweep_work<'a>(
         mutate_count: plan.mutate_count.get(&strategy).cloned(),
         mutate_args,
         counts: plan.counts[&strategy].clone(),
+        counts_after: plan.counts_after.get(&strategy).cloned(),
         count_args,
         rule,
     })

@@ -46,6 +46,14 @@ pub(crate) struct EntityPlan {
     /// Counts in scope: eligible (past cutoff, not held), held (past cutoff,
     /// held) and null_anchor. `$1` entity id, `$2` cutoff, `$3` tenant.
     pub(crate) counts: BTreeMap<Strategy, SqlText>,
+    /// What `counts` returns after a real run, without reading the rows
+    /// past the cutoff (after a purge, their dead index entries; after an
+    /// anonymisation or soft delete, every row already done): held rows
+    /// are found through the entity's active holds (their record ids
+    /// parsed into keys, bound after the tenant: `$3`, or `$4` with a
+    /// tenant), NULL anchors through the anchor index; `eligible` is 0
+    /// (only dry runs need it). Mutating strategies only.
+    pub(crate) counts_after: BTreeMap<Strategy, SqlText>,
     /// Reads the locked rows for custom anonymisers: key first, then every
     /// column. `$1` record keys.
     pub(crate) load_rows: SqlText,
@@ -104,6 +112,7 @@ impl EntityPlan {
             mutate_count: BTreeMap::new(),
             mutate_head: BTreeMap::new(),
             counts: BTreeMap::new(),
+            counts_after: BTreeMap::new(),
             load_rows: SqlText::default(),
             lock_target: SqlText::default(),
             referenced: referenced.clone(),
@@ -162,6 +171,46 @@ impl EntityPlan {
             if !strategy.mutates() {
                 continue;
             }
+            let keys = if e.tenant.is_some() { 4 } else { 3 };
+            let mut a = SqlText::new("SELECT 0::int8 AS eligible, (SELECT count(*) FROM ");
+            a.table(table)
+                .push(" t WHERE ")
+                .append(&casts.any(&e.record_id, keys))
+                .push(" AND ")
+                .col(&e.anchor)
+                .push(" < $2")
+                .append(&tenant_filter(e, casts, 3))
+                .append(&done)
+                .push(" AND ")
+                .append(&held)
+                .push(") AS held, (SELECT count(*) FROM ")
+                .table(table)
+                .push(" t WHERE ")
+                .col(&e.anchor)
+                .push(" IS NULL")
+                .append(&tenant_filter(e, casts, 3))
+                .append(&done)
+                .push(") AS null_anchor, ");
+            match (strategy, &referenced) {
+                (Strategy::Purge, Some(r)) => {
+                    a.push("(SELECT count(*) FROM ")
+                        .table(table)
+                        .push(" t WHERE ")
+                        .col(&e.anchor)
+                        .push(" < $2")
+                        .append(&tenant_filter(e, casts, 3))
+                        .push(" AND NOT ")
+                        .append(&held)
+                        .push(" AND ")
+                        .append(r)
+                        .push(")");
+                }
+                _ => {
+                    a.push("0::int8");
+                }
+            }
+            a.push(" AS skipped, 0::int8 AS kept_by_legal_min");
+            plan.counts_after.insert(strategy, a);
             // Candidates in (anchor, key) order, so a run can continue
             // each batch after the last one's final row (`lock_after`)
             // instead of walking again past every row it already did.

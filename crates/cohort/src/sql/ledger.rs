@@ -40,6 +40,9 @@ pub(crate) struct LedgerPlan {
     pub(crate) release_hold: SqlText,
     /// `$1` hold id.
     pub(crate) get_hold: SqlText,
+    /// The record ids of an entity's active holds, at most `$2` of them.
+    /// `$1` entity id.
+    pub(crate) active_holds: SqlText,
     /// Active holds among records (whatever tenant they were placed in).
     /// `$1` entity id, `$2` record ids (text[]). Returns the held record ids.
     pub(crate) held_records: SqlText,
@@ -140,7 +143,14 @@ impl LedgerPlan {
                AND (released_at IS NULL OR released_at > pg_catalog.now()) \
                AND (expires_at IS NULL OR expires_at > pg_catalog.now()) ORDER BY record_id",
         );
+        let mut active_holds = SqlText::new("SELECT DISTINCT record_id FROM ");
+        active_holds.table(&hold).push(
+            " WHERE retention_entity_id = $1 \
+               AND (released_at IS NULL OR released_at > pg_catalog.now()) \
+               AND (expires_at IS NULL OR expires_at > pg_catalog.now()) LIMIT $2",
+        );
         LedgerPlan {
+            active_holds,
             held_records,
             insert_hold,
             list_holds,

@@ -9,7 +9,7 @@ mod ledger;
 
 pub(crate) use entity::EntityPlan;
 pub(crate) use erasure::ErasurePlan;
-pub(crate) use fragments::Casts;
+pub(crate) use fragments::{hold_exists, Casts};
 pub(crate) use key::{bind_array, KeyType, KeyValue};
 pub(crate) use ledger::LedgerPlan;
 
