@@ -549,3 +549,80 @@ async fn dependents_go_first_and_rows_still_referenced_are_skipped_not_failed() 
         "{summaries:?}"
     );
 }
+
+/// The end-of-entity counts find held rows through the active holds' keys
+/// when they can be bound, and by reading the rows otherwise (more than
+/// 10 000 active holds, or a hold whose record id cannot be a key): the
+/// figures agree, and the held rows and NULL anchors are counted exactly.
+#[tokio::test]
+async fn held_and_null_anchor_counts_agree_however_the_holds_are_read() {
+    let note = uuid::Uuid::parse_str(NOTE_ID).unwrap();
+    // (extra holds placed on records that do not exist, expected held)
+    let cases = [
+        ("", 1),
+        (
+            "SELECT gen_random_uuid()::text FROM generate_series(1, 10001)",
+            1,
+        ),
+        ("SELECT 'not-a-uuid'", 1),
+    ];
+    for (extra, held) in cases {
+        let db = engine_db().await;
+        let cohort = engine_cohort(&db).await;
+        let target: uuid::Uuid = sqlx::query_scalar("SELECT id FROM app.notes WHERE body = $1")
+            .bind(format!("{TENANT_A}:45d"))
+            .fetch_one(db.pool())
+            .await
+            .unwrap();
+        cohort
+            .create_hold(
+                cohort::holds::HoldRequest::new(note, target.to_string(), "case").tenant(TENANT_A),
+            )
+            .await
+            .unwrap();
+        // A released hold on another eligible row protects nothing.
+        let released: uuid::Uuid = sqlx::query_scalar("SELECT id FROM app.notes WHERE body = $1")
+            .bind(format!("{TENANT_A}:400d"))
+            .fetch_one(db.pool())
+            .await
+            .unwrap();
+        let hold = cohort
+            .create_hold(
+                cohort::holds::HoldRequest::new(note, released.to_string(), "old").tenant(TENANT_A),
+            )
+            .await
+            .unwrap();
+        cohort.release_hold(hold.hold_id).await.unwrap();
+        if !extra.is_empty() {
+            exec(
+                db.pool(),
+                &format!(
+                    "INSERT INTO public.retention_hold (hold_id, retention_entity_id, record_id, reason, created_at) \
+                     SELECT gen_random_uuid(), '{NOTE_ID}', r, 'bulk', now() FROM ({extra}) AS x(r);"
+                ),
+            )
+            .await;
+        }
+        let result = cohort
+            .sweep(SweepRequest::tenanted(TENANT_A, now()))
+            .await
+            .unwrap();
+        let notes = result
+            .entities
+            .iter()
+            .find(|o| o.entity_id == note)
+            .unwrap();
+        assert_eq!(
+            (notes.affected, notes.held, notes.null_anchor),
+            (2, held, 1),
+            "extra holds: {extra:?}"
+        );
+        assert!(sqlx::query_scalar::<_, bool>(
+            "SELECT EXISTS (SELECT 1 FROM app.notes WHERE id = $1)"
+        )
+        .bind(target)
+        .fetch_one(db.pool())
+        .await
+        .unwrap());
+    }
+}
