@@ -25,8 +25,8 @@ const NOTES: [&str; 5] = [
      WHERE id = ANY (ARRAY(SELECT id FROM c)), primary-key lookups like Cohort's \
      own mutation (the join form FROM c WHERE t.id = c.id is planned as a hash \
      join over a full-table scan per batch, which would flatter Cohort).",
-    "Cohort also counts the remaining held and NULL-anchor rows of the tenant \
-     after its batches (one extra scan of the tenant's rows).",
+    "Cohort also counts the tenant's remaining held and NULL-anchor rows after \
+     its batches (through the active holds' keys and the anchor index).",
     "Same batch size, same index, same hold test, one transaction per batch, one \
      connection each; validation, connecting and statement preparation are \
      excluded (untimed warm-up on a small table of the same name first).",
