@@ -62,6 +62,40 @@ fi
 exit "$CODE"
 "#;
 
+/// Extra server settings for new clusters: `name=value` pairs separated by
+/// `;` (e.g. `shared_buffers=2GB;work_mem=64MB`).
+pub(crate) const SETTINGS_ENV: &str = "COHORT_PGTEMP_SETTINGS";
+
+/// Turns `name=value;name=value` into postgresql.conf lines, refusing names
+/// that are not setting names and values that would need quoting.
+fn parse_settings(text: &str) -> std::result::Result<String, String> {
+    let mut lines = String::from("\n# COHORT_PGTEMP_SETTINGS\n");
+    for pair in text.split(';').map(str::trim).filter(|p| !p.is_empty()) {
+        let Some((name, value)) = pair.split_once('=') else {
+            return Err(format!("{pair:?} is not name=value"));
+        };
+        let (name, value) = (name.trim(), value.trim());
+        if name.is_empty()
+            || !name
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '.')
+        {
+            return Err(format!("{name:?} is not a server setting name"));
+        }
+        if value.is_empty()
+            || !value
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
+        {
+            return Err(format!(
+                "the value of {name} ({value:?}) may hold only letters, digits, '.', '_' and '-'"
+            ));
+        }
+        lines.push_str(&format!("{name} = '{value}'\n"));
+    }
+    Ok(lines)
+}
+
 /// A running, throw-away PostgreSQL server.
 ///
 /// The server listens only on a unix socket in a private temporary
@@ -196,6 +230,22 @@ impl Cluster {
                     String::from_utf8_lossy(&out.stderr)
                 ),
             });
+        }
+        // Extra server settings (e.g. a bigger `shared_buffers` for a
+        // benchmark), appended to the new cluster's postgresql.conf.
+        if let Some(text) = std::env::var_os(SETTINGS_ENV) {
+            let text = text.to_string_lossy();
+            let lines = parse_settings(&text).map_err(|problem| Error::Settings {
+                variable: SETTINGS_ENV,
+                problem,
+            })?;
+            let conf = self.data_dir.join("postgresql.conf");
+            let mut file = std::fs::OpenOptions::new()
+                .append(true)
+                .open(&conf)
+                .map_err(|e| Error::io(format!("opening {}", conf.display()), e))?;
+            std::io::Write::write_all(&mut file, lines.as_bytes())
+                .map_err(|e| Error::io(format!("writing {}", conf.display()), e))?;
         }
         Ok(())
     }
@@ -458,4 +508,28 @@ pub(crate) fn percent_encode(s: &str) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod settings_tests {
+    use super::parse_settings;
+
+    #[test]
+    fn settings_table() {
+        assert_eq!(
+            parse_settings("shared_buffers=2GB; work_mem = 64MB;").unwrap(),
+            "\n# COHORT_PGTEMP_SETTINGS\nshared_buffers = '2GB'\nwork_mem = '64MB'\n"
+        );
+        for bad in [
+            "shared_buffers",
+            "=1",
+            "Shared=1",
+            "a=b'c",
+            "a=",
+            "a=1\nb=2",
+            "x y=1",
+        ] {
+            assert!(parse_settings(bad).is_err(), "{bad:?}");
+        }
+    }
 }

@@ -47,6 +47,14 @@ pub enum Error {
         source: std::io::Error,
     },
 
+    /// An environment variable of the harness holds something unusable.
+    #[error("{variable}: {problem}")]
+    Settings {
+        /// The variable.
+        variable: &'static str,
+        /// What is wrong with it.
+        problem: String,
+    },
     /// An external command (e.g. `initdb`) exited unsuccessfully.
     #[error("`{command}` failed ({status}):\n{output}")]
     CommandFailed {

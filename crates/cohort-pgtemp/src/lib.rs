@@ -15,7 +15,10 @@
 //! `synchronous_commit` and `full_page_writes` off and `max_connections=200`.
 //! Everything else keeps PostgreSQL's defaults (notably
 //! `max_locks_per_transaction = 64`) so tests prove things work on a
-//! default-configured server. Start-up takes well under a second to a few
+//! default-configured server. `COHORT_PGTEMP_SETTINGS` adds settings to a
+//! new cluster's `postgresql.conf` (`name=value` pairs separated by `;`,
+//! e.g. `shared_buffers=2GB` for a benchmark; an unusable value stops
+//! start-up with an error). Start-up takes well under a second to a few
 //! seconds and is logged with `tracing`.
 //!
 //! **Root**: PostgreSQL refuses to run as root. When the effective uid
