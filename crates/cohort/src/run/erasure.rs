@@ -135,6 +135,7 @@ pub(crate) async fn erase(cx: &Context, req: ErasureRequest) -> Result<SweepResu
             lock_args,
             mutate: statements.mutate,
             mutate_count: None,
+            mutate_audited: None,
             mutate_args: values,
             counts: statements.counts,
             counts_after: None,

@@ -76,6 +76,10 @@ pub(crate) struct Work<'a> {
     pub(crate) mutate: SqlText,
     /// `mutate` returning nothing (used when only the count is needed).
     pub(crate) mutate_count: Option<SqlText>,
+    /// `mutate` writing the row details itself (per-row audit, handlers);
+    /// binds the run id, entity name, tenant text and action after
+    /// `mutate_args`.
+    pub(crate) mutate_audited: Option<SqlText>,
     pub(crate) mutate_args: Vec<Arg>,
     /// Returns `eligible`, `held`, `null_anchor`.
     pub(crate) counts: SqlText,
@@ -105,6 +109,7 @@ impl Work<'_> {
             lock_args: earlier(&self.lock_args),
             mutate: self.mutate.clone(),
             mutate_count: self.mutate_count.clone(),
+            mutate_audited: self.mutate_audited.clone(),
             mutate_args: earlier(&self.mutate_args),
             counts: self.counts.clone(),
             counts_after: self.counts_after.clone(),
@@ -561,8 +566,12 @@ async fn batches(
         // Handler work needs a detail row per mutated row to hang from;
         // without either, only the count comes back.
         let wants_ids = work.rule.audit() == AuditDetail::PerRow || handlers.is_some();
+        // With details wanted, one statement mutates and writes them (no
+        // key travels back and forth); with only the count, nothing returns.
+        let audited = work.mutate_audited.as_ref().filter(|_| wants_ids);
         let count_only = work.mutate_count.as_ref().filter(|_| !wants_ids);
-        let mut mutate = sqlx::query(count_only.unwrap_or(&work.mutate).sql()).bind(e.id);
+        let sql = audited.or(count_only).unwrap_or(&work.mutate);
+        let mut mutate = sqlx::query(sql.sql()).bind(e.id);
         let custom_json = match custom {
             Some((ordered_keys, values)) => {
                 mutate = bind_array(mutate, key_type, &ordered_keys);
@@ -581,26 +590,43 @@ async fn batches(
         if let Some(values) = custom_json {
             mutate = mutate.bind(values);
         }
-        let mutate = bind_all(mutate, &work.mutate_args);
-        let (changed, n): (Vec<String>, u64) = if count_only.is_none() {
-            let changed: Vec<String> = mutate
-                .fetch_all(&mut *tx)
-                .await
-                .map_err(stop_from)?
-                .iter()
-                .map(|r| r.try_get::<String, _>(0))
-                .collect::<std::result::Result<_, _>>()
-                .map_err(stop_from)?;
-            let n = changed.len() as u64;
-            (changed, n)
-        } else {
-            let n = mutate
-                .execute(&mut *tx)
-                .await
-                .map_err(stop_from)?
-                .rows_affected();
-            (Vec::new(), n)
-        };
+        let mut mutate = bind_all(mutate, &work.mutate_args);
+        if audited.is_some() {
+            mutate = mutate
+                .bind(ctx.run_id)
+                .bind(&e.name)
+                .bind(ctx.spec.tenant.as_deref())
+                .bind(strategy.as_str());
+        }
+        let (changed, n, written): (Vec<String>, u64, Option<Vec<sqlx::postgres::PgRow>>) =
+            if audited.is_some() {
+                let details = mutate.fetch_all(&mut *tx).await.map_err(stop_from)?;
+                let changed = details
+                    .iter()
+                    .map(|r| r.try_get::<String, _>("record_id"))
+                    .collect::<std::result::Result<_, _>>()
+                    .map_err(stop_from)?;
+                let n = details.len() as u64;
+                (changed, n, Some(details))
+            } else if count_only.is_none() {
+                let changed: Vec<String> = mutate
+                    .fetch_all(&mut *tx)
+                    .await
+                    .map_err(stop_from)?
+                    .iter()
+                    .map(|r| r.try_get::<String, _>(0))
+                    .collect::<std::result::Result<_, _>>()
+                    .map_err(stop_from)?;
+                let n = changed.len() as u64;
+                (changed, n, None)
+            } else {
+                let n = mutate
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(stop_from)?
+                    .rows_affected();
+                (Vec::new(), n, None)
+            };
 
         let ledger = &ctx.ready.ledger;
         sqlx::query(ledger.add_affected.sql())
@@ -611,16 +637,19 @@ async fn batches(
             .map_err(stop_from)?;
         let per_row = wants_ids && n > 0;
         if per_row {
-            let details = sqlx::query(ledger.insert_details.sql())
-                .bind(ctx.run_id)
-                .bind(e.id)
-                .bind(&e.name)
-                .bind(ctx.spec.tenant.as_deref())
-                .bind(strategy.as_str())
-                .bind(&changed)
-                .fetch_all(&mut *tx)
-                .await
-                .map_err(stop_from)?;
+            let details = match written {
+                Some(details) => details,
+                None => sqlx::query(ledger.insert_details.sql())
+                    .bind(ctx.run_id)
+                    .bind(e.id)
+                    .bind(&e.name)
+                    .bind(ctx.spec.tenant.as_deref())
+                    .bind(strategy.as_str())
+                    .bind(&changed)
+                    .fetch_all(&mut *tx)
+                    .await
+                    .map_err(stop_from)?,
+            };
             if let (Some(hs), Some(captured)) = (handlers, &captured) {
                 enqueue(ctx, &mut tx, hs, captured, &details).await?;
             }

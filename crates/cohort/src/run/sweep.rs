@@ -43,6 +43,7 @@ fn sweep_work<'a>(
         lock_args,
         mutate: plan.mutate.get(&strategy).cloned().unwrap_or_default(),
         mutate_count: plan.mutate_count.get(&strategy).cloned(),
+        mutate_audited: plan.mutate_audited.get(&strategy).cloned(),
         mutate_args,
         counts: plan.counts[&strategy].clone(),
         counts_after: plan.counts_after.get(&strategy).cloned(),

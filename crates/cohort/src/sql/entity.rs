@@ -40,6 +40,12 @@ pub(crate) struct EntityPlan {
     /// `mutate` without RETURNING: for batches that need only the count
     /// (no per-row audit, no handlers), so no key travels back.
     pub(crate) mutate_count: BTreeMap<Strategy, SqlText>,
+    /// `mutate` writing one row detail per changed row in the same
+    /// statement (per-row audit, handlers), so the changed keys do not
+    /// travel to the client and back. Binds `mutate`'s parameters, then the
+    /// run id, the entity's display name, the tenant as text and the
+    /// action. Returns `row_detail_id, record_id`.
+    pub(crate) mutate_audited: BTreeMap<Strategy, SqlText>,
     /// `mutate` without its cutoff, tenant and RETURNING, for erasure to
     /// add its own re-checks (parameters after the anonymise ones).
     pub(crate) mutate_head: BTreeMap<Strategy, SqlText>,
@@ -110,6 +116,7 @@ impl EntityPlan {
             lock_after: BTreeMap::new(),
             mutate: BTreeMap::new(),
             mutate_count: BTreeMap::new(),
+            mutate_audited: BTreeMap::new(),
             mutate_head: BTreeMap::new(),
             counts: BTreeMap::new(),
             counts_after: BTreeMap::new(),
@@ -334,6 +341,26 @@ impl EntityPlan {
                 .param(after)
                 .append(&tenant_filter(e, casts, after + 1));
             plan.mutate_count.insert(strategy, m.clone());
+            let next = after + 1 + usize::from(e.tenant.is_some());
+            let mut audited = SqlText::new("WITH m AS (");
+            audited
+                .append(&m)
+                .push(" RETURNING ")
+                .col(&e.record_id)
+                .push("::text AS r) INSERT INTO ")
+                .table(&crate::schema::CohortTable::RowDetail.qualified(cohort_schema))
+                .push(
+                    " (run_id, retention_entity_id, entity_type, record_id, tenant_id, action) SELECT ",
+                )
+                .param(next)
+                .push(", $1, ")
+                .param(next + 1)
+                .push(", m.r, ")
+                .param(next + 2)
+                .push(", ")
+                .param(next + 3)
+                .push(" FROM m RETURNING row_detail_id, record_id");
+            plan.mutate_audited.insert(strategy, audited);
             m.push(" RETURNING ").col(&e.record_id).push("::text");
             plan.mutate.insert(strategy, m);
         }

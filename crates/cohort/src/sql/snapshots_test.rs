@@ -101,10 +101,12 @@ fn render(plan: &EntityPlan) -> String {
     let mut out = String::new();
     for (kind, statements) in [
         ("counts", &plan.counts),
+        ("counts_after", &plan.counts_after),
         ("lock", &plan.lock),
         ("lock_after", &plan.lock_after),
         ("mutate", &plan.mutate),
         ("mutate_count", &plan.mutate_count),
+        ("mutate_audited", &plan.mutate_audited),
     ] {
         for (strategy, sql) in statements {
             out.push_str(&format!("-- {kind} {strategy}\n{}\n\n", sql.as_str()));
@@ -152,6 +154,7 @@ fn ledger_statements() {
         ("release_hold", &l.release_hold),
         ("get_hold", &l.get_hold),
         ("held_records", &l.held_records),
+        ("active_holds", &l.active_holds),
     ]
     .iter()
     .map(|(n, s)| format!("-- {n}\n{}\n\n", s.as_str()))
