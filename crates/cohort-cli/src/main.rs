@@ -18,6 +18,7 @@ macro_rules! outln {
 
 mod commands;
 mod demo;
+mod init;
 mod output;
 mod services;
 
@@ -56,6 +57,19 @@ enum Command {
     },
     /// Print a new random id (UUID v4) for a retained entity's `id`.
     NewId,
+    /// Write a starter policy file from the live catalog: every table with
+    /// a timestamptz column, exempt until you classify it.
+    Init {
+        /// The schema whose tables to list.
+        #[arg(long, default_value = "public")]
+        schema: String,
+        /// Where to write the policy file.
+        #[arg(long, default_value = "cohort.toml", value_name = "FILE")]
+        output: PathBuf,
+        /// Replace the file if it exists (by default it is kept).
+        #[arg(long)]
+        force: bool,
+    },
     /// Install or upgrade Cohort's tables.
     Migrate {
         /// Schema for Cohort's tables (default: the policy file's, else public).
@@ -235,6 +249,48 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 output::print_json(&serde_json::json!({ "id": id }));
             } else {
                 outln!("{id}");
+            }
+            Ok(())
+        }
+        Command::Init {
+            schema,
+            output,
+            force,
+        } => {
+            if !force && output.exists() {
+                return Err(Failure::Input(Error::InvalidInput(format!(
+                    "{} exists; it is kept (pass --force to replace it)",
+                    output.display()
+                ))));
+            }
+            let policy = load_policy(&cli, false).ok().flatten();
+            let url = database_url(&cli, policy.as_ref())?;
+            let mut conn = connect(&url).await?;
+            let tables = init::read_tables(&mut conn, schema)
+                .await
+                .map_err(|e| Failure::Run(e.into()))?;
+            let (text, written) = init::render(schema, &tables, uuid::Uuid::new_v4);
+            init::write(output, &text, *force)?;
+            if cli.json {
+                output::print_json(&serde_json::json!({
+                    "output": output.display().to_string(),
+                    "entities": written.entities,
+                    "without_timestamp": written.without_timestamp,
+                }));
+            } else {
+                outln!(
+                    "wrote {}: {} table(s) of schema {schema:?}, every one exempt until you classify it{}",
+                    output.display(),
+                    written.entities,
+                    if written.without_timestamp.is_empty() {
+                        String::new()
+                    } else {
+                        format!(
+                            "; {} without a timestamptz column left out",
+                            written.without_timestamp.len()
+                        )
+                    }
+                );
             }
             Ok(())
         }

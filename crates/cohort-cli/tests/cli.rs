@@ -2108,3 +2108,116 @@ async fn url_handlers_post_signed_documents_and_retry() {
         2
     );
 }
+
+#[tokio::test]
+async fn init_writes_a_starter_policy_that_validates_and_never_overwrites_without_force() {
+    let db = cohort_pgtemp::fresh_empty_database().await.unwrap();
+    sqlx::raw_sql(
+        "CREATE SCHEMA shop;
+         CREATE TABLE shop.orders (order_id bigint PRIMARY KEY, organisation_id uuid NOT NULL,
+             updated_at timestamptz, created_at timestamptz NOT NULL, email text);
+         CREATE TABLE shop.audit_events (id uuid PRIMARY KEY, tenant_id uuid, occurred_at timestamptz);
+         CREATE TABLE shop.settings (key text PRIMARY KEY, value text);",
+    )
+    .execute(db.pool())
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    // Cohort's tables in public (where the written file expects them), and a
+    // second copy in the inspected schema, which init must leave out.
+    for schema in ["public", "shop"] {
+        let out = cohort(dir.path(), &["migrate", "--schema", schema], Some(db.url()));
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    let out = cohort(
+        dir.path(),
+        &[
+            "--json",
+            "init",
+            "--schema",
+            "shop",
+            "--output",
+            "starter.toml",
+        ],
+        Some(db.url()),
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report = json(&out);
+    assert_eq!(report["entities"], 2);
+    assert_eq!(report["without_timestamp"], serde_json::json!(["settings"]));
+    let path = dir.path().join("starter.toml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    for expected in [
+        "name = \"Orders\"",
+        "table = \"orders\"",
+        "# anchor = \"created_at\"",
+        "# tenant = \"organisation_id\"",
+        "# record_id = \"order_id\"",
+        "name = \"AuditEvents\"",
+        "# anchor = \"occurred_at\"",
+        "exempt = \"not yet classified\"",
+    ] {
+        assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
+    }
+    assert!(
+        !text.contains("sweep_run"),
+        "Cohort's own tables are not entities:\n{text}"
+    );
+
+    // The file passes validation on the same database as written.
+    let config = text;
+    let out = cohort(
+        dir.path(),
+        &["--json", "--config", "starter.toml", "validate"],
+        Some(db.url()),
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(json(&out)["valid"], true);
+
+    // An existing file is kept (exit 2), unless --force.
+    let out = cohort(
+        dir.path(),
+        &["init", "--schema", "shop", "--output", "starter.toml"],
+        Some(db.url()),
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--force"));
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), config);
+    let out = cohort(
+        dir.path(),
+        &[
+            "init",
+            "--schema",
+            "shop",
+            "--output",
+            "starter.toml",
+            "--force",
+        ],
+        Some(db.url()),
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let replaced = std::fs::read_to_string(&path).unwrap();
+    assert_ne!(replaced, config, "replaced, with fresh ids");
+    assert!(replaced.contains("name = \"Orders\""));
+}

@@ -1,0 +1,355 @@
+//! `cohort init`: a starter policy file from the live catalog. Every table
+//! of the schema with a `timestamptz` column becomes an `[[entity]]` with a
+//! fresh id, `exempt = "not yet classified"` until a person chooses, and
+//! comments proposing the anchor, tenant and record key it found.
+
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::path::Path;
+
+use sqlx::Row;
+
+use crate::Failure;
+use cohort::Error;
+
+/// One table as `init` sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct TableFacts {
+    pub(crate) name: String,
+    /// `pg_class.reltuples` (-1 or 0 when never analysed).
+    pub(crate) estimate: i64,
+    pub(crate) columns: Vec<String>,
+    pub(crate) timestamps: Vec<String>,
+    pub(crate) primary_key: Vec<String>,
+}
+
+/// Anchor names, likeliest first.
+const ANCHORS: &[&str] = &[
+    "created_at",
+    "created",
+    "inserted_at",
+    "occurred_at",
+    "recorded_at",
+    "logged_at",
+    "timestamp",
+    "updated_at",
+    "modified_at",
+];
+
+/// Conventional tenant columns, likeliest first.
+const TENANTS: &[&str] = &[
+    "tenant_id",
+    "tenant",
+    "organisation_id",
+    "organization_id",
+    "org_id",
+    "account_id",
+];
+
+/// The likeliest anchor: a known name, then one mentioning creation or
+/// occurrence, then the first `timestamptz` column; never Cohort's own
+/// markers.
+pub(crate) fn anchor(t: &TableFacts) -> Option<&str> {
+    let candidates: Vec<&str> = t
+        .timestamps
+        .iter()
+        .map(String::as_str)
+        .filter(|c| !matches!(*c, "deleted_at" | "anonymised_at"))
+        .collect();
+    ANCHORS
+        .iter()
+        .find(|a| candidates.contains(a))
+        .copied()
+        .or_else(|| {
+            candidates
+                .iter()
+                .find(|c| ["creat", "occur", "insert"].iter().any(|w| c.contains(w)))
+                .copied()
+        })
+        .or_else(|| candidates.first().copied())
+}
+
+fn tenant(t: &TableFacts) -> Option<&str> {
+    TENANTS
+        .iter()
+        .find(|c| t.columns.iter().any(|col| col == *c))
+        .copied()
+}
+
+/// `order_lines` → `OrderLines`.
+fn display_name(table: &str) -> String {
+    table
+        .split(|c: char| !c.is_ascii_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .map(|w| {
+            let mut chars = w.chars();
+            let first = chars.next().expect("non-empty").to_ascii_uppercase();
+            std::iter::once(first).chain(chars).collect::<String>()
+        })
+        .collect()
+}
+
+/// A TOML basic string.
+fn quoted(s: &str) -> String {
+    let mut out = String::from("\"");
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if c.is_control() => {
+                let _ = write!(out, "\\u{:04X}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// Reads the schema's tables (plain and partitioned parents, not
+/// partitions), leaving out Cohort's own.
+pub(crate) async fn read_tables(
+    conn: &mut sqlx::PgConnection,
+    schema: &str,
+) -> Result<Vec<TableFacts>, sqlx::Error> {
+    let own: Vec<&str> = cohort::schema::CohortTable::ALL
+        .iter()
+        .map(|t| t.name())
+        .collect();
+    let rows = sqlx::query(
+        "SELECT c.relname::text AS name, c.reltuples::int8 AS estimate, \
+            ARRAY(SELECT a.attname::text FROM pg_catalog.pg_attribute a \
+                  WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped \
+                  ORDER BY a.attnum) AS columns, \
+            ARRAY(SELECT a.attname::text FROM pg_catalog.pg_attribute a \
+                  WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped \
+                    AND a.atttypid = 'pg_catalog.timestamptz'::pg_catalog.regtype \
+                  ORDER BY a.attnum) AS timestamps, \
+            ARRAY(SELECT a.attname::text FROM pg_catalog.pg_index i \
+                  JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey) \
+                  WHERE i.indrelid = c.oid AND i.indisprimary ORDER BY a.attnum) AS primary_key \
+         FROM pg_catalog.pg_class c \
+         JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+         WHERE n.nspname = $1 AND c.relkind IN ('r', 'p') AND NOT c.relispartition \
+         ORDER BY c.relname",
+    )
+    .bind(schema)
+    .fetch_all(conn)
+    .await?;
+    rows.iter()
+        .map(|r| {
+            Ok(TableFacts {
+                name: r.try_get("name")?,
+                estimate: r.try_get("estimate")?,
+                columns: r.try_get("columns")?,
+                timestamps: r.try_get("timestamps")?,
+                primary_key: r.try_get("primary_key")?,
+            })
+        })
+        .filter(|t: &Result<TableFacts, sqlx::Error>| {
+            t.as_ref().map_or(true, |t| !own.contains(&t.name.as_str()))
+        })
+        .collect()
+}
+
+/// What `init` wrote.
+pub(crate) struct Written {
+    pub(crate) entities: usize,
+    pub(crate) without_timestamp: Vec<String>,
+}
+
+/// The policy file for `tables` of `schema`; each entity gets an id from
+/// `new_id`.
+pub(crate) fn render(
+    schema: &str,
+    tables: &[TableFacts],
+    mut new_id: impl FnMut() -> uuid::Uuid,
+) -> (String, Written) {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "# Cohort policy file, started by `cohort init` from schema {} on {}.",
+        quoted(schema),
+        chrono::Utc::now().format("%Y-%m-%d")
+    );
+    out.push_str(
+        "# Every table below is exempt (never touched) until you classify it: for each,\n\
+         # either keep it exempt and write why, or remove `exempt`, uncomment the lines\n\
+         # below it and name a [[category]]. Check with `cohort validate`, look with\n\
+         # `cohort preview` before the first `cohort sweep`.\n\
+         # The database URL comes from --database-url or DATABASE_URL (or [database] url).\n\n\
+         [cohort]\n\
+         # schema = \"cohort\"                 # where Cohort's own tables live (default public)\n\n",
+    );
+    let (with, without): (Vec<&TableFacts>, Vec<&TableFacts>) =
+        tables.iter().partition(|t| anchor(t).is_some());
+    let without_timestamp: Vec<String> = without.iter().map(|t| t.name.clone()).collect();
+    if !without.is_empty() {
+        out.push_str(
+            "# Tables without a timestamptz column (no age to retain them by), left out:\n",
+        );
+        for t in &without {
+            let _ = writeln!(out, "#   {}", t.name);
+        }
+        out.push('\n');
+    }
+    for t in &with {
+        let anchor = anchor(t).expect("partitioned by anchor");
+        let rows = if t.estimate > 0 {
+            format!("about {} rows", t.estimate)
+        } else {
+            "not analysed yet".to_owned()
+        };
+        let _ = writeln!(out, "# {}.{}: {rows}", schema, t.name);
+        out.push_str("[[entity]]\n");
+        let _ = writeln!(out, "name = {}", quoted(&display_name(&t.name)));
+        let _ = writeln!(out, "id = \"{}\"", new_id());
+        let _ = writeln!(out, "schema = {}", quoted(schema));
+        let _ = writeln!(out, "table = {}", quoted(&t.name));
+        out.push_str("exempt = \"not yet classified\"\n");
+        out.push_str("# To retain it, remove `exempt` and choose:\n");
+        out.push_str("# category = \"...\"                  # one of the [[category]] names\n");
+        let others: Vec<&str> = t
+            .timestamps
+            .iter()
+            .map(String::as_str)
+            .filter(|c| *c != anchor)
+            .collect();
+        let _ = write!(out, "# anchor = {}", quoted(anchor));
+        if others.is_empty() {
+            out.push('\n');
+        } else {
+            let _ = writeln!(
+                out,
+                "              # other timestamptz columns: {}",
+                others.join(", ")
+            );
+        }
+        match tenant(t) {
+            Some("tenant_id") => out.push_str(
+                "#                                   # tenant column: tenant_id (the default)\n",
+            ),
+            Some(col) => {
+                let _ = writeln!(out, "# tenant = {}", quoted(col));
+            }
+            None => out.push_str(
+                "# tenantless = true                 # no conventional tenant column found\n",
+            ),
+        }
+        match t.primary_key.as_slice() {
+            [id] if id == "id" => {}
+            [key] => {
+                let _ = writeln!(out, "# record_id = {}", quoted(key));
+            }
+            [] => {
+                out.push_str("# (no primary key: Cohort needs a unique single-column record key)\n")
+            }
+            keys => {
+                let _ = writeln!(
+                    out,
+                    "# (composite primary key {}: Cohort needs a single-column record key)",
+                    keys.join(", ")
+                );
+            }
+        }
+        out.push('\n');
+    }
+    out.push_str(
+        "# [[category]]\n\
+         # name = \"...\"\n\
+         # strategy = \"purge\"                # purge | soft_delete | anonymise | exempt\n\
+         # period = \"365d\"\n",
+    );
+    (
+        out,
+        Written {
+            entities: with.len(),
+            without_timestamp,
+        },
+    )
+}
+
+/// Writes `text` to `path`: never over an existing file unless `force`.
+pub(crate) fn write(path: &Path, text: &str, force: bool) -> Result<(), Failure> {
+    let refuse = |what: String| Failure::Input(Error::InvalidInput(what));
+    let mut file = if force {
+        std::fs::File::create(path)
+    } else {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(path)
+    }
+    .map_err(|e| match e.kind() {
+        std::io::ErrorKind::AlreadyExists => refuse(format!(
+            "{} exists; it is kept (pass --force to replace it)",
+            path.display()
+        )),
+        _ => refuse(format!("cannot write {}: {e}", path.display())),
+    })?;
+    file.write_all(text.as_bytes())
+        .map_err(|e| refuse(format!("cannot write {}: {e}", path.display())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table(name: &str, columns: &[&str], timestamps: &[&str], pk: &[&str]) -> TableFacts {
+        let v = |s: &[&str]| s.iter().map(|c| c.to_string()).collect();
+        TableFacts {
+            name: name.into(),
+            estimate: 0,
+            columns: v(columns),
+            timestamps: v(timestamps),
+            primary_key: v(pk),
+        }
+    }
+
+    #[test]
+    fn anchor_choice_table() {
+        let cases: &[(&[&str], Option<&str>)] = &[
+            (&["updated_at", "created_at"], Some("created_at")),
+            (&["deleted_at", "updated_at"], Some("updated_at")),
+            (&["first_seen", "date_created"], Some("date_created")),
+            (&["first_seen", "last_seen"], Some("first_seen")),
+            (&["deleted_at", "anonymised_at"], None),
+            (&[], None),
+        ];
+        for (timestamps, expected) in cases {
+            let t = table("t", timestamps, timestamps, &["id"]);
+            assert_eq!(anchor(&t), *expected, "{timestamps:?}");
+        }
+    }
+
+    #[test]
+    fn names_and_quoting() {
+        assert_eq!(display_name("order_lines"), "OrderLines");
+        assert_eq!(display_name("events2024"), "Events2024");
+        assert_eq!(quoted("a\"b\\c\u{1}"), "\"a\\\"b\\\\c\\u0001\"");
+    }
+
+    #[test]
+    fn rendered_file_parses_as_a_policy() {
+        let tables = vec![
+            table(
+                "orders",
+                &["order_id", "organisation_id", "placed_at", "created_at"],
+                &["placed_at", "created_at"],
+                &["order_id"],
+            ),
+            table("settings", &["key", "value"], &[], &["key"]),
+            table("we\"ird", &["id", "at"], &["at"], &[]),
+        ];
+        let (text, written) = render("app", &tables, uuid::Uuid::new_v4);
+        assert_eq!(written.entities, 2);
+        assert_eq!(written.without_timestamp, vec!["settings".to_string()]);
+        let policy = cohort::policy::PolicyFile::parse(&text).unwrap();
+        assert_eq!(policy.entities.len(), 2);
+        assert!(policy.entities.iter().all(|e| e.is_exempt()));
+        assert!(text.contains("# anchor = \"created_at\""), "{text}");
+        assert!(text.contains("# tenant = \"organisation_id\""), "{text}");
+        assert!(text.contains("# record_id = \"order_id\""), "{text}");
+        assert!(text.contains("table = \"we\\\"ird\""), "{text}");
+    }
+}
