@@ -58,6 +58,16 @@ fn cohort(dir: &Path, args: &[&str], env_url: Option<&str>) -> Output {
     cmd.output().expect("run cohort")
 }
 
+/// Asserts the command exited 0, showing its stderr if not.
+fn succeeded(out: &Output) {
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 fn json(out: &Output) -> Value {
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
         panic!(
@@ -2127,12 +2137,7 @@ async fn init_writes_a_starter_policy_that_validates_and_never_overwrites_withou
     // second copy in the inspected schema, which init must leave out.
     for schema in ["public", "shop"] {
         let out = cohort(dir.path(), &["migrate", "--schema", schema], Some(db.url()));
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        succeeded(&out);
     }
 
     let out = cohort(
@@ -2147,12 +2152,7 @@ async fn init_writes_a_starter_policy_that_validates_and_never_overwrites_withou
         ],
         Some(db.url()),
     );
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     let report = json(&out);
     assert_eq!(report["entities"], 2);
     assert_eq!(report["without_timestamp"], serde_json::json!(["settings"]));
@@ -2182,12 +2182,7 @@ async fn init_writes_a_starter_policy_that_validates_and_never_overwrites_withou
         &["--json", "--config", "starter.toml", "validate"],
         Some(db.url()),
     );
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     assert_eq!(json(&out)["valid"], true);
 
     // An existing file is kept (exit 2), unless --force.
@@ -2211,12 +2206,7 @@ async fn init_writes_a_starter_policy_that_validates_and_never_overwrites_withou
         ],
         Some(db.url()),
     );
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     let replaced = std::fs::read_to_string(&path).unwrap();
     assert_ne!(replaced, config, "replaced, with fresh ids");
     assert!(replaced.contains("name = \"Orders\""));
