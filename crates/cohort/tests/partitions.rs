@@ -391,6 +391,25 @@ async fn validation_names_what_partition_purge_needs() {
     let err = build(&db, &anonymise).await.unwrap_err();
     assert!(err.to_string().contains("never purges"), "{err}");
 
+    // Without partition purge (or with a category that may anonymise or
+    // soft-delete) a key unique only with the anchor is not enough.
+    let rows_only = format!(
+        "{}[[category]]\nname = \"events\"\nstrategy = \"purge\"\nperiod = \"30d\"\n",
+        entity(
+            "Rows",
+            "10000000-0000-4000-8000-000000000006",
+            "app.referenced",
+            "tenantless = true"
+        )
+        .replace("partitions = \"drop\"\n", "")
+    );
+    let err = build(&db, &rows_only).await.unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("accepted only with partitions = \"drop\" and a category that only purges"),
+        "{err}"
+    );
+
     // Unknown values are refused when the file is read.
     let bad = policy("summary", "").replace("partitions = \"drop\"", "partitions = \"truncate\"");
     let err = PolicyFile::parse(&bad).unwrap_err().to_string();
@@ -498,4 +517,66 @@ async fn both(cohort: &Cohort) -> Vec<cohort::SweepResult> {
         async move { cohort.sweep(SweepRequest::tenantless(now())).await }
     });
     vec![a.await.unwrap().unwrap(), b.await.unwrap().unwrap()]
+}
+
+#[tokio::test]
+async fn an_erasure_never_drops_partitions() {
+    let db = migrated_db().await;
+    exec(
+        db.pool(),
+        "CREATE SCHEMA app;
+         CREATE TABLE app.visits (id bigint NOT NULL, created_at timestamptz NOT NULL, user_id bigint NOT NULL)
+             PARTITION BY RANGE (created_at);
+         CREATE UNIQUE INDEX ON app.visits (id, created_at);
+         CREATE TABLE app.visits_2026_01 PARTITION OF app.visits FOR VALUES FROM ('2026-01-01Z') TO ('2026-02-01Z');
+         CREATE TABLE app.visits_2026_02 PARTITION OF app.visits FOR VALUES FROM ('2026-02-01Z') TO ('2026-03-01Z');
+         INSERT INTO app.visits SELECT g, make_timestamptz(2026, 1 + g % 2, 1 + g % 20, 0, 0, 0, 'UTC'), g % 3
+             FROM generate_series(1, 60) g;",
+    )
+    .await;
+    let policy = format!(
+        r#"
+[[entity]]
+name = "Visit"
+id = "{EVENT_ID}"
+table = "app.visits"
+category = "visits"
+anchor = "created_at"
+tenantless = true
+partitions = "drop"
+subjects = ["user_id"]
+
+[[category]]
+name = "visits"
+strategy = "purge"
+period = "30d"
+legal_min = "10d"
+"#
+    );
+    let cohort = build(&db, &policy).await.unwrap();
+    let result = cohort
+        .erase(cohort::erasure::ErasureRequest::tenantless(
+            cohort::erasure::ErasureScope::new("1"),
+            now(),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(result.status, cohort::RunStatus::Succeeded, "{result:?}");
+    // Only the subject's 20 rows go; both partitions and every other
+    // subject's rows stay.
+    assert_eq!(result.entities[0].affected, 20);
+    let left: Vec<(i64, i64)> = sqlx::query_as(
+        "SELECT user_id, count(*) FROM app.visits GROUP BY user_id ORDER BY user_id",
+    )
+    .fetch_all(db.pool())
+    .await
+    .unwrap();
+    assert_eq!(left, vec![(0, 20), (2, 20)]);
+    let parts: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM pg_inherits WHERE inhparent = 'app.visits'::regclass",
+    )
+    .fetch_one(db.pool())
+    .await
+    .unwrap();
+    assert_eq!(parts, 2);
 }

@@ -49,11 +49,14 @@ struct Expired {
     lower: Option<DateTime<Utc>>,
 }
 
-/// Whether partition purge applies to this work: a purge (not a dry run)
-/// of an entity that opted in and has no row handlers.
+/// Whether partition purge applies to this work: a sweep's purge (not a
+/// dry run, never an erasure) of an entity that opted in and has no row
+/// handlers.
 pub(crate) fn applies(ctx: &RunCtx<'_>, work: &Work<'_>) -> bool {
     let e = work.entity;
-    e.partitions == crate::model::Partitions::Drop
+    // Never for erasure: a partition holds every subject's rows.
+    ctx.spec.kind == crate::run::RunKind::Sweep
+        && e.partitions == crate::model::Partitions::Drop
         && work.rule.strategy() == Strategy::Purge
         && !ctx.spec.dry_run
         && e.tenant.is_none()
@@ -82,10 +85,13 @@ pub(crate) async fn drop_expired(
         }
         // Cheap first look, without locks: a held partition is left to
         // the row path without making anyone wait for its locks.
-        if held(ctx, conn, work, &partition.table)
-            .await
-            .map_err(stop_from)?
-        {
+        let first_look = match held(ctx, conn, work, &partition.table).await {
+            Ok(h) => h,
+            // Dropped by a concurrent run since it was listed.
+            Err(err) if matches!(not_now(&err), Some(Dropped::Gone)) => continue,
+            Err(err) => return Err(stop_from(err)),
+        };
+        if first_look {
             tracing::info!(entity = %e.name, partition = %partition.table.display_plain(), "partition holds a row under an active hold; its rows go through the row path");
             continue;
         }
@@ -119,9 +125,10 @@ pub(crate) async fn drop_expired(
     Ok(RowPath::UpToCutoff)
 }
 
-/// The parent's partitions (plain or themselves partitioned, never
-/// foreign tables, whose rows live elsewhere) whose upper bound is at or
-/// before the cutoff, oldest first. A bound is read back through the
+/// The parent's partitions (plain or themselves partitioned, never a
+/// tree holding a foreign table, whose rows live elsewhere, nor one being
+/// detached concurrently) whose upper bound is at or before the cutoff,
+/// oldest first (a `-infinity` lower bound reads as none). A bound is read back through the
 /// session that printed it, so its date style always parses; `DEFAULT` and
 /// `MAXVALUE` partitions never qualify.
 async fn expired_partitions(
@@ -136,12 +143,16 @@ async fn expired_partitions(
          JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
          CROSS JOIN LATERAL (SELECT pg_catalog.pg_get_expr(c.relpartbound, c.oid) AS bound) e \
          CROSS JOIN LATERAL (SELECT \
-             pg_catalog.substring(e.bound, '^FOR VALUES FROM \\(''([^'']*)''\\) TO ')::pg_catalog.timestamptz AS lower, \
+             NULLIF(pg_catalog.substring(e.bound, '^FOR VALUES FROM \\(''([^'']*)''\\) TO ')::pg_catalog.timestamptz, \
+                 '-infinity'::pg_catalog.timestamptz) AS lower, \
              pg_catalog.substring(e.bound, ' TO \\(''([^'']*)''\\)$')::pg_catalog.timestamptz AS upper) b \
          WHERE i.inhparent = (SELECT pc.oid FROM pg_catalog.pg_class pc \
                               JOIN pg_catalog.pg_namespace pn ON pn.oid = pc.relnamespace \
                               WHERE pn.nspname = $1 AND pc.relname = $2) \
            AND c.relispartition AND c.relkind IN ('r', 'p') AND b.upper <= $3 \
+           AND (pg_catalog.to_jsonb(i) ->> 'inhdetachpending') IS DISTINCT FROM 'true' \
+           AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_partition_tree(c.oid::pg_catalog.regclass) pt \
+                           JOIN pg_catalog.pg_class fc ON fc.oid = pt.relid WHERE fc.relkind = 'f') \
          ORDER BY b.upper, n.nspname, c.relname",
     )
     .bind(&parent.schema)
@@ -249,6 +260,17 @@ async fn drop_one(
         let outcome = not_now(&err).ok_or_else(|| stop_from(err))?;
         tx.rollback().await.map_err(stop_from)?;
         return Ok(outcome);
+    }
+    // Still this parent's partition, still wholly expired (not detached
+    // and attached again with other bounds since it was listed)?
+    let still = expired_partitions(&mut tx, &e.table, work.cutoff.expect("checked by applies"))
+        .await
+        .map_err(stop_from)?
+        .iter()
+        .any(|p| p.table == partition.table);
+    if !still {
+        tx.rollback().await.map_err(stop_from)?;
+        return Ok(Dropped::Gone);
     }
     // The lock is held: a hold committed before it was granted is visible
     // to this new statement; any later one waits for the commit and then

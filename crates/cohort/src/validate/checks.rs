@@ -217,11 +217,19 @@ pub(crate) fn check_entity(
 
     // The record key: one column, unique on its own. On a partitioned
     // table PostgreSQL only allows unique indexes that include the
-    // partition key, so there (record key, anchor) is accepted: every
-    // statement matches a key together with its anchor's cutoff, and rows
-    // that shared an id would share its holds (never fewer protections).
+    // partition key, so for partition purge of a purge-only category
+    // (record key, anchor) is accepted: a purge deletes by key and
+    // re-checks the cutoff, so rows that shared an id would both be past
+    // it, and they would share its holds (never fewer protections).
+    // Anonymise and soft delete would have to tell such rows apart.
+    let purge_only = capabilities.is_some_and(|c| {
+        !c.allows(crate::rules::Strategy::Anonymise)
+            && !c.allows(crate::rules::Strategy::SoftDelete)
+    });
     let partitioned_key = |columns: &[String]| {
         table.relkind == "p"
+            && entity.partitions == crate::model::Partitions::Drop
+            && purge_only
             && columns.len() == 2
             && columns.contains(&entity.record_id)
             && columns.contains(&entity.anchor)
@@ -230,8 +238,13 @@ pub(crate) fn check_entity(
         if let Some(pk) = table.indexes.iter().find(|i| i.primary) {
             if pk.columns.len() > 1 && !partitioned_key(&pk.columns) {
                 problems.push(format!(
-                    "{t} has a composite primary key ({}); Cohort needs a single-column record key",
-                    pk.columns.join(", ")
+                    "{t} has a composite primary key ({}); Cohort needs a single-column record key{}",
+                    pk.columns.join(", "),
+                    if table.relkind == "p" {
+                        " (on a partitioned table a key unique together with the anchor is accepted only with partitions = \"drop\" and a category that only purges)"
+                    } else {
+                        ""
+                    }
                 ));
             }
         }
@@ -258,8 +271,13 @@ pub(crate) fn check_entity(
                 .any(|i| i.primary && i.columns.len() > 1)
         {
             problems.push(format!(
-                "record key column {:?} is not a primary key or unique on its own; holds and audit need a unique single-column key",
-                col.name
+                "record key column {:?} is not a primary key or unique on its own; holds and audit need a unique single-column key{}",
+                col.name,
+                if table.relkind == "p" {
+                    " (on a partitioned table a key unique together with the anchor is accepted only with partitions = \"drop\" and a category that only purges)"
+                } else {
+                    ""
+                }
             ));
         }
         // char(n) is padded: its values would not compare equal to themselves as text.
