@@ -644,7 +644,7 @@ pub(crate) async fn run(json: bool) -> Result<(), Failure> {
             "{}",
             output::table(&["ID", "ENTITY", "HANDLER", "ATTEMPTS", "REASON"], &rows)
         );
-        outln!("\nOn your own database: `cohort demo --write-policy cohort.toml` writes the demo's policy file\nto start from; then run `cohort migrate`, `cohort validate`, `cohort preview --tenant T`,\n`cohort sweep --tenant T` and `cohort erase --tenant T --subject S`. Run ids may be given\nby the 8 characters printed here (`cohort runs show {}`).", short(&erasure.run_id.to_string()));
+        outln!("\nOn your own database: `cohort init` writes a starter policy file from your schema (or\n`cohort demo --write-policy cohort.toml` the demo's); then run `cohort migrate`, `cohort validate`, `cohort preview --tenant T`,\n`cohort sweep --tenant T` and `cohort erase --tenant T --subject S`. Run ids may be given\nby the 8 characters printed here (`cohort runs show {}`).", short(&erasure.run_id.to_string()));
     }
     drop(conn);
     cohort.pool().close().await;

@@ -269,6 +269,14 @@ pub(crate) fn render(
     )
 }
 
+/// The refusal to replace an existing file without `--force`.
+pub(crate) fn kept(path: &Path) -> Failure {
+    Failure::Input(Error::InvalidInput(format!(
+        "{} exists; it is kept (pass --force to replace it)",
+        path.display()
+    )))
+}
+
 /// Writes `text` to `path`: never over an existing file unless `force`.
 pub(crate) fn write(path: &Path, text: &str, force: bool) -> Result<(), Failure> {
     let refuse = |what: String| Failure::Input(Error::InvalidInput(what));
@@ -281,10 +289,7 @@ pub(crate) fn write(path: &Path, text: &str, force: bool) -> Result<(), Failure>
             .open(path)
     }
     .map_err(|e| match e.kind() {
-        std::io::ErrorKind::AlreadyExists => refuse(format!(
-            "{} exists; it is kept (pass --force to replace it)",
-            path.display()
-        )),
+        std::io::ErrorKind::AlreadyExists => kept(path),
         _ => refuse(format!("cannot write {}: {e}", path.display())),
     })?;
     file.write_all(text.as_bytes())

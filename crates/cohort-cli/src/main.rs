@@ -257,11 +257,9 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             output,
             force,
         } => {
+            // Before connecting; `init::write` checks again as it creates.
             if !force && output.exists() {
-                return Err(Failure::Input(Error::InvalidInput(format!(
-                    "{} exists; it is kept (pass --force to replace it)",
-                    output.display()
-                ))));
+                return Err(init::kept(output));
             }
             let policy = load_policy(&cli, false).ok().flatten();
             let url = database_url(&cli, policy.as_ref())?;
@@ -269,6 +267,11 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             let tables = init::read_tables(&mut conn, schema)
                 .await
                 .map_err(|e| Failure::Run(e.into()))?;
+            if tables.is_empty() {
+                return Err(Failure::Input(Error::InvalidInput(format!(
+                    "schema {schema:?} has no tables (names are case-sensitive); nothing written"
+                ))));
+            }
             let (text, written) = init::render(schema, &tables, uuid::Uuid::new_v4);
             init::write(output, &text, *force)?;
             if cli.json {

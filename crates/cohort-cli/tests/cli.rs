@@ -2210,4 +2210,14 @@ async fn init_writes_a_starter_policy_that_validates_and_never_overwrites_withou
     let replaced = std::fs::read_to_string(&path).unwrap();
     assert_ne!(replaced, config, "replaced, with fresh ids");
     assert!(replaced.contains("name = \"Orders\""));
+
+    // A schema without tables (a typo, or the wrong case) writes nothing.
+    let out = cohort(
+        dir.path(),
+        &["init", "--schema", "Shop", "--output", "typo.toml"],
+        Some(db.url()),
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("schema \"Shop\" has no tables"));
+    assert!(!dir.path().join("typo.toml").exists());
 }

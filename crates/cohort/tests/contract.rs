@@ -71,7 +71,13 @@ async fn settings_without_effect_are_reported_by_validation() {
     config.kill_switch = true;
     config.dispatch.batch_size = 7;
     config
-        .apply_env([("COHORT_PRUNE__BATCH_SIZE".to_string(), "50".to_string())])
+        .apply_env([
+            ("COHORT_PRUNE__BATCH_SIZE".to_string(), "50".to_string()),
+            (
+                "COHORT_PARTITION_LOCK_TIMEOUT".to_string(),
+                "30s".to_string(),
+            ),
+        ])
         .unwrap();
     let mut b = Cohort::builder(db.pool().clone())
         .config(config)
@@ -82,6 +88,11 @@ async fn settings_without_effect_are_reported_by_validation() {
     let cohort = b.build().await.unwrap();
     let warnings = cohort.ready().await.unwrap().warnings.join("\n");
     let fragment = "[cohort.prune] batch_size or interval is set, but neither runs_older_than nor inactive_holds_older_than: nothing is pruned";
+    assert!(
+        warnings.contains(fragment),
+        "{fragment:?} missing from\n{warnings}"
+    );
+    let fragment = "partition_lock_timeout is set, but no entity has partitions = \"drop\"";
     assert!(
         warnings.contains(fragment),
         "{fragment:?} missing from\n{warnings}"
@@ -100,6 +111,16 @@ async fn settings_without_effect_are_reported_by_validation() {
         .unwrap_err()
         .to_string()
         .contains("prune.runs_older_than must be greater than zero"));
+    // A lock time-out of 0 (wait for ever) or over 10 minutes is refused.
+    for secs in [0, 601] {
+        let mut bad = test_config();
+        bad.partition_lock_timeout = cohort::rules::Period::from_seconds(secs).unwrap();
+        let err = bad.validate().unwrap_err().to_string();
+        assert!(
+            err.contains("partition_lock_timeout") && err.contains("out of range"),
+            "{err}"
+        );
+    }
 }
 
 /// "Is this record held?" for one record, whatever the spelling of its id.

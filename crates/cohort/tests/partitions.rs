@@ -580,3 +580,20 @@ legal_min = "10d"
     .unwrap();
     assert_eq!(parts, 2);
 }
+
+#[tokio::test]
+async fn a_hold_in_another_spelling_of_the_id_keeps_its_partition() {
+    let (db, cohort) = setup("summary", "").await;
+    let entity = uuid::Uuid::parse_str(EVENT_ID).unwrap();
+    // `0205` and ` 205 ` name record 205 (a bigint key) like `205` does.
+    cohort
+        .create_hold(HoldRequest::new(entity, "0205", "litigation"))
+        .await
+        .unwrap();
+    assert!(cohort.is_held(entity, " 205 ").await.unwrap());
+    let result = cohort.sweep(SweepRequest::tenantless(now())).await.unwrap();
+    assert_eq!(result.status, cohort::RunStatus::Succeeded, "{result:?}");
+    assert!(partitions(db.pool()).await.contains("events_2026_02"));
+    assert!(ids(db.pool()).await.contains(&205));
+    assert_eq!(summary(db.pool(), result.run_id).await, (40, 1, 0, 3));
+}

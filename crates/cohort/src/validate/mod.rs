@@ -417,6 +417,16 @@ pub async fn validate(
         return Err(Error::Validation(Problems(problems)));
     }
     let mut warnings: Vec<String> = config.settings_without_effect();
+    if config.partition_lock_timeout != CohortConfig::default().partition_lock_timeout
+        && !entities
+            .iter()
+            .any(|e| e.partitions == crate::model::Partitions::Drop)
+    {
+        warnings.push(
+            "partition_lock_timeout is set, but no entity has partitions = \"drop\": it has no effect"
+                .into(),
+        );
+    }
     warnings.extend(
         entities
             .iter()
