@@ -57,6 +57,23 @@ async fn cohort_with(
     b.build().await.unwrap()
 }
 
+/// Everything this test binary logs. One global subscriber: a scoped one
+/// (`set_default`) races with the other tests' threads over tracing's
+/// per-callsite interest cache and sometimes misses events.
+fn captured_logs() -> &'static LogBuffer {
+    static LOGS: std::sync::OnceLock<LogBuffer> = std::sync::OnceLock::new();
+    LOGS.get_or_init(|| {
+        let logs = LogBuffer::default();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(logs.clone())
+            .with_ansi(false)
+            .finish();
+        tracing::subscriber::set_global_default(subscriber)
+            .expect("no other global subscriber in this test binary");
+        logs
+    })
+}
+
 #[tokio::test]
 async fn one_entity_failing_mid_run_keeps_committed_batches_and_the_other_entities_work() {
     let db = engine_db().await;
@@ -69,17 +86,11 @@ async fn one_entity_failing_mid_run_keeps_committed_batches_and_the_other_entiti
         ..test_config()
     };
     let cohort = cohort_with(&db, config, engine_entities()).await;
-    let logs = LogBuffer::default();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(logs.clone())
-        .with_ansi(false)
-        .finish();
-    let guard = tracing::subscriber::set_default(subscriber);
+    let logs = captured_logs();
     let result = cohort
         .sweep(SweepRequest::tenanted(TENANT_A, now()))
         .await
         .unwrap();
-    drop(guard);
     assert_eq!(result.status, RunStatus::PartiallyFailed);
     assert_eq!(result.failures.len(), 1);
     let failure = &result.failures[0];
