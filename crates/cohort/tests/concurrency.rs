@@ -57,27 +57,7 @@ async fn two_sweeps_with_5000_row_batches_on_a_default_server_never_double_count
         "the server must be default-configured for this proof"
     );
     exec(db.pool(), &BULK.replace("$N", "12000")).await;
-    let eligible = |table: &str, filter: &str| {
-        format!("SELECT count(*) FROM app.{table} WHERE tenant_id = '{TENANT_A}' {filter}")
-    };
-    let notes_before = count(
-        db.pool(),
-        &eligible("notes", "AND created_at < '2026-05-02'"),
-    )
-    .await;
-    let contacts_before = count(
-        db.pool(),
-        &eligible(
-            "contacts",
-            "AND created_at < '2026-03-03' AND anonymised_at IS NULL",
-        ),
-    )
-    .await;
-    let tickets_before = count(
-        db.pool(),
-        &eligible("tickets", "AND closed_at < '2026-05-22' AND NOT is_deleted"),
-    )
-    .await;
+    let (notes_before, contacts_before, tickets_before) = eligible_in_tenant_a(db.pool()).await;
     assert_eq!(
         (notes_before, contacts_before, tickets_before),
         (12003, 12003, 12003)
@@ -125,7 +105,7 @@ async fn two_sweeps_with_5000_row_batches_on_a_default_server_never_double_count
     assert_eq!(
         count(
             db.pool(),
-            &eligible("notes", "AND created_at < '2026-05-02'")
+            &in_tenant_a("notes", "AND created_at < '2026-05-02'")
         )
         .await,
         0
@@ -133,13 +113,13 @@ async fn two_sweeps_with_5000_row_batches_on_a_default_server_never_double_count
     assert_eq!(
         count(
             db.pool(),
-            &eligible("contacts", "AND anonymised_at IS NOT NULL")
+            &in_tenant_a("contacts", "AND anonymised_at IS NOT NULL")
         )
         .await,
         12003
     );
     assert_eq!(
-        count(db.pool(), &eligible("tickets", "AND is_deleted")).await,
+        count(db.pool(), &in_tenant_a("tickets", "AND is_deleted")).await,
         12003
     );
     // The ledger agrees with the results.
@@ -328,27 +308,7 @@ async fn keyset_batches_with_tied_anchors_under_four_concurrent_sweeps_change_ea
             .replace("make_interval(secs => g)", "make_interval(secs => g / 10)"),
     )
     .await;
-    let eligible = |table: &str, filter: &str| {
-        format!("SELECT count(*) FROM app.{table} WHERE tenant_id = '{TENANT_A}' {filter}")
-    };
-    let notes = count(
-        db.pool(),
-        &eligible("notes", "AND created_at < '2026-05-02'"),
-    )
-    .await;
-    let contacts = count(
-        db.pool(),
-        &eligible(
-            "contacts",
-            "AND created_at < '2026-03-03' AND anonymised_at IS NULL",
-        ),
-    )
-    .await;
-    let tickets = count(
-        db.pool(),
-        &eligible("tickets", "AND closed_at < '2026-05-22' AND NOT is_deleted"),
-    )
-    .await;
+    let (notes, contacts, tickets) = eligible_in_tenant_a(db.pool()).await;
     let engines = [
         engine(&db, 7).await,
         engine(&db, 7).await,
@@ -373,7 +333,7 @@ async fn keyset_batches_with_tied_anchors_under_four_concurrent_sweeps_change_ea
     assert_eq!(
         count(
             db.pool(),
-            &eligible("notes", "AND created_at < '2026-05-02'")
+            &in_tenant_a("notes", "AND created_at < '2026-05-02'")
         )
         .await,
         0
@@ -381,7 +341,7 @@ async fn keyset_batches_with_tied_anchors_under_four_concurrent_sweeps_change_ea
     assert_eq!(
         count(
             db.pool(),
-            &eligible(
+            &in_tenant_a(
                 "contacts",
                 "AND anonymised_at IS NULL AND created_at < '2026-03-03'"
             )
@@ -392,7 +352,7 @@ async fn keyset_batches_with_tied_anchors_under_four_concurrent_sweeps_change_ea
     assert_eq!(
         count(
             db.pool(),
-            &eligible("tickets", "AND closed_at < '2026-05-22' AND NOT is_deleted")
+            &in_tenant_a("tickets", "AND closed_at < '2026-05-22' AND NOT is_deleted")
         )
         .await,
         0
@@ -462,4 +422,30 @@ async fn a_row_locked_elsewhere_is_left_to_the_next_run_and_counted_once() {
         .await,
         0
     );
+}
+
+/// Tenant A's notes, contacts and tickets past their engine cutoffs and
+/// not yet done (the rows a sweep at `now()` must change).
+async fn eligible_in_tenant_a(pool: &sqlx::PgPool) -> (i64, i64, i64) {
+    (
+        count(pool, &in_tenant_a("notes", "AND created_at < '2026-05-02'")).await,
+        count(
+            pool,
+            &in_tenant_a(
+                "contacts",
+                "AND created_at < '2026-03-03' AND anonymised_at IS NULL",
+            ),
+        )
+        .await,
+        count(
+            pool,
+            &in_tenant_a("tickets", "AND closed_at < '2026-05-22' AND NOT is_deleted"),
+        )
+        .await,
+    )
+}
+
+/// Counts tenant A's rows of `app.<table>` matching `filter`.
+fn in_tenant_a(table: &str, filter: &str) -> String {
+    format!("SELECT count(*) FROM app.{table} WHERE tenant_id = '{TENANT_A}' {filter}")
 }

@@ -90,8 +90,10 @@ pub(crate) struct Work<'a> {
 }
 
 impl Work<'_> {
-    /// The same work with the row path's cutoff moved earlier (the
-    /// reported cutoff and the end-of-entity counts keep the rule's).
+    /// The same sweep work with the row path's cutoff moved earlier (the
+    /// reported cutoff and the end-of-entity counts keep the rule's). A
+    /// sweep binds its cutoff first in `lock_args` and `mutate_args`;
+    /// partition purge, the only caller, runs for sweeps only.
     fn with_row_cutoff(&self, bound: DateTime<Utc>) -> Self {
         let earlier = |args: &[Arg]| -> Vec<Arg> {
             let mut args = args.to_vec();

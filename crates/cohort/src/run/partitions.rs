@@ -26,7 +26,7 @@ use crate::ident::{QualifiedName, SqlText};
 use crate::observer::AuditEvent;
 use crate::rules::Strategy;
 use crate::schema::CohortTable;
-use crate::sql::{bind_array, hold_exists};
+use crate::sql::{bind_array, hold_exists, KeyValue};
 use crate::AuditDetail;
 
 /// What partition purge left to the row path.
@@ -79,13 +79,18 @@ pub(crate) async fn drop_expired(
     let expired = expired_partitions(conn, &e.table, cutoff)
         .await
         .map_err(stop_from)?;
+    // The first look at each partition uses the holds as they were before
+    // the loop; the look under the partition's lock reads them again.
+    let holds = active_hold_keys(conn, ctx.ready, e)
+        .await
+        .map_err(stop_from)?;
     for partition in expired {
         if ctx.spec.cancel.is_cancelled() {
             return Err(Stop::Cancelled);
         }
         // Cheap first look, without locks: a held partition is left to
         // the row path without making anyone wait for its locks.
-        let first_look = match held(ctx, conn, work, &partition.table).await {
+        let first_look = match held(ctx, conn, work, &partition.table, holds.as_deref()).await {
             Ok(h) => h,
             // Dropped by a concurrent run since it was listed.
             Err(err) if matches!(not_now(&err), Some(Dropped::Gone)) => continue,
@@ -163,10 +168,7 @@ async fn expired_partitions(
     rows.iter()
         .map(|r| {
             Ok(Expired {
-                table: QualifiedName::new(
-                    r.try_get::<String, _>("schema")?,
-                    r.try_get::<String, _>("name")?,
-                ),
+                table: QualifiedName::from_columns(r, "schema", "name")?,
                 lower: r.try_get("lower")?,
             })
         })
@@ -177,18 +179,21 @@ async fn expired_partitions(
 /// the entity's active holds (few) through the key index, not by reading
 /// every row; with very many holds, or one that cannot be a key of the
 /// record key's type, every row's key is compared instead.
+///
+/// `holds` are the entity's active holds as [`active_hold_keys`] read them.
 async fn held(
     ctx: &RunCtx<'_>,
     conn: &mut PgConnection,
     work: &Work<'_>,
     partition: &QualifiedName,
+    holds: Option<&[KeyValue]>,
 ) -> Result<bool, sqlx::Error> {
     let e = work.entity;
     let facts = &ctx.ready.model.facts[&e.id];
     let mut any = SqlText::new("SELECT EXISTS (SELECT 1 FROM ");
     any.table(partition).push(" t WHERE ");
-    let row = match active_hold_keys(&mut *conn, ctx.ready, e).await? {
-        Some(keys) if keys.is_empty() => return Ok(false),
+    let row = match holds {
+        Some([]) => return Ok(false),
         Some(keys) => {
             any.append(&facts.casts.any(&e.record_id, 2))
                 .push(" AND ")
@@ -197,7 +202,7 @@ async fn held(
             bind_array(
                 sqlx::query(any.into_sql()).persistent(false).bind(e.id),
                 facts.record,
-                &keys,
+                keys,
             )
             .fetch_one(conn)
             .await?
@@ -275,7 +280,10 @@ async fn drop_one(
     // The lock is held: a hold committed before it was granted is visible
     // to this new statement; any later one waits for the commit and then
     // finds no row to hold.
-    if held(ctx, &mut tx, work, &partition.table)
+    let holds = active_hold_keys(&mut tx, ctx.ready, e)
+        .await
+        .map_err(stop_from)?;
+    if held(ctx, &mut tx, work, &partition.table, holds.as_deref())
         .await
         .map_err(stop_from)?
     {

@@ -219,10 +219,7 @@ pub(crate) async fn load_table(
         Ok(ForeignKeyInfo {
             name: r.try_get("name")?,
             on_delete: r.try_get("on_delete")?,
-            references: QualifiedName::new(
-                r.try_get::<String, _>("ref_schema")?,
-                r.try_get::<String, _>("ref_table")?,
-            ),
+            references: QualifiedName::from_columns(&r, "ref_schema", "ref_table")?,
         })
     })
     .collect::<Result<Vec<_>, sqlx::Error>>()?;
@@ -250,10 +247,7 @@ pub(crate) async fn load_table(
         Ok(IncomingKey {
             name: r.try_get("name")?,
             on_delete: r.try_get("on_delete")?,
-            child: QualifiedName::new(
-                r.try_get::<String, _>("child_schema")?,
-                r.try_get::<String, _>("child_table")?,
-            ),
+            child: QualifiedName::from_columns(&r, "child_schema", "child_table")?,
             child_columns: r.try_get("child_columns")?,
             parent_columns: r.try_get("parent_columns")?,
         })
@@ -354,10 +348,7 @@ pub(crate) async fn cascade_edges(
         Ok(CascadeEdge {
             name: r.try_get("name")?,
             action: r.try_get("action")?,
-            child: QualifiedName::new(
-                r.try_get::<String, _>("child_schema")?,
-                r.try_get::<String, _>("child_table")?,
-            ),
+            child: QualifiedName::from_columns(&r, "child_schema", "child_table")?,
             path: schemas
                 .into_iter()
                 .zip(names)

@@ -62,10 +62,7 @@ pub(crate) async fn load(
     .into_iter()
     .map(|r| {
         Ok((
-            QualifiedName::new(
-                r.try_get::<String, _>("schema")?,
-                r.try_get::<String, _>("name")?,
-            ),
+            QualifiedName::from_columns(&r, "schema", "name")?,
             r.try_get("owner")?,
         ))
     })
@@ -90,14 +87,8 @@ pub(crate) async fn load(
     .map(|r| {
         Ok((
             r.try_get("name")?,
-            QualifiedName::new(
-                r.try_get::<String, _>("child_schema")?,
-                r.try_get::<String, _>("child_table")?,
-            ),
-            QualifiedName::new(
-                r.try_get::<String, _>("parent_schema")?,
-                r.try_get::<String, _>("parent_table")?,
-            ),
+            QualifiedName::from_columns(&r, "child_schema", "child_table")?,
+            QualifiedName::from_columns(&r, "parent_schema", "parent_table")?,
         ))
     })
     .collect::<Result<Vec<_>, sqlx::Error>>()?;
