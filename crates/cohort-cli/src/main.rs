@@ -18,6 +18,7 @@ macro_rules! outln {
 
 mod commands;
 mod demo;
+mod exporter;
 mod init;
 mod output;
 mod services;
@@ -42,6 +43,10 @@ struct Cli {
     /// Print one JSON document on stdout (logs go to stderr).
     #[arg(long, global = true)]
     json: bool,
+    /// How logs are written on stderr: `text` (default) or `json` (one
+    /// object per line, for log shippers). The level comes from RUST_LOG.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
 }
@@ -152,7 +157,12 @@ enum Command {
     DeadLetters(commands::DeadLettersCommand),
     /// Run the scheduled worker, the dispatcher and the history pruner
     /// until SIGINT/SIGTERM, then stop gracefully (exit 0).
-    Worker,
+    Worker {
+        /// Serve Prometheus metrics at http://ADDR/metrics and a health
+        /// check at /healthz (e.g. 127.0.0.1:9464; port 0 picks a free one).
+        #[arg(long, value_name = "ADDR")]
+        metrics_addr: Option<std::net::SocketAddr>,
+    },
     /// The live settings every worker replica reads (kill_switch, dry_run).
     #[command(subcommand)]
     Settings(services::SettingsCommand),
@@ -162,6 +172,15 @@ enum Command {
         #[arg(long)]
         dry_run: bool,
     },
+}
+
+/// `--log-format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line, with the enclosing spans' fields.
+    Json,
 }
 
 /// How a command ended, mapped to the documented exit codes.
@@ -201,17 +220,22 @@ fn main() -> ExitCode {
     // Long-running services say what they do (occurrences, passes); other
     // commands only warn. RUST_LOG overrides both.
     let default_level = match cli.command {
-        Command::Worker | Command::Dispatch { once: false } => "info",
+        Command::Worker { .. } | Command::Dispatch { once: false } => "info",
         _ => "warn",
     };
-    tracing_subscriber::fmt()
-        .with_ansi(std::io::stderr().is_terminal())
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
+    let logs = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level)),
-        )
-        .init();
+        .with_env_filter(filter);
+    match cli.log_format {
+        LogFormat::Text => logs.with_ansi(std::io::stderr().is_terminal()).init(),
+        LogFormat::Json => logs
+            .json()
+            .with_current_span(true)
+            .with_span_list(true)
+            .init(),
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -387,9 +411,9 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             let (cohort, _) = open(&cli).await?;
             commands::dead_letters(&cohort, cli.json, cmd).await
         }
-        Command::Worker => {
+        Command::Worker { metrics_addr } => {
             let (cohort, _) = open_with(&cli, true).await?;
-            services::worker(&cohort).await
+            services::worker(&cohort, *metrics_addr).await
         }
         Command::Settings(cmd) => {
             let (cohort, _) = open(&cli).await?;

@@ -58,7 +58,9 @@ fn clock_offset() -> Result<chrono::TimeDelta, Failure> {
 }
 
 /// Runs services until SIGINT/SIGTERM, then stops them gracefully; exit 0.
-async fn run_until_signal(services: Services) -> Result<(), Failure> {
+/// `ended` is kept up to date with the services that stopped by
+/// themselves (read by `/healthz`).
+async fn run_until_signal(services: Services, ended: Ended) -> Result<(), Failure> {
     let names = services.names().join(", ");
     let handle = services.try_spawn()?;
     tracing::info!(services = %names, "started; stop with SIGINT or SIGTERM");
@@ -71,6 +73,7 @@ async fn run_until_signal(services: Services) -> Result<(), Failure> {
             }
         } => false,
     };
+    *ended.lock().expect("not poisoned") = handle.ended().iter().map(|s| s.to_string()).collect();
     if !signalled {
         let ended = handle.ended().join(", ");
         let report = handle.shutdown().await;
@@ -106,7 +109,10 @@ async fn run_until_signal(services: Services) -> Result<(), Failure> {
 
 /// `cohort worker`: the scheduled worker, the dispatcher (when the policy
 /// declares handlers) and the pruner (when `[cohort.prune]` sets a limit).
-pub(crate) async fn worker(cohort: &Cohort) -> Result<(), Failure> {
+pub(crate) async fn worker(
+    cohort: &Cohort,
+    metrics_addr: Option<std::net::SocketAddr>,
+) -> Result<(), Failure> {
     let offset = clock_offset()?;
     let worker = WorkerConfig::from_config(cohort.config())?.map(|w| w.local_clock_offset(offset));
     let services = Services::new(cohort)?.worker(worker);
@@ -119,8 +125,24 @@ pub(crate) async fn worker(cohort: &Cohort) -> Result<(), Failure> {
     if cohort.config().schedule.is_none() {
         eprintln!("cohort: note: no [cohort] schedule; the scheduled worker stays idle");
     }
-    run_until_signal(services).await
+    let ended = Ended::default();
+    if let Some(addr) = metrics_addr {
+        let seen = ended.clone();
+        let exporter = crate::exporter::bind(addr, cohort, move || {
+            seen.lock().expect("not poisoned").clone()
+        })
+        .await?;
+        let bound = exporter
+            .local_addr()
+            .map_err(|e| Failure::Run(Error::Config(format!("--metrics-addr: {e}").into())))?;
+        tracing::info!(%bound, "metrics served at http://{bound}/metrics (health at /healthz)");
+        exporter.spawn();
+    }
+    run_until_signal(services, ended).await
 }
+
+/// The services that stopped by themselves, shared with `/healthz`.
+type Ended = std::sync::Arc<std::sync::Mutex<Vec<String>>>;
 
 /// `cohort dispatch` without `--once`: the dispatcher alone.
 pub(crate) async fn dispatch_until_signal(cohort: &Cohort) -> Result<(), Failure> {
@@ -128,7 +150,7 @@ pub(crate) async fn dispatch_until_signal(cohort: &Cohort) -> Result<(), Failure
         .worker(None)
         .pruner(None)
         .dispatcher(true);
-    run_until_signal(services).await
+    run_until_signal(services, Ended::default()).await
 }
 
 /// `cohort settings`.

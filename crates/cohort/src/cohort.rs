@@ -193,6 +193,15 @@ impl Cohort {
         crate::handlers::dead_letters::retry(&self.cx, selection).await
     }
 
+    /// Row-handler work by state (pending, in flight, dead-lettered), read
+    /// now; also sets the `cohort_handler_queue_depth` and
+    /// `cohort_dead_letters` gauges (see [`crate::telemetry`]).
+    pub async fn queue_depth(&self) -> Result<crate::telemetry::QueueDepth> {
+        let depth = crate::handlers::dead_letters::depth(&self.cx).await?;
+        depth.record();
+        Ok(depth)
+    }
+
     /// A dispatcher delivering this handle's queued row-handler work.
     pub fn dispatcher(&self) -> crate::handlers::Dispatcher {
         crate::handlers::Dispatcher::new(Arc::clone(&self.cx))

@@ -23,6 +23,7 @@ pub mod schema;
 pub mod services;
 pub mod settings;
 mod sql;
+pub mod telemetry;
 pub mod validate;
 
 pub use cancel::Cancel;

@@ -211,3 +211,24 @@ pub(crate) async fn retry(cx: &Context, selection: &RetrySelection) -> Result<u6
     tx.commit().await?;
     Ok(done.rows_affected())
 }
+
+/// Row-handler work by state: pending and in flight through their partial
+/// indexes, dead letters by a scan of the status table (which the history
+/// pruner keeps short).
+pub(crate) async fn depth(cx: &Context) -> Result<crate::telemetry::QueueDepth> {
+    let (hs, _) = tables(cx);
+    let mut sql = SqlText::new("SELECT (SELECT count(*) FROM ");
+    sql.table(&hs)
+        .push(" WHERE status = 'pending'), (SELECT count(*) FROM ")
+        .table(&hs)
+        .push(" WHERE status = 'in_flight'), (SELECT count(*) FROM ")
+        .table(&hs)
+        .push(" WHERE status = 'dead_lettered')");
+    let row = sqlx::query(sql.into_sql()).fetch_one(&cx.pool).await?;
+    let count = |i: usize| -> Result<u64> { Ok(row.try_get::<i64, _>(i)?.max(0) as u64) };
+    Ok(crate::telemetry::QueueDepth {
+        pending: count(0)?,
+        in_flight: count(1)?,
+        dead_lettered: count(2)?,
+    })
+}

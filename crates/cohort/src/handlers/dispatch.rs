@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::Row;
+use tracing::Instrument;
 use uuid::Uuid;
 
 use super::{AfterContext, Snapshot};
@@ -214,10 +215,31 @@ impl Dispatcher {
             let this = self.clone();
             let prepared = Arc::clone(prepared);
             let permit = Arc::clone(&semaphore);
-            tasks.spawn(async move {
-                let _permit = permit.acquire_owned().await.expect("semaphore open");
-                this.deliver(&prepared, work).await
-            });
+            let span = tracing::info_span!(
+                "cohort.delivery",
+                handler = %work.handler,
+                attempt = work.attempt.max(1),
+                work = work.id,
+                run_id = %work.run_id,
+            );
+            tasks.spawn(
+                async move {
+                    let _permit = permit.acquire_owned().await.expect("semaphore open");
+                    let handler = work.handler.clone();
+                    let outcome = this.deliver(&prepared, work).await;
+                    match outcome {
+                        Outcome::Delivered => crate::telemetry::delivery(&handler, "delivered"),
+                        Outcome::Failed => crate::telemetry::delivery(&handler, "failed"),
+                        Outcome::DeadLettered => {
+                            crate::telemetry::delivery(&handler, "dead_lettered")
+                        }
+                        // Not recorded by this dispatcher: nothing to count.
+                        Outcome::Superseded | Outcome::Unrecorded | Outcome::Released => {}
+                    }
+                    outcome
+                }
+                .instrument(span),
+            );
         }
         let mut out = Vec::new();
         while let Some(done) = tasks.join_next().await {
@@ -449,7 +471,10 @@ impl Dispatcher {
                 self.clear_payloads(prepared, work.row_detail_id).await;
                 Outcome::DeadLettered
             }
-            Ok(Some(_)) => Outcome::Failed,
+            Ok(Some(_)) => {
+                tracing::warn!(work = work.id, handler = %work.handler, error, retry_in_s = backoff, "delivery failed; retried after its back-off");
+                Outcome::Failed
+            }
             Ok(None) => Outcome::Superseded,
             Err(e) => {
                 // The primary error (the delivery's) is kept, beside the

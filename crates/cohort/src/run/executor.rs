@@ -13,6 +13,7 @@ use sqlx::pool::PoolConnection;
 use sqlx::postgres::PgArguments;
 use sqlx::query::Query;
 use sqlx::{PgConnection, Postgres, Row};
+use tracing::Instrument;
 use uuid::Uuid;
 
 use super::partitions::{self, RowPath};
@@ -264,8 +265,29 @@ pub(crate) async fn execute(
     spec: RunSpec,
     works: Vec<std::result::Result<Work<'_>, EntityFailure>>,
 ) -> Result<SweepResult> {
-    let inner = cx;
     let run_id = Uuid::new_v4();
+    let span = tracing::info_span!(
+        "cohort.run",
+        run_id = %run_id,
+        kind = spec.kind.as_str(),
+        trigger = spec.trigger.as_str(),
+        tenant = spec.tenant.as_deref(),
+        dry_run = spec.dry_run,
+    );
+    execute_in_span(cx, ready, spec, works, run_id)
+        .instrument(span)
+        .await
+}
+
+async fn execute_in_span(
+    cx: &Context,
+    ready: &Prepared,
+    spec: RunSpec,
+    works: Vec<std::result::Result<Work<'_>, EntityFailure>>,
+    run_id: Uuid,
+) -> Result<SweepResult> {
+    let inner = cx;
+    let clock = std::time::Instant::now();
     let mut conn = locks::Held::new(inner.pool.acquire().await?);
     locks::lock(&mut conn, LockKey::Run(run_id)).await?;
     let started = sqlx::query(ready.ledger.insert_run.sql())
@@ -288,6 +310,7 @@ pub(crate) async fn execute(
             return Err(e.into());
         }
     };
+    tracing::info!(entities = works.len(), now = %spec.now, "run started");
     inner.observers.emit(AuditEvent::Started {
         run_id,
         kind: spec.kind,
@@ -314,12 +337,21 @@ pub(crate) async fn execute(
         let work = match work {
             Ok(w) => w,
             Err(f) => {
+                tracing::error!(entity = %f.entity, error = %f.error, "entity not run: its rule could not be resolved");
                 failures.push(f);
                 continue;
             }
         };
         let mut out = outcome(&work);
-        let result = run_entity(&ctx, &mut conn, &work, &mut out).await;
+        let span = tracing::info_span!(
+            "cohort.entity",
+            entity = %work.entity.name,
+            strategy = work.rule.strategy().as_str(),
+        );
+        let result = run_entity(&ctx, &mut conn, &work, &mut out)
+            .instrument(span.clone())
+            .await;
+        span.in_scope(|| report_entity(ctx.spec, &out, &result));
         outcomes.push(out);
         match result {
             Ok(()) => {}
@@ -358,6 +390,35 @@ pub(crate) async fn execute(
     .await;
     release_run_lock(conn.into_inner(), run_id).await;
     let settled_at = settled?;
+    let took = clock.elapsed();
+    crate::telemetry::run_settled(spec.kind, spec.trigger, status, took);
+    let affected: u64 = outcomes.iter().map(|o| o.affected).sum();
+    match status {
+        RunStatus::Succeeded => {
+            tracing::info!(
+                status = status.as_str(),
+                affected,
+                duration_ms = took.as_millis() as u64,
+                "run settled"
+            )
+        }
+        RunStatus::Cancelled => {
+            tracing::warn!(
+                status = status.as_str(),
+                affected,
+                duration_ms = took.as_millis() as u64,
+                "run settled"
+            )
+        }
+        _ => tracing::error!(
+            status = status.as_str(),
+            affected,
+            failures = failures.len(),
+            error = error.as_deref().unwrap_or(""),
+            duration_ms = took.as_millis() as u64,
+            "run settled"
+        ),
+    }
     inner.observers.emit(AuditEvent::Settled { run_id, status });
     Ok(SweepResult {
         run_id,
@@ -372,6 +433,41 @@ pub(crate) async fn execute(
         failures,
         not_reached: Vec::new(),
     })
+}
+
+/// An entity's outcome in the log and the metrics: info when all went as
+/// designed; warn for rows left although eligible (skipped) and for an
+/// erasure's subject rows kept by a hold; error for a failure (its
+/// sanitised diagnostic; the full error was logged under the same id).
+fn report_entity(spec: &RunSpec, out: &EntityOutcome, result: &std::result::Result<(), Stop>) {
+    if !spec.dry_run {
+        // `affected` was counted as each batch committed.
+        crate::telemetry::entity_settled(out);
+    }
+    let (affected, held, skipped, null_anchor) =
+        (out.affected, out.held, out.skipped, out.null_anchor);
+    match result {
+        Err(Stop::Entity(d)) => tracing::error!(
+            affected,
+            error = %d,
+            "entity failed; its committed batches stay and the run goes on"
+        ),
+        Err(Stop::Cancelled) => tracing::warn!(affected, "entity cancelled"),
+        Err(Stop::Run(_)) => tracing::error!(affected, "run failed during this entity"),
+        Ok(()) if skipped > 0 => tracing::warn!(
+            affected,
+            held,
+            skipped,
+            null_anchor,
+            "eligible rows skipped (still referenced, a failed before-handler, or a partition that could not be locked); the next run retries them"
+        ),
+        Ok(()) if held > 0 && spec.kind == RunKind::Erasure => tracing::warn!(
+            affected,
+            held,
+            "the subject's rows under a legal hold were kept"
+        ),
+        Ok(()) => tracing::info!(affected, held, skipped, null_anchor, "entity done"),
+    }
 }
 
 /// One entity: summary row, batches (unless dry run or exempt), direct
@@ -509,6 +605,10 @@ async fn batches(
         if cancel.is_cancelled() {
             return Err(Stop::Cancelled);
         }
+        let batch_clock = std::time::Instant::now();
+        // Open for the whole batch (its lifetime is the batch's), never
+        // entered across an await: events name it as their parent.
+        let batch_span = tracing::debug_span!("cohort.batch", rows = tracing::field::Empty);
         let mut tx = sqlx::Connection::begin_with(&mut *conn, crate::sql::READ_COMMITTED)
             .await
             .map_err(stop_from)?;
@@ -661,6 +761,11 @@ async fn batches(
             return Err(Stop::Cancelled);
         }
         tx.commit().await.map_err(stop_from)?;
+        batch_span.record("rows", n);
+        let took = batch_clock.elapsed();
+        tracing::debug!(parent: &batch_span, duration_ms = took.as_millis() as u64, "batch committed");
+        crate::telemetry::batch(took);
+        crate::telemetry::rows(&e.name, strategy, "affected", n);
 
         out.affected += n;
         let hub = &ctx.cx.observers;

@@ -103,6 +103,7 @@ pub(crate) async fn drop_expired(
         match drop_one(ctx, conn, work, summary_id, &partition).await? {
             Dropped::Rows(n) => {
                 out.affected += n;
+                crate::telemetry::rows(&e.name, Strategy::Purge, "affected", n);
                 tracing::info!(entity = %e.name, partition = %partition.table.display_plain(), rows = n, "expired partition detached and dropped");
                 ctx.cx.observers.emit(AuditEvent::EntityProgress {
                     run_id: ctx.run_id,

@@ -1,0 +1,137 @@
+//! Metrics, through the [`metrics`] facade. The names and labels are a
+//! public contract (dashboards and alerts are written against them):
+//!
+//! | name | type | labels |
+//! |---|---|---|
+//! | `cohort_rows_total` | counter | `entity`, `strategy`, `outcome` (`affected`, `held`, `skipped`, `null_anchor`) |
+//! | `cohort_runs_total` | counter | `kind`, `trigger`, `status` |
+//! | `cohort_run_duration_seconds` | histogram | `kind` |
+//! | `cohort_batch_duration_seconds` | histogram | |
+//! | `cohort_handler_deliveries_total` | counter | `handler`, `outcome` (`delivered`, `failed`, `dead_lettered`) |
+//! | `cohort_handler_queue_depth` | gauge | `state` (`pending`, `in_flight`) |
+//! | `cohort_dead_letters` | gauge | |
+//!
+//! Cohort only records; the application (or `cohort worker
+//! --metrics-addr`) installs a recorder and exports. Without a recorder
+//! every call is a no-op. Rows are counted for real runs only: a dry run
+//! changes nothing, so it adds to `cohort_runs_total` and the run duration
+//! but not to `cohort_rows_total`. `affected` grows as each batch commits;
+//! `held`, `skipped` and `null_anchor` are added once per entity and run,
+//! when the entity's summary is written (a row held for three runs counts
+//! three times). The two gauges are read from the database by
+//! [`crate::Cohort::queue_depth`], which sets them: call it before each
+//! scrape (the CLI's exporter does).
+//!
+//! No label carries a row value: entity names, strategies, handler
+//! identities, kinds, triggers, statuses and queue states only.
+
+use std::time::Duration;
+
+use crate::rules::Strategy;
+use crate::run::{EntityOutcome, RunKind, RunStatus, Trigger};
+
+/// `cohort_rows_total{entity,strategy,outcome}`.
+pub const ROWS_TOTAL: &str = "cohort_rows_total";
+/// `cohort_runs_total{kind,trigger,status}`.
+pub const RUNS_TOTAL: &str = "cohort_runs_total";
+/// `cohort_run_duration_seconds{kind}`.
+pub const RUN_DURATION_SECONDS: &str = "cohort_run_duration_seconds";
+/// `cohort_batch_duration_seconds`.
+pub const BATCH_DURATION_SECONDS: &str = "cohort_batch_duration_seconds";
+/// `cohort_handler_deliveries_total{handler,outcome}`.
+pub const HANDLER_DELIVERIES_TOTAL: &str = "cohort_handler_deliveries_total";
+/// `cohort_handler_queue_depth{state}`.
+pub const HANDLER_QUEUE_DEPTH: &str = "cohort_handler_queue_depth";
+/// `cohort_dead_letters`.
+pub const DEAD_LETTERS: &str = "cohort_dead_letters";
+
+/// Registers the help text of every metric with the installed recorder.
+/// Call once after installing it; harmless to call again.
+pub fn describe() {
+    use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
+    describe_counter!(
+        ROWS_TOTAL,
+        "Rows by what a real run did with them: affected, held, skipped, null_anchor."
+    );
+    describe_counter!(RUNS_TOTAL, "Settled runs by kind, trigger and status.");
+    describe_histogram!(
+        RUN_DURATION_SECONDS,
+        Unit::Seconds,
+        "Wall time of settled runs, from the Started row to settlement."
+    );
+    describe_histogram!(
+        BATCH_DURATION_SECONDS,
+        Unit::Seconds,
+        "Wall time of committed batches (lock, mutation, audit, commit)."
+    );
+    describe_counter!(
+        HANDLER_DELIVERIES_TOTAL,
+        "Row-handler deliveries recorded, by handler and outcome."
+    );
+    describe_gauge!(
+        HANDLER_QUEUE_DEPTH,
+        "Row-handler work not delivered yet, by state, as last read."
+    );
+    describe_gauge!(
+        DEAD_LETTERS,
+        "Dead-lettered row-handler work, as last read."
+    );
+}
+
+/// Suggested histogram buckets (seconds) for the two duration histograms:
+/// from a millisecond batch to an hour-long run.
+pub const DURATION_BUCKETS: &[f64] = &[
+    0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0,
+    3600.0,
+];
+
+pub(crate) fn rows(entity: &str, strategy: Strategy, outcome: &'static str, n: u64) {
+    if n > 0 {
+        metrics::counter!(ROWS_TOTAL, "entity" => entity.to_owned(), "strategy" => strategy.as_str(), "outcome" => outcome)
+            .increment(n);
+    }
+}
+
+/// An entity's end-of-run counts (its affected rows were counted as each
+/// batch or partition drop committed).
+pub(crate) fn entity_settled(out: &EntityOutcome) {
+    rows(&out.entity, out.strategy, "held", out.held);
+    rows(&out.entity, out.strategy, "skipped", out.skipped);
+    rows(&out.entity, out.strategy, "null_anchor", out.null_anchor);
+}
+
+pub(crate) fn run_settled(kind: RunKind, trigger: Trigger, status: RunStatus, took: Duration) {
+    metrics::counter!(RUNS_TOTAL, "kind" => kind.as_str(), "trigger" => trigger.as_str(), "status" => status.as_str())
+        .increment(1);
+    metrics::histogram!(RUN_DURATION_SECONDS, "kind" => kind.as_str()).record(took.as_secs_f64());
+}
+
+pub(crate) fn batch(took: Duration) {
+    metrics::histogram!(BATCH_DURATION_SECONDS).record(took.as_secs_f64());
+}
+
+pub(crate) fn delivery(handler: &str, outcome: &'static str) {
+    metrics::counter!(HANDLER_DELIVERIES_TOTAL, "handler" => handler.to_owned(), "outcome" => outcome)
+        .increment(1);
+}
+
+/// Row-handler work by state, read from the queue table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[non_exhaustive]
+pub struct QueueDepth {
+    /// Waiting for delivery (due now or later, after a back-off).
+    pub pending: u64,
+    /// Claimed by a dispatcher and being delivered.
+    pub in_flight: u64,
+    /// Dead-lettered: waits for an operator.
+    pub dead_lettered: u64,
+}
+
+impl QueueDepth {
+    /// Sets `cohort_handler_queue_depth{state}` and `cohort_dead_letters`.
+    pub fn record(&self) {
+        metrics::gauge!(HANDLER_QUEUE_DEPTH, "state" => "pending").set(self.pending as f64);
+        metrics::gauge!(HANDLER_QUEUE_DEPTH, "state" => "in_flight").set(self.in_flight as f64);
+        metrics::gauge!(DEAD_LETTERS).set(self.dead_lettered as f64);
+    }
+}
