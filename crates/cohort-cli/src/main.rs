@@ -17,6 +17,7 @@ macro_rules! outln {
 }
 
 mod commands;
+mod console;
 mod demo;
 mod exporter;
 mod init;
@@ -166,6 +167,14 @@ enum Command {
     /// The live settings every worker replica reads (kill_switch, dry_run).
     #[command(subcommand)]
     Settings(services::SettingsCommand),
+    /// Serve the read-only operations console (runs, holds, handler queue,
+    /// dead letters, settings) until SIGINT/SIGTERM. Off loopback it needs
+    /// COHORT_SERVE_TOKEN, and then every request a bearer token.
+    Serve {
+        /// Address to listen on (port 0 picks a free one).
+        #[arg(long, default_value = "127.0.0.1:8765", value_name = "ADDR")]
+        listen: std::net::SocketAddr,
+    },
     /// One history-pruning pass now, with the policy's [cohort.prune] limits.
     Prune {
         /// Count what would be deleted; delete nothing.
@@ -220,7 +229,9 @@ fn main() -> ExitCode {
     // Long-running services say what they do (occurrences, passes); other
     // commands only warn. RUST_LOG overrides both.
     let default_level = match cli.command {
-        Command::Worker { .. } | Command::Dispatch { once: false } => "info",
+        Command::Worker { .. } | Command::Dispatch { once: false } | Command::Serve { .. } => {
+            "info"
+        }
         _ => "warn",
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
@@ -419,6 +430,11 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             let (cohort, _) = open(&cli).await?;
             services::settings(&cohort, cli.json, cmd).await
         }
+        Command::Serve { listen } => {
+            let token = console::token(*listen)?;
+            let (cohort, _) = open(&cli).await?;
+            console::serve(cohort, *listen, token).await
+        }
         Command::Prune { dry_run } => {
             let (cohort, _) = open(&cli).await?;
             services::prune(&cohort, cli.json, *dry_run).await
@@ -466,7 +482,11 @@ fn load_policy(cli: &Cli, required: bool) -> Result<Option<PolicyFile>, Failure>
         return Ok(None);
     }
     let mut policy = PolicyFile::load(&path)?;
-    policy.config.apply_env(std::env::vars())?;
+    // The console's token is the command's own, not library configuration
+    // (it is refused where it does nothing: see `console::token`).
+    policy
+        .config
+        .apply_env(std::env::vars().filter(|(k, _)| k.as_str() != console::TOKEN_VAR))?;
     Ok(Some(policy))
 }
 

@@ -27,7 +27,7 @@ pub(crate) fn cancel_on_signal(cancel: &Cancel, what: &'static str) {
 }
 
 /// The first SIGINT or SIGTERM.
-async fn wait_for_signal() {
+pub(crate) async fn wait_for_signal() {
     match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
         Ok(mut term) => {
             tokio::select! {

@@ -33,6 +33,10 @@ pub struct RunRecord {
     pub settled_at: Option<DateTime<Utc>>,
     /// Rows affected, all entities.
     pub affected: i64,
+    /// Rows kept by an active hold, all entities.
+    pub held: i64,
+    /// Eligible rows skipped (see [`crate::EntityOutcome::skipped`]), all entities.
+    pub skipped: i64,
 }
 
 fn kind(s: &str) -> RunKind {
@@ -68,12 +72,16 @@ pub(crate) async fn list(cx: &Context, limit: i64) -> Result<Vec<RunRecord>> {
     let schema = &cx.config.schema;
     let mut sql = SqlText::new(
         "SELECT r.run_id, r.kind, r.trigger, r.status, r.dry_run, r.tenant_id, r.started_at, r.settled_at, \
-         COALESCE((SELECT sum(s.affected_count) FROM ",
+         COALESCE(c.affected, 0)::int8 AS affected, COALESCE(c.held, 0)::int8 AS held, \
+         COALESCE(c.skipped, 0)::int8 AS skipped FROM ",
     );
-    sql.table(&CohortTable::EntitySummary.qualified(schema))
-        .push(" s WHERE s.run_id = r.run_id), 0)::int8 AS affected FROM ")
-        .table(&CohortTable::SweepRun.qualified(schema))
-        .push(" r ORDER BY r.started_at DESC, r.run_id LIMIT $1");
+    sql.table(&CohortTable::SweepRun.qualified(schema))
+        .push(
+            " r CROSS JOIN LATERAL (SELECT sum(s.affected_count) AS affected, \
+             sum(s.held_count) AS held, sum(s.skipped_count) AS skipped FROM ",
+        )
+        .table(&CohortTable::EntitySummary.qualified(schema))
+        .push(" s WHERE s.run_id = r.run_id) c ORDER BY r.started_at DESC, r.run_id LIMIT $1");
     let rows = sqlx::query(sql.into_sql())
         .bind(limit)
         .fetch_all(&cx.pool)
@@ -90,6 +98,8 @@ pub(crate) async fn list(cx: &Context, limit: i64) -> Result<Vec<RunRecord>> {
                 started_at: r.try_get("started_at")?,
                 settled_at: r.try_get("settled_at")?,
                 affected: r.try_get("affected")?,
+                held: r.try_get("held")?,
+                skipped: r.try_get("skipped")?,
             })
         })
         .collect()

@@ -1,0 +1,291 @@
+//! `cohort serve --listen ADDR`: the read-only operations console.
+//!
+//! Server-rendered HTML (maud templates compiled into the binary; no
+//! JavaScript at all): recent runs, one run's per-entity outcomes and
+//! failures, active holds, the handler queue and dead letters, the live and
+//! effective settings. It only reads (the ledger, the queue, the settings),
+//! and shows nothing personal beyond record ids: no row values, no hold
+//! reasons (free text that may name people), no secrets.
+//!
+//! Access: it listens on loopback unless told otherwise. On any other
+//! address it refuses to start without `COHORT_SERVE_TOKEN`; when the token
+//! is set (on any address) every request must carry
+//! `Authorization: Bearer <token>`, compared in constant time. Every
+//! response forbids scripts, framing and caching.
+
+mod pages;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::extract::{Path, Query, Request, State};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::middleware::Next;
+use axum::response::{Html, IntoResponse, Redirect, Response};
+use axum::routing::get;
+use axum::Router;
+use cohort::{Cohort, Error};
+use subtle::ConstantTimeEq;
+
+use crate::Failure;
+
+/// The environment variable holding the bearer token.
+pub(crate) const TOKEN_VAR: &str = "COHORT_SERVE_TOKEN";
+/// Shortest token accepted: a guessable token is refused, not used.
+const MIN_TOKEN_LEN: usize = 16;
+/// What every page may load: its own stylesheet, nothing else.
+const CSP: &str = "default-src 'none'; style-src 'self'; img-src 'self'; base-uri 'none'; \
+                   form-action 'none'; frame-ancestors 'none'";
+
+struct Console {
+    cohort: Cohort,
+    token: Option<String>,
+}
+
+/// The token `serve` must require on `listen`, from the environment;
+/// refused (exit 2, before connecting) when the address is not loopback
+/// and none is set, or when it is too short.
+pub(crate) fn token(listen: SocketAddr) -> Result<Option<String>, Failure> {
+    token_for(listen, std::env::var(TOKEN_VAR).ok())
+}
+
+/// Binds and serves until SIGINT/SIGTERM.
+pub(crate) async fn serve(
+    cohort: Cohort,
+    listen: SocketAddr,
+    token: Option<String>,
+) -> Result<(), Failure> {
+    let listener = tokio::net::TcpListener::bind(listen).await.map_err(|e| {
+        Failure::Input(Error::Config(
+            format!("--listen {listen}: cannot listen there: {e}").into(),
+        ))
+    })?;
+    let bound = listener
+        .local_addr()
+        .map_err(|e| Failure::Run(Error::Config(format!("--listen: {e}").into())))?;
+    let protected = token.is_some();
+    let app = router(Arc::new(Console { cohort, token }));
+    tracing::info!(%bound, token_required = protected, "console at http://{bound}/ (read-only; stop with SIGINT or SIGTERM)");
+    axum::serve(listener, app)
+        .with_graceful_shutdown(crate::services::wait_for_signal())
+        .await
+        .map_err(|e| Failure::Run(Error::Config(format!("the console stopped: {e}").into())))?;
+    Ok(())
+}
+
+/// The token to require, if any: refused when it is empty or short, and
+/// required when the address is not loopback.
+fn token_for(listen: SocketAddr, token: Option<String>) -> Result<Option<String>, Failure> {
+    let refuse = |msg: String| Err(Failure::Input(Error::Config(msg.into())));
+    match token {
+        Some(t) if t.trim().len() < MIN_TOKEN_LEN => refuse(format!(
+            "{TOKEN_VAR} must be at least {MIN_TOKEN_LEN} characters (it is {}); nothing served",
+            t.trim().len()
+        )),
+        Some(t) => Ok(Some(t.trim().to_string())),
+        None if !listen.ip().is_loopback() => refuse(format!(
+            "--listen {listen} is not a loopback address: set {TOKEN_VAR} (every request must then \
+             send `Authorization: Bearer <token>`), or listen on 127.0.0.1; nothing served"
+        )),
+        None => Ok(None),
+    }
+}
+
+fn router(state: Arc<Console>) -> Router {
+    Router::new()
+        .route("/", get(|| async { Redirect::to("/runs") }))
+        .route("/runs", get(runs))
+        .route("/runs/{id}", get(run))
+        .route("/holds", get(holds))
+        .route("/queue", get(queue))
+        .route("/settings", get(settings))
+        .route("/style.css", get(style))
+        .fallback(|| async { page_error(StatusCode::NOT_FOUND, "No such page.") })
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&state),
+            authorise,
+        ))
+        .layer(axum::middleware::from_fn(secure_headers))
+        .with_state(state)
+}
+
+/// With a token configured, a request without the right bearer token gets
+/// 401 and nothing else.
+async fn authorise(State(console): State<Arc<Console>>, request: Request, next: Next) -> Response {
+    let Some(expected) = &console.token else {
+        return next.run(request).await;
+    };
+    let given = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    if bool::from(given.as_bytes().ct_eq(expected.as_bytes())) {
+        next.run(request).await
+    } else {
+        let mut response = page_error(
+            StatusCode::UNAUTHORIZED,
+            "This console needs a bearer token (Authorization: Bearer <token>).",
+        );
+        response.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            HeaderValue::from_static("Bearer realm=\"cohort\""),
+        );
+        response
+    }
+}
+
+async fn secure_headers(request: Request, next: Next) -> Response {
+    let mut response = next.run(request).await;
+    let h = response.headers_mut();
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(CSP),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    response
+}
+
+fn page_error(status: StatusCode, message: &str) -> Response {
+    (status, Html(pages::error(status, message).into_string())).into_response()
+}
+
+/// A failed read: bad input and unknown ids say so; anything else is
+/// logged in full and shown as a generic message.
+fn failed(e: Error) -> Response {
+    match e.kind() {
+        cohort::ErrorKind::NotFound => page_error(StatusCode::NOT_FOUND, &e.to_string()),
+        k if k.is_bad_input() => page_error(StatusCode::BAD_REQUEST, &e.to_string()),
+        _ => {
+            tracing::error!(error = %e, "console read failed");
+            page_error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "The database could not be read; see the console's log.",
+            )
+        }
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct Limit {
+    limit: Option<i64>,
+}
+
+/// `?limit=N` (1..=1000, default 50); out of range is a 400 page.
+fn limit(q: &Limit) -> Result<i64, Box<Response>> {
+    match q.limit {
+        None => Ok(50),
+        Some(n) if (1..=1000).contains(&n) => Ok(n),
+        Some(n) => Err(Box::new(page_error(
+            StatusCode::BAD_REQUEST,
+            &format!("limit must be between 1 and 1000, not {n}"),
+        ))),
+    }
+}
+
+async fn runs(State(c): State<Arc<Console>>, Query(q): Query<Limit>) -> Response {
+    let n = match limit(&q) {
+        Ok(n) => n,
+        Err(r) => return *r,
+    };
+    match c.cohort.list_runs(n).await {
+        Ok(runs) => Html(pages::runs(&runs, n).into_string()).into_response(),
+        Err(e) => failed(e),
+    }
+}
+
+async fn run(State(c): State<Arc<Console>>, Path(id): Path<String>) -> Response {
+    let Ok(run_id) = uuid::Uuid::parse_str(&id) else {
+        return page_error(StatusCode::BAD_REQUEST, "A run id is a UUID.");
+    };
+    match c.cohort.show_run(run_id).await {
+        Ok(result) => Html(pages::run(&result).into_string()).into_response(),
+        Err(e) => failed(e),
+    }
+}
+
+async fn holds(State(c): State<Arc<Console>>) -> Response {
+    let filter = cohort::holds::HoldFilter::all().active_only(true);
+    let model = match c.cohort.ready().await {
+        Ok(m) => m,
+        Err(e) => return failed(e),
+    };
+    match c.cohort.list_holds(&filter).await {
+        Ok(holds) => Html(pages::holds(&holds, &model).into_string()).into_response(),
+        Err(e) => failed(e),
+    }
+}
+
+async fn queue(State(c): State<Arc<Console>>, Query(q): Query<Limit>) -> Response {
+    let n = match limit(&q) {
+        Ok(n) => n,
+        Err(r) => return *r,
+    };
+    let depth = match c.cohort.queue_depth().await {
+        Ok(d) => d,
+        Err(e) => return failed(e),
+    };
+    let filter = cohort::handlers::DeadLetterFilter::all().limit(n);
+    match c.cohort.dead_letters(&filter).await {
+        Ok(dead) => Html(pages::queue(&depth, &dead, n).into_string()).into_response(),
+        Err(e) => failed(e),
+    }
+}
+
+async fn settings(State(c): State<Arc<Console>>) -> Response {
+    match c.cohort.settings().await {
+        Ok(live) => Html(pages::settings(&live, c.cohort.config()).into_string()).into_response(),
+        Err(e) => failed(e),
+    }
+}
+
+async fn style() -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, "text/css; charset=utf-8")],
+        include_str!("style.css"),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn token_rules_table() {
+        let loopback: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        let loopback6: SocketAddr = "[::1]:1".parse().unwrap();
+        let open: SocketAddr = "0.0.0.0:1".parse().unwrap();
+        let good = Some("0123456789abcdef".to_string());
+        assert!(matches!(token_for(loopback, None), Ok(None)));
+        assert!(matches!(token_for(loopback6, None), Ok(None)));
+        assert!(matches!(token_for(open, None), Err(Failure::Input(_))));
+        assert!(matches!(
+            token_for(open, Some("short".into())),
+            Err(Failure::Input(_))
+        ));
+        assert!(matches!(
+            token_for(loopback, Some(String::new())),
+            Err(Failure::Input(_))
+        ));
+        assert_eq!(
+            token_for(open, good.clone()).ok().flatten(),
+            good.clone(),
+            "a token off loopback is used"
+        );
+        assert_eq!(
+            token_for(loopback, good.clone()).ok().flatten(),
+            good,
+            "a token set on loopback is required too"
+        );
+    }
+}

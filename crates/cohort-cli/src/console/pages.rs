@@ -1,0 +1,423 @@
+//! The console's pages, as maud templates (escaped by construction). Each
+//! takes what the library returns and renders it; none reads anything.
+
+use chrono::{DateTime, Utc};
+use cohort::handlers::DeadLetter;
+use cohort::history::RunRecord;
+use cohort::holds::Hold;
+use cohort::settings::{LiveSettings, SettingValue};
+use cohort::telemetry::QueueDepth;
+use cohort::validate::ValidatedModel;
+use cohort::{CohortConfig, RunStatus, SweepResult};
+use maud::{html, Markup, DOCTYPE};
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Tab {
+    Runs,
+    Holds,
+    Queue,
+    Settings,
+    None,
+}
+
+fn layout(title: &str, tab: Tab, body: Markup) -> Markup {
+    let link = |href: &str, label: &str, this: Tab| {
+        html! {
+            @if this == tab { a href=(href) aria-current="page" { (label) } }
+            @else { a href=(href) { (label) } }
+        }
+    };
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { (title) " · Cohort" }
+                link rel="stylesheet" href="/style.css";
+            }
+            body {
+                header {
+                    span.brand { "Cohort" }
+                    nav {
+                        (link("/runs", "Runs", Tab::Runs))
+                        (link("/holds", "Holds", Tab::Holds))
+                        (link("/queue", "Handler queue", Tab::Queue))
+                        (link("/settings", "Settings", Tab::Settings))
+                    }
+                    span.readonly { "read-only" }
+                }
+                main {
+                    h1 { (title) }
+                    (body)
+                }
+            }
+        }
+    }
+}
+
+fn time(t: DateTime<Utc>) -> String {
+    t.format("%Y-%m-%d %H:%M:%S UTC").to_string()
+}
+
+fn opt_time(t: Option<DateTime<Utc>>) -> String {
+    t.map(time).unwrap_or_else(|| "—".into())
+}
+
+/// A duration the way an operator reads it: 850 ms, 12.4 s, 3 min 05 s,
+/// 2 h 07 min.
+pub(crate) fn duration(from: DateTime<Utc>, to: Option<DateTime<Utc>>) -> String {
+    let Some(to) = to else {
+        return "running".into();
+    };
+    let ms = (to - from).num_milliseconds().max(0);
+    match ms {
+        0..1_000 => format!("{ms} ms"),
+        1_000..60_000 => format!("{:.1} s", ms as f64 / 1000.0),
+        60_000..3_600_000 => format!("{} min {:02} s", ms / 60_000, (ms / 1000) % 60),
+        _ => format!("{} h {:02} min", ms / 3_600_000, (ms / 60_000) % 60),
+    }
+}
+
+fn status(s: RunStatus) -> Markup {
+    let class = match s {
+        RunStatus::Succeeded => "ok",
+        RunStatus::Started => "running",
+        RunStatus::Cancelled => "warn",
+        _ => "bad",
+    };
+    html! { span class={"status " (class)} { (s.as_str()) } }
+}
+
+fn tenant(t: Option<&str>) -> Markup {
+    html! {
+        @match t {
+            Some(t) => code { (t) },
+            None => span.muted { "tenantless" },
+        }
+    }
+}
+
+fn short(id: &uuid::Uuid) -> String {
+    id.to_string()[..8].to_string()
+}
+
+pub(crate) fn runs(runs: &[RunRecord], limit: i64) -> Markup {
+    layout(
+        "Recent runs",
+        Tab::Runs,
+        html! {
+            p.muted { "The " (limit) " most recent runs, newest first. Counts are summed over the run's entities." }
+            @if runs.is_empty() {
+                p.empty { "No runs recorded yet." }
+            } @else {
+                table {
+                    thead { tr {
+                        th { "Run" } th { "Status" } th { "Kind" } th { "Trigger" } th { "Tenant" }
+                        th.n { "Affected" } th.n { "Held" } th.n { "Skipped" } th { "Started" } th.n { "Duration" }
+                    } }
+                    tbody {
+                        @for r in runs {
+                            tr {
+                                td { a href={"/runs/" (r.run_id)} { code { (short(&r.run_id)) } } }
+                                td { (status(r.status)) @if r.dry_run { " " span.tag { "dry run" } } }
+                                td { (r.kind.as_str()) }
+                                td { (r.trigger.as_str()) }
+                                td { (tenant(r.tenant.as_deref())) }
+                                td.n { (r.affected) }
+                                td.n { (r.held) }
+                                td.n { (r.skipped) }
+                                td { (time(r.started_at)) }
+                                td.n { (duration(r.started_at, r.settled_at)) }
+                            }
+                        }
+                    }
+                }
+            }
+        },
+    )
+}
+
+pub(crate) fn run(r: &SweepResult) -> Markup {
+    let title = format!("Run {}", short(&r.run_id));
+    layout(
+        &title,
+        Tab::None,
+        html! {
+            dl.facts {
+                dt { "Run id" } dd { code { (r.run_id) } }
+                dt { "Status" } dd { (status(r.status)) @if r.dry_run { " " span.tag { "dry run: no row changed" } } }
+                dt { "Kind" } dd { (r.kind.as_str()) }
+                dt { "Trigger" } dd { (r.trigger.as_str()) }
+                dt { "Tenant" } dd { (tenant(r.tenant.as_deref())) }
+                dt { "Started" } dd { (time(r.started_at)) }
+                dt { "Settled" } dd { (opt_time(r.settled_at)) }
+                dt { "Duration" } dd { (duration(r.started_at, r.settled_at)) }
+                dt { "Rows affected" } dd { (r.affected()) }
+            }
+            h2 { "Entities" }
+            @if r.entities.is_empty() {
+                p.empty { "No entity was processed." }
+            } @else {
+                table {
+                    thead { tr {
+                        th { "Entity" } th { "Category" } th { "Strategy" }
+                        th.n { "Affected" } th.n { "Held" } th.n { "Skipped" } th.n { "NULL anchor" }
+                        th.n { "Kept: legal minimum" } th.n { "Kept: policy" } th { "Cutoff" } th { "Period" }
+                    } }
+                    tbody {
+                        @for e in &r.entities {
+                            tr {
+                                td { (e.entity) }
+                                td { (e.category) }
+                                td { (e.strategy.as_str()) }
+                                td.n { (e.affected) }
+                                td.n { (e.held) }
+                                td.n { (e.skipped) }
+                                td.n { (e.null_anchor) }
+                                td.n { (e.kept_by_legal_min) }
+                                td.n { (e.kept_by_policy) }
+                                td { (opt_time(e.cutoff)) }
+                                td { (e.period) }
+                            }
+                        }
+                    }
+                }
+            }
+            h2 { "Failures" }
+            @if r.failures.is_empty() {
+                p.empty { "None." }
+            } @else {
+                p.muted { "Sanitised diagnostics: the full error is in the log of the process that ran it, under the same diagnostic id." }
+                table {
+                    thead { tr { th { "Entity" } th { "Diagnostic" } } }
+                    tbody {
+                        @for f in &r.failures {
+                            tr { td { (f.entity) } td { code { (f.error) } } }
+                        }
+                    }
+                }
+            }
+        },
+    )
+}
+
+pub(crate) fn holds(holds: &[Hold], model: &ValidatedModel) -> Markup {
+    layout(
+        "Active holds",
+        Tab::Holds,
+        html! {
+            p.muted {
+                "Rows these holds name are never changed by a sweep or an erasure. "
+                "Reasons are free text that may name people, so they are not shown here: "
+                code { "cohort holds list" } " prints them."
+            }
+            @if holds.is_empty() {
+                p.empty { "No active holds." }
+            } @else {
+                table {
+                    thead { tr { th { "Hold" } th { "Entity" } th { "Record id" } th { "Tenant" } th { "Placed" } th { "Expires" } } }
+                    tbody {
+                        @for h in holds {
+                            tr {
+                                td { code { (short(&h.hold_id)) } }
+                                td {
+                                    @match model.entity(h.retention_entity_id) {
+                                        Some(e) => (e.name),
+                                        None => code { (h.retention_entity_id) },
+                                    }
+                                }
+                                td { code { (h.record_id) } }
+                                td { (tenant(h.tenant_id.as_deref())) }
+                                td { (time(h.created_at)) }
+                                td { (h.expires_at.map(time).unwrap_or_else(|| "never".into())) }
+                            }
+                        }
+                    }
+                }
+            }
+        },
+    )
+}
+
+pub(crate) fn queue(depth: &QueueDepth, dead: &[DeadLetter], limit: i64) -> Markup {
+    layout(
+        "Handler queue",
+        Tab::Queue,
+        html! {
+            dl.facts {
+                dt { "Pending" } dd { (depth.pending) }
+                dt { "In flight" } dd { (depth.in_flight) }
+                dt { "Dead-lettered" } dd { (depth.dead_lettered) }
+            }
+            h2 { "Dead letters" }
+            @if dead.is_empty() {
+                p.empty { "No dead letters." }
+            } @else {
+                p.muted { "The " (limit) " most recent. Requeue with " code { "cohort dead-letters retry" } "." }
+                table {
+                    thead { tr {
+                        th.n { "Work" } th { "Handler" } th { "Entity" } th { "Record id" } th { "Tenant" }
+                        th.n { "Attempts" } th { "Last error" } th { "Dead-lettered" } th { "Run" }
+                    } }
+                    tbody {
+                        @for d in dead {
+                            tr {
+                                td.n { (d.id) }
+                                td { (d.handler) }
+                                td { (d.entity) }
+                                td { code { (d.record_id) } }
+                                td { (tenant(d.tenant.as_deref())) }
+                                td.n { (d.attempts) }
+                                td { code { (d.last_error.as_deref().unwrap_or("—")) } }
+                                td { (time(d.dead_lettered_at)) }
+                                td { a href={"/runs/" (d.run_id)} { code { (short(&d.run_id)) } } }
+                            }
+                        }
+                    }
+                }
+            }
+        },
+    )
+}
+
+fn switch(name: &str, v: &SettingValue) -> Markup {
+    let on = |b: bool| if b { "on" } else { "off" };
+    html! {
+        tr {
+            td { code { (name) } }
+            td { span class={"status " (if v.effective { "warn" } else { "ok" })} { (on(v.effective)) } }
+            td { (on(v.process)) }
+            td { (on(v.database)) }
+            td { (opt_time(v.updated_at)) }
+            td { (v.updated_by.as_deref().unwrap_or("—")) }
+        }
+    }
+}
+
+pub(crate) fn settings(live: &LiveSettings, config: &CohortConfig) -> Markup {
+    let d = &config.dispatch;
+    let p = &config.prune;
+    let period = |p: Option<cohort::rules::Period>| {
+        p.map(|p| p.to_string()).unwrap_or_else(|| "not set".into())
+    };
+    let rows: Vec<(&str, String)> = vec![
+        ("schema", config.schema.clone()),
+        (
+            "schedule",
+            config
+                .schedule
+                .clone()
+                .unwrap_or_else(|| "not set (no scheduled sweeps)".into()),
+        ),
+        ("sweep_batch_size", config.sweep_batch_size.to_string()),
+        ("observer_timeout", config.observer_timeout.to_string()),
+        (
+            "shutdown_grace_period",
+            config.shutdown_grace_period.to_string(),
+        ),
+        (
+            "partition_lock_timeout",
+            config.partition_lock_timeout.to_string(),
+        ),
+        (
+            "hash_key",
+            if config.hash_key.is_some() {
+                "set (never shown)".into()
+            } else {
+                "not set".into()
+            },
+        ),
+        ("dispatch.poll_interval", d.poll_interval.to_string()),
+        ("dispatch.batch_size", d.batch_size.to_string()),
+        ("dispatch.max_parallelism", d.max_parallelism.to_string()),
+        ("dispatch.max_attempts", d.max_attempts.to_string()),
+        ("dispatch.base_backoff", d.base_backoff.to_string()),
+        ("dispatch.claim_timeout", d.claim_timeout.to_string()),
+        ("dispatch.settle_timeout", d.settle_timeout.to_string()),
+        (
+            "dispatch.payload_retention",
+            d.payload_retention.to_string(),
+        ),
+        ("prune.runs_older_than", period(p.runs_older_than)),
+        (
+            "prune.inactive_holds_older_than",
+            period(p.inactive_holds_older_than),
+        ),
+        ("prune.batch_size", p.batch_size.to_string()),
+        ("prune.interval", p.interval.to_string()),
+    ];
+    layout(
+        "Settings",
+        Tab::Settings,
+        html! {
+            h2 { "Live settings" }
+            p.muted {
+                "Every worker replica reads these at each occurrence and between tenant passes. "
+                "Effective = this process's value OR the database's. Set with "
+                code { "cohort settings set" } "."
+            }
+            table {
+                thead { tr { th { "Setting" } th { "Effective" } th { "This process" } th { "Database" } th { "Set at" } th { "Set by" } } }
+                tbody {
+                    (switch("kill_switch", &live.kill_switch))
+                    (switch("dry_run", &live.dry_run))
+                }
+            }
+            h2 { "Configuration" }
+            p.muted { "As this console loaded it from the policy file and the environment." }
+            table {
+                thead { tr { th { "Setting" } th { "Value" } } }
+                tbody {
+                    @for (name, value) in &rows {
+                        tr { td { code { (name) } } td { (value) } }
+                    }
+                }
+            }
+        },
+    )
+}
+
+pub(crate) fn error(status: axum::http::StatusCode, message: &str) -> Markup {
+    layout(
+        status.canonical_reason().unwrap_or("Error"),
+        Tab::None,
+        html! { p.error { (message) } },
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_like_an_operator_writes_them() {
+        let t0 = DateTime::parse_from_rfc3339("2026-01-01T00:00:00Z")
+            .unwrap()
+            .to_utc();
+        let after = |ms: i64| Some(t0 + chrono::TimeDelta::milliseconds(ms));
+        let table = [
+            (after(0), "0 ms"),
+            (after(850), "850 ms"),
+            (after(12_400), "12.4 s"),
+            (after(185_000), "3 min 05 s"),
+            (after(7_620_000), "2 h 07 min"),
+            (after(-5), "0 ms"),
+            (None, "running"),
+        ];
+        for (to, want) in table {
+            assert_eq!(duration(t0, to), want);
+        }
+    }
+
+    #[test]
+    fn page_text_is_escaped() {
+        let page = error(
+            axum::http::StatusCode::BAD_REQUEST,
+            "<script>alert(1)</script>",
+        );
+        let text = page.into_string();
+        assert!(!text.contains("<script>"), "{text}");
+        assert!(text.contains("&lt;script&gt;"), "{text}");
+    }
+}

@@ -1,0 +1,507 @@
+//! `cohort serve`: the read-only operations console, as a real process on a
+//! real database with real runs, holds and dead letters, read over HTTP
+//! and in headless Chromium.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use cohort_pgtemp::TestDatabase;
+
+const T1: &str = "11111111-1111-1111-1111-111111111111";
+const TOKEN: &str = "console-test-token-0123456789";
+
+const POLICY: &str = r#"
+[cohort]
+schema = "retention"
+sweep_batch_size = 7
+
+[cohort.dispatch]
+max_attempts = 1
+
+[[tenant]]
+id = "11111111-1111-1111-1111-111111111111"
+
+[[entity]]
+name = "SessionNote"
+id = "a3f467fe-c5d0-4f17-9897-83c373cc1dc8"
+table = "app.session_notes"
+category = "notes"
+anchor = "created_at"
+
+[[entity.handler]]
+name = "crm"
+command = ["sh", "-c", "exit 3"]
+
+[[entity]]
+name = "Event"
+id = "5b0bf2f4-3f0e-4a57-8d3c-2f1f7f0c9a11"
+table = "app.events"
+category = "notes"
+anchor = "created_at"
+tenantless = true
+
+[[category]]
+name = "notes"
+strategy = "purge"
+period = "30d"
+"#;
+
+/// Every body is a value that must never be shown.
+const TABLES: &str = "CREATE SCHEMA app;
+    CREATE TABLE app.session_notes (id bigint PRIMARY KEY, tenant_id uuid NOT NULL, created_at timestamptz, body text);
+    CREATE TABLE app.events (id bigint PRIMARY KEY, created_at timestamptz);
+    INSERT INTO app.session_notes SELECT g, '11111111-1111-1111-1111-111111111111', now() - interval '90 days', 'secret-body-' || g FROM generate_series(1, 20) g;
+    INSERT INTO app.events SELECT g, now() - interval '90 days' FROM generate_series(1, 5) g;";
+
+fn command(dir: &Path, args: &[&str], url: &str) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_cohort"));
+    cmd.current_dir(dir).args(args).env("DATABASE_URL", url);
+    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("COHORT")) {
+        cmd.env_remove(k);
+    }
+    cmd
+}
+
+fn cohort(dir: &Path, args: &[&str], url: &str) -> Output {
+    let out = command(dir, args, url).output().expect("run cohort");
+    assert!(
+        out.status.code().is_some_and(|c| c == 0 || c == 3),
+        "cohort {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// A database with a succeeded tenant sweep, a tenantless one, a dry run,
+/// one held row (with a reason naming a person) and 19 dead letters.
+async fn setup() -> (TestDatabase, tempfile::TempDir) {
+    let db = cohort_pgtemp::fresh_empty_database().await.unwrap();
+    sqlx::raw_sql(TABLES).execute(db.pool()).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("cohort.toml"), POLICY).unwrap();
+    let d = dir.path();
+    cohort(d, &["migrate"], db.url());
+    cohort(
+        d,
+        &[
+            "holds",
+            "create",
+            "--entity",
+            "SessionNote",
+            "--record",
+            "7",
+            "--tenant",
+            T1,
+            "--reason",
+            "Litigation: Jane Roe v. Example Ltd",
+        ],
+        db.url(),
+    );
+    cohort(d, &["sweep", "--tenant", T1, "--dry-run"], db.url());
+    cohort(d, &["sweep", "--all-tenants"], db.url());
+    cohort(d, &["dispatch", "--once"], db.url());
+    (db, dir)
+}
+
+/// A running `cohort serve`; killed when dropped.
+struct Console {
+    child: Child,
+    addr: String,
+    log: PathBuf,
+}
+
+impl Console {
+    fn start(dir: &Path, url: &str, listen: &str, token: Option<&str>) -> Console {
+        let log = dir.join(format!(
+            "serve-{}.log",
+            listen.replace([':', '.', '[', ']'], "_")
+        ));
+        let mut cmd = command(dir, &["serve", "--listen", listen], url);
+        if let Some(t) = token {
+            cmd.env("COHORT_SERVE_TOKEN", t);
+        }
+        let child = cmd
+            .env("RUST_LOG", "cohort=info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(std::fs::File::create(&log).unwrap()))
+            .spawn()
+            .expect("start cohort serve");
+        let mut console = Console {
+            child,
+            addr: String::new(),
+            log,
+        };
+        let start = Instant::now();
+        while console.addr.is_empty() {
+            let text = std::fs::read_to_string(&console.log).unwrap_or_default();
+            if let Some(rest) = text
+                .lines()
+                .find_map(|l| l.split("console at http://").nth(1))
+            {
+                console.addr = rest.split('/').next().unwrap().to_string();
+            }
+            if let Some(status) = console.child.try_wait().unwrap() {
+                panic!("cohort serve exited ({status}):\n{text}");
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "no address:\n{text}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        console
+    }
+
+    fn get(&self, path: &str, token: Option<&str>) -> Response {
+        get(&self.addr, path, token)
+    }
+}
+
+impl Drop for Console {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+struct Response {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: String,
+}
+
+impl Response {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+fn get(addr: &str, path: &str, token: Option<&str>) -> Response {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).expect("connect to the console");
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Connection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).unwrap();
+    let (head, body) = raw.split_once("\r\n\r\n").expect("an HTTP response");
+    let mut lines = head.lines();
+    let status = lines
+        .next()
+        .unwrap()
+        .split(' ')
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    let headers = lines
+        .filter_map(|l| l.split_once(": "))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    Response {
+        status,
+        headers,
+        body: body.to_string(),
+    }
+}
+
+/// Every row id swept in `run`, and the runs newest first.
+async fn runs(db: &TestDatabase) -> Vec<(uuid::Uuid, String, bool, Option<String>)> {
+    sqlx::query_as(
+        "SELECT run_id, status, dry_run, tenant_id FROM retention.sweep_run ORDER BY started_at DESC",
+    )
+    .fetch_all(db.pool())
+    .await
+    .unwrap()
+}
+
+/// RS-015: each page shows the ledger's figures, and nothing personal
+/// beyond record ids.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_shows_runs_holds_queue_and_settings_as_the_ledger_has_them() {
+    let (db, dir) = setup().await;
+    let console = Console::start(dir.path(), db.url(), "127.0.0.1:0", None);
+
+    let home = console.get("/", None);
+    assert_eq!(home.status, 303);
+    assert_eq!(home.header("location"), Some("/runs"));
+
+    let runs_page = console.get("/runs", None);
+    assert_eq!(runs_page.status, 200);
+    assert_eq!(
+        runs_page.header("content-type"),
+        Some("text/html; charset=utf-8")
+    );
+    let ledger = runs(&db).await;
+    assert_eq!(ledger.len(), 3, "{ledger:?}");
+    for (id, status, _, _) in &ledger {
+        assert!(
+            runs_page.body.contains(&format!("/runs/{id}")),
+            "{id} not listed"
+        );
+        assert!(runs_page.body.contains(status.as_str()));
+    }
+    assert!(runs_page.body.contains("dry run"));
+    assert!(runs_page.body.contains("tenantless"));
+
+    // The tenant's real sweep: 19 purged, 1 held.
+    let (real, _, _, _) = ledger
+        .iter()
+        .find(|r| !r.2 && r.3.as_deref() == Some(T1))
+        .unwrap();
+    let run = console.get(&format!("/runs/{real}"), None);
+    assert_eq!(run.status, 200);
+    let row = run
+        .body
+        .split("<tr>")
+        .find(|r| r.contains("<td>SessionNote</td>"))
+        .expect("SessionNote's row");
+    let cells: Vec<&str> = row
+        .split("<td class=\"n\">")
+        .skip(1)
+        .map(|c| c.split('<').next().unwrap())
+        .collect();
+    // affected, held, skipped, NULL anchor, kept: legal minimum, kept: policy.
+    assert_eq!(cells, ["19", "1", "0", "0", "0", "0"], "{row}");
+    assert!(run.body.contains("<dd>19</dd>"), "rows affected");
+    assert!(run.body.contains("succeeded"));
+
+    let holds = console.get("/holds", None);
+    assert_eq!(holds.status, 200);
+    assert!(holds.body.contains("<code>7</code>"), "the held record id");
+    assert!(holds.body.contains("SessionNote"));
+    assert!(!holds.body.contains("Jane Roe"), "a hold reason was shown");
+
+    let queue = console.get("/queue", None);
+    assert_eq!(queue.status, 200);
+    let dead: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM retention.sweep_row_handler_status WHERE status = 'dead_lettered'",
+    )
+    .fetch_one(db.pool())
+    .await
+    .unwrap();
+    assert_eq!(dead, 19);
+    assert!(
+        queue.body.contains("<dt>Dead-lettered</dt><dd>19</dd>"),
+        "{}",
+        queue.body
+    );
+    assert!(queue.body.contains("<dt>Pending</dt><dd>0</dd>"));
+    assert!(queue.body.contains("crm"));
+    assert!(queue.body.contains("exit status 3"), "the sanitised error");
+
+    let settings = console.get("/settings", None);
+    assert_eq!(settings.status, 200);
+    assert!(settings.body.contains("kill_switch"));
+    assert!(settings
+        .body
+        .contains("<code>sweep_batch_size</code></td><td>7</td>"));
+
+    // Security headers on every response, pages and errors alike.
+    for path in [
+        "/runs",
+        "/holds",
+        "/queue",
+        "/settings",
+        "/style.css",
+        "/nope",
+    ] {
+        let r = console.get(path, None);
+        let csp = r.header("content-security-policy").unwrap_or_default();
+        assert!(
+            csp.contains("default-src 'none'") && !csp.contains("script-src"),
+            "{path}: {csp}"
+        );
+        assert_eq!(r.header("cache-control"), Some("no-store"), "{path}");
+        assert_eq!(
+            r.header("x-content-type-options"),
+            Some("nosniff"),
+            "{path}"
+        );
+        assert_eq!(r.header("x-frame-options"), Some("DENY"), "{path}");
+        // No row value, hold reason or script on any page.
+        assert!(!r.body.contains("secret-body"), "{path} shows a row value");
+        assert!(!r.body.contains("Jane Roe"), "{path} shows a hold reason");
+        assert!(!r.body.contains("<script"), "{path} has a script");
+    }
+    let css = console.get("/style.css", None);
+    assert_eq!(css.status, 200);
+    assert_eq!(css.header("content-type"), Some("text/css; charset=utf-8"));
+    assert_eq!(console.get("/nope", None).status, 404);
+    assert_eq!(console.get("/runs/not-a-uuid", None).status, 400);
+    assert_eq!(
+        console
+            .get(&format!("/runs/{}", uuid::Uuid::nil()), None)
+            .status,
+        404
+    );
+    assert_eq!(console.get("/runs?limit=0", None).status, 400);
+    assert_eq!(console.get("/runs?limit=x", None).status, 400);
+    let one = console.get("/runs?limit=1", None);
+    assert_eq!(one.body.matches("href=\"/runs/").count(), 1);
+    // Read-only: nothing but GET is routed.
+    assert_eq!(ledger, runs(&db).await, "serving changed the ledger");
+}
+
+/// RS-015: off loopback the console refuses to start without a token, and
+/// with one every request needs it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn off_loopback_the_console_needs_a_bearer_token() {
+    let (db, dir) = setup().await;
+    let d = dir.path();
+    let out = command(d, &["--json", "serve", "--listen", "0.0.0.0:0"], db.url())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let message = doc["error"]["message"].as_str().unwrap();
+    assert!(message.contains("COHORT_SERVE_TOKEN"), "{message}");
+    let short = command(d, &["serve", "--listen", "0.0.0.0:0"], db.url())
+        .env("COHORT_SERVE_TOKEN", "short")
+        .output()
+        .unwrap();
+    assert_eq!(short.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&short.stderr).contains("at least 16"));
+
+    let console = Console::start(d, db.url(), "0.0.0.0:0", Some(TOKEN));
+    let port = console.addr.rsplit(':').next().unwrap();
+    let addr = format!("127.0.0.1:{port}");
+    for path in ["/runs", "/holds", "/queue", "/settings", "/style.css"] {
+        let none = get(&addr, path, None);
+        assert_eq!(none.status, 401, "{path}");
+        assert_eq!(
+            none.header("www-authenticate"),
+            Some("Bearer realm=\"cohort\"")
+        );
+        assert!(
+            !none.body.contains("SessionNote"),
+            "{path} leaked data without a token"
+        );
+        let wrong = get(&addr, path, Some("console-test-token-0123456780"));
+        assert_eq!(wrong.status, 401, "{path}");
+        let longer = get(&addr, path, Some(&format!("{TOKEN}x")));
+        assert_eq!(longer.status, 401, "{path}");
+        assert_eq!(get(&addr, path, Some(TOKEN)).status, 200, "{path}");
+    }
+    drop(console);
+
+    // A token set on loopback is required there too.
+    let console = Console::start(d, db.url(), "127.0.0.1:0", Some(TOKEN));
+    assert_eq!(console.get("/runs", None).status, 401);
+    assert_eq!(console.get("/runs", Some(TOKEN)).status, 200);
+}
+
+/// Headless Chromium (Debian's `chromium`, installed by `.ci/run`) with
+/// the flags this machine needs (no sandbox as root, no background
+/// networking), a fresh profile, and the page's console on stderr.
+fn chromium(profile: &Path, args: &[&str]) -> Output {
+    let bin = std::env::var("COHORT_CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
+    assert!(
+        Path::new(&bin).exists(),
+        "{bin} not found: install Debian's chromium package (.ci/run does), or point COHORT_CHROMIUM at a Chromium"
+    );
+    Command::new(&bin)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--hide-scrollbars",
+            "--enable-logging=stderr",
+            "--v=0",
+            "--window-size=1280,720",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .args(args)
+        .output()
+        .expect("run chromium")
+}
+
+/// What the page's console reported: errors, CSP refusals, failed loads.
+fn console_errors(stderr: &[u8]) -> Vec<String> {
+    String::from_utf8_lossy(stderr)
+        .lines()
+        .filter(|l| l.contains("CONSOLE") || l.contains("Refused to") || l.contains("Uncaught"))
+        .map(str::to_string)
+        .collect()
+}
+
+/// RS-015: the pages render in a real browser without a console error (no
+/// CSP refusal: the stylesheet loads, no script exists), and look right;
+/// screenshots of the runs page and a run page (copied to `docs/` with
+/// `COHORT_UPDATE_SCREENSHOTS=1`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_renders_in_headless_chromium() {
+    let (db, dir) = setup().await;
+    let console = Console::start(dir.path(), db.url(), "127.0.0.1:0", None);
+    let ledger = runs(&db).await;
+    let (real, _, _, _) = ledger
+        .iter()
+        .find(|r| !r.2 && r.3.as_deref() == Some(T1))
+        .unwrap();
+    let pages = [
+        ("runs", "/runs".to_string(), "Recent runs"),
+        ("run", format!("/runs/{real}"), "SessionNote"),
+        ("holds", "/holds".to_string(), "Active holds"),
+        ("queue", "/queue".to_string(), "Dead letters"),
+        ("settings", "/settings".to_string(), "Live settings"),
+    ];
+    let shots = tempfile::tempdir().unwrap();
+    for (name, path, expect) in &pages {
+        let url = format!("http://{}{path}", console.addr);
+        let profile = tempfile::tempdir().unwrap();
+        let dom = chromium(profile.path(), &["--dump-dom", &url]);
+        assert!(
+            dom.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&dom.stderr)
+        );
+        let html = String::from_utf8_lossy(&dom.stdout);
+        assert!(html.contains(expect), "{name}: {html}");
+        assert!(
+            html.contains("<table") || *name == "holds",
+            "{name}: {html}"
+        );
+        let errors = console_errors(&dom.stderr);
+        assert!(errors.is_empty(), "{name}: {errors:#?}");
+
+        let png = shots.path().join(format!("console-{name}.png"));
+        let profile = tempfile::tempdir().unwrap();
+        let shot = chromium(
+            profile.path(),
+            &[&format!("--screenshot={}", png.display()), &url],
+        );
+        assert!(
+            shot.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&shot.stderr)
+        );
+        let bytes = std::fs::read(&png).expect("a screenshot");
+        assert!(bytes.starts_with(b"\x89PNG\r\n\x1a\n"), "{name}: not a PNG");
+        assert!(
+            bytes.len() > 10_000,
+            "{name}: a blank page? {} bytes",
+            bytes.len()
+        );
+        if std::env::var_os("COHORT_UPDATE_SCREENSHOTS").is_some() && ["runs", "run"].contains(name)
+        {
+            let docs = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs");
+            std::fs::create_dir_all(&docs).unwrap();
+            std::fs::copy(&png, docs.join(format!("console-{name}.png"))).unwrap();
+        }
+    }
+}
