@@ -133,6 +133,43 @@ impl Cohort {
         crate::guarded::delete(&self.cx, request, callback).await
     }
 
+    /// Guards a deletion the application makes in its **own** transaction
+    /// (sqlx here; see the README for SeaORM): locks the target rows
+    /// `FOR UPDATE` in that transaction and checks for active holds after
+    /// the locks. [`Guarded::Completed`](crate::guarded::Guarded) means no
+    /// target is held: delete them in the same transaction and commit (the
+    /// locks keep any new hold waiting until then). [`Guarded::Protected`](crate::guarded::Guarded)
+    /// names the held ids: do not delete them; the transaction stays yours
+    /// (the rows stay locked until it ends). Refused unless the transaction
+    /// is READ COMMITTED (PostgreSQL's default). Errors leave the
+    /// transaction for the caller to roll back.
+    ///
+    /// ```no_run
+    /// # async fn f(cohort: &cohort::Cohort, pool: &cohort::sqlx::PgPool, entity: uuid::Uuid) -> Result<(), Box<dyn std::error::Error>> {
+    /// use cohort::guarded::{Guarded, GuardedDeletion};
+    /// let mut tx = pool.begin().await?;
+    /// // ... the application's own work in `tx` ...
+    /// let request = GuardedDeletion::new(entity, ["42"]).tenant("7d1c1c49-0b6a-4f3e-8a43-5d7b3c2f9e10");
+    /// match cohort.guard_deletion(&mut tx, request).await? {
+    ///     Guarded::Completed(()) => {
+    ///         sqlx::query("DELETE FROM app.notes WHERE id = 42").execute(&mut *tx).await?;
+    ///         tx.commit().await?;
+    ///     }
+    ///     Guarded::Protected { held } => {
+    ///         tx.rollback().await?;
+    ///         eprintln!("under legal hold, not deleted: {held:?}");
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn guard_deletion(
+        &self,
+        tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+        request: crate::guarded::GuardedDeletion,
+    ) -> Result<crate::guarded::Guarded<()>> {
+        crate::guarded::guard_in(&self.cx, tx, request).await
+    }
+
     /// Sweeps every tenant of `request`'s source, one pass each in
     /// first-seen order (one tenant however its id is spelled), then the
     /// tenantless entities. A pass that fails does not stop the others;

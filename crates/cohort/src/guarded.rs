@@ -12,6 +12,10 @@
 //! [`Error::Callback`]. A hold created concurrently either commits first
 //! (and the deletion is refused) or waits for the deletion to commit (and
 //! then finds the row gone).
+//!
+//! An application that already has its own transaction open uses
+//! [`crate::Cohort::guard_deletion`] instead: the same locks and check, in
+//! that transaction, and the application deletes and commits.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -79,92 +83,16 @@ pub(crate) async fn delete<T, F>(
 where
     F: for<'c> FnOnce(&'c mut PgConnection) -> CallbackFuture<'c, T>,
 {
-    let ready = cx.prepared().await?;
-    let entity = ready.model.entity(req.entity_id).ok_or_else(|| {
-        Error::InvalidInput(format!(
-            "{} is not the id of a registered retained entity",
-            req.entity_id
-        ))
-    })?;
-    let facts = &ready.model.facts[&entity.id];
-    if req.record_ids.is_empty() {
-        return Err(Error::InvalidInput(
-            "a guarded deletion needs at least one record id".into(),
-        ));
-    }
-    let mut keys: Vec<KeyValue> = req
-        .record_ids
-        .iter()
-        .map(|r| {
-            facts
-                .record
-                .parse(r)
-                .map_err(|m| Error::InvalidInput(format!("record id for {}: {m}", entity.name)))
-        })
-        .collect::<Result<_>>()?;
-    keys.sort();
-    keys.dedup();
-    let tenant = match (facts.tenant, req.tenant.as_deref()) {
-        (Some(ty), Some(t)) => Some(
-            ty.parse(t)
-                .map_err(|m| Error::InvalidInput(format!("tenant for {}: {m}", entity.name)))?
-                .canonical(),
-        ),
-        (Some(_), None) => {
-            return Err(Error::InvalidInput(format!(
-                "{} is tenant-scoped: give the tenant",
-                entity.name
-            )))
-        }
-        (None, Some(_)) => {
-            return Err(Error::InvalidInput(format!(
-                "{} is tenantless: do not give a tenant",
-                entity.name
-            )))
-        }
-        (None, None) => None,
-    };
-
+    let target = Target::resolve(cx, &req).await?;
     let mut conn = cx.pool.acquire().await?;
     let mut tx = sqlx::Connection::begin_with(&mut *conn, crate::sql::READ_COMMITTED).await?;
-    let plan = &ready.plans[&entity.id];
-    let rows = bind_array(sqlx::query(plan.guard_lock.sql()), facts.record, &keys)
-        .fetch_all(&mut *tx)
-        .await?;
-    let mut found = Vec::with_capacity(rows.len());
-    let mut found_canonical = Vec::with_capacity(rows.len());
-    for row in &rows {
-        let record: String = row.try_get("record")?;
-        let owner: Option<String> = row.try_get("tenant")?;
-        let owner = facts.canonical_owner(owner);
-        if owner != tenant {
-            return Err(Error::InvalidInput(format!(
-                "record {record} of {} does not belong to tenant {}",
-                entity.name,
-                tenant.as_deref().unwrap_or("(none)")
-            )));
+    let held = match lock_and_check(&target, &mut tx).await {
+        Ok(held) => held,
+        Err(e) => {
+            let _ = tx.rollback().await;
+            return Err(e);
         }
-        found_canonical.push(facts.record.canonical_text(&record).unwrap_or_default());
-        found.push(record);
-    }
-    let missing: Vec<String> = keys
-        .iter()
-        .map(KeyValue::canonical)
-        .filter(|k| !found_canonical.contains(k))
-        .collect();
-    if !missing.is_empty() {
-        return Err(Error::NotFound(format!(
-            "records of {} do not exist: {}",
-            entity.name,
-            missing.join(", ")
-        )));
-    }
-    // A new statement, after the locks: sees every hold committed before them.
-    let held: Vec<String> = sqlx::query_scalar(ready.ledger.held_records.sql())
-        .bind(entity.id)
-        .bind(&found)
-        .fetch_all(&mut *tx)
-        .await?;
+    };
     if !held.is_empty() {
         tx.rollback().await?;
         return Ok(Guarded::Protected { held });
@@ -181,4 +109,152 @@ where
             Err(Error::Callback(e))
         }
     }
+}
+
+/// The guard for a deletion in the caller's own transaction: the same
+/// locks and hold check, on the caller's connection. Refused unless the
+/// transaction is READ COMMITTED: under REPEATABLE READ or SERIALIZABLE the
+/// hold check would read the transaction's first snapshot and could miss a
+/// hold committed while the lock waited.
+pub(crate) async fn guard_in(
+    cx: &Context,
+    tx: &mut PgConnection,
+    req: GuardedDeletion,
+) -> Result<Guarded<()>> {
+    let target = Target::resolve(cx, &req).await?;
+    let isolation: String =
+        sqlx::query_scalar("SELECT pg_catalog.current_setting('transaction_isolation')")
+            .fetch_one(&mut *tx)
+            .await?;
+    if isolation != "read committed" {
+        return Err(Error::Refused(format!(
+            "guarding a deletion needs a READ COMMITTED transaction, not {isolation}: under it the \
+             hold check could miss a hold committed while the rows' locks were awaited"
+        )));
+    }
+    let held = lock_and_check(&target, tx).await?;
+    Ok(if held.is_empty() {
+        Guarded::Completed(())
+    } else {
+        Guarded::Protected { held }
+    })
+}
+
+/// A checked request: its entity's plan and facts, canonical keys and tenant.
+struct Target {
+    ready: std::sync::Arc<crate::context::Prepared>,
+    entity_id: Uuid,
+    keys: Vec<KeyValue>,
+    tenant: Option<String>,
+}
+
+impl Target {
+    /// Everything that can be checked without the database rows.
+    async fn resolve(cx: &Context, req: &GuardedDeletion) -> Result<Self> {
+        let ready = cx.prepared().await?;
+        let entity = ready.model.entity(req.entity_id).ok_or_else(|| {
+            Error::InvalidInput(format!(
+                "{} is not the id of a registered retained entity",
+                req.entity_id
+            ))
+        })?;
+        let facts = &ready.model.facts[&entity.id];
+        if req.record_ids.is_empty() {
+            return Err(Error::InvalidInput(
+                "a guarded deletion needs at least one record id".into(),
+            ));
+        }
+        let mut keys: Vec<KeyValue> =
+            req.record_ids
+                .iter()
+                .map(|r| {
+                    facts.record.parse(r).map_err(|m| {
+                        Error::InvalidInput(format!("record id for {}: {m}", entity.name))
+                    })
+                })
+                .collect::<Result<_>>()?;
+        keys.sort();
+        keys.dedup();
+        let tenant = match (facts.tenant, req.tenant.as_deref()) {
+            (Some(ty), Some(t)) => Some(
+                ty.parse(t)
+                    .map_err(|m| Error::InvalidInput(format!("tenant for {}: {m}", entity.name)))?
+                    .canonical(),
+            ),
+            (Some(_), None) => {
+                return Err(Error::InvalidInput(format!(
+                    "{} is tenant-scoped: give the tenant",
+                    entity.name
+                )))
+            }
+            (None, Some(_)) => {
+                return Err(Error::InvalidInput(format!(
+                    "{} is tenantless: do not give a tenant",
+                    entity.name
+                )))
+            }
+            (None, None) => None,
+        };
+        let entity_id = entity.id;
+        Ok(Target {
+            ready,
+            entity_id,
+            keys,
+            tenant,
+        })
+    }
+}
+
+/// Locks the target rows `FOR UPDATE` in key order, checks they exist and
+/// belong to the tenant, then (a new statement, after the locks: it sees
+/// every hold committed before them) returns the held ones.
+async fn lock_and_check(target: &Target, tx: &mut PgConnection) -> Result<Vec<String>> {
+    let ready = &target.ready;
+    let entity = ready
+        .model
+        .entity(target.entity_id)
+        .expect("resolved against this model");
+    let facts = &ready.model.facts[&entity.id];
+    let plan = &ready.plans[&entity.id];
+    let rows = bind_array(
+        sqlx::query(plan.guard_lock.sql()),
+        facts.record,
+        &target.keys,
+    )
+    .fetch_all(&mut *tx)
+    .await?;
+    let mut found = Vec::with_capacity(rows.len());
+    let mut found_canonical = Vec::with_capacity(rows.len());
+    for row in &rows {
+        let record: String = row.try_get("record")?;
+        let owner: Option<String> = row.try_get("tenant")?;
+        let owner = facts.canonical_owner(owner);
+        if owner != target.tenant {
+            return Err(Error::InvalidInput(format!(
+                "record {record} of {} does not belong to tenant {}",
+                entity.name,
+                target.tenant.as_deref().unwrap_or("(none)")
+            )));
+        }
+        found_canonical.push(facts.record.canonical_text(&record).unwrap_or_default());
+        found.push(record);
+    }
+    let missing: Vec<String> = target
+        .keys
+        .iter()
+        .map(KeyValue::canonical)
+        .filter(|k| !found_canonical.contains(k))
+        .collect();
+    if !missing.is_empty() {
+        return Err(Error::NotFound(format!(
+            "records of {} do not exist: {}",
+            entity.name,
+            missing.join(", ")
+        )));
+    }
+    Ok(sqlx::query_scalar(ready.ledger.held_records.sql())
+        .bind(entity.id)
+        .bind(&found)
+        .fetch_all(&mut *tx)
+        .await?)
 }

@@ -274,3 +274,186 @@ async fn a_hold_created_concurrently_never_ends_with_a_deleted_held_row() {
         0
     );
 }
+
+/// ORM and sqlx users: the guard in the application's own sqlx transaction. The
+/// application's earlier writes in it and the deletion commit together;
+/// a held target is reported and the application's transaction is its own.
+#[tokio::test]
+async fn the_guard_runs_in_the_applications_own_transaction() {
+    let db = engine_db().await;
+    let cohort = engine_cohort(&db).await;
+    let (a, b) = (note(db.pool(), "1d").await, note(db.pool(), "45d").await);
+    exec(db.pool(), "CREATE TABLE app.audit (what text)").await;
+
+    // Clear: the application's own insert and the deletion commit as one.
+    let mut tx = db.pool().begin().await.unwrap();
+    sqlx::query("INSERT INTO app.audit VALUES ('deleting a')")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    let guard = cohort
+        .guard_deletion(
+            &mut tx,
+            GuardedDeletion::new(note_entity(), [a.clone()]).tenant(TENANT_A),
+        )
+        .await
+        .unwrap();
+    assert_eq!(guard, Guarded::Completed(()));
+    sqlx::query("DELETE FROM app.notes WHERE id = $1::uuid")
+        .bind(&a)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    // Before the commit, nothing is visible outside.
+    assert_eq!(count(db.pool(), "SELECT count(*) FROM app.audit").await, 0);
+    tx.commit().await.unwrap();
+    assert_eq!(count(db.pool(), "SELECT count(*) FROM app.audit").await, 1);
+    assert_eq!(
+        count(
+            db.pool(),
+            &format!("SELECT count(*) FROM app.notes WHERE id = '{a}'")
+        )
+        .await,
+        0
+    );
+
+    // Held: reported; nothing is deleted; the caller rolls back its own work.
+    cohort
+        .create_hold(HoldRequest::new(note_entity(), b.clone(), "case").tenant(TENANT_A))
+        .await
+        .unwrap();
+    let mut tx = db.pool().begin().await.unwrap();
+    sqlx::query("INSERT INTO app.audit VALUES ('deleting b')")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    let guard = cohort
+        .guard_deletion(
+            &mut tx,
+            GuardedDeletion::new(note_entity(), [b.clone()]).tenant(TENANT_A),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        guard,
+        Guarded::Protected {
+            held: vec![b.clone()]
+        }
+    );
+    tx.rollback().await.unwrap();
+    assert_eq!(count(db.pool(), "SELECT count(*) FROM app.audit").await, 1);
+    assert_eq!(
+        count(
+            db.pool(),
+            &format!("SELECT count(*) FROM app.notes WHERE id = '{b}'")
+        )
+        .await,
+        1
+    );
+
+    // Bad input: typed errors, nothing locked or changed.
+    let mut tx = db.pool().begin().await.unwrap();
+    let err = cohort
+        .guard_deletion(
+            &mut tx,
+            GuardedDeletion::new(note_entity(), ["not-a-uuid"]).tenant(TENANT_A),
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidInput(_)), "{err}");
+    let err = cohort
+        .guard_deletion(
+            &mut tx,
+            GuardedDeletion::new(note_entity(), [Uuid::new_v4().to_string()]).tenant(TENANT_A),
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::NotFound(_)), "{err}");
+    // The transaction is still usable after a refusal computed in Rust.
+    sqlx::query("SELECT 1").execute(&mut *tx).await.unwrap();
+    tx.rollback().await.unwrap();
+}
+
+/// Under REPEATABLE READ or SERIALIZABLE the hold check would read a stale
+/// snapshot: refused, with the reason, and nothing locked.
+#[tokio::test]
+async fn the_guard_refuses_a_transaction_that_is_not_read_committed() {
+    let db = engine_db().await;
+    let cohort = engine_cohort(&db).await;
+    let a = note(db.pool(), "1d").await;
+    for (level, set) in [
+        (
+            "REPEATABLE READ",
+            "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ",
+        ),
+        (
+            "SERIALIZABLE",
+            "SET TRANSACTION ISOLATION LEVEL SERIALIZABLE",
+        ),
+    ] {
+        let mut tx = db.pool().begin().await.unwrap();
+        sqlx::raw_sql(set).execute(&mut *tx).await.unwrap();
+        let err = cohort
+            .guard_deletion(
+                &mut tx,
+                GuardedDeletion::new(note_entity(), [a.clone()]).tenant(TENANT_A),
+            )
+            .await
+            .unwrap_err();
+        assert!(matches!(err, Error::Refused(_)), "{level}: {err}");
+        assert!(err.to_string().contains("READ COMMITTED"), "{err}");
+        let locks = count(
+            db.pool(),
+            "SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation WHERE c.relname = 'notes' AND l.pid <> pg_backend_pid()",
+        )
+        .await;
+        assert_eq!(locks, 0, "{level}: the rows were touched");
+        tx.rollback().await.unwrap();
+    }
+}
+
+/// A hold being created while the application's transaction guards the
+/// row: the guard waits for it and reports the row held.
+#[tokio::test]
+async fn a_hold_committed_while_the_guard_waits_is_seen() {
+    let db = engine_db().await;
+    let cohort = engine_cohort(&db).await;
+    let a = note(db.pool(), "45d").await;
+    let mut other = db.connect().await.unwrap();
+    sqlx::query("BEGIN").execute(&mut other).await.unwrap();
+    sqlx::query("SELECT 1 FROM app.notes WHERE id = $1::uuid FOR KEY SHARE")
+        .bind(&a)
+        .execute(&mut other)
+        .await
+        .unwrap();
+    sqlx::query("INSERT INTO public.retention_hold (hold_id, retention_entity_id, record_id, tenant_id, reason) VALUES (gen_random_uuid(), $1, $2, $3, 'racing')")
+        .bind(note_entity()).bind(&a).bind(TENANT_A).execute(&mut other).await.unwrap();
+    let guarding = tokio::spawn({
+        let (cohort, pool, a) = (cohort.clone(), db.pool().clone(), a.clone());
+        async move {
+            let mut tx = pool.begin().await.unwrap();
+            // The application's transaction has read before (its snapshot
+            // would predate the hold under REPEATABLE READ).
+            sqlx::query("SELECT count(*) FROM app.notes")
+                .execute(&mut *tx)
+                .await
+                .unwrap();
+            let guard = cohort
+                .guard_deletion(
+                    &mut tx,
+                    GuardedDeletion::new(note_entity(), [a]).tenant(TENANT_A),
+                )
+                .await;
+            tx.rollback().await.unwrap();
+            guard
+        }
+    });
+    wait_for_lock_wait(db.pool()).await;
+    sqlx::query("COMMIT").execute(&mut other).await.unwrap();
+    let guard = tokio::time::timeout(Duration::from_secs(60), guarding)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(guard, Guarded::Protected { held: vec![a] });
+}
