@@ -140,6 +140,9 @@ pub enum Error {
     /// A database error.
     #[error("database error: {}", describe_sqlx(.0))]
     Database(#[from] sqlx::Error),
+    /// A database error reported through SeaORM (feature `sea-orm`).
+    #[error("database error (through SeaORM): {0}")]
+    Orm(String),
 }
 
 impl fmt::Debug for Error {
@@ -225,6 +228,7 @@ impl Error {
             Error::Conflict(_) => ErrorKind::Conflict,
             Error::Refused(_) => ErrorKind::Refused,
             Error::Callback(_) => ErrorKind::Callback,
+            Error::Orm(_) => ErrorKind::Database,
             Error::Database(e) if is_connection_error(e) => ErrorKind::Connection,
             Error::Database(_) => ErrorKind::Database,
         }

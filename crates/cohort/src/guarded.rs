@@ -25,7 +25,8 @@ use uuid::Uuid;
 
 use crate::context::Context;
 use crate::error::{Error, Result};
-use crate::sql::{bind_array, KeyValue};
+use crate::ident::SqlText;
+use crate::sql::{bind_array, KeyType, KeyValue};
 
 /// The error type callbacks return.
 pub type CallbackError = Box<dyn std::error::Error + Send + Sync>;
@@ -86,7 +87,7 @@ where
     let target = Target::resolve(cx, &req).await?;
     let mut conn = cx.pool.acquire().await?;
     let mut tx = sqlx::Connection::begin_with(&mut *conn, crate::sql::READ_COMMITTED).await?;
-    let held = match lock_and_check(&target, &mut tx).await {
+    let held = match lock_and_check(&target, &mut SqlxSession(&mut tx)).await {
         Ok(held) => held,
         Err(e) => {
             let _ = tx.rollback().await;
@@ -121,23 +122,83 @@ pub(crate) async fn guard_in(
     tx: &mut PgConnection,
     req: GuardedDeletion,
 ) -> Result<Guarded<()>> {
+    guard_on(cx, &mut SqlxSession(tx), req).await
+}
+
+/// [`guard_in`] on any session (sqlx, or SeaORM's transaction).
+pub(crate) async fn guard_on(
+    cx: &Context,
+    session: &mut dyn GuardSession,
+    req: GuardedDeletion,
+) -> Result<Guarded<()>> {
     let target = Target::resolve(cx, &req).await?;
-    let isolation: String =
-        sqlx::query_scalar("SELECT pg_catalog.current_setting('transaction_isolation')")
-            .fetch_one(&mut *tx)
-            .await?;
+    let isolation = session.isolation().await?;
     if isolation != "read committed" {
         return Err(Error::Refused(format!(
             "guarding a deletion needs a READ COMMITTED transaction, not {isolation}: under it the \
              hold check could miss a hold committed while the rows' locks were awaited"
         )));
     }
-    let held = lock_and_check(&target, tx).await?;
+    let held = lock_and_check(&target, session).await?;
     Ok(if held.is_empty() {
         Guarded::Completed(())
     } else {
         Guarded::Protected { held }
     })
+}
+
+/// The three statements of a guard, on whatever connection the caller's
+/// transaction lives on.
+#[async_trait::async_trait]
+pub(crate) trait GuardSession: Send {
+    /// `current_setting('transaction_isolation')`.
+    async fn isolation(&mut self) -> Result<String>;
+    /// Runs the entity's `guard_lock` with the keys bound as one typed
+    /// array; returns (record, tenant) text per locked row.
+    async fn lock(
+        &mut self,
+        sql: &SqlText,
+        key_type: KeyType,
+        keys: &[KeyValue],
+    ) -> Result<Vec<(String, Option<String>)>>;
+    /// Runs `held_records`: the held ones among `found`.
+    async fn held(&mut self, sql: &SqlText, entity: Uuid, found: &[String]) -> Result<Vec<String>>;
+}
+
+/// A sqlx connection (inside a transaction).
+pub(crate) struct SqlxSession<'c>(pub(crate) &'c mut PgConnection);
+
+const ISOLATION: &str = "SELECT pg_catalog.current_setting('transaction_isolation')";
+
+#[async_trait::async_trait]
+impl GuardSession for SqlxSession<'_> {
+    async fn isolation(&mut self) -> Result<String> {
+        Ok(sqlx::query_scalar(ISOLATION)
+            .fetch_one(&mut *self.0)
+            .await?)
+    }
+
+    async fn lock(
+        &mut self,
+        sql: &SqlText,
+        key_type: KeyType,
+        keys: &[KeyValue],
+    ) -> Result<Vec<(String, Option<String>)>> {
+        let rows = bind_array(sqlx::query(sql.sql()), key_type, keys)
+            .fetch_all(&mut *self.0)
+            .await?;
+        rows.iter()
+            .map(|r| Ok((r.try_get("record")?, r.try_get("tenant")?)))
+            .collect()
+    }
+
+    async fn held(&mut self, sql: &SqlText, entity: Uuid, found: &[String]) -> Result<Vec<String>> {
+        Ok(sqlx::query_scalar(sql.sql())
+            .bind(entity)
+            .bind(found)
+            .fetch_all(&mut *self.0)
+            .await?)
+    }
 }
 
 /// A checked request: its entity's plan and facts, canonical keys and tenant.
@@ -208,7 +269,7 @@ impl Target {
 /// Locks the target rows `FOR UPDATE` in key order, checks they exist and
 /// belong to the tenant, then (a new statement, after the locks: it sees
 /// every hold committed before them) returns the held ones.
-async fn lock_and_check(target: &Target, tx: &mut PgConnection) -> Result<Vec<String>> {
+async fn lock_and_check(target: &Target, session: &mut dyn GuardSession) -> Result<Vec<String>> {
     let ready = &target.ready;
     let entity = ready
         .model
@@ -216,18 +277,12 @@ async fn lock_and_check(target: &Target, tx: &mut PgConnection) -> Result<Vec<St
         .expect("resolved against this model");
     let facts = &ready.model.facts[&entity.id];
     let plan = &ready.plans[&entity.id];
-    let rows = bind_array(
-        sqlx::query(plan.guard_lock.sql()),
-        facts.record,
-        &target.keys,
-    )
-    .fetch_all(&mut *tx)
-    .await?;
+    let rows = session
+        .lock(&plan.guard_lock, facts.record, &target.keys)
+        .await?;
     let mut found = Vec::with_capacity(rows.len());
     let mut found_canonical = Vec::with_capacity(rows.len());
-    for row in &rows {
-        let record: String = row.try_get("record")?;
-        let owner: Option<String> = row.try_get("tenant")?;
+    for (record, owner) in rows {
         let owner = facts.canonical_owner(owner);
         if owner != target.tenant {
             return Err(Error::InvalidInput(format!(
@@ -252,9 +307,7 @@ async fn lock_and_check(target: &Target, tx: &mut PgConnection) -> Result<Vec<St
             missing.join(", ")
         )));
     }
-    Ok(sqlx::query_scalar(ready.ledger.held_records.sql())
-        .bind(entity.id)
-        .bind(&found)
-        .fetch_all(&mut *tx)
-        .await?)
+    session
+        .held(&ready.ledger.held_records, entity.id, &found)
+        .await
 }

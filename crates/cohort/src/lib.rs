@@ -20,6 +20,8 @@ pub mod policy;
 pub mod rules;
 mod run;
 pub mod schema;
+#[cfg(feature = "sea-orm")]
+pub mod sea_orm;
 pub mod services;
 pub mod settings;
 mod sql;

@@ -78,31 +78,104 @@ pub fn migrations(schema: &str) -> Result<Vec<Migration>> {
         .collect())
 }
 
+/// Reads the comment of `sweep_run` in schema `$1` (`$2` = `sweep_run`).
+pub(crate) const INSTALLED_VERSION_SQL: &str =
+    "SELECT pg_catalog.obj_description(c.oid, 'pg_class') AS comment \
+     FROM pg_catalog.pg_class c \
+     JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+     WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind IN ('r', 'p')";
+
 /// The Cohort schema version installed in `schema`: `Ok(None)` when
 /// `sweep_run` does not exist there; an error when it exists without a
 /// version comment (created by hand or by something else).
 pub async fn installed_version(conn: &mut PgConnection, schema: &str) -> Result<Option<u32>> {
-    let row = sqlx::query(
-        "SELECT pg_catalog.obj_description(c.oid, 'pg_class') AS comment \
-         FROM pg_catalog.pg_class c \
-         JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
-         WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind IN ('r', 'p')",
-    )
-    .bind(schema)
-    .bind(CohortTable::SweepRun.name())
-    .fetch_optional(&mut *conn)
-    .await?;
+    let row = sqlx::query(INSTALLED_VERSION_SQL)
+        .bind(schema)
+        .bind(CohortTable::SweepRun.name())
+        .fetch_optional(&mut *conn)
+        .await?;
     let Some(row) = row else { return Ok(None) };
     let comment: Option<String> = row.try_get("comment")?;
-    parse_version_comment(comment.as_deref())
-        .map(Some)
-        .ok_or_else(|| {
-            Error::Migration(format!(
-                "{}.sweep_run exists but carries no Cohort schema version (comment {:?}); \
+    version_of(schema, comment).map(Some)
+}
+
+/// The version a found `sweep_run`'s comment records.
+fn version_of(schema: &str, comment: Option<String>) -> Result<u32> {
+    parse_version_comment(comment.as_deref()).ok_or_else(|| {
+        Error::Migration(format!(
+            "{}.sweep_run exists but carries no Cohort schema version (comment {:?}); \
              it was not created by Cohort's migrations",
-                schema, comment
-            ))
+            schema, comment
+        ))
+    })
+}
+
+/// What any migration runner (sqlx's connection, a SeaORM connection)
+/// does, step by step, for one schema.
+pub(crate) struct MigrationPlan {
+    schema: String,
+}
+
+impl MigrationPlan {
+    /// Checks the schema name.
+    pub(crate) fn new(schema: &str) -> Result<Self> {
+        check_schema_name(schema)
+            .map_err(|e| Error::Config(Problems::one(format!("schema name: {e}"))))?;
+        Ok(Self {
+            schema: schema.to_owned(),
         })
+    }
+
+    /// The transaction-scoped advisory lock's key (bound to
+    /// [`crate::locks::XACT_LOCK_SQL`]).
+    pub(crate) fn lock_key(&self) -> String {
+        crate::locks::LockKey::Migrate(&self.schema).text()
+    }
+
+    /// `CREATE SCHEMA IF NOT EXISTS "schema"`.
+    pub(crate) fn create_schema(&self) -> SqlText {
+        let mut create = SqlText::new("CREATE SCHEMA IF NOT EXISTS ");
+        create.ident(&self.schema);
+        create
+    }
+
+    /// The installed version from what [`INSTALLED_VERSION_SQL`] returned:
+    /// no row (`None`) is 0; a version newer than this build is refused.
+    pub(crate) fn version_from(&self, found: Option<Option<String>>) -> Result<u32> {
+        let from = match found {
+            None => 0,
+            Some(comment) => version_of(&self.schema, comment)?,
+        };
+        if from > SCHEMA_VERSION {
+            return Err(Error::Migration(format!(
+                "schema {:?} is at Cohort schema version {from}, newer than this build's {SCHEMA_VERSION}; upgrade Cohort",
+                self.schema
+            )));
+        }
+        Ok(from)
+    }
+
+    /// The migrations after `from`, rendered.
+    pub(crate) fn pending(&self, from: u32) -> impl Iterator<Item = Migration> + '_ {
+        SOURCES
+            .iter()
+            .filter(move |(v, _, _)| *v > from)
+            .map(|(version, name, template)| Migration {
+                version: *version,
+                name,
+                sql: render(template, &self.schema).as_str().to_owned(),
+            })
+    }
+
+    /// The report of a run that found `from` and applied `applied`.
+    pub(crate) fn report(&self, from: u32, applied: Vec<u32>) -> MigrationReport {
+        MigrationReport {
+            schema: self.schema.clone(),
+            from_version: from,
+            to_version: SCHEMA_VERSION,
+            applied,
+        }
+    }
 }
 
 pub(crate) fn parse_version_comment(comment: Option<&str>) -> Option<u32> {
@@ -132,34 +205,33 @@ pub struct MigrationReport {
 /// under an advisory lock, so concurrent callers apply them once. A newer
 /// schema than this code knows is refused.
 pub async fn migrate(conn: &mut PgConnection, schema: &str) -> Result<MigrationReport> {
-    check_schema_name(schema)
-        .map_err(|e| Error::Config(Problems::one(format!("schema name: {e}"))))?;
+    let plan = MigrationPlan::new(schema)?;
     let mut tx = conn.begin().await?;
-    crate::locks::lock_xact(&mut tx, crate::locks::LockKey::Migrate(schema)).await?;
-    let mut create = SqlText::new("CREATE SCHEMA IF NOT EXISTS ");
-    create.ident(schema);
-    sqlx::query(create.into_sql()).execute(&mut *tx).await?;
-    let from = installed_version(&mut tx, schema).await?.unwrap_or(0);
-    if from > SCHEMA_VERSION {
-        return Err(Error::Migration(format!(
-            "schema {schema:?} is at Cohort schema version {from}, newer than this build's {SCHEMA_VERSION}; upgrade Cohort"
-        )));
-    }
+    sqlx::query(crate::locks::XACT_LOCK_SQL)
+        .bind(plan.lock_key())
+        .execute(&mut *tx)
+        .await?;
+    sqlx::query(plan.create_schema().into_sql())
+        .execute(&mut *tx)
+        .await?;
+    let found: Option<Option<String>> = sqlx::query_scalar(INSTALLED_VERSION_SQL)
+        .bind(schema)
+        .bind(CohortTable::SweepRun.name())
+        .fetch_optional(&mut *tx)
+        .await?;
+    let from = plan.version_from(found)?;
     let mut applied = Vec::new();
-    for (version, name, template) in SOURCES.iter().filter(|(v, _, _)| *v > from) {
-        sqlx::raw_sql(render(template, schema).into_sql())
+    for m in plan.pending(from) {
+        sqlx::raw_sql(sqlx::AssertSqlSafe(m.sql))
             .execute(&mut *tx)
             .await
-            .map_err(|e| Error::Migration(format!("migration {version} ({name}) failed: {e}")))?;
-        applied.push(*version);
+            .map_err(|e| {
+                Error::Migration(format!("migration {} ({}) failed: {e}", m.version, m.name))
+            })?;
+        applied.push(m.version);
     }
     tx.commit().await?;
-    Ok(MigrationReport {
-        schema: schema.to_owned(),
-        from_version: from,
-        to_version: SCHEMA_VERSION,
-        applied,
-    })
+    Ok(plan.report(from, applied))
 }
 
 #[cfg(test)]
