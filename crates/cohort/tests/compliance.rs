@@ -117,7 +117,11 @@ fn every_end_to_end_test_is_named_by_a_requirement() {
         .flat_map(|r| r.tests.iter().map(String::as_str))
         .collect();
     let mut unnamed = Vec::new();
-    for dir in ["crates/cohort/tests", "crates/cohort-cli/tests"] {
+    for dir in [
+        "crates/cohort/tests",
+        "crates/cohort-cli/tests",
+        "examples/seaorm-notes/tests",
+    ] {
         let mut files: Vec<_> = std::fs::read_dir(root().join(dir))
             .unwrap()
             .map(|e| e.unwrap().path())

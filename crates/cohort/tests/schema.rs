@@ -126,6 +126,81 @@ async fn host_migration_tools_can_apply_the_rendered_sql() {
         .is_empty());
 }
 
+/// `sqlx migrate` users: Cohort's migrator runs beside the application's
+/// own, with a history table of its own, creates its schema (any name),
+/// and agrees with `cohort migrate` afterwards; a schema `cohort migrate`
+/// installed is adopted with `skip`.
+#[tokio::test]
+async fn the_sqlx_migrator_runs_beside_the_applications_own_migrations() {
+    let db = empty_db().await;
+    let app = sqlx::migrate::Migrator::with_migrations(vec![sqlx::migrate::Migration::new(
+        1,
+        "app tables".into(),
+        sqlx::migrate::MigrationType::Simple,
+        sqlx::SqlSafeStr::into_sql_str(
+            "CREATE SCHEMA app; CREATE TABLE app.notes (id bigint PRIMARY KEY)",
+        ),
+        false,
+    )]);
+    app.run(db.pool()).await.unwrap();
+    for schema in ["retention", "Audit \"ledger\""] {
+        let cohort = schema::sqlx_migrator(schema).unwrap();
+        cohort.run(db.pool()).await.unwrap();
+        // Twice: nothing to do; the application's migrator still sees only its own.
+        cohort.run(db.pool()).await.unwrap();
+        app.run(db.pool()).await.unwrap();
+        let mut conn = db.connect().await.unwrap();
+        assert_eq!(
+            schema::installed_version(&mut conn, schema).await.unwrap(),
+            Some(SCHEMA_VERSION)
+        );
+        assert!(schema::migrate(&mut conn, schema)
+            .await
+            .unwrap()
+            .applied
+            .is_empty());
+        let history: Vec<i64> = sqlx::query_scalar(AssertSqlSafe(format!(
+            "SELECT version FROM \"{}\"._cohort_sqlx_migrations WHERE success ORDER BY 1",
+            schema.replace('"', "\"\"")
+        )))
+        .fetch_all(db.pool())
+        .await
+        .unwrap();
+        assert_eq!(history, (1..=i64::from(SCHEMA_VERSION)).collect::<Vec<_>>());
+    }
+    let own: Vec<i64> = sqlx::query_scalar("SELECT version FROM public._sqlx_migrations")
+        .fetch_all(db.pool())
+        .await
+        .unwrap();
+    assert_eq!(
+        own,
+        vec![1],
+        "Cohort's versions leaked into the application's history"
+    );
+
+    // Installed by `cohort migrate`: sqlx's migrator refuses to re-run the
+    // DDL; `skip` adopts the installed versions, then runs are no-ops.
+    let mut conn = db.connect().await.unwrap();
+    schema::migrate(&mut conn, "adopted").await.unwrap();
+    let migrator = schema::sqlx_migrator("adopted").unwrap();
+    // (On a connection of its own: a failed sqlx run leaves its advisory
+    // lock held by the session, which a pool would keep.)
+    let mut once = db.connect().await.unwrap();
+    assert!(migrator.run(&mut once).await.is_err());
+    sqlx::Connection::close(once).await.unwrap();
+    let installed = schema::installed_version(&mut conn, "adopted")
+        .await
+        .unwrap()
+        .unwrap();
+    migrator
+        .skip(db.pool(), Some(i64::from(installed)))
+        .await
+        .unwrap();
+    migrator.run(db.pool()).await.unwrap();
+    assert_eq!(ledger_rows(db.pool(), "adopted").await, 0);
+    assert!(schema::sqlx_migrator("").is_err());
+}
+
 #[tokio::test]
 async fn unknown_or_newer_schemas_are_refused_and_left_alone() {
     let db = empty_db().await;

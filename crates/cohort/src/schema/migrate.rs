@@ -78,6 +78,51 @@ pub fn migrations(schema: &str) -> Result<Vec<Migration>> {
         .collect())
 }
 
+/// Cohort's migrations as a [`sqlx::migrate::Migrator`], for applications
+/// that run `sqlx migrate`: the same SQL as [`migrate`], versions 1 to
+/// [`SCHEMA_VERSION`], recorded in a history table of their own,
+/// `"<schema>"."_cohort_sqlx_migrations"`, so their versions never collide
+/// with the application's migrations. The migrator creates the schema.
+/// Run it beside your own:
+///
+/// ```no_run
+/// # async fn f(pool: cohort::sqlx::PgPool) -> Result<(), Box<dyn std::error::Error>> {
+/// // sqlx::migrate!().run(&pool).await?;   // the application's own
+/// cohort::schema::sqlx_migrator("retention")?.run(&pool).await?;
+/// # Ok(()) }
+/// ```
+///
+/// A schema already installed by [`migrate`] (or `cohort migrate`) has no
+/// sqlx history yet: mark its versions applied once, without running them,
+/// with `migrator.skip(&pool, Some(installed))`, where `installed` is
+/// [`installed_version`].
+pub fn sqlx_migrator(schema: &str) -> Result<sqlx::migrate::Migrator> {
+    use sqlx::SqlSafeStr;
+    let all = migrations(schema)?
+        .into_iter()
+        .map(|m| {
+            sqlx::migrate::Migration::new(
+                i64::from(m.version),
+                format!("cohort {}", m.name).into(),
+                sqlx::migrate::MigrationType::Simple,
+                sqlx::AssertSqlSafe(m.sql).into_sql_str(),
+                false,
+            )
+        })
+        .collect();
+    let mut migrator = sqlx::migrate::Migrator::with_migrations(all);
+    let mut quoted = SqlText::default();
+    quoted.ident(schema);
+    migrator.create_schema(quoted.as_str().to_owned());
+    let mut table = SqlText::default();
+    table
+        .ident(schema)
+        .push(".")
+        .ident("_cohort_sqlx_migrations");
+    migrator.dangerous_set_table_name(table.as_str().to_owned());
+    Ok(migrator)
+}
+
 /// Reads the comment of `sweep_run` in schema `$1` (`$2` = `sweep_run`).
 pub(crate) const INSTALLED_VERSION_SQL: &str =
     "SELECT pg_catalog.obj_description(c.oid, 'pg_class') AS comment \

@@ -6,6 +6,8 @@ mod migrate;
 
 pub use contract::{CohortTable, ColumnContract, SCHEMA_VERSION};
 pub(crate) use migrate::parse_version_comment;
-pub use migrate::{installed_version, migrate, migrations, Migration, MigrationReport};
+pub use migrate::{
+    installed_version, migrate, migrations, sqlx_migrator, Migration, MigrationReport,
+};
 #[cfg(feature = "sea-orm")]
 pub(crate) use migrate::{MigrationPlan, INSTALLED_VERSION_SQL};
