@@ -76,11 +76,17 @@ enum Command {
         #[arg(long)]
         force: bool,
     },
-    /// Install or upgrade Cohort's tables.
+    /// Install or upgrade Cohort's tables (or, with --move-from, move them
+    /// to --schema with their data).
     Migrate {
         /// Schema for Cohort's tables (default: the policy file's, else public).
         #[arg(long)]
         schema: Option<String>,
+        /// Move Cohort's tables from this schema to --schema instead (rows,
+        /// indexes, constraints and grants kept; refused while a run is
+        /// started or a delivery in flight).
+        #[arg(long, value_name = "OLD_SCHEMA")]
+        move_from: Option<String>,
     },
     /// Validate the policy against the live database; exit 2 listing every problem.
     Validate,
@@ -332,7 +338,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             }
             Ok(())
         }
-        Command::Migrate { schema } => {
+        Command::Migrate { schema, move_from } => {
             let policy = load_policy(&cli, false)?;
             let schema = schema
                 .clone()
@@ -340,6 +346,21 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 .unwrap_or_else(|| CohortConfig::default().schema);
             let url = database_url(&cli, policy.as_ref())?;
             let mut conn = connect(&url).await?;
+            if let Some(from) = move_from {
+                let report = cohort::schema::move_schema(&mut conn, from, &schema).await?;
+                if cli.json {
+                    output::print_json(&serde_json::to_value(&report).expect("serialises"));
+                } else {
+                    outln!(
+                        "Moved Cohort's tables from schema {:?} to {:?} ({}). Set schema = {:?} for every process now.",
+                        report.from,
+                        report.to,
+                        report.tables.join(", "),
+                        report.to
+                    );
+                }
+                return Ok(());
+            }
             let report = cohort::schema::migrate(&mut conn, &schema).await?;
             output::migration(cli.json, &report);
             Ok(())

@@ -284,6 +284,63 @@ async fn migrate_honours_an_explicit_schema() {
     assert_eq!(n, 6);
 }
 
+/// MIGRATION-002 from the command line: `migrate --move-from` moves the
+/// tables (JSON names them); a second move finds nothing to move (exit 2).
+#[tokio::test]
+async fn migrate_move_from_moves_the_tables_to_the_new_schema() {
+    let (db, dir) = setup().await;
+    let d = dir.path();
+    let out = cohort(d, &["migrate", "--schema", "old_ledger"], Some(db.url()));
+    assert_eq!(out.status.code(), Some(0));
+    sqlx::query("INSERT INTO old_ledger.sweep_run (run_id, kind, trigger, dry_run, status, logical_now, settled_at) VALUES (gen_random_uuid(), 'sweep', 'manual', false, 'succeeded', now(), now())")
+        .execute(db.pool())
+        .await
+        .unwrap();
+    let out = cohort(
+        d,
+        &[
+            "--json",
+            "migrate",
+            "--schema",
+            "new_ledger",
+            "--move-from",
+            "old_ledger",
+        ],
+        Some(db.url()),
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v = json(&out);
+    assert_eq!(
+        (v["from"].as_str(), v["to"].as_str()),
+        (Some("old_ledger"), Some("new_ledger"))
+    );
+    assert_eq!(v["tables"].as_array().unwrap().len(), 6);
+    let runs: i64 = sqlx::query_scalar("SELECT count(*) FROM new_ledger.sweep_run")
+        .fetch_one(db.pool())
+        .await
+        .unwrap();
+    assert_eq!(runs, 1);
+    let again = cohort(
+        d,
+        &[
+            "--json",
+            "migrate",
+            "--schema",
+            "new_ledger",
+            "--move-from",
+            "old_ledger",
+        ],
+        Some(db.url()),
+    );
+    assert_eq!(again.status.code(), Some(2));
+    assert_eq!(json(&again)["error"]["kind"], "not_found");
+}
+
 #[test]
 fn demo_runs_on_a_throw_away_database_and_prints_the_plan() {
     let dir = tempfile::tempdir().unwrap();

@@ -252,6 +252,25 @@ pub struct MigrationReport {
 pub async fn migrate(conn: &mut PgConnection, schema: &str) -> Result<MigrationReport> {
     let plan = MigrationPlan::new(schema)?;
     let mut tx = conn.begin().await?;
+    // A failure rolls back at once, releasing the lock, rather than when
+    // the connection is next used.
+    match apply(&mut tx, &plan, schema).await {
+        Ok(report) => {
+            tx.commit().await?;
+            Ok(report)
+        }
+        Err(e) => {
+            tx.rollback().await?;
+            Err(e)
+        }
+    }
+}
+
+async fn apply(
+    tx: &mut PgConnection,
+    plan: &MigrationPlan,
+    schema: &str,
+) -> Result<MigrationReport> {
     sqlx::query(crate::locks::XACT_LOCK_SQL)
         .bind(plan.lock_key())
         .execute(&mut *tx)
@@ -275,7 +294,6 @@ pub async fn migrate(conn: &mut PgConnection, schema: &str) -> Result<MigrationR
             })?;
         applied.push(m.version);
     }
-    tx.commit().await?;
     Ok(plan.report(from, applied))
 }
 

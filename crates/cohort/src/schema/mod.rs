@@ -3,6 +3,7 @@
 
 mod contract;
 mod migrate;
+mod relocate;
 
 pub use contract::{CohortTable, ColumnContract, SCHEMA_VERSION};
 pub(crate) use migrate::parse_version_comment;
@@ -11,3 +12,4 @@ pub use migrate::{
 };
 #[cfg(feature = "sea-orm")]
 pub(crate) use migrate::{MigrationPlan, INSTALLED_VERSION_SQL};
+pub use relocate::{move_schema, MoveReport};
