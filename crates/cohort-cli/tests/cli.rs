@@ -2278,3 +2278,102 @@ async fn init_writes_a_starter_policy_that_validates_and_never_overwrites_withou
     assert!(String::from_utf8_lossy(&out.stderr).contains("schema \"Shop\" has no tables"));
     assert!(!dir.path().join("typo.toml").exists());
 }
+
+/// examples/policy-only: the policy validates against its schema, and the
+/// systemd unit's own command line starts the worker (metrics answering)
+/// and stops it cleanly on SIGTERM.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_policy_only_example_validates_and_its_unit_command_runs() {
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/policy-only");
+    let db = cohort_pgtemp::fresh_empty_database().await.unwrap();
+    let schema = std::fs::read_to_string(example.join("schema.sql")).unwrap();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(schema))
+        .execute(db.pool())
+        .await
+        .unwrap();
+    let policy = example.join("cohort.toml");
+    let dir = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_cohort"));
+        cmd.current_dir(dir.path())
+            .arg("--config")
+            .arg(&policy)
+            .args(args)
+            .env("DATABASE_URL", db.url())
+            .env("COHORT_HASH_KEY", "an-example-hash-key-0123456789");
+        cmd
+    };
+    succeeded(&run(&["migrate"]).output().unwrap());
+    let out = run(&["--json", "validate"]).output().unwrap();
+    succeeded(&out);
+    assert_eq!(json(&out)["entities"].as_array().unwrap().len(), 3);
+
+    // The unit's ExecStart, with this build's binary and the example's file.
+    let unit = std::fs::read_to_string(example.join("cohort-worker.service")).unwrap();
+    let exec = unit
+        .lines()
+        .find_map(|l| l.strip_prefix("ExecStart="))
+        .expect("an ExecStart line");
+    let mut words = exec.split_whitespace();
+    assert_eq!(words.next(), Some("/usr/local/bin/cohort"));
+    let args: Vec<String> = words
+        .map(|w| match w {
+            "/etc/cohort/cohort.toml" => policy.display().to_string(),
+            "127.0.0.1:9464" => "127.0.0.1:0".to_string(),
+            other => other.to_string(),
+        })
+        .collect();
+    let log = dir.path().join("worker.log");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cohort"))
+        .current_dir(dir.path())
+        .args(&args)
+        .env("DATABASE_URL", db.url())
+        .env("COHORT_HASH_KEY", "an-example-hash-key-0123456789")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    let addr = loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        // JSON logs (--log-format json): the message carries the address.
+        if let Some(rest) = text.split("metrics served at http://").nth(1) {
+            break rest.split('/').next().unwrap().to_string();
+        }
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the worker exited:\n{text}"
+        );
+        assert!(
+            start.elapsed().as_secs() < 30,
+            "no metrics address:\n{text}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(&addr).unwrap();
+    write!(
+        s,
+        "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let text = std::fs::read_to_string(&log).unwrap();
+    for line in text.lines().filter(|l| l.starts_with('{')) {
+        serde_json::from_str::<Value>(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+    }
+    assert!(Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap()
+        .success());
+    let status = child.wait().unwrap();
+    assert_eq!(
+        status.code(),
+        Some(0),
+        "{}",
+        std::fs::read_to_string(&log).unwrap()
+    );
+}

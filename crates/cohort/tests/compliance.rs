@@ -121,6 +121,7 @@ fn every_end_to_end_test_is_named_by_a_requirement() {
         "crates/cohort/tests",
         "crates/cohort-cli/tests",
         "examples/seaorm-notes/tests",
+        "examples/axum-notes/tests",
     ] {
         let mut files: Vec<_> = std::fs::read_dir(root().join(dir))
             .unwrap()
