@@ -181,17 +181,27 @@ impl Response {
 }
 
 fn get(addr: &str, path: &str, token: Option<&str>) -> Response {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(addr).expect("connect to the console");
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let auth = token
         .map(|t| format!("Authorization: Bearer {t}\r\n"))
         .unwrap_or_default();
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Connection: close\r\n\r\n"
+    send(
+        addr,
+        &format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Connection: close\r\n\r\n"),
     )
-    .unwrap();
+}
+
+fn request_with_host(addr: &str, path: &str, host: &str) -> Response {
+    send(
+        addr,
+        &format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"),
+    )
+}
+
+fn send(addr: &str, request: &str) -> Response {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).expect("connect to the console");
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(request.as_bytes()).unwrap();
     let mut raw = String::new();
     s.read_to_string(&mut raw).unwrap();
     let (head, body) = raw.split_once("\r\n\r\n").expect("an HTTP response");
@@ -349,6 +359,15 @@ async fn the_console_shows_runs_holds_queue_and_settings_as_the_ledger_has_them(
     assert_eq!(console.get("/runs?limit=x", None).status, 400);
     let one = console.get("/runs?limit=1", None);
     assert_eq!(one.body.matches("href=\"/runs/").count(), 1);
+    // DNS rebinding: a page served under another name that resolves to
+    // 127.0.0.1 sends its own Host, and is refused.
+    let rebound = request_with_host(&console.addr, "/holds", "evil.example");
+    assert_eq!(rebound.status, 421);
+    assert!(!rebound.body.contains("<code>7</code>"));
+    assert_eq!(
+        request_with_host(&console.addr, "/holds", "localhost:1").status,
+        200
+    );
     // Read-only: nothing but GET is routed.
     assert_eq!(ledger, runs(&db).await, "serving changed the ledger");
 }

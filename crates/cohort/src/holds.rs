@@ -138,6 +138,8 @@ pub struct HoldFilter {
     pub(crate) tenant: Option<String>,
     /// Only holds active now.
     pub(crate) active_only: bool,
+    /// At most this many (oldest first); `None`: all.
+    pub(crate) limit: Option<i64>,
 }
 
 impl HoldFilter {
@@ -161,6 +163,13 @@ impl HoldFilter {
     /// Only holds active now (database clock).
     pub fn active_only(mut self, active_only: bool) -> Self {
         self.active_only = active_only;
+        self
+    }
+
+    /// At most `limit` holds (1..=10000; the oldest first). Unlimited by
+    /// default.
+    pub fn limit(mut self, limit: i64) -> Self {
+        self.limit = Some(limit);
         self
     }
 }
@@ -285,6 +294,11 @@ pub(crate) async fn is_held(cx: &Context, entity_id: Uuid, record_id: &str) -> R
 }
 
 pub(crate) async fn list(cx: &Context, filter: &HoldFilter) -> Result<Vec<Hold>> {
+    if let Some(n) = filter.limit.filter(|n| !(1..=10_000).contains(n)) {
+        return Err(Error::InvalidInput(format!(
+            "a hold list limit must be between 1 and 10000, not {n}"
+        )));
+    }
     let ready = cx.prepared().await?;
     let tenant = filter.tenant.as_deref().map(|t| {
         ready
@@ -297,6 +311,7 @@ pub(crate) async fn list(cx: &Context, filter: &HoldFilter) -> Result<Vec<Hold>>
         .bind(filter.entity_id)
         .bind(tenant.as_deref())
         .bind(filter.active_only)
+        .bind(filter.limit)
         .fetch_all(&cx.pool)
         .await?;
     Ok(rows

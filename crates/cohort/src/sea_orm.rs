@@ -12,6 +12,7 @@
 use sea_orm::sea_query::{ArrayType, Value};
 use sea_orm::{
     ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr, Statement,
+    TransactionSession, TransactionTrait,
 };
 use uuid::Uuid;
 
@@ -168,10 +169,11 @@ impl GuardSession for SeaSession<'_> {
 
 /// Brings Cohort's tables in `schema` to [`crate::schema::SCHEMA_VERSION`]
 /// on a SeaORM connection: creates the schema if needed, reads the installed
-/// version and applies the pending migrations, under a transaction-scoped
-/// advisory lock. Call it inside a transaction (a `sea-orm-migration`
-/// migration on PostgreSQL runs in one) so that the versions apply
-/// together; applied twice, the second call does nothing.
+/// version and applies the pending migrations, in a transaction of its own
+/// (a savepoint when `conn` is already a transaction, as in a
+/// `sea-orm-migration` migration on PostgreSQL) under a transaction-scoped
+/// advisory lock, so concurrent callers apply each version once. Applied
+/// twice, the second call does nothing.
 ///
 /// From a `sea-orm-migration` migration (the complete application is
 /// `examples/seaorm-notes` in Cohort's repository, built and tested in CI):
@@ -184,8 +186,32 @@ impl GuardSession for SeaSession<'_> {
 ///     Ok(())
 /// }
 /// ```
-pub async fn migrate<C: ConnectionTrait>(conn: &C, schema: &str) -> Result<MigrationReport> {
+pub async fn migrate<C>(conn: &C, schema: &str) -> Result<MigrationReport>
+where
+    C: ConnectionTrait + TransactionTrait,
+{
     let plan = crate::schema::MigrationPlan::new(schema)?;
+    // Its own transaction (a savepoint inside one already open): the
+    // advisory lock is transaction-scoped, and the versions apply together.
+    let txn = conn.begin().await.map_err(db_err)?;
+    let report = apply(&txn, &plan, schema).await;
+    match report {
+        Ok(report) => {
+            txn.commit().await.map_err(db_err)?;
+            Ok(report)
+        }
+        Err(e) => {
+            txn.rollback().await.map_err(db_err)?;
+            Err(e)
+        }
+    }
+}
+
+async fn apply<T: ConnectionTrait>(
+    conn: &T,
+    plan: &crate::schema::MigrationPlan,
+    schema: &str,
+) -> Result<MigrationReport> {
     conn.execute_raw(statement(
         crate::locks::XACT_LOCK_SQL,
         vec![Value::from(plan.lock_key())],

@@ -4,7 +4,7 @@
 //! | name | type | labels |
 //! |---|---|---|
 //! | `cohort_rows_total` | counter | `entity`, `strategy`, `outcome` (`affected`, `held`, `skipped`, `null_anchor`) |
-//! | `cohort_runs_total` | counter | `kind`, `trigger`, `status` |
+//! | `cohort_runs_total` | counter | `kind`, `trigger`, `status` (also runs recorded failed without running: a scheduled pass that could not start, a run recovered after its owner was lost) |
 //! | `cohort_run_duration_seconds` | histogram | `kind` |
 //! | `cohort_batch_duration_seconds` | histogram | |
 //! | `cohort_handler_deliveries_total` | counter | `handler`, `outcome` (`delivered`, `failed`, `dead_lettered`) |
@@ -104,6 +104,14 @@ pub(crate) fn run_settled(kind: RunKind, trigger: Trigger, status: RunStatus, to
     metrics::counter!(RUNS_TOTAL, "kind" => kind.as_str(), "trigger" => trigger.as_str(), "status" => status.as_str())
         .increment(1);
     metrics::histogram!(RUN_DURATION_SECONDS, "kind" => kind.as_str()).record(took.as_secs_f64());
+}
+
+/// A run the ledger records as failed without this process having run it
+/// to settlement (a scheduled pass that could not start, a run recovered
+/// after its owner was lost): counted, with no duration.
+pub(crate) fn run_recorded_failed(kind: &str, trigger: &str) {
+    metrics::counter!(RUNS_TOTAL, "kind" => kind.to_owned(), "trigger" => trigger.to_owned(), "status" => "failed")
+        .increment(1);
 }
 
 pub(crate) fn batch(took: Duration) {

@@ -334,17 +334,23 @@ async fn moving_cohorts_tables_keeps_data_indexes_constraints_and_behaviour() {
         .await
         .unwrap_err();
     assert!(matches!(taken, cohort::Error::Conflict(_)), "{taken}");
+    assert_eq!(shape(db.pool(), "public").await, before);
+    // A started run whose process is alive (it holds its run lock) blocks
+    // the move; once its process is gone (lock free), it does not: it is
+    // recovered later, in the new schema.
     exec(db.pool(), "INSERT INTO public.sweep_run (run_id, kind, trigger, dry_run, status, logical_now) VALUES ('00000000-0000-0000-0000-0000000000aa', 'sweep', 'manual', false, 'started', now())").await;
+    let before = shape(db.pool(), "public").await;
+    let mut owner = db.connect().await.unwrap();
+    sqlx::query("SELECT pg_advisory_lock(hashtextextended('cohort.run:00000000-0000-0000-0000-0000000000aa', 0))")
+        .execute(&mut owner)
+        .await
+        .unwrap();
     let busy = schema::move_schema(&mut conn, "public", "ledger")
         .await
         .unwrap_err();
     assert!(matches!(busy, cohort::Error::Refused(_)), "{busy}");
     assert!(busy.to_string().contains("still started"), "{busy}");
-    exec(
-        db.pool(),
-        "DELETE FROM public.sweep_run WHERE run_id = '00000000-0000-0000-0000-0000000000aa'",
-    )
-    .await;
+    sqlx::Connection::close(owner).await.unwrap();
     assert_eq!(shape(db.pool(), "public").await, before);
     assert_eq!(
         count(
@@ -364,16 +370,41 @@ async fn moving_cohorts_tables_keeps_data_indexes_constraints_and_behaviour() {
     assert_eq!(
         count(
             db.pool(),
-            "SELECT count(*) FROM pg_class WHERE relnamespace = 'public'::regnamespace AND relname LIKE 'sweep%'"
+            "SELECT count(*) FROM pg_class WHERE relnamespace = 'public'::regnamespace AND relname LIKE 'sweep%' AND relname <> 'sweep_run'"
         )
         .await,
         0
     );
-    assert_eq!(
-        schema::installed_version(&mut conn, "public")
-            .await
-            .unwrap(),
-        None
+    // The old schema keeps a marker: whatever still points there refuses
+    // to start or to install a fresh, empty ledger (which knows no holds).
+    let marker = schema::installed_version(&mut conn, "public")
+        .await
+        .unwrap_err();
+    assert!(
+        marker
+            .to_string()
+            .contains("moved out of schema \"public\" to \"ledger\""),
+        "{marker}"
+    );
+    let reinstall = schema::migrate(&mut conn, "public").await.unwrap_err();
+    assert!(reinstall.to_string().contains("moved"), "{reinstall}");
+    assert!(schema::sqlx_migrator("public")
+        .unwrap()
+        .run(&mut conn)
+        .await
+        .is_err());
+    sqlx::Connection::close(conn).await.unwrap();
+    let mut conn = db.connect().await.unwrap();
+    let mut stale = cohort::Cohort::builder(db.pool().clone())
+        .config(test_config())
+        .rules(rules());
+    for d in engine_entities() {
+        stale = stale.declaration(d);
+    }
+    let refused = stale.build().await.unwrap_err();
+    assert!(
+        refused.to_string().contains("moved out of schema"),
+        "{refused}"
     );
     assert_eq!(
         schema::installed_version(&mut conn, "ledger")
@@ -422,4 +453,46 @@ async fn moving_cohorts_tables_keeps_data_indexes_constraints_and_behaviour() {
     );
     // The old handle now fails loudly rather than writing somewhere else.
     assert!(cohort.list_runs(10).await.is_err());
+
+    // And back: the marker is replaced, everything else as it was.
+    let after_second = shape(db.pool(), "ledger").await;
+    schema::move_schema(&mut conn, "ledger", "public")
+        .await
+        .unwrap();
+    assert_eq!(shape(db.pool(), "public").await, after_second);
+    assert_eq!(
+        schema::installed_version(&mut conn, "public")
+            .await
+            .unwrap(),
+        Some(SCHEMA_VERSION)
+    );
+}
+
+/// A sqlx migration history moves with the tables, its checksums rewritten
+/// for the new schema: the application's next start runs clean.
+#[tokio::test]
+async fn a_moved_sqlx_history_still_runs_clean() {
+    let db = empty_db().await;
+    schema::sqlx_migrator("first")
+        .unwrap()
+        .run(db.pool())
+        .await
+        .unwrap();
+    let mut conn = db.connect().await.unwrap();
+    let report = schema::move_schema(&mut conn, "first", "second")
+        .await
+        .unwrap();
+    assert!(
+        report.tables.iter().any(|t| t == "_cohort_sqlx_migrations"),
+        "{report:?}"
+    );
+    let migrator = schema::sqlx_migrator("second").unwrap();
+    migrator.run(db.pool()).await.unwrap();
+    migrator.run(db.pool()).await.unwrap();
+    assert_eq!(
+        schema::installed_version(&mut conn, "second")
+            .await
+            .unwrap(),
+        Some(SCHEMA_VERSION)
+    );
 }

@@ -110,9 +110,23 @@ fn router(state: Arc<Console>) -> Router {
 }
 
 /// With a token configured, a request without the right bearer token gets
-/// 401 and nothing else.
+/// 401 and nothing else. Without one (loopback only), a request must name
+/// a loopback host: a web page whose name was rebound to 127.0.0.1 (DNS
+/// rebinding) sends its own name and gets 421, so it cannot read the console
+/// through the operator's browser.
 async fn authorise(State(console): State<Arc<Console>>, request: Request, next: Next) -> Response {
     let Some(expected) = &console.token else {
+        let host = request
+            .headers()
+            .get(header::HOST)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        if !is_loopback_host(host) {
+            return page_error(
+                StatusCode::MISDIRECTED_REQUEST,
+                "This console answers only to a loopback host name (localhost, 127.0.0.1, [::1]).",
+            );
+        }
         return next.run(request).await;
     };
     let given = request
@@ -134,6 +148,23 @@ async fn authorise(State(console): State<Arc<Console>>, request: Request, next: 
         );
         response
     }
+}
+
+/// `localhost`, `127.0.0.1` (any 127/8 address) or `[::1]`, with or
+/// without a port.
+fn is_loopback_host(host: &str) -> bool {
+    let name = if let Some(v6) = host.strip_prefix('[') {
+        match v6.split_once(']') {
+            Some((ip, rest)) if rest.is_empty() || rest.starts_with(':') => ip,
+            _ => return false,
+        }
+    } else {
+        host.rsplit_once(':').map_or(host, |(name, _)| name)
+    };
+    name.eq_ignore_ascii_case("localhost")
+        || name
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
 }
 
 async fn secure_headers(request: Request, next: Next) -> Response {
@@ -214,14 +245,18 @@ async fn run(State(c): State<Arc<Console>>, Path(id): Path<String>) -> Response 
     }
 }
 
-async fn holds(State(c): State<Arc<Console>>) -> Response {
-    let filter = cohort::holds::HoldFilter::all().active_only(true);
+async fn holds(State(c): State<Arc<Console>>, Query(q): Query<Limit>) -> Response {
+    let n = match limit(&q) {
+        Ok(n) => n,
+        Err(r) => return *r,
+    };
+    let filter = cohort::holds::HoldFilter::all().active_only(true).limit(n);
     let model = match c.cohort.ready().await {
         Ok(m) => m,
         Err(e) => return failed(e),
     };
     match c.cohort.list_holds(&filter).await {
-        Ok(holds) => Html(pages::holds(&holds, &model).into_string()).into_response(),
+        Ok(holds) => Html(pages::holds(&holds, &model, n).into_string()).into_response(),
         Err(e) => failed(e),
     }
 }
@@ -259,6 +294,34 @@ async fn style() -> impl IntoResponse {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn loopback_host_names_table() {
+        for ok in [
+            "localhost",
+            "localhost:8765",
+            "LOCALHOST:1",
+            "127.0.0.1",
+            "127.0.0.1:8765",
+            "127.1.2.3:80",
+            "[::1]",
+            "[::1]:8765",
+        ] {
+            assert!(is_loopback_host(ok), "{ok}");
+        }
+        for bad in [
+            "",
+            "evil.example",
+            "evil.example:8765",
+            "localhost.evil.example",
+            "10.0.0.1:8765",
+            "[::2]:1",
+            "[::1]x",
+            "127.0.0.1.evil.example",
+        ] {
+            assert!(!is_loopback_host(bad), "{bad}");
+        }
+    }
 
     #[test]
     fn token_rules_table() {

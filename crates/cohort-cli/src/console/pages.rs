@@ -202,7 +202,7 @@ pub(crate) fn run(r: &SweepResult) -> Markup {
     )
 }
 
-pub(crate) fn holds(holds: &[Hold], model: &ValidatedModel) -> Markup {
+pub(crate) fn holds(holds: &[Hold], model: &ValidatedModel, limit: i64) -> Markup {
     layout(
         "Active holds",
         Tab::Holds,
@@ -215,6 +215,9 @@ pub(crate) fn holds(holds: &[Hold], model: &ValidatedModel) -> Markup {
             @if holds.is_empty() {
                 p.empty { "No active holds." }
             } @else {
+                @if holds.len() as i64 == limit {
+                    p.muted { "The first " (limit) " by placement time (" code { "?limit=" } " up to 1000; " code { "cohort holds list --active" } " lists them all)." }
+                }
                 table {
                     thead { tr { th { "Hold" } th { "Entity" } th { "Record id" } th { "Tenant" } th { "Placed" } th { "Expires" } } }
                     tbody {

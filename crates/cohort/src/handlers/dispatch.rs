@@ -554,7 +554,7 @@ pub(crate) async fn recover_run(cx: &Context, run_id: Uuid, reason: &str) -> Res
     let done = sqlx::query(prepared.queue.recover_run.sql())
         .bind(run_id)
         .bind(reason)
-        .execute(&mut *conn)
+        .fetch_optional(&mut *conn)
         .await;
     if locks::unlock(&mut conn, LockKey::Run(run_id))
         .await
@@ -563,10 +563,14 @@ pub(crate) async fn recover_run(cx: &Context, run_id: Uuid, reason: &str) -> Res
         // Closing the connection releases the lock.
         drop(conn.detach());
     }
-    Ok(if done?.rows_affected() > 0 {
-        Recovery::Recovered
-    } else {
-        Recovery::Settled
+    Ok(match done? {
+        Some(row) => {
+            let kind: String = row.try_get("kind")?;
+            let trigger: String = row.try_get("trigger")?;
+            crate::telemetry::run_recorded_failed(&kind, &trigger);
+            Recovery::Recovered
+        }
+        None => Recovery::Settled,
     })
 }
 

@@ -41,7 +41,8 @@ pub(crate) struct QueuePlan {
     pub(crate) scrub: SqlText,
     /// Runs left `started` for longer than `$1` seconds.
     pub(crate) stale_runs: SqlText,
-    /// Settles a stale run failed. `$1` run id, `$2` error.
+    /// Settles a stale run failed. `$1` run id, `$2` error. Returns its
+    /// kind and trigger when it settled it.
     pub(crate) recover_run: SqlText,
     /// Work not delivered yet: pending (due later or now) and in flight.
     pub(crate) outstanding: SqlText,
@@ -161,7 +162,7 @@ impl QueuePlan {
         recover_run.table(&run).push(
             " SET status = 'failed', settled_at = pg_catalog.clock_timestamp(), \
                error = $2, failures = '[]'::jsonb \
-             WHERE run_id = $1 AND status = 'started'",
+             WHERE run_id = $1 AND status = 'started' RETURNING kind, trigger",
         );
 
         let mut outstanding = SqlText::new(

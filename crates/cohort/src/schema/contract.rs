@@ -11,6 +11,12 @@ pub const SCHEMA_VERSION: u32 = 4;
 /// The prefix of the version comment on `sweep_run`.
 pub(crate) const VERSION_COMMENT_PREFIX: &str = "cohort schema version ";
 
+/// The comment of the marker `sweep_run` a schema move leaves behind: a
+/// one-column table (`moved_to`) that no migration or run can mistake for
+/// an install, so a process still configured with the old schema stops
+/// instead of starting an empty ledger there.
+pub(crate) const MOVED_COMMENT: &str = "cohort tables moved to another schema";
+
 /// One of Cohort's six tables.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]

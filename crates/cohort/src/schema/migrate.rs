@@ -8,7 +8,7 @@
 
 use sqlx::{Connection, PgConnection, Row};
 
-use super::contract::{CohortTable, SCHEMA_VERSION, VERSION_COMMENT_PREFIX};
+use super::contract::{CohortTable, MOVED_COMMENT, SCHEMA_VERSION, VERSION_COMMENT_PREFIX};
 use crate::config::check_schema_name;
 use crate::error::{Error, Problems, Result};
 use crate::ident::{from_template, SqlText};
@@ -141,11 +141,31 @@ pub async fn installed_version(conn: &mut PgConnection, schema: &str) -> Result<
         .await?;
     let Some(row) = row else { return Ok(None) };
     let comment: Option<String> = row.try_get("comment")?;
+    if comment.as_deref() == Some(MOVED_COMMENT) {
+        let mut sql = SqlText::new("SELECT moved_to FROM ");
+        sql.table(&CohortTable::SweepRun.qualified(schema));
+        let to: Option<String> = sqlx::query_scalar(sql.into_sql())
+            .fetch_optional(&mut *conn)
+            .await?;
+        return Err(moved(schema, to.as_deref()));
+    }
     version_of(schema, comment).map(Some)
+}
+
+/// The error for a schema whose tables were moved away.
+fn moved(schema: &str, to: Option<&str>) -> Error {
+    Error::Migration(format!(
+        "Cohort's tables were moved out of schema {schema:?}{}: set `schema` to where they are \
+         (a process configured with the old schema must not start an empty ledger)",
+        to.map(|t| format!(" to {t:?}")).unwrap_or_default()
+    ))
 }
 
 /// The version a found `sweep_run`'s comment records.
 fn version_of(schema: &str, comment: Option<String>) -> Result<u32> {
+    if comment.as_deref() == Some(MOVED_COMMENT) {
+        return Err(moved(schema, None));
+    }
     parse_version_comment(comment.as_deref()).ok_or_else(|| {
         Error::Migration(format!(
             "{}.sweep_run exists but carries no Cohort schema version (comment {:?}); \

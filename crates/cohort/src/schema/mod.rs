@@ -5,6 +5,7 @@ mod contract;
 mod migrate;
 mod relocate;
 
+pub(crate) use contract::MOVED_COMMENT;
 pub use contract::{CohortTable, ColumnContract, SCHEMA_VERSION};
 pub(crate) use migrate::parse_version_comment;
 pub use migrate::{

@@ -5,7 +5,7 @@
 
 use sqlx::{Connection, PgConnection};
 
-use super::contract::{CohortTable, SCHEMA_VERSION};
+use super::contract::{CohortTable, MOVED_COMMENT, SCHEMA_VERSION};
 use super::migrate::installed_version;
 use crate::config::check_schema_name;
 use crate::error::{Error, Problems, Result};
@@ -103,7 +103,15 @@ async fn move_in(tx: &mut PgConnection, from: &str, to: &str) -> Result<Vec<Stri
     .bind(&names)
     .fetch_all(&mut *tx)
     .await?;
-    if !taken.is_empty() {
+    if !taken.is_empty() && leftovers_only(tx, to, &taken).await? {
+        // Moving back to a schema the tables once left: its marker goes
+        // (with the empty sqlx history a stale migrator run left there).
+        for name in &taken {
+            let mut drop = SqlText::new("DROP TABLE ");
+            drop.table(&crate::QualifiedName::new(to, name.as_str()));
+            sqlx::query(drop.into_sql()).execute(&mut *tx).await?;
+        }
+    } else if !taken.is_empty() {
         return Err(Error::Conflict(format!(
             "schema {to:?} already has {}: nothing moved",
             taken.join(", ")
@@ -118,13 +126,32 @@ async fn move_in(tx: &mut PgConnection, from: &str, to: &str) -> Result<Vec<Stri
         .table(&CohortTable::HandlerStatus.qualified(from))
         .push(" IN SHARE ROW EXCLUSIVE MODE");
     sqlx::query(busy.into_sql()).execute(&mut *tx).await?;
-    let mut open = SqlText::new("SELECT (SELECT count(*) FROM ");
-    open.table(&CohortTable::SweepRun.qualified(from))
-        .push(" WHERE status = 'started'), (SELECT count(*) FROM ")
-        .table(&CohortTable::HandlerStatus.qualified(from))
-        .push(" WHERE status = 'in_flight')");
-    let (runs, deliveries): (i64, i64) =
-        sqlx::query_as(open.into_sql()).fetch_one(&mut *tx).await?;
+    // A run still `started` whose run lock is free lost its process (it is
+    // recovered as failed later, in the new schema), and a claim that has
+    // expired is reclaimed there: neither holds the move back.
+    let mut started = SqlText::new("SELECT run_id FROM ");
+    started
+        .table(&CohortTable::SweepRun.qualified(from))
+        .push(" WHERE status = 'started'");
+    let started: Vec<uuid::Uuid> = sqlx::query_scalar(started.into_sql())
+        .fetch_all(&mut *tx)
+        .await?;
+    let mut runs = 0;
+    for run_id in started {
+        let free: bool = sqlx::query_scalar(
+            "SELECT pg_catalog.pg_try_advisory_xact_lock(pg_catalog.hashtextextended($1, 0))",
+        )
+        .bind(crate::locks::LockKey::Run(run_id).text())
+        .fetch_one(&mut *tx)
+        .await?;
+        runs += i64::from(!free);
+    }
+    let mut open = SqlText::new("SELECT count(*) FROM ");
+    open.table(&CohortTable::HandlerStatus.qualified(from))
+        .push(" WHERE status = 'in_flight' AND claim_expires_at > pg_catalog.now()");
+    let deliveries: i64 = sqlx::query_scalar(open.into_sql())
+        .fetch_one(&mut *tx)
+        .await?;
     if runs > 0 || deliveries > 0 {
         return Err(Error::Refused(format!(
             "{runs} run(s) still started and {deliveries} delivery(ies) in flight in {from:?}: \
@@ -153,5 +180,85 @@ async fn move_in(tx: &mut PgConnection, from: &str, to: &str) -> Result<Vec<Stri
         sqlx::query(alter.into_sql()).execute(&mut *tx).await?;
         moved.push((*name).to_owned());
     }
+    if moved.iter().any(|t| t == SQLX_HISTORY) {
+        rewrite_sqlx_checksums(tx, from, to).await?;
+    }
+    // The marker: a process still configured with `from` finds this, not
+    // an empty schema it would install a fresh ledger into.
+    let marker = CohortTable::SweepRun.qualified(from);
+    let mut create = SqlText::new("CREATE TABLE ");
+    create
+        .table(&marker)
+        .push(" (moved_to text NOT NULL, moved_at timestamptz NOT NULL DEFAULT pg_catalog.now())");
+    sqlx::query(create.into_sql()).execute(&mut *tx).await?;
+    let mut insert = SqlText::new("INSERT INTO ");
+    insert.table(&marker).push(" (moved_to) VALUES ($1)");
+    sqlx::query(insert.into_sql())
+        .bind(to)
+        .execute(&mut *tx)
+        .await?;
+    let mut comment = SqlText::new("COMMENT ON TABLE ");
+    comment
+        .table(&marker)
+        .push(" IS '")
+        .push(MOVED_COMMENT)
+        .push("'");
+    sqlx::query(comment.into_sql()).execute(&mut *tx).await?;
     Ok(moved)
+}
+
+/// Whether the tables of Cohort's names in `schema` are only what a move
+/// away leaves there: the marker `sweep_run`, and at most an empty sqlx
+/// history (a stale process's failed `sqlx_migrator` run).
+async fn leftovers_only(tx: &mut PgConnection, schema: &str, taken: &[String]) -> Result<bool> {
+    if !taken.iter().any(|t| t == "sweep_run") || !is_marker(tx, schema).await? {
+        return Ok(false);
+    }
+    for name in taken.iter().filter(|t| t.as_str() != "sweep_run") {
+        if name != SQLX_HISTORY {
+            return Ok(false);
+        }
+        let mut rows = SqlText::new("SELECT count(*) FROM ");
+        rows.table(&crate::QualifiedName::new(schema, SQLX_HISTORY));
+        let n: i64 = sqlx::query_scalar(rows.into_sql())
+            .fetch_one(&mut *tx)
+            .await?;
+        if n > 0 {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// Whether `schema.sweep_run` is the marker a move left behind.
+async fn is_marker(tx: &mut PgConnection, schema: &str) -> Result<bool> {
+    let comment: Option<Option<String>> = sqlx::query_scalar(super::migrate::INSTALLED_VERSION_SQL)
+        .bind(schema)
+        .bind(CohortTable::SweepRun.name())
+        .fetch_optional(&mut *tx)
+        .await?;
+    Ok(comment.flatten().as_deref() == Some(MOVED_COMMENT))
+}
+
+/// sqlx records each migration's checksum, and Cohort's SQL names its
+/// schema: the moved history gets the checksums of the same versions
+/// rendered for `to`, where it still has those of `from` (anything else was
+/// not written by [`super::sqlx_migrator`] and is left for sqlx to report).
+async fn rewrite_sqlx_checksums(tx: &mut PgConnection, from: &str, to: &str) -> Result<()> {
+    let old = super::sqlx_migrator(from)?;
+    let new = super::sqlx_migrator(to)?;
+    let mut update = SqlText::new("UPDATE ");
+    update
+        .table(&crate::QualifiedName::new(to, SQLX_HISTORY))
+        .push(" SET checksum = $1 WHERE version = $2 AND checksum = $3");
+    for (o, n) in old.iter().zip(new.iter()) {
+        debug_assert_eq!(o.version, n.version);
+        sqlx::query(update.sql())
+            .bind(n.checksum.as_ref())
+            .bind(n.version)
+            .bind(o.checksum.as_ref())
+            .execute(&mut *tx)
+            .await?;
+    }
+    Ok(())
 }

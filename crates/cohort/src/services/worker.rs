@@ -539,6 +539,7 @@ async fn record_not_started(
             .bind(position.passes)
             .execute(&cx.pool)
             .await?;
+        crate::telemetry::run_recorded_failed("sweep", "scheduled");
         Ok::<_, Error>(())
     };
     if let Err(e) = recorded.await {

@@ -121,7 +121,7 @@ impl LedgerPlan {
                AND ($2::text IS NULL OR tenant_id = $2) \
                AND (NOT $3 OR ((released_at IS NULL OR released_at > pg_catalog.now()) \
                     AND (expires_at IS NULL OR expires_at > pg_catalog.now()))) \
-             ORDER BY created_at, hold_id",
+             ORDER BY created_at, hold_id LIMIT $4",
             );
         let mut release_hold = SqlText::new("UPDATE ");
         release_hold

@@ -101,6 +101,11 @@ pub(crate) fn check_cohort_schema(
                 Some(v) => problems.push(Problem::global(format!(
                     "the Cohort schema in {schema:?} is version {v}, newer than this build's {SCHEMA_VERSION}; upgrade Cohort"
                 ))),
+                None if info.comment.as_deref() == Some(crate::schema::MOVED_COMMENT) => {
+                    problems.push(Problem::global(format!(
+                        "Cohort's tables were moved out of schema {schema:?} (see {schema}.sweep_run.moved_to): set `schema` to where they are now"
+                    )))
+                }
                 None => problems.push(Problem::global(format!(
                     "{schema}.sweep_run carries no Cohort schema version; it was not created by Cohort's migrations"
                 ))),
