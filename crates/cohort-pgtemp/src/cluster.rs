@@ -327,20 +327,33 @@ impl Cluster {
     /// the same data and waits until it accepts connections: a real
     /// database outage for tests of what survives one.
     pub async fn restart(&mut self, down: Duration) -> Result<()> {
+        self.stop_with_signal("-INT", down).await
+    }
+
+    /// Crashes the server the way `pg_ctl restart -m immediate` does
+    /// (SIGQUIT: every backend exits at once, nothing is flushed or
+    /// checkpointed, in-flight transactions are simply lost), keeps it down
+    /// for `down`, then starts it again, running crash recovery from the
+    /// WAL, and waits until it accepts connections.
+    pub async fn crash_restart(&mut self, down: Duration) -> Result<()> {
+        self.stop_with_signal("-QUIT", down).await
+    }
+
+    async fn stop_with_signal(&mut self, signal: &str, down: Duration) -> Result<()> {
         let pid_file = self.data_dir.join("postmaster.pid");
         let text = std::fs::read_to_string(&pid_file)
             .map_err(|e| Error::io(format!("reading {}", pid_file.display()), e))?;
         let pid = text.lines().next().unwrap_or_default().trim().to_owned();
-        // SIGINT is PostgreSQL's fast shutdown. No stop is requested from
+        // SIGINT is a fast shutdown, SIGQUIT an immediate one. No stop is requested from
         // the watchdog, so the supervisor leaves the directory in place.
         let status = Command::new("kill")
-            .args(["-INT", &pid])
+            .args([signal, &pid])
             .status()
             .map_err(|e| Error::io("signalling the server", e))?;
         if !status.success() {
             return Err(Error::io(
                 "signalling the server",
-                std::io::Error::other(format!("kill -INT {pid} failed")),
+                std::io::Error::other(format!("kill {signal} {pid} failed")),
             ));
         }
         if let Some(mut child) = self.supervisor.take() {
