@@ -249,3 +249,71 @@ mod tests {
         }
     }
 }
+
+/// Hostile payloads (issue: reliability): whatever JSON a tampered queue
+/// row holds, reading it is an error or a valid snapshot, never a panic;
+/// every snapshot that can be captured reads back as itself.
+#[cfg(test)]
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn json() -> impl Strategy<Value = serde_json::Value> {
+        let leaf = prop_oneof![
+            Just(serde_json::Value::Null),
+            any::<bool>().prop_map(serde_json::Value::Bool),
+            any::<i64>().prop_map(|n| serde_json::json!(n)),
+            any::<f64>().prop_map(|f| serde_json::json!(f)),
+            ".{0,20}".prop_map(serde_json::Value::String),
+        ];
+        leaf.prop_recursive(4, 64, 8, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..6).prop_map(serde_json::Value::Array),
+                prop::collection::btree_map(".{0,8}", inner, 0..6)
+                    .prop_map(|m| serde_json::Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    fn value() -> impl Strategy<Value = SnapshotValue> {
+        let leaf = prop_oneof![
+            Just(SnapshotValue::Null),
+            any::<bool>().prop_map(SnapshotValue::Bool),
+            any::<i64>().prop_map(SnapshotValue::Int),
+            (-1e12f64..1e12).prop_map(SnapshotValue::Float),
+            "[^\u{0}]{0,16}".prop_map(SnapshotValue::Text),
+            any::<u128>().prop_map(|n| SnapshotValue::Uuid(Uuid::from_u128(n))),
+            (0i64..4_000_000_000_000_000).prop_map(|us| SnapshotValue::Timestamp(
+                DateTime::from_timestamp_micros(us).expect("in range")
+            )),
+            (-1_000_000i64..1_000_000, 0u32..100).prop_map(|(i, f)| {
+                SnapshotValue::decimal(&format!("{i}.{f:02}")).expect("a decimal")
+            }),
+            ("[A-Za-z]{1,8}", "[A-Za-z]{1,8}").prop_map(|(t, v)| SnapshotValue::enumerated(t, v)),
+        ];
+        leaf.prop_recursive(3, 32, 6, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..5).prop_map(SnapshotValue::List),
+                prop::collection::btree_map("[^\u{0}]{0,6}", inner, 0..5)
+                    .prop_map(SnapshotValue::Map),
+            ]
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn any_json_payload_reads_or_errors_without_panicking(payload in json()) {
+            let _ = Snapshot::from_json(payload);
+        }
+
+        #[test]
+        fn captured_snapshots_round_trip(entries in prop::collection::btree_map("[^\u{0}]{1,10}", value(), 0..8)) {
+            let mut s = Snapshot::new();
+            for (k, v) in entries {
+                s.insert(k, v).unwrap();
+            }
+            let back = Snapshot::from_json(s.to_json()).unwrap();
+            prop_assert_eq!(back, s);
+        }
+    }
+}
