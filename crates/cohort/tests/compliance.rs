@@ -151,6 +151,38 @@ fn every_end_to_end_test_is_named_by_a_requirement() {
     );
 }
 
+/// docs/guarantees.md names its proofs as `file.rs::test` (cohort's
+/// tests) or `cli/file.rs::test` (the CLI's): each must exist.
+#[test]
+fn every_test_the_guarantees_name_exists() {
+    let text =
+        std::fs::read_to_string(root().join("docs/guarantees.md")).expect("docs/guarantees.md");
+    let mut named = 0;
+    let mut missing = Vec::new();
+    for token in text.split('`').skip(1).step_by(2) {
+        let Some((file, test)) = token.split_once(".rs::") else {
+            continue;
+        };
+        if test.contains('*') || test.contains('<') {
+            continue;
+        }
+        let path = match file.strip_prefix("cli/") {
+            Some(f) => format!("crates/cohort-cli/tests/{f}.rs"),
+            None => format!("crates/cohort/tests/{file}.rs"),
+        };
+        let source = std::fs::read_to_string(root().join(&path)).unwrap_or_default();
+        named += 1;
+        if !test_fns(&source).iter().any(|t| t == test) {
+            missing.push(format!("{path}::{test}"));
+        }
+    }
+    assert!(named > 20, "only {named} tests named");
+    assert!(
+        missing.is_empty(),
+        "docs/guarantees.md names missing tests: {missing:?}"
+    );
+}
+
 #[test]
 fn every_inventory_id_is_in_the_manifest() {
     // The project's own list: this check never passes vacuously.
