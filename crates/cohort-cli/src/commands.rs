@@ -91,6 +91,9 @@ pub(crate) async fn dispatch(
             "the policy file declares no [[entity.handler]]; work queued by an application's own handlers is delivered by the application's dispatcher",
         ));
     }
+    cohort
+        .check_grants(&[cohort::services::Access::Dispatcher])
+        .await?;
     let dispatcher = cohort.dispatcher();
     if once {
         let r = dispatcher.flush().await?;

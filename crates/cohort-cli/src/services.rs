@@ -62,6 +62,8 @@ fn clock_offset() -> Result<chrono::TimeDelta, Failure> {
 /// themselves (read by `/healthz`).
 async fn run_until_signal(services: Services, ended: Ended) -> Result<(), Failure> {
     let names = services.names().join(", ");
+    // Every grant the services need, before anything starts.
+    services.check_grants().await?;
     let handle = services.try_spawn()?;
     tracing::info!(services = %names, "started; stop with SIGINT or SIGTERM");
     // Until a signal, or a service ending by itself (it panicked).
@@ -251,6 +253,9 @@ pub(crate) async fn prune(cohort: &Cohort, json: bool, dry_run: bool) -> Result<
                 .into(),
         )));
     };
+    cohort
+        .check_grants(&[cohort::services::Access::Pruner])
+        .await?;
     if cohort
         .settings()
         .await

@@ -293,6 +293,14 @@ impl Cohort {
         .await
     }
 
+    /// Checks, against the live grants, that the role may do everything
+    /// `accesses` need (e.g. `[Access::Runs]` before a manual sweep,
+    /// `[Access::Console]` for a read-only dashboard); one error lists
+    /// every missing grant, before anything runs.
+    pub async fn check_grants(&self, accesses: &[crate::services::Access]) -> Result<()> {
+        crate::services::grants::check(&self.cx, accesses).await
+    }
+
     /// The shared context, for the background services.
     pub(crate) fn context(&self) -> Arc<Context> {
         Arc::clone(&self.cx)

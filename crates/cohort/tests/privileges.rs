@@ -100,3 +100,123 @@ async fn a_least_privilege_role_can_validate_sweep_hold_and_erase() {
     )
     .await;
 }
+
+/// RS-006 for the background services and the console: with the README's
+/// grants every part's check passes and the services start and stop; a
+/// read-only role may run the console but nothing that writes, and a role
+/// missing one grant is told exactly which, before anything starts.
+#[tokio::test]
+async fn every_part_checks_its_grants_before_it_starts() {
+    use cohort::services::{Access, PrunerConfig, Services, WorkerConfig};
+    let db = engine_db().await;
+    let suffix = &db.name()[db.name().len() - 12..];
+    let (full, reader, nodelete) = (
+        format!("cohort_full_{suffix}"),
+        format!("cohort_read_{suffix}"),
+        format!("cohort_nodel_{suffix}"),
+    );
+    exec(
+        db.pool(),
+        &format!(
+            "CREATE ROLE {full} LOGIN PASSWORD 'pw' NOSUPERUSER;
+             CREATE ROLE {reader} LOGIN PASSWORD 'pw' NOSUPERUSER;
+             CREATE ROLE {nodelete} LOGIN PASSWORD 'pw' NOSUPERUSER;
+             GRANT USAGE ON SCHEMA public, app TO {full}, {reader}, {nodelete};
+             GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {full}, {nodelete};
+             GRANT SELECT, UPDATE, DELETE ON ALL TABLES IN SCHEMA app TO {full};
+             GRANT SELECT ON ALL TABLES IN SCHEMA public, app TO {reader};
+             GRANT SELECT, UPDATE ON ALL TABLES IN SCHEMA app TO {nodelete};"
+        ),
+    )
+    .await;
+    let handle = |role: String| {
+        let options = db.connect_options().username(&role).password("pw");
+        async move {
+            let pool = sqlx::postgres::PgPoolOptions::new()
+                .max_connections(6)
+                .connect_with(options)
+                .await
+                .unwrap();
+            let config = cohort::CohortConfig {
+                prune: cohort::config::PruneConfig {
+                    runs_older_than: Some("400d".parse().unwrap()),
+                    ..Default::default()
+                },
+                ..test_config()
+            };
+            let mut b = Cohort::builder(pool).config(config).rules(rules());
+            for d in engine_entities() {
+                b = b.declaration(d);
+            }
+            b.build().await.unwrap()
+        }
+    };
+    let services = |cohort: &Cohort| {
+        Services::new(cohort)
+            .unwrap()
+            .worker(Some(WorkerConfig::new("0 0 3 * * *").unwrap()))
+            .dispatcher(true)
+            .pruner(PrunerConfig::from_config(cohort.config()).unwrap())
+    };
+
+    // The README's grants: everything passes; the services start and stop.
+    let cohort = handle(full.clone()).await;
+    cohort
+        .check_grants(&[
+            Access::Runs,
+            Access::Dispatcher,
+            Access::Pruner,
+            Access::Console,
+        ])
+        .await
+        .unwrap();
+    let s = services(&cohort);
+    s.check_grants().await.unwrap();
+    let report = s.try_spawn().unwrap().shutdown().await;
+    assert!(report.clean(), "{report:?}");
+
+    // Read-only: the console, nothing else; every missing grant is listed.
+    let cohort = handle(reader.clone()).await;
+    cohort.check_grants(&[Access::Console]).await.unwrap();
+    let e = services(&cohort).check_grants().await.unwrap_err();
+    let text = e.to_string();
+    assert!(e.kind().is_bad_input(), "{e}");
+    for expected in [
+        "lacks",
+        "GRANT INSERT ON public.sweep_run is missing (needed by sweeps and erasure)",
+        "GRANT DELETE ON app.notes is missing (needed by purge of Note",
+        "GRANT UPDATE ON app.tickets is missing (needed by soft_delete of Ticket",
+        "GRANT UPDATE ON public.sweep_row_handler_status is missing (needed by the dispatcher)",
+        "GRANT DELETE ON public.sweep_run is missing (needed by the pruner)",
+    ] {
+        assert!(text.contains(expected), "{expected:?} not in:\n{text}");
+    }
+    assert!(!text.contains("GRANT SELECT"), "{text}");
+
+    // One grant short: named alone.
+    let cohort = handle(nodelete.clone()).await;
+    let e = cohort.check_grants(&[Access::Runs]).await.unwrap_err();
+    let text = e.to_string();
+    assert!(
+        text.contains("GRANT DELETE ON app.notes is missing"),
+        "{text}"
+    );
+    assert!(
+        text.contains("GRANT DELETE ON app.globals is missing"),
+        "{text}"
+    );
+    assert!(!text.contains("UPDATE ON"), "{text}");
+    assert_eq!(
+        ledger_rows(db.pool(), "public").await,
+        0,
+        "a check wrote something"
+    );
+
+    exec(
+        db.pool(),
+        &format!(
+            "DROP OWNED BY {full}, {reader}, {nodelete}; DROP ROLE {full}; DROP ROLE {reader}; DROP ROLE {nodelete};"
+        ),
+    )
+    .await;
+}

@@ -55,6 +55,9 @@ pub(crate) async fn serve(
     listen: SocketAddr,
     token: Option<String>,
 ) -> Result<(), Failure> {
+    cohort
+        .check_grants(&[cohort::services::Access::Console])
+        .await?;
     let listener = tokio::net::TcpListener::bind(listen).await.map_err(|e| {
         Failure::Input(Error::Config(
             format!("--listen {listen}: cannot listen there: {e}").into(),

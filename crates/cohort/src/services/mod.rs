@@ -21,6 +21,7 @@
 //! [`Services::new`] reads them from the handle's configuration, and the
 //! setters replace or switch off one service.
 
+pub(crate) mod grants;
 pub mod prune;
 pub mod worker;
 
@@ -34,6 +35,7 @@ use crate::context::Context;
 use crate::error::Result;
 use crate::Cohort;
 
+pub use grants::Access;
 pub use prune::{PruneReport, PrunerConfig};
 pub use worker::WorkerConfig;
 
@@ -138,6 +140,26 @@ impl Services {
             n = n.max(1);
         }
         n
+    }
+
+    /// Checks, against the live grants, everything the services that would
+    /// start need the role to be allowed (see [`Access`]); one error lists
+    /// every missing grant. Call it before [`Services::try_spawn`] (the
+    /// CLI's `worker` and `dispatch` do): a service started without them
+    /// fails at its first statement that needs one, iteration after
+    /// iteration.
+    pub async fn check_grants(&self) -> Result<()> {
+        let mut accesses = Vec::new();
+        if self.worker.is_some() {
+            accesses.push(Access::Runs);
+        }
+        if self.dispatcher {
+            accesses.push(Access::Dispatcher);
+        }
+        if self.pruner.is_some() {
+            accesses.push(Access::Pruner);
+        }
+        grants::check(&self.cx, &accesses).await
     }
 
     /// Starts them on the current tokio runtime (call it from within one).

@@ -1,0 +1,166 @@
+//! What each part of Cohort needs the database role to be allowed, checked
+//! at start-up against the live grants (`has_table_privilege`), so that a
+//! role without them gets one clear error listing every missing grant,
+//! not a failure in the middle of a run or a delivery.
+
+use crate::context::{Context, Prepared};
+use crate::error::{Error, Problems, Result};
+use crate::rules::Strategy;
+use crate::schema::CohortTable;
+use crate::QualifiedName;
+
+/// A part of Cohort that runs with the role's grants.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Access {
+    /// Sweeps and erasure (the scheduled worker, `cohort sweep`): read
+    /// and change the retained tables as their categories allow, write
+    /// runs, summaries, details and queued work, read holds and settings.
+    Runs,
+    /// The row-handler dispatcher: claim and settle queued work, recover
+    /// runs whose process died.
+    Dispatcher,
+    /// The history pruner: delete old runs with their rows, and old holds.
+    Pruner,
+    /// The operations console and the read-only commands: read Cohort's
+    /// tables.
+    Console,
+}
+
+impl Access {
+    fn name(self) -> &'static str {
+        match self {
+            Access::Runs => "sweeps and erasure",
+            Access::Dispatcher => "the dispatcher",
+            Access::Pruner => "the pruner",
+            Access::Console => "the console",
+        }
+    }
+}
+
+/// One needed privilege: (table, privilege, why).
+type Need = (QualifiedName, &'static str, String);
+
+fn cohort_tables(schema: &str, access: Access) -> Vec<Need> {
+    use CohortTable::*;
+    let list: &[(CohortTable, &[&'static str])] = match access {
+        Access::Runs => &[
+            (SweepRun, &["SELECT", "INSERT", "UPDATE"]),
+            (EntitySummary, &["SELECT", "INSERT", "UPDATE"]),
+            (RowDetail, &["SELECT", "INSERT"]),
+            (HandlerStatus, &["SELECT", "INSERT"]),
+            (Hold, &["SELECT"]),
+            (Setting, &["SELECT"]),
+        ],
+        Access::Dispatcher => &[
+            (SweepRun, &["SELECT", "UPDATE"]),
+            (RowDetail, &["SELECT"]),
+            (HandlerStatus, &["SELECT", "UPDATE"]),
+        ],
+        Access::Pruner => &[
+            (SweepRun, &["SELECT", "DELETE"]),
+            (EntitySummary, &["SELECT", "DELETE"]),
+            (RowDetail, &["SELECT", "DELETE"]),
+            (HandlerStatus, &["SELECT", "DELETE"]),
+            (Hold, &["SELECT", "DELETE"]),
+            (Setting, &["SELECT"]),
+        ],
+        Access::Console => &[
+            (SweepRun, &["SELECT"]),
+            (EntitySummary, &["SELECT"]),
+            (RowDetail, &["SELECT"]),
+            (HandlerStatus, &["SELECT"]),
+            (Hold, &["SELECT"]),
+            (Setting, &["SELECT"]),
+        ],
+    };
+    list.iter()
+        .flat_map(|(t, privileges)| {
+            privileges
+                .iter()
+                .map(move |p| (t.qualified(schema), *p, access.name().to_string()))
+        })
+        .collect()
+}
+
+/// The retained tables: read always; delete when a category may purge,
+/// update when it may soft-delete or anonymise.
+fn retained_tables(ready: &Prepared) -> Vec<Need> {
+    let mut out = Vec::new();
+    for e in ready.model.ordered() {
+        let table = &e.table;
+        out.push((table.clone(), "SELECT", format!("sweeps of {}", e.name)));
+        let Some(plan) = ready.plans.get(&e.id) else {
+            continue;
+        };
+        for strategy in plan.mutate.keys() {
+            let privilege = match strategy {
+                Strategy::Purge => "DELETE",
+                Strategy::SoftDelete | Strategy::Anonymise => "UPDATE",
+                _ => continue,
+            };
+            out.push((
+                table.clone(),
+                privilege,
+                format!(
+                    "{} of {} (its category may {})",
+                    strategy.as_str(),
+                    e.name,
+                    strategy.as_str()
+                ),
+            ));
+        }
+    }
+    out
+}
+
+/// Checks every grant `accesses` need; one error lists all that are missing.
+pub(crate) async fn check(cx: &Context, accesses: &[Access]) -> Result<()> {
+    let ready = cx.prepared().await?;
+    let mut needs: Vec<Need> = Vec::new();
+    for access in accesses {
+        needs.extend(cohort_tables(&cx.config.schema, *access));
+        if *access == Access::Runs {
+            needs.extend(retained_tables(&ready));
+        }
+    }
+    needs.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
+    needs.dedup_by(|a, b| a.0 == b.0 && a.1 == b.1);
+    let schemas: Vec<&str> = needs.iter().map(|n| n.0.schema.as_str()).collect();
+    let names: Vec<&str> = needs.iter().map(|n| n.0.name.as_str()).collect();
+    let privileges: Vec<&str> = needs.iter().map(|n| n.1).collect();
+    let missing: Vec<bool> = sqlx::query_scalar(
+        "SELECT NOT pg_catalog.has_table_privilege(pg_catalog.format('%I.%I', s, n), p) \
+         FROM ROWS FROM (pg_catalog.unnest($1::text[]), pg_catalog.unnest($2::text[]), \
+              pg_catalog.unnest($3::text[])) WITH ORDINALITY AS t(s, n, p, i) ORDER BY i",
+    )
+    .bind(&schemas)
+    .bind(&names)
+    .bind(&privileges)
+    .fetch_all(&cx.pool)
+    .await?;
+    let problems: Vec<String> = needs
+        .iter()
+        .zip(missing)
+        .filter(|(_, m)| *m)
+        .map(|((table, privilege, why), _)| {
+            format!(
+                "GRANT {privilege} ON {} is missing (needed by {why})",
+                table.display_plain()
+            )
+        })
+        .collect();
+    if problems.is_empty() {
+        return Ok(());
+    }
+    let role: String = sqlx::query_scalar("SELECT current_user::text")
+        .fetch_one(&cx.pool)
+        .await?;
+    Err(Error::Config(Problems::global(
+        std::iter::once(format!(
+            "role {role:?} lacks {} grant(s); nothing was started",
+            problems.len()
+        ))
+        .chain(problems),
+    )))
+}
