@@ -120,6 +120,7 @@ impl Context {
         self.ready
             .get_or_try_init(|| async {
                 let mut conn = self.pool.acquire().await?;
+                crate::validate::pooling::check(&mut conn, &self.pool).await?;
                 let model = validate(
                     &mut conn,
                     &self.config,

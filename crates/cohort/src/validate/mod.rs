@@ -7,6 +7,7 @@
 mod catalog;
 mod checks;
 mod partitions;
+pub(crate) mod pooling;
 
 pub(crate) use catalog::IncomingKey;
 
