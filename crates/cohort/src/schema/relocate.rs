@@ -75,6 +75,11 @@ async fn move_in(tx: &mut PgConnection, from: &str, to: &str) -> Result<Vec<Stri
             .execute(&mut *tx)
             .await?;
     }
+    if is_marker(tx, from).await? {
+        return Err(Error::NotFound(format!(
+            "Cohort's tables were already moved out of schema {from:?} (its sweep_run says where)"
+        )));
+    }
     match installed_version(&mut *tx, from).await? {
         None => {
             return Err(Error::NotFound(format!(
