@@ -2377,3 +2377,99 @@ async fn the_policy_only_example_validates_and_its_unit_command_runs() {
         std::fs::read_to_string(&log).unwrap()
     );
 }
+
+/// Hostile arguments: invalid UTF-8, NUL-free but absurd times, enormous
+/// values: each is a usage or input error (exit 2, one JSON document with
+/// --json), never a panic, and nothing is written.
+#[tokio::test]
+async fn hostile_arguments_are_refused_without_a_panic() {
+    use std::os::unix::ffi::OsStrExt;
+    let (db, dir) = setup().await;
+    let d = dir.path();
+    succeeded(&cohort(d, &["migrate"], Some(db.url())));
+    let invalid = std::ffi::OsStr::from_bytes(b"\xff\xfe-not-utf8");
+    let out = Command::new(env!("CARGO_BIN_EXE_cohort"))
+        .current_dir(d)
+        .env("DATABASE_URL", db.url())
+        .args(["--json", "sweep", "--tenant"])
+        .arg(invalid)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("panicked"));
+    json(&out);
+    let huge = "9".repeat(100_000);
+    for args in [
+        vec![
+            "--json",
+            "sweep",
+            "--tenant",
+            "11111111-1111-1111-1111-111111111111",
+            "--now",
+            "99999-01-01T00:00:00Z",
+        ],
+        vec![
+            "--json",
+            "sweep",
+            "--tenant",
+            "11111111-1111-1111-1111-111111111111",
+            "--now",
+            "2026-13-45T25:61:61Z",
+        ],
+        vec![
+            "--json",
+            "preview",
+            "--tenant",
+            "11111111-1111-1111-1111-111111111111",
+            "--now",
+            "-262144-01-01T00:00:00Z",
+        ],
+        vec![
+            "--json",
+            "holds",
+            "create",
+            "--entity",
+            "SessionNote",
+            "--record",
+            "x",
+            "--tenant",
+            "11111111-1111-1111-1111-111111111111",
+            "--reason",
+            "r",
+            "--expires-at",
+            "1969-13-01T00:00:00Z",
+        ],
+        vec!["--json", "runs", "list", "--limit", "99999999999999999999"],
+        vec!["--json", "sweep", "--tenant", huge.as_str()],
+        vec![
+            "--json",
+            "erase",
+            "--tenant",
+            "11111111-1111-1111-1111-111111111111",
+            "--subject",
+            huge.as_str(),
+        ],
+    ] {
+        let out = cohort(d, &args, Some(db.url()));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.contains("panicked"), "{args:.3?}: {stderr}");
+        assert_eq!(out.status.code(), Some(2), "{:.3?}: {stderr}", args);
+        let v = json(&out);
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .is_some_and(|m| !m.is_empty()),
+            "{v}"
+        );
+    }
+    let runs: i64 = sqlx::query_scalar("SELECT count(*) FROM retention.sweep_run")
+        .fetch_one(db.pool())
+        .await
+        .unwrap();
+    assert_eq!(runs, 0, "a refused command wrote a run");
+}

@@ -500,3 +500,66 @@ async fn timeouts_on_the_role_fail_cleanly_with_nothing_half_done() {
     assert_batches_whole(&pool).await;
     cluster.stop();
 }
+
+/// RS-005: the dispatcher's connections are terminated while deliveries
+/// are in flight: it reconnects, nothing is lost, everything is delivered.
+#[tokio::test]
+async fn terminating_the_dispatchers_connections_loses_no_work() {
+    let (cluster, pool) = server().await;
+    sqlx::query("DELETE FROM app.items WHERE id > 40")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let delivered = Arc::new(AtomicU64::new(0));
+    let cohort = cohort(
+        &pool,
+        Some(Deliveries {
+            delivered: delivered.clone(),
+            delay: Duration::from_millis(30),
+        }),
+    )
+    .await;
+    cohort
+        .sweep(SweepRequest::tenanted(TENANT, chrono::Utc::now()))
+        .await
+        .unwrap();
+    let stop = cohort::Cancel::new();
+    let dispatching = tokio::spawn({
+        let (dispatcher, stop) = (cohort.dispatcher(), stop.clone());
+        async move { dispatcher.run(stop).await }
+    });
+    while delivered.load(Ordering::SeqCst) < 8 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let observer = PgPoolOptions::new()
+        .max_connections(1)
+        .connect(cluster.url())
+        .await
+        .unwrap();
+    let killed: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+         WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend') t",
+    )
+    .fetch_one(&observer)
+    .await
+    .unwrap();
+    assert!(killed >= 1);
+    wait_for(
+        &observer,
+        "SELECT CASE WHEN count(*) FILTER (WHERE status IN ('pending', 'in_flight')) = 0 THEN 1 ELSE 0 END::int8 FROM public.sweep_row_handler_status",
+        1,
+    )
+    .await;
+    stop.cancel();
+    dispatching.await.unwrap();
+    assert_eq!(
+        scalar(
+            &observer,
+            "SELECT count(*) FROM public.sweep_row_handler_status WHERE status = 'succeeded'"
+        )
+        .await,
+        40
+    );
+    assert!(delivered.load(Ordering::SeqCst) >= 40);
+    cluster.stop();
+}
