@@ -5,7 +5,8 @@
 //! that fail at random); meanwhile the application inserts rows, deletes
 //! some through guarded deletion, places and releases holds and asks for
 //! erasures, all at random; and a chaos loop kill -9s, SIGSTOPs/SIGCONTs
-//! and restarts workers and crashes the server. At the end the queue is
+//! and restarts workers, terminates server sessions at random
+//! (`pg_terminate_backend`) and crashes the server. At the end the queue is
 //! drained and every invariant is checked against the shadow log the soak
 //! kept in the database (`soak.*` tables). The seed drives every random
 //! choice: a failing seed is the way to reproduce a failure (timing still
@@ -64,6 +65,7 @@ struct Counts {
     kills: AtomicU64,
     stops: AtomicU64,
     restarts: AtomicU64,
+    terminated: AtomicU64,
 }
 
 fn subject(i: usize) -> String {
@@ -296,6 +298,10 @@ async fn run(args: Args) -> Result<bool, Box<dyn std::error::Error>> {
     ));
 
     // The chaos loop, on this task (it owns the cluster and the workers).
+    let terminator = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&url)
+        .await?;
     let mut rng = StdRng::seed_from_u64(args.seed ^ 0x5eed_c4a0_5000_0001);
     let deadline = Instant::now() + duration;
     while Instant::now() < deadline {
@@ -319,6 +325,25 @@ async fn run(args: Args) -> Result<bool, Box<dyn std::error::Error>> {
                     .crash_restart(Duration::from_millis(rng.random_range(100..1500)))
                     .await?;
                 counts.restarts.fetch_add(1, Ordering::Relaxed);
+            }
+            8 => {
+                // One server session at random (a worker's run, its
+                // occurrence lock, a dispatcher's claim, the application's
+                // own), as an operator's pg_terminate_backend would.
+                let killed: Option<bool> = sqlx::query_scalar(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+                     WHERE datname = current_database() AND pid <> pg_backend_pid()
+                       AND backend_type = 'client backend'
+                     ORDER BY md5(pid::text || $1::text) LIMIT 1",
+                )
+                .bind(rng.random::<u32>().to_string())
+                .fetch_optional(&terminator)
+                .await
+                .ok()
+                .flatten();
+                if killed == Some(true) {
+                    counts.terminated.fetch_add(1, Ordering::Relaxed);
+                }
             }
             _ => {}
         }
@@ -608,7 +633,7 @@ async fn check(
     );
 
     println!(
-        "soak: counts: inserted {}, deleted by the application {} (protected {}), holds {} (released {}), erasures {}, load errors during outages {}, kill -9 {}, SIGSTOP {}, server crashes {}",
+        "soak: counts: inserted {}, deleted by the application {} (protected {}), holds {} (released {}), erasures {}, load errors during outages {}, kill -9 {}, SIGSTOP {}, server crashes {}, backends terminated {}",
         counts.inserted.load(Ordering::Relaxed),
         counts.app_deleted.load(Ordering::Relaxed),
         counts.app_protected.load(Ordering::Relaxed),
@@ -619,6 +644,7 @@ async fn check(
         counts.kills.load(Ordering::Relaxed),
         counts.stops.load(Ordering::Relaxed),
         counts.restarts.load(Ordering::Relaxed),
+        counts.terminated.load(Ordering::Relaxed),
     );
     Ok(ok)
 }

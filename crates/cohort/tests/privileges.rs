@@ -170,6 +170,16 @@ async fn every_part_checks_its_grants_before_it_starts() {
         ])
         .await
         .unwrap();
+    // The live settings: read and set with the same grants.
+    cohort
+        .set_setting(cohort::settings::Setting::KillSwitch, true)
+        .await
+        .unwrap();
+    assert!(cohort.settings().await.unwrap().kill_switch.effective);
+    cohort
+        .set_setting(cohort::settings::Setting::KillSwitch, false)
+        .await
+        .unwrap();
     let s = services(&cohort);
     s.check_grants().await.unwrap();
     let report = s.try_spawn().unwrap().shutdown().await;
@@ -178,6 +188,16 @@ async fn every_part_checks_its_grants_before_it_starts() {
     // Read-only: the console, nothing else; every missing grant is listed.
     let cohort = handle(reader.clone()).await;
     cohort.check_grants(&[Access::Console]).await.unwrap();
+    // It reads the live settings; setting one is refused by the server.
+    assert!(!cohort.settings().await.unwrap().kill_switch.effective);
+    let refused = cohort
+        .set_setting(cohort::settings::Setting::KillSwitch, true)
+        .await
+        .unwrap_err();
+    assert!(
+        refused.to_string().contains("permission denied"),
+        "{refused}"
+    );
     let e = services(&cohort).check_grants().await.unwrap_err();
     let text = e.to_string();
     assert!(e.kind().is_bad_input(), "{e}");
