@@ -4,9 +4,6 @@
 
 mod support;
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
-
 use cohort::handlers::{
     AfterContext, BeforeContext, HandlerError, HandlerRegistration, RowHandler,
 };
@@ -15,26 +12,6 @@ use cohort::{Cohort, CohortConfig, RunStatus, SweepRequest};
 use serde_json::Value;
 use support::*;
 use uuid::Uuid;
-
-#[derive(Clone, Default)]
-struct LogBuffer(Arc<Mutex<Vec<u8>>>);
-
-impl Write for LogBuffer {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LogBuffer {
-    type Writer = LogBuffer;
-    fn make_writer(&'a self) -> Self::Writer {
-        self.clone()
-    }
-}
 
 /// Every JSON line this test binary logged at debug and above.
 fn captured() -> &'static LogBuffer {
@@ -212,7 +189,7 @@ async fn runs_entities_batches_and_deliveries_have_spans_with_their_fields_and_n
         assert_eq!(delivery["run_id"], run_id.as_str());
     }
     // No row value anywhere in the log (record ids are allowed).
-    let text = String::from_utf8(captured().0.lock().unwrap().clone()).unwrap();
+    let text = captured().text();
     // (sqlx logs every statement at debug: Cohort's carry placeholders,
     // never values; the one statement allowed to show them is this test's
     // own seeding UPDATE.)
