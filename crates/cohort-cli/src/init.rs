@@ -16,11 +16,17 @@ use cohort::Error;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct TableFacts {
     pub(crate) name: String,
+    /// `schema.table` as PostgreSQL's `quote_ident` writes each part: what
+    /// the policy file's `table` gets, so that it round-trips exactly.
+    pub(crate) path: String,
     /// `pg_class.reltuples` (-1 or 0 when never analysed).
     pub(crate) estimate: i64,
     pub(crate) columns: Vec<String>,
     pub(crate) timestamps: Vec<String>,
     pub(crate) primary_key: Vec<String>,
+    /// Columns that are NOT NULL and alone make an immediate, non-partial
+    /// unique index: record keys when there is no primary key.
+    pub(crate) unique_not_null: Vec<String>,
 }
 
 /// Anchor names, likeliest first.
@@ -76,17 +82,45 @@ fn tenant(t: &TableFacts) -> Option<&str> {
         .copied()
 }
 
-/// `order_lines` → `OrderLines`.
+/// `order_lines` → `OrderLines`, `é` → `É`; a name without letters or
+/// digits (`_`) becomes `Table`.
 fn display_name(table: &str) -> String {
-    table
-        .split(|c: char| !c.is_ascii_alphanumeric())
+    let name: String = table
+        .split(|c: char| !c.is_alphanumeric())
         .filter(|w| !w.is_empty())
         .map(|w| {
             let mut chars = w.chars();
-            let first = chars.next().expect("non-empty").to_ascii_uppercase();
-            std::iter::once(first).chain(chars).collect::<String>()
+            let first = chars.next().expect("non-empty");
+            first.to_uppercase().chain(chars).collect::<String>()
         })
-        .collect()
+        .collect();
+    if name.is_empty() {
+        "Table".to_owned()
+    } else {
+        name
+    }
+}
+
+/// One distinct display name per table, in the tables' order: tables whose
+/// names read alike (`order_lines`, `order-lines`, `Order_Lines`) get a
+/// number after the first (`OrderLines`, `OrderLines2`, …), never a name
+/// another table already has.
+fn display_names(tables: &[&TableFacts]) -> Vec<String> {
+    let bases: Vec<String> = tables.iter().map(|t| display_name(&t.name)).collect();
+    let mut taken: std::collections::HashSet<String> = std::collections::HashSet::new();
+    let mut out = Vec::with_capacity(bases.len());
+    for base in &bases {
+        let mut name = base.clone();
+        let mut n = 2;
+        // Skip names taken, and numbered names that are another table's own.
+        while taken.contains(&name) || (name != *base && bases.contains(&name)) {
+            name = format!("{base}{n}");
+            n += 1;
+        }
+        taken.insert(name.clone());
+        out.push(name);
+    }
+    out
 }
 
 /// A TOML basic string.
@@ -118,6 +152,7 @@ pub(crate) async fn read_tables(
         .collect();
     let rows = sqlx::query(
         "SELECT c.relname::text AS name, c.reltuples::int8 AS estimate, \
+            pg_catalog.quote_ident(n.nspname) || '.' || pg_catalog.quote_ident(c.relname) AS path, \
             ARRAY(SELECT a.attname::text FROM pg_catalog.pg_attribute a \
                   WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped \
                   ORDER BY a.attnum) AS columns, \
@@ -127,7 +162,12 @@ pub(crate) async fn read_tables(
                   ORDER BY a.attnum) AS timestamps, \
             ARRAY(SELECT a.attname::text FROM pg_catalog.pg_index i \
                   JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey) \
-                  WHERE i.indrelid = c.oid AND i.indisprimary ORDER BY a.attnum) AS primary_key \
+                  WHERE i.indrelid = c.oid AND i.indisprimary ORDER BY a.attnum) AS primary_key, \
+            ARRAY(SELECT DISTINCT a.attname::text FROM pg_catalog.pg_index i \
+                  JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0] \
+                  WHERE i.indrelid = c.oid AND i.indisunique AND i.indimmediate AND i.indnkeyatts = 1 \
+                    AND i.indpred IS NULL AND i.indexprs IS NULL AND a.attnotnull \
+                  ORDER BY 1) AS unique_not_null \
          FROM pg_catalog.pg_class c \
          JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
          WHERE n.nspname = $1 AND c.relkind IN ('r', 'p') AND NOT c.relispartition \
@@ -140,10 +180,12 @@ pub(crate) async fn read_tables(
         .map(|r| {
             Ok(TableFacts {
                 name: r.try_get("name")?,
+                path: r.try_get("path")?,
                 estimate: r.try_get("estimate")?,
                 columns: r.try_get("columns")?,
                 timestamps: r.try_get("timestamps")?,
                 primary_key: r.try_get("primary_key")?,
+                unique_not_null: r.try_get("unique_not_null")?,
             })
         })
         .filter(|t: &Result<TableFacts, sqlx::Error>| {
@@ -189,23 +231,23 @@ pub(crate) fn render(
             "# Tables without a timestamptz column (no age to retain them by), left out:\n",
         );
         for t in &without {
-            let _ = writeln!(out, "#   {}", t.name);
+            let _ = writeln!(out, "#   {}", t.path);
         }
         out.push('\n');
     }
-    for t in &with {
+    let names = display_names(&with);
+    for (t, name) in with.iter().zip(&names) {
         let anchor = anchor(t).expect("partitioned by anchor");
         let rows = if t.estimate > 0 {
             format!("about {} rows", t.estimate)
         } else {
             "not analysed yet".to_owned()
         };
-        let _ = writeln!(out, "# {}.{}: {rows}", schema, t.name);
+        let _ = writeln!(out, "# {}: {rows}", t.path);
         out.push_str("[[entity]]\n");
-        let _ = writeln!(out, "name = {}", quoted(&display_name(&t.name)));
+        let _ = writeln!(out, "name = {}", quoted(name));
         let _ = writeln!(out, "id = \"{}\"", new_id());
-        let _ = writeln!(out, "schema = {}", quoted(schema));
-        let _ = writeln!(out, "table = {}", quoted(&t.name));
+        let _ = writeln!(out, "table = {}", quoted(&t.path));
         out.push_str("exempt = \"not yet classified\"\n");
         out.push_str("# To retain it, remove `exempt` and choose:\n");
         out.push_str("# category = \"...\"                  # one of the [[category]] names\n");
@@ -241,9 +283,23 @@ pub(crate) fn render(
             [key] => {
                 let _ = writeln!(out, "# record_id = {}", quoted(key));
             }
-            [] => {
-                out.push_str("# (no primary key: Cohort needs a unique single-column record key)\n")
-            }
+            [] => match t.unique_not_null.as_slice() {
+                [] => out.push_str(
+                    "# (no primary key: Cohort needs a unique single-column record key)\n",
+                ),
+                [key, rest @ ..] => {
+                    let _ = write!(out, "# record_id = {}", quoted(key));
+                    if rest.is_empty() {
+                        out.push_str("              # unique and not null (no primary key)\n");
+                    } else {
+                        let _ = writeln!(
+                            out,
+                            "              # unique and not null; so are: {}",
+                            rest.join(", ")
+                        );
+                    }
+                }
+            },
             keys => {
                 let _ = writeln!(
                     out,
@@ -304,10 +360,12 @@ mod tests {
         let v = |s: &[&str]| s.iter().map(|c| c.to_string()).collect();
         TableFacts {
             name: name.into(),
+            path: cohort::QualifiedName::new("app", name).path(),
             estimate: 0,
             columns: v(columns),
             timestamps: v(timestamps),
             primary_key: v(pk),
+            unique_not_null: Vec::new(),
         }
     }
 
@@ -331,6 +389,31 @@ mod tests {
     fn names_and_quoting() {
         assert_eq!(display_name("order_lines"), "OrderLines");
         assert_eq!(display_name("events2024"), "Events2024");
+        assert_eq!(display_name("_"), "Table");
+        assert_eq!(display_name("é"), "É");
+        let tables: Vec<TableFacts> = [
+            "Order_Lines",
+            "order-lines",
+            "order_lines",
+            "OrderLines2",
+            "_",
+            "__",
+        ]
+        .iter()
+        .map(|n| table(n, &[], &[], &[]))
+        .collect();
+        let names = display_names(&tables.iter().collect::<Vec<_>>());
+        assert_eq!(
+            names,
+            [
+                "OrderLines",
+                "OrderLines3",
+                "OrderLines4",
+                "OrderLines2",
+                "Table",
+                "Table2"
+            ]
+        );
         assert_eq!(quoted("a\"b\\c\u{1}"), "\"a\\\"b\\\\c\\u0001\"");
     }
 
@@ -355,6 +438,6 @@ mod tests {
         assert!(text.contains("# anchor = \"created_at\""), "{text}");
         assert!(text.contains("# tenant = \"organisation_id\""), "{text}");
         assert!(text.contains("# record_id = \"order_id\""), "{text}");
-        assert!(text.contains("table = \"we\\\"ird\""), "{text}");
+        assert!(text.contains(r#"table = "app.\"we\"\"ird\"""#), "{text}");
     }
 }

@@ -2217,7 +2217,7 @@ async fn init_writes_a_starter_policy_that_validates_and_never_overwrites_withou
     let text = std::fs::read_to_string(&path).unwrap();
     for expected in [
         "name = \"Orders\"",
-        "table = \"orders\"",
+        "table = \"shop.orders\"",
         "# anchor = \"created_at\"",
         "# tenant = \"organisation_id\"",
         "# record_id = \"order_id\"",

@@ -361,6 +361,22 @@ impl CohortConfig {
                 problems.push(format!("{name} must be greater than zero"));
             }
         }
+        // Settings that measure elapsed time have no calendar meaning.
+        for (name, p) in [
+            ("observer_timeout", self.observer_timeout),
+            ("shutdown_grace_period", self.shutdown_grace_period),
+            ("partition_lock_timeout", self.partition_lock_timeout),
+            ("dispatch.poll_interval", d.poll_interval),
+            ("dispatch.base_backoff", d.base_backoff),
+            ("dispatch.claim_timeout", d.claim_timeout),
+            ("dispatch.settle_timeout", d.settle_timeout),
+            ("dispatch.payload_retention", d.payload_retention),
+            ("prune.interval", self.prune.interval),
+        ] {
+            if let Err(e) = p.require_fixed() {
+                problems.push(format!("{name}: {e}"));
+            }
+        }
         for (name, p) in [
             ("prune.runs_older_than", self.prune.runs_older_than),
             (

@@ -1,6 +1,7 @@
 //! Reading the ledger back: recent runs, and one run with its summaries.
 
 use chrono::{DateTime, Utc};
+use sqlx::postgres::types::PgInterval;
 use sqlx::Row;
 use uuid::Uuid;
 
@@ -124,8 +125,7 @@ pub(crate) async fn show(cx: &Context, run_id: Uuid) -> Result<SweepResult> {
     let mut sum_sql = SqlText::new(
         "SELECT retention_entity_id, entity_type, category, strategy, affected_count, held_count, \
          skipped_count, null_anchor_count, kept_by_legal_min_count, kept_by_policy_count, cutoff, \
-         pg_catalog.date_part('epoch', resolved_period)::int8 AS period_s, \
-         pg_catalog.date_part('epoch', legal_min)::int8 AS legal_min_s FROM ",
+         resolved_period, legal_min FROM ",
     );
     sum_sql
         .table(&CohortTable::EntitySummary.qualified(schema))
@@ -138,9 +138,16 @@ pub(crate) async fn show(cx: &Context, run_id: Uuid) -> Result<SweepResult> {
     let mut entities = Vec::new();
     for s in &summaries {
         let strategy: String = s.try_get("strategy")?;
+        // Stored as intervals: calendar months, and days and time folded
+        // into seconds (Cohort writes days as 86 400 s, it works in UTC).
         let period = |col: &str| -> Result<Option<Period>> {
-            let secs: Option<i64> = s.try_get(col)?;
-            secs.map(|v| Period::from_seconds(v).map_err(|e| Error::Migration(e.to_string())))
+            let interval: Option<PgInterval> = s.try_get(col)?;
+            interval
+                .map(|i| {
+                    let seconds = i64::from(i.days) * 86_400 + i.microseconds.div_euclid(1_000_000);
+                    Period::from_parts(i64::from(i.months), seconds)
+                        .map_err(|e| Error::Migration(e.to_string()))
+                })
                 .transpose()
         };
         entities.push(EntityOutcome {
@@ -157,8 +164,8 @@ pub(crate) async fn show(cx: &Context, run_id: Uuid) -> Result<SweepResult> {
             kept_by_policy: n(s.try_get("kept_by_policy_count")?),
             null_anchor: n(s.try_get("null_anchor_count")?),
             cutoff: s.try_get("cutoff")?,
-            period: period("period_s")?.unwrap_or_default(),
-            legal_min: period("legal_min_s")?,
+            period: period("resolved_period")?.unwrap_or_default(),
+            legal_min: period("legal_min")?,
         });
     }
     // Failures are stored structurally since schema version 3; runs settled

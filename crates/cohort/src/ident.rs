@@ -68,12 +68,51 @@ impl QualifiedName {
     pub fn parse(text: &str, default_schema: &str) -> Result<Self, String> {
         let parts = split_qualified(text)?;
         match parts.as_slice() {
-            [name] => Ok(Self::new(default_schema, name.clone())),
-            [schema, name] => Ok(Self::new(schema.clone(), name.clone())),
+            [(name, _)] => Ok(Self::new(default_schema, name.clone())),
+            [(schema, _), (name, _)] => Ok(Self::new(schema.clone(), name.clone())),
             _ => Err(format!(
                 "table name {text:?} has more than two parts; expected `schema.table` or `table`"
             )),
         }
+    }
+
+    /// Resolves a declaration's table: `table` (a `schema.table` path, or
+    /// `fallback` when absent) with `schema` for a one-part path, then
+    /// `default_schema`. A two-part path together with `schema` is refused
+    /// as ambiguous, naming both readings: `schema = "public"` with
+    /// `table = "a.b"` could mean the table `a.b` of `public` or the
+    /// table `b` of `a`, and guessing wrong sweeps a table nobody listed.
+    pub fn resolve(
+        table: Option<&str>,
+        fallback: &str,
+        schema: Option<&str>,
+        default_schema: &str,
+    ) -> Result<Self, String> {
+        let text = table.unwrap_or(fallback);
+        let parsed = Self::parse(text, schema.unwrap_or(default_schema))?;
+        if let Some(schema) = schema {
+            if split_qualified(text)?.len() == 2 {
+                let literal = Self::new(schema, text.trim());
+                return Err(format!(
+                    "table {text:?} with schema = {schema:?} is ambiguous: it reads as {} (schema {:?}, table {:?}), or as {} (a table named {:?} in schema {schema:?}); write the one you mean as table = {:?} and leave out schema",
+                    parsed.path(),
+                    parsed.schema,
+                    parsed.name,
+                    literal.path(),
+                    literal.name,
+                    literal.path(),
+                ));
+            }
+        }
+        Ok(parsed)
+    }
+
+    /// The name as a policy file writes it and PostgreSQL reads it:
+    /// `schema.table`, each part double-quoted (quotes doubled) unless it
+    /// is a plain lower-case identifier (`[a-z_][a-z0-9_$]*`), which reads
+    /// the same quoted or not. It round-trips through [`QualifiedName::parse`].
+    pub fn path(&self) -> String {
+        format!("{}.{}", path_part(&self.schema), path_part(&self.name))
     }
 
     /// Reads a name from two text columns of a catalog row.
@@ -106,12 +145,50 @@ impl fmt::Display for QualifiedName {
     }
 }
 
-fn split_qualified(text: &str) -> Result<Vec<String>, String> {
+/// One part of [`QualifiedName::path`]: bare when PostgreSQL would read
+/// it bare the same way (reserved words too, which Cohort's parser takes
+/// literally), quoted otherwise.
+fn path_part(part: &str) -> String {
+    let mut chars = part.chars();
+    let plain = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
+        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '$');
+    if plain {
+        part.to_owned()
+    } else {
+        quote_ident(part)
+    }
+}
+
+/// The policy file's stricter reading of a table path: an unquoted part
+/// with an upper-case ASCII letter or white space is refused, because
+/// PostgreSQL would read it differently (`Orders` as `orders`) than Cohort
+/// takes it (as written), and the two can name different tables.
+pub(crate) fn policy_table_problem(text: &str) -> Option<String> {
+    let parts = split_qualified(text).ok()?;
+    let (part, _) = parts.iter().find(|(part, quoted)| {
+        !quoted
+            && part
+                .chars()
+                .any(|c| c.is_ascii_uppercase() || c.is_whitespace())
+    })?;
+    Some(format!(
+        "table {text:?}: the unquoted name {part:?} would be read by PostgreSQL as {:?}; write it quoted, {}, for the table named exactly {part:?}, or in lower case",
+        part.trim().to_ascii_lowercase(),
+        quote_ident(part),
+    ))
+}
+
+/// Splits a `schema.table` path into its parts, each with whether it was
+/// double-quoted.
+fn split_qualified(text: &str) -> Result<Vec<(String, bool)>, String> {
     let mut parts = Vec::new();
     let mut chars = text.trim().chars().peekable();
     loop {
         let mut part = String::new();
-        if chars.peek() == Some(&'"') {
+        let quoted = chars.peek() == Some(&'"');
+        if quoted {
             chars.next();
             loop {
                 match chars.next() {
@@ -137,7 +214,7 @@ fn split_qualified(text: &str) -> Result<Vec<String>, String> {
             }
         }
         check_identifier(&part).map_err(|e| format!("in table name {text:?}: {e}"))?;
-        parts.push(part);
+        parts.push((part, quoted));
         match chars.next() {
             None => break,
             Some('.') => continue,
@@ -299,6 +376,74 @@ mod tests {
                 QualifiedName::parse(bad, "public").is_err(),
                 "{bad:?} accepted"
             );
+        }
+    }
+
+    #[test]
+    fn paths_round_trip_for_hostile_identifiers() {
+        let names = [
+            ("public", "a.b"),
+            ("a", "b"),
+            ("public", "we\"ird name"),
+            ("public", "_"),
+            ("public", "é"),
+            ("public", "Order_Lines"),
+            ("public", "order-lines"),
+            ("public", "order_lines"),
+            ("My Schema", "select"),
+            ("s", "\"\""),
+            ("s", "$x"),
+            ("s", "t$1"),
+            ("s", " lead"),
+        ];
+        for (schema, name) in names {
+            let q = QualifiedName::new(schema, name);
+            let path = q.path();
+            assert_eq!(QualifiedName::parse(&path, "other").unwrap(), q, "{path}");
+            assert_eq!(policy_table_problem(&path), None, "{path}");
+            assert_eq!(
+                QualifiedName::resolve(Some(&path), "x", None, "other").unwrap(),
+                q
+            );
+        }
+        assert_eq!(QualifiedName::new("public", "a.b").path(), "public.\"a.b\"");
+        assert_eq!(QualifiedName::new("app", "notes").path(), "app.notes");
+    }
+
+    #[test]
+    fn a_schema_with_a_dotted_table_is_ambiguous() {
+        let err = QualifiedName::resolve(Some("a.b"), "x", Some("public"), "d").unwrap_err();
+        assert!(err.contains("ambiguous"), "{err}");
+        assert!(err.contains("public.\"a.b\""), "{err}");
+        assert!(err.contains("schema \"a\", table \"b\""), "{err}");
+        // One part with a schema, or two parts without one, are not.
+        assert_eq!(
+            QualifiedName::resolve(Some("\"a.b\""), "x", Some("public"), "d").unwrap(),
+            QualifiedName::new("public", "a.b")
+        );
+        assert_eq!(
+            QualifiedName::resolve(Some("a.b"), "x", None, "d").unwrap(),
+            QualifiedName::new("a", "b")
+        );
+        assert_eq!(
+            QualifiedName::resolve(None, "fallback", Some("s"), "d").unwrap(),
+            QualifiedName::new("s", "fallback")
+        );
+    }
+
+    #[test]
+    fn the_policy_file_refuses_unquoted_names_postgres_would_fold() {
+        for bad in ["Orders", "app.Orders", "App.orders", "app. orders"] {
+            assert!(policy_table_problem(bad).is_some(), "{bad}");
+        }
+        for good in [
+            "orders",
+            "app.orders",
+            "\"App\".\"Orders\"",
+            "order-lines",
+            "é",
+        ] {
+            assert_eq!(policy_table_problem(good), None, "{good}");
         }
     }
 

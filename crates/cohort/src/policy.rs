@@ -155,6 +155,9 @@ fn handlers(
         if h.timeout == Some(Period::ZERO) {
             problems.push(format!("{at}: timeout must be greater than zero"));
         }
+        if let Some(Err(e)) = h.timeout.map(Period::require_fixed) {
+            problems.push(format!("{at}: timeout: {e}"));
+        }
         if let Some(t) = h.timeout {
             if t.as_seconds() as f64 > claim_timeout.as_seconds() as f64 * 0.85 {
                 problems.push(format!(
@@ -415,6 +418,13 @@ fn entity(e: &RawEntity) -> std::result::Result<EntityDeclaration, Vec<String>> 
         problems.push("name must not be empty".into());
     }
     if let Some(t) = &e.table {
+        if let Some(problem) = crate::ident::policy_table_problem(t) {
+            problems.push(problem);
+        } else if let Err(problem) =
+            crate::ident::QualifiedName::resolve(Some(t), t, e.schema.as_deref(), "public")
+        {
+            problems.push(problem);
+        }
         d = d.table(t);
     } else {
         problems.push("table is required".into());

@@ -230,14 +230,14 @@ pub(crate) fn resolve(
             None
         }
     };
-    let schema = decl.schema.as_deref().unwrap_or(default_schema);
-    let table_text = decl
-        .table
-        .clone()
-        .unwrap_or_else(|| heck::ToSnakeCase::to_snake_case(decl.name.as_str()));
-    let table = QualifiedName::parse(&table_text, schema)
-        .map_err(|e| problems.push(e))
-        .ok();
+    let table = QualifiedName::resolve(
+        decl.table.as_deref(),
+        &heck::ToSnakeCase::to_snake_case(decl.name.as_str()),
+        decl.schema.as_deref(),
+        default_schema,
+    )
+    .map_err(|e| problems.push(e))
+    .ok();
 
     let available: Vec<&str> = match &decl.columns {
         Some(cols) => cols.iter().map(|c| c.column.as_str()).collect(),

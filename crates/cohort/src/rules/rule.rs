@@ -199,7 +199,7 @@ impl RetentionRule {
 
     /// Whether the legal minimum is positive (it then also constrains erasure).
     pub fn has_positive_legal_min(&self) -> bool {
-        self.legal_min.is_some_and(|m| m > Period::ZERO)
+        self.legal_min.is_some_and(|m| !m.is_zero())
     }
 
     /// The audit detail.
@@ -217,15 +217,26 @@ impl RetentionRule {
         self.reason.as_deref()
     }
 
-    /// The age a row must exceed before a sweep touches it: `max(period, legal_min)`.
-    pub fn effective_period(&self) -> Period {
-        self.legal_min.map_or(self.period, |m| m.max(self.period))
+    /// The age a row must exceed before a sweep touches it at `now`:
+    /// `max(period, legal_min)`. With calendar units the longer of the two
+    /// can depend on `now` (`1mo` against `30d`), so this is the one whose
+    /// cutoff lies earlier at that time.
+    pub fn effective_period_at(&self, now: DateTime<Utc>) -> Period {
+        match self.legal_min {
+            Some(min) if min.before(now) < self.period.before(now) => min,
+            _ => self.period,
+        }
     }
 
     /// The sweep cutoff for a logical `now`: rows whose anchor is strictly
-    /// before it are eligible; rows exactly on it are kept.
+    /// before it are eligible; rows exactly on it are kept. It is the
+    /// earlier of `now - period` and `now - legal_min`.
     pub fn sweep_cutoff(&self, now: DateTime<Utc>) -> Result<DateTime<Utc>, CutoffOutOfRange> {
-        cutoff(now, self.effective_period())
+        let by_period = cutoff(now, self.period)?;
+        match self.legal_min {
+            Some(min) => Ok(by_period.min(cutoff(now, min)?)),
+            None => Ok(by_period),
+        }
     }
 
     /// The erasure cutoff: `now - legal_min` when the legal minimum is
@@ -235,7 +246,7 @@ impl RetentionRule {
         now: DateTime<Utc>,
     ) -> Result<Option<DateTime<Utc>>, CutoffOutOfRange> {
         match self.legal_min {
-            Some(min) if min > Period::ZERO => cutoff(now, min).map(Some),
+            Some(min) if !min.is_zero() => cutoff(now, min).map(Some),
             _ => Ok(None),
         }
     }
@@ -259,10 +270,11 @@ pub struct CutoffOutOfRange {
     pub period: Period,
 }
 
-/// `now - period`, checked. The one place eligibility times are computed.
+/// `now - period`, checked, with calendar years and months as PostgreSQL
+/// computes them ([`Period::before`]). The one place eligibility times are
+/// computed.
 pub fn cutoff(now: DateTime<Utc>, period: Period) -> Result<DateTime<Utc>, CutoffOutOfRange> {
-    now.checked_sub_signed(period.as_time_delta())
-        .ok_or(CutoffOutOfRange { now, period })
+    period.before(now).ok_or(CutoffOutOfRange { now, period })
 }
 
 /// Every strategy a category can ever return: non-empty, only real
@@ -336,6 +348,26 @@ mod tests {
                 Utc.with_ymd_and_hms(2025, 12, 31, 12, 0, 0).unwrap(),
                 Some(Utc.with_ymd_and_hms(2026, 3, 30, 12, 0, 0).unwrap()),
             ),
+            // Calendar units: seven calendar years, never 2555 days.
+            (
+                days(30),
+                Some("7y".parse().unwrap()),
+                Utc.with_ymd_and_hms(2019, 3, 31, 12, 0, 0).unwrap(),
+                Some(Utc.with_ymd_and_hms(2019, 3, 31, 12, 0, 0).unwrap()),
+            ),
+            // On March 31st a calendar month reaches back 31 days, further than 30d.
+            (
+                days(30),
+                Some("1mo".parse().unwrap()),
+                Utc.with_ymd_and_hms(2026, 2, 28, 12, 0, 0).unwrap(),
+                Some(Utc.with_ymd_and_hms(2026, 2, 28, 12, 0, 0).unwrap()),
+            ),
+            (
+                "1mo".parse().unwrap(),
+                Some(days(30)),
+                Utc.with_ymd_and_hms(2026, 2, 28, 12, 0, 0).unwrap(),
+                Some(Utc.with_ymd_and_hms(2026, 3, 1, 12, 0, 0).unwrap()),
+            ),
             (
                 "1d12h".parse().unwrap(),
                 None,
@@ -395,7 +427,7 @@ mod tests {
             .unwrap()
             .with_reason("contracts")
             .unwrap();
-        assert_eq!(rule.effective_period(), days(30));
+        assert_eq!(rule.effective_period_at(Utc::now()), days(30));
         assert_eq!(rule.audit(), AuditDetail::PerRow);
         assert_eq!(rule.source(), Some("policy v3"));
         assert_eq!(rule.reason(), Some("contracts"));

@@ -483,11 +483,12 @@ async fn run_entity(
     let strategy = work.rule.strategy();
     let split = |p: crate::rules::Period| {
         (
-            (p.as_seconds() / 86_400) as i32,
-            (p.as_seconds() % 86_400) as f64,
+            p.months(),
+            (p.fixed_seconds() / 86_400) as i32,
+            (p.fixed_seconds() % 86_400) as f64,
         )
     };
-    let (period_days, period_secs) = split(work.rule.period());
+    let (period_months, period_days, period_secs) = split(work.rule.period());
     let legal = work.rule.legal_min().map(split);
     let summary_id: i64 = sqlx::query(ledger.insert_summary.sql())
         .bind(ctx.run_id)
@@ -497,10 +498,12 @@ async fn run_entity(
         .bind(ctx.spec.tenant.as_deref())
         .bind(strategy.as_str())
         .bind(work.cutoff)
+        .bind(period_months)
         .bind(period_days)
         .bind(period_secs)
         .bind(legal.map(|l| l.0))
-        .bind(legal.map(|l| l.1).unwrap_or(0.0))
+        .bind(legal.map(|l| l.1).unwrap_or(0))
+        .bind(legal.map(|l| l.2).unwrap_or(0.0))
         .bind(work.rule.source())
         .bind(work.rule.reason())
         .fetch_one(&mut *conn)

@@ -63,7 +63,7 @@ impl PrunerConfig {
             ),
             ("prune.interval", Some(p.interval)),
         ] {
-            if v.is_some_and(|v| v.as_seconds() <= 0) {
+            if v.is_some_and(|v| v.is_zero()) {
                 problems.push(format!("{name} must be greater than zero"));
             }
         }
@@ -118,7 +118,7 @@ type Cutoffs = (Option<DateTime<Utc>>, Option<DateTime<Utc>>);
 pub(crate) fn cutoffs(config: &PrunerConfig, db_now: DateTime<Utc>) -> Result<Cutoffs> {
     let back = |p: Option<Period>| -> Result<Option<DateTime<Utc>>> {
         p.map(|p| {
-            db_now.checked_sub_signed(p.as_time_delta()).ok_or_else(|| {
+            p.before(db_now).ok_or_else(|| {
                 Error::Config(Problems::one(format!(
                     "prune limit {p} reaches before the start of the calendar"
                 )))

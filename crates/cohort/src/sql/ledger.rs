@@ -81,9 +81,11 @@ impl LedgerPlan {
         insert_summary.table(&summary).push(
             " (run_id, retention_entity_id, entity_type, category, tenant_id, strategy, cutoff, \
                resolved_period, legal_min, rule_source, rule_reason) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, pg_catalog.make_interval(days => $8, secs => $9), \
-               CASE WHEN $10::int4 IS NULL THEN NULL ELSE pg_catalog.make_interval(days => $10, secs => $11) END, \
-               $12, $13) RETURNING summary_id",
+             VALUES ($1, $2, $3, $4, $5, $6, $7, \
+               pg_catalog.make_interval(months => $8, days => $9, secs => $10), \
+               CASE WHEN $11::int4 IS NULL THEN NULL \
+                 ELSE pg_catalog.make_interval(months => $11, days => $12, secs => $13) END, \
+               $14, $15) RETURNING summary_id",
         );
         let mut add_affected = SqlText::new("UPDATE ");
         add_affected.table(&summary).push(

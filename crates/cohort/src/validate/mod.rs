@@ -157,12 +157,12 @@ fn declared_table(
     decl: &EntityDeclaration,
     default_schema: &str,
 ) -> std::result::Result<QualifiedName, String> {
-    let schema = decl.schema.as_deref().unwrap_or(default_schema);
-    let text = decl
-        .table
-        .clone()
-        .unwrap_or_else(|| heck::ToSnakeCase::to_snake_case(decl.name.as_str()));
-    QualifiedName::parse(&text, schema)
+    QualifiedName::resolve(
+        decl.table.as_deref(),
+        &heck::ToSnakeCase::to_snake_case(decl.name.as_str()),
+        decl.schema.as_deref(),
+        default_schema,
+    )
 }
 
 /// The columns of a table with their base type names (for checks made
