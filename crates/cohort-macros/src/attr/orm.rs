@@ -142,10 +142,20 @@ pub(super) fn resolve_table(
     sea_orm_table: Option<&str>,
     diesel_table: Option<&str>,
 ) -> String {
+    // `table = "..."` is a `schema.table` path; an ORM's table name is one
+    // identifier, which the ORM quotes: quote it too when it would
+    // otherwise split on a dot or stop at a quote.
+    let orm_name = |name: &str| {
+        if name.contains(['.', '"']) {
+            format!("\"{}\"", name.replace('"', "\"\""))
+        } else {
+            name.to_owned()
+        }
+    };
     explicit
-        .or(sea_orm_table)
-        .or(diesel_table)
         .map(str::to_owned)
+        .or(sea_orm_table.map(orm_name))
+        .or(diesel_table.map(orm_name))
         .unwrap_or_else(|| struct_name.to_snake_case())
 }
 
@@ -311,6 +321,9 @@ mod tests {
             ),
             ("SessionNote", None, Some("sea"), Some("diesel"), "sea"),
             ("SessionNote", None, None, Some("diesel"), "diesel"),
+            // An ORM's name is one identifier, dots and quotes included.
+            ("SessionNote", None, Some("a.b"), None, "\"a.b\""),
+            ("SessionNote", None, None, Some("we\"ird"), "\"we\"\"ird\""),
         ];
         for (name, explicit, sea, diesel, expected) in cases {
             assert_eq!(resolve_table(name, *explicit, *sea, *diesel), *expected);
