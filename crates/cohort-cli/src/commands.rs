@@ -363,7 +363,11 @@ async fn query_jurisdiction(
     };
     let wanted = cohort.canonical_tenant(tenant).await?;
     let identity = cohort.ready().await?.tenant_identity();
-    for t in cohort.tenants(&TenantSource::Query(q.clone())).await? {
+    for t in cohort
+        .tenants(&TenantSource::Query(q.clone()))
+        .await?
+        .tenants
+    {
         if identity.canonical(&t.id).as_deref() == Some(wanted.as_str()) {
             return Ok(t.jurisdiction);
         }
@@ -606,6 +610,7 @@ pub(crate) async fn sweep(
                         "run_id": null,
                         "status": "not_started",
                         "tenant": f.tenant,
+                        "position": f.position,
                         "error": {"kind": f.kind.as_str(), "message": f.error},
                     }),
                     _ => json!(null),
@@ -619,11 +624,17 @@ pub(crate) async fn sweep(
                         print_result(r);
                         outln!();
                     }
-                    PassOutcome::NotStarted(f) => outln!(
-                        "Pass for {} did not start: {}\n",
-                        f.tenant.as_deref().unwrap_or("the tenantless entities"),
-                        f.error
-                    ),
+                    PassOutcome::NotStarted(f) => match (&f.tenant, f.position) {
+                        (Some(t), _) => outln!("Pass for {t} did not start: {}\n", f.error),
+                        (None, Some(_)) => outln!("A pass did not start: {}\n", f.error),
+                        (None, None) if f.kind.is_bad_input() => {
+                            outln!("Not swept: {}\n", f.error)
+                        }
+                        (None, None) => outln!(
+                            "Pass for the tenantless entities did not start: {}\n",
+                            f.error
+                        ),
+                    },
                     _ => {}
                 }
             }

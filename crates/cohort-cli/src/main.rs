@@ -372,11 +372,22 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             let query = policy.tenants_query.clone();
             let cohort = Cohort::builder(pool).policy(policy).build().await?;
             let model = cohort.ready().await?;
-            // A tenants query is run (read-only) and its shape checked too.
-            if let Some(q) = query {
-                cohort.tenants(&cohort::TenantSource::Query(q)).await?;
+            // A tenants query is run (read-only) and its shape checked too;
+            // rows that cannot be tenants are warned about, not refused
+            // (each fails only its own pass when sweeping).
+            let unusable = match query {
+                Some(q) => {
+                    cohort
+                        .tenants(&cohort::TenantSource::Query(q))
+                        .await?
+                        .unusable
+                }
+                None => Vec::new(),
+            };
+            for u in &unusable {
+                eprintln!("cohort: warning: tenants_query {u}; its pass will fail, the others run");
             }
-            output::validated(cli.json, cohort.config(), &model);
+            output::validated(cli.json, cohort.config(), &model, &unusable);
             Ok(())
         }
         Command::Preview { scope, now } => {

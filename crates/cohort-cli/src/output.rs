@@ -123,7 +123,12 @@ pub(crate) fn entity_rows(model: &ValidatedModel) -> Vec<Vec<String>> {
         .collect()
 }
 
-pub(crate) fn validated(json: bool, config: &CohortConfig, model: &ValidatedModel) {
+pub(crate) fn validated(
+    json: bool,
+    config: &CohortConfig,
+    model: &ValidatedModel,
+    unusable_tenants: &[cohort::UnusableTenant],
+) {
     if json {
         print_json(&json!({
             "valid": true,
@@ -131,6 +136,7 @@ pub(crate) fn validated(json: bool, config: &CohortConfig, model: &ValidatedMode
             "entities": model.entities.iter().map(|e| entity_json(e, model)).collect::<Vec<_>>(),
             "exempt": model.exempt.iter().map(|e| json!({"entity_id": e.id, "entity": e.name, "reason": e.reason})).collect::<Vec<_>>(),
             "warnings": model.warnings,
+            "unusable_tenants": unusable_tenants,
         }));
         return;
     }

@@ -110,7 +110,8 @@ async fn run_until_signal(services: Services, ended: Ended) -> Result<(), Failur
 }
 
 /// `cohort worker`: the scheduled worker, the dispatcher (when the policy
-/// declares handlers) and the pruner (when `[cohort.prune]` sets a limit).
+/// declares handlers), the pruner (when `[cohort.prune]` sets a limit) and
+/// the maintenance service (always).
 pub(crate) async fn worker(
     cohort: &Cohort,
     metrics_addr: Option<std::net::SocketAddr>,
@@ -118,13 +119,11 @@ pub(crate) async fn worker(
     let offset = clock_offset()?;
     let worker = WorkerConfig::from_config(cohort.config())?.map(|w| w.local_clock_offset(offset));
     let services = Services::new(cohort)?.worker(worker);
-    if services.names().is_empty() {
-        return Err(Failure::Input(Error::Config(
-            "nothing to run: set [cohort] schedule for the worker, declare [[entity.handler]] for the dispatcher, or set a [cohort.prune] limit for the pruner"
-                .into(),
-        )));
-    }
-    if cohort.config().schedule.is_none() {
+    if services.names() == ["maintenance"] {
+        eprintln!(
+            "cohort: note: only the maintenance service runs (settling runs whose process died, scrubbing old payloads): set [cohort] schedule for scheduled sweeps, declare [[entity.handler]] for the dispatcher, or set a [cohort.prune] limit for the pruner"
+        );
+    } else if cohort.config().schedule.is_none() {
         eprintln!("cohort: note: no [cohort] schedule; the scheduled worker stays idle");
     }
     let ended = Ended::default();

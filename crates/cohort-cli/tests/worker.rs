@@ -609,15 +609,28 @@ async fn settings_and_prune_commands_follow_the_contract() {
     let out = cohort(dir, &["--json", "prune"], db.url(), &[]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stdout).contains("nothing to prune"));
-    // A worker with nothing to run refuses to start.
+    // A worker with nothing else to run still runs the maintenance service,
+    // and says so.
     std::fs::write(
         dir.join("cohort.toml"),
         policy("0 2 * * *", 100, "").replace("schedule = \"0 2 * * *\"", ""),
     )
     .unwrap();
-    let out = cohort(dir, &["worker"], db.url(), &[]);
-    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
-    assert!(stderr(&out).contains("nothing to run"), "{}", stderr(&out));
+    let mut replicas = Replicas::new(dir, db.url());
+    replicas.spawn("only-maintenance", &[]);
+    wait_until(
+        "the maintenance service",
+        Duration::from_secs(20),
+        async || {
+            replicas
+                .log("only-maintenance")
+                .contains("maintenance service started")
+        },
+    )
+    .await;
+    let (code, log) = replicas.terminate("only-maintenance", Duration::from_secs(30));
+    assert_eq!(code, Some(0), "{log}");
+    assert!(log.contains("only the maintenance service runs"), "{log}");
     // Prune with limits: old settled runs go, the rest stays; dry-run counts.
     std::fs::write(
         dir.join("cohort.toml"),
@@ -879,4 +892,85 @@ base_backoff = \"1s\"
     assert!(ok.success());
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(0), "{}", log());
+}
+
+/// RS-026 on the worker: a tenants query with a NULL id, an id that cannot
+/// be a tenant and a duplicate. The good tenants and the tenantless
+/// entities are swept at every occurrence; each bad row is a failed run of
+/// its own, named by its position, never by its value; the worker goes on.
+#[tokio::test]
+async fn rows_of_the_tenants_query_that_cannot_be_tenants_fail_only_themselves() {
+    let query = format!(
+        "tenants_query = \"SELECT t, j FROM (VALUES ('{T1}', 'UK'), (NULL, 'UK'), ('secret-not-a-uuid', 'UK'), ('{T2}', NULL), ('{T1}', 'UK')) v(t, j)\"\n"
+    );
+    let text = policy("*/2 * * * * *", 500, "")
+        .replace(&format!("[[tenant]]\nid = \"{T1}\"\n"), "")
+        .replace(&format!("[[tenant]]\nid = \"{T2}\"\n"), "");
+    let (db, dir) = setup(&format!("{query}{text}")).await;
+    let dir = dir.path();
+    insert_rows(db.pool(), 20, 20).await;
+    let out = cohort(dir, &["--json", "validate"], db.url(), &[]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "validate warns, it does not refuse: {}",
+        stderr(&out)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let positions: Vec<i64> = report["unusable_tenants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|u| u["position"].as_i64().unwrap())
+        .collect();
+    assert_eq!(positions, [2, 3]);
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("secret-not-a-uuid"));
+
+    let mut replicas = Replicas::new(dir, db.url());
+    replicas.spawn("w", &[]);
+    // One whole occurrence: T1, T2, two rows that failed, the tenantless pass.
+    wait_until("a whole occurrence", Duration::from_secs(30), async || {
+        let runs = scheduled(db.pool()).await;
+        let mut done: BTreeMap<DateTime<Utc>, usize> = BTreeMap::new();
+        for r in runs.iter().filter(|r| r.3 != "started") {
+            *done.entry(r.0).or_default() += 1;
+        }
+        done.values().any(|&n| n == 5)
+    })
+    .await;
+    let (code, log) = replicas.terminate("w", Duration::from_secs(30));
+    assert_eq!(code, Some(0), "{log}");
+    let runs = scheduled(db.pool()).await;
+    let first = runs[0].0;
+    let of_first: Vec<_> = runs.iter().filter(|r| r.0 == first).collect();
+    assert_eq!(of_first.len(), 5, "{of_first:?}");
+    let succeeded: Vec<Option<&str>> = of_first
+        .iter()
+        .filter(|r| r.3 == "succeeded")
+        .map(|r| r.2.as_deref())
+        .collect();
+    assert_eq!(succeeded, [Some(T1), Some(T2), None], "{of_first:?}");
+    let failed: Vec<&str> = of_first
+        .iter()
+        .filter(|r| r.3 == "failed")
+        .map(|r| r.5.as_deref().unwrap())
+        .collect();
+    assert_eq!(failed.len(), 2, "{of_first:?}");
+    assert!(
+        failed[0].contains("row 2 cannot be a tenant") && failed[0].contains("NULL"),
+        "{failed:?}"
+    );
+    assert!(failed[1].contains("row 3 cannot be a tenant"), "{failed:?}");
+    for r in &of_first {
+        assert!(!format!("{r:?}").contains("secret-not-a-uuid"), "{r:?}");
+    }
+    // Every old row of both tenants and the tenantless table is gone.
+    let left: i64 = sqlx::query_scalar(
+        "SELECT (SELECT count(*) FROM app.session_notes) + (SELECT count(*) FROM app.events)",
+    )
+    .fetch_one(db.pool())
+    .await
+    .unwrap();
+    assert_eq!(left, 0);
+    assert!(log.contains("cannot be a tenant"), "{log}");
 }

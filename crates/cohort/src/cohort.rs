@@ -173,8 +173,10 @@ impl Cohort {
     /// Sweeps every tenant of `request`'s source, one pass each in
     /// first-seen order (one tenant however its id is spelled), then the
     /// tenantless entities. A pass that fails does not stop the others;
-    /// cancellation stops the open pass and skips the rest. Refused when
-    /// there are tenant-scoped entities but no tenants at all.
+    /// cancellation stops the open pass and skips the rest. A row of the
+    /// tenant source that cannot be a tenant, and the absence of any
+    /// tenant while there are tenant-scoped entities, are passes that did
+    /// not start; the tenantless pass runs whatever happens to the others.
     pub async fn sweep_all(
         &self,
         request: crate::SweepAllRequest,
@@ -183,10 +185,13 @@ impl Cohort {
     }
 
     /// The tenants of `source` (the directory, a tenants query or a list),
-    /// each checked to be a valid tenant id: a tenants query of the wrong
-    /// shape, or returning an id that cannot be a tenant, is `InvalidInput`.
-    pub async fn tenants(&self, source: &crate::TenantSource) -> Result<Vec<TenantEntry>> {
-        crate::run::passes::checked_tenants(&self.cx, source).await
+    /// de-duplicated by tenant identity, and the rows that cannot be
+    /// tenants (a NULL id, an id invalid for the tenant columns, a
+    /// jurisdiction that is not text), each with its position. A tenants
+    /// query that cannot run, or of the wrong shape, is `InvalidInput`.
+    /// A query is streamed, never read whole.
+    pub async fn tenants(&self, source: &crate::TenantSource) -> Result<crate::TenantDiscovery> {
+        crate::run::passes::discover(&self.cx, source).await
     }
 
     /// Previews every pass `sweep_all` would make for `source`, in order;
@@ -272,6 +277,17 @@ impl Cohort {
     /// Where the scheduled worker takes its tenants from.
     pub fn tenant_source(&self) -> &crate::TenantSource {
         &self.cx.tenant_source
+    }
+
+    /// One maintenance pass now (what the always-running maintenance
+    /// service does every interval): settle runs left `started` by a lost
+    /// process, dead-letter work no registered handler can deliver, scrub
+    /// payloads past `payload_retention`.
+    pub async fn maintain(
+        &self,
+        config: &crate::services::MaintenanceConfig,
+    ) -> Result<crate::services::MaintenanceReport> {
+        crate::services::maintenance::pass(&self.cx, config).await
     }
 
     /// One history-pruning pass now with `config` (see

@@ -35,7 +35,10 @@ pub use error::{Error, ErrorKind, Problem, Problems, Result};
 pub use ident::QualifiedName;
 pub use model::{EntityDeclaration, Retained};
 pub use rules::{AuditDetail, Strategy};
-pub use run::passes::{PassFailure, PassOutcome, SweepAllRequest, SweepAllResult, TenantSource};
+pub use run::passes::{
+    PassFailure, PassOutcome, SweepAllRequest, SweepAllResult, TenantDiscovery, TenantSource,
+    UnusableTenant,
+};
 pub use run::PreviewResult;
 pub use run::{
     EntityFailure, EntityOutcome, NotReached, PreviewRequest, RunKind, RunStatus, SweepRequest,

@@ -44,6 +44,9 @@ pub const HANDLER_DELIVERIES_TOTAL: &str = "cohort_handler_deliveries_total";
 pub const HANDLER_QUEUE_DEPTH: &str = "cohort_handler_queue_depth";
 /// `cohort_dead_letters`.
 pub const DEAD_LETTERS: &str = "cohort_dead_letters";
+/// `cohort_tenant_rows_unusable_total`: rows of the tenant source that
+/// could not be tenants (each failed only its own pass).
+pub const TENANT_ROWS_UNUSABLE_TOTAL: &str = "cohort_tenant_rows_unusable_total";
 
 /// Registers the help text of every metric with the installed recorder.
 /// Call once after installing it; harmless to call again.
@@ -75,6 +78,10 @@ pub fn describe() {
     describe_gauge!(
         DEAD_LETTERS,
         "Dead-lettered row-handler work, as last read."
+    );
+    describe_counter!(
+        TENANT_ROWS_UNUSABLE_TOTAL,
+        "Rows of the tenant source (tenants_query or directory) that could not be tenants; each failed only its own pass."
     );
 }
 
@@ -112,6 +119,10 @@ pub(crate) fn run_settled(kind: RunKind, trigger: Trigger, status: RunStatus, to
 pub(crate) fn run_recorded_failed(kind: &str, trigger: &str) {
     metrics::counter!(RUNS_TOTAL, "kind" => kind.to_owned(), "trigger" => trigger.to_owned(), "status" => "failed")
         .increment(1);
+}
+
+pub(crate) fn tenant_row_unusable() {
+    metrics::counter!(TENANT_ROWS_UNUSABLE_TOTAL).increment(1);
 }
 
 pub(crate) fn batch(took: Duration) {

@@ -90,29 +90,34 @@ async fn every_tenant_once_in_first_seen_order_then_the_tenantless_pass() {
         .await
         .unwrap();
     assert_eq!(result.passes.len(), 4, "B, the bad id, A, tenantless");
-    let tenants: Vec<Option<String>> = result
+    let tenants: Vec<(Option<String>, Option<u64>)> = result
         .passes
         .iter()
         .map(|p| match p {
-            PassOutcome::Ran(r) => r.tenant.clone(),
-            PassOutcome::NotStarted(f) => f.tenant.clone(),
+            PassOutcome::Ran(r) => (r.tenant.clone(), None),
+            PassOutcome::NotStarted(f) => (f.tenant.clone(), f.position),
             _ => unreachable!(),
         })
         .collect();
+    // The bad entry is named by its position (its value is never shown).
     assert_eq!(
         tenants,
         vec![
-            Some(TENANT_B.to_string()),
-            Some("not-a-uuid".to_string()),
-            Some(TENANT_A.to_string()),
-            None
+            (Some(TENANT_B.to_string()), None),
+            (None, Some(2)),
+            (Some(TENANT_A.to_string()), None),
+            (None, None)
         ]
     );
     // The bad tenant failed before its run existed and did not stop the rest.
     let failed: Vec<_> = result.not_started().collect();
     assert_eq!(failed.len(), 1);
     assert_eq!(failed[0].kind, ErrorKind::InvalidInput);
-    assert!(failed[0].error.contains("is not a valid uuid"));
+    assert!(
+        failed[0].error.contains("not a valid tenant id"),
+        "{failed:?}"
+    );
+    assert!(!failed[0].error.contains("not-a-uuid"), "{failed:?}");
     assert!(result.runs().all(|r| r.status == RunStatus::Succeeded));
     assert_eq!(
         result.conflicting_duplicates,
@@ -169,19 +174,30 @@ async fn cancellation_stops_the_open_pass_and_skips_the_rest() {
 }
 
 #[tokio::test]
-async fn no_tenants_at_all_is_refused_and_no_empty_tenantless_run_is_written() {
+async fn no_tenants_at_all_fails_loudly_and_the_tenantless_pass_still_runs() {
     let db = engine_db().await;
     let seen = Arc::new(Mutex::new(Vec::new()));
     let cohort = cohort_with(&db, seen, None).await;
-    let err = cohort
+    let result = cohort
         .sweep_all(SweepAllRequest::new(TenantSource::Directory, now()))
         .await
-        .unwrap_err();
+        .unwrap();
+    let failures: Vec<_> = result.not_started().collect();
+    assert_eq!(failures.len(), 1, "{result:?}");
     assert!(
-        matches!(&err, Error::InvalidInput(m) if m.contains("no tenants to sweep")),
-        "{err}"
+        failures[0].error.contains("no tenants to sweep"),
+        "{result:?}"
     );
-    assert_eq!(ledger_rows(db.pool(), "public").await, 0);
+    assert_eq!(failures[0].kind, cohort::ErrorKind::InvalidInput);
+    // The tenantless pass ran (the Global entity), and only it.
+    let runs: Vec<_> = result.runs().collect();
+    assert_eq!(runs.len(), 1);
+    assert_eq!(runs[0].tenant, None);
+    assert_eq!(runs[0].status, RunStatus::Succeeded);
+    assert_eq!(
+        count(db.pool(), "SELECT count(*) FROM public.sweep_run").await,
+        1
+    );
 
     // Only tenant-scoped entities: the tenants' passes and no tenantless run.
     let mut b = Cohort::builder(db.pool().clone())
@@ -206,7 +222,8 @@ async fn no_tenants_at_all_is_refused_and_no_empty_tenantless_run_is_written() {
             "SELECT count(*) FROM public.sweep_run WHERE tenant_id IS NULL"
         )
         .await,
-        0
+        1,
+        "no tenantless run beyond the first one"
     );
 
     // A tenants query of the wrong shape is bad input, before any run.
@@ -230,4 +247,65 @@ async fn no_tenants_at_all_is_refused_and_no_empty_tenantless_run_is_written() {
         .await
         .unwrap();
     assert_eq!(ok.runs().count(), 1);
+}
+
+/// RS-026: a tenants query whose rows cannot all be tenants (NULL ids, ids
+/// of another type, a jurisdiction that is not text): each bad row is a
+/// pass that did not start, named by position; the others and the
+/// tenantless pass run.
+#[tokio::test]
+async fn a_row_that_cannot_be_a_tenant_fails_only_itself() {
+    let db = engine_db().await;
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let cohort = cohort_with(&db, seen, None).await;
+    let query = format!(
+        "SELECT t, j FROM (VALUES ('{TENANT_A}', 'UK'), (NULL, 'UK'), ('x-not-a-tenant', NULL), ('{TENANT_B}', NULL), ('{}', 'UK')) v(t, j)",
+        TENANT_A.to_uppercase()
+    );
+    let found = cohort
+        .tenants(&TenantSource::Query(query.clone()))
+        .await
+        .unwrap();
+    assert_eq!(found.rows, 5);
+    assert_eq!(
+        found.tenants.len(),
+        2,
+        "the upper-case spelling is the same tenant"
+    );
+    let positions: Vec<u64> = found.unusable.iter().map(|u| u.position).collect();
+    assert_eq!(positions, [2, 3]);
+    assert!(found
+        .unusable
+        .iter()
+        .all(|u| !u.reason.contains("x-not-a-tenant")));
+    let result = cohort
+        .sweep_all(SweepAllRequest::new(TenantSource::Query(query), now()))
+        .await
+        .unwrap();
+    let ran: Vec<Option<&str>> = result.runs().map(|r| r.tenant.as_deref()).collect();
+    assert_eq!(ran, [Some(TENANT_A), Some(TENANT_B), None]);
+    assert!(result.runs().all(|r| r.status == RunStatus::Succeeded));
+    let failed: Vec<(Option<u64>, &str)> = result
+        .not_started()
+        .map(|f| (f.position, f.error.as_str()))
+        .collect();
+    assert_eq!(failed.len(), 2);
+    assert_eq!(failed[0].0, Some(2));
+    assert!(failed[0].1.contains("NULL"), "{failed:?}");
+    assert_eq!(failed[1].0, Some(3));
+
+    // A jurisdiction column that is not text fails every row, never the
+    // tenantless pass.
+    let result = cohort
+        .sweep_all(SweepAllRequest::new(
+            TenantSource::Query(format!("SELECT '{TENANT_A}', 42")),
+            now(),
+        ))
+        .await
+        .unwrap();
+    let failure = result.not_started().next().unwrap();
+    assert!(failure.error.contains("jurisdiction"), "{failure:?}");
+    assert!(failure.error.contains("int4"), "{failure:?}");
+    let ran: Vec<Option<&str>> = result.runs().map(|r| r.tenant.as_deref()).collect();
+    assert_eq!(ran, [None], "the tenantless pass ran");
 }

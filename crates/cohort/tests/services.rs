@@ -189,7 +189,7 @@ async fn a_failing_tenant_and_a_database_outage_do_not_stop_the_worker() {
     .await;
     let report = services.shutdown().await;
     assert!(report.clean(), "{report:?}");
-    assert_eq!(report.stopped, ["worker"]);
+    assert_eq!(report.stopped, ["worker", "maintenance"]);
     assert_eq!(
         advisory_locks(&pool).await,
         0,
@@ -383,6 +383,17 @@ async fn the_pruner_keeps_pending_work_and_active_holds() {
         (r.runs, r.summaries, r.row_details, r.handler_work, r.holds),
         (2, 2, 2, 2, 2)
     );
+    // The dry run counted exactly what the real pass deleted.
+    assert_eq!(
+        (
+            dry.runs,
+            dry.summaries,
+            dry.row_details,
+            dry.handler_work,
+            dry.holds
+        ),
+        (r.runs, r.summaries, r.row_details, r.handler_work, r.holds)
+    );
     assert_eq!(ids(db.pool(), runs).await, ["2", "4", "5"]);
     assert_eq!(
         ids(db.pool(), holds).await,
@@ -508,4 +519,137 @@ async fn a_pass_that_panics_mid_run_is_settled_failed_and_rolled_back() {
         0
     );
     assert_eq!(advisory_locks(db.pool()).await, 0);
+}
+
+/// Runs left `started` by processes that died (every kind), handler work
+/// of entities without handlers, and old captured payloads, written the
+/// way runs write them; one recent example of each, which must stay.
+const ABANDONED: &str = r#"
+INSERT INTO public.sweep_run (run_id, kind, trigger, dry_run, status, logical_now, started_at) VALUES
+  ('00000000-0000-0000-0000-0000000000a1', 'sweep', 'manual', false, 'started', now(), now() - interval '2 hours'),
+  ('00000000-0000-0000-0000-0000000000a2', 'erasure', 'manual', false, 'started', now(), now() - interval '2 hours'),
+  ('00000000-0000-0000-0000-0000000000a3', 'sweep', 'scheduled', false, 'started', now(), now() - interval '2 hours'),
+  ('00000000-0000-0000-0000-0000000000a4', 'erasure', 'manual', false, 'started', now(), now() - interval '10 minutes'),
+  ('00000000-0000-0000-0000-0000000000a5', 'sweep', 'manual', false, 'started', now(), now() - interval '2 hours'),
+  ('00000000-0000-0000-0000-0000000000b1', 'sweep', 'manual', false, 'started', now(), now() - interval '40 days');
+UPDATE public.sweep_run SET status = 'succeeded', settled_at = started_at + interval '1 second'
+WHERE run_id = '00000000-0000-0000-0000-0000000000b1';
+INSERT INTO public.sweep_run_row_detail (run_id, retention_entity_id, entity_type, record_id, action)
+SELECT '00000000-0000-0000-0000-0000000000b1', 'a3f467fe-c5d0-4f17-9897-83c373cc1dc8', 'Note', 'r' || g, 'purge'
+FROM generate_series(1, 4) g;
+-- r1: work of a handler nobody registers, queued 2 hours ago; r2: the
+-- same, queued a minute ago; r3: delivered long ago, payload kept 40 days;
+-- r4: delivered, payload from yesterday.
+INSERT INTO public.sweep_row_handler_status (row_detail_id, run_id, handler_id, phase, status, captured_payload, created_at)
+SELECT row_detail_id, run_id, 'crm-forget', 'immediate',
+       CASE record_id WHEN 'r1' THEN 'pending' WHEN 'r2' THEN 'pending' ELSE 'succeeded' END,
+       '{"email": "person@example.com"}'::jsonb,
+       now() - CASE record_id WHEN 'r1' THEN interval '2 hours' WHEN 'r2' THEN interval '1 minute'
+                              WHEN 'r3' THEN interval '40 days' ELSE interval '1 day' END
+FROM public.sweep_run_row_detail;
+"#;
+
+/// FAILURE-007, RS-010: the maintenance service runs with no handlers, no
+/// schedule and no pruner: every kind of run left `started` past
+/// `settle_timeout` with a free run lock is settled failed (a live run's
+/// lock keeps it), work no registered handler can deliver is dead-lettered
+/// with the reason once it has waited `settle_timeout`, and payloads past
+/// `payload_retention` are scrubbed.
+#[tokio::test]
+async fn maintenance_settles_lost_runs_dead_letters_orphaned_work_and_scrubs_without_handlers() {
+    let db = engine_db().await;
+    exec(db.pool(), ABANDONED).await;
+    let cohort = cohort_with(&db, test_config()).await;
+    // A live run (a5): its process holds the run lock.
+    let mut holder = db.pool().acquire().await.unwrap();
+    sqlx::query("SELECT pg_advisory_lock(hashtextextended('cohort.run:00000000-0000-0000-0000-0000000000a5', 0))")
+        .execute(&mut *holder)
+        .await
+        .unwrap();
+    let config = cohort::services::MaintenanceConfig::from_config(&test_config()).unwrap();
+    let report = cohort.maintain(&config).await.unwrap();
+    assert_eq!(report.recovered_runs, 3, "{report:?}");
+    assert_eq!(report.orphaned_work, 1, "{report:?}");
+    assert_eq!(report.scrubbed, 1, "{report:?}");
+    let status = |id: &'static str| {
+        let pool = db.pool().clone();
+        async move {
+            sqlx::query_scalar::<_, String>(
+                "SELECT status FROM public.sweep_run WHERE run_id = $1::uuid",
+            )
+            .bind(id)
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+        }
+    };
+    for old in [
+        "00000000-0000-0000-0000-0000000000a1",
+        "00000000-0000-0000-0000-0000000000a2",
+        "00000000-0000-0000-0000-0000000000a3",
+    ] {
+        assert_eq!(status(old).await, "failed", "{old}");
+    }
+    assert_eq!(
+        status("00000000-0000-0000-0000-0000000000a4").await,
+        "started",
+        "recent"
+    );
+    assert_eq!(
+        status("00000000-0000-0000-0000-0000000000a5").await,
+        "started",
+        "live"
+    );
+    let work: Vec<(String, String, Option<String>, bool)> = sqlx::query_as(
+        "SELECT d.record_id, h.status, h.last_error, h.captured_payload IS NOT NULL \
+         FROM public.sweep_row_handler_status h JOIN public.sweep_run_row_detail d USING (row_detail_id) ORDER BY 1",
+    )
+    .fetch_all(db.pool())
+    .await
+    .unwrap();
+    assert_eq!(work[0].1, "dead_lettered");
+    assert!(work[0]
+        .2
+        .as_deref()
+        .unwrap()
+        .contains("no handler of this name is registered"));
+    assert_eq!(work[1].1, "pending", "queued a minute ago: not yet");
+    assert!(!work[2].3, "40-day-old payload scrubbed");
+    assert!(work[3].3, "yesterday's payload kept");
+    // A second pass finds nothing more while the live run lives; once its
+    // process is gone, it is settled too.
+    let again = cohort.maintain(&config).await.unwrap();
+    assert_eq!(again, cohort::services::MaintenanceReport::default());
+    sqlx::query("SELECT pg_advisory_unlock(hashtextextended('cohort.run:00000000-0000-0000-0000-0000000000a5', 0))")
+        .execute(&mut *holder)
+        .await
+        .unwrap();
+    let after = cohort.maintain(&config).await.unwrap();
+    assert_eq!(after.recovered_runs, 1);
+}
+
+/// FAILURE-007: the services a host spawns with no schedule, no handlers
+/// and no pruner still include maintenance, which settles a lost run.
+#[tokio::test]
+async fn the_maintenance_service_always_runs() {
+    let db = engine_db().await;
+    exec(db.pool(), ABANDONED).await;
+    let cohort = cohort_with(&db, test_config()).await;
+    let services = Services::new(&cohort)
+        .unwrap()
+        .worker(None)
+        .pruner(None)
+        .dispatcher(false);
+    assert_eq!(services.names(), ["maintenance"]);
+    let handle = services.try_spawn().unwrap();
+    wait_until("lost runs settled", Duration::from_secs(20), || async {
+        count(
+            db.pool(),
+            "SELECT count(*) FROM public.sweep_run WHERE status = 'failed' AND error LIKE 'run: recovered%'",
+        )
+        .await
+            == 4
+    })
+    .await;
+    assert!(handle.shutdown().await.clean());
 }

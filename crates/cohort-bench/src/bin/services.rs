@@ -1,7 +1,7 @@
 //! `cohort-services-bench`: what the background services cost.
 //!
 //! ```text
-//! cargo run --release -p cohort-bench --bin cohort-services-bench -- [--runs N] [--details D] [--tenants T]
+//! cargo run --release -p cohort-bench --bin cohort-services-bench -- [--runs N] [--details D] [--tenants T] [--discover K]
 //! ```
 //!
 //! 1. History pruner: a fresh database with N old settled runs, each with
@@ -13,6 +13,10 @@
 //!    every second; the time one occurrence takes from its first pass's
 //!    start to its last pass's settlement, and per pass (the worker's fixed
 //!    cost per tenant: lock, decision, settings reads, a run's ledger rows).
+//! 3. Tenant discovery: a `tenants_query` returning K rows (a tenth of
+//!    them listed twice in another spelling, one NULL): the time to stream,
+//!    check and de-duplicate them, and the process's resident memory
+//!    before and after.
 
 use std::time::{Duration, Instant};
 
@@ -40,6 +44,9 @@ struct Args {
     /// Tenants swept per occurrence.
     #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u64).range(1..=100_000))]
     tenants: u64,
+    /// Rows of the tenants query for the discovery benchmark.
+    #[arg(long, default_value_t = 1_000_000, value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
+    discover: u64,
 }
 
 const ENTITY: &str = "a3f467fe-c5d0-4f17-9897-83c373cc1dc8";
@@ -173,10 +180,57 @@ async fn worker(tenants: u64) -> Result<(), BoxError> {
     Ok(())
 }
 
+/// Resident memory of this process in MiB (Linux; 0 elsewhere).
+fn rss_mib() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<f64>().ok())
+        })
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+async fn discovery(rows: u64) -> Result<(), BoxError> {
+    let db = fresh().await?;
+    let cohort = cohort_on(&db, cohort::CohortConfig::default(), Vec::new()).await?;
+    cohort.ready().await?;
+    let distinct = rows - rows / 10 - 1;
+    // Distinct ids, then a tenth of them again in upper case, then a NULL.
+    let query = format!(
+        "SELECT '00000000-0000-4000-8000-' || lpad(g::text, 12, '0') FROM generate_series(1, {distinct}) g \
+         UNION ALL SELECT upper('00000000-0000-4000-8000-' || lpad(g::text, 12, '0')) FROM generate_series(1, {}) g \
+         UNION ALL SELECT NULL",
+        rows / 10
+    );
+    let before = rss_mib();
+    let started = Instant::now();
+    let found = cohort.tenants(&TenantSource::Query(query)).await?;
+    let secs = started.elapsed().as_secs_f64();
+    let after = rss_mib();
+    if found.rows != rows || found.tenants.len() as u64 != distinct || found.unusable.len() != 1 {
+        return Err(format!(
+            "read {} rows, {} tenants, {} unusable; expected {rows}, {distinct}, 1",
+            found.rows,
+            found.tenants.len(),
+            found.unusable.len()
+        )
+        .into());
+    }
+    println!(
+        "tenant discovery: {rows} rows of tenants_query ({distinct} distinct, 1 unusable): {secs:.2} s, {:.0} rows/s; resident memory {before:.0} MiB before, {after:.0} MiB after",
+        rows as f64 / secs
+    );
+    Ok(())
+}
+
 #[tokio::main]
 async fn main() -> Result<(), BoxError> {
     let args = Args::parse();
     prune(args.runs, args.details).await?;
     worker(args.tenants).await?;
+    discovery(args.discover).await?;
     Ok(())
 }

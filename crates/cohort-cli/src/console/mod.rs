@@ -81,9 +81,9 @@ pub(crate) async fn serve(
 fn token_for(listen: SocketAddr, token: Option<String>) -> Result<Option<String>, Failure> {
     let refuse = |msg: String| Err(Failure::Input(Error::Config(msg.into())));
     match token {
-        Some(t) if t.trim().len() < MIN_TOKEN_LEN => refuse(format!(
+        Some(t) if t.trim().chars().count() < MIN_TOKEN_LEN => refuse(format!(
             "{TOKEN_VAR} must be at least {MIN_TOKEN_LEN} characters (it is {}); nothing served",
-            t.trim().len()
+            t.trim().chars().count()
         )),
         Some(t) => Ok(Some(t.trim().to_string())),
         None if !listen.ip().is_loopback() => refuse(format!(
@@ -154,15 +154,21 @@ async fn authorise(State(console): State<Arc<Console>>, request: Request, next: 
 }
 
 /// `localhost`, `127.0.0.1` (any 127/8 address) or `[::1]`, with or
-/// without a port.
+/// without a port; a port is a number (`localhost:evil` is not loopback).
 fn is_loopback_host(host: &str) -> bool {
+    let port_ok = |port: &str| port.parse::<u16>().is_ok();
     let name = if let Some(v6) = host.strip_prefix('[') {
         match v6.split_once(']') {
-            Some((ip, rest)) if rest.is_empty() || rest.starts_with(':') => ip,
+            Some((ip, "")) => ip,
+            Some((ip, rest)) if rest.strip_prefix(':').is_some_and(port_ok) => ip,
             _ => return false,
         }
     } else {
-        host.rsplit_once(':').map_or(host, |(name, _)| name)
+        match host.rsplit_once(':') {
+            Some((name, port)) if port_ok(port) => name,
+            Some(_) => return false,
+            None => host,
+        }
     };
     name.eq_ignore_ascii_case("localhost")
         || name
@@ -321,6 +327,12 @@ mod tests {
             "[::2]:1",
             "[::1]x",
             "127.0.0.1.evil.example",
+            "localhost:evil",
+            "localhost:",
+            "127.0.0.1:80:80",
+            "[::1]:evil",
+            "[::1]:",
+            "localhost:99999",
         ] {
             assert!(!is_loopback_host(bad), "{bad}");
         }
@@ -353,5 +365,12 @@ mod tests {
             good,
             "a token set on loopback is required too"
         );
+        // Length counts characters, not bytes: eight two-byte characters
+        // are 16 bytes but too short; sixteen are enough.
+        assert!(matches!(
+            token_for(open, Some("é".repeat(8))),
+            Err(Failure::Input(_))
+        ));
+        assert!(token_for(open, Some("é".repeat(16))).is_ok());
     }
 }

@@ -118,21 +118,27 @@ impl Dispatcher {
         self
     }
 
-    /// Recovers stale runs, scrubs expired payloads, then delivers
-    /// everything due now until nothing is left to claim; reports what it
-    /// did and what it left (in flight elsewhere, or pending for later).
+    /// Runs one maintenance pass (stale runs recovered, orphaned work
+    /// dead-lettered, expired payloads scrubbed: see
+    /// [`crate::services::maintenance`]), then delivers everything due now
+    /// until nothing is left to claim; reports what it did and what it
+    /// left (in flight elsewhere, or pending for later).
     pub async fn flush(&self) -> Result<FlushReport> {
-        self.flush_until(&Cancel::new()).await
+        let config = crate::services::MaintenanceConfig::from_config(&self.cx.config)?;
+        let maintained = crate::services::maintenance::pass(&self.cx, &config).await?;
+        let mut report = self.deliver_until(&Cancel::new()).await?;
+        report.recovered_runs = maintained.recovered_runs;
+        report.scrubbed = maintained.scrubbed;
+        report.dead_lettered += maintained.orphaned_work;
+        Ok(report)
     }
 
-    /// [`Dispatcher::flush`], stopping between batches once `cancel` fires.
-    async fn flush_until(&self, cancel: &Cancel) -> Result<FlushReport> {
+    /// Delivers everything due now, stopping between batches once `cancel`
+    /// fires. Maintenance is not the dispatcher's: the maintenance service
+    /// runs beside it in [`crate::services::Services`].
+    async fn deliver_until(&self, cancel: &Cancel) -> Result<FlushReport> {
         let prepared = self.cx.prepared().await?;
-        let mut report = FlushReport {
-            recovered_runs: self.recover_runs(&prepared).await?,
-            scrubbed: self.scrub(&prepared).await?,
-            ..FlushReport::default()
-        };
+        let mut report = FlushReport::default();
         while !cancel.is_cancelled() {
             let claimed = self.claim(&prepared).await?;
             if claimed.is_empty() {
@@ -157,12 +163,13 @@ impl Dispatcher {
         Ok(report)
     }
 
-    /// Flushes every `poll_interval` until `cancel` fires. A failed poll
+    /// Delivers what is due every `poll_interval` until `cancel` fires (no
+    /// maintenance: run it through [`crate::services::Services`]). A failed poll
     /// (e.g. the database restarting) is logged and retried next time.
     pub async fn run(&self, cancel: Cancel) {
         let interval = Duration::from_secs_f64(secs(self.cx.config.dispatch.poll_interval));
         while !cancel.is_cancelled() {
-            if let Err(e) = self.flush_until(&cancel).await {
+            if let Err(e) = self.deliver_until(&cancel).await {
                 tracing::warn!(error = %e, "dispatcher poll failed; retrying at the next poll");
             }
             let mut waited = Duration::ZERO;
@@ -495,39 +502,6 @@ impl Dispatcher {
         {
             tracing::warn!(row_detail_id, error = %e, "clearing payloads failed; the backstop scrub will");
         }
-    }
-
-    async fn scrub(&self, prepared: &Prepared) -> Result<u64> {
-        let done = sqlx::query(prepared.queue.scrub.sql())
-            .bind(secs(self.cx.config.dispatch.payload_retention))
-            .execute(&self.cx.pool)
-            .await?;
-        Ok(done.rows_affected())
-    }
-
-    /// Settles `failed` every run left `started` past `settle_timeout`
-    /// whose run lock can be taken: a live run holds its lock, so it is
-    /// never recovered.
-    async fn recover_runs(&self, prepared: &Prepared) -> Result<u64> {
-        let stale: Vec<Uuid> = sqlx::query_scalar(prepared.queue.stale_runs.sql())
-            .bind(secs(self.cx.config.dispatch.settle_timeout))
-            .fetch_all(&self.cx.pool)
-            .await?;
-        let mut recovered = 0;
-        for run_id in stale {
-            if recover_run(
-                &self.cx,
-                run_id,
-                "run: recovered: the process running it stopped before it settled (no run lock held past settle_timeout)",
-            )
-            .await?
-                == Recovery::Recovered
-            {
-                tracing::warn!(%run_id, "recovered a run left started as failed");
-                recovered += 1;
-            }
-        }
-        Ok(recovered)
     }
 }
 

@@ -79,8 +79,12 @@ impl SweepAllRequest {
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 #[non_exhaustive]
 pub struct PassFailure {
-    /// The tenant as listed (`None`: the tenantless pass).
+    /// The tenant as listed (`None`: the tenantless pass, or a row of the
+    /// tenant source that could not be a tenant, see `position`).
     pub tenant: Option<String>,
+    /// For a row of `tenants_query` that could not be a tenant: its
+    /// position (1-based) in the query's result. Its value is never shown.
+    pub position: Option<u64>,
     /// What kind of error stopped it.
     pub kind: ErrorKind,
     /// The error.
@@ -126,36 +130,111 @@ impl SweepAllResult {
     }
 }
 
-/// The tenants of `source`, each checked to be a valid tenant id of the
-/// tenant columns' type (what `cohort validate` runs on a tenants query).
-pub(crate) async fn checked_tenants(
-    cx: &Context,
-    source: &TenantSource,
-) -> Result<Vec<TenantEntry>> {
-    let prepared = cx.prepared().await?;
-    let identity = prepared.model.tenant_identity();
-    let list = tenant_list(cx, source).await?;
-    let bad: Vec<&str> = list
-        .iter()
-        .filter(|t| identity.canonical(&t.id).is_none())
-        .map(|t| t.id.as_str())
-        .take(5)
-        .collect();
-    if !bad.is_empty() {
-        return Err(Error::InvalidInput(format!(
-            "these tenant ids are not valid for the tenant columns ({identity:?}): {}",
-            bad.join(", ")
-        )));
-    }
-    Ok(list)
+/// A row of the tenant source that cannot be a tenant: where it is and
+/// why, never its value (a tenants query may return anything).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
+pub struct UnusableTenant {
+    /// Its position (1-based) in the directory or the query's result.
+    pub position: u64,
+    /// Why it cannot be a tenant.
+    pub reason: String,
 }
 
-/// Reads the tenant list of `source`.
-async fn tenant_list(cx: &Context, source: &TenantSource) -> Result<Vec<TenantEntry>> {
+impl std::fmt::Display for UnusableTenant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "tenant source row {} cannot be a tenant: {}",
+            self.position, self.reason
+        )
+    }
+}
+
+/// The tenants of a source, de-duplicated by tenant identity in
+/// first-seen order, and the rows that could not be tenants.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct TenantDiscovery {
+    /// Each tenant once, as first listed, with the first listing's jurisdiction.
+    pub tenants: Vec<TenantEntry>,
+    /// Rows that could not be tenants; each fails only its own pass.
+    pub unusable: Vec<UnusableTenant>,
+    /// Tenants listed more than once with different jurisdictions (the
+    /// first listing won).
+    pub conflicting_duplicates: Vec<String>,
+    /// Rows read in all, duplicates and unusable ones included.
+    pub rows: u64,
+    /// The position of each of `tenants` in the source (1-based).
+    pub(crate) positions: Vec<u64>,
+}
+
+/// De-duplicates as entries arrive, in one pass with a hash map: linear
+/// in the number of rows.
+struct Dedup {
+    identity: crate::rules::TenantIdentity,
+    first: std::collections::HashMap<String, usize>,
+    out: TenantDiscovery,
+}
+
+impl Dedup {
+    fn new(identity: crate::rules::TenantIdentity) -> Self {
+        Self {
+            identity,
+            first: std::collections::HashMap::new(),
+            out: TenantDiscovery::default(),
+        }
+    }
+
+    fn push(&mut self, row: std::result::Result<TenantEntry, String>) {
+        self.out.rows += 1;
+        let position = self.out.rows;
+        let entry = match row {
+            Ok(entry) => entry,
+            Err(reason) => return self.unusable(position, reason),
+        };
+        let Some(canonical) = self.identity.canonical(&entry.id) else {
+            let reason = format!(
+                "its id is not a valid tenant id for the tenant columns ({:?})",
+                self.identity
+            );
+            return self.unusable(position, reason);
+        };
+        match self.first.entry(canonical) {
+            std::collections::hash_map::Entry::Occupied(seen) => {
+                let first = &self.out.tenants[*seen.get()];
+                if first.jurisdiction != entry.jurisdiction {
+                    tracing::warn!(tenant = %entry.id, "tenant listed twice with different jurisdictions; the first listing wins");
+                    self.out.conflicting_duplicates.push(entry.id);
+                }
+            }
+            std::collections::hash_map::Entry::Vacant(slot) => {
+                slot.insert(self.out.tenants.len());
+                self.out.tenants.push(entry);
+                self.out.positions.push(position);
+            }
+        }
+    }
+
+    fn unusable(&mut self, position: u64, reason: String) {
+        tracing::warn!(position, reason = %reason, "a row of the tenant source cannot be a tenant; only its pass fails");
+        crate::telemetry::tenant_row_unusable();
+        self.out.unusable.push(UnusableTenant { position, reason });
+    }
+}
+
+/// Reads the tenants of `source`, streaming a query's rows (never holding
+/// them all) and de-duplicating as they arrive. A row that cannot be a
+/// tenant is reported, not fatal; a query that cannot run at all (bad SQL,
+/// wrong number of columns) is an error.
+pub(crate) async fn discover(cx: &Context, source: &TenantSource) -> Result<TenantDiscovery> {
+    let prepared = cx.prepared().await?;
+    let mut dedup = Dedup::new(prepared.model.tenant_identity());
     match source {
-        TenantSource::Directory => Ok(cx.tenants.clone()),
-        TenantSource::List(list) => Ok(list.clone()),
+        TenantSource::Directory => cx.tenants.iter().cloned().for_each(|t| dedup.push(Ok(t))),
+        TenantSource::List(list) => list.iter().cloned().for_each(|t| dedup.push(Ok(t))),
         TenantSource::Query(sql) => {
+            use futures_util::TryStreamExt;
             // Read-only: the query can list tenants, never change anything.
             let mut conn = cx.pool.acquire().await?;
             let mut tx = sqlx::Connection::begin_with(
@@ -163,70 +242,122 @@ async fn tenant_list(cx: &Context, source: &TenantSource) -> Result<Vec<TenantEn
                 "BEGIN ISOLATION LEVEL READ COMMITTED READ ONLY",
             )
             .await?;
-            let rows = sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
-                .fetch_all(&mut *tx)
-                .await?;
+            {
+                let mut rows = sqlx::query(sqlx::AssertSqlSafe(sql.clone())).fetch(&mut *tx);
+                while let Some(row) = rows.try_next().await? {
+                    dedup.push(tenant_row(&row)?);
+                }
+            }
             tx.rollback().await?;
-            rows.iter().map(tenant_row).collect()
         }
     }
+    Ok(dedup.out)
 }
 
 /// One row of a tenants query: the id in the tenant column's own type or
-/// text, then an optional text jurisdiction.
-fn tenant_row(row: &sqlx::postgres::PgRow) -> Result<TenantEntry> {
+/// text, then an optional text jurisdiction. `Err(Error)` when the query's
+/// shape is wrong (every row would be); `Ok(Err(reason))` when only this
+/// row cannot be a tenant.
+fn tenant_row(row: &sqlx::postgres::PgRow) -> Result<std::result::Result<TenantEntry, String>> {
+    use sqlx::{Column, TypeInfo, ValueRef};
     let columns = row.len();
     if !(1..=2).contains(&columns) {
         return Err(Error::InvalidInput(format!(
             "tenants_query must return one or two columns (tenant id, then jurisdiction), not {columns}"
         )));
     }
-    let id = row
+    if row.try_get_raw(0).is_ok_and(|v| v.is_null()) {
+        return Ok(Err("its tenant id is NULL".into()));
+    }
+    let Ok(id) = row
         .try_get::<String, _>(0)
         .or_else(|_| row.try_get::<uuid::Uuid, _>(0).map(|u| u.to_string()))
         .or_else(|_| row.try_get::<i64, _>(0).map(|n| n.to_string()))
         .or_else(|_| row.try_get::<i32, _>(0).map(|n| n.to_string()))
         .or_else(|_| row.try_get::<i16, _>(0).map(|n| n.to_string()))
-        .map_err(|_| {
-            Error::InvalidInput(
-                "the first column of tenants_query must be the tenant id (uuid, integer or text), and not NULL"
-                    .into(),
-            )
-        })?;
+    else {
+        return Ok(Err(format!(
+            "its tenant id is of type {}; expected uuid, an integer or text",
+            row.columns()[0].type_info().name().to_ascii_lowercase()
+        )));
+    };
     let jurisdiction = if columns == 2 {
-        row.try_get::<Option<String>, _>(1).map_err(|_| {
-            Error::InvalidInput(
-                "the second column of tenants_query must be the jurisdiction as text".into(),
-            )
-        })?
+        match row.try_get::<Option<String>, _>(1) {
+            Ok(j) => j,
+            Err(_) => {
+                return Ok(Err(format!(
+                    "its jurisdiction (the second column) is of type {}; expected text",
+                    row.columns()[1].type_info().name().to_ascii_lowercase()
+                )))
+            }
+        }
     } else {
         None
     };
-    Ok(TenantEntry { id, jurisdiction })
+    Ok(Ok(TenantEntry { id, jurisdiction }))
 }
 
-/// The passes of an all-tenants operation: each listed tenant once (first
-/// listing wins; conflicting duplicates named), then `None` for the
-/// tenantless pass when there are tenantless entities. Refused when there
-/// are tenant-scoped entities but no tenants.
+/// One pass of an all-tenants operation, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Pass {
+    /// A tenant with its jurisdiction.
+    Tenant(String, Option<String>),
+    /// A row of the tenant source that cannot be a tenant, or no tenant at
+    /// all while there are tenant-scoped entities: fails only itself.
+    Unusable {
+        /// The row's position, when it is one.
+        position: Option<u64>,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The tenantless entities.
+    Tenantless,
+}
+
+impl Pass {
+    fn unusable(u: UnusableTenant) -> Self {
+        Pass::Unusable {
+            position: Some(u.position),
+            reason: u.to_string(),
+        }
+    }
+
+    /// Why the pass cannot run, as its failure.
+    pub(crate) fn failure(&self) -> Option<PassFailure> {
+        match self {
+            Pass::Unusable { position, reason } => Some(PassFailure {
+                tenant: None,
+                position: *position,
+                kind: ErrorKind::InvalidInput,
+                error: reason.clone(),
+            }),
+            _ => None,
+        }
+    }
+}
+
+/// The passes of an all-tenants operation: each tenant once (first
+/// listing wins; conflicting duplicates named), a failing pass for each
+/// row that cannot be a tenant (and one when there are tenant-scoped
+/// entities but no tenants at all, so that sweeping nothing never looks
+/// like success), then the tenantless pass when there are tenantless
+/// entities, which always runs.
 pub(crate) struct PassList {
-    pub(crate) passes: Vec<Option<(String, Option<String>)>>,
+    pub(crate) passes: Vec<Pass>,
     pub(crate) conflicting_duplicates: Vec<String>,
 }
 
-/// The sweep request of one pass (a tenant with its jurisdiction, or the
-/// tenantless pass) as of `now`.
-pub(crate) fn pass_request(
-    pass: Option<(String, Option<String>)>,
-    now: DateTime<Utc>,
-) -> SweepRequest {
+/// The sweep request of a tenant's pass or the tenantless pass as of `now`
+/// (`None` for a pass that cannot run).
+pub(crate) fn pass_request(pass: &Pass, now: DateTime<Utc>) -> Option<SweepRequest> {
     match pass {
-        Some((t, j)) => {
-            let mut r = SweepRequest::tenanted(t, now);
-            r.jurisdiction = j;
-            r
+        Pass::Tenant(t, j) => {
+            let mut r = SweepRequest::tenanted(t.clone(), now);
+            r.jurisdiction = j.clone();
+            Some(r)
         }
-        None => SweepRequest::tenantless(now),
+        Pass::Tenantless => Some(SweepRequest::tenantless(now)),
+        Pass::Unusable { .. } => None,
     }
 }
 
@@ -235,41 +366,31 @@ pub(crate) async fn pass_list(
     prepared: &crate::context::Prepared,
     source: &TenantSource,
 ) -> Result<PassList> {
-    let identity = prepared.model.tenant_identity();
-    let listed = tenant_list(cx, source).await?;
+    let found = discover(cx, source).await?;
     let has_tenanted = prepared.model.entities.iter().any(|e| e.tenant.is_some());
-    if has_tenanted && listed.is_empty() {
-        return Err(Error::InvalidInput(
-            "there are tenant-scoped entities but no tenants to sweep ([[tenant]] entries or tenants_query); \
-             an all-tenants sweep would silently sweep none of them"
-                .into(),
-        ));
-    }
-    let mut conflicting_duplicates = Vec::new();
-    let mut seen: Vec<(String, Option<String>, Option<String>)> = Vec::new();
-    for entry in listed {
-        let canonical = identity.canonical(&entry.id);
-        let first = canonical
-            .as_ref()
-            .and_then(|c| seen.iter().find(|(_, s, _)| s.as_ref() == Some(c)));
-        match first {
-            Some((_, _, j)) => {
-                if *j != entry.jurisdiction {
-                    tracing::warn!(tenant = %entry.id, "tenant listed twice with different jurisdictions; the first listing wins");
-                    conflicting_duplicates.push(entry.id.clone());
-                }
-            }
-            None => seen.push((entry.id, canonical, entry.jurisdiction)),
-        }
-    }
     let tenantless = prepared.model.entities.iter().any(|e| e.tenant.is_none());
+    let mut passes: Vec<Pass> = Vec::with_capacity(found.tenants.len() + found.unusable.len() + 2);
+    if has_tenanted && found.tenants.is_empty() && found.unusable.is_empty() {
+        passes.push(Pass::Unusable {
+            position: None,
+            reason: "there are tenant-scoped entities but no tenants to sweep ([[tenant]] entries or tenants_query); none of them was swept".into(),
+        });
+    }
+    // Every pass at its place in the source: tenants and unusable rows alike.
+    let mut unusable = found.unusable.into_iter().peekable();
+    for (t, at) in found.tenants.into_iter().zip(found.positions) {
+        while let Some(u) = unusable.next_if(|u| u.position < at) {
+            passes.push(Pass::unusable(u));
+        }
+        passes.push(Pass::Tenant(t.id, t.jurisdiction));
+    }
+    passes.extend(unusable.map(Pass::unusable));
+    if tenantless {
+        passes.push(Pass::Tenantless);
+    }
     Ok(PassList {
-        passes: seen
-            .into_iter()
-            .map(|(t, _, j)| Some((t, j)))
-            .chain(tenantless.then_some(None))
-            .collect(),
-        conflicting_duplicates,
+        passes,
+        conflicting_duplicates: found.conflicting_duplicates,
     })
 }
 
@@ -281,8 +402,7 @@ pub(crate) async fn sweep_all(cx: &Context, req: SweepAllRequest) -> Result<Swee
         conflicting_duplicates: list.conflicting_duplicates,
         ..SweepAllResult::default()
     };
-    let run = |tenant: Option<(String, Option<String>)>| {
-        let mut r = pass_request(tenant, req.now);
+    let run = |mut r: SweepRequest| {
         r.dry_run = req.dry_run;
         r.trigger = req.trigger;
         r.cancel = req.cancel.clone();
@@ -293,13 +413,22 @@ pub(crate) async fn sweep_all(cx: &Context, req: SweepAllRequest) -> Result<Swee
         if req.cancel.is_cancelled() {
             break;
         }
-        let tenant = pass.as_ref().map(|(t, _)| t.clone());
-        match super::sweep::sweep(cx, run(pass)).await {
+        let Some(request) = pass_request(&pass, req.now) else {
+            let failure = pass
+                .failure()
+                .expect("a pass without a request has a failure");
+            tracing::error!(position = failure.position, error = %failure.error, "tenant pass cannot run; the other passes go on");
+            result.passes.push(PassOutcome::NotStarted(failure));
+            continue;
+        };
+        let tenant = request.tenant.clone();
+        match super::sweep::sweep(cx, run(request)).await {
             Ok(r) => result.passes.push(PassOutcome::Ran(Box::new(r))),
             Err(e) => {
                 tracing::error!(tenant = tenant.as_deref().unwrap_or("(tenantless)"), error = %e, "tenant pass failed before its run started");
                 result.passes.push(PassOutcome::NotStarted(PassFailure {
                     tenant,
+                    position: None,
                     kind: e.kind(),
                     error: e.to_string(),
                 }));
@@ -320,20 +449,25 @@ pub(crate) async fn preview_all(
     let list = pass_list(cx, &prepared, &source).await?;
     let mut out = Vec::new();
     for pass in list.passes {
-        let tenant = pass.as_ref().map(|(t, _)| t.clone());
-        let req = match pass {
-            Some((t, j)) => {
-                let mut r = super::PreviewRequest::tenanted(t, now);
-                r.jurisdiction = j;
+        let req = match &pass {
+            Pass::Tenant(t, j) => {
+                let mut r = super::PreviewRequest::tenanted(t.clone(), now);
+                r.jurisdiction = j.clone();
                 r
             }
-            None => super::PreviewRequest::tenantless(now),
+            Pass::Tenantless => super::PreviewRequest::tenantless(now),
+            Pass::Unusable { .. } => {
+                out.push(Err(pass.failure().expect("unusable passes fail")));
+                continue;
+            }
         };
+        let tenant = req.tenant.clone();
         out.push(
             super::sweep::preview(cx, req)
                 .await
                 .map_err(|e| PassFailure {
                     tenant,
+                    position: None,
                     kind: e.kind(),
                     error: e.to_string(),
                 }),

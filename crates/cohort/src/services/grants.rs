@@ -22,6 +22,9 @@ pub enum Access {
     Dispatcher,
     /// The history pruner: delete old runs with their rows, and old holds.
     Pruner,
+    /// The maintenance service: settle runs whose process died,
+    /// dead-letter work no handler can deliver, scrub old payloads.
+    Maintenance,
     /// The operations console and the read-only commands: read Cohort's
     /// tables.
     Console,
@@ -33,6 +36,7 @@ impl Access {
             Access::Runs => "sweeps and erasure",
             Access::Dispatcher => "the dispatcher",
             Access::Pruner => "the pruner",
+            Access::Maintenance => "the maintenance service",
             Access::Console => "the console",
         }
     }
@@ -53,6 +57,11 @@ fn cohort_tables(schema: &str, access: Access) -> Vec<Need> {
             (Setting, &["SELECT"]),
         ],
         Access::Dispatcher => &[
+            (SweepRun, &["SELECT", "UPDATE"]),
+            (RowDetail, &["SELECT"]),
+            (HandlerStatus, &["SELECT", "UPDATE"]),
+        ],
+        Access::Maintenance => &[
             (SweepRun, &["SELECT", "UPDATE"]),
             (RowDetail, &["SELECT"]),
             (HandlerStatus, &["SELECT", "UPDATE"]),

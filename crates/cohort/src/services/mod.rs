@@ -1,12 +1,12 @@
-//! Background services: the scheduled worker, the row-handler dispatcher
-//! and the history pruner, started together on the host's tokio runtime
-//! and stopped together.
+//! Background services: the scheduled worker, the row-handler dispatcher,
+//! the history pruner and the maintenance service (always), started
+//! together on the host's tokio runtime and stopped together.
 //!
 //! ```no_run
 //! # async fn f(cohort: cohort::Cohort) -> Result<(), cohort::Error> {
 //! use std::time::Duration;
 //! // Worker if `schedule` is set, dispatcher if handlers are registered,
-//! // pruner if `[prune]` limits are set.
+//! // pruner if `[prune]` limits are set; maintenance always.
 //! let services = cohort::services::Services::new(&cohort)?
 //!     .grace_period(Duration::from_secs(30))
 //!     .try_spawn()?;
@@ -17,11 +17,13 @@
 //! ```
 //!
 //! Each service has its own validated settings ([`WorkerConfig`],
-//! [`PrunerConfig`], the dispatcher's [`crate::config::DispatchConfig`]);
+//! [`PrunerConfig`], [`MaintenanceConfig`], the dispatcher's
+//! [`crate::config::DispatchConfig`]);
 //! [`Services::new`] reads them from the handle's configuration, and the
 //! setters replace or switch off one service.
 
 pub(crate) mod grants;
+pub mod maintenance;
 pub mod prune;
 pub mod worker;
 
@@ -36,6 +38,7 @@ use crate::error::Result;
 use crate::Cohort;
 
 pub use grants::Access;
+pub use maintenance::{MaintenanceConfig, MaintenanceReport};
 pub use prune::{PruneReport, PrunerConfig};
 pub use worker::WorkerConfig;
 
@@ -53,6 +56,7 @@ pub struct Services {
     worker: Option<WorkerConfig>,
     dispatcher: bool,
     pruner: Option<PrunerConfig>,
+    maintenance: MaintenanceConfig,
     grace: Duration,
 }
 
@@ -62,6 +66,7 @@ impl std::fmt::Debug for Services {
             .field("worker", &self.worker)
             .field("dispatcher", &self.dispatcher)
             .field("pruner", &self.pruner)
+            .field("maintenance", &self.maintenance)
             .field("grace", &self.grace)
             .finish_non_exhaustive()
     }
@@ -70,14 +75,16 @@ impl std::fmt::Debug for Services {
 impl Services {
     /// The services `cohort`'s configuration asks for: the worker when
     /// `schedule` is set, the dispatcher when row handlers are registered,
-    /// the pruner when a `[prune]` limit is set. [`Services::spawn`]
-    /// refuses a pool too small for them.
+    /// the pruner when a `[prune]` limit is set, and the maintenance
+    /// service always. [`Services::try_spawn`] refuses a pool too small
+    /// for them.
     pub fn new(cohort: &Cohort) -> Result<Self> {
         let cx = cohort.context();
         Ok(Self {
             worker: WorkerConfig::from_config(&cx.config)?,
             dispatcher: !cx.handlers.is_empty(),
             pruner: PrunerConfig::from_config(&cx.config)?,
+            maintenance: MaintenanceConfig::from_config(&cx.config)?,
             grace: cx.config.shutdown_grace_period(),
             cx,
         })
@@ -101,6 +108,14 @@ impl Services {
         self
     }
 
+    /// Replaces the maintenance service's settings. It cannot be switched
+    /// off: without it a run whose process died stays `started` for good
+    /// and captured personal data is never scrubbed.
+    pub fn maintenance(mut self, maintenance: MaintenanceConfig) -> Self {
+        self.maintenance = maintenance;
+        self
+    }
+
     /// How long in-flight handler deliveries may take to finish at
     /// shutdown before they are stopped and their claims released
     /// (default: the configuration's `shutdown_grace_period`, 30 s).
@@ -121,15 +136,16 @@ impl Services {
         if self.pruner.is_some() {
             out.push("pruner");
         }
+        out.push("maintenance");
         out
     }
 
     /// The fewest pool connections these services can work with: the
     /// worker holds its occurrence lock on one while a run uses another
     /// and reads settings on a third; the pruner's batch transaction and
-    /// its settings read need two; the dispatcher one.
+    /// its settings read need two; the dispatcher and maintenance one.
     pub fn connections_needed(&self) -> u32 {
-        let mut n = 0;
+        let mut n = 1;
         if self.worker.is_some() {
             n = n.max(3);
         }
@@ -159,6 +175,7 @@ impl Services {
         if self.pruner.is_some() {
             accesses.push(Access::Pruner);
         }
+        accesses.push(Access::Maintenance);
         grants::check(&self.cx, &accesses).await
     }
 
@@ -206,6 +223,15 @@ impl Services {
             tasks.push((
                 "pruner",
                 tokio::spawn(async move { prune::run(cx, config, cancel).await }),
+            ));
+        }
+        {
+            let cx = Arc::clone(&self.cx);
+            let cancel = soft.clone();
+            let config = self.maintenance;
+            tasks.push((
+                "maintenance",
+                tokio::spawn(async move { maintenance::run(cx, config, cancel).await }),
             ));
         }
         ServicesHandle {

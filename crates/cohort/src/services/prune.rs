@@ -169,8 +169,18 @@ fn statements(schema: &str) -> Statements {
     let mut select_runs = SqlText::new("SELECT r.run_id FROM ");
     old_runs(&mut select_runs, "NOT EXISTS");
     select_runs.push(" ORDER BY r.settled_at, r.run_id LIMIT $2");
-    let mut count_runs = SqlText::new("SELECT count(*)::int8 FROM ");
+    // What a real pass would delete, counted: those runs, and their
+    // summaries, row details and (all terminal) handler work.
+    let mut count_runs = SqlText::new("WITH doomed AS (SELECT r.run_id FROM ");
     old_runs(&mut count_runs, "NOT EXISTS");
+    count_runs
+        .push(") SELECT (SELECT count(*) FROM doomed)::int8 AS runs, (SELECT count(*) FROM ")
+        .table(&summary)
+        .push(" s WHERE s.run_id IN (SELECT run_id FROM doomed))::int8 AS summaries, (SELECT count(*) FROM ")
+        .table(&detail)
+        .push(" d WHERE d.run_id IN (SELECT run_id FROM doomed))::int8 AS details, (SELECT count(*) FROM ")
+        .table(&hs)
+        .push(" h WHERE h.run_id IN (SELECT run_id FROM doomed))::int8 AS work");
     let mut kept_runs = SqlText::new("SELECT count(*)::int8 FROM ");
     old_runs(&mut kept_runs, "EXISTS");
     // Terminal work of those runs, at most $2 rows.
@@ -283,7 +293,16 @@ pub(crate) async fn pass(
     if let Some(before) = runs_before {
         report.runs_kept_for_handlers = count_before(cx, &st.kept_runs, before).await?;
         if dry_run {
-            report.runs = count_before(cx, &st.count_runs, before).await?;
+            let (runs, summaries, details, work): (i64, i64, i64, i64) =
+                sqlx::query_as(st.count_runs.sql())
+                    .bind(before)
+                    .fetch_one(&cx.pool)
+                    .await?;
+            let n = |v: i64| v.max(0) as u64;
+            report.runs = n(runs);
+            report.summaries = n(summaries);
+            report.row_details = n(details);
+            report.handler_work = n(work);
         } else {
             loop {
                 if stop.stop(cx).await? {

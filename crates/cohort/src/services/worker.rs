@@ -423,7 +423,14 @@ async fn locked(
             pass: i32::try_from(passes).unwrap_or(i32::MAX),
             passes: total,
         };
-        run_pass(cx, lock_conn, pass, position, dry_run, cancel).await?;
+        match pass.failure() {
+            Some(failure) => {
+                tracing::error!(occurrence = %at, position = failure.position, error = %failure.error, "scheduled pass cannot run; the other passes go on");
+                let text = format!("pass: did not start: kind=invalid_input {}", failure.error);
+                record_not_started(cx, None, position, dry_run, &text).await;
+            }
+            None => run_pass(cx, lock_conn, &pass, position, dry_run, cancel).await?,
+        }
     }
     if cancel.is_cancelled() {
         return Ok(Locked::Done(Occurrence::Cancelled { passes }));
@@ -443,13 +450,15 @@ const LOCK_KEEPALIVE: Duration = Duration::from_secs(30);
 async fn run_pass(
     cx: &Arc<Context>,
     lock_conn: &mut sqlx::PgConnection,
-    pass: Option<(String, Option<String>)>,
+    pass: &crate::run::passes::Pass,
     position: crate::run::OccurrencePass,
     dry_run: bool,
     cancel: &Cancel,
 ) -> Result<()> {
-    let tenant = pass.as_ref().map(|(t, _)| t.clone());
-    let mut req = crate::run::passes::pass_request(pass, position.at);
+    let Some(mut req) = crate::run::passes::pass_request(pass, position.at) else {
+        return Ok(());
+    };
+    let tenant = req.tenant.clone();
     req.dry_run = dry_run;
     req.trigger = Trigger::Scheduled;
     req.occurrence = Some(position);

@@ -1,0 +1,237 @@
+//! The maintenance service, River's rescuer for Cohort: it runs in every
+//! `cohort worker` and every [`crate::services::Services`], whether or not
+//! row handlers, a schedule or a pruner are configured, and on each pass
+//!
+//! 1. settles `failed` every run of any kind (scheduled and manual sweeps,
+//!    erasures) left `started` past `settle_timeout` whose run lock is free:
+//!    its process died, and nobody else would ever settle it;
+//! 2. dead-letters handler work that no handler registered in this process
+//!    can ever deliver (its entity lost its handlers, or the handler was
+//!    renamed or removed), once it has waited `settle_timeout`, naming the
+//!    reason; `dead-letters retry` brings it back once the handler exists;
+//! 3. scrubs captured payloads (personal data) older than
+//!    `payload_retention`, whatever became of their work.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::cancel::Cancel;
+use crate::context::Context;
+use crate::error::{Error, Result};
+use crate::ident::SqlText;
+use crate::rules::Period;
+use crate::schema::CohortTable;
+
+/// How often the service runs a pass by default.
+pub const DEFAULT_MAINTENANCE_INTERVAL: Duration = Duration::from_secs(60);
+
+/// The shortest interval accepted (a pass reads three tables).
+pub const MIN_MAINTENANCE_INTERVAL: Duration = Duration::from_secs(1);
+
+/// The reason written on work dead-lettered because no handler can take it.
+pub const ORPHANED_WORK_REASON: &str = "dead-lettered by maintenance: no handler of this name is registered for its entity (removed from the code or the policy, or renamed); retry it once the handler exists again";
+
+/// The maintenance service's settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MaintenanceConfig {
+    interval: Duration,
+    settle_timeout: Period,
+    payload_retention: Period,
+}
+
+impl MaintenanceConfig {
+    /// Checked settings: `interval` at least [`MIN_MAINTENANCE_INTERVAL`];
+    /// `settle_timeout` and `payload_retention` positive and of fixed
+    /// length (no calendar units).
+    pub fn new(
+        interval: Duration,
+        settle_timeout: Period,
+        payload_retention: Period,
+    ) -> Result<Self> {
+        let mut problems = Vec::new();
+        if interval < MIN_MAINTENANCE_INTERVAL {
+            problems.push(format!(
+                "maintenance interval {interval:?} is shorter than {MIN_MAINTENANCE_INTERVAL:?}"
+            ));
+        }
+        for (name, p) in [
+            ("dispatch.settle_timeout", settle_timeout),
+            ("dispatch.payload_retention", payload_retention),
+        ] {
+            if p.is_zero() {
+                problems.push(format!("{name} must be greater than zero"));
+            }
+            if let Err(e) = p.require_fixed() {
+                problems.push(format!("{name}: {e}"));
+            }
+        }
+        if !problems.is_empty() {
+            return Err(Error::Config(crate::Problems::global(problems)));
+        }
+        Ok(Self {
+            interval,
+            settle_timeout,
+            payload_retention,
+        })
+    }
+
+    /// The configuration's `dispatch.settle_timeout` and
+    /// `dispatch.payload_retention`, every [`DEFAULT_MAINTENANCE_INTERVAL`].
+    pub fn from_config(config: &crate::CohortConfig) -> Result<Self> {
+        Self::new(
+            DEFAULT_MAINTENANCE_INTERVAL,
+            config.dispatch.settle_timeout,
+            config.dispatch.payload_retention,
+        )
+    }
+
+    /// The same settings, run every `interval`.
+    pub fn interval(self, interval: Duration) -> Result<Self> {
+        Self::new(interval, self.settle_timeout, self.payload_retention)
+    }
+
+    /// How often a pass runs.
+    pub fn every(&self) -> Duration {
+        self.interval
+    }
+}
+
+/// What one maintenance pass did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
+pub struct MaintenanceReport {
+    /// Runs left `started` by a lost process, settled `failed`.
+    pub recovered_runs: u64,
+    /// Work no registered handler can deliver, dead-lettered.
+    pub orphaned_work: u64,
+    /// Captured payloads cleared past `payload_retention`.
+    pub scrubbed: u64,
+}
+
+fn orphans_sql(schema: &str) -> SqlText {
+    let hs = CohortTable::HandlerStatus.qualified(schema);
+    let detail = CohortTable::RowDetail.qualified(schema);
+    let mut sql = SqlText::new("UPDATE ");
+    sql.table(&hs)
+        .push(
+            " q SET status = 'dead_lettered', claim_token = NULL, claim_expires_at = NULL, \
+               last_error = $3, updated_at = pg_catalog.now() FROM ",
+        )
+        .table(&detail)
+        .push(
+            " d WHERE d.row_detail_id = q.row_detail_id \
+               AND (q.status = 'pending' \
+                 OR (q.status = 'in_flight' AND q.claim_expires_at <= pg_catalog.now())) \
+               AND q.created_at < pg_catalog.now() - pg_catalog.make_interval(secs => $4) \
+               AND (d.retention_entity_id, q.handler_id) NOT IN \
+                 (SELECT e, h FROM ROWS FROM (pg_catalog.unnest($1::uuid[]), pg_catalog.unnest($2::text[])) AS r(e, h)) \
+             RETURNING q.handler_id",
+        );
+    sql
+}
+
+/// One maintenance pass now.
+pub(crate) async fn pass(cx: &Context, config: &MaintenanceConfig) -> Result<MaintenanceReport> {
+    let prepared = cx.prepared().await?;
+    let settle = config.settle_timeout.as_seconds() as f64;
+    let stale: Vec<uuid::Uuid> = sqlx::query_scalar(prepared.queue.stale_runs.sql())
+        .bind(settle)
+        .fetch_all(&cx.pool)
+        .await?;
+    let mut report = MaintenanceReport::default();
+    for run_id in stale {
+        if crate::handlers::recover_run(
+            cx,
+            run_id,
+            "run: recovered: the process running it stopped before it settled (no run lock held past settle_timeout)",
+        )
+        .await?
+            == crate::handlers::Recovery::Recovered
+        {
+            tracing::warn!(%run_id, "maintenance: recovered a run left started as failed");
+            report.recovered_runs += 1;
+        }
+    }
+    let (entities, handlers): (Vec<uuid::Uuid>, Vec<String>) = cx
+        .handlers
+        .iter()
+        .flat_map(|(entity, hs)| {
+            hs.iter()
+                .map(|h| (*entity, h.registration.identity.clone()))
+        })
+        .unzip();
+    let orphaned: Vec<String> = sqlx::query_scalar(orphans_sql(&cx.config.schema).sql())
+        .bind(&entities)
+        .bind(&handlers)
+        .bind(ORPHANED_WORK_REASON)
+        .bind(settle)
+        .fetch_all(&cx.pool)
+        .await?;
+    for handler in &orphaned {
+        crate::telemetry::delivery(handler, "dead_lettered");
+    }
+    if !orphaned.is_empty() {
+        tracing::warn!(
+            count = orphaned.len(),
+            "maintenance: dead-lettered handler work no registered handler can deliver"
+        );
+    }
+    report.orphaned_work = orphaned.len() as u64;
+    report.scrubbed = sqlx::query(prepared.queue.scrub.sql())
+        .bind(config.payload_retention.as_seconds() as f64)
+        .execute(&cx.pool)
+        .await?
+        .rows_affected();
+    Ok(report)
+}
+
+/// Runs a pass every interval until `cancel` fires; a failed pass is
+/// logged and tried again at the next.
+pub(crate) async fn run(cx: Arc<Context>, config: MaintenanceConfig, cancel: Cancel) {
+    tracing::info!(
+        interval_s = config.interval.as_secs(),
+        "maintenance service started"
+    );
+    while !cancel.is_cancelled() {
+        match pass(&cx, &config).await {
+            Ok(r) if r != MaintenanceReport::default() => {
+                tracing::info!(
+                    recovered_runs = r.recovered_runs,
+                    orphaned_work = r.orphaned_work,
+                    scrubbed = r.scrubbed,
+                    "maintenance pass"
+                );
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "maintenance pass failed; retrying at the next"),
+        }
+        tokio::select! {
+            _ = cancel.cancelled() => break,
+            _ = tokio::time::sleep(config.interval) => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_constructor_validates() {
+        let p = |s: &str| s.parse::<Period>().unwrap();
+        assert!(MaintenanceConfig::new(Duration::from_secs(60), p("1h"), p("30d")).is_ok());
+        let err = MaintenanceConfig::new(Duration::from_millis(10), p("0s"), p("1mo"))
+            .unwrap_err()
+            .to_string();
+        for expected in [
+            "shorter than",
+            "settle_timeout must be greater than zero",
+            "payload_retention",
+            "calendar",
+        ] {
+            assert!(err.contains(expected), "{err}");
+        }
+        let defaults = MaintenanceConfig::from_config(&crate::CohortConfig::default()).unwrap();
+        assert_eq!(defaults.every(), DEFAULT_MAINTENANCE_INTERVAL);
+    }
+}
