@@ -77,6 +77,8 @@ struct RawHandler {
     command: Option<Vec<String>>,
     url: Option<String>,
     secret_env: Option<String>,
+    #[serde(default)]
+    requires_earlier: bool,
 }
 
 /// The `[[entity.handler]]` tables of one entity, checked.
@@ -110,6 +112,7 @@ fn handlers(
                 Phase::Immediate
             }
         };
+        let mut program = None;
         let target = match (&h.command, &h.url) {
             (Some(_), Some(_)) => {
                 problems.push(format!("{at}: give either command or url, not both"));
@@ -118,6 +121,11 @@ fn handlers(
             (Some(argv), None) => {
                 if argv.is_empty() || argv[0].trim().is_empty() {
                     problems.push(format!("{at}: command must name a program"));
+                } else {
+                    match crate::handlers::command::resolve_program(&argv[0]) {
+                        Ok(path) => program = Some(path),
+                        Err(e) => problems.push(format!("{at}: command: {e}")),
+                    }
                 }
                 if h.secret_env.is_some() {
                     problems.push(format!(
@@ -127,8 +135,8 @@ fn handlers(
                 Some(HandlerTarget::Command(argv.clone()))
             }
             (None, Some(url)) => {
-                if !(url.starts_with("http://") || url.starts_with("https://")) {
-                    problems.push(format!("{at}: url must start with http:// or https://"));
+                if let Err(e) = crate::handlers::command::check_url(url) {
+                    problems.push(format!("{at}: {e}"));
                 }
                 if let Some(var) = &h.secret_env {
                     if std::env::var(var).map_or(true, |v| v.is_empty()) {
@@ -179,6 +187,8 @@ fn handlers(
                     .min(claim_timeout.as_seconds() as f64 * 0.85),
             )),
             target: target.unwrap_or(HandlerTarget::Command(Vec::new())),
+            program,
+            requires_earlier: h.requires_earlier,
         });
     }
     if problems.is_empty() {

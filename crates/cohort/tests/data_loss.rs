@@ -948,7 +948,7 @@ async fn migrations_quote_any_schema_name_in_one_pass() {
                 .fetch_one(&mut conn)
                 .await
                 .unwrap();
-        assert_eq!(tables, 6, "{schema:?}");
+        assert_eq!(tables, 7, "{schema:?}");
         assert_eq!(
             cohort::schema::installed_version(&mut conn, schema)
                 .await
@@ -1152,11 +1152,11 @@ async fn a_version_one_database_upgrades_keeping_history() {
         .unwrap_err();
     assert!(
         problems_text(&err)
-            .contains("is version 1, older than this build's 4; run `cohort migrate`"),
+            .contains("is version 1, older than this build's 5; run `cohort migrate`"),
         "{err}"
     );
     let report = cohort::schema::migrate(&mut conn, "public").await.unwrap();
-    assert_eq!((report.from_version, report.applied), (1, vec![2, 3, 4]));
+    assert_eq!((report.from_version, report.applied), (1, vec![2, 3, 4, 5]));
     // The runs table is byte for byte as it was, error texts included.
     assert_eq!(table_digest(db.pool(), V1_RUNS).await, before);
     let cohort = Cohort::builder(db.pool().clone())
@@ -1200,6 +1200,10 @@ fn released_migrations_are_pinned() {
         (
             4,
             "45dffbf9579bdc6115b338ed578e004f432442d925d590ff8c9a834331463886",
+        ),
+        (
+            5,
+            "01e42d47e1412e09959ba1925c2d8a1cdfff6cf49e2cfd0b8ae5404af3d39d2a",
         ),
     ];
     assert_eq!(

@@ -909,6 +909,42 @@ period = "30d"
     .await
     .unwrap_err();
     assert!(err.to_string().contains("which is not set"), "{err}");
+    // Commands are resolved and checked when the policy is loaded; urls
+    // must be absolute http(s) URLs with a host.
+    let dir = tempfile::tempdir().unwrap();
+    let not_exec = dir.path().join("script.sh");
+    std::fs::write(&not_exec, "#!/bin/sh\nexit 0\n").unwrap();
+    for (handler, expected) in [
+        (
+            "command = [\"cohort-no-such-program-anywhere\"]".to_string(),
+            "is not an executable file on PATH",
+        ),
+        (
+            format!("command = [{:?}]", dir.path().display().to_string()),
+            "is not a file",
+        ),
+        (
+            format!("command = [{:?}]", not_exec.display().to_string()),
+            "is not executable",
+        ),
+        (
+            "command = [\"/no/such/dir/prog\"]".to_string(),
+            "cannot be used",
+        ),
+        (
+            "url = \"ftp://example.com/\"".to_string(),
+            "must start with http",
+        ),
+        ("url = \"http://\"".to_string(), "not a valid URL"),
+        ("url = \"/hooks/local\"".to_string(), "must start with http"),
+        ("url = \"https:///path\"".to_string(), "not a valid URL"),
+    ] {
+        let err = cohort::policy::PolicyFile::parse(&policy(&format!(
+            "[[entity.handler]]\nname = \"h\"\n{handler}"
+        )))
+        .unwrap_err();
+        assert!(err.to_string().contains(expected), "{handler}: {err}");
+    }
     // A good one builds.
     build(policy(
         "[[entity.handler]]\nname = \"h\"\ncapture = [\"body\", \"created_at\"]\ntimeout = \"5s\"\ncommand = [\"true\"]",

@@ -599,7 +599,7 @@ async fn incomplete_or_old_cohort_schema_is_rejected() {
     .await;
     expect_problems_global(
         &db,
-        &["is version 0, older than this build's 4; run `cohort migrate`"],
+        &["is version 0, older than this build's 5; run `cohort migrate`"],
     )
     .await;
     exec(
@@ -609,7 +609,7 @@ async fn incomplete_or_old_cohort_schema_is_rejected() {
     .await;
     expect_problems_global(
         &db,
-        &["is version 99, newer than this build's 4; upgrade Cohort"],
+        &["is version 99, newer than this build's 5; upgrade Cohort"],
     )
     .await;
 }

@@ -2,9 +2,11 @@
 //! write Rust. The listed columns are captured before the mutation; each
 //! delivery carries one JSON document:
 //! - `command`: the program (argv, no shell) gets it on stdin. Exit 0 =
-//!   delivered; any other exit, or the time-out (the process is killed), is
-//!   a failed attempt. Its stderr is logged, never stored.
-//! - `url`: an HTTP POST; 2xx = delivered. With `secret_env`, signed with
+//!   delivered; any other exit, or the time-out (its whole process group is
+//!   killed), is a failed attempt. The tail of its stderr is logged, never
+//!   stored; nothing unbounded is held in memory.
+//! - `url`: an HTTP POST; 2xx = delivered; a redirect is never followed (a
+//!   3xx is a failed attempt naming its status). With `secret_env`, signed with
 //!   `Cohort-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<body>">`.
 //!   The response body is never logged or stored.
 
@@ -54,6 +56,76 @@ pub struct PolicyHandler {
     pub timeout: Option<Duration>,
     /// Where it delivers.
     pub target: HandlerTarget,
+    /// For a command: the program as resolved when the policy was loaded
+    /// (an absolute path, found on `PATH` for a bare name), checked to be
+    /// an executable file. It runs by this path.
+    pub program: Option<std::path::PathBuf>,
+    /// Runs only after every earlier handler (lower priority) of the same
+    /// row succeeded: an earlier dead letter holds it until it is retried
+    /// and delivered. Default `false`: it waits only while earlier work is
+    /// still pending or in flight.
+    pub requires_earlier: bool,
+}
+
+/// Resolves a command's program the way a shell without one would: a name
+/// with a `/` is a path (relative to the working directory), a bare name is
+/// looked up on `PATH`. The result must be a regular file the process may
+/// execute; otherwise the reason, for the policy's problems.
+pub(crate) fn resolve_program(name: &str) -> Result<std::path::PathBuf, String> {
+    use std::path::{Path, PathBuf};
+    let executable = |path: &Path| -> Result<(), String> {
+        let meta = std::fs::metadata(path)
+            .map_err(|e| format!("{} cannot be used: {}", path.display(), e.kind()))?;
+        if !meta.is_file() {
+            return Err(format!("{} is not a file", path.display()));
+        }
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            if meta.permissions().mode() & 0o111 == 0 {
+                return Err(format!("{} is not executable", path.display()));
+            }
+        }
+        Ok(())
+    };
+    if name.contains('/') {
+        let path = PathBuf::from(name);
+        let path = if path.is_absolute() {
+            path
+        } else {
+            std::env::current_dir()
+                .map_err(|e| format!("the working directory cannot be read: {}", e.kind()))?
+                .join(path)
+        };
+        executable(&path)?;
+        return Ok(path);
+    }
+    let path_var = std::env::var_os("PATH").unwrap_or_default();
+    for dir in std::env::split_paths(&path_var) {
+        let candidate = dir.join(name);
+        if candidate.is_absolute() && executable(&candidate).is_ok() {
+            return Ok(candidate);
+        }
+    }
+    Err(format!(
+        "program {name:?} is not an executable file on PATH; give its absolute path"
+    ))
+}
+
+/// Checks a `url` handler's address: an absolute `http://` or `https://`
+/// URL with a host.
+pub(crate) fn check_url(url: &str) -> Result<(), String> {
+    let uri: ureq::http::Uri = url
+        .parse()
+        .map_err(|_| format!("url {url:?} is not a valid URL"))?;
+    match uri.scheme_str() {
+        Some("http" | "https") => {}
+        _ => return Err(format!("url {url:?} must start with http:// or https://")),
+    }
+    if uri.host().is_none_or(str::is_empty) {
+        return Err(format!("url {url:?} has no host"));
+    }
+    Ok(())
 }
 
 pub(crate) struct CommandHandler {
@@ -153,6 +225,60 @@ impl ErasedHandler for CommandHandler {
     }
 }
 
+/// The most of a command's stderr kept in memory: its tail, for the log.
+pub(crate) const STDERR_TAIL_BYTES: usize = 4096;
+
+/// Kills a command's whole process group (the command and everything it
+/// started) unless disarmed: on time-out, and when the delivery is dropped
+/// at shutdown. Disarmed once the command was reaped, so a pid reused
+/// after that is never signalled.
+struct GroupGuard {
+    pgid: Option<i32>,
+}
+
+impl GroupGuard {
+    fn kill(&mut self) {
+        let Some(pgid) = self.pgid.take() else {
+            return;
+        };
+        // Never pid 1 or below: kill(-1) would signal every process.
+        #[cfg(unix)]
+        if let Some(pid) = rustix::process::Pid::from_raw(pgid).filter(|_| pgid > 1) {
+            let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+        }
+        #[cfg(not(unix))]
+        let _ = pgid;
+    }
+
+    fn disarm(&mut self) {
+        self.pgid = None;
+    }
+}
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Reads `from` to its end, keeping only the last [`STDERR_TAIL_BYTES`].
+async fn tail(mut from: impl tokio::io::AsyncRead + Unpin) -> Vec<u8> {
+    use tokio::io::AsyncReadExt;
+    let mut kept: Vec<u8> = Vec::with_capacity(STDERR_TAIL_BYTES);
+    let mut buf = [0u8; 8192];
+    loop {
+        match from.read(&mut buf).await {
+            Ok(0) | Err(_) => return kept,
+            Ok(n) => {
+                kept.extend_from_slice(&buf[..n]);
+                if kept.len() > STDERR_TAIL_BYTES {
+                    kept.drain(..kept.len() - STDERR_TAIL_BYTES);
+                }
+            }
+        }
+    }
+}
+
 impl CommandHandler {
     async fn run(
         &self,
@@ -161,15 +287,30 @@ impl CommandHandler {
         ctx: &AfterContext,
     ) -> Result<(), HandlerError> {
         let (program, args) = argv.split_first().ok_or("the command is empty")?;
-        let mut child = tokio::process::Command::new(program)
+        let resolved: &std::ffi::OsStr = match &self.spec.program {
+            Some(path) => path.as_os_str(),
+            None => program.as_ref(),
+        };
+        let mut command = tokio::process::Command::new(resolved);
+        command
             .args(args)
             .env("COHORT_DELIVERY_ID", ctx.work_id.to_string())
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
-            .kill_on_drop(true)
+            .kill_on_drop(true);
+        // Its own process group, so a time-out or shutdown ends everything
+        // it started, not only itself.
+        #[cfg(unix)]
+        command.process_group(0);
+        let mut child = command
             .spawn()
             .map_err(|e| SafeReason(format!("cannot start {program:?}: {}", e.kind())))?;
+        // Declared after the child, so it is dropped (and kills the group)
+        // first, while the child is not yet reaped.
+        let mut group = GroupGuard {
+            pgid: child.id().and_then(|id| i32::try_from(id).ok()),
+        };
         if let Some(mut stdin) = child.stdin.take() {
             // Written beside the wait, so a program that writes stderr before
             // reading stdin cannot deadlock against us; a program that exits
@@ -178,30 +319,46 @@ impl CommandHandler {
                 let _ = stdin.write_all(&body).await;
             });
         }
+        let stderr = child.stderr.take().map(|e| tokio::spawn(tail(e)));
         let waited = match self.spec.timeout {
-            Some(limit) => tokio::time::timeout(limit, child.wait_with_output()).await,
-            None => Ok(child.wait_with_output().await),
+            Some(limit) => tokio::time::timeout(limit, child.wait()).await,
+            None => Ok(child.wait().await),
         };
-        let output = match waited {
-            Ok(output) => output
-                .map_err(|e| SafeReason(format!("waiting for {program:?} failed: {}", e.kind())))?,
+        let status = match waited {
+            Ok(status) => {
+                group.disarm();
+                status.map_err(|e| {
+                    SafeReason(format!("waiting for {program:?} failed: {}", e.kind()))
+                })?
+            }
             Err(_) => {
+                group.kill();
+                let _ = child.kill().await;
                 return Err(SafeReason(format!(
-                    "timed out after {}s",
+                    "timed out after {}s (its process group was killed)",
                     self.spec.timeout.unwrap_or_default().as_secs_f64()
                 ))
-                .into())
+                .into());
             }
         };
-        if !output.stderr.is_empty() {
-            // Logged for the operator; never stored (it may hold personal data).
-            let shown = &output.stderr[..output.stderr.len().min(4096)];
-            tracing::warn!(handler = %self.spec.name, stderr = %String::from_utf8_lossy(shown).trim(), "command handler wrote to stderr");
+        // A grandchild still holding stderr open must not keep us waiting.
+        let shown = match stderr {
+            Some(task) => tokio::time::timeout(Duration::from_secs(1), task)
+                .await
+                .ok()
+                .and_then(Result::ok)
+                .unwrap_or_default(),
+            None => Vec::new(),
+        };
+        if !shown.is_empty() {
+            // Logged for the operator (its last bytes); never stored (it may
+            // hold personal data).
+            tracing::warn!(handler = %self.spec.name, stderr = %String::from_utf8_lossy(&shown).trim(), "command handler wrote to stderr");
         }
-        if output.status.success() {
+        if status.success() {
             Ok(())
         } else {
-            Err(SafeReason(match output.status.code() {
+            Err(SafeReason(match status.code() {
                 Some(code) => format!("exit status {code}"),
                 None => "killed by a signal".to_string(),
             })
@@ -230,9 +387,12 @@ impl CommandHandler {
         let url = url.to_owned();
         let delivery = ctx.work_id.to_string();
         let status = tokio::task::spawn_blocking(move || {
+            // Redirects are never followed: a hook that answers 3xx did
+            // not take the delivery, whatever answers at the new address.
             let agent: ureq::Agent = ureq::Agent::config_builder()
                 .timeout_global(Some(timeout))
                 .http_status_as_error(false)
+                .max_redirects(0)
                 .build()
                 .into();
             let mut request = agent
@@ -249,6 +409,10 @@ impl CommandHandler {
         .map_err(|_| SafeReason("the delivery task panicked".into()))?;
         match status {
             Ok(code) if (200..300).contains(&code) => Ok(()),
+            Ok(code) if (300..400).contains(&code) => Err(SafeReason(format!(
+                "http status {code}: a redirect, which is never followed (point the handler at the final URL)"
+            ))
+            .into()),
             Ok(code) => Err(SafeReason(format!("http status {code}")).into()),
             Err(ureq::Error::Timeout(_)) => {
                 Err(SafeReason(format!("timed out after {}s", timeout.as_secs_f64())).into())
@@ -280,4 +444,38 @@ pub(crate) fn sign(secret: &[u8], t: i64, body: &[u8]) -> String {
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn stderr_keeps_only_its_tail() {
+        let mut big: Vec<u8> = (0..10_000_000u32).map(|i| (i % 251) as u8).collect();
+        big.extend_from_slice(b"the end");
+        let kept = tail(&big[..]).await;
+        assert_eq!(kept.len(), STDERR_TAIL_BYTES);
+        assert_eq!(&kept[..], &big[big.len() - STDERR_TAIL_BYTES..]);
+        assert_eq!(tail(&b"short"[..]).await, b"short");
+    }
+
+    #[test]
+    fn urls_and_programs_are_checked() {
+        assert!(check_url("https://crm.example/hook").is_ok());
+        assert!(check_url("http://127.0.0.1:9/x").is_ok());
+        for bad in [
+            "ftp://x/",
+            "http://",
+            "/relative",
+            "crm.example/hook",
+            "https:///x",
+        ] {
+            assert!(check_url(bad).is_err(), "{bad}");
+        }
+        assert!(resolve_program("sh").is_ok_and(|p| p.is_absolute()));
+        assert!(resolve_program("/bin/sh").is_ok());
+        assert!(resolve_program("cohort-no-such-program").is_err());
+        assert!(resolve_program("/").is_err());
+    }
 }

@@ -147,7 +147,25 @@ pub(crate) async fn list(cx: &Context, filter: &DeadLetterFilter) -> Result<Vec<
 /// an unknown id, one that is not dead-lettered or one whose payload was
 /// scrubbed refuses the whole request and changes nothing.
 pub(crate) async fn retry(cx: &Context, selection: &RetrySelection) -> Result<u64> {
-    let (hs, _) = tables(cx);
+    let (hs, detail) = tables(cx);
+    let prepared = cx.prepared().await?;
+    // Work of an entity this process knows, for a handler it does not
+    // register, would only dead-letter again: refused, naming the handler.
+    // (An entity this process does not know, e.g. a Rust handler's entity
+    // seen from the CLI, cannot be judged here and is retried.)
+    let unknown = |entity: uuid::Uuid, handler: &str| {
+        prepared.model.entities.iter().any(|e| e.id == entity)
+            && !cx
+                .handlers
+                .get(&entity)
+                .is_some_and(|hs| hs.iter().any(|h| h.registration.identity == handler))
+    };
+    let mut who =
+        SqlText::new("SELECT h.handler_status_id, d.retention_entity_id, h.handler_id FROM ");
+    who.table(&hs)
+        .push(" h JOIN ")
+        .table(&detail)
+        .push(" d ON d.row_detail_id = h.row_detail_id WHERE h.handler_status_id = ANY($1)");
     let mut conn = cx.pool.acquire().await?;
     let mut tx = sqlx::Connection::begin_with(&mut *conn, crate::sql::READ_COMMITTED).await?;
     let ids: Vec<i64> = match selection {
@@ -195,8 +213,45 @@ pub(crate) async fn retry(cx: &Context, selection: &RetrySelection) -> Result<u6
                     )));
                 }
             }
+            let owners: Vec<(i64, uuid::Uuid, String)> = sqlx::query_as(who.sql())
+                .bind(ids)
+                .fetch_all(&mut *tx)
+                .await?;
+            let mut refused: Vec<String> = owners
+                .iter()
+                .filter(|(_, e, h)| unknown(*e, h))
+                .map(|(id, e, h)| format!("work {id} (handler {h:?} of entity {e})"))
+                .collect();
+            refused.dedup();
+            if !refused.is_empty() {
+                return Err(Error::InvalidInput(format!(
+                    "no handler of that name is registered for its entity, so a retry would dead-letter again: {}; add the handler back (or rename it back), then retry",
+                    refused.join(", ")
+                )));
+            }
             ids.clone()
         }
+    };
+    // `--all` retries only work some handler here can deliver.
+    let ids: Vec<i64> = if matches!(selection, RetrySelection::All) {
+        let owners: Vec<(i64, uuid::Uuid, String)> = sqlx::query_as(who.sql())
+            .bind(&ids)
+            .fetch_all(&mut *tx)
+            .await?;
+        let skipped = owners.iter().filter(|(_, e, h)| unknown(*e, h)).count();
+        if skipped > 0 {
+            tracing::warn!(
+                skipped,
+                "dead letters of handlers not registered here were left as they are"
+            );
+        }
+        owners
+            .into_iter()
+            .filter(|(_, e, h)| !unknown(*e, h))
+            .map(|(id, ..)| id)
+            .collect()
+    } else {
+        ids
     };
     let mut sql = SqlText::new("UPDATE ");
     sql.table(&hs).push(

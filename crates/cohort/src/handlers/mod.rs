@@ -168,6 +168,7 @@ pub struct HandlerRegistration {
     pub(crate) identity: String,
     pub(crate) priority: Option<i32>,
     pub(crate) phase: Phase,
+    pub(crate) requires_earlier: bool,
 }
 
 impl HandlerRegistration {
@@ -179,7 +180,18 @@ impl HandlerRegistration {
             identity: identity.into(),
             priority: None,
             phase: Phase::Immediate,
+            requires_earlier: false,
         }
+    }
+
+    /// Runs only after every earlier handler of the same row (lower
+    /// priority, then identity) succeeded: an earlier dead letter holds
+    /// this work until it is retried and delivered ("archive, then
+    /// delete"). By default a handler waits only while earlier work is
+    /// pending or in flight, and runs after an earlier dead letter.
+    pub fn requires_earlier(mut self, requires: bool) -> Self {
+        self.requires_earlier = requires;
+        self
     }
 
     /// Runs before handlers of higher priority numbers (unset: last).
@@ -253,6 +265,7 @@ impl Registered {
         let mut registration = HandlerRegistration::new(spec.entity_id, spec.name.clone());
         registration.priority = spec.priority;
         registration.phase = spec.phase;
+        registration.requires_earlier = spec.requires_earlier;
         Self {
             registration,
             capture: spec.capture.clone(),

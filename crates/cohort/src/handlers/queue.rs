@@ -10,12 +10,14 @@ use crate::schema::CohortTable;
 pub(crate) struct QueuePlan {
     /// Queues work for mutated rows, in the batch transaction. `$1`
     /// row-detail ids (int8[]), `$2` run id, `$3` handler ids (text[]), `$4`
-    /// priorities (int4[]), `$5` phases (text[]), `$6` payloads (jsonb[]).
+    /// priorities (int4[]), `$5` phases (text[]), `$6` payloads (jsonb[]),
+    /// `$7` whether each requires the earlier handlers to succeed (bool[]).
     pub(crate) enqueue: SqlText,
     /// Claims due work: pending and due, or in flight with an expired claim
     /// (a reclaim, counted as an attempt); `after_sweep_settled` work only
     /// once its run settled; a row's handler only when every handler before
-    /// it (priority, then identity) is terminal. A CTE locks the candidates
+    /// it (priority, then identity) is terminal, and, for work that
+    /// requires the earlier handlers, none of them is dead-lettered. A CTE locks the candidates
     /// with `FOR UPDATE SKIP LOCKED` before the update, so concurrent
     /// dispatchers never claim the same work. Only work of entities this
     /// dispatcher has handlers for is claimed, so dispatchers of different
@@ -56,10 +58,11 @@ impl QueuePlan {
 
         let mut enqueue = SqlText::new("INSERT INTO ");
         enqueue.table(&hs).push(
-            " (row_detail_id, run_id, handler_id, priority, phase, captured_payload) \
-             SELECT u.d, $2, u.h, u.p, u.ph, u.pl FROM ROWS FROM (pg_catalog.unnest($1::int8[]), \
+            " (row_detail_id, run_id, handler_id, priority, phase, captured_payload, requires_earlier) \
+             SELECT u.d, $2, u.h, u.p, u.ph, u.pl, u.re FROM ROWS FROM (pg_catalog.unnest($1::int8[]), \
              pg_catalog.unnest($3::text[]), pg_catalog.unnest($4::int4[]), \
-             pg_catalog.unnest($5::text[]), pg_catalog.unnest($6::jsonb[])) AS u(d, h, p, ph, pl)",
+             pg_catalog.unnest($5::text[]), pg_catalog.unnest($6::jsonb[]), \
+             pg_catalog.unnest($7::bool[])) AS u(d, h, p, ph, pl, re)",
         );
 
         let mut claim = SqlText::new("WITH c AS (SELECT h.handler_status_id FROM ");
@@ -81,7 +84,8 @@ impl QueuePlan {
             .push(
                 " s WHERE s.row_detail_id = h.row_detail_id \
                      AND s.handler_status_id <> h.handler_status_id \
-                     AND s.status IN ('pending', 'in_flight') \
+                     AND (s.status IN ('pending', 'in_flight') \
+                       OR (h.requires_earlier AND s.status = 'dead_lettered')) \
                      AND (COALESCE(s.priority, 2147483647), s.handler_id COLLATE \"C\") \
                        < (COALESCE(h.priority, 2147483647), h.handler_id COLLATE \"C\")) \
                  ORDER BY h.next_attempt_at, h.handler_status_id \

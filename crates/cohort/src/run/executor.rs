@@ -860,6 +860,7 @@ async fn enqueue(
     let mut identities = Vec::new();
     let mut priorities: Vec<Option<i32>> = Vec::new();
     let mut phases = Vec::new();
+    let mut requires_earlier = Vec::new();
     let mut payloads = Vec::new();
     for d in details {
         let detail_id: i64 = d.try_get("row_detail_id").map_err(stop_from)?;
@@ -876,6 +877,7 @@ async fn enqueue(
             identities.push(h.registration.identity.clone());
             priorities.push(h.registration.priority);
             phases.push(h.registration.phase.as_str());
+            requires_earlier.push(h.registration.requires_earlier);
             payloads.push(payload.clone());
         }
     }
@@ -886,6 +888,7 @@ async fn enqueue(
         .bind(&priorities)
         .bind(&phases)
         .bind(&payloads)
+        .bind(&requires_earlier)
         .execute(&mut **tx)
         .await
         .map_err(stop_from)?;

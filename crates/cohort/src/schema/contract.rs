@@ -6,7 +6,7 @@ use crate::ident::QualifiedName;
 
 /// The schema version the code expects. Migrations record it on
 /// `sweep_run` as the table comment `cohort schema version N`.
-pub const SCHEMA_VERSION: u32 = 4;
+pub const SCHEMA_VERSION: u32 = 5;
 
 /// The prefix of the version comment on `sweep_run`.
 pub(crate) const VERSION_COMMENT_PREFIX: &str = "cohort schema version ";
@@ -17,7 +17,7 @@ pub(crate) const VERSION_COMMENT_PREFIX: &str = "cohort schema version ";
 /// instead of starting an empty ledger there.
 pub(crate) const MOVED_COMMENT: &str = "cohort tables moved to another schema";
 
-/// One of Cohort's six tables.
+/// One of Cohort's seven tables.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum CohortTable {
@@ -33,6 +33,8 @@ pub enum CohortTable {
     Hold,
     /// Live settings shared by every replica (`kill_switch`, `dry_run`).
     Setting,
+    /// The processes that sweep, with their handlers and a heartbeat.
+    Peer,
 }
 
 /// A column of a Cohort table as the catalog reports it.
@@ -66,14 +68,15 @@ const INTERVAL: &str = "interval";
 const JSONB: &str = "jsonb";
 
 impl CohortTable {
-    /// All six, in creation order (referenced tables first).
-    pub const ALL: [CohortTable; 6] = [
+    /// All seven, in creation order (referenced tables first).
+    pub const ALL: [CohortTable; 7] = [
         CohortTable::SweepRun,
         CohortTable::EntitySummary,
         CohortTable::RowDetail,
         CohortTable::HandlerStatus,
         CohortTable::Hold,
         CohortTable::Setting,
+        CohortTable::Peer,
     ];
 
     /// The table's name.
@@ -85,6 +88,7 @@ impl CohortTable {
             CohortTable::HandlerStatus => "sweep_row_handler_status",
             CohortTable::Hold => "retention_hold",
             CohortTable::Setting => "retention_setting",
+            CohortTable::Peer => "retention_peer",
         }
     }
 
@@ -111,6 +115,7 @@ impl CohortTable {
                 col!("occurrence", TSTZ, true),
                 col!("occurrence_pass", INT, true),
                 col!("occurrence_passes", INT, true),
+                col!("policy_fingerprint", TEXT, true),
             ],
             CohortTable::EntitySummary => &[
                 col!("summary_id", BIGINT, false),
@@ -162,6 +167,7 @@ impl CohortTable {
                 col!("last_error", TEXT, true),
                 col!("created_at", TSTZ, false),
                 col!("updated_at", TSTZ, false),
+                col!("requires_earlier", BOOL, false),
             ],
             CohortTable::Hold => &[
                 col!("hold_id", UUID, false),
@@ -179,6 +185,15 @@ impl CohortTable {
                 col!("updated_at", TSTZ, false),
                 col!("updated_by", TEXT, false),
             ],
+            CohortTable::Peer => &[
+                col!("peer_id", UUID, false),
+                col!("host", TEXT, false),
+                col!("pid", INT, false),
+                col!("started_at", TSTZ, false),
+                col!("heartbeat_at", TSTZ, false),
+                col!("policy_fingerprint", TEXT, false),
+                col!("handlers", JSONB, false),
+            ],
         }
     }
 }
@@ -192,7 +207,7 @@ mod tests {
         let mut names: Vec<_> = CohortTable::ALL.iter().map(|t| t.name()).collect();
         names.sort_unstable();
         names.dedup();
-        assert_eq!(names.len(), 6);
+        assert_eq!(names.len(), 7);
         for t in CohortTable::ALL {
             let mut cols: Vec<_> = t.columns().iter().map(|c| c.name).collect();
             let n = cols.len();

@@ -47,6 +47,11 @@ const SOURCES: &[(u32, &str, &str)] = &[
         "worker",
         include_str!("../../migrations/0004_worker.sql"),
     ),
+    (
+        5,
+        "peers_and_order",
+        include_str!("../../migrations/0005_peers_and_order.sql"),
+    ),
 ];
 
 fn render(template: &'static str, schema: &str) -> SqlText {
