@@ -2299,8 +2299,18 @@ async fn the_policy_only_example_validates_and_its_unit_command_runs() {
         .execute(db.pool())
         .await
         .unwrap();
-    let policy = example.join("cohort.toml");
     let dir = tempfile::tempdir().unwrap();
+    // The handler's program as the Containerfile installs it: here, the
+    // example's own script (the policy refuses a program that is missing).
+    let text = std::fs::read_to_string(example.join("cohort.toml")).unwrap();
+    assert!(text.contains("\"/usr/local/bin/forget-note\""));
+    let script = example.join("forget-note").canonicalize().unwrap();
+    let policy = dir.path().join("cohort.toml");
+    std::fs::write(
+        &policy,
+        text.replace("/usr/local/bin/forget-note", &script.display().to_string()),
+    )
+    .unwrap();
     let run = |args: &[&str]| {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_cohort"));
         cmd.current_dir(dir.path())
