@@ -387,7 +387,21 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             for u in &unusable {
                 eprintln!("cohort: warning: tenants_query {u}; its pass will fail, the others run");
             }
-            output::validated(cli.json, cohort.config(), &model, &unusable);
+            // Replicas sweeping this database with another policy.
+            let others: Vec<cohort::peers::Peer> = match cohort.peers().await {
+                Ok(peers) => peers.into_iter().filter(|p| !p.same_policy).collect(),
+                Err(e) => {
+                    eprintln!("cohort: warning: the peer records could not be read: {e}");
+                    Vec::new()
+                }
+            };
+            for p in &others {
+                eprintln!(
+                    "cohort: warning: a live peer ({} pid {}) sweeps this database with another policy (fingerprint {}); each policy runs its own occurrences, and an entity whose handlers differ is left alone by the process that lacks them",
+                    p.host, p.pid, p.policy_fingerprint
+                );
+            }
+            output::validated(cli.json, cohort.config(), &model, &unusable, &others);
             Ok(())
         }
         Command::Preview { scope, now } => {

@@ -128,6 +128,7 @@ pub(crate) fn validated(
     config: &CohortConfig,
     model: &ValidatedModel,
     unusable_tenants: &[cohort::UnusableTenant],
+    peers_with_other_policy: &[cohort::peers::Peer],
 ) {
     if json {
         print_json(&json!({
@@ -137,6 +138,7 @@ pub(crate) fn validated(
             "exempt": model.exempt.iter().map(|e| json!({"entity_id": e.id, "entity": e.name, "reason": e.reason})).collect::<Vec<_>>(),
             "warnings": model.warnings,
             "unusable_tenants": unusable_tenants,
+            "peers_with_other_policy": peers_with_other_policy,
         }));
         return;
     }

@@ -120,9 +120,14 @@ impl Replicas {
     }
 
     fn spawn(&mut self, name: &str, env: &[(&str, &str)]) {
+        self.spawn_with(name, &["worker"], env);
+    }
+
+    /// A replica started with these arguments (e.g. another `--config`).
+    fn spawn_with(&mut self, name: &str, args: &[&str], env: &[(&str, &str)]) {
         let url = format!("{}&application_name={name}", self.url);
         let log = std::fs::File::create(self.log_path(name)).unwrap();
-        let child = command(&self.dir, &["worker"], &url, env)
+        let child = command(&self.dir, args, &url, env)
             .env("RUST_LOG", "cohort=info")
             .stdout(Stdio::null())
             .stderr(Stdio::from(log))
@@ -973,4 +978,87 @@ async fn rows_of_the_tenants_query_that_cannot_be_tenants_fail_only_themselves()
     .unwrap();
     assert_eq!(left, 0);
     assert!(log.contains("cannot be a tenant"), "{log}");
+}
+
+/// RS-024 on real worker processes: two replicas with different policies
+/// on one database. The new one has a `crm-forget` handler on notes and no
+/// tenantless entity; the old one lacks the handler and has the tenantless
+/// events. Each policy runs its own occurrences (the events are swept
+/// although the new replica ran the occurrence first); the old replica
+/// never purges a note, so every purged note has its `crm-forget` work;
+/// `validate` names the peer with the other policy.
+#[tokio::test]
+async fn replicas_with_different_policies_never_drop_work() {
+    let base = policy("*/2 * * * * *", 500, "");
+    let new_policy = base
+        .replace(
+            "anchor = \"created_at\"\n\n[[entity]]\nname = \"Event\"",
+            "anchor = \"created_at\"\n\n[[entity.handler]]\nname = \"crm-forget\"\ncommand = [\"true\"]\n\n[[entity]]\nname = \"Event\"",
+        );
+    assert_ne!(new_policy, base);
+    // The new policy has no tenantless events.
+    let new_policy = new_policy[..new_policy.find("[[entity]]\nname = \"Event\"").unwrap()]
+        .to_string()
+        + &new_policy[new_policy.find("[[category]]").unwrap()..];
+    let (db, dir) = setup(&base).await;
+    let dir = dir.path();
+    std::fs::write(dir.join("new.toml"), &new_policy).unwrap();
+    let mut replicas = Replicas::new(dir, db.url());
+    replicas.spawn_with("new", &["--config", "new.toml", "worker"], &[]);
+    // The new replica is registered before the old one sweeps anything.
+    wait_until(
+        "the new replica's peer record",
+        Duration::from_secs(20),
+        async || {
+            sqlx::query_scalar::<_, i64>("SELECT count(*) FROM retention.retention_peer")
+                .fetch_one(db.pool())
+                .await
+                .unwrap()
+                == 1
+        },
+    )
+    .await;
+    let out = cohort(dir, &["--json", "validate"], db.url(), &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        report["peers_with_other_policy"].as_array().unwrap().len(),
+        1,
+        "{report}"
+    );
+    assert!(stderr(&out).contains("another policy"), "{}", stderr(&out));
+    insert_rows(db.pool(), 30, 20).await;
+    replicas.spawn("old", &[]);
+    wait_until("every old row swept", Duration::from_secs(60), async || {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT (SELECT count(*) FROM app.session_notes) + (SELECT count(*) FROM app.events)",
+        )
+        .fetch_one(db.pool())
+        .await
+        .unwrap()
+            == 0
+    })
+    .await;
+    let logs = replicas.terminate_all();
+    // Every purged note has its crm-forget work: none went without it.
+    let (notes, with_work): (i64, i64) = sqlx::query_as(
+        "SELECT count(*), count(*) FILTER (WHERE EXISTS (SELECT 1 FROM retention.sweep_row_handler_status h \
+           WHERE h.row_detail_id = d.row_detail_id AND h.handler_id = 'crm-forget')) \
+         FROM retention.sweep_run_row_detail d WHERE d.entity_type = 'SessionNote'",
+    )
+    .fetch_one(db.pool())
+    .await
+    .unwrap();
+    assert_eq!(notes, 60, "every note was purged with a row detail");
+    assert_eq!(with_work, 60, "every purged note has its handler work");
+    // The old replica left notes alone, saying why.
+    let refused: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM retention.sweep_run WHERE error LIKE '%handler_missing_here%'",
+    )
+    .fetch_one(db.pool())
+    .await
+    .unwrap();
+    assert!(refused > 0, "the old replica was held back at least once");
+    let old_log = &logs.iter().find(|(n, _)| n == "old").unwrap().1;
+    assert!(old_log.contains("another policy"), "{old_log}");
 }

@@ -279,6 +279,13 @@ impl Cohort {
         &self.cx.tenant_source
     }
 
+    /// The live peers: processes running Cohort's services on this
+    /// database, with their policy fingerprint (`same_policy` when it is
+    /// this handle's) and handlers per entity.
+    pub async fn peers(&self) -> Result<Vec<crate::peers::Peer>> {
+        crate::peers::live(&self.cx, None).await
+    }
+
     /// One maintenance pass now (what the always-running maintenance
     /// service does every interval): settle runs left `started` by a lost
     /// process, dead-letter work no registered handler can deliver, scrub

@@ -6,6 +6,7 @@ pub mod config;
 mod context;
 mod diagnostic;
 pub mod observer;
+pub mod peers;
 
 pub mod erasure;
 mod error;

@@ -47,6 +47,12 @@ pub const DEAD_LETTERS: &str = "cohort_dead_letters";
 /// `cohort_tenant_rows_unusable_total`: rows of the tenant source that
 /// could not be tenants (each failed only its own pass).
 pub const TENANT_ROWS_UNUSABLE_TOTAL: &str = "cohort_tenant_rows_unusable_total";
+/// `cohort_peers{state}`: live peers by whether their policy is this
+/// process's (`same_policy`) or not (`other_policy`), as last read.
+pub const PEERS: &str = "cohort_peers";
+/// `cohort_peer_conflicts_total{entity}`: entities left alone because a
+/// live peer has a handler for them that this process lacks.
+pub const PEER_CONFLICTS_TOTAL: &str = "cohort_peer_conflicts_total";
 
 /// Registers the help text of every metric with the installed recorder.
 /// Call once after installing it; harmless to call again.
@@ -78,6 +84,14 @@ pub fn describe() {
     describe_gauge!(
         DEAD_LETTERS,
         "Dead-lettered row-handler work, as last read."
+    );
+    describe_gauge!(
+        PEERS,
+        "Live peers (processes sweeping this database) by state: same_policy or other_policy."
+    );
+    describe_counter!(
+        PEER_CONFLICTS_TOTAL,
+        "Entities a run left alone because a live peer has a handler for them that this process lacks."
     );
     describe_counter!(
         TENANT_ROWS_UNUSABLE_TOTAL,
@@ -119,6 +133,15 @@ pub(crate) fn run_settled(kind: RunKind, trigger: Trigger, status: RunStatus, to
 pub(crate) fn run_recorded_failed(kind: &str, trigger: &str) {
     metrics::counter!(RUNS_TOTAL, "kind" => kind.to_owned(), "trigger" => trigger.to_owned(), "status" => "failed")
         .increment(1);
+}
+
+pub(crate) fn peer_conflict(entity: &str) {
+    metrics::counter!(PEER_CONFLICTS_TOTAL, "entity" => entity.to_owned()).increment(1);
+}
+
+pub(crate) fn peers(same_policy: usize, other_policy: usize) {
+    metrics::gauge!(PEERS, "state" => "same_policy").set(same_policy as f64);
+    metrics::gauge!(PEERS, "state" => "other_policy").set(other_policy as f64);
 }
 
 pub(crate) fn tenant_row_unusable() {

@@ -287,8 +287,14 @@ async fn queue(State(c): State<Arc<Console>>, Query(q): Query<Limit>) -> Respons
 }
 
 async fn settings(State(c): State<Arc<Console>>) -> Response {
+    let peers = match c.cohort.peers().await {
+        Ok(peers) => peers,
+        Err(e) => return failed(e),
+    };
     match c.cohort.settings().await {
-        Ok(live) => Html(pages::settings(&live, c.cohort.config()).into_string()).into_response(),
+        Ok(live) => {
+            Html(pages::settings(&live, c.cohort.config(), &peers).into_string()).into_response()
+        }
         Err(e) => failed(e),
     }
 }

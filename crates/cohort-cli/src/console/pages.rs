@@ -298,7 +298,11 @@ fn switch(name: &str, v: &SettingValue) -> Markup {
     }
 }
 
-pub(crate) fn settings(live: &LiveSettings, config: &CohortConfig) -> Markup {
+pub(crate) fn settings(
+    live: &LiveSettings,
+    config: &CohortConfig,
+    peers: &[cohort::peers::Peer],
+) -> Markup {
     let d = &config.dispatch;
     let p = &config.prune;
     let period = |p: Option<cohort::rules::Period>| {
@@ -365,6 +369,34 @@ pub(crate) fn settings(live: &LiveSettings, config: &CohortConfig) -> Markup {
                 tbody {
                     (switch("kill_switch", &live.kill_switch))
                     (switch("dry_run", &live.dry_run))
+                }
+            }
+            h2 { "Peers" }
+            p.muted {
+                "Processes running Cohort's services on this database, with a heartbeat in the last minute. "
+                "A peer with another policy runs its own occurrences; an entity for which a peer has a handler "
+                "another process lacks is left alone by that process."
+            }
+            @if peers.is_empty() {
+                p { "No live peers." }
+            } @else {
+                table {
+                    thead { tr { th { "Host" } th.n { "PID" } th { "Started" } th { "Heartbeat" } th { "Policy" } th.n { "Entities with handlers" } } }
+                    tbody {
+                        @for peer in peers {
+                            tr {
+                                td { (peer.host) }
+                                td.n { (peer.pid) }
+                                td { (peer.started_at.format("%Y-%m-%d %H:%M:%S UTC")) }
+                                td { (peer.heartbeat_at.format("%Y-%m-%d %H:%M:%S UTC")) }
+                                td {
+                                    code { (peer.policy_fingerprint) }
+                                    @if peer.same_policy { " (this console's)" } @else { strong { " differs from this console's" } }
+                                }
+                                td.n { (peer.handlers.len()) }
+                            }
+                        }
+                    }
                 }
             }
             h2 { "Configuration" }

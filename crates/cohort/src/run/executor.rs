@@ -300,6 +300,10 @@ async fn execute_in_span(
         .bind(spec.occurrence.map(|o| o.at))
         .bind(spec.occurrence.map(|o| o.pass))
         .bind(spec.occurrence.map(|o| o.passes))
+        .bind(
+            spec.occurrence
+                .map(|_| crate::peers::fingerprint(inner, ready)),
+        )
         .fetch_one(&mut *conn)
         .await
         .and_then(|row| row.try_get::<DateTime<Utc>, _>("started_at"));
@@ -329,6 +333,14 @@ async fn execute_in_span(
     let mut failures = Vec::new();
     let mut status = RunStatus::Succeeded;
     let mut run_error: Option<String> = None;
+    // The live peers, read once: an entity for which one of them has a
+    // handler this process lacks is not mutated (fail closed; a failed
+    // read fails every mutating entity the same way).
+    let peers = if spec.dry_run {
+        Ok(Vec::new())
+    } else {
+        crate::peers::live(cx, None).await
+    };
     for work in works {
         if spec.cancel.is_cancelled() {
             status = RunStatus::Cancelled;
@@ -342,6 +354,31 @@ async fn execute_in_span(
                 continue;
             }
         };
+        if !spec.dry_run && work.rule.strategy().mutates() {
+            let refused = match &peers {
+                Ok(peers) => crate::peers::conflict(cx, peers, work.entity.id).map(|why| {
+                    crate::telemetry::peer_conflict(&work.entity.name);
+                    Diagnostic::capture(
+                        "peer",
+                        Some("handler_missing_here".into()),
+                        &format!("{}: {why}", work.entity.name),
+                    )
+                }),
+                Err(e) => Some(Diagnostic::capture(
+                    "peer",
+                    Some("peers_unreadable".into()),
+                    &format!(
+                        "{}: the peer records could not be read ({e}); its rows are left alone",
+                        work.entity.name
+                    ),
+                )),
+            };
+            if let Some(d) = refused {
+                outcomes.push(outcome(&work));
+                failures.push(failure(work.entity.id, &work.entity.name, &d));
+                continue;
+            }
+        }
         let mut out = outcome(&work);
         let span = tracing::info_span!(
             "cohort.entity",

@@ -49,6 +49,7 @@ fn cohort_tables(schema: &str, access: Access) -> Vec<Need> {
     use CohortTable::*;
     let list: &[(CohortTable, &[&'static str])] = match access {
         Access::Runs => &[
+            (Peer, &["SELECT"]),
             (SweepRun, &["SELECT", "INSERT", "UPDATE"]),
             (EntitySummary, &["SELECT", "INSERT", "UPDATE"]),
             (RowDetail, &["SELECT", "INSERT"]),
@@ -62,6 +63,7 @@ fn cohort_tables(schema: &str, access: Access) -> Vec<Need> {
             (HandlerStatus, &["SELECT", "UPDATE"]),
         ],
         Access::Maintenance => &[
+            (Peer, &["SELECT", "INSERT", "UPDATE", "DELETE"]),
             (SweepRun, &["SELECT", "UPDATE"]),
             (RowDetail, &["SELECT"]),
             (HandlerStatus, &["SELECT", "UPDATE"]),
@@ -75,6 +77,7 @@ fn cohort_tables(schema: &str, access: Access) -> Vec<Need> {
             (Setting, &["SELECT"]),
         ],
         Access::Console => &[
+            (Peer, &["SELECT"]),
             (SweepRun, &["SELECT"]),
             (EntitySummary, &["SELECT"]),
             (RowDetail, &["SELECT"]),

@@ -11,6 +11,9 @@
 //!    reason; `dead-letters retry` brings it back once the handler exists;
 //! 3. scrubs captured payloads (personal data) older than
 //!    `payload_retention`, whatever became of their work.
+//!
+//! Between passes it keeps this process's peer record (see
+//! [`crate::peers`]), every ten seconds.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -185,30 +188,62 @@ pub(crate) async fn pass(cx: &Context, config: &MaintenanceConfig) -> Result<Mai
     Ok(report)
 }
 
-/// Runs a pass every interval until `cancel` fires; a failed pass is
-/// logged and tried again at the next.
+/// Keeps this process's peer record (a heartbeat every
+/// [`crate::peers::PEER_HEARTBEAT_INTERVAL`], reporting peers whose policy
+/// differs) and runs a pass every interval until `cancel` fires; then it
+/// removes the peer record. A failed pass or heartbeat is logged and tried
+/// again at the next.
 pub(crate) async fn run(cx: Arc<Context>, config: MaintenanceConfig, cancel: Cancel) {
     tracing::info!(
         interval_s = config.interval.as_secs(),
         "maintenance service started"
     );
+    let peer_id = uuid::Uuid::new_v4();
+    let mut next_pass = tokio::time::Instant::now();
+    let mut reported_other: Option<usize> = None;
     while !cancel.is_cancelled() {
-        match pass(&cx, &config).await {
-            Ok(r) if r != MaintenanceReport::default() => {
-                tracing::info!(
-                    recovered_runs = r.recovered_runs,
-                    orphaned_work = r.orphaned_work,
-                    scrubbed = r.scrubbed,
-                    "maintenance pass"
-                );
-            }
-            Ok(_) => {}
-            Err(e) => tracing::warn!(error = %e, "maintenance pass failed; retrying at the next"),
+        match crate::peers::heartbeat(&cx, peer_id).await {
+            Ok(()) => match crate::peers::live(&cx, Some(peer_id)).await {
+                Ok(peers) => {
+                    let other = peers.iter().filter(|p| !p.same_policy).count();
+                    crate::telemetry::peers(peers.len() - other, other);
+                    if other > 0 && reported_other != Some(other) {
+                        for p in peers.iter().filter(|p| !p.same_policy) {
+                            tracing::warn!(host = %p.host, pid = p.pid, fingerprint = %p.policy_fingerprint, "a live peer sweeps this database with another policy (other entities or handlers): each policy runs its own occurrences, and entities whose handlers differ are left alone until the replicas agree");
+                        }
+                    }
+                    reported_other = Some(other);
+                }
+                Err(e) => tracing::warn!(error = %e, "reading the peer records failed"),
+            },
+            Err(e) => tracing::warn!(error = %e, "peer heartbeat failed; retrying"),
         }
+        if tokio::time::Instant::now() >= next_pass {
+            match pass(&cx, &config).await {
+                Ok(r) if r != MaintenanceReport::default() => {
+                    tracing::info!(
+                        recovered_runs = r.recovered_runs,
+                        orphaned_work = r.orphaned_work,
+                        scrubbed = r.scrubbed,
+                        "maintenance pass"
+                    );
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "maintenance pass failed; retrying at the next")
+                }
+            }
+            next_pass = tokio::time::Instant::now() + config.interval;
+        }
+        let wait = crate::peers::PEER_HEARTBEAT_INTERVAL
+            .min(next_pass.saturating_duration_since(tokio::time::Instant::now()));
         tokio::select! {
             _ = cancel.cancelled() => break,
-            _ = tokio::time::sleep(config.interval) => {}
+            _ = tokio::time::sleep(wait) => {}
         }
+    }
+    if let Err(e) = crate::peers::leave(&cx, peer_id).await {
+        tracing::warn!(error = %e, "removing this process's peer record failed; it expires by itself");
     }
 }
 

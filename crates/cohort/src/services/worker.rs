@@ -346,14 +346,21 @@ async fn latest_run(
     dry_run: bool,
     at: DateTime<Utc>,
 ) -> Result<Option<Latest>> {
+    // An occurrence is done only for the policy that ran it: a replica
+    // with another policy (other entities, other handlers) sweeps it too.
+    // Runs from before schema version 5 have no fingerprint and count for
+    // every policy.
     let mut sql = SqlText::new("SELECT status, occurrence_pass, occurrence_passes FROM ");
     sql.table(&CohortTable::SweepRun.qualified(&cx.config.schema)).push(
         " WHERE kind = 'sweep' AND trigger = 'scheduled' AND dry_run = $1 AND occurrence >= $2 \
+           AND (policy_fingerprint IS NULL OR policy_fingerprint = $3) \
          ORDER BY started_at DESC, run_id DESC LIMIT 1",
     );
+    let prepared = cx.prepared().await?;
     let row: Option<(String, i32, i32)> = sqlx::query_as(sql.into_sql())
         .bind(dry_run)
         .bind(at)
+        .bind(crate::peers::fingerprint(cx, &prepared))
         .fetch_optional(&mut *conn)
         .await?;
     row.map(|(status, pass, passes)| {
@@ -546,6 +553,7 @@ async fn record_not_started(
             .bind(text)
             .bind(position.pass)
             .bind(position.passes)
+            .bind(crate::peers::fingerprint(cx, &prepared))
             .execute(&cx.pool)
             .await?;
         crate::telemetry::run_recorded_failed("sweep", "scheduled");

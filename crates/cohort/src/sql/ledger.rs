@@ -61,16 +61,16 @@ impl LedgerPlan {
         let mut insert_run = SqlText::new("INSERT INTO ");
         insert_run.table(&run).push(
             " (run_id, kind, trigger, dry_run, tenant_id, status, logical_now, started_at, \
-               occurrence, occurrence_pass, occurrence_passes) \
-             VALUES ($1, $2, $3, $4, $5, 'started', $6, pg_catalog.clock_timestamp(), $7, $8, $9) \
+               occurrence, occurrence_pass, occurrence_passes, policy_fingerprint) \
+             VALUES ($1, $2, $3, $4, $5, 'started', $6, pg_catalog.clock_timestamp(), $7, $8, $9, $10) \
              RETURNING started_at",
         );
         let mut insert_not_started = SqlText::new("INSERT INTO ");
         insert_not_started.table(&run).push(
             " (run_id, kind, trigger, dry_run, tenant_id, status, logical_now, started_at, settled_at, \
-               error, occurrence, occurrence_pass, occurrence_passes) \
+               error, occurrence, occurrence_pass, occurrence_passes, policy_fingerprint) \
              VALUES ($1, 'sweep', 'scheduled', $2, $3, 'failed', $4, pg_catalog.clock_timestamp(), \
-               pg_catalog.clock_timestamp(), $5, $4, $6, $7)",
+               pg_catalog.clock_timestamp(), $5, $4, $6, $7, $8)",
         );
         let mut settle_run = SqlText::new("UPDATE ");
         settle_run.table(&run).push(
