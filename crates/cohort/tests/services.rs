@@ -616,6 +616,17 @@ async fn maintenance_settles_lost_runs_dead_letters_orphaned_work_and_scrubs_wit
     assert_eq!(work[1].1, "pending", "queued a minute ago: not yet");
     assert!(!work[2].3, "40-day-old payload scrubbed");
     assert!(work[3].3, "yesterday's payload kept");
+    // Old work of a handler a live peer registers stays pending.
+    exec(
+        db.pool(),
+        &format!(
+            "INSERT INTO public.retention_peer (peer_id, host, pid, policy_fingerprint, handlers) \
+             VALUES (gen_random_uuid(), 'peer', 4321, 'feedfeedfeedfeed', '{{\"{NOTE_ID}\": [\"crm-forget\"]}}'); \
+             UPDATE public.sweep_row_handler_status SET created_at = now() - interval '3 hours' \
+             WHERE status = 'pending'"
+        ),
+    )
+    .await;
     // A second pass finds nothing more while the live run lives; once its
     // process is gone, it is settled too.
     let again = cohort.maintain(&config).await.unwrap();

@@ -5,10 +5,10 @@
 //! 1. settles `failed` every run of any kind (scheduled and manual sweeps,
 //!    erasures) left `started` past `settle_timeout` whose run lock is free:
 //!    its process died, and nobody else would ever settle it;
-//! 2. dead-letters handler work that no handler registered in this process
-//!    can ever deliver (its entity lost its handlers, or the handler was
-//!    renamed or removed), once it has waited `settle_timeout`, naming the
-//!    reason; `dead-letters retry` brings it back once the handler exists;
+//! 2. dead-letters handler work that neither this process nor a live peer
+//!    registers a handler for (its entity lost its handlers, or the handler
+//!    was renamed or removed), once it has waited `settle_timeout`, naming
+//!    the reason; `dead-letters retry` brings it back once the handler exists;
 //! 3. scrubs captured payloads (personal data) older than
 //!    `payload_retention`, whatever became of their work.
 //!
@@ -155,13 +155,17 @@ pub(crate) async fn pass(cx: &Context, config: &MaintenanceConfig) -> Result<Mai
             report.recovered_runs += 1;
         }
     }
-    let (entities, handlers): (Vec<uuid::Uuid>, Vec<String>) = cx
-        .handlers
-        .iter()
-        .flat_map(|(entity, hs)| {
-            hs.iter()
-                .map(|h| (*entity, h.registration.identity.clone()))
-        })
+    // Handlers this process registers, and those of live peers: work a
+    // live peer can deliver is not orphaned (a rolling deploy).
+    let mut known = crate::peers::own_handlers(cx);
+    for peer in crate::peers::live(cx, None).await? {
+        for (entity, hs) in peer.handlers {
+            known.entry(entity).or_default().extend(hs);
+        }
+    }
+    let (entities, handlers): (Vec<uuid::Uuid>, Vec<String>) = known
+        .into_iter()
+        .flat_map(|(entity, hs)| hs.into_iter().map(move |h| (entity, h)))
         .unzip();
     let orphaned: Vec<String> = sqlx::query_scalar(orphans_sql(&cx.config.schema).sql())
         .bind(&entities)
