@@ -186,3 +186,48 @@ async fn a_dead_peer_holds_nobody_back() {
         .unwrap();
     assert_eq!(result.failures.len(), 1, "{result:?}");
 }
+
+/// RS-024 (dispatcher side): a dispatcher lacking a handler that a live
+/// peer registers for the same entity never claims that handler's work
+/// (so it never dead-letters it as unknown); it delivers its own. Once the
+/// peer is gone, such work is unknown everywhere and dead-letters.
+#[tokio::test]
+async fn a_dispatcher_leaves_a_live_peer_s_handler_work_alone() {
+    let db = engine_db().await;
+    let both = "[[entity.handler]]\nname = \"audit\"\ncommand = [\"true\"]\n\n\
+                [[entity.handler]]\nname = \"crm-forget\"\ncommand = [\"true\"]";
+    let new = handle(&db, both).await;
+    let old = handle(
+        &db,
+        "[[entity.handler]]\nname = \"audit\"\ncommand = [\"true\"]",
+    )
+    .await;
+    let services = Services::new(&new)
+        .unwrap()
+        .worker(None)
+        .pruner(None)
+        .dispatcher(false)
+        .try_spawn()
+        .unwrap();
+    wait_for_peers(&old, 1).await;
+    let swept = new
+        .sweep(SweepRequest::tenanted(TENANT_A, now()))
+        .await
+        .unwrap();
+    assert_eq!(swept.affected(), 3);
+    let report = old.dispatcher().flush().await.unwrap();
+    assert_eq!(
+        (report.delivered, report.dead_lettered),
+        (3, 0),
+        "{report:?}"
+    );
+    let pending = "SELECT count(*) FROM public.sweep_row_handler_status WHERE handler_id = 'crm-forget' AND status = 'pending'";
+    assert_eq!(
+        count(db.pool(), pending).await,
+        3,
+        "the peer's work waits for the peer"
+    );
+    assert!(services.shutdown().await.clean());
+    let report = old.dispatcher().flush().await.unwrap();
+    assert_eq!(report.dead_lettered, 3, "{report:?}");
+}

@@ -183,12 +183,25 @@ impl Dispatcher {
 
     async fn claim(&self, prepared: &Prepared) -> Result<Vec<Claimed>> {
         let d = &self.cx.config.dispatch;
+        // Work of a handler this process lacks but a live peer registers is
+        // the peer's to deliver (a rolling deploy): never claimed here, so
+        // never dead-lettered as unknown.
+        let own = crate::peers::own_handlers(&self.cx);
+        let mut foreign: Vec<String> = Vec::new();
+        for peer in crate::peers::live(&self.cx, None).await? {
+            for (entity, theirs) in &peer.handlers {
+                if let Some(ours) = own.get(entity) {
+                    foreign.extend(theirs.difference(ours).map(|h| format!("{entity}|{h}")));
+                }
+            }
+        }
         // Claim no more than can start at once: a claim's time runs from
         // the moment it is taken, so work must not wait for a free slot.
         let rows = sqlx::query(prepared.queue.claim.sql())
             .bind(i64::from(d.batch_size.min(d.max_parallelism.max(1))))
             .bind(secs(d.claim_timeout))
             .bind(self.cx.handlers.keys().copied().collect::<Vec<Uuid>>())
+            .bind(&foreign)
             .fetch_all(&self.cx.pool)
             .await?;
         rows.iter()

@@ -23,7 +23,9 @@ pub(crate) struct QueuePlan {
     /// dispatcher has handlers for is claimed, so dispatchers of different
     /// processes (an application's, `cohort dispatch`) leave each other's
     /// work alone. `$1` limit, `$2` claim time-out in seconds (float8), `$3`
-    /// entity ids with handlers (uuid[]). Returns the claimed work.
+    /// entity ids with handlers (uuid[]), `$4` `entity|handler` keys that
+    /// only live peers register (text[], never claimed here). Returns the
+    /// claimed work.
     pub(crate) claim: SqlText,
     /// Settles a delivery that succeeded, fenced by its claim. `$1` id,
     /// `$2` claim token. Returns the row-detail id when it settled.
@@ -75,6 +77,7 @@ impl QueuePlan {
             .push(
                 " d0 ON d0.row_detail_id = h.row_detail_id \
                  WHERE d0.retention_entity_id = ANY($3::uuid[]) \
+                   AND NOT (d0.retention_entity_id::text || '|' || h.handler_id) = ANY($4::text[]) \
                    AND ((h.status = 'pending' AND h.next_attempt_at <= pg_catalog.now()) \
                      OR (h.status = 'in_flight' AND h.claim_expires_at <= pg_catalog.now())) \
                    AND (h.phase = 'immediate' OR r.status <> 'started') \
