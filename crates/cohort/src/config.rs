@@ -347,32 +347,23 @@ impl CohortConfig {
             1,
             1_000,
         );
+        // Settings that measure elapsed time: of fixed length (calendar
+        // units have none), and all but two of them positive.
         let d = &self.dispatch;
-        for (name, p) in [
-            ("observer_timeout", self.observer_timeout),
-            ("dispatch.poll_interval", d.poll_interval),
-            ("dispatch.base_backoff", d.base_backoff),
-            ("dispatch.claim_timeout", d.claim_timeout),
-            ("dispatch.settle_timeout", d.settle_timeout),
-            ("dispatch.payload_retention", d.payload_retention),
-            ("prune.interval", self.prune.interval),
+        for (name, p, may_be_zero) in [
+            ("observer_timeout", self.observer_timeout, false),
+            ("shutdown_grace_period", self.shutdown_grace_period, true),
+            ("partition_lock_timeout", self.partition_lock_timeout, true),
+            ("dispatch.poll_interval", d.poll_interval, false),
+            ("dispatch.base_backoff", d.base_backoff, false),
+            ("dispatch.claim_timeout", d.claim_timeout, false),
+            ("dispatch.settle_timeout", d.settle_timeout, false),
+            ("dispatch.payload_retention", d.payload_retention, false),
+            ("prune.interval", self.prune.interval, false),
         ] {
-            if p == Period::ZERO {
+            if !may_be_zero && p.is_zero() {
                 problems.push(format!("{name} must be greater than zero"));
             }
-        }
-        // Settings that measure elapsed time have no calendar meaning.
-        for (name, p) in [
-            ("observer_timeout", self.observer_timeout),
-            ("shutdown_grace_period", self.shutdown_grace_period),
-            ("partition_lock_timeout", self.partition_lock_timeout),
-            ("dispatch.poll_interval", d.poll_interval),
-            ("dispatch.base_backoff", d.base_backoff),
-            ("dispatch.claim_timeout", d.claim_timeout),
-            ("dispatch.settle_timeout", d.settle_timeout),
-            ("dispatch.payload_retention", d.payload_retention),
-            ("prune.interval", self.prune.interval),
-        ] {
             if let Err(e) = p.require_fixed() {
                 problems.push(format!("{name}: {e}"));
             }
@@ -489,6 +480,29 @@ mod tests {
         ] {
             assert!(msg.contains(part), "{part:?} missing from {msg}");
         }
+    }
+
+    #[test]
+    fn settings_that_measure_elapsed_time_refuse_calendar_units() {
+        let mut c = CohortConfig::default();
+        c.apply_env([
+            (
+                "COHORT_DISPATCH__SETTLE_TIMEOUT".to_string(),
+                "1mo".to_string(),
+            ),
+            ("COHORT_OBSERVER_TIMEOUT".to_string(), "1y".to_string()),
+        ])
+        .unwrap();
+        let Err(Error::Config(problems)) = c.validate() else {
+            panic!("accepted")
+        };
+        let msg = problems.to_string();
+        assert_eq!(problems.0.len(), 2, "{msg}");
+        assert!(
+            msg.contains("dispatch.settle_timeout: \"1mo\" uses calendar years or months"),
+            "{msg}"
+        );
+        assert!(msg.contains("observer_timeout: \"1y\""), "{msg}");
     }
 
     #[test]
