@@ -98,7 +98,7 @@ async fn migrate_then_validate_succeeds_with_json_on_stdout() {
     );
     let report = json(&out);
     assert_eq!(report["schema"], "retention");
-    assert_eq!(report["applied"], serde_json::json!([1, 2, 3, 4]));
+    assert_eq!(report["applied"], serde_json::json!([1, 2, 3, 4, 5]));
     let again = json(&cohort(dir.path(), &["--json", "migrate"], Some(db.url())));
     assert_eq!(again["applied"], serde_json::json!([]));
 
@@ -281,7 +281,7 @@ async fn migrate_honours_an_explicit_schema() {
             .fetch_one(db.pool())
             .await
             .unwrap();
-    assert_eq!(n, 6);
+    assert_eq!(n, 7);
 }
 
 /// MIGRATION-002 from the command line: `migrate --move-from` moves the
@@ -1591,6 +1591,22 @@ async fn dead_letters_are_listed_and_retried_from_the_cli() {
             .to_string()
     };
     let (good, scrubbed) = (id_of("r1"), id_of("r2"));
+    // This policy has no handler "crm": retrying its work is refused,
+    // naming it. With the handler declared, the retry goes ahead.
+    let out = cohort(dir, &["--json", "dead-letters", "retry", &good], url);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(json(&out)["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("handler \"crm\""));
+    std::fs::write(
+        dir.join("cohort.toml"),
+        POLICY.replace(
+            "anchor = \"created_at\"\n\n[[entity]]\nname = \"CaseContact\"",
+            "anchor = \"created_at\"\n\n[[entity.handler]]\nname = \"crm\"\ncommand = [\"true\"]\n\n[[entity]]\nname = \"CaseContact\"",
+        ),
+    )
+    .unwrap();
     let snapshot = || async {
         sqlx::query_scalar::<_, String>(
             "SELECT string_agg(status || attempts, ',' ORDER BY handler_status_id) FROM retention.sweep_row_handler_status",
