@@ -42,6 +42,49 @@ pub(crate) async fn wait_for_signal() {
     }
 }
 
+/// SIGINT and SIGTERM watched from the moment this is created (tokio
+/// installs the handlers then, not at the first wait): a long-running
+/// command creates it first, so a signal that arrives while it still
+/// starts up (checking grants, binding the metrics port) stops it
+/// gracefully instead of killing it.
+pub(crate) struct Signals {
+    term: Option<tokio::signal::unix::Signal>,
+    int: Option<tokio::signal::unix::Signal>,
+}
+
+impl Signals {
+    pub(crate) fn watch() -> Self {
+        use tokio::signal::unix::{signal, SignalKind};
+        let watch = |kind: SignalKind, name: &str| match signal(kind) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                tracing::warn!(error = %e, signal = name, "cannot watch this signal");
+                None
+            }
+        };
+        Self {
+            term: watch(SignalKind::terminate(), "SIGTERM"),
+            int: watch(SignalKind::interrupt(), "SIGINT"),
+        }
+    }
+
+    /// The next SIGINT or SIGTERM.
+    pub(crate) async fn recv(&mut self) {
+        async fn next(s: &mut Option<tokio::signal::unix::Signal>) {
+            match s {
+                Some(s) => {
+                    s.recv().await;
+                }
+                None => std::future::pending::<()>().await,
+            }
+        }
+        tokio::select! {
+            _ = next(&mut self.term) => {}
+            _ = next(&mut self.int) => {}
+        }
+    }
+}
+
 fn clock_offset() -> Result<chrono::TimeDelta, Failure> {
     match std::env::var(CLOCK_OFFSET_VAR) {
         Ok(v) => v
@@ -60,7 +103,11 @@ fn clock_offset() -> Result<chrono::TimeDelta, Failure> {
 /// Runs services until SIGINT/SIGTERM, then stops them gracefully; exit 0.
 /// `ended` is kept up to date with the services that stopped by
 /// themselves (read by `/healthz`).
-async fn run_until_signal(services: Services, ended: Ended) -> Result<(), Failure> {
+async fn run_until_signal(
+    services: Services,
+    ended: Ended,
+    mut signals: Signals,
+) -> Result<(), Failure> {
     let names = services.names().join(", ");
     // Every grant the services need, before anything starts.
     services.check_grants().await?;
@@ -68,7 +115,7 @@ async fn run_until_signal(services: Services, ended: Ended) -> Result<(), Failur
     tracing::info!(services = %names, "started; stop with SIGINT or SIGTERM");
     // Until a signal, or a service ending by itself (it panicked).
     let signalled = tokio::select! {
-        _ = wait_for_signal() => true,
+        _ = signals.recv() => true,
         _ = async {
             while handle.ended().is_empty() {
                 tokio::time::sleep(std::time::Duration::from_secs(1)).await;
@@ -90,7 +137,7 @@ async fn run_until_signal(services: Services, ended: Ended) -> Result<(), Failur
     eprintln!("cohort: stopping ({names}); the open batch is rolled back, in-flight deliveries get the grace period (signal again to stop them now)");
     let now = handle.stop_now_token();
     tokio::spawn(async move {
-        wait_for_signal().await;
+        signals.recv().await;
         eprintln!("cohort: stopping in-flight deliveries now; their claims are released");
         now.cancel();
     });
@@ -116,6 +163,7 @@ pub(crate) async fn worker(
     cohort: &Cohort,
     metrics_addr: Option<std::net::SocketAddr>,
 ) -> Result<(), Failure> {
+    let signals = Signals::watch();
     let offset = clock_offset()?;
     let worker = WorkerConfig::from_config(cohort.config())?.map(|w| w.local_clock_offset(offset));
     let services = Services::new(cohort)?.worker(worker);
@@ -139,7 +187,7 @@ pub(crate) async fn worker(
         tracing::info!(%bound, "metrics served at http://{bound}/metrics (health at /healthz)");
         exporter.spawn();
     }
-    run_until_signal(services, ended).await
+    run_until_signal(services, ended, signals).await
 }
 
 /// The services that stopped by themselves, shared with `/healthz`.
@@ -147,11 +195,12 @@ type Ended = std::sync::Arc<std::sync::Mutex<Vec<String>>>;
 
 /// `cohort dispatch` without `--once`: the dispatcher alone.
 pub(crate) async fn dispatch_until_signal(cohort: &Cohort) -> Result<(), Failure> {
+    let signals = Signals::watch();
     let services = Services::new(cohort)?
         .worker(None)
         .pruner(None)
         .dispatcher(true);
-    run_until_signal(services, Ended::default()).await
+    run_until_signal(services, Ended::default(), signals).await
 }
 
 /// `cohort settings`.
