@@ -275,7 +275,9 @@ async fn a_hold_placed_while_the_drop_waits_keeps_its_partition() {
         let cohort = cohort.clone();
         async move { cohort.sweep(SweepRequest::tenantless(now())).await }
     });
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    // The sweep waits for January's locks (a real lock wait, not a guess
+    // at how long it takes to get there).
+    wait_for_lock_wait(db.pool()).await;
     sqlx::raw_sql("COMMIT").execute(&mut *placer).await.unwrap();
     let result = sweep.await.unwrap().unwrap();
     assert_eq!(result.status, cohort::RunStatus::Succeeded, "{result:?}");
