@@ -1529,6 +1529,19 @@ legal_min = "2190d"
     assert_eq!(left, 2);
 }
 
+/// Polls `sql` (a count) until it is zero, for at most 30 s: waits on what
+/// the database says, never on a fixed sleep.
+async fn wait_for_zero(pool: &sqlx::PgPool, sql: &'static str) {
+    for _ in 0..600 {
+        let n: i64 = sqlx::query_scalar(sql).fetch_one(pool).await.unwrap();
+        if n == 0 {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("still not zero after 30 s: {sql}");
+}
+
 /// `dead-letters list` and `retry` as SPEC §12 pins them.
 #[tokio::test]
 async fn dead_letters_are_listed_and_retried_from_the_cli() {
@@ -1686,13 +1699,19 @@ async fn command_handlers_are_dispatched_at_least_once_even_across_kill_9() {
         if mark.exists() {
             break;
         }
-        std::thread::sleep(std::time::Duration::from_millis(50));
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
     assert!(mark.exists(), "the first delivery started");
     child.kill().unwrap(); // SIGKILL
     child.wait().unwrap();
-    // After the claim time-out another dispatcher redelivers; nothing is lost.
-    std::thread::sleep(std::time::Duration::from_millis(3500));
+    // After the claim time-out (as the database clock sees it) another
+    // dispatcher redelivers; nothing is lost.
+    wait_for_zero(
+        db.pool(),
+        "SELECT count(*) FROM retention.sweep_row_handler_status \
+         WHERE status = 'in_flight' AND claim_expires_at > now()",
+    )
+    .await;
     let out = cohort(dir, &["--json", "dispatch", "--once"], url);
     assert_eq!(
         out.status.code(),
@@ -1725,9 +1744,14 @@ async fn command_handlers_are_dispatched_at_least_once_even_across_kill_9() {
     .await
     .unwrap();
     assert_eq!(reclaimed, 2, "the killed delivery counted as an attempt");
-    // `crm` always fails: after its second attempt (past the backoff) it is
-    // dead-lettered with its exit status; its stderr is not stored.
-    std::thread::sleep(std::time::Duration::from_millis(1200));
+    // `crm` always fails: after its second attempt (once its backoff is
+    // over) it is dead-lettered with its exit status; its stderr is not stored.
+    wait_for_zero(
+        db.pool(),
+        "SELECT count(*) FROM retention.sweep_row_handler_status \
+         WHERE handler_id = 'crm' AND status = 'pending' AND next_attempt_at > now()",
+    )
+    .await;
     let out = cohort(dir, &["--json", "dispatch", "--once"], url);
     assert_eq!(json(&out)["dead_lettered"].as_u64(), Some(purged));
     let reasons: Vec<String> = sqlx::query_scalar(
