@@ -8,7 +8,6 @@
 mod support;
 
 use std::collections::BTreeSet;
-use std::time::Duration;
 
 use cohort::holds::HoldRequest;
 use cohort::policy::PolicyFile;
