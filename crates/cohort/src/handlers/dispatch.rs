@@ -138,9 +138,10 @@ impl Dispatcher {
     /// runs beside it in [`crate::services::Services`].
     async fn deliver_until(&self, cancel: &Cancel) -> Result<FlushReport> {
         let prepared = self.cx.prepared().await?;
+        let foreign = self.foreign_handlers().await?;
         let mut report = FlushReport::default();
         while !cancel.is_cancelled() {
-            let claimed = self.claim(&prepared).await?;
+            let claimed = self.claim(&prepared, &foreign).await?;
             if claimed.is_empty() {
                 break;
             }
@@ -181,11 +182,11 @@ impl Dispatcher {
         }
     }
 
-    async fn claim(&self, prepared: &Prepared) -> Result<Vec<Claimed>> {
-        let d = &self.cx.config.dispatch;
-        // Work of a handler this process lacks but a live peer registers is
-        // the peer's to deliver (a rolling deploy): never claimed here, so
-        // never dead-lettered as unknown.
+    /// `entity|handler` keys of work a live peer registers a handler for
+    /// and this process does not: the peer's to deliver (a rolling
+    /// deploy), so never claimed here and never dead-lettered as unknown.
+    /// Read once per flush, not per claimed batch.
+    async fn foreign_handlers(&self) -> Result<Vec<String>> {
         let own = crate::peers::own_handlers(&self.cx);
         let mut foreign: Vec<String> = Vec::new();
         for peer in crate::peers::live(&self.cx, None).await? {
@@ -195,13 +196,18 @@ impl Dispatcher {
                 }
             }
         }
+        Ok(foreign)
+    }
+
+    async fn claim(&self, prepared: &Prepared, foreign: &[String]) -> Result<Vec<Claimed>> {
+        let d = &self.cx.config.dispatch;
         // Claim no more than can start at once: a claim's time runs from
         // the moment it is taken, so work must not wait for a free slot.
         let rows = sqlx::query(prepared.queue.claim.sql())
             .bind(i64::from(d.batch_size.min(d.max_parallelism.max(1))))
             .bind(secs(d.claim_timeout))
             .bind(self.cx.handlers.keys().copied().collect::<Vec<Uuid>>())
-            .bind(&foreign)
+            .bind(foreign)
             .fetch_all(&self.cx.pool)
             .await?;
         rows.iter()
