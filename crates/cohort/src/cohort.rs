@@ -222,7 +222,7 @@ impl Cohort {
         &self,
         filter: &crate::handlers::DeadLetterFilter,
     ) -> Result<Vec<crate::handlers::DeadLetter>> {
-        crate::handlers::dead_letters::list(&self.cx, filter).await
+        crate::dead_letters::list(&self.cx, filter).await
     }
 
     /// Requeues dead letters (due now, attempts reset); returns how many.
@@ -232,21 +232,21 @@ impl Cohort {
         &self,
         selection: &crate::handlers::RetrySelection,
     ) -> Result<u64> {
-        crate::handlers::dead_letters::retry(&self.cx, selection).await
+        crate::dead_letters::retry(&self.cx, selection).await
     }
 
     /// Row-handler work by state (pending, in flight, dead-lettered), read
     /// now; also sets the `cohort_handler_queue_depth` and
     /// `cohort_dead_letters` gauges (see [`crate::telemetry`]).
     pub async fn queue_depth(&self) -> Result<crate::telemetry::QueueDepth> {
-        let depth = crate::handlers::dead_letters::depth(&self.cx).await?;
+        let depth = crate::dead_letters::depth(&self.cx).await?;
         depth.record();
         Ok(depth)
     }
 
     /// A dispatcher delivering this handle's queued row-handler work.
-    pub fn dispatcher(&self) -> crate::handlers::Dispatcher {
-        crate::handlers::Dispatcher::new(Arc::clone(&self.cx))
+    pub fn dispatcher(&self) -> crate::services::Dispatcher {
+        crate::services::Dispatcher::new(Arc::clone(&self.cx))
     }
 
     /// The live settings (`kill_switch`, `dry_run`) as this process sees
@@ -254,7 +254,7 @@ impl Cohort {
     /// [`crate::settings`]).
     pub async fn settings(&self) -> Result<crate::settings::LiveSettings> {
         self.cx.prepared().await?;
-        crate::settings::read(&self.cx).await
+        self.cx.live_settings().await
     }
 
     /// Sets a live setting in the database: every replica's worker sees it
@@ -265,7 +265,7 @@ impl Cohort {
         enabled: bool,
     ) -> Result<crate::settings::LiveSettings> {
         self.cx.prepared().await?;
-        crate::settings::set(&self.cx, setting, enabled).await
+        self.cx.set_setting(setting, enabled).await
     }
 
     /// This process's own values of the live settings, to flip without a
@@ -294,11 +294,11 @@ impl Cohort {
         &self,
         config: &crate::services::MaintenanceConfig,
     ) -> Result<crate::services::MaintenanceReport> {
-        crate::services::maintenance::pass(&self.cx, config).await
+        crate::services::rescuer::pass(&self.cx, config).await
     }
 
     /// One history-pruning pass now with `config` (see
-    /// [`crate::services::prune`]); `dry_run` only counts. An explicit pass
+    /// [`crate::services::pruner`]); `dry_run` only counts. An explicit pass
     /// does not read the kill switch; `cancel` stops it between batches.
     pub async fn prune(
         &self,
@@ -307,11 +307,11 @@ impl Cohort {
         cancel: &crate::Cancel,
     ) -> Result<crate::services::PruneReport> {
         self.cx.prepared().await?;
-        crate::services::prune::pass(
+        crate::services::pruner::pass(
             &self.cx,
             config,
             dry_run,
-            crate::services::prune::StopCheck::Explicit(cancel),
+            crate::services::pruner::StopCheck::Explicit(cancel),
         )
         .await
     }
@@ -534,6 +534,17 @@ impl CohortBuilder {
     /// are still checked now.
     pub fn build_unvalidated(self) -> Result<Cohort> {
         self.finish()
+    }
+}
+
+impl crate::services::Services {
+    /// The services `cohort`'s configuration asks for: the worker when
+    /// `schedule` is set, the dispatcher when row handlers are registered,
+    /// the pruner when a `[prune]` limit is set, and the maintenance
+    /// service always. [`Services::try_spawn`](crate::services::Services::try_spawn)
+    /// refuses a pool too small for them.
+    pub fn new(cohort: &Cohort) -> Result<Self> {
+        Self::from_context(cohort.context())
     }
 }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Problems, Result};
-use crate::ident::check_identifier;
+use crate::ident::check_schema_name;
 use crate::model::Conventions;
 use crate::rules::Period;
 
@@ -59,6 +59,11 @@ fn secs(n: i64) -> Period {
     Period::from_seconds(n).expect("constant in range")
 }
 
+/// Default rows per pruning batch.
+pub const DEFAULT_PRUNE_BATCH_SIZE: u32 = 1000;
+/// Largest accepted pruning batch.
+pub const MAX_PRUNE_BATCH_SIZE: u32 = 100_000;
+
 /// History-pruner settings; nothing is pruned unless a limit is set.
 /// Defaults: batch 1000 (1..=100000), a pass every hour.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -79,7 +84,7 @@ impl Default for PruneConfig {
         Self {
             runs_older_than: None,
             inactive_holds_older_than: None,
-            batch_size: crate::services::prune::DEFAULT_PRUNE_BATCH_SIZE,
+            batch_size: DEFAULT_PRUNE_BATCH_SIZE,
             interval: secs(3600),
         }
     }
@@ -173,26 +178,6 @@ pub(crate) fn toml_problem(text: &str, e: &toml::de::Error) -> String {
 
 /// The shortest accepted hash key, in bytes.
 pub const MIN_HASH_KEY_BYTES: usize = 16;
-
-/// Problems with a schema Cohort would install into or read retained
-/// tables from: PostgreSQL's own schemas and names that only differ from
-/// a real one by white space are refused.
-pub(crate) fn check_schema_name(name: &str) -> std::result::Result<(), String> {
-    check_identifier(name)?;
-    if name.trim() != name {
-        return Err(format!(
-            "{name:?} starts or ends with white space; that is a different schema from {:?}",
-            name.trim()
-        ));
-    }
-    let lower = name.to_ascii_lowercase();
-    if lower == "information_schema" || lower.starts_with("pg_") {
-        return Err(format!(
-            "{name:?} is reserved for PostgreSQL's own catalogs"
-        ));
-    }
-    Ok(())
-}
 
 impl Default for CohortConfig {
     fn default() -> Self {
@@ -333,7 +318,7 @@ impl CohortConfig {
             "prune.batch_size",
             self.prune.batch_size,
             1,
-            crate::services::prune::MAX_PRUNE_BATCH_SIZE,
+            MAX_PRUNE_BATCH_SIZE,
         );
         range(
             "dispatch.max_parallelism",
@@ -382,7 +367,7 @@ impl CohortConfig {
             }
         }
         if let Some(schedule) = &self.schedule {
-            if let Err(e) = crate::services::worker::parse_schedule(schedule) {
+            if let Err(e) = crate::schedule::parse_schedule(schedule) {
                 problems.push(e);
             }
         }

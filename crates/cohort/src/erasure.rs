@@ -72,12 +72,12 @@ impl ErasureRequest {
         scope: ErasureScope,
         now: DateTime<Tz>,
     ) -> Self {
-        Self::new(Some(tenant.into()), scope, crate::run::logical_now(now))
+        Self::new(Some(tenant.into()), scope, crate::outcome::logical_now(now))
     }
 
     /// Erases the subject's rows of the tenantless entities.
     pub fn tenantless<Tz: TimeZone>(scope: ErasureScope, now: DateTime<Tz>) -> Self {
-        Self::new(None, scope, crate::run::logical_now(now))
+        Self::new(None, scope, crate::outcome::logical_now(now))
     }
 
     fn new(tenant: Option<String>, scope: ErasureScope, now: DateTime<Utc>) -> Self {

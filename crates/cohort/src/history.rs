@@ -7,10 +7,9 @@ use uuid::Uuid;
 
 use crate::context::Context;
 use crate::error::{Error, Result};
-use crate::ident::SqlText;
 use crate::rules::{Period, Strategy};
 use crate::run::{EntityFailure, EntityOutcome, RunKind, RunStatus, SweepResult, Trigger};
-use crate::schema::CohortTable;
+use crate::sql::history as statements;
 
 /// One line of `runs list`.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -71,20 +70,8 @@ pub(crate) async fn list(cx: &Context, limit: i64) -> Result<Vec<RunRecord>> {
         return Ok(Vec::new());
     }
     let schema = &cx.config.schema;
-    let mut sql = SqlText::new(
-        "SELECT r.run_id, r.kind, r.trigger, r.status, r.dry_run, r.tenant_id, r.started_at, r.settled_at, \
-         COALESCE(c.affected, 0)::int8 AS affected, COALESCE(c.held, 0)::int8 AS held, \
-         COALESCE(c.skipped, 0)::int8 AS skipped FROM ",
-    );
-    sql.table(&CohortTable::SweepRun.qualified(schema))
-        .push(
-            " r CROSS JOIN LATERAL (SELECT sum(s.affected_count) AS affected, \
-             sum(s.held_count) AS held, sum(s.skipped_count) AS skipped FROM ",
-        )
-        .table(&CohortTable::EntitySummary.qualified(schema))
-        .push(" s WHERE s.run_id = r.run_id) c ORDER BY r.started_at DESC, r.run_id LIMIT $1");
-    let rows = sqlx::query(sql.into_sql())
-        .bind(limit)
+    let rows = statements::recent_runs(schema, statements::Limit(limit))
+        .query()
         .fetch_all(&cx.pool)
         .await?;
     rows.iter()
@@ -109,29 +96,15 @@ pub(crate) async fn list(cx: &Context, limit: i64) -> Result<Vec<RunRecord>> {
 pub(crate) async fn show(cx: &Context, run_id: Uuid) -> Result<SweepResult> {
     let schema = &cx.config.schema;
     let pool = &cx.pool;
-    let mut run_sql = SqlText::new(
-        "SELECT kind, trigger, status, dry_run, tenant_id, started_at, settled_at, error, failures FROM ",
-    );
-    run_sql
-        .table(&CohortTable::SweepRun.qualified(schema))
-        .push(" WHERE run_id = $1");
-    let Some(run) = sqlx::query(run_sql.into_sql())
-        .bind(run_id)
+    let Some(run) = statements::run(schema, statements::Run(run_id))
+        .query()
         .fetch_optional(pool)
         .await?
     else {
         return Err(Error::NotFound(format!("no run with id {run_id}")));
     };
-    let mut sum_sql = SqlText::new(
-        "SELECT retention_entity_id, entity_type, category, strategy, affected_count, held_count, \
-         skipped_count, null_anchor_count, kept_by_legal_min_count, kept_by_policy_count, cutoff, \
-         resolved_period, legal_min FROM ",
-    );
-    sum_sql
-        .table(&CohortTable::EntitySummary.qualified(schema))
-        .push(" WHERE run_id = $1 ORDER BY summary_id");
-    let summaries = sqlx::query(sum_sql.into_sql())
-        .bind(run_id)
+    let summaries = statements::summaries(schema, statements::Run(run_id))
+        .query()
         .fetch_all(pool)
         .await?;
     let n = |v: i64| v.max(0) as u64;
@@ -230,14 +203,11 @@ pub(crate) async fn find_run(cx: &Context, prefix: &str) -> Result<Uuid> {
             "{prefix:?} is not a run id or a prefix of one (at least 4 hexadecimal characters)"
         )));
     }
-    let mut sql = SqlText::new("SELECT run_id FROM ");
-    sql.table(&CohortTable::SweepRun.qualified(&cx.config.schema)).push(
-        " WHERE pg_catalog.replace(run_id::text, '-', '') LIKE $1 || '%' ORDER BY started_at DESC LIMIT 6",
-    );
-    let found: Vec<Uuid> = sqlx::query_scalar(sql.into_sql())
-        .bind(&hex)
-        .fetch_all(&cx.pool)
-        .await?;
+    let found: Vec<Uuid> =
+        statements::runs_by_prefix(&cx.config.schema, statements::Prefix(hex.clone()))
+            .query_scalar()
+            .fetch_all(&cx.pool)
+            .await?;
     match found.as_slice() {
         [] => Err(Error::NotFound(format!("no run id starts with {prefix:?}"))),
         [one] => Ok(*one),

@@ -24,6 +24,7 @@ use uuid::Uuid;
 
 use crate::context::Context;
 use crate::error::{Error, Result};
+use crate::sql::BindKey;
 
 /// A request to place a hold.
 #[derive(Debug, Clone, PartialEq, Eq)]

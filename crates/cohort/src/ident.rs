@@ -325,6 +325,26 @@ pub(crate) fn from_template(template: &'static str, tables: &[(&str, QualifiedNa
     SqlText(text)
 }
 
+/// Problems with a schema Cohort would install into or read retained
+/// tables from: PostgreSQL's own schemas and names that only differ from
+/// a real one by white space are refused.
+pub(crate) fn check_schema_name(name: &str) -> std::result::Result<(), String> {
+    check_identifier(name)?;
+    if name.trim() != name {
+        return Err(format!(
+            "{name:?} starts or ends with white space; that is a different schema from {:?}",
+            name.trim()
+        ));
+    }
+    let lower = name.to_ascii_lowercase();
+    if lower == "information_schema" || lower.starts_with("pg_") {
+        return Err(format!(
+            "{name:?} is reserved for PostgreSQL's own catalogs"
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,6 +4,7 @@ mod cancel;
 mod cohort;
 pub mod config;
 mod context;
+mod dead_letters;
 mod diagnostic;
 pub mod observer;
 pub mod peers;
@@ -17,9 +18,11 @@ pub mod holds;
 mod ident;
 mod locks;
 pub mod model;
+mod outcome;
 pub mod policy;
 pub mod rules;
 mod run;
+mod schedule;
 pub mod schema;
 #[cfg(feature = "sea-orm")]
 pub mod sea_orm;
@@ -27,6 +30,7 @@ pub mod services;
 pub mod settings;
 mod sql;
 pub mod telemetry;
+mod tenants;
 pub mod validate;
 
 pub use cancel::Cancel;

@@ -59,7 +59,7 @@ pub(crate) enum LockKey<'a> {
     /// Held by the scheduled worker that runs an occurrence, keyed on the
     /// install's schema-qualified `sweep_run` table (installs in different
     /// schemas of one database sweep independently).
-    Worker(&'a crate::QualifiedName),
+    Worker(&'a crate::ident::QualifiedName),
 }
 
 impl LockKey<'_> {
@@ -122,7 +122,7 @@ mod tests {
             "cohort.run:00000000-0000-0000-0000-000000000000"
         );
         assert_eq!(LockKey::Migrate("public").text(), "cohort.migrate:public");
-        let table = crate::QualifiedName::new("a.b", "sweep_run");
+        let table = crate::ident::QualifiedName::new("a.b", "sweep_run");
         assert_eq!(
             LockKey::Worker(&table).text(),
             "cohort.worker:\"a.b\".\"sweep_run\""

@@ -16,8 +16,8 @@ use chrono::{DateTime, Utc};
 use tokio::sync::mpsc;
 use uuid::Uuid;
 
+use crate::outcome::{RunKind, RunStatus};
 use crate::rules::Strategy;
-use crate::run::{RunKind, RunStatus};
 
 /// A committed ledger event.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]

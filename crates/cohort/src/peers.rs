@@ -22,8 +22,7 @@ use uuid::Uuid;
 
 use crate::context::{Context, Prepared};
 use crate::error::Result;
-use crate::ident::SqlText;
-use crate::schema::CohortTable;
+use crate::sql::peers as statements;
 
 /// How often a process renews its peer record.
 pub const PEER_HEARTBEAT_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
@@ -109,10 +108,6 @@ type PeerRow = (
     serde_json::Value,
 );
 
-fn table(cx: &Context) -> crate::QualifiedName {
-    CohortTable::Peer.qualified(&cx.config.schema)
-}
-
 /// Renews (or creates) this process's record.
 pub(crate) async fn heartbeat(cx: &Context, peer_id: Uuid) -> Result<()> {
     let prepared = cx.prepared().await?;
@@ -126,18 +121,15 @@ pub(crate) async fn heartbeat(cx: &Context, peer_id: Uuid) -> Result<()> {
         })
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| "unknown".into());
-    let mut sql = SqlText::new("INSERT INTO ");
-    sql.table(&table(cx)).push(
-        " (peer_id, host, pid, policy_fingerprint, handlers) VALUES ($1, $2, $3, $4, $5) \
-         ON CONFLICT (peer_id) DO UPDATE SET heartbeat_at = pg_catalog.clock_timestamp(), \
-           policy_fingerprint = EXCLUDED.policy_fingerprint, handlers = EXCLUDED.handlers",
-    );
-    sqlx::query(sql.sql())
-        .bind(peer_id)
-        .bind(host)
-        .bind(i32::try_from(std::process::id()).unwrap_or(i32::MAX))
-        .bind(fingerprint(cx, &prepared))
-        .bind(handlers)
+    let params = statements::Heartbeat {
+        peer_id,
+        host,
+        pid: i32::try_from(std::process::id()).unwrap_or(i32::MAX),
+        policy_fingerprint: fingerprint(cx, &prepared),
+        handlers,
+    };
+    statements::heartbeat(&cx.config.schema, params)
+        .query()
         .execute(&cx.pool)
         .await?;
     Ok(())
@@ -146,14 +138,12 @@ pub(crate) async fn heartbeat(cx: &Context, peer_id: Uuid) -> Result<()> {
 /// Removes this process's record (at shutdown), and records of peers long
 /// dead (ten timeouts), so the table stays small.
 pub(crate) async fn leave(cx: &Context, peer_id: Uuid) -> Result<()> {
-    let mut sql = SqlText::new("DELETE FROM ");
-    sql.table(&table(cx)).push(
-        " WHERE peer_id = $1 OR heartbeat_at < pg_catalog.clock_timestamp() \
-           - pg_catalog.make_interval(secs => $2)",
-    );
-    sqlx::query(sql.sql())
-        .bind(peer_id)
-        .bind(PEER_TIMEOUT_SECONDS * 10.0)
+    let params = statements::Leave {
+        peer_id,
+        dead_after_secs: PEER_TIMEOUT_SECONDS * 10.0,
+    };
+    statements::leave(&cx.config.schema, params)
+        .query()
         .execute(&cx.pool)
         .await?;
     Ok(())
@@ -163,16 +153,12 @@ pub(crate) async fn leave(cx: &Context, peer_id: Uuid) -> Result<()> {
 pub(crate) async fn live(cx: &Context, me: Option<Uuid>) -> Result<Vec<Peer>> {
     let prepared = cx.prepared().await?;
     let ours = fingerprint(cx, &prepared);
-    let mut sql = SqlText::new(
-        "SELECT peer_id, host, pid, started_at, heartbeat_at, policy_fingerprint, handlers FROM ",
-    );
-    sql.table(&table(cx)).push(
-        " WHERE heartbeat_at > pg_catalog.clock_timestamp() - pg_catalog.make_interval(secs => $1) \
-           AND ($2::uuid IS NULL OR peer_id <> $2) ORDER BY started_at, peer_id",
-    );
-    let rows: Vec<PeerRow> = sqlx::query_as(sql.sql())
-        .bind(PEER_TIMEOUT_SECONDS)
-        .bind(me)
+    let params = statements::Live {
+        timeout_secs: PEER_TIMEOUT_SECONDS,
+        me,
+    };
+    let rows: Vec<PeerRow> = statements::live(&cx.config.schema, params)
+        .query_as()
         .fetch_all(&cx.pool)
         .await?;
     Ok(rows

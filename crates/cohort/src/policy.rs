@@ -16,6 +16,7 @@ use crate::rules::{
     AuditDetail, CategoryCapabilities, Period, RetentionRule, RuleOverride, StaticRuleProvider,
     Strategy,
 };
+pub use crate::tenants::TenantEntry;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -276,16 +277,6 @@ struct RawOverride {
     audit: Option<String>,
     source: Option<String>,
     reason: Option<String>,
-}
-
-/// A tenant the worker sweeps, from `[[tenant]]`.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, serde::Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct TenantEntry {
-    /// The tenant id as it appears in tenant columns.
-    pub id: String,
-    /// Its jurisdiction, passed to the rule provider.
-    pub jurisdiction: Option<String>,
 }
 
 /// A loaded, checked policy file.

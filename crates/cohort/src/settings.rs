@@ -15,12 +15,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
-use sqlx::Row;
 
-use crate::context::Context;
 use crate::error::{Error, Result};
-use crate::ident::SqlText;
-use crate::schema::CohortTable;
 
 /// A live setting.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
@@ -120,6 +116,23 @@ pub struct LiveSettings {
     pub dry_run: SettingValue,
 }
 
+impl SettingValue {
+    pub(crate) fn new(
+        process: bool,
+        database: bool,
+        updated_at: Option<DateTime<Utc>>,
+        updated_by: Option<String>,
+    ) -> Self {
+        Self {
+            process,
+            database,
+            effective: process || database,
+            updated_at,
+            updated_by,
+        }
+    }
+}
+
 impl LiveSettings {
     /// One setting.
     pub fn get(&self, setting: Setting) -> &SettingValue {
@@ -128,63 +141,6 @@ impl LiveSettings {
             Setting::DryRun => &self.dry_run,
         }
     }
-}
-
-fn table(cx: &Context) -> crate::QualifiedName {
-    CohortTable::Setting.qualified(&cx.config.schema)
-}
-
-/// Reads the database's values and combines them with this process's.
-pub(crate) async fn read(cx: &Context) -> Result<LiveSettings> {
-    let mut sql = SqlText::new("SELECT name, enabled, updated_at, updated_by FROM ");
-    sql.table(&table(cx));
-    let rows = sqlx::query(sql.into_sql()).fetch_all(&cx.pool).await?;
-    let value = |setting: Setting| -> Result<SettingValue> {
-        let process = cx.switches.get(setting);
-        let row = rows
-            .iter()
-            .find(|r| r.try_get::<String, _>("name").ok().as_deref() == Some(setting.name()));
-        let (database, updated_at, updated_by) = match row {
-            Some(r) => (
-                r.try_get::<bool, _>("enabled")?,
-                Some(r.try_get::<DateTime<Utc>, _>("updated_at")?),
-                Some(r.try_get::<String, _>("updated_by")?),
-            ),
-            None => (false, None, None),
-        };
-        Ok(SettingValue {
-            process,
-            database,
-            effective: process || database,
-            updated_at,
-            updated_by,
-        })
-    };
-    Ok(LiveSettings {
-        kill_switch: value(Setting::KillSwitch)?,
-        dry_run: value(Setting::DryRun)?,
-    })
-}
-
-/// Sets the database's value (every replica sees it at its next check).
-pub(crate) async fn set(cx: &Context, setting: Setting, enabled: bool) -> Result<LiveSettings> {
-    let mut sql = SqlText::new("INSERT INTO ");
-    sql.table(&table(cx)).push(
-        " AS s (name, enabled) VALUES ($1, $2) ON CONFLICT (name) DO UPDATE \
-         SET enabled = EXCLUDED.enabled, updated_at = pg_catalog.clock_timestamp(), \
-             updated_by = pg_catalog.\"session_user\"()",
-    );
-    sqlx::query(sql.into_sql())
-        .bind(setting.name())
-        .bind(enabled)
-        .execute(&cx.pool)
-        .await?;
-    tracing::warn!(
-        setting = setting.name(),
-        enabled,
-        "live setting changed in the database"
-    );
-    read(cx).await
 }
 
 #[cfg(test)]

@@ -27,8 +27,8 @@
 
 use std::time::Duration;
 
+use crate::outcome::{EntityOutcome, RunKind, RunStatus, Trigger};
 use crate::rules::Strategy;
-use crate::run::{EntityOutcome, RunKind, RunStatus, Trigger};
 
 /// `cohort_rows_total{entity,strategy,outcome}`.
 pub const ROWS_TOTAL: &str = "cohort_rows_total";

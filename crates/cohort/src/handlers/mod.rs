@@ -23,8 +23,6 @@
 
 pub(crate) mod command;
 pub(crate) mod dead_letters;
-mod dispatch;
-pub(crate) mod queue;
 mod snapshot;
 
 use std::sync::Arc;
@@ -34,8 +32,6 @@ use uuid::Uuid;
 
 pub use command::{HandlerTarget, PolicyHandler};
 pub use dead_letters::{DeadLetter, DeadLetterFilter, RetrySelection};
-pub(crate) use dispatch::{recover_run, Recovery};
-pub use dispatch::{Dispatcher, FlushReport};
 pub use snapshot::{Snapshot, SnapshotError, SnapshotValue};
 
 use crate::cancel::Cancel;
@@ -109,7 +105,7 @@ pub struct AfterContext {
     /// The run that mutated the row.
     pub run_id: Uuid,
     /// Whether that run was a sweep or an erasure.
-    pub run_kind: crate::RunKind,
+    pub run_kind: crate::outcome::RunKind,
     /// What the mutation did.
     pub strategy: Strategy,
     /// The work's id: the same for every attempt (a delivery id to make

@@ -4,6 +4,7 @@
 
 mod declaration;
 mod descriptor;
+mod key;
 
 pub use declaration::{
     AnonymiseMethod, AnonymisedValue, CustomAnonymiser, DeclaredColumn, EntityDeclaration, Marker,
@@ -13,3 +14,4 @@ pub(crate) use descriptor::{parse_entity_id, resolve, Resolved};
 pub use descriptor::{
     AnonymisedColumn, Conventions, EntityDescriptor, ExemptEntity, Resolution, SubjectColumn,
 };
+pub(crate) use key::{KeyType, KeyValue};

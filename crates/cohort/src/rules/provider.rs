@@ -27,8 +27,8 @@ pub enum TenantIdentity {
 }
 
 impl TenantIdentity {
-    fn key_type(self) -> crate::sql::KeyType {
-        use crate::sql::KeyType;
+    fn key_type(self) -> crate::model::KeyType {
+        use crate::model::KeyType;
         match self {
             TenantIdentity::Exact => KeyType::Text,
             TenantIdentity::Uuid => KeyType::Uuid,

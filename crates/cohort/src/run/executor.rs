@@ -25,9 +25,9 @@ use crate::ident::SqlText;
 use crate::locks::{self, LockKey};
 use crate::model::EntityDescriptor;
 use crate::observer::AuditEvent;
+use crate::rules::AuditDetail;
 use crate::rules::{RetentionRule, Strategy};
-use crate::sql::{bind_array, EntityPlan, KeyValue};
-use crate::AuditDetail;
+use crate::sql::{bind_array, BindKey, DecodeKey, EntityPlan, KeyValue};
 
 /// A bound value of a planned statement.
 #[derive(Debug, Clone)]
@@ -918,14 +918,19 @@ async fn enqueue(
             payloads.push(payload.clone());
         }
     }
-    sqlx::query(ctx.ready.queue.enqueue.sql())
-        .bind(&detail_ids)
-        .bind(ctx.run_id)
-        .bind(&identities)
-        .bind(&priorities)
-        .bind(&phases)
-        .bind(&payloads)
-        .bind(&requires_earlier)
+    let work = crate::sql::queue::Enqueue {
+        row_detail_ids: detail_ids,
+        run_id: ctx.run_id,
+        handlers: identities,
+        priorities,
+        phases,
+        payloads,
+        requires_earlier,
+    };
+    ctx.ready
+        .queue
+        .enqueue(work)
+        .query()
         .execute(&mut **tx)
         .await
         .map_err(stop_from)?;

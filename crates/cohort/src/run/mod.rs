@@ -1,8 +1,8 @@
-//! Runs: the public requests and results of sweeps, previews and erasure
-//! (re-exported at the crate root), and the private machinery behind them:
-//! what a run resolves first ([`resolve`]), the work of sweeps and previews
-//! ([`sweep`]) and of erasure ([`erasure`]), the executor both share
-//! ([`executor`]), and the multi-tenant passes ([`passes`]).
+//! Runs: the public requests of sweeps and previews (re-exported at the
+//! crate root; what they report is `outcome`), and the private machinery
+//! behind them: what a run resolves first ([`resolve`]), the work of sweeps
+//! and previews ([`sweep`]) and of erasure ([`erasure`]), the executor both
+//! share ([`executor`]), and the multi-tenant passes ([`passes`]).
 
 pub(crate) mod erasure;
 pub(crate) mod executor;
@@ -13,95 +13,12 @@ pub(crate) mod sweep;
 
 use crate::cancel::Cancel;
 use chrono::{DateTime, TimeZone, Utc};
-use serde::Serialize;
-use uuid::Uuid;
 
-use crate::diagnostic::Diagnostic;
-use crate::rules::{Period, Strategy};
-
-/// What started a run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-#[non_exhaustive]
-pub enum Trigger {
-    /// Called directly (API or CLI).
-    Manual,
-    /// Started by the scheduled worker.
-    Scheduled,
-}
-
-impl Trigger {
-    /// The ledger spelling (`manual`, `scheduled`).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Trigger::Manual => "manual",
-            Trigger::Scheduled => "scheduled",
-        }
-    }
-}
-
-/// Sweep or erasure.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-#[non_exhaustive]
-pub enum RunKind {
-    /// A retention sweep.
-    Sweep,
-    /// A right-to-erasure request.
-    Erasure,
-}
-
-impl RunKind {
-    /// The ledger spelling (`sweep`, `erasure`).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RunKind::Sweep => "sweep",
-            RunKind::Erasure => "erasure",
-        }
-    }
-}
-
-/// How a run ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-#[non_exhaustive]
-pub enum RunStatus {
-    /// Still running, or its process died (recovered later as failed).
-    Started,
-    /// Every entity was processed.
-    Succeeded,
-    /// At least one entity failed; the others' work is committed.
-    PartiallyFailed,
-    /// The run itself failed (e.g. its connection was lost).
-    Failed,
-    /// Cancelled by the caller; the open batch was rolled back.
-    Cancelled,
-}
-
-impl RunStatus {
-    /// The ledger spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RunStatus::Started => "started",
-            RunStatus::Succeeded => "succeeded",
-            RunStatus::PartiallyFailed => "partially_failed",
-            RunStatus::Failed => "failed",
-            RunStatus::Cancelled => "cancelled",
-        }
-    }
-
-    /// Parses the ledger spelling.
-    pub fn parse(s: &str) -> Option<Self> {
-        Some(match s {
-            "started" => RunStatus::Started,
-            "succeeded" => RunStatus::Succeeded,
-            "partially_failed" => RunStatus::PartiallyFailed,
-            "failed" => RunStatus::Failed,
-            "cancelled" => RunStatus::Cancelled,
-            _ => return None,
-        })
-    }
-}
+pub(crate) use crate::outcome::{failure, logical_now};
+pub use crate::outcome::{
+    EntityFailure, EntityOutcome, NotReached, PreviewResult, RunKind, RunStatus, SweepResult,
+    Trigger,
+};
 
 /// A sweep: one tenant's tenant-scoped entities, or the tenantless ones.
 #[derive(Debug, Clone)]
@@ -182,110 +99,6 @@ impl SweepRequest {
     }
 }
 
-/// What happened to one entity in a run (or would, in a preview).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[non_exhaustive]
-pub struct EntityOutcome {
-    /// Durable entity id.
-    pub entity_id: Uuid,
-    /// Display name.
-    pub entity: String,
-    /// Category.
-    pub category: String,
-    /// Strategy applied.
-    pub strategy: Strategy,
-    /// Rows changed (or, in a dry run or preview, that would change).
-    pub affected: u64,
-    /// Rows past the cutoff kept by an active hold.
-    pub held: u64,
-    /// Rows past the cutoff left alone although not held: purge candidates
-    /// still referenced by other rows through a NO ACTION / RESTRICT
-    /// foreign key (and, with row handlers, rows whose before-handler failed).
-    pub skipped: u64,
-    /// Rows in scope whose anchor is NULL (never eligible).
-    pub null_anchor: u64,
-    /// Erasure: the subject's rows kept because the legal minimum has not
-    /// passed yet (anchor on or after `now - legal_min`). 0 for sweeps.
-    pub kept_by_legal_min: u64,
-    /// Rows the policy keeps: past the cutoff (sweep) or the subject's
-    /// (erasure), not held, but the resolved strategy is `exempt`.
-    pub kept_by_policy: u64,
-    /// The cutoff: rows anchored strictly before it were eligible (`None`
-    /// for an erasure without a positive legal minimum: no anchor limit).
-    pub cutoff: Option<DateTime<Utc>>,
-    /// The resolved period.
-    pub period: Period,
-    /// The resolved legal minimum.
-    pub legal_min: Option<Period>,
-}
-
-/// An entity that failed; the run went on with the others.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
-#[non_exhaustive]
-pub struct EntityFailure {
-    /// Durable entity id.
-    pub entity_id: Uuid,
-    /// Display name.
-    pub entity: String,
-    /// Sanitised diagnostic (or a Cohort-defined reason).
-    pub error: String,
-}
-
-/// The settled result of a sweep.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[non_exhaustive]
-pub struct SweepResult {
-    /// The run's id in `sweep_run`.
-    pub run_id: Uuid,
-    /// Sweep or erasure.
-    pub kind: RunKind,
-    /// Manual or scheduled.
-    pub trigger: Trigger,
-    /// Terminal status.
-    pub status: RunStatus,
-    /// Whether rows were left unchanged by design.
-    pub dry_run: bool,
-    /// The tenant, or `None` for the tenantless pass.
-    pub tenant: Option<String>,
-    /// When the Started row was written.
-    pub started_at: DateTime<Utc>,
-    /// When the run settled (`None` while it is still `Started`).
-    pub settled_at: Option<DateTime<Utc>>,
-    /// Per-entity outcomes, in processing order.
-    pub entities: Vec<EntityOutcome>,
-    /// Entities that failed.
-    pub failures: Vec<EntityFailure>,
-    /// Erasure: entities with subject columns for the request that the run
-    /// did not reach, and why (e.g. tenantless entities in a tenant's
-    /// erasure). Not serialised when empty; not stored in the ledger.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub not_reached: Vec<NotReached>,
-}
-
-/// An entity with erasure-subject columns that an erasure did not reach.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[non_exhaustive]
-pub struct NotReached {
-    /// Durable entity id.
-    pub entity_id: Uuid,
-    /// Display name.
-    pub entity: String,
-    /// Why, and how to reach it.
-    pub reason: String,
-}
-
-impl SweepResult {
-    /// Total rows affected.
-    pub fn affected(&self) -> u64 {
-        self.entities.iter().map(|e| e.affected).sum()
-    }
-
-    /// The outcome of one entity, by display name.
-    pub fn entity(&self, name: &str) -> Option<&EntityOutcome> {
-        self.entities.iter().find(|e| e.entity == name)
-    }
-}
-
 /// A preview: counts only, nothing written.
 #[derive(Debug, Clone)]
 pub struct PreviewRequest {
@@ -318,31 +131,4 @@ impl PreviewRequest {
         self.jurisdiction = Some(jurisdiction.into());
         self
     }
-}
-
-pub(crate) fn failure(entity_id: Uuid, entity: &str, d: &Diagnostic) -> EntityFailure {
-    EntityFailure {
-        entity_id,
-        entity: entity.to_owned(),
-        error: d.to_string(),
-    }
-}
-
-/// Results of a preview: counts only, nothing written.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-#[non_exhaustive]
-pub struct PreviewResult {
-    /// The tenant previewed, or `None` for the tenantless entities.
-    pub tenant: Option<String>,
-    /// Per-entity counts; `affected` is what a sweep would change now.
-    pub entities: Vec<EntityOutcome>,
-    /// Entities whose rule could not be resolved.
-    pub failures: Vec<EntityFailure>,
-}
-
-/// A request's logical time at the boundary: UTC, at PostgreSQL's
-/// microsecond precision (so what a run reports is what the ledger stores).
-pub(crate) fn logical_now<Tz: TimeZone>(now: DateTime<Tz>) -> DateTime<Utc> {
-    use chrono::SubsecRound;
-    now.with_timezone(&Utc).trunc_subsecs(6)
 }

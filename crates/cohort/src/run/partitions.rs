@@ -24,10 +24,10 @@ use sqlx::{PgConnection, Row};
 use super::executor::{active_hold_keys, stop_from, RunCtx, Stop, Work};
 use crate::ident::{QualifiedName, SqlText};
 use crate::observer::AuditEvent;
+use crate::rules::AuditDetail;
 use crate::rules::Strategy;
 use crate::schema::CohortTable;
 use crate::sql::{bind_array, hold_exists, KeyValue};
-use crate::AuditDetail;
 
 /// What partition purge left to the row path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

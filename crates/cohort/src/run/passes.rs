@@ -13,21 +13,8 @@ use super::{SweepRequest, SweepResult, Trigger};
 use crate::cancel::Cancel;
 use crate::context::Context;
 use crate::error::{Error, ErrorKind, Result};
-use crate::policy::TenantEntry;
-
-/// Where the tenants of an all-tenants sweep come from.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum TenantSource {
-    /// The tenant directory given to the builder (`[[tenant]]` entries).
-    Directory,
-    /// A query of the policy author's own (`tenants_query`): the first
-    /// column is the tenant id (uuid, integer or text), an optional second
-    /// text column its jurisdiction. Run as written, read-only.
-    Query(String),
-    /// The caller's own list.
-    List(Vec<TenantEntry>),
-}
+use crate::tenants::TenantEntry;
+pub use crate::tenants::TenantSource;
 
 /// A sweep of every tenant and then the tenantless entities.
 #[derive(Debug, Clone)]

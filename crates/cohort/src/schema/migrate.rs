@@ -8,10 +8,10 @@
 
 use sqlx::{Connection, PgConnection, Row};
 
-use super::contract::{CohortTable, MOVED_COMMENT, SCHEMA_VERSION, VERSION_COMMENT_PREFIX};
-use crate::config::check_schema_name;
 use crate::error::{Error, Problems, Result};
+use crate::ident::check_schema_name;
 use crate::ident::{from_template, SqlText};
+use crate::sql::tables::{CohortTable, MOVED_COMMENT, SCHEMA_VERSION, VERSION_COMMENT_PREFIX};
 
 /// One versioned migration, rendered for a schema.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,7 +55,7 @@ const SOURCES: &[(u32, &str, &str)] = &[
 ];
 
 fn render(template: &'static str, schema: &str) -> SqlText {
-    let tables: Vec<(&str, crate::QualifiedName)> = CohortTable::ALL
+    let tables: Vec<(&str, crate::ident::QualifiedName)> = CohortTable::ALL
         .iter()
         .map(|t| (t.name(), t.qualified(schema)))
         .collect();

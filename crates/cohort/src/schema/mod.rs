@@ -1,12 +1,11 @@
 //! Cohort's own tables: the contract (names, columns, version) and the
 //! versioned migrations that install it.
 
-mod contract;
 mod migrate;
 mod relocate;
 
-pub(crate) use contract::MOVED_COMMENT;
-pub use contract::{CohortTable, ColumnContract, SCHEMA_VERSION};
+pub(crate) use crate::sql::tables::MOVED_COMMENT;
+pub use crate::sql::tables::{CohortTable, ColumnContract, SCHEMA_VERSION};
 pub(crate) use migrate::parse_version_comment;
 pub use migrate::{
     installed_version, migrate, migrations, sqlx_migrator, Migration, MigrationReport,

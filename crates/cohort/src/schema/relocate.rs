@@ -5,11 +5,11 @@
 
 use sqlx::{Connection, PgConnection};
 
-use super::contract::{CohortTable, MOVED_COMMENT, SCHEMA_VERSION};
 use super::migrate::installed_version;
-use crate::config::check_schema_name;
 use crate::error::{Error, Problems, Result};
+use crate::ident::check_schema_name;
 use crate::ident::SqlText;
+use crate::sql::tables::{CohortTable, MOVED_COMMENT, SCHEMA_VERSION};
 
 /// The history table of [`super::sqlx_migrator`], moved along when present.
 const SQLX_HISTORY: &str = "_cohort_sqlx_migrations";
@@ -113,7 +113,7 @@ async fn move_in(tx: &mut PgConnection, from: &str, to: &str) -> Result<Vec<Stri
         // (with the empty sqlx history a stale migrator run left there).
         for name in &taken {
             let mut drop = SqlText::new("DROP TABLE ");
-            drop.table(&crate::QualifiedName::new(to, name.as_str()));
+            drop.table(&crate::ident::QualifiedName::new(to, name.as_str()));
             sqlx::query(drop.into_sql()).execute(&mut *tx).await?;
         }
     } else if !taken.is_empty() {
@@ -179,7 +179,7 @@ async fn move_in(tx: &mut PgConnection, from: &str, to: &str) -> Result<Vec<Stri
     for name in names.iter().filter(|n| present.iter().any(|p| p == *n)) {
         let mut alter = SqlText::new("ALTER TABLE ");
         alter
-            .table(&crate::QualifiedName::new(from, *name))
+            .table(&crate::ident::QualifiedName::new(from, *name))
             .push(" SET SCHEMA ")
             .ident(to);
         sqlx::query(alter.into_sql()).execute(&mut *tx).await?;
@@ -224,7 +224,7 @@ async fn leftovers_only(tx: &mut PgConnection, schema: &str, taken: &[String]) -
             return Ok(false);
         }
         let mut rows = SqlText::new("SELECT count(*) FROM ");
-        rows.table(&crate::QualifiedName::new(schema, SQLX_HISTORY));
+        rows.table(&crate::ident::QualifiedName::new(schema, SQLX_HISTORY));
         let n: i64 = sqlx::query_scalar(rows.into_sql())
             .fetch_one(&mut *tx)
             .await?;
@@ -254,7 +254,7 @@ async fn rewrite_sqlx_checksums(tx: &mut PgConnection, from: &str, to: &str) -> 
     let new = super::sqlx_migrator(to)?;
     let mut update = SqlText::new("UPDATE ");
     update
-        .table(&crate::QualifiedName::new(to, SQLX_HISTORY))
+        .table(&crate::ident::QualifiedName::new(to, SQLX_HISTORY))
         .push(" SET checksum = $1 WHERE version = $2 AND checksum = $3");
     for (o, n) in old.iter().zip(new.iter()) {
         debug_assert_eq!(o.version, n.version);

@@ -5,9 +5,10 @@
 
 use crate::context::{Context, Prepared};
 use crate::error::{Error, Problems, Result};
+use crate::ident::QualifiedName;
 use crate::rules::Strategy;
 use crate::schema::CohortTable;
-use crate::QualifiedName;
+use crate::sql::grants as statements;
 
 /// A part of Cohort that runs with the role's grants.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -138,19 +139,15 @@ pub(crate) async fn check(cx: &Context, accesses: &[Access]) -> Result<()> {
     }
     needs.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
     needs.dedup_by(|a, b| a.0 == b.0 && a.1 == b.1);
-    let schemas: Vec<&str> = needs.iter().map(|n| n.0.schema.as_str()).collect();
-    let names: Vec<&str> = needs.iter().map(|n| n.0.name.as_str()).collect();
-    let privileges: Vec<&str> = needs.iter().map(|n| n.1).collect();
-    let missing: Vec<bool> = sqlx::query_scalar(
-        "SELECT NOT pg_catalog.has_table_privilege(pg_catalog.format('%I.%I', s, n), p) \
-         FROM ROWS FROM (pg_catalog.unnest($1::text[]), pg_catalog.unnest($2::text[]), \
-              pg_catalog.unnest($3::text[])) WITH ORDINALITY AS t(s, n, p, i) ORDER BY i",
-    )
-    .bind(&schemas)
-    .bind(&names)
-    .bind(&privileges)
-    .fetch_all(&cx.pool)
-    .await?;
+    let privileges = statements::Privileges {
+        schemas: needs.iter().map(|n| n.0.schema.clone()).collect(),
+        tables: needs.iter().map(|n| n.0.name.clone()).collect(),
+        privileges: needs.iter().map(|n| n.1).collect(),
+    };
+    let missing: Vec<bool> = statements::missing(privileges)
+        .query_scalar()
+        .fetch_all(&cx.pool)
+        .await?;
     let problems: Vec<String> = needs
         .iter()
         .zip(missing)
@@ -165,7 +162,8 @@ pub(crate) async fn check(cx: &Context, accesses: &[Access]) -> Result<()> {
     if problems.is_empty() {
         return Ok(());
     }
-    let role: String = sqlx::query_scalar("SELECT current_user::text")
+    let role: String = statements::current_role()
+        .query_scalar()
         .fetch_one(&cx.pool)
         .await?;
     Err(Error::Config(Problems::global(

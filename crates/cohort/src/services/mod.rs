@@ -22,9 +22,10 @@
 //! [`Services::new`] reads them from the handle's configuration, and the
 //! setters replace or switch off one service.
 
+pub mod dispatcher;
 pub(crate) mod grants;
-pub mod maintenance;
-pub mod prune;
+pub mod pruner;
+pub mod rescuer;
 pub mod worker;
 
 use std::sync::Arc;
@@ -35,11 +36,11 @@ use tokio::task::JoinHandle;
 use crate::cancel::Cancel;
 use crate::context::Context;
 use crate::error::Result;
-use crate::Cohort;
 
+pub use dispatcher::{Dispatcher, FlushReport};
 pub use grants::Access;
-pub use maintenance::{MaintenanceConfig, MaintenanceReport};
-pub use prune::{PruneReport, PrunerConfig};
+pub use pruner::{PruneReport, PrunerConfig};
+pub use rescuer::{MaintenanceConfig, MaintenanceReport};
 pub use worker::WorkerConfig;
 
 /// The default time in-flight handler deliveries get to finish at shutdown.
@@ -73,13 +74,9 @@ impl std::fmt::Debug for Services {
 }
 
 impl Services {
-    /// The services `cohort`'s configuration asks for: the worker when
-    /// `schedule` is set, the dispatcher when row handlers are registered,
-    /// the pruner when a `[prune]` limit is set, and the maintenance
-    /// service always. [`Services::try_spawn`] refuses a pool too small
-    /// for them.
-    pub fn new(cohort: &Cohort) -> Result<Self> {
-        let cx = cohort.context();
+    /// The services the configuration of `cx` asks for (see
+    /// `Services::new`, in the facade, which hands the handle's context).
+    pub(crate) fn from_context(cx: Arc<Context>) -> Result<Self> {
         Ok(Self {
             worker: WorkerConfig::from_config(&cx.config)?,
             dispatcher: !cx.handlers.is_empty(),
@@ -186,7 +183,7 @@ impl Services {
         let have = self.cx.pool.options().get_max_connections();
         let need = self.connections_needed();
         if have < need {
-            return Err(crate::Error::Config(crate::Problems::one(format!(
+            return Err(crate::error::Error::Config(crate::error::Problems::one(format!(
                 "the pool allows {have} connection(s); the background services ({}) need at least {need}",
                 self.names().join(", ")
             ))));
@@ -210,7 +207,7 @@ impl Services {
         }
         if self.dispatcher {
             let dispatcher =
-                crate::handlers::Dispatcher::new(Arc::clone(&self.cx)).stopping_on(hard.clone());
+                dispatcher::Dispatcher::new(Arc::clone(&self.cx)).stopping_on(hard.clone());
             let cancel = soft.clone();
             tasks.push((
                 "dispatcher",
@@ -222,7 +219,7 @@ impl Services {
             let cancel = soft.clone();
             tasks.push((
                 "pruner",
-                tokio::spawn(async move { prune::run(cx, config, cancel).await }),
+                tokio::spawn(async move { pruner::run(cx, config, cancel).await }),
             ));
         }
         {
@@ -231,7 +228,7 @@ impl Services {
             let config = self.maintenance;
             tasks.push((
                 "maintenance",
-                tokio::spawn(async move { maintenance::run(cx, config, cancel).await }),
+                tokio::spawn(async move { rescuer::run(cx, config, cancel).await }),
             ));
         }
         ServicesHandle {

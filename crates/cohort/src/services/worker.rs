@@ -27,10 +27,11 @@ use chrono::{DateTime, Utc};
 use crate::cancel::Cancel;
 use crate::context::Context;
 use crate::error::{Error, Problems, Result};
-use crate::ident::SqlText;
 use crate::locks::{self, LockKey};
 use crate::run::{RunStatus, Trigger};
+use crate::schedule::{decide, next_occurrence, parse_schedule, retry_delay, Decision, Latest};
 use crate::schema::CohortTable;
+use crate::sql;
 
 /// How often a replica retries the occurrence lock while another holds it.
 const LOCK_POLL: Duration = Duration::from_millis(250);
@@ -65,7 +66,7 @@ impl WorkerConfig {
 
     /// The worker of `config`'s `schedule`; `None` when no schedule is set
     /// (the worker stays idle).
-    pub fn from_config(config: &crate::CohortConfig) -> Result<Option<Self>> {
+    pub fn from_config(config: &crate::config::CohortConfig) -> Result<Option<Self>> {
         config.schedule.as_deref().map(Self::new).transpose()
     }
 
@@ -86,86 +87,6 @@ impl WorkerConfig {
     fn local_now(&self) -> DateTime<Utc> {
         Utc::now() + self.local_clock_offset
     }
-}
-
-/// Parses a schedule: five cron fields (minute first), six (second
-/// first), or a nickname such as `@daily`; evaluated in UTC.
-pub(crate) fn parse_schedule(schedule: &str) -> std::result::Result<croner::Cron, String> {
-    let fields = schedule.split_whitespace().count();
-    let nickname = fields == 1 && schedule.trim_start().starts_with('@');
-    if !(nickname || fields == 5 || fields == 6) {
-        return Err(format!(
-            "schedule {schedule:?} is not a valid cron expression: expected five fields (minute hour day month weekday), six (second first) or a nickname such as @daily, not {fields}"
-        ));
-    }
-    schedule
-        .parse::<croner::Cron>()
-        .map_err(|e| format!("schedule {schedule:?} is not a valid cron expression: {e}"))
-}
-
-/// The first occurrence of `schedule` strictly after both the database's
-/// `now` and the occurrence this replica ran last (a replica never runs
-/// one occurrence twice, even if the database clock were to step back).
-pub(crate) fn next_occurrence(
-    schedule: &croner::Cron,
-    db_now: DateTime<Utc>,
-    last: Option<DateTime<Utc>>,
-) -> Option<DateTime<Utc>> {
-    use chrono::{SubsecRound, Timelike};
-    // Cron has whole seconds: search from the whole second (the search is
-    // exclusive, so an occurrence at exactly that second is past).
-    let from = last.map_or(db_now, |l| l.max(db_now)).trunc_subsecs(0);
-    schedule
-        .find_next_occurrence(&from, false)
-        .ok()
-        .map(|t| t.with_nanosecond(0).unwrap_or(t))
-}
-
-/// What a replica holding the occurrence lock does with an occurrence,
-/// given the latest Scheduled run of the same kind for it (or a later
-/// one): its status, and which pass of how many it was.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Decision {
-    /// No run for it yet.
-    Run,
-    /// Its latest run lost its owner (`Started` while nobody holds the
-    /// lock), was cancelled, or was not its last pass (the owner stopped
-    /// between passes): sweep it again, every pass.
-    Rerun,
-    /// It ran to its last pass (settled Succeeded, PartiallyFailed or
-    /// Failed; failures are retried at the next occurrence).
-    Skip,
-}
-
-/// The latest scheduled run of an occurrence, as [`decide`] needs it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Latest {
-    pub(crate) status: RunStatus,
-    pub(crate) pass: i32,
-    pub(crate) passes: i32,
-}
-
-pub(crate) fn decide(latest: Option<Latest>) -> Decision {
-    match latest {
-        None => Decision::Run,
-        Some(l) => match l.status {
-            RunStatus::Started | RunStatus::Cancelled => Decision::Rerun,
-            RunStatus::Succeeded | RunStatus::PartiallyFailed | RunStatus::Failed
-                if l.pass < l.passes =>
-            {
-                Decision::Rerun
-            }
-            RunStatus::Succeeded | RunStatus::PartiallyFailed | RunStatus::Failed => Decision::Skip,
-        },
-    }
-}
-
-/// How long to wait before trying again after `failures` failed
-/// iterations in a row (the database unreachable, say): 1 s doubling to
-/// at most 60 s.
-pub(crate) fn retry_delay(failures: u32) -> Duration {
-    let exponent = failures.saturating_sub(1).min(6);
-    Duration::from_secs((1u64 << exponent).min(60))
 }
 
 /// How one occurrence ended on this replica.
@@ -350,17 +271,14 @@ async fn latest_run(
     // with another policy (other entities, other handlers) sweeps it too.
     // Runs from before schema version 5 have no fingerprint and count for
     // every policy.
-    let mut sql = SqlText::new("SELECT status, occurrence_pass, occurrence_passes FROM ");
-    sql.table(&CohortTable::SweepRun.qualified(&cx.config.schema)).push(
-        " WHERE kind = 'sweep' AND trigger = 'scheduled' AND dry_run = $1 AND occurrence >= $2 \
-           AND (policy_fingerprint IS NULL OR policy_fingerprint = $3) \
-         ORDER BY started_at DESC, run_id DESC LIMIT 1",
-    );
     let prepared = cx.prepared().await?;
-    let row: Option<(String, i32, i32)> = sqlx::query_as(sql.into_sql())
-        .bind(dry_run)
-        .bind(at)
-        .bind(crate::peers::fingerprint(cx, &prepared))
+    let params = sql::worker::LatestScheduled {
+        dry_run,
+        at,
+        fingerprint: crate::peers::fingerprint(cx, &prepared),
+    };
+    let row: Option<(String, i32, i32)> = sql::worker::latest_scheduled(&cx.config.schema, params)
+        .query_as()
         .fetch_optional(&mut *conn)
         .await?;
     row.map(|(status, pass, passes)| {
@@ -383,7 +301,7 @@ async fn locked(
     at: DateTime<Utc>,
     cancel: &Cancel,
 ) -> Result<Locked> {
-    let settings = crate::settings::read(cx).await?;
+    let settings = cx.live_settings().await?;
     if settings.kill_switch.effective {
         tracing::warn!(occurrence = %at, "kill switch is on; occurrence skipped");
         return Ok(Locked::Done(Occurrence::KillSwitch { passes: 0 }));
@@ -409,7 +327,7 @@ async fn locked(
             return Ok(Locked::Done(Occurrence::Cancelled { passes }));
         }
         if passes > 0 {
-            let now = crate::settings::read(cx).await?;
+            let now = cx.live_settings().await?;
             if now.kill_switch.effective {
                 tracing::warn!(occurrence = %at, passes, "kill switch turned on; later passes skipped");
                 return Ok(Locked::Done(Occurrence::KillSwitch { passes }));
@@ -423,7 +341,10 @@ async fn locked(
         }
         // The lock's session must still be ours (a session lock lives
         // exactly as long as its session).
-        sqlx::query("SELECT 1").execute(&mut *lock_conn).await?;
+        sql::worker::keepalive()
+            .query()
+            .execute(&mut *lock_conn)
+            .await?;
         passes += 1;
         let position = crate::run::OccurrencePass {
             at,
@@ -479,7 +400,7 @@ async fn run_pass(
         tokio::select! {
             joined = &mut task.0 => break joined,
             _ = tokio::time::sleep(LOCK_KEEPALIVE), if lost.is_none() => {
-                if let Err(e) = sqlx::query("SELECT 1").execute(&mut *lock_conn).await {
+                if let Err(e) = sql::worker::keepalive().query().execute(&mut *lock_conn).await {
                     tracing::error!(error = %e, "lost the occurrence lock's session; another replica may start this occurrence");
                     lost = Some(e);
                 }
@@ -569,21 +490,19 @@ async fn record_not_started(
 /// a live run holds its own lock, so such a run lost its owner. Returns
 /// (recovered, still holding their lock).
 async fn settle_orphans(cx: &Context, reason: &str) -> Result<(u64, u64)> {
-    let mut sql = SqlText::new("SELECT run_id FROM ");
-    sql.table(&CohortTable::SweepRun.qualified(&cx.config.schema))
-        .push(" WHERE status = 'started' AND trigger = 'scheduled' AND kind = 'sweep'");
-    let orphans: Vec<uuid::Uuid> = sqlx::query_scalar(sql.into_sql())
+    let orphans: Vec<uuid::Uuid> = sql::worker::started_scheduled(&cx.config.schema)
+        .query_scalar()
         .fetch_all(&cx.pool)
         .await?;
     let (mut recovered, mut live) = (0, 0);
     for run_id in orphans {
-        match crate::handlers::recover_run(cx, run_id, reason).await? {
-            crate::handlers::Recovery::Recovered => {
+        match crate::services::rescuer::recover_run(cx, run_id, reason).await? {
+            crate::services::rescuer::Recovery::Recovered => {
                 tracing::warn!(%run_id, reason, "settled a scheduled run whose owner was lost as failed");
                 recovered += 1;
             }
-            crate::handlers::Recovery::Settled => {}
-            crate::handlers::Recovery::Live => live += 1,
+            crate::services::rescuer::Recovery::Settled => {}
+            crate::services::rescuer::Recovery::Live => live += 1,
         }
     }
     Ok((recovered, live))
@@ -600,96 +519,6 @@ async fn recover_orphans(cx: &Context) -> Result<u64> {
 mod tests {
     use super::*;
 
-    fn at(s: &str) -> DateTime<Utc> {
-        DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
-    }
-
-    #[test]
-    fn next_occurrence_follows_the_database_clock_and_never_repeats() {
-        let daily: croner::Cron = "0 2 * * *".parse().unwrap();
-        let every5s: croner::Cron = "*/5 * * * * *".parse().unwrap();
-        let cases: &[(&croner::Cron, &str, Option<&str>, &str)] = &[
-            // (schedule, database now, last run, expected next)
-            (&daily, "2026-11-30T01:59:59Z", None, "2026-11-30T02:00:00Z"),
-            // Exactly at an occurrence: that one is past, the next is due.
-            (&daily, "2026-11-30T02:00:00Z", None, "2026-12-01T02:00:00Z"),
-            // Missed occurrences are skipped, not caught up.
-            (
-                &daily,
-                "2026-12-03T11:00:00Z",
-                Some("2026-11-30T02:00:00Z"),
-                "2026-12-04T02:00:00Z",
-            ),
-            // A database clock that stepped back never repeats the last run.
-            (
-                &every5s,
-                "2026-11-30T10:00:03Z",
-                Some("2026-11-30T10:00:05Z"),
-                "2026-11-30T10:00:10Z",
-            ),
-            (
-                &every5s,
-                "2026-11-30T10:00:04.999Z",
-                None,
-                "2026-11-30T10:00:05Z",
-            ),
-            (
-                &every5s,
-                "2026-11-30T10:00:05.001Z",
-                None,
-                "2026-11-30T10:00:10Z",
-            ),
-            // Month and year ends.
-            (&daily, "2026-12-31T23:00:00Z", None, "2027-01-01T02:00:00Z"),
-        ];
-        for (schedule, now, last, want) in cases {
-            assert_eq!(
-                next_occurrence(schedule, at(now), last.map(at)),
-                Some(at(want)),
-                "now {now}, last {last:?}"
-            );
-        }
-    }
-
-    #[test]
-    fn the_decision_reruns_only_interrupted_occurrences() {
-        let l = |status, pass, passes| {
-            Some(Latest {
-                status,
-                pass,
-                passes,
-            })
-        };
-        use RunStatus::*;
-        let cases = [
-            (None, Decision::Run),
-            // Owner lost mid-pass, or stopped by shutdown: again, whole.
-            (l(Started, 3, 3), Decision::Rerun),
-            (l(Started, 1, 3), Decision::Rerun),
-            (l(Cancelled, 3, 3), Decision::Rerun),
-            // Owner lost between passes.
-            (l(Succeeded, 1, 3), Decision::Rerun),
-            (l(PartiallyFailed, 2, 3), Decision::Rerun),
-            // It ran to its last pass, whatever that pass's outcome.
-            (l(Succeeded, 3, 3), Decision::Skip),
-            (l(PartiallyFailed, 3, 3), Decision::Skip),
-            (l(Failed, 3, 3), Decision::Skip),
-            (l(Succeeded, 1, 1), Decision::Skip),
-        ];
-        for (latest, want) in cases {
-            assert_eq!(decide(latest), want, "{latest:?}");
-        }
-    }
-
-    #[test]
-    fn retry_delay_doubles_and_saturates() {
-        let got: Vec<u64> = [0, 1, 2, 3, 6, 7, 8, 100, u32::MAX]
-            .iter()
-            .map(|&n| retry_delay(n).as_secs())
-            .collect();
-        assert_eq!(got, [1, 1, 2, 4, 32, 60, 60, 60, 60]);
-    }
-
     #[test]
     fn schedules_are_validated() {
         assert!(WorkerConfig::new("0 2 * * *").is_ok());
@@ -702,9 +531,11 @@ mod tests {
                 "{bad}: {e}"
             );
         }
-        assert!(WorkerConfig::from_config(&crate::CohortConfig::default())
-            .unwrap()
-            .is_none());
+        assert!(
+            WorkerConfig::from_config(&crate::config::CohortConfig::default())
+                .unwrap()
+                .is_none()
+        );
         let skewed = WorkerConfig::new("0 2 * * *")
             .unwrap()
             .local_clock_offset(chrono::TimeDelta::hours(1));

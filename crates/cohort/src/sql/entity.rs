@@ -18,7 +18,7 @@ use super::fragments::{blocked, hold_exists, not_done, referenced, tenant_filter
 use crate::ident::{QualifiedName, SqlText};
 use crate::model::{AnonymiseMethod, CustomAnonymiser, EntityDescriptor};
 use crate::rules::{CategoryCapabilities, Strategy};
-use crate::validate::IncomingKey;
+use crate::sql::IncomingKey;
 
 /// The statements of one entity.
 #[derive(Debug, Clone)]
@@ -348,7 +348,7 @@ impl EntityPlan {
                 .push(" RETURNING ")
                 .col(&e.record_id)
                 .push("::text AS r) INSERT INTO ")
-                .table(&crate::schema::CohortTable::RowDetail.qualified(cohort_schema))
+                .table(&crate::sql::tables::CohortTable::RowDetail.qualified(cohort_schema))
                 .push(
                     " (run_id, retention_entity_id, entity_type, record_id, tenant_id, action) SELECT ",
                 )
@@ -426,7 +426,7 @@ impl EntityPlan {
             .append(&held)
             .push(") OR EXISTS (SELECT 1 FROM ");
         is_held
-            .table(&crate::schema::CohortTable::Hold.qualified(cohort_schema))
+            .table(&crate::sql::tables::CohortTable::Hold.qualified(cohort_schema))
             .push(
                 " h WHERE h.retention_entity_id = $1 AND h.record_id = $3 \
                  AND (h.released_at IS NULL OR h.released_at > pg_catalog.now()) \

@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use crate::ident::{QualifiedName, SqlText};
 use crate::model::EntityDescriptor;
 use crate::rules::Strategy;
-use crate::schema::CohortTable;
-use crate::validate::IncomingKey;
+use crate::sql::tables::CohortTable;
+use crate::sql::IncomingKey;
 
 /// An active hold on the row. Holds protect the record (entity + record
 /// id), whatever tenant the row belongs to now: a held row that was moved to

@@ -1,101 +1,34 @@
-//! Typed keys: record ids, tenants and subjects are parsed and canonicalised
-//! in Rust according to their column's type, then bound as typed parameters
-//! (so indexes on those columns are used and no text is cast in SQL).
+//! Binding and decoding typed keys (the values themselves are
+//! `model::key`): record ids, tenants and subjects are bound as parameters
+//! of their column's own type, so indexes on those columns are used and no
+//! text is cast in SQL.
 
 use sqlx::postgres::{PgArguments, PgRow};
 use sqlx::query::Query;
 use sqlx::{Postgres, Row};
-use uuid::Uuid;
 
-/// The store type of a key-like column (record id, tenant, subject).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum KeyType {
-    Uuid,
-    Int2,
-    Int4,
-    Int8,
-    /// text, varchar, char(n): compared exactly, never trimmed or case-folded.
-    Text,
-    /// citext: compared case-insensitively, in SQL in the column's own type;
-    /// canonical text is lower case.
-    CiText,
+use crate::ident::QualifiedName;
+pub(crate) use crate::model::{KeyType, KeyValue};
+
+/// A foreign key of another table (or this one) referencing this table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct IncomingKey {
+    pub(crate) name: String,
+    /// `pg_constraint.confdeltype`: `a` NO ACTION, `r` RESTRICT, `c` CASCADE, …
+    pub(crate) on_delete: String,
+    pub(crate) child: QualifiedName,
+    pub(crate) child_columns: Vec<String>,
+    pub(crate) parent_columns: Vec<String>,
 }
 
-impl KeyType {
-    /// From a catalog base-type name; `None` for unsupported types.
-    pub(crate) fn from_type_name(name: &str) -> Option<Self> {
-        Some(match name {
-            "uuid" => KeyType::Uuid,
-            "int2" => KeyType::Int2,
-            "int4" => KeyType::Int4,
-            "int8" => KeyType::Int8,
-            "text" | "varchar" | "bpchar" => KeyType::Text,
-            "citext" => KeyType::CiText,
-            _ => return None,
-        })
-    }
-
-    /// Parses user input into a typed, canonical key.
-    pub(crate) fn parse(self, text: &str) -> Result<KeyValue, String> {
-        let trimmed = text.trim();
-        let int = |min: i64, max: i64, what: &str| -> Result<i64, String> {
-            let n: i64 = trimmed
-                .parse()
-                .map_err(|_| format!("{text:?} is not a valid {what}"))?;
-            if (min..=max).contains(&n) {
-                Ok(n)
-            } else {
-                Err(format!("{text:?} is out of range for {what}"))
-            }
-        };
-        Ok(match self {
-            KeyType::Uuid => KeyValue::Uuid(
-                Uuid::parse_str(trimmed).map_err(|_| format!("{text:?} is not a valid uuid"))?,
-            ),
-            KeyType::Int2 => {
-                KeyValue::Int2(int(i16::MIN.into(), i16::MAX.into(), "smallint")? as i16)
-            }
-            KeyType::Int4 => {
-                KeyValue::Int4(int(i32::MIN.into(), i32::MAX.into(), "integer")? as i32)
-            }
-            KeyType::Int8 => KeyValue::Int8(int(i64::MIN, i64::MAX, "bigint")?),
-            KeyType::Text | KeyType::CiText => {
-                if text.is_empty() || text.contains('\0') {
-                    return Err(format!("{text:?} is not a valid text key"));
-                }
-                if self == KeyType::CiText {
-                    // citext folds case by the database's locale; only ASCII
-                    // folds the same in Rust and in every locale.
-                    if !text.is_ascii() {
-                        return Err(format!(
-                            "{text:?} is not ASCII; case-insensitive (citext) ids must be, since case folding of other letters depends on the database's locale"
-                        ));
-                    }
-                    KeyValue::Text(text.to_ascii_lowercase())
-                } else {
-                    KeyValue::Text(text.to_owned())
-                }
-            }
-        })
-    }
-
-    /// The canonical text of `text` read as this type, if it is valid.
-    pub(crate) fn canonical_text(self, text: &str) -> Option<String> {
-        self.parse(text).ok().map(|k| k.canonical())
-    }
-
-    /// Whether two key types give every spelling the same meaning (the
-    /// integer widths agree; uuid, exact text and citext all differ).
-    pub(crate) fn same_identity(self, other: KeyType) -> bool {
-        let class = |t: KeyType| match t {
-            KeyType::Int2 | KeyType::Int4 | KeyType::Int8 => KeyType::Int8,
-            t => t,
-        };
-        class(self) == class(other)
-    }
-
+/// Reading a key column of a known type.
+pub(crate) trait DecodeKey {
     /// Reads a column of this type from a row.
-    pub(crate) fn decode(self, row: &PgRow, index: usize) -> Result<KeyValue, sqlx::Error> {
+    fn decode(self, row: &PgRow, index: usize) -> Result<KeyValue, sqlx::Error>;
+}
+
+impl DecodeKey for KeyType {
+    fn decode(self, row: &PgRow, index: usize) -> Result<KeyValue, sqlx::Error> {
         Ok(match self {
             KeyType::Uuid => KeyValue::Uuid(row.try_get(index)?),
             KeyType::Int2 => KeyValue::Int2(row.try_get(index)?),
@@ -106,34 +39,14 @@ impl KeyType {
     }
 }
 
-/// A typed key value.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub(crate) enum KeyValue {
-    Uuid(Uuid),
-    Int2(i16),
-    Int4(i32),
-    Int8(i64),
-    Text(String),
+/// Binding a key as a parameter of its own type.
+pub(crate) trait BindKey {
+    /// Binds the value as the next parameter of `q`.
+    fn bind<'q>(&self, q: Query<'q, Postgres, PgArguments>) -> Query<'q, Postgres, PgArguments>;
 }
 
-impl KeyValue {
-    /// The canonical text form stored in Cohort's tables (what
-    /// PostgreSQL's `::text` cast prints).
-    pub(crate) fn canonical(&self) -> String {
-        match self {
-            KeyValue::Uuid(u) => u.hyphenated().to_string(),
-            KeyValue::Int2(n) => n.to_string(),
-            KeyValue::Int4(n) => n.to_string(),
-            KeyValue::Int8(n) => n.to_string(),
-            KeyValue::Text(s) => s.clone(),
-        }
-    }
-
-    /// Binds the value as a parameter of its own type.
-    pub(crate) fn bind<'q>(
-        &self,
-        q: Query<'q, Postgres, PgArguments>,
-    ) -> Query<'q, Postgres, PgArguments> {
+impl BindKey for KeyValue {
+    fn bind<'q>(&self, q: Query<'q, Postgres, PgArguments>) -> Query<'q, Postgres, PgArguments> {
         match self.clone() {
             KeyValue::Uuid(v) => q.bind(v),
             KeyValue::Int2(v) => q.bind(v),
@@ -166,48 +79,5 @@ pub(crate) fn bind_array<'q>(
         KeyType::Int4 => q.bind(collect!(Int4)),
         KeyType::Int8 => q.bind(collect!(Int8)),
         KeyType::Text | KeyType::CiText => q.bind(collect!(Text)),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn canonicalisation_table() {
-        let cases = [
-            (
-                KeyType::Uuid,
-                "A3F467FE-C5D0-4F17-9897-83C373CC1DC8",
-                Ok("a3f467fe-c5d0-4f17-9897-83c373cc1dc8"),
-            ),
-            (
-                KeyType::Uuid,
-                "a3f467fec5d04f17989783c373cc1dc8",
-                Ok("a3f467fe-c5d0-4f17-9897-83c373cc1dc8"),
-            ),
-            (KeyType::Uuid, "not-a-uuid", Err(())),
-            (KeyType::Int8, "0042", Ok("42")),
-            (KeyType::Int8, " -7 ", Ok("-7")),
-            (KeyType::Int4, "2147483648", Err(())),
-            (KeyType::Int2, "32767", Ok("32767")),
-            (KeyType::Int8, "1e3", Err(())),
-            (KeyType::Text, "Case-Sensitive ", Ok("Case-Sensitive ")),
-            (KeyType::Text, "", Err(())),
-            (KeyType::Text, " ACME", Ok(" ACME")),
-            (KeyType::CiText, "AcMe", Ok("acme")),
-            (KeyType::CiText, "École", Err(())),
-        ];
-        for (ty, input, expected) in cases {
-            let got = ty.parse(input).map(|k| k.canonical()).map_err(|_| ());
-            assert_eq!(got, expected.map(str::to_owned), "{ty:?} {input:?}");
-        }
-    }
-
-    #[test]
-    fn type_names() {
-        assert_eq!(KeyType::from_type_name("varchar"), Some(KeyType::Text));
-        assert_eq!(KeyType::from_type_name("int4"), Some(KeyType::Int4));
-        assert_eq!(KeyType::from_type_name("jsonb"), None);
     }
 }

@@ -2,7 +2,7 @@
 //! built once for the configured schema.
 
 use crate::ident::SqlText;
-use crate::schema::CohortTable;
+use crate::sql::tables::CohortTable;
 
 /// Fixed ledger statements for Cohort's schema, built once.
 #[derive(Debug, Clone)]

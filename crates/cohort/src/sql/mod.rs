@@ -1,16 +1,26 @@
 //! SQL planning: typed keys and the statements the engine runs, built once
 //! per entity from quoted identifiers and fixed text.
 
+pub(crate) mod dead_letters;
 mod entity;
 mod erasure;
 mod fragments;
+pub(crate) mod grants;
+pub(crate) mod history;
 mod key;
 mod ledger;
+pub(crate) mod peers;
+pub(crate) mod prune;
+pub(crate) mod queue;
+pub(crate) mod settings;
+pub(crate) mod statement;
+pub(crate) mod tables;
+pub(crate) mod worker;
 
 pub(crate) use entity::EntityPlan;
 pub(crate) use erasure::ErasurePlan;
 pub(crate) use fragments::{hold_exists, Casts};
-pub(crate) use key::{bind_array, KeyType, KeyValue};
+pub(crate) use key::{bind_array, BindKey, DecodeKey, IncomingKey, KeyType, KeyValue};
 pub(crate) use ledger::LedgerPlan;
 
 /// Every Cohort transaction that relies on a later statement seeing rows

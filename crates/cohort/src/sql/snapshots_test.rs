@@ -13,7 +13,7 @@ use crate::model::{
     Resolved,
 };
 use crate::rules::{CategoryCapabilities, Strategy};
-use crate::validate::IncomingKey;
+use crate::sql::IncomingKey;
 
 #[allow(clippy::ptr_arg)] // the anonymiser signature takes the column's Rust type by reference
 fn mask(v: &String) -> String {
@@ -279,4 +279,467 @@ fn mutate_parameters_match_what_the_executor_binds() {
             );
         }
     }
+}
+
+/// One snapshot per statement family: each statement's name and text.
+fn family(statements: &[(&str, &str)]) -> String {
+    statements
+        .iter()
+        .map(|(name, text)| format!("-- {name}\n{text}\n"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[test]
+fn settings_statements() {
+    use crate::sql::settings::{read, upsert, Upsert};
+    let upsert = upsert(
+        "cohort",
+        Upsert {
+            name: "kill_switch",
+            enabled: true,
+        },
+    );
+    insta::assert_snapshot!(
+        "settings",
+        family(&[("read", read("cohort").text()), ("upsert", upsert.text())])
+    );
+}
+
+#[test]
+fn worker_statements() {
+    use crate::sql::worker::{keepalive, latest_scheduled, started_scheduled, LatestScheduled};
+    let latest = latest_scheduled(
+        "cohort",
+        LatestScheduled {
+            dry_run: false,
+            at: chrono::Utc::now(),
+            fingerprint: "fp".into(),
+        },
+    );
+    insta::assert_snapshot!(
+        "worker",
+        family(&[
+            ("latest_scheduled", latest.text()),
+            ("started_scheduled", started_scheduled("cohort").text()),
+            ("keepalive", keepalive().text()),
+        ])
+    );
+}
+
+#[test]
+fn peer_statements() {
+    use crate::sql::peers::{heartbeat, leave, live, Heartbeat, Leave, Live};
+    let id = uuid::Uuid::nil();
+    let beat = heartbeat(
+        "cohort",
+        Heartbeat {
+            peer_id: id,
+            host: "h".into(),
+            pid: 1,
+            policy_fingerprint: "fp".into(),
+            handlers: serde_json::json!({}),
+        },
+    );
+    let gone = leave(
+        "cohort",
+        Leave {
+            peer_id: id,
+            dead_after_secs: 1.0,
+        },
+    );
+    let others = live(
+        "cohort",
+        Live {
+            timeout_secs: 1.0,
+            me: None,
+        },
+    );
+    insta::assert_snapshot!(
+        "peers",
+        family(&[
+            ("heartbeat", beat.text()),
+            ("leave", gone.text()),
+            ("live", others.text()),
+        ])
+    );
+}
+
+#[test]
+fn queue_statements() {
+    use crate::sql::queue::{self, QueuePlan};
+    let plan = QueuePlan::build("cohort");
+    let id = uuid::Uuid::nil();
+    let fenced = queue::Fenced { id: 1, token: id };
+    let statements = [
+        (
+            "enqueue",
+            plan.enqueue(queue::Enqueue {
+                row_detail_ids: vec![],
+                run_id: id,
+                handlers: vec![],
+                priorities: vec![],
+                phases: vec![],
+                payloads: vec![],
+                requires_earlier: vec![],
+            })
+            .text()
+            .to_owned(),
+        ),
+        (
+            "claim",
+            plan.claim(queue::Claim {
+                limit: 1,
+                claim_timeout_secs: 1.0,
+                entities: vec![],
+                foreign: vec![],
+            })
+            .text()
+            .to_owned(),
+        ),
+        ("succeed", plan.succeed(fenced).text().to_owned()),
+        (
+            "fail",
+            plan.fail(queue::Fail {
+                work: fenced,
+                error: String::new(),
+                retry_in_secs: 1.0,
+                dead: false,
+            })
+            .text()
+            .to_owned(),
+        ),
+        ("release", plan.release(fenced).text().to_owned()),
+        ("clear_payloads", plan.clear_payloads(1).text().to_owned()),
+        ("scrub", plan.scrub(1.0).text().to_owned()),
+        ("stale_runs", plan.stale_runs(1.0).text().to_owned()),
+        (
+            "recover_run",
+            plan.recover_run(queue::Recover {
+                run_id: id,
+                reason: String::new(),
+            })
+            .text()
+            .to_owned(),
+        ),
+        ("outstanding", plan.outstanding().text().to_owned()),
+        (
+            "orphans",
+            queue::orphans(
+                "cohort",
+                queue::Orphans {
+                    entities: vec![],
+                    handlers: vec![],
+                    reason: "r",
+                    older_than_secs: 1.0,
+                },
+            )
+            .text()
+            .to_owned(),
+        ),
+    ];
+    let refs: Vec<(&str, &str)> = statements.iter().map(|(n, t)| (*n, t.as_str())).collect();
+    insta::assert_snapshot!("queue", family(&refs));
+}
+
+#[test]
+fn dead_letter_statements() {
+    use crate::sql::dead_letters::{
+        depth, list, lock_ids, lock_retryable, owners, requeue, Ids, List,
+    };
+    let listed = list(
+        "cohort",
+        List {
+            entity_id: None,
+            handler: None,
+            limit: 1,
+        },
+    );
+    insta::assert_snapshot!(
+        "dead_letters",
+        family(&[
+            ("list", listed.text()),
+            ("owners", owners("cohort", Ids(vec![])).text()),
+            ("lock_retryable", lock_retryable("cohort").text()),
+            ("lock_ids", lock_ids("cohort", Ids(vec![])).text()),
+            ("requeue", requeue("cohort", Ids(vec![])).text()),
+            ("depth", depth("cohort").text()),
+        ])
+    );
+}
+
+#[test]
+fn prune_statements() {
+    use crate::sql::prune::{Batch, Before, OfRuns, PrunePlan, Runs};
+    let plan = PrunePlan::build("cohort");
+    let now = chrono::Utc::now();
+    let batch = Batch {
+        before: now,
+        limit: 1,
+    };
+    let of = || OfRuns {
+        runs: vec![],
+        limit: 1,
+    };
+    let statements = [
+        ("select_runs", plan.select_runs(batch).text().to_owned()),
+        ("delete_work", plan.delete_work(of()).text().to_owned()),
+        (
+            "delete_details",
+            plan.delete_details(of()).text().to_owned(),
+        ),
+        ("lock_runs", plan.lock_runs(Runs(vec![])).text().to_owned()),
+        (
+            "delete_summaries",
+            plan.delete_summaries(Runs(vec![])).text().to_owned(),
+        ),
+        (
+            "delete_runs",
+            plan.delete_runs(Runs(vec![])).text().to_owned(),
+        ),
+        ("count_runs", plan.count_runs(Before(now)).text().to_owned()),
+        ("kept_runs", plan.kept_runs(Before(now)).text().to_owned()),
+        ("delete_holds", plan.delete_holds(batch).text().to_owned()),
+        (
+            "count_holds",
+            plan.count_holds(Before(now)).text().to_owned(),
+        ),
+    ];
+    let refs: Vec<(&str, &str)> = statements.iter().map(|(n, t)| (*n, t.as_str())).collect();
+    insta::assert_snapshot!("prune", family(&refs));
+}
+
+#[test]
+fn history_statements() {
+    use crate::sql::history::{recent_runs, run, runs_by_prefix, summaries, Limit, Prefix, Run};
+    let id = Run(uuid::Uuid::nil());
+    insta::assert_snapshot!(
+        "history",
+        family(&[
+            ("recent_runs", recent_runs("cohort", Limit(1)).text()),
+            ("run", run("cohort", id).text()),
+            ("summaries", summaries("cohort", id).text()),
+            (
+                "runs_by_prefix",
+                runs_by_prefix("cohort", Prefix("ab".into())).text()
+            ),
+        ])
+    );
+}
+
+#[test]
+fn grant_statements() {
+    use crate::sql::grants::{current_role, missing, Privileges};
+    let check = missing(Privileges {
+        schemas: vec![],
+        tables: vec![],
+        privileges: vec![],
+    });
+    insta::assert_snapshot!(
+        "grants",
+        family(&[
+            ("missing", check.text()),
+            ("current_role", current_role().text())
+        ])
+    );
+}
+
+/// Every statement's `$n` placeholders run from `$1` without a gap, and its
+/// parameter struct binds exactly that many values: the bind count is read
+/// from the bound query itself.
+#[test]
+fn typed_statements_bind_exactly_their_placeholders() {
+    use sqlx::Execute;
+    fn check<P: crate::sql::statement::Params>(name: &str, s: crate::sql::statement::Statement<P>) {
+        let text = s.text().to_owned();
+        let wanted = placeholders(&text);
+        let highest = wanted.iter().copied().max().unwrap_or(0);
+        assert_eq!(
+            wanted,
+            (1..=highest).collect(),
+            "{name}: placeholders have a gap"
+        );
+        let mut q = s.query();
+        let bound = q
+            .take_arguments()
+            .expect("arguments encode")
+            .map_or(0, |a| sqlx::Arguments::len(&a));
+        assert_eq!(
+            bound, highest,
+            "{name}: binds {bound} values for {highest} placeholders"
+        );
+    }
+    let id = uuid::Uuid::nil();
+    let now = chrono::Utc::now();
+    let plan = crate::sql::queue::QueuePlan::build("cohort");
+    use crate::sql::{
+        dead_letters as dl, history as h, peers as p, prune as pr, queue as q, settings as st,
+        worker as w,
+    };
+    check("settings.read", st::read("c"));
+    check(
+        "settings.upsert",
+        st::upsert(
+            "c",
+            st::Upsert {
+                name: "kill_switch",
+                enabled: true,
+            },
+        ),
+    );
+    check(
+        "worker.latest_scheduled",
+        w::latest_scheduled(
+            "c",
+            w::LatestScheduled {
+                dry_run: true,
+                at: now,
+                fingerprint: "f".into(),
+            },
+        ),
+    );
+    check("worker.started_scheduled", w::started_scheduled("c"));
+    check(
+        "peers.heartbeat",
+        p::heartbeat(
+            "c",
+            p::Heartbeat {
+                peer_id: id,
+                host: "h".into(),
+                pid: 1,
+                policy_fingerprint: "f".into(),
+                handlers: serde_json::json!({}),
+            },
+        ),
+    );
+    check(
+        "peers.leave",
+        p::leave(
+            "c",
+            p::Leave {
+                peer_id: id,
+                dead_after_secs: 1.0,
+            },
+        ),
+    );
+    check(
+        "peers.live",
+        p::live(
+            "c",
+            p::Live {
+                timeout_secs: 1.0,
+                me: Some(id),
+            },
+        ),
+    );
+    check(
+        "queue.enqueue",
+        plan.enqueue(q::Enqueue {
+            row_detail_ids: vec![],
+            run_id: id,
+            handlers: vec![],
+            priorities: vec![],
+            phases: vec![],
+            payloads: vec![],
+            requires_earlier: vec![],
+        }),
+    );
+    check(
+        "queue.claim",
+        plan.claim(q::Claim {
+            limit: 1,
+            claim_timeout_secs: 1.0,
+            entities: vec![],
+            foreign: vec![],
+        }),
+    );
+    let fenced = q::Fenced { id: 1, token: id };
+    check("queue.succeed", plan.succeed(fenced));
+    check(
+        "queue.fail",
+        plan.fail(q::Fail {
+            work: fenced,
+            error: String::new(),
+            retry_in_secs: 1.0,
+            dead: true,
+        }),
+    );
+    check("queue.release", plan.release(fenced));
+    check("queue.clear_payloads", plan.clear_payloads(1));
+    check("queue.scrub", plan.scrub(1.0));
+    check("queue.stale_runs", plan.stale_runs(1.0));
+    check(
+        "queue.recover_run",
+        plan.recover_run(q::Recover {
+            run_id: id,
+            reason: String::new(),
+        }),
+    );
+    check("queue.outstanding", plan.outstanding());
+    check(
+        "queue.orphans",
+        q::orphans(
+            "c",
+            q::Orphans {
+                entities: vec![],
+                handlers: vec![],
+                reason: "r",
+                older_than_secs: 1.0,
+            },
+        ),
+    );
+    check(
+        "dead_letters.list",
+        dl::list(
+            "c",
+            dl::List {
+                entity_id: None,
+                handler: None,
+                limit: 1,
+            },
+        ),
+    );
+    check("dead_letters.owners", dl::owners("c", dl::Ids(vec![])));
+    check("dead_letters.lock_retryable", dl::lock_retryable("c"));
+    check("dead_letters.lock_ids", dl::lock_ids("c", dl::Ids(vec![])));
+    check("dead_letters.requeue", dl::requeue("c", dl::Ids(vec![])));
+    check("dead_letters.depth", dl::depth("c"));
+    let prune = pr::PrunePlan::build("c");
+    let batch = pr::Batch {
+        before: now,
+        limit: 1,
+    };
+    let of = || pr::OfRuns {
+        runs: vec![],
+        limit: 1,
+    };
+    check("prune.select_runs", prune.select_runs(batch));
+    check("prune.delete_work", prune.delete_work(of()));
+    check("prune.delete_details", prune.delete_details(of()));
+    check("prune.lock_runs", prune.lock_runs(pr::Runs(vec![])));
+    check(
+        "prune.delete_summaries",
+        prune.delete_summaries(pr::Runs(vec![])),
+    );
+    check("prune.delete_runs", prune.delete_runs(pr::Runs(vec![])));
+    check("prune.count_runs", prune.count_runs(pr::Before(now)));
+    check("prune.kept_runs", prune.kept_runs(pr::Before(now)));
+    check("prune.delete_holds", prune.delete_holds(batch));
+    check("prune.count_holds", prune.count_holds(pr::Before(now)));
+    check("history.recent_runs", h::recent_runs("c", h::Limit(1)));
+    check("history.run", h::run("c", h::Run(id)));
+    check("history.summaries", h::summaries("c", h::Run(id)));
+    check(
+        "history.runs_by_prefix",
+        h::runs_by_prefix("c", h::Prefix("ab".into())),
+    );
+    check(
+        "grants.missing",
+        crate::sql::grants::missing(crate::sql::grants::Privileges {
+            schemas: vec![],
+            tables: vec![],
+            privileges: vec![],
+        }),
+    );
+    check("grants.current_role", crate::sql::grants::current_role());
 }

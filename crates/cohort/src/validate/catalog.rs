@@ -7,6 +7,7 @@ use sqlx::postgres::types::Oid;
 use sqlx::{PgConnection, Row};
 
 use crate::ident::QualifiedName;
+pub(crate) use crate::sql::IncomingKey;
 
 /// The server's identity.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -65,17 +66,6 @@ pub(crate) struct ForeignKeyInfo {
     /// `pg_constraint.confdeltype`: `c` is ON DELETE CASCADE.
     pub(crate) on_delete: String,
     pub(crate) references: QualifiedName,
-}
-
-/// A foreign key of another table (or this one) referencing this table.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct IncomingKey {
-    pub(crate) name: String,
-    /// `pg_constraint.confdeltype`: `a` NO ACTION, `r` RESTRICT, `c` CASCADE, …
-    pub(crate) on_delete: String,
-    pub(crate) child: QualifiedName,
-    pub(crate) child_columns: Vec<String>,
-    pub(crate) parent_columns: Vec<String>,
 }
 
 /// A relation found by schema and name.

@@ -9,8 +9,6 @@ mod checks;
 mod partitions;
 pub(crate) mod pooling;
 
-pub(crate) use catalog::IncomingKey;
-
 use crate::rules::TenantIdentity;
 use crate::sql::Casts;
 

@@ -1,9 +1,12 @@
-//! The handler queue's statements (`sweep_row_handler_status`), built once
-//! for Cohort's schema. Parameters are positional and documented per
-//! statement.
+//! The handler queue's statements (`sweep_row_handler_status`): their text
+//! is built once for Cohort's schema, and each is run through a method
+//! that takes its typed parameters (see `statement`).
 
+use uuid::Uuid;
+
+use super::statement::{Args, Params, Statement};
 use crate::ident::SqlText;
-use crate::schema::CohortTable;
+use crate::sql::tables::CohortTable;
 
 /// The queue's statements.
 #[derive(Debug, Clone)]
@@ -12,7 +15,7 @@ pub(crate) struct QueuePlan {
     /// row-detail ids (int8[]), `$2` run id, `$3` handler ids (text[]), `$4`
     /// priorities (int4[]), `$5` phases (text[]), `$6` payloads (jsonb[]),
     /// `$7` whether each requires the earlier handlers to succeed (bool[]).
-    pub(crate) enqueue: SqlText,
+    enqueue: SqlText,
     /// Claims due work: pending and due, or in flight with an expired claim
     /// (a reclaim, counted as an attempt); `after_sweep_settled` work only
     /// once its run settled; a row's handler only when every handler before
@@ -26,30 +29,30 @@ pub(crate) struct QueuePlan {
     /// entity ids with handlers (uuid[]), `$4` `entity|handler` keys that
     /// only live peers register (text[], never claimed here). Returns the
     /// claimed work.
-    pub(crate) claim: SqlText,
+    claim: SqlText,
     /// Settles a delivery that succeeded, fenced by its claim. `$1` id,
     /// `$2` claim token. Returns the row-detail id when it settled.
-    pub(crate) succeed: SqlText,
+    succeed: SqlText,
     /// Settles a failed delivery, fenced: back to pending at `$4` seconds
     /// from now, or dead-lettered when `$5` is true. `$1` id, `$2` claim
     /// token, `$3` sanitised error. Returns the row-detail id.
-    pub(crate) fail: SqlText,
+    fail: SqlText,
     /// Puts claimed work back, due now: a delivery stopped by shutdown
     /// after the grace period. Its attempt counts, so work that never
     /// finishes within a grace period still reaches `max_attempts`.
-    pub(crate) release: SqlText,
+    release: SqlText,
     /// Clears the payloads of a row once all its handlers succeeded (a dead
     /// letter keeps its payload for a retry). `$1` row-detail id.
-    pub(crate) clear_payloads: SqlText,
+    clear_payloads: SqlText,
     /// Backstop scrub of payloads older than `$1` seconds. Returns the count.
-    pub(crate) scrub: SqlText,
+    scrub: SqlText,
     /// Runs left `started` for longer than `$1` seconds.
-    pub(crate) stale_runs: SqlText,
+    stale_runs: SqlText,
     /// Settles a stale run failed. `$1` run id, `$2` error. Returns its
     /// kind and trigger when it settled it.
-    pub(crate) recover_run: SqlText,
+    recover_run: SqlText,
     /// Work not delivered yet: pending (due later or now) and in flight.
-    pub(crate) outstanding: SqlText,
+    outstanding: SqlText,
 }
 
 impl QueuePlan {
@@ -191,4 +194,204 @@ impl QueuePlan {
             outstanding,
         }
     }
+}
+
+/// Work for the mutated rows of one batch, one element per (row, handler).
+#[derive(Debug)]
+pub(crate) struct Enqueue {
+    pub(crate) row_detail_ids: Vec<i64>,
+    pub(crate) run_id: Uuid,
+    pub(crate) handlers: Vec<String>,
+    pub(crate) priorities: Vec<Option<i32>>,
+    pub(crate) phases: Vec<&'static str>,
+    pub(crate) payloads: Vec<serde_json::Value>,
+    pub(crate) requires_earlier: Vec<bool>,
+}
+
+impl Params for Enqueue {
+    fn bind(self, q: Args) -> Args {
+        q.bind(self.row_detail_ids)
+            .bind(self.run_id)
+            .bind(self.handlers)
+            .bind(self.priorities)
+            .bind(self.phases)
+            .bind(self.payloads)
+            .bind(self.requires_earlier)
+    }
+}
+
+/// A claim of due work.
+#[derive(Debug)]
+pub(crate) struct Claim {
+    pub(crate) limit: i64,
+    pub(crate) claim_timeout_secs: f64,
+    /// Entities this dispatcher has handlers for.
+    pub(crate) entities: Vec<Uuid>,
+    /// `entity|handler` keys only live peers register (never claimed here).
+    pub(crate) foreign: Vec<String>,
+}
+
+impl Params for Claim {
+    fn bind(self, q: Args) -> Args {
+        q.bind(self.limit)
+            .bind(self.claim_timeout_secs)
+            .bind(self.entities)
+            .bind(self.foreign)
+    }
+}
+
+/// One claimed piece of work, fenced by its claim token.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Fenced {
+    pub(crate) id: i64,
+    pub(crate) token: Uuid,
+}
+
+impl Params for Fenced {
+    fn bind(self, q: Args) -> Args {
+        q.bind(self.id).bind(self.token)
+    }
+}
+
+/// A failed delivery: back to pending after `retry_in_secs`, or
+/// dead-lettered.
+#[derive(Debug)]
+pub(crate) struct Fail {
+    pub(crate) work: Fenced,
+    pub(crate) error: String,
+    pub(crate) retry_in_secs: f64,
+    pub(crate) dead: bool,
+}
+
+impl Params for Fail {
+    fn bind(self, q: Args) -> Args {
+        self.work
+            .bind(q)
+            .bind(self.error)
+            .bind(self.retry_in_secs)
+            .bind(self.dead)
+    }
+}
+
+/// A single value: a row-detail id, an age in seconds, …
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct One<T>(pub(crate) T);
+
+impl<T> Params for One<T>
+where
+    T: for<'a> sqlx::Encode<'a, sqlx::Postgres> + sqlx::Type<sqlx::Postgres> + Send + 'static,
+{
+    fn bind(self, q: Args) -> Args {
+        q.bind(self.0)
+    }
+}
+
+/// Settling a run whose owner was lost.
+#[derive(Debug)]
+pub(crate) struct Recover {
+    pub(crate) run_id: Uuid,
+    pub(crate) reason: String,
+}
+
+impl Params for Recover {
+    fn bind(self, q: Args) -> Args {
+        q.bind(self.run_id).bind(self.reason)
+    }
+}
+
+/// Dead-lettering work no known handler can deliver.
+#[derive(Debug)]
+pub(crate) struct Orphans {
+    /// Known (entity, handler) pairs, as two arrays of one length.
+    pub(crate) entities: Vec<Uuid>,
+    pub(crate) handlers: Vec<String>,
+    pub(crate) reason: &'static str,
+    /// Only work older than this many seconds.
+    pub(crate) older_than_secs: f64,
+}
+
+impl Params for Orphans {
+    fn bind(self, q: Args) -> Args {
+        q.bind(self.entities)
+            .bind(self.handlers)
+            .bind(self.reason)
+            .bind(self.older_than_secs)
+    }
+}
+
+impl QueuePlan {
+    /// Queues work for mutated rows, in the batch transaction.
+    pub(crate) fn enqueue(&self, p: Enqueue) -> Statement<Enqueue> {
+        Statement::new(self.enqueue.clone(), p)
+    }
+
+    /// Claims due work (see the field); returns the claimed work.
+    pub(crate) fn claim(&self, p: Claim) -> Statement<Claim> {
+        Statement::new(self.claim.clone(), p)
+    }
+
+    /// Settles a delivery that succeeded; returns the row-detail id.
+    pub(crate) fn succeed(&self, p: Fenced) -> Statement<Fenced> {
+        Statement::new(self.succeed.clone(), p)
+    }
+
+    /// Settles a failed delivery; returns the row-detail id.
+    pub(crate) fn fail(&self, p: Fail) -> Statement<Fail> {
+        Statement::new(self.fail.clone(), p)
+    }
+
+    /// Puts claimed work back, due now.
+    pub(crate) fn release(&self, p: Fenced) -> Statement<Fenced> {
+        Statement::new(self.release.clone(), p)
+    }
+
+    /// Clears a row's payloads once all its handlers succeeded.
+    pub(crate) fn clear_payloads(&self, row_detail_id: i64) -> Statement<One<i64>> {
+        Statement::new(self.clear_payloads.clone(), One(row_detail_id))
+    }
+
+    /// Scrubs payloads older than `secs`.
+    pub(crate) fn scrub(&self, secs: f64) -> Statement<One<f64>> {
+        Statement::new(self.scrub.clone(), One(secs))
+    }
+
+    /// Runs left `started` longer than `secs` (column `run_id`).
+    pub(crate) fn stale_runs(&self, secs: f64) -> Statement<One<f64>> {
+        Statement::new(self.stale_runs.clone(), One(secs))
+    }
+
+    /// Settles a stale run failed; returns its kind and trigger.
+    pub(crate) fn recover_run(&self, p: Recover) -> Statement<Recover> {
+        Statement::new(self.recover_run.clone(), p)
+    }
+
+    /// Counts of pending and in-flight work.
+    pub(crate) fn outstanding(&self) -> Statement<()> {
+        Statement::new(self.outstanding.clone(), ())
+    }
+}
+
+/// Dead-letters pending (or abandoned in-flight) work older than `$4`
+/// seconds whose (entity, handler) is not among the known pairs
+/// (`$1`, `$2`), with reason `$3`. Returns each one's handler.
+pub(crate) fn orphans(schema: &str, p: Orphans) -> Statement<Orphans> {
+    let hs = CohortTable::HandlerStatus.qualified(schema);
+    let detail = CohortTable::RowDetail.qualified(schema);
+    let mut sql = SqlText::new("UPDATE ");
+    sql.table(&hs)
+        .push(
+            " q SET status = 'dead_lettered', claim_token = NULL, claim_expires_at = NULL, \
+               last_error = $3, updated_at = pg_catalog.now() FROM ",
+        )
+        .table(&detail)
+        .push(
+            " d WHERE d.row_detail_id = q.row_detail_id \
+               AND (q.status = 'pending' \
+                 OR (q.status = 'in_flight' AND q.claim_expires_at <= pg_catalog.now())) \
+               AND q.created_at < pg_catalog.now() - pg_catalog.make_interval(secs => $4) \
+               AND (d.retention_entity_id, q.handler_id) NOT IN \
+                 (SELECT e, h FROM ROWS FROM (pg_catalog.unnest($1::uuid[]), pg_catalog.unnest($2::text[])) AS r(e, h)) \
+             RETURNING q.handler_id",
+        );
+    Statement::new(sql, p)
 }

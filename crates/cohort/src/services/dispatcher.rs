@@ -7,13 +7,13 @@ use sqlx::Row;
 use tracing::Instrument;
 use uuid::Uuid;
 
-use super::{AfterContext, Snapshot};
 use crate::cancel::Cancel;
 use crate::context::{Context, Prepared};
 use crate::diagnostic::Diagnostic;
 use crate::error::Result;
-use crate::locks::{self, LockKey};
+use crate::handlers::{AfterContext, Snapshot};
 use crate::rules::Strategy;
+use crate::sql::queue;
 
 /// The longest retry delay, whatever the attempt count (backoff doubles
 /// from `base_backoff` and saturates here).
@@ -68,6 +68,15 @@ impl std::fmt::Debug for Dispatcher {
 }
 
 /// One claimed piece of work.
+impl Claimed {
+    fn fenced(&self) -> queue::Fenced {
+        queue::Fenced {
+            id: self.id,
+            token: self.token,
+        }
+    }
+}
+
 struct Claimed {
     id: i64,
     row_detail_id: i64,
@@ -120,12 +129,12 @@ impl Dispatcher {
 
     /// Runs one maintenance pass (stale runs recovered, orphaned work
     /// dead-lettered, expired payloads scrubbed: see
-    /// [`crate::services::maintenance`]), then delivers everything due now
+    /// [`crate::services::rescuer`]), then delivers everything due now
     /// until nothing is left to claim; reports what it did and what it
     /// left (in flight elsewhere, or pending for later).
     pub async fn flush(&self) -> Result<FlushReport> {
         let config = crate::services::MaintenanceConfig::from_config(&self.cx.config)?;
-        let maintained = crate::services::maintenance::pass(&self.cx, &config).await?;
+        let maintained = crate::services::rescuer::pass(&self.cx, &config).await?;
         let mut report = self.deliver_until(&Cancel::new()).await?;
         report.recovered_runs = maintained.recovered_runs;
         report.scrubbed = maintained.scrubbed;
@@ -156,7 +165,10 @@ impl Dispatcher {
                 }
             }
         }
-        let row = sqlx::query(prepared.queue.outstanding.sql())
+        let row = prepared
+            .queue
+            .outstanding()
+            .query()
             .fetch_one(&self.cx.pool)
             .await?;
         report.pending = row.try_get::<i64, _>("pending")?.max(0) as u64;
@@ -203,11 +215,16 @@ impl Dispatcher {
         let d = &self.cx.config.dispatch;
         // Claim no more than can start at once: a claim's time runs from
         // the moment it is taken, so work must not wait for a free slot.
-        let rows = sqlx::query(prepared.queue.claim.sql())
-            .bind(i64::from(d.batch_size.min(d.max_parallelism.max(1))))
-            .bind(secs(d.claim_timeout))
-            .bind(self.cx.handlers.keys().copied().collect::<Vec<Uuid>>())
-            .bind(foreign)
+        let claim = queue::Claim {
+            limit: i64::from(d.batch_size.min(d.max_parallelism.max(1))),
+            claim_timeout_secs: secs(d.claim_timeout),
+            entities: self.cx.handlers.keys().copied().collect(),
+            foreign: foreign.to_vec(),
+        };
+        let rows = prepared
+            .queue
+            .claim(claim)
+            .query()
             .fetch_all(&self.cx.pool)
             .await?;
         rows.iter()
@@ -343,9 +360,9 @@ impl Dispatcher {
             tenant: work.tenant.clone(),
             run_id: work.run_id,
             run_kind: if work.run_kind == "erasure" {
-                crate::RunKind::Erasure
+                crate::outcome::RunKind::Erasure
             } else {
-                crate::RunKind::Sweep
+                crate::outcome::RunKind::Sweep
             },
             strategy,
             work_id: work.id,
@@ -381,7 +398,7 @@ impl Dispatcher {
         };
         let error = match result {
             Ok(Ok(())) => None,
-            Ok(Err(e)) => Some(match e.downcast_ref::<super::SafeReason>() {
+            Ok(Err(e)) => Some(match e.downcast_ref::<crate::handlers::SafeReason>() {
                 Some(safe) => safe.0.clone(),
                 None => {
                     Diagnostic::capture("handler", Some("on_after_failed".into()), &e).to_string()
@@ -432,11 +449,7 @@ impl Dispatcher {
 
     async fn release(&self, prepared: &Prepared, work: &Claimed) -> Outcome {
         let released = self
-            .record(
-                sqlx::query(prepared.queue.release.sql())
-                    .bind(work.id)
-                    .bind(work.token),
-            )
+            .record(prepared.queue.release(work.fenced()).query())
             .await;
         match released {
             Ok(Some(_)) => {
@@ -453,11 +466,7 @@ impl Dispatcher {
 
     async fn settle_success(&self, prepared: &Prepared, work: &Claimed) -> Outcome {
         let settled = self
-            .record(
-                sqlx::query(prepared.queue.succeed.sql())
-                    .bind(work.id)
-                    .bind(work.token),
-            )
+            .record(prepared.queue.succeed(work.fenced()).query())
             .await;
         match settled {
             Ok(Some(_)) => {
@@ -483,12 +492,15 @@ impl Dispatcher {
         let backoff = backoff_secs(secs(d.base_backoff), work.attempt);
         let settled = self
             .record(
-                sqlx::query(prepared.queue.fail.sql())
-                    .bind(work.id)
-                    .bind(work.token)
-                    .bind(error)
-                    .bind(if dead { 0.0 } else { backoff })
-                    .bind(dead),
+                prepared
+                    .queue
+                    .fail(queue::Fail {
+                        work: work.fenced(),
+                        error: error.to_owned(),
+                        retry_in_secs: if dead { 0.0 } else { backoff },
+                        dead,
+                    })
+                    .query(),
             )
             .await;
         match settled {
@@ -514,57 +526,16 @@ impl Dispatcher {
     /// Clears a row's payloads once all its handlers are terminal; a
     /// failure here is only logged (the backstop scrub catches it).
     async fn clear_payloads(&self, prepared: &Prepared, row_detail_id: i64) {
-        if let Err(e) = sqlx::query(prepared.queue.clear_payloads.sql())
-            .bind(row_detail_id)
+        if let Err(e) = prepared
+            .queue
+            .clear_payloads(row_detail_id)
+            .query()
             .execute(&self.cx.pool)
             .await
         {
             tracing::warn!(row_detail_id, error = %e, "clearing payloads failed; the backstop scrub will");
         }
     }
-}
-
-/// What [`recover_run`] found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Recovery {
-    /// The run was left `started` by a lost owner: settled `failed` now.
-    Recovered,
-    /// The run had settled meanwhile.
-    Settled,
-    /// Its run lock is held: the run is live (or its owner's session is
-    /// still ending).
-    Live,
-}
-
-/// Settles `failed` a run left `started` if its run lock can be taken (a
-/// live run holds it, so it is never recovered).
-pub(crate) async fn recover_run(cx: &Context, run_id: Uuid, reason: &str) -> Result<Recovery> {
-    let prepared = cx.prepared().await?;
-    let mut conn = cx.pool.acquire().await?;
-    if !locks::try_lock(&mut conn, LockKey::Run(run_id)).await? {
-        return Ok(Recovery::Live);
-    }
-    let done = sqlx::query(prepared.queue.recover_run.sql())
-        .bind(run_id)
-        .bind(reason)
-        .fetch_optional(&mut *conn)
-        .await;
-    if locks::unlock(&mut conn, LockKey::Run(run_id))
-        .await
-        .is_err()
-    {
-        // Closing the connection releases the lock.
-        drop(conn.detach());
-    }
-    Ok(match done? {
-        Some(row) => {
-            let kind: String = row.try_get("kind")?;
-            let trigger: String = row.try_get("trigger")?;
-            crate::telemetry::run_recorded_failed(&kind, &trigger);
-            Recovery::Recovered
-        }
-        None => Recovery::Settled,
-    })
 }
 
 #[cfg(test)]

@@ -18,12 +18,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use sqlx::Row;
+use uuid::Uuid;
+
 use crate::cancel::Cancel;
 use crate::context::Context;
 use crate::error::{Error, Result};
-use crate::ident::SqlText;
+use crate::locks::{self, LockKey};
 use crate::rules::Period;
-use crate::schema::CohortTable;
+use crate::sql::queue;
 
 /// How often the service runs a pass by default.
 pub const DEFAULT_MAINTENANCE_INTERVAL: Duration = Duration::from_secs(60);
@@ -69,7 +72,7 @@ impl MaintenanceConfig {
             }
         }
         if !problems.is_empty() {
-            return Err(Error::Config(crate::Problems::global(problems)));
+            return Err(Error::Config(crate::error::Problems::global(problems)));
         }
         Ok(Self {
             interval,
@@ -80,7 +83,7 @@ impl MaintenanceConfig {
 
     /// The configuration's `dispatch.settle_timeout` and
     /// `dispatch.payload_retention`, every [`DEFAULT_MAINTENANCE_INTERVAL`].
-    pub fn from_config(config: &crate::CohortConfig) -> Result<Self> {
+    pub fn from_config(config: &crate::config::CohortConfig) -> Result<Self> {
         Self::new(
             DEFAULT_MAINTENANCE_INTERVAL,
             config.dispatch.settle_timeout,
@@ -111,45 +114,25 @@ pub struct MaintenanceReport {
     pub scrubbed: u64,
 }
 
-fn orphans_sql(schema: &str) -> SqlText {
-    let hs = CohortTable::HandlerStatus.qualified(schema);
-    let detail = CohortTable::RowDetail.qualified(schema);
-    let mut sql = SqlText::new("UPDATE ");
-    sql.table(&hs)
-        .push(
-            " q SET status = 'dead_lettered', claim_token = NULL, claim_expires_at = NULL, \
-               last_error = $3, updated_at = pg_catalog.now() FROM ",
-        )
-        .table(&detail)
-        .push(
-            " d WHERE d.row_detail_id = q.row_detail_id \
-               AND (q.status = 'pending' \
-                 OR (q.status = 'in_flight' AND q.claim_expires_at <= pg_catalog.now())) \
-               AND q.created_at < pg_catalog.now() - pg_catalog.make_interval(secs => $4) \
-               AND (d.retention_entity_id, q.handler_id) NOT IN \
-                 (SELECT e, h FROM ROWS FROM (pg_catalog.unnest($1::uuid[]), pg_catalog.unnest($2::text[])) AS r(e, h)) \
-             RETURNING q.handler_id",
-        );
-    sql
-}
-
 /// One maintenance pass now.
 pub(crate) async fn pass(cx: &Context, config: &MaintenanceConfig) -> Result<MaintenanceReport> {
     let prepared = cx.prepared().await?;
     let settle = config.settle_timeout.as_seconds() as f64;
-    let stale: Vec<uuid::Uuid> = sqlx::query_scalar(prepared.queue.stale_runs.sql())
-        .bind(settle)
+    let stale: Vec<uuid::Uuid> = prepared
+        .queue
+        .stale_runs(settle)
+        .query_scalar()
         .fetch_all(&cx.pool)
         .await?;
     let mut report = MaintenanceReport::default();
     for run_id in stale {
-        if crate::handlers::recover_run(
+        if recover_run(
             cx,
             run_id,
             "run: recovered: the process running it stopped before it settled (no run lock held past settle_timeout)",
         )
         .await?
-            == crate::handlers::Recovery::Recovered
+            == Recovery::Recovered
         {
             tracing::warn!(%run_id, "maintenance: recovered a run left started as failed");
             report.recovered_runs += 1;
@@ -167,13 +150,18 @@ pub(crate) async fn pass(cx: &Context, config: &MaintenanceConfig) -> Result<Mai
         .into_iter()
         .flat_map(|(entity, hs)| hs.into_iter().map(move |h| (entity, h)))
         .unzip();
-    let orphaned: Vec<String> = sqlx::query_scalar(orphans_sql(&cx.config.schema).sql())
-        .bind(&entities)
-        .bind(&handlers)
-        .bind(ORPHANED_WORK_REASON)
-        .bind(settle)
-        .fetch_all(&cx.pool)
-        .await?;
+    let orphaned: Vec<String> = queue::orphans(
+        &cx.config.schema,
+        queue::Orphans {
+            entities,
+            handlers,
+            reason: ORPHANED_WORK_REASON,
+            older_than_secs: settle,
+        },
+    )
+    .query_scalar()
+    .fetch_all(&cx.pool)
+    .await?;
     for handler in &orphaned {
         crate::telemetry::delivery(handler, "dead_lettered");
     }
@@ -184,8 +172,10 @@ pub(crate) async fn pass(cx: &Context, config: &MaintenanceConfig) -> Result<Mai
         );
     }
     report.orphaned_work = orphaned.len() as u64;
-    report.scrubbed = sqlx::query(prepared.queue.scrub.sql())
-        .bind(config.payload_retention.as_seconds() as f64)
+    report.scrubbed = prepared
+        .queue
+        .scrub(config.payload_retention.as_seconds() as f64)
+        .query()
         .execute(&cx.pool)
         .await?
         .rows_affected();
@@ -251,6 +241,53 @@ pub(crate) async fn run(cx: Arc<Context>, config: MaintenanceConfig, cancel: Can
     }
 }
 
+/// What [`recover_run`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Recovery {
+    /// The run was left `started` by a lost owner: settled `failed` now.
+    Recovered,
+    /// The run had settled meanwhile.
+    Settled,
+    /// Its run lock is held: the run is live (or its owner's session is
+    /// still ending).
+    Live,
+}
+
+/// Settles `failed` a run left `started` if its run lock can be taken (a
+/// live run holds it, so it is never recovered).
+pub(crate) async fn recover_run(cx: &Context, run_id: Uuid, reason: &str) -> Result<Recovery> {
+    let prepared = cx.prepared().await?;
+    let mut conn = cx.pool.acquire().await?;
+    if !locks::try_lock(&mut conn, LockKey::Run(run_id)).await? {
+        return Ok(Recovery::Live);
+    }
+    let done = prepared
+        .queue
+        .recover_run(queue::Recover {
+            run_id,
+            reason: reason.to_owned(),
+        })
+        .query()
+        .fetch_optional(&mut *conn)
+        .await;
+    if locks::unlock(&mut conn, LockKey::Run(run_id))
+        .await
+        .is_err()
+    {
+        // Closing the connection releases the lock.
+        drop(conn.detach());
+    }
+    Ok(match done? {
+        Some(row) => {
+            let kind: String = row.try_get("kind")?;
+            let trigger: String = row.try_get("trigger")?;
+            crate::telemetry::run_recorded_failed(&kind, &trigger);
+            Recovery::Recovered
+        }
+        None => Recovery::Settled,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -270,7 +307,8 @@ mod tests {
         ] {
             assert!(err.contains(expected), "{err}");
         }
-        let defaults = MaintenanceConfig::from_config(&crate::CohortConfig::default()).unwrap();
+        let defaults =
+            MaintenanceConfig::from_config(&crate::config::CohortConfig::default()).unwrap();
         assert_eq!(defaults.every(), DEFAULT_MAINTENANCE_INTERVAL);
     }
 }

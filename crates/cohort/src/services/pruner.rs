@@ -22,14 +22,11 @@ use crate::cancel::Cancel;
 use crate::config::CohortConfig;
 use crate::context::Context;
 use crate::error::{Error, Problems, Result};
-use crate::ident::SqlText;
 use crate::rules::Period;
-use crate::schema::CohortTable;
+use crate::sql::prune::{Batch, Before, OfRuns, PrunePlan, Runs};
+use crate::sql::statement::Statement;
 
-/// Default rows per pruning batch.
-pub const DEFAULT_PRUNE_BATCH_SIZE: u32 = 1000;
-/// Largest accepted pruning batch.
-pub const MAX_PRUNE_BATCH_SIZE: u32 = 100_000;
+pub use crate::config::{DEFAULT_PRUNE_BATCH_SIZE, MAX_PRUNE_BATCH_SIZE};
 
 /// The pruner's settings, validated.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -132,116 +129,6 @@ pub(crate) fn cutoffs(config: &PrunerConfig, db_now: DateTime<Utc>) -> Result<Cu
     ))
 }
 
-struct Statements {
-    select_runs: SqlText,
-    delete_work: SqlText,
-    delete_details: SqlText,
-    lock_runs: SqlText,
-    delete_summaries: SqlText,
-    delete_runs: SqlText,
-    count_runs: SqlText,
-    kept_runs: SqlText,
-    delete_holds: SqlText,
-    count_holds: SqlText,
-}
-
-fn statements(schema: &str) -> Statements {
-    let run = CohortTable::SweepRun.qualified(schema);
-    let hs = CohortTable::HandlerStatus.qualified(schema);
-    let summary = CohortTable::EntitySummary.qualified(schema);
-    let detail = CohortTable::RowDetail.qualified(schema);
-    let hold = CohortTable::Hold.qualified(schema);
-    // Old settled runs, not of the newest occurrence, with (EXISTS) or
-    // without (NOT EXISTS) pending or in-flight work.
-    let old_runs = |s: &mut SqlText, exists: &'static str| {
-        s.table(&run)
-            .push(
-                " r WHERE r.status <> 'started' AND r.settled_at < $1 \
-                 AND (r.occurrence IS NULL OR r.occurrence < (SELECT max(o.occurrence) FROM ",
-            )
-            .table(&run)
-            .push(" o)) AND ")
-            .push(exists)
-            .push(" (SELECT 1 FROM ")
-            .table(&hs)
-            .push(" h WHERE h.run_id = r.run_id AND h.status IN ('pending', 'in_flight'))");
-    };
-    let mut select_runs = SqlText::new("SELECT r.run_id FROM ");
-    old_runs(&mut select_runs, "NOT EXISTS");
-    select_runs.push(" ORDER BY r.settled_at, r.run_id LIMIT $2");
-    // What a real pass would delete, counted: those runs, and their
-    // summaries, row details and (all terminal) handler work.
-    let mut count_runs = SqlText::new("WITH doomed AS (SELECT r.run_id FROM ");
-    old_runs(&mut count_runs, "NOT EXISTS");
-    count_runs
-        .push(") SELECT (SELECT count(*) FROM doomed)::int8 AS runs, (SELECT count(*) FROM ")
-        .table(&summary)
-        .push(" s WHERE s.run_id IN (SELECT run_id FROM doomed))::int8 AS summaries, (SELECT count(*) FROM ")
-        .table(&detail)
-        .push(" d WHERE d.run_id IN (SELECT run_id FROM doomed))::int8 AS details, (SELECT count(*) FROM ")
-        .table(&hs)
-        .push(" h WHERE h.run_id IN (SELECT run_id FROM doomed))::int8 AS work");
-    let mut kept_runs = SqlText::new("SELECT count(*)::int8 FROM ");
-    old_runs(&mut kept_runs, "EXISTS");
-    // Terminal work of those runs, at most $2 rows.
-    let mut delete_work = SqlText::new("DELETE FROM ");
-    delete_work
-        .table(&hs)
-        .push(" WHERE handler_status_id IN (SELECT handler_status_id FROM ")
-        .table(&hs)
-        .push(
-            " WHERE run_id = ANY($1) AND status IN ('succeeded', 'dead_lettered') LIMIT $2 \
-             FOR UPDATE SKIP LOCKED) AND status IN ('succeeded', 'dead_lettered')",
-        );
-    // Row details no handler work hangs from any more, at most $2 rows.
-    let mut delete_details = SqlText::new("DELETE FROM ");
-    delete_details
-        .table(&detail)
-        .push(" WHERE row_detail_id IN (SELECT d.row_detail_id FROM ")
-        .table(&detail)
-        .push(" d WHERE d.run_id = ANY($1) AND NOT EXISTS (SELECT 1 FROM ")
-        .table(&hs)
-        .push(" h WHERE h.row_detail_id = d.row_detail_id) LIMIT $2 FOR UPDATE OF d SKIP LOCKED)");
-    // The runs left with neither work nor details, locked for the delete.
-    let mut lock_runs = SqlText::new("SELECT r.run_id FROM ");
-    lock_runs
-        .table(&run)
-        .push(" r WHERE r.run_id = ANY($1) AND NOT EXISTS (SELECT 1 FROM ")
-        .table(&hs)
-        .push(" h WHERE h.run_id = r.run_id) AND NOT EXISTS (SELECT 1 FROM ")
-        .table(&detail)
-        .push(" d WHERE d.run_id = r.run_id) FOR UPDATE OF r SKIP LOCKED");
-    let by_run = |t: &crate::QualifiedName| {
-        let mut s = SqlText::new("DELETE FROM ");
-        s.table(t).push(" WHERE run_id = ANY($1)");
-        s
-    };
-    // Inactive since: the earlier of release and expiry, in the past.
-    let inactive = " WHERE LEAST(released_at, expires_at) < $1 \
-                    AND LEAST(released_at, expires_at) <= pg_catalog.now()";
-    let mut delete_holds = SqlText::new("DELETE FROM ");
-    delete_holds
-        .table(&hold)
-        .push(" WHERE hold_id IN (SELECT hold_id FROM ")
-        .table(&hold)
-        .push(inactive)
-        .push(" ORDER BY hold_id LIMIT $2 FOR UPDATE SKIP LOCKED)");
-    let mut count_holds = SqlText::new("SELECT count(*)::int8 FROM ");
-    count_holds.table(&hold).push(inactive);
-    Statements {
-        select_runs,
-        delete_work,
-        delete_details,
-        lock_runs,
-        delete_summaries: by_run(&summary),
-        delete_runs: by_run(&run),
-        count_runs,
-        kept_runs,
-        delete_holds,
-        count_holds,
-    }
-}
-
 /// Whether the pass must stop before its next batch.
 pub(crate) enum StopCheck<'a> {
     /// An explicit pass (`cohort prune`): only cancellation stops it.
@@ -258,20 +145,20 @@ impl StopCheck<'_> {
                 if c.is_cancelled() {
                     return Ok(true);
                 }
-                Ok(crate::settings::read(cx).await?.kill_switch.effective)
+                Ok(cx.live_settings().await?.kill_switch.effective)
             }
         }
     }
 }
 
-/// Runs a count statement whose `$1` is a cutoff.
-async fn count_before(cx: &Context, sql: &SqlText, before: DateTime<Utc>) -> Result<u64> {
-    let n: i64 = sqlx::query_scalar(sql.sql())
-        .bind(before)
-        .fetch_one(&cx.pool)
-        .await?;
+/// Runs a statement that returns one count.
+async fn count(cx: &Context, statement: Statement<Before>) -> Result<u64> {
+    let n: i64 = statement.query_scalar().fetch_one(&cx.pool).await?;
     Ok(n.max(0) as u64)
 }
+
+/// One of the bounded deletes of a batch of runs.
+type DeleteOf = fn(&PrunePlan, OfRuns) -> Statement<OfRuns>;
 
 /// One pruning pass; `dry_run` only counts.
 pub(crate) async fn pass(
@@ -280,7 +167,7 @@ pub(crate) async fn pass(
     dry_run: bool,
     stop: StopCheck<'_>,
 ) -> Result<PruneReport> {
-    let st = statements(&cx.config.schema);
+    let st = PrunePlan::build(&cx.config.schema);
     let db_now = crate::sql::database_now(&cx.pool).await?;
     let (runs_before, holds_before) = cutoffs(config, db_now)?;
     let mut report = PruneReport {
@@ -291,13 +178,13 @@ pub(crate) async fn pass(
     };
     let batch = i64::from(config.batch_size);
     if let Some(before) = runs_before {
-        report.runs_kept_for_handlers = count_before(cx, &st.kept_runs, before).await?;
+        report.runs_kept_for_handlers = count(cx, st.kept_runs(Before(before))).await?;
         if dry_run {
-            let (runs, summaries, details, work): (i64, i64, i64, i64) =
-                sqlx::query_as(st.count_runs.sql())
-                    .bind(before)
-                    .fetch_one(&cx.pool)
-                    .await?;
+            let (runs, summaries, details, work): (i64, i64, i64, i64) = st
+                .count_runs(Before(before))
+                .query_as()
+                .fetch_one(&cx.pool)
+                .await?;
             let n = |v: i64| v.max(0) as u64;
             report.runs = n(runs);
             report.summaries = n(summaries);
@@ -309,9 +196,12 @@ pub(crate) async fn pass(
                     report.stopped = true;
                     return Ok(report);
                 }
-                let ids: Vec<uuid::Uuid> = sqlx::query_scalar(st.select_runs.sql())
-                    .bind(before)
-                    .bind(batch)
+                let ids: Vec<uuid::Uuid> = st
+                    .select_runs(Batch {
+                        before,
+                        limit: batch,
+                    })
+                    .query_scalar()
                     .fetch_all(&cx.pool)
                     .await?;
                 if ids.is_empty() {
@@ -321,14 +211,17 @@ pub(crate) async fn pass(
                 // details nothing hangs from any more. Work that turned
                 // pending meanwhile (a dead letter retried) stays, with its
                 // row detail, and keeps its run.
+                let of_runs = OfRuns {
+                    runs: ids.clone(),
+                    limit: batch,
+                };
                 for (statement, counter) in [
-                    (&st.delete_work, &mut report.handler_work),
-                    (&st.delete_details, &mut report.row_details),
+                    (PrunePlan::delete_work as DeleteOf, &mut report.handler_work),
+                    (PrunePlan::delete_details, &mut report.row_details),
                 ] {
                     loop {
-                        let done = sqlx::query(statement.sql())
-                            .bind(&ids)
-                            .bind(batch)
+                        let done = statement(&st, of_runs.clone())
+                            .query()
                             .execute(&cx.pool)
                             .await?
                             .rows_affected();
@@ -339,17 +232,20 @@ pub(crate) async fn pass(
                     }
                 }
                 let mut tx = cx.pool.begin().await?;
-                let victims: Vec<uuid::Uuid> = sqlx::query_scalar(st.lock_runs.sql())
-                    .bind(&ids)
+                let victims: Vec<uuid::Uuid> = st
+                    .lock_runs(Runs(ids.clone()))
+                    .query_scalar()
                     .fetch_all(&mut *tx)
                     .await?;
-                report.summaries += sqlx::query(st.delete_summaries.sql())
-                    .bind(&victims)
+                report.summaries += st
+                    .delete_summaries(Runs(victims.clone()))
+                    .query()
                     .execute(&mut *tx)
                     .await?
                     .rows_affected();
-                let runs = sqlx::query(st.delete_runs.sql())
-                    .bind(&victims)
+                let runs = st
+                    .delete_runs(Runs(victims))
+                    .query()
                     .execute(&mut *tx)
                     .await?
                     .rows_affected();
@@ -365,16 +261,19 @@ pub(crate) async fn pass(
     }
     if let Some(before) = holds_before {
         if dry_run {
-            report.holds = count_before(cx, &st.count_holds, before).await?;
+            report.holds = count(cx, st.count_holds(Before(before))).await?;
         } else {
             loop {
                 if stop.stop(cx).await? {
                     report.stopped = true;
                     return Ok(report);
                 }
-                let done = sqlx::query(st.delete_holds.sql())
-                    .bind(before)
-                    .bind(batch)
+                let done = st
+                    .delete_holds(Batch {
+                        before,
+                        limit: batch,
+                    })
+                    .query()
                     .execute(&cx.pool)
                     .await?
                     .rows_affected();

@@ -3,6 +3,8 @@
 //! form (validated model, SQL plans), built once. Services take these; the
 //! [`crate::Cohort`] facade only delegates, so nothing below it depends on it.
 
+mod settings;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -13,9 +15,9 @@ use crate::config::CohortConfig;
 use crate::error::{Error, Problem, Problems, Result};
 use crate::model::EntityDeclaration;
 use crate::observer::ObserverHub;
-use crate::policy::TenantEntry;
 use crate::rules::RuleProvider;
 use crate::sql::{EntityPlan, LedgerPlan};
+use crate::tenants::{TenantEntry, TenantSource};
 use crate::validate::{validate, ValidatedModel};
 
 /// What services need, shared by every clone of a handle.
@@ -26,7 +28,7 @@ pub(crate) struct Context {
     pub(crate) rules: Arc<dyn RuleProvider>,
     pub(crate) tenants: Vec<TenantEntry>,
     /// Where the scheduled worker's tenants come from.
-    pub(crate) tenant_source: crate::TenantSource,
+    pub(crate) tenant_source: TenantSource,
     /// This process's values of the live settings.
     pub(crate) switches: crate::settings::Switches,
     /// Row handlers by entity id, in delivery order.
@@ -41,7 +43,7 @@ pub(crate) struct Prepared {
     pub(crate) plans: BTreeMap<uuid::Uuid, EntityPlan>,
     pub(crate) ledger: LedgerPlan,
     /// The handler queue's statements.
-    pub(crate) queue: crate::handlers::queue::QueuePlan,
+    pub(crate) queue: crate::sql::queue::QueuePlan,
     /// The tenant directory (`[[tenant]]`), canonicalised: (tenant, jurisdiction).
     pub(crate) tenants: Vec<(String, Option<String>)>,
 }
@@ -159,7 +161,7 @@ impl Context {
                     model: Arc::new(model),
                     plans,
                     ledger: LedgerPlan::build(&self.config.schema),
-                    queue: crate::handlers::queue::QueuePlan::build(&self.config.schema),
+                    queue: crate::sql::queue::QueuePlan::build(&self.config.schema),
                     tenants,
                 }))
             })

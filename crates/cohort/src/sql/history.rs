@@ -1,0 +1,86 @@
+//! Statements that read the ledger back: recent runs with their totals,
+//! one run and its entity summaries, and a run found by an id prefix.
+
+use uuid::Uuid;
+
+use super::statement::{Args, Params, Statement};
+use crate::ident::SqlText;
+use crate::sql::tables::CohortTable;
+
+/// A row limit.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Limit(pub(crate) i64);
+
+impl Params for Limit {
+    fn bind(self, q: Args) -> Args {
+        q.bind(self.0)
+    }
+}
+
+/// A run id.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Run(pub(crate) Uuid);
+
+impl Params for Run {
+    fn bind(self, q: Args) -> Args {
+        q.bind(self.0)
+    }
+}
+
+/// Hexadecimal digits a run id starts with (hyphens removed).
+#[derive(Debug, Clone)]
+pub(crate) struct Prefix(pub(crate) String);
+
+impl Params for Prefix {
+    fn bind(self, q: Args) -> Args {
+        q.bind(self.0)
+    }
+}
+
+/// The newest runs with their totals (columns named as in `RunRecord`).
+pub(crate) fn recent_runs(schema: &str, limit: Limit) -> Statement<Limit> {
+    let mut sql = SqlText::new(
+        "SELECT r.run_id, r.kind, r.trigger, r.status, r.dry_run, r.tenant_id, r.started_at, r.settled_at, \
+         COALESCE(c.affected, 0)::int8 AS affected, COALESCE(c.held, 0)::int8 AS held, \
+         COALESCE(c.skipped, 0)::int8 AS skipped FROM ",
+    );
+    sql.table(&CohortTable::SweepRun.qualified(schema))
+        .push(
+            " r CROSS JOIN LATERAL (SELECT sum(s.affected_count) AS affected, \
+             sum(s.held_count) AS held, sum(s.skipped_count) AS skipped FROM ",
+        )
+        .table(&CohortTable::EntitySummary.qualified(schema))
+        .push(" s WHERE s.run_id = r.run_id) c ORDER BY r.started_at DESC, r.run_id LIMIT $1");
+    Statement::new(sql, limit)
+}
+
+/// One run's row.
+pub(crate) fn run(schema: &str, run: Run) -> Statement<Run> {
+    let mut sql = SqlText::new(
+        "SELECT kind, trigger, status, dry_run, tenant_id, started_at, settled_at, error, failures FROM ",
+    );
+    sql.table(&CohortTable::SweepRun.qualified(schema))
+        .push(" WHERE run_id = $1");
+    Statement::new(sql, run)
+}
+
+/// One run's entity summaries, in the order they were written.
+pub(crate) fn summaries(schema: &str, run: Run) -> Statement<Run> {
+    let mut sql = SqlText::new(
+        "SELECT retention_entity_id, entity_type, category, strategy, affected_count, held_count, \
+         skipped_count, null_anchor_count, kept_by_legal_min_count, kept_by_policy_count, cutoff, \
+         resolved_period, legal_min FROM ",
+    );
+    sql.table(&CohortTable::EntitySummary.qualified(schema))
+        .push(" WHERE run_id = $1 ORDER BY summary_id");
+    Statement::new(sql, run)
+}
+
+/// Up to six runs whose id starts with the prefix, newest first.
+pub(crate) fn runs_by_prefix(schema: &str, prefix: Prefix) -> Statement<Prefix> {
+    let mut sql = SqlText::new("SELECT run_id FROM ");
+    sql.table(&CohortTable::SweepRun.qualified(schema)).push(
+        " WHERE pg_catalog.replace(run_id::text, '-', '') LIKE $1 || '%' ORDER BY started_at DESC LIMIT 6",
+    );
+    Statement::new(sql, prefix)
+}

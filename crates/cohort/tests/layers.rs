@@ -1,0 +1,305 @@
+//! The library's layers, checked from its source.
+//!
+//! Each top-level module of `crates/cohort/src` belongs to one layer, and a
+//! module may import only from its own layer or the layers below it; within
+//! a layer the imports must not form a cycle. The list below is the picture
+//! of the crate (STYLE.md, "Shape to grow into"): a new module must be
+//! placed in it, and an import that points up fails with the edge named.
+//!
+//! What counts as an import: every `crate::module` path outside test code
+//! (`#[cfg(test)]` modules and `*_test.rs` files), including the grouped
+//! `use crate::{a::X, b::Y}` form. A bare `crate::Name` (a root re-export)
+//! is refused outside the facade: import it from the module that defines it,
+//! so the edge is visible.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// Bottom up. Each entry: the layer's name and its top-level modules.
+const LAYERS: &[(&str, &[&str])] = &[
+    (
+        "leaves",
+        &["ident", "error", "cancel", "diagnostic", "locks"],
+    ),
+    (
+        "domain (no database)",
+        &[
+            "model",
+            "rules",
+            "schedule",
+            "tenants",
+            "outcome",
+            "erasure",
+            "settings",
+            "handlers",
+            "observer",
+            "telemetry",
+        ],
+    ),
+    ("loading", &["config", "policy"]),
+    ("sql (statement text and typed binds)", &["sql"]),
+    ("schema (Cohort's own tables)", &["schema"]),
+    ("validate", &["validate"]),
+    ("context", &["context"]),
+    ("run", &["run", "peers"]),
+    ("services", &["services"]),
+    (
+        "facade",
+        &[
+            "cohort",
+            "guarded",
+            "holds",
+            "history",
+            "dead_letters",
+            "sea_orm",
+        ],
+    ),
+];
+
+fn src_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).expect("read src") {
+        let path = entry.expect("dir entry").path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// The top-level module a file belongs to (`None` for `lib.rs`).
+fn module_of(path: &Path) -> Option<String> {
+    let rel = path.strip_prefix(src_root()).expect("under src");
+    let first = rel.components().next()?.as_os_str().to_str()?.to_owned();
+    if first == "lib.rs" {
+        return None;
+    }
+    Some(first.trim_end_matches(".rs").to_owned())
+}
+
+/// Source without line comments and without test modules.
+fn production_text(src: &str) -> String {
+    let mut text = String::with_capacity(src.len());
+    let mut lines = src.lines().peekable();
+    while let Some(line) = lines.next() {
+        let trimmed = line.trim_start();
+        if trimmed.starts_with("#[cfg(test)]") {
+            // Skip the item that follows: to the end of its braces, or to
+            // its `;` for `mod x;`.
+            let mut depth = 0i32;
+            let mut opened = false;
+            for next in lines.by_ref() {
+                let code = next.split("//").next().unwrap_or("");
+                depth += code.matches('{').count() as i32;
+                depth -= code.matches('}').count() as i32;
+                opened |= code.contains('{');
+                if (opened && depth <= 0) || (!opened && code.trim_end().ends_with(';')) {
+                    break;
+                }
+            }
+            continue;
+        }
+        let code = match line.find("//") {
+            Some(i) if !line[..i].contains('"') => &line[..i],
+            _ => line,
+        };
+        text.push_str(code);
+        text.push('\n');
+    }
+    text
+}
+
+fn ident_at(s: &str) -> &str {
+    let end = s
+        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .unwrap_or(s.len());
+    &s[..end]
+}
+
+/// The top-level modules `text` names through `crate::`, and bare root names.
+fn imports(text: &str) -> (BTreeSet<String>, BTreeSet<String>) {
+    let mut modules = BTreeSet::new();
+    let mut roots = BTreeSet::new();
+    let mut rest = text;
+    while let Some(i) = rest.find("crate::") {
+        let before = rest[..i].chars().last();
+        rest = &rest[i + "crate::".len()..];
+        if before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_' || c == '$') {
+            continue;
+        }
+        if let Some(group) = rest.strip_prefix('{') {
+            // `crate::{a::X, b::{Y, Z}, c}`: the first segment of each
+            // top-level entry.
+            let mut depth = 0;
+            let mut start = true;
+            for (j, c) in group.char_indices() {
+                match c {
+                    '{' => depth += 1,
+                    '}' if depth == 0 => break,
+                    '}' => depth -= 1,
+                    ',' if depth == 0 => start = true,
+                    c if start && !c.is_whitespace() => {
+                        start = false;
+                        let name = ident_at(&group[j..]);
+                        classify(name, &mut modules, &mut roots);
+                    }
+                    _ => {}
+                }
+            }
+        } else {
+            classify(ident_at(rest), &mut modules, &mut roots);
+        }
+    }
+    (modules, roots)
+}
+
+fn classify(name: &str, modules: &mut BTreeSet<String>, roots: &mut BTreeSet<String>) {
+    if name.is_empty() || name == "self" {
+        return;
+    }
+    if name.starts_with(|c: char| c.is_ascii_uppercase()) {
+        roots.insert(name.to_owned());
+    } else {
+        modules.insert(name.to_owned());
+    }
+}
+
+fn layer_of(module: &str) -> Option<usize> {
+    LAYERS
+        .iter()
+        .position(|(_, modules)| modules.contains(&module))
+}
+
+/// Every `module -> module` import of the crate's production code.
+fn graph() -> (BTreeMap<String, BTreeSet<String>>, Vec<String>) {
+    let mut files = Vec::new();
+    rust_files(&src_root(), &mut files);
+    files.sort();
+    let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut problems = Vec::new();
+    for file in files {
+        let Some(module) = module_of(&file) else {
+            continue;
+        };
+        if file.to_string_lossy().ends_with("_test.rs") {
+            continue;
+        }
+        let src = std::fs::read_to_string(&file).expect("read source");
+        let (used, roots) = imports(&production_text(&src));
+        let rel = file.strip_prefix(src_root()).unwrap().display().to_string();
+        let facade = layer_of(&module) == Some(LAYERS.len() - 1);
+        if !facade {
+            for root in roots {
+                problems.push(format!(
+                    "{rel} names `crate::{root}` (a root re-export): import it from the module that defines it"
+                ));
+            }
+        }
+        let entry = edges.entry(module.clone()).or_default();
+        for target in used {
+            if target != module {
+                entry.insert(target);
+            }
+        }
+    }
+    (edges, problems)
+}
+
+#[test]
+fn every_module_is_placed_in_one_layer() {
+    let (edges, _) = graph();
+    let mut seen = BTreeSet::new();
+    for (_, modules) in LAYERS {
+        for m in *modules {
+            assert!(seen.insert(*m), "module `{m}` is listed in two layers");
+        }
+    }
+    let unplaced: Vec<_> = edges.keys().filter(|m| layer_of(m).is_none()).collect();
+    assert!(
+        unplaced.is_empty(),
+        "modules not placed in LAYERS (tests/layers.rs): {unplaced:?}"
+    );
+    let gone: Vec<_> = seen.iter().filter(|m| !edges.contains_key(**m)).collect();
+    assert!(
+        gone.is_empty(),
+        "LAYERS lists modules that do not exist: {gone:?}"
+    );
+}
+
+#[test]
+fn no_module_imports_from_a_higher_layer() {
+    let (edges, mut problems) = graph();
+    for (from, targets) in &edges {
+        let Some(lf) = layer_of(from) else { continue };
+        for to in targets {
+            match layer_of(to) {
+                Some(lt) if lt > lf => problems.push(format!(
+                    "`{from}` ({}) imports `{to}` ({}), a higher layer",
+                    LAYERS[lf].0, LAYERS[lt].0
+                )),
+                Some(_) => {}
+                None => problems.push(format!("`{from}` imports `{to}`, which no layer lists")),
+            }
+        }
+    }
+    assert!(
+        problems.is_empty(),
+        "layer violations:\n  {}",
+        problems.join("\n  ")
+    );
+}
+
+#[test]
+fn modules_of_one_layer_import_each_other_without_a_cycle() {
+    let (edges, _) = graph();
+    // Depth-first search for a back edge; the path names the cycle.
+    fn visit(
+        m: &str,
+        edges: &BTreeMap<String, BTreeSet<String>>,
+        path: &mut Vec<String>,
+        done: &mut BTreeSet<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(i) = path.iter().position(|p| p == m) {
+            let mut cycle = path[i..].to_vec();
+            cycle.push(m.to_owned());
+            return Some(cycle);
+        }
+        if done.contains(m) {
+            return None;
+        }
+        path.push(m.to_owned());
+        for next in edges.get(m).into_iter().flatten() {
+            if let Some(c) = visit(next, edges, path, done) {
+                return Some(c);
+            }
+        }
+        path.pop();
+        done.insert(m.to_owned());
+        None
+    }
+    let mut done = BTreeSet::new();
+    for m in edges.keys() {
+        let mut path = Vec::new();
+        if let Some(cycle) = visit(m, &edges, &mut path, &mut done) {
+            panic!("import cycle: {}", cycle.join(" -> "));
+        }
+    }
+}
+
+#[test]
+fn the_checker_sees_grouped_and_nested_imports() {
+    let (m, r) = imports(
+        "use crate::{a::X, b::{Y, Z}, c};\nfn f() { crate::d::g(); crate::Root; my_crate::e; }\n",
+    );
+    assert_eq!(m.into_iter().collect::<Vec<_>>(), ["a", "b", "c", "d"]);
+    assert_eq!(r.into_iter().collect::<Vec<_>>(), ["Root"]);
+    let text = production_text(
+        "use crate::a;\n// crate::commented\n#[cfg(test)]\nmod tests {\n    use crate::hidden;\n}\nuse crate::b;\n",
+    );
+    let (m, _) = imports(&text);
+    assert_eq!(m.into_iter().collect::<Vec<_>>(), ["a", "b"]);
+}
