@@ -24,7 +24,7 @@ use uuid::Uuid;
 
 use crate::context::Context;
 use crate::error::{Error, Result};
-use crate::sql::BindKey;
+use crate::sql::{ledger, BindKey};
 
 /// A request to place a hold.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -243,14 +243,19 @@ pub(crate) async fn create(cx: &Context, req: HoldRequest) -> Result<Hold> {
             tenant.as_deref().unwrap_or("(none)")
         )));
     }
-    let inserted = sqlx::query(ready.ledger.insert_hold.sql())
-        .bind(req.hold_id)
-        .bind(entity.id)
-        .bind(&stored_record)
-        .bind(tenant.as_deref())
-        .bind(req.reason.trim())
-        .bind(req.created_at)
-        .bind(req.expires_at)
+    let insert = ledger::InsertHold {
+        hold_id: req.hold_id,
+        entity_id: entity.id,
+        record_id: stored_record,
+        tenant: tenant.clone(),
+        reason: req.reason.trim().to_owned(),
+        created_at: req.created_at,
+        expires_at: req.expires_at,
+    };
+    let inserted = ready
+        .ledger
+        .insert_hold(insert)
+        .query()
         .fetch_optional(&mut *tx)
         .await;
     let row = match inserted {
@@ -308,11 +313,16 @@ pub(crate) async fn list(cx: &Context, filter: &HoldFilter) -> Result<Vec<Hold>>
             .canonical(t)
             .unwrap_or_else(|| t.to_owned())
     });
-    let rows = sqlx::query(ready.ledger.list_holds.sql())
-        .bind(filter.entity_id)
-        .bind(tenant.as_deref())
-        .bind(filter.active_only)
-        .bind(filter.limit)
+    let listed = ledger::ListHolds {
+        entity_id: filter.entity_id,
+        tenant,
+        active_only: filter.active_only,
+        limit: filter.limit,
+    };
+    let rows = ready
+        .ledger
+        .list_holds(listed)
+        .query()
         .fetch_all(&cx.pool)
         .await?;
     Ok(rows
@@ -324,15 +334,19 @@ pub(crate) async fn list(cx: &Context, filter: &HoldFilter) -> Result<Vec<Hold>>
 pub(crate) async fn release(cx: &Context, hold_id: Uuid) -> Result<Hold> {
     let ready = cx.prepared().await?;
     let pool = &cx.pool;
-    if let Some(row) = sqlx::query(ready.ledger.release_hold.sql())
-        .bind(hold_id)
+    if let Some(row) = ready
+        .ledger
+        .release_hold(hold_id)
+        .query()
         .fetch_optional(pool)
         .await?
     {
         return Ok(Hold::from_row(&row)?);
     }
-    let existing = sqlx::query(ready.ledger.get_hold.sql())
-        .bind(hold_id)
+    let existing = ready
+        .ledger
+        .get_hold(hold_id)
+        .query()
         .fetch_optional(pool)
         .await?;
     Err(match existing {

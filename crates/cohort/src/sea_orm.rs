@@ -213,7 +213,7 @@ async fn apply<T: ConnectionTrait>(
     schema: &str,
 ) -> Result<MigrationReport> {
     conn.execute_raw(statement(
-        crate::locks::XACT_LOCK_SQL,
+        crate::sql::locks::XACT_LOCK_SQL,
         vec![Value::from(plan.lock_key())],
     ))
     .await

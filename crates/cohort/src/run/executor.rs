@@ -22,11 +22,13 @@ use crate::context::{Context, Prepared};
 use crate::diagnostic::Diagnostic;
 use crate::error::{is_connection_error, Result};
 use crate::ident::SqlText;
-use crate::locks::{self, LockKey};
+use crate::locks::LockKey;
 use crate::model::EntityDescriptor;
 use crate::observer::AuditEvent;
 use crate::rules::AuditDetail;
 use crate::rules::{RetentionRule, Strategy};
+use crate::sql::ledger;
+use crate::sql::locks;
 use crate::sql::{bind_array, BindKey, DecodeKey, EntityPlan, KeyValue};
 
 /// A bound value of a planned statement.
@@ -156,9 +158,14 @@ pub(crate) async fn active_hold_keys(
     ready: &Prepared,
     entity: &EntityDescriptor,
 ) -> std::result::Result<Option<Vec<KeyValue>>, sqlx::Error> {
-    let ids: Vec<String> = sqlx::query_scalar(ready.ledger.active_holds.sql())
-        .bind(entity.id)
-        .bind(MAX_BOUND_HOLDS + 1)
+    let wanted = ledger::ActiveHolds {
+        entity_id: entity.id,
+        limit: MAX_BOUND_HOLDS + 1,
+    };
+    let ids: Vec<String> = ready
+        .ledger
+        .active_holds(wanted)
+        .query_scalar()
         .fetch_all(conn)
         .await?;
     if ids.len() as i64 > MAX_BOUND_HOLDS {
@@ -288,22 +295,26 @@ async fn execute_in_span(
 ) -> Result<SweepResult> {
     let inner = cx;
     let clock = std::time::Instant::now();
-    let mut conn = locks::Held::new(inner.pool.acquire().await?);
+    let mut conn = crate::locks::Held::new(inner.pool.acquire().await?);
     locks::lock(&mut conn, LockKey::Run(run_id)).await?;
-    let started = sqlx::query(ready.ledger.insert_run.sql())
-        .bind(run_id)
-        .bind(spec.kind.as_str())
-        .bind(spec.trigger.as_str())
-        .bind(spec.dry_run)
-        .bind(spec.tenant.as_deref())
-        .bind(spec.now)
-        .bind(spec.occurrence.map(|o| o.at))
-        .bind(spec.occurrence.map(|o| o.pass))
-        .bind(spec.occurrence.map(|o| o.passes))
-        .bind(
-            spec.occurrence
-                .map(|_| crate::peers::fingerprint(inner, ready)),
-        )
+    let insert = ledger::InsertRun {
+        run_id,
+        kind: spec.kind.as_str(),
+        trigger: spec.trigger.as_str(),
+        dry_run: spec.dry_run,
+        tenant: spec.tenant.clone(),
+        logical_now: spec.now,
+        occurrence: spec.occurrence.map(|o| o.at),
+        pass: spec.occurrence.map(|o| o.pass),
+        passes: spec.occurrence.map(|o| o.passes),
+        policy_fingerprint: spec
+            .occurrence
+            .map(|_| crate::peers::fingerprint(inner, ready)),
+    };
+    let started = ready
+        .ledger
+        .insert_run(insert)
+        .query()
         .fetch_one(&mut *conn)
         .await
         .and_then(|row| row.try_get::<DateTime<Utc>, _>("started_at"));
@@ -516,33 +527,29 @@ async fn run_entity(
     out: &mut EntityOutcome,
 ) -> std::result::Result<(), Stop> {
     let e = work.entity;
-    let ledger = &ctx.ready.ledger;
+    let plan = &ctx.ready.ledger;
     let strategy = work.rule.strategy();
-    let split = |p: crate::rules::Period| {
-        (
-            p.months(),
-            (p.fixed_seconds() / 86_400) as i32,
-            (p.fixed_seconds() % 86_400) as f64,
-        )
+    let split = |p: crate::rules::Period| ledger::IntervalParts {
+        months: p.months(),
+        days: (p.fixed_seconds() / 86_400) as i32,
+        secs: (p.fixed_seconds() % 86_400) as f64,
     };
-    let (period_months, period_days, period_secs) = split(work.rule.period());
-    let legal = work.rule.legal_min().map(split);
-    let summary_id: i64 = sqlx::query(ledger.insert_summary.sql())
-        .bind(ctx.run_id)
-        .bind(e.id)
-        .bind(&e.name)
-        .bind(&e.category)
-        .bind(ctx.spec.tenant.as_deref())
-        .bind(strategy.as_str())
-        .bind(work.cutoff)
-        .bind(period_months)
-        .bind(period_days)
-        .bind(period_secs)
-        .bind(legal.map(|l| l.0))
-        .bind(legal.map(|l| l.1).unwrap_or(0))
-        .bind(legal.map(|l| l.2).unwrap_or(0.0))
-        .bind(work.rule.source())
-        .bind(work.rule.reason())
+    let summary = ledger::InsertSummary {
+        run_id: ctx.run_id,
+        entity_id: e.id,
+        entity: e.name.clone(),
+        category: e.category.clone(),
+        tenant: ctx.spec.tenant.clone(),
+        strategy: strategy.as_str(),
+        cutoff: work.cutoff,
+        period: split(work.rule.period()),
+        legal_min: work.rule.legal_min().map(split),
+        rule_source: work.rule.source().map(str::to_owned),
+        rule_reason: work.rule.reason().map(str::to_owned),
+    };
+    let summary_id: i64 = plan
+        .insert_summary(summary)
+        .query()
         .fetch_one(&mut *conn)
         .await
         .map_err(stop_from)?
@@ -598,15 +605,18 @@ async fn run_entity(
             out.skipped += c.eligible;
         }
     }
-    let finish = sqlx::query(ledger.finish_summary.sql())
-        .bind(summary_id)
-        .bind(out.affected as i64)
-        .bind(out.held as i64)
-        .bind(out.skipped as i64)
-        .bind(out.null_anchor as i64)
-        .bind(error)
-        .bind(out.kept_by_legal_min as i64)
-        .bind(out.kept_by_policy as i64)
+    let finish = plan
+        .finish_summary(ledger::FinishSummary {
+            summary_id,
+            affected: out.affected as i64,
+            held: out.held as i64,
+            skipped: out.skipped as i64,
+            null_anchor: out.null_anchor as i64,
+            error,
+            kept_by_legal_min: out.kept_by_legal_min as i64,
+            kept_by_policy: out.kept_by_policy as i64,
+        })
+        .query()
         .execute(&mut *conn)
         .await;
     result?;
@@ -770,24 +780,29 @@ async fn batches(
                 (Vec::new(), n, None)
             };
 
-        let ledger = &ctx.ready.ledger;
-        sqlx::query(ledger.add_affected.sql())
-            .bind(summary_id)
-            .bind(n as i64)
-            .execute(&mut *tx)
-            .await
-            .map_err(stop_from)?;
+        let plan = &ctx.ready.ledger;
+        plan.add_affected(ledger::AddAffected {
+            summary_id,
+            rows: n as i64,
+        })
+        .query()
+        .execute(&mut *tx)
+        .await
+        .map_err(stop_from)?;
         let per_row = wants_ids && n > 0;
         if per_row {
             let details = match written {
                 Some(details) => details,
-                None => sqlx::query(ledger.insert_details.sql())
-                    .bind(ctx.run_id)
-                    .bind(e.id)
-                    .bind(&e.name)
-                    .bind(ctx.spec.tenant.as_deref())
-                    .bind(strategy.as_str())
-                    .bind(&changed)
+                None => plan
+                    .insert_details(ledger::InsertDetails {
+                        run_id: ctx.run_id,
+                        entity_id: e.id,
+                        entity: e.name.clone(),
+                        tenant: ctx.spec.tenant.clone(),
+                        action: strategy.as_str(),
+                        record_ids: changed.clone(),
+                    })
+                    .query()
                     .fetch_all(&mut *tx)
                     .await
                     .map_err(stop_from)?,
@@ -978,11 +993,15 @@ async fn settle(
 ) -> Result<DateTime<Utc>> {
     let structured = serde_json::to_value(failures).expect("failures serialise");
     let q = || {
-        sqlx::query(ready.ledger.settle_run.sql())
-            .bind(run_id)
-            .bind(status.as_str())
-            .bind(error)
-            .bind(&structured)
+        ready
+            .ledger
+            .settle_run(ledger::SettleRun {
+                run_id,
+                status: status.as_str(),
+                error: error.map(str::to_owned),
+                failures: structured.clone(),
+            })
+            .query()
     };
     let row = match q().fetch_one(&mut *conn).await {
         Ok(row) => row,

@@ -22,12 +22,12 @@ use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, Row};
 
 use super::executor::{active_hold_keys, stop_from, RunCtx, Stop, Work};
-use crate::ident::{QualifiedName, SqlText};
+use crate::ident::QualifiedName;
 use crate::observer::AuditEvent;
 use crate::rules::AuditDetail;
 use crate::rules::Strategy;
-use crate::schema::CohortTable;
-use crate::sql::{bind_array, hold_exists, KeyValue};
+use crate::sql::partitions as statements;
+use crate::sql::KeyValue;
 
 /// What partition purge left to the row path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -142,30 +142,10 @@ async fn expired_partitions(
     parent: &QualifiedName,
     cutoff: DateTime<Utc>,
 ) -> Result<Vec<Expired>, sqlx::Error> {
-    let rows = sqlx::query(
-        "SELECT n.nspname::text AS schema, c.relname::text AS name, b.lower \
-         FROM pg_catalog.pg_inherits i \
-         JOIN pg_catalog.pg_class c ON c.oid = i.inhrelid \
-         JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
-         CROSS JOIN LATERAL (SELECT pg_catalog.pg_get_expr(c.relpartbound, c.oid) AS bound) e \
-         CROSS JOIN LATERAL (SELECT \
-             NULLIF(pg_catalog.substring(e.bound, '^FOR VALUES FROM \\(''([^'']*)''\\) TO ')::pg_catalog.timestamptz, \
-                 '-infinity'::pg_catalog.timestamptz) AS lower, \
-             pg_catalog.substring(e.bound, ' TO \\(''([^'']*)''\\)$')::pg_catalog.timestamptz AS upper) b \
-         WHERE i.inhparent = (SELECT pc.oid FROM pg_catalog.pg_class pc \
-                              JOIN pg_catalog.pg_namespace pn ON pn.oid = pc.relnamespace \
-                              WHERE pn.nspname = $1 AND pc.relname = $2) \
-           AND c.relispartition AND c.relkind IN ('r', 'p') AND b.upper <= $3 \
-           AND (pg_catalog.to_jsonb(i) ->> 'inhdetachpending') IS DISTINCT FROM 'true' \
-           AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_partition_tree(c.oid::pg_catalog.regclass) pt \
-                           JOIN pg_catalog.pg_class fc ON fc.oid = pt.relid WHERE fc.relkind = 'f') \
-         ORDER BY b.upper, n.nspname, c.relname",
-    )
-    .bind(&parent.schema)
-    .bind(&parent.name)
-    .bind(cutoff)
-    .fetch_all(conn)
-    .await?;
+    let rows = statements::expired(parent.schema.clone(), parent.name.clone(), cutoff)
+        .query()
+        .fetch_all(conn)
+        .await?;
     rows.iter()
         .map(|r| {
             Ok(Expired {
@@ -191,32 +171,16 @@ async fn held(
 ) -> Result<bool, sqlx::Error> {
     let e = work.entity;
     let facts = &ctx.ready.model.facts[&e.id];
-    let mut any = SqlText::new("SELECT EXISTS (SELECT 1 FROM ");
-    any.table(partition).push(" t WHERE ");
-    let row = match holds {
+    let keys = match holds {
         Some([]) => return Ok(false),
-        Some(keys) => {
-            any.append(&facts.casts.any(&e.record_id, 2))
-                .push(" AND ")
-                .append(&hold_exists(e, &ctx.cx.config.schema))
-                .push(")");
-            bind_array(
-                sqlx::query(any.into_sql()).persistent(false).bind(e.id),
-                facts.record,
-                keys,
-            )
-            .fetch_one(conn)
-            .await?
-        }
-        None => {
-            any.append(&hold_exists(e, &ctx.cx.config.schema)).push(")");
-            sqlx::query(any.into_sql())
-                .persistent(false)
-                .bind(e.id)
-                .fetch_one(conn)
-                .await?
-        }
+        Some(keys) => Some((facts.record, keys.to_vec())),
+        None => None,
     };
+    let params = statements::Held { entity: e.id, keys };
+    let row = statements::held(partition, e, &facts.casts, &ctx.cx.config.schema, params)
+        .query()
+        .fetch_one(conn)
+        .await?;
     row.try_get(0)
 }
 
@@ -255,14 +219,13 @@ async fn drop_one(
         .partition_lock_timeout()
         .as_millis()
         .to_string();
-    sqlx::query("SELECT pg_catalog.set_config('lock_timeout', $1, true)")
-        .bind(format!("{timeout_ms}ms"))
+    statements::set_lock_timeout(format!("{timeout_ms}ms"))
+        .query()
         .execute(&mut *tx)
         .await
         .map_err(stop_from)?;
-    let mut lock = SqlText::new("LOCK TABLE ");
-    lock.table(&partition.table).push(" IN EXCLUSIVE MODE");
-    if let Err(err) = sqlx::raw_sql(lock.into_sql()).execute(&mut *tx).await {
+    let lock = statements::lock_exclusive(&partition.table).raw();
+    if let Err(err) = lock.execute(&mut *tx).await {
         let outcome = not_now(&err).ok_or_else(|| stop_from(err))?;
         tx.rollback().await.map_err(stop_from)?;
         return Ok(outcome);
@@ -296,56 +259,46 @@ async fn drop_one(
     let mut first_detail: Option<i64> = None;
     let n: i64 = if per_row {
         // One detail row per row, before the rows go.
-        let mut insert = SqlText::new("WITH d AS (INSERT INTO ");
-        insert
-            .table(&CohortTable::RowDetail.qualified(&ctx.cx.config.schema))
-            .push(
-                " (run_id, retention_entity_id, entity_type, record_id, tenant_id, action) \
-                 SELECT $1, $2, $3, ",
-            )
-            .col(&e.record_id)
-            .push("::text, NULL, $4 FROM ")
-            .table(&partition.table)
-            .push(" t RETURNING row_detail_id) SELECT count(*) AS n, min(row_detail_id) AS first FROM d");
-        let row = sqlx::query(insert.into_sql())
-            .persistent(false)
-            .bind(ctx.run_id)
-            .bind(e.id)
-            .bind(&e.name)
-            .bind(Strategy::Purge.as_str())
+        let details = statements::Details {
+            run_id: ctx.run_id,
+            entity: e.id,
+            entity_name: e.name.clone(),
+            action: Strategy::Purge.as_str(),
+        };
+        let schema = &ctx.cx.config.schema;
+        let row = statements::insert_details(schema, &partition.table, &e.record_id, details)
+            .query()
             .fetch_one(&mut *tx)
             .await
             .map_err(stop_from)?;
         first_detail = row.try_get("first").map_err(stop_from)?;
         row.try_get("n").map_err(stop_from)?
     } else {
-        let mut count = SqlText::new("SELECT count(*) FROM ");
-        count.table(&partition.table);
-        sqlx::query_scalar(count.into_sql())
-            .persistent(false)
+        statements::count(&partition.table)
+            .query_scalar()
             .fetch_one(&mut *tx)
             .await
             .map_err(stop_from)?
     };
-    let mut detach = SqlText::new("ALTER TABLE ");
-    detach
-        .table(&e.table)
-        .push(" DETACH PARTITION ")
-        .table(&partition.table);
-    if let Err(err) = sqlx::raw_sql(detach.into_sql()).execute(&mut *tx).await {
+    let detach = statements::detach(&e.table, &partition.table).raw();
+    if let Err(err) = detach.execute(&mut *tx).await {
         let outcome = not_now(&err).ok_or_else(|| stop_from(err))?;
         tx.rollback().await.map_err(stop_from)?;
         return Ok(outcome);
     }
-    let mut drop = SqlText::new("DROP TABLE ");
-    drop.table(&partition.table);
-    sqlx::raw_sql(drop.into_sql())
+    statements::drop(&partition.table)
+        .raw()
         .execute(&mut *tx)
         .await
         .map_err(stop_from)?;
-    sqlx::query(ctx.ready.ledger.add_affected.sql())
-        .bind(summary_id)
-        .bind(n)
+    let added = crate::sql::ledger::AddAffected {
+        summary_id,
+        rows: n,
+    };
+    ctx.ready
+        .ledger
+        .add_affected(added)
+        .query()
         .execute(&mut *tx)
         .await
         .map_err(stop_from)?;
@@ -375,20 +328,16 @@ fn not_now(err: &sqlx::Error) -> Option<Dropped> {
 /// batch at a time (best effort, like every observer event).
 async fn emit_details(ctx: &RunCtx<'_>, conn: &mut PgConnection, work: &Work<'_>, first: i64) {
     let e = work.entity;
-    let mut select = SqlText::new("SELECT row_detail_id, record_id FROM ");
-    select
-        .table(&CohortTable::RowDetail.qualified(&ctx.cx.config.schema))
-        .push(
-            " WHERE row_detail_id >= $1 AND run_id = $2 AND retention_entity_id = $3 \
-             ORDER BY row_detail_id LIMIT $4",
-        );
     let mut after = first;
     loop {
-        let rows = sqlx::query(select.sql())
-            .bind(after)
-            .bind(ctx.run_id)
-            .bind(e.id)
-            .bind(i64::from(ctx.cx.config.sweep_batch_size))
+        let page = statements::DetailPage {
+            from_id: after,
+            run_id: ctx.run_id,
+            entity: e.id,
+            limit: i64::from(ctx.cx.config.sweep_batch_size),
+        };
+        let rows = statements::detail_page(&ctx.cx.config.schema, page)
+            .query()
             .fetch_all(&mut *conn)
             .await;
         let rows = match rows {

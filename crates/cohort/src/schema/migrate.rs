@@ -197,7 +197,7 @@ impl MigrationPlan {
     }
 
     /// The transaction-scoped advisory lock's key (bound to
-    /// [`crate::locks::XACT_LOCK_SQL`]).
+    /// [`crate::sql::locks::XACT_LOCK_SQL`]).
     pub(crate) fn lock_key(&self) -> String {
         crate::locks::LockKey::Migrate(&self.schema).text()
     }
@@ -296,7 +296,7 @@ async fn apply(
     plan: &MigrationPlan,
     schema: &str,
 ) -> Result<MigrationReport> {
-    sqlx::query(crate::locks::XACT_LOCK_SQL)
+    sqlx::query(crate::sql::locks::XACT_LOCK_SQL)
         .bind(plan.lock_key())
         .execute(&mut *tx)
         .await?;

@@ -70,7 +70,7 @@ async fn move_in(tx: &mut PgConnection, from: &str, to: &str) -> Result<Vec<Stri
     // either schema runs meanwhile.
     let (first, second) = if from < to { (from, to) } else { (to, from) };
     for schema in [first, second] {
-        sqlx::query(crate::locks::XACT_LOCK_SQL)
+        sqlx::query(crate::sql::locks::XACT_LOCK_SQL)
             .bind(crate::locks::LockKey::Migrate(schema).text())
             .execute(&mut *tx)
             .await?;

@@ -24,8 +24,9 @@ use uuid::Uuid;
 use crate::cancel::Cancel;
 use crate::context::Context;
 use crate::error::{Error, Result};
-use crate::locks::{self, LockKey};
+use crate::locks::LockKey;
 use crate::rules::Period;
+use crate::sql::locks;
 use crate::sql::queue;
 
 /// How often the service runs a pass by default.

@@ -27,11 +27,12 @@ use chrono::{DateTime, Utc};
 use crate::cancel::Cancel;
 use crate::context::Context;
 use crate::error::{Error, Problems, Result};
-use crate::locks::{self, LockKey};
+use crate::locks::LockKey;
 use crate::run::{RunStatus, Trigger};
 use crate::schedule::{decide, next_occurrence, parse_schedule, retry_delay, Decision, Latest};
 use crate::schema::CohortTable;
 use crate::sql;
+use crate::sql::locks;
 
 /// How often a replica retries the occurrence lock while another holds it.
 const LOCK_POLL: Duration = Duration::from_millis(250);
@@ -233,7 +234,7 @@ pub(crate) async fn occurrence(
         // A connection per attempt: a waiting replica holds none. Whatever
         // happens once it holds the lock (a panic, an abort), the lock
         // never goes back to the pool with the connection.
-        let mut conn = locks::Held::new(cx.pool.acquire().await?);
+        let mut conn = crate::locks::Held::new(cx.pool.acquire().await?);
         if locks::try_lock(&mut conn, key).await? {
             let result = if too_late(db_now(&mut *conn).await?) {
                 tracing::info!(occurrence = %at, "the sweep lock came free after the next occurrence was due; skipped");
@@ -466,15 +467,20 @@ async fn record_not_started(
         // id that cannot be a tenant, often why the pass failed, as listed).
         let identity = prepared.model.tenant_identity();
         let tenant = tenant.map(|t| identity.canonical(t).unwrap_or_else(|| t.to_string()));
-        sqlx::query(prepared.ledger.insert_not_started.sql())
-            .bind(uuid::Uuid::new_v4())
-            .bind(dry_run)
-            .bind(tenant)
-            .bind(position.at)
-            .bind(text)
-            .bind(position.pass)
-            .bind(position.passes)
-            .bind(crate::peers::fingerprint(cx, &prepared))
+        let failed = sql::ledger::InsertNotStarted {
+            run_id: uuid::Uuid::new_v4(),
+            dry_run,
+            tenant,
+            occurrence: position.at,
+            error: text.to_owned(),
+            pass: position.pass,
+            passes: position.passes,
+            policy_fingerprint: crate::peers::fingerprint(cx, &prepared),
+        };
+        prepared
+            .ledger
+            .insert_not_started(failed)
+            .query()
             .execute(&cx.pool)
             .await?;
         crate::telemetry::run_recorded_failed("sweep", "scheduled");

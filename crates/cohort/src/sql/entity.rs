@@ -427,11 +427,11 @@ impl EntityPlan {
             .push(") OR EXISTS (SELECT 1 FROM ");
         is_held
             .table(&crate::sql::tables::CohortTable::Hold.qualified(cohort_schema))
-            .push(
-                " h WHERE h.retention_entity_id = $1 AND h.record_id = $3 \
-                 AND (h.released_at IS NULL OR h.released_at > pg_catalog.now()) \
-                 AND (h.expires_at IS NULL OR h.expires_at > pg_catalog.now()))",
-            );
+            .push(concat!(
+                " h WHERE h.retention_entity_id = $1 AND h.record_id = $3 AND ",
+                active_hold!("h."),
+                ")"
+            ));
         plan.is_held = is_held;
         plan
     }

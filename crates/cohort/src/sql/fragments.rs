@@ -18,10 +18,7 @@ pub(crate) fn hold_exists(e: &EntityDescriptor, cohort_schema: &str) -> SqlText 
     s.table(&CohortTable::Hold.qualified(cohort_schema))
         .push(" h WHERE h.retention_entity_id = $1 AND h.record_id = ")
         .col(&e.record_id)
-        .push(
-            "::text AND (h.released_at IS NULL OR h.released_at > pg_catalog.now()) \
-             AND (h.expires_at IS NULL OR h.expires_at > pg_catalog.now()))",
-        );
+        .push(concat!("::text AND ", active_hold!("h."), ")"));
     s
 }
 

@@ -1,6 +1,10 @@
 //! Cohort's own ledger statements (runs, summaries, details, holds),
 //! built once for the configured schema.
 
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use super::statement::{Args, Params, Statement};
 use crate::ident::SqlText;
 use crate::sql::tables::CohortTable;
 
@@ -10,48 +14,51 @@ pub(crate) struct LedgerPlan {
     /// `$1` run id, `$2` kind, `$3` trigger, `$4` dry run, `$5` tenant, `$6`
     /// logical now, `$7` occurrence, `$8` its pass, `$9` its passes (NULL
     /// for runs that are not scheduled).
-    pub(crate) insert_run: SqlText,
+    pub(super) insert_run: SqlText,
     /// A scheduled pass that failed before its run existed, recorded as a
     /// settled failed run of its occurrence. `$1` run id, `$2` dry run,
     /// `$3` tenant, `$4` occurrence (also the logical now), `$5` error,
     /// `$6` pass, `$7` passes.
-    pub(crate) insert_not_started: SqlText,
+    pub(super) insert_not_started: SqlText,
     /// `$1` run id, `$2` status, `$3` error text, `$4` failures (JSON
     /// array of `{entity_id, entity, error}`). Returns settled_at.
-    pub(crate) settle_run: SqlText,
+    pub(super) settle_run: SqlText,
     /// `$1` run, `$2` entity id, `$3` type, `$4` category, `$5` tenant,
     /// `$6` strategy, `$7` cutoff, `$8` period days, `$9` period secs,
     /// `$10` legal-min days, `$11` legal-min secs, `$12` source, `$13` reason.
-    pub(crate) insert_summary: SqlText,
+    pub(super) insert_summary: SqlText,
     /// `$1` summary id, `$2` affected increment.
-    pub(crate) add_affected: SqlText,
+    pub(super) add_affected: SqlText,
     /// `$1` summary id, `$2` affected, `$3` held, `$4` skipped, `$5` null
     /// anchor, `$6` error, `$7` kept by legal minimum, `$8` kept by policy.
-    pub(crate) finish_summary: SqlText,
+    pub(super) finish_summary: SqlText,
     /// `$1` run, `$2` entity id, `$3` type, `$4` tenant, `$5` action, `$6` record ids (text[]).
-    pub(crate) insert_details: SqlText,
+    pub(super) insert_details: SqlText,
     /// `$1` hold id, `$2` entity id, `$3` record id, `$4` tenant, `$5` reason,
     /// `$6` created at, `$7` expires at. Returns the hold; no row when
     /// `expires_at` is already past by the database clock.
-    pub(crate) insert_hold: SqlText,
+    pub(super) insert_hold: SqlText,
     /// `$1` entity id or NULL, `$2` tenant or NULL, `$3` active only.
-    pub(crate) list_holds: SqlText,
+    pub(super) list_holds: SqlText,
     /// `$1` hold id. Returns the hold if it was active.
-    pub(crate) release_hold: SqlText,
+    pub(super) release_hold: SqlText,
     /// `$1` hold id.
-    pub(crate) get_hold: SqlText,
+    pub(super) get_hold: SqlText,
     /// The record ids of an entity's active holds, at most `$2` of them.
     /// `$1` entity id.
-    pub(crate) active_holds: SqlText,
+    pub(super) active_holds: SqlText,
     /// Active holds among records (whatever tenant they were placed in).
     /// `$1` entity id, `$2` record ids (text[]). Returns the held record ids.
+    /// Read by the guard sessions (sqlx and SeaORM), which bind it themselves.
     pub(crate) held_records: SqlText,
 }
 
-const HOLD_COLUMNS: &str =
+const HOLD_COLUMNS: &str = concat!(
     " hold_id, retention_entity_id, record_id, tenant_id, reason, created_at, \
-    expires_at, released_at, (released_at IS NULL OR released_at > pg_catalog.now()) \
-    AND (expires_at IS NULL OR expires_at > pg_catalog.now()) AS active";
+    expires_at, released_at, ",
+    active_hold!(),
+    " AS active"
+);
 
 impl LedgerPlan {
     pub(crate) fn build(schema: &str) -> Self {
@@ -118,13 +125,13 @@ impl LedgerPlan {
             .push(HOLD_COLUMNS)
             .push(" FROM ")
             .table(&hold)
-            .push(
+            .push(concat!(
                 " WHERE ($1::uuid IS NULL OR retention_entity_id = $1) \
                AND ($2::text IS NULL OR tenant_id = $2) \
-               AND (NOT $3 OR ((released_at IS NULL OR released_at > pg_catalog.now()) \
-                    AND (expires_at IS NULL OR expires_at > pg_catalog.now()))) \
-             ORDER BY created_at, hold_id LIMIT $4",
-            );
+               AND (NOT $3 OR (",
+                active_hold!(),
+                ")) ORDER BY created_at, hold_id LIMIT $4"
+            ));
         let mut release_hold = SqlText::new("UPDATE ");
         release_hold
             .table(&hold)
@@ -140,17 +147,17 @@ impl LedgerPlan {
             .table(&hold)
             .push(" WHERE hold_id = $1");
         let mut held_records = SqlText::new("SELECT DISTINCT record_id FROM ");
-        held_records.table(&hold).push(
-            " WHERE retention_entity_id = $1 AND record_id = ANY($2::text[]) \
-               AND (released_at IS NULL OR released_at > pg_catalog.now()) \
-               AND (expires_at IS NULL OR expires_at > pg_catalog.now()) ORDER BY record_id",
-        );
+        held_records.table(&hold).push(concat!(
+            " WHERE retention_entity_id = $1 AND record_id = ANY($2::text[]) AND ",
+            active_hold!(),
+            " ORDER BY record_id"
+        ));
         let mut active_holds = SqlText::new("SELECT DISTINCT record_id FROM ");
-        active_holds.table(&hold).push(
-            " WHERE retention_entity_id = $1 \
-               AND (released_at IS NULL OR released_at > pg_catalog.now()) \
-               AND (expires_at IS NULL OR expires_at > pg_catalog.now()) LIMIT $2",
-        );
+        active_holds.table(&hold).push(concat!(
+            " WHERE retention_entity_id = $1 AND ",
+            active_hold!(),
+            " LIMIT $2"
+        ));
         LedgerPlan {
             active_holds,
             held_records,
@@ -166,5 +173,307 @@ impl LedgerPlan {
             finish_summary,
             insert_details,
         }
+    }
+}
+
+/// A run's first row (`insert_run`); the occurrence fields are `None` for
+/// runs that are not scheduled.
+#[derive(Debug)]
+pub(crate) struct InsertRun {
+    pub(crate) run_id: Uuid,
+    pub(crate) kind: &'static str,
+    pub(crate) trigger: &'static str,
+    pub(crate) dry_run: bool,
+    pub(crate) tenant: Option<String>,
+    pub(crate) logical_now: DateTime<Utc>,
+    pub(crate) occurrence: Option<DateTime<Utc>>,
+    pub(crate) pass: Option<i32>,
+    pub(crate) passes: Option<i32>,
+    pub(crate) policy_fingerprint: Option<String>,
+}
+
+impl Params for InsertRun {
+    fn bind(self, q: Args) -> Args {
+        q.bind(self.run_id)
+            .bind(self.kind)
+            .bind(self.trigger)
+            .bind(self.dry_run)
+            .bind(self.tenant)
+            .bind(self.logical_now)
+            .bind(self.occurrence)
+            .bind(self.pass)
+            .bind(self.passes)
+            .bind(self.policy_fingerprint)
+    }
+}
+
+/// A scheduled pass that failed before its run existed.
+#[derive(Debug)]
+pub(crate) struct InsertNotStarted {
+    pub(crate) run_id: Uuid,
+    pub(crate) dry_run: bool,
+    pub(crate) tenant: Option<String>,
+    pub(crate) occurrence: DateTime<Utc>,
+    pub(crate) error: String,
+    pub(crate) pass: i32,
+    pub(crate) passes: i32,
+    pub(crate) policy_fingerprint: String,
+}
+
+impl Params for InsertNotStarted {
+    fn bind(self, q: Args) -> Args {
+        q.bind(self.run_id)
+            .bind(self.dry_run)
+            .bind(self.tenant)
+            .bind(self.occurrence)
+            .bind(self.error)
+            .bind(self.pass)
+            .bind(self.passes)
+            .bind(self.policy_fingerprint)
+    }
+}
+
+/// Settles a run still `started`.
+#[derive(Debug)]
+pub(crate) struct SettleRun {
+    pub(crate) run_id: Uuid,
+    pub(crate) status: &'static str,
+    pub(crate) error: Option<String>,
+    /// A JSON array of `{entity_id, entity, error}`.
+    pub(crate) failures: serde_json::Value,
+}
+
+impl Params for SettleRun {
+    fn bind(self, q: Args) -> Args {
+        q.bind(self.run_id)
+            .bind(self.status)
+            .bind(self.error)
+            .bind(self.failures)
+    }
+}
+
+/// A period as the ledger stores it: calendar months, whole days and the
+/// seconds left over (PostgreSQL's `make_interval` arguments).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct IntervalParts {
+    pub(crate) months: i32,
+    pub(crate) days: i32,
+    pub(crate) secs: f64,
+}
+
+/// An entity's summary row, written before its first batch.
+#[derive(Debug)]
+pub(crate) struct InsertSummary {
+    pub(crate) run_id: Uuid,
+    pub(crate) entity_id: Uuid,
+    pub(crate) entity: String,
+    pub(crate) category: String,
+    pub(crate) tenant: Option<String>,
+    pub(crate) strategy: &'static str,
+    pub(crate) cutoff: Option<DateTime<Utc>>,
+    pub(crate) period: IntervalParts,
+    pub(crate) legal_min: Option<IntervalParts>,
+    pub(crate) rule_source: Option<String>,
+    pub(crate) rule_reason: Option<String>,
+}
+
+impl Params for InsertSummary {
+    fn bind(self, q: Args) -> Args {
+        let legal = self.legal_min;
+        q.bind(self.run_id)
+            .bind(self.entity_id)
+            .bind(self.entity)
+            .bind(self.category)
+            .bind(self.tenant)
+            .bind(self.strategy)
+            .bind(self.cutoff)
+            .bind(self.period.months)
+            .bind(self.period.days)
+            .bind(self.period.secs)
+            .bind(legal.map(|l| l.months))
+            .bind(legal.map_or(0, |l| l.days))
+            .bind(legal.map_or(0.0, |l| l.secs))
+            .bind(self.rule_source)
+            .bind(self.rule_reason)
+    }
+}
+
+/// Adds a batch's rows to a summary's affected count.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct AddAffected {
+    pub(crate) summary_id: i64,
+    pub(crate) rows: i64,
+}
+
+impl Params for AddAffected {
+    fn bind(self, q: Args) -> Args {
+        q.bind(self.summary_id).bind(self.rows)
+    }
+}
+
+/// A summary's final counts.
+#[derive(Debug)]
+pub(crate) struct FinishSummary {
+    pub(crate) summary_id: i64,
+    pub(crate) affected: i64,
+    pub(crate) held: i64,
+    pub(crate) skipped: i64,
+    pub(crate) null_anchor: i64,
+    pub(crate) error: Option<String>,
+    pub(crate) kept_by_legal_min: i64,
+    pub(crate) kept_by_policy: i64,
+}
+
+impl Params for FinishSummary {
+    fn bind(self, q: Args) -> Args {
+        q.bind(self.summary_id)
+            .bind(self.affected)
+            .bind(self.held)
+            .bind(self.skipped)
+            .bind(self.null_anchor)
+            .bind(self.error)
+            .bind(self.kept_by_legal_min)
+            .bind(self.kept_by_policy)
+    }
+}
+
+/// One detail row per changed record of a batch.
+#[derive(Debug)]
+pub(crate) struct InsertDetails {
+    pub(crate) run_id: Uuid,
+    pub(crate) entity_id: Uuid,
+    pub(crate) entity: String,
+    pub(crate) tenant: Option<String>,
+    pub(crate) action: &'static str,
+    pub(crate) record_ids: Vec<String>,
+}
+
+impl Params for InsertDetails {
+    fn bind(self, q: Args) -> Args {
+        q.bind(self.run_id)
+            .bind(self.entity_id)
+            .bind(self.entity)
+            .bind(self.tenant)
+            .bind(self.action)
+            .bind(self.record_ids)
+    }
+}
+
+impl LedgerPlan {
+    /// Writes a run's `started` row; returns `started_at`.
+    pub(crate) fn insert_run(&self, p: InsertRun) -> Statement<InsertRun> {
+        Statement::new(self.insert_run.clone(), p)
+    }
+
+    /// Records a scheduled pass that failed before its run existed.
+    pub(crate) fn insert_not_started(&self, p: InsertNotStarted) -> Statement<InsertNotStarted> {
+        Statement::new(self.insert_not_started.clone(), p)
+    }
+
+    /// Settles a run; returns `settled_at` (no row if it had settled).
+    pub(crate) fn settle_run(&self, p: SettleRun) -> Statement<SettleRun> {
+        Statement::new(self.settle_run.clone(), p)
+    }
+
+    /// Writes an entity's summary; returns `summary_id`.
+    pub(crate) fn insert_summary(&self, p: InsertSummary) -> Statement<InsertSummary> {
+        Statement::new(self.insert_summary.clone(), p)
+    }
+
+    /// Adds a batch's rows to the summary.
+    pub(crate) fn add_affected(&self, p: AddAffected) -> Statement<AddAffected> {
+        Statement::new(self.add_affected.clone(), p)
+    }
+
+    /// Writes a summary's final counts.
+    pub(crate) fn finish_summary(&self, p: FinishSummary) -> Statement<FinishSummary> {
+        Statement::new(self.finish_summary.clone(), p)
+    }
+
+    /// Writes a batch's detail rows; returns `row_detail_id, record_id`.
+    pub(crate) fn insert_details(&self, p: InsertDetails) -> Statement<InsertDetails> {
+        Statement::new(self.insert_details.clone(), p)
+    }
+}
+
+/// A new hold on one record.
+#[derive(Debug)]
+pub(crate) struct InsertHold {
+    pub(crate) hold_id: Uuid,
+    pub(crate) entity_id: Uuid,
+    pub(crate) record_id: String,
+    pub(crate) tenant: Option<String>,
+    pub(crate) reason: String,
+    pub(crate) created_at: DateTime<Utc>,
+    pub(crate) expires_at: Option<DateTime<Utc>>,
+}
+
+impl Params for InsertHold {
+    fn bind(self, q: Args) -> Args {
+        q.bind(self.hold_id)
+            .bind(self.entity_id)
+            .bind(self.record_id)
+            .bind(self.tenant)
+            .bind(self.reason)
+            .bind(self.created_at)
+            .bind(self.expires_at)
+    }
+}
+
+/// Which holds to list.
+#[derive(Debug)]
+pub(crate) struct ListHolds {
+    pub(crate) entity_id: Option<Uuid>,
+    pub(crate) tenant: Option<String>,
+    pub(crate) active_only: bool,
+    pub(crate) limit: Option<i64>,
+}
+
+impl Params for ListHolds {
+    fn bind(self, q: Args) -> Args {
+        q.bind(self.entity_id)
+            .bind(self.tenant)
+            .bind(self.active_only)
+            .bind(self.limit)
+    }
+}
+
+/// An entity's active holds, at most `limit` of them.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ActiveHolds {
+    pub(crate) entity_id: Uuid,
+    pub(crate) limit: i64,
+}
+
+impl Params for ActiveHolds {
+    fn bind(self, q: Args) -> Args {
+        q.bind(self.entity_id).bind(self.limit)
+    }
+}
+
+impl LedgerPlan {
+    /// Places a hold; returns it (no row when its expiry is already past).
+    pub(crate) fn insert_hold(&self, p: InsertHold) -> Statement<InsertHold> {
+        Statement::new(self.insert_hold.clone(), p)
+    }
+
+    /// Holds by entity, tenant and activity, oldest first.
+    pub(crate) fn list_holds(&self, p: ListHolds) -> Statement<ListHolds> {
+        Statement::new(self.list_holds.clone(), p)
+    }
+
+    /// Releases a hold still active; returns it.
+    pub(crate) fn release_hold(&self, hold_id: Uuid) -> Statement<(Uuid,)> {
+        Statement::new(self.release_hold.clone(), (hold_id,))
+    }
+
+    /// One hold.
+    pub(crate) fn get_hold(&self, hold_id: Uuid) -> Statement<(Uuid,)> {
+        Statement::new(self.get_hold.clone(), (hold_id,))
+    }
+
+    /// The record ids of an entity's active holds (column `record_id`).
+    pub(crate) fn active_holds(&self, p: ActiveHolds) -> Statement<ActiveHolds> {
+        Statement::new(self.active_holds.clone(), p)
     }
 }

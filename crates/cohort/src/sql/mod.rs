@@ -1,6 +1,30 @@
 //! SQL planning: typed keys and the statements the engine runs, built once
 //! per entity from quoted identifiers and fixed text.
 
+/// The one definition of an active hold: neither released nor expired by
+/// the database clock, so a hold at its release or expiry instant no
+/// longer protects. `active_hold!()` for the hold table's own columns,
+/// `active_hold!("h.")` for an alias; a string literal, for `concat!`.
+macro_rules! active_hold {
+    () => {
+        active_hold!("")
+    };
+    ($alias:literal) => {
+        concat!(
+            "(",
+            $alias,
+            "released_at IS NULL OR ",
+            $alias,
+            "released_at > pg_catalog.now()) AND (",
+            $alias,
+            "expires_at IS NULL OR ",
+            $alias,
+            "expires_at > pg_catalog.now())"
+        )
+    };
+}
+
+pub(crate) mod catalog;
 pub(crate) mod dead_letters;
 mod entity;
 mod erasure;
@@ -8,7 +32,9 @@ mod fragments;
 pub(crate) mod grants;
 pub(crate) mod history;
 mod key;
-mod ledger;
+pub(crate) mod ledger;
+pub(crate) mod locks;
+pub(crate) mod partitions;
 pub(crate) mod peers;
 pub(crate) mod prune;
 pub(crate) mod queue;

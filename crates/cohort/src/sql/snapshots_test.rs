@@ -544,31 +544,33 @@ fn grant_statements() {
     );
 }
 
+/// Placeholders `$1..=$n` without a gap, and exactly `n` values bound.
+fn check<P: crate::sql::statement::Params>(name: &str, s: crate::sql::statement::Statement<P>) {
+    let text = s.text().to_owned();
+    let wanted = placeholders(&text);
+    let highest = wanted.iter().copied().max().unwrap_or(0);
+    assert_eq!(
+        wanted,
+        (1..=highest).collect(),
+        "{name}: placeholders have a gap"
+    );
+    use sqlx::Execute;
+    let mut q = s.query();
+    let bound = q
+        .take_arguments()
+        .expect("arguments encode")
+        .map_or(0, |a| sqlx::Arguments::len(&a));
+    assert_eq!(
+        bound, highest,
+        "{name}: binds {bound} values for {highest} placeholders"
+    );
+}
+
 /// Every statement's `$n` placeholders run from `$1` without a gap, and its
 /// parameter struct binds exactly that many values: the bind count is read
 /// from the bound query itself.
 #[test]
 fn typed_statements_bind_exactly_their_placeholders() {
-    use sqlx::Execute;
-    fn check<P: crate::sql::statement::Params>(name: &str, s: crate::sql::statement::Statement<P>) {
-        let text = s.text().to_owned();
-        let wanted = placeholders(&text);
-        let highest = wanted.iter().copied().max().unwrap_or(0);
-        assert_eq!(
-            wanted,
-            (1..=highest).collect(),
-            "{name}: placeholders have a gap"
-        );
-        let mut q = s.query();
-        let bound = q
-            .take_arguments()
-            .expect("arguments encode")
-            .map_or(0, |a| sqlx::Arguments::len(&a));
-        assert_eq!(
-            bound, highest,
-            "{name}: binds {bound} values for {highest} placeholders"
-        );
-    }
     let id = uuid::Uuid::nil();
     let now = chrono::Utc::now();
     let plan = crate::sql::queue::QueuePlan::build("cohort");
@@ -742,4 +744,302 @@ fn typed_statements_bind_exactly_their_placeholders() {
         }),
     );
     check("grants.current_role", crate::sql::grants::current_role());
+}
+
+#[test]
+fn catalog_partition_and_ledger_statements_bind_exactly_their_placeholders() {
+    use crate::sql::{catalog as c, ledger as l, partitions as p};
+    use sqlx::postgres::types::Oid;
+    let oid = Oid(1);
+    let id = uuid::Uuid::nil();
+    let now = chrono::Utc::now();
+    let catalog = [
+        ("server_info", c::server_info().text().to_owned()),
+        ("table", c::table("s".into(), "t".into()).text().to_owned()),
+        ("columns", c::columns(oid).text().to_owned()),
+        ("indexes", c::indexes(oid).text().to_owned()),
+        ("foreign_keys", c::foreign_keys(oid).text().to_owned()),
+        ("referenced_by", c::referenced_by(oid).text().to_owned()),
+        ("cascade_edges", c::cascade_edges(oid).text().to_owned()),
+        (
+            "ledger_comment",
+            c::ledger_comment("s".into()).text().to_owned(),
+        ),
+        ("partitioning", c::partitioning(oid).text().to_owned()),
+        (
+            "partitions_not_owned",
+            c::partitions_not_owned(oid).text().to_owned(),
+        ),
+        (
+            "partition_tree_referenced_by",
+            c::partition_tree_referenced_by(oid).text().to_owned(),
+        ),
+        ("set_probe", c::set_probe("p", "v".into()).text().to_owned()),
+        ("read_setting", c::read_setting("p").text().to_owned()),
+        ("clear_probe", c::clear_probe("p").text().to_owned()),
+    ];
+    let refs: Vec<(&str, &str)> = catalog.iter().map(|(n, t)| (*n, t.as_str())).collect();
+    insta::assert_snapshot!("catalog", family(&refs));
+    check("catalog.server_info", c::server_info());
+    check("catalog.table", c::table("s".into(), "t".into()));
+    check("catalog.columns", c::columns(oid));
+    check("catalog.indexes", c::indexes(oid));
+    check("catalog.foreign_keys", c::foreign_keys(oid));
+    check("catalog.referenced_by", c::referenced_by(oid));
+    check("catalog.cascade_edges", c::cascade_edges(oid));
+    check("catalog.ledger_comment", c::ledger_comment("s".into()));
+    check("catalog.partitioning", c::partitioning(oid));
+    check("catalog.partitions_not_owned", c::partitions_not_owned(oid));
+    check(
+        "catalog.partition_tree_referenced_by",
+        c::partition_tree_referenced_by(oid),
+    );
+    check("catalog.set_probe", c::set_probe("p", "v".into()));
+    check("catalog.read_setting", c::read_setting("p"));
+    check("catalog.clear_probe", c::clear_probe("p"));
+
+    let e = descriptor(false, false);
+    let part = QualifiedName::new("app", "notes_2020");
+    let casts = Casts::default();
+    let held_keys = p::held(
+        &part,
+        &e,
+        &casts,
+        "cohort",
+        p::Held {
+            entity: id,
+            keys: Some((crate::model::KeyType::Uuid, vec![])),
+        },
+    );
+    let held_all = p::held(
+        &part,
+        &e,
+        &casts,
+        "cohort",
+        p::Held {
+            entity: id,
+            keys: None,
+        },
+    );
+    let details = p::Details {
+        run_id: id,
+        entity: id,
+        entity_name: "Note".into(),
+        action: "purge",
+    };
+    let page = p::DetailPage {
+        from_id: 1,
+        run_id: id,
+        entity: id,
+        limit: 1,
+    };
+    let partitions = [
+        (
+            "expired",
+            p::expired("s".into(), "t".into(), now).text().to_owned(),
+        ),
+        ("held_by_keys", held_keys.text().to_owned()),
+        ("held_any_row", held_all.text().to_owned()),
+        (
+            "set_lock_timeout",
+            p::set_lock_timeout("1ms".into()).text().to_owned(),
+        ),
+        ("lock_exclusive", p::lock_exclusive(&part).text().to_owned()),
+        (
+            "insert_details",
+            p::insert_details("cohort", &part, &e.record_id, details)
+                .text()
+                .to_owned(),
+        ),
+        ("count", p::count(&part).text().to_owned()),
+        ("detach", p::detach(&e.table, &part).text().to_owned()),
+        ("drop", p::drop(&part).text().to_owned()),
+        (
+            "detail_page",
+            p::detail_page("cohort", page).text().to_owned(),
+        ),
+    ];
+    let refs: Vec<(&str, &str)> = partitions.iter().map(|(n, t)| (*n, t.as_str())).collect();
+    insta::assert_snapshot!("partitions", family(&refs));
+    check(
+        "partitions.expired",
+        p::expired("s".into(), "t".into(), now),
+    );
+    check(
+        "partitions.held_by_keys",
+        p::held(
+            &part,
+            &e,
+            &casts,
+            "cohort",
+            p::Held {
+                entity: id,
+                keys: Some((crate::model::KeyType::Uuid, vec![])),
+            },
+        ),
+    );
+    check(
+        "partitions.held_any_row",
+        p::held(
+            &part,
+            &e,
+            &casts,
+            "cohort",
+            p::Held {
+                entity: id,
+                keys: None,
+            },
+        ),
+    );
+    check(
+        "partitions.set_lock_timeout",
+        p::set_lock_timeout("1ms".into()),
+    );
+    check(
+        "partitions.insert_details",
+        p::insert_details(
+            "cohort",
+            &part,
+            &e.record_id,
+            p::Details {
+                run_id: id,
+                entity: id,
+                entity_name: "N".into(),
+                action: "purge",
+            },
+        ),
+    );
+    check(
+        "partitions.detail_page",
+        p::detail_page(
+            "cohort",
+            p::DetailPage {
+                from_id: 1,
+                run_id: id,
+                entity: id,
+                limit: 1,
+            },
+        ),
+    );
+
+    let plan = crate::sql::LedgerPlan::build("cohort");
+    let parts = l::IntervalParts {
+        months: 1,
+        days: 2,
+        secs: 3.0,
+    };
+    check(
+        "ledger.insert_run",
+        plan.insert_run(l::InsertRun {
+            run_id: id,
+            kind: "sweep",
+            trigger: "manual",
+            dry_run: false,
+            tenant: None,
+            logical_now: now,
+            occurrence: None,
+            pass: None,
+            passes: None,
+            policy_fingerprint: None,
+        }),
+    );
+    check(
+        "ledger.insert_not_started",
+        plan.insert_not_started(l::InsertNotStarted {
+            run_id: id,
+            dry_run: false,
+            tenant: None,
+            occurrence: now,
+            error: String::new(),
+            pass: 1,
+            passes: 1,
+            policy_fingerprint: String::new(),
+        }),
+    );
+    check(
+        "ledger.settle_run",
+        plan.settle_run(l::SettleRun {
+            run_id: id,
+            status: "failed",
+            error: None,
+            failures: serde_json::json!([]),
+        }),
+    );
+    check(
+        "ledger.insert_summary",
+        plan.insert_summary(l::InsertSummary {
+            run_id: id,
+            entity_id: id,
+            entity: "N".into(),
+            category: "c".into(),
+            tenant: None,
+            strategy: "purge",
+            cutoff: None,
+            period: parts,
+            legal_min: Some(parts),
+            rule_source: None,
+            rule_reason: None,
+        }),
+    );
+    check(
+        "ledger.add_affected",
+        plan.add_affected(l::AddAffected {
+            summary_id: 1,
+            rows: 1,
+        }),
+    );
+    check(
+        "ledger.finish_summary",
+        plan.finish_summary(l::FinishSummary {
+            summary_id: 1,
+            affected: 0,
+            held: 0,
+            skipped: 0,
+            null_anchor: 0,
+            error: None,
+            kept_by_legal_min: 0,
+            kept_by_policy: 0,
+        }),
+    );
+    check(
+        "ledger.insert_details",
+        plan.insert_details(l::InsertDetails {
+            run_id: id,
+            entity_id: id,
+            entity: "N".into(),
+            tenant: None,
+            action: "purge",
+            record_ids: vec![],
+        }),
+    );
+    check(
+        "ledger.insert_hold",
+        plan.insert_hold(l::InsertHold {
+            hold_id: id,
+            entity_id: id,
+            record_id: "1".into(),
+            tenant: None,
+            reason: "r".into(),
+            created_at: now,
+            expires_at: None,
+        }),
+    );
+    check(
+        "ledger.list_holds",
+        plan.list_holds(l::ListHolds {
+            entity_id: None,
+            tenant: None,
+            active_only: true,
+            limit: None,
+        }),
+    );
+    check("ledger.release_hold", plan.release_hold(id));
+    check("ledger.get_hold", plan.get_hold(id));
+    check(
+        "ledger.active_holds",
+        plan.active_holds(l::ActiveHolds {
+            entity_id: id,
+            limit: 1,
+        }),
+    );
 }

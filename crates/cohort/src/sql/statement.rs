@@ -24,6 +24,11 @@ pub(crate) trait Params {
     fn bind(self, args: Args) -> Args;
 }
 
+/// Parameter types that bind nothing (so a statement can be sent raw).
+pub(crate) trait NoParams {}
+
+impl NoParams for () {}
+
 /// A statement without parameters.
 impl Params for () {
     fn bind(self, args: Args) -> Args {
@@ -36,11 +41,24 @@ impl Params for () {
 pub(crate) struct Statement<P> {
     text: SqlText,
     params: P,
+    /// Whether the server keeps it prepared; off for text that names a
+    /// table of one run only (a partition), which would never be reused.
+    persistent: bool,
 }
 
 impl<P: Params> Statement<P> {
     pub(crate) fn new(text: SqlText, params: P) -> Self {
-        Self { text, params }
+        Self {
+            text,
+            params,
+            persistent: true,
+        }
+    }
+
+    /// Not kept prepared on the server (see the field).
+    pub(crate) fn not_persistent(mut self) -> Self {
+        self.persistent = false;
+        self
     }
 
     /// The text, for snapshots (never values).
@@ -51,7 +69,19 @@ impl<P: Params> Statement<P> {
 
     /// The query with every value bound (rows as `PgRow`).
     pub(crate) fn query(self) -> Args {
-        self.params.bind(sqlx::query(self.text.into_sql()))
+        let persistent = self.persistent;
+        self.params
+            .bind(sqlx::query(self.text.into_sql()))
+            .persistent(persistent)
+    }
+
+    /// A statement without parameters sent as simple-protocol text (DDL and
+    /// `LOCK`, which cannot be prepared).
+    pub(crate) fn raw(self) -> sqlx::RawSql
+    where
+        P: NoParams,
+    {
+        sqlx::raw_sql(self.text.into_sql())
     }
 
     /// The query, each row read as `O` (a tuple or a `FromRow` type).
@@ -74,3 +104,25 @@ impl<P: Params> Statement<P> {
         self.query().try_map(|row: PgRow| row.try_get::<O, _>(0))
     }
 }
+
+/// Tuples bind their elements in order: for statements whose parameters
+/// are few and plainly named by the function that builds them (catalog
+/// lookups by schema and name, say).
+macro_rules! tuple_params {
+    ($($name:ident),+) => {
+        impl<$($name),+> Params for ($($name,)+)
+        where
+            $($name: for<'q> sqlx::Encode<'q, Postgres> + sqlx::Type<Postgres> + Send + 'static,)+
+        {
+            #[allow(non_snake_case)]
+            fn bind(self, q: Args) -> Args {
+                let ($($name,)+) = self;
+                q$(.bind($name))+
+            }
+        }
+    };
+}
+
+tuple_params!(A);
+tuple_params!(A, B);
+tuple_params!(A, B, C);

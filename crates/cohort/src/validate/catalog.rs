@@ -7,6 +7,7 @@ use sqlx::postgres::types::Oid;
 use sqlx::{PgConnection, Row};
 
 use crate::ident::QualifiedName;
+use crate::sql::catalog as statements;
 pub(crate) use crate::sql::IncomingKey;
 
 /// The server's identity.
@@ -93,12 +94,7 @@ impl TableInfo {
 }
 
 pub(crate) async fn server_info(conn: &mut PgConnection) -> Result<ServerInfo, sqlx::Error> {
-    let row = sqlx::query(
-        "SELECT pg_catalog.current_setting('server_version_num')::int4 AS num, \
-                pg_catalog.version() AS version",
-    )
-    .fetch_one(conn)
-    .await?;
+    let row = statements::server_info().query().fetch_one(conn).await?;
     Ok(ServerInfo {
         version_num: row.try_get("num")?,
         version: row.try_get("version")?,
@@ -109,140 +105,79 @@ pub(crate) async fn load_table(
     conn: &mut PgConnection,
     name: &QualifiedName,
 ) -> Result<Option<TableInfo>, sqlx::Error> {
-    let Some(row) = sqlx::query(
-        "SELECT c.oid, c.relkind::text AS relkind, c.relispartition, \
-            EXISTS (SELECT 1 FROM pg_catalog.pg_inherits i WHERE i.inhrelid = c.oid) AS inherits, \
-            EXISTS (SELECT 1 FROM pg_catalog.pg_inherits i \
-                    JOIN pg_catalog.pg_class ch ON ch.oid = i.inhrelid \
-                    WHERE i.inhparent = c.oid AND NOT ch.relispartition) AS has_children, \
-            pg_catalog.obj_description(c.oid, 'pg_class') AS comment \
-         FROM pg_catalog.pg_class c \
-         JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
-         WHERE n.nspname = $1 AND c.relname = $2",
-    )
-    .bind(&name.schema)
-    .bind(&name.name)
-    .fetch_optional(&mut *conn)
-    .await?
+    let Some(row) = statements::table(name.schema.clone(), name.name.clone())
+        .query()
+        .fetch_optional(&mut *conn)
+        .await?
     else {
         return Ok(None);
     };
     let oid: Oid = row.try_get("oid")?;
 
-    let columns = sqlx::query(
-        "SELECT a.attname::text AS name, \
-                pg_catalog.format_type(a.atttypid, a.atttypmod) AS display_type, \
-                COALESCE(bt.typname, t.typname)::text AS type_name, \
-                tn.nspname::text AS type_schema, \
-                CASE WHEN COALESCE(bt.typname, t.typname) IN ('varchar', 'bpchar') \
-                     AND COALESCE(NULLIF(a.atttypmod, -1), NULLIF(t.typtypmod, -1)) IS NOT NULL \
-                     THEN COALESCE(NULLIF(a.atttypmod, -1), t.typtypmod) - 4 END AS max_chars, \
-                a.attnotnull AS not_null, a.atthasdef AS has_default, \
-                COALESCE((SELECT co.collisdeterministic FROM pg_catalog.pg_collation co \
-                          WHERE co.oid = a.attcollation), true) AS deterministic \
-         FROM pg_catalog.pg_attribute a \
-         JOIN pg_catalog.pg_type t ON t.oid = a.atttypid \
-         LEFT JOIN pg_catalog.pg_type bt ON t.typtype = 'd' AND bt.oid = t.typbasetype \
-         JOIN pg_catalog.pg_namespace tn ON tn.oid = COALESCE(bt.typnamespace, t.typnamespace) \
-         WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped \
-         ORDER BY a.attnum",
-    )
-    .bind(oid)
-    .fetch_all(&mut *conn)
-    .await?
-    .into_iter()
-    .map(|r| {
-        Ok(ColumnInfo {
-            name: r.try_get("name")?,
-            display_type: r.try_get("display_type")?,
-            type_name: r.try_get("type_name")?,
-            deterministic: r.try_get("deterministic")?,
-            type_schema: r.try_get("type_schema")?,
-            max_chars: r.try_get("max_chars")?,
-            not_null: r.try_get("not_null")?,
-            has_default: r.try_get("has_default")?,
+    let columns = statements::columns(oid)
+        .query()
+        .fetch_all(&mut *conn)
+        .await?
+        .into_iter()
+        .map(|r| {
+            Ok(ColumnInfo {
+                name: r.try_get("name")?,
+                display_type: r.try_get("display_type")?,
+                type_name: r.try_get("type_name")?,
+                deterministic: r.try_get("deterministic")?,
+                type_schema: r.try_get("type_schema")?,
+                max_chars: r.try_get("max_chars")?,
+                not_null: r.try_get("not_null")?,
+                has_default: r.try_get("has_default")?,
+            })
         })
-    })
-    .collect::<Result<Vec<_>, sqlx::Error>>()?;
+        .collect::<Result<Vec<_>, sqlx::Error>>()?;
 
-    let indexes = sqlx::query(
-        "SELECT i.indisprimary AS is_primary, i.indisunique AS is_unique, \
-                i.indpred IS NOT NULL AS partial, \
-                (i.indisvalid AND i.indisready AND i.indimmediate) AS usable, \
-                ARRAY(SELECT COALESCE(a.attname::text, '') \
-                      FROM pg_catalog.unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, ord) \
-                      LEFT JOIN pg_catalog.pg_attribute a \
-                        ON a.attrelid = i.indrelid AND a.attnum = k.attnum \
-                      WHERE k.ord <= i.indnkeyatts \
-                      ORDER BY k.ord) AS columns \
-         FROM pg_catalog.pg_index i WHERE i.indrelid = $1",
-    )
-    .bind(oid)
-    .fetch_all(&mut *conn)
-    .await?
-    .into_iter()
-    .map(|r| {
-        Ok(IndexInfo {
-            primary: r.try_get("is_primary")?,
-            unique: r.try_get("is_unique")?,
-            partial: r.try_get("partial")?,
-            usable: r.try_get("usable")?,
-            columns: r.try_get("columns")?,
+    let indexes = statements::indexes(oid)
+        .query()
+        .fetch_all(&mut *conn)
+        .await?
+        .into_iter()
+        .map(|r| {
+            Ok(IndexInfo {
+                primary: r.try_get("is_primary")?,
+                unique: r.try_get("is_unique")?,
+                partial: r.try_get("partial")?,
+                usable: r.try_get("usable")?,
+                columns: r.try_get("columns")?,
+            })
         })
-    })
-    .collect::<Result<Vec<_>, sqlx::Error>>()?;
+        .collect::<Result<Vec<_>, sqlx::Error>>()?;
 
-    let foreign_keys = sqlx::query(
-        "SELECT con.conname::text AS name, con.confdeltype::text AS on_delete, \
-                rn.nspname::text AS ref_schema, rc.relname::text AS ref_table \
-         FROM pg_catalog.pg_constraint con \
-         JOIN pg_catalog.pg_class rc ON rc.oid = con.confrelid \
-         JOIN pg_catalog.pg_namespace rn ON rn.oid = rc.relnamespace \
-         WHERE con.contype = 'f' AND con.conrelid = $1 \
-         ORDER BY con.conname",
-    )
-    .bind(oid)
-    .fetch_all(&mut *conn)
-    .await?
-    .into_iter()
-    .map(|r| {
-        Ok(ForeignKeyInfo {
-            name: r.try_get("name")?,
-            on_delete: r.try_get("on_delete")?,
-            references: QualifiedName::from_columns(&r, "ref_schema", "ref_table")?,
+    let foreign_keys = statements::foreign_keys(oid)
+        .query()
+        .fetch_all(&mut *conn)
+        .await?
+        .into_iter()
+        .map(|r| {
+            Ok(ForeignKeyInfo {
+                name: r.try_get("name")?,
+                on_delete: r.try_get("on_delete")?,
+                references: QualifiedName::from_columns(&r, "ref_schema", "ref_table")?,
+            })
         })
-    })
-    .collect::<Result<Vec<_>, sqlx::Error>>()?;
+        .collect::<Result<Vec<_>, sqlx::Error>>()?;
 
-    let referenced_by = sqlx::query(
-        "SELECT con.conname::text AS name, con.confdeltype::text AS on_delete, \
-                cn.nspname::text AS child_schema, cc.relname::text AS child_table, \
-                ARRAY(SELECT a.attname::text FROM pg_catalog.unnest(con.conkey) WITH ORDINALITY AS k(n, ord) \
-                      JOIN pg_catalog.pg_attribute a ON a.attrelid = con.conrelid AND a.attnum = k.n \
-                      ORDER BY k.ord) AS child_columns, \
-                ARRAY(SELECT a.attname::text FROM pg_catalog.unnest(con.confkey) WITH ORDINALITY AS k(n, ord) \
-                      JOIN pg_catalog.pg_attribute a ON a.attrelid = con.confrelid AND a.attnum = k.n \
-                      ORDER BY k.ord) AS parent_columns \
-         FROM pg_catalog.pg_constraint con \
-         JOIN pg_catalog.pg_class cc ON cc.oid = con.conrelid \
-         JOIN pg_catalog.pg_namespace cn ON cn.oid = cc.relnamespace \
-         WHERE con.contype = 'f' AND con.confrelid = $1 AND con.conparentid = 0 \
-         ORDER BY con.conname",
-    )
-    .bind(oid)
-    .fetch_all(&mut *conn)
-    .await?
-    .into_iter()
-    .map(|r| {
-        Ok(IncomingKey {
-            name: r.try_get("name")?,
-            on_delete: r.try_get("on_delete")?,
-            child: QualifiedName::from_columns(&r, "child_schema", "child_table")?,
-            child_columns: r.try_get("child_columns")?,
-            parent_columns: r.try_get("parent_columns")?,
+    let referenced_by = statements::referenced_by(oid)
+        .query()
+        .fetch_all(&mut *conn)
+        .await?
+        .into_iter()
+        .map(|r| {
+            Ok(IncomingKey {
+                name: r.try_get("name")?,
+                on_delete: r.try_get("on_delete")?,
+                child: QualifiedName::from_columns(&r, "child_schema", "child_table")?,
+                child_columns: r.try_get("child_columns")?,
+                parent_columns: r.try_get("parent_columns")?,
+            })
         })
-    })
-    .collect::<Result<Vec<_>, sqlx::Error>>()?;
+        .collect::<Result<Vec<_>, sqlx::Error>>()?;
 
     Ok(Some(TableInfo {
         referenced_by,
@@ -294,60 +229,27 @@ pub(crate) async fn cascade_edges(
     conn: &mut PgConnection,
     table: u32,
 ) -> Result<Vec<CascadeEdge>, sqlx::Error> {
-    sqlx::query(
-        "WITH RECURSIVE edge AS ( \
-            SELECT con.oid AS con, con.conrelid AS child, con.confdeltype::text AS action, \
-                   ARRAY[con.confrelid, con.conrelid]::oid[] AS path, \
-                   con.conrelid = con.confrelid AS is_cycle \
-            FROM pg_catalog.pg_constraint con \
-            WHERE con.contype = 'f' AND con.conparentid = 0 AND con.confrelid = $1 \
-              AND con.confdeltype IN ('c', 'n', 'd') \
-          UNION ALL \
-            SELECT con.oid, con.conrelid, con.confdeltype::text, e.path || con.conrelid, \
-                   con.conrelid = ANY (e.path) \
-            FROM edge e \
-            JOIN pg_catalog.pg_constraint con ON con.confrelid = e.child \
-            WHERE e.action = 'c' AND NOT e.is_cycle AND con.contype = 'f' AND con.conparentid = 0 \
-              AND con.confdeltype IN ('c', 'n', 'd') AND pg_catalog.cardinality(e.path) < 64 \
-         ) \
-         SELECT c.conname::text AS name, e.action, cn.nspname::text AS child_schema, \
-                cc.relname::text AS child_table, \
-                ARRAY(SELECT pn.nspname::text FROM pg_catalog.unnest(e.path) WITH ORDINALITY AS p(rel, ord) \
-                      JOIN pg_catalog.pg_class pc ON pc.oid = p.rel \
-                      JOIN pg_catalog.pg_namespace pn ON pn.oid = pc.relnamespace ORDER BY p.ord) AS path_schemas, \
-                ARRAY(SELECT pc.relname::text FROM pg_catalog.unnest(e.path) WITH ORDINALITY AS p(rel, ord) \
-                      JOIN pg_catalog.pg_class pc ON pc.oid = p.rel ORDER BY p.ord) AS path_names, \
-                ARRAY(SELECT a.attname::text FROM pg_catalog.unnest(c.conkey) WITH ORDINALITY AS k(n, ord) \
-                      JOIN pg_catalog.pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = k.n \
-                      WHERE e.action <> 'c' AND a.attnotnull AND (e.action = 'n' OR NOT a.atthasdef) \
-                      ORDER BY k.ord) AS failing_columns \
-         FROM edge e \
-         JOIN pg_catalog.pg_constraint c ON c.oid = e.con \
-         JOIN pg_catalog.pg_class cc \
-           ON cc.oid = COALESCE(pg_catalog.pg_partition_root(e.child), e.child) \
-         JOIN pg_catalog.pg_namespace cn ON cn.oid = cc.relnamespace \
-         ORDER BY pg_catalog.cardinality(e.path), c.conname",
-    )
-    .bind(Oid(table))
-    .fetch_all(conn)
-    .await?
-    .into_iter()
-    .map(|r| {
-        let schemas: Vec<String> = r.try_get("path_schemas")?;
-        let names: Vec<String> = r.try_get("path_names")?;
-        Ok(CascadeEdge {
-            name: r.try_get("name")?,
-            action: r.try_get("action")?,
-            child: QualifiedName::from_columns(&r, "child_schema", "child_table")?,
-            path: schemas
-                .into_iter()
-                .zip(names)
-                .map(|(s, n)| QualifiedName::new(s, n))
-                .collect(),
-            failing_columns: r.try_get("failing_columns")?,
+    statements::cascade_edges(Oid(table))
+        .query()
+        .fetch_all(conn)
+        .await?
+        .into_iter()
+        .map(|r| {
+            let schemas: Vec<String> = r.try_get("path_schemas")?;
+            let names: Vec<String> = r.try_get("path_names")?;
+            Ok(CascadeEdge {
+                name: r.try_get("name")?,
+                action: r.try_get("action")?,
+                child: QualifiedName::from_columns(&r, "child_schema", "child_table")?,
+                path: schemas
+                    .into_iter()
+                    .zip(names)
+                    .map(|(s, n)| QualifiedName::new(s, n))
+                    .collect(),
+                failing_columns: r.try_get("failing_columns")?,
+            })
         })
-    })
-    .collect()
+        .collect()
 }
 
 /// Whether `schema` holds Cohort's ledger (a `sweep_run` table carrying a
@@ -356,15 +258,10 @@ pub(crate) async fn is_cohort_schema(
     conn: &mut PgConnection,
     schema: &str,
 ) -> Result<bool, sqlx::Error> {
-    let comment: Option<Option<String>> = sqlx::query_scalar(
-        "SELECT pg_catalog.obj_description(c.oid, 'pg_class') \
-         FROM pg_catalog.pg_class c \
-         JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
-         WHERE n.nspname = $1 AND c.relname = 'sweep_run'",
-    )
-    .bind(schema)
-    .fetch_optional(conn)
-    .await?;
+    let comment: Option<Option<String>> = statements::ledger_comment(schema.to_owned())
+        .query_scalar()
+        .fetch_optional(conn)
+        .await?;
     Ok(comment
         .flatten()
         .is_some_and(|c| crate::schema::parse_version_comment(Some(&c)).is_some()))

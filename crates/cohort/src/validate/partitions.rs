@@ -2,6 +2,7 @@
 //! table, read from the catalog and checked at start-up: every problem is
 //! named with what to change, so a run never finds out half-way.
 
+use crate::sql::catalog as statements;
 use sqlx::postgres::types::Oid;
 use sqlx::{PgConnection, Row};
 
@@ -32,66 +33,38 @@ pub(crate) async fn load(
     oid: u32,
 ) -> Result<Option<Partitioning>, sqlx::Error> {
     let oid = Oid(oid);
-    let Some(row) = sqlx::query(
-        "SELECT pt.partstrat::text AS strategy, \
-            ARRAY(SELECT COALESCE(a.attname::text, '') \
-                  FROM pg_catalog.unnest(pt.partattrs::int2[]) WITH ORDINALITY AS k(attnum, ord) \
-                  LEFT JOIN pg_catalog.pg_attribute a \
-                    ON a.attrelid = pt.partrelid AND a.attnum = k.attnum \
-                  ORDER BY k.ord) AS key \
-         FROM pg_catalog.pg_partitioned_table pt WHERE pt.partrelid = $1",
-    )
-    .bind(oid)
-    .fetch_optional(&mut *conn)
-    .await?
+    let Some(row) = statements::partitioning(oid)
+        .query()
+        .fetch_optional(&mut *conn)
+        .await?
     else {
         return Ok(None);
     };
-    let not_owned = sqlx::query(
-        "SELECT n.nspname::text AS schema, c.relname::text AS name, \
-                pg_catalog.pg_get_userbyid(c.relowner)::text AS owner \
-         FROM pg_catalog.pg_partition_tree($1::pg_catalog.regclass) t \
-         JOIN pg_catalog.pg_class c ON c.oid = t.relid \
-         JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
-         WHERE NOT pg_catalog.pg_has_role(c.relowner, 'USAGE') \
-         ORDER BY t.level, n.nspname, c.relname",
-    )
-    .bind(oid)
-    .fetch_all(&mut *conn)
-    .await?
-    .into_iter()
-    .map(|r| {
-        Ok((
-            QualifiedName::from_columns(&r, "schema", "name")?,
-            r.try_get("owner")?,
-        ))
-    })
-    .collect::<Result<Vec<_>, sqlx::Error>>()?;
-    let referenced_by = sqlx::query(
-        "SELECT con.conname::text AS name, \
-                cn.nspname::text AS child_schema, cc.relname::text AS child_table, \
-                pn.nspname::text AS parent_schema, pc.relname::text AS parent_table \
-         FROM pg_catalog.pg_partition_tree($1::pg_catalog.regclass) t \
-         JOIN pg_catalog.pg_constraint con \
-           ON con.confrelid = t.relid AND con.contype = 'f' AND con.conparentid = 0 \
-         JOIN pg_catalog.pg_class cc ON cc.oid = con.conrelid \
-         JOIN pg_catalog.pg_namespace cn ON cn.oid = cc.relnamespace \
-         JOIN pg_catalog.pg_class pc ON pc.oid = con.confrelid \
-         JOIN pg_catalog.pg_namespace pn ON pn.oid = pc.relnamespace \
-         ORDER BY con.conname",
-    )
-    .bind(oid)
-    .fetch_all(&mut *conn)
-    .await?
-    .into_iter()
-    .map(|r| {
-        Ok((
-            r.try_get("name")?,
-            QualifiedName::from_columns(&r, "child_schema", "child_table")?,
-            QualifiedName::from_columns(&r, "parent_schema", "parent_table")?,
-        ))
-    })
-    .collect::<Result<Vec<_>, sqlx::Error>>()?;
+    let not_owned = statements::partitions_not_owned(oid)
+        .query()
+        .fetch_all(&mut *conn)
+        .await?
+        .into_iter()
+        .map(|r| {
+            Ok((
+                QualifiedName::from_columns(&r, "schema", "name")?,
+                r.try_get("owner")?,
+            ))
+        })
+        .collect::<Result<Vec<_>, sqlx::Error>>()?;
+    let referenced_by = statements::partition_tree_referenced_by(oid)
+        .query()
+        .fetch_all(&mut *conn)
+        .await?
+        .into_iter()
+        .map(|r| {
+            Ok((
+                r.try_get("name")?,
+                QualifiedName::from_columns(&r, "child_schema", "child_table")?,
+                QualifiedName::from_columns(&r, "parent_schema", "parent_table")?,
+            ))
+        })
+        .collect::<Result<Vec<_>, sqlx::Error>>()?;
     Ok(Some(Partitioning {
         strategy: row.try_get("strategy")?,
         key: row.try_get("key")?,

@@ -6,6 +6,7 @@
 //! the first would make a dead run look alive forever. Startup checks that
 //! session state survives between statements and refuses otherwise.
 
+use crate::sql::catalog as statements;
 use sqlx::{PgConnection, PgPool};
 
 use crate::error::{Error, Problem, Problems, Result};
@@ -17,9 +18,8 @@ const PROBE: &str = "cohort.session_probe";
 /// transaction pooler hand `first` a different server session).
 pub(crate) async fn check(first: &mut PgConnection, pool: &PgPool) -> Result<()> {
     let token = uuid::Uuid::new_v4().to_string();
-    sqlx::query("SELECT pg_catalog.set_config($1, $2, false)")
-        .bind(PROBE)
-        .bind(&token)
+    statements::set_probe(PROBE, token.clone())
+        .query()
         .execute(&mut *first)
         .await?;
     // A second client connection pins a server session in a transaction:
@@ -36,9 +36,12 @@ pub(crate) async fn check(first: &mut PgConnection, pool: &PgPool) -> Result<()>
     let mut pinned = match second {
         Some(second) => {
             let mut second = second;
-            match sqlx::query("BEGIN").execute(&mut *second).await {
+            match statements::begin().query().execute(&mut *second).await {
                 Ok(_) => {
-                    sqlx::query("SELECT 1").execute(&mut *second).await?;
+                    statements::round_trip()
+                        .query()
+                        .execute(&mut *second)
+                        .await?;
                     Some(second)
                 }
                 Err(e) => {
@@ -50,12 +53,15 @@ pub(crate) async fn check(first: &mut PgConnection, pool: &PgPool) -> Result<()>
         }
         None => None,
     };
-    let seen: Option<String> = sqlx::query_scalar("SELECT pg_catalog.current_setting($1, true)")
-        .bind(PROBE)
+    let seen: Option<String> = statements::read_setting(PROBE)
+        .query_scalar()
         .fetch_one(&mut *first)
         .await?;
     if let Some(second) = pinned.as_mut() {
-        sqlx::query("ROLLBACK").execute(&mut **second).await?;
+        statements::rollback()
+            .query()
+            .execute(&mut **second)
+            .await?;
     }
     if seen.as_deref() != Some(token.as_str()) {
         return Err(refusal(
@@ -63,8 +69,8 @@ pub(crate) async fn check(first: &mut PgConnection, pool: &PgPool) -> Result<()>
              transaction runs on whichever server session is free",
         ));
     }
-    sqlx::query("SELECT pg_catalog.set_config($1, '', false)")
-        .bind(PROBE)
+    statements::clear_probe(PROBE)
+        .query()
         .execute(&mut *first)
         .await?;
     Ok(())

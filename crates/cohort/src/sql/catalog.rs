@@ -1,0 +1,257 @@
+//! Catalog lookups: only `pg_catalog` relations and functions, always
+//! schema-qualified, objects found by (schema, name) or oid bound as
+//! values, so neither `search_path` nor a same-named table elsewhere can
+//! change what is inspected.
+
+use sqlx::postgres::types::Oid;
+
+use super::statement::Statement;
+use crate::ident::SqlText;
+
+/// The server's version number (`num`) and banner (`version`).
+pub(crate) fn server_info() -> Statement<()> {
+    Statement::new(
+        SqlText::new(
+            "SELECT pg_catalog.current_setting('server_version_num')::int4 AS num, \
+                pg_catalog.version() AS version",
+        ),
+        (),
+    )
+}
+
+/// A relation by schema and name: `oid, relkind, relispartition, inherits,
+/// has_children, comment`.
+pub(crate) fn table(schema: String, name: String) -> Statement<(String, String)> {
+    Statement::new(
+        SqlText::new(
+            "SELECT c.oid, c.relkind::text AS relkind, c.relispartition, \
+            EXISTS (SELECT 1 FROM pg_catalog.pg_inherits i WHERE i.inhrelid = c.oid) AS inherits, \
+            EXISTS (SELECT 1 FROM pg_catalog.pg_inherits i \
+                    JOIN pg_catalog.pg_class ch ON ch.oid = i.inhrelid \
+                    WHERE i.inhparent = c.oid AND NOT ch.relispartition) AS has_children, \
+            pg_catalog.obj_description(c.oid, 'pg_class') AS comment \
+         FROM pg_catalog.pg_class c \
+         JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+         WHERE n.nspname = $1 AND c.relname = $2",
+        ),
+        (schema, name),
+    )
+}
+
+/// A relation's live columns in order (see `ColumnInfo`).
+pub(crate) fn columns(table: Oid) -> Statement<(Oid,)> {
+    Statement::new(
+        SqlText::new(
+            "SELECT a.attname::text AS name, \
+                pg_catalog.format_type(a.atttypid, a.atttypmod) AS display_type, \
+                COALESCE(bt.typname, t.typname)::text AS type_name, \
+                tn.nspname::text AS type_schema, \
+                CASE WHEN COALESCE(bt.typname, t.typname) IN ('varchar', 'bpchar') \
+                     AND COALESCE(NULLIF(a.atttypmod, -1), NULLIF(t.typtypmod, -1)) IS NOT NULL \
+                     THEN COALESCE(NULLIF(a.atttypmod, -1), t.typtypmod) - 4 END AS max_chars, \
+                a.attnotnull AS not_null, a.atthasdef AS has_default, \
+                COALESCE((SELECT co.collisdeterministic FROM pg_catalog.pg_collation co \
+                          WHERE co.oid = a.attcollation), true) AS deterministic \
+         FROM pg_catalog.pg_attribute a \
+         JOIN pg_catalog.pg_type t ON t.oid = a.atttypid \
+         LEFT JOIN pg_catalog.pg_type bt ON t.typtype = 'd' AND bt.oid = t.typbasetype \
+         JOIN pg_catalog.pg_namespace tn ON tn.oid = COALESCE(bt.typnamespace, t.typnamespace) \
+         WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped \
+         ORDER BY a.attnum",
+        ),
+        (table,),
+    )
+}
+
+/// A relation's indexes with their key columns (see `IndexInfo`).
+pub(crate) fn indexes(table: Oid) -> Statement<(Oid,)> {
+    Statement::new(
+        SqlText::new(
+            "SELECT i.indisprimary AS is_primary, i.indisunique AS is_unique, \
+                i.indpred IS NOT NULL AS partial, \
+                (i.indisvalid AND i.indisready AND i.indimmediate) AS usable, \
+                ARRAY(SELECT COALESCE(a.attname::text, '') \
+                      FROM pg_catalog.unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, ord) \
+                      LEFT JOIN pg_catalog.pg_attribute a \
+                        ON a.attrelid = i.indrelid AND a.attnum = k.attnum \
+                      WHERE k.ord <= i.indnkeyatts \
+                      ORDER BY k.ord) AS columns \
+         FROM pg_catalog.pg_index i WHERE i.indrelid = $1",
+        ),
+        (table,),
+    )
+}
+
+/// A relation's own foreign keys (see `ForeignKeyInfo`).
+pub(crate) fn foreign_keys(table: Oid) -> Statement<(Oid,)> {
+    Statement::new(
+        SqlText::new(
+            "SELECT con.conname::text AS name, con.confdeltype::text AS on_delete, \
+                rn.nspname::text AS ref_schema, rc.relname::text AS ref_table \
+         FROM pg_catalog.pg_constraint con \
+         JOIN pg_catalog.pg_class rc ON rc.oid = con.confrelid \
+         JOIN pg_catalog.pg_namespace rn ON rn.oid = rc.relnamespace \
+         WHERE con.contype = 'f' AND con.conrelid = $1 \
+         ORDER BY con.conname",
+        ),
+        (table,),
+    )
+}
+
+/// Foreign keys referencing a relation (see `IncomingKey`).
+pub(crate) fn referenced_by(table: Oid) -> Statement<(Oid,)> {
+    Statement::new(SqlText::new("SELECT con.conname::text AS name, con.confdeltype::text AS on_delete, \
+                cn.nspname::text AS child_schema, cc.relname::text AS child_table, \
+                ARRAY(SELECT a.attname::text FROM pg_catalog.unnest(con.conkey) WITH ORDINALITY AS k(n, ord) \
+                      JOIN pg_catalog.pg_attribute a ON a.attrelid = con.conrelid AND a.attnum = k.n \
+                      ORDER BY k.ord) AS child_columns, \
+                ARRAY(SELECT a.attname::text FROM pg_catalog.unnest(con.confkey) WITH ORDINALITY AS k(n, ord) \
+                      JOIN pg_catalog.pg_attribute a ON a.attrelid = con.confrelid AND a.attnum = k.n \
+                      ORDER BY k.ord) AS parent_columns \
+         FROM pg_catalog.pg_constraint con \
+         JOIN pg_catalog.pg_class cc ON cc.oid = con.conrelid \
+         JOIN pg_catalog.pg_namespace cn ON cn.oid = cc.relnamespace \
+         WHERE con.contype = 'f' AND con.confrelid = $1 AND con.conparentid = 0 \
+         ORDER BY con.conname"), (table,))
+}
+
+/// Every CASCADE / SET NULL / SET DEFAULT action a DELETE from a table
+/// reaches, following CASCADE chains transitively (see `CascadeEdge`).
+pub(crate) fn cascade_edges(table: Oid) -> Statement<(Oid,)> {
+    Statement::new(SqlText::new("WITH RECURSIVE edge AS ( \
+            SELECT con.oid AS con, con.conrelid AS child, con.confdeltype::text AS action, \
+                   ARRAY[con.confrelid, con.conrelid]::oid[] AS path, \
+                   con.conrelid = con.confrelid AS is_cycle \
+            FROM pg_catalog.pg_constraint con \
+            WHERE con.contype = 'f' AND con.conparentid = 0 AND con.confrelid = $1 \
+              AND con.confdeltype IN ('c', 'n', 'd') \
+          UNION ALL \
+            SELECT con.oid, con.conrelid, con.confdeltype::text, e.path || con.conrelid, \
+                   con.conrelid = ANY (e.path) \
+            FROM edge e \
+            JOIN pg_catalog.pg_constraint con ON con.confrelid = e.child \
+            WHERE e.action = 'c' AND NOT e.is_cycle AND con.contype = 'f' AND con.conparentid = 0 \
+              AND con.confdeltype IN ('c', 'n', 'd') AND pg_catalog.cardinality(e.path) < 64 \
+         ) \
+         SELECT c.conname::text AS name, e.action, cn.nspname::text AS child_schema, \
+                cc.relname::text AS child_table, \
+                ARRAY(SELECT pn.nspname::text FROM pg_catalog.unnest(e.path) WITH ORDINALITY AS p(rel, ord) \
+                      JOIN pg_catalog.pg_class pc ON pc.oid = p.rel \
+                      JOIN pg_catalog.pg_namespace pn ON pn.oid = pc.relnamespace ORDER BY p.ord) AS path_schemas, \
+                ARRAY(SELECT pc.relname::text FROM pg_catalog.unnest(e.path) WITH ORDINALITY AS p(rel, ord) \
+                      JOIN pg_catalog.pg_class pc ON pc.oid = p.rel ORDER BY p.ord) AS path_names, \
+                ARRAY(SELECT a.attname::text FROM pg_catalog.unnest(c.conkey) WITH ORDINALITY AS k(n, ord) \
+                      JOIN pg_catalog.pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = k.n \
+                      WHERE e.action <> 'c' AND a.attnotnull AND (e.action = 'n' OR NOT a.atthasdef) \
+                      ORDER BY k.ord) AS failing_columns \
+         FROM edge e \
+         JOIN pg_catalog.pg_constraint c ON c.oid = e.con \
+         JOIN pg_catalog.pg_class cc \
+           ON cc.oid = COALESCE(pg_catalog.pg_partition_root(e.child), e.child) \
+         JOIN pg_catalog.pg_namespace cn ON cn.oid = cc.relnamespace \
+         ORDER BY pg_catalog.cardinality(e.path), c.conname"), (table,))
+}
+
+/// The comment on `sweep_run` in a schema, if the table exists.
+pub(crate) fn ledger_comment(schema: String) -> Statement<(String,)> {
+    Statement::new(
+        SqlText::new(
+            "SELECT pg_catalog.obj_description(c.oid, 'pg_class') \
+         FROM pg_catalog.pg_class c \
+         JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+         WHERE n.nspname = $1 AND c.relname = 'sweep_run'",
+        ),
+        (schema,),
+    )
+}
+
+/// A partitioned table's strategy and key columns.
+pub(crate) fn partitioning(table: Oid) -> Statement<(Oid,)> {
+    Statement::new(
+        SqlText::new(
+            "SELECT pt.partstrat::text AS strategy, \
+            ARRAY(SELECT COALESCE(a.attname::text, '') \
+                  FROM pg_catalog.unnest(pt.partattrs::int2[]) WITH ORDINALITY AS k(attnum, ord) \
+                  LEFT JOIN pg_catalog.pg_attribute a \
+                    ON a.attrelid = pt.partrelid AND a.attnum = k.attnum \
+                  ORDER BY k.ord) AS key \
+         FROM pg_catalog.pg_partitioned_table pt WHERE pt.partrelid = $1",
+        ),
+        (table,),
+    )
+}
+
+/// Relations of a partition tree the current role cannot act as owner of.
+pub(crate) fn partitions_not_owned(table: Oid) -> Statement<(Oid,)> {
+    Statement::new(
+        SqlText::new(
+            "SELECT n.nspname::text AS schema, c.relname::text AS name, \
+                pg_catalog.pg_get_userbyid(c.relowner)::text AS owner \
+         FROM pg_catalog.pg_partition_tree($1::pg_catalog.regclass) t \
+         JOIN pg_catalog.pg_class c ON c.oid = t.relid \
+         JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+         WHERE NOT pg_catalog.pg_has_role(c.relowner, 'USAGE') \
+         ORDER BY t.level, n.nspname, c.relname",
+        ),
+        (table,),
+    )
+}
+
+/// Foreign keys referencing any relation of a partition tree.
+pub(crate) fn partition_tree_referenced_by(table: Oid) -> Statement<(Oid,)> {
+    Statement::new(
+        SqlText::new(
+            "SELECT con.conname::text AS name, \
+                cn.nspname::text AS child_schema, cc.relname::text AS child_table, \
+                pn.nspname::text AS parent_schema, pc.relname::text AS parent_table \
+         FROM pg_catalog.pg_partition_tree($1::pg_catalog.regclass) t \
+         JOIN pg_catalog.pg_constraint con \
+           ON con.confrelid = t.relid AND con.contype = 'f' AND con.conparentid = 0 \
+         JOIN pg_catalog.pg_class cc ON cc.oid = con.conrelid \
+         JOIN pg_catalog.pg_namespace cn ON cn.oid = cc.relnamespace \
+         JOIN pg_catalog.pg_class pc ON pc.oid = con.confrelid \
+         JOIN pg_catalog.pg_namespace pn ON pn.oid = pc.relnamespace \
+         ORDER BY con.conname",
+        ),
+        (table,),
+    )
+}
+
+/// Sets a session-level setting (the pooling probe).
+pub(crate) fn set_probe(name: &'static str, value: String) -> Statement<(&'static str, String)> {
+    Statement::new(
+        SqlText::new("SELECT pg_catalog.set_config($1, $2, false)"),
+        (name, value),
+    )
+}
+
+/// Opens a transaction (pins a pooled session).
+pub(crate) fn begin() -> Statement<()> {
+    Statement::new(SqlText::new("BEGIN"), ())
+}
+
+/// A round trip on a connection.
+pub(crate) fn round_trip() -> Statement<()> {
+    Statement::new(SqlText::new("SELECT 1"), ())
+}
+
+/// A session setting's value, or NULL when it was never set.
+pub(crate) fn read_setting(name: &'static str) -> Statement<(&'static str,)> {
+    Statement::new(
+        SqlText::new("SELECT pg_catalog.current_setting($1, true)"),
+        (name,),
+    )
+}
+
+/// Rolls the open transaction back.
+pub(crate) fn rollback() -> Statement<()> {
+    Statement::new(SqlText::new("ROLLBACK"), ())
+}
+
+/// Clears the pooling probe.
+pub(crate) fn clear_probe(name: &'static str) -> Statement<(&'static str,)> {
+    Statement::new(
+        SqlText::new("SELECT pg_catalog.set_config($1, '', false)"),
+        (name,),
+    )
+}

@@ -1,0 +1,185 @@
+//! Statements of partition purge: the expired partitions of a parent, the
+//! hold check on one partition, its lock, audit, detach and drop, and the
+//! detail rows read back for observers. Text naming one partition is never
+//! kept prepared (it would not be reused).
+
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use super::statement::{Args, Params, Statement};
+use crate::ident::{QualifiedName, SqlText};
+use crate::model::{EntityDescriptor, KeyType, KeyValue};
+use crate::sql::tables::CohortTable;
+use crate::sql::{bind_array, hold_exists, Casts};
+
+/// The partitions of a parent (by schema and name) whose upper bound is at
+/// or before `cutoff`, oldest first: `schema, name, lower` (a `-infinity`
+/// lower bound reads as NULL). Partitions being detached concurrently,
+/// `DEFAULT` and `MAXVALUE` ones, and trees holding a foreign table never
+/// qualify.
+pub(crate) fn expired(
+    schema: String,
+    name: String,
+    cutoff: DateTime<Utc>,
+) -> Statement<(String, String, DateTime<Utc>)> {
+    let sql = SqlText::new(
+        "SELECT n.nspname::text AS schema, c.relname::text AS name, b.lower \
+         FROM pg_catalog.pg_inherits i \
+         JOIN pg_catalog.pg_class c ON c.oid = i.inhrelid \
+         JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+         CROSS JOIN LATERAL (SELECT pg_catalog.pg_get_expr(c.relpartbound, c.oid) AS bound) e \
+         CROSS JOIN LATERAL (SELECT \
+             NULLIF(pg_catalog.substring(e.bound, '^FOR VALUES FROM \\(''([^'']*)''\\) TO ')::pg_catalog.timestamptz, \
+                 '-infinity'::pg_catalog.timestamptz) AS lower, \
+             pg_catalog.substring(e.bound, ' TO \\(''([^'']*)''\\)$')::pg_catalog.timestamptz AS upper) b \
+         WHERE i.inhparent = (SELECT pc.oid FROM pg_catalog.pg_class pc \
+                              JOIN pg_catalog.pg_namespace pn ON pn.oid = pc.relnamespace \
+                              WHERE pn.nspname = $1 AND pc.relname = $2) \
+           AND c.relispartition AND c.relkind IN ('r', 'p') AND b.upper <= $3 \
+           AND (pg_catalog.to_jsonb(i) ->> 'inhdetachpending') IS DISTINCT FROM 'true' \
+           AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_partition_tree(c.oid::pg_catalog.regclass) pt \
+                           JOIN pg_catalog.pg_class fc ON fc.oid = pt.relid WHERE fc.relkind = 'f') \
+         ORDER BY b.upper, n.nspname, c.relname",
+    );
+    Statement::new(sql, (schema, name, cutoff))
+}
+
+/// Which rows of a partition the hold check looks at.
+#[derive(Debug)]
+pub(crate) struct Held {
+    pub(crate) entity: Uuid,
+    /// The entity's active holds as record keys: only rows with those keys
+    /// are checked (through the key index). `None`: every row.
+    pub(crate) keys: Option<(KeyType, Vec<KeyValue>)>,
+}
+
+impl Params for Held {
+    fn bind(self, q: Args) -> Args {
+        let q = q.bind(self.entity);
+        match self.keys {
+            Some((key_type, keys)) => bind_array(q, key_type, &keys),
+            None => q,
+        }
+    }
+}
+
+/// Whether any row of `partition` is under an active hold (one boolean).
+pub(crate) fn held(
+    partition: &QualifiedName,
+    e: &EntityDescriptor,
+    casts: &Casts,
+    cohort_schema: &str,
+    params: Held,
+) -> Statement<Held> {
+    let mut sql = SqlText::new("SELECT EXISTS (SELECT 1 FROM ");
+    sql.table(partition).push(" t WHERE ");
+    if params.keys.is_some() {
+        sql.append(&casts.any(&e.record_id, 2)).push(" AND ");
+    }
+    sql.append(&hold_exists(e, cohort_schema)).push(")");
+    Statement::new(sql, params).not_persistent()
+}
+
+/// How long this transaction waits for a lock (`lock_timeout`, e.g. `"5000ms"`).
+pub(crate) fn set_lock_timeout(timeout: String) -> Statement<(String,)> {
+    let sql = SqlText::new("SELECT pg_catalog.set_config('lock_timeout', $1, true)");
+    Statement::new(sql, (timeout,))
+}
+
+/// Locks a partition against writes; reads go on.
+pub(crate) fn lock_exclusive(partition: &QualifiedName) -> Statement<()> {
+    let mut sql = SqlText::new("LOCK TABLE ");
+    sql.table(partition).push(" IN EXCLUSIVE MODE");
+    Statement::new(sql, ())
+}
+
+/// One purge detail row per row of the partition, before the rows go.
+#[derive(Debug)]
+pub(crate) struct Details {
+    pub(crate) run_id: Uuid,
+    pub(crate) entity: Uuid,
+    pub(crate) entity_name: String,
+    pub(crate) action: &'static str,
+}
+
+impl Params for Details {
+    fn bind(self, q: Args) -> Args {
+        q.bind(self.run_id)
+            .bind(self.entity)
+            .bind(self.entity_name)
+            .bind(self.action)
+    }
+}
+
+/// Returns `n` (rows written) and `first` (the first detail id).
+pub(crate) fn insert_details(
+    schema: &str,
+    partition: &QualifiedName,
+    record_id: &str,
+    params: Details,
+) -> Statement<Details> {
+    let mut sql = SqlText::new("WITH d AS (INSERT INTO ");
+    sql.table(&CohortTable::RowDetail.qualified(schema))
+        .push(
+            " (run_id, retention_entity_id, entity_type, record_id, tenant_id, action) \
+             SELECT $1, $2, $3, ",
+        )
+        .col(record_id)
+        .push("::text, NULL, $4 FROM ")
+        .table(partition)
+        .push(
+            " t RETURNING row_detail_id) SELECT count(*) AS n, min(row_detail_id) AS first FROM d",
+        );
+    Statement::new(sql, params).not_persistent()
+}
+
+/// The partition's row count.
+pub(crate) fn count(partition: &QualifiedName) -> Statement<()> {
+    let mut sql = SqlText::new("SELECT count(*) FROM ");
+    sql.table(partition);
+    Statement::new(sql, ()).not_persistent()
+}
+
+/// Detaches the partition from its parent.
+pub(crate) fn detach(parent: &QualifiedName, partition: &QualifiedName) -> Statement<()> {
+    let mut sql = SqlText::new("ALTER TABLE ");
+    sql.table(parent)
+        .push(" DETACH PARTITION ")
+        .table(partition);
+    Statement::new(sql, ())
+}
+
+/// Drops the (detached) partition.
+pub(crate) fn drop(partition: &QualifiedName) -> Statement<()> {
+    let mut sql = SqlText::new("DROP TABLE ");
+    sql.table(partition);
+    Statement::new(sql, ())
+}
+
+/// A page of a dropped partition's detail rows.
+#[derive(Debug)]
+pub(crate) struct DetailPage {
+    pub(crate) from_id: i64,
+    pub(crate) run_id: Uuid,
+    pub(crate) entity: Uuid,
+    pub(crate) limit: i64,
+}
+
+impl Params for DetailPage {
+    fn bind(self, q: Args) -> Args {
+        q.bind(self.from_id)
+            .bind(self.run_id)
+            .bind(self.entity)
+            .bind(self.limit)
+    }
+}
+
+/// Columns `row_detail_id, record_id`, in id order.
+pub(crate) fn detail_page(schema: &str, params: DetailPage) -> Statement<DetailPage> {
+    let mut sql = SqlText::new("SELECT row_detail_id, record_id FROM ");
+    sql.table(&CohortTable::RowDetail.qualified(schema)).push(
+        " WHERE row_detail_id >= $1 AND run_id = $2 AND retention_entity_id = $3 \
+         ORDER BY row_detail_id LIMIT $4",
+    );
+    Statement::new(sql, params)
+}
