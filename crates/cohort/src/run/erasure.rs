@@ -1,8 +1,9 @@
 //! Erasure's work: the subject's rows per entity, with the statements
 //! built for the subject columns that apply.
 
-use super::executor::{execute, Arg, RunSpec, Work};
+use super::executor::execute;
 use super::resolve::{check_now, rule_for, tenant_keys};
+use super::work::{Arg, RunSpec, Work};
 use super::{failure, NotReached, RunKind, SweepResult, Trigger};
 use crate::context::Context;
 use crate::erasure::ErasureRequest;

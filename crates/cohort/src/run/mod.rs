@@ -4,12 +4,16 @@
 //! and previews ([`sweep`]) and of erasure ([`erasure`]), the executor both
 //! share ([`executor`]), and the multi-tenant passes ([`passes`]).
 
+pub(crate) mod batches;
+pub(crate) mod capture;
+pub(crate) mod counts;
 pub(crate) mod erasure;
 pub(crate) mod executor;
 pub(crate) mod partitions;
 pub(crate) mod passes;
 pub(crate) mod resolve;
 pub(crate) mod sweep;
+pub(crate) mod work;
 
 use crate::cancel::Cancel;
 use chrono::{DateTime, TimeZone, Utc};

@@ -21,7 +21,8 @@
 use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, Row};
 
-use super::executor::{active_hold_keys, stop_from, RunCtx, Stop, Work};
+use super::counts::active_hold_keys;
+use super::work::{stop_from, RunCtx, Stop, Work};
 use crate::ident::QualifiedName;
 use crate::observer::AuditEvent;
 use crate::rules::AuditDetail;

@@ -3,8 +3,10 @@
 
 use chrono::{DateTime, Utc};
 
-use super::executor::{counts, execute, outcome, Arg, RunSpec, Work};
+use super::counts::{counts, outcome};
+use super::executor::execute;
 use super::resolve::{check_now, rule_for, tenant_keys};
+use super::work::{Arg, RunSpec, Work};
 use super::{failure, PreviewRequest, PreviewResult, RunKind, SweepRequest, SweepResult};
 use crate::context::{Context, Prepared};
 use crate::diagnostic::Diagnostic;

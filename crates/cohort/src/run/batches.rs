@@ -1,0 +1,230 @@
+//! The batch loop of one entity: lock a batch, capture it for handlers,
+//! mutate it, audit it and queue its handler work in one transaction, then
+//! the next, until a batch changes nothing or the run is cancelled.
+
+use chrono::{DateTime, Utc};
+use sqlx::{PgConnection, Row};
+
+use super::capture::{capture, custom_values, enqueue};
+use super::work::{bind_all, stop_from, RunCtx, Stop, Work};
+use super::EntityOutcome;
+use crate::observer::AuditEvent;
+use crate::rules::AuditDetail;
+use crate::rules::Strategy;
+use crate::sql::ledger;
+use crate::sql::{bind_array, BindKey, DecodeKey, KeyValue};
+
+pub(super) async fn batches(
+    ctx: &RunCtx<'_>,
+    conn: &mut PgConnection,
+    work: &Work<'_>,
+    summary_id: i64,
+    out: &mut EntityOutcome,
+) -> std::result::Result<(), Stop> {
+    let e = work.entity;
+    let plan = &ctx.ready.plans[&e.id];
+    let strategy = work.rule.strategy();
+    let key_type = ctx.ready.model.facts[&e.id].record;
+    let cancel = &ctx.spec.cancel;
+    let handlers = ctx.cx.handlers.get(&e.id).filter(|h| !h.is_empty());
+    // Where the previous batch's candidates ended, in (anchor, key) order:
+    // each batch continues after it, so no batch walks again past the rows
+    // earlier ones finished (anonymised or flagged rows stay in the anchor
+    // index range). Rows passed over (locked by a concurrent sweep, or
+    // held when re-checked) are left to that sweep or the next run.
+    let mut cursor: Option<(DateTime<Utc>, KeyValue)> = None;
+    loop {
+        if cancel.is_cancelled() {
+            return Err(Stop::Cancelled);
+        }
+        let batch_clock = std::time::Instant::now();
+        // Open for the whole batch (its lifetime is the batch's), never
+        // entered across an await: events name it as their parent.
+        let batch_span = tracing::debug_span!("cohort.batch", rows = tracing::field::Empty);
+        let mut tx = sqlx::Connection::begin_with(&mut *conn, crate::sql::READ_COMMITTED)
+            .await
+            .map_err(stop_from)?;
+        let locked = match (&work.lock_after, &cursor) {
+            (Some(after), Some((anchor, key))) => {
+                let q = bind_all(sqlx::query(after.sql()).bind(e.id), &work.lock_args);
+                key.bind(q.bind(*anchor)).fetch_all(&mut *tx).await
+            }
+            _ => {
+                bind_all(sqlx::query(work.lock.sql()).bind(e.id), &work.lock_args)
+                    .fetch_all(&mut *tx)
+                    .await
+            }
+        }
+        .map_err(stop_from)?;
+        let keys: Vec<KeyValue> = locked
+            .iter()
+            .map(|row| key_type.decode(row, 0))
+            .collect::<std::result::Result<_, _>>()
+            .map_err(stop_from)?;
+        if keys.is_empty() {
+            tx.rollback().await.map_err(stop_from)?;
+            return Ok(());
+        }
+        if work.lock_after.is_some() {
+            let last = locked.last().expect("not empty");
+            let anchor: DateTime<Utc> = last.try_get(1).map_err(stop_from)?;
+            cursor = Some((anchor, keys.last().expect("not empty").clone()));
+        }
+
+        // The locked rows are read into Rust (once) only when something
+        // needs them: row handlers' capture, or values computed in Rust.
+        let computes = strategy == Strategy::Anonymise && !plan.custom.is_empty();
+        let rows = if handlers.is_some() || computes {
+            bind_array(sqlx::query(plan.load_rows.sql()), key_type, &keys)
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(stop_from)?
+        } else {
+            Vec::new()
+        };
+        // Row handlers capture from the locked rows, before the mutation.
+        let captured = match handlers {
+            Some(hs) => Some(capture(ctx, work, hs, &rows).await?),
+            None => None,
+        };
+        let custom = if computes {
+            Some(custom_values(plan, key_type, &rows)?)
+        } else {
+            None
+        };
+        if cancel.is_cancelled() {
+            tx.rollback().await.map_err(stop_from)?;
+            return Err(Stop::Cancelled);
+        }
+
+        // Handler work needs a detail row per mutated row to hang from;
+        // without either, only the count comes back.
+        let wants_ids = work.rule.audit() == AuditDetail::PerRow || handlers.is_some();
+        // With details wanted, one statement mutates and writes them (no
+        // key travels back and forth); with only the count, nothing returns.
+        let audited = work.mutate_audited.as_ref().filter(|_| wants_ids);
+        let count_only = work.mutate_count.as_ref().filter(|_| !wants_ids);
+        let sql = audited.or(count_only).unwrap_or(&work.mutate);
+        let mut mutate = sqlx::query(sql.sql()).bind(e.id);
+        let custom_json = match custom {
+            Some((ordered_keys, values)) => {
+                mutate = bind_array(mutate, key_type, &ordered_keys);
+                Some(values)
+            }
+            None => {
+                mutate = bind_array(mutate, key_type, &keys);
+                None
+            }
+        };
+        if strategy == Strategy::Anonymise {
+            for literal in &plan.literals {
+                mutate = mutate.bind(literal.clone());
+            }
+        }
+        if let Some(values) = custom_json {
+            mutate = mutate.bind(values);
+        }
+        let mut mutate = bind_all(mutate, &work.mutate_args);
+        if audited.is_some() {
+            mutate = mutate
+                .bind(ctx.run_id)
+                .bind(&e.name)
+                .bind(ctx.spec.tenant.as_deref())
+                .bind(strategy.as_str());
+        }
+        let (changed, n, written): (Vec<String>, u64, Option<Vec<sqlx::postgres::PgRow>>) =
+            if audited.is_some() {
+                let details = mutate.fetch_all(&mut *tx).await.map_err(stop_from)?;
+                let changed = details
+                    .iter()
+                    .map(|r| r.try_get::<String, _>("record_id"))
+                    .collect::<std::result::Result<_, _>>()
+                    .map_err(stop_from)?;
+                let n = details.len() as u64;
+                (changed, n, Some(details))
+            } else if count_only.is_none() {
+                let changed: Vec<String> = mutate
+                    .fetch_all(&mut *tx)
+                    .await
+                    .map_err(stop_from)?
+                    .iter()
+                    .map(|r| r.try_get::<String, _>(0))
+                    .collect::<std::result::Result<_, _>>()
+                    .map_err(stop_from)?;
+                let n = changed.len() as u64;
+                (changed, n, None)
+            } else {
+                let n = mutate
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(stop_from)?
+                    .rows_affected();
+                (Vec::new(), n, None)
+            };
+
+        let plan = &ctx.ready.ledger;
+        plan.add_affected(ledger::AddAffected {
+            summary_id,
+            rows: n as i64,
+        })
+        .query()
+        .execute(&mut *tx)
+        .await
+        .map_err(stop_from)?;
+        let per_row = wants_ids && n > 0;
+        if per_row {
+            let details = match written {
+                Some(details) => details,
+                None => plan
+                    .insert_details(ledger::InsertDetails {
+                        run_id: ctx.run_id,
+                        entity_id: e.id,
+                        entity: e.name.clone(),
+                        tenant: ctx.spec.tenant.clone(),
+                        action: strategy.as_str(),
+                        record_ids: changed.clone(),
+                    })
+                    .query()
+                    .fetch_all(&mut *tx)
+                    .await
+                    .map_err(stop_from)?,
+            };
+            if let (Some(hs), Some(captured)) = (handlers, &captured) {
+                enqueue(ctx, &mut tx, hs, captured, &details).await?;
+            }
+        }
+        if cancel.is_cancelled() {
+            tx.rollback().await.map_err(stop_from)?;
+            return Err(Stop::Cancelled);
+        }
+        tx.commit().await.map_err(stop_from)?;
+        batch_span.record("rows", n);
+        let took = batch_clock.elapsed();
+        tracing::debug!(parent: &batch_span, duration_ms = took.as_millis() as u64, "batch committed");
+        crate::telemetry::batch(took);
+        crate::telemetry::rows(&e.name, strategy, "affected", n);
+
+        out.affected += n;
+        let hub = &ctx.cx.observers;
+        hub.emit(AuditEvent::EntityProgress {
+            run_id: ctx.run_id,
+            entity_id: e.id,
+            strategy,
+            batch: n,
+            total: out.affected,
+        });
+        if per_row {
+            hub.emit(AuditEvent::RowDetail {
+                run_id: ctx.run_id,
+                entity_id: e.id,
+                tenant: ctx.spec.tenant.clone(),
+                record_ids: changed,
+                action: strategy,
+            });
+        }
+        if n == 0 {
+            // Locked rows all became held or changed: no progress, stop here.
+            return Ok(());
+        }
+    }
+}

@@ -1,0 +1,148 @@
+//! What the run executor's parts share: one entity's work (its rule and
+//! planned statements with their bound values), what a run is, why an
+//! entity stopped, and the run's context.
+
+use crate::cancel::Cancel;
+use chrono::{DateTime, Utc};
+use sqlx::postgres::PgArguments;
+use sqlx::query::Query;
+use sqlx::Postgres;
+use uuid::Uuid;
+
+use super::{RunKind, Trigger};
+use crate::context::{Context, Prepared};
+use crate::diagnostic::Diagnostic;
+use crate::error::is_connection_error;
+use crate::ident::SqlText;
+use crate::model::EntityDescriptor;
+use crate::rules::RetentionRule;
+use crate::sql::{BindKey, KeyValue};
+
+/// A bound value of a planned statement.
+#[derive(Debug, Clone)]
+pub(crate) enum Arg {
+    Key(KeyValue),
+    Time(DateTime<Utc>),
+    Int8(i64),
+}
+
+impl Arg {
+    fn bind<'q>(&self, q: Query<'q, Postgres, PgArguments>) -> Query<'q, Postgres, PgArguments> {
+        match self {
+            Arg::Key(k) => k.bind(q),
+            Arg::Time(t) => q.bind(*t),
+            Arg::Int8(n) => q.bind(*n),
+        }
+    }
+}
+
+pub(crate) fn bind_all<'q>(
+    mut q: Query<'q, Postgres, PgArguments>,
+    args: &[Arg],
+) -> Query<'q, Postgres, PgArguments> {
+    for a in args {
+        q = a.bind(q);
+    }
+    q
+}
+
+/// One entity's share of a run: its rule and the statements to run.
+/// Every statement takes the entity id as `$1`.
+pub(crate) struct Work<'a> {
+    pub(crate) entity: &'a EntityDescriptor,
+    pub(crate) rule: RetentionRule,
+    /// The cutoff reported and stored (`None`: erasure without a legal minimum).
+    pub(crate) cutoff: Option<DateTime<Utc>>,
+    /// Locks a batch; returns record keys (and, with `lock_after`, each
+    /// row's anchor).
+    pub(crate) lock: SqlText,
+    /// Locks the next batch after a cursor, the previous batch's last
+    /// (anchor, key), bound after `lock_args` (`None`: every batch uses
+    /// `lock`).
+    pub(crate) lock_after: Option<SqlText>,
+    pub(crate) lock_args: Vec<Arg>,
+    /// Mutates locked rows; binds keys, literals, custom values, then
+    /// `mutate_args`; returns the changed keys as text.
+    pub(crate) mutate: SqlText,
+    /// `mutate` returning nothing (used when only the count is needed).
+    pub(crate) mutate_count: Option<SqlText>,
+    /// `mutate` writing the row details itself (per-row audit, handlers);
+    /// binds the run id, entity name, tenant text and action after
+    /// `mutate_args`.
+    pub(crate) mutate_audited: Option<SqlText>,
+    pub(crate) mutate_args: Vec<Arg>,
+    /// Returns `eligible`, `held`, `null_anchor`.
+    pub(crate) counts: SqlText,
+    /// `counts` after a real run, through the active holds' keys (bound
+    /// after `count_args`); `None`: always `counts`.
+    pub(crate) counts_after: Option<SqlText>,
+    pub(crate) count_args: Vec<Arg>,
+}
+
+impl Work<'_> {
+    /// The same sweep work with the row path's cutoff moved earlier (the
+    /// reported cutoff and the end-of-entity counts keep the rule's). A
+    /// sweep binds its cutoff first in `lock_args` and `mutate_args`;
+    /// partition purge, the only caller, runs for sweeps only.
+    pub(super) fn with_row_cutoff(&self, bound: DateTime<Utc>) -> Self {
+        let earlier = |args: &[Arg]| -> Vec<Arg> {
+            let mut args = args.to_vec();
+            if let Some(first @ Arg::Time(_)) = args.first_mut() {
+                *first = Arg::Time(bound);
+            }
+            args
+        };
+        Work {
+            entity: self.entity,
+            rule: self.rule.clone(),
+            cutoff: self.cutoff,
+            lock: self.lock.clone(),
+            lock_after: self.lock_after.clone(),
+            lock_args: earlier(&self.lock_args),
+            mutate: self.mutate.clone(),
+            mutate_count: self.mutate_count.clone(),
+            mutate_audited: self.mutate_audited.clone(),
+            mutate_args: earlier(&self.mutate_args),
+            counts: self.counts.clone(),
+            counts_after: self.counts_after.clone(),
+            count_args: self.count_args.clone(),
+        }
+    }
+}
+
+/// What a run is, apart from its entities.
+pub(crate) struct RunSpec {
+    pub(crate) kind: RunKind,
+    pub(crate) trigger: Trigger,
+    pub(crate) dry_run: bool,
+    pub(crate) tenant: Option<String>,
+    pub(crate) now: DateTime<Utc>,
+    pub(crate) cancel: Cancel,
+    /// The cron occurrence of a scheduled run, and which of its passes.
+    pub(crate) occurrence: Option<super::OccurrencePass>,
+}
+
+/// Why an entity stopped.
+pub(crate) enum Stop {
+    /// The entity failed; the run goes on.
+    Entity(Diagnostic),
+    /// Cancelled: the open batch was rolled back.
+    Cancelled,
+    /// The run cannot go on (its connection is gone).
+    Run(sqlx::Error),
+}
+
+pub(crate) fn stop_from(e: sqlx::Error) -> Stop {
+    if is_connection_error(&e) {
+        Stop::Run(e)
+    } else {
+        Stop::Entity(Diagnostic::from_sqlx(&e))
+    }
+}
+
+pub(crate) struct RunCtx<'a> {
+    pub(crate) cx: &'a Context,
+    pub(crate) ready: &'a Prepared,
+    pub(crate) run_id: Uuid,
+    pub(crate) spec: &'a RunSpec,
+}
