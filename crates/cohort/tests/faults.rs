@@ -219,7 +219,7 @@ async fn a_server_crash_mid_sweep_leaves_whole_batches_and_a_rerun_finishes() {
 
     // Recovery: the run left started is settled failed (its lock died with
     // its session).
-    tokio::time::sleep(Duration::from_millis(1200)).await;
+    support::backdate_abandoned_runs(&pool).await;
     let report = cohort.dispatcher().flush().await.unwrap();
     assert_eq!(report.recovered_runs, 1, "{report:?}");
     assert_eq!(
@@ -282,7 +282,7 @@ async fn a_server_crash_mid_erasure_leaves_whole_batches_and_a_rerun_finishes() 
         ROWS / 2,
         "an erasure touched someone else's row"
     );
-    tokio::time::sleep(Duration::from_millis(1200)).await;
+    support::backdate_abandoned_runs(&pool).await;
     assert_eq!(cohort.dispatcher().flush().await.unwrap().recovered_runs, 1);
     let rerun = cohort.erase(request()).await.unwrap();
     assert_eq!(rerun.status, RunStatus::Succeeded);
@@ -392,7 +392,7 @@ async fn terminating_the_run_connection_mid_sweep_fails_the_run_cleanly() {
         assert_eq!(r.status, RunStatus::Failed, "{r:?}");
     }
     assert_batches_whole(&pool).await;
-    tokio::time::sleep(Duration::from_millis(1200)).await;
+    support::backdate_abandoned_runs(&pool).await;
     cohort.dispatcher().flush().await.unwrap();
     assert_eq!(
         scalar(

@@ -530,7 +530,12 @@ async fn after_sweep_settled_work_waits_for_its_run_and_only_dead_runs_are_recov
         (0, 0, rows)
     );
     drop(holder);
-    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    wait_until(
+        "the holder's session to end",
+        std::time::Duration::from_secs(30),
+        || run_lock_free(db.pool(), r.run_id),
+    )
+    .await;
     let report = cohort.dispatcher().flush().await.unwrap();
     assert_eq!(report.recovered_runs, 1);
     assert_eq!(report.delivered, rows);

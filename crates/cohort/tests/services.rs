@@ -5,13 +5,13 @@
 
 mod support;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use cohort::policy::TenantEntry;
 use cohort::rules::{
     CategoryCapabilities, ResolutionContext, ResolveError, RetentionRule, RuleProvider,
 };
-use cohort::services::{PrunerConfig, Services, WorkerConfig};
+use cohort::services::{OccurrenceOutcome, PrunerConfig, ServiceEvent, Services, WorkerConfig};
 use cohort::settings::Setting;
 use cohort::{Cancel, Cohort, TenantSource};
 use sqlx::PgPool;
@@ -108,18 +108,6 @@ async fn complete_occurrences(pool: &PgPool, after: chrono::DateTime<chrono::Utc
     // Every entity's rule failed: the run settles with each failure
     // recorded, and the next pass goes on.
     settled_occurrences(pool, after, (FAILING, "partially_failed")).await > 0
-}
-
-async fn wait_until<F: std::future::Future<Output = bool>>(
-    what: &str,
-    limit: Duration,
-    mut check: impl FnMut() -> F,
-) {
-    let start = Instant::now();
-    while !check().await {
-        assert!(start.elapsed() < limit, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 /// FAILURE-007, TENANT-001 (worker side): a tenant whose rule provider
@@ -274,8 +262,9 @@ async fn the_process_kill_switch_flips_without_a_restart() {
     let cohort = cohort_with(&db, test_config()).await;
     let services = Services::new(&cohort)
         .unwrap()
-        .worker(Some(WorkerConfig::new("* * * * * *").unwrap()))
-        .spawn();
+        .worker(Some(WorkerConfig::new("* * * * * *").unwrap()));
+    let mut events = services.subscribe();
+    let services = services.spawn();
     let epoch = chrono::DateTime::<chrono::Utc>::MIN_UTC;
     wait_until("a complete occurrence", Duration::from_secs(20), || {
         complete_occurrences(db.pool(), epoch)
@@ -284,10 +273,21 @@ async fn the_process_kill_switch_flips_without_a_restart() {
     cohort.switches().set(Setting::KillSwitch, true);
     let live = cohort.settings().await.unwrap();
     assert!(live.kill_switch.effective && live.kill_switch.process && !live.kill_switch.database);
-    // Let any occurrence in progress settle, then nothing new for 3 s.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // An occurrence that starts with the switch on runs no pass (one in
+    // progress may finish first), and neither does the next: nothing ran
+    // in between.
+    let skipped = |e: &ServiceEvent| {
+        matches!(
+            e,
+            ServiceEvent::Occurrence {
+                outcome: OccurrenceOutcome::KillSwitch { passes: 0 },
+                ..
+            }
+        )
+    };
+    next_event(&mut events, Duration::from_secs(20), skipped).await;
     let before = scheduled(db.pool()).await.len();
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    next_event(&mut events, Duration::from_secs(20), skipped).await;
     assert_eq!(scheduled(db.pool()).await.len(), before);
     cohort.switches().set(Setting::KillSwitch, false);
     let off = chrono::Utc::now();
@@ -431,8 +431,16 @@ async fn the_background_pruner_stops_on_the_kill_switch() {
     let total = "SELECT count(*) FROM public.sweep_run";
     let cohort = cohort_with(&db, prune_config(1)).await;
     cohort.set_setting(Setting::KillSwitch, true).await.unwrap();
-    let services = Services::new(&cohort).unwrap().worker(None).spawn();
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    let services = Services::new(&cohort).unwrap().worker(None);
+    let mut events = services.subscribe();
+    let services = services.spawn();
+    let pass = |e: &ServiceEvent| matches!(e, ServiceEvent::PrunerPass(_));
+    let ServiceEvent::PrunerPass(first) =
+        next_event(&mut events, Duration::from_secs(20), pass).await
+    else {
+        unreachable!()
+    };
+    assert!(first.stopped && first.runs == 0, "{first:?}");
     assert_eq!(count(db.pool(), total).await, 3000, "no pruning while on");
     assert!(services.shutdown().await.clean());
 
@@ -440,18 +448,29 @@ async fn the_background_pruner_stops_on_the_kill_switch() {
         .set_setting(Setting::KillSwitch, false)
         .await
         .unwrap();
-    let services = Services::new(&cohort).unwrap().worker(None).spawn();
+    let services = Services::new(&cohort).unwrap().worker(None);
+    let mut events = services.subscribe();
+    let services = services.spawn();
     wait_until("pruning under way", Duration::from_secs(20), || async {
         count(db.pool(), total).await < 2990
     })
     .await;
     cohort.set_setting(Setting::KillSwitch, true).await.unwrap();
-    // Stopped after at most the batch in progress.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The pass stops after at most the batch in progress: it ends, stopped,
+    // with rows left, and nothing is deleted after it ended.
+    let ServiceEvent::PrunerPass(ended) =
+        next_event(&mut events, Duration::from_secs(20), pass).await
+    else {
+        unreachable!()
+    };
+    assert!(ended.stopped, "{ended:?}");
     let stopped = count(db.pool(), total).await;
-    tokio::time::sleep(Duration::from_millis(700)).await;
-    assert_eq!(count(db.pool(), total).await, stopped, "pruning stopped");
     assert!(stopped > 0, "the switch landed mid-pass");
+    assert_eq!(
+        stopped,
+        3000 - ended.runs as i64,
+        "pruning stopped where the pass said"
+    );
     assert!(services.shutdown().await.clean());
 }
 

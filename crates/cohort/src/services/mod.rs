@@ -23,6 +23,7 @@
 //! setters replace or switch off one service.
 
 pub mod dispatcher;
+pub mod events;
 pub(crate) mod grants;
 pub mod pruner;
 pub mod rescuer;
@@ -38,6 +39,7 @@ use crate::context::Context;
 use crate::error::Result;
 
 pub use dispatcher::{Dispatcher, FlushReport};
+pub use events::{OccurrenceOutcome, ServiceEvent};
 pub use grants::Access;
 pub use pruner::{PruneReport, PrunerConfig};
 pub use rescuer::{MaintenanceConfig, MaintenanceReport};
@@ -59,6 +61,7 @@ pub struct Services {
     pruner: Option<PrunerConfig>,
     maintenance: MaintenanceConfig,
     grace: Duration,
+    events: events::Events,
 }
 
 impl std::fmt::Debug for Services {
@@ -83,8 +86,15 @@ impl Services {
             pruner: PrunerConfig::from_config(&cx.config)?,
             maintenance: MaintenanceConfig::from_config(&cx.config)?,
             grace: cx.config.shutdown_grace_period(),
+            events: events::Events::new(),
             cx,
         })
+    }
+
+    /// Events of the services about to start: subscribe before
+    /// [`Services::spawn`] to see their first occurrence or pass too.
+    pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<ServiceEvent> {
+        self.events.subscribe()
     }
 
     /// Replaces the worker's settings (`None`: no worker).
@@ -200,9 +210,10 @@ impl Services {
         if let Some(config) = self.worker {
             let cx = Arc::clone(&self.cx);
             let cancel = soft.clone();
+            let events = self.events.clone();
             tasks.push((
                 "worker",
-                tokio::spawn(async move { worker::run(cx, config, cancel).await }),
+                tokio::spawn(async move { worker::run(cx, config, cancel, events).await }),
             ));
         }
         if self.dispatcher {
@@ -217,18 +228,20 @@ impl Services {
         if let Some(config) = self.pruner {
             let cx = Arc::clone(&self.cx);
             let cancel = soft.clone();
+            let events = self.events.clone();
             tasks.push((
                 "pruner",
-                tokio::spawn(async move { pruner::run(cx, config, cancel).await }),
+                tokio::spawn(async move { pruner::run(cx, config, cancel, events).await }),
             ));
         }
         {
             let cx = Arc::clone(&self.cx);
             let cancel = soft.clone();
             let config = self.maintenance;
+            let events = self.events.clone();
             tasks.push((
                 "maintenance",
-                tokio::spawn(async move { rescuer::run(cx, config, cancel).await }),
+                tokio::spawn(async move { rescuer::run(cx, config, cancel, events).await }),
             ));
         }
         ServicesHandle {
@@ -236,6 +249,7 @@ impl Services {
             hard,
             tasks,
             grace: self.grace,
+            events: self.events,
         }
     }
 }
@@ -244,6 +258,7 @@ impl Services {
 /// runtime stops; call [`ServicesHandle::shutdown`] to stop them well.
 #[derive(Debug)]
 pub struct ServicesHandle {
+    events: events::Events,
     soft: Cancel,
     hard: Cancel,
     tasks: Vec<(&'static str, JoinHandle<()>)>,
@@ -271,6 +286,11 @@ impl ShutdownReport {
 }
 
 impl ServicesHandle {
+    /// Events of the running services from now on (see [`ServiceEvent`]).
+    pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<ServiceEvent> {
+        self.events.subscribe()
+    }
+
     /// Stops gracefully: the worker's open batch is rolled back and its run
     /// settled `Cancelled`, the pruner stops after its batch, the
     /// dispatcher claims nothing more and its in-flight deliveries get the

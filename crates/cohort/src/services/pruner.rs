@@ -289,13 +289,22 @@ pub(crate) async fn pass(
 
 /// Runs a pass every interval until `cancel` fires; a failed pass is
 /// logged and tried again at the next.
-pub(crate) async fn run(cx: Arc<Context>, config: PrunerConfig, cancel: Cancel) {
+pub(crate) async fn run(
+    cx: Arc<Context>,
+    config: PrunerConfig,
+    cancel: Cancel,
+    events: super::events::Events,
+) {
     tracing::info!(
         interval_s = config.interval.as_secs(),
         "history pruner started"
     );
     while !cancel.is_cancelled() {
-        match pass(&cx, &config, false, StopCheck::Background(&cancel)).await {
+        let done = pass(&cx, &config, false, StopCheck::Background(&cancel)).await;
+        if let Ok(r) = &done {
+            events.send(super::events::ServiceEvent::PrunerPass(r.clone()));
+        }
+        match done {
             Ok(r) if r.stopped => {
                 tracing::warn!(
                     runs = r.runs,

@@ -188,7 +188,12 @@ pub(crate) async fn pass(cx: &Context, config: &MaintenanceConfig) -> Result<Mai
 /// differs) and runs a pass every interval until `cancel` fires; then it
 /// removes the peer record. A failed pass or heartbeat is logged and tried
 /// again at the next.
-pub(crate) async fn run(cx: Arc<Context>, config: MaintenanceConfig, cancel: Cancel) {
+pub(crate) async fn run(
+    cx: Arc<Context>,
+    config: MaintenanceConfig,
+    cancel: Cancel,
+    events: super::events::Events,
+) {
     tracing::info!(
         interval_s = config.interval.as_secs(),
         "maintenance service started"
@@ -214,7 +219,11 @@ pub(crate) async fn run(cx: Arc<Context>, config: MaintenanceConfig, cancel: Can
             Err(e) => tracing::warn!(error = %e, "peer heartbeat failed; retrying"),
         }
         if tokio::time::Instant::now() >= next_pass {
-            match pass(&cx, &config).await {
+            let done = pass(&cx, &config).await;
+            if let Ok(r) = &done {
+                events.send(super::events::ServiceEvent::MaintenancePass(*r));
+            }
+            match done {
                 Ok(r) if r != MaintenanceReport::default() => {
                     tracing::info!(
                         recovered_runs = r.recovered_runs,

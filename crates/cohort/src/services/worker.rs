@@ -90,24 +90,7 @@ impl WorkerConfig {
     }
 }
 
-/// How one occurrence ended on this replica.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Occurrence {
-    /// Every pass ran (each pass's own outcome is in the ledger).
-    Ran { passes: usize, rerun: bool },
-    /// Another replica's run of it settled; nothing to do.
-    AlreadyRan,
-    /// Another replica held the lock until the next occurrence was due.
-    LockHeld,
-    /// The kill switch was on before the first pass, or turned on after
-    /// `passes` passes.
-    KillSwitch { passes: usize },
-    /// `dry_run` changed after `passes` passes: one occurrence is of one
-    /// kind, so the rest waits for the next occurrence.
-    DryRunChanged { passes: usize },
-    /// Shutdown stopped it after `passes` passes.
-    Cancelled { passes: usize },
-}
+use super::events::{Events, OccurrenceOutcome as Occurrence, ServiceEvent};
 
 /// Aborts a spawned task when dropped (so aborting the worker aborts the
 /// occurrence and pass it is running).
@@ -120,7 +103,7 @@ impl<T> Drop for AbortOnDrop<T> {
 }
 
 /// Runs the worker until `cancel` fires.
-pub(crate) async fn run(cx: Arc<Context>, config: WorkerConfig, cancel: Cancel) {
+pub(crate) async fn run(cx: Arc<Context>, config: WorkerConfig, cancel: Cancel, events: Events) {
     tracing::info!(schedule = %config.expression, "scheduled worker started (UTC, database clock)");
     let mut last: Option<DateTime<Utc>> = None;
     let mut failures = 0u32;
@@ -149,14 +132,23 @@ pub(crate) async fn run(cx: Arc<Context>, config: WorkerConfig, cancel: Cancel) 
             Ok(Ok(outcome)) => {
                 failures = 0;
                 tracing::info!(occurrence = %next, outcome = ?outcome, "occurrence done");
+                events.send(ServiceEvent::Occurrence { at: next, outcome });
             }
             Ok(Err(e)) => {
                 failures += 1;
                 tracing::error!(occurrence = %next, error = %e, "occurrence failed; retrying at the next occurrence");
+                events.send(ServiceEvent::OccurrenceFailed {
+                    at: next,
+                    error: e.to_string(),
+                });
             }
             Err(e) => {
                 failures += 1;
                 tracing::error!(occurrence = %next, error = %e, "occurrence panicked; retrying at the next occurrence");
+                events.send(ServiceEvent::OccurrenceFailed {
+                    at: next,
+                    error: e.to_string(),
+                });
             }
         }
     }

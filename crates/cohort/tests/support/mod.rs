@@ -369,3 +369,89 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LogBuffer {
         self.clone()
     }
 }
+
+/// Polls `check` until it holds, failing the test after `limit`. For state
+/// only the database can tell (rows settled, a lock released): the one
+/// polling interval of the tests, never a wait for time to pass.
+pub async fn wait_until<F: std::future::Future<Output = bool>>(
+    what: &str,
+    limit: std::time::Duration,
+    mut check: impl FnMut() -> F,
+) {
+    let start = std::time::Instant::now();
+    while !check().await {
+        assert!(start.elapsed() < limit, "timed out waiting for {what}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+/// The next event of the services that `wanted` accepts (others are
+/// skipped), failing the test after `limit`: a test waits for what a
+/// service did instead of sleeping.
+pub async fn next_event(
+    events: &mut tokio::sync::broadcast::Receiver<cohort::services::ServiceEvent>,
+    limit: std::time::Duration,
+    mut wanted: impl FnMut(&cohort::services::ServiceEvent) -> bool,
+) -> cohort::services::ServiceEvent {
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        let event = tokio::time::timeout_at(deadline, events.recv())
+            .await
+            .expect("timed out waiting for a service event");
+        match event {
+            Ok(e) if wanted(&e) => return e,
+            Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+            Err(e) => panic!("the services' events ended: {e}"),
+        }
+    }
+}
+
+/// Whether no session holds the run lock of `run_id` (probed by taking and
+/// releasing it on one connection). The server frees a lock when its
+/// session ends, a moment after the client lets the connection go.
+pub async fn run_lock_free(pool: &PgPool, run_id: uuid::Uuid) -> bool {
+    let mut conn = pool.acquire().await.unwrap();
+    let key = format!("cohort.run:{run_id}");
+    let took: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock(hashtextextended($1, 0))")
+        .bind(&key)
+        .fetch_one(&mut *conn)
+        .await
+        .unwrap();
+    if took {
+        sqlx::query("SELECT pg_advisory_unlock(hashtextextended($1, 0))")
+            .bind(&key)
+            .execute(&mut *conn)
+            .await
+            .unwrap();
+    }
+    took
+}
+
+/// Runs still `started` (in the `public` ledger).
+pub async fn started_runs(pool: &PgPool) -> Vec<uuid::Uuid> {
+    sqlx::query_scalar("SELECT run_id FROM public.sweep_run WHERE status = 'started'")
+        .fetch_all(pool)
+        .await
+        .unwrap()
+}
+
+/// Makes the runs left `started` look abandoned long ago to maintenance:
+/// their lock is waited for (their session is gone) and their start is
+/// backdated an hour, past any `settle_timeout` the tests use, instead of
+/// sleeping until it passes.
+pub async fn backdate_abandoned_runs(pool: &PgPool) {
+    for run_id in started_runs(pool).await {
+        wait_until(
+            "the lost run's lock to be released",
+            std::time::Duration::from_secs(30),
+            || run_lock_free(pool, run_id),
+        )
+        .await;
+    }
+    sqlx::query(
+        "UPDATE public.sweep_run SET started_at = started_at - interval '1 hour' WHERE status = 'started'",
+    )
+    .execute(pool)
+    .await
+    .unwrap();
+}
