@@ -86,15 +86,18 @@ fn alive(pid: i32) -> bool {
 }
 
 async fn read_pid(path: &Path) -> i32 {
-    for _ in 0..500 {
-        if let Ok(text) = std::fs::read_to_string(path) {
-            if let Ok(pid) = text.trim().parse() {
-                return pid;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("the command never wrote its child's pid");
+    let read = || {
+        std::fs::read_to_string(path)
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+    };
+    wait_until(
+        "the command to write its child's pid",
+        Duration::from_secs(10),
+        async || read().is_some(),
+    )
+    .await;
+    read().unwrap()
 }
 
 /// RS-009, DISPATCH-001: a command that times out is killed with every
@@ -119,12 +122,12 @@ async fn a_timed_out_command_takes_its_whole_process_group_with_it() {
     assert!(alive(grandchild), "the grandchild runs during the delivery");
     let report = flush.await.unwrap().unwrap();
     assert_eq!(report.dead_lettered, 1, "{report:?}");
-    for _ in 0..200 {
-        if !alive(grandchild) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait_until(
+        "the grandchild to be gone",
+        Duration::from_secs(2),
+        async || !alive(grandchild),
+    )
+    .await;
     assert!(
         !alive(grandchild),
         "the grandchild was killed with its group"

@@ -77,6 +77,8 @@ impl RowHandler<Item> for Deliveries {
         Ok(())
     }
     async fn on_after(&self, _: &AfterContext) -> Result<(), HandlerError> {
+        // A slow delivery is the fault under test (work in flight when the
+        // server goes away), not a wait.
         tokio::time::sleep(self.delay).await;
         self.delivered.fetch_add(1, Ordering::SeqCst);
         Ok(())
@@ -131,19 +133,13 @@ async fn scalar(pool: &PgPool, sql: &'static str) -> i64 {
 /// Waits (on a fresh connection each time, the pool may hold dead ones)
 /// until `sql` returns at least `n`.
 async fn wait_for(pool: &PgPool, sql: &'static str, n: i64) {
-    let start = std::time::Instant::now();
-    loop {
-        if let Ok(v) = sqlx::query_scalar::<_, i64>(sql).fetch_one(pool).await {
-            if v >= n {
-                return;
-            }
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "timed out on {sql}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    support::wait_until(sql, Duration::from_secs(60), async || {
+        sqlx::query_scalar::<_, i64>(sql)
+            .fetch_one(pool)
+            .await
+            .is_ok_and(|v| v >= n)
+    })
+    .await;
 }
 
 /// Every batch whole or absent: each deleted row has exactly one detail
@@ -325,9 +321,10 @@ async fn a_server_crash_mid_dispatch_loses_no_work() {
         let (dispatcher, stop) = (cohort.dispatcher(), stop.clone());
         async move { dispatcher.run(stop).await }
     });
-    while delivered.load(Ordering::SeqCst) < 10 {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    support::wait_until("ten deliveries", Duration::from_secs(30), async || {
+        delivered.load(Ordering::SeqCst) >= 10
+    })
+    .await;
     cluster
         .crash_restart(Duration::from_millis(500))
         .await
@@ -528,9 +525,10 @@ async fn terminating_the_dispatchers_connections_loses_no_work() {
         let (dispatcher, stop) = (cohort.dispatcher(), stop.clone());
         async move { dispatcher.run(stop).await }
     });
-    while delivered.load(Ordering::SeqCst) < 8 {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    support::wait_until("eight deliveries", Duration::from_secs(30), async || {
+        delivered.load(Ordering::SeqCst) >= 8
+    })
+    .await;
     let observer = PgPoolOptions::new()
         .max_connections(1)
         .connect(cluster.url())

@@ -238,12 +238,10 @@ async fn a_hold_created_concurrently_never_ends_with_a_deleted_held_row() {
         }
     });
     // Wait until the deletion holds the row lock (its DELETE has run).
-    for _ in 0..300 {
-        if count(db.pool(), "SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation WHERE c.relname = 'notes' AND l.mode = 'RowExclusiveLock' AND l.pid <> pg_backend_pid()").await > 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_until("the deletion to hold its row lock", Duration::from_secs(6), async || {
+        count(db.pool(), "SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation WHERE c.relname = 'notes' AND l.mode = 'RowExclusiveLock' AND l.pid <> pg_backend_pid()").await > 0
+    })
+    .await;
     let creating = tokio::spawn({
         let (cohort, b) = (cohort.clone(), b.clone());
         async move {

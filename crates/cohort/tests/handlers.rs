@@ -778,7 +778,18 @@ async fn an_outcome_that_cannot_be_recorded_leaves_the_work_in_flight() {
     if let Some(mut conn) = held.lock().await.take() {
         sqlx::query("ROLLBACK").execute(&mut *conn).await.unwrap();
     }
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    // Wait until no other session is still running a statement on the
+    // queue (the abandoned one landed or was given up).
+    wait_until("the abandoned statement to finish", std::time::Duration::from_secs(20), async || {
+        count(
+            db.pool(),
+            "SELECT count(*) FROM pg_stat_activity WHERE state <> 'idle' AND pid <> pg_backend_pid() \
+             AND datname = current_database() AND query LIKE '%sweep_row_handler_status%'",
+        )
+        .await
+            == 0
+    })
+    .await;
     let state: Vec<(String, i32)> =
         sqlx::query_as("SELECT status, attempts FROM public.sweep_row_handler_status")
             .fetch_all(db.pool())
@@ -991,7 +1002,7 @@ struct Stuck;
 #[cohort::async_trait]
 impl RowHandler<Note> for Stuck {
     async fn on_after(&self, _ctx: &AfterContext) -> Result<(), HandlerError> {
-        tokio::time::sleep(std::time::Duration::from_secs(3600)).await;
+        std::future::pending::<()>().await;
         Ok(())
     }
 }
@@ -1024,7 +1035,12 @@ async fn shutdown_lets_deliveries_finish_within_the_grace_period_then_releases_t
         .await
         .expect("the delivery started");
     let stopping = tokio::spawn(services.shutdown());
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Shutdown is under way once the maintenance service has left its peer
+    // record; the dispatcher is still waiting for the blocked delivery.
+    wait_until("maintenance to stop", Duration::from_secs(20), async || {
+        count(db.pool(), "SELECT count(*) FROM public.retention_peer").await == 0
+    })
+    .await;
     assert!(!stopping.is_finished(), "shutdown waits for the delivery");
     release.notify_one();
     let report = stopping.await.unwrap();
@@ -1040,13 +1056,12 @@ async fn shutdown_lets_deliveries_finish_within_the_grace_period_then_releases_t
         .unwrap()
         .grace_period(Duration::from_millis(500))
         .spawn();
-    for _ in 0..200 {
-        if queue(db.pool(), "status = 'in_flight'").await == 1 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert_eq!(queue(db.pool(), "status = 'in_flight'").await, 1);
+    wait_until(
+        "the stuck delivery to be in flight",
+        Duration::from_secs(10),
+        async || queue(db.pool(), "status = 'in_flight'").await == 1,
+    )
+    .await;
     let report = services.shutdown().await;
     assert_eq!(report.forced, ["dispatcher"]);
     assert_eq!(

@@ -6,7 +6,7 @@
 
 mod support;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use cohort::services::Services;
 use cohort::{Cohort, SweepRequest};
@@ -50,14 +50,10 @@ async fn handle(db: &cohort_pgtemp::TestDatabase, handlers: &str) -> Cohort {
 }
 
 async fn wait_for_peers(cohort: &Cohort, n: usize) {
-    let start = Instant::now();
-    while cohort.peers().await.unwrap().len() != n {
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "peers never became {n}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_until(&format!("{n} peers"), Duration::from_secs(20), async || {
+        cohort.peers().await.unwrap().len() == n
+    })
+    .await;
 }
 
 const NOTES_A: &str =

@@ -66,15 +66,12 @@ fn bouncer(cluster: &Cluster, mode: &str) -> Bouncer {
         cmd.uid(owner.uid()).gid(owner.gid());
     }
     let child = cmd.spawn().expect("start pgbouncer");
-    let start = std::time::Instant::now();
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "pgbouncer did not listen: {}",
-            std::fs::read_to_string(dir.path().join("pgbouncer.log")).unwrap_or_default()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let log = dir.path().join("pgbouncer.log");
+    wait_until_blocking(
+        &format!("pgbouncer to listen (its log: {})", log.display()),
+        Duration::from_secs(10),
+        || std::net::TcpStream::connect(("127.0.0.1", port)).is_ok(),
+    );
     Bouncer {
         child,
         port,

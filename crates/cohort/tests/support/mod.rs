@@ -2,6 +2,10 @@
 //! that already has Cohort's migrations in `public`.
 #![allow(dead_code, unreachable_pub)]
 
+mod wait;
+#[allow(unused_imports)]
+pub use wait::{wait_until, wait_until_blocking};
+
 use cohort::rules::{Period, RetentionRule, StaticRuleProvider, Strategy};
 use cohort_pgtemp::{TemplateSpec, TestDatabase};
 use sqlx::{AssertSqlSafe, PgPool, Row};
@@ -271,18 +275,15 @@ pub async fn ledger(
 /// Waits until some session of this database is waiting for a lock (the
 /// step a concurrency test needs before releasing the blocker).
 pub async fn wait_for_lock_wait(pool: &PgPool) {
-    for _ in 0..500 {
-        let waiting = count(
+    wait_until("a session waiting for a lock", std::time::Duration::from_secs(10), async || {
+        count(
             pool,
             "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()",
         )
-        .await;
-        if waiting > 0 {
-            return;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
-    panic!("no session ever waited for a lock");
+        .await
+            > 0
+    })
+    .await;
 }
 
 /// Events an observer received, shared with the test.
@@ -304,19 +305,20 @@ impl cohort::observer::AuditObserver for Recorder {
 
 /// Waits until the recorder has seen a run settle, and returns what it saw.
 pub async fn settled_events(events: &Events) -> Vec<cohort::observer::AuditEvent> {
-    for _ in 0..500 {
-        {
-            let seen = events.lock().unwrap();
-            if seen
-                .iter()
-                .any(|e| matches!(e, cohort::observer::AuditEvent::Settled { .. }))
-            {
-                return seen.clone();
-            }
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
-    panic!("the observer never saw the run settle");
+    let settled = || {
+        events
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|e| matches!(e, cohort::observer::AuditEvent::Settled { .. }))
+    };
+    wait_until(
+        "the observer to see the run settle",
+        std::time::Duration::from_secs(5),
+        async || settled(),
+    )
+    .await;
+    events.lock().unwrap().clone()
 }
 
 /// The secret key tests hash with (the `hash` anonymise method needs one).
@@ -367,21 +369,6 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LogBuffer {
     type Writer = LogBuffer;
     fn make_writer(&'a self) -> Self::Writer {
         self.clone()
-    }
-}
-
-/// Polls `check` until it holds, failing the test after `limit`. For state
-/// only the database can tell (rows settled, a lock released): the one
-/// polling interval of the tests, never a wait for time to pass.
-pub async fn wait_until<F: std::future::Future<Output = bool>>(
-    what: &str,
-    limit: std::time::Duration,
-    mut check: impl FnMut() -> F,
-) {
-    let start = std::time::Instant::now();
-    while !check().await {
-        assert!(start.elapsed() < limit, "timed out waiting for {what}");
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
 }
 
