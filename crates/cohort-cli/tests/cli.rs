@@ -2,8 +2,14 @@
 //! database-URL precedence, and a real database behind every command.
 #![allow(clippy::type_complexity)] // tuple rows read back from SQL
 
+#[path = "../../cohort/tests/support/wait.rs"]
+mod wait;
+
 use std::path::Path;
 use std::process::{Command, Output};
+use std::time::Duration;
+
+use wait::{wait_until, wait_until_blocking};
 
 use cohort_pgtemp::TestDatabase;
 use serde_json::Value;
@@ -872,30 +878,26 @@ async fn kill_9_mid_sweep_loses_nothing_and_a_rerun_finishes() {
         .unwrap();
     // Wait until some batches have committed, then kill the process outright.
     let mut committed = 0;
-    for _ in 0..500 {
+    wait_until("300 rows committed", Duration::from_secs(10), async || {
         committed = sqlx::query_scalar::<_, i64>(
             "SELECT COALESCE(sum(affected_count), 0)::int8 FROM retention.sweep_run_entity_summary",
         )
         .fetch_one(db.pool())
         .await
         .unwrap();
-        if committed >= 300 {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+        committed >= 300
+    })
+    .await;
     child.kill().unwrap(); // SIGKILL
     child.wait().unwrap();
     assert!(committed >= 300, "the sweep never got going");
     // Give the server a moment to notice the dead connection and roll back its open batch.
-    for _ in 0..200 {
+    wait_until("the dead session's batch to roll back", Duration::from_secs(4), async || {
         let busy: i64 = sqlx::query_scalar("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() AND state <> 'idle'")
             .fetch_one(db.pool()).await.unwrap();
-        if busy == 0 {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+        busy == 0
+    })
+    .await;
     // Every committed deletion has its audit, and nothing else is gone: whole batches only.
     let audited: i64 = sqlx::query_scalar(
         "SELECT COALESCE(sum(affected_count), 0)::int8 FROM retention.sweep_run_entity_summary",
@@ -1532,14 +1534,14 @@ legal_min = "2190d"
 /// Polls `sql` (a count) until it is zero, for at most 30 s: waits on what
 /// the database says, never on a fixed sleep.
 async fn wait_for_zero(pool: &sqlx::PgPool, sql: &'static str) {
-    for _ in 0..600 {
-        let n: i64 = sqlx::query_scalar(sql).fetch_one(pool).await.unwrap();
-        if n == 0 {
-            return;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-    panic!("still not zero after 30 s: {sql}");
+    wait_until(sql, Duration::from_secs(30), async || {
+        sqlx::query_scalar::<_, i64>(sql)
+            .fetch_one(pool)
+            .await
+            .unwrap()
+            == 0
+    })
+    .await;
 }
 
 /// `dead-letters list` and `retry` as SPEC §12 pins them.
@@ -1695,13 +1697,12 @@ async fn command_handlers_are_dispatched_at_least_once_even_across_kill_9() {
         .env("DATABASE_URL", db.url())
         .spawn()
         .unwrap();
-    for _ in 0..200 {
-        if mark.exists() {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-    assert!(mark.exists(), "the first delivery started");
+    wait_until(
+        "the first delivery to start",
+        Duration::from_secs(10),
+        async || mark.exists(),
+    )
+    .await;
     child.kill().unwrap(); // SIGKILL
     child.wait().unwrap();
     // After the claim time-out (as the database clock sees it) another
@@ -1843,27 +1844,33 @@ async fn a_stopped_dispatcher_cannot_settle_work_taken_over_by_another() {
     );
     assert_eq!(json(&out)["entities"][0]["affected"], 1);
 
+    let stopped_log = dir.join("stopped-dispatcher.log");
     let mut stopped = Command::new(env!("CARGO_BIN_EXE_cohort"))
         .current_dir(dir)
         .arg("dispatch")
         .env("DATABASE_URL", db.url())
+        .stderr(std::fs::File::create(&stopped_log).unwrap())
         .spawn()
         .unwrap();
-    for _ in 0..200 {
-        if mark.exists() {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    assert!(mark.exists(), "the first delivery started");
+    wait_until_blocking(
+        "the first delivery to start",
+        Duration::from_secs(10),
+        || mark.exists(),
+    );
     let pid = stopped.id().to_string();
     assert!(Command::new("kill")
         .args(["-STOP", &pid])
         .status()
         .unwrap()
         .success());
-    // Its claim expires; another dispatcher takes the work over and delivers.
-    std::thread::sleep(std::time::Duration::from_millis(3500));
+    // Its claim expires (backdated rather than waited for); another
+    // dispatcher takes the work over and delivers.
+    sqlx::raw_sql(
+        "UPDATE retention.sweep_row_handler_status SET claim_expires_at = now() - interval '1 second' WHERE status = 'in_flight'",
+    )
+    .execute(db.pool())
+    .await
+    .unwrap();
     let out = cohort(dir, &["--json", "dispatch", "--once"], url);
     assert_eq!(
         json(&out)["delivered"],
@@ -1887,7 +1894,16 @@ async fn a_stopped_dispatcher_cannot_settle_work_taken_over_by_another() {
         .status()
         .unwrap()
         .success());
-    std::thread::sleep(std::time::Duration::from_millis(2500));
+    // Its delivery ends and its settle finds the claim gone: it says so.
+    wait_until_blocking(
+        "the stopped dispatcher to find its claim taken over",
+        Duration::from_secs(20),
+        || {
+            std::fs::read_to_string(&stopped_log)
+                .unwrap_or_default()
+                .contains("claim had expired and was taken over")
+        },
+    );
     assert_eq!(settled().await, ("succeeded".to_string(), 2, None));
     assert!(Command::new("kill")
         .args(["-TERM", &pid])
@@ -1967,22 +1983,16 @@ async fn three_dispatcher_processes_deliver_every_row_in_order() {
         })
         .collect();
     let started = std::time::Instant::now();
-    loop {
-        let open: i64 = sqlx::query_scalar(
+    wait_until("every delivery settled", Duration::from_secs(600), async || {
+        sqlx::query_scalar::<_, i64>(
             "SELECT count(*) FROM retention.sweep_row_handler_status WHERE status IN ('pending', 'in_flight')",
         )
         .fetch_one(db.pool())
         .await
-        .unwrap();
-        if open == 0 {
-            break;
-        }
-        assert!(
-            started.elapsed() < std::time::Duration::from_secs(600),
-            "{open} deliveries still open"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-    }
+        .unwrap()
+            == 0
+    })
+    .await;
     for d in &mut dispatchers {
         Command::new("kill")
             .args(["-TERM", &d.id().to_string()])
@@ -2093,6 +2103,8 @@ async fn hook_server(
                 body: buf[start..].to_vec(),
             });
             if silent {
+                // The silent server under test: it holds the connection
+                // without answering, longer than the handler's time-out.
                 tokio::time::sleep(std::time::Duration::from_secs(30)).await;
                 continue;
             }
@@ -2163,7 +2175,13 @@ async fn url_handlers_post_signed_documents_and_retry() {
     );
     let first = run(&["--json", "dispatch", "--once"]);
     assert_eq!(json(&first)["failed"], 1, "503: a failed attempt");
-    tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
+    // Its back-off has passed (backdated rather than waited for).
+    sqlx::raw_sql(
+        "UPDATE retention.sweep_row_handler_status SET next_attempt_at = now() - interval '1 second' WHERE status = 'pending'",
+    )
+    .execute(db.pool())
+    .await
+    .unwrap();
     let second = run(&["--json", "dispatch", "--once"]);
     let report = json(&second);
     assert_eq!(report["delivered"], 1, "200 on attempt 2");
@@ -2391,23 +2409,26 @@ async fn the_policy_only_example_validates_and_its_unit_command_runs() {
         .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
         .unwrap();
-    let start = std::time::Instant::now();
-    let addr = loop {
-        let text = std::fs::read_to_string(&log).unwrap_or_default();
-        // JSON logs (--log-format json): the message carries the address.
-        if let Some(rest) = text.split("metrics served at http://").nth(1) {
-            break rest.split('/').next().unwrap().to_string();
-        }
-        assert!(
-            child.try_wait().unwrap().is_none(),
-            "the worker exited:\n{text}"
-        );
-        assert!(
-            start.elapsed().as_secs() < 30,
-            "no metrics address:\n{text}"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    };
+    let mut addr = String::new();
+    wait_until_blocking(
+        "the metrics address in the log",
+        Duration::from_secs(30),
+        || {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            assert!(
+                child.try_wait().unwrap().is_none(),
+                "the worker exited:\n{text}"
+            );
+            // JSON logs (--log-format json): the message carries the address.
+            match text.split("metrics served at http://").nth(1) {
+                Some(rest) => {
+                    addr = rest.split('/').next().unwrap().to_string();
+                    true
+                }
+                None => false,
+            }
+        },
+    );
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(&addr).unwrap();
     write!(

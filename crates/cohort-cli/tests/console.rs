@@ -2,9 +2,12 @@
 //! real database with real runs, holds and dead letters, read over HTTP
 //! and in headless Chromium.
 
+#[path = "../../cohort/tests/support/wait.rs"]
+mod wait;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use wait::wait_until_blocking;
 
 use cohort_pgtemp::TestDatabase;
 
@@ -132,24 +135,23 @@ impl Console {
             addr: String::new(),
             log,
         };
-        let start = Instant::now();
-        while console.addr.is_empty() {
-            let text = std::fs::read_to_string(&console.log).unwrap_or_default();
-            if let Some(rest) = text
-                .lines()
-                .find_map(|l| l.split("console at http://").nth(1))
-            {
-                console.addr = rest.split('/').next().unwrap().to_string();
-            }
-            if let Some(status) = console.child.try_wait().unwrap() {
-                panic!("cohort serve exited ({status}):\n{text}");
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(30),
-                "no address:\n{text}"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        wait_until_blocking(
+            "the console's address in its log",
+            Duration::from_secs(30),
+            || {
+                let text = std::fs::read_to_string(&console.log).unwrap_or_default();
+                if let Some(rest) = text
+                    .lines()
+                    .find_map(|l| l.split("console at http://").nth(1))
+                {
+                    console.addr = rest.split('/').next().unwrap().to_string();
+                }
+                if let Some(status) = console.child.try_wait().unwrap() {
+                    panic!("cohort serve exited ({status}):\n{text}");
+                }
+                !console.addr.is_empty()
+            },
+        );
         console
     }
 

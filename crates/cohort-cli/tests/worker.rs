@@ -9,6 +9,10 @@ use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+#[path = "../../cohort/tests/support/wait.rs"]
+mod wait;
+use wait::{wait_until, wait_until_blocking};
+
 use chrono::{DateTime, Utc};
 use cohort_pgtemp::TestDatabase;
 use sqlx::PgPool;
@@ -166,21 +170,22 @@ impl Replicas {
             .unwrap()
             .success();
         assert!(ok, "kill -TERM failed");
-        let start = Instant::now();
-        loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                return (status.code(), self.log(name));
-            }
-            if start.elapsed() > within {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!(
-                    "{name} did not stop within {within:?} of SIGTERM:\n{}",
-                    self.log(name)
-                );
-            }
-            std::thread::sleep(Duration::from_millis(20));
+        let mut status = None;
+        let stopped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            wait_until_blocking(&format!("{name} to stop after SIGTERM"), within, || {
+                status = child.try_wait().unwrap();
+                status.is_some()
+            })
+        }));
+        if stopped.is_err() {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "{name} did not stop within {within:?} of SIGTERM:\n{}",
+                self.log(name)
+            );
         }
+        (status.and_then(|s| s.code()), self.log(name))
     }
 
     /// SIGTERM to each still running, in order; each must exit 0.
@@ -253,14 +258,6 @@ async fn scheduled(
     .fetch_all(pool)
     .await
     .unwrap()
-}
-
-async fn wait_until(what: &str, limit: Duration, mut check: impl AsyncFnMut() -> bool) {
-    let start = Instant::now();
-    while !check().await {
-        assert!(start.elapsed() < limit, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 /// READY-006, RS-011: three replicas (one configured dry-run, two with
@@ -400,18 +397,16 @@ async fn a_killed_owner_s_occurrence_is_swept_again_by_another_replica() {
     // The run in progress (read until found: the owner may be between
     // its first pass and the next for a moment).
     let mut started = None;
-    for _ in 0..100 {
+    wait_until("a scheduled run in progress", Duration::from_secs(2), async || {
         started = sqlx::query_as::<_, (DateTime<Utc>, uuid::Uuid)>(
             "SELECT occurrence, run_id FROM retention.sweep_run WHERE status = 'started' AND trigger = 'scheduled'",
         )
         .fetch_optional(db.pool())
         .await
         .unwrap();
-        if started.is_some() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        started.is_some()
+    })
+    .await;
     let (occurrence, orphan_id) = started.expect("a run in progress");
     replicas.kill9(&owner);
     // Killed mid-run: the run had not settled by itself.
@@ -559,7 +554,21 @@ async fn the_database_kill_switch_reaches_every_replica() {
     let before = scheduled(db.pool()).await;
     assert_eq!(before.len(), 1, "later passes were skipped: {before:?}");
     assert_eq!(before[0].3, "succeeded", "the tenant in progress finished");
-    tokio::time::sleep(Duration::from_secs(7)).await;
+    // Two more occurrences come and are skipped by the switch (the
+    // replicas log each), and nothing ran meanwhile.
+    let skipped = || {
+        ["w-1", "w-2", "w-3"]
+            .iter()
+            .map(|n| replicas.log(n).matches("KillSwitch { passes: 0 }").count())
+            .sum::<usize>()
+    };
+    let seen = skipped();
+    wait_until(
+        "two occurrences skipped by the kill switch",
+        Duration::from_secs(30),
+        async || skipped() >= seen + 2,
+    )
+    .await;
     let during = scheduled(db.pool()).await;
     assert_eq!(during.len(), 1, "no run while the switch is on: {during:?}");
     let out = cohort(
@@ -814,17 +823,27 @@ base_backoff = \"1s\"
         .unwrap();
         (runs, rows, deliveries)
     };
-    let mut checked = false;
-    for _ in 0..50 {
-        let before = ledger().await;
-        let (status, metrics) = http_get(&addr, "/metrics");
-        let after = ledger().await;
-        assert_eq!(status, 200);
-        if before != after || before.0.iter().any(|r| r.2 == "started") {
-            tokio::time::sleep(Duration::from_millis(200)).await;
-            continue;
-        }
-        let (runs, rows, deliveries) = before;
+    // A scrape taken while the ledger stood still (nothing started, the
+    // same before and after) is compared with it.
+    let mut still = None;
+    wait_until(
+        "the ledger to stand still for a scrape",
+        Duration::from_secs(10),
+        async || {
+            let before = ledger().await;
+            let (status, metrics) = http_get(&addr, "/metrics");
+            let after = ledger().await;
+            assert_eq!(status, 200);
+            let settled = before == after && !before.0.iter().any(|r| r.2 == "started");
+            if settled {
+                still = Some((before, metrics));
+            }
+            settled
+        },
+    )
+    .await;
+    {
+        let ((runs, rows, deliveries), metrics) = still.expect("a still scrape");
         assert!(runs.iter().map(|r| r.3).sum::<i64>() >= 3, "{runs:?}");
         for (kind, trigger, status, n) in &runs {
             let series = format!(
@@ -883,10 +902,7 @@ base_backoff = \"1s\"
             "{metrics}"
         );
         assert!(!metrics.contains("1000001"), "a record id in the metrics");
-        checked = true;
-        break;
     }
-    assert!(checked, "the ledger never stood still for a scrape");
     let (status, _) = http_get(&addr, "/nope");
     assert_eq!(status, 404);
 

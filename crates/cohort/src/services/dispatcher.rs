@@ -456,7 +456,10 @@ impl Dispatcher {
                 tracing::info!(work = work.id, handler = %work.handler, "delivery stopped by shutdown; claim released");
                 Outcome::Released
             }
-            Ok(None) => Outcome::Superseded,
+            Ok(None) => {
+                tracing::info!(work = work.id, handler = %work.handler, "this delivery's claim had expired and was taken over: its result is not recorded, the newer delivery's stands");
+                Outcome::Superseded
+            }
             Err(e) => {
                 tracing::warn!(work = work.id, error = %e, "releasing a claim failed; the work is reclaimed when its claim expires");
                 Outcome::Unrecorded
@@ -473,7 +476,10 @@ impl Dispatcher {
                 self.clear_payloads(prepared, work.row_detail_id).await;
                 Outcome::Delivered
             }
-            Ok(None) => Outcome::Superseded,
+            Ok(None) => {
+                tracing::info!(work = work.id, handler = %work.handler, "this delivery's claim had expired and was taken over: its result is not recorded, the newer delivery's stands");
+                Outcome::Superseded
+            }
             Err(e) => {
                 tracing::warn!(work = work.id, error = %e, "recording a delivery failed; the work stays in flight until reclaimed");
                 Outcome::Unrecorded
@@ -513,7 +519,10 @@ impl Dispatcher {
                 tracing::warn!(work = work.id, handler = %work.handler, error, retry_in_s = backoff, "delivery failed; retried after its back-off");
                 Outcome::Failed
             }
-            Ok(None) => Outcome::Superseded,
+            Ok(None) => {
+                tracing::info!(work = work.id, handler = %work.handler, "this delivery's claim had expired and was taken over: its result is not recorded, the newer delivery's stands");
+                Outcome::Superseded
+            }
             Err(e) => {
                 // The primary error (the delivery's) is kept, beside the
                 // failure to record it.

@@ -3,7 +3,7 @@
 //! interval, in one place. Shared by every test crate of the workspace
 //! (`#[path]`); it depends on nothing but tokio.
 
-#![allow(dead_code)]
+#![allow(dead_code, unreachable_pub)]
 
 use std::time::{Duration, Instant};
 
