@@ -11,11 +11,6 @@ use serde_json::json;
 use crate::output::{print_json, table};
 use crate::Failure;
 
-/// Test hook: pretend the worker's wall clock is off by this many seconds
-/// (the replica tests prove scheduling never reads it). Deliberately not a
-/// `COHORT_` variable: it is not configuration.
-const CLOCK_OFFSET_VAR: &str = "COHORTTEST_CLOCK_OFFSET_SECS";
-
 /// Fires `cancel` on the first SIGINT or SIGTERM, after printing `what`.
 pub(crate) fn cancel_on_signal(cancel: &Cancel, what: &'static str) {
     let on_signal = cancel.clone();
@@ -85,21 +80,6 @@ impl Signals {
     }
 }
 
-fn clock_offset() -> Result<chrono::TimeDelta, Failure> {
-    match std::env::var(CLOCK_OFFSET_VAR) {
-        Ok(v) => v
-            .trim()
-            .parse::<i64>()
-            .map(chrono::TimeDelta::seconds)
-            .map_err(|_| {
-                Failure::Input(Error::Config(
-                    format!("{CLOCK_OFFSET_VAR}={v:?}: expected whole seconds").into(),
-                ))
-            }),
-        Err(_) => Ok(chrono::TimeDelta::zero()),
-    }
-}
-
 /// Runs services until SIGINT/SIGTERM, then stops them gracefully; exit 0.
 /// `ended` is kept up to date with the services that stopped by
 /// themselves (read by `/healthz`).
@@ -164,8 +144,7 @@ pub(crate) async fn worker(
     metrics_addr: Option<std::net::SocketAddr>,
 ) -> Result<(), Failure> {
     let signals = Signals::watch();
-    let offset = clock_offset()?;
-    let worker = WorkerConfig::from_config(cohort.config())?.map(|w| w.local_clock_offset(offset));
+    let worker = WorkerConfig::from_config(cohort.config())?;
     let services = Services::new(cohort)?.worker(worker);
     if services.names() == ["maintenance"] {
         eprintln!(

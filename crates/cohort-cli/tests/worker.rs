@@ -260,6 +260,20 @@ async fn scheduled(
     .unwrap()
 }
 
+/// Debian's libfaketime, which makes a process's wall clock read off by a
+/// fixed amount.
+fn libfaketime() -> String {
+    let found = std::fs::read_dir("/usr/lib")
+        .unwrap()
+        .filter_map(|d| d.ok())
+        .map(|d| d.path().join("faketime/libfaketime.so.1"))
+        .find(|p| p.exists());
+    found
+        .expect("libfaketime is not installed (apt-get install faketime; .ci/run does)")
+        .display()
+        .to_string()
+}
+
 /// READY-006, RS-011: three replicas (one configured dry-run, two with
 /// wall clocks an hour off either way) over several occurrences: exactly
 /// one run per pass per occurrence of each kind; the dry-run replica never
@@ -270,8 +284,23 @@ async fn three_worker_replicas_run_each_occurrence_once() {
     let dir = dir.path();
     insert_rows(db.pool(), 50, 50).await;
     let mut replicas = Replicas::new(dir, db.url());
-    replicas.spawn("w-ahead", &[("COHORTTEST_CLOCK_OFFSET_SECS", "3600")]);
-    replicas.spawn("w-behind", &[("COHORTTEST_CLOCK_OFFSET_SECS", "-3600")]);
+    // Their wall clocks really are an hour off (libfaketime, Debian's
+    // faketime package: .ci/run installs it); the database's is not.
+    let faketime = libfaketime();
+    let skewed = |offset: &'static str| {
+        [
+            ("LD_PRELOAD", faketime.clone()),
+            ("FAKETIME", offset.to_string()),
+            ("FAKETIME_DONT_FAKE_MONOTONIC", "1".to_string()),
+        ]
+    };
+    let ahead = skewed("+1h");
+    let behind = skewed("-1h");
+    replicas.spawn("w-ahead", &ahead.each_ref().map(|(k, v)| (*k, v.as_str())));
+    replicas.spawn(
+        "w-behind",
+        &behind.each_ref().map(|(k, v)| (*k, v.as_str())),
+    );
     replicas.spawn("w-dry", &[("COHORT_DRY_RUN", "true")]);
     // At least three real occurrences with all their passes settled.
     wait_until(

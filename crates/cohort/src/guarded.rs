@@ -168,12 +168,10 @@ pub(crate) trait GuardSession: Send {
 /// A sqlx connection (inside a transaction).
 pub(crate) struct SqlxSession<'c>(pub(crate) &'c mut PgConnection);
 
-const ISOLATION: &str = "SELECT pg_catalog.current_setting('transaction_isolation')";
-
 #[async_trait::async_trait]
 impl GuardSession for SqlxSession<'_> {
     async fn isolation(&mut self) -> Result<String> {
-        Ok(sqlx::query_scalar(ISOLATION)
+        Ok(sqlx::query_scalar(crate::sql::ISOLATION_LEVEL)
             .fetch_one(&mut *self.0)
             .await?)
     }
@@ -214,7 +212,7 @@ impl Target {
     async fn resolve(cx: &Context, req: &GuardedDeletion) -> Result<Self> {
         let ready = cx.prepared().await?;
         let entity = ready.model.entity(req.entity_id).ok_or_else(|| {
-            Error::InvalidInput(format!(
+            Error::NotFound(format!(
                 "{} is not the id of a registered retained entity",
                 req.entity_id
             ))

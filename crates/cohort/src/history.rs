@@ -32,11 +32,16 @@ pub struct RunRecord {
     /// Settlement.
     pub settled_at: Option<DateTime<Utc>>,
     /// Rows affected, all entities.
-    pub affected: i64,
+    pub affected: u64,
     /// Rows kept by an active hold, all entities.
-    pub held: i64,
+    pub held: u64,
     /// Eligible rows skipped (see [`crate::EntityOutcome::skipped`]), all entities.
-    pub skipped: i64,
+    pub skipped: u64,
+}
+
+/// A count the ledger stores as `int8`, never negative.
+fn count(n: i64) -> u64 {
+    n.max(0) as u64
 }
 
 fn kind(s: &str) -> RunKind {
@@ -85,9 +90,9 @@ pub(crate) async fn list(cx: &Context, limit: i64) -> Result<Vec<RunRecord>> {
                 tenant: r.try_get("tenant_id")?,
                 started_at: r.try_get("started_at")?,
                 settled_at: r.try_get("settled_at")?,
-                affected: r.try_get("affected")?,
-                held: r.try_get("held")?,
-                skipped: r.try_get("skipped")?,
+                affected: count(r.try_get("affected")?),
+                held: count(r.try_get("held")?),
+                skipped: count(r.try_get("skipped")?),
             })
         })
         .collect()

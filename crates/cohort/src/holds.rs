@@ -178,7 +178,7 @@ impl HoldFilter {
 pub(crate) async fn create(cx: &Context, req: HoldRequest) -> Result<Hold> {
     let ready = cx.prepared().await?;
     let entity = ready.model.entity(req.retention_entity_id).ok_or_else(|| {
-        Error::InvalidInput(format!(
+        Error::NotFound(format!(
             "{} is not the id of a registered retained entity",
             req.retention_entity_id
         ))

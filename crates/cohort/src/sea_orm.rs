@@ -120,10 +120,7 @@ impl GuardSession for SeaSession<'_> {
     async fn isolation(&mut self) -> Result<String> {
         let row = self
             .0
-            .query_one_raw(statement(
-                "SELECT pg_catalog.current_setting('transaction_isolation') AS isolation",
-                Vec::new(),
-            ))
+            .query_one_raw(statement(crate::sql::ISOLATION_LEVEL, Vec::new()))
             .await
             .map_err(db_err)?
             .ok_or_else(|| Error::Orm("no row for the isolation level".into()))?;
@@ -214,16 +211,17 @@ async fn apply<T: ConnectionTrait>(
 ) -> Result<MigrationReport> {
     conn.execute_raw(statement(
         crate::sql::locks::XACT_LOCK_SQL,
-        vec![Value::from(plan.lock_key())],
+        vec![Value::from(crate::locks::LockKey::Migrate(schema).text())],
     ))
     .await
     .map_err(db_err)?;
-    conn.execute_unprepared(plan.create_schema().as_str())
+    conn.execute_unprepared(crate::sql::schema::create_schema(schema).text())
         .await
         .map_err(db_err)?;
+    let installed = crate::sql::schema::installed_comment(schema.to_owned());
     let row = conn
         .query_one_raw(statement(
-            crate::schema::INSTALLED_VERSION_SQL,
+            installed.text(),
             vec![
                 Value::from(schema.to_owned()),
                 Value::from(crate::schema::CohortTable::SweepRun.name().to_owned()),

@@ -280,6 +280,17 @@ impl std::fmt::Debug for Registered {
 
 /// Handlers of one entity in delivery order: priority (unset last), then
 /// identity.
+/// The share of `dispatch.claim_timeout` after which a delivery's cancel
+/// fires (its handler's own deadline; a policy handler's `timeout` may not
+/// exceed it): well before the claim could expire and the work be
+/// reclaimed and run twice at once.
+pub(crate) const DELIVERY_SOFT_DEADLINE: f64 = 0.85;
+
+/// The share of `dispatch.claim_timeout` after which a delivery that
+/// ignored its cancel is dropped (and a capture abandoned), still before
+/// the claim expires.
+pub(crate) const DELIVERY_HARD_DEADLINE: f64 = 0.9;
+
 pub(crate) fn ordered(mut handlers: Vec<Registered>) -> Vec<Registered> {
     handlers.sort_by(|a, b| {
         let key = |r: &Registered| {

@@ -94,7 +94,9 @@ pub(super) fn handlers(
             problems.push(format!("{at}: timeout: {e}"));
         }
         if let Some(t) = h.timeout {
-            if t.as_seconds() as f64 > claim_timeout.as_seconds() as f64 * 0.85 {
+            if t.as_seconds() as f64
+                > claim_timeout.as_seconds() as f64 * crate::handlers::DELIVERY_SOFT_DEADLINE
+            {
                 problems.push(format!(
                     "{at}: timeout {t} exceeds the delivery deadline (85% of dispatch.claim_timeout {claim_timeout}); past it the work could be reclaimed and run twice at once"
                 ));
@@ -109,9 +111,9 @@ pub(super) fn handlers(
             capture: h.capture.clone(),
             // Unset: 30 s, and never past the delivery deadline.
             timeout: Some(std::time::Duration::from_secs_f64(
-                h.timeout
-                    .map_or(30.0, |p| p.as_seconds() as f64)
-                    .min(claim_timeout.as_seconds() as f64 * 0.85),
+                h.timeout.map_or(30.0, |p| p.as_seconds() as f64).min(
+                    claim_timeout.as_seconds() as f64 * crate::handlers::DELIVERY_SOFT_DEADLINE,
+                ),
             )),
             target: target.unwrap_or(HandlerTarget::Command(Vec::new())),
             program,

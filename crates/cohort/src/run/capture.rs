@@ -34,7 +34,8 @@ pub(super) async fn capture(
             // Bounded: a hung capture would hold the batch's row locks and
             // the run lock, so that not even recovery could step in.
             let limit = std::time::Duration::from_secs_f64(
-                ctx.cx.config.dispatch.claim_timeout.as_seconds() as f64 * 0.9,
+                ctx.cx.config.dispatch.claim_timeout.as_seconds() as f64
+                    * crate::handlers::DELIVERY_HARD_DEADLINE,
             );
             match tokio::time::timeout(limit, h.handler.before(row, &mut before)).await {
                 Ok(Ok(())) => {}

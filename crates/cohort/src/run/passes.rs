@@ -224,11 +224,7 @@ pub(crate) async fn discover(cx: &Context, source: &TenantSource) -> Result<Tena
             use futures_util::TryStreamExt;
             // Read-only: the query can list tenants, never change anything.
             let mut conn = cx.pool.acquire().await?;
-            let mut tx = sqlx::Connection::begin_with(
-                &mut *conn,
-                "BEGIN ISOLATION LEVEL READ COMMITTED READ ONLY",
-            )
-            .await?;
+            let mut tx = sqlx::Connection::begin_with(&mut *conn, crate::sql::READ_ONLY).await?;
             {
                 let mut rows = sqlx::query(sqlx::AssertSqlSafe(sql.clone())).fetch(&mut *tx);
                 while let Some(row) = rows.try_next().await? {

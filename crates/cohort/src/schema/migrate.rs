@@ -11,6 +11,7 @@ use sqlx::{Connection, PgConnection, Row};
 use crate::error::{Error, Problems, Result};
 use crate::ident::check_schema_name;
 use crate::ident::{from_template, SqlText};
+use crate::sql::schema as statements;
 use crate::sql::tables::{CohortTable, MOVED_COMMENT, SCHEMA_VERSION, VERSION_COMMENT_PREFIX};
 
 /// One versioned migration, rendered for a schema.
@@ -128,28 +129,19 @@ pub fn sqlx_migrator(schema: &str) -> Result<sqlx::migrate::Migrator> {
     Ok(migrator)
 }
 
-/// Reads the comment of `sweep_run` in schema `$1` (`$2` = `sweep_run`).
-pub(crate) const INSTALLED_VERSION_SQL: &str =
-    "SELECT pg_catalog.obj_description(c.oid, 'pg_class') AS comment \
-     FROM pg_catalog.pg_class c \
-     JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
-     WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind IN ('r', 'p')";
-
 /// The Cohort schema version installed in `schema`: `Ok(None)` when
 /// `sweep_run` does not exist there; an error when it exists without a
 /// version comment (created by hand or by something else).
 pub async fn installed_version(conn: &mut PgConnection, schema: &str) -> Result<Option<u32>> {
-    let row = sqlx::query(INSTALLED_VERSION_SQL)
-        .bind(schema)
-        .bind(CohortTable::SweepRun.name())
+    let row = statements::installed_comment(schema.to_owned())
+        .query()
         .fetch_optional(&mut *conn)
         .await?;
     let Some(row) = row else { return Ok(None) };
     let comment: Option<String> = row.try_get("comment")?;
     if comment.as_deref() == Some(MOVED_COMMENT) {
-        let mut sql = SqlText::new("SELECT moved_to FROM ");
-        sql.table(&CohortTable::SweepRun.qualified(schema));
-        let to: Option<String> = sqlx::query_scalar(sql.into_sql())
+        let to: Option<String> = statements::moved_to(schema)
+            .query_scalar()
             .fetch_optional(&mut *conn)
             .await?;
         return Err(moved(schema, to.as_deref()));
@@ -194,19 +186,6 @@ impl MigrationPlan {
         Ok(Self {
             schema: schema.to_owned(),
         })
-    }
-
-    /// The transaction-scoped advisory lock's key (bound to
-    /// [`crate::sql::locks::XACT_LOCK_SQL`]).
-    pub(crate) fn lock_key(&self) -> String {
-        crate::locks::LockKey::Migrate(&self.schema).text()
-    }
-
-    /// `CREATE SCHEMA IF NOT EXISTS "schema"`.
-    pub(crate) fn create_schema(&self) -> SqlText {
-        let mut create = SqlText::new("CREATE SCHEMA IF NOT EXISTS ");
-        create.ident(&self.schema);
-        create
     }
 
     /// The installed version from what [`INSTALLED_VERSION_SQL`] returned:
@@ -296,21 +275,24 @@ async fn apply(
     plan: &MigrationPlan,
     schema: &str,
 ) -> Result<MigrationReport> {
-    sqlx::query(crate::sql::locks::XACT_LOCK_SQL)
-        .bind(plan.lock_key())
+    crate::sql::locks::xact_lock(crate::locks::LockKey::Migrate(schema))
+        .query()
         .execute(&mut *tx)
         .await?;
-    sqlx::query(plan.create_schema().into_sql())
+    statements::create_schema(schema)
+        .raw()
         .execute(&mut *tx)
         .await?;
-    let found: Option<Option<String>> = sqlx::query_scalar(INSTALLED_VERSION_SQL)
-        .bind(schema)
-        .bind(CohortTable::SweepRun.name())
+    let found: Option<Option<String>> = statements::installed_comment(schema.to_owned())
+        .query_scalar()
         .fetch_optional(&mut *tx)
         .await?;
     let from = plan.version_from(found)?;
     let mut applied = Vec::new();
     for m in plan.pending(from) {
+        // A migration's own file (crates/cohort/migrations/), rendered for
+        // the schema through `ident::from_template`, run as written: the
+        // one statement kept outside sql/.
         sqlx::raw_sql(sqlx::AssertSqlSafe(m.sql))
             .execute(&mut *tx)
             .await

@@ -8,7 +8,7 @@ use sqlx::{Connection, PgConnection};
 use super::migrate::installed_version;
 use crate::error::{Error, Problems, Result};
 use crate::ident::check_schema_name;
-use crate::ident::SqlText;
+use crate::sql::schema as statements;
 use crate::sql::tables::{CohortTable, MOVED_COMMENT, SCHEMA_VERSION};
 
 /// The history table of [`super::sqlx_migrator`], moved along when present.
@@ -70,8 +70,8 @@ async fn move_in(tx: &mut PgConnection, from: &str, to: &str) -> Result<Vec<Stri
     // either schema runs meanwhile.
     let (first, second) = if from < to { (from, to) } else { (to, from) };
     for schema in [first, second] {
-        sqlx::query(crate::sql::locks::XACT_LOCK_SQL)
-            .bind(crate::locks::LockKey::Migrate(schema).text())
+        crate::sql::locks::xact_lock(crate::locks::LockKey::Migrate(schema))
+            .query()
             .execute(&mut *tx)
             .await?;
     }
@@ -99,22 +99,20 @@ async fn move_in(tx: &mut PgConnection, from: &str, to: &str) -> Result<Vec<Stri
         .map(|t| t.name())
         .chain([SQLX_HISTORY])
         .collect();
-    let taken: Vec<String> = sqlx::query_scalar(
-        "SELECT c.relname::text FROM pg_catalog.pg_class c \
-         JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
-         WHERE n.nspname = $1 AND c.relname = ANY($2::text[]) ORDER BY 1",
-    )
-    .bind(to)
-    .bind(&names)
-    .fetch_all(&mut *tx)
-    .await?;
+    let owned: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
+    let taken: Vec<String> = statements::taken(to.to_owned(), owned.clone())
+        .query_scalar()
+        .fetch_all(&mut *tx)
+        .await?;
     if !taken.is_empty() && leftovers_only(tx, to, &taken).await? {
         // Moving back to a schema the tables once left: its marker goes
         // (with the empty sqlx history a stale migrator run left there).
         for name in &taken {
-            let mut drop = SqlText::new("DROP TABLE ");
-            drop.table(&crate::ident::QualifiedName::new(to, name.as_str()));
-            sqlx::query(drop.into_sql()).execute(&mut *tx).await?;
+            let table = crate::ident::QualifiedName::new(to, name.as_str());
+            statements::drop_table(&table)
+                .raw()
+                .execute(&mut *tx)
+                .await?;
         }
     } else if !taken.is_empty() {
         return Err(Error::Conflict(format!(
@@ -125,36 +123,27 @@ async fn move_in(tx: &mut PgConnection, from: &str, to: &str) -> Result<Vec<Stri
     // Nothing may be mid-flight: its process would go on writing to names
     // that no longer exist. Locks on both tables keep new work out until
     // the move commits.
-    let mut busy = SqlText::new("LOCK TABLE ");
-    busy.table(&CohortTable::SweepRun.qualified(from))
-        .push(", ")
-        .table(&CohortTable::HandlerStatus.qualified(from))
-        .push(" IN SHARE ROW EXCLUSIVE MODE");
-    sqlx::query(busy.into_sql()).execute(&mut *tx).await?;
+    statements::lock_ledger(from)
+        .raw()
+        .execute(&mut *tx)
+        .await?;
     // A run still `started` whose run lock is free lost its process (it is
     // recovered as failed later, in the new schema), and a claim that has
     // expired is reclaimed there: neither holds the move back.
-    let mut started = SqlText::new("SELECT run_id FROM ");
-    started
-        .table(&CohortTable::SweepRun.qualified(from))
-        .push(" WHERE status = 'started'");
-    let started: Vec<uuid::Uuid> = sqlx::query_scalar(started.into_sql())
+    let started: Vec<uuid::Uuid> = statements::started_runs(from)
+        .query_scalar()
         .fetch_all(&mut *tx)
         .await?;
     let mut runs = 0;
     for run_id in started {
-        let free: bool = sqlx::query_scalar(
-            "SELECT pg_catalog.pg_try_advisory_xact_lock(pg_catalog.hashtextextended($1, 0))",
-        )
-        .bind(crate::locks::LockKey::Run(run_id).text())
-        .fetch_one(&mut *tx)
-        .await?;
+        let free: bool = statements::try_run_lock(run_id)
+            .query_scalar()
+            .fetch_one(&mut *tx)
+            .await?;
         runs += i64::from(!free);
     }
-    let mut open = SqlText::new("SELECT count(*) FROM ");
-    open.table(&CohortTable::HandlerStatus.qualified(from))
-        .push(" WHERE status = 'in_flight' AND claim_expires_at > pg_catalog.now()");
-    let deliveries: i64 = sqlx::query_scalar(open.into_sql())
+    let deliveries: i64 = statements::open_deliveries(from)
+        .query_scalar()
         .fetch_one(&mut *tx)
         .await?;
     if runs > 0 || deliveries > 0 {
@@ -163,26 +152,21 @@ async fn move_in(tx: &mut PgConnection, from: &str, to: &str) -> Result<Vec<Stri
              stop the workers and dispatchers (or wait for them), then move"
         )));
     }
-    let mut create = SqlText::new("CREATE SCHEMA IF NOT EXISTS ");
-    create.ident(to);
-    sqlx::query(create.into_sql()).execute(&mut *tx).await?;
-    let present: Vec<String> = sqlx::query_scalar(
-        "SELECT c.relname::text FROM pg_catalog.pg_class c \
-         JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
-         WHERE n.nspname = $1 AND c.relname = ANY($2::text[]) AND c.relkind IN ('r', 'p')",
-    )
-    .bind(from)
-    .bind(&names)
-    .fetch_all(&mut *tx)
-    .await?;
+    statements::create_schema(to)
+        .raw()
+        .execute(&mut *tx)
+        .await?;
+    let present: Vec<String> = statements::present(from.to_owned(), owned)
+        .query_scalar()
+        .fetch_all(&mut *tx)
+        .await?;
     let mut moved = Vec::new();
     for name in names.iter().filter(|n| present.iter().any(|p| p == *n)) {
-        let mut alter = SqlText::new("ALTER TABLE ");
-        alter
-            .table(&crate::ident::QualifiedName::new(from, *name))
-            .push(" SET SCHEMA ")
-            .ident(to);
-        sqlx::query(alter.into_sql()).execute(&mut *tx).await?;
+        let table = crate::ident::QualifiedName::new(from, *name);
+        statements::set_schema(&table, to)
+            .raw()
+            .execute(&mut *tx)
+            .await?;
         moved.push((*name).to_owned());
     }
     if moved.iter().any(|t| t == SQLX_HISTORY) {
@@ -191,24 +175,18 @@ async fn move_in(tx: &mut PgConnection, from: &str, to: &str) -> Result<Vec<Stri
     // The marker: a process still configured with `from` finds this, not
     // an empty schema it would install a fresh ledger into.
     let marker = CohortTable::SweepRun.qualified(from);
-    let mut create = SqlText::new("CREATE TABLE ");
-    create
-        .table(&marker)
-        .push(" (moved_to text NOT NULL, moved_at timestamptz NOT NULL DEFAULT pg_catalog.now())");
-    sqlx::query(create.into_sql()).execute(&mut *tx).await?;
-    let mut insert = SqlText::new("INSERT INTO ");
-    insert.table(&marker).push(" (moved_to) VALUES ($1)");
-    sqlx::query(insert.into_sql())
-        .bind(to)
+    statements::create_marker(&marker)
+        .raw()
         .execute(&mut *tx)
         .await?;
-    let mut comment = SqlText::new("COMMENT ON TABLE ");
-    comment
-        .table(&marker)
-        .push(" IS '")
-        .push(MOVED_COMMENT)
-        .push("'");
-    sqlx::query(comment.into_sql()).execute(&mut *tx).await?;
+    statements::insert_marker(&marker, to.to_owned())
+        .query()
+        .execute(&mut *tx)
+        .await?;
+    statements::comment_marker(&marker)
+        .raw()
+        .execute(&mut *tx)
+        .await?;
     Ok(moved)
 }
 
@@ -223,9 +201,9 @@ async fn leftovers_only(tx: &mut PgConnection, schema: &str, taken: &[String]) -
         if name != SQLX_HISTORY {
             return Ok(false);
         }
-        let mut rows = SqlText::new("SELECT count(*) FROM ");
-        rows.table(&crate::ident::QualifiedName::new(schema, SQLX_HISTORY));
-        let n: i64 = sqlx::query_scalar(rows.into_sql())
+        let history = crate::ident::QualifiedName::new(schema, SQLX_HISTORY);
+        let n: i64 = statements::count_rows(&history)
+            .query_scalar()
             .fetch_one(&mut *tx)
             .await?;
         if n > 0 {
@@ -237,9 +215,8 @@ async fn leftovers_only(tx: &mut PgConnection, schema: &str, taken: &[String]) -
 
 /// Whether `schema.sweep_run` is the marker a move left behind.
 async fn is_marker(tx: &mut PgConnection, schema: &str) -> Result<bool> {
-    let comment: Option<Option<String>> = sqlx::query_scalar(super::migrate::INSTALLED_VERSION_SQL)
-        .bind(schema)
-        .bind(CohortTable::SweepRun.name())
+    let comment: Option<Option<String>> = statements::installed_comment(schema.to_owned())
+        .query_scalar()
         .fetch_optional(&mut *tx)
         .await?;
     Ok(comment.flatten().as_deref() == Some(MOVED_COMMENT))
@@ -252,16 +229,16 @@ async fn is_marker(tx: &mut PgConnection, schema: &str) -> Result<bool> {
 async fn rewrite_sqlx_checksums(tx: &mut PgConnection, from: &str, to: &str) -> Result<()> {
     let old = super::sqlx_migrator(from)?;
     let new = super::sqlx_migrator(to)?;
-    let mut update = SqlText::new("UPDATE ");
-    update
-        .table(&crate::ident::QualifiedName::new(to, SQLX_HISTORY))
-        .push(" SET checksum = $1 WHERE version = $2 AND checksum = $3");
+    let history = crate::ident::QualifiedName::new(to, SQLX_HISTORY);
     for (o, n) in old.iter().zip(new.iter()) {
         debug_assert_eq!(o.version, n.version);
-        sqlx::query(update.sql())
-            .bind(n.checksum.as_ref())
-            .bind(n.version)
-            .bind(o.checksum.as_ref())
+        let checksum = statements::Checksum {
+            new: n.checksum.to_vec(),
+            version: n.version,
+            old: o.checksum.to_vec(),
+        };
+        statements::rewrite_checksum(&history, checksum)
+            .query()
             .execute(&mut *tx)
             .await?;
     }

@@ -11,7 +11,7 @@ use crate::cancel::Cancel;
 use crate::context::{Context, Prepared};
 use crate::diagnostic::Diagnostic;
 use crate::error::Result;
-use crate::handlers::{AfterContext, Snapshot};
+use crate::handlers::{AfterContext, Snapshot, DELIVERY_HARD_DEADLINE, DELIVERY_SOFT_DEADLINE};
 use crate::rules::Strategy;
 use crate::sql::queue;
 
@@ -370,10 +370,10 @@ impl Dispatcher {
             handler: work.handler.clone(),
             cancel: cancel.clone(),
         };
-        // The handler's deadline: its cancel fires at 85% of the claim
-        // time-out, and it is dropped at 90% if it ignores it.
-        let soft = Duration::from_secs_f64(secs(d.claim_timeout) * 0.85);
-        let deadline = Duration::from_secs_f64(secs(d.claim_timeout) * 0.9);
+        // The handler's deadline: its cancel fires first, and it is dropped
+        // later if it ignores it; both before the claim expires.
+        let soft = Duration::from_secs_f64(secs(d.claim_timeout) * DELIVERY_SOFT_DEADLINE);
+        let deadline = Duration::from_secs_f64(secs(d.claim_timeout) * DELIVERY_HARD_DEADLINE);
         let delivery = handler.handler.after(&ctx);
         tokio::pin!(delivery);
         let bounded = async {

@@ -44,7 +44,6 @@ const SKEW_WARNING: chrono::TimeDelta = chrono::TimeDelta::seconds(5);
 pub struct WorkerConfig {
     schedule: croner::Cron,
     expression: String,
-    local_clock_offset: chrono::TimeDelta,
 }
 
 impl WorkerConfig {
@@ -61,7 +60,6 @@ impl WorkerConfig {
         Ok(Self {
             schedule: cron,
             expression: schedule.to_string(),
-            local_clock_offset: chrono::TimeDelta::zero(),
         })
     }
 
@@ -76,17 +74,10 @@ impl WorkerConfig {
         &self.expression
     }
 
-    /// Test hook: pretends this replica's wall clock is off by `offset`.
-    /// Scheduling never reads the wall clock, so this only changes the
-    /// skew warning; the replica tests use it to prove exactly that.
-    #[doc(hidden)]
-    pub fn local_clock_offset(mut self, offset: chrono::TimeDelta) -> Self {
-        self.local_clock_offset = offset;
-        self
-    }
-
+    /// This replica's wall clock: read only to warn when it disagrees
+    /// with the database's, never to schedule.
     fn local_now(&self) -> DateTime<Utc> {
-        Utc::now() + self.local_clock_offset
+        Utc::now()
     }
 }
 
@@ -534,10 +525,5 @@ mod tests {
                 .unwrap()
                 .is_none()
         );
-        let skewed = WorkerConfig::new("0 2 * * *")
-            .unwrap()
-            .local_clock_offset(chrono::TimeDelta::hours(1));
-        let diff = skewed.local_now() - Utc::now();
-        assert!(diff > chrono::TimeDelta::minutes(59), "{diff}");
     }
 }

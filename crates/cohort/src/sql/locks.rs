@@ -3,7 +3,14 @@
 
 use sqlx::PgConnection;
 
+use super::statement::Statement;
+use crate::ident::SqlText;
 use crate::locks::LockKey;
+
+/// [`XACT_LOCK_SQL`] for `key`, as a statement.
+pub(crate) fn xact_lock(key: LockKey<'_>) -> Statement<(String,)> {
+    Statement::new(SqlText::new(XACT_LOCK_SQL), (key.text(),))
+}
 
 /// Takes a transaction-scoped lock (released at commit or rollback),
 /// waiting for it; `$1` the key's text. Hashed with `hashtext` (int4), as

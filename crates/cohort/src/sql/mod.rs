@@ -38,6 +38,7 @@ pub(crate) mod partitions;
 pub(crate) mod peers;
 pub(crate) mod prune;
 pub(crate) mod queue;
+pub(crate) mod schema;
 pub(crate) mod settings;
 pub(crate) mod statement;
 pub(crate) mod tables;
@@ -55,6 +56,15 @@ pub(crate) use ledger::LedgerPlan;
 /// isolation level: under REPEATABLE READ the re-check would reuse the
 /// first statement's snapshot and miss a hold committed in between.
 pub(crate) const READ_COMMITTED: &str = "BEGIN ISOLATION LEVEL READ COMMITTED";
+
+/// The transaction a policy's `tenants_query` runs in: it can list
+/// tenants, never change anything.
+pub(crate) const READ_ONLY: &str = "BEGIN ISOLATION LEVEL READ COMMITTED READ ONLY";
+
+/// The isolation level of the caller's transaction (column `isolation`),
+/// which guarded deletion checks before relying on READ COMMITTED.
+pub(crate) const ISOLATION_LEVEL: &str =
+    "SELECT pg_catalog.current_setting('transaction_isolation') AS isolation";
 
 /// The database clock now: what cutoffs, occurrences and prune ages are
 /// measured against, never the process's own clock.

@@ -1043,3 +1043,77 @@ fn catalog_partition_and_ledger_statements_bind_exactly_their_placeholders() {
         }),
     );
 }
+
+#[test]
+fn schema_statements() {
+    use crate::sql::schema as s;
+    let t = QualifiedName::new("cohort", "sweep_run");
+    let checksum = || s::Checksum {
+        new: vec![],
+        version: 1,
+        old: vec![],
+    };
+    let statements = [
+        (
+            "installed_comment",
+            s::installed_comment("cohort".into()).text().to_owned(),
+        ),
+        ("moved_to", s::moved_to("cohort").text().to_owned()),
+        (
+            "create_schema",
+            s::create_schema("cohort").text().to_owned(),
+        ),
+        ("taken", s::taken("cohort".into(), vec![]).text().to_owned()),
+        (
+            "present",
+            s::present("cohort".into(), vec![]).text().to_owned(),
+        ),
+        ("drop_table", s::drop_table(&t).text().to_owned()),
+        ("lock_ledger", s::lock_ledger("cohort").text().to_owned()),
+        ("started_runs", s::started_runs("cohort").text().to_owned()),
+        (
+            "try_run_lock",
+            s::try_run_lock(uuid::Uuid::nil()).text().to_owned(),
+        ),
+        (
+            "open_deliveries",
+            s::open_deliveries("cohort").text().to_owned(),
+        ),
+        (
+            "set_schema",
+            s::set_schema(&t, "elsewhere").text().to_owned(),
+        ),
+        ("create_marker", s::create_marker(&t).text().to_owned()),
+        (
+            "insert_marker",
+            s::insert_marker(&t, "elsewhere".into()).text().to_owned(),
+        ),
+        ("comment_marker", s::comment_marker(&t).text().to_owned()),
+        ("count_rows", s::count_rows(&t).text().to_owned()),
+        (
+            "rewrite_checksum",
+            s::rewrite_checksum(&t, checksum()).text().to_owned(),
+        ),
+        (
+            "xact_lock",
+            crate::sql::locks::xact_lock(crate::locks::LockKey::Migrate("cohort"))
+                .text()
+                .to_owned(),
+        ),
+    ];
+    let refs: Vec<(&str, &str)> = statements.iter().map(|(n, t)| (*n, t.as_str())).collect();
+    insta::assert_snapshot!("schema", family(&refs));
+    check("schema.installed_comment", s::installed_comment("c".into()));
+    check("schema.taken", s::taken("c".into(), vec![]));
+    check("schema.present", s::present("c".into(), vec![]));
+    check("schema.try_run_lock", s::try_run_lock(uuid::Uuid::nil()));
+    check("schema.insert_marker", s::insert_marker(&t, "e".into()));
+    check(
+        "schema.rewrite_checksum",
+        s::rewrite_checksum(&t, checksum()),
+    );
+    check(
+        "locks.xact_lock",
+        crate::sql::locks::xact_lock(crate::locks::LockKey::Migrate("c")),
+    );
+}

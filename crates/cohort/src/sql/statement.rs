@@ -61,8 +61,9 @@ impl<P: Params> Statement<P> {
         self
     }
 
-    /// The text, for snapshots (never values).
-    #[cfg_attr(not(test), allow(dead_code))]
+    /// The text (for snapshots, and for SeaORM connections, which bind
+    /// their own values); never the values.
+    #[cfg_attr(not(any(test, feature = "sea-orm")), allow(dead_code))]
     pub(crate) fn text(&self) -> &str {
         self.text.as_str()
     }
