@@ -12,13 +12,13 @@ use sqlx::postgres::PgPool;
 use tokio::sync::OnceCell;
 
 use crate::config::CohortConfig;
-use crate::error::{Error, Problem, Problems, Result};
+use crate::error::{Error, Result};
 use crate::model::EntityDeclaration;
 use crate::observer::ObserverHub;
 use crate::rules::RuleProvider;
 use crate::sql::{EntityPlan, LedgerPlan};
 use crate::tenants::{TenantEntry, TenantSource};
-use crate::validate::{validate, ValidatedModel};
+use crate::validate::ValidatedModel;
 
 /// What services need, shared by every clone of a handle.
 pub(crate) struct Context {
@@ -122,22 +122,20 @@ impl Context {
         self.ready
             .get_or_try_init(|| async {
                 let mut conn = self.pool.acquire().await?;
-                crate::validate::pooling::check(&mut conn, &self.pool).await?;
-                let model = validate(
-                    &mut conn,
-                    &self.config,
-                    &self.declarations,
-                    self.rules.as_ref(),
-                )
-                .await?;
-                let tenants = tenant_directory(&model, &self.tenants)?;
+                let inputs = crate::validate::Inputs {
+                    pool: &self.pool,
+                    config: &self.config,
+                    declarations: &self.declarations,
+                    rules: self.rules.as_ref(),
+                    handlers: &self.handlers,
+                    tenants: &self.tenants,
+                };
+                let (model, tenants) = crate::validate::handle(&mut conn, inputs).await?;
                 let hasher = self
                     .config
                     .hash_key
                     .as_ref()
                     .map(|k| HmacPads::anonymiser(k.expose()));
-                check_handlers(&model, &self.handlers)?;
-                check_captures(&mut conn, &model, &self.handlers).await?;
                 let plans = model
                     .entities
                     .iter()
@@ -172,145 +170,6 @@ impl Context {
     /// Whether validation has already succeeded.
     pub(crate) fn is_ready(&self) -> bool {
         self.ready.initialized()
-    }
-}
-
-/// Every column a policy-file handler captures exists in its table.
-async fn check_captures(
-    conn: &mut sqlx::PgConnection,
-    model: &ValidatedModel,
-    handlers: &BTreeMap<uuid::Uuid, Vec<crate::handlers::Registered>>,
-) -> Result<()> {
-    let mut problems = Vec::new();
-    for (entity_id, list) in handlers {
-        let Some(entity) = model.entity(*entity_id) else {
-            continue;
-        };
-        if list.iter().all(|h| h.capture.is_empty()) {
-            continue;
-        }
-        // The types a command handler can capture as JSON values.
-        const CAPTURABLE: &[&str] = &[
-            "text",
-            "varchar",
-            "bpchar",
-            "int2",
-            "int4",
-            "int8",
-            "bool",
-            "float8",
-            "uuid",
-            "timestamptz",
-            "timestamp",
-            "date",
-            "json",
-            "jsonb",
-        ];
-        let columns = crate::validate::column_types(conn, &entity.table).await?;
-        for h in list {
-            for c in &h.capture {
-                match columns.iter().find(|(name, _)| name == c) {
-                    None => problems.push(Problem::entity(
-                        &entity.name,
-                        format!(
-                            "handler {:?} captures column {c:?}, which {} does not have",
-                            h.registration.identity,
-                            entity.table.display_plain()
-                        ),
-                    )),
-                    Some((_, ty)) if !CAPTURABLE.contains(&ty.as_str()) => {
-                        problems.push(Problem::entity(
-                            &entity.name,
-                            format!(
-                                "handler {:?} captures column {c:?} of type {ty}, which a policy handler cannot capture (text, integers, booleans, float8, uuid, timestamps, dates and json are supported); every sweep would fail",
-                                h.registration.identity
-                            ),
-                        ))
-                    }
-                    Some(_) => {}
-                }
-            }
-        }
-    }
-    if problems.is_empty() {
-        Ok(())
-    } else {
-        Err(Error::Validation(Problems(problems)))
-    }
-}
-
-/// Every handler belongs to a registered retained entity, under a
-/// non-empty identity unique for that entity.
-fn check_handlers(
-    model: &ValidatedModel,
-    handlers: &BTreeMap<uuid::Uuid, Vec<crate::handlers::Registered>>,
-) -> Result<()> {
-    let mut problems = Vec::new();
-    for (entity_id, list) in handlers {
-        let Some(entity) = model.entity(*entity_id) else {
-            problems.push(Problem::global(format!(
-                "row handler(s) {} are registered for {entity_id}, which is not a retained entity",
-                list.iter()
-                    .map(|h| format!("{:?}", h.registration.identity))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )));
-            continue;
-        };
-        let mut seen = std::collections::BTreeSet::new();
-        for h in list {
-            let identity = &h.registration.identity;
-            if identity.trim().is_empty() || identity.contains('\0') {
-                problems.push(Problem::entity(
-                    &entity.name,
-                    format!("row handler identity {identity:?} must be non-empty text"),
-                ));
-            } else if !seen.insert(identity.clone()) {
-                problems.push(Problem::entity(
-                    &entity.name,
-                    format!("two row handlers share the identity {identity:?}; queued work is keyed by it"),
-                ));
-            }
-        }
-    }
-    if problems.is_empty() {
-        Ok(())
-    } else {
-        Err(Error::Validation(Problems(problems)))
-    }
-}
-
-/// Canonicalises the `[[tenant]]` directory; an id that is not valid for
-/// the tenant columns, or one tenant listed twice with different
-/// jurisdictions, is a validation problem.
-fn tenant_directory(
-    model: &ValidatedModel,
-    entries: &[TenantEntry],
-) -> Result<Vec<(String, Option<String>)>> {
-    let identity = model.tenant_identity();
-    let mut problems = Vec::new();
-    let mut out: Vec<(String, Option<String>)> = Vec::new();
-    for entry in entries {
-        let Some(id) = identity.canonical(&entry.id) else {
-            problems.push(Problem::global(format!(
-                "[[tenant]] id {:?} is not a valid tenant id for the tenant columns ({identity:?})",
-                entry.id
-            )));
-            continue;
-        };
-        match out.iter().find(|(seen, _)| *seen == id) {
-            Some((_, j)) if *j != entry.jurisdiction => problems.push(Problem::global(format!(
-                "tenant {id} is listed twice with different jurisdictions ({:?} and {:?})",
-                j, entry.jurisdiction
-            ))),
-            Some(_) => {}
-            None => out.push((id, entry.jurisdiction.clone())),
-        }
-    }
-    if problems.is_empty() {
-        Ok(out)
-    } else {
-        Err(Error::Validation(Problems(problems)))
     }
 }
 

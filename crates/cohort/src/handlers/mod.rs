@@ -12,7 +12,7 @@
 //! rows the mutation did not change and dry runs queue nothing.
 //!
 //! [`RowHandler::on_after`] runs after commit, from the queue, through the
-//! [`Dispatcher`]: claimed with `FOR UPDATE SKIP LOCKED`, each row's
+//! [`Dispatcher`](crate::services::Dispatcher): claimed with `FOR UPDATE SKIP LOCKED`, each row's
 //! handlers in order, retried with exponential backoff, dead-lettered after
 //! `max_attempts` with a sanitised `last_error`. A claim that expires is
 //! reclaimed as a new attempt, and the stale delivery can never settle the

@@ -2,10 +2,14 @@
 //!
 //! Reads only `pg_catalog`, never changes anything, and reports every
 //! problem it finds in one [`Error::Validation`]. Missing-index advice is
-//! returned as warnings, not errors.
+//! returned as warnings, not errors. Building a handle (`Cohort::ready`,
+//! `cohort validate`) runs every check, the model's (`validate`) and the
+//! handle's own (`handle`: the pooler probe, handlers, captures, the
+//! tenant directory), so no public entry validates less.
 
 mod catalog;
 mod checks;
+mod handle;
 mod partitions;
 pub(crate) mod pooling;
 
@@ -17,6 +21,7 @@ use std::collections::BTreeMap;
 use sqlx::PgConnection;
 
 pub use checks::MIN_SERVER_VERSION_NUM;
+pub(crate) use handle::{handle, Inputs};
 
 use crate::config::CohortConfig;
 use crate::error::{Error, Problem, Problems, Result};
@@ -180,9 +185,11 @@ pub(crate) async fn column_types(
         .unwrap_or_default())
 }
 
-/// Validates everything against the database behind `conn`. Nothing is
-/// written. Returns every problem at once.
-pub async fn validate(
+/// Validates the model (configuration, server, Cohort's tables, every
+/// entity and rule) against the database behind `conn`. Nothing is
+/// written. Returns every problem at once. A handle runs this and the
+/// checks of [`handle`]: `Cohort::ready` is the public way in.
+pub(crate) async fn validate(
     conn: &mut PgConnection,
     config: &CohortConfig,
     declarations: &[EntityDeclaration],
