@@ -19,6 +19,7 @@ macro_rules! outln {
 mod commands;
 mod console;
 mod demo;
+mod exit;
 mod exporter;
 mod init;
 mod output;
@@ -30,6 +31,8 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use cohort::policy::PolicyFile;
 use cohort::{Cohort, CohortConfig, Error};
+
+pub(crate) use exit::Failure;
 
 /// Annotation-driven data retention for PostgreSQL.
 #[derive(Debug, Parser)]
@@ -198,27 +201,6 @@ enum LogFormat {
     Json,
 }
 
-/// How a command ended, mapped to the documented exit codes.
-#[derive(Debug)]
-pub(crate) enum Failure {
-    /// Bad input, bad configuration or failed validation: exit 2.
-    Input(Error),
-    /// Anything else (database unreachable, run failed): exit 1.
-    Run(Error),
-    /// Output was printed; exit with this code (1 failed/cancelled run, 3 partially failed).
-    Status(u8),
-}
-
-impl From<Error> for Failure {
-    fn from(e: Error) -> Self {
-        if e.kind().is_bad_input() {
-            Failure::Input(e)
-        } else {
-            Failure::Run(e)
-        }
-    }
-}
-
 fn main() -> ExitCode {
     let json_requested = std::env::args().any(|a| a == "--json");
     let cli = match Cli::try_parse() {
@@ -266,15 +248,7 @@ fn main() -> ExitCode {
     let json = cli.json;
     match runtime.block_on(run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(failure) => {
-            let (code, error) = match failure {
-                Failure::Input(e) => (2, e),
-                Failure::Run(e) => (1, e),
-                Failure::Status(code) => return ExitCode::from(code),
-            };
-            output::error(json, &error);
-            ExitCode::from(code)
-        }
+        Err(failure) => failure.report(json),
     }
 }
 

@@ -1,0 +1,82 @@
+//! `cohort runs`: the ledger read back.
+
+use clap::Subcommand;
+use cohort::Cohort;
+
+use crate::output::{print_json, table};
+use crate::Failure;
+
+use super::sweep::print_result;
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum RunsCommand {
+    /// Recent runs, newest first.
+    List {
+        /// How many.
+        #[arg(long, default_value_t = 20)]
+        limit: i64,
+    },
+    /// One run with its entity summaries.
+    Show {
+        /// The run's id, or a unique prefix of it (the 8 characters tables print).
+        run_id: String,
+    },
+}
+
+pub(crate) async fn runs(cohort: &Cohort, json: bool, cmd: &RunsCommand) -> Result<(), Failure> {
+    match cmd {
+        RunsCommand::List { limit } => {
+            let runs = cohort.list_runs(*limit).await?;
+            if json {
+                print_json(&serde_json::to_value(&runs).expect("runs serialise"));
+            } else {
+                let rows: Vec<Vec<String>> = runs
+                    .iter()
+                    .map(|r| {
+                        vec![
+                            r.run_id.to_string(),
+                            r.kind.as_str().to_string(),
+                            r.status.as_str().to_string(),
+                            if r.dry_run { "yes" } else { "no" }.to_string(),
+                            r.tenant.clone().unwrap_or_else(|| "(tenantless)".into()),
+                            r.started_at.format("%Y-%m-%d %H:%M:%S").to_string(),
+                            r.settled_at
+                                .map(|s| {
+                                    let ms = (s - r.started_at).num_milliseconds().max(0);
+                                    format!("{}.{:03} s", ms / 1000, ms % 1000)
+                                })
+                                .unwrap_or_else(|| "running".into()),
+                            r.affected.to_string(),
+                        ]
+                    })
+                    .collect();
+                outln!(
+                    "{}",
+                    table(
+                        &[
+                            "RUN",
+                            "KIND",
+                            "STATUS",
+                            "DRY RUN",
+                            "TENANT",
+                            "STARTED (UTC)",
+                            "DURATION",
+                            "AFFECTED"
+                        ],
+                        &rows
+                    )
+                );
+            }
+            Ok(())
+        }
+        RunsCommand::Show { run_id } => {
+            let run = cohort.show_run(cohort.find_run(run_id).await?).await?;
+            if json {
+                print_json(&serde_json::to_value(&run).expect("run serialises"));
+            } else {
+                print_result(&run);
+            }
+            Ok(())
+        }
+    }
+}

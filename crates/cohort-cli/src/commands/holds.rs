@@ -1,0 +1,147 @@
+//! `cohort holds`: create, list and release legal holds.
+
+use clap::Subcommand;
+use cohort::holds::{Hold, HoldFilter, HoldRequest};
+use cohort::Cohort;
+use uuid::Uuid;
+
+use crate::output::{print_json, table};
+use crate::Failure;
+
+use super::*;
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum HoldsCommand {
+    /// Place a hold on one record.
+    Create {
+        /// Entity id or display name.
+        #[arg(long)]
+        entity: String,
+        /// Record id (canonicalised with the key column's type).
+        #[arg(long)]
+        record: String,
+        /// The row's tenant (omit for tenantless entities).
+        #[arg(long)]
+        tenant: Option<String>,
+        /// Why.
+        #[arg(long)]
+        reason: String,
+        /// When the hold lapses (RFC 3339).
+        #[arg(long)]
+        expires_at: Option<String>,
+        /// Hold id (default: a new UUID).
+        #[arg(long)]
+        hold_id: Option<Uuid>,
+    },
+    /// List holds.
+    List {
+        /// Entity id or display name.
+        #[arg(long)]
+        entity: Option<String>,
+        /// Tenant.
+        #[arg(long)]
+        tenant: Option<String>,
+        /// Only holds active now.
+        #[arg(long)]
+        active: bool,
+    },
+    /// Release a hold now.
+    Release {
+        /// The hold's id.
+        hold_id: Uuid,
+    },
+}
+
+/// Hold rows with entity names (the id when the entity is no longer declared).
+pub(super) async fn hold_rows(
+    cohort: &Cohort,
+    holds: &[Hold],
+) -> Result<Vec<Vec<String>>, Failure> {
+    let model = cohort.ready().await?;
+    Ok(holds
+        .iter()
+        .map(|h| {
+            vec![
+                h.hold_id.to_string(),
+                model
+                    .entity(h.retention_entity_id)
+                    .map(|e| e.name.clone())
+                    .unwrap_or_else(|| h.retention_entity_id.to_string()),
+                h.record_id.clone(),
+                h.tenant_id.clone().unwrap_or_default(),
+                if h.active { "yes" } else { "no" }.to_string(),
+                h.expires_at.map(|t| t.to_rfc3339()).unwrap_or_default(),
+                h.reason.clone(),
+            ]
+        })
+        .collect())
+}
+
+pub(super) const HOLD_HEADERS: [&str; 7] = [
+    "HOLD", "ENTITY", "RECORD", "TENANT", "ACTIVE", "EXPIRES", "REASON",
+];
+
+pub(crate) async fn holds(cohort: &Cohort, json: bool, cmd: &HoldsCommand) -> Result<(), Failure> {
+    match cmd {
+        HoldsCommand::Create {
+            entity,
+            record,
+            tenant,
+            reason,
+            expires_at,
+            hold_id,
+        } => {
+            let mut req = HoldRequest::new(entity_id(cohort, entity).await?, record, reason);
+            if let Some(t) = tenant {
+                req = req.tenant(t);
+            }
+            if let Some(e) = expires_at {
+                req = req.expires_at(parse_time(Some(e), "--expires-at")?);
+            }
+            if let Some(id) = hold_id {
+                req = req.hold_id(*id);
+            }
+            let hold = cohort.create_hold(req).await?;
+            if json {
+                print_json(&serde_json::to_value(&hold).expect("hold serialises"));
+            } else {
+                outln!("Hold {} placed.\n", hold.hold_id);
+                outln!(
+                    "{}",
+                    table(&HOLD_HEADERS, &hold_rows(cohort, &[hold]).await?)
+                );
+            }
+        }
+        HoldsCommand::List {
+            entity,
+            tenant,
+            active,
+        } => {
+            let mut filter = HoldFilter::all().active_only(*active);
+            if let Some(e) = entity {
+                filter = filter.entity(entity_id(cohort, e).await?);
+            }
+            if let Some(t) = tenant {
+                filter = filter.tenant(t);
+            }
+            let holds = cohort.list_holds(&filter).await?;
+            if json {
+                print_json(&serde_json::to_value(&holds).expect("holds serialise"));
+            } else {
+                outln!(
+                    "{}",
+                    table(&HOLD_HEADERS, &hold_rows(cohort, &holds).await?)
+                );
+            }
+        }
+        HoldsCommand::Release { hold_id } => {
+            let hold = cohort.release_hold(*hold_id).await?;
+            if json {
+                print_json(&serde_json::to_value(&hold).expect("hold serialises"));
+            } else {
+                outln!("Hold {} released.", hold.hold_id);
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,108 @@
+//! The commands that work on a policy's data: `preview`, `sweep`, `erase`
+//! (sweep.rs), `holds` (holds.rs), `runs` (history.rs), `dispatch` and
+//! `dead-letters` (queue.rs); the progress bar (progress.rs) and what they
+//! share (here). Exit codes are mapped in one place, `crate::exit`.
+
+mod history;
+mod holds;
+mod progress;
+mod queue;
+mod sweep;
+
+pub(crate) use history::{runs, RunsCommand};
+pub(crate) use holds::{holds, HoldsCommand};
+pub(crate) use progress::{finish_progress, progress_wanted, Progress};
+pub(crate) use queue::{dead_letters, dispatch, DeadLettersCommand};
+pub(crate) use sweep::{erase, preview, sweep};
+
+use chrono::{DateTime, FixedOffset, Utc};
+use clap::Args;
+use cohort::policy::PolicyFile;
+use cohort::{Cohort, Error, TenantSource};
+use uuid::Uuid;
+
+use crate::Failure;
+
+/// `--tenant T`, `--tenantless` or `--all-tenants`.
+#[derive(Debug, Args)]
+#[group(required = true, multiple = false)]
+pub(crate) struct SweepScope {
+    /// The tenant whose tenant-scoped entities are swept.
+    #[arg(long)]
+    tenant: Option<String>,
+    /// Sweep the tenantless entities.
+    #[arg(long)]
+    tenantless: bool,
+    /// Sweep every tenant of the policy file in order, then the tenantless entities.
+    #[arg(long)]
+    all_tenants: bool,
+}
+
+pub(super) fn bad(msg: impl Into<String>) -> Failure {
+    Failure::Input(Error::InvalidInput(msg.into()))
+}
+
+pub(super) fn parse_time(text: Option<&str>, what: &str) -> Result<DateTime<FixedOffset>, Failure> {
+    match text {
+        None => Ok(Utc::now().fixed_offset()),
+        Some(t) => DateTime::parse_from_rfc3339(t)
+            .map_err(|e| bad(format!("{what} {t:?} is not an RFC 3339 time: {e}"))),
+    }
+}
+
+/// A single tenant's jurisdiction when the tenants come from
+/// `tenants_query` (the `[[tenant]]` directory is looked up by the library):
+/// the query is run and the tenant found by identity. A tenant the query
+/// does not list is refused, since its rules could not be resolved safely.
+pub(super) async fn query_jurisdiction(
+    cohort: &Cohort,
+    policy: &PolicyFile,
+    tenant: &str,
+) -> Result<Option<String>, Failure> {
+    let Some(q) = &policy.tenants_query else {
+        return Ok(None);
+    };
+    let wanted = cohort.canonical_tenant(tenant).await?;
+    let identity = cohort.ready().await?.tenant_identity();
+    for t in cohort
+        .tenants(&TenantSource::Query(q.clone()))
+        .await?
+        .tenants
+    {
+        if identity.canonical(&t.id).as_deref() == Some(wanted.as_str()) {
+            return Ok(t.jurisdiction);
+        }
+    }
+    Err(bad(format!(
+        "tenant {tenant:?} is not among the tenants tenants_query returns; its jurisdiction is unknown, so its rules cannot be resolved safely"
+    )))
+}
+
+/// Worker-only settings do not change a manual run: say so when they are
+/// on (in the configuration or the database). Only a note: when the
+/// settings cannot be read (a role without access to them), the run goes
+/// ahead as requested.
+pub(super) async fn note_worker_settings(cohort: &Cohort, dry_run: bool) -> Result<(), Failure> {
+    let live = match cohort.settings().await {
+        Ok(live) => live,
+        Err(e) => {
+            tracing::debug!(error = %e, "live settings not readable; no note printed");
+            return Ok(());
+        }
+    };
+    if live.kill_switch.effective {
+        eprintln!("cohort: note: the kill switch is on; it stops the scheduled worker only, and this manual run goes ahead");
+    }
+    if live.dry_run.effective && !dry_run {
+        eprintln!("cohort: note: dry_run is on; it applies to the scheduled worker only, and this manual run changes rows (pass --dry-run to count only)");
+    }
+    Ok(())
+}
+
+pub(super) async fn entity_id(cohort: &Cohort, id_or_name: &str) -> Result<Uuid, Failure> {
+    let model = cohort.ready().await?;
+    model
+        .find_entity(id_or_name)
+        .map(|e| e.id)
+        .ok_or_else(|| bad(format!("no retained entity with id or name {id_or_name:?}")))
+}

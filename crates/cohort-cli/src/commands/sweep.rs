@@ -1,0 +1,274 @@
+//! `cohort preview`, `sweep` and `erase`, and how their results print.
+
+use cohort::policy::PolicyFile;
+use cohort::{
+    Cancel, Cohort, PassOutcome, PreviewRequest, SweepAllRequest, SweepRequest, SweepResult,
+};
+use serde_json::json;
+
+use crate::exit::{all_tenants_code, exit_for};
+use crate::output::{outcome_rows, print_json, table, OUTCOME_HEADERS};
+use crate::Failure;
+
+use super::*;
+
+pub(super) fn print_preview(result: &cohort::PreviewResult) {
+    outln!(
+        "Preview for {} (nothing is changed):\n",
+        result
+            .tenant
+            .as_deref()
+            .unwrap_or("the tenantless entities")
+    );
+    outln!(
+        "{}",
+        table(&OUTCOME_HEADERS, &outcome_rows(&result.entities))
+    );
+    for f in &result.failures {
+        outln!("\nfailed: {} ({}): {}", f.entity, f.entity_id, f.error);
+    }
+}
+
+pub(super) fn preview_json(result: &cohort::PreviewResult) -> serde_json::Value {
+    json!({
+        "tenant": result.tenant,
+        "entities": result.entities,
+        "failures": result.failures,
+    })
+}
+
+pub(crate) async fn preview(
+    cohort: &Cohort,
+    policy: &PolicyFile,
+    json: bool,
+    scope: &SweepScope,
+    now: Option<&str>,
+) -> Result<(), Failure> {
+    let now = parse_time(now, "--now")?;
+    // A preview has no run, so 3 (a run settled partially failed) does not
+    // apply: a rule that cannot be resolved is a configuration problem and
+    // nothing was changed (exit 2).
+    if scope.all_tenants {
+        let previews = cohort
+            .preview_all(cohort.tenant_source().clone(), now)
+            .await?;
+        let mut failed = false;
+        let mut docs = Vec::new();
+        for p in &previews {
+            match p {
+                Ok(r) => {
+                    failed |= !r.failures.is_empty();
+                    if json {
+                        docs.push(preview_json(r));
+                    } else {
+                        print_preview(r);
+                        outln!();
+                    }
+                }
+                Err(f) => {
+                    failed = true;
+                    if json {
+                        docs.push(json!({
+                            "tenant": f.tenant,
+                            "error": {"kind": f.kind.as_str(), "message": f.error},
+                        }));
+                    } else {
+                        outln!(
+                            "Preview for {} failed: {}\n",
+                            f.tenant.as_deref().unwrap_or("the tenantless entities"),
+                            f.error
+                        );
+                    }
+                }
+            }
+        }
+        if json {
+            print_json(&serde_json::Value::Array(docs));
+        }
+        return if failed {
+            Err(Failure::Status(2))
+        } else {
+            Ok(())
+        };
+    }
+    let req = match &scope.tenant {
+        Some(t) => {
+            let mut r = PreviewRequest::tenanted(t, now);
+            if let Some(j) = query_jurisdiction(cohort, policy, t).await? {
+                r = r.jurisdiction(j);
+            }
+            r
+        }
+        None => PreviewRequest::tenantless(now),
+    };
+    let result = cohort.preview(req).await?;
+    if json {
+        print_json(&preview_json(&result));
+    } else {
+        print_preview(&result);
+    }
+    if result.failures.is_empty() {
+        Ok(())
+    } else {
+        Err(Failure::Status(2))
+    }
+}
+
+pub(super) fn print_result(result: &SweepResult) {
+    finish_progress();
+    outln!(
+        "Run {} ({}{}) for {}: {}",
+        result.run_id,
+        if result.dry_run { "dry run, " } else { "" },
+        result.kind.as_str(),
+        result
+            .tenant
+            .as_deref()
+            .unwrap_or("the tenantless entities"),
+        result.status.as_str()
+    );
+    outln!(
+        "{}",
+        table(&OUTCOME_HEADERS, &outcome_rows(&result.entities))
+    );
+    for f in &result.failures {
+        outln!("failed: {} ({}): {}", f.entity, f.entity_id, f.error);
+    }
+    for n in &result.not_reached {
+        outln!("not reached: {} ({}): {}", n.entity, n.entity_id, n.reason);
+    }
+}
+
+pub(crate) async fn sweep(
+    cohort: &Cohort,
+    policy: &PolicyFile,
+    json: bool,
+    scope: &SweepScope,
+    now: Option<&str>,
+    (dry_run, allow_future_now): (bool, bool),
+) -> Result<(), Failure> {
+    let now = parse_time(now, "--now")?;
+    note_worker_settings(cohort, dry_run).await?;
+    let cancel = Cancel::new();
+    crate::services::cancel_on_signal(&cancel, "cancelling; the open batch will be rolled back");
+    if scope.all_tenants {
+        let source = cohort.tenant_source().clone();
+        let cancelled = cancel.clone();
+        let result = cohort
+            .sweep_all(
+                SweepAllRequest::new(source, now)
+                    .dry_run(dry_run)
+                    .allow_future_now(allow_future_now)
+                    .cancellation(cancel),
+            )
+            .await?;
+        for t in &result.conflicting_duplicates {
+            eprintln!(
+                "cohort: tenant {t:?} is listed more than once with different jurisdictions; its first listing was used"
+            );
+        }
+        if json {
+            let docs: Vec<serde_json::Value> = result
+                .passes
+                .iter()
+                .map(|p| match p {
+                    PassOutcome::Ran(r) => serde_json::to_value(r).expect("result serialises"),
+                    PassOutcome::NotStarted(f) => json!({
+                        "run_id": null,
+                        "status": "not_started",
+                        "tenant": f.tenant,
+                        "position": f.position,
+                        "error": {"kind": f.kind.as_str(), "message": f.error},
+                    }),
+                    _ => json!(null),
+                })
+                .collect();
+            print_json(&serde_json::Value::Array(docs));
+        } else {
+            for p in &result.passes {
+                match p {
+                    PassOutcome::Ran(r) => {
+                        print_result(r);
+                        outln!();
+                    }
+                    PassOutcome::NotStarted(f) => match (&f.tenant, f.position) {
+                        (Some(t), _) => outln!("Pass for {t} did not start: {}\n", f.error),
+                        (None, Some(_)) => outln!("A pass did not start: {}\n", f.error),
+                        (None, None) if f.kind.is_bad_input() => {
+                            outln!("Not swept: {}\n", f.error)
+                        }
+                        (None, None) => outln!(
+                            "Pass for the tenantless entities did not start: {}\n",
+                            f.error
+                        ),
+                    },
+                    _ => {}
+                }
+            }
+        }
+        // A cancelled command did not sweep every tenant: it failed.
+        if cancelled.is_cancelled() {
+            eprintln!("cohort: cancelled; later passes were not run");
+            return Err(Failure::Status(1));
+        }
+        return match all_tenants_code(&result.passes) {
+            0 => Ok(()),
+            code => Err(Failure::Status(code)),
+        };
+    }
+    let mut req = match &scope.tenant {
+        Some(t) => SweepRequest::tenanted(t, now),
+        None => SweepRequest::tenantless(now),
+    }
+    .dry_run(dry_run)
+    .allow_future_now(allow_future_now)
+    .cancellation(cancel);
+    if let Some(t) = &scope.tenant {
+        if let Some(j) = query_jurisdiction(cohort, policy, t).await? {
+            req = req.jurisdiction(j);
+        }
+    }
+    let result = cohort.sweep(req).await?;
+    if json {
+        print_json(&serde_json::to_value(&result).expect("result serialises"));
+    } else {
+        print_result(&result);
+    }
+    exit_for([result.status])
+}
+
+pub(crate) async fn erase(
+    cohort: &Cohort,
+    policy: &PolicyFile,
+    json: bool,
+    tenant: Option<&str>,
+    scope: cohort::erasure::ErasureScope,
+    now: Option<&str>,
+    (dry_run, allow_future_now): (bool, bool),
+) -> Result<(), Failure> {
+    let now = parse_time(now, "--now")?;
+    note_worker_settings(cohort, dry_run).await?;
+    let cancel = Cancel::new();
+    crate::services::cancel_on_signal(&cancel, "cancelling; the open batch will be rolled back");
+    let jurisdiction = match tenant {
+        Some(t) => query_jurisdiction(cohort, policy, t).await?,
+        None => None,
+    };
+    let mut req = match tenant {
+        Some(t) => cohort::erasure::ErasureRequest::tenanted(t, scope, now),
+        None => cohort::erasure::ErasureRequest::tenantless(scope, now),
+    }
+    .dry_run(dry_run)
+    .allow_future_now(allow_future_now)
+    .cancellation(cancel);
+    if let Some(j) = jurisdiction {
+        req = req.jurisdiction(j);
+    }
+    let result = cohort.erase(req).await?;
+    if json {
+        print_json(&serde_json::to_value(&result).expect("result serialises"));
+    } else {
+        print_result(&result);
+    }
+    exit_for([result.status])
+}
