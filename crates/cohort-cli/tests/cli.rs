@@ -1661,11 +1661,19 @@ async fn command_handlers_are_dispatched_at_least_once_even_across_kill_9() {
     let dir = dir.path();
     let url = Some(db.url());
     let out_file = dir.join("delivered.jsonl");
-    let mark = dir.join("first-attempt-started");
+    // Every `log` attempt blocks (and never writes) until the test has
+    // killed the first dispatcher and created `release`: a second delivery
+    // that the first dispatcher runs concurrently cannot complete before
+    // the kill, so each purged row is written exactly once, by the
+    // redelivery. (The orphaned `sh` of a killed attempt stays in the
+    // branch that never writes.)
+    let mark = dir.join("an-attempt-started");
+    let release = dir.join("release");
     let policy = POLICY.replace(
         "[[entity]]\nname = \"CaseContact\"",
         &format!(
-            "[[entity.handler]]\nname = \"log\"\npriority = 1\ncapture = [\"body\"]\ncommand = [\"sh\", \"-c\", \"if [ -f '{mark}' ]; then d=$(cat); printf '%s\\n' \\\"$d\\\" >> '{out}'; else touch '{mark}'; sleep 20; fi\"]\n\n[[entity.handler]]\nname = \"crm\"\npriority = 2\ncommand = [\"sh\", \"-c\", \"echo 'secret-stderr@example.com' >&2; exit 3\"]\n\n[[entity]]\nname = \"CaseContact\"",
+            "[[entity.handler]]\nname = \"log\"\npriority = 1\ncapture = [\"body\"]\ncommand = [\"sh\", \"-c\", \"if [ -f '{release}' ]; then d=$(cat); printf '%s\\n' \\\"$d\\\" >> '{out}'; else touch '{mark}'; sleep 20; fi\"]\n\n[[entity.handler]]\nname = \"crm\"\npriority = 2\ncommand = [\"sh\", \"-c\", \"echo 'secret-stderr@example.com' >&2; exit 3\"]\n\n[[entity]]\nname = \"CaseContact\"",
+            release = release.display(),
             mark = mark.display(),
             out = out_file.display()
         ),
@@ -1705,6 +1713,8 @@ async fn command_handlers_are_dispatched_at_least_once_even_across_kill_9() {
     .await;
     child.kill().unwrap(); // SIGKILL
     child.wait().unwrap();
+    assert!(!out_file.exists(), "no attempt completed before the kill");
+    std::fs::write(&release, "").unwrap();
     // After the claim time-out (as the database clock sees it) another
     // dispatcher redelivers; nothing is lost.
     wait_for_zero(
