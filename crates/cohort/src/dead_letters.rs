@@ -39,6 +39,7 @@ pub(crate) async fn list(cx: &Context, filter: &DeadLetterFilter) -> Result<Vec<
                 attempts: r.try_get(7)?,
                 last_error: r.try_get(8)?,
                 dead_lettered_at: r.try_get(9)?,
+                action: r.try_get(10)?,
             })
         })
         .collect::<std::result::Result<_, sqlx::Error>>()
@@ -92,6 +93,11 @@ pub(crate) async fn retry(cx: &Context, selection: &RetrySelection) -> Result<u6
                 if status != "dead_lettered" {
                     return Err(Error::Conflict(format!(
                         "work {id} is {status}, not dead-lettered"
+                    )));
+                }
+                if row.try_get::<bool, _>(3)? {
+                    return Err(Error::Refused(format!(
+                        "work {id} cannot be retried: its row was never mutated (a handler's on_before failed for it, so the run left it as it was); the next run tries the row again"
                     )));
                 }
                 if !row.try_get::<bool, _>(2)? {

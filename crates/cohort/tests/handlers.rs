@@ -205,8 +205,11 @@ async fn handlers_run_in_order_with_their_snapshots_and_held_rows_queue_nothing(
     assert_eq!(report.delivered, 0, "nothing is delivered twice");
 }
 
+/// The seeds' rule: a failing `on_before` leaves its row as it was and
+/// dead-letters its work once; the rest of the batch is mutated and
+/// queued, and the run succeeds (tests/before_failures.rs goes further).
 #[tokio::test]
-async fn an_on_before_failure_fails_the_batch_and_nothing_is_mutated_or_queued() {
+async fn an_on_before_failure_skips_only_its_row() {
     let db = engine_db().await;
     let log: Log = Arc::default();
     let mut failing = recording("fussy", &log);
@@ -217,17 +220,32 @@ async fn an_on_before_failure_fails_the_batch_and_nothing_is_mutated_or_queued()
         vec![(HandlerRegistration::new(note_entity(), "fussy"), failing)],
     )
     .await;
-    let before = table_digest(db.pool(), "app.notes").await;
     let r = cohort
         .sweep(SweepRequest::tenanted(TENANT_A, now()))
         .await
         .unwrap();
-    assert_eq!(r.status, RunStatus::PartiallyFailed);
-    assert_eq!(r.failures[0].entity, "Note");
-    assert!(r.failures[0].error.contains("code=on_before_failed"));
-    assert_eq!(r.entity("Note").unwrap().affected, 0);
-    assert_eq!(table_digest(db.pool(), "app.notes").await, before);
-    assert_eq!(queue(db.pool(), "TRUE").await, 0);
+    assert_eq!(r.status, RunStatus::Succeeded, "{:?}", r.failures);
+    let note = r.entity("Note").unwrap();
+    // Of tenant A's three notes past the cutoff, the 45-day one is left.
+    assert_eq!((note.affected, note.skipped), (2, 1));
+    assert_eq!(
+        labels(
+            db.pool(),
+            &format!("SELECT body FROM app.notes WHERE tenant_id = '{TENANT_A}' AND created_at < '2026-05-02'")
+        )
+        .await,
+        vec![format!("{TENANT_A}:45d")]
+    );
+    assert_eq!(queue(db.pool(), "status = 'pending'").await, 2);
+    assert_eq!(
+        queue(
+            db.pool(),
+            "status = 'dead_lettered' AND attempts = 0 AND captured_payload IS NULL \
+             AND last_error LIKE 'kind=handler code=on_before_failed diagnostic_id=%'"
+        )
+        .await,
+        1
+    );
     // The other entities' work stands.
     assert!(r.entity("Ticket").unwrap().affected > 0);
 }

@@ -213,7 +213,7 @@ async fn unknown_or_newer_schemas_are_refused_and_left_alone() {
     );
     exec(
         db.pool(),
-        "COMMENT ON TABLE public.sweep_run IS 'cohort schema version 7'",
+        "COMMENT ON TABLE public.sweep_run IS 'cohort schema version 999'",
     )
     .await;
     let err = schema::migrate(&mut conn, "public").await.unwrap_err();
@@ -229,6 +229,81 @@ async fn unknown_or_newer_schemas_are_refused_and_left_alone() {
             .await
             .unwrap();
     assert_eq!(n, 1);
+}
+
+/// From the previous version: a ledger written at version 5 is kept row
+/// for row, and afterwards a row detail may record a `skipped` row (any
+/// other unknown action is still refused).
+#[tokio::test]
+async fn upgrading_from_version_5_keeps_the_ledger_and_allows_skipped_rows() {
+    let db = empty_db().await;
+    for m in schema::migrations("public")
+        .unwrap()
+        .into_iter()
+        .filter(|m| m.version <= 5)
+    {
+        sqlx::raw_sql(AssertSqlSafe(m.sql))
+            .execute(db.pool())
+            .await
+            .unwrap();
+    }
+    let mut conn = db.connect().await.unwrap();
+    assert_eq!(
+        schema::installed_version(&mut conn, "public")
+            .await
+            .unwrap(),
+        Some(5)
+    );
+    let detail = "INSERT INTO sweep_run_row_detail (run_id, retention_entity_id, entity_type, record_id, action) \
+                  SELECT run_id, gen_random_uuid(), 'Doc', '1', $1 FROM sweep_run";
+    exec(
+        db.pool(),
+        "INSERT INTO sweep_run (run_id, kind, trigger, dry_run, status, logical_now) \
+         VALUES (gen_random_uuid(), 'sweep', 'manual', false, 'started', now())",
+    )
+    .await;
+    sqlx::query(detail)
+        .bind("purge")
+        .execute(db.pool())
+        .await
+        .unwrap();
+    let refused = sqlx::query(detail)
+        .bind("skipped")
+        .execute(db.pool())
+        .await
+        .unwrap_err();
+    assert_eq!(
+        refused
+            .as_database_error()
+            .and_then(|e| e.code())
+            .as_deref(),
+        Some("23514")
+    );
+    let before = table_digest(db.pool(), "public.sweep_run_row_detail").await;
+
+    let report = schema::migrate(&mut conn, "public").await.unwrap();
+    assert_eq!((report.from_version, report.applied), (5, vec![6]));
+    assert_eq!(
+        table_digest(db.pool(), "public.sweep_run_row_detail").await,
+        before
+    );
+    sqlx::query(detail)
+        .bind("skipped")
+        .execute(db.pool())
+        .await
+        .unwrap();
+    let refused = sqlx::query(detail)
+        .bind("archived")
+        .execute(db.pool())
+        .await
+        .unwrap_err();
+    assert_eq!(
+        refused
+            .as_database_error()
+            .and_then(|e| e.code())
+            .as_deref(),
+        Some("23514")
+    );
 }
 
 #[tokio::test]

@@ -599,7 +599,10 @@ async fn incomplete_or_old_cohort_schema_is_rejected() {
     .await;
     expect_problems_global(
         &db,
-        &["is version 0, older than this build's 5; run `cohort migrate`"],
+        &[&format!(
+            "is version 0, older than this build's {}; run `cohort migrate`",
+            cohort::schema::SCHEMA_VERSION
+        )],
     )
     .await;
     exec(
@@ -609,7 +612,10 @@ async fn incomplete_or_old_cohort_schema_is_rejected() {
     .await;
     expect_problems_global(
         &db,
-        &["is version 99, newer than this build's 5; upgrade Cohort"],
+        &[&format!(
+            "is version 99, newer than this build's {}; upgrade Cohort",
+            cohort::schema::SCHEMA_VERSION
+        )],
     )
     .await;
 }

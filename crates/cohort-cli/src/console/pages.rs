@@ -89,6 +89,18 @@ fn status(s: RunStatus) -> Markup {
     html! { span class={"status " (class)} { (s.as_str()) } }
 }
 
+/// What the run did to a dead letter's row; a row set aside by a failing
+/// `on_before` was left as it was.
+fn row_action(action: &str) -> Markup {
+    html! {
+        @if action == "skipped" {
+            span.muted title="a handler's on_before failed for it; the row was not changed and the next run tries it again" { "skipped (unchanged)" }
+        } @else {
+            (action)
+        }
+    }
+}
+
 fn tenant(t: Option<&str>) -> Markup {
     html! {
         @match t {
@@ -260,7 +272,7 @@ pub(crate) fn queue(depth: &QueueDepth, dead: &[DeadLetter], limit: i64) -> Mark
                 p.muted { "The " (limit) " most recent. Requeue with " code { "cohort dead-letters retry" } "." }
                 table {
                     thead { tr {
-                        th.n { "Work" } th { "Handler" } th { "Entity" } th { "Record id" } th { "Tenant" }
+                        th.n { "Work" } th { "Handler" } th { "Entity" } th { "Record id" } th { "Row" } th { "Tenant" }
                         th.n { "Attempts" } th { "Last error" } th { "Dead-lettered" } th { "Run" }
                     } }
                     tbody {
@@ -270,6 +282,7 @@ pub(crate) fn queue(depth: &QueueDepth, dead: &[DeadLetter], limit: i64) -> Mark
                                 td { (d.handler) }
                                 td { (d.entity) }
                                 td { code { (d.record_id) } }
+                                td { (row_action(&d.action)) }
                                 td { (tenant(d.tenant.as_deref())) }
                                 td.n { (d.attempts) }
                                 td { code { (d.last_error.as_deref().unwrap_or("—")) } }

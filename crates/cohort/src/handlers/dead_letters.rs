@@ -30,6 +30,11 @@ pub struct DeadLetter {
     pub last_error: Option<String>,
     /// When it was dead-lettered.
     pub dead_lettered_at: DateTime<Utc>,
+    /// What the run did to the row: `purge`, `soft_delete`, `anonymise`,
+    /// or `skipped` when a handler's `on_before` failed for it and the row
+    /// was left as it was (such work is never retried: the next run tries
+    /// the row again).
+    pub action: String,
 }
 
 /// Which dead letters to list.

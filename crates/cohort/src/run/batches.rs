@@ -5,7 +5,7 @@
 use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, Row};
 
-use super::capture::{capture, custom_values, enqueue};
+use super::capture::{capture, custom_values, dead_letter_skipped_rows, enqueue};
 use super::work::{bind_all, stop_from, RunCtx, Stop, Work};
 use super::EntityOutcome;
 use crate::observer::AuditEvent;
@@ -14,25 +14,40 @@ use crate::rules::Strategy;
 use crate::sql::ledger;
 use crate::sql::{bind_array, BindKey, DecodeKey, KeyValue};
 
+/// How an entity's batch loop ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Progress {
+    /// No candidate was left after the last batch.
+    Drained,
+    /// A batch changed nothing (its rows became held or changed, or every
+    /// one of them was set aside by a failing `on_before`): the loop
+    /// stopped there, and the rows behind it wait for the next run.
+    Stalled,
+}
+
+/// Runs the batches of one entity; rows set aside by a failing `on_before`
+/// are counted in `out.skipped` as their batch commits.
 pub(super) async fn batches(
     ctx: &RunCtx<'_>,
     conn: &mut PgConnection,
     work: &Work<'_>,
     summary_id: i64,
     out: &mut EntityOutcome,
-) -> std::result::Result<(), Stop> {
+) -> std::result::Result<Progress, Stop> {
     let e = work.entity;
     let plan = &ctx.ready.plans[&e.id];
     let strategy = work.rule.strategy();
     let key_type = ctx.ready.model.facts[&e.id].record;
     let cancel = &ctx.spec.cancel;
     let handlers = ctx.cx.handlers.get(&e.id).filter(|h| !h.is_empty());
-    // Where the previous batch's candidates ended, in (anchor, key) order:
-    // each batch continues after it, so no batch walks again past the rows
-    // earlier ones finished (anonymised or flagged rows stay in the anchor
-    // index range). Rows passed over (locked by a concurrent sweep, or
-    // held when re-checked) are left to that sweep or the next run.
-    let mut cursor: Option<(DateTime<Utc>, KeyValue)> = None;
+    // Where the previous batch's candidates ended, in (anchor, key) order
+    // (a sweep's) or key order (an erasure's): each batch continues after
+    // it, so no batch walks again past the rows earlier ones finished
+    // (anonymised or flagged rows stay in the anchor index range). Rows
+    // passed over (locked by a concurrent sweep, held when re-checked, or
+    // set aside by a failing `on_before`) are left to that sweep or the
+    // next run: nothing about them is carried from batch to batch.
+    let mut cursor: Option<(Option<DateTime<Utc>>, KeyValue)> = None;
     loop {
         if cancel.is_cancelled() {
             return Err(Stop::Cancelled);
@@ -47,7 +62,11 @@ pub(super) async fn batches(
         let locked = match (&work.lock_after, &cursor) {
             (Some(after), Some((anchor, key))) => {
                 let q = bind_all(sqlx::query(after.sql()).bind(e.id), &work.lock_args);
-                key.bind(q.bind(*anchor)).fetch_all(&mut *tx).await
+                let q = match anchor {
+                    Some(anchor) => q.bind(*anchor),
+                    None => q,
+                };
+                key.bind(q).fetch_all(&mut *tx).await
             }
             _ => {
                 bind_all(sqlx::query(work.lock.sql()).bind(e.id), &work.lock_args)
@@ -56,18 +75,22 @@ pub(super) async fn batches(
             }
         }
         .map_err(stop_from)?;
-        let keys: Vec<KeyValue> = locked
+        let mut keys: Vec<KeyValue> = locked
             .iter()
             .map(|row| key_type.decode(row, 0))
             .collect::<std::result::Result<_, _>>()
             .map_err(stop_from)?;
         if keys.is_empty() {
             tx.rollback().await.map_err(stop_from)?;
-            return Ok(());
+            return Ok(Progress::Drained);
         }
         if work.lock_after.is_some() {
             let last = locked.last().expect("not empty");
-            let anchor: DateTime<Utc> = last.try_get(1).map_err(stop_from)?;
+            let anchor: Option<DateTime<Utc>> = if work.cursor_anchor {
+                Some(last.try_get(1).map_err(stop_from)?)
+            } else {
+                None
+            };
             cursor = Some((anchor, keys.last().expect("not empty").clone()));
         }
 
@@ -83,18 +106,43 @@ pub(super) async fn batches(
             Vec::new()
         };
         // Row handlers capture from the locked rows, before the mutation.
-        let captured = match handlers {
+        // A row one of them fails for is left as it is: out of the keys
+        // mutated, its work dead-lettered once in this batch.
+        let mut captured = match handlers {
             Some(hs) => Some(capture(ctx, work, hs, &rows).await?),
             None => None,
         };
-        let custom = if computes {
-            Some(custom_values(plan, key_type, &rows)?)
+        let mut left = 0u64;
+        if let (Some(hs), Some(c)) = (handlers, captured.as_mut()) {
+            if !c.failed.is_empty() {
+                left = c.failed.len() as u64;
+                keys.retain(|k| !c.is_failed(&k.canonical()));
+                let failed = std::mem::take(&mut c.failed);
+                dead_letter_skipped_rows(ctx, &mut tx, work, hs, failed).await?;
+            }
+        }
+        let is_left = |record: &str| captured.as_ref().is_some_and(|c| c.is_failed(record));
+        let custom = if computes && !keys.is_empty() {
+            Some(custom_values(plan, key_type, &rows, is_left)?)
         } else {
             None
         };
         if cancel.is_cancelled() {
             tx.rollback().await.map_err(stop_from)?;
             return Err(Stop::Cancelled);
+        }
+        if keys.is_empty() {
+            // Every locked row was set aside: the batch made no progress,
+            // which ends the loop (the rows behind it wait for the next
+            // run). Its dead letters commit.
+            tx.commit().await.map_err(stop_from)?;
+            out.skipped += left;
+            tracing::warn!(
+                parent: &batch_span,
+                skipped = left,
+                "every row of a batch was set aside by a failing on_before; the entity stops here and the next run tries them again"
+            );
+            return Ok(Progress::Stalled);
         }
 
         // Handler work needs a detail row per mutated row to hang from;
@@ -190,7 +238,7 @@ pub(super) async fn batches(
                     .map_err(stop_from)?,
             };
             if let (Some(hs), Some(captured)) = (handlers, &captured) {
-                enqueue(ctx, &mut tx, hs, captured, &details).await?;
+                enqueue(ctx, &mut tx, hs, &captured.snapshots, &details).await?;
             }
         }
         if cancel.is_cancelled() {
@@ -205,6 +253,7 @@ pub(super) async fn batches(
         crate::telemetry::rows(&e.name, strategy, "affected", n);
 
         out.affected += n;
+        out.skipped += left;
         let hub = &ctx.cx.observers;
         hub.emit(AuditEvent::EntityProgress {
             run_id: ctx.run_id,
@@ -224,7 +273,7 @@ pub(super) async fn batches(
         }
         if n == 0 {
             // Locked rows all became held or changed: no progress, stop here.
-            return Ok(());
+            return Ok(Progress::Stalled);
         }
     }
 }

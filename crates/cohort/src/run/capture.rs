@@ -2,28 +2,67 @@
 //! locked rows, the queueing of their work with the batch, and the values
 //! of custom anonymisers.
 
+use std::collections::HashMap;
+
 use sqlx::{Postgres, Row};
 
 use super::work::{stop_from, RunCtx, Stop, Work};
 use crate::diagnostic::Diagnostic;
 use crate::sql::{DecodeKey, EntityPlan, KeyValue};
 
+/// What the handlers' `on_before` made of one batch's locked rows.
+pub(super) struct Captured {
+    /// Each captured row's snapshots by record id, aligned with the handlers.
+    pub(super) snapshots: HashMap<String, Vec<serde_json::Value>>,
+    /// Rows a handler's `on_before` failed for (or timed out on): they are
+    /// left unmutated, their work dead-lettered once, and the run's later
+    /// batches never pick them again (they lie behind its cursor).
+    pub(super) failed: Vec<FailedRow>,
+}
+
+/// A row left because one of its handlers' `on_before` failed.
+pub(super) struct FailedRow {
+    /// Its record id, canonical text.
+    pub(super) record_id: String,
+    /// The handler that failed, by position in delivery order.
+    pub(super) handler: usize,
+    /// The sanitised reason (the full error is logged under its id).
+    pub(super) reason: String,
+}
+
+impl Captured {
+    /// Whether this row's capture failed.
+    pub(super) fn is_failed(&self, record_id: &str) -> bool {
+        !self.snapshots.contains_key(record_id)
+    }
+}
+
 /// Runs every handler's `on_before` on each locked row (decoded into the
-/// entity's Rust type), in delivery order; returns each row's snapshots by
-/// record id, aligned with the handlers. Any failure fails the batch:
-/// nothing of it is mutated or queued.
+/// entity's Rust type), in delivery order. A row for which one fails (or
+/// does not finish in time) is set aside, the handlers after it not run:
+/// the other rows of the batch go on. Only an error that is not the
+/// handler's (its key cannot be read) fails the batch.
 pub(super) async fn capture(
     ctx: &RunCtx<'_>,
     work: &Work<'_>,
     handlers: &[crate::handlers::Registered],
     rows: &[sqlx::postgres::PgRow],
-) -> std::result::Result<std::collections::HashMap<String, Vec<serde_json::Value>>, Stop> {
+) -> std::result::Result<Captured, Stop> {
     let key_type = ctx.ready.model.facts[&work.entity.id].record;
-    let mut captured = std::collections::HashMap::with_capacity(rows.len());
-    for row in rows {
+    let mut captured = Captured {
+        snapshots: HashMap::with_capacity(rows.len()),
+        failed: Vec::new(),
+    };
+    // Bounded: a hung capture would hold the batch's row locks and the run
+    // lock, so that not even recovery could step in.
+    let limit = std::time::Duration::from_secs_f64(
+        ctx.cx.config.dispatch.claim_timeout.as_seconds() as f64
+            * crate::handlers::DELIVERY_HARD_DEADLINE,
+    );
+    'rows: for row in rows {
         let record_id = key_type.decode(row, 0).map_err(stop_from)?.canonical();
         let mut payloads = Vec::with_capacity(handlers.len());
-        for h in handlers {
+        for (position, h) in handlers.iter().enumerate() {
             let mut before = crate::handlers::BeforeContext {
                 snapshot: crate::handlers::Snapshot::new(),
                 record_id: record_id.clone(),
@@ -31,34 +70,78 @@ pub(super) async fn capture(
                 run_id: ctx.run_id,
                 strategy: work.rule.strategy(),
             };
-            // Bounded: a hung capture would hold the batch's row locks and
-            // the run lock, so that not even recovery could step in.
-            let limit = std::time::Duration::from_secs_f64(
-                ctx.cx.config.dispatch.claim_timeout.as_seconds() as f64
-                    * crate::handlers::DELIVERY_HARD_DEADLINE,
-            );
-            match tokio::time::timeout(limit, h.handler.before(row, &mut before)).await {
-                Ok(Ok(())) => {}
-                Ok(Err(err)) => {
-                    return Err(Stop::Entity(Diagnostic::capture(
+            let failure =
+                match tokio::time::timeout(limit, h.handler.before(row, &mut before)).await {
+                    Ok(Ok(())) => None,
+                    Ok(Err(err)) => Some(Diagnostic::capture(
                         "handler",
                         Some("on_before_failed".into()),
-                        &err,
-                    )))
-                }
-                Err(_) => {
-                    return Err(Stop::Entity(Diagnostic::capture(
+                        &format!("{}: {err}", h.registration.identity),
+                    )),
+                    Err(_) => Some(Diagnostic::capture(
                         "handler",
                         Some("on_before_timed_out".into()),
-                        &"on_before did not finish within 9/10 of claim_timeout",
-                    )))
-                }
+                        &format!(
+                            "{}: on_before did not finish within 9/10 of claim_timeout",
+                            h.registration.identity
+                        ),
+                    )),
+                };
+            if let Some(d) = failure {
+                captured.failed.push(FailedRow {
+                    record_id,
+                    handler: position,
+                    reason: d.to_string(),
+                });
+                continue 'rows;
             }
             payloads.push(before.snapshot.to_json());
         }
-        captured.insert(record_id, payloads);
+        captured.snapshots.insert(record_id, payloads);
     }
     Ok(captured)
+}
+
+/// Records the rows set aside by a failing `on_before`, in the batch
+/// transaction: a `skipped` row detail each, and the failing handler's
+/// work dead-lettered once with its reason (no payload, so it can never be
+/// retried; the next run tries the row again).
+pub(super) async fn dead_letter_skipped_rows(
+    ctx: &RunCtx<'_>,
+    tx: &mut sqlx::Transaction<'_, Postgres>,
+    work: &Work<'_>,
+    handlers: &[crate::handlers::Registered],
+    failed: Vec<FailedRow>,
+) -> std::result::Result<(), Stop> {
+    let mut rows = crate::sql::queue::DeadLetterSkipped {
+        run_id: ctx.run_id,
+        entity_id: work.entity.id,
+        entity: work.entity.name.clone(),
+        tenant: ctx.spec.tenant.clone(),
+        record_ids: Vec::with_capacity(failed.len()),
+        handlers: Vec::with_capacity(failed.len()),
+        priorities: Vec::with_capacity(failed.len()),
+        phases: Vec::with_capacity(failed.len()),
+        reasons: Vec::with_capacity(failed.len()),
+        requires_earlier: Vec::with_capacity(failed.len()),
+    };
+    for f in failed {
+        let h = &handlers[f.handler].registration;
+        rows.record_ids.push(f.record_id);
+        rows.handlers.push(h.identity.clone());
+        rows.priorities.push(h.priority);
+        rows.phases.push(h.phase.as_str());
+        rows.reasons.push(f.reason);
+        rows.requires_earlier.push(h.requires_earlier);
+    }
+    ctx.ready
+        .queue
+        .dead_letter_skipped(rows)
+        .query()
+        .execute(&mut **tx)
+        .await
+        .map_err(stop_from)?;
+    Ok(())
 }
 
 /// Queues one piece of work per handler per mutated row, with its
@@ -67,7 +150,7 @@ pub(super) async fn enqueue(
     ctx: &RunCtx<'_>,
     tx: &mut sqlx::Transaction<'_, Postgres>,
     handlers: &[crate::handlers::Registered],
-    captured: &std::collections::HashMap<String, Vec<serde_json::Value>>,
+    captured: &HashMap<String, Vec<serde_json::Value>>,
     details: &[sqlx::postgres::PgRow],
 ) -> std::result::Result<(), Stop> {
     let mut detail_ids = Vec::new();
@@ -115,17 +198,22 @@ pub(super) async fn enqueue(
 }
 
 /// Computes each custom anonymiser's (and the hash's) value on the locked
-/// rows. Returns the keys in row order and, per row, a JSON object of the
+/// rows, except those `left` names (set aside by a failing `on_before`). Returns the keys in row order and, per row, a JSON object of the
 /// new values by column.
 pub(super) fn custom_values(
     plan: &EntityPlan,
     key_type: crate::sql::KeyType,
     rows: &[sqlx::postgres::PgRow],
+    left: impl Fn(&str) -> bool,
 ) -> std::result::Result<(Vec<KeyValue>, Vec<serde_json::Value>), Stop> {
     let mut ordered = Vec::with_capacity(rows.len());
     let mut objects = Vec::with_capacity(rows.len());
     for row in rows {
-        ordered.push(key_type.decode(row, 0).map_err(stop_from)?);
+        let key = key_type.decode(row, 0).map_err(stop_from)?;
+        if left(&key.canonical()) {
+            continue;
+        }
+        ordered.push(key);
         let mut object = serde_json::Map::new();
         for (column, anonymiser) in &plan.custom {
             let value = anonymiser.apply(row, column).map_err(|err| {

@@ -20,6 +20,9 @@ pub(crate) struct Counts {
     pub(crate) skipped: u64,
     /// Erasure: kept because the legal minimum has not passed.
     pub(crate) kept_by_legal_min: u64,
+    /// Whether `eligible` was measured (false: the statement after a run
+    /// that drained its candidates, which takes it as 0).
+    pub(crate) eligible_measured: bool,
 }
 
 pub(crate) async fn counts(
@@ -63,8 +66,10 @@ pub(crate) async fn active_hold_keys(
     Ok(ids.iter().map(|id| key_type.parse(id).ok()).collect())
 }
 
-/// The counts after a real run: through the active holds' keys when they
-/// can be bound, else by reading the rows past the cutoff.
+/// The counts after a real run that drained its candidates: through the
+/// active holds' keys when they can be bound (then `eligible` is not
+/// measured, and `Counts::eligible_measured` is false), else by reading
+/// the rows past the cutoff.
 pub(super) async fn counts_after_run(
     conn: &mut PgConnection,
     ready: &Prepared,
@@ -81,7 +86,9 @@ pub(super) async fn counts_after_run(
         sqlx::query(after.sql()).bind(work.entity.id),
         &work.count_args,
     );
-    read_counts(bind_array(q, key_type, &keys).fetch_one(conn).await?)
+    let mut c = read_counts(bind_array(q, key_type, &keys).fetch_one(conn).await?)?;
+    c.eligible_measured = false;
+    Ok(c)
 }
 
 pub(super) fn read_counts(row: sqlx::postgres::PgRow) -> std::result::Result<Counts, sqlx::Error> {
@@ -94,6 +101,7 @@ pub(super) fn read_counts(row: sqlx::postgres::PgRow) -> std::result::Result<Cou
         null_anchor: n("null_anchor")?,
         skipped: n("skipped")?,
         kept_by_legal_min: n("kept_by_legal_min")?,
+        eligible_measured: true,
     })
 }
 

@@ -13,7 +13,7 @@ use sqlx::{PgConnection, Postgres, Row};
 use tracing::Instrument;
 use uuid::Uuid;
 
-use super::batches::batches;
+use super::batches::{batches, Progress};
 use super::counts::{counts, counts_after_run, outcome};
 use super::partitions::{self, RowPath};
 use super::work::{stop_from, RunCtx, RunSpec, Stop, Work};
@@ -318,6 +318,7 @@ async fn run_entity(
         .map_err(stop_from)?;
 
     let mut result = Ok(());
+    let mut progress = Progress::Drained;
     let mut row_path = RowPath::UpToCutoff;
     if partitions::applies(ctx, work) {
         match partitions::drop_expired(ctx, conn, work, summary_id, out).await {
@@ -325,21 +326,25 @@ async fn run_entity(
             Err(stop) => result = Err(stop),
         }
     }
-    if strategy.mutates() && !ctx.spec.dry_run && result.is_ok() {
-        result = match row_path {
+    let real = strategy.mutates() && !ctx.spec.dry_run;
+    if real && result.is_ok() {
+        let looped = match row_path {
             RowPath::UpToCutoff => batches(ctx, conn, work, summary_id, out).await,
             RowPath::Before(bound) => {
                 let earlier = work.with_row_cutoff(bound);
                 batches(ctx, conn, &earlier, summary_id, out).await
             }
-            RowPath::Nothing => Ok(()),
+            RowPath::Nothing => Ok(Progress::Drained),
         };
+        result = looped.map(|p| progress = p);
     }
     if matches!(result, Err(Stop::Run(_))) {
         return result;
     }
-    // Held and NULL-anchor rows are measured directly, after the batches.
-    let measured = if strategy.mutates() && !ctx.spec.dry_run && row_path == RowPath::UpToCutoff {
+    // Held and NULL-anchor rows are measured directly, after the batches;
+    // what is still eligible only when the loop may have left some (it
+    // stalled, or a partition could not be locked).
+    let measured = if real && row_path == RowPath::UpToCutoff && progress == Progress::Drained {
         counts_after_run(conn, ctx.ready, work).await
     } else {
         counts(conn, work).await
@@ -352,18 +357,22 @@ async fn run_entity(
     if let Ok(c) = &measured {
         out.held = c.held;
         out.null_anchor = c.null_anchor;
-        out.skipped = c.skipped;
+        // Left although eligible: still referenced, plus either what is
+        // still eligible (when measured: it includes every row a failing
+        // `on_before` set aside, and, past a partition that could not be
+        // locked, the rows left with it) or the rows the batches set aside.
+        out.skipped = c.skipped
+            + match (real, c.eligible_measured) {
+                (true, true) => c.eligible,
+                (true, false) => out.skipped,
+                (false, _) => 0,
+            };
         out.kept_by_legal_min = c.kept_by_legal_min;
         if ctx.spec.dry_run && strategy.mutates() {
             out.affected = c.eligible;
         }
         if !strategy.mutates() {
             out.kept_by_policy = c.eligible;
-        }
-        if row_path != RowPath::UpToCutoff {
-            // Past the cutoff and not held, but left for the next run with
-            // the partition that could not be locked in time.
-            out.skipped += c.eligible;
         }
     }
     let finish = plan

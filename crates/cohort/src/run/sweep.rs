@@ -42,6 +42,7 @@ fn sweep_work<'a>(
         cutoff: Some(cutoff),
         lock: plan.lock.get(&strategy).cloned().unwrap_or_default(),
         lock_after: plan.lock_after.get(&strategy).cloned(),
+        cursor_anchor: true,
         lock_args,
         mutate: plan.mutate.get(&strategy).cloned().unwrap_or_default(),
         mutate_count: plan.mutate_count.get(&strategy).cloned(),

@@ -57,9 +57,12 @@ pub(crate) struct Work<'a> {
     /// row's anchor).
     pub(crate) lock: SqlText,
     /// Locks the next batch after a cursor, the previous batch's last
-    /// (anchor, key), bound after `lock_args` (`None`: every batch uses
-    /// `lock`).
+    /// (anchor, key) or key, bound after `lock_args` (`None`: every batch
+    /// uses `lock`).
     pub(crate) lock_after: Option<SqlText>,
+    /// Whether `lock_after`'s cursor starts with the anchor (a sweep's,
+    /// whose `lock` returns it second) or is the key alone (an erasure's).
+    pub(crate) cursor_anchor: bool,
     pub(crate) lock_args: Vec<Arg>,
     /// Mutates locked rows; binds keys, literals, custom values, then
     /// `mutate_args`; returns the changed keys as text.
@@ -98,6 +101,7 @@ impl Work<'_> {
             cutoff: self.cutoff,
             lock: self.lock.clone(),
             lock_after: self.lock_after.clone(),
+            cursor_anchor: self.cursor_anchor,
             lock_args: earlier(&self.lock_args),
             mutate: self.mutate.clone(),
             mutate_count: self.mutate_count.clone(),

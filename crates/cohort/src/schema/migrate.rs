@@ -53,6 +53,11 @@ const SOURCES: &[(u32, &str, &str)] = &[
         "peers_and_order",
         include_str!("../../migrations/0005_peers_and_order.sql"),
     ),
+    (
+        6,
+        "skipped_rows",
+        include_str!("../../migrations/0006_skipped_rows.sql"),
+    ),
 ];
 
 fn render(template: &'static str, schema: &str) -> SqlText {

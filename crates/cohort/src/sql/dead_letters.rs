@@ -31,12 +31,12 @@ impl Params for List {
 
 /// Columns, in order: `handler_status_id, run_id, retention_entity_id,
 /// entity_type, record_id, tenant_id, handler_id, attempts, last_error,
-/// updated_at`; newest first.
+/// updated_at, action`; newest first.
 pub(crate) fn list(schema: &str, params: List) -> Statement<List> {
     let (hs, detail) = tables(schema);
     let mut sql = SqlText::new(
         "SELECT h.handler_status_id, h.run_id, d.retention_entity_id, d.entity_type, d.record_id, \
-                d.tenant_id, h.handler_id, h.attempts, h.last_error, h.updated_at FROM ",
+                d.tenant_id, h.handler_id, h.attempts, h.last_error, h.updated_at, d.action FROM ",
     );
     sql.table(&hs).push(" h JOIN ").table(&detail).push(
         " d ON d.row_detail_id = h.row_detail_id \
@@ -82,14 +82,19 @@ pub(crate) fn lock_retryable(schema: &str) -> Statement<()> {
     Statement::new(sql, ())
 }
 
-/// The named work, locked: `(handler_status_id, status, has_payload)`.
+/// The named work, locked: `(handler_status_id, status, has_payload,
+/// skipped)`, `skipped` when its row was set aside by a failing
+/// `on_before` (never mutated).
 pub(crate) fn lock_ids(schema: &str, ids: Ids) -> Statement<Ids> {
-    let (hs, _) = tables(schema);
+    let (hs, detail) = tables(schema);
     let mut sql = SqlText::new(
-        "SELECT handler_status_id, status, captured_payload IS NOT NULL AS has_payload FROM ",
+        "SELECT h.handler_status_id, h.status, h.captured_payload IS NOT NULL AS has_payload, \
+                d.action = 'skipped' AS skipped FROM ",
     );
-    sql.table(&hs)
-        .push(" WHERE handler_status_id = ANY($1) ORDER BY handler_status_id FOR UPDATE");
+    sql.table(&hs).push(" h JOIN ").table(&detail).push(
+        " d ON d.row_detail_id = h.row_detail_id WHERE h.handler_status_id = ANY($1) \
+             ORDER BY h.handler_status_id FOR UPDATE OF h",
+    );
     Statement::new(sql, ids)
 }
 

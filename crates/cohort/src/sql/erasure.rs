@@ -17,6 +17,9 @@ pub(crate) struct ErasurePlan {
     /// Lock candidates, waiting for locked rows (`FOR UPDATE`): a row whose
     /// subject or tenant changed while we waited no longer matches.
     pub(crate) lock: SqlText,
+    /// `lock` after a cursor, the previous batch's last key (bound after
+    /// the values), so no batch picks a row an earlier one passed over.
+    pub(crate) lock_after: SqlText,
     /// Mutate with subject, tenant, legal minimum, anchor and hold re-checked.
     pub(crate) mutate: SqlText,
     /// `eligible`, `held` and (with a legal minimum) `null_anchor` among the
@@ -99,20 +102,28 @@ impl ErasurePlan {
         let blocked = blocked(strategy, plan.referenced.as_ref());
         let p = ErasureParams::from(3, e.tenant.is_some(), with_cutoff);
 
-        let mut lock = SqlText::new("SELECT ");
-        casts.select(&mut lock, &e.record_id);
-        lock.push(" FROM ")
-            .table(table)
-            .push(" t WHERE TRUE")
-            .append(&p.tenant_and_subjects(e, casts, subjects))
-            .append(&p.anchor(e))
-            .append(&done)
-            .append(&blocked.unblocked)
-            .push(" AND NOT ")
-            .append(&held)
-            .push(" ORDER BY ")
-            .col(&e.record_id)
-            .push(" LIMIT $2 FOR UPDATE");
+        let lock = |after: Option<usize>| {
+            let mut lock = SqlText::new("SELECT ");
+            casts.select(&mut lock, &e.record_id);
+            lock.push(" FROM ")
+                .table(table)
+                .push(" t WHERE TRUE")
+                .append(&p.tenant_and_subjects(e, casts, subjects))
+                .append(&p.anchor(e))
+                .append(&done)
+                .append(&blocked.unblocked);
+            if let Some(n) = after {
+                lock.push(" AND ").col(&e.record_id).push(" > ");
+                casts.param(&mut lock, &e.record_id, n);
+            }
+            lock.push(" AND NOT ")
+                .append(&held)
+                .push(" ORDER BY ")
+                .col(&e.record_id)
+                .push(" LIMIT $2 FOR UPDATE");
+            lock
+        };
+        let (lock, lock_after) = (lock(None), lock(Some(p.subjects + subjects.len())));
 
         // Exempt entities are only counted: no mutation statement.
         let mut mutate = SqlText::default();
@@ -177,6 +188,7 @@ impl ErasurePlan {
             .append(&done);
         ErasurePlan {
             lock,
+            lock_after,
             mutate,
             counts,
         }

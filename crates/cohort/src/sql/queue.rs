@@ -16,6 +16,15 @@ pub(crate) struct QueuePlan {
     /// priorities (int4[]), `$5` phases (text[]), `$6` payloads (jsonb[]),
     /// `$7` whether each requires the earlier handlers to succeed (bool[]).
     enqueue: SqlText,
+    /// Records rows a handler's `on_before` failed for, in the batch
+    /// transaction: one row detail each with the action `skipped`, and the
+    /// failing handler's work hanging from it, dead-lettered at once with
+    /// its sanitised reason, no attempt and no payload. `$1` run id, `$2`
+    /// entity id, `$3` entity name, `$4` tenant, then one element per row:
+    /// `$5` record ids (text[]), `$6` handler ids (text[]), `$7` priorities
+    /// (int4[]), `$8` phases (text[]), `$9` reasons (text[]), `$10` whether
+    /// each requires the earlier handlers (bool[]).
+    dead_letter_skipped: SqlText,
     /// Claims due work: pending and due, or in flight with an expired claim
     /// (a reclaim, counted as an attempt); `after_sweep_settled` work only
     /// once its run settled; a row's handler only when every handler before
@@ -69,6 +78,31 @@ impl QueuePlan {
              pg_catalog.unnest($5::text[]), pg_catalog.unnest($6::jsonb[]), \
              pg_catalog.unnest($7::bool[])) AS u(d, h, p, ph, pl, re)",
         );
+
+        let mut dead_letter_skipped = SqlText::new("WITH f AS (SELECT * FROM ROWS FROM (");
+        dead_letter_skipped
+            .push(
+                "pg_catalog.unnest($5::text[]), pg_catalog.unnest($6::text[]), \
+                 pg_catalog.unnest($7::int4[]), pg_catalog.unnest($8::text[]), \
+                 pg_catalog.unnest($9::text[]), pg_catalog.unnest($10::bool[])) \
+                 AS u(record_id, handler_id, priority, phase, reason, requires_earlier)), \
+                 d AS (INSERT INTO ",
+            )
+            .table(&detail)
+            .push(
+                " (run_id, retention_entity_id, entity_type, record_id, tenant_id, action) \
+                 SELECT $1, $2, $3, f.record_id, $4, 'skipped' FROM f \
+                 RETURNING row_detail_id, record_id) \
+                 INSERT INTO ",
+            )
+            .table(&hs)
+            .push(
+                " (row_detail_id, run_id, handler_id, priority, phase, status, attempts, \
+                   last_error, requires_earlier) \
+                 SELECT d.row_detail_id, $1, f.handler_id, f.priority, f.phase, 'dead_lettered', 0, \
+                   f.reason, f.requires_earlier \
+                 FROM d JOIN f ON f.record_id = d.record_id",
+            );
 
         let mut claim = SqlText::new("WITH c AS (SELECT h.handler_status_id FROM ");
         claim
@@ -183,6 +217,7 @@ impl QueuePlan {
 
         QueuePlan {
             enqueue,
+            dead_letter_skipped,
             claim,
             succeed,
             fail,
@@ -206,6 +241,37 @@ pub(crate) struct Enqueue {
     pub(crate) phases: Vec<&'static str>,
     pub(crate) payloads: Vec<serde_json::Value>,
     pub(crate) requires_earlier: Vec<bool>,
+}
+
+/// Rows a handler's `on_before` failed for, one element each (see
+/// `QueuePlan::dead_letter_skipped`).
+#[derive(Debug)]
+pub(crate) struct DeadLetterSkipped {
+    pub(crate) run_id: Uuid,
+    pub(crate) entity_id: Uuid,
+    pub(crate) entity: String,
+    pub(crate) tenant: Option<String>,
+    pub(crate) record_ids: Vec<String>,
+    pub(crate) handlers: Vec<String>,
+    pub(crate) priorities: Vec<Option<i32>>,
+    pub(crate) phases: Vec<&'static str>,
+    pub(crate) reasons: Vec<String>,
+    pub(crate) requires_earlier: Vec<bool>,
+}
+
+impl Params for DeadLetterSkipped {
+    fn bind(self, q: Args) -> Args {
+        q.bind(self.run_id)
+            .bind(self.entity_id)
+            .bind(self.entity)
+            .bind(self.tenant)
+            .bind(self.record_ids)
+            .bind(self.handlers)
+            .bind(self.priorities)
+            .bind(self.phases)
+            .bind(self.reasons)
+            .bind(self.requires_earlier)
+    }
 }
 
 impl Params for Enqueue {
@@ -323,6 +389,11 @@ impl QueuePlan {
     /// Queues work for mutated rows, in the batch transaction.
     pub(crate) fn enqueue(&self, p: Enqueue) -> Statement<Enqueue> {
         Statement::new(self.enqueue.clone(), p)
+    }
+
+    /// Records rows left by a failing `on_before` (see the field).
+    pub(crate) fn dead_letter_skipped(&self, p: DeadLetterSkipped) -> Statement<DeadLetterSkipped> {
+        Statement::new(self.dead_letter_skipped.clone(), p)
     }
 
     /// Claims due work (see the field); returns the claimed work.

@@ -196,8 +196,9 @@ fn erasure_statements() {
                 "cohort",
             );
             out.push_str(&format!(
-                "-- {strategy} lock\n{}\n\n-- {strategy} mutate\n{}\n\n-- {strategy} counts\n{}\n\n",
+                "-- {strategy} lock\n{}\n\n-- {strategy} lock_after\n{}\n\n-- {strategy} mutate\n{}\n\n-- {strategy} counts\n{}\n\n",
                 p.lock.as_str(),
+                p.lock_after.as_str(),
                 p.mutate.as_str(),
                 p.counts.as_str()
             ));
@@ -387,6 +388,24 @@ fn queue_statements() {
                 priorities: vec![],
                 phases: vec![],
                 payloads: vec![],
+                requires_earlier: vec![],
+            })
+            .checked()
+            .as_str()
+            .to_owned(),
+        ),
+        (
+            "dead_letter_skipped",
+            plan.dead_letter_skipped(queue::DeadLetterSkipped {
+                run_id: id,
+                entity_id: id,
+                entity: String::new(),
+                tenant: None,
+                record_ids: vec![],
+                handlers: vec![],
+                priorities: vec![],
+                phases: vec![],
+                reasons: vec![],
                 requires_earlier: vec![],
             })
             .checked()
