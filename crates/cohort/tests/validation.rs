@@ -990,3 +990,55 @@ async fn self_referencing_cascades_nullable_and_padded_keys_are_rejected() {
     )
     .await;
 }
+
+/// Foreign keys among entities that may purge must not form a cycle: the
+/// cycle is named at startup and nothing runs. The same cycle through
+/// entities that only anonymise deletes nothing and is accepted.
+#[tokio::test]
+async fn a_foreign_key_cycle_among_purging_entities_is_refused_with_the_cycle_named() {
+    let db = migrated_db().await;
+    exec(
+        db.pool(),
+        "CREATE TABLE app_a (id bigint PRIMARY KEY, b_id bigint, created_at timestamptz, anonymised_at timestamptz, email text);
+         CREATE TABLE app_b (id bigint PRIMARY KEY, c_id bigint, created_at timestamptz, anonymised_at timestamptz, email text);
+         CREATE TABLE app_c (id bigint PRIMARY KEY, a_id bigint REFERENCES app_a, created_at timestamptz, anonymised_at timestamptz, email text);
+         ALTER TABLE app_a ADD FOREIGN KEY (b_id) REFERENCES app_b;
+         ALTER TABLE app_b ADD FOREIGN KEY (c_id) REFERENCES app_c;
+         INSERT INTO app_a VALUES (1, NULL, now() - interval '1 year', NULL, 'a@example.com');",
+    )
+    .await;
+    let decl = |name: &str, id: &str, table: &str, category: &str| {
+        let d = EntityDeclaration::new(name, id)
+            .category(category)
+            .anchor("created_at")
+            .table(table)
+            .tenantless();
+        if category == "contacts" {
+            d.anonymise("email", cohort::model::AnonymiseMethod::Null)
+        } else {
+            d
+        }
+    };
+    let ids = [NOTE_ID, CONTACT_ID, OTHER_ID];
+    let entities = |category: &str| {
+        vec![
+            decl("A", ids[0], "app_a", category),
+            decl("B", ids[1], "app_b", category),
+            decl("C", ids[2], "app_c", category),
+        ]
+    };
+    let problems = expect_problems(&db, entities("notes"), &["app_a"], &["form a cycle"]).await;
+    let named = problems
+        .iter()
+        .find(|p| p.contains("form a cycle"))
+        .unwrap();
+    assert!(
+        named.contains("(A references B references C references A)"),
+        "{named}"
+    );
+    assert_eq!(ledger_rows(db.pool(), "public").await, 0);
+    // Anonymising the same three tables deletes nothing: accepted.
+    let cohort = build(&db, entities("contacts")).await.unwrap();
+    let model = cohort.ready().await.unwrap();
+    assert_eq!(model.ordered().count(), 3);
+}

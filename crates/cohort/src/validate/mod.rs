@@ -117,13 +117,19 @@ fn identity_of(key: Option<KeyType>) -> TenantIdentity {
 }
 
 /// Dependents first: an entity whose table references another retained
-/// table comes before it. Ties and cycles keep declaration order.
+/// table comes before it; ties keep declaration order. Foreign keys among
+/// entities that may purge must not form a cycle: no order would delete
+/// every row's dependents first, so one is refused, the cycle named
+/// (`Err` lists its entities, each referencing the next, the last the
+/// first). A cycle through entities that never purge is harmless (their
+/// mutations delete nothing) and is ordered in declaration order.
 fn dependency_order(
     entities: &[EntityDescriptor],
     tables: &[catalog::TableInfo],
-) -> Vec<uuid::Uuid> {
+    purges: impl Fn(&EntityDescriptor) -> bool,
+) -> std::result::Result<Vec<uuid::Uuid>, Vec<String>> {
     let n = entities.len();
-    // before[i] lists the entities that must come before i (those that reference i).
+    // referenced_by[p]: the entities whose tables reference p's (they come first).
     let mut waiting_on: Vec<usize> = vec![0; n];
     let mut referenced_by: Vec<Vec<usize>> = vec![Vec::new(); n];
     for (child, table) in tables.iter().enumerate() {
@@ -139,10 +145,15 @@ fn dependency_order(
     let mut done = vec![false; n];
     let mut order = Vec::with_capacity(n);
     while order.len() < n {
-        let next = (0..n)
-            .find(|&i| !done[i] && waiting_on[i] == 0)
-            .or_else(|| (0..n).find(|&i| !done[i])) // a cycle: fall back to declaration order
-            .expect("some entity is left");
+        let next = match (0..n).find(|&i| !done[i] && waiting_on[i] == 0) {
+            Some(i) => i,
+            None => {
+                if let Some(cycle) = purge_cycle(entities, &referenced_by, &done, &purges) {
+                    return Err(cycle);
+                }
+                (0..n).find(|&i| !done[i]).expect("some entity is left")
+            }
+        };
         done[next] = true;
         order.push(entities[next].id);
         for parent in 0..n {
@@ -151,7 +162,64 @@ fn dependency_order(
             }
         }
     }
-    order
+    Ok(order)
+}
+
+/// A cycle of references among the entities left (not `done`) that may
+/// purge, by name, each referencing the next and the last the first.
+fn purge_cycle(
+    entities: &[EntityDescriptor],
+    referenced_by: &[Vec<usize>],
+    done: &[bool],
+    purges: &impl Fn(&EntityDescriptor) -> bool,
+) -> Option<Vec<String>> {
+    let n = entities.len();
+    let live = |i: usize| !done[i] && purges(&entities[i]);
+    // Depth-first over "is referenced by" edges among live entities; a
+    // back edge closes a cycle.
+    let mut state = vec![0u8; n]; // 0 new, 1 on the path, 2 finished
+    let mut path: Vec<usize> = Vec::new();
+    fn visit(
+        i: usize,
+        referenced_by: &[Vec<usize>],
+        live: &dyn Fn(usize) -> bool,
+        state: &mut [u8],
+        path: &mut Vec<usize>,
+    ) -> Option<Vec<usize>> {
+        state[i] = 1;
+        path.push(i);
+        for &child in &referenced_by[i] {
+            if !live(child) {
+                continue;
+            }
+            if state[child] == 1 {
+                let at = path.iter().position(|&p| p == child).expect("on the path");
+                return Some(path[at..].to_vec());
+            }
+            if state[child] == 0 {
+                if let Some(c) = visit(child, referenced_by, live, state, path) {
+                    return Some(c);
+                }
+            }
+        }
+        path.pop();
+        state[i] = 2;
+        None
+    }
+    for start in (0..n).filter(|&i| live(i)) {
+        if state[start] == 0 {
+            if let Some(cycle) = visit(start, referenced_by, &live, &mut state, &mut path) {
+                // The path runs parent → referencing child; name it the
+                // other way round (each entity references the next),
+                // starting from the one declared first.
+                let mut ring: Vec<usize> = cycle.into_iter().rev().collect();
+                let first = (0..ring.len()).min_by_key(|&k| ring[k]).expect("a cycle");
+                ring.rotate_left(first);
+                return Some(ring.iter().map(|&i| entities[i].name.clone()).collect());
+            }
+        }
+    }
+    None
 }
 
 /// The table a declaration points at, before conventions: needed first so
@@ -419,6 +487,25 @@ pub(crate) async fn validate(
         }
     }
 
+    let may_purge = |e: &EntityDescriptor| {
+        capabilities
+            .get(&e.id)
+            .is_some_and(|c: &CategoryCapabilities| {
+                c.iter().any(|s| s == crate::rules::Strategy::Purge)
+            })
+    };
+    let order = match dependency_order(&entities, &tables, may_purge) {
+        Ok(order) => order,
+        Err(cycle) => {
+            let mut ring = cycle.clone();
+            ring.push(cycle[0].clone());
+            problems.push(Problem::global(format!(
+                "the foreign keys of entities that may purge form a cycle ({}): no order deletes every row's referencing rows first; break the cycle (drop or defer one foreign key), or give one of them a category that never purges",
+                ring.join(" references ")
+            )));
+            Vec::new()
+        }
+    };
     if !problems.is_empty() {
         return Err(Error::Validation(Problems(problems)));
     }
@@ -445,7 +532,6 @@ pub(crate) async fn validate(
             .filter_map(|(e, t)| checks::index_advice(e, t))
             .collect::<Vec<_>>(),
     );
-    let order = dependency_order(&entities, &tables);
     let facts = entities
         .iter()
         .zip(&tables)
