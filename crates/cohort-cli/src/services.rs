@@ -276,7 +276,7 @@ fn print_settings(json: bool, live: &LiveSettings) {
 pub(crate) async fn prune(cohort: &Cohort, json: bool, dry_run: bool) -> Result<(), Failure> {
     let Some(config) = PrunerConfig::from_config(cohort.config())? else {
         return Err(Failure::Input(Error::Config(
-            "nothing to prune: set [cohort.prune] runs_older_than and/or inactive_holds_older_than"
+            "nothing to prune: set [cohort.prune] succeeded_runs_older_than, failed_runs_older_than (or runs_older_than for both) and/or inactive_holds_older_than"
                 .into(),
         )));
     };

@@ -69,8 +69,16 @@ pub const MAX_PRUNE_BATCH_SIZE: u32 = 100_000;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct PruneConfig {
-    /// Delete settled runs (with their summaries and details) older than this.
+    /// Shorthand for both run limits below (what older configurations
+    /// set): delete settled runs, with their summaries and details, older
+    /// than this. Refused together with either of them.
     pub runs_older_than: Option<Period>,
+    /// Delete runs that succeeded, settled longer ago than this.
+    pub succeeded_runs_older_than: Option<Period>,
+    /// Delete runs that failed, partially failed or were cancelled,
+    /// settled longer ago than this (keep them longer than successes: they
+    /// are what an investigation reads).
+    pub failed_runs_older_than: Option<Period>,
     /// Delete released or expired holds inactive for longer than this.
     pub inactive_holds_older_than: Option<Period>,
     /// Runs (or holds) deleted per transaction.
@@ -79,10 +87,32 @@ pub struct PruneConfig {
     pub interval: Period,
 }
 
+impl PruneConfig {
+    /// The limit of runs that succeeded: its own, else `runs_older_than`.
+    pub fn succeeded_runs(&self) -> Option<Period> {
+        self.succeeded_runs_older_than.or(self.runs_older_than)
+    }
+
+    /// The limit of runs that failed, partially failed or were cancelled:
+    /// its own, else `runs_older_than`.
+    pub fn failed_runs(&self) -> Option<Period> {
+        self.failed_runs_older_than.or(self.runs_older_than)
+    }
+
+    /// Whether any limit is set.
+    pub fn prunes_anything(&self) -> bool {
+        self.succeeded_runs().is_some()
+            || self.failed_runs().is_some()
+            || self.inactive_holds_older_than.is_some()
+    }
+}
+
 impl Default for PruneConfig {
     fn default() -> Self {
         Self {
             runs_older_than: None,
+            succeeded_runs_older_than: None,
+            failed_runs_older_than: None,
             inactive_holds_older_than: None,
             batch_size: DEFAULT_PRUNE_BATCH_SIZE,
             interval: secs(3600),
@@ -262,6 +292,12 @@ impl CohortConfig {
                 "DISPATCH__SETTLE_TIMEOUT" => self.dispatch.settle_timeout = period()?,
                 "DISPATCH__PAYLOAD_RETENTION" => self.dispatch.payload_retention = period()?,
                 "PRUNE__RUNS_OLDER_THAN" => self.prune.runs_older_than = Some(period()?),
+                "PRUNE__SUCCEEDED_RUNS_OLDER_THAN" => {
+                    self.prune.succeeded_runs_older_than = Some(period()?)
+                }
+                "PRUNE__FAILED_RUNS_OLDER_THAN" => {
+                    self.prune.failed_runs_older_than = Some(period()?)
+                }
                 "PRUNE__INACTIVE_HOLDS_OLDER_THAN" => {
                     self.prune.inactive_holds_older_than = Some(period()?)
                 }
@@ -353,11 +389,24 @@ impl CohortConfig {
                 problems.push(format!("{name}: {e}"));
             }
         }
+        let pr = &self.prune;
+        if pr.runs_older_than.is_some()
+            && (pr.succeeded_runs_older_than.is_some() || pr.failed_runs_older_than.is_some())
+        {
+            problems.push(
+                "prune.runs_older_than sets both run limits, so it cannot be combined with prune.succeeded_runs_older_than or prune.failed_runs_older_than: replace it with the two of them".into(),
+            );
+        }
         for (name, p) in [
-            ("prune.runs_older_than", self.prune.runs_older_than),
+            ("prune.runs_older_than", pr.runs_older_than),
+            (
+                "prune.succeeded_runs_older_than",
+                pr.succeeded_runs_older_than,
+            ),
+            ("prune.failed_runs_older_than", pr.failed_runs_older_than),
             (
                 "prune.inactive_holds_older_than",
-                self.prune.inactive_holds_older_than,
+                pr.inactive_holds_older_than,
             ),
         ] {
             if p == Some(Period::ZERO) {
@@ -385,14 +434,20 @@ impl CohortConfig {
         let p = &self.prune;
         let defaults = PruneConfig::default();
         let mut out = Vec::new();
-        if p.runs_older_than.is_none()
-            && p.inactive_holds_older_than.is_none()
+        if !p.prunes_anything()
             && (p.batch_size != defaults.batch_size || p.interval != defaults.interval)
         {
             out.push(
-                "[cohort.prune] batch_size or interval is set, but neither runs_older_than nor inactive_holds_older_than: nothing is pruned"
+                "[cohort.prune] batch_size or interval is set, but no run limit (succeeded_runs_older_than, failed_runs_older_than, runs_older_than) nor inactive_holds_older_than: nothing is pruned"
                     .into(),
             );
+        }
+        if let (Some(ok), Some(failed)) = (p.succeeded_runs(), p.failed_runs()) {
+            if failed.as_seconds() < ok.as_seconds() {
+                out.push(format!(
+                    "prune.failed_runs_older_than ({failed}) is shorter than prune.succeeded_runs_older_than ({ok}): failed runs, the ones an investigation reads, are deleted first"
+                ));
+            }
         }
         out
     }

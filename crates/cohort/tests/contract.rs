@@ -87,7 +87,7 @@ async fn settings_without_effect_are_reported_by_validation() {
     }
     let cohort = b.build().await.unwrap();
     let warnings = cohort.ready().await.unwrap().warnings.join("\n");
-    let fragment = "[cohort.prune] batch_size or interval is set, but neither runs_older_than nor inactive_holds_older_than: nothing is pruned";
+    let fragment = "[cohort.prune] batch_size or interval is set, but no run limit (succeeded_runs_older_than, failed_runs_older_than, runs_older_than) nor inactive_holds_older_than: nothing is pruned";
     assert!(
         warnings.contains(fragment),
         "{fragment:?} missing from\n{warnings}"

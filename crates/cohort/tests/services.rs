@@ -416,6 +416,68 @@ async fn the_pruner_keeps_pending_work_and_active_holds() {
     assert_eq!(ids(db.pool(), runs).await, ["4", "5"]);
 }
 
+/// Failed runs kept longer than successes: with successes pruned after 30
+/// days and failures after a year, a 60-day-old success goes while
+/// 60-day-old failed, partially failed and cancelled runs stay, and a
+/// 400-day-old failure goes. The dry run counts exactly what the pass
+/// deletes; `runs_older_than` (both limits at once) combined with either
+/// is refused before anything is deleted.
+#[tokio::test]
+async fn failed_runs_are_kept_longer_than_successes() {
+    let db = engine_db().await;
+    exec(
+        db.pool(),
+        "INSERT INTO public.sweep_run (run_id, kind, trigger, dry_run, status, logical_now, started_at, settled_at, error) VALUES
+          ('00000000-0000-0000-0000-000000000001', 'sweep', 'manual', false, 'succeeded', now(), now() - interval '60 days', now() - interval '60 days', NULL),
+          ('00000000-0000-0000-0000-000000000002', 'sweep', 'manual', false, 'failed', now(), now() - interval '60 days', now() - interval '60 days', 'run: x'),
+          ('00000000-0000-0000-0000-000000000003', 'sweep', 'manual', false, 'partially_failed', now(), now() - interval '60 days', now() - interval '60 days', 'entity x: y'),
+          ('00000000-0000-0000-0000-000000000004', 'erasure', 'manual', false, 'cancelled', now(), now() - interval '60 days', now() - interval '60 days', NULL),
+          ('00000000-0000-0000-0000-000000000005', 'sweep', 'manual', false, 'failed', now(), now() - interval '400 days', now() - interval '400 days', 'run: x'),
+          ('00000000-0000-0000-0000-000000000006', 'sweep', 'manual', false, 'succeeded', now(), now() - interval '10 days', now() - interval '10 days', NULL);",
+    )
+    .await;
+    let mut config = test_config();
+    config.prune.succeeded_runs_older_than = Some(days(30));
+    config.prune.failed_runs_older_than = Some("1y".parse().unwrap());
+    let cohort = cohort_with(&db, config.clone()).await;
+    let pruner = PrunerConfig::from_config(&config).unwrap().unwrap();
+    let dry = cohort.prune(&pruner, true, &Cancel::new()).await.unwrap();
+    let r = cohort.prune(&pruner, false, &Cancel::new()).await.unwrap();
+    assert_eq!((dry.runs, r.runs), (2, 2));
+    assert!(r.succeeded_runs_before.unwrap() > r.failed_runs_before.unwrap());
+    let runs = "SELECT right(run_id::text, 1) FROM public.sweep_run ORDER BY 1";
+    assert_eq!(ids(db.pool(), runs).await, ["2", "3", "4", "6"]);
+
+    // The shorthand alone sets both limits: the 60-day failures go too.
+    let mut both = test_config();
+    both.prune.runs_older_than = Some(days(30));
+    let pruner = PrunerConfig::from_config(&both).unwrap().unwrap();
+    assert_eq!(
+        cohort
+            .prune(&pruner, false, &Cancel::new())
+            .await
+            .unwrap()
+            .runs,
+        3
+    );
+    assert_eq!(ids(db.pool(), runs).await, ["6"]);
+
+    // Combined with a specific limit it is refused: nothing is built.
+    both.prune.failed_runs_older_than = Some(days(400));
+    let e = PrunerConfig::from_config(&both).unwrap_err();
+    assert!(
+        e.to_string().contains("replace it with the two of them"),
+        "{e}"
+    );
+    assert!(Cohort::builder(db.pool().clone())
+        .config(both)
+        .rules(rules())
+        .build()
+        .await
+        .is_err());
+    assert_eq!(ids(db.pool(), runs).await, ["6"]);
+}
+
 /// RS-017: the background pruner stops after its batch when the kill
 /// switch turns on, and does not start while it is on.
 #[tokio::test]

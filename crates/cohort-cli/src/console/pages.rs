@@ -359,7 +359,11 @@ pub(crate) fn settings(
             "dispatch.payload_retention",
             d.payload_retention.to_string(),
         ),
-        ("prune.runs_older_than", period(p.runs_older_than)),
+        (
+            "prune.succeeded_runs_older_than",
+            period(p.succeeded_runs()),
+        ),
+        ("prune.failed_runs_older_than", period(p.failed_runs())),
         (
             "prune.inactive_holds_older_than",
             period(p.inactive_holds_older_than),

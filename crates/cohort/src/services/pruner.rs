@@ -1,7 +1,10 @@
-//! The history pruner (`[cohort.prune]`): deletes settled runs older than
-//! `runs_older_than` with their summaries and row details, and holds
-//! released or expired longer ago than `inactive_holds_older_than`, in
-//! batches of `batch_size`, every `interval`.
+//! The history pruner (`[cohort.prune]`): deletes settled runs with their
+//! summaries and row details, those that succeeded once older than
+//! `succeeded_runs_older_than` and those that failed, partially failed or
+//! were cancelled once older than `failed_runs_older_than`
+//! (`runs_older_than` sets both), and holds released or expired longer ago
+//! than `inactive_holds_older_than`, in batches of `batch_size`, every
+//! `interval`.
 //!
 //! It never deletes a run that still has handler work that is not terminal
 //! (pending or in flight): such a run is passed over until its work is
@@ -23,7 +26,7 @@ use crate::config::CohortConfig;
 use crate::context::Context;
 use crate::error::{Error, Problems, Result};
 use crate::rules::Period;
-use crate::sql::prune::{Batch, Before, OfRuns, PrunePlan, Runs};
+use crate::sql::prune::{Batch, Before, OfRuns, PrunePlan, RunBatch, RunCutoffs, Runs};
 use crate::sql::statement::Statement;
 
 pub use crate::config::{DEFAULT_PRUNE_BATCH_SIZE, MAX_PRUNE_BATCH_SIZE};
@@ -31,7 +34,8 @@ pub use crate::config::{DEFAULT_PRUNE_BATCH_SIZE, MAX_PRUNE_BATCH_SIZE};
 /// The pruner's settings, validated.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PrunerConfig {
-    runs_older_than: Option<Period>,
+    succeeded_runs_older_than: Option<Period>,
+    failed_runs_older_than: Option<Period>,
     inactive_holds_older_than: Option<Period>,
     batch_size: u32,
     interval: Duration,
@@ -42,8 +46,15 @@ impl PrunerConfig {
     /// is set (nothing is pruned unless configured).
     pub fn from_config(config: &CohortConfig) -> Result<Option<Self>> {
         let p = &config.prune;
-        if p.runs_older_than.is_none() && p.inactive_holds_older_than.is_none() {
+        if !p.prunes_anything() {
             return Ok(None);
+        }
+        if p.runs_older_than.is_some()
+            && (p.succeeded_runs_older_than.is_some() || p.failed_runs_older_than.is_some())
+        {
+            return Err(Error::Config(Problems::one(
+                "prune.runs_older_than sets both run limits, so it cannot be combined with prune.succeeded_runs_older_than or prune.failed_runs_older_than: replace it with the two of them",
+            )));
         }
         let mut problems = Vec::new();
         if !(1..=MAX_PRUNE_BATCH_SIZE).contains(&p.batch_size) {
@@ -53,7 +64,8 @@ impl PrunerConfig {
             ));
         }
         for (name, v) in [
-            ("prune.runs_older_than", p.runs_older_than),
+            ("prune.succeeded_runs_older_than", p.succeeded_runs()),
+            ("prune.failed_runs_older_than", p.failed_runs()),
             (
                 "prune.inactive_holds_older_than",
                 p.inactive_holds_older_than,
@@ -68,7 +80,8 @@ impl PrunerConfig {
             return Err(Error::Config(Problems::global(problems)));
         }
         Ok(Some(Self {
-            runs_older_than: p.runs_older_than,
+            succeeded_runs_older_than: p.succeeded_runs(),
+            failed_runs_older_than: p.failed_runs(),
             inactive_holds_older_than: p.inactive_holds_older_than,
             batch_size: p.batch_size,
             interval: Duration::from_secs(p.interval.as_seconds().unsigned_abs()),
@@ -100,16 +113,19 @@ pub struct PruneReport {
     pub runs_kept_for_handlers: u64,
     /// Holds deleted.
     pub holds: u64,
-    /// Runs deleted before this cutoff (settle time), if configured.
-    pub runs_before: Option<DateTime<Utc>>,
+    /// Runs that succeeded deleted when settled before this, if configured.
+    pub succeeded_runs_before: Option<DateTime<Utc>>,
+    /// Runs that failed, partially failed or were cancelled deleted when
+    /// settled before this, if configured.
+    pub failed_runs_before: Option<DateTime<Utc>>,
     /// Holds inactive since before this cutoff, if configured.
     pub holds_before: Option<DateTime<Utc>>,
     /// The pass stopped early: the kill switch turned on (or shutdown).
     pub stopped: bool,
 }
 
-/// A pass's cutoffs: (runs settled before, holds inactive since before).
-type Cutoffs = (Option<DateTime<Utc>>, Option<DateTime<Utc>>);
+/// A pass's cutoffs: runs by outcome, and holds inactive since before.
+type Cutoffs = (RunCutoffs, Option<DateTime<Utc>>);
 
 /// The cutoffs of a pass: `now` minus each configured limit.
 pub(crate) fn cutoffs(config: &PrunerConfig, db_now: DateTime<Utc>) -> Result<Cutoffs> {
@@ -124,7 +140,10 @@ pub(crate) fn cutoffs(config: &PrunerConfig, db_now: DateTime<Utc>) -> Result<Cu
         .transpose()
     };
     Ok((
-        back(config.runs_older_than)?,
+        RunCutoffs {
+            succeeded: back(config.succeeded_runs_older_than)?,
+            failed: back(config.failed_runs_older_than)?,
+        },
         back(config.inactive_holds_older_than)?,
     ))
 }
@@ -152,7 +171,10 @@ impl StopCheck<'_> {
 }
 
 /// Runs a statement that returns one count.
-async fn count(cx: &Context, statement: Statement<Before>) -> Result<u64> {
+async fn count<P: crate::sql::statement::Params>(
+    cx: &Context,
+    statement: Statement<P>,
+) -> Result<u64> {
     let n: i64 = statement.query_scalar().fetch_one(&cx.pool).await?;
     Ok(n.max(0) as u64)
 }
@@ -172,16 +194,17 @@ pub(crate) async fn pass(
     let (runs_before, holds_before) = cutoffs(config, db_now)?;
     let mut report = PruneReport {
         dry_run,
-        runs_before,
+        succeeded_runs_before: runs_before.succeeded,
+        failed_runs_before: runs_before.failed,
         holds_before,
         ..PruneReport::default()
     };
     let batch = i64::from(config.batch_size);
-    if let Some(before) = runs_before {
-        report.runs_kept_for_handlers = count(cx, st.kept_runs(Before(before))).await?;
+    if runs_before.succeeded.is_some() || runs_before.failed.is_some() {
+        report.runs_kept_for_handlers = count(cx, st.kept_runs(runs_before)).await?;
         if dry_run {
             let (runs, summaries, details, work): (i64, i64, i64, i64) = st
-                .count_runs(Before(before))
+                .count_runs(runs_before)
                 .query_as()
                 .fetch_one(&cx.pool)
                 .await?;
@@ -197,8 +220,8 @@ pub(crate) async fn pass(
                     return Ok(report);
                 }
                 let ids: Vec<uuid::Uuid> = st
-                    .select_runs(Batch {
-                        before,
+                    .select_runs(RunBatch {
+                        cutoffs: runs_before,
                         limit: batch,
                     })
                     .query_scalar()
@@ -379,11 +402,46 @@ mod tests {
             let c = PrunerConfig::from_config(&config(runs, holds, 10))
                 .unwrap()
                 .unwrap();
+            let (runs_before, holds_before) = cutoffs(&c, now).unwrap();
             assert_eq!(
-                cutoffs(&c, now).unwrap(),
-                (want_runs.map(at), want_holds.map(at)),
+                (runs_before.succeeded, runs_before.failed, holds_before),
+                (want_runs.map(at), want_runs.map(at), want_holds.map(at)),
                 "{runs:?} {holds:?}"
             );
         }
+    }
+
+    #[test]
+    fn failed_runs_can_be_kept_longer_than_successes() {
+        let now = DateTime::parse_from_rfc3339("2026-11-30T12:00:00Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        let mut c = config(None, None, 10);
+        c.prune.succeeded_runs_older_than = Some("30d".parse().unwrap());
+        c.prune.failed_runs_older_than = Some("1y".parse().unwrap());
+        let p = PrunerConfig::from_config(&c).unwrap().unwrap();
+        let (runs, _) = cutoffs(&p, now).unwrap();
+        assert_eq!(
+            (
+                runs.succeeded.unwrap().to_rfc3339(),
+                runs.failed.unwrap().to_rfc3339()
+            ),
+            (
+                "2026-10-31T12:00:00+00:00".to_string(),
+                "2025-11-30T12:00:00+00:00".to_string()
+            )
+        );
+        // Only one outcome configured: the other is never pruned.
+        c.prune.failed_runs_older_than = None;
+        let p = PrunerConfig::from_config(&c).unwrap().unwrap();
+        assert_eq!(cutoffs(&p, now).unwrap().0.failed, None);
+        // The old shorthand together with a specific limit is refused.
+        c.prune.runs_older_than = Some("90d".parse().unwrap());
+        let e = PrunerConfig::from_config(&c).unwrap_err();
+        assert!(
+            e.to_string().contains("replace it with the two of them"),
+            "{e}"
+        );
+        assert!(c.validate().is_err());
     }
 }

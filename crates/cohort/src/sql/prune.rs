@@ -32,6 +32,35 @@ impl Params for Before {
     }
 }
 
+/// The runs' cutoffs by outcome (settle time; `None`: that outcome is
+/// never pruned).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RunCutoffs {
+    /// Runs that succeeded.
+    pub(crate) succeeded: Option<DateTime<Utc>>,
+    /// Runs that failed, partially failed or were cancelled.
+    pub(crate) failed: Option<DateTime<Utc>>,
+}
+
+impl Params for RunCutoffs {
+    fn bind(self, q: Args) -> Args {
+        q.bind(self.succeeded).bind(self.failed)
+    }
+}
+
+/// The runs' cutoffs and a batch size.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RunBatch {
+    pub(crate) cutoffs: RunCutoffs,
+    pub(crate) limit: i64,
+}
+
+impl Params for RunBatch {
+    fn bind(self, q: Args) -> Args {
+        self.cutoffs.bind(q).bind(self.limit)
+    }
+}
+
 /// Runs, and (for the bounded deletes) a batch size.
 #[derive(Debug, Clone)]
 pub(crate) struct OfRuns {
@@ -76,12 +105,17 @@ impl PrunePlan {
         let summary = CohortTable::EntitySummary.qualified(schema);
         let detail = CohortTable::RowDetail.qualified(schema);
         let hold = CohortTable::Hold.qualified(schema);
-        // Old settled runs, not of the newest occurrence, with (EXISTS) or
-        // without (NOT EXISTS) pending or in-flight work.
+        // Old settled runs (succeeded before $1, or failed, partially
+        // failed or cancelled before $2; a NULL cutoff keeps that outcome),
+        // not of the newest occurrence, with (EXISTS) or without (NOT
+        // EXISTS) pending or in-flight work; `select_runs` takes the batch size
+        // as `$3`.
         let old_runs = |s: &mut SqlText, exists: &'static str| {
             s.table(&run)
                 .push(
-                    " r WHERE r.status <> 'started' AND r.settled_at < $1 \
+                    " r WHERE ((r.status = 'succeeded' AND r.settled_at < $1::timestamptz) \
+                   OR (r.status IN ('failed', 'partially_failed', 'cancelled') \
+                       AND r.settled_at < $2::timestamptz)) \
                  AND (r.occurrence IS NULL OR r.occurrence < (SELECT max(o.occurrence) FROM ",
                 )
                 .table(&run)
@@ -93,7 +127,7 @@ impl PrunePlan {
         };
         let mut select_runs = SqlText::new("SELECT r.run_id FROM ");
         old_runs(&mut select_runs, "NOT EXISTS");
-        select_runs.push(" ORDER BY r.settled_at, r.run_id LIMIT $2");
+        select_runs.push(" ORDER BY r.settled_at, r.run_id LIMIT $3");
         // What a real pass would delete, counted: those runs, and their
         // summaries, row details and (all terminal) handler work.
         let mut count_runs = SqlText::new("WITH doomed AS (SELECT r.run_id FROM ");
@@ -173,7 +207,7 @@ impl PrunePlan {
 impl PrunePlan {
     /// Up to `limit` old settled runs without outstanding handler work
     /// (column `run_id`), oldest first.
-    pub(crate) fn select_runs(&self, p: Batch) -> Statement<Batch> {
+    pub(crate) fn select_runs(&self, p: RunBatch) -> Statement<RunBatch> {
         Statement::new(self.select_runs.clone(), p)
     }
 
@@ -203,12 +237,12 @@ impl PrunePlan {
     }
 
     /// What a real pass would delete: `(runs, summaries, details, work)`.
-    pub(crate) fn count_runs(&self, p: Before) -> Statement<Before> {
+    pub(crate) fn count_runs(&self, p: RunCutoffs) -> Statement<RunCutoffs> {
         Statement::new(self.count_runs.clone(), p)
     }
 
     /// Old runs kept for their outstanding handler work (one count).
-    pub(crate) fn kept_runs(&self, p: Before) -> Statement<Before> {
+    pub(crate) fn kept_runs(&self, p: RunCutoffs) -> Statement<RunCutoffs> {
         Statement::new(self.kept_runs.clone(), p)
     }
 

@@ -506,7 +506,7 @@ fn dead_letter_statements() {
 
 #[test]
 fn prune_statements() {
-    use crate::sql::prune::{Batch, Before, OfRuns, PrunePlan, Runs};
+    use crate::sql::prune::{Batch, Before, OfRuns, PrunePlan, RunBatch, RunCutoffs, Runs};
     let plan = PrunePlan::build("cohort");
     let now = chrono::Utc::now();
     let batch = Batch {
@@ -517,8 +517,15 @@ fn prune_statements() {
         runs: vec![],
         limit: 1,
     };
+    let cutoffs = RunCutoffs {
+        succeeded: Some(now),
+        failed: None,
+    };
     let statements = [
-        ("select_runs", plan.select_runs(batch).checked()),
+        (
+            "select_runs",
+            plan.select_runs(RunBatch { cutoffs, limit: 1 }).checked(),
+        ),
         ("delete_work", plan.delete_work(of()).checked()),
         ("delete_details", plan.delete_details(of()).checked()),
         ("lock_runs", plan.lock_runs(Runs(vec![])).checked()),
@@ -527,8 +534,8 @@ fn prune_statements() {
             plan.delete_summaries(Runs(vec![])).checked(),
         ),
         ("delete_runs", plan.delete_runs(Runs(vec![])).checked()),
-        ("count_runs", plan.count_runs(Before(now)).checked()),
-        ("kept_runs", plan.kept_runs(Before(now)).checked()),
+        ("count_runs", plan.count_runs(cutoffs).checked()),
+        ("kept_runs", plan.kept_runs(cutoffs).checked()),
         ("delete_holds", plan.delete_holds(batch).checked()),
         ("count_holds", plan.count_holds(Before(now)).checked()),
     ];
