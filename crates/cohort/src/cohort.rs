@@ -333,7 +333,21 @@ impl Cohort {
     /// whatever tenant it belongs to. An unknown entity is `NotFound`, a
     /// malformed record id `InvalidInput`.
     pub async fn is_held(&self, entity_id: uuid::Uuid, record_id: &str) -> Result<bool> {
-        crate::holds::is_held(&self.cx, entity_id, record_id).await
+        crate::holds::is_held(&self.cx, entity_id, record_id, None).await
+    }
+
+    /// Whether a record was (or, for a time to come, will still be) under
+    /// an active hold at `as_of`: a hold created by then and neither
+    /// released nor expired by then, whatever tenant the record belongs
+    /// to. Errors as [`Cohort::is_held`].
+    pub async fn is_held_as_of<Tz: chrono::TimeZone>(
+        &self,
+        entity_id: uuid::Uuid,
+        record_id: &str,
+        as_of: chrono::DateTime<Tz>,
+    ) -> Result<bool> {
+        let at = as_of.with_timezone(&chrono::Utc);
+        crate::holds::is_held(&self.cx, entity_id, record_id, Some(at)).await
     }
 
     /// Lists holds.

@@ -279,7 +279,14 @@ pub(crate) async fn create(cx: &Context, req: HoldRequest) -> Result<Hold> {
     Ok(hold)
 }
 
-pub(crate) async fn is_held(cx: &Context, entity_id: Uuid, record_id: &str) -> Result<bool> {
+/// Whether the record is held now (`as_of` `None`, database clock) or was
+/// (will be) held at `as_of`.
+pub(crate) async fn is_held(
+    cx: &Context,
+    entity_id: Uuid,
+    record_id: &str,
+    as_of: Option<chrono::DateTime<chrono::Utc>>,
+) -> Result<bool> {
     let ready = cx.prepared().await?;
     let entity = ready.model.entity(entity_id).ok_or_else(|| {
         Error::NotFound(format!(
@@ -291,11 +298,17 @@ pub(crate) async fn is_held(cx: &Context, entity_id: Uuid, record_id: &str) -> R
         .parse(record_id)
         .map_err(|msg| Error::InvalidInput(format!("record id for {}: {msg}", entity.name)))?;
     let plan = &ready.plans[&entity.id];
-    let row = record
-        .bind(sqlx::query(plan.is_held.sql()).bind(entity.id))
-        .bind(record.canonical())
-        .fetch_one(&cx.pool)
-        .await?;
+    let statement = match as_of {
+        Some(_) => &plan.is_held_at,
+        None => &plan.is_held,
+    };
+    let mut q = record
+        .bind(sqlx::query(statement.sql()).bind(entity.id))
+        .bind(record.canonical());
+    if let Some(at) = as_of {
+        q = q.bind(at);
+    }
+    let row = q.fetch_one(&cx.pool).await?;
     Ok(row.try_get(0)?)
 }
 

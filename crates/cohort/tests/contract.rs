@@ -157,6 +157,69 @@ async fn is_held_answers_for_one_record() {
     assert_eq!(err.kind(), ErrorKind::NotFound);
 }
 
+/// "Was this record held at that time?" (.NET's `HasActiveHoldAsync(asOf)`):
+/// a hold counts from its creation until its release or expiry, whichever
+/// comes first, on either spelling of the record id; errors as `is_held`.
+#[tokio::test]
+async fn is_held_as_of_follows_a_holds_life() {
+    let db = engine_db().await;
+    let cohort = engine_cohort(&db).await;
+    let note: uuid::Uuid = sqlx::query_scalar(
+        "SELECT id FROM app.notes WHERE body = 'aaaaaaaa-0000-0000-0000-00000000000a:45d'",
+    )
+    .fetch_one(db.pool())
+    .await
+    .unwrap();
+    let entity = uuid::Uuid::parse_str(NOTE_ID).unwrap();
+    let upper = note.to_string().to_uppercase();
+    let db_now: chrono::DateTime<chrono::Utc> = sqlx::query_scalar("SELECT now()")
+        .fetch_one(db.pool())
+        .await
+        .unwrap();
+    let days = chrono::TimeDelta::days;
+    let expiring = cohort
+        .create_hold(
+            HoldRequest::new(entity, note.to_string(), "case")
+                .tenant(TENANT_A)
+                .expires_at(db_now + days(10)),
+        )
+        .await
+        .unwrap();
+    let at = |t| cohort.is_held_as_of(entity, &upper, t);
+    assert!(
+        !at(db_now - days(1)).await.unwrap(),
+        "before it was created"
+    );
+    assert!(at(db_now + days(5)).await.unwrap(), "while it runs");
+    assert!(!at(db_now + days(11)).await.unwrap(), "after it expires");
+    // Released: held from creation until the release, not after.
+    cohort.release_hold(expiring.hold_id).await.unwrap();
+    let released: chrono::DateTime<chrono::Utc> =
+        sqlx::query_scalar("SELECT released_at FROM public.retention_hold")
+            .fetch_one(db.pool())
+            .await
+            .unwrap();
+    assert!(at(released - chrono::TimeDelta::microseconds(1))
+        .await
+        .unwrap());
+    assert!(!at(released).await.unwrap());
+    assert!(!cohort.is_held(entity, &upper).await.unwrap());
+    // The record deleted meanwhile: still answered from the hold.
+    sqlx::query("DELETE FROM app.notes WHERE id = $1")
+        .bind(note)
+        .execute(db.pool())
+        .await
+        .unwrap();
+    assert!(at(released - chrono::TimeDelta::microseconds(1))
+        .await
+        .unwrap());
+    let err = cohort
+        .is_held_as_of(entity, "not-a-uuid", db_now)
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidInput);
+}
+
 /// A mutating run dated later than the database clock is refused (nothing
 /// written); dry runs and previews may look ahead; the caller may allow it.
 #[tokio::test]

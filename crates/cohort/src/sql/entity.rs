@@ -77,6 +77,9 @@ pub(crate) struct EntityPlan {
     /// (the hold stores the row's own key text) or by the canonical id.
     /// `$1` entity id, `$2` record key, `$3` canonical id text.
     pub(crate) is_held: SqlText,
+    /// `is_held` at a given time (`$4`): a hold created by then and
+    /// neither released nor expired by then.
+    pub(crate) is_held_at: SqlText,
     /// Literal values bound after `$2` by the anonymise statement.
     pub(crate) literals: Vec<String>,
     /// Custom anonymisers, in parameter order: (column, anonymiser).
@@ -125,6 +128,7 @@ impl EntityPlan {
             referenced: referenced.clone(),
             guard_lock: SqlText::default(),
             is_held: SqlText::default(),
+            is_held_at: SqlText::default(),
             literals: Vec::new(),
             custom: Vec::new(),
         };
@@ -433,6 +437,30 @@ impl EntityPlan {
                 ")"
             ));
         plan.is_held = is_held;
+
+        // The same two ways of naming the record, with the hold's life
+        // compared to `$4` instead of now.
+        let at = " AND h.created_at <= $4 AND (h.released_at IS NULL OR h.released_at > $4) \
+                  AND (h.expires_at IS NULL OR h.expires_at > $4))";
+        let holds = crate::sql::tables::CohortTable::Hold.qualified(cohort_schema);
+        let mut is_held_at = SqlText::new("SELECT EXISTS (SELECT 1 FROM ");
+        is_held_at
+            .table(table)
+            .push(" t JOIN ")
+            .table(&holds)
+            .push(" h ON h.retention_entity_id = $1 AND h.record_id = ")
+            .col(&e.record_id)
+            .push("::text WHERE ")
+            .col(&e.record_id)
+            .push(" = ");
+        casts.param(&mut is_held_at, &e.record_id, 2);
+        is_held_at
+            .push(at)
+            .push(" OR EXISTS (SELECT 1 FROM ")
+            .table(&holds)
+            .push(" h WHERE h.retention_entity_id = $1 AND h.record_id = $3")
+            .push(at);
+        plan.is_held_at = is_held_at;
         plan
     }
 }

@@ -117,6 +117,7 @@ fn render(plan: &EntityPlan) -> String {
         ("lock_target", &plan.lock_target),
         ("guard_lock", &plan.guard_lock),
         ("is_held", &plan.is_held),
+        ("is_held_at", &plan.is_held_at),
     ] {
         out.push_str(&format!("-- {name}\n{}\n\n", sql.as_str()));
     }
