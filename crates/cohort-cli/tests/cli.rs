@@ -838,6 +838,60 @@ async fn erase_follows_the_cli_contract() {
         Some(2),
         "--tenant is required"
     );
+
+    // Subject columns that declare a kind: the kind is required, an
+    // unknown one is refused, and the kind is stored on the run.
+    std::fs::write(
+        dir.join("cohort.toml"),
+        POLICY.replacen(
+            "subjects = [\"user_id\"]",
+            "subjects = [{ column = \"user_id\", kind = \"user\" }]",
+            1,
+        ),
+    )
+    .unwrap();
+    let erase = |kind: Option<&str>| {
+        let mut args = vec![
+            "--json",
+            "erase",
+            "--tenant",
+            "11111111-1111-1111-1111-111111111111",
+            "--subject",
+            &subject,
+            "--now",
+            NOW,
+        ];
+        if let Some(k) = kind {
+            args.extend(["--kind", k]);
+        }
+        cohort(dir, &args, url)
+    };
+    for (kind, fragment) in [
+        (None, "subject columns declare kinds (\"user\")"),
+        (
+            Some("email"),
+            "no subject column declares the kind \"email\"",
+        ),
+    ] {
+        let out = erase(kind);
+        assert_eq!(out.status.code(), Some(2), "{kind:?}");
+        let message = json(&out)["error"]["message"].as_str().unwrap().to_owned();
+        assert!(message.contains(fragment), "{message}");
+    }
+    let out = erase(Some("user"));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let run = json(&out);
+    assert_eq!(run["erasure_kind"], "user");
+    let id = run["run_id"].as_str().unwrap();
+    let shown = json(&cohort(dir, &["--json", "runs", "show", id], url));
+    assert_eq!(shown["erasure_kind"], "user");
+    let text = cohort(dir, &["runs", "show", id], url);
+    assert!(String::from_utf8_lossy(&text.stdout).contains("(erasure of a user subject)"));
 }
 
 #[tokio::test]

@@ -188,6 +188,7 @@ pub(crate) async fn show(cx: &Context, run_id: Uuid) -> Result<SweepResult> {
         tenant: run.try_get("tenant_id")?,
         started_at: run.try_get("started_at")?,
         settled_at: run.try_get("settled_at")?,
+        erasure_kind: run.try_get("erasure_subject_kind")?,
         entities,
         failures,
         not_reached: Vec::new(),

@@ -171,6 +171,11 @@ pub struct SweepResult {
     /// erasure). Not serialised when empty; not stored in the ledger.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub not_reached: Vec<NotReached>,
+    /// Erasure: the subject kind the request named (stored on the run);
+    /// `None` for sweeps and for erasures of columns that declare no kind.
+    /// Not serialised when `None`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub erasure_kind: Option<String>,
 }
 
 /// An entity with erasure-subject columns that an erasure did not reach.

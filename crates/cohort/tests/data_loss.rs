@@ -1214,6 +1214,10 @@ fn released_migrations_are_pinned() {
             6,
             "78e92c0354c4b7f4892f7498575515605add9e139bd25af81f9d195308742d68",
         ),
+        (
+            7,
+            "947d0fd514d6a1e88128faa9be1fa88b241d589cf433adc32657f6338efc9e18",
+        ),
     ];
     assert_eq!(
         pinned.len(),

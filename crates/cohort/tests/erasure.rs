@@ -118,7 +118,9 @@ async fn setup(legal_min_everywhere: Option<i64>) -> (cohort_pgtemp::TestDatabas
 fn request(subject: &str) -> ErasureRequest {
     ErasureRequest::tenanted(
         TENANT_A,
-        ErasureScope::new(subject).allow_soft_delete(true),
+        ErasureScope::new(subject)
+            .kind("user")
+            .allow_soft_delete(true),
         now(),
     )
 }
@@ -221,7 +223,7 @@ async fn soft_delete_without_opt_in_is_refused_with_no_mutation_and_no_audit() {
     let err = cohort
         .erase(ErasureRequest::tenanted(
             TENANT_A,
-            ErasureScope::new(S),
+            ErasureScope::new(S).kind("user"),
             now(),
         ))
         .await
@@ -289,23 +291,17 @@ async fn subjects_match_exactly_per_column_type_and_kind() {
         count(db.pool(), "SELECT count(*) FROM app.accounts").await,
         5
     );
-    // Kind "user" reaches only the backup column of accounts: row 3 (and row 1 is not reached through user_id).
-    let r = cohort
-        .erase(ErasureRequest::tenanted(
-            TENANT_A,
-            ErasureScope::new(S).kind("user").allow_soft_delete(true),
-            now(),
-        ))
-        .await
-        .unwrap();
-    assert_eq!(r.entity("Account").unwrap().affected, 1);
+    // Kind "user" reaches the accounts' `user` column (backup_user_id, row 3)
+    // and the column that declares no kind (user_id, rows 1 and 2): a
+    // column without a kind holds the subject whatever its kind. Upper-case
+    // uuid subjects are canonicalised.
+    let r = cohort.erase(request(&S.to_uppercase())).await.unwrap();
+    assert_eq!(r.entity("Account").unwrap().affected, 3);
+    assert_eq!(r.erasure_kind.as_deref(), Some("user"));
     assert_eq!(
         ids(db.pool(), "SELECT id FROM app.accounts ORDER BY id").await,
-        vec![1, 2, 4, 5]
+        vec![4, 5]
     );
-    // Upper-case uuid subjects are canonicalised.
-    let r = cohort.erase(request(&S.to_uppercase())).await.unwrap();
-    assert_eq!(r.entity("Account").unwrap().affected, 2);
 }
 
 #[tokio::test]
@@ -454,7 +450,7 @@ async fn bad_erasure_requests_are_refused_before_anything_is_written() {
             "needs a subject",
         ),
         (
-            ErasureRequest::tenanted("tenant-a", ErasureScope::new(S), now()),
+            ErasureRequest::tenanted("tenant-a", ErasureScope::new(S).kind("user"), now()),
             "is not a valid uuid",
         ),
         (
@@ -463,7 +459,15 @@ async fn bad_erasure_requests_are_refused_before_anything_is_written() {
                 ErasureScope::new("not-a-uuid").kind("user"),
                 now(),
             ),
-            "no erasure-subject column of kind \"user\"",
+            "the subject cannot be a \"user\" value: every subject column a \"user\" request reaches is of type uuid",
+        ),
+        (
+            ErasureRequest::tenanted(TENANT_A, ErasureScope::new(S), now()),
+            "subject columns declare kinds (\"email\", \"user\"): name the subject's kind",
+        ),
+        (
+            ErasureRequest::tenanted(TENANT_A, ErasureScope::new(S).kind("phone"), now()),
+            "no subject column declares the kind \"phone\"; the kinds are \"email\", \"user\"",
         ),
         (
             ErasureRequest::tenanted(TENANT_A, ErasureScope::new(S).kind(""), now()),
@@ -522,4 +526,52 @@ async fn jurisdiction_overrides_apply_to_erasure() {
     );
     let elsewhere = cohort.erase(request(S)).await.unwrap();
     assert_eq!(elsewhere.entities[0].affected, 3);
+}
+
+/// The subject kind is part of the request and of the ledger: stored on
+/// the run, read back by `show_run`, in the result's JSON; a sweep has
+/// none, and the schema refuses one on a sweep.
+#[tokio::test]
+async fn the_subject_kind_is_stored_on_the_run() {
+    let (db, cohort) = setup(None).await;
+    let r = cohort
+        .erase(ErasureRequest::tenanted(
+            TENANT_A,
+            ErasureScope::new("d@example.com").kind("email"),
+            now(),
+        ))
+        .await
+        .unwrap();
+    let stored: Option<String> =
+        sqlx::query_scalar("SELECT erasure_subject_kind FROM sweep_run WHERE run_id = $1")
+            .bind(r.run_id)
+            .fetch_one(db.pool())
+            .await
+            .unwrap();
+    assert_eq!(stored.as_deref(), Some("email"));
+    let shown = cohort.show_run(r.run_id).await.unwrap();
+    assert_eq!(shown.erasure_kind.as_deref(), Some("email"));
+    assert_eq!(serde_json::to_value(&r).unwrap()["erasure_kind"], "email");
+
+    let sweep = cohort
+        .sweep(cohort::SweepRequest::tenanted(TENANT_A, now()).dry_run(true))
+        .await
+        .unwrap();
+    assert!(serde_json::to_value(&sweep)
+        .unwrap()
+        .get("erasure_kind")
+        .is_none());
+    let refused =
+        sqlx::query("UPDATE sweep_run SET erasure_subject_kind = 'email' WHERE run_id = $1")
+            .bind(sweep.run_id)
+            .execute(db.pool())
+            .await
+            .unwrap_err();
+    assert_eq!(
+        refused
+            .as_database_error()
+            .and_then(|e| e.code())
+            .as_deref(),
+        Some("23514")
+    );
 }

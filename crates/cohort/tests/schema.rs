@@ -231,11 +231,11 @@ async fn unknown_or_newer_schemas_are_refused_and_left_alone() {
     assert_eq!(n, 1);
 }
 
-/// From the previous version: a ledger written at version 5 is kept row
-/// for row, and afterwards a row detail may record a `skipped` row (any
-/// other unknown action is still refused).
+/// From version 5: a ledger written then is kept row for row; afterwards a
+/// row detail may record a `skipped` row (any other unknown action is
+/// still refused), and runs have a subject kind (none for the old run).
 #[tokio::test]
-async fn upgrading_from_version_5_keeps_the_ledger_and_allows_skipped_rows() {
+async fn upgrading_from_version_5_keeps_the_ledger_and_adds_skipped_rows_and_subject_kinds() {
     let db = empty_db().await;
     for m in schema::migrations("public")
         .unwrap()
@@ -282,7 +282,16 @@ async fn upgrading_from_version_5_keeps_the_ledger_and_allows_skipped_rows() {
     let before = table_digest(db.pool(), "public.sweep_run_row_detail").await;
 
     let report = schema::migrate(&mut conn, "public").await.unwrap();
-    assert_eq!((report.from_version, report.applied), (5, vec![6]));
+    assert_eq!(
+        (report.from_version, report.applied),
+        (5, (6..=SCHEMA_VERSION).collect::<Vec<_>>())
+    );
+    // Version 7: the run of version 5 has no subject kind.
+    let kind: Option<String> = sqlx::query_scalar("SELECT erasure_subject_kind FROM sweep_run")
+        .fetch_one(db.pool())
+        .await
+        .unwrap();
+    assert_eq!(kind, None);
     assert_eq!(
         table_digest(db.pool(), "public.sweep_run_row_detail").await,
         before

@@ -117,10 +117,15 @@ pub(crate) async fn preview(
 pub(super) fn print_result(result: &SweepResult) {
     finish_progress();
     outln!(
-        "Run {} ({}{}) for {}: {}",
+        "Run {} ({}{}{}) for {}: {}",
         result.run_id,
         if result.dry_run { "dry run, " } else { "" },
         result.kind.as_str(),
+        result
+            .erasure_kind
+            .as_deref()
+            .map(|k| format!(" of a {k} subject"))
+            .unwrap_or_default(),
         result
             .tenant
             .as_deref()

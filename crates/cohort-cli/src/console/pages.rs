@@ -159,7 +159,10 @@ pub(crate) fn run(r: &SweepResult) -> Markup {
             dl.facts {
                 dt { "Run id" } dd { code { (r.run_id) } }
                 dt { "Status" } dd { (status(r.status)) @if r.dry_run { " " span.tag { "dry run: no row changed" } } }
-                dt { "Kind" } dd { (r.kind.as_str()) }
+                dt { "Kind" } dd {
+                    (r.kind.as_str())
+                    @if let Some(k) = &r.erasure_kind { " " span.tag { "subject kind: " (k) } }
+                }
                 dt { "Trigger" } dd { (r.trigger.as_str()) }
                 dt { "Tenant" } dd { (tenant(r.tenant.as_deref())) }
                 dt { "Started" } dd { (time(r.started_at)) }

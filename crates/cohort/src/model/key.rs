@@ -19,6 +19,18 @@ pub(crate) enum KeyType {
 }
 
 impl KeyType {
+    /// The PostgreSQL type's name, for messages.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            KeyType::Uuid => "uuid",
+            KeyType::Int2 => "smallint",
+            KeyType::Int4 => "integer",
+            KeyType::Int8 => "bigint",
+            KeyType::Text => "text",
+            KeyType::CiText => "citext",
+        }
+    }
+
     /// From a catalog base-type name; `None` for unsupported types.
     pub(crate) fn from_type_name(name: &str) -> Option<Self> {
         Some(match name {

@@ -71,6 +71,7 @@ async fn execute_in_span(
         policy_fingerprint: spec
             .occurrence
             .map(|_| crate::peers::fingerprint(inner, ready)),
+        erasure_subject_kind: spec.erasure_kind.clone(),
     };
     let started = ready
         .ledger
@@ -241,6 +242,7 @@ async fn execute_in_span(
         entities: outcomes,
         failures,
         not_reached: Vec::new(),
+        erasure_kind: spec.erasure_kind,
     })
 }
 

@@ -128,6 +128,7 @@ pub(crate) async fn sweep(cx: &Context, req: SweepRequest) -> Result<SweepResult
         cx,
         &ready,
         RunSpec {
+            erasure_kind: None,
             kind: RunKind::Sweep,
             trigger: req.trigger,
             dry_run: req.dry_run,

@@ -124,6 +124,8 @@ pub(crate) struct RunSpec {
     pub(crate) cancel: Cancel,
     /// The cron occurrence of a scheduled run, and which of its passes.
     pub(crate) occurrence: Option<super::OccurrencePass>,
+    /// An erasure's subject kind, stored on its run.
+    pub(crate) erasure_kind: Option<String>,
 }
 
 /// Why an entity stopped.

@@ -58,6 +58,11 @@ const SOURCES: &[(u32, &str, &str)] = &[
         "skipped_rows",
         include_str!("../../migrations/0006_skipped_rows.sql"),
     ),
+    (
+        7,
+        "erasure_subject_kind",
+        include_str!("../../migrations/0007_erasure_subject_kind.sql"),
+    ),
 ];
 
 fn render(template: &'static str, schema: &str) -> SqlText {

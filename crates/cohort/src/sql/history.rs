@@ -57,7 +57,8 @@ pub(crate) fn recent_runs(schema: &str, limit: Limit) -> Statement<Limit> {
 /// One run's row.
 pub(crate) fn run(schema: &str, run: Run) -> Statement<Run> {
     let mut sql = SqlText::new(
-        "SELECT kind, trigger, status, dry_run, tenant_id, started_at, settled_at, error, failures FROM ",
+        "SELECT kind, trigger, status, dry_run, tenant_id, started_at, settled_at, error, failures, \
+         erasure_subject_kind FROM ",
     );
     sql.table(&CohortTable::SweepRun.qualified(schema))
         .push(" WHERE run_id = $1");

@@ -68,8 +68,8 @@ impl LedgerPlan {
         let mut insert_run = SqlText::new("INSERT INTO ");
         insert_run.table(&run).push(
             " (run_id, kind, trigger, dry_run, tenant_id, status, logical_now, started_at, \
-               occurrence, occurrence_pass, occurrence_passes, policy_fingerprint) \
-             VALUES ($1, $2, $3, $4, $5, 'started', $6, pg_catalog.clock_timestamp(), $7, $8, $9, $10) \
+               occurrence, occurrence_pass, occurrence_passes, policy_fingerprint, erasure_subject_kind) \
+             VALUES ($1, $2, $3, $4, $5, 'started', $6, pg_catalog.clock_timestamp(), $7, $8, $9, $10, $11) \
              RETURNING started_at",
         );
         let mut insert_not_started = SqlText::new("INSERT INTO ");
@@ -190,6 +190,8 @@ pub(crate) struct InsertRun {
     pub(crate) pass: Option<i32>,
     pub(crate) passes: Option<i32>,
     pub(crate) policy_fingerprint: Option<String>,
+    /// An erasure's subject kind, if it named one.
+    pub(crate) erasure_subject_kind: Option<String>,
 }
 
 impl Params for InsertRun {
@@ -204,6 +206,7 @@ impl Params for InsertRun {
             .bind(self.pass)
             .bind(self.passes)
             .bind(self.policy_fingerprint)
+            .bind(self.erasure_subject_kind)
     }
 }
 

@@ -731,6 +731,7 @@ fn catalog_partition_and_ledger_statements_bind_exactly_their_placeholders() {
             pass: None,
             passes: None,
             policy_fingerprint: None,
+            erasure_subject_kind: None,
         }),
     );
     check(
