@@ -474,7 +474,7 @@ pub(crate) async fn run(json: bool) -> Result<(), Failure> {
     let erasure = cohort
         .erase(ErasureRequest::tenanted(
             &uk.id,
-            ErasureScope::new(ada).allow_soft_delete(true),
+            ErasureScope::new(ada).kind("user").allow_soft_delete(true),
             now_fixed,
         ))
         .await?;
@@ -571,7 +571,7 @@ pub(crate) async fn run(json: bool) -> Result<(), Failure> {
             )
         );
         outln!(
-            "\n11. Placed legal hold {} on Ada's contact REF-1004 (a subject access dispute), then erased\n    Ada (user {}) in tenant {}, as `cohort erase --tenant T --subject S` does: run {} {}.\n    The held contact row stays, her tickets are kept by their 14-day legal minimum (KEPT), and\n    her row in tenant 22222222-2222-2222-2222-222222222222 is out of scope.\n",
+            "\n11. Placed legal hold {} on Ada's contact REF-1004 (a subject access dispute), then erased\n    Ada (user {}) in tenant {}, as `cohort erase --tenant T --subject S --kind user` does: run {} {}.\n    The held contact row stays, her tickets are kept by their 14-day legal minimum (KEPT), and\n    her row in tenant 22222222-2222-2222-2222-222222222222 is out of scope.\n",
             short(&contact_hold.hold_id.to_string()),
             ada,
             uk.id,
@@ -644,7 +644,7 @@ pub(crate) async fn run(json: bool) -> Result<(), Failure> {
             "{}",
             output::table(&["ID", "ENTITY", "HANDLER", "ATTEMPTS", "REASON"], &rows)
         );
-        outln!("\nOn your own database: `cohort init` writes a starter policy file from your schema (or\n`cohort demo --write-policy cohort.toml` the demo's); then run `cohort migrate`, `cohort validate`, `cohort preview --tenant T`,\n`cohort sweep --tenant T` and `cohort erase --tenant T --subject S`. Run ids may be given\nby the 8 characters printed here (`cohort runs show {}`).", short(&erasure.run_id.to_string()));
+        outln!("\nOn your own database: `cohort init` writes a starter policy file from your schema (or\n`cohort demo --write-policy cohort.toml` the demo's); then run `cohort migrate`, `cohort validate`, `cohort preview --tenant T`,\n`cohort sweep --tenant T` and `cohort erase --tenant T --subject S [--kind K]`. Run ids may be given\nby the 8 characters printed here (`cohort runs show {}`).", short(&erasure.run_id.to_string()));
     }
     drop(conn);
     cohort.pool().close().await;

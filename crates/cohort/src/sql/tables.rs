@@ -116,6 +116,7 @@ impl CohortTable {
                 col!("occurrence_pass", INT, true),
                 col!("occurrence_passes", INT, true),
                 col!("policy_fingerprint", TEXT, true),
+                col!("erasure_subject_kind", TEXT, true),
             ],
             CohortTable::EntitySummary => &[
                 col!("summary_id", BIGINT, false),
