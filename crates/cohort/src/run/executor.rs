@@ -91,6 +91,7 @@ async fn execute_in_span(
     inner.observers.emit(AuditEvent::Started {
         run_id,
         kind: spec.kind,
+        trigger: spec.trigger,
         dry_run: spec.dry_run,
         tenant: spec.tenant.clone(),
         now: spec.now,
@@ -229,7 +230,20 @@ async fn execute_in_span(
             "run settled"
         ),
     }
-    inner.observers.emit(AuditEvent::Settled { run_id, status });
+    let total = |f: fn(&EntityOutcome) -> u64| outcomes.iter().map(f).sum::<u64>();
+    inner.observers.emit(AuditEvent::Settled {
+        run_id,
+        kind: spec.kind,
+        status,
+        duration_ms: took.as_millis() as u64,
+        affected,
+        held: total(|o| o.held),
+        skipped: total(|o| o.skipped),
+        null_anchor: total(|o| o.null_anchor),
+        kept_by_legal_min: total(|o| o.kept_by_legal_min),
+        kept_by_policy: total(|o| o.kept_by_policy),
+        error: error.clone(),
+    });
     Ok(SweepResult {
         run_id,
         kind: spec.kind,
@@ -384,23 +398,38 @@ async fn run_entity(
             held: out.held as i64,
             skipped: out.skipped as i64,
             null_anchor: out.null_anchor as i64,
-            error,
+            error: error.clone(),
             kept_by_legal_min: out.kept_by_legal_min as i64,
             kept_by_policy: out.kept_by_policy as i64,
         })
         .query()
         .execute(&mut *conn)
         .await;
+    if finish.is_ok() {
+        // The summary row as committed, failed entities included.
+        ctx.cx.observers.emit(AuditEvent::EntitySummary {
+            run_id: ctx.run_id,
+            entity_id: e.id,
+            entity: e.name.clone(),
+            category: e.category.clone(),
+            strategy,
+            period: work.rule.period(),
+            legal_min: work.rule.legal_min(),
+            cutoff: work.cutoff,
+            rule_source: work.rule.source().map(str::to_owned),
+            rule_reason: work.rule.reason().map(str::to_owned),
+            affected: out.affected,
+            held: out.held,
+            skipped: out.skipped,
+            null_anchor: out.null_anchor,
+            kept_by_legal_min: out.kept_by_legal_min,
+            kept_by_policy: out.kept_by_policy,
+            error,
+        });
+    }
     result?;
     measured.map_err(stop_from)?;
     finish.map_err(stop_from)?;
-    ctx.cx.observers.emit(AuditEvent::EntitySummary {
-        run_id: ctx.run_id,
-        entity_id: e.id,
-        affected: out.affected,
-        held: out.held,
-        null_anchor: out.null_anchor,
-    });
     Ok(())
 }
 
