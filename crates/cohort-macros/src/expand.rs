@@ -88,6 +88,11 @@ fn generate(c: &Container) -> TokenStream {
     if c.drop_partitions {
         calls.push(quote!(.partitions(::cohort::model::Partitions::Drop)));
     }
+    match c.audit.as_deref() {
+        Some("per_row") => calls.push(quote!(.audit(::cohort::rules::AuditDetail::PerRow))),
+        Some(_) => calls.push(quote!(.audit(::cohort::rules::AuditDetail::Summary))),
+        None => {}
+    }
     if let Some(reason) = &c.exempt {
         calls.push(quote!(.exempt(#reason)));
     }

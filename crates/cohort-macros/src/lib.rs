@@ -32,7 +32,9 @@ use proc_macro::TokenStream;
 ///
 /// Struct keys of `#[retain(...)]`: `category`, `anchor` (a field name),
 /// `id` (a UUID, required), `table`, `schema`, `name`, `tenantless`,
-/// `partitions = "drop"` (opt-in partition purge, see the README); or
+/// `partitions = "drop"` (opt-in partition purge, see the README),
+/// `audit = "per_row"` or `"summary"` (the entity's own audit detail, which
+/// wins over its category's); or
 /// `#[exempt_from_retention("reason")]` for a documented exemption. Field
 /// keys: `column = "..."` and the markers `record_id`, `tenant`,
 /// `soft_delete`, `deleted_at`, `anonymised_at`. `#[anonymise(...)]` takes

@@ -494,3 +494,32 @@ fn expansion_is_hygienic() {
         }
     );
 }
+
+#[derive(cohort::Retained)]
+#[retain(
+    category = "notes",
+    anchor = "created_at",
+    id = "0b6f5e43-3d0e-4c2b-9a51-6f7f2a8c1e90",
+    audit = "per_row"
+)]
+#[allow(dead_code)]
+struct AuditedNote {
+    id: Uuid,
+    tenant_id: Uuid,
+    created_at: DateTime<Utc>,
+}
+
+/// `#[retain(audit = "per_row")]` is the builder's `.audit(PerRow)`.
+#[test]
+fn audited_note() {
+    let expected = EntityDeclaration::new("AuditedNote", "0b6f5e43-3d0e-4c2b-9a51-6f7f2a8c1e90")
+        .origin(origin("AuditedNote"))
+        .category("notes")
+        .anchor("created_at")
+        .table("audited_note")
+        .audit(cohort::rules::AuditDetail::PerRow)
+        .column("id", "id", "Uuid")
+        .column("tenant_id", "tenant_id", "Uuid")
+        .column("created_at", "created_at", "DateTime<Utc>");
+    assert_eq!(AuditedNote::declaration(), expected);
+}

@@ -626,3 +626,97 @@ async fn held_and_null_anchor_counts_agree_however_the_holds_are_read() {
         .unwrap());
     }
 }
+
+/// Per-row audit set per entity wins over its category's: a summary-audit
+/// category with an entity set to `per_row` records every changed record
+/// id; a per-row category with an entity set to `summary` records none.
+/// The policy file and the builder say the same; a bad value is refused.
+#[tokio::test]
+async fn an_entitys_audit_setting_wins_over_its_categorys() {
+    use cohort::rules::AuditDetail;
+    let db = engine_db().await;
+    let rules = cohort::rules::StaticRuleProvider::builder()
+        .category(
+            "notes",
+            cohort::rules::RetentionRule::new(days(30), cohort::rules::Strategy::Purge),
+        )
+        .category(
+            "soft",
+            cohort::rules::RetentionRule::new(days(10), cohort::rules::Strategy::SoftDelete)
+                .with_audit(AuditDetail::PerRow)
+                .unwrap(),
+        )
+        .build()
+        .unwrap();
+    let entities = engine_entities();
+    let note = entities[0].clone().audit(AuditDetail::PerRow);
+    let ticket = entities[2].clone().audit(AuditDetail::Summary);
+    let cohort = cohort::Cohort::builder(db.pool().clone())
+        .config(test_config())
+        .rules(rules)
+        .declaration(note)
+        .declaration(ticket)
+        .build()
+        .await
+        .unwrap();
+    let r = cohort
+        .sweep(SweepRequest::tenanted(TENANT_A, now()))
+        .await
+        .unwrap();
+    let details = |entity: &'static str| {
+        let pool = db.pool().clone();
+        let run = r.run_id;
+        async move {
+            sqlx::query_scalar::<_, i64>(
+                "SELECT count(*) FROM public.sweep_run_row_detail WHERE run_id = $1 AND entity_type = $2",
+            )
+            .bind(run)
+            .bind(entity)
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+        }
+    };
+    let notes = r.entity("Note").unwrap().affected;
+    assert!(notes > 0 && r.entity("Ticket").unwrap().affected > 0);
+    assert_eq!(
+        details("Note").await as u64,
+        notes,
+        "the entity's per_row wins"
+    );
+    assert_eq!(details("Ticket").await, 0, "the entity's summary wins");
+
+    let policy = |audit: &str| {
+        format!(
+            "[[category]]\nname = \"notes\"\nstrategy = \"purge\"\nperiod = \"30d\"\n\n\
+             [[entity]]\nname = \"Note\"\nid = \"{NOTE_ID}\"\ntable = \"app.notes\"\ncategory = \"notes\"\n\
+             anchor = \"created_at\"\naudit = \"{audit}\"\n"
+        )
+    };
+    let p = cohort::policy::PolicyFile::parse(&policy("per_row")).unwrap();
+    let from_file = cohort::Cohort::builder(db.pool().clone())
+        .policy(p)
+        .build()
+        .await
+        .unwrap();
+    let model = from_file.ready().await.unwrap();
+    assert_eq!(
+        model.ordered().next().unwrap().audit,
+        Some(AuditDetail::PerRow)
+    );
+    let bad = cohort::policy::PolicyFile::parse(&policy("every_row"));
+    let message = match bad {
+        Err(e) => e.to_string(),
+        Ok(p) => cohort::Cohort::builder(db.pool().clone())
+            .policy(p)
+            .build()
+            .await
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default(),
+    };
+    assert!(
+        message.contains("unknown audit setting \"every_row\""),
+        "{message}"
+    );
+}

@@ -1,5 +1,5 @@
 //! The struct-level attributes: `#[retain(...)]` (category, anchor, id,
-//! table, schema, name, tenantless, partitions) and `#[exempt_from_retention("...")]`,
+//! table, schema, name, tenantless, partitions, audit) and `#[exempt_from_retention("...")]`,
 //! read into a [`Container`] together with its fields.
 
 use syn::ext::IdentExt;
@@ -9,8 +9,9 @@ use super::field::{Field, MarkerKind};
 use super::orm::{foreign_key, resolve_table, RenameRule, RENAME_ALL, TABLE_NAME};
 use super::parse::{flag, lit_str, non_empty, parse_list, path_to_string, unknown, Attr};
 use super::symbols::{
-    ANCHOR, ANONYMISE, CATEGORY, CONTAINER_KEYS, DIESEL, ERASURE_SUBJECT, EXEMPT_FROM_RETENTION,
-    FIELD_KEYS, ID, NAME, PARTITIONS, RETAIN, SCHEMA, SEA_ORM, SQLX, TABLE, TENANTLESS,
+    ANCHOR, ANONYMISE, AUDIT, CATEGORY, CONTAINER_KEYS, DIESEL, ERASURE_SUBJECT,
+    EXEMPT_FROM_RETENTION, FIELD_KEYS, ID, NAME, PARTITIONS, RETAIN, SCHEMA, SEA_ORM, SQLX, TABLE,
+    TENANTLESS,
 };
 use crate::ctxt::Ctxt;
 
@@ -40,6 +41,9 @@ pub(crate) struct Container {
     pub(crate) exempt: Option<String>,
     /// `#[retain(partitions = "drop")]`: opt-in partition purge.
     pub(crate) drop_partitions: bool,
+    /// `#[retain(audit = "per_row" | "summary")]`: the entity's own audit
+    /// detail, which wins over its category's.
+    pub(crate) audit: Option<String>,
     /// The fields, in declaration order.
     pub(crate) fields: Vec<Field>,
 }
@@ -57,6 +61,7 @@ impl Container {
         let mut name = Attr::none(cx, RETAIN, NAME);
         let mut tenantless = Attr::none(cx, RETAIN, TENANTLESS);
         let mut partitions = Attr::none(cx, RETAIN, PARTITIONS);
+        let mut audit = Attr::none(cx, RETAIN, AUDIT);
         let mut exempt: Option<syn::LitStr> = None;
         let mut saw_retain = false;
         let mut saw_exempt = false;
@@ -111,6 +116,19 @@ impl Container {
                                     format!(
                                         "`partitions = {other:?}` is unknown: use \"drop\" \
                                          (drop whole expired partitions) or \"rows\" (the default)"
+                                    ),
+                                ),
+                            }
+                        }
+                    } else if *p == AUDIT {
+                        if let Some(s) = lit_str(cx, &meta, RETAIN)? {
+                            match s.value().as_str() {
+                                "summary" | "per_row" => audit.set(p, s),
+                                other => cx.error_spanned_by(
+                                    &s,
+                                    format!(
+                                        "`audit = {other:?}` is unknown: use \"per_row\" \
+                                         (every changed record id) or \"summary\" (counts only)"
                                     ),
                                 ),
                             }
@@ -318,6 +336,7 @@ impl Container {
             tenantless: tenantless.is_some(),
             exempt: exempt.map(|e| e.value()),
             drop_partitions: partitions.get().is_some_and(|p| p.value() == "drop"),
+            audit: audit.get().map(|a| a.value()),
             fields,
         })
     }

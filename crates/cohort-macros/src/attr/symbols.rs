@@ -63,6 +63,8 @@ pub(super) const NAME: Symbol = Symbol("name");
 pub(super) const TENANTLESS: Symbol = Symbol("tenantless");
 /// Struct key: `partitions = "drop"` (opt-in partition purge).
 pub(super) const PARTITIONS: Symbol = Symbol("partitions");
+/// Struct key: the entity's own audit detail (`summary` or `per_row`).
+pub(super) const AUDIT: Symbol = Symbol("audit");
 
 /// Field key: explicit column name.
 pub(super) const COLUMN: Symbol = Symbol("column");
@@ -93,7 +95,7 @@ pub(super) const KIND: Symbol = Symbol("kind");
 
 /// The keys of the struct-level `#[retain(...)]`.
 pub(super) const CONTAINER_KEYS: &[Symbol] = &[
-    CATEGORY, ANCHOR, ID, TABLE, SCHEMA, NAME, TENANTLESS, PARTITIONS,
+    CATEGORY, ANCHOR, ID, TABLE, SCHEMA, NAME, TENANTLESS, PARTITIONS, AUDIT,
 ];
 /// The keys of a field-level `#[retain(...)]`.
 pub(super) const FIELD_KEYS: &[Symbol] = &[

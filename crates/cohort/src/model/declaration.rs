@@ -329,6 +329,7 @@ pub struct EntityDeclaration {
     pub(crate) tenantless: bool,
     pub(crate) exempt: Option<String>,
     pub(crate) partitions: Partitions,
+    pub(crate) audit: Option<crate::rules::AuditDetail>,
     pub(crate) columns: Option<Vec<DeclaredColumn>>,
     pub(crate) markers: Vec<(Marker, String)>,
     pub(crate) anonymise: Vec<(String, AnonymiseMethod)>,
@@ -349,6 +350,7 @@ impl EntityDeclaration {
             tenantless: false,
             exempt: None,
             partitions: Partitions::Rows,
+            audit: None,
             columns: None,
             markers: Vec::new(),
             anonymise: Vec::new(),
@@ -393,7 +395,17 @@ impl EntityDeclaration {
         self
     }
 
-    /// Opts the entity into partition purge ([`Partitions::Drop`]).
+    /// How much audit this entity's mutations write, whatever its
+    /// category's rule asks (the entity's setting wins): `PerRow` records
+    /// every changed record id, `Summary` only the counts. Entities whose
+    /// rule is `exempt` mutate nothing, so it never applies to them.
+    pub fn audit(mut self, audit: crate::rules::AuditDetail) -> Self {
+        self.audit = Some(audit);
+        self
+    }
+
+    /// How a sweep treats the table's expired partitions (default `Rows`;
+    /// [`Partitions::Drop`] opts the entity into partition purge).
     pub fn partitions(mut self, partitions: Partitions) -> Self {
         self.partitions = partitions;
         self

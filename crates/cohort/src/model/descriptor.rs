@@ -101,6 +101,8 @@ pub struct EntityDescriptor {
     pub subjects: Vec<SubjectColumn>,
     /// Whether a purge may drop whole expired partitions.
     pub partitions: Partitions,
+    /// The entity's own audit detail, which wins over its rule's.
+    pub audit: Option<crate::rules::AuditDetail>,
     /// Columns declared in Rust (derive), with their Rust types.
     pub declared_columns: Option<Vec<DeclaredColumn>>,
     /// How each marker was resolved.
@@ -367,6 +369,7 @@ pub(crate) fn resolve(
             })
             .collect(),
         partitions: decl.partitions,
+        audit: decl.audit,
         declared_columns: decl.columns.clone(),
         marker_resolution: resolution,
         origin: decl.origin.clone(),

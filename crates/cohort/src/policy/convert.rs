@@ -160,6 +160,12 @@ pub(super) fn entity(e: &RawEntity) -> std::result::Result<EntityDeclaration, Ve
     if let Some(r) = &e.exempt {
         d = d.exempt(r);
     }
+    if let Some(a) = &e.audit {
+        match a.parse::<AuditDetail>() {
+            Ok(detail) => d = d.audit(detail),
+            Err(err) => problems.push(err.to_string()),
+        }
+    }
     if let Some(p) = &e.partitions {
         match Partitions::parse(p) {
             Some(p) => d = d.partitions(p),

@@ -54,6 +54,7 @@ pub(super) struct RawEntity {
     pub(super) anonymise: BTreeMap<String, RawMethod>,
     pub(super) exempt: Option<String>,
     pub(super) partitions: Option<String>,
+    pub(super) audit: Option<String>,
     #[serde(default)]
     pub(super) handler: Vec<RawHandler>,
 }

@@ -98,7 +98,14 @@ pub(crate) async fn rule_for(
             ),
         ));
     }
-    Ok(rule)
+    // The entity's own audit detail wins over the category's (an exempt
+    // rule mutates nothing, so it keeps its own).
+    match e.audit {
+        Some(audit) if rule.strategy().mutates() => rule
+            .with_audit(audit)
+            .map_err(|err| Diagnostic::capture("rule", Some("audit".into()), &err)),
+        _ => Ok(rule),
+    }
 }
 
 /// How far a mutating run's `now` may be ahead of the database clock
