@@ -17,6 +17,11 @@ struct Requirement {
     text: String,
     status: String,
     tests: Vec<String>,
+    /// Benchmark commands whose printed figures are evidence too (speed
+    /// is proved by benchmarks, never by timed assertions); each must be
+    /// one of the commands the README lists.
+    #[serde(default)]
+    benchmarks: Vec<String>,
 }
 
 fn root() -> PathBuf {
@@ -85,6 +90,15 @@ fn every_supported_requirement_names_existing_tests() {
             }
             "supported" | "planned" | "non-goal" => {}
             other => problems.push(format!("{} has unknown status {other:?}", r.id)),
+        }
+        let readme = std::fs::read_to_string(root().join("README.md")).expect("README");
+        for command in &r.benchmarks {
+            if !readme.lines().any(|l| l.trim() == command) {
+                problems.push(format!(
+                    "{}: benchmark {command:?} is not a command the README lists",
+                    r.id
+                ));
+            }
         }
         for t in &r.tests {
             let Some((path, name)) = t.split_once("::") else {
