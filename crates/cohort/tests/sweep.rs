@@ -720,3 +720,47 @@ async fn an_entitys_audit_setting_wins_over_its_categorys() {
         "{message}"
     );
 }
+
+/// A literal is a template computed once per run and applied in SQL to
+/// the whole batch: `{now}` is the run's logical time, `{tenant}` the
+/// pass's tenant, `{{`/`}}` braces; an unknown placeholder is refused at
+/// validation, before anything runs.
+#[tokio::test]
+async fn literal_templates_render_once_per_run_with_its_now_and_tenant() {
+    use cohort::model::AnonymiseMethod;
+    let db = engine_db().await;
+    let contact = |literal: &str| {
+        cohort::EntityDeclaration::new("Contact", CONTACT_ID)
+            .category("contacts")
+            .anchor("created_at")
+            .table("app.contacts")
+            .anonymise("phone", AnonymiseMethod::Literal(literal.into()))
+    };
+    let build = |literal: &str| {
+        cohort::Cohort::builder(db.pool().clone())
+            .config(test_config())
+            .rules(rules())
+            .declaration(contact(literal))
+            .build()
+    };
+    let err = build("erased {when}").await.unwrap_err().to_string();
+    assert!(err.contains("unknown placeholder at \"{when}\""), "{err}");
+    let cohort = build("erased {now} in {tenant} {{kept}}").await.unwrap();
+    let r = cohort
+        .sweep(SweepRequest::tenanted(TENANT_A, now()))
+        .await
+        .unwrap();
+    let affected = r.entity("Contact").unwrap().affected;
+    assert!(affected > 0);
+    let phones = labels(
+        db.pool(),
+        "SELECT DISTINCT phone FROM app.contacts WHERE anonymised_at IS NOT NULL",
+    )
+    .await;
+    assert_eq!(
+        phones,
+        vec![format!(
+            "erased 2026-06-01T00:00:00Z in {TENANT_A} {{kept}}"
+        )]
+    );
+}

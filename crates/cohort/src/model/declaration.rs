@@ -213,13 +213,52 @@ pub enum AnonymiseMethod {
     Null,
     /// Set to the empty string (text columns).
     Empty,
-    /// Set to a fixed text (text columns).
+    /// Set to a text computed once per run (text columns), applied in SQL
+    /// to the whole batch: the template's `{now}` becomes the run's
+    /// logical time (RFC 3339, UTC, whole seconds), `{tenant}` the pass's
+    /// tenant id (empty for the tenantless pass); `{{` and `}}` write
+    /// braces. Any other `{...}` is refused when the model is validated.
     Literal(String),
     /// Replace with a one-way hash of the original value (text columns),
     /// computed in SQL from the row's own value.
     Hash,
     /// Replace with the output of a Rust function.
     Custom(CustomAnonymiser),
+}
+
+/// Renders a literal's template (see [`AnonymiseMethod::Literal`]) for one
+/// run; the error names what is wrong with the template.
+pub(crate) fn render_literal(
+    template: &str,
+    now: chrono::DateTime<chrono::Utc>,
+    tenant: Option<&str>,
+) -> Result<String, String> {
+    let mut out = String::with_capacity(template.len());
+    let mut rest = template;
+    while let Some(i) = rest.find(['{', '}']) {
+        out.push_str(&rest[..i]);
+        let tail = &rest[i..];
+        if let Some(after) = tail.strip_prefix("{{") {
+            out.push('{');
+            rest = after;
+        } else if let Some(after) = tail.strip_prefix("}}") {
+            out.push('}');
+            rest = after;
+        } else if let Some(after) = tail.strip_prefix("{now}") {
+            out.push_str(&now.to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
+            rest = after;
+        } else if let Some(after) = tail.strip_prefix("{tenant}") {
+            out.push_str(tenant.unwrap_or(""));
+            rest = after;
+        } else {
+            let shown: String = tail.chars().take(12).collect();
+            return Err(format!(
+                "unknown placeholder at {shown:?}: a literal may use {{now}} and {{tenant}}; write {{{{ and }}}} for braces"
+            ));
+        }
+    }
+    out.push_str(rest);
+    Ok(out)
 }
 
 impl AnonymiseMethod {

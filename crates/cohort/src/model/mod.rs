@@ -6,6 +6,7 @@ mod declaration;
 mod descriptor;
 mod key;
 
+pub(crate) use declaration::render_literal;
 pub use declaration::{
     AnonymiseMethod, AnonymisedValue, CustomAnonymiser, DeclaredColumn, EntityDeclaration, Marker,
     Origin, Partitions, Retained, SubjectDeclaration,

@@ -165,7 +165,7 @@ pub(super) async fn batches(
             }
         };
         if strategy == Strategy::Anonymise {
-            for literal in &plan.literals {
+            for literal in &work.literals {
                 mutate = mutate.bind(literal.clone());
             }
         }

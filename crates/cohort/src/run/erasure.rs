@@ -203,6 +203,11 @@ pub(crate) async fn erase(cx: &Context, req: ErasureRequest) -> Result<SweepResu
             mutate_count: None,
             mutate_audited: None,
             mutate_args: values,
+            literals: super::sweep::render_literals(
+                &ready.plans[&e.id],
+                req.now,
+                pass.tenant.as_deref(),
+            ),
             counts: statements.counts,
             counts_after: None,
             rule,

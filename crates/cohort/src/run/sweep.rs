@@ -48,11 +48,25 @@ fn sweep_work<'a>(
         mutate_count: plan.mutate_count.get(&strategy).cloned(),
         mutate_audited: plan.mutate_audited.get(&strategy).cloned(),
         mutate_args,
+        literals: render_literals(plan, now, tenant.map(|t| t.canonical()).as_deref()),
         counts: plan.counts[&strategy].clone(),
         counts_after: plan.counts_after.get(&strategy).cloned(),
         count_args,
         rule,
     })
+}
+
+/// The plan's anonymise literals rendered for one run (validated, so a
+/// template always renders).
+pub(super) fn render_literals(
+    plan: &crate::sql::EntityPlan,
+    now: DateTime<Utc>,
+    tenant: Option<&str>,
+) -> Vec<String> {
+    plan.literals
+        .iter()
+        .map(|t| crate::model::render_literal(t, now, tenant).unwrap_or_else(|_| t.clone()))
+        .collect()
 }
 
 pub(crate) async fn preview(cx: &Context, req: PreviewRequest) -> Result<PreviewResult> {

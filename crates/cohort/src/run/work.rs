@@ -74,6 +74,9 @@ pub(crate) struct Work<'a> {
     /// `mutate_args`.
     pub(crate) mutate_audited: Option<SqlText>,
     pub(crate) mutate_args: Vec<Arg>,
+    /// The anonymise literals, rendered for this run (its `now`, its
+    /// tenant), bound after the keys: computed once, applied in SQL.
+    pub(crate) literals: Vec<String>,
     /// Returns `eligible`, `held`, `null_anchor`.
     pub(crate) counts: SqlText,
     /// `counts` after a real run, through the active holds' keys (bound
@@ -107,6 +110,7 @@ impl Work<'_> {
             mutate_count: self.mutate_count.clone(),
             mutate_audited: self.mutate_audited.clone(),
             mutate_args: earlier(&self.mutate_args),
+            literals: self.literals.clone(),
             counts: self.counts.clone(),
             counts_after: self.counts_after.clone(),
             count_args: self.count_args.clone(),

@@ -396,13 +396,22 @@ pub(crate) fn check_entity(
                     a.column
                 ));
             }
+            if let Err(e) = crate::model::render_literal(v, chrono::DateTime::UNIX_EPOCH, None) {
+                problems.push(format!("the literal for column {:?}: {e}", a.column));
+            }
         }
         let Some(col) = table.column(&a.column) else {
             continue;
         };
         let written = match &a.method {
             AnonymiseMethod::Hash => Some(crate::sql::HASH_HEX_CHARS),
-            AnonymiseMethod::Literal(v) => Some(v.chars().count()),
+            // As rendered (a `{now}` is 20 characters; a `{tenant}` is
+            // not counted, its length is the tenant's).
+            AnonymiseMethod::Literal(v) => {
+                crate::model::render_literal(v, chrono::DateTime::UNIX_EPOCH, None)
+                    .ok()
+                    .map(|r| r.chars().count())
+            }
             _ => None,
         };
         if let (Some(n), Some(max)) = (written, col.max_chars) {
