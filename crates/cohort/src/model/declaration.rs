@@ -368,7 +368,7 @@ pub struct EntityDeclaration {
     pub(crate) tenantless: bool,
     pub(crate) exempt: Option<String>,
     pub(crate) partitions: Partitions,
-    pub(crate) audit: Option<crate::rules::AuditDetail>,
+    pub(crate) audit: Option<crate::model::audit::AuditDetail>,
     pub(crate) columns: Option<Vec<DeclaredColumn>>,
     pub(crate) markers: Vec<(Marker, String)>,
     pub(crate) anonymise: Vec<(String, AnonymiseMethod)>,
@@ -438,7 +438,7 @@ impl EntityDeclaration {
     /// category's rule asks (the entity's setting wins): `PerRow` records
     /// every changed record id, `Summary` only the counts. Entities whose
     /// rule is `exempt` mutate nothing, so it never applies to them.
-    pub fn audit(mut self, audit: crate::rules::AuditDetail) -> Self {
+    pub fn audit(mut self, audit: crate::model::audit::AuditDetail) -> Self {
         self.audit = Some(audit);
         self
     }

@@ -102,7 +102,7 @@ pub struct EntityDescriptor {
     /// Whether a purge may drop whole expired partitions.
     pub partitions: Partitions,
     /// The entity's own audit detail, which wins over its rule's.
-    pub audit: Option<crate::rules::AuditDetail>,
+    pub audit: Option<crate::model::audit::AuditDetail>,
     /// Columns declared in Rust (derive), with their Rust types.
     pub declared_columns: Option<Vec<DeclaredColumn>>,
     /// How each marker was resolved.

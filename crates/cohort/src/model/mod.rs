@@ -2,6 +2,7 @@
 //! code), conventions, and the resolved descriptors everything downstream
 //! works on. Pure: no I/O.
 
+pub(crate) mod audit;
 mod declaration;
 mod descriptor;
 mod key;

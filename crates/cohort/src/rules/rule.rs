@@ -4,6 +4,8 @@ use std::collections::BTreeSet;
 use std::fmt;
 use std::str::FromStr;
 
+pub use crate::model::audit::AuditDetail;
+
 use chrono::{DateTime, Utc};
 
 use super::period::Period;
@@ -74,41 +76,6 @@ impl FromStr for Strategy {
             "anonymise" | "anonymize" => Ok(Strategy::Anonymise),
             "exempt" => Ok(Strategy::Exempt),
             other => Err(UnknownStrategy(other.to_owned())),
-        }
-    }
-}
-
-/// How much audit a rule asks for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
-#[non_exhaustive]
-pub enum AuditDetail {
-    /// Run and per-entity summary rows only.
-    #[default]
-    Summary,
-    /// Also one row-detail record per mutated row.
-    PerRow,
-}
-
-impl AuditDetail {
-    /// The policy-file spelling (`summary`, `per_row`).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            AuditDetail::Summary => "summary",
-            AuditDetail::PerRow => "per_row",
-        }
-    }
-}
-
-impl FromStr for AuditDetail {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "summary" => Ok(AuditDetail::Summary),
-            "per_row" => Ok(AuditDetail::PerRow),
-            other => Err(format!(
-                "unknown audit setting {other:?}: expected \"summary\" or \"per_row\""
-            )),
         }
     }
 }
