@@ -488,8 +488,8 @@ mod tests {
                 format!(r#"#[retain(category = "c", category = "d", anchor = "t", {ok_id}, bogus = 1, tenant)] struct S {{ t: i64 }}"#),
                 vec![
                     "duplicate key `category`",
-                    "unknown key `bogus` in `#[retain(...)]` on a struct; expected one of `category`, `anchor`, `id`, `table`, `schema`, `name`, `tenantless`, `partitions`",
-                    "unknown key `tenant` in `#[retain(...)]` on a struct; expected one of `category`, `anchor`, `id`, `table`, `schema`, `name`, `tenantless`, `partitions` (that key goes on a field, not on the struct)",
+                    "unknown key `bogus` in `#[retain(...)]` on a struct; expected one of `category`, `anchor`, `id`, `table`, `schema`, `name`, `tenantless`, `partitions`, `audit`",
+                    "unknown key `tenant` in `#[retain(...)]` on a struct; expected one of `category`, `anchor`, `id`, `table`, `schema`, `name`, `tenantless`, `partitions`, `audit` (that key goes on a field, not on the struct)",
                 ],
             ),
             (
