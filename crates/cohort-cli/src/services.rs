@@ -3,7 +3,7 @@
 //! handling every long-running command shares.
 
 use clap::Subcommand;
-use cohort::services::{PrunerConfig, Services, WorkerConfig};
+use cohort::services::{PruneRequest, PrunerConfig, Services, WorkerConfig};
 use cohort::settings::{LiveSettings, Setting};
 use cohort::{Cancel, Cohort, Error};
 use serde_json::json;
@@ -292,7 +292,13 @@ pub(crate) async fn prune(cohort: &Cohort, json: bool, dry_run: bool) -> Result<
     }
     let cancel = Cancel::new();
     cancel_on_signal(&cancel, "stopping after the current batch");
-    let r = cohort.prune(&config, dry_run, &cancel).await?;
+    let r = cohort
+        .prune(
+            PruneRequest::new(config)
+                .dry_run(dry_run)
+                .cancellation(cancel),
+        )
+        .await?;
     if json {
         print_json(&serde_json::to_value(&r).expect("report serialises"));
     } else {

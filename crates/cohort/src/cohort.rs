@@ -99,7 +99,7 @@ impl Cohort {
     pub async fn erase(
         &self,
         request: crate::erasure::ErasureRequest,
-    ) -> Result<crate::SweepResult> {
+    ) -> Result<crate::ErasureResult> {
         crate::run::erasure::erase(&self.cx, request).await
     }
 
@@ -194,14 +194,14 @@ impl Cohort {
         crate::run::passes::discover(&self.cx, source).await
     }
 
-    /// Previews every pass `sweep_all` would make for `source`, in order;
-    /// one tenant's failure does not stop the others.
-    pub async fn preview_all<Tz: chrono::TimeZone>(
+    /// Previews every pass `sweep_all` would make for the request's
+    /// source, in order; one tenant's failure does not stop the others.
+    /// Nothing is written.
+    pub async fn preview_all(
         &self,
-        source: crate::TenantSource,
-        now: chrono::DateTime<Tz>,
-    ) -> Result<Vec<std::result::Result<crate::PreviewResult, crate::PassFailure>>> {
-        crate::run::passes::preview_all(&self.cx, source, crate::run::logical_now(now)).await
+        request: crate::PreviewAllRequest,
+    ) -> Result<crate::PreviewAllResult> {
+        crate::run::passes::preview_all(&self.cx, request).await
     }
 
     /// Counts what a sweep would change now, without writing anything.
@@ -297,21 +297,20 @@ impl Cohort {
         crate::services::rescuer::pass(&self.cx, config).await
     }
 
-    /// One history-pruning pass now with `config` (see
-    /// [`crate::services::pruner`]); `dry_run` only counts. An explicit pass
-    /// does not read the kill switch; `cancel` stops it between batches.
+    /// One history-pruning pass now (see [`crate::services::pruner`]):
+    /// deletes, or with `dry_run` only counts, what the request's limits
+    /// select. An explicit pass does not read the kill switch; the
+    /// request's cancellation stops it between batches.
     pub async fn prune(
         &self,
-        config: &crate::services::PrunerConfig,
-        dry_run: bool,
-        cancel: &crate::Cancel,
+        request: crate::services::PruneRequest,
     ) -> Result<crate::services::PruneReport> {
         self.cx.prepared().await?;
         crate::services::pruner::pass(
             &self.cx,
-            config,
-            dry_run,
-            crate::services::pruner::StopCheck::Explicit(cancel),
+            &request.config,
+            request.dry_run,
+            crate::services::pruner::StopCheck::Explicit(&request.cancel),
         )
         .await
     }

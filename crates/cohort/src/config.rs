@@ -16,6 +16,31 @@ pub const DEFAULT_SWEEP_BATCH_SIZE: u32 = 5000;
 /// Largest accepted sweep batch size.
 pub const MAX_SWEEP_BATCH_SIZE: u32 = 100_000;
 
+/// Default seconds between the dispatcher's polls for due work.
+pub const DEFAULT_DISPATCH_POLL_INTERVAL_SECS: i64 = 10;
+/// Default rows the dispatcher claims per poll.
+pub const DEFAULT_DISPATCH_BATCH_SIZE: u32 = 50;
+/// Largest accepted dispatch batch.
+pub const MAX_DISPATCH_BATCH_SIZE: u32 = 10_000;
+/// Default deliveries at once.
+pub const DEFAULT_DISPATCH_MAX_PARALLELISM: u32 = 4;
+/// Largest accepted number of deliveries at once.
+pub const MAX_DISPATCH_MAX_PARALLELISM: u32 = 256;
+/// Default attempts before a delivery is dead-lettered.
+pub const DEFAULT_DISPATCH_MAX_ATTEMPTS: u32 = 10;
+/// Largest accepted number of attempts.
+pub const MAX_DISPATCH_MAX_ATTEMPTS: u32 = 1_000;
+/// Default first retry delay in seconds (it doubles per attempt).
+pub const DEFAULT_DISPATCH_BASE_BACKOFF_SECS: i64 = 1;
+/// Default seconds a claim lasts before the work may be reclaimed.
+pub const DEFAULT_DISPATCH_CLAIM_TIMEOUT_SECS: i64 = 300;
+/// Default seconds a run may stay started before it is recovered.
+pub const DEFAULT_SETTLE_TIMEOUT_SECS: i64 = 3600;
+/// Default seconds after which captured payloads are scrubbed (30 days).
+pub const DEFAULT_PAYLOAD_RETENTION_SECS: i64 = 30 * 86_400;
+/// Default seconds between background pruning passes.
+pub const DEFAULT_PRUNE_INTERVAL_SECS: i64 = 3600;
+
 /// Row-handler dispatcher settings (SPEC §8). Defaults: poll 10 s, batch 50
 /// (1..=10000), parallelism 4 (1..=256), attempts 10 (1..=1000), base
 /// backoff 1 s, claim time-out 5 min, settle time-out 1 h, payload retention 30 d.
@@ -43,15 +68,62 @@ pub struct DispatchConfig {
 impl Default for DispatchConfig {
     fn default() -> Self {
         Self {
-            poll_interval: secs(10),
-            batch_size: 50,
-            max_parallelism: 4,
-            max_attempts: 10,
-            base_backoff: secs(1),
-            claim_timeout: secs(300),
-            settle_timeout: secs(3600),
-            payload_retention: secs(30 * 86_400),
+            poll_interval: secs(DEFAULT_DISPATCH_POLL_INTERVAL_SECS),
+            batch_size: DEFAULT_DISPATCH_BATCH_SIZE,
+            max_parallelism: DEFAULT_DISPATCH_MAX_PARALLELISM,
+            max_attempts: DEFAULT_DISPATCH_MAX_ATTEMPTS,
+            base_backoff: secs(DEFAULT_DISPATCH_BASE_BACKOFF_SECS),
+            claim_timeout: secs(DEFAULT_DISPATCH_CLAIM_TIMEOUT_SECS),
+            settle_timeout: secs(DEFAULT_SETTLE_TIMEOUT_SECS),
+            payload_retention: secs(DEFAULT_PAYLOAD_RETENTION_SECS),
         }
+    }
+}
+
+impl DispatchConfig {
+    /// Every problem of these settings (the one place they are checked:
+    /// [`CohortConfig::validate`] and the dispatcher's constructor both
+    /// ask).
+    pub(crate) fn problems(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        for (name, value, max) in [
+            (
+                "dispatch.batch_size",
+                self.batch_size,
+                MAX_DISPATCH_BATCH_SIZE,
+            ),
+            (
+                "dispatch.max_parallelism",
+                self.max_parallelism,
+                MAX_DISPATCH_MAX_PARALLELISM,
+            ),
+            (
+                "dispatch.max_attempts",
+                self.max_attempts,
+                MAX_DISPATCH_MAX_ATTEMPTS,
+            ),
+        ] {
+            if !(1..=max).contains(&value) {
+                problems.push(format!("{name} = {value} is out of range 1..={max}"));
+            }
+        }
+        // Settings that measure elapsed time: positive, of fixed length
+        // (calendar units have none).
+        for (name, p) in [
+            ("dispatch.poll_interval", self.poll_interval),
+            ("dispatch.base_backoff", self.base_backoff),
+            ("dispatch.claim_timeout", self.claim_timeout),
+            ("dispatch.settle_timeout", self.settle_timeout),
+            ("dispatch.payload_retention", self.payload_retention),
+        ] {
+            if p.is_zero() {
+                problems.push(format!("{name} must be greater than zero"));
+            }
+            if let Err(e) = p.require_fixed() {
+                problems.push(format!("{name}: {e}"));
+            }
+        }
+        problems
     }
 }
 
@@ -105,6 +177,50 @@ impl PruneConfig {
             || self.failed_runs().is_some()
             || self.inactive_holds_older_than.is_some()
     }
+
+    /// Every problem of these settings (the one place they are checked:
+    /// [`CohortConfig::validate`] and the pruner's constructor both ask).
+    pub(crate) fn problems(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        if !(1..=MAX_PRUNE_BATCH_SIZE).contains(&self.batch_size) {
+            problems.push(format!(
+                "prune.batch_size = {} is out of range 1..={MAX_PRUNE_BATCH_SIZE}",
+                self.batch_size
+            ));
+        }
+        if self.interval.is_zero() {
+            problems.push("prune.interval must be greater than zero".into());
+        }
+        if let Err(e) = self.interval.require_fixed() {
+            problems.push(format!("prune.interval: {e}"));
+        }
+        if self.runs_older_than.is_some()
+            && (self.succeeded_runs_older_than.is_some() || self.failed_runs_older_than.is_some())
+        {
+            problems.push(
+                "prune.runs_older_than sets both run limits, so it cannot be combined with prune.succeeded_runs_older_than or prune.failed_runs_older_than: replace it with the two of them".into(),
+            );
+        }
+        for (name, p) in [
+            ("prune.runs_older_than", self.runs_older_than),
+            (
+                "prune.succeeded_runs_older_than",
+                self.succeeded_runs_older_than,
+            ),
+            ("prune.failed_runs_older_than", self.failed_runs_older_than),
+            (
+                "prune.inactive_holds_older_than",
+                self.inactive_holds_older_than,
+            ),
+        ] {
+            if p.is_some_and(|p| p.is_zero()) {
+                problems.push(format!(
+                    "{name} must be greater than zero (leave it out to keep history forever)"
+                ));
+            }
+        }
+        problems
+    }
 }
 
 impl Default for PruneConfig {
@@ -115,7 +231,7 @@ impl Default for PruneConfig {
             failed_runs_older_than: None,
             inactive_holds_older_than: None,
             batch_size: DEFAULT_PRUNE_BATCH_SIZE,
-            interval: secs(3600),
+            interval: secs(DEFAULT_PRUNE_INTERVAL_SECS),
         }
     }
 }
@@ -338,49 +454,19 @@ impl CohortConfig {
                 "partition_lock_timeout = {lock_timeout}s is out of range 1s..=10min (0 would wait for ever)"
             ));
         }
-        let mut range = |name: &str, value: u32, min: u32, max: u32| {
-            if !(min..=max).contains(&value) {
-                problems.push(format!("{name} = {value} is out of range {min}..={max}"));
-            }
-        };
-        range(
-            "sweep_batch_size",
-            self.sweep_batch_size,
-            1,
-            MAX_SWEEP_BATCH_SIZE,
-        );
-        range("dispatch.batch_size", self.dispatch.batch_size, 1, 10_000);
-        range(
-            "prune.batch_size",
-            self.prune.batch_size,
-            1,
-            MAX_PRUNE_BATCH_SIZE,
-        );
-        range(
-            "dispatch.max_parallelism",
-            self.dispatch.max_parallelism,
-            1,
-            256,
-        );
-        range(
-            "dispatch.max_attempts",
-            self.dispatch.max_attempts,
-            1,
-            1_000,
-        );
+        if !(1..=MAX_SWEEP_BATCH_SIZE).contains(&self.sweep_batch_size) {
+            problems.push(format!(
+                "sweep_batch_size = {} is out of range 1..={MAX_SWEEP_BATCH_SIZE}",
+                self.sweep_batch_size
+            ));
+        }
         // Settings that measure elapsed time: of fixed length (calendar
-        // units have none), and all but two of them positive.
-        let d = &self.dispatch;
+        // units have none), and all but two of them positive (the
+        // dispatcher's and the pruner's are checked with their tables).
         for (name, p, may_be_zero) in [
             ("observer_timeout", self.observer_timeout, false),
             ("shutdown_grace_period", self.shutdown_grace_period, true),
             ("partition_lock_timeout", self.partition_lock_timeout, true),
-            ("dispatch.poll_interval", d.poll_interval, false),
-            ("dispatch.base_backoff", d.base_backoff, false),
-            ("dispatch.claim_timeout", d.claim_timeout, false),
-            ("dispatch.settle_timeout", d.settle_timeout, false),
-            ("dispatch.payload_retention", d.payload_retention, false),
-            ("prune.interval", self.prune.interval, false),
         ] {
             if !may_be_zero && p.is_zero() {
                 problems.push(format!("{name} must be greater than zero"));
@@ -389,32 +475,8 @@ impl CohortConfig {
                 problems.push(format!("{name}: {e}"));
             }
         }
-        let pr = &self.prune;
-        if pr.runs_older_than.is_some()
-            && (pr.succeeded_runs_older_than.is_some() || pr.failed_runs_older_than.is_some())
-        {
-            problems.push(
-                "prune.runs_older_than sets both run limits, so it cannot be combined with prune.succeeded_runs_older_than or prune.failed_runs_older_than: replace it with the two of them".into(),
-            );
-        }
-        for (name, p) in [
-            ("prune.runs_older_than", pr.runs_older_than),
-            (
-                "prune.succeeded_runs_older_than",
-                pr.succeeded_runs_older_than,
-            ),
-            ("prune.failed_runs_older_than", pr.failed_runs_older_than),
-            (
-                "prune.inactive_holds_older_than",
-                pr.inactive_holds_older_than,
-            ),
-        ] {
-            if p == Some(Period::ZERO) {
-                problems.push(format!(
-                    "{name} must be greater than zero (leave it out to keep history forever)"
-                ));
-            }
-        }
+        problems.extend(self.dispatch.problems());
+        problems.extend(self.prune.problems());
         if let Some(schedule) = &self.schedule {
             if let Err(e) = crate::schedule::parse_schedule(schedule) {
                 problems.push(e);

@@ -10,7 +10,7 @@
 //! before anything is written). The result accounts for every entity with
 //! subject columns for the request: affected, held, kept by the legal
 //! minimum, NULL anchor, kept by policy (`exempt`), or not reached and why
-//! ([`crate::SweepResult::not_reached`]).
+//! ([`crate::ErasureResult::not_reached`]).
 //!
 //! Candidates are locked with `FOR UPDATE` (erasure waits for rows other
 //! transactions hold, rather than skipping them); a row whose subject or

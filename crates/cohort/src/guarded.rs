@@ -211,49 +211,21 @@ impl Target {
     /// Everything that can be checked without the database rows.
     async fn resolve(cx: &Context, req: &GuardedDeletion) -> Result<Self> {
         let ready = cx.prepared().await?;
-        let entity = ready.model.entity(req.entity_id).ok_or_else(|| {
-            Error::NotFound(format!(
-                "{} is not the id of a registered retained entity",
-                req.entity_id
-            ))
-        })?;
+        let entity = ready.model.requested_entity(req.entity_id)?;
         let facts = &ready.model.facts[&entity.id];
         if req.record_ids.is_empty() {
             return Err(Error::InvalidInput(
                 "a guarded deletion needs at least one record id".into(),
             ));
         }
-        let mut keys: Vec<KeyValue> =
-            req.record_ids
-                .iter()
-                .map(|r| {
-                    facts.record.parse(r).map_err(|m| {
-                        Error::InvalidInput(format!("record id for {}: {m}", entity.name))
-                    })
-                })
-                .collect::<Result<_>>()?;
+        let mut keys: Vec<KeyValue> = req
+            .record_ids
+            .iter()
+            .map(|r| facts.record_key(&entity.name, r))
+            .collect::<Result<_>>()?;
         keys.sort();
         keys.dedup();
-        let tenant = match (facts.tenant, req.tenant.as_deref()) {
-            (Some(ty), Some(t)) => Some(
-                ty.parse(t)
-                    .map_err(|m| Error::InvalidInput(format!("tenant for {}: {m}", entity.name)))?
-                    .canonical(),
-            ),
-            (Some(_), None) => {
-                return Err(Error::InvalidInput(format!(
-                    "{} is tenant-scoped: give the tenant",
-                    entity.name
-                )))
-            }
-            (None, Some(_)) => {
-                return Err(Error::InvalidInput(format!(
-                    "{} is tenantless: do not give a tenant",
-                    entity.name
-                )))
-            }
-            (None, None) => None,
-        };
+        let tenant = facts.request_tenant(&entity.name, req.tenant.as_deref())?;
         let entity_id = entity.id;
         Ok(Target {
             ready,

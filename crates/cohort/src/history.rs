@@ -191,7 +191,6 @@ pub(crate) async fn show(cx: &Context, run_id: Uuid) -> Result<SweepResult> {
         erasure_kind: run.try_get("erasure_subject_kind")?,
         entities,
         failures,
-        not_reached: Vec::new(),
     })
 }
 

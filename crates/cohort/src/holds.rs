@@ -177,12 +177,7 @@ impl HoldFilter {
 
 pub(crate) async fn create(cx: &Context, req: HoldRequest) -> Result<Hold> {
     let ready = cx.prepared().await?;
-    let entity = ready.model.entity(req.retention_entity_id).ok_or_else(|| {
-        Error::NotFound(format!(
-            "{} is not the id of a registered retained entity",
-            req.retention_entity_id
-        ))
-    })?;
+    let entity = ready.model.requested_entity(req.retention_entity_id)?;
     let facts = &ready.model.facts[&entity.id];
     if req.reason.trim().is_empty() {
         return Err(Error::InvalidInput("a hold needs a reason".into()));
@@ -192,30 +187,8 @@ pub(crate) async fn create(cx: &Context, req: HoldRequest) -> Result<Hold> {
             "a hold must expire after it is created".into(),
         ));
     }
-    let record = facts
-        .record
-        .parse(&req.record_id)
-        .map_err(|msg| Error::InvalidInput(format!("record id for {}: {msg}", entity.name)))?;
-    let tenant = match (facts.tenant, req.tenant_id.as_deref()) {
-        (Some(ty), Some(t)) => Some(
-            ty.parse(t)
-                .map_err(|msg| Error::InvalidInput(format!("tenant for {}: {msg}", entity.name)))?
-                .canonical(),
-        ),
-        (Some(_), None) => {
-            return Err(Error::InvalidInput(format!(
-                "{} is tenant-scoped: a hold needs the row's tenant",
-                entity.name
-            )))
-        }
-        (None, Some(_)) => {
-            return Err(Error::InvalidInput(format!(
-                "{} is tenantless: a hold must not name a tenant",
-                entity.name
-            )))
-        }
-        (None, None) => None,
-    };
+    let record = facts.record_key(&entity.name, &req.record_id)?;
+    let tenant = facts.request_tenant(&entity.name, req.tenant_id.as_deref())?;
 
     let mut conn = cx.pool.acquire().await?;
     let mut tx = sqlx::Connection::begin_with(&mut *conn, crate::sql::READ_COMMITTED).await?;
@@ -288,15 +261,8 @@ pub(crate) async fn is_held(
     as_of: Option<chrono::DateTime<chrono::Utc>>,
 ) -> Result<bool> {
     let ready = cx.prepared().await?;
-    let entity = ready.model.entity(entity_id).ok_or_else(|| {
-        Error::NotFound(format!(
-            "{entity_id} is not the id of a registered retained entity"
-        ))
-    })?;
-    let record = ready.model.facts[&entity.id]
-        .record
-        .parse(record_id)
-        .map_err(|msg| Error::InvalidInput(format!("record id for {}: {msg}", entity.name)))?;
+    let entity = ready.model.requested_entity(entity_id)?;
+    let record = ready.model.facts[&entity.id].record_key(&entity.name, record_id)?;
     let plan = &ready.plans[&entity.id];
     let statement = match as_of {
         Some(_) => &plan.is_held_at,

@@ -41,13 +41,13 @@ pub use ident::QualifiedName;
 pub use model::{EntityDeclaration, Retained};
 pub use rules::{AuditDetail, Strategy};
 pub use run::passes::{
-    PassFailure, PassOutcome, SweepAllRequest, SweepAllResult, TenantDiscovery, TenantSource,
-    UnusableTenant,
+    PassFailure, PassOutcome, PreviewAllRequest, PreviewAllResult, SweepAllRequest, SweepAllResult,
+    TenantDiscovery, TenantSource, UnusableTenant,
 };
 pub use run::PreviewResult;
 pub use run::{
-    EntityFailure, EntityOutcome, NotReached, PreviewRequest, RunKind, RunStatus, SweepRequest,
-    SweepResult, Trigger,
+    EntityFailure, EntityOutcome, ErasureResult, NotReached, PreviewRequest, RunKind, RunStatus,
+    SweepRequest, SweepResult, Trigger,
 };
 
 /// The attribute for implementing Cohort's async traits

@@ -166,16 +166,37 @@ pub struct SweepResult {
     pub entities: Vec<EntityOutcome>,
     /// Entities that failed.
     pub failures: Vec<EntityFailure>,
-    /// Erasure: entities with subject columns for the request that the run
-    /// did not reach, and why (e.g. tenantless entities in a tenant's
-    /// erasure). Not serialised when empty; not stored in the ledger.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub not_reached: Vec<NotReached>,
     /// Erasure: the subject kind the request named (stored on the run);
     /// `None` for sweeps and for erasures of columns that declare no kind.
     /// Not serialised when `None`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub erasure_kind: Option<String>,
+}
+
+/// The settled result of an erasure: its run, and the entities holding the
+/// subject's kind of data that the request did not reach. The run's fields
+/// read through (`result.status`, `result.entity("Account")`); serialised
+/// as the run's object with `not_reached` beside its fields.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct ErasureResult {
+    /// The run (kind `erasure`), as the ledger records it.
+    #[serde(flatten)]
+    pub run: SweepResult,
+    /// Entities with subject columns for the request that the run did not
+    /// reach, and why (e.g. tenantless entities in a tenant's erasure, or
+    /// a subject no column of the entity can hold). Not serialised when
+    /// empty; not stored in the ledger.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub not_reached: Vec<NotReached>,
+}
+
+impl std::ops::Deref for ErasureResult {
+    type Target = SweepResult;
+
+    fn deref(&self) -> &SweepResult {
+        &self.run
+    }
 }
 
 /// An entity with erasure-subject columns that an erasure did not reach.

@@ -11,9 +11,11 @@ use cohort::policy::TenantEntry;
 use cohort::rules::{
     CategoryCapabilities, ResolutionContext, ResolveError, RetentionRule, RuleProvider,
 };
-use cohort::services::{OccurrenceOutcome, PrunerConfig, ServiceEvent, Services, WorkerConfig};
+use cohort::services::{
+    OccurrenceOutcome, PruneRequest, PrunerConfig, ServiceEvent, Services, WorkerConfig,
+};
 use cohort::settings::Setting;
-use cohort::{Cancel, Cohort, TenantSource};
+use cohort::{Cohort, TenantSource};
 use sqlx::PgPool;
 use support::*;
 
@@ -360,7 +362,10 @@ async fn the_pruner_keeps_pending_work_and_active_holds() {
     let config = prune_config(1);
     let cohort = cohort_with(&db, config.clone()).await;
     let pruner = PrunerConfig::from_config(&config).unwrap().unwrap();
-    let dry = cohort.prune(&pruner, true, &Cancel::new()).await.unwrap();
+    let dry = cohort
+        .prune(PruneRequest::new(pruner.clone()).dry_run(true))
+        .await
+        .unwrap();
     assert_eq!((dry.runs, dry.holds, dry.runs_kept_for_handlers), (2, 2, 1));
     let runs = "SELECT right(run_id::text, 1) FROM public.sweep_run ORDER BY 1";
     let holds = "SELECT record_id FROM public.retention_hold ORDER BY 1";
@@ -378,7 +383,10 @@ async fn the_pruner_keeps_pending_work_and_active_holds() {
     .unwrap_err();
     assert!(e.to_string().contains("foreign key"), "{e}");
 
-    let r = cohort.prune(&pruner, false, &Cancel::new()).await.unwrap();
+    let r = cohort
+        .prune(PruneRequest::new(pruner.clone()))
+        .await
+        .unwrap();
     assert_eq!(
         (r.runs, r.summaries, r.row_details, r.handler_work, r.holds),
         (2, 2, 2, 2, 2)
@@ -411,7 +419,10 @@ async fn the_pruner_keeps_pending_work_and_active_holds() {
         "UPDATE public.sweep_row_handler_status SET status = 'succeeded'",
     )
     .await;
-    let r = cohort.prune(&pruner, false, &Cancel::new()).await.unwrap();
+    let r = cohort
+        .prune(PruneRequest::new(pruner.clone()))
+        .await
+        .unwrap();
     assert_eq!(r.runs, 1);
     assert_eq!(ids(db.pool(), runs).await, ["4", "5"]);
 }
@@ -441,8 +452,14 @@ async fn failed_runs_are_kept_longer_than_successes() {
     config.prune.failed_runs_older_than = Some("1y".parse().unwrap());
     let cohort = cohort_with(&db, config.clone()).await;
     let pruner = PrunerConfig::from_config(&config).unwrap().unwrap();
-    let dry = cohort.prune(&pruner, true, &Cancel::new()).await.unwrap();
-    let r = cohort.prune(&pruner, false, &Cancel::new()).await.unwrap();
+    let dry = cohort
+        .prune(PruneRequest::new(pruner.clone()).dry_run(true))
+        .await
+        .unwrap();
+    let r = cohort
+        .prune(PruneRequest::new(pruner.clone()))
+        .await
+        .unwrap();
     assert_eq!((dry.runs, r.runs), (2, 2));
     assert!(r.succeeded_runs_before.unwrap() > r.failed_runs_before.unwrap());
     let runs = "SELECT right(run_id::text, 1) FROM public.sweep_run ORDER BY 1";
@@ -454,7 +471,7 @@ async fn failed_runs_are_kept_longer_than_successes() {
     let pruner = PrunerConfig::from_config(&both).unwrap().unwrap();
     assert_eq!(
         cohort
-            .prune(&pruner, false, &Cancel::new())
+            .prune(PruneRequest::new(pruner.clone()))
             .await
             .unwrap()
             .runs,

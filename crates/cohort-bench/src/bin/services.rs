@@ -23,8 +23,8 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use cohort::policy::TenantEntry;
 use cohort::rules::{Period, RetentionRule, StaticRuleProvider, Strategy};
-use cohort::services::{PrunerConfig, Services, WorkerConfig};
-use cohort::{Cancel, Cohort, EntityDeclaration, TenantSource};
+use cohort::services::{PruneRequest, PrunerConfig, Services, WorkerConfig};
+use cohort::{Cohort, EntityDeclaration, TenantSource};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -118,7 +118,7 @@ async fn prune(runs: u64, details: u64) -> Result<(), BoxError> {
     let cohort = cohort_on(&db, config.clone(), Vec::new()).await?;
     let pruner = PrunerConfig::from_config(&config)?.ok_or("pruner not configured")?;
     let started = Instant::now();
-    let r = cohort.prune(&pruner, false, &Cancel::new()).await?;
+    let r = cohort.prune(PruneRequest::new(pruner)).await?;
     let secs = started.elapsed().as_secs_f64();
     let left: i64 = sqlx::query_scalar("SELECT count(*) FROM public.sweep_run")
         .fetch_one(db.pool())

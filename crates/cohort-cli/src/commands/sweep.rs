@@ -2,7 +2,8 @@
 
 use cohort::policy::PolicyFile;
 use cohort::{
-    Cancel, Cohort, PassOutcome, PreviewRequest, SweepAllRequest, SweepRequest, SweepResult,
+    Cancel, Cohort, PassOutcome, PreviewAllRequest, PreviewRequest, SweepAllRequest, SweepRequest,
+    SweepResult,
 };
 use serde_json::json;
 
@@ -50,11 +51,12 @@ pub(crate) async fn preview(
     // nothing was changed (exit 2).
     if scope.all_tenants {
         let previews = cohort
-            .preview_all(cohort.tenant_source().clone(), now)
+            .preview_all(PreviewAllRequest::new(cohort.tenant_source().clone(), now))
             .await?;
+        warn_conflicting_duplicates(&previews.conflicting_duplicates);
         let mut failed = false;
         let mut docs = Vec::new();
-        for p in &previews {
+        for p in &previews.passes {
             match p {
                 Ok(r) => {
                     failed |= !r.failures.is_empty();
@@ -139,9 +141,6 @@ pub(super) fn print_result(result: &SweepResult) {
     for f in &result.failures {
         outln!("failed: {} ({}): {}", f.entity, f.entity_id, f.error);
     }
-    for n in &result.not_reached {
-        outln!("not reached: {} ({}): {}", n.entity, n.entity_id, n.reason);
-    }
 }
 
 pub(crate) async fn sweep(
@@ -167,11 +166,7 @@ pub(crate) async fn sweep(
                     .cancellation(cancel),
             )
             .await?;
-        for t in &result.conflicting_duplicates {
-            eprintln!(
-                "cohort: tenant {t:?} is listed more than once with different jurisdictions; its first listing was used"
-            );
-        }
+        warn_conflicting_duplicates(&result.conflicting_duplicates);
         if json {
             let docs: Vec<serde_json::Value> = result
                 .passes
@@ -273,7 +268,19 @@ pub(crate) async fn erase(
     if json {
         print_json(&serde_json::to_value(&result).expect("result serialises"));
     } else {
-        print_result(&result);
+        print_result(&result.run);
+        for n in &result.not_reached {
+            outln!("not reached: {} ({}): {}", n.entity, n.entity_id, n.reason);
+        }
     }
     exit_for([result.status])
+}
+
+/// One line on stderr per tenant listed twice with different jurisdictions.
+fn warn_conflicting_duplicates(tenants: &[String]) {
+    for t in tenants {
+        eprintln!(
+            "cohort: tenant {t:?} is listed more than once with different jurisdictions; its first listing was used"
+        );
+    }
 }

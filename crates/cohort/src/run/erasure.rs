@@ -4,7 +4,7 @@
 use super::executor::execute;
 use super::resolve::{check_now, rule_for, tenant_keys};
 use super::work::{Arg, RunSpec, Work};
-use super::{failure, NotReached, RunKind, SweepResult, Trigger};
+use super::{failure, ErasureResult, NotReached, RunKind, Trigger};
 use crate::context::Context;
 use crate::erasure::ErasureRequest;
 use crate::error::{Error, Result};
@@ -73,7 +73,7 @@ fn check_kind(
     Ok(())
 }
 
-pub(crate) async fn erase(cx: &Context, req: ErasureRequest) -> Result<SweepResult> {
+pub(crate) async fn erase(cx: &Context, req: ErasureRequest) -> Result<ErasureResult> {
     let ready = cx.prepared().await?;
     check_now(cx, req.now, !req.dry_run, req.allow_future_now).await?;
     let pass = tenant_keys(&ready, req.tenant.as_deref())?;
@@ -224,7 +224,7 @@ pub(crate) async fn erase(cx: &Context, req: ErasureRequest) -> Result<SweepResu
             "(check its format against the subject columns' types)"
         )));
     }
-    let mut result = execute(
+    let run = execute(
         cx,
         &ready,
         RunSpec {
@@ -240,6 +240,5 @@ pub(crate) async fn erase(cx: &Context, req: ErasureRequest) -> Result<SweepResu
         works,
     )
     .await?;
-    result.not_reached = not_reached;
-    Ok(result)
+    Ok(ErasureResult { run, not_reached })
 }

@@ -255,7 +255,6 @@ async fn execute_in_span(
         settled_at: Some(settled_at),
         entities: outcomes,
         failures,
-        not_reached: Vec::new(),
         erasure_kind: spec.erasure_kind,
     })
 }

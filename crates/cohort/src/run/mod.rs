@@ -20,8 +20,8 @@ use chrono::{DateTime, TimeZone, Utc};
 
 pub(crate) use crate::outcome::{failure, logical_now};
 pub use crate::outcome::{
-    EntityFailure, EntityOutcome, NotReached, PreviewResult, RunKind, RunStatus, SweepResult,
-    Trigger,
+    EntityFailure, EntityOutcome, ErasureResult, NotReached, PreviewResult, RunKind, RunStatus,
+    SweepResult, Trigger,
 };
 
 /// A sweep: one tenant's tenant-scoped entities, or the tenantless ones.

@@ -421,32 +421,64 @@ pub(crate) async fn sweep_all(cx: &Context, req: SweepAllRequest) -> Result<Swee
     Ok(result)
 }
 
+/// A preview of every pass an all-tenants sweep would make: the tenants
+/// of a source, then the tenantless entities, counted as of `now`.
+#[derive(Debug, Clone)]
+pub struct PreviewAllRequest {
+    pub(crate) source: TenantSource,
+    pub(crate) now: DateTime<Utc>,
+}
+
+impl PreviewAllRequest {
+    /// Previews the tenants of `source`, then the tenantless entities, as
+    /// of `now` (any time zone; normalised to UTC).
+    pub fn new<Tz: chrono::TimeZone>(source: TenantSource, now: DateTime<Tz>) -> Self {
+        Self {
+            source,
+            now: crate::run::logical_now(now),
+        }
+    }
+}
+
+/// What an all-tenants preview counted, pass by pass, in the order a sweep
+/// would take them.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct PreviewAllResult {
+    /// Each pass: its counts, or why it could not be previewed (a tenant
+    /// that cannot be one, a rule that could not be resolved for all).
+    pub passes: Vec<std::result::Result<super::PreviewResult, PassFailure>>,
+    /// Tenants listed more than once with different jurisdictions (the
+    /// first listing won).
+    pub conflicting_duplicates: Vec<String>,
+}
+
 /// Previews every pass an all-tenants sweep would make, in the same order;
 /// a tenant that cannot be previewed is reported, the others go on.
-pub(crate) async fn preview_all(
-    cx: &Context,
-    source: TenantSource,
-    now: DateTime<Utc>,
-) -> Result<Vec<std::result::Result<super::PreviewResult, PassFailure>>> {
+pub(crate) async fn preview_all(cx: &Context, req: PreviewAllRequest) -> Result<PreviewAllResult> {
     let prepared = cx.prepared().await?;
-    let list = pass_list(cx, &prepared, &source).await?;
-    let mut out = Vec::new();
+    let list = pass_list(cx, &prepared, &req.source).await?;
+    let mut out = PreviewAllResult {
+        passes: Vec::with_capacity(list.passes.len()),
+        conflicting_duplicates: list.conflicting_duplicates,
+    };
     for pass in list.passes {
-        let req = match &pass {
+        let preview = match &pass {
             Pass::Tenant(t, j) => {
-                let mut r = super::PreviewRequest::tenanted(t.clone(), now);
+                let mut r = super::PreviewRequest::tenanted(t.clone(), req.now);
                 r.jurisdiction = j.clone();
                 r
             }
-            Pass::Tenantless => super::PreviewRequest::tenantless(now),
+            Pass::Tenantless => super::PreviewRequest::tenantless(req.now),
             Pass::Unusable { .. } => {
-                out.push(Err(pass.failure().expect("unusable passes fail")));
+                out.passes
+                    .push(Err(pass.failure().expect("unusable passes fail")));
                 continue;
             }
         };
-        let tenant = req.tenant.clone();
-        out.push(
-            super::sweep::preview(cx, req)
+        let tenant = preview.tenant.clone();
+        out.passes.push(
+            super::sweep::preview(cx, preview)
                 .await
                 .map_err(|e| PassFailure {
                     tenant,

@@ -8,16 +8,71 @@ use tracing::Instrument;
 use uuid::Uuid;
 
 use crate::cancel::Cancel;
+use crate::config::{CohortConfig, DispatchConfig};
 use crate::context::{Context, Prepared};
 use crate::diagnostic::Diagnostic;
-use crate::error::Result;
+use crate::error::{Error, Problems, Result};
 use crate::handlers::{AfterContext, Snapshot, DELIVERY_HARD_DEADLINE, DELIVERY_SOFT_DEADLINE};
 use crate::rules::Strategy;
 use crate::sql::queue;
 
+pub use crate::config::{
+    DEFAULT_DISPATCH_BASE_BACKOFF_SECS, DEFAULT_DISPATCH_BATCH_SIZE,
+    DEFAULT_DISPATCH_CLAIM_TIMEOUT_SECS, DEFAULT_DISPATCH_MAX_ATTEMPTS,
+    DEFAULT_DISPATCH_MAX_PARALLELISM, DEFAULT_DISPATCH_POLL_INTERVAL_SECS, MAX_DISPATCH_BATCH_SIZE,
+    MAX_DISPATCH_MAX_ATTEMPTS, MAX_DISPATCH_MAX_PARALLELISM,
+};
+
 /// The longest retry delay, whatever the attempt count (backoff doubles
 /// from `base_backoff` and saturates here).
 const MAX_BACKOFF_SECS: f64 = 86_400.0;
+
+/// The dispatcher's settings, validated: the `[cohort.dispatch]` table
+/// less what the maintenance service reads (`settle_timeout`,
+/// `payload_retention`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct DispatcherConfig {
+    poll_interval: Duration,
+    batch_size: u32,
+    max_parallelism: u32,
+    max_attempts: u32,
+    base_backoff_secs: f64,
+    claim_timeout_secs: f64,
+}
+
+impl DispatcherConfig {
+    /// The dispatcher of `config`'s `[dispatch]` table; every problem of
+    /// the table is named at once.
+    pub fn from_config(config: &CohortConfig) -> Result<Self> {
+        let problems = config.dispatch.problems();
+        if !problems.is_empty() {
+            return Err(Error::Config(Problems::global(problems)));
+        }
+        Ok(Self::of(&config.dispatch))
+    }
+
+    /// The settings of a table already validated (a handle's).
+    fn of(d: &DispatchConfig) -> Self {
+        Self {
+            poll_interval: Duration::from_secs_f64(secs(d.poll_interval)),
+            batch_size: d.batch_size,
+            max_parallelism: d.max_parallelism.max(1),
+            max_attempts: d.max_attempts,
+            base_backoff_secs: secs(d.base_backoff),
+            claim_timeout_secs: secs(d.claim_timeout),
+        }
+    }
+
+    /// How often the background loop polls for due work.
+    pub fn poll_interval(&self) -> Duration {
+        self.poll_interval
+    }
+
+    /// How long a claim lasts before the work may be reclaimed.
+    pub fn claim_timeout(&self) -> Duration {
+        Duration::from_secs_f64(self.claim_timeout_secs)
+    }
+}
 
 /// What one [`Dispatcher::flush`] did, and what it left.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
@@ -55,6 +110,7 @@ pub struct FlushReport {
 #[derive(Clone)]
 pub struct Dispatcher {
     cx: Arc<Context>,
+    config: DispatcherConfig,
     /// Fires when in-flight deliveries must stop now (shutdown after the
     /// grace period): their handlers are cancelled and dropped, their
     /// claims released.
@@ -113,9 +169,34 @@ fn secs(p: crate::rules::Period) -> f64 {
     p.as_seconds() as f64
 }
 
+/// How much work one poll claims: no more than can start at once, since a
+/// claim's time runs from the moment it is taken (work must not wait for
+/// a free slot).
+fn claim_limit(batch_size: u32, max_parallelism: u32) -> i64 {
+    i64::from(batch_size.min(max_parallelism.max(1)))
+}
+
+/// When a delivery is asked to stop (its handler's own deadline) and when
+/// one that ignored the ask is dropped: fixed shares of the claim time-out
+/// ([`DELIVERY_SOFT_DEADLINE`], [`DELIVERY_HARD_DEADLINE`]), both before
+/// the claim expires and the work could run twice at once.
+fn delivery_deadlines(claim_timeout_secs: f64) -> (Duration, Duration) {
+    (
+        Duration::from_secs_f64(claim_timeout_secs * DELIVERY_SOFT_DEADLINE),
+        Duration::from_secs_f64(claim_timeout_secs * DELIVERY_HARD_DEADLINE),
+    )
+}
+
+/// How long recording a delivery's outcome may take: a tenth of the claim
+/// time-out, between 100 ms and 10 s.
+fn cleanup_timeout(claim_timeout_secs: f64) -> Duration {
+    Duration::from_secs_f64((claim_timeout_secs / 10.0).clamp(0.1, 10.0))
+}
+
 impl Dispatcher {
     pub(crate) fn new(cx: Arc<Context>) -> Self {
         Self {
+            config: DispatcherConfig::of(&cx.config.dispatch),
             cx,
             stop: Cancel::new(),
         }
@@ -180,7 +261,7 @@ impl Dispatcher {
     /// maintenance: run it through [`crate::services::Services`]). A failed poll
     /// (e.g. the database restarting) is logged and retried next time.
     pub async fn run(&self, cancel: Cancel) {
-        let interval = Duration::from_secs_f64(secs(self.cx.config.dispatch.poll_interval));
+        let interval = self.config.poll_interval;
         while !cancel.is_cancelled() {
             if let Err(e) = self.deliver_until(&cancel).await {
                 tracing::warn!(error = %e, "dispatcher poll failed; retrying at the next poll");
@@ -212,12 +293,10 @@ impl Dispatcher {
     }
 
     async fn claim(&self, prepared: &Prepared, foreign: &[String]) -> Result<Vec<Claimed>> {
-        let d = &self.cx.config.dispatch;
-        // Claim no more than can start at once: a claim's time runs from
-        // the moment it is taken, so work must not wait for a free slot.
+        let d = &self.config;
         let claim = queue::Claim {
-            limit: i64::from(d.batch_size.min(d.max_parallelism.max(1))),
-            claim_timeout_secs: secs(d.claim_timeout),
+            limit: claim_limit(d.batch_size, d.max_parallelism),
+            claim_timeout_secs: d.claim_timeout_secs,
             entities: self.cx.handlers.keys().copied().collect(),
             foreign: foreign.to_vec(),
         };
@@ -251,7 +330,7 @@ impl Dispatcher {
 
     /// Delivers a claimed batch, at most `max_parallelism` at once.
     async fn deliver_all(&self, prepared: &Arc<Prepared>, claimed: Vec<Claimed>) -> Vec<Outcome> {
-        let limit = self.cx.config.dispatch.max_parallelism.max(1) as usize;
+        let limit = self.config.max_parallelism as usize;
         let semaphore = Arc::new(tokio::sync::Semaphore::new(limit));
         let mut tasks = tokio::task::JoinSet::new();
         for work in claimed {
@@ -299,7 +378,7 @@ impl Dispatcher {
     }
 
     async fn deliver(&self, prepared: &Prepared, work: Claimed) -> Outcome {
-        let d = &self.cx.config.dispatch;
+        let d = &self.config;
         let attempt = work.attempt.max(1) as u32;
         if attempt > d.max_attempts {
             return self
@@ -372,8 +451,7 @@ impl Dispatcher {
         };
         // The handler's deadline: its cancel fires first, and it is dropped
         // later if it ignores it; both before the claim expires.
-        let soft = Duration::from_secs_f64(secs(d.claim_timeout) * DELIVERY_SOFT_DEADLINE);
-        let deadline = Duration::from_secs_f64(secs(d.claim_timeout) * DELIVERY_HARD_DEADLINE);
+        let (soft, deadline) = delivery_deadlines(d.claim_timeout_secs);
         let delivery = handler.handler.after(&ctx);
         tokio::pin!(delivery);
         let bounded = async {
@@ -425,9 +503,7 @@ impl Dispatcher {
     /// time-out, between 100 ms and 10 s. Past it the delivery is left in
     /// flight (reclaimed when its claim expires) and the batch goes on.
     fn cleanup_timeout(&self) -> Duration {
-        Duration::from_secs_f64(
-            (secs(self.cx.config.dispatch.claim_timeout) / 10.0).clamp(0.1, 10.0),
-        )
+        cleanup_timeout(self.config.claim_timeout_secs)
     }
 
     /// Runs a settling statement within the cleanup time-out.
@@ -494,8 +570,7 @@ impl Dispatcher {
         error: &str,
         dead: bool,
     ) -> Outcome {
-        let d = &self.cx.config.dispatch;
-        let backoff = backoff_secs(secs(d.base_backoff), work.attempt);
+        let backoff = backoff_secs(self.config.base_backoff_secs, work.attempt);
         let settled = self
             .record(
                 prepared
@@ -566,5 +641,61 @@ mod tests {
         let thousand_years = 1000.0 * 365.0 * 86_400.0;
         assert_eq!(backoff_secs(thousand_years, 1000), MAX_BACKOFF_SECS);
         assert!(backoff_secs(thousand_years, 1000).is_finite());
+    }
+
+    #[test]
+    fn a_poll_claims_no_more_than_can_start_at_once() {
+        for (batch, parallelism, claimed) in [(50, 4, 4), (2, 4, 2), (10, 10, 10), (10, 0, 1)] {
+            assert_eq!(
+                claim_limit(batch, parallelism),
+                claimed,
+                "batch {batch}, parallelism {parallelism}"
+            );
+        }
+    }
+
+    #[test]
+    fn deliveries_stop_before_their_claim_expires() {
+        for claim in [1.0, 10.0, 300.0, 86_400.0] {
+            let (soft, hard) = delivery_deadlines(claim);
+            let claim = Duration::from_secs_f64(claim);
+            assert!(soft < hard && hard < claim, "{soft:?} {hard:?} {claim:?}");
+        }
+        for (claim, cleanup) in [(0.5, 0.1), (5.0, 0.5), (300.0, 10.0), (86_400.0, 10.0)] {
+            assert_eq!(cleanup_timeout(claim), Duration::from_secs_f64(cleanup));
+        }
+    }
+
+    #[test]
+    fn its_configuration_is_checked_with_every_problem_named() {
+        let mut config = CohortConfig::default();
+        let defaults = DispatcherConfig::from_config(&config).unwrap();
+        assert_eq!(
+            defaults.poll_interval(),
+            Duration::from_secs(DEFAULT_DISPATCH_POLL_INTERVAL_SECS as u64)
+        );
+        assert_eq!(
+            defaults.claim_timeout(),
+            Duration::from_secs(DEFAULT_DISPATCH_CLAIM_TIMEOUT_SECS as u64)
+        );
+        config.dispatch.batch_size = 0;
+        config.dispatch.max_attempts = MAX_DISPATCH_MAX_ATTEMPTS + 1;
+        config.dispatch.claim_timeout = crate::rules::Period::ZERO;
+        let Err(Error::Config(problems)) = DispatcherConfig::from_config(&config) else {
+            panic!("accepted")
+        };
+        let text = problems.to_string();
+        for named in [
+            "dispatch.batch_size = 0",
+            "dispatch.max_attempts = 1001",
+            "dispatch.claim_timeout must be greater than zero",
+        ] {
+            assert!(text.contains(named), "{text}");
+        }
+        assert_eq!(
+            config.validate().unwrap_err().to_string(),
+            Error::Config(problems).to_string(),
+            "the handle and the dispatcher check the same table the same way"
+        );
     }
 }

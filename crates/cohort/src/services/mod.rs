@@ -38,10 +38,10 @@ use crate::cancel::Cancel;
 use crate::context::Context;
 use crate::error::Result;
 
-pub use dispatcher::{Dispatcher, FlushReport};
+pub use dispatcher::{Dispatcher, DispatcherConfig, FlushReport};
 pub use events::{OccurrenceOutcome, ServiceEvent};
 pub use grants::Access;
-pub use pruner::{PruneReport, PrunerConfig};
+pub use pruner::{PruneReport, PruneRequest, PrunerConfig};
 pub use rescuer::{MaintenanceConfig, MaintenanceReport};
 pub use worker::WorkerConfig;
 

@@ -49,33 +49,7 @@ impl PrunerConfig {
         if !p.prunes_anything() {
             return Ok(None);
         }
-        if p.runs_older_than.is_some()
-            && (p.succeeded_runs_older_than.is_some() || p.failed_runs_older_than.is_some())
-        {
-            return Err(Error::Config(Problems::one(
-                "prune.runs_older_than sets both run limits, so it cannot be combined with prune.succeeded_runs_older_than or prune.failed_runs_older_than: replace it with the two of them",
-            )));
-        }
-        let mut problems = Vec::new();
-        if !(1..=MAX_PRUNE_BATCH_SIZE).contains(&p.batch_size) {
-            problems.push(format!(
-                "prune.batch_size = {} is out of range 1..={MAX_PRUNE_BATCH_SIZE}",
-                p.batch_size
-            ));
-        }
-        for (name, v) in [
-            ("prune.succeeded_runs_older_than", p.succeeded_runs()),
-            ("prune.failed_runs_older_than", p.failed_runs()),
-            (
-                "prune.inactive_holds_older_than",
-                p.inactive_holds_older_than,
-            ),
-            ("prune.interval", Some(p.interval)),
-        ] {
-            if v.is_some_and(|v| v.is_zero()) {
-                problems.push(format!("{name} must be greater than zero"));
-            }
-        }
+        let problems = p.problems();
         if !problems.is_empty() {
             return Err(Error::Config(Problems::global(problems)));
         }
@@ -91,6 +65,39 @@ impl PrunerConfig {
     /// How often the pruner runs a pass.
     pub fn interval(&self) -> Duration {
         self.interval
+    }
+}
+
+/// One explicit pruning pass: what to prune, whether only to count, and
+/// what stops it between batches. An explicit pass does not read the kill
+/// switch (the background pruner does).
+#[derive(Debug, Clone)]
+pub struct PruneRequest {
+    pub(crate) config: PrunerConfig,
+    pub(crate) dry_run: bool,
+    pub(crate) cancel: Cancel,
+}
+
+impl PruneRequest {
+    /// A pass with `config`'s limits that deletes.
+    pub fn new(config: PrunerConfig) -> Self {
+        Self {
+            config,
+            dry_run: false,
+            cancel: Cancel::new(),
+        }
+    }
+
+    /// Only counts what the pass would delete (the same selection).
+    pub fn dry_run(mut self, dry_run: bool) -> Self {
+        self.dry_run = dry_run;
+        self
+    }
+
+    /// Stops the pass between batches when `cancel` fires.
+    pub fn cancellation(mut self, cancel: Cancel) -> Self {
+        self.cancel = cancel;
+        self
     }
 }
 
