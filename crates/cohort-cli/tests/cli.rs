@@ -1185,7 +1185,7 @@ async fn cli_all_tenants_future_now_and_error_kinds_follow_the_contract() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("row 1 cannot be a tenant"));
     std::fs::write(
         dir.join("cohort.toml"),
-        format!("tenants_query = \"SELECT 1, 2, 3\"\n{base}"),
+        format!("tenants_query = \"SELECT 1, 2, 3, 4\"\n{base}"),
     )
     .unwrap();
     let out = cohort(dir, &["--json", "validate"], url);
@@ -1193,7 +1193,7 @@ async fn cli_all_tenants_future_now_and_error_kinds_follow_the_contract() {
     assert!(json(&out)["error"]["message"]
         .as_str()
         .unwrap()
-        .contains("one or two columns"));
+        .contains("one to three columns"));
     // No tenants at all with tenant-scoped entities: a pass that did not
     // start, so exit 2 (there is no tenantless entity here to sweep).
     std::fs::write(

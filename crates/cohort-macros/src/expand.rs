@@ -135,7 +135,7 @@ fn anonymise_method(method: &Anonymise, ty: &syn::Type) -> TokenStream {
         },
         Anonymise::With { path, name, span } => quote_spanned! {*span=>
             ::cohort::model::AnonymiseMethod::Custom(
-                ::cohort::model::CustomAnonymiser::new::<#ty, _, _>(#name, #path)
+                ::cohort::model::CustomAnonymiser::from_fn::<#ty, _, _>(#name, #path)
             )
         },
     }
@@ -244,7 +244,7 @@ mod tests {
                 &quote!(.anonymise("phone", ::cohort::model::AnonymiseMethod::Literal(::std::string::String::from("[redacted]")))),
                 &quote!(.anonymise("reference", ::cohort::model::AnonymiseMethod::Hash)),
                 &quote!(.anonymise("external_reference", ::cohort::model::AnonymiseMethod::Custom(
-                    ::cohort::model::CustomAnonymiser::new::<String, _, _>("mask_reference", mask_reference)
+                    ::cohort::model::CustomAnonymiser::from_fn::<String, _, _>("mask_reference", mask_reference)
                 ))),
                 &quote!(.subject("user_id", ::std::option::Option::None)),
                 &quote!(.subject("delegate_user_id", ::std::option::Option::Some("user"))),

@@ -38,7 +38,9 @@ use proc_macro::TokenStream;
 /// `#[exempt_from_retention("reason")]` for a documented exemption. Field
 /// keys: `column = "..."` and the markers `record_id`, `tenant`,
 /// `soft_delete`, `deleted_at`, `anonymised_at`. `#[anonymise(...)]` takes
-/// one of `null`, `empty`, `literal = "..."`, `hash`, `with = "path::to::fn"`.
+/// one of `null`, `empty`, `literal = "..."`, `hash`, `with = "path::to::fn"`
+/// (`fn(&T) -> R`, `fn(&AnonymiseContext, &T) -> R`, or
+/// `fn(&AnonymiseContext) -> R` computed once per run).
 #[proc_macro_derive(
     Retained,
     attributes(

@@ -494,9 +494,16 @@ impl CohortBuilder {
     /// its id is spelled) resolve rules with that jurisdiction.
     pub fn tenant(mut self, id: impl Into<String>, jurisdiction: Option<String>) -> Self {
         self.tenants.push(TenantEntry {
-            id: id.into(),
             jurisdiction,
+            ..TenantEntry::new(id)
         });
+        self
+    }
+
+    /// Lists a tenant with its jurisdiction and tags (see
+    /// [`TenantEntry`]): runs for this tenant resolve rules with both.
+    pub fn tenant_entry(mut self, entry: TenantEntry) -> Self {
+        self.tenants.push(entry);
         self
     }
 

@@ -58,6 +58,7 @@ impl ErasureScope {
 pub struct ErasureRequest {
     pub(crate) tenant: Option<String>,
     pub(crate) jurisdiction: Option<String>,
+    pub(crate) tags: Option<Vec<String>>,
     pub(crate) scope: ErasureScope,
     pub(crate) now: DateTime<Utc>,
     pub(crate) dry_run: bool,
@@ -84,6 +85,7 @@ impl ErasureRequest {
         Self {
             tenant,
             jurisdiction: None,
+            tags: None,
             scope,
             now,
             dry_run: false,
@@ -102,6 +104,19 @@ impl ErasureRequest {
     /// jurisdiction can raise the legal minimum or change the strategy).
     pub fn jurisdiction(mut self, jurisdiction: impl Into<String>) -> Self {
         self.jurisdiction = Some(jurisdiction.into());
+        self
+    }
+
+    /// The tenant's tags, passed to the rule provider (a tenant listed in
+    /// the directory has its listed tags unless the request gives its own).
+    pub fn tags<I, S>(mut self, tags: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.tags = Some(crate::tenants::normalise_tags(
+            tags.into_iter().map(Into::into),
+        ));
         self
     }
 

@@ -4,7 +4,8 @@
 
 use serde::Deserialize;
 
-/// A tenant the worker sweeps, from `[[tenant]]`.
+/// A tenant the worker sweeps, from `[[tenant]]`, a `tenants_query` row
+/// or the caller's list.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct TenantEntry {
@@ -12,6 +13,72 @@ pub struct TenantEntry {
     pub id: String,
     /// Its jurisdiction, passed to the rule provider.
     pub jurisdiction: Option<String>,
+    /// Its tags (e.g. `"vip"`), passed to the rule provider; a
+    /// `[[category.override]]` can match on one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<String>,
+}
+
+impl TenantEntry {
+    /// A tenant with neither jurisdiction nor tags.
+    pub fn new(id: impl Into<String>) -> Self {
+        Self {
+            id: id.into(),
+            jurisdiction: None,
+            tags: Vec::new(),
+        }
+    }
+
+    /// Sets the jurisdiction.
+    pub fn jurisdiction(mut self, jurisdiction: impl Into<String>) -> Self {
+        self.jurisdiction = Some(jurisdiction.into());
+        self
+    }
+
+    /// Sets the tags (trimmed; empty ones and repeats dropped).
+    pub fn tags<I, S>(mut self, tags: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.tags = normalise_tags(tags.into_iter().map(Into::into));
+        self
+    }
+
+    /// Whether another listing of the same tenant says the same of it: the
+    /// same jurisdiction and the same tags, in any order.
+    pub(crate) fn agrees_with(&self, other: &TenantEntry) -> bool {
+        self.jurisdiction == other.jurisdiction && same_tags(&self.tags, &other.tags)
+    }
+}
+
+/// Whether two lists hold the same tags, in any order.
+pub(crate) fn same_tags(a: &[String], b: &[String]) -> bool {
+    fn set(t: &[String]) -> std::collections::BTreeSet<&str> {
+        t.iter().map(String::as_str).collect()
+    }
+    set(a) == set(b)
+}
+
+/// What a run knows of its tenant besides the id, from the request or the
+/// tenant directory: what rule providers see.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct TenantFacts {
+    pub(crate) jurisdiction: Option<String>,
+    pub(crate) tags: Vec<String>,
+}
+
+/// Tags as a tenant carries them: trimmed, without empty ones or repeats,
+/// in first-listed order.
+pub(crate) fn normalise_tags(tags: impl Iterator<Item = String>) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for tag in tags {
+        let tag = tag.trim();
+        if !tag.is_empty() && !out.iter().any(|t| t == tag) {
+            out.push(tag.to_owned());
+        }
+    }
+    out
 }
 
 /// Where the tenants of an all-tenants sweep come from.
@@ -22,7 +89,8 @@ pub enum TenantSource {
     Directory,
     /// A query of the policy author's own (`tenants_query`): the first
     /// column is the tenant id (uuid, integer or text), an optional second
-    /// text column its jurisdiction. Run as written, read-only.
+    /// text column its jurisdiction, an optional third its tags (`text[]`,
+    /// or comma-separated text). Run as written, read-only.
     Query(String),
     /// The caller's own list.
     List(Vec<TenantEntry>),

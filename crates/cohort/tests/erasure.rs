@@ -501,6 +501,7 @@ async fn jurisdiction_overrides_apply_to_erasure() {
             vec![cohort::rules::RuleOverride {
                 tenant: None,
                 jurisdiction: Some("UK".into()),
+                tag: None,
                 rule: RetentionRule::new(days(30), Strategy::Purge).with_legal_min(days(365)),
             }],
             None,

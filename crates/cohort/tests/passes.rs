@@ -18,9 +18,10 @@ use cohort::{
 use support::*;
 
 fn entry(id: &str, jurisdiction: Option<&str>) -> TenantEntry {
-    TenantEntry {
-        id: id.into(),
-        jurisdiction: jurisdiction.map(str::to_owned),
+    let entry = TenantEntry::new(id);
+    match jurisdiction {
+        Some(j) => entry.jurisdiction(j),
+        None => entry,
     }
 }
 
@@ -229,13 +230,13 @@ async fn no_tenants_at_all_fails_loudly_and_the_tenantless_pass_still_runs() {
     // A tenants query of the wrong shape is bad input, before any run.
     let bad = cohort
         .sweep_all(SweepAllRequest::new(
-            TenantSource::Query("SELECT 1, 2, 3".into()),
+            TenantSource::Query("SELECT 1, 2, 3, 4".into()),
             now(),
         ))
         .await
         .unwrap_err();
     assert!(
-        matches!(&bad, Error::InvalidInput(m) if m.contains("one or two columns")),
+        matches!(&bad, Error::InvalidInput(m) if m.contains("one to three columns")),
         "{bad}"
     );
     // Ids in the column's own type, with or without a jurisdiction.

@@ -43,10 +43,7 @@ impl RuleProvider for FailsForTenant {
 }
 
 fn entry(id: &str) -> TenantEntry {
-    TenantEntry {
-        id: id.into(),
-        jurisdiction: None,
-    }
+    TenantEntry::new(id)
 }
 
 async fn cohort_with(db: &cohort_pgtemp::TestDatabase, config: cohort::CohortConfig) -> Cohort {

@@ -140,10 +140,7 @@ async fn prune(runs: u64, details: u64) -> Result<(), BoxError> {
 async fn worker(tenants: u64) -> Result<(), BoxError> {
     let db = fresh().await?;
     let list: Vec<TenantEntry> = (0..tenants)
-        .map(|i| TenantEntry {
-            id: format!("00000000-0000-4000-8000-{i:012}"),
-            jurisdiction: None,
-        })
+        .map(|i| TenantEntry::new(format!("00000000-0000-4000-8000-{i:012}")))
         .collect();
     let cohort = cohort_on(&db, cohort::CohortConfig::default(), list).await?;
     let services = Services::new(&cohort)?

@@ -50,15 +50,16 @@ pub(super) fn parse_time(text: Option<&str>, what: &str) -> Result<DateTime<Fixe
     }
 }
 
-/// A single tenant's jurisdiction when the tenants come from
-/// `tenants_query` (the `[[tenant]]` directory is looked up by the library):
-/// the query is run and the tenant found by identity. A tenant the query
-/// does not list is refused, since its rules could not be resolved safely.
-pub(super) async fn query_jurisdiction(
+/// A single tenant's listing (jurisdiction and tags) when the tenants come
+/// from `tenants_query` (the `[[tenant]]` directory is looked up by the
+/// library): the query is run and the tenant found by identity. A tenant
+/// the query does not list is refused, since its rules could not be
+/// resolved safely.
+pub(super) async fn query_tenant(
     cohort: &Cohort,
     policy: &PolicyFile,
     tenant: &str,
-) -> Result<Option<String>, Failure> {
+) -> Result<Option<cohort::policy::TenantEntry>, Failure> {
     let Some(q) = &policy.tenants_query else {
         return Ok(None);
     };
@@ -70,7 +71,7 @@ pub(super) async fn query_jurisdiction(
         .tenants
     {
         if identity.canonical(&t.id).as_deref() == Some(wanted.as_str()) {
-            return Ok(t.jurisdiction);
+            return Ok(Some(t));
         }
     }
     Err(bad(format!(

@@ -96,8 +96,11 @@ pub(crate) async fn preview(
     let req = match &scope.tenant {
         Some(t) => {
             let mut r = PreviewRequest::tenanted(t, now);
-            if let Some(j) = query_jurisdiction(cohort, policy, t).await? {
-                r = r.jurisdiction(j);
+            if let Some(listed) = query_tenant(cohort, policy, t).await? {
+                if let Some(j) = listed.jurisdiction {
+                    r = r.jurisdiction(j);
+                }
+                r = r.tags(listed.tags);
             }
             r
         }
@@ -224,8 +227,11 @@ pub(crate) async fn sweep(
     .allow_future_now(allow_future_now)
     .cancellation(cancel);
     if let Some(t) = &scope.tenant {
-        if let Some(j) = query_jurisdiction(cohort, policy, t).await? {
-            req = req.jurisdiction(j);
+        if let Some(listed) = query_tenant(cohort, policy, t).await? {
+            if let Some(j) = listed.jurisdiction {
+                req = req.jurisdiction(j);
+            }
+            req = req.tags(listed.tags);
         }
     }
     let result = cohort.sweep(req).await?;
@@ -250,8 +256,8 @@ pub(crate) async fn erase(
     note_worker_settings(cohort, dry_run).await?;
     let cancel = Cancel::new();
     crate::services::cancel_on_signal(&cancel, "cancelling; the open batch will be rolled back");
-    let jurisdiction = match tenant {
-        Some(t) => query_jurisdiction(cohort, policy, t).await?,
+    let listed = match tenant {
+        Some(t) => query_tenant(cohort, policy, t).await?,
         None => None,
     };
     let mut req = match tenant {
@@ -261,8 +267,11 @@ pub(crate) async fn erase(
     .dry_run(dry_run)
     .allow_future_now(allow_future_now)
     .cancellation(cancel);
-    if let Some(j) = jurisdiction {
-        req = req.jurisdiction(j);
+    if let Some(listed) = listed {
+        if let Some(j) = listed.jurisdiction {
+            req = req.jurisdiction(j);
+        }
+        req = req.tags(listed.tags);
     }
     let result = cohort.erase(req).await?;
     if json {

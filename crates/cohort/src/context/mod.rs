@@ -17,7 +17,7 @@ use crate::model::EntityDeclaration;
 use crate::observer::ObserverHub;
 use crate::rules::RuleProvider;
 use crate::sql::{EntityPlan, LedgerPlan};
-use crate::tenants::{TenantEntry, TenantSource};
+use crate::tenants::{same_tags, TenantEntry, TenantFacts, TenantSource};
 use crate::validate::ValidatedModel;
 
 /// What services need, shared by every clone of a handle.
@@ -45,7 +45,7 @@ pub(crate) struct Prepared {
     /// The handler queue's statements.
     pub(crate) queue: crate::sql::queue::QueuePlan,
     /// The tenant directory (`[[tenant]]`), canonicalised: (tenant, jurisdiction).
-    pub(crate) tenants: Vec<(String, Option<String>)>,
+    pub(crate) tenants: Vec<TenantEntry>,
 }
 
 /// The two padded forms of an HMAC-SHA256 key (RFC 2104), from which the
@@ -92,27 +92,40 @@ impl HmacPads {
 }
 
 impl Prepared {
-    /// The jurisdiction of a canonical tenant: the request's, checked
-    /// against the directory's when both are known.
-    pub(crate) fn jurisdiction(
+    /// What a run knows of a canonical tenant: the request's jurisdiction
+    /// and tags, each checked against the directory's listing when both
+    /// are known, else the listing's.
+    pub(crate) fn tenant_facts(
         &self,
         tenant: Option<&str>,
-        requested: Option<&str>,
-    ) -> Result<Option<String>> {
-        let listed = tenant.and_then(|t| {
-            self.tenants
-                .iter()
-                .find(|(id, _)| id == t)
-                .and_then(|(_, j)| j.clone())
-        });
-        match (requested, listed) {
-            (Some(r), Some(l)) if r != l => Err(Error::InvalidInput(format!(
-                "tenant {} is listed with jurisdiction {l:?}, but the request says {r:?}",
-                tenant.unwrap_or_default()
-            ))),
-            (Some(r), _) => Ok(Some(r.to_owned())),
-            (None, listed) => Ok(listed),
-        }
+        jurisdiction: Option<&str>,
+        tags: Option<&[String]>,
+    ) -> Result<TenantFacts> {
+        let listed = tenant.and_then(|t| self.tenants.iter().find(|e| e.id == t));
+        let listed_jurisdiction = listed.and_then(|e| e.jurisdiction.as_deref());
+        let jurisdiction = match (jurisdiction, listed_jurisdiction) {
+            (Some(r), Some(l)) if r != l => {
+                return Err(Error::InvalidInput(format!(
+                    "tenant {} is listed with jurisdiction {l:?}, but the request says {r:?}",
+                    tenant.unwrap_or_default()
+                )))
+            }
+            (Some(r), _) => Some(r.to_owned()),
+            (None, listed) => listed.map(str::to_owned),
+        };
+        let tags = match (tags, listed) {
+            (Some(r), Some(l)) if !same_tags(r, &l.tags) => {
+                return Err(Error::InvalidInput(format!(
+                    "tenant {} is listed with tags {:?}, but the request says {r:?}",
+                    tenant.unwrap_or_default(),
+                    l.tags
+                )))
+            }
+            (Some(r), _) => r.to_vec(),
+            (None, Some(l)) => l.tags.clone(),
+            (None, None) => Vec::new(),
+        };
+        Ok(TenantFacts { jurisdiction, tags })
     }
 }
 

@@ -117,14 +117,37 @@ impl<T: Into<AnonymisedValue>> From<Option<T>> for AnonymisedValue {
     }
 }
 
-/// The type-erased form of a custom anonymiser: reads the original value of
-/// its column from the row (in its Rust type) and returns the replacement.
+/// What a custom anonymiser knows besides the original value: the entity
+/// and column it scrubs, the run's tenant and logical time, and (per row)
+/// the row's record id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct AnonymiseContext<'a> {
+    /// The entity's display name.
+    pub entity: &'a str,
+    /// The entity's durable id.
+    pub entity_id: uuid::Uuid,
+    /// The column being scrubbed.
+    pub column: &'a str,
+    /// The pass's tenant (canonical text); `None` for tenantless entities.
+    pub tenant: Option<&'a str>,
+    /// The run's logical time (what its cutoffs count back from).
+    pub now: chrono::DateTime<chrono::Utc>,
+    /// The row's record id (canonical text); `None` for an anonymiser
+    /// computed once per run ([`CustomAnonymiser::per_run`]), which sees
+    /// no row.
+    pub record_id: Option<&'a str>,
+}
+
+/// The type-erased form of a per-row custom anonymiser: reads the original
+/// value of its column from the row (in its Rust type) and returns the
+/// replacement.
 pub(crate) trait ErasedAnonymiser: Send + Sync + 'static {
     /// Computes the replacement for `column` of `row`.
     fn anonymise(
         &self,
+        cx: &AnonymiseContext<'_>,
         row: &sqlx::postgres::PgRow,
-        column: &str,
     ) -> Result<AnonymisedValue, sqlx::Error>;
 }
 
@@ -137,43 +160,150 @@ impl<T, R, F> ErasedAnonymiser for TypedAnonymiser<T, F>
 where
     T: for<'r> sqlx::Decode<'r, sqlx::Postgres> + sqlx::Type<sqlx::Postgres> + 'static,
     R: Into<AnonymisedValue>,
-    F: Fn(&T) -> R + Send + Sync + 'static,
+    F: Fn(&AnonymiseContext<'_>, &T) -> R + Send + Sync + 'static,
 {
     fn anonymise(
         &self,
+        cx: &AnonymiseContext<'_>,
         row: &sqlx::postgres::PgRow,
-        column: &str,
     ) -> Result<AnonymisedValue, sqlx::Error> {
         use sqlx::Row;
-        let original: T = row.try_get(column)?;
-        Ok((self.f)(&original).into())
+        let original: T = row.try_get(cx.column)?;
+        Ok((self.f)(cx, &original).into())
     }
 }
 
-/// A named custom anonymiser. The function sees the original value in its
-/// Rust type; its output is bound as a parameter and converted to the
-/// column's type by PostgreSQL (never interpolated into SQL).
+type PerRun = dyn Fn(&AnonymiseContext<'_>) -> AnonymisedValue + Send + Sync;
+
+#[derive(Clone)]
+enum Mode {
+    /// Called for each row with its original value (in Rust).
+    PerRow(Arc<dyn ErasedAnonymiser>),
+    /// Called once per run and column; the value is applied to every row
+    /// of the run in SQL.
+    PerRun(Arc<PerRun>),
+}
+
+/// A named custom anonymiser, in one of three modes (as .NET Cohort's
+/// Static, PerRow and PerRowWithOriginalValue):
+/// - [`CustomAnonymiser::new`]: `fn(&T) -> R`, per row, from the original
+///   value;
+/// - [`CustomAnonymiser::with_context`]: `fn(&AnonymiseContext, &T) -> R`,
+///   per row, also seeing the entity, column, tenant, run time and record
+///   id;
+/// - [`CustomAnonymiser::per_run`]: `fn(&AnonymiseContext) -> R`, computed
+///   once per run and column and applied to the whole batch in SQL, with
+///   no row read into Rust.
+///
+/// The output is bound as a parameter and converted to the column's type
+/// by PostgreSQL (never interpolated into SQL). `#[anonymise(with = f)]`
+/// accepts a function of any of the three shapes.
 #[derive(Clone)]
 pub struct CustomAnonymiser {
     name: String,
-    inner: Arc<dyn ErasedAnonymiser>,
+    mode: Mode,
+}
+
+/// The shapes of function `#[anonymise(with = f)]` accepts; `M` tells them
+/// apart (not part of the public API).
+#[doc(hidden)]
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot anonymise a field of type `{T}`",
+    label = "not an anonymiser of `{T}`",
+    note = "an anonymiser is `fn(&{T}) -> R`, `fn(&AnonymiseContext, &{T}) -> R`, or `fn(&AnonymiseContext) -> R` (computed once per run), with `R: Into<AnonymisedValue>`"
+)]
+pub trait AnonymiserFn<T, M>: Send + Sync + 'static {
+    /// The anonymiser named `name` calling this function.
+    fn into_anonymiser(self, name: String) -> CustomAnonymiser;
+}
+
+#[doc(hidden)]
+pub struct ByValue<R>(std::marker::PhantomData<R>);
+#[doc(hidden)]
+pub struct ByContextAndValue<R>(std::marker::PhantomData<R>);
+#[doc(hidden)]
+pub struct ByRun<R>(std::marker::PhantomData<R>);
+
+impl<T, R, F> AnonymiserFn<T, ByValue<R>> for F
+where
+    T: for<'r> sqlx::Decode<'r, sqlx::Postgres> + sqlx::Type<sqlx::Postgres> + 'static,
+    R: Into<AnonymisedValue> + 'static,
+    F: Fn(&T) -> R + Send + Sync + 'static,
+{
+    fn into_anonymiser(self, name: String) -> CustomAnonymiser {
+        CustomAnonymiser::new::<T, R, F>(name, self)
+    }
+}
+
+impl<T, R, F> AnonymiserFn<T, ByContextAndValue<R>> for F
+where
+    T: for<'r> sqlx::Decode<'r, sqlx::Postgres> + sqlx::Type<sqlx::Postgres> + 'static,
+    R: Into<AnonymisedValue> + 'static,
+    F: Fn(&AnonymiseContext<'_>, &T) -> R + Send + Sync + 'static,
+{
+    fn into_anonymiser(self, name: String) -> CustomAnonymiser {
+        CustomAnonymiser::with_context::<T, R, F>(name, self)
+    }
+}
+
+impl<T, R, F> AnonymiserFn<T, ByRun<R>> for F
+where
+    R: Into<AnonymisedValue> + 'static,
+    F: Fn(&AnonymiseContext<'_>) -> R + Send + Sync + 'static,
+{
+    fn into_anonymiser(self, name: String) -> CustomAnonymiser {
+        CustomAnonymiser::per_run(name, self)
+    }
 }
 
 impl CustomAnonymiser {
-    /// Wraps a typed function `fn(&T) -> R`.
+    /// Per row, from the original value: `fn(&T) -> R`.
     pub fn new<T, R, F>(name: impl Into<String>, f: F) -> Self
     where
         T: for<'r> sqlx::Decode<'r, sqlx::Postgres> + sqlx::Type<sqlx::Postgres> + 'static,
         R: Into<AnonymisedValue>,
         F: Fn(&T) -> R + Send + Sync + 'static,
     {
+        Self::with_context::<T, R, _>(name, move |_: &AnonymiseContext<'_>, v: &T| f(v))
+    }
+
+    /// Per row, from the original value and the row's context (entity,
+    /// column, tenant, the run's `now`, the record id):
+    /// `fn(&AnonymiseContext, &T) -> R`.
+    pub fn with_context<T, R, F>(name: impl Into<String>, f: F) -> Self
+    where
+        T: for<'r> sqlx::Decode<'r, sqlx::Postgres> + sqlx::Type<sqlx::Postgres> + 'static,
+        R: Into<AnonymisedValue>,
+        F: Fn(&AnonymiseContext<'_>, &T) -> R + Send + Sync + 'static,
+    {
         Self {
             name: name.into(),
-            inner: Arc::new(TypedAnonymiser {
+            mode: Mode::PerRow(Arc::new(TypedAnonymiser {
                 f,
                 _marker: std::marker::PhantomData,
-            }),
+            })),
         }
+    }
+
+    /// Once per run and column, from the run's context (its `record_id`
+    /// is `None`): `fn(&AnonymiseContext) -> R`. The value is applied to
+    /// every row of the run in SQL, so no row is read into Rust for it.
+    pub fn per_run<R, F>(name: impl Into<String>, f: F) -> Self
+    where
+        R: Into<AnonymisedValue>,
+        F: Fn(&AnonymiseContext<'_>) -> R + Send + Sync + 'static,
+    {
+        Self {
+            name: name.into(),
+            mode: Mode::PerRun(Arc::new(move |cx: &AnonymiseContext<'_>| f(cx).into())),
+        }
+    }
+
+    /// The anonymiser of `f`, whichever of the three shapes it has (what
+    /// the derive's `with = f` calls).
+    #[doc(hidden)]
+    pub fn from_fn<T, M, F: AnonymiserFn<T, M>>(name: impl Into<String>, f: F) -> Self {
+        f.into_anonymiser(name.into())
     }
 
     /// The anonymiser's name (the function path, for messages and audit).
@@ -181,13 +311,31 @@ impl CustomAnonymiser {
         &self.name
     }
 
-    /// Runs it on a row that was read from the entity's table.
+    /// Whether it is computed once per run ([`CustomAnonymiser::per_run`]).
+    pub fn is_per_run(&self) -> bool {
+        matches!(self.mode, Mode::PerRun(_))
+    }
+
+    /// Runs a per-row anonymiser on a row read from the entity's table
+    /// (`cx.column` names the column).
     pub(crate) fn apply(
         &self,
+        cx: &AnonymiseContext<'_>,
         row: &sqlx::postgres::PgRow,
-        column: &str,
     ) -> Result<AnonymisedValue, sqlx::Error> {
-        self.inner.anonymise(row, column)
+        match &self.mode {
+            Mode::PerRow(f) => f.anonymise(cx, row),
+            Mode::PerRun(f) => Ok(f(cx)),
+        }
+    }
+
+    /// Computes a per-run anonymiser's value for one run (`None` for a
+    /// per-row one).
+    pub(crate) fn once(&self, cx: &AnonymiseContext<'_>) -> Option<AnonymisedValue> {
+        match &self.mode {
+            Mode::PerRun(f) => Some(f(cx)),
+            Mode::PerRow(_) => None,
+        }
     }
 }
 
@@ -195,13 +343,19 @@ impl fmt::Debug for CustomAnonymiser {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CustomAnonymiser")
             .field("name", &self.name)
+            .field("per_run", &self.is_per_run())
             .finish_non_exhaustive()
     }
 }
 
 impl PartialEq for CustomAnonymiser {
     fn eq(&self, other: &Self) -> bool {
-        self.name == other.name && Arc::ptr_eq(&self.inner, &other.inner)
+        self.name == other.name
+            && match (&self.mode, &other.mode) {
+                (Mode::PerRow(a), Mode::PerRow(b)) => Arc::ptr_eq(a, b),
+                (Mode::PerRun(a), Mode::PerRun(b)) => Arc::ptr_eq(a, b),
+                _ => false,
+            }
     }
 }
 
@@ -222,7 +376,9 @@ pub enum AnonymiseMethod {
     /// Replace with a one-way hash of the original value (text columns),
     /// computed in SQL from the row's own value.
     Hash,
-    /// Replace with the output of a Rust function.
+    /// Replace with the output of a Rust function: per row (from the
+    /// original value, optionally with its context) or once per run (see
+    /// [`CustomAnonymiser`]).
     Custom(CustomAnonymiser),
 }
 
@@ -514,6 +670,12 @@ impl EntityDeclaration {
     /// The declared origin.
     pub fn declared_origin(&self) -> &Origin {
         &self.origin
+    }
+
+    /// The anonymised columns and how each is scrubbed, in declaration
+    /// order.
+    pub fn anonymised(&self) -> &[(String, AnonymiseMethod)] {
+        &self.anonymise
     }
 }
 

@@ -9,9 +9,11 @@ mod key;
 
 pub(crate) use declaration::render_literal;
 pub use declaration::{
-    AnonymiseMethod, AnonymisedValue, CustomAnonymiser, DeclaredColumn, EntityDeclaration, Marker,
-    Origin, Partitions, Retained, SubjectDeclaration,
+    AnonymiseContext, AnonymiseMethod, AnonymisedValue, AnonymiserFn, CustomAnonymiser,
+    DeclaredColumn, EntityDeclaration, Marker, Origin, Partitions, Retained, SubjectDeclaration,
 };
+#[doc(hidden)]
+pub use declaration::{ByContextAndValue, ByRun, ByValue};
 pub(crate) use descriptor::{parse_entity_id, resolve, Resolved};
 pub use descriptor::{
     AnonymisedColumn, Conventions, EntityDescriptor, ExemptEntity, Resolution, SubjectColumn,

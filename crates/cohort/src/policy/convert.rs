@@ -299,6 +299,9 @@ pub(super) fn category(c: &RawCategory) -> std::result::Result<Built, Vec<String
     let mut overrides = Vec::new();
     for (i, o) in c.overrides.iter().enumerate() {
         let mut local = Vec::new();
+        if o.tag.as_deref().is_some_and(|t| t.trim().is_empty()) {
+            local.push("tag must not be empty".to_owned());
+        }
         let os = match &o.strategy {
             Some(_) => strategy(&o.strategy, &mut local),
             None => s,
@@ -317,6 +320,7 @@ pub(super) fn category(c: &RawCategory) -> std::result::Result<Built, Vec<String
                 overrides.push(RuleOverride {
                     tenant: o.tenant.clone(),
                     jurisdiction: o.jurisdiction.clone(),
+                    tag: o.tag.as_deref().map(|t| t.trim().to_owned()),
                     rule,
                 });
             }

@@ -149,6 +149,7 @@ pub(super) struct RawCategory {
 pub(super) struct RawOverride {
     pub(super) tenant: Option<String>,
     pub(super) jurisdiction: Option<String>,
+    pub(super) tag: Option<String>,
     pub(super) strategy: Option<String>,
     pub(super) period: Option<Period>,
     pub(super) legal_min: Option<Period>,

@@ -120,6 +120,11 @@ impl PolicyFile {
             .build()
             .map_err(|ps| problems.extend(ps.into_iter().map(|p| p.to_string())))
             .ok();
+        for t in &raw.tenant {
+            if t.tags.iter().any(|tag| tag.trim().is_empty()) {
+                problems.push(format!("[[tenant]] {:?}: a tag must not be empty", t.id));
+            }
+        }
         if !raw.tenant.is_empty() && raw.tenants_query.is_some() {
             problems.push("give either [[tenant]] entries or tenants_query, not both".into());
         }
@@ -135,8 +140,8 @@ impl PolicyFile {
                 .tenant
                 .into_iter()
                 .map(|t| TenantEntry {
-                    id: t.id,
-                    jurisdiction: t.jurisdiction,
+                    tags: crate::tenants::normalise_tags(t.tags.into_iter()),
+                    ..t
                 })
                 .collect(),
             tenants_query: raw.tenants_query,

@@ -54,11 +54,15 @@ impl TenantIdentity {
 
 /// Who a rule is being resolved for.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct TenantContext {
     /// The tenant's canonical id; `None` for the tenantless pass.
     pub tenant_id: Option<String>,
     /// The tenant's jurisdiction, when the tenant source knows it (e.g. `"EU"`).
     pub jurisdiction: Option<String>,
+    /// The tenant's tags, as the tenant source lists them (e.g. `"vip"`,
+    /// `"healthcare"`); empty when it lists none.
+    pub tags: Vec<String>,
     /// How tenant spellings compare (set by Cohort from the tenant
     /// columns' type); providers match tenant ids with [`TenantContext::is`].
     pub identity: TenantIdentity,
@@ -76,6 +80,7 @@ impl TenantContext {
         Self {
             tenant_id: Some(id.into()),
             jurisdiction: None,
+            tags: Vec::new(),
             identity: TenantIdentity::Exact,
         }
     }
@@ -98,10 +103,26 @@ impl TenantContext {
         self.jurisdiction = Some(jurisdiction.into());
         self
     }
+
+    /// Sets the tags.
+    pub fn with_tags<I, S>(mut self, tags: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.tags = tags.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Whether the tenant carries `tag` (compared exactly).
+    pub fn has_tag(&self, tag: &str) -> bool {
+        self.tags.iter().any(|t| t == tag)
+    }
 }
 
 /// Everything a provider may use to pick a rule.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ResolutionContext {
     /// The category asked for (the entity's declared category).
     pub category: String,
@@ -160,13 +181,16 @@ pub trait RuleProvider: Send + Sync + 'static {
     }
 }
 
-/// A tenant- or jurisdiction-specific variation of a category's rule.
+/// A tenant-, jurisdiction- or tag-specific variation of a category's rule;
+/// it applies when every condition it names holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RuleOverride {
     /// Applies to this tenant id only.
     pub tenant: Option<String>,
     /// Applies to tenants of this jurisdiction only.
     pub jurisdiction: Option<String>,
+    /// Applies to tenants carrying this tag only.
+    pub tag: Option<String>,
     /// The rule used when the override matches.
     pub rule: RetentionRule,
 }
@@ -178,7 +202,8 @@ impl RuleOverride {
             .jurisdiction
             .as_ref()
             .is_none_or(|j| tenant.jurisdiction.as_deref() == Some(j.as_str()));
-        tenant_ok && jurisdiction_ok
+        let tag_ok = self.tag.as_ref().is_none_or(|t| tenant.has_tag(t));
+        tenant_ok && jurisdiction_ok && tag_ok
     }
 }
 
@@ -211,7 +236,7 @@ pub enum StaticProviderError {
         strategy: Strategy,
     },
     /// An override that matches nothing.
-    #[error("an override of category {0:?} names neither a tenant nor a jurisdiction")]
+    #[error("an override of category {0:?} names no tenant, jurisdiction or tag")]
     EmptyOverride(String),
 }
 
@@ -287,7 +312,7 @@ impl StaticRuleProviderBuilder {
             {
                 if overrides
                     .iter()
-                    .any(|o| o.tenant.is_none() && o.jurisdiction.is_none())
+                    .any(|o| o.tenant.is_none() && o.jurisdiction.is_none() && o.tag.is_none())
                 {
                     problems.push(StaticProviderError::EmptyOverride(name.clone()));
                 }
@@ -429,16 +454,19 @@ mod tests {
                     RuleOverride {
                         tenant: Some("t2".into()),
                         jurisdiction: None,
+                        tag: None,
                         rule: rule(90, Strategy::Anonymise),
                     },
                     RuleOverride {
                         tenant: None,
                         jurisdiction: Some("EU".into()),
+                        tag: None,
                         rule: rule(10, Strategy::Purge),
                     },
                     RuleOverride {
                         tenant: Some("t2".into()),
                         jurisdiction: None,
+                        tag: None,
                         rule: rule(1, Strategy::Purge),
                     },
                 ],
@@ -522,6 +550,7 @@ mod tests {
                 vec![RuleOverride {
                     tenant: None,
                     jurisdiction: None,
+                    tag: None,
                     rule: rule(1, Strategy::SoftDelete),
                 }],
                 Some(CategoryCapabilities::only(Strategy::Purge)),

@@ -6,8 +6,9 @@ use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, Row};
 
 use super::capture::{capture, custom_values, dead_letter_skipped_rows, enqueue};
-use super::work::{bind_all, stop_from, RunCtx, Stop, Work};
+use super::work::{bind_all, stop_from, RunCtx, RunParam, Stop, Work};
 use super::EntityOutcome;
+use crate::model::AnonymiseContext;
 use crate::observer::AuditEvent;
 use crate::rules::AuditDetail;
 use crate::rules::Strategy;
@@ -123,7 +124,15 @@ pub(super) async fn batches(
         }
         let is_left = |record: &str| captured.as_ref().is_some_and(|c| c.is_failed(record));
         let custom = if computes && !keys.is_empty() {
-            Some(custom_values(plan, key_type, &rows, is_left)?)
+            let scope = AnonymiseContext {
+                entity: &e.name,
+                entity_id: e.id,
+                column: "",
+                tenant: ctx.spec.tenant.as_deref(),
+                now: ctx.spec.now,
+                record_id: None,
+            };
+            Some(custom_values(plan, &scope, key_type, &rows, is_left)?)
         } else {
             None
         };
@@ -165,8 +174,11 @@ pub(super) async fn batches(
             }
         };
         if strategy == Strategy::Anonymise {
-            for literal in &work.literals {
-                mutate = mutate.bind(literal.clone());
+            for value in &work.literals {
+                mutate = match value {
+                    RunParam::Text(text) => mutate.bind(text.clone()),
+                    RunParam::Json(object) => mutate.bind(object.clone()),
+                };
             }
         }
         if let Some(values) = custom_json {

@@ -202,6 +202,7 @@ pub(super) async fn enqueue(
 /// new values by column.
 pub(super) fn custom_values(
     plan: &EntityPlan,
+    scope: &crate::model::AnonymiseContext<'_>,
     key_type: crate::sql::KeyType,
     rows: &[sqlx::postgres::PgRow],
     left: impl Fn(&str) -> bool,
@@ -210,13 +211,19 @@ pub(super) fn custom_values(
     let mut objects = Vec::with_capacity(rows.len());
     for row in rows {
         let key = key_type.decode(row, 0).map_err(stop_from)?;
-        if left(&key.canonical()) {
+        let record = key.canonical();
+        if left(&record) {
             continue;
         }
         ordered.push(key);
         let mut object = serde_json::Map::new();
         for (column, anonymiser) in &plan.custom {
-            let value = anonymiser.apply(row, column).map_err(|err| {
+            let cx = crate::model::AnonymiseContext {
+                column,
+                record_id: Some(&record),
+                ..*scope
+            };
+            let value = anonymiser.apply(&cx, row).map_err(|err| {
                 Stop::Entity(Diagnostic::capture(
                     "anonymiser",
                     Some("decode".into()),

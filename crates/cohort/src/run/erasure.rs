@@ -77,7 +77,11 @@ pub(crate) async fn erase(cx: &Context, req: ErasureRequest) -> Result<ErasureRe
     let ready = cx.prepared().await?;
     check_now(cx, req.now, !req.dry_run, req.allow_future_now).await?;
     let pass = tenant_keys(&ready, req.tenant.as_deref())?;
-    let jurisdiction = ready.jurisdiction(pass.tenant.as_deref(), req.jurisdiction.as_deref())?;
+    let tenant_facts = ready.tenant_facts(
+        pass.tenant.as_deref(),
+        req.jurisdiction.as_deref(),
+        req.tags.as_deref(),
+    )?;
     let scope = &req.scope;
     if scope.subject.trim().is_empty() {
         return Err(Error::InvalidInput("an erasure needs a subject".into()));
@@ -150,7 +154,7 @@ pub(crate) async fn erase(cx: &Context, req: ErasureRequest) -> Result<ErasureRe
             &ready,
             e,
             pass.tenant.as_deref(),
-            jurisdiction.as_deref(),
+            &tenant_facts,
             req.now,
         )
         .await
@@ -205,6 +209,7 @@ pub(crate) async fn erase(cx: &Context, req: ErasureRequest) -> Result<ErasureRe
             mutate_args: values,
             literals: super::sweep::render_literals(
                 &ready.plans[&e.id],
+                e,
                 req.now,
                 pass.tenant.as_deref(),
             ),

@@ -29,6 +29,7 @@ pub use crate::outcome::{
 pub struct SweepRequest {
     pub(crate) tenant: Option<String>,
     pub(crate) jurisdiction: Option<String>,
+    pub(crate) tags: Option<Vec<String>>,
     pub(crate) now: DateTime<Utc>,
     pub(crate) dry_run: bool,
     pub(crate) trigger: Trigger,
@@ -65,6 +66,7 @@ impl SweepRequest {
         Self {
             tenant,
             jurisdiction: None,
+            tags: None,
             now,
             dry_run: false,
             trigger: Trigger::Manual,
@@ -83,6 +85,19 @@ impl SweepRequest {
     /// The tenant's jurisdiction, passed to the rule provider.
     pub fn jurisdiction(mut self, jurisdiction: impl Into<String>) -> Self {
         self.jurisdiction = Some(jurisdiction.into());
+        self
+    }
+
+    /// The tenant's tags, passed to the rule provider (a tenant listed in
+    /// the directory has its listed tags unless the request gives its own).
+    pub fn tags<I, S>(mut self, tags: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.tags = Some(crate::tenants::normalise_tags(
+            tags.into_iter().map(Into::into),
+        ));
         self
     }
 
@@ -108,6 +123,7 @@ impl SweepRequest {
 pub struct PreviewRequest {
     pub(crate) tenant: Option<String>,
     pub(crate) jurisdiction: Option<String>,
+    pub(crate) tags: Option<Vec<String>>,
     pub(crate) now: DateTime<Utc>,
 }
 
@@ -117,6 +133,7 @@ impl PreviewRequest {
         Self {
             tenant: Some(tenant.into()),
             jurisdiction: None,
+            tags: None,
             now: crate::run::logical_now(now),
         }
     }
@@ -126,6 +143,7 @@ impl PreviewRequest {
         Self {
             tenant: None,
             jurisdiction: None,
+            tags: None,
             now: crate::run::logical_now(now),
         }
     }
@@ -133,6 +151,19 @@ impl PreviewRequest {
     /// The tenant's jurisdiction, passed to the rule provider.
     pub fn jurisdiction(mut self, jurisdiction: impl Into<String>) -> Self {
         self.jurisdiction = Some(jurisdiction.into());
+        self
+    }
+
+    /// The tenant's tags, passed to the rule provider (a tenant listed in
+    /// the directory has its listed tags unless the request gives its own).
+    pub fn tags<I, S>(mut self, tags: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.tags = Some(crate::tenants::normalise_tags(
+            tags.into_iter().map(Into::into),
+        ));
         self
     }
 }

@@ -94,8 +94,8 @@ pub enum PassOutcome {
 pub struct SweepAllResult {
     /// Every pass that was attempted (passes after a cancellation are not).
     pub passes: Vec<PassOutcome>,
-    /// Tenants listed more than once with different jurisdictions (the
-    /// first listing won).
+    /// Tenants listed more than once with different jurisdictions or tags
+    /// (the first listing won), each named once.
     pub conflicting_duplicates: Vec<String>,
 }
 
@@ -143,12 +143,13 @@ impl std::fmt::Display for UnusableTenant {
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub struct TenantDiscovery {
-    /// Each tenant once, as first listed, with the first listing's jurisdiction.
+    /// Each tenant once, as first listed, with the first listing's
+    /// jurisdiction and tags.
     pub tenants: Vec<TenantEntry>,
     /// Rows that could not be tenants; each fails only its own pass.
     pub unusable: Vec<UnusableTenant>,
-    /// Tenants listed more than once with different jurisdictions (the
-    /// first listing won).
+    /// Tenants listed more than once with different jurisdictions or tags
+    /// (the first listing won), each named once.
     pub conflicting_duplicates: Vec<String>,
     /// Rows read in all, duplicates and unusable ones included.
     pub rows: u64,
@@ -161,6 +162,8 @@ pub struct TenantDiscovery {
 struct Dedup {
     identity: crate::rules::TenantIdentity,
     first: std::collections::HashMap<String, usize>,
+    /// Tenants already reported as conflicting (one warning each).
+    warned: std::collections::HashSet<String>,
     out: TenantDiscovery,
 }
 
@@ -169,6 +172,7 @@ impl Dedup {
         Self {
             identity,
             first: std::collections::HashMap::new(),
+            warned: std::collections::HashSet::new(),
             out: TenantDiscovery::default(),
         }
     }
@@ -190,8 +194,9 @@ impl Dedup {
         match self.first.entry(canonical) {
             std::collections::hash_map::Entry::Occupied(seen) => {
                 let first = &self.out.tenants[*seen.get()];
-                if first.jurisdiction != entry.jurisdiction {
-                    tracing::warn!(tenant = %entry.id, "tenant listed twice with different jurisdictions; the first listing wins");
+                if !first.agrees_with(&entry) && !self.warned.contains(seen.key()) {
+                    tracing::warn!(tenant = %entry.id, "tenant listed twice with different jurisdictions or tags; the first listing wins");
+                    self.warned.insert(seen.key().clone());
                     self.out.conflicting_duplicates.push(entry.id);
                 }
             }
@@ -238,17 +243,19 @@ pub(crate) async fn discover(cx: &Context, source: &TenantSource) -> Result<Tena
 }
 
 /// One row of a tenants query: the id in the tenant column's own type or
-/// text, then an optional text jurisdiction. `Err(Error)` when the query's
-/// shape is wrong (every row would be); `Ok(Err(reason))` when only this
-/// row cannot be a tenant.
+/// text, then an optional text jurisdiction, then optional tags (`text[]`
+/// or comma-separated text). `Err(Error)` when the query's shape is wrong
+/// (every row would be); `Ok(Err(reason))` when only this row cannot be a
+/// tenant.
 fn tenant_row(row: &sqlx::postgres::PgRow) -> Result<std::result::Result<TenantEntry, String>> {
     use sqlx::{Column, TypeInfo, ValueRef};
     let columns = row.len();
-    if !(1..=2).contains(&columns) {
+    if !(1..=3).contains(&columns) {
         return Err(Error::InvalidInput(format!(
-            "tenants_query must return one or two columns (tenant id, then jurisdiction), not {columns}"
+            "tenants_query must return one to three columns (tenant id, then jurisdiction, then tags), not {columns}"
         )));
     }
+    let type_of = |i: usize| row.columns()[i].type_info().name().to_ascii_lowercase();
     if row.try_get_raw(0).is_ok_and(|v| v.is_null()) {
         return Ok(Err("its tenant id is NULL".into()));
     }
@@ -261,30 +268,54 @@ fn tenant_row(row: &sqlx::postgres::PgRow) -> Result<std::result::Result<TenantE
     else {
         return Ok(Err(format!(
             "its tenant id is of type {}; expected uuid, an integer or text",
-            row.columns()[0].type_info().name().to_ascii_lowercase()
+            type_of(0)
         )));
     };
-    let jurisdiction = if columns == 2 {
+    let mut entry = TenantEntry::new(id);
+    if columns >= 2 {
         match row.try_get::<Option<String>, _>(1) {
-            Ok(j) => j,
+            Ok(j) => entry.jurisdiction = j,
             Err(_) => {
                 return Ok(Err(format!(
                     "its jurisdiction (the second column) is of type {}; expected text",
-                    row.columns()[1].type_info().name().to_ascii_lowercase()
+                    type_of(1)
                 )))
             }
         }
-    } else {
-        None
-    };
-    Ok(Ok(TenantEntry { id, jurisdiction }))
+    }
+    if columns == 3 {
+        let tags = row
+            .try_get::<Option<Vec<Option<String>>>, _>(2)
+            .map(|list| {
+                list.unwrap_or_default()
+                    .into_iter()
+                    .flatten()
+                    .collect::<Vec<String>>()
+            })
+            .or_else(|_| {
+                row.try_get::<Option<String>, _>(2).map(|text| {
+                    text.map(|t| t.split(',').map(str::to_owned).collect())
+                        .unwrap_or_default()
+                })
+            });
+        match tags {
+            Ok(tags) => entry.tags = crate::tenants::normalise_tags(tags.into_iter()),
+            Err(_) => {
+                return Ok(Err(format!(
+                    "its tags (the third column) are of type {}; expected text[] or comma-separated text",
+                    type_of(2)
+                )))
+            }
+        }
+    }
+    Ok(Ok(entry))
 }
 
 /// One pass of an all-tenants operation, in order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Pass {
-    /// A tenant with its jurisdiction.
-    Tenant(String, Option<String>),
+    /// A tenant with its jurisdiction and tags.
+    Tenant(TenantEntry),
     /// A row of the tenant source that cannot be a tenant, or no tenant at
     /// all while there are tenant-scoped entities: fails only itself.
     Unusable {
@@ -334,9 +365,10 @@ pub(crate) struct PassList {
 /// (`None` for a pass that cannot run).
 pub(crate) fn pass_request(pass: &Pass, now: DateTime<Utc>) -> Option<SweepRequest> {
     match pass {
-        Pass::Tenant(t, j) => {
-            let mut r = SweepRequest::tenanted(t.clone(), now);
-            r.jurisdiction = j.clone();
+        Pass::Tenant(t) => {
+            let mut r = SweepRequest::tenanted(t.id.clone(), now);
+            r.jurisdiction = t.jurisdiction.clone();
+            r.tags = Some(t.tags.clone());
             Some(r)
         }
         Pass::Tenantless => Some(SweepRequest::tenantless(now)),
@@ -365,7 +397,7 @@ pub(crate) async fn pass_list(
         while let Some(u) = unusable.next_if(|u| u.position < at) {
             passes.push(Pass::unusable(u));
         }
-        passes.push(Pass::Tenant(t.id, t.jurisdiction));
+        passes.push(Pass::Tenant(t));
     }
     passes.extend(unusable.map(Pass::unusable));
     if tenantless {
@@ -448,8 +480,8 @@ pub struct PreviewAllResult {
     /// Each pass: its counts, or why it could not be previewed (a tenant
     /// that cannot be one, a rule that could not be resolved for all).
     pub passes: Vec<std::result::Result<super::PreviewResult, PassFailure>>,
-    /// Tenants listed more than once with different jurisdictions (the
-    /// first listing won).
+    /// Tenants listed more than once with different jurisdictions or tags
+    /// (the first listing won), each named once.
     pub conflicting_duplicates: Vec<String>,
 }
 
@@ -464,9 +496,10 @@ pub(crate) async fn preview_all(cx: &Context, req: PreviewAllRequest) -> Result<
     };
     for pass in list.passes {
         let preview = match &pass {
-            Pass::Tenant(t, j) => {
-                let mut r = super::PreviewRequest::tenanted(t.clone(), req.now);
-                r.jurisdiction = j.clone();
+            Pass::Tenant(t) => {
+                let mut r = super::PreviewRequest::tenanted(t.id.clone(), req.now);
+                r.jurisdiction = t.jurisdiction.clone();
+                r.tags = Some(t.tags.clone());
                 r
             }
             Pass::Tenantless => super::PreviewRequest::tenantless(req.now),

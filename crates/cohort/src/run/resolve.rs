@@ -63,14 +63,16 @@ pub(crate) async fn rule_for(
     ready: &Prepared,
     e: &EntityDescriptor,
     tenant: Option<&str>,
-    jurisdiction: Option<&str>,
+    facts: &crate::tenants::TenantFacts,
     now: DateTime<Utc>,
 ) -> std::result::Result<RetentionRule, Diagnostic> {
     let mut tenant_ctx = match tenant {
-        Some(t) => TenantContext::tenant(t).with_identity(ready.model.tenant_identity()),
+        Some(t) => TenantContext::tenant(t)
+            .with_identity(ready.model.tenant_identity())
+            .with_tags(facts.tags.iter().cloned()),
         None => TenantContext::tenantless(),
     };
-    if let Some(j) = jurisdiction {
+    if let Some(j) = &facts.jurisdiction {
         tenant_ctx = tenant_ctx.with_jurisdiction(j);
     }
     let ctx = ResolutionContext::new(&e.category, tenant_ctx, now);

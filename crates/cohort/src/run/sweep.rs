@@ -6,14 +6,14 @@ use chrono::{DateTime, Utc};
 use super::counts::{counts, outcome};
 use super::executor::execute;
 use super::resolve::{check_now, rule_for, tenant_keys};
-use super::work::{Arg, RunSpec, Work};
+use super::work::{Arg, RunParam, RunSpec, Work};
 use super::{failure, PreviewRequest, PreviewResult, RunKind, SweepRequest, SweepResult};
 use crate::context::{Context, Prepared};
 use crate::diagnostic::Diagnostic;
 use crate::error::Result;
 use crate::model::EntityDescriptor;
 use crate::rules::RetentionRule;
-use crate::sql::KeyValue;
+use crate::sql::{KeyValue, RunValue};
 
 /// The sweep's work for one entity.
 fn sweep_work<'a>(
@@ -48,7 +48,7 @@ fn sweep_work<'a>(
         mutate_count: plan.mutate_count.get(&strategy).cloned(),
         mutate_audited: plan.mutate_audited.get(&strategy).cloned(),
         mutate_args,
-        literals: render_literals(plan, now, tenant.map(|t| t.canonical()).as_deref()),
+        literals: render_literals(plan, e, now, tenant.map(|t| t.canonical()).as_deref()),
         counts: plan.counts[&strategy].clone(),
         counts_after: plan.counts_after.get(&strategy).cloned(),
         count_args,
@@ -56,23 +56,47 @@ fn sweep_work<'a>(
     })
 }
 
-/// The plan's anonymise literals rendered for one run (validated, so a
-/// template always renders).
+/// The plan's values computed once per run: literal templates rendered
+/// (validated, so a template always renders) and per-run anonymisers
+/// called, once each.
 pub(super) fn render_literals(
     plan: &crate::sql::EntityPlan,
+    e: &crate::model::EntityDescriptor,
     now: DateTime<Utc>,
     tenant: Option<&str>,
-) -> Vec<String> {
+) -> Vec<RunParam> {
     plan.literals
         .iter()
-        .map(|t| crate::model::render_literal(t, now, tenant).unwrap_or_else(|_| t.clone()))
+        .map(|v| match v {
+            RunValue::Template(t) => RunParam::Text(
+                crate::model::render_literal(t, now, tenant).unwrap_or_else(|_| t.clone()),
+            ),
+            RunValue::PerRun(column, anonymiser) => {
+                let cx = crate::model::AnonymiseContext {
+                    entity: &e.name,
+                    entity_id: e.id,
+                    column,
+                    tenant,
+                    now,
+                    record_id: None,
+                };
+                let value = anonymiser.once(&cx).expect("a per-run anonymiser");
+                let mut object = serde_json::Map::new();
+                object.insert(column.clone(), value.into_json());
+                RunParam::Json(serde_json::Value::Object(object))
+            }
+        })
         .collect()
 }
 
 pub(crate) async fn preview(cx: &Context, req: PreviewRequest) -> Result<PreviewResult> {
     let ready = cx.prepared().await?;
     let pass = tenant_keys(&ready, req.tenant.as_deref())?;
-    let jurisdiction = ready.jurisdiction(pass.tenant.as_deref(), req.jurisdiction.as_deref())?;
+    let facts = ready.tenant_facts(
+        pass.tenant.as_deref(),
+        req.jurisdiction.as_deref(),
+        req.tags.as_deref(),
+    )?;
     let mut conn = cx.pool.acquire().await?;
     let mut result = PreviewResult {
         tenant: pass.tenant.clone(),
@@ -81,16 +105,9 @@ pub(crate) async fn preview(cx: &Context, req: PreviewRequest) -> Result<Preview
     };
     let batch = i64::from(cx.config.sweep_batch_size);
     for e in pass.entities {
-        let work = match rule_for(
-            cx,
-            &ready,
-            e,
-            result.tenant.as_deref(),
-            jurisdiction.as_deref(),
-            req.now,
-        )
-        .await
-        .and_then(|rule| sweep_work(&ready, e, rule, req.now, pass.keys.get(&e.id), batch))
+        let work = match rule_for(cx, &ready, e, result.tenant.as_deref(), &facts, req.now)
+            .await
+            .and_then(|rule| sweep_work(&ready, e, rule, req.now, pass.keys.get(&e.id), batch))
         {
             Ok(w) => w,
             Err(d) => {
@@ -121,21 +138,18 @@ pub(crate) async fn sweep(cx: &Context, req: SweepRequest) -> Result<SweepResult
     let ready = cx.prepared().await?;
     check_now(cx, req.now, !req.dry_run, req.allow_future_now).await?;
     let pass = tenant_keys(&ready, req.tenant.as_deref())?;
-    let jurisdiction = ready.jurisdiction(pass.tenant.as_deref(), req.jurisdiction.as_deref())?;
+    let facts = ready.tenant_facts(
+        pass.tenant.as_deref(),
+        req.jurisdiction.as_deref(),
+        req.tags.as_deref(),
+    )?;
     let batch = i64::from(cx.config.sweep_batch_size);
     let mut works = Vec::new();
     for e in &pass.entities {
-        let work = rule_for(
-            cx,
-            &ready,
-            e,
-            pass.tenant.as_deref(),
-            jurisdiction.as_deref(),
-            req.now,
-        )
-        .await
-        .and_then(|rule| sweep_work(&ready, e, rule, req.now, pass.keys.get(&e.id), batch))
-        .map_err(|d| failure(e.id, &e.name, &d));
+        let work = rule_for(cx, &ready, e, pass.tenant.as_deref(), &facts, req.now)
+            .await
+            .and_then(|rule| sweep_work(&ready, e, rule, req.now, pass.keys.get(&e.id), batch))
+            .map_err(|d| failure(e.id, &e.name, &d));
         works.push(work);
     }
     execute(

@@ -76,7 +76,7 @@ pub(crate) struct Work<'a> {
     pub(crate) mutate_args: Vec<Arg>,
     /// The anonymise literals, rendered for this run (its `now`, its
     /// tenant), bound after the keys: computed once, applied in SQL.
-    pub(crate) literals: Vec<String>,
+    pub(crate) literals: Vec<RunParam>,
     /// Returns `eligible`, `held`, `null_anchor`.
     pub(crate) counts: SqlText,
     /// `counts` after a real run, through the active holds' keys (bound
@@ -116,6 +116,15 @@ impl Work<'_> {
             count_args: self.count_args.clone(),
         }
     }
+}
+
+/// A value of the anonymise statement computed for this run.
+#[derive(Debug, Clone)]
+pub(crate) enum RunParam {
+    /// A rendered literal.
+    Text(String),
+    /// A per-run anonymiser's value: `{column: value}`.
+    Json(serde_json::Value),
 }
 
 /// What a run is, apart from its entities.

@@ -80,11 +80,25 @@ pub(crate) struct EntityPlan {
     /// `is_held` at a given time (`$4`): a hold created by then and
     /// neither released nor expired by then.
     pub(crate) is_held_at: SqlText,
-    /// Literal values bound after `$2` by the anonymise statement.
-    pub(crate) literals: Vec<String>,
+    /// Values computed once per run and bound after `$2` by the anonymise
+    /// statement, in declaration order: literal templates and per-run
+    /// custom anonymisers.
+    pub(crate) literals: Vec<RunValue>,
     /// Custom anonymisers, in parameter order: (column, anonymiser).
     pub(crate) custom: Vec<(String, CustomAnonymiser)>,
 }
+/// A value of the anonymise statement computed once per run.
+#[derive(Debug, Clone)]
+pub(crate) enum RunValue {
+    /// A literal's template (rendered with the run's `now` and tenant),
+    /// bound as text.
+    Template(String),
+    /// A per-run custom anonymiser of this column, bound as a JSON object
+    /// holding the column's new value (converted to the column's type by
+    /// PostgreSQL, as per-row values are).
+    PerRun(String, CustomAnonymiser),
+}
+
 impl EntityPlan {
     /// Parameters the anonymise statement binds after the keys (`$2`):
     /// literals, then the JSON array of values computed in Rust (custom
@@ -135,7 +149,10 @@ impl EntityPlan {
         // Anonymise's parameters are fixed by the entity, whatever the strategy.
         for a in &e.anonymise {
             match &a.method {
-                AnonymiseMethod::Literal(v) => plan.literals.push(v.clone()),
+                AnonymiseMethod::Literal(v) => plan.literals.push(RunValue::Template(v.clone())),
+                AnonymiseMethod::Custom(c) if c.is_per_run() => plan
+                    .literals
+                    .push(RunValue::PerRun(a.column.clone(), c.clone())),
                 // Hashed in Rust (HMAC-SHA256 under the configured key), like a
                 // custom anonymiser: the key never reaches the server, its
                 // statements or its logs.
@@ -298,6 +315,17 @@ impl EntityPlan {
                             }
                             AnonymiseMethod::Literal(_) => {
                                 m.param(next_literal);
+                                next_literal += 1;
+                            }
+                            AnonymiseMethod::Custom(c) if c.is_per_run() => {
+                                // Computed once per run: one JSON object for
+                                // the whole batch, converted like per-row values.
+                                m.push("(pg_catalog.jsonb_populate_record(NULL::")
+                                    .table(table)
+                                    .push(", ")
+                                    .param(next_literal)
+                                    .push("::jsonb)).")
+                                    .ident(&a.column);
                                 next_literal += 1;
                             }
                             AnonymiseMethod::Custom(_) | AnonymiseMethod::Hash => {

@@ -44,7 +44,7 @@ pub(crate) mod statement;
 pub(crate) mod tables;
 pub(crate) mod worker;
 
-pub(crate) use entity::EntityPlan;
+pub(crate) use entity::{EntityPlan, RunValue};
 pub(crate) use erasure::ErasurePlan;
 pub(crate) use fragments::{hold_exists, Casts};
 pub(crate) use key::{bind_array, BindKey, DecodeKey, IncomingKey, KeyType, KeyValue};

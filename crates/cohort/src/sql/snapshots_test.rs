@@ -21,6 +21,14 @@ fn mask(v: &String) -> String {
 }
 
 fn descriptor(tenanted: bool, custom: bool) -> EntityDescriptor {
+    descriptor_with(tenanted, custom, false)
+}
+
+fn stamp(cx: &crate::model::AnonymiseContext<'_>) -> String {
+    format!("erased {}", cx.now)
+}
+
+fn descriptor_with(tenanted: bool, custom: bool, per_run: bool) -> EntityDescriptor {
     let mut d = EntityDeclaration::new("Contact", "b7316df4-7db5-46ad-aea7-f65c4b430f73")
         .category("contacts")
         .anchor("created_at")
@@ -37,6 +45,14 @@ fn descriptor(tenanted: bool, custom: bool) -> EntityDescriptor {
             AnonymiseMethod::Custom(CustomAnonymiser::new::<String, _, _>("mask", mask)),
         );
     }
+    if per_run {
+        // Between a literal and the per-row values: its parameter sits
+        // among the literals, in declaration order.
+        d = d.anonymise(
+            "badge",
+            AnonymiseMethod::Custom(CustomAnonymiser::per_run("stamp", stamp)),
+        );
+    }
     if !tenanted {
         d = d.tenantless();
     }
@@ -51,6 +67,7 @@ fn descriptor(tenanted: bool, custom: bool) -> EntityDescriptor {
         "phone",
         "reference",
         "nickname",
+        "badge",
         "user_id",
         "delegate_id",
     ]
@@ -138,6 +155,20 @@ fn entity_statements() {
         let plan = EntityPlan::build(&e, &all_strategies(), &b, &casts, Some(&hasher()), "cohort");
         insta::assert_snapshot!(format!("entity_{name}"), render(&plan));
     }
+}
+
+#[test]
+fn entity_statements_with_a_per_run_anonymiser() {
+    let e = descriptor_with(true, true, true);
+    let plan = EntityPlan::build(
+        &e,
+        &all_strategies(),
+        &[],
+        &Casts::default(),
+        Some(&hasher()),
+        "cohort",
+    );
+    insta::assert_snapshot!("entity_tenanted_custom_per_run", render(&plan));
 }
 
 #[test]

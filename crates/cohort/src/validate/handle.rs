@@ -33,7 +33,7 @@ pub(crate) struct Inputs<'a> {
 pub(crate) async fn handle(
     conn: &mut PgConnection,
     inputs: Inputs<'_>,
-) -> Result<(ValidatedModel, Vec<(String, Option<String>)>)> {
+) -> Result<(ValidatedModel, Vec<TenantEntry>)> {
     super::pooling::check(conn, inputs.pool).await?;
     let model = super::validate(conn, inputs.config, inputs.declarations, inputs.rules).await?;
     let tenants = tenant_directory(&model, inputs.tenants)?;
@@ -150,13 +150,10 @@ fn check_handlers(
 /// Canonicalises the `[[tenant]]` directory; an id that is not valid for
 /// the tenant columns, or one tenant listed twice with different
 /// jurisdictions, is a validation problem.
-fn tenant_directory(
-    model: &ValidatedModel,
-    entries: &[TenantEntry],
-) -> Result<Vec<(String, Option<String>)>> {
+fn tenant_directory(model: &ValidatedModel, entries: &[TenantEntry]) -> Result<Vec<TenantEntry>> {
     let identity = model.tenant_identity();
     let mut problems = Vec::new();
-    let mut out: Vec<(String, Option<String>)> = Vec::new();
+    let mut out: Vec<TenantEntry> = Vec::new();
     for entry in entries {
         let Some(id) = identity.canonical(&entry.id) else {
             problems.push(Problem::global(format!(
@@ -165,13 +162,24 @@ fn tenant_directory(
             )));
             continue;
         };
-        match out.iter().find(|(seen, _)| *seen == id) {
-            Some((_, j)) if *j != entry.jurisdiction => problems.push(Problem::global(format!(
-                "tenant {id} is listed twice with different jurisdictions ({:?} and {:?})",
-                j, entry.jurisdiction
+        // The directory is configuration the operator wrote: a tenant
+        // listed twice that disagrees with itself is refused, not guessed.
+        match out.iter().find(|seen| seen.id == id) {
+            Some(seen) if seen.jurisdiction != entry.jurisdiction => {
+                problems.push(Problem::global(format!(
+                    "tenant {id} is listed twice with different jurisdictions ({:?} and {:?})",
+                    seen.jurisdiction, entry.jurisdiction
+                )))
+            }
+            Some(seen) if !seen.agrees_with(entry) => problems.push(Problem::global(format!(
+                "tenant {id} is listed twice with different tags ({:?} and {:?})",
+                seen.tags, entry.tags
             ))),
             Some(_) => {}
-            None => out.push((id, entry.jurisdiction.clone())),
+            None => out.push(TenantEntry {
+                id,
+                ..entry.clone()
+            }),
         }
     }
     if problems.is_empty() {

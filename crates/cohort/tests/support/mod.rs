@@ -97,6 +97,7 @@ pub fn rules() -> StaticRuleProvider {
             vec![cohort::rules::RuleOverride {
                 tenant: Some(TENANT_B.into()),
                 jurisdiction: None,
+                tag: None,
                 rule: RetentionRule::new(days(30), Strategy::SoftDelete),
             }],
             None,
