@@ -2,13 +2,15 @@
 //! Cohort's schema migrated, the policy validated and the retention plan
 //! printed. Needs only Rust and the PostgreSQL server binaries.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use chrono::Utc;
 use cohort::erasure::{ErasureRequest, ErasureScope};
 use cohort::holds::HoldRequest;
-use cohort::policy::PolicyFile;
+use cohort::policy::{PolicyFile, TenantEntry};
 use cohort::rules::{ResolutionContext, TenantContext};
+use cohort::validate::ValidatedModel;
 use cohort::{Cohort, PreviewRequest, SweepRequest};
 use cohort_pgtemp::Cluster;
 use serde_json::json;
@@ -185,40 +187,110 @@ pub(crate) fn write_policy(path: &std::path::Path) -> Result<(), Failure> {
     Ok(())
 }
 
+/// Runs the demo: a sequence of named steps, each printing what it did
+/// (or, with `--json`, one document at the end).
 pub(crate) async fn run(json: bool) -> Result<(), Failure> {
-    let say = |text: &str| {
-        if !json {
-            outln!("{text}");
-        }
-    };
-    say("Cohort demo: a throw-away PostgreSQL with sample tables.\n");
-    let started = Instant::now();
-    let cluster = Cluster::start().await.map_err(|e| {
-        Failure::Run(cohort::Error::Config(
-            format!("cannot start a throw-away PostgreSQL: {e}").into(),
-        ))
-    })?;
-    say(&format!(
-        "1. Started PostgreSQL from {} in {:.1} s (it is removed when the demo ends).",
-        cluster.binaries().bin_dir().display(),
-        started.elapsed().as_secs_f64()
-    ));
+    if !json {
+        outln!("Cohort demo: a throw-away PostgreSQL with sample tables.\n");
+    }
+    let cluster = start_cluster(json).await?;
+    let conn = create_tables(&cluster, json).await?;
+    let dir = tempfile_dir()?;
+    let notified = dir.join("notified.jsonl");
+    let policy = demo_policy(&dir, &notified)?;
+    let mut demo = install_and_validate(&cluster, conn, policy, json).await?;
+    let plan = demo.retention_plan().await?;
+    let preview = demo.preview().await?;
+    let (held, hold) = demo.hold_a_due_note().await?;
+    let before = snapshot(&mut demo.conn).await?;
+    let sweeps = demo.sweep_every_tenant().await?;
+    let after = snapshot(&mut demo.conn).await?;
+    let trail = demo.audit_trail(held).await?;
+    let erasure = demo.erase_ada().await?;
+    let delivery = demo.deliver(&notified).await?;
 
+    if json {
+        let model = &demo.model;
+        outln!(
+            "{}",
+            serde_json::to_string_pretty(&json!({
+                "dispatch": delivery.passes,
+                "dead_letters": delivery.letters,
+                "notified": delivery.notified,
+                "schema": demo.schema,
+                "entities": model.entities.iter().map(|e| output::entity_json(e, model)).collect::<Vec<_>>(),
+                "plan": plan,
+                "warnings": model.warnings,
+                "preview": preview,
+                "hold": hold,
+                "sweeps": sweeps,
+                "rows_before": before,
+                "rows_after": after,
+                "held_row_kept": trail.held_row_kept,
+                "erasure": erasure.result,
+            }))
+            .expect("JSON values serialise")
+        );
+    } else {
+        print_changes(&before, &after, &trail);
+        print_erasure(&demo.tenants[0].id, &erasure);
+        print_delivery(&delivery);
+        outln!("\nOn your own database: `cohort init` writes a starter policy file from your schema (or\n`cohort demo --write-policy cohort.toml` the demo's); then run `cohort migrate`, `cohort validate`, `cohort preview --tenant T`,\n`cohort sweep --tenant T` and `cohort erase --tenant T --subject S [--kind K]`. Run ids may be given\nby the 8 characters printed here (`cohort runs show {}`).", short(&erasure.result.run_id.to_string()));
+    }
+    drop(demo.conn);
+    demo.cohort.pool().close().await;
+    drop(cluster);
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
+/// A database error of the demo's own queries.
+fn db(e: sqlx::Error) -> Failure {
+    Failure::Run(e.into())
+}
+
+/// A setup problem of the demo itself (a file it cannot write, a server it
+/// cannot start).
+fn setup(message: String) -> Failure {
+    Failure::Run(cohort::Error::Config(message.into()))
+}
+
+/// Step 1: a throw-away PostgreSQL from the installed server binaries.
+async fn start_cluster(json: bool) -> Result<Cluster, Failure> {
+    let started = Instant::now();
+    let cluster = Cluster::start()
+        .await
+        .map_err(|e| setup(format!("cannot start a throw-away PostgreSQL: {e}")))?;
+    if !json {
+        outln!(
+            "1. Started PostgreSQL from {} in {:.1} s (it is removed when the demo ends).",
+            cluster.binaries().bin_dir().display(),
+            started.elapsed().as_secs_f64()
+        );
+    }
+    Ok(cluster)
+}
+
+/// Step 2: the sample tables, rows of several ages for two tenants.
+async fn create_tables(cluster: &Cluster, json: bool) -> Result<sqlx::PgConnection, Failure> {
     let mut conn = sqlx::PgConnection::connect_with(&cluster.connect_options())
         .await
-        .map_err(|e| Failure::Run(e.into()))?;
+        .map_err(db)?;
     sqlx::raw_sql(DEMO_SQL)
         .execute(&mut conn)
         .await
-        .map_err(|e| Failure::Run(e.into()))?;
-    say("2. Created app.session_notes, app.case_contacts, app.tickets and app.invoices for two tenants,\n   with rows of several ages and some without an anchor time.");
+        .map_err(db)?;
+    if !json {
+        outln!("2. Created app.session_notes, app.case_contacts, app.tickets and app.invoices for two tenants,\n   with rows of several ages and some without an anchor time.");
+    }
+    Ok(conn)
+}
 
-    let dir = tempfile_dir()?;
-    let policy_path = dir.join("cohort.toml");
-    // The demo's policy adds two command handlers to the session notes: one
-    // that fails its first attempt and succeeds on the retry, one that
-    // always fails and ends as a dead letter.
-    let notified = dir.join("notified.jsonl");
+/// The demo's policy file, written to `dir` and loaded: [`DEMO_POLICY`]
+/// plus two command handlers on the session notes, one that fails its
+/// first attempt and succeeds on the retry (appending to `notified`), one
+/// that always fails and ends as a dead letter.
+fn demo_policy(dir: &std::path::Path, notified: &std::path::Path) -> Result<PolicyFile, Failure> {
     let handlers = "[cohort.dispatch]\nbase_backoff = \"1s\"\nmax_attempts = 2\n\n";
     let note_handlers = format!(
         "[[entity.handler]]\nname = \"notify-archive\"\npriority = 1\ncapture = [\"body\"]\n\
@@ -238,11 +310,9 @@ pub(crate) async fn run(json: bool) -> Result<(), Failure> {
             &format!("anchor = \"created_at\"\n\n{note_handlers}[[entity]]\nname = \"CaseContact\""),
             1,
         );
-    std::fs::write(&policy_path, policy_text).map_err(|e| {
-        Failure::Run(cohort::Error::Config(
-            format!("cannot write the demo policy: {e}").into(),
-        ))
-    })?;
+    let policy_path = dir.join("cohort.toml");
+    std::fs::write(&policy_path, policy_text)
+        .map_err(|e| setup(format!("cannot write the demo policy: {e}")))?;
     let mut policy = PolicyFile::load(&policy_path)?;
     if policy.config.hash_key.is_none() {
         // The `hash` method is keyed (HMAC-SHA256); a throw-away demo uses a
@@ -254,26 +324,51 @@ pub(crate) async fn run(json: bool) -> Result<(), Failure> {
         );
         policy.config.hash_key = Some(cohort::config::HashKey::new(key));
     }
+    Ok(policy)
+}
+
+/// What the steps after validation share.
+struct Demo {
+    json: bool,
+    /// A connection for the demo's own look at the tables.
+    conn: sqlx::PgConnection,
+    cohort: Cohort,
+    model: Arc<ValidatedModel>,
+    schema: String,
+    tenants: Vec<TenantEntry>,
+    /// The logical time of every run of the demo.
+    now: chrono::DateTime<Utc>,
+}
+
+/// Steps 3 and 4: Cohort's tables installed, as `cohort migrate` does,
+/// then the policy validated against the live catalog.
+async fn install_and_validate(
+    cluster: &Cluster,
+    mut conn: sqlx::PgConnection,
+    policy: PolicyFile,
+    json: bool,
+) -> Result<Demo, Failure> {
     let schema = policy.config.schema.clone();
     let report = cohort::schema::migrate(&mut conn, &schema).await?;
-    say(&format!(
-        "3. Installed Cohort's tables in schema {:?} (schema version {}), as `cohort migrate` does.",
-        report.schema, report.to_version
-    ));
-
+    if !json {
+        outln!(
+            "3. Installed Cohort's tables in schema {:?} (schema version {}), as `cohort migrate` does.",
+            report.schema, report.to_version
+        );
+    }
     let tenants = policy.tenants.clone();
     let pool = sqlx::postgres::PgPoolOptions::new()
         .max_connections(2)
         .connect_with(cluster.connect_options())
         .await
-        .map_err(|e| Failure::Run(e.into()))?;
+        .map_err(db)?;
     let cohort = Cohort::builder(pool).policy(policy).build().await?;
     let model = cohort.ready().await?;
-    say(&format!(
-        "4. Validated the policy file against the live catalog: {} entities, no problems.\n",
-        model.entities.len()
-    ));
     if !json {
+        outln!(
+            "4. Validated the policy file against the live catalog: {} entities, no problems.\n",
+            model.entities.len()
+        );
         outln!(
             "{}",
             output::table(
@@ -289,325 +384,402 @@ pub(crate) async fn run(json: bool) -> Result<(), Failure> {
             )
         );
     }
+    Ok(Demo {
+        json,
+        conn,
+        cohort,
+        model,
+        schema,
+        tenants,
+        now: Utc::now(),
+    })
+}
 
-    // The plan: each entity's rule and cutoff for each tenant, now.
-    let now = Utc::now();
-    let mut rows = Vec::new();
-    let mut plan = Vec::new();
-    for tenant in &tenants {
-        for e in &model.entities {
-            let mut ctx = TenantContext::tenant(&tenant.id);
-            if let Some(j) = &tenant.jurisdiction {
-                ctx = ctx.with_jurisdiction(j);
+/// What the audit trail and the tables show after the sweeps.
+struct Trail {
+    /// The first anonymised contact: email, full name, phone, reference.
+    contact: (Option<String>, String, String, String),
+    held_row_kept: bool,
+    /// Per run and entity: tenant, entity, strategy, affected, held, NULL
+    /// anchor, row details.
+    summaries: Vec<(String, String, String, i64, i64, i64, i64)>,
+}
+
+/// Ada's erasure: the hold placed first, the run, and her rows after.
+struct Erasure {
+    hold_id: uuid::Uuid,
+    result: cohort::ErasureResult,
+    /// Tenant, reference, anonymised.
+    rows: Vec<(String, String, bool)>,
+}
+
+/// The three dispatch passes and what they left.
+struct Delivery {
+    passes: [cohort::services::FlushReport; 3],
+    letters: Vec<cohort::handlers::DeadLetter>,
+    notified: usize,
+}
+
+impl Demo {
+    /// Step 5: each entity's rule and cutoff for each tenant, now.
+    async fn retention_plan(&self) -> Result<Vec<serde_json::Value>, Failure> {
+        let input = |err: String| Failure::Input(cohort::Error::Config(err.into()));
+        let mut rows = Vec::new();
+        let mut plan = Vec::new();
+        for tenant in &self.tenants {
+            for e in &self.model.entities {
+                let mut ctx = TenantContext::tenant(&tenant.id).with_tags(tenant.tags.clone());
+                if let Some(j) = &tenant.jurisdiction {
+                    ctx = ctx.with_jurisdiction(j);
+                }
+                let rule = self
+                    .cohort
+                    .rules()
+                    .resolve(&ResolutionContext::new(&e.category, ctx, self.now))
+                    .await
+                    .map_err(|err| input(err.to_string()))?;
+                let cutoff = rule
+                    .sweep_cutoff(self.now)
+                    .map_err(|err| input(err.to_string()))?;
+                let cutoff_text = if rule.strategy().mutates() {
+                    cutoff.format("%Y-%m-%d %H:%M").to_string()
+                } else {
+                    "never".into()
+                };
+                rows.push(vec![
+                    tenant.id.clone(),
+                    e.name.clone(),
+                    rule.strategy().to_string(),
+                    rule.period().to_string(),
+                    rule.legal_min()
+                        .map(|m| m.to_string())
+                        .unwrap_or_else(|| "-".into()),
+                    cutoff_text,
+                ]);
+                plan.push(json!({
+                    "tenant": tenant.id,
+                    "entity_id": e.id,
+                    "entity": e.name,
+                    "strategy": rule.strategy().as_str(),
+                    "period": rule.period().to_string(),
+                    "legal_min": rule.legal_min().map(|m| m.to_string()),
+                    "cutoff": rule.strategy().mutates().then_some(cutoff),
+                }));
             }
-            let rule = cohort
-                .rules()
-                .resolve(&ResolutionContext::new(&e.category, ctx, now))
-                .await
-                .map_err(|err| Failure::Input(cohort::Error::Config(err.to_string().into())))?;
-            let cutoff = rule
-                .sweep_cutoff(now)
-                .map_err(|err| Failure::Input(cohort::Error::Config(err.to_string().into())))?;
-            let cutoff_text = if rule.strategy().mutates() {
-                cutoff.format("%Y-%m-%d %H:%M").to_string()
-            } else {
-                "never".into()
-            };
-            rows.push(vec![
-                tenant.id.clone(),
-                e.name.clone(),
-                rule.strategy().to_string(),
-                rule.period().to_string(),
-                rule.legal_min()
-                    .map(|m| m.to_string())
-                    .unwrap_or_else(|| "-".into()),
-                cutoff_text.clone(),
-            ]);
-            plan.push(json!({
-                "tenant": tenant.id,
-                "entity_id": e.id,
-                "entity": e.name,
-                "strategy": rule.strategy().as_str(),
-                "period": rule.period().to_string(),
-                "legal_min": rule.legal_min().map(|m| m.to_string()),
-                "cutoff": rule.strategy().mutates().then_some(cutoff),
-            }));
         }
-    }
-    if !json {
-        outln!("\n5. The retention plan at {} (UTC): rows anchored strictly before the cutoff are eligible;\n   rows exactly on it, newer rows and rows without an anchor are kept.\n", now.format("%Y-%m-%d %H:%M"));
-        outln!(
-            "{}",
-            output::table(
-                &[
-                    "TENANT",
-                    "ENTITY",
-                    "STRATEGY",
-                    "PERIOD",
-                    "LEGAL MIN",
-                    "CUTOFF"
-                ],
-                &rows
-            )
-        );
-        for w in &model.warnings {
-            outln!("\nadvice: {w}");
-        }
-    }
-
-    // 6. Preview tenant 1: counts only.
-    let uk = &tenants[0];
-    let now_fixed = now.fixed_offset();
-    let preview = cohort
-        .preview(PreviewRequest::tenanted(&uk.id, now_fixed))
-        .await?;
-    if !json {
-        outln!(
-            "\n6. Preview for tenant {} (counts only, nothing written):\n",
-            short(&uk.id)
-        );
-        outln!(
-            "{}",
-            output::table(
-                &output::OUTCOME_HEADERS,
-                &output::outcome_rows(&preview.entities)
-            )
-        );
-    }
-
-    // 7. A legal hold on one note that is due for purging.
-    let held: uuid::Uuid = sqlx::query_scalar(
-        "SELECT id FROM app.session_notes WHERE tenant_id = $1::uuid AND body = 'note 45 days old'",
-    )
-    .bind(&uk.id)
-    .fetch_one(&mut conn)
-    .await
-    .map_err(|e| Failure::Run(e.into()))?;
-    let hold = cohort
-        .create_hold(
-            HoldRequest::new(
-                model.find_entity("SessionNote").expect("demo entity").id,
-                held.to_string(),
-                "Litigation hold - case #12345",
-            )
-            .tenant(&uk.id),
-        )
-        .await?;
-    if !json {
-        outln!(
-            "\n7. Placed legal hold {} on session note {} (45 days old, past its 30-day cutoff).",
-            short(&hold.hold_id.to_string()),
-            short(&held.to_string())
-        );
-    }
-
-    // 8. Sweep both tenants.
-    let before = snapshot(&mut conn).await?;
-    let mut sweeps = Vec::new();
-    if !json {
-        outln!("\n8. Swept both tenants, as `cohort sweep --tenant T` does:");
-    }
-    for t in &tenants {
-        let mut req = SweepRequest::tenanted(&t.id, now_fixed);
-        if let Some(j) = &t.jurisdiction {
-            req = req.jurisdiction(j);
-        }
-        let result = cohort.sweep(req).await?;
-        if !json {
+        if !self.json {
+            outln!("\n5. The retention plan at {} (UTC): rows anchored strictly before the cutoff are eligible;\n   rows exactly on it, newer rows and rows without an anchor are kept.\n", self.now.format("%Y-%m-%d %H:%M"));
             outln!(
-                "\n   Tenant {} ({}): run {} {}.\n",
-                t.id,
-                t.jurisdiction.as_deref().unwrap_or("-"),
-                short(&result.run_id.to_string()),
-                result.status.as_str()
+                "{}",
+                output::table(
+                    &[
+                        "TENANT",
+                        "ENTITY",
+                        "STRATEGY",
+                        "PERIOD",
+                        "LEGAL MIN",
+                        "CUTOFF"
+                    ],
+                    &rows
+                )
+            );
+            for w in &self.model.warnings {
+                outln!("\nadvice: {w}");
+            }
+        }
+        Ok(plan)
+    }
+
+    /// Step 6: the first tenant's preview, counts only.
+    async fn preview(&self) -> Result<cohort::PreviewResult, Failure> {
+        let uk = &self.tenants[0];
+        let preview = self
+            .cohort
+            .preview(PreviewRequest::tenanted(&uk.id, self.now.fixed_offset()))
+            .await?;
+        if !self.json {
+            outln!(
+                "\n6. Preview for tenant {} (counts only, nothing written):\n",
+                short(&uk.id)
             );
             outln!(
                 "{}",
                 output::table(
                     &output::OUTCOME_HEADERS,
-                    &output::outcome_rows(&result.entities)
+                    &output::outcome_rows(&preview.entities)
                 )
             );
         }
-        sweeps.push(result);
+        Ok(preview)
     }
-    let after = snapshot(&mut conn).await?;
 
-    // 9. What changed, and the audit trail.
-    let contact: (Option<String>, String, String, String) = sqlx::query_as(
-        "SELECT email, full_name, phone, reference FROM app.case_contacts WHERE anonymised_at IS NOT NULL ORDER BY id LIMIT 1",
-    )
-    .fetch_one(&mut conn)
-    .await
-    .map_err(|e| Failure::Run(e.into()))?;
-    let still_there: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM app.session_notes WHERE id = $1")
-            .bind(held)
-            .fetch_one(&mut conn)
-            .await
-            .map_err(|e| Failure::Run(e.into()))?;
-    let audit: Vec<(String, String, String, i64, i64, i64, i64)> = sqlx::query_as(
-        "SELECT r.tenant_id, s.entity_type, s.strategy, s.affected_count, s.held_count, s.null_anchor_count, \
-                (SELECT count(*) FROM cohort.sweep_run_row_detail d WHERE d.run_id = r.run_id AND d.retention_entity_id = s.retention_entity_id) \
-         FROM cohort.sweep_run r JOIN cohort.sweep_run_entity_summary s USING (run_id) ORDER BY r.started_at, s.summary_id",
-    )
-    .fetch_all(&mut conn)
-    .await
-    .map_err(|e| Failure::Run(e.into()))?;
-    // 11. Right to erasure for Ada in tenant 1; one of her rows is under a legal hold.
-    let ada = "aaaaaaaa-0000-0000-0000-000000000001";
-    let held_contact: i64 =
-        sqlx::query_scalar("SELECT id FROM app.case_contacts WHERE reference = 'REF-1004'")
-            .fetch_one(&mut conn)
-            .await
-            .map_err(|e| Failure::Run(e.into()))?;
-    let contact_hold = cohort
-        .create_hold(
-            HoldRequest::new(
-                model.find_entity("CaseContact").expect("demo entity").id,
-                held_contact.to_string(),
-                "Subject access dispute - keep until resolved",
-            )
-            .tenant(&uk.id),
+    /// Step 7: a legal hold on one note of the first tenant that is due
+    /// for purging.
+    async fn hold_a_due_note(&mut self) -> Result<(uuid::Uuid, cohort::holds::Hold), Failure> {
+        let uk = &self.tenants[0];
+        let held: uuid::Uuid = sqlx::query_scalar(
+            "SELECT id FROM app.session_notes WHERE tenant_id = $1::uuid AND body = 'note 45 days old'",
         )
-        .await?;
-    let erasure = cohort
-        .erase(ErasureRequest::tenanted(
-            &uk.id,
-            ErasureScope::new(ada).kind("user").allow_soft_delete(true),
-            now_fixed,
-        ))
-        .await?;
-    let ada_rows: Vec<(String, String, bool)> = sqlx::query_as(
-        "SELECT tenant_id::text, left(reference, 12), anonymised_at IS NOT NULL FROM app.case_contacts \
-         WHERE user_id = $1::uuid OR delegate_user_id = $1::uuid ORDER BY tenant_id, id",
-    )
-    .bind(ada)
-    .fetch_all(&mut conn)
-    .await
-    .map_err(|e| Failure::Run(e.into()))?;
-
-    // 12. Deliver the row handlers' work: notify-archive fails its first
-    // attempt and succeeds after the 1 s backoff; crm-forget always fails
-    // and is dead-lettered after its second attempt.
-    let dispatcher = cohort.dispatcher();
-    let first_pass = dispatcher.flush().await?;
-    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
-    let second_pass = dispatcher.flush().await?;
-    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
-    let third_pass = dispatcher.flush().await?;
-    let letters = cohort
-        .dead_letters(&cohort::handlers::DeadLetterFilter::all())
-        .await?;
-    let notified_lines = std::fs::read_to_string(&notified)
-        .map(|t| t.lines().filter(|l| !l.trim().is_empty()).count())
-        .unwrap_or(0);
-
-    if json {
-        outln!(
-            "{}",
-            serde_json::to_string_pretty(&json!({
-                "dispatch": [first_pass, second_pass, third_pass],
-                "dead_letters": letters,
-                "notified": notified_lines,
-                "schema": schema,
-                "entities": model.entities.iter().map(|e| output::entity_json(e, &model)).collect::<Vec<_>>(),
-                "plan": plan,
-                "warnings": model.warnings,
-                "preview": preview,
-                "hold": hold,
-                "sweeps": sweeps,
-                "rows_before": before,
-                "rows_after": after,
-                "held_row_kept": still_there == 1,
-                "erasure": erasure,
-            }))
-            .expect("JSON values serialise")
-        );
-    } else {
-        outln!("\n9. What changed (rows per table, before -> after):\n");
-        let changes: Vec<Vec<String>> = before
-            .iter()
-            .zip(&after)
-            .map(|((name, b), (_, a))| vec![name.clone(), b.to_string(), a.to_string()])
-            .collect();
-        outln!("{}", output::table(&["TABLE", "BEFORE", "AFTER"], &changes));
-        outln!(
-            "\n   The held note is still there: {}.\n   An anonymised contact now reads: email={}, full_name={}, phone={}, reference={}…",
-            if still_there == 1 { "yes" } else { "NO" },
-            shown(contact.0.as_deref()),
-            shown(Some(contact.1.as_str())),
-            shown(Some(contact.2.as_str())),
-            &contact.3[..12.min(contact.3.len())]
-        );
-        outln!("\n10. The audit trail in schema \"cohort\" (sweep_run, sweep_run_entity_summary, sweep_run_row_detail):\n");
-        let rows: Vec<Vec<String>> = audit
-            .iter()
-            .map(|r| {
-                vec![
-                    r.0.clone(),
-                    r.1.clone(),
-                    r.2.clone(),
-                    r.3.to_string(),
-                    r.4.to_string(),
-                    r.5.to_string(),
-                    r.6.to_string(),
-                ]
-            })
-            .collect();
-        outln!(
-            "{}",
-            output::table(
-                &[
-                    "TENANT",
-                    "ENTITY",
-                    "STRATEGY",
-                    "AFFECTED",
-                    "HELD",
-                    "NULL ANCHOR",
-                    "ROW DETAILS"
-                ],
-                &rows
+        .bind(&uk.id)
+        .fetch_one(&mut self.conn)
+        .await
+        .map_err(db)?;
+        let hold = self
+            .cohort
+            .create_hold(
+                HoldRequest::new(
+                    self.model
+                        .find_entity("SessionNote")
+                        .expect("demo entity")
+                        .id,
+                    held.to_string(),
+                    "Litigation hold - case #12345",
+                )
+                .tenant(&uk.id),
             )
-        );
-        outln!(
-            "\n11. Placed legal hold {} on Ada's contact REF-1004 (a subject access dispute), then erased\n    Ada (user {}) in tenant {}, as `cohort erase --tenant T --subject S --kind user` does: run {} {}.\n    The held contact row stays, her tickets are kept by their 14-day legal minimum (KEPT), and\n    her row in tenant 22222222-2222-2222-2222-222222222222 is out of scope.\n",
-            short(&contact_hold.hold_id.to_string()),
-            ada,
-            uk.id,
-            short(&erasure.run_id.to_string()),
-            erasure.status.as_str()
-        );
-        outln!(
-            "{}",
-            output::table(
-                &output::OUTCOME_HEADERS,
-                &output::outcome_rows(&erasure.entities)
+            .await?;
+        if !self.json {
+            outln!(
+                "\n7. Placed legal hold {} on session note {} (45 days old, past its 30-day cutoff).",
+                short(&hold.hold_id.to_string()),
+                short(&held.to_string())
+            );
+        }
+        Ok((held, hold))
+    }
+
+    /// Step 8: every tenant swept, as `cohort sweep --tenant T` does.
+    async fn sweep_every_tenant(&self) -> Result<Vec<cohort::SweepResult>, Failure> {
+        if !self.json {
+            outln!("\n8. Swept both tenants, as `cohort sweep --tenant T` does:");
+        }
+        let mut sweeps = Vec::new();
+        for t in &self.tenants {
+            let mut req =
+                SweepRequest::tenanted(&t.id, self.now.fixed_offset()).tags(t.tags.clone());
+            if let Some(j) = &t.jurisdiction {
+                req = req.jurisdiction(j);
+            }
+            let result = self.cohort.sweep(req).await?;
+            if !self.json {
+                outln!(
+                    "\n   Tenant {} ({}): run {} {}.\n",
+                    t.id,
+                    t.jurisdiction.as_deref().unwrap_or("-"),
+                    short(&result.run_id.to_string()),
+                    result.status.as_str()
+                );
+                outln!(
+                    "{}",
+                    output::table(
+                        &output::OUTCOME_HEADERS,
+                        &output::outcome_rows(&result.entities)
+                    )
+                );
+            }
+            sweeps.push(result);
+        }
+        Ok(sweeps)
+    }
+
+    /// Steps 9 and 10 (read now, printed at the end): an anonymised
+    /// contact, whether the held note is still there, and the ledger.
+    async fn audit_trail(&mut self, held: uuid::Uuid) -> Result<Trail, Failure> {
+        let contact = sqlx::query_as(
+            "SELECT email, full_name, phone, reference FROM app.case_contacts WHERE anonymised_at IS NOT NULL ORDER BY id LIMIT 1",
+        )
+        .fetch_one(&mut self.conn)
+        .await
+        .map_err(db)?;
+        let still_there: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM app.session_notes WHERE id = $1")
+                .bind(held)
+                .fetch_one(&mut self.conn)
+                .await
+                .map_err(db)?;
+        let summaries = sqlx::query_as(
+            "SELECT r.tenant_id, s.entity_type, s.strategy, s.affected_count, s.held_count, s.null_anchor_count, \
+                    (SELECT count(*) FROM cohort.sweep_run_row_detail d WHERE d.run_id = r.run_id AND d.retention_entity_id = s.retention_entity_id) \
+             FROM cohort.sweep_run r JOIN cohort.sweep_run_entity_summary s USING (run_id) ORDER BY r.started_at, s.summary_id",
+        )
+        .fetch_all(&mut self.conn)
+        .await
+        .map_err(db)?;
+        Ok(Trail {
+            contact,
+            held_row_kept: still_there == 1,
+            summaries,
+        })
+    }
+
+    /// Step 11: Ada's right to erasure in the first tenant, while one of
+    /// her rows is under a legal hold.
+    async fn erase_ada(&mut self) -> Result<Erasure, Failure> {
+        let uk = &self.tenants[0];
+        let held_contact: i64 =
+            sqlx::query_scalar("SELECT id FROM app.case_contacts WHERE reference = 'REF-1004'")
+                .fetch_one(&mut self.conn)
+                .await
+                .map_err(db)?;
+        let hold = self
+            .cohort
+            .create_hold(
+                HoldRequest::new(
+                    self.model
+                        .find_entity("CaseContact")
+                        .expect("demo entity")
+                        .id,
+                    held_contact.to_string(),
+                    "Subject access dispute - keep until resolved",
+                )
+                .tenant(&uk.id),
             )
-        );
-        let rows: Vec<Vec<String>> = ada_rows
-            .iter()
-            .map(|r| {
-                vec![
-                    r.0.clone(),
-                    r.1.clone(),
-                    if r.2 { "anonymised" } else { "intact" }.to_string(),
-                ]
-            })
-            .collect();
-        outln!(
-            "\n{}",
-            output::table(&["TENANT", "CONTACT", "STATE"], &rows)
-        );
-        outln!(
-            "\n12. Delivered the row handlers' work (`cohort dispatch --once` does the same). Each purged note\n    queued two deliveries in its batch's transaction: notify-archive, which fails its first attempt,\n    and crm-forget, which always fails.\n"
-        );
-        let passes: Vec<Vec<String>> = [
-            ("first", &first_pass),
-            ("after 1 s", &second_pass),
-            ("after 2 s", &third_pass),
-        ]
+            .await?;
+        let result = self
+            .cohort
+            .erase(ErasureRequest::tenanted(
+                &uk.id,
+                ErasureScope::new(ADA).kind("user").allow_soft_delete(true),
+                self.now.fixed_offset(),
+            ))
+            .await?;
+        let rows = sqlx::query_as(
+            "SELECT tenant_id::text, left(reference, 12), anonymised_at IS NOT NULL FROM app.case_contacts \
+             WHERE user_id = $1::uuid OR delegate_user_id = $1::uuid ORDER BY tenant_id, id",
+        )
+        .bind(ADA)
+        .fetch_all(&mut self.conn)
+        .await
+        .map_err(db)?;
+        Ok(Erasure {
+            hold_id: hold.hold_id,
+            result,
+            rows,
+        })
+    }
+
+    /// Step 12: the row handlers' work delivered. notify-archive fails its
+    /// first attempt and succeeds after the 1 s backoff; crm-forget always
+    /// fails and is dead-lettered after its second attempt. The waits are
+    /// the demo's own backoff, shown to the reader, not synchronisation.
+    async fn deliver(&self, notified: &std::path::Path) -> Result<Delivery, Failure> {
+        let dispatcher = self.cohort.dispatcher();
+        let first = dispatcher.flush().await?;
+        tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+        let second = dispatcher.flush().await?;
+        tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+        let third = dispatcher.flush().await?;
+        let letters = self
+            .cohort
+            .dead_letters(&cohort::handlers::DeadLetterFilter::all())
+            .await?;
+        let notified = std::fs::read_to_string(notified)
+            .map(|t| t.lines().filter(|l| !l.trim().is_empty()).count())
+            .unwrap_or(0);
+        Ok(Delivery {
+            passes: [first, second, third],
+            letters,
+            notified,
+        })
+    }
+}
+
+/// The data subject the demo erases.
+const ADA: &str = "aaaaaaaa-0000-0000-0000-000000000001";
+
+/// Steps 9 and 10, printed.
+fn print_changes(before: &[(String, i64)], after: &[(String, i64)], trail: &Trail) {
+    outln!("\n9. What changed (rows per table, before -> after):\n");
+    let changes: Vec<Vec<String>> = before
         .iter()
+        .zip(after)
+        .map(|((name, b), (_, a))| vec![name.clone(), b.to_string(), a.to_string()])
+        .collect();
+    outln!("{}", output::table(&["TABLE", "BEFORE", "AFTER"], &changes));
+    let contact = &trail.contact;
+    outln!(
+        "\n   The held note is still there: {}.\n   An anonymised contact now reads: email={}, full_name={}, phone={}, reference={}…",
+        if trail.held_row_kept { "yes" } else { "NO" },
+        shown(contact.0.as_deref()),
+        shown(Some(contact.1.as_str())),
+        shown(Some(contact.2.as_str())),
+        &contact.3[..12.min(contact.3.len())]
+    );
+    outln!("\n10. The audit trail in schema \"cohort\" (sweep_run, sweep_run_entity_summary, sweep_run_row_detail):\n");
+    let rows: Vec<Vec<String>> = trail
+        .summaries
+        .iter()
+        .map(|r| {
+            vec![
+                r.0.clone(),
+                r.1.clone(),
+                r.2.clone(),
+                r.3.to_string(),
+                r.4.to_string(),
+                r.5.to_string(),
+                r.6.to_string(),
+            ]
+        })
+        .collect();
+    outln!(
+        "{}",
+        output::table(
+            &[
+                "TENANT",
+                "ENTITY",
+                "STRATEGY",
+                "AFFECTED",
+                "HELD",
+                "NULL ANCHOR",
+                "ROW DETAILS"
+            ],
+            &rows
+        )
+    );
+}
+
+/// Step 11, printed.
+fn print_erasure(tenant: &str, erasure: &Erasure) {
+    outln!(
+        "\n11. Placed legal hold {} on Ada's contact REF-1004 (a subject access dispute), then erased\n    Ada (user {}) in tenant {}, as `cohort erase --tenant T --subject S --kind user` does: run {} {}.\n    The held contact row stays, her tickets are kept by their 14-day legal minimum (KEPT), and\n    her row in tenant 22222222-2222-2222-2222-222222222222 is out of scope.\n",
+        short(&erasure.hold_id.to_string()),
+        ADA,
+        tenant,
+        short(&erasure.result.run_id.to_string()),
+        erasure.result.status.as_str()
+    );
+    outln!(
+        "{}",
+        output::table(
+            &output::OUTCOME_HEADERS,
+            &output::outcome_rows(&erasure.result.entities)
+        )
+    );
+    let rows: Vec<Vec<String>> = erasure
+        .rows
+        .iter()
+        .map(|r| {
+            vec![
+                r.0.clone(),
+                r.1.clone(),
+                if r.2 { "anonymised" } else { "intact" }.to_string(),
+            ]
+        })
+        .collect();
+    outln!(
+        "\n{}",
+        output::table(&["TENANT", "CONTACT", "STATE"], &rows)
+    );
+}
+
+/// Step 12, printed.
+fn print_delivery(delivery: &Delivery) {
+    outln!(
+        "\n12. Delivered the row handlers' work (`cohort dispatch --once` does the same). Each purged note\n    queued two deliveries in its batch's transaction: notify-archive, which fails its first attempt,\n    and crm-forget, which always fails.\n"
+    );
+    let passes: Vec<Vec<String>> = ["first", "after 1 s", "after 2 s"]
+        .iter()
+        .zip(&delivery.passes)
         .map(|(when, r)| {
             vec![
                 when.to_string(),
@@ -618,39 +790,34 @@ pub(crate) async fn run(json: bool) -> Result<(), Failure> {
             ]
         })
         .collect();
-        outln!(
-            "{}",
-            output::table(
-                &["PASS", "DELIVERED", "FAILED", "DEAD-LETTERED", "PENDING"],
-                &passes
-            )
-        );
-        outln!(
-            "\n   {notified_lines} notification(s) reached the archive script, each with the note's captured body.\n   Dead letters (`cohort dead-letters list`; `cohort dead-letters retry ID` requeues one):\n"
-        );
-        let rows: Vec<Vec<String>> = letters
-            .iter()
-            .map(|l| {
-                vec![
-                    l.id.to_string(),
-                    l.entity.clone(),
-                    l.handler.clone(),
-                    l.attempts.to_string(),
-                    l.last_error.clone().unwrap_or_default(),
-                ]
-            })
-            .collect();
-        outln!(
-            "{}",
-            output::table(&["ID", "ENTITY", "HANDLER", "ATTEMPTS", "REASON"], &rows)
-        );
-        outln!("\nOn your own database: `cohort init` writes a starter policy file from your schema (or\n`cohort demo --write-policy cohort.toml` the demo's); then run `cohort migrate`, `cohort validate`, `cohort preview --tenant T`,\n`cohort sweep --tenant T` and `cohort erase --tenant T --subject S [--kind K]`. Run ids may be given\nby the 8 characters printed here (`cohort runs show {}`).", short(&erasure.run_id.to_string()));
-    }
-    drop(conn);
-    cohort.pool().close().await;
-    drop(cluster);
-    let _ = std::fs::remove_dir_all(&dir);
-    Ok(())
+    outln!(
+        "{}",
+        output::table(
+            &["PASS", "DELIVERED", "FAILED", "DEAD-LETTERED", "PENDING"],
+            &passes
+        )
+    );
+    outln!(
+        "\n   {} notification(s) reached the archive script, each with the note's captured body.\n   Dead letters (`cohort dead-letters list`; `cohort dead-letters retry ID` requeues one):\n",
+        delivery.notified
+    );
+    let rows: Vec<Vec<String>> = delivery
+        .letters
+        .iter()
+        .map(|l| {
+            vec![
+                l.id.to_string(),
+                l.entity.clone(),
+                l.handler.clone(),
+                l.attempts.to_string(),
+                l.last_error.clone().unwrap_or_default(),
+            ]
+        })
+        .collect();
+    outln!(
+        "{}",
+        output::table(&["ID", "ENTITY", "HANDLER", "ATTEMPTS", "REASON"], &rows)
+    );
 }
 
 /// A scrubbed value as SQL shows it (`NULL`, or quoted text).

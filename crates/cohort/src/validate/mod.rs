@@ -89,10 +89,10 @@ impl TableFacts {
                     .canonical(),
             )),
             (Some(_), None) => Err(Error::InvalidInput(format!(
-                "{entity} is tenant-scoped: give the tenant of its rows"
+                "{entity} is tenant-scoped: the request needs the row's tenant; give the tenant of its rows"
             ))),
             (None, Some(_)) => Err(Error::InvalidInput(format!(
-                "{entity} is tenantless: do not give a tenant"
+                "{entity} is tenantless: the request must not name a tenant; do not give a tenant for its rows"
             ))),
             (None, None) => Ok(None),
         }
