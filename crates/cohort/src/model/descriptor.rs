@@ -6,9 +6,8 @@ use std::collections::BTreeSet;
 
 use uuid::Uuid;
 
-use super::declaration::{
-    AnonymiseMethod, DeclaredColumn, EntityDeclaration, Marker, Origin, Partitions,
-};
+use super::anonymise::AnonymiseMethod;
+use super::declaration::{DeclaredColumn, EntityDeclaration, Marker, Origin, Partitions};
 use crate::ident::{check_identifier, QualifiedName};
 
 /// Global column conventions (config), used when a declaration names no

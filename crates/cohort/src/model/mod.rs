@@ -2,18 +2,21 @@
 //! code), conventions, and the resolved descriptors everything downstream
 //! works on. Pure: no I/O.
 
+mod anonymise;
 pub(crate) mod audit;
 mod declaration;
 mod descriptor;
 mod key;
 
-pub(crate) use declaration::render_literal;
-pub use declaration::{
+pub(crate) use anonymise::render_literal;
+pub use anonymise::{
     AnonymiseContext, AnonymiseMethod, AnonymisedValue, AnonymiserFn, CustomAnonymiser,
-    DeclaredColumn, EntityDeclaration, Marker, Origin, Partitions, Retained, SubjectDeclaration,
 };
 #[doc(hidden)]
-pub use declaration::{ByContextAndValue, ByRun, ByValue};
+pub use anonymise::{ByContextAndValue, ByRun, ByValue};
+pub use declaration::{
+    DeclaredColumn, EntityDeclaration, Marker, Origin, Partitions, Retained, SubjectDeclaration,
+};
 pub(crate) use descriptor::{parse_entity_id, resolve, Resolved};
 pub use descriptor::{
     AnonymisedColumn, Conventions, EntityDescriptor, ExemptEntity, Resolution, SubjectColumn,
