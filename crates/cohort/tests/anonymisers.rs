@@ -34,6 +34,8 @@ fn contact() -> EntityDeclaration {
         .anchor("created_at")
         .table("app.contacts")
         .subject("user_id", None)
+        // Per-row audit: the ledger names every row changed.
+        .audit(cohort::AuditDetail::PerRow)
 }
 
 /// `(id, reference, phone, score)` of tenant A's anonymised contacts.
@@ -50,6 +52,37 @@ async fn anonymised(pool: &sqlx::PgPool, tenant: &str) -> Vec<(i64, String, Stri
 
 /// What a per-run anonymiser saw: column, tenant, record.
 type Seen = (String, Option<String>, Option<String>);
+
+/// The run settled succeeded with one summary of `affected` anonymised
+/// rows, and one row detail per anonymised row of `tenant`.
+async fn assert_audited(pool: &sqlx::PgPool, run_id: uuid::Uuid, affected: usize) {
+    let (status, dry_run, settled, summaries) = ledger(pool, run_id).await;
+    assert_eq!(
+        (status.as_str(), dry_run, settled),
+        ("succeeded", false, true)
+    );
+    assert_eq!(summaries.len(), 1, "{summaries:?}");
+    assert_eq!(
+        (summaries[0].1.as_str(), summaries[0].2),
+        ("anonymise", affected as i64)
+    );
+    let details: Vec<String> = sqlx::query_scalar(
+        "SELECT record_id FROM public.sweep_run_row_detail WHERE run_id = $1 ORDER BY record_id::bigint",
+    )
+    .bind(run_id)
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    let changed: Vec<String> = sqlx::query_scalar(
+        "SELECT id::text FROM app.contacts WHERE tenant_id = $1::uuid AND anonymised_at IS NOT NULL ORDER BY id",
+    )
+    .bind(TENANT_A)
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    assert_eq!(details.len(), affected);
+    assert_eq!(details, changed, "one row detail per anonymised row");
+}
 
 fn rfc3339(now: chrono::DateTime<chrono::Utc>) -> String {
     now.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
@@ -94,6 +127,7 @@ async fn a_context_anonymiser_sees_its_entity_column_tenant_run_time_and_record(
         result.entity("Contact").unwrap().affected,
         rows.len() as u64
     );
+    assert_audited(db.pool(), result.run_id, rows.len()).await;
     let run_now = rfc3339(now().with_timezone(&chrono::Utc));
     for (id, reference, _, _) in &rows {
         let original = &before.iter().find(|(i, _)| i == id).unwrap().1;
@@ -157,6 +191,7 @@ async fn a_per_run_anonymiser_is_computed_once_per_run_and_applied_to_every_row_
         result.entity("Contact").unwrap().affected,
         rows.len() as u64
     );
+    assert_audited(db.pool(), result.run_id, rows.len()).await;
     assert_eq!(
         calls.load(Ordering::SeqCst),
         2,
@@ -249,6 +284,7 @@ async fn erasure_applies_per_run_and_context_anonymisers_too() {
     let rows = anonymised(db.pool(), TENANT_A).await;
     assert_eq!(rows.len(), 6, "every row of the subject in tenant A");
     assert_eq!(result.entity("Contact").unwrap().affected, 6);
+    assert_audited(db.pool(), result.run_id, 6).await;
     assert_eq!(calls.load(Ordering::SeqCst), 1);
     for (id, reference, phone, _) in rows {
         assert_eq!(phone, format!("erased for {TENANT_A}"));

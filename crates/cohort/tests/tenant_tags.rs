@@ -99,6 +99,28 @@ async fn a_tag_from_the_tenant_directory_selects_its_override() {
         .map(|r| r.entities[0].period.to_string())
         .collect();
     assert_eq!(periods, ["60d", "30d"]);
+    // The audit trail says the same: each run's summary counts and the
+    // period it applied.
+    for (run, (affected, days)) in result.runs().zip([(1, 60), (3, 30)]) {
+        let (status, dry_run, settled, summaries) = ledger(db.pool(), run.run_id).await;
+        assert_eq!(
+            (status.as_str(), dry_run, settled),
+            ("succeeded", false, true)
+        );
+        assert_eq!(
+            summaries,
+            [("Note".into(), "purge".into(), affected, 0, 0, 1)]
+        );
+        let stored: bool = sqlx::query_scalar(
+            "SELECT resolved_period = make_interval(days => $2) FROM public.sweep_run_entity_summary WHERE run_id = $1",
+        )
+        .bind(run.run_id)
+        .bind(days)
+        .fetch_one(db.pool())
+        .await
+        .unwrap();
+        assert!(stored, "run {} stores the {days}-day period", run.run_id);
+    }
 }
 
 #[tokio::test]
@@ -205,6 +227,17 @@ async fn providers_see_the_tags_of_a_list_and_the_first_listing_wins() {
         ["gold"],
         "trimmed, empty and repeats dropped"
     );
+    // An entry built field by field is read the same way.
+    let literal = TenantEntry {
+        id: TENANT_A.into(),
+        jurisdiction: None,
+        tags: vec![" gold ".into(), String::new(), "gold".into()],
+    };
+    let read = cohort
+        .tenants(&TenantSource::List(vec![literal]))
+        .await
+        .unwrap();
+    assert_eq!(read.tenants[0].tags, ["gold"]);
     assert_eq!(
         found.conflicting_duplicates,
         std::slice::from_ref(&upper),

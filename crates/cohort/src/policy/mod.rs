@@ -136,14 +136,7 @@ impl PolicyFile {
             config: raw.cohort,
             entities,
             rules: rules.expect("no problems"),
-            tenants: raw
-                .tenant
-                .into_iter()
-                .map(|t| TenantEntry {
-                    tags: crate::tenants::normalise_tags(t.tags.into_iter()),
-                    ..t
-                })
-                .collect(),
+            tenants: raw.tenant,
             tenants_query: raw.tenants_query,
             handlers: command_handlers,
         })

@@ -180,10 +180,13 @@ impl Dedup {
     fn push(&mut self, row: std::result::Result<TenantEntry, String>) {
         self.out.rows += 1;
         let position = self.out.rows;
-        let entry = match row {
+        let mut entry = match row {
             Ok(entry) => entry,
             Err(reason) => return self.unusable(position, reason),
         };
+        // However the entry was built (its fields are public), its tags
+        // compare as a tenant carries them.
+        entry.tags = crate::tenants::normalise_tags(std::mem::take(&mut entry.tags).into_iter());
         let Some(canonical) = self.identity.canonical(&entry.id) else {
             let reason = format!(
                 "its id is not a valid tenant id for the tenant columns ({:?})",
@@ -299,7 +302,7 @@ fn tenant_row(row: &sqlx::postgres::PgRow) -> Result<std::result::Result<TenantE
                 })
             });
         match tags {
-            Ok(tags) => entry.tags = crate::tenants::normalise_tags(tags.into_iter()),
+            Ok(tags) => entry.tags = tags,
             Err(_) => {
                 return Ok(Err(format!(
                     "its tags (the third column) are of type {}; expected text[] or comma-separated text",

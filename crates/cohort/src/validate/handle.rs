@@ -162,24 +162,26 @@ fn tenant_directory(model: &ValidatedModel, entries: &[TenantEntry]) -> Result<V
             )));
             continue;
         };
+        let listed = TenantEntry {
+            id,
+            jurisdiction: entry.jurisdiction.clone(),
+            tags: crate::tenants::normalise_tags(entry.tags.iter().cloned()),
+        };
         // The directory is configuration the operator wrote: a tenant
         // listed twice that disagrees with itself is refused, not guessed.
-        match out.iter().find(|seen| seen.id == id) {
-            Some(seen) if seen.jurisdiction != entry.jurisdiction => {
+        match out.iter().find(|seen| seen.id == listed.id) {
+            Some(seen) if seen.jurisdiction != listed.jurisdiction => {
                 problems.push(Problem::global(format!(
-                    "tenant {id} is listed twice with different jurisdictions ({:?} and {:?})",
-                    seen.jurisdiction, entry.jurisdiction
+                    "tenant {} is listed twice with different jurisdictions ({:?} and {:?})",
+                    listed.id, seen.jurisdiction, listed.jurisdiction
                 )))
             }
-            Some(seen) if !seen.agrees_with(entry) => problems.push(Problem::global(format!(
-                "tenant {id} is listed twice with different tags ({:?} and {:?})",
-                seen.tags, entry.tags
+            Some(seen) if !seen.agrees_with(&listed) => problems.push(Problem::global(format!(
+                "tenant {} is listed twice with different tags ({:?} and {:?})",
+                listed.id, seen.tags, listed.tags
             ))),
             Some(_) => {}
-            None => out.push(TenantEntry {
-                id,
-                ..entry.clone()
-            }),
+            None => out.push(listed),
         }
     }
     if problems.is_empty() {
