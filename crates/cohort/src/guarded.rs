@@ -161,8 +161,15 @@ pub(crate) trait GuardSession: Send {
         key_type: KeyType,
         keys: &[KeyValue],
     ) -> Result<Vec<(String, Option<String>)>>;
-    /// Runs `held_records`: the held ones among `found`.
-    async fn held(&mut self, sql: &SqlText, entity: Uuid, found: &[String]) -> Result<Vec<String>>;
+    /// Runs the entity's `guard_held` (entity id, then the keys as one
+    /// typed array): the held ones among the locked targets, as text.
+    async fn held(
+        &mut self,
+        sql: &SqlText,
+        entity: Uuid,
+        key_type: KeyType,
+        keys: &[KeyValue],
+    ) -> Result<Vec<String>>;
 }
 
 /// A sqlx connection (inside a transaction).
@@ -190,12 +197,17 @@ impl GuardSession for SqlxSession<'_> {
             .collect()
     }
 
-    async fn held(&mut self, sql: &SqlText, entity: Uuid, found: &[String]) -> Result<Vec<String>> {
-        Ok(sqlx::query_scalar(sql.sql())
-            .bind(entity)
-            .bind(found)
+    async fn held(
+        &mut self,
+        sql: &SqlText,
+        entity: Uuid,
+        key_type: KeyType,
+        keys: &[KeyValue],
+    ) -> Result<Vec<String>> {
+        let rows = bind_array(sqlx::query(sql.sql()).bind(entity), key_type, keys)
             .fetch_all(&mut *self.0)
-            .await?)
+            .await?;
+        rows.iter().map(|r| Ok(r.try_get("record")?)).collect()
     }
 }
 
@@ -238,7 +250,8 @@ impl Target {
 
 /// Locks the target rows `FOR UPDATE` in key order, checks they exist and
 /// belong to the tenant, then (a new statement, after the locks: it sees
-/// every hold committed before them) returns the held ones.
+/// every hold committed before them) returns the held ones: under a hold
+/// on the record or on a subject the row holds.
 async fn lock_and_check(target: &Target, session: &mut dyn GuardSession) -> Result<Vec<String>> {
     let ready = &target.ready;
     let entity = ready
@@ -250,7 +263,6 @@ async fn lock_and_check(target: &Target, session: &mut dyn GuardSession) -> Resu
     let rows = session
         .lock(&plan.guard_lock, facts.record, &target.keys)
         .await?;
-    let mut found = Vec::with_capacity(rows.len());
     let mut found_canonical = Vec::with_capacity(rows.len());
     for (record, owner) in rows {
         let owner = facts.canonical_owner(owner);
@@ -262,7 +274,6 @@ async fn lock_and_check(target: &Target, session: &mut dyn GuardSession) -> Resu
             )));
         }
         found_canonical.push(facts.record.canonical_text(&record).unwrap_or_default());
-        found.push(record);
     }
     let missing: Vec<String> = target
         .keys
@@ -278,6 +289,6 @@ async fn lock_and_check(target: &Target, session: &mut dyn GuardSession) -> Resu
         )));
     }
     session
-        .held(&ready.ledger.held_records, entity.id, &found)
+        .held(&plan.guard_held, entity.id, facts.record, &target.keys)
         .await
 }

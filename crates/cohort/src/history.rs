@@ -137,6 +137,7 @@ pub(crate) async fn show(cx: &Context, run_id: Uuid) -> Result<SweepResult> {
                 .map_err(|e| Error::Migration(e.to_string()))?,
             affected: n(s.try_get("affected_count")?),
             held: n(s.try_get("held_count")?),
+            held_by_subject: n(s.try_get("held_by_subject_count")?),
             skipped: n(s.try_get("skipped_count")?),
             kept_by_legal_min: n(s.try_get("kept_by_legal_min_count")?),
             kept_by_policy: n(s.try_get("kept_by_policy_count")?),

@@ -24,18 +24,23 @@ use uuid::Uuid;
 
 use crate::context::Context;
 use crate::error::{Error, Result};
-use crate::sql::{ledger, BindKey};
+use crate::model::SubjectForm;
+use crate::sql::{ledger, lock_subject_rows, BindKey, KeyValue};
+use crate::validate::requests::reaches;
 
-/// A request to place a hold.
+/// A request to place a hold: on one record, or on a subject (a person)
+/// and everything that holds them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HoldRequest {
     /// The hold's id (choose one to make creation idempotent to retry).
     pub(crate) hold_id: Uuid,
-    /// The retained entity's durable id.
-    pub(crate) retention_entity_id: Uuid,
-    /// The record id as text; canonicalised with the key column's type.
-    pub(crate) record_id: String,
-    /// The owning tenant; `None` for tenantless entities.
+    /// What it protects.
+    pub(crate) target: Target,
+    /// A subject hold's kind (refused on a record hold).
+    pub(crate) kind: Option<String>,
+    /// Record holds: the owning tenant (`None` for tenantless entities).
+    /// Subject holds: the tenant whose rows it protects (`None`: every
+    /// tenant's, and the tenantless entities').
     pub(crate) tenant_id: Option<String>,
     /// Why (e.g. "Litigation hold - case #12345"). Required.
     pub(crate) reason: String,
@@ -45,25 +50,81 @@ pub struct HoldRequest {
     pub(crate) expires_at: Option<DateTime<Utc>>,
 }
 
+/// What a hold request names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Target {
+    /// One record: the retained entity's durable id and the record id as
+    /// text (canonicalised with the key column's type).
+    Record {
+        retention_entity_id: Uuid,
+        record_id: String,
+    },
+    /// A subject (a person's identifier, as given).
+    Subject { subject: String },
+}
+
 impl HoldRequest {
-    /// A hold created now, with a new id, no tenant and no expiry.
+    /// A hold on one record, created now, with a new id, no tenant and no
+    /// expiry.
     pub fn new(
         retention_entity_id: Uuid,
         record_id: impl Into<String>,
         reason: impl Into<String>,
     ) -> Self {
+        Self::on(
+            Target::Record {
+                retention_entity_id,
+                record_id: record_id.into(),
+            },
+            reason.into(),
+        )
+    }
+
+    /// A hold on a subject: it protects every row of every entity whose
+    /// subject columns (of the hold's kind, or of none) equal `subject`,
+    /// rows created later included, from sweeps, erasure, guarded deletion
+    /// and partition purge, until it is released or expires. Created now,
+    /// with a new id, every tenant and no expiry; name the kind with
+    /// [`kind`](Self::kind) when subject columns declare kinds.
+    ///
+    /// ```
+    /// use cohort::holds::HoldRequest;
+    ///
+    /// let hold = HoldRequest::subject("4b0a6c56-4b7e-4a53-9d4f-1f2d1a3c5e77", "Litigation hold - case #12345")
+    ///     .kind("user")
+    ///     .tenant("acme");
+    /// # let _ = hold;
+    /// ```
+    pub fn subject(subject: impl Into<String>, reason: impl Into<String>) -> Self {
+        Self::on(
+            Target::Subject {
+                subject: subject.into(),
+            },
+            reason.into(),
+        )
+    }
+
+    fn on(target: Target, reason: String) -> Self {
         Self {
             hold_id: Uuid::new_v4(),
-            retention_entity_id,
-            record_id: record_id.into(),
+            target,
+            kind: None,
             tenant_id: None,
-            reason: reason.into(),
+            reason,
             created_at: Utc::now(),
             expires_at: None,
         }
     }
 
-    /// Sets the owning tenant.
+    /// A subject hold's kind (`user`, `email`, ...). Refused at creation on
+    /// a record hold.
+    pub fn kind(mut self, kind: impl Into<String>) -> Self {
+        self.kind = Some(kind.into());
+        self
+    }
+
+    /// Sets the owning tenant (record hold) or the tenant whose rows the
+    /// hold protects (subject hold).
     pub fn tenant(mut self, tenant: impl Into<String>) -> Self {
         self.tenant_id = Some(tenant.into());
         self
@@ -88,18 +149,37 @@ impl HoldRequest {
     }
 }
 
+/// What a stored hold protects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum HoldTarget {
+    /// One record of one entity.
+    Record,
+    /// Every row holding a subject.
+    Subject,
+}
+
 /// A stored hold.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 #[non_exhaustive]
 pub struct Hold {
     /// Hold id.
     pub hold_id: Uuid,
-    /// Retained entity id.
+    /// What it protects: a record or a subject.
+    pub target: HoldTarget,
+    /// Record holds: the retained entity's id.
     #[serde(rename = "entity_id")]
-    pub retention_entity_id: Uuid,
-    /// Canonical record id.
-    pub record_id: String,
-    /// Owning tenant.
+    pub retention_entity_id: Option<Uuid>,
+    /// Record holds: the canonical record id.
+    pub record_id: Option<String>,
+    /// Subject holds: the subject as it was given (personal data: the
+    /// console never shows it).
+    pub subject: Option<String>,
+    /// Subject holds: the subject's kind, when it has one.
+    pub subject_kind: Option<String>,
+    /// Record holds: the owning tenant. Subject holds: the tenant whose
+    /// rows it protects (`None`: every tenant's).
     #[serde(rename = "tenant")]
     pub tenant_id: Option<String>,
     /// Why.
@@ -110,16 +190,24 @@ pub struct Hold {
     pub expires_at: Option<DateTime<Utc>>,
     /// When it was released.
     pub released_at: Option<DateTime<Utc>>,
-    /// Whether it protects its row now (database clock).
+    /// Whether it protects its rows now (database clock).
     pub active: bool,
 }
 
 impl Hold {
     fn from_row(r: &PgRow) -> std::result::Result<Self, sqlx::Error> {
+        let subject: Option<String> = r.try_get("subject_text")?;
         Ok(Hold {
             hold_id: r.try_get("hold_id")?,
+            target: if subject.is_some() {
+                HoldTarget::Subject
+            } else {
+                HoldTarget::Record
+            },
             retention_entity_id: r.try_get("retention_entity_id")?,
             record_id: r.try_get("record_id")?,
+            subject,
+            subject_kind: r.try_get("subject_kind")?,
             tenant_id: r.try_get("tenant_id")?,
             reason: r.try_get("reason")?,
             created_at: r.try_get("created_at")?,
@@ -177,8 +265,6 @@ impl HoldFilter {
 
 pub(crate) async fn create(cx: &Context, req: HoldRequest) -> Result<Hold> {
     let ready = cx.prepared().await?;
-    let entity = ready.model.requested_entity(req.retention_entity_id)?;
-    let facts = &ready.model.facts[&entity.id];
     if req.reason.trim().is_empty() {
         return Err(Error::InvalidInput("a hold needs a reason".into()));
     }
@@ -187,40 +273,33 @@ pub(crate) async fn create(cx: &Context, req: HoldRequest) -> Result<Hold> {
             "a hold must expire after it is created".into(),
         ));
     }
-    let record = facts.record_key(&entity.name, &req.record_id)?;
-    let tenant = facts.request_tenant(&entity.name, req.tenant_id.as_deref())?;
-
     let mut conn = cx.pool.acquire().await?;
     let mut tx = sqlx::Connection::begin_with(&mut *conn, crate::sql::READ_COMMITTED).await?;
-    let plan = &ready.plans[&entity.id];
-    let row = record
-        .bind(sqlx::query(plan.lock_target.sql()))
-        .fetch_optional(&mut *tx)
-        .await?;
-    let Some(row) = row else {
-        return Err(Error::NotFound(format!(
-            "record {} of {} does not exist",
-            record.canonical(),
-            entity.name
-        )));
+    let (target, tenant) = match &req.target {
+        Target::Record {
+            retention_entity_id,
+            record_id,
+        } => {
+            if req.kind.is_some() {
+                return Err(Error::InvalidInput(
+                    "a kind names a subject's kind; a hold on a record takes none".into(),
+                ));
+            }
+            let entity = ready.model.requested_entity(*retention_entity_id)?;
+            lock_record(&ready, &mut tx, entity, record_id, req.tenant_id.as_deref()).await?
+        }
+        Target::Subject { subject } => {
+            lock_subject(&ready, &mut tx, subject, req.kind.as_deref(), req.tenant_id.as_deref())
+                .await?
+        }
     };
-    // The tenant authorises the hold; protection then follows the record.
-    let stored_record: String = row.try_get("record")?;
-    let owner: Option<String> = row.try_get("tenant")?;
-    let owner = facts.canonical_owner(owner);
-    if owner != tenant {
-        return Err(Error::InvalidInput(format!(
-            "record {} of {} does not belong to tenant {}",
-            record.canonical(),
-            entity.name,
-            tenant.as_deref().unwrap_or("(none)")
-        )));
-    }
     let insert = ledger::InsertHold {
         hold_id: req.hold_id,
-        entity_id: entity.id,
-        record_id: stored_record,
-        tenant: tenant.clone(),
+        entity_id: target.entity_id,
+        record_id: target.record_id,
+        subject_kind: target.subject_kind,
+        subject_forms: target.subject_forms,
+        tenant,
         reason: req.reason.trim().to_owned(),
         created_at: req.created_at,
         expires_at: req.expires_at,
@@ -250,6 +329,133 @@ pub(crate) async fn create(cx: &Context, req: HoldRequest) -> Result<Hold> {
     let hold = Hold::from_row(&row)?;
     tx.commit().await?;
     Ok(hold)
+}
+
+/// What an insert stores about the target, beyond the tenant.
+struct Stored {
+    entity_id: Option<Uuid>,
+    record_id: Option<String>,
+    subject_kind: Option<String>,
+    subject_forms: [Option<String>; 4],
+}
+
+/// A record hold: the row must exist and belong to the tenant; it is
+/// locked (`FOR KEY SHARE`) until the hold commits.
+async fn lock_record(
+    ready: &crate::context::Prepared,
+    tx: &mut sqlx::PgConnection,
+    entity: &crate::model::EntityDescriptor,
+    record_id: &str,
+    tenant: Option<&str>,
+) -> Result<(Stored, Option<String>)> {
+    let facts = &ready.model.facts[&entity.id];
+    let record = facts.record_key(&entity.name, record_id)?;
+    let tenant = facts.request_tenant(&entity.name, tenant)?;
+    let plan = &ready.plans[&entity.id];
+    let row = record
+        .bind(sqlx::query(plan.lock_target.sql()))
+        .fetch_optional(&mut *tx)
+        .await?;
+    let Some(row) = row else {
+        return Err(Error::NotFound(format!(
+            "record {} of {} does not exist",
+            record.canonical(),
+            entity.name
+        )));
+    };
+    // The tenant authorises the hold; protection then follows the record.
+    let stored_record: String = row.try_get("record")?;
+    let owner: Option<String> = row.try_get("tenant")?;
+    let owner = facts.canonical_owner(owner);
+    if owner != tenant {
+        return Err(Error::InvalidInput(format!(
+            "record {} of {} does not belong to tenant {}",
+            record.canonical(),
+            entity.name,
+            tenant.as_deref().unwrap_or("(none)")
+        )));
+    }
+    let stored = Stored {
+        entity_id: Some(entity.id),
+        record_id: Some(stored_record),
+        subject_kind: None,
+        subject_forms: Default::default(),
+    };
+    Ok((stored, tenant))
+}
+
+/// A subject hold: the subject and kind are checked against the model as
+/// an erasure's are, the tenant (if any) against the tenant columns' type;
+/// then every row that holds the subject now is locked (`FOR KEY SHARE`,
+/// in the model's order) until the hold commits. A sweep or erasure batch
+/// holding one of them finishes first; one that starts later skips them
+/// (sweeps lock with `SKIP LOCKED`) or waits and then sees the hold in its
+/// mutation's re-check. Rows written later are protected by the check
+/// itself: it compares the hold with every row, not a list of rows.
+async fn lock_subject(
+    ready: &crate::context::Prepared,
+    tx: &mut sqlx::PgConnection,
+    subject: &str,
+    kind: Option<&str>,
+    tenant: Option<&str>,
+) -> Result<(Stored, Option<String>)> {
+    let model = &ready.model;
+    model.check_subject(subject, kind, "HoldRequest::kind, `cohort holds create --kind KIND`")?;
+    let tenant = match tenant {
+        None => None,
+        Some(t) => {
+            let Some(ty) = model.tenant_key else {
+                return Err(Error::InvalidInput(
+                    "no retained entity is tenant-scoped: a subject hold takes no tenant".into(),
+                ));
+            };
+            Some(
+                ty.parse(t)
+                    .map_err(|msg| Error::InvalidInput(format!("tenant: {msg}")))?
+                    .canonical(),
+            )
+        }
+    };
+    let tenant_key = match (&tenant, model.tenant_key) {
+        (Some(t), Some(ty)) => Some(ty.parse(t).map_err(Error::InvalidInput)?),
+        _ => None,
+    };
+    for e in model.ordered() {
+        // A tenant's hold protects that tenant's rows only.
+        if tenant.is_some() && e.tenant.is_none() {
+            continue;
+        }
+        let facts = &model.facts[&e.id];
+        let columns: Vec<(&str, KeyValue)> = e
+            .subjects
+            .iter()
+            .filter(|s| reaches(s, kind))
+            .filter_map(|s| {
+                let ty = facts.subjects[&s.column];
+                ty.parse(subject).ok().map(|v| (s.column.as_str(), v))
+            })
+            .collect();
+        if columns.is_empty() {
+            continue;
+        }
+        let names: Vec<&str> = columns.iter().map(|(c, _)| *c).collect();
+        let sql = lock_subject_rows(e, &facts.casts, &names, tenant_key.is_some());
+        let mut q = sqlx::query(sql.sql());
+        for (_, value) in &columns {
+            q = value.bind(q);
+        }
+        if let Some(t) = &tenant_key {
+            q = t.bind(q);
+        }
+        q.execute(&mut *tx).await?;
+    }
+    let stored = Stored {
+        entity_id: None,
+        record_id: None,
+        subject_kind: kind.map(str::to_owned),
+        subject_forms: SubjectForm::ALL.map(|f| f.canonical(subject)),
+    };
+    Ok((stored, tenant))
 }
 
 /// Whether the record is held now (`as_of` `None`, database clock) or was

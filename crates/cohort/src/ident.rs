@@ -224,7 +224,20 @@ fn split_qualified(text: &str) -> Result<Vec<(String, bool)>, String> {
     Ok(parts)
 }
 
-/// SQL text assembled only from fixed fragments and quoted identifiers.
+/// Whether `kind` is a subject kind: 1 to 63 ASCII letters, digits, `_`,
+/// `-` or `.`. Kinds are part of the model, like column names, and a
+/// subject hold's check names them in the statement (see
+/// [`SqlText::kind_literal`]), so they are held to a shape that needs no
+/// escaping.
+pub(crate) fn is_kind_word(kind: &str) -> bool {
+    (1..=63).contains(&kind.len())
+        && kind
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+}
+
+/// SQL text assembled only from fixed fragments, quoted identifiers and
+/// subject kinds (words of the model, checked by [`is_kind_word`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct SqlText(String);
 
@@ -264,6 +277,17 @@ impl SqlText {
     pub(crate) fn col(&mut self, column: &str) -> &mut Self {
         self.0.push_str("t.");
         self.ident(column)
+    }
+
+    /// Appends a subject kind as a string literal. Kinds come from the
+    /// validated model (never from a request) and are words that need no
+    /// escaping; anything else is a bug, so it panics rather than emit it.
+    pub(crate) fn kind_literal(&mut self, kind: &str) -> &mut Self {
+        assert!(is_kind_word(kind), "not a validated subject kind: {kind:?}");
+        self.0.push('\'');
+        self.0.push_str(kind);
+        self.0.push('\'');
+        self
     }
 
     /// Appends a quoted identifier.

@@ -109,6 +109,9 @@ pub struct EntityOutcome {
     pub affected: u64,
     /// Rows past the cutoff kept by an active hold.
     pub held: u64,
+    /// Of `held`, the rows kept by a hold on a subject they hold (a row
+    /// under both a record hold and a subject hold counts in both).
+    pub held_by_subject: u64,
     /// Rows past the cutoff left alone although not held: purge candidates
     /// still referenced by other rows through a NO ACTION / RESTRICT
     /// foreign key (and, with row handlers, rows whose before-handler failed).

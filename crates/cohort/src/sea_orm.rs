@@ -148,18 +148,23 @@ impl GuardSession for SeaSession<'_> {
             .collect()
     }
 
-    async fn held(&mut self, sql: &SqlText, entity: Uuid, found: &[String]) -> Result<Vec<String>> {
-        let found = Value::Array(
-            ArrayType::String,
-            Some(Box::new(found.iter().cloned().map(Value::from).collect())),
-        );
+    async fn held(
+        &mut self,
+        sql: &SqlText,
+        entity: Uuid,
+        key_type: KeyType,
+        keys: &[KeyValue],
+    ) -> Result<Vec<String>> {
         let rows = self
             .0
-            .query_all_raw(statement(sql.as_str(), vec![Value::from(entity), found]))
+            .query_all_raw(statement(
+                sql.as_str(),
+                vec![Value::from(entity), key_array(key_type, keys)],
+            ))
             .await
             .map_err(db_err)?;
         rows.iter()
-            .map(|r| r.try_get("", "record_id").map_err(db_err))
+            .map(|r| r.try_get("", "record").map_err(db_err))
             .collect()
     }
 }

@@ -157,7 +157,7 @@ async fn holds_stop_protecting_at_expiry_or_release_judged_by_the_database_clock
         .await
         .unwrap();
     assert_eq!(active_holds.len(), 1);
-    assert_eq!(active_holds[0].record_id, active.to_string());
+    assert_eq!(active_holds[0].record_id, Some(active.to_string()));
     assert_eq!(
         cohort
             .list_holds(&HoldFilter::default())
@@ -186,7 +186,7 @@ async fn holds_are_scoped_by_entity_record_and_tenant_with_canonical_ids() {
         .create_hold(HoldRequest::new(id(GLOBAL_ID), " 0004 ", "tenantless hold"))
         .await
         .unwrap();
-    assert_eq!(global.record_id, "4", "integer ids are canonicalised");
+    assert_eq!(global.record_id.as_deref(), Some("4"), "integer ids are canonicalised");
     assert_eq!(global.tenant_id, None);
     let note = note_id(db.pool(), TENANT_A, "400d").await;
     let upper = note.to_string().to_uppercase();
@@ -197,7 +197,7 @@ async fn holds_are_scoped_by_entity_record_and_tenant_with_canonical_ids() {
         .await
         .unwrap();
     assert_eq!(
-        (h.record_id.as_str(), h.tenant_id.as_deref()),
+        (h.record_id.as_deref().unwrap(), h.tenant_id.as_deref()),
         (note.to_string().as_str(), Some(TENANT_A))
     );
 

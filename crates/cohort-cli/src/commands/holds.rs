@@ -12,15 +12,26 @@ use super::*;
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum HoldsCommand {
-    /// Place a hold on one record.
+    /// Place a hold on one record (`--entity`, `--record`) or on a subject
+    /// (`--subject`, with `--kind` when subject columns declare kinds).
     Create {
         /// Entity id or display name.
-        #[arg(long)]
-        entity: String,
+        #[arg(long, requires = "record", required_unless_present = "subject")]
+        entity: Option<String>,
         /// Record id (canonicalised with the key column's type).
-        #[arg(long)]
-        record: String,
-        /// The row's tenant (omit for tenantless entities).
+        #[arg(long, requires = "entity")]
+        record: Option<String>,
+        /// A subject: protects every row of every entity whose subject
+        /// columns (of the kind, or of none) equal it, rows written later
+        /// included.
+        #[arg(long, conflicts_with_all = ["entity", "record"])]
+        subject: Option<String>,
+        /// The subject's kind (`user`, `email`, ...).
+        #[arg(long, requires = "subject")]
+        kind: Option<String>,
+        /// Record hold: the row's tenant (omit for tenantless entities).
+        /// Subject hold: protect only this tenant's rows (omit: every
+        /// tenant's and the tenantless entities').
         #[arg(long)]
         tenant: Option<String>,
         /// Why.
@@ -61,13 +72,26 @@ pub(super) async fn hold_rows(
     Ok(holds
         .iter()
         .map(|h| {
+            let (entity, record) = match (h.retention_entity_id, &h.record_id) {
+                (Some(id), Some(record)) => (
+                    model
+                        .entity(id)
+                        .map(|e| e.name.clone())
+                        .unwrap_or_else(|| id.to_string()),
+                    record.clone(),
+                ),
+                _ => (
+                    match &h.subject_kind {
+                        Some(kind) => format!("(subject, {kind})"),
+                        None => "(subject)".to_owned(),
+                    },
+                    h.subject.clone().unwrap_or_default(),
+                ),
+            };
             vec![
                 h.hold_id.to_string(),
-                model
-                    .entity(h.retention_entity_id)
-                    .map(|e| e.name.clone())
-                    .unwrap_or_else(|| h.retention_entity_id.to_string()),
-                h.record_id.clone(),
+                entity,
+                record,
                 h.tenant_id.clone().unwrap_or_default(),
                 if h.active { "yes" } else { "no" }.to_string(),
                 h.expires_at.map(|t| t.to_rfc3339()).unwrap_or_default(),
@@ -78,7 +102,7 @@ pub(super) async fn hold_rows(
 }
 
 pub(super) const HOLD_HEADERS: [&str; 7] = [
-    "HOLD", "ENTITY", "RECORD", "TENANT", "ACTIVE", "EXPIRES", "REASON",
+    "HOLD", "ENTITY", "RECORD/SUBJECT", "TENANT", "ACTIVE", "EXPIRES", "REASON",
 ];
 
 pub(crate) async fn holds(cohort: &Cohort, json: bool, cmd: &HoldsCommand) -> Result<(), Failure> {
@@ -86,12 +110,23 @@ pub(crate) async fn holds(cohort: &Cohort, json: bool, cmd: &HoldsCommand) -> Re
         HoldsCommand::Create {
             entity,
             record,
+            subject,
+            kind,
             tenant,
             reason,
             expires_at,
             hold_id,
         } => {
-            let mut req = HoldRequest::new(entity_id(cohort, entity).await?, record, reason);
+            let mut req = match (entity, record, subject) {
+                (Some(entity), Some(record), None) => {
+                    HoldRequest::new(entity_id(cohort, entity).await?, record, reason)
+                }
+                (None, None, Some(subject)) => HoldRequest::subject(subject, reason),
+                _ => unreachable!("clap requires --entity with --record, or --subject"),
+            };
+            if let Some(k) = kind {
+                req = req.kind(k);
+            }
             if let Some(t) = tenant {
                 req = req.tenant(t);
             }

@@ -224,8 +224,10 @@ pub(crate) fn holds(holds: &[Hold], model: &ValidatedModel, limit: i64) -> Marku
         html! {
             p.muted {
                 "Rows these holds name are never changed by a sweep or an erasure. "
-                "Reasons are free text that may name people, so they are not shown here: "
-                code { "cohort holds list" } " prints them."
+                "A subject hold protects every row holding one person's identifier; "
+                "the identifier is personal data, so only its kind is shown here. "
+                "Reasons are free text that may name people, so they are not shown here either: "
+                code { "cohort holds list" } " prints both."
             }
             @if holds.is_empty() {
                 p.empty { "No active holds." }
@@ -234,18 +236,31 @@ pub(crate) fn holds(holds: &[Hold], model: &ValidatedModel, limit: i64) -> Marku
                     p.muted { "The first " (limit) " by placement time (" code { "?limit=" } " up to 1000; " code { "cohort holds list --active" } " lists them all)." }
                 }
                 table {
-                    thead { tr { th { "Hold" } th { "Entity" } th { "Record id" } th { "Tenant" } th { "Placed" } th { "Expires" } } }
+                    thead { tr { th { "Hold" } th { "On" } th { "Entity" } th { "Record id" } th { "Tenant" } th { "Placed" } th { "Expires" } } }
                     tbody {
                         @for h in holds {
                             tr {
                                 td { code { (short(&h.hold_id)) } }
-                                td {
-                                    @match model.entity(h.retention_entity_id) {
-                                        Some(e) => (e.name),
-                                        None => code { (h.retention_entity_id) },
+                                @match (h.retention_entity_id, &h.record_id) {
+                                    (Some(id), Some(record)) => {
+                                        td { "record" }
+                                        td {
+                                            @match model.entity(id) {
+                                                Some(e) => (e.name),
+                                                None => code { (id) },
+                                            }
+                                        }
+                                        td { code { (record) } }
+                                    }
+                                    _ => {
+                                        td {
+                                            "subject"
+                                            @if let Some(kind) = &h.subject_kind { " (" code { (kind) } ")" }
+                                        }
+                                        td.muted { "every entity" }
+                                        td.muted { "every row holding it" }
                                     }
                                 }
-                                td { code { (h.record_id) } }
                                 td { (tenant(h.tenant_id.as_deref())) }
                                 td { (time(h.created_at)) }
                                 td { (h.expires_at.map(time).unwrap_or_else(|| "never".into())) }

@@ -162,6 +162,10 @@ impl Context {
                                 caps,
                                 &facts.blocking_references,
                                 &facts.casts,
+                                crate::sql::HoldKeys {
+                                    subjects: &facts.subjects,
+                                    tenant: facts.tenant,
+                                },
                                 hasher.as_ref(),
                                 &self.config.schema,
                             ),

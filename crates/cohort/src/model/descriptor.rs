@@ -321,6 +321,11 @@ pub(crate) fn resolve(
                 "erasure subject column {:?} has an empty kind",
                 s.column
             ));
+        } else if let Some(k) = s.kind.as_deref().filter(|k| !crate::ident::is_kind_word(k)) {
+            problems.push(format!(
+                "erasure subject column {:?} has the kind {k:?}; a kind is a word of at most 63 ASCII letters, digits, `_`, `-` or `.` (e.g. `user`, `email`)",
+                s.column
+            ));
         }
     }
 

@@ -104,6 +104,68 @@ impl KeyType {
     }
 }
 
+/// The way a column of a key type holds a subject, and so which of a
+/// subject hold's stored forms it compares with (a hold stores the
+/// subject once per form it can take).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum SubjectForm {
+    /// text, varchar, char(n): the subject exactly as given.
+    Text,
+    /// citext: lower case (ASCII only, as every citext key).
+    CiText,
+    /// uuid: lower-case hyphenated.
+    Uuid,
+    /// Any integer width: decimal.
+    Int,
+}
+
+impl SubjectForm {
+    /// Every form, in the order of the hold table's columns.
+    pub(crate) const ALL: [SubjectForm; 4] = [
+        SubjectForm::Text,
+        SubjectForm::CiText,
+        SubjectForm::Uuid,
+        SubjectForm::Int,
+    ];
+
+    /// The hold table's column storing the subject in this form.
+    pub(crate) fn hold_column(self) -> &'static str {
+        match self {
+            SubjectForm::Text => "subject_text",
+            SubjectForm::CiText => "subject_citext",
+            SubjectForm::Uuid => "subject_uuid",
+            SubjectForm::Int => "subject_int",
+        }
+    }
+
+    /// A key type that parses this form (the widest, for integers).
+    fn key_type(self) -> KeyType {
+        match self {
+            SubjectForm::Text => KeyType::Text,
+            SubjectForm::CiText => KeyType::CiText,
+            SubjectForm::Uuid => KeyType::Uuid,
+            SubjectForm::Int => KeyType::Int8,
+        }
+    }
+
+    /// The subject's canonical text in this form, if it can take it.
+    pub(crate) fn canonical(self, subject: &str) -> Option<String> {
+        self.key_type().canonical_text(subject)
+    }
+}
+
+impl KeyType {
+    /// How a column of this type holds a subject.
+    pub(crate) fn subject_form(self) -> SubjectForm {
+        match self {
+            KeyType::Uuid => SubjectForm::Uuid,
+            KeyType::Int2 | KeyType::Int4 | KeyType::Int8 => SubjectForm::Int,
+            KeyType::Text => SubjectForm::Text,
+            KeyType::CiText => SubjectForm::CiText,
+        }
+    }
+}
+
 /// A typed key value.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub(crate) enum KeyValue {
@@ -131,6 +193,33 @@ impl KeyValue {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_subject_takes_every_form_it_parses_as() {
+        let forms = |s: &str| -> Vec<Option<String>> {
+            SubjectForm::ALL.iter().map(|f| f.canonical(s)).collect()
+        };
+        assert_eq!(
+            forms("A3F467FE-C5D0-4F17-9897-83C373CC1DC8"),
+            vec![
+                Some("A3F467FE-C5D0-4F17-9897-83C373CC1DC8".into()),
+                Some("a3f467fe-c5d0-4f17-9897-83c373cc1dc8".into()),
+                Some("a3f467fe-c5d0-4f17-9897-83c373cc1dc8".into()),
+                None,
+            ]
+        );
+        assert_eq!(
+            forms(" 042"),
+            vec![Some(" 042".into()), Some(" 042".into()), None, Some("42".into())]
+        );
+        assert_eq!(
+            forms("Zoë@Example.com"),
+            vec![Some("Zoë@Example.com".into()), None, None, None]
+        );
+        assert_eq!(forms(""), vec![None, None, None, None]);
+        assert_eq!(KeyType::Int2.subject_form(), SubjectForm::Int);
+        assert_eq!(KeyType::CiText.subject_form(), SubjectForm::CiText);
+    }
 
     #[test]
     fn canonicalisation_table() {

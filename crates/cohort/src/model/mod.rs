@@ -21,4 +21,4 @@ pub(crate) use descriptor::{parse_entity_id, resolve, Resolved};
 pub use descriptor::{
     AnonymisedColumn, Conventions, EntityDescriptor, ExemptEntity, Resolution, SubjectColumn,
 };
-pub(crate) use key::{KeyType, KeyValue};
+pub(crate) use key::{KeyType, KeyValue, SubjectForm};

@@ -14,6 +14,8 @@ use crate::sql::{bind_array, KeyValue};
 pub(crate) struct Counts {
     pub(crate) eligible: u64,
     pub(crate) held: u64,
+    /// Of `held`, the rows a subject hold protects.
+    pub(crate) held_by_subject: u64,
     pub(crate) null_anchor: u64,
     /// Past the cutoff, not held, but still referenced by other rows
     /// through a NO ACTION / RESTRICT foreign key (purge leaves them).
@@ -41,14 +43,26 @@ pub(crate) async fn counts(
 pub(super) const MAX_BOUND_HOLDS: i64 = 10_000;
 
 /// The keys of an entity's active holds, parsed in the record key's type;
-/// `None` when there are more than [`MAX_BOUND_HOLDS`] or one cannot be a
-/// key of this type (then only a statement that compares every row's key
-/// text gives the exact answer).
+/// `None` when there are more than [`MAX_BOUND_HOLDS`], when one cannot be
+/// a key of this type, or when the entity has subject columns and a
+/// subject hold is active (then only a statement that checks every row
+/// gives the exact answer).
 pub(crate) async fn active_hold_keys(
     conn: &mut PgConnection,
     ready: &Prepared,
     entity: &EntityDescriptor,
 ) -> std::result::Result<Option<Vec<KeyValue>>, sqlx::Error> {
+    if !entity.subjects.is_empty() {
+        let any: bool = ready
+            .ledger
+            .any_subject_hold()
+            .query_scalar()
+            .fetch_one(&mut *conn)
+            .await?;
+        if any {
+            return Ok(None);
+        }
+    }
     let wanted = ledger::ActiveHolds {
         entity_id: entity.id,
         limit: MAX_BOUND_HOLDS + 1,
@@ -98,6 +112,7 @@ pub(super) fn read_counts(row: sqlx::postgres::PgRow) -> std::result::Result<Cou
     Ok(Counts {
         eligible: n("eligible")?,
         held: n("held")?,
+        held_by_subject: n("held_by_subject")?,
         null_anchor: n("null_anchor")?,
         skipped: n("skipped")?,
         kept_by_legal_min: n("kept_by_legal_min")?,
@@ -114,6 +129,7 @@ pub(crate) fn outcome(work: &Work<'_>) -> EntityOutcome {
         strategy: work.rule.strategy(),
         affected: 0,
         held: 0,
+        held_by_subject: 0,
         skipped: 0,
         null_anchor: 0,
         kept_by_legal_min: 0,

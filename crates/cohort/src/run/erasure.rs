@@ -11,68 +11,6 @@ use crate::error::{Error, Result};
 use crate::rules::Strategy;
 use crate::sql::{ErasurePlan, KeyValue};
 
-/// The request's kind against the model, before anything runs (.NET 0.9's
-/// rules): when subject columns declare kinds, a kind is required; an
-/// unknown kind is refused; so is a subject that no column the request
-/// reaches (of that kind, or of none) can hold. The subject itself is
-/// never echoed (it is personal data).
-fn check_kind(
-    model: &crate::validate::ValidatedModel,
-    scope: &crate::erasure::ErasureScope,
-) -> Result<()> {
-    let declared: std::collections::BTreeSet<&str> = model
-        .entities
-        .iter()
-        .flat_map(|e| e.subjects.iter().filter_map(|s| s.kind.as_deref()))
-        .collect();
-    let list = || {
-        declared
-            .iter()
-            .map(|k| format!("{k:?}"))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    let Some(kind) = scope.kind.as_deref() else {
-        if declared.is_empty() {
-            return Ok(());
-        }
-        return Err(Error::InvalidInput(format!(
-            "subject columns declare kinds ({}): name the subject's kind (ErasureScope::kind, `cohort erase --kind KIND`)",
-            list()
-        )));
-    };
-    if !declared.contains(kind) {
-        return Err(Error::InvalidInput(if declared.is_empty() {
-            format!("no subject column declares a kind, so there is no kind {kind:?}; leave the kind out")
-        } else {
-            format!(
-                "no subject column declares the kind {kind:?}; the kinds are {}",
-                list()
-            )
-        }));
-    }
-    let types: Vec<crate::sql::KeyType> = model
-        .entities
-        .iter()
-        .flat_map(|e| {
-            e.subjects
-                .iter()
-                .filter(|s| s.kind.is_none() || s.kind.as_deref() == Some(kind))
-                .map(move |s| model.facts[&e.id].subjects[&s.column])
-        })
-        .collect();
-    if !types.iter().any(|ty| ty.parse(&scope.subject).is_ok()) {
-        let mut names: Vec<&str> = types.iter().map(|t| t.name()).collect();
-        names.sort_unstable();
-        names.dedup();
-        return Err(Error::InvalidInput(format!(
-            "the subject cannot be a {kind:?} value: every subject column a {kind:?} request reaches is of type {}",
-            names.join(" or ")
-        )));
-    }
-    Ok(())
-}
-
 pub(crate) async fn erase(cx: &Context, req: ErasureRequest) -> Result<ErasureResult> {
     let ready = cx.prepared().await?;
     check_now(cx, req.now, !req.dry_run, req.allow_future_now).await?;
@@ -91,7 +29,20 @@ pub(crate) async fn erase(cx: &Context, req: ErasureRequest) -> Result<ErasureRe
             "an erasure kind must not be empty".into(),
         ));
     }
-    check_kind(&ready.model, scope)?;
+    // Without kinds on either side, a subject no column can hold is
+    // reported per entity below (the pass decides which entities count).
+    let kinds_declared = ready
+        .model
+        .entities
+        .iter()
+        .any(|e| e.subjects.iter().any(|s| s.kind.is_some()));
+    if kinds_declared || scope.kind.is_some() {
+        ready.model.check_subject(
+            &scope.subject,
+            scope.kind.as_deref(),
+            "ErasureScope::kind, `cohort erase --kind KIND`",
+        )?;
+    }
     let batch = i64::from(cx.config.sweep_batch_size);
 
     let mut works = Vec::new();
@@ -99,7 +50,7 @@ pub(crate) async fn erase(cx: &Context, req: ErasureRequest) -> Result<ErasureRe
     // A column of the request's kind, or one that declares no kind (it
     // holds the subject whatever its kind).
     let reaches = |s: &crate::model::SubjectColumn| {
-        s.kind.is_none() || scope.kind.is_none() || s.kind == scope.kind
+        crate::validate::requests::reaches(s, scope.kind.as_deref())
     };
     let in_request = |e: &crate::model::EntityDescriptor| e.subjects.iter().any(&reaches);
     // Entities holding the subject's kind of data that this request cannot
@@ -191,7 +142,6 @@ pub(crate) async fn erase(cx: &Context, req: ErasureRequest) -> Result<ErasureRe
             &facts.casts,
             &subject_columns,
             cutoff.is_some(),
-            &cx.config.schema,
         );
         let mut lock_args = vec![Arg::Int8(batch)];
         lock_args.extend(values.iter().cloned());

@@ -371,6 +371,7 @@ async fn run_entity(
     };
     if let Ok(c) = &measured {
         out.held = c.held;
+        out.held_by_subject = c.held_by_subject;
         out.null_anchor = c.null_anchor;
         // Left although eligible: still referenced, plus either what is
         // still eligible (when measured: it includes every row a failing
@@ -395,6 +396,7 @@ async fn run_entity(
             summary_id,
             affected: out.affected as i64,
             held: out.held as i64,
+            held_by_subject: out.held_by_subject as i64,
             skipped: out.skipped as i64,
             null_anchor: out.null_anchor as i64,
             error: error.clone(),

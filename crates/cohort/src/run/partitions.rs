@@ -178,7 +178,8 @@ async fn held(
         None => None,
     };
     let params = statements::Held { entity: e.id, keys };
-    let row = statements::held(partition, e, &facts.casts, &ctx.cx.config.schema, params)
+    let hold = &ctx.ready.plans[&e.id].held;
+    let row = statements::held(partition, e, &facts.casts, hold, params)
         .query()
         .fetch_one(conn)
         .await?;

@@ -123,6 +123,7 @@ pub(crate) async fn preview(cx: &Context, req: PreviewRequest) -> Result<Preview
             0
         };
         o.held = c.held;
+        o.held_by_subject = c.held_by_subject;
         o.null_anchor = c.null_anchor;
         o.skipped = c.skipped;
         o.kept_by_legal_min = c.kept_by_legal_min;

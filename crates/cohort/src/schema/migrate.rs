@@ -63,6 +63,11 @@ const SOURCES: &[(u32, &str, &str)] = &[
         "erasure_subject_kind",
         include_str!("../../migrations/0007_erasure_subject_kind.sql"),
     ),
+    (
+        8,
+        "subject_holds",
+        include_str!("../../migrations/0008_subject_holds.sql"),
+    ),
 ];
 
 fn render(template: &'static str, schema: &str) -> SqlText {

@@ -14,7 +14,10 @@
 
 use std::collections::BTreeMap;
 
-use super::fragments::{blocked, hold_exists, not_done, referenced, tenant_filter, Casts};
+use super::fragments::{
+    blocked, hold_exists, not_done, referenced, subject_hold, tenant_filter, Casts,
+    HoldKeys,
+};
 use crate::ident::{QualifiedName, SqlText};
 use crate::model::{AnonymiseMethod, CustomAnonymiser, EntityDescriptor};
 use crate::rules::{CategoryCapabilities, Strategy};
@@ -50,7 +53,8 @@ pub(crate) struct EntityPlan {
     /// add its own re-checks (parameters after the anonymise ones).
     pub(crate) mutate_head: BTreeMap<Strategy, SqlText>,
     /// Counts in scope: eligible (past cutoff, not held), held (past cutoff,
-    /// held) and null_anchor. `$1` entity id, `$2` cutoff, `$3` tenant.
+    /// held), held_by_subject (of those, under a subject hold) and
+    /// null_anchor. `$1` entity id, `$2` cutoff, `$3` tenant.
     pub(crate) counts: BTreeMap<Strategy, SqlText>,
     /// What `counts` returns after a real run, without reading the rows
     /// past the cutoff (after a purge, their dead index entries; after an
@@ -73,6 +77,14 @@ pub(crate) struct EntityPlan {
     /// Guarded deletion: locks the targets (`FOR UPDATE`, in key order) and
     /// returns each one's canonical id and tenant. `$1` record keys.
     pub(crate) guard_lock: SqlText,
+    /// The hold check of every statement: `EXISTS` over the active holds
+    /// on the row's record or on a subject it holds (`$1` entity id).
+    pub(crate) held: SqlText,
+    /// The subject half of `held` (`None`: no subject columns).
+    pub(crate) subject_held: Option<SqlText>,
+    /// Guarded deletion: the held ones among locked targets, as
+    /// `record::text`. `$1` entity id, `$2` record keys.
+    pub(crate) guard_held: SqlText,
     /// Whether a record is under an active hold: matched through the row
     /// (the hold stores the row's own key text) or by the canonical id.
     /// `$1` entity id, `$2` record key, `$3` canonical id text.
@@ -122,11 +134,13 @@ impl EntityPlan {
         capabilities: &CategoryCapabilities,
         blockers: &[IncomingKey],
         casts: &Casts,
+        keys: HoldKeys<'_>,
         hasher: Option<&CustomAnonymiser>,
         cohort_schema: &str,
     ) -> Self {
         let table: &QualifiedName = &e.table;
-        let held = hold_exists(e, cohort_schema);
+        let held = hold_exists(e, keys, cohort_schema);
+        let subject_held = subject_hold(e, keys, cohort_schema, active_hold!("h."));
         let referenced = referenced(blockers);
         let mut plan = EntityPlan {
             lock: BTreeMap::new(),
@@ -141,6 +155,9 @@ impl EntityPlan {
             lock_target: SqlText::default(),
             referenced: referenced.clone(),
             guard_lock: SqlText::default(),
+            held: held.clone(),
+            subject_held: subject_held.clone(),
+            guard_held: SqlText::default(),
             is_held: SqlText::default(),
             is_held_at: SqlText::default(),
             literals: Vec::new(),
@@ -180,7 +197,20 @@ impl EntityPlan {
                 .col(&e.anchor)
                 .push(" < $2 AND ")
                 .append(&held)
-                .push(") AS held, count(*) FILTER (WHERE ")
+                .push(") AS held, ");
+            match &subject_held {
+                Some(subject) => {
+                    c.push("count(*) FILTER (WHERE ")
+                        .col(&e.anchor)
+                        .push(" < $2 AND ")
+                        .append(subject)
+                        .push(") AS held_by_subject, ");
+                }
+                None => {
+                    c.push("0::int8 AS held_by_subject, ");
+                }
+            }
+            c.push("count(*) FILTER (WHERE ")
                 .col(&e.anchor)
                 .push(" IS NULL) AS null_anchor, 0::int8 AS kept_by_legal_min FROM ")
                 .table(table)
@@ -237,7 +267,9 @@ impl EntityPlan {
                     a.push("0::int8");
                 }
             }
-            a.push(" AS skipped, 0::int8 AS kept_by_legal_min");
+            // Only used while no subject hold is active (see
+            // `active_hold_keys`): every held row is under a record hold.
+            a.push(" AS skipped, 0::int8 AS held_by_subject, 0::int8 AS kept_by_legal_min");
             plan.counts_after.insert(strategy, a);
             // Candidates in (anchor, key) order, so a run can continue
             // each batch after the last one's final row (`lock_after`)
@@ -446,6 +478,19 @@ impl EntityPlan {
             .push(" FOR UPDATE");
         plan.guard_lock = guard_lock;
 
+        let mut guard_held = SqlText::new("SELECT ");
+        guard_held
+            .col(&e.record_id)
+            .push("::text AS record FROM ")
+            .table(table)
+            .push(" t WHERE ")
+            .append(&casts.any(&e.record_id, 2))
+            .push(" AND ")
+            .append(&held)
+            .push(" ORDER BY ")
+            .col(&e.record_id);
+        plan.guard_held = guard_held;
+
         let mut is_held = SqlText::new("SELECT EXISTS (SELECT 1 FROM ");
         is_held
             .table(table)
@@ -488,7 +533,48 @@ impl EntityPlan {
             .table(&holds)
             .push(" h WHERE h.retention_entity_id = $1 AND h.record_id = $3")
             .push(at);
+        // A subject hold alive at `$4` on a subject the row holds now.
+        let at_subject = "h.created_at <= $4 AND (h.released_at IS NULL OR h.released_at > $4) \
+                          AND (h.expires_at IS NULL OR h.expires_at > $4)";
+        if let Some(subject) = subject_hold(e, keys, cohort_schema, at_subject) {
+            is_held_at
+                .push(" OR EXISTS (SELECT 1 FROM ")
+                .table(table)
+                .push(" t WHERE ")
+                .col(&e.record_id)
+                .push(" = ");
+            casts.param(&mut is_held_at, &e.record_id, 2);
+            is_held_at.push(" AND ").append(&subject).push(")");
+        }
         plan.is_held_at = is_held_at;
         plan
     }
+}
+
+/// Hold creation on a subject: locks every row of the entity whose given
+/// subject columns equal the subject (`FOR KEY SHARE`, which conflicts with
+/// the `FOR UPDATE` of every mutation), in the tenant when one is bound,
+/// and returns how many. `$1.. ` one value per column in its own type,
+/// then the tenant.
+pub(crate) fn lock_subject_rows(
+    e: &EntityDescriptor,
+    casts: &Casts,
+    columns: &[&str],
+    tenanted: bool,
+) -> SqlText {
+    let mut s = SqlText::new("SELECT count(*) FROM (SELECT 1 FROM ");
+    s.table(&e.table).push(" t WHERE (");
+    for (i, column) in columns.iter().enumerate() {
+        if i > 0 {
+            s.push(" OR ");
+        }
+        s.col(column).push(" = ");
+        casts.param(&mut s, column, i + 1);
+    }
+    s.push(")");
+    if tenanted {
+        s.append(&tenant_filter(e, casts, columns.len() + 1));
+    }
+    s.push(" FOR KEY SHARE OF t) locked");
+    s
 }

@@ -1,7 +1,7 @@
 //! Erasure statements, built per request from an entity's plan.
 
 use super::entity::EntityPlan;
-use super::fragments::{blocked, hold_exists, not_done, Casts};
+use super::fragments::{blocked, not_done, Casts};
 use crate::ident::SqlText;
 use crate::model::EntityDescriptor;
 use crate::rules::Strategy;
@@ -94,10 +94,9 @@ impl ErasurePlan {
         casts: &Casts,
         subjects: &[String],
         with_cutoff: bool,
-        cohort_schema: &str,
     ) -> Self {
         let table = &e.table;
-        let held = hold_exists(e, cohort_schema);
+        let held = &plan.held;
         let done = not_done(e, strategy);
         let blocked = blocked(strategy, plan.referenced.as_ref());
         let p = ErasureParams::from(3, e.tenant.is_some(), with_cutoff);
@@ -117,7 +116,7 @@ impl ErasurePlan {
                 casts.param(&mut lock, &e.record_id, n);
             }
             lock.push(" AND NOT ")
-                .append(&held)
+                .append(held)
                 .push(" ORDER BY ")
                 .col(&e.record_id)
                 .push(" LIMIT $2 FOR UPDATE");
@@ -145,7 +144,7 @@ impl ErasurePlan {
         let anchor_ok = p.anchor(e);
         let mut counts = SqlText::new("SELECT count(*) FILTER (WHERE NOT ");
         counts
-            .append(&held)
+            .append(held)
             .append(&anchor_ok)
             .append(&blocked.unblocked)
             .push(") AS eligible, ");
@@ -153,7 +152,7 @@ impl ErasurePlan {
             (Strategy::Purge, Some(r)) => {
                 counts
                     .push("count(*) FILTER (WHERE NOT ")
-                    .append(&held)
+                    .append(held)
                     .append(&anchor_ok)
                     .push(" AND ")
                     .append(r)
@@ -165,9 +164,21 @@ impl ErasurePlan {
         }
         counts
             .push("count(*) FILTER (WHERE ")
-            .append(&held)
+            .append(held)
             .append(&anchor_ok)
             .push(") AS held, ");
+        match &plan.subject_held {
+            Some(subject) => {
+                counts
+                    .push("count(*) FILTER (WHERE ")
+                    .append(subject)
+                    .append(&anchor_ok)
+                    .push(") AS held_by_subject, ");
+            }
+            None => {
+                counts.push("0::int8 AS held_by_subject, ");
+            }
+        }
         if let Some(cutoff) = p.cutoff {
             counts
                 .push("count(*) FILTER (WHERE ")

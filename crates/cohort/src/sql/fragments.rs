@@ -8,17 +8,101 @@ use crate::ident::{QualifiedName, SqlText};
 use crate::model::EntityDescriptor;
 use crate::rules::Strategy;
 use crate::sql::tables::CohortTable;
-use crate::sql::IncomingKey;
+use crate::sql::{IncomingKey, KeyType};
 
-/// An active hold on the row. Holds protect the record (entity + record
-/// id), whatever tenant the row belongs to now: a held row that was moved to
-/// another tenant stays protected in every tenant's sweep and erasure.
-pub(crate) fn hold_exists(e: &EntityDescriptor, cohort_schema: &str) -> SqlText {
+/// The key types of the columns a hold compares beyond the record id: the
+/// subject columns (by name) and the tenant column.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct HoldKeys<'a> {
+    pub(crate) subjects: &'a BTreeMap<String, KeyType>,
+    pub(crate) tenant: Option<KeyType>,
+}
+
+/// An active hold on the row: a hold on its record or on a subject it
+/// holds. Record holds protect the record (entity + record id), whatever
+/// tenant the row belongs to now: a held row that was moved to another
+/// tenant stays protected in every tenant's sweep and erasure.
+pub(crate) fn hold_exists(e: &EntityDescriptor, keys: HoldKeys<'_>, cohort_schema: &str) -> SqlText {
+    let record = record_hold(e, cohort_schema, active_hold!("h."));
+    match subject_hold(e, keys, cohort_schema, active_hold!("h.")) {
+        Some(subject) => {
+            let mut s = SqlText::new("(");
+            s.append(&record).push(" OR ").append(&subject).push(")");
+            s
+        }
+        None => record,
+    }
+}
+
+/// A hold on the row's record, alive by `life` (a condition on `h.`).
+pub(crate) fn record_hold(e: &EntityDescriptor, cohort_schema: &str, life: &'static str) -> SqlText {
     let mut s = SqlText::new("EXISTS (SELECT 1 FROM ");
     s.table(&CohortTable::Hold.qualified(cohort_schema))
         .push(" h WHERE h.retention_entity_id = $1 AND h.record_id = ")
         .col(&e.record_id)
-        .push(concat!("::text AND ", active_hold!("h."), ")"));
+        .push("::text AND ")
+        .push(life)
+        .push(")");
+    s
+}
+
+/// A hold on a subject the row holds, alive by `life`: one indexed probe
+/// per subject column, comparing the hold's stored form for the column's
+/// type with the column's canonical text, for holds of the column's kind
+/// (or of none) and of the row's tenant (or of every tenant). `None` for
+/// an entity without subject columns.
+pub(crate) fn subject_hold(
+    e: &EntityDescriptor,
+    keys: HoldKeys<'_>,
+    cohort_schema: &str,
+    life: &'static str,
+) -> Option<SqlText> {
+    if e.subjects.is_empty() {
+        return None;
+    }
+    let hold = CohortTable::Hold.qualified(cohort_schema);
+    let mut s = SqlText::new("(");
+    for (i, subject) in e.subjects.iter().enumerate() {
+        if i > 0 {
+            s.push(" OR ");
+        }
+        let ty = keys.subjects[&subject.column];
+        s.push("EXISTS (SELECT 1 FROM ")
+            .table(&hold)
+            .push(" h WHERE h.")
+            .push(ty.subject_form().hold_column())
+            .push(" = ")
+            .append(&canonical_text(&subject.column, ty));
+        if let Some(kind) = &subject.kind {
+            s.push(" AND (h.subject_kind IS NULL OR h.subject_kind = ")
+                .kind_literal(kind)
+                .push(")");
+        }
+        match (&e.tenant, keys.tenant) {
+            (Some(column), Some(ty)) => {
+                s.push(" AND (h.tenant_id IS NULL OR h.tenant_id = ")
+                    .append(&canonical_text(column, ty))
+                    .push(")");
+            }
+            _ => {
+                s.push(" AND h.tenant_id IS NULL");
+            }
+        }
+        s.push(" AND ").push(life).push(")");
+    }
+    s.push(")");
+    Some(s)
+}
+
+/// A key-like column's canonical text, as Cohort stores keys: `::text`,
+/// lower-cased for citext.
+fn canonical_text(column: &str, ty: KeyType) -> SqlText {
+    let mut s = SqlText::default();
+    if ty == KeyType::CiText {
+        s.push("pg_catalog.lower(").col(column).push("::text)");
+    } else {
+        s.col(column).push("::text");
+    }
     s
 }
 

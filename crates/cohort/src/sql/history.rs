@@ -69,7 +69,8 @@ pub(crate) fn run(schema: &str, run: Run) -> Statement<Run> {
 pub(crate) fn summaries(schema: &str, run: Run) -> Statement<Run> {
     let mut sql = SqlText::new(
         "SELECT retention_entity_id, entity_type, category, strategy, affected_count, held_count, \
-         skipped_count, null_anchor_count, kept_by_legal_min_count, kept_by_policy_count, cutoff, \
+         skipped_count, null_anchor_count, kept_by_legal_min_count, kept_by_policy_count, \
+         held_by_subject_count, cutoff, \
          resolved_period, legal_min FROM ",
     );
     sql.table(&CohortTable::EntitySummary.qualified(schema))

@@ -47,15 +47,13 @@ pub(crate) struct LedgerPlan {
     /// The record ids of an entity's active holds, at most `$2` of them.
     /// `$1` entity id.
     pub(super) active_holds: SqlText,
-    /// Active holds among records (whatever tenant they were placed in).
-    /// `$1` entity id, `$2` record ids (text[]). Returns the held record ids.
-    /// Read by the guard sessions (sqlx and SeaORM), which bind it themselves.
-    pub(crate) held_records: SqlText,
+    /// Whether any subject hold is active (no parameters).
+    pub(super) any_subject_hold: SqlText,
 }
 
 const HOLD_COLUMNS: &str = concat!(
-    " hold_id, retention_entity_id, record_id, tenant_id, reason, created_at, \
-    expires_at, released_at, ",
+    " hold_id, retention_entity_id, record_id, subject_kind, subject_text, tenant_id, reason, \
+    created_at, expires_at, released_at, ",
     active_hold!(),
     " AS active"
 );
@@ -102,6 +100,7 @@ impl LedgerPlan {
         finish_summary.table(&summary).push(
             " SET affected_count = $2, held_count = $3, skipped_count = $4, null_anchor_count = $5, \
                error = $6, kept_by_legal_min_count = $7, kept_by_policy_count = $8, \
+               held_by_subject_count = $9, \
                updated_at = pg_catalog.clock_timestamp() WHERE summary_id = $1",
         );
         let mut insert_details = SqlText::new("INSERT INTO ");
@@ -115,8 +114,9 @@ impl LedgerPlan {
         insert_hold
             .table(&hold)
             .push(
-                " (hold_id, retention_entity_id, record_id, tenant_id, reason, created_at, expires_at) \
-                 SELECT $1, $2, $3, $4, $5, $6, $7 \
+                " (hold_id, retention_entity_id, record_id, tenant_id, reason, created_at, expires_at, \
+                   subject_kind, subject_text, subject_citext, subject_uuid, subject_int) \
+                 SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12 \
                  WHERE $7::timestamptz IS NULL OR $7::timestamptz > pg_catalog.now() RETURNING",
             )
             .push(HOLD_COLUMNS);
@@ -146,21 +146,21 @@ impl LedgerPlan {
             .push(" FROM ")
             .table(&hold)
             .push(" WHERE hold_id = $1");
-        let mut held_records = SqlText::new("SELECT DISTINCT record_id FROM ");
-        held_records.table(&hold).push(concat!(
-            " WHERE retention_entity_id = $1 AND record_id = ANY($2::text[]) AND ",
-            active_hold!(),
-            " ORDER BY record_id"
-        ));
         let mut active_holds = SqlText::new("SELECT DISTINCT record_id FROM ");
         active_holds.table(&hold).push(concat!(
             " WHERE retention_entity_id = $1 AND ",
             active_hold!(),
             " LIMIT $2"
         ));
+        let mut any_subject_hold = SqlText::new("SELECT EXISTS (SELECT 1 FROM ");
+        any_subject_hold.table(&hold).push(concat!(
+            " WHERE subject_text IS NOT NULL AND ",
+            active_hold!(),
+            ")"
+        ));
         LedgerPlan {
             active_holds,
-            held_records,
+            any_subject_hold,
             insert_hold,
             list_holds,
             release_hold,
@@ -320,6 +320,7 @@ pub(crate) struct FinishSummary {
     pub(crate) summary_id: i64,
     pub(crate) affected: i64,
     pub(crate) held: i64,
+    pub(crate) held_by_subject: i64,
     pub(crate) skipped: i64,
     pub(crate) null_anchor: i64,
     pub(crate) error: Option<String>,
@@ -337,6 +338,7 @@ impl Params for FinishSummary {
             .bind(self.error)
             .bind(self.kept_by_legal_min)
             .bind(self.kept_by_policy)
+            .bind(self.held_by_subject)
     }
 }
 
@@ -399,12 +401,16 @@ impl LedgerPlan {
     }
 }
 
-/// A new hold on one record.
+/// A new hold on one record (entity and record id) or on a subject (its
+/// kind and its canonical text in each form it can take).
 #[derive(Debug)]
 pub(crate) struct InsertHold {
     pub(crate) hold_id: Uuid,
-    pub(crate) entity_id: Uuid,
-    pub(crate) record_id: String,
+    pub(crate) entity_id: Option<Uuid>,
+    pub(crate) record_id: Option<String>,
+    pub(crate) subject_kind: Option<String>,
+    /// `subject_text`, `subject_citext`, `subject_uuid`, `subject_int`.
+    pub(crate) subject_forms: [Option<String>; 4],
     pub(crate) tenant: Option<String>,
     pub(crate) reason: String,
     pub(crate) created_at: DateTime<Utc>,
@@ -420,6 +426,11 @@ impl Params for InsertHold {
             .bind(self.reason)
             .bind(self.created_at)
             .bind(self.expires_at)
+            .bind(self.subject_kind)
+            .bind(self.subject_forms[0].clone())
+            .bind(self.subject_forms[1].clone())
+            .bind(self.subject_forms[2].clone())
+            .bind(self.subject_forms[3].clone())
     }
 }
 
@@ -473,6 +484,11 @@ impl LedgerPlan {
     /// One hold.
     pub(crate) fn get_hold(&self, hold_id: Uuid) -> Statement<(Uuid,)> {
         Statement::new(self.get_hold.clone(), (hold_id,))
+    }
+
+    /// Whether any subject hold is active now.
+    pub(crate) fn any_subject_hold(&self) -> Statement<()> {
+        Statement::new(self.any_subject_hold.clone(), ())
     }
 
     /// The record ids of an entity's active holds (column `record_id`).

@@ -44,9 +44,9 @@ pub(crate) mod statement;
 pub(crate) mod tables;
 pub(crate) mod worker;
 
-pub(crate) use entity::{EntityPlan, RunValue};
+pub(crate) use entity::{lock_subject_rows, EntityPlan, RunValue};
 pub(crate) use erasure::ErasurePlan;
-pub(crate) use fragments::{hold_exists, Casts};
+pub(crate) use fragments::{Casts, HoldKeys};
 pub(crate) use key::{bind_array, BindKey, DecodeKey, IncomingKey, KeyType, KeyValue};
 pub(crate) use ledger::LedgerPlan;
 

@@ -10,7 +10,7 @@ use super::statement::{Args, Params, Statement};
 use crate::ident::{QualifiedName, SqlText};
 use crate::model::{EntityDescriptor, KeyType, KeyValue};
 use crate::sql::tables::CohortTable;
-use crate::sql::{bind_array, hold_exists, Casts};
+use crate::sql::{bind_array, Casts};
 
 /// The partitions of a parent (by schema and name) whose upper bound is at
 /// or before `cutoff`, oldest first: `schema, name, lower` (a `-infinity`
@@ -68,7 +68,7 @@ pub(crate) fn held(
     partition: &QualifiedName,
     e: &EntityDescriptor,
     casts: &Casts,
-    cohort_schema: &str,
+    hold: &SqlText,
     params: Held,
 ) -> Statement<Held> {
     let mut sql = SqlText::new("SELECT EXISTS (SELECT 1 FROM ");
@@ -76,7 +76,7 @@ pub(crate) fn held(
     if params.keys.is_some() {
         sql.append(&casts.any(&e.record_id, 2)).push(" AND ");
     }
-    sql.append(&hold_exists(e, cohort_schema)).push(")");
+    sql.append(hold).push(")");
     Statement::new(sql, params).not_persistent()
 }
 

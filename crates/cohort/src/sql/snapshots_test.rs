@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{Casts, EntityPlan, ErasurePlan, LedgerPlan};
+use super::{Casts, EntityPlan, ErasurePlan, HoldKeys, KeyType, LedgerPlan};
 use crate::ident::QualifiedName;
 use crate::model::{
     resolve, AnonymiseMethod, Conventions, CustomAnonymiser, EntityDeclaration, EntityDescriptor,
@@ -18,6 +18,31 @@ use crate::sql::IncomingKey;
 #[allow(clippy::ptr_arg)] // the anonymiser signature takes the column's Rust type by reference
 fn mask(v: &String) -> String {
     format!("masked-{}", v.len())
+}
+
+/// The subject columns' and tenant's key types the snapshots assume: a
+/// uuid `user_id`, a citext `delegate_id`, a text tenant.
+fn key_types(e: &EntityDescriptor) -> (BTreeMap<String, KeyType>, Option<KeyType>) {
+    let subjects = e
+        .subjects
+        .iter()
+        .map(|s| {
+            let ty = if s.column == "delegate_id" {
+                KeyType::CiText
+            } else {
+                KeyType::Uuid
+            };
+            (s.column.clone(), ty)
+        })
+        .collect();
+    (subjects, e.tenant.as_ref().map(|_| KeyType::Text))
+}
+
+fn hold_keys(types: &(BTreeMap<String, KeyType>, Option<KeyType>)) -> HoldKeys<'_> {
+    HoldKeys {
+        subjects: &types.0,
+        tenant: types.1,
+    }
 }
 
 fn descriptor(tenanted: bool, custom: bool) -> EntityDescriptor {
@@ -133,6 +158,7 @@ fn render(plan: &EntityPlan) -> String {
         ("load_rows", &plan.load_rows),
         ("lock_target", &plan.lock_target),
         ("guard_lock", &plan.guard_lock),
+        ("guard_held", &plan.guard_held),
         ("is_held", &plan.is_held),
         ("is_held_at", &plan.is_held_at),
     ] {
@@ -152,7 +178,16 @@ fn entity_statements() {
     ] {
         let e = descriptor(tenanted, custom);
         let b = if blocked { blockers() } else { Vec::new() };
-        let plan = EntityPlan::build(&e, &all_strategies(), &b, &casts, Some(&hasher()), "cohort");
+        let types = key_types(&e);
+        let plan = EntityPlan::build(
+            &e,
+            &all_strategies(),
+            &b,
+            &casts,
+            hold_keys(&types),
+            Some(&hasher()),
+            "cohort",
+        );
         insta::assert_snapshot!(format!("entity_{name}"), render(&plan));
     }
 }
@@ -160,11 +195,13 @@ fn entity_statements() {
 #[test]
 fn entity_statements_with_a_per_run_anonymiser() {
     let e = descriptor_with(true, true, true);
+    let types = key_types(&e);
     let plan = EntityPlan::build(
         &e,
         &all_strategies(),
         &[],
         &Casts::default(),
+        hold_keys(&types),
         Some(&hasher()),
         "cohort",
     );
@@ -185,7 +222,7 @@ fn ledger_statements() {
         ("list_holds", &l.list_holds),
         ("release_hold", &l.release_hold),
         ("get_hold", &l.get_hold),
-        ("held_records", &l.held_records),
+        ("any_subject_hold", &l.any_subject_hold),
         ("active_holds", &l.active_holds),
     ]
     .iter()
@@ -202,11 +239,13 @@ fn erasure_statements() {
         ("tenantless_custom_legal_min", false, true, true),
     ] {
         let e = descriptor(tenanted, custom);
+        let types = key_types(&e);
         let plan = EntityPlan::build(
             &e,
             &all_strategies(),
             &blockers(),
             &Casts::default(),
+            hold_keys(&types),
             Some(&hasher()),
             "cohort",
         );
@@ -225,7 +264,6 @@ fn erasure_statements() {
                 &Casts::default(),
                 &subjects,
                 with_cutoff,
-                "cohort",
             );
             out.push_str(&format!(
                 "-- {strategy} lock\n{}\n\n-- {strategy} lock_after\n{}\n\n-- {strategy} mutate\n{}\n\n-- {strategy} counts\n{}\n\n",
@@ -270,11 +308,13 @@ fn placeholders(sql: &str) -> std::collections::BTreeSet<usize> {
 fn mutate_parameters_match_what_the_executor_binds() {
     for (tenanted, custom) in [(true, false), (false, false), (true, true), (false, true)] {
         let e = descriptor(tenanted, custom);
+        let types = key_types(&e);
         let plan = EntityPlan::build(
             &e,
             &all_strategies(),
             &blockers(),
             &Casts::default(),
+            hold_keys(&types),
             Some(&hasher()),
             "cohort",
         );
@@ -687,11 +727,13 @@ fn catalog_partition_and_ledger_statements_bind_exactly_their_placeholders() {
     let e = descriptor(false, false);
     let part = QualifiedName::new("app", "notes_2020");
     let casts = Casts::default();
+    let types = key_types(&e);
+    let hold = super::fragments::hold_exists(&e, hold_keys(&types), "cohort");
     let held_keys = p::held(
         &part,
         &e,
         &casts,
-        "cohort",
+        &hold,
         p::Held {
             entity: id,
             keys: Some((crate::model::KeyType::Uuid, vec![])),
@@ -701,7 +743,7 @@ fn catalog_partition_and_ledger_statements_bind_exactly_their_placeholders() {
         &part,
         &e,
         &casts,
-        "cohort",
+        &hold,
         p::Held {
             entity: id,
             keys: None,
@@ -816,6 +858,7 @@ fn catalog_partition_and_ledger_statements_bind_exactly_their_placeholders() {
             summary_id: 1,
             affected: 0,
             held: 0,
+            held_by_subject: 0,
             skipped: 0,
             null_anchor: 0,
             error: None,
@@ -838,8 +881,10 @@ fn catalog_partition_and_ledger_statements_bind_exactly_their_placeholders() {
         "ledger.insert_hold",
         plan.insert_hold(l::InsertHold {
             hold_id: id,
-            entity_id: id,
-            record_id: "1".into(),
+            entity_id: Some(id),
+            record_id: Some("1".into()),
+            subject_kind: None,
+            subject_forms: Default::default(),
             tenant: None,
             reason: "r".into(),
             created_at: now,

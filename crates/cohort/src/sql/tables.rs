@@ -6,7 +6,7 @@ use crate::ident::QualifiedName;
 
 /// The schema version the code expects. Migrations record it on
 /// `sweep_run` as the table comment `cohort schema version N`.
-pub const SCHEMA_VERSION: u32 = 7;
+pub const SCHEMA_VERSION: u32 = 8;
 
 /// The prefix of the version comment on `sweep_run`.
 pub(crate) const VERSION_COMMENT_PREFIX: &str = "cohort schema version ";
@@ -139,6 +139,7 @@ impl CohortTable {
                 col!("updated_at", TSTZ, false),
                 col!("kept_by_legal_min_count", BIGINT, false),
                 col!("kept_by_policy_count", BIGINT, false),
+                col!("held_by_subject_count", BIGINT, false),
             ],
             CohortTable::RowDetail => &[
                 col!("row_detail_id", BIGINT, false),
@@ -172,13 +173,18 @@ impl CohortTable {
             ],
             CohortTable::Hold => &[
                 col!("hold_id", UUID, false),
-                col!("retention_entity_id", UUID, false),
-                col!("record_id", TEXT, false),
+                col!("retention_entity_id", UUID, true),
+                col!("record_id", TEXT, true),
                 col!("tenant_id", TEXT, true),
                 col!("reason", TEXT, false),
                 col!("created_at", TSTZ, false),
                 col!("expires_at", TSTZ, true),
                 col!("released_at", TSTZ, true),
+                col!("subject_kind", TEXT, true),
+                col!("subject_text", TEXT, true),
+                col!("subject_citext", TEXT, true),
+                col!("subject_uuid", TEXT, true),
+                col!("subject_int", TEXT, true),
             ],
             CohortTable::Setting => &[
                 col!("name", TEXT, false),

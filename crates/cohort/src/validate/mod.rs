@@ -12,7 +12,7 @@ mod checks;
 mod handle;
 mod partitions;
 pub(crate) mod pooling;
-mod requests;
+pub(crate) mod requests;
 
 use crate::rules::TenantIdentity;
 use crate::sql::Casts;

@@ -1,10 +1,17 @@
-//! What a request names (an entity id, a record id, a tenant), checked
-//! against the validated model the same way for every request: holds,
-//! guarded deletion and the hold check.
+//! What a request names (an entity id, a record id, a tenant, a subject
+//! and its kind), checked against the validated model the same way for
+//! every request: holds, guarded deletion, erasure and the hold check.
 
 use super::{TableFacts, ValidatedModel};
 use crate::error::{Error, Result};
-use crate::model::EntityDescriptor;
+use crate::model::{EntityDescriptor, SubjectColumn};
+
+/// Whether a request for subjects of `kind` reaches `column`: a column of
+/// that kind, or one that declares no kind (it holds the subject whatever
+/// its kind); every column when the request names no kind.
+pub(crate) fn reaches(column: &SubjectColumn, kind: Option<&str>) -> bool {
+    column.kind.is_none() || kind.is_none() || column.kind.as_deref() == kind
+}
 
 impl ValidatedModel {
     /// The entity a request names by id: `NotFound` when none is
@@ -15,6 +22,82 @@ impl ValidatedModel {
                 "{id} is not the id of a registered retained entity"
             ))
         })
+    }
+
+    /// A subject and its kind against the model, before anything runs
+    /// (.NET 0.9's rules, for erasure and subject holds alike): the
+    /// subject is not empty; when subject columns declare kinds, a kind is
+    /// required; an unknown kind is refused; so is a subject that no column
+    /// the request reaches can hold. `how` says how to name a kind (e.g.
+    /// "ErasureScope::kind, `cohort erase --kind KIND`"). The subject itself
+    /// is never echoed (it is personal data).
+    pub(crate) fn check_subject(&self, subject: &str, kind: Option<&str>, how: &str) -> Result<()> {
+        if subject.trim().is_empty() {
+            return Err(Error::InvalidInput("the subject must not be empty".into()));
+        }
+        if kind.is_some_and(|k| k.trim().is_empty()) {
+            return Err(Error::InvalidInput("a subject kind must not be empty".into()));
+        }
+        let declared: std::collections::BTreeSet<&str> = self
+            .entities
+            .iter()
+            .flat_map(|e| e.subjects.iter().filter_map(|s| s.kind.as_deref()))
+            .collect();
+        let list = || {
+            declared
+                .iter()
+                .map(|k| format!("{k:?}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        match kind {
+            None if !declared.is_empty() => {
+                return Err(Error::InvalidInput(format!(
+                    "subject columns declare kinds ({}): name the subject's kind ({how})",
+                    list()
+                )));
+            }
+            Some(kind) if !declared.contains(kind) => {
+                return Err(Error::InvalidInput(if declared.is_empty() {
+                    format!("no subject column declares a kind, so there is no kind {kind:?}; leave the kind out")
+                } else {
+                    format!(
+                        "no subject column declares the kind {kind:?}; the kinds are {}",
+                        list()
+                    )
+                }));
+            }
+            _ => {}
+        }
+        let types: Vec<crate::sql::KeyType> = self
+            .entities
+            .iter()
+            .flat_map(|e| {
+                e.subjects
+                    .iter()
+                    .filter(|s| reaches(s, kind))
+                    .map(move |s| self.facts[&e.id].subjects[&s.column])
+            })
+            .collect();
+        if types.is_empty() {
+            return Err(Error::InvalidInput(
+                "no retained entity declares a subject column, so no row can hold a subject".into(),
+            ));
+        }
+        if !types.iter().any(|ty| ty.parse(subject).is_ok()) {
+            let mut names: Vec<&str> = types.iter().map(|t| t.name()).collect();
+            names.sort_unstable();
+            names.dedup();
+            let (what, request) = match kind {
+                Some(k) => (format!("a {k:?} value"), format!("a {k:?} request")),
+                None => ("a subject".to_owned(), "the request".to_owned()),
+            };
+            return Err(Error::InvalidInput(format!(
+                "the subject cannot be {what}: every subject column {request} reaches is of type {}",
+                names.join(" or ")
+            )));
+        }
+        Ok(())
     }
 }
 
