@@ -1218,6 +1218,10 @@ fn released_migrations_are_pinned() {
             7,
             "947d0fd514d6a1e88128faa9be1fa88b241d589cf433adc32657f6338efc9e18",
         ),
+        (
+            8,
+            "079e6ee44a9656754342f4454fd3b223c897924b66ce65c8d879c5cc502d7491",
+        ),
     ];
     assert_eq!(
         pinned.len(),

@@ -598,3 +598,47 @@ async fn a_hold_in_another_spelling_of_the_id_keeps_its_partition() {
     assert!(ids(db.pool()).await.contains(&205));
     assert_eq!(summary(db.pool(), result.run_id).await, (40, 1, 0, 3));
 }
+
+/// A subject hold keeps the partition holding one of the subject's rows,
+/// as a record hold does, though it names no record: the partition check
+/// reads every row when a subject hold is active.
+#[tokio::test]
+async fn a_partition_with_a_row_of_a_held_subject_stays() {
+    let db = migrated_db().await;
+    exec(db.pool(), TABLES).await;
+    exec(
+        db.pool(),
+        "ALTER TABLE app.events ADD COLUMN user_id text; \
+         UPDATE app.events SET user_id = 'user-' || id; \
+         UPDATE app.events SET user_id = 'held-user' WHERE id IN (305, 601)",
+    )
+    .await;
+    let cohort = build(&db, &policy("summary", "subjects = [\"user_id\"]"))
+        .await
+        .unwrap();
+    cohort
+        .create_hold(HoldRequest::subject("held-user", "litigation"))
+        .await
+        .unwrap();
+    let result = cohort.sweep(SweepRequest::tenantless(now())).await.unwrap();
+    assert_eq!(result.status, cohort::RunStatus::Succeeded, "{result:?}");
+    let left = partitions(db.pool()).await;
+    assert!(left.contains("events_2026_03"), "held partition kept: {left:?}");
+    for dropped in ["events_2026_01", "events_2026_02", "events_2026_04"] {
+        assert!(!left.contains(dropped), "{dropped} should be dropped: {left:?}");
+    }
+    let remaining = ids(db.pool()).await;
+    assert!(remaining.contains(&305), "the subject's row is kept");
+    for gone in expired_ids(1..=4).into_iter().filter(|id| *id != 305) {
+        assert!(!remaining.contains(&gone), "{gone} should be purged");
+    }
+    assert_eq!(summary(db.pool(), result.run_id).await, (40, 1, 0, 3));
+    let by_subject: i64 = sqlx::query_scalar(
+        "SELECT held_by_subject_count FROM public.sweep_run_entity_summary WHERE run_id = $1",
+    )
+    .bind(result.run_id)
+    .fetch_one(db.pool())
+    .await
+    .unwrap();
+    assert_eq!(by_subject, 1);
+}

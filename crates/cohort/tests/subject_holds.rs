@@ -13,6 +13,8 @@ use cohort::model::AnonymiseMethod;
 use cohort::rules::{RetentionRule, StaticRuleProvider, Strategy};
 use cohort::{Cohort, EntityDeclaration, ErrorKind, SweepRequest};
 use sqlx::Row;
+use std::collections::BTreeMap;
+
 use support::*;
 use uuid::Uuid;
 
@@ -396,4 +398,194 @@ async fn without_kinds_a_subject_hold_needs_none_and_reaches_every_subject_colum
     let audit = run.entity("AuditEntry").unwrap();
     assert_eq!((audit.affected, audit.held_by_subject), (1, 1));
     assert_eq!(ids(db.pool(), "SELECT id FROM app.audit_log").await, [2]);
+}
+
+/// 300 subjects of tenant A, all past the cutoff: 5 accounts (purged) and
+/// 3 messages (anonymised) each; subject `g` is the uuid ending in `g`.
+const BULK: &str = r#"
+INSERT INTO app.accounts
+SELECT 1000 + g * 10 + r, 'aaaaaaaa-0000-0000-0000-00000000000a',
+       timestamptz '2026-01-01' - make_interval(secs => g * 10 + r),
+       ('00000000-0000-4000-8000-' || lpad(g::text, 12, '0'))::uuid
+FROM generate_series(1, 300) g, generate_series(1, 5) r;
+INSERT INTO app.messages
+SELECT 1000 + g * 10 + r, 'aaaaaaaa-0000-0000-0000-00000000000a',
+       timestamptz '2026-01-01' - make_interval(secs => g * 10 + r), NULL,
+       ('00000000-0000-4000-8000-' || lpad(g::text, 12, '0'))::uuid, NULL, 'bulk ' || g
+FROM generate_series(1, 300) g, generate_series(1, 3) r;
+"#;
+
+fn bulk_subject(g: u32) -> String {
+    format!("00000000-0000-4000-8000-{g:012}")
+}
+
+/// A Cohort over the fixture on its own pool (as another process would be).
+async fn engine(db: &cohort_pgtemp::TestDatabase, batch: u32) -> Cohort {
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(3)
+        .connect_with(db.connect_options())
+        .await
+        .unwrap();
+    let rules = StaticRuleProvider::builder()
+        .category("accounts", RetentionRule::new(days(30), Strategy::Purge))
+        .category("messages", RetentionRule::new(days(30), Strategy::Anonymise))
+        .category("audit", RetentionRule::new(days(30), Strategy::Purge))
+        .build()
+        .unwrap();
+    let mut b = Cohort::builder(pool)
+        .config(cohort::CohortConfig {
+            sweep_batch_size: batch,
+            ..test_config()
+        })
+        .rules(rules);
+    for d in entities() {
+        b = b.declaration(d);
+    }
+    b.build().await.unwrap()
+}
+
+/// Every row of a subject, as JSON, in id order.
+async fn subject_rows(pool: &sqlx::PgPool, subject: &str) -> String {
+    sqlx::query_scalar(
+        "SELECT coalesce((SELECT string_agg(row_to_json(a)::text, ',' ORDER BY id) FROM app.accounts a WHERE user_id = $1::uuid), '') \
+         || '|' || coalesce((SELECT string_agg(row_to_json(m)::text, ',' ORDER BY id) FROM app.messages m WHERE sender = $1::uuid), '')",
+    )
+    .bind(subject)
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
+/// Subject holds created one after another while two sweeps of the same
+/// tenant run on other connections: whatever interleaving happens, every
+/// row a subject had when its hold returned is never changed afterwards,
+/// the sweeps' reported counts equal what committed, and a later sweep
+/// finds nothing left to do but the held rows.
+async fn race_subject_holds_against_sweeps(db: &cohort_pgtemp::TestDatabase) {
+    exec(db.pool(), BULK).await;
+    let (a, b, h) = (engine(db, 40).await, engine(db, 40).await, engine(db, 40).await);
+    let targets: Vec<String> = (1..=300).filter(|g| g % 5 == 0).map(bulk_subject).collect();
+    let holder = async {
+        let mut protected = BTreeMap::new();
+        for subject in &targets {
+            h.create_hold(HoldRequest::subject(subject.clone(), "race").kind("user"))
+                .await
+                .unwrap();
+            // The subject's rows as they were when the hold took effect.
+            protected.insert(subject.clone(), subject_rows(h.pool(), subject).await);
+        }
+        protected
+    };
+    let (protected, ra, rb) = tokio::join!(
+        holder,
+        a.sweep(SweepRequest::tenanted(TENANT_A, now())),
+        b.sweep(SweepRequest::tenanted(TENANT_A, now()))
+    );
+    let (ra, rb) = (ra.unwrap(), rb.unwrap());
+    assert_eq!(protected.len(), 60);
+    let mut kept_rows = 0;
+    for (subject, state) in &protected {
+        assert_eq!(
+            &subject_rows(db.pool(), subject).await,
+            state,
+            "subject {subject} changed after its hold was created"
+        );
+        kept_rows += state.matches("\"id\"").count();
+    }
+    // Some holds landed before the sweeps reached their subjects.
+    assert!(kept_rows > 0);
+    // Reported counts equal what committed (the fixture's own rows included).
+    let purged = 1502 - count(db.pool(), "SELECT count(*) FROM app.accounts WHERE tenant_id = 'aaaaaaaa-0000-0000-0000-00000000000a' AND created_at < '2026-05-02'").await;
+    let anonymised = count(db.pool(), "SELECT count(*) FROM app.messages WHERE anonymised_at IS NOT NULL").await;
+    let reported = |name: &str| ra.entity(name).unwrap().affected + rb.entity(name).unwrap().affected;
+    assert!(purged > 0 && anonymised > 0, "the sweeps did change unheld rows");
+    assert_eq!(reported("Account") as i64, purged);
+    assert_eq!(reported("Message") as i64, anonymised);
+    // A later sweep: every held subject's rows are still there and counted held.
+    let after = a
+        .sweep(SweepRequest::tenanted(TENANT_A, now()))
+        .await
+        .unwrap();
+    let (acc, msg) = (after.entity("Account").unwrap(), after.entity("Message").unwrap());
+    assert_eq!((acc.affected, msg.affected), (0, 0));
+    assert_eq!(acc.held, acc.held_by_subject);
+    assert_eq!(msg.held, msg.held_by_subject);
+    // Held: every row of a held subject the sweeps did not reach first.
+    let subjects: Vec<String> = protected.keys().cloned().collect();
+    let still: i64 = sqlx::query_scalar(
+        "SELECT (SELECT count(*) FROM app.accounts WHERE user_id::text = ANY($1) AND created_at < '2026-05-02') \
+              + (SELECT count(*) FROM app.messages WHERE sender::text = ANY($1) AND anonymised_at IS NULL)",
+    )
+    .bind(&subjects)
+    .fetch_one(db.pool())
+    .await
+    .unwrap();
+    assert_eq!((acc.held + msg.held) as i64, still);
+    assert!(still > 0, "some holds landed before the sweeps reached their subjects");
+}
+
+#[tokio::test]
+async fn subject_hold_creation_racing_two_sweeps_never_loses_a_protected_row() {
+    let (db, _) = setup().await;
+    race_subject_holds_against_sweeps(&db).await;
+}
+
+#[tokio::test]
+async fn subject_hold_races_are_safe_when_the_database_defaults_to_repeatable_read() {
+    let (db, _) = setup().await;
+    exec(
+        db.pool(),
+        &format!(
+            "ALTER DATABASE \"{}\" SET default_transaction_isolation = 'repeatable read'",
+            db.name()
+        ),
+    )
+    .await;
+    race_subject_holds_against_sweeps(&db).await;
+}
+
+/// The other order, step by step: a batch holds one of the subject's rows
+/// (as a sweep or erasure batch does, `FOR UPDATE`) when the hold is asked
+/// for. The hold waits for the batch; the batch's change commits; the hold
+/// then protects every row the subject still has, and a later sweep and
+/// erasure change none of them.
+#[tokio::test]
+async fn a_subject_hold_waits_for_a_batch_holding_one_of_its_rows() {
+    let (db, cohort) = setup().await;
+    let pool = db.pool();
+    let mut batch = pool.begin().await.unwrap();
+    sqlx::query("SELECT id FROM app.accounts WHERE id = 1 FOR UPDATE")
+        .execute(&mut *batch)
+        .await
+        .unwrap();
+    let create = tokio::spawn({
+        let cohort = cohort.clone();
+        async move {
+            cohort
+                .create_hold(HoldRequest::subject(S, "waits").kind("user"))
+                .await
+        }
+    });
+    wait_for_lock_wait(pool).await;
+    assert!(!create.is_finished(), "the hold waits for the batch");
+    sqlx::query("DELETE FROM app.accounts WHERE id = 1")
+        .execute(&mut *batch)
+        .await
+        .unwrap();
+    batch.commit().await.unwrap();
+    let hold = create.await.unwrap().unwrap();
+    assert!(hold.active);
+    let before = subject_rows(pool, S).await;
+    let run = cohort
+        .sweep(SweepRequest::tenanted(TENANT_A, now()))
+        .await
+        .unwrap();
+    // Account 4 is too young to count; message 1 is past the cutoff and held.
+    assert_eq!(run.entity("Message").unwrap().held_by_subject, 1);
+    cohort
+        .erase(ErasureRequest::tenanted(TENANT_A, ErasureScope::new(S).kind("user"), now()))
+        .await
+        .unwrap();
+    assert_eq!(subject_rows(pool, S).await, before);
+    assert_eq!(ids(pool, "SELECT id FROM app.accounts WHERE user_id = 'dddddddd-0000-0000-0000-00000000000d' ORDER BY id").await, [3, 4]);
 }
