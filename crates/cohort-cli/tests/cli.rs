@@ -2619,3 +2619,107 @@ async fn hostile_arguments_are_refused_without_a_panic() {
         .unwrap();
     assert_eq!(runs, 0, "a refused command wrote a run");
 }
+
+#[tokio::test]
+async fn a_subject_hold_is_created_listed_and_kept_by_the_sweep_from_the_cli() {
+    let (db, dir) = setup().await;
+    sqlx::raw_sql(ROWS).execute(db.pool()).await.unwrap();
+    let dir = dir.path();
+    let url = Some(db.url());
+    std::fs::write(
+        dir.join("cohort.toml"),
+        POLICY.replacen(
+            "subjects = [\"user_id\"]",
+            "subjects = [{ column = \"user_id\", kind = \"user\" }]",
+            1,
+        ),
+    )
+    .unwrap();
+    assert_eq!(cohort(dir, &["migrate"], url).status.code(), Some(0));
+    let subject: String =
+        sqlx::query_scalar("SELECT user_id::text FROM app.case_contacts WHERE id = 4")
+            .fetch_one(db.pool())
+            .await
+            .unwrap();
+    let create = |extra: &[&str]| {
+        let mut args = vec![
+            "--json",
+            "holds",
+            "create",
+            "--subject",
+            &subject,
+            "--reason",
+            "case 9",
+        ];
+        args.extend_from_slice(extra);
+        cohort(dir, &args, url)
+    };
+    // The kind is required, and --subject names no entity or record.
+    let out = create(&[]);
+    assert_eq!(out.status.code(), Some(2));
+    let message = json(&out)["error"]["message"].as_str().unwrap().to_owned();
+    assert!(message.contains("name the subject's kind"), "{message}");
+    assert!(!message.contains(&subject), "{message}");
+    let out = create(&["--kind", "user", "--entity", "CaseContact"]);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "--subject conflicts with --entity"
+    );
+
+    let out = create(&["--kind", "user"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let hold = json(&out);
+    assert_eq!(hold["target"], "subject");
+    assert_eq!(hold["subject"], subject.as_str());
+    assert_eq!(hold["subject_kind"], "user");
+    assert_eq!(hold["entity_id"], serde_json::Value::Null);
+    assert_eq!(hold["record_id"], serde_json::Value::Null);
+    let text = cohort(dir, &["holds", "list", "--active"], url);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("(subject, user)") && text.contains(&subject),
+        "{text}"
+    );
+
+    let out = cohort(
+        dir,
+        &[
+            "--json",
+            "sweep",
+            "--tenant",
+            "11111111-1111-1111-1111-111111111111",
+            "--now",
+            NOW,
+        ],
+        url,
+    );
+    assert_eq!(out.status.code(), Some(0));
+    let run = json(&out);
+    let contacts = run["entities"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["entity"] == "CaseContact")
+        .unwrap()
+        .clone();
+    assert_eq!(
+        (
+            contacts["affected"].as_u64(),
+            contacts["held"].as_u64(),
+            contacts["held_by_subject"].as_u64()
+        ),
+        (Some(1), Some(1), Some(1))
+    );
+    let kept: Option<String> =
+        sqlx::query_scalar("SELECT email FROM app.case_contacts WHERE id = 4")
+            .fetch_one(db.pool())
+            .await
+            .unwrap();
+    assert_eq!(kept.as_deref(), Some("x@example.com"));
+}

@@ -43,6 +43,7 @@ table = "app.events"
 category = "notes"
 anchor = "created_at"
 tenantless = true
+subjects = ["owner_email"]
 
 [[category]]
 name = "notes"
@@ -53,9 +54,9 @@ period = "30d"
 /// Every body is a value that must never be shown.
 const TABLES: &str = "CREATE SCHEMA app;
     CREATE TABLE app.session_notes (id bigint PRIMARY KEY, tenant_id uuid NOT NULL, created_at timestamptz, body text);
-    CREATE TABLE app.events (id bigint PRIMARY KEY, created_at timestamptz);
+    CREATE TABLE app.events (id bigint PRIMARY KEY, created_at timestamptz, owner_email text);
     INSERT INTO app.session_notes SELECT g, '11111111-1111-1111-1111-111111111111', now() - interval '90 days', 'secret-body-' || g FROM generate_series(1, 20) g;
-    INSERT INTO app.events SELECT g, now() - interval '90 days' FROM generate_series(1, 5) g;";
+    INSERT INTO app.events SELECT g, now() - interval '90 days', NULL FROM generate_series(1, 5) g;";
 
 fn command(dir: &Path, args: &[&str], url: &str) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_cohort"));
@@ -98,6 +99,19 @@ async fn setup() -> (TestDatabase, tempfile::TempDir) {
             T1,
             "--reason",
             "Litigation: Jane Roe v. Example Ltd",
+        ],
+        db.url(),
+    );
+    // A hold on a person: the console shows its kind, never the person.
+    cohort(
+        d,
+        &[
+            "holds",
+            "create",
+            "--subject",
+            "jane.roe@example.com",
+            "--reason",
+            "Litigation hold",
         ],
         db.url(),
     );
@@ -293,6 +307,11 @@ async fn the_console_shows_runs_holds_queue_and_settings_as_the_ledger_has_them(
     assert!(holds.body.contains("<code>7</code>"), "the held record id");
     assert!(holds.body.contains("SessionNote"));
     assert!(!holds.body.contains("Jane Roe"), "a hold reason was shown");
+    assert!(
+        holds.body.contains("every row holding it"),
+        "the subject hold is listed"
+    );
+    assert!(!holds.body.contains("jane.roe"), "a held subject was shown");
 
     let queue = console.get("/queue", None);
     assert_eq!(queue.status, 200);
@@ -344,6 +363,7 @@ async fn the_console_shows_runs_holds_queue_and_settings_as_the_ledger_has_them(
         // No row value, hold reason or script on any page.
         assert!(!r.body.contains("secret-body"), "{path} shows a row value");
         assert!(!r.body.contains("Jane Roe"), "{path} shows a hold reason");
+        assert!(!r.body.contains("jane.roe"), "{path} shows a held subject");
         assert!(!r.body.contains("<script"), "{path} has a script");
     }
     let css = console.get("/style.css", None);

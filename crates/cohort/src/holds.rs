@@ -289,8 +289,14 @@ pub(crate) async fn create(cx: &Context, req: HoldRequest) -> Result<Hold> {
             lock_record(&ready, &mut tx, entity, record_id, req.tenant_id.as_deref()).await?
         }
         Target::Subject { subject } => {
-            lock_subject(&ready, &mut tx, subject, req.kind.as_deref(), req.tenant_id.as_deref())
-                .await?
+            lock_subject(
+                &ready,
+                &mut tx,
+                subject,
+                req.kind.as_deref(),
+                req.tenant_id.as_deref(),
+            )
+            .await?
         }
     };
     let insert = ledger::InsertHold {
@@ -400,7 +406,11 @@ async fn lock_subject(
     tenant: Option<&str>,
 ) -> Result<(Stored, Option<String>)> {
     let model = &ready.model;
-    model.check_subject(subject, kind, "HoldRequest::kind, `cohort holds create --kind KIND`")?;
+    model.check_subject(
+        subject,
+        kind,
+        "HoldRequest::kind, `cohort holds create --kind KIND`",
+    )?;
     let tenant = match tenant {
         None => None,
         Some(t) => {

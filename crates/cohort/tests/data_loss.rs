@@ -293,7 +293,11 @@ period = "3650d"
         .create_hold(HoldRequest::new(note, "NOTE-1", "litigation").tenant("ACME"))
         .await
         .unwrap();
-    assert_eq!(hold.record_id.as_deref(), Some("Note-1"), "the row's own key is stored");
+    assert_eq!(
+        hold.record_id.as_deref(),
+        Some("Note-1"),
+        "the row's own key is stored"
+    );
     let preview = cohort
         .preview(PreviewRequest::tenanted("aCmE", now()))
         .await

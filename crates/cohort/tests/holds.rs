@@ -186,7 +186,11 @@ async fn holds_are_scoped_by_entity_record_and_tenant_with_canonical_ids() {
         .create_hold(HoldRequest::new(id(GLOBAL_ID), " 0004 ", "tenantless hold"))
         .await
         .unwrap();
-    assert_eq!(global.record_id.as_deref(), Some("4"), "integer ids are canonicalised");
+    assert_eq!(
+        global.record_id.as_deref(),
+        Some("4"),
+        "integer ids are canonicalised"
+    );
     assert_eq!(global.tenant_id, None);
     let note = note_id(db.pool(), TENANT_A, "400d").await;
     let upper = note.to_string().to_uppercase();

@@ -623,9 +623,15 @@ async fn a_partition_with_a_row_of_a_held_subject_stays() {
     let result = cohort.sweep(SweepRequest::tenantless(now())).await.unwrap();
     assert_eq!(result.status, cohort::RunStatus::Succeeded, "{result:?}");
     let left = partitions(db.pool()).await;
-    assert!(left.contains("events_2026_03"), "held partition kept: {left:?}");
+    assert!(
+        left.contains("events_2026_03"),
+        "held partition kept: {left:?}"
+    );
     for dropped in ["events_2026_01", "events_2026_02", "events_2026_04"] {
-        assert!(!left.contains(dropped), "{dropped} should be dropped: {left:?}");
+        assert!(
+            !left.contains(dropped),
+            "{dropped} should be dropped: {left:?}"
+        );
     }
     let remaining = ids(db.pool()).await;
     assert!(remaining.contains(&305), "the subject's row is kept");

@@ -81,7 +81,10 @@ async fn setup() -> (cohort_pgtemp::TestDatabase, Cohort) {
     exec(db.pool(), TABLES).await;
     let rules = StaticRuleProvider::builder()
         .category("accounts", RetentionRule::new(days(30), Strategy::Purge))
-        .category("messages", RetentionRule::new(days(30), Strategy::Anonymise))
+        .category(
+            "messages",
+            RetentionRule::new(days(30), Strategy::Anonymise),
+        )
         .category("audit", RetentionRule::new(days(30), Strategy::Purge))
         .build()
         .unwrap();
@@ -126,8 +129,8 @@ async fn summary(pool: &sqlx::PgPool, run: Uuid, entity: &str) -> (i64, i64, i64
 }
 
 #[tokio::test]
-async fn a_subject_hold_protects_the_subjects_rows_in_every_entity_and_tenant_and_rows_written_later()
- {
+async fn a_subject_hold_protects_the_subjects_rows_in_every_entity_and_tenant_and_rows_written_later(
+) {
     let (db, cohort) = setup().await;
     let pool = db.pool();
     // Without the hold a dry run would take every old row: the hold is what keeps them.
@@ -145,7 +148,10 @@ async fn a_subject_hold_protects_the_subjects_rows_in_every_entity_and_tenant_an
     assert_eq!(hold.target, HoldTarget::Subject);
     assert_eq!(hold.subject.as_deref(), Some(S));
     assert_eq!(hold.subject_kind.as_deref(), Some("user"));
-    assert_eq!((hold.retention_entity_id, hold.record_id.as_deref()), (None, None));
+    assert_eq!(
+        (hold.retention_entity_id, hold.record_id.as_deref()),
+        (None, None)
+    );
     assert!(hold.active);
     // A row of the subject written after the hold, already past the cutoff.
     exec(
@@ -165,8 +171,16 @@ async fn a_subject_hold_protects_the_subjects_rows_in_every_entity_and_tenant_an
     for (name, affected, held) in [("Account", 1, 2), ("Message", 2, 1)] {
         let p = preview.entities.iter().find(|e| e.entity == name).unwrap();
         let e = a.entity(name).unwrap();
-        assert_eq!((p.affected, p.held, p.held_by_subject), (affected, held, held), "preview {name}");
-        assert_eq!((e.affected, e.held, e.held_by_subject), (affected, held, held), "sweep {name}");
+        assert_eq!(
+            (p.affected, p.held, p.held_by_subject),
+            (affected, held, held),
+            "preview {name}"
+        );
+        assert_eq!(
+            (e.affected, e.held, e.held_by_subject),
+            (affected, held, held),
+            "sweep {name}"
+        );
         assert_eq!(
             summary(pool, a.run_id, name).await,
             (held as i64, held as i64, affected as i64),
@@ -189,7 +203,10 @@ async fn a_subject_hold_protects_the_subjects_rows_in_every_entity_and_tenant_an
     assert_eq!(b.entity("Account").unwrap().held_by_subject, 1);
     let t = cohort.sweep(SweepRequest::tenantless(now())).await.unwrap();
     let audit = t.entity("AuditEntry").unwrap();
-    assert_eq!((audit.affected, audit.held, audit.held_by_subject), (1, 1, 1));
+    assert_eq!(
+        (audit.affected, audit.held, audit.held_by_subject),
+        (1, 1, 1)
+    );
     assert_eq!(ids(pool, "SELECT id FROM app.audit_log").await, [1]);
     assert_eq!(
         ids(pool, "SELECT id FROM app.accounts ORDER BY id").await,
@@ -209,7 +226,10 @@ async fn a_subject_hold_protects_the_subjects_rows_in_every_entity_and_tenant_an
         .unwrap();
     let acc = after.entity("Account").unwrap();
     assert_eq!((acc.affected, acc.held, acc.held_by_subject), (2, 0, 0));
-    assert_eq!(ids(pool, "SELECT id FROM app.accounts ORDER BY id").await, [3, 4]);
+    assert_eq!(
+        ids(pool, "SELECT id FROM app.accounts ORDER BY id").await,
+        [3, 4]
+    );
     assert!(messages_intact(pool).await.is_empty());
 }
 
@@ -239,19 +259,32 @@ async fn a_kind_reaches_its_own_columns_and_a_tenant_hold_only_that_tenants_rows
     // Message 2 holds the address; message 1's sender is held in tenant B only.
     assert_eq!(messages_intact(pool).await, [2]);
     assert_eq!(a.entity("Message").unwrap().held_by_subject, 1);
-    assert_eq!(ids(pool, "SELECT id FROM app.accounts ORDER BY id").await, [3, 4]);
+    assert_eq!(
+        ids(pool, "SELECT id FROM app.accounts ORDER BY id").await,
+        [3, 4]
+    );
     cohort
         .sweep(SweepRequest::tenanted(TENANT_B, now()))
         .await
         .unwrap();
-    assert_eq!(ids(pool, "SELECT id FROM app.accounts ORDER BY id").await, [3, 4]);
+    assert_eq!(
+        ids(pool, "SELECT id FROM app.accounts ORDER BY id").await,
+        [3, 4]
+    );
     // A tenant's hold does not reach the tenantless audit log.
     cohort.sweep(SweepRequest::tenantless(now())).await.unwrap();
     assert!(ids(pool, "SELECT id FROM app.audit_log").await.is_empty());
 
-    let listed = cohort.list_holds(&HoldFilter::all().tenant(TENANT_B)).await.unwrap();
+    let listed = cohort
+        .list_holds(&HoldFilter::all().tenant(TENANT_B))
+        .await
+        .unwrap();
     assert_eq!(listed.len(), 1);
-    assert_eq!(listed[0].tenant_id.as_deref(), Some(TENANT_B), "canonical tenant");
+    assert_eq!(
+        listed[0].tenant_id.as_deref(),
+        Some(TENANT_B),
+        "canonical tenant"
+    );
 }
 
 #[tokio::test]
@@ -356,7 +389,10 @@ async fn a_subject_hold_that_would_protect_nothing_or_the_wrong_thing_is_refused
         let err = cohort.create_hold(req).await.unwrap_err();
         assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err}");
         assert!(err.to_string().contains(message), "{err} / {message}");
-        assert!(!err.to_string().contains(S), "the subject is never echoed: {err}");
+        assert!(
+            !err.to_string().contains(S),
+            "the subject is never echoed: {err}"
+        );
     }
     assert_eq!(
         count(db.pool(), "SELECT count(*) FROM public.retention_hold").await,
@@ -384,12 +420,19 @@ async fn without_kinds_a_subject_hold_needs_none_and_reaches_every_subject_colum
         .create_hold(HoldRequest::subject(S, "r").kind("user"))
         .await
         .unwrap_err();
-    assert!(err.to_string().contains("no subject column declares a kind"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("no subject column declares a kind"),
+        "{err}"
+    );
     let err = cohort
         .create_hold(HoldRequest::subject(S, "r").tenant(TENANT_A))
         .await
         .unwrap_err();
-    assert!(err.to_string().contains("a subject hold takes no tenant"), "{err}");
+    assert!(
+        err.to_string().contains("a subject hold takes no tenant"),
+        "{err}"
+    );
     cohort
         .create_hold(HoldRequest::subject(O, "r"))
         .await
@@ -428,7 +471,10 @@ async fn engine(db: &cohort_pgtemp::TestDatabase, batch: u32) -> Cohort {
         .unwrap();
     let rules = StaticRuleProvider::builder()
         .category("accounts", RetentionRule::new(days(30), Strategy::Purge))
-        .category("messages", RetentionRule::new(days(30), Strategy::Anonymise))
+        .category(
+            "messages",
+            RetentionRule::new(days(30), Strategy::Anonymise),
+        )
         .category("audit", RetentionRule::new(days(30), Strategy::Purge))
         .build()
         .unwrap();
@@ -463,7 +509,11 @@ async fn subject_rows(pool: &sqlx::PgPool, subject: &str) -> String {
 /// finds nothing left to do but the held rows.
 async fn race_subject_holds_against_sweeps(db: &cohort_pgtemp::TestDatabase) {
     exec(db.pool(), BULK).await;
-    let (a, b, h) = (engine(db, 40).await, engine(db, 40).await, engine(db, 40).await);
+    let (a, b, h) = (
+        engine(db, 40).await,
+        engine(db, 40).await,
+        engine(db, 40).await,
+    );
     let targets: Vec<String> = (1..=300).filter(|g| g % 5 == 0).map(bulk_subject).collect();
     let holder = async {
         let mut protected = BTreeMap::new();
@@ -496,9 +546,17 @@ async fn race_subject_holds_against_sweeps(db: &cohort_pgtemp::TestDatabase) {
     assert!(kept_rows > 0);
     // Reported counts equal what committed (the fixture's own rows included).
     let purged = 1502 - count(db.pool(), "SELECT count(*) FROM app.accounts WHERE tenant_id = 'aaaaaaaa-0000-0000-0000-00000000000a' AND created_at < '2026-05-02'").await;
-    let anonymised = count(db.pool(), "SELECT count(*) FROM app.messages WHERE anonymised_at IS NOT NULL").await;
-    let reported = |name: &str| ra.entity(name).unwrap().affected + rb.entity(name).unwrap().affected;
-    assert!(purged > 0 && anonymised > 0, "the sweeps did change unheld rows");
+    let anonymised = count(
+        db.pool(),
+        "SELECT count(*) FROM app.messages WHERE anonymised_at IS NOT NULL",
+    )
+    .await;
+    let reported =
+        |name: &str| ra.entity(name).unwrap().affected + rb.entity(name).unwrap().affected;
+    assert!(
+        purged > 0 && anonymised > 0,
+        "the sweeps did change unheld rows"
+    );
     assert_eq!(reported("Account") as i64, purged);
     assert_eq!(reported("Message") as i64, anonymised);
     // A later sweep: every held subject's rows are still there and counted held.
@@ -506,7 +564,10 @@ async fn race_subject_holds_against_sweeps(db: &cohort_pgtemp::TestDatabase) {
         .sweep(SweepRequest::tenanted(TENANT_A, now()))
         .await
         .unwrap();
-    let (acc, msg) = (after.entity("Account").unwrap(), after.entity("Message").unwrap());
+    let (acc, msg) = (
+        after.entity("Account").unwrap(),
+        after.entity("Message").unwrap(),
+    );
     assert_eq!((acc.affected, msg.affected), (0, 0));
     assert_eq!(acc.held, acc.held_by_subject);
     assert_eq!(msg.held, msg.held_by_subject);
@@ -521,7 +582,10 @@ async fn race_subject_holds_against_sweeps(db: &cohort_pgtemp::TestDatabase) {
     .await
     .unwrap();
     assert_eq!((acc.held + msg.held) as i64, still);
-    assert!(still > 0, "some holds landed before the sweeps reached their subjects");
+    assert!(
+        still > 0,
+        "some holds landed before the sweeps reached their subjects"
+    );
 }
 
 #[tokio::test]
@@ -583,7 +647,11 @@ async fn a_subject_hold_waits_for_a_batch_holding_one_of_its_rows() {
     // Account 4 is too young to count; message 1 is past the cutoff and held.
     assert_eq!(run.entity("Message").unwrap().held_by_subject, 1);
     cohort
-        .erase(ErasureRequest::tenanted(TENANT_A, ErasureScope::new(S).kind("user"), now()))
+        .erase(ErasureRequest::tenanted(
+            TENANT_A,
+            ErasureScope::new(S).kind("user"),
+            now(),
+        ))
         .await
         .unwrap();
     assert_eq!(subject_rows(pool, S).await, before);

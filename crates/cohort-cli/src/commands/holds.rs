@@ -102,7 +102,13 @@ pub(super) async fn hold_rows(
 }
 
 pub(super) const HOLD_HEADERS: [&str; 7] = [
-    "HOLD", "ENTITY", "RECORD/SUBJECT", "TENANT", "ACTIVE", "EXPIRES", "REASON",
+    "HOLD",
+    "ENTITY",
+    "RECORD/SUBJECT",
+    "TENANT",
+    "ACTIVE",
+    "EXPIRES",
+    "REASON",
 ];
 
 pub(crate) async fn holds(cohort: &Cohort, json: bool, cmd: &HoldsCommand) -> Result<(), Failure> {

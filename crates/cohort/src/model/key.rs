@@ -210,7 +210,12 @@ mod tests {
         );
         assert_eq!(
             forms(" 042"),
-            vec![Some(" 042".into()), Some(" 042".into()), None, Some("42".into())]
+            vec![
+                Some(" 042".into()),
+                Some(" 042".into()),
+                None,
+                Some("42".into())
+            ]
         );
         assert_eq!(
             forms("Zoë@Example.com"),

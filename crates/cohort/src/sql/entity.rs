@@ -15,8 +15,7 @@
 use std::collections::BTreeMap;
 
 use super::fragments::{
-    blocked, hold_exists, not_done, referenced, subject_hold, tenant_filter, Casts,
-    HoldKeys,
+    blocked, hold_exists, not_done, referenced, subject_hold, tenant_filter, Casts, HoldKeys,
 };
 use crate::ident::{QualifiedName, SqlText};
 use crate::model::{AnonymiseMethod, CustomAnonymiser, EntityDescriptor};

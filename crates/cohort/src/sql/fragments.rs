@@ -22,7 +22,11 @@ pub(crate) struct HoldKeys<'a> {
 /// holds. Record holds protect the record (entity + record id), whatever
 /// tenant the row belongs to now: a held row that was moved to another
 /// tenant stays protected in every tenant's sweep and erasure.
-pub(crate) fn hold_exists(e: &EntityDescriptor, keys: HoldKeys<'_>, cohort_schema: &str) -> SqlText {
+pub(crate) fn hold_exists(
+    e: &EntityDescriptor,
+    keys: HoldKeys<'_>,
+    cohort_schema: &str,
+) -> SqlText {
     let record = record_hold(e, cohort_schema, active_hold!("h."));
     match subject_hold(e, keys, cohort_schema, active_hold!("h.")) {
         Some(subject) => {
@@ -35,7 +39,11 @@ pub(crate) fn hold_exists(e: &EntityDescriptor, keys: HoldKeys<'_>, cohort_schem
 }
 
 /// A hold on the row's record, alive by `life` (a condition on `h.`).
-pub(crate) fn record_hold(e: &EntityDescriptor, cohort_schema: &str, life: &'static str) -> SqlText {
+pub(crate) fn record_hold(
+    e: &EntityDescriptor,
+    cohort_schema: &str,
+    life: &'static str,
+) -> SqlText {
     let mut s = SqlText::new("EXISTS (SELECT 1 FROM ");
     s.table(&CohortTable::Hold.qualified(cohort_schema))
         .push(" h WHERE h.retention_entity_id = $1 AND h.record_id = ")

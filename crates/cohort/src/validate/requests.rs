@@ -36,7 +36,9 @@ impl ValidatedModel {
             return Err(Error::InvalidInput("the subject must not be empty".into()));
         }
         if kind.is_some_and(|k| k.trim().is_empty()) {
-            return Err(Error::InvalidInput("a subject kind must not be empty".into()));
+            return Err(Error::InvalidInput(
+                "a subject kind must not be empty".into(),
+            ));
         }
         let declared: std::collections::BTreeSet<&str> = self
             .entities
