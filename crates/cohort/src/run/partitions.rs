@@ -28,7 +28,7 @@ use crate::observer::AuditEvent;
 use crate::rules::AuditDetail;
 use crate::rules::Strategy;
 use crate::sql::partitions as statements;
-use crate::sql::KeyValue;
+use crate::sql::BoundHolds;
 
 /// What partition purge left to the row path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,7 +91,7 @@ pub(crate) async fn drop_expired(
         }
         // Cheap first look, without locks: a held partition is left to
         // the row path without making anyone wait for its locks.
-        let first_look = match held(ctx, conn, work, &partition.table, holds.as_deref()).await {
+        let first_look = match held(ctx, conn, work, &partition.table, holds.as_ref()).await {
             Ok(h) => h,
             // Dropped by a concurrent run since it was listed.
             Err(err) if matches!(not_now(&err), Some(Dropped::Gone)) => continue,
@@ -168,13 +168,13 @@ async fn held(
     conn: &mut PgConnection,
     work: &Work<'_>,
     partition: &QualifiedName,
-    holds: Option<&[KeyValue]>,
+    holds: Option<&BoundHolds>,
 ) -> Result<bool, sqlx::Error> {
     let e = work.entity;
     let facts = &ctx.ready.model.facts[&e.id];
     let keys = match holds {
-        Some([]) => return Ok(false),
-        Some(keys) => Some((facts.record, keys.to_vec())),
+        Some(h) if h.is_empty() => return Ok(false),
+        Some(h) => Some((facts.record, h.clone())),
         None => None,
     };
     let params = statements::Held { entity: e.id, keys };
@@ -249,7 +249,7 @@ async fn drop_one(
     let holds = active_hold_keys(&mut tx, ctx.ready, e)
         .await
         .map_err(stop_from)?;
-    if held(ctx, &mut tx, work, &partition.table, holds.as_deref())
+    if held(ctx, &mut tx, work, &partition.table, holds.as_ref())
         .await
         .map_err(stop_from)?
     {

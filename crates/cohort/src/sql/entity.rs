@@ -15,7 +15,8 @@
 use std::collections::BTreeMap;
 
 use super::fragments::{
-    blocked, hold_exists, not_done, referenced, subject_hold, tenant_filter, Casts, HoldKeys,
+    blocked, bound_rows, hold_exists, not_done, referenced, subject_hold, tenant_filter, Casts,
+    HoldKeys,
 };
 use crate::ident::{QualifiedName, SqlText};
 use crate::model::{AnonymiseMethod, CustomAnonymiser, EntityDescriptor};
@@ -58,10 +59,11 @@ pub(crate) struct EntityPlan {
     /// What `counts` returns after a real run, without reading the rows
     /// past the cutoff (after a purge, their dead index entries; after an
     /// anonymisation or soft delete, every row already done): held rows
-    /// are found through the entity's active holds (their record ids
-    /// parsed into keys, bound after the tenant: `$3`, or `$4` with a
-    /// tenant), NULL anchors through the anchor index; `eligible` is 0
-    /// (only dry runs need it). Mutating strategies only.
+    /// are found through the entity's active holds, bound after the tenant
+    /// (`$3`, or `$4` with a tenant) as a [`BoundHolds`](super::BoundHolds):
+    /// the record holds' keys, then one array per subject column; NULL
+    /// anchors through the anchor index; `eligible` is 0 (only dry runs
+    /// need it). Mutating strategies only.
     pub(crate) counts_after: BTreeMap<Strategy, SqlText>,
     /// Reads the locked rows for custom anonymisers: key first, then every
     /// column. `$1` record keys.
@@ -232,7 +234,7 @@ impl EntityPlan {
             let mut a = SqlText::new("SELECT 0::int8 AS eligible, (SELECT count(*) FROM ");
             a.table(table)
                 .push(" t WHERE ")
-                .append(&casts.any(&e.record_id, keys))
+                .append(&bound_rows(e, casts, keys))
                 .push(" AND ")
                 .col(&e.anchor)
                 .push(" < $2")
@@ -266,9 +268,36 @@ impl EntityPlan {
                     a.push("0::int8");
                 }
             }
-            // Only used while no subject hold is active (see
-            // `active_hold_keys`): every held row is under a record hold.
-            a.push(" AS skipped, 0::int8 AS held_by_subject, 0::int8 AS kept_by_legal_min");
+            a.push(" AS skipped, ");
+            match &subject_held {
+                Some(subject) => {
+                    // Rows a subject hold names, through the subject arrays.
+                    let mut arms = SqlText::new("(");
+                    for i in 0..e.subjects.len() {
+                        if i > 0 {
+                            arms.push(" OR ");
+                        }
+                        arms.append(&casts.any(&e.subjects[i].column, keys + 1 + i));
+                    }
+                    arms.push(")");
+                    a.push("(SELECT count(*) FROM ")
+                        .table(table)
+                        .push(" t WHERE ")
+                        .append(&arms)
+                        .push(" AND ")
+                        .col(&e.anchor)
+                        .push(" < $2")
+                        .append(&tenant_filter(e, casts, 3))
+                        .append(&done)
+                        .push(" AND ")
+                        .append(subject)
+                        .push(")");
+                }
+                None => {
+                    a.push("0::int8");
+                }
+            }
+            a.push(" AS held_by_subject, 0::int8 AS kept_by_legal_min");
             plan.counts_after.insert(strategy, a);
             // Candidates in (anchor, key) order, so a run can continue
             // each batch after the last one's final row (`lock_after`)

@@ -54,11 +54,17 @@ pub(crate) fn record_hold(
     s
 }
 
-/// A hold on a subject the row holds, alive by `life`: one indexed probe
-/// per subject column, comparing the hold's stored form for the column's
-/// type with the column's canonical text, for holds of the column's kind
-/// (or of none) and of the row's tenant (or of every tenant). `None` for
-/// an entity without subject columns.
+/// A hold on a subject the row holds, alive by `life`. Per subject
+/// column, an `EXISTS` whose only link to the row is one equality between
+/// the hold's stored form and the column's value, in the column's type:
+/// the planner either reads the live holds once per statement into a hash
+/// or, when they are too many for memory, probes the form's index per row
+/// (never a scan of every hold per row). Holds of the column's kind (or of
+/// none) that name no tenant are looked for first; holds naming a tenant,
+/// paired with the row's tenant, only when one exists (checked once per
+/// statement). `EXISTS` is TRUE or FALSE, never NULL: a row without a
+/// subject is never taken for a held one. `None` for an entity without
+/// subject columns.
 pub(crate) fn subject_hold(
     e: &EntityDescriptor,
     keys: HoldKeys<'_>,
@@ -75,31 +81,76 @@ pub(crate) fn subject_hold(
             s.push(" OR ");
         }
         let ty = keys.subjects[&subject.column];
+        let form = ty.subject_form().hold_column();
+        // The column's value as the stored form's type: uuid and integers
+        // as they are (the forms are uuid and bigint), text as text
+        // (char(n) without its padding), citext folded.
+        let mut value = SqlText::default();
+        match ty {
+            KeyType::Uuid | KeyType::Int2 | KeyType::Int4 | KeyType::Int8 => {
+                value.col(&subject.column);
+            }
+            KeyType::Text => {
+                value.col(&subject.column).push("::text");
+            }
+            KeyType::CiText => {
+                value
+                    .push("pg_catalog.lower(")
+                    .col(&subject.column)
+                    .push("::text)");
+            }
+        }
+        // The live holds of this column's kind with a form for its type.
+        let mut live = SqlText::new(" AND ");
+        if let Some(kind) = &subject.kind {
+            live.push("(h.subject_kind IS NULL OR h.subject_kind = ")
+                .kind_literal(kind)
+                .push(") AND ");
+        }
+        live.push(life).push(")");
         s.push("EXISTS (SELECT 1 FROM ")
             .table(&hold)
             .push(" h WHERE h.")
-            .push(ty.subject_form().hold_column())
+            .push(form)
             .push(" = ")
-            .append(&canonical_text(&subject.column, ty));
-        if let Some(kind) = &subject.kind {
-            s.push(" AND (h.subject_kind IS NULL OR h.subject_kind = ")
-                .kind_literal(kind)
+            .append(&value)
+            .push(" AND h.tenant_id IS NULL")
+            .append(&live);
+        if let (Some(column), Some(tenant_ty)) = (&e.tenant, keys.tenant) {
+            s.push(" OR (EXISTS (SELECT 1 FROM ")
+                .table(&hold)
+                .push(" h WHERE h.")
+                .push(form)
+                .push(" IS NOT NULL AND h.tenant_id IS NOT NULL")
+                .append(&live)
+                .push(" AND EXISTS (SELECT 1 FROM ")
+                .table(&hold)
+                .push(" h WHERE h.")
+                .push(form)
+                .push(" = ")
+                .append(&value)
+                .push(" AND h.tenant_id = ")
+                .append(&canonical_text(column, tenant_ty))
+                .append(&live)
                 .push(")");
         }
-        match (&e.tenant, keys.tenant) {
-            (Some(column), Some(ty)) => {
-                s.push(" AND (h.tenant_id IS NULL OR h.tenant_id = ")
-                    .append(&canonical_text(column, ty))
-                    .push(")");
-            }
-            _ => {
-                s.push(" AND h.tenant_id IS NULL");
-            }
-        }
-        s.push(" AND ").push(life).push(")");
     }
     s.push(")");
     Some(s)
+}
+
+/// The rows a [`BoundHolds`](super::BoundHolds) names, bound from `$first`:
+/// `(t.key = ANY($first) OR t.subject1 = ANY($first + 1) OR ...)`, each in
+/// the column's own type, so each arm is an index probe.
+pub(crate) fn bound_rows(e: &EntityDescriptor, casts: &Casts, first: usize) -> SqlText {
+    let mut s = SqlText::new("(");
+    s.append(&casts.any(&e.record_id, first));
+    for (i, subject) in e.subjects.iter().enumerate() {
+        s.push(" OR ")
+            .append(&casts.any(&subject.column, first + 1 + i));
+    }
+    s.push(")");
+    s
 }
 
 /// A key-like column's canonical text, as Cohort stores keys: `::text`,

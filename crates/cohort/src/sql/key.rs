@@ -57,6 +57,42 @@ impl BindKey for KeyValue {
     }
 }
 
+/// An entity's active holds as values its statements bind as arrays, so
+/// they find held rows through the key and subject indexes instead of
+/// reading every row: the record holds' keys, then, per subject column (in
+/// declaration order), the subject holds that can apply to it, in the
+/// column's type.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct BoundHolds {
+    pub(crate) records: Vec<KeyValue>,
+    pub(crate) subjects: Vec<(KeyType, Vec<KeyValue>)>,
+}
+
+impl BoundHolds {
+    /// No hold applies.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.records.is_empty() && self.subjects.iter().all(|(_, v)| v.is_empty())
+    }
+
+    /// How many values are bound.
+    pub(crate) fn len(&self) -> usize {
+        self.records.len() + self.subjects.iter().map(|(_, v)| v.len()).sum::<usize>()
+    }
+
+    /// Binds the record keys, then one array per subject column.
+    pub(crate) fn bind<'q>(
+        &self,
+        q: Query<'q, Postgres, PgArguments>,
+        record: KeyType,
+    ) -> Query<'q, Postgres, PgArguments> {
+        let mut q = bind_array(q, record, &self.records);
+        for (ty, values) in &self.subjects {
+            q = bind_array(q, *ty, values);
+        }
+        q
+    }
+}
+
 /// Binds a homogeneous list of keys as one array parameter.
 pub(crate) fn bind_array<'q>(
     q: Query<'q, Postgres, PgArguments>,

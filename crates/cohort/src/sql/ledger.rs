@@ -47,8 +47,8 @@ pub(crate) struct LedgerPlan {
     /// The record ids of an entity's active holds, at most `$2` of them.
     /// `$1` entity id.
     pub(super) active_holds: SqlText,
-    /// Whether any subject hold is active (no parameters).
-    pub(super) any_subject_hold: SqlText,
+    /// Active subject holds' kinds and forms, at most `$1` of them.
+    pub(super) active_subject_holds: SqlText,
 }
 
 const HOLD_COLUMNS: &str = concat!(
@@ -116,7 +116,7 @@ impl LedgerPlan {
             .push(
                 " (hold_id, retention_entity_id, record_id, tenant_id, reason, created_at, expires_at, \
                    subject_kind, subject_text, subject_citext, subject_uuid, subject_int) \
-                 SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12 \
+                 SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11::uuid, $12::int8 \
                  WHERE $7::timestamptz IS NULL OR $7::timestamptz > pg_catalog.now() RETURNING",
             )
             .push(HOLD_COLUMNS);
@@ -152,15 +152,18 @@ impl LedgerPlan {
             active_hold!(),
             " LIMIT $2"
         ));
-        let mut any_subject_hold = SqlText::new("SELECT EXISTS (SELECT 1 FROM ");
-        any_subject_hold.table(&hold).push(concat!(
+        let mut active_subject_holds = SqlText::new(
+            "SELECT subject_kind, subject_text, subject_citext, subject_uuid::text AS subject_uuid, \
+             subject_int::text AS subject_int FROM ",
+        );
+        active_subject_holds.table(&hold).push(concat!(
             " WHERE subject_text IS NOT NULL AND ",
             active_hold!(),
-            ")"
+            " LIMIT $1"
         ));
         LedgerPlan {
             active_holds,
-            any_subject_hold,
+            active_subject_holds,
             insert_hold,
             list_holds,
             release_hold,
@@ -486,9 +489,9 @@ impl LedgerPlan {
         Statement::new(self.get_hold.clone(), (hold_id,))
     }
 
-    /// Whether any subject hold is active now.
-    pub(crate) fn any_subject_hold(&self) -> Statement<()> {
-        Statement::new(self.any_subject_hold.clone(), ())
+    /// The active subject holds' kinds and forms, at most `limit`.
+    pub(crate) fn active_subject_holds(&self, limit: i64) -> Statement<(i64,)> {
+        Statement::new(self.active_subject_holds.clone(), (limit,))
     }
 
     /// The record ids of an entity's active holds (column `record_id`).

@@ -46,8 +46,8 @@ pub(crate) mod worker;
 
 pub(crate) use entity::{lock_subject_rows, EntityPlan, RunValue};
 pub(crate) use erasure::ErasurePlan;
-pub(crate) use fragments::{Casts, HoldKeys};
-pub(crate) use key::{bind_array, BindKey, DecodeKey, IncomingKey, KeyType, KeyValue};
+pub(crate) use fragments::{bound_rows, Casts, HoldKeys};
+pub(crate) use key::{bind_array, BindKey, BoundHolds, DecodeKey, IncomingKey, KeyType, KeyValue};
 pub(crate) use ledger::LedgerPlan;
 
 /// Every Cohort transaction that relies on a later statement seeing rows
@@ -56,6 +56,16 @@ pub(crate) use ledger::LedgerPlan;
 /// isolation level: under REPEATABLE READ the re-check would reuse the
 /// first statement's snapshot and miss a hold committed in between.
 pub(crate) const READ_COMMITTED: &str = "BEGIN ISOLATION LEVEL READ COMMITTED";
+
+/// The transaction of one sweep or erasure batch, and of an entity's
+/// counts: [`READ_COMMITTED`], with JIT compilation off for its statements
+/// (sent in the same round trip). A batch's statements are bounded by the
+/// batch size and the counts read a few index ranges, but the planner
+/// prices a hold check's probe per row it might read, so with holds in the
+/// table their estimates pass `jit_above_cost` and each statement would
+/// spend tens of milliseconds (the counts, over a second) compiling code
+/// that runs for a few.
+pub(crate) const BATCH_BEGIN: &str = "BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL jit = off";
 
 /// The transaction a policy's `tenants_query` runs in: it can list
 /// tenants, never change anything.

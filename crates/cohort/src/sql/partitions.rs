@@ -8,9 +8,9 @@ use uuid::Uuid;
 
 use super::statement::{Args, Params, Statement};
 use crate::ident::{QualifiedName, SqlText};
-use crate::model::{EntityDescriptor, KeyType, KeyValue};
+use crate::model::{EntityDescriptor, KeyType};
 use crate::sql::tables::CohortTable;
-use crate::sql::{bind_array, Casts};
+use crate::sql::{bound_rows, BoundHolds, Casts};
 
 /// The partitions of a parent (by schema and name) whose upper bound is at
 /// or before `cutoff`, oldest first: `schema, name, lower` (a `-infinity`
@@ -48,16 +48,17 @@ pub(crate) fn expired(
 #[derive(Debug)]
 pub(crate) struct Held {
     pub(crate) entity: Uuid,
-    /// The entity's active holds as record keys: only rows with those keys
-    /// are checked (through the key index). `None`: every row.
-    pub(crate) keys: Option<(KeyType, Vec<KeyValue>)>,
+    /// The entity's active holds as bound values (with the record key's
+    /// type): only rows with those keys or subjects are checked (through
+    /// their indexes). `None`: every row.
+    pub(crate) keys: Option<(KeyType, BoundHolds)>,
 }
 
 impl Params for Held {
     fn bind(self, q: Args) -> Args {
         let q = q.bind(self.entity);
         match self.keys {
-            Some((key_type, keys)) => bind_array(q, key_type, &keys),
+            Some((key_type, holds)) => holds.bind(q, key_type),
             None => q,
         }
     }
@@ -73,8 +74,13 @@ pub(crate) fn held(
 ) -> Statement<Held> {
     let mut sql = SqlText::new("SELECT EXISTS (SELECT 1 FROM ");
     sql.table(partition).push(" t WHERE ");
-    if params.keys.is_some() {
-        sql.append(&casts.any(&e.record_id, 2)).push(" AND ");
+    if let Some((_, holds)) = &params.keys {
+        assert_eq!(
+            holds.subjects.len(),
+            e.subjects.len(),
+            "one bound array per subject column"
+        );
+        sql.append(&bound_rows(e, casts, 2)).push(" AND ");
     }
     sql.append(hold).push(")");
     Statement::new(sql, params).not_persistent()

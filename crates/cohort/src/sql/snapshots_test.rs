@@ -222,7 +222,7 @@ fn ledger_statements() {
         ("list_holds", &l.list_holds),
         ("release_hold", &l.release_hold),
         ("get_hold", &l.get_hold),
-        ("any_subject_hold", &l.any_subject_hold),
+        ("active_subject_holds", &l.active_subject_holds),
         ("active_holds", &l.active_holds),
     ]
     .iter()
@@ -736,7 +736,13 @@ fn catalog_partition_and_ledger_statements_bind_exactly_their_placeholders() {
         &hold,
         p::Held {
             entity: id,
-            keys: Some((crate::model::KeyType::Uuid, vec![])),
+            keys: Some((
+                crate::model::KeyType::Uuid,
+                crate::sql::BoundHolds {
+                    records: Vec::new(),
+                    subjects: vec![(KeyType::Uuid, Vec::new()), (KeyType::CiText, Vec::new())],
+                },
+            )),
         },
     );
     let held_all = p::held(

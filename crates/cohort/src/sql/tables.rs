@@ -183,8 +183,8 @@ impl CohortTable {
                 col!("subject_kind", TEXT, true),
                 col!("subject_text", TEXT, true),
                 col!("subject_citext", TEXT, true),
-                col!("subject_uuid", TEXT, true),
-                col!("subject_int", TEXT, true),
+                col!("subject_uuid", UUID, true),
+                col!("subject_int", BIGINT, true),
             ],
             CohortTable::Setting => &[
                 col!("name", TEXT, false),
