@@ -202,6 +202,7 @@ pub(crate) async fn run(json: bool) -> Result<(), Failure> {
     let plan = demo.retention_plan().await?;
     let preview = demo.preview().await?;
     let (held, hold) = demo.hold_a_due_note().await?;
+    let subject_hold = demo.hold_alan().await?;
     let before = snapshot(&mut demo.conn).await?;
     let sweeps = demo.sweep_every_tenant().await?;
     let after = snapshot(&mut demo.conn).await?;
@@ -223,10 +224,12 @@ pub(crate) async fn run(json: bool) -> Result<(), Failure> {
                 "warnings": model.warnings,
                 "preview": preview,
                 "hold": hold,
+                "subject_hold": subject_hold,
                 "sweeps": sweeps,
                 "rows_before": before,
                 "rows_after": after,
                 "held_row_kept": trail.held_row_kept,
+                "subject_row_kept": trail.subject_row_kept,
                 "erasure": erasure.result,
             }))
             .expect("JSON values serialise")
@@ -400,6 +403,8 @@ struct Trail {
     /// The first anonymised contact: email, full name, phone, reference.
     contact: (Option<String>, String, String, String),
     held_row_kept: bool,
+    /// Whether Alan's due case contact, under the hold on him, is untouched.
+    subject_row_kept: bool,
     /// Per run and entity: tenant, entity, strategy, affected, held, NULL
     /// anchor, row details.
     summaries: Vec<(String, String, String, i64, i64, i64, i64)>,
@@ -548,6 +553,30 @@ impl Demo {
         Ok((held, hold))
     }
 
+    /// Step 7, continued: a hold on a person, Alan (as a `user`): his
+    /// 200-day-old case contact is past its cutoff, and every row of his,
+    /// in any entity and tenant, now stays until the hold is released.
+    async fn hold_alan(&mut self) -> Result<cohort::holds::Hold, Failure> {
+        let hold = self
+            .cohort
+            .create_hold(
+                HoldRequest::subject(
+                    ALAN,
+                    "Regulator's inquiry - keep everything about this person",
+                )
+                .kind("user"),
+            )
+            .await?;
+        if !self.json {
+            outln!(
+                "   Placed hold {} on a person (kind `user`, as `cohort holds create --subject S --kind user`):
+                    every row naming them, in any entity and tenant, now stays; his case contact REF-1003 is 200 days old.",
+                short(&hold.hold_id.to_string()),
+            );
+        }
+        Ok(hold)
+    }
+
     /// Step 8: every tenant swept, as `cohort sweep --tenant T` does.
     async fn sweep_every_tenant(&self) -> Result<Vec<cohort::SweepResult>, Failure> {
         if !self.json {
@@ -597,6 +626,12 @@ impl Demo {
                 .fetch_one(&mut self.conn)
                 .await
                 .map_err(db)?;
+        let subject_row_kept: bool = sqlx::query_scalar(
+            "SELECT anonymised_at IS NULL FROM app.case_contacts WHERE reference = 'REF-1003'",
+        )
+        .fetch_one(&mut self.conn)
+        .await
+        .map_err(db)?;
         let summaries = sqlx::query_as(
             "SELECT r.tenant_id, s.entity_type, s.strategy, s.affected_count, s.held_count, s.null_anchor_count, \
                     (SELECT count(*) FROM cohort.sweep_run_row_detail d WHERE d.run_id = r.run_id AND d.retention_entity_id = s.retention_entity_id) \
@@ -608,6 +643,7 @@ impl Demo {
         Ok(Trail {
             contact,
             held_row_kept: still_there == 1,
+            subject_row_kept,
             summaries,
         })
     }
@@ -686,6 +722,8 @@ impl Demo {
 
 /// The data subject the demo erases.
 const ADA: &str = "aaaaaaaa-0000-0000-0000-000000000001";
+/// The person under a subject hold in the demo.
+const ALAN: &str = "aaaaaaaa-0000-0000-0000-000000000002";
 
 /// Steps 9 and 10, printed.
 fn print_changes(before: &[(String, i64)], after: &[(String, i64)], trail: &Trail) {
@@ -698,8 +736,9 @@ fn print_changes(before: &[(String, i64)], after: &[(String, i64)], trail: &Trai
     outln!("{}", output::table(&["TABLE", "BEFORE", "AFTER"], &changes));
     let contact = &trail.contact;
     outln!(
-        "\n   The held note is still there: {}.\n   An anonymised contact now reads: email={}, full_name={}, phone={}, reference={}…",
+        "\n   The held note is still there: {}.\n   Alan's case contact, under the hold on him, is untouched: {}.\n   An anonymised contact now reads: email={}, full_name={}, phone={}, reference={}…",
         if trail.held_row_kept { "yes" } else { "NO" },
+        if trail.subject_row_kept { "yes" } else { "NO" },
         shown(contact.0.as_deref()),
         shown(Some(contact.1.as_str())),
         shown(Some(contact.2.as_str())),

@@ -362,6 +362,11 @@ fn demo_runs_on_a_throw_away_database_and_prints_the_plan() {
     );
     let v = json(&out);
     assert_eq!(v["entities"].as_array().unwrap().len(), 4);
+    // A record hold and a hold on a person, each keeping its due row.
+    assert_eq!(v["held_row_kept"], true);
+    assert_eq!(v["subject_hold"]["target"], "subject");
+    assert_eq!(v["subject_hold"]["subject_kind"], "user");
+    assert_eq!(v["subject_row_kept"], true);
     let plan = v["plan"].as_array().unwrap();
     assert_eq!(plan.len(), 8, "two tenants x four entities");
     // The EU tenant's override (180d) and the exempt category (no cutoff) show.

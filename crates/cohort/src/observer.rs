@@ -103,6 +103,8 @@ pub enum AuditEvent {
         affected: u64,
         /// Held rows.
         held: u64,
+        /// Of `held`, rows a hold on a subject protects.
+        held_by_subject: u64,
         /// Eligible rows left (still referenced, set aside by a failing
         /// `on_before`, or behind a partition that could not be locked).
         skipped: u64,

@@ -421,6 +421,7 @@ async fn run_entity(
             rule_reason: work.rule.reason().map(str::to_owned),
             affected: out.affected,
             held: out.held,
+            held_by_subject: out.held_by_subject,
             skipped: out.skipped,
             null_anchor: out.null_anchor,
             kept_by_legal_min: out.kept_by_legal_min,
