@@ -130,13 +130,18 @@ async fn migrate_then_validate_succeeds_with_json_on_stdout() {
         v["entities"][1]["strategies"],
         serde_json::json!(["anonymise"])
     );
-    // CaseContact has no (tenant_id, created_at) index: advice, not an error.
+    // CaseContact has no (tenant_id, created_at) index, nor one on its
+    // subject column: advice, not an error.
     let warnings = v["warnings"].as_array().unwrap();
-    assert_eq!(warnings.len(), 1);
+    assert_eq!(warnings.len(), 2, "{warnings:?}");
     assert!(warnings[0]
         .as_str()
         .unwrap()
         .contains("CREATE INDEX ON \"app\".\"case_contacts\" (\"tenant_id\", \"created_at\")"));
+    assert!(warnings[1]
+        .as_str()
+        .unwrap()
+        .contains("CREATE INDEX ON \"app\".\"case_contacts\" (\"user_id\")"));
 
     // Human output names the entities.
     let out = cohort(dir.path(), &["validate"], Some(db.url()));

@@ -632,6 +632,32 @@ pub(crate) fn index_advice(entity: &EntityDescriptor, table: &TableInfo) -> Opti
     ))
 }
 
+/// Advice: subject columns no index starts with. Erasing a subject,
+/// placing a hold on one, and counting held rows after a run while a
+/// subject hold is active each look rows up by these columns.
+pub(crate) fn subject_index_advice(entity: &EntityDescriptor, table: &TableInfo) -> Vec<String> {
+    entity
+        .subjects
+        .iter()
+        .filter(|s| {
+            !table
+                .indexes
+                .iter()
+                .any(|i| !i.partial && i.columns.first() == Some(&s.column))
+        })
+        .map(|s| {
+            format!(
+                "{}: no index starts with ({}); erasing a subject, placing a hold on one and counting held rows while a subject hold is active will scan {}. Suggested: CREATE INDEX ON {} ({});",
+                entity.name,
+                s.column,
+                table.name.display_plain(),
+                table.name,
+                crate::ident::quote_ident(&s.column)
+            )
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

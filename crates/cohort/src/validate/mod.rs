@@ -533,6 +533,12 @@ pub(crate) async fn validate(
             .filter_map(|(e, t)| checks::index_advice(e, t))
             .collect::<Vec<_>>(),
     );
+    warnings.extend(
+        entities
+            .iter()
+            .zip(&tables)
+            .flat_map(|(e, t)| checks::subject_index_advice(e, t)),
+    );
     let facts = entities
         .iter()
         .zip(&tables)
