@@ -411,7 +411,8 @@ async fn lock_subject(
         kind,
         "HoldRequest::kind, `cohort holds create --kind KIND`",
     )?;
-    let tenant = match tenant {
+    // The tenant, parsed once: bound in its column's type, stored canonical.
+    let tenant_key = match tenant {
         None => None,
         Some(t) => {
             let Some(ty) = model.tenant_key else {
@@ -421,15 +422,11 @@ async fn lock_subject(
             };
             Some(
                 ty.parse(t)
-                    .map_err(|msg| Error::InvalidInput(format!("tenant: {msg}")))?
-                    .canonical(),
+                    .map_err(|msg| Error::InvalidInput(format!("tenant: {msg}")))?,
             )
         }
     };
-    let tenant_key = match (&tenant, model.tenant_key) {
-        (Some(t), Some(ty)) => Some(ty.parse(t).map_err(Error::InvalidInput)?),
-        _ => None,
-    };
+    let tenant = tenant_key.as_ref().map(KeyValue::canonical);
     for e in model.ordered() {
         // A tenant's hold protects that tenant's rows only.
         if tenant.is_some() && e.tenant.is_none() {

@@ -530,6 +530,38 @@ mod tests {
     }
 
     #[test]
+    fn a_subject_kind_must_be_a_word() {
+        for (kind, ok) in [
+            ("user", true),
+            ("e-mail.v2_x", true),
+            ("user's", false),
+            ("user kind", false),
+            ("élève", false),
+        ] {
+            let decl = EntityDeclaration::new("Note", ID)
+                .category("notes")
+                .anchor("created_at")
+                .subject("user_id", Some(kind));
+            let result = resolve(
+                &decl,
+                &Conventions::default(),
+                "public",
+                &cols(&["id", "tenant_id", "created_at", "user_id"]),
+            );
+            match result {
+                Ok(_) => assert!(ok, "{kind:?} accepted"),
+                Err(problems) => {
+                    assert!(!ok, "{kind:?} refused: {problems:?}");
+                    assert!(
+                        problems.join("\n").contains("a kind is a word"),
+                        "{problems:?}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
     fn ids_table() {
         assert!(parse_entity_id(ID).is_ok());
         assert!(parse_entity_id("A3F467FE-C5D0-4F17-9897-83C373CC1DC8").is_ok());
