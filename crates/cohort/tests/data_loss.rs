@@ -1226,6 +1226,10 @@ fn released_migrations_are_pinned() {
             8,
             "934b14d7bde011bd94d43d676c19e9520a026edb578391f28a3feff3029eff96",
         ),
+        (
+            9,
+            "aac2302cf690a2217ed8153c601b02e3e0e4a4b17b8015ceab2998d58a0de91c",
+        ),
     ];
     assert_eq!(
         pinned.len(),

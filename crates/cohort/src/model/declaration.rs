@@ -163,7 +163,19 @@ pub struct EntityDeclaration {
     pub(crate) markers: Vec<(Marker, String)>,
     pub(crate) anonymise: Vec<(String, AnonymiseMethod)>,
     pub(crate) subjects: Vec<SubjectDeclaration>,
+    pub(crate) archive: Option<ArchiveDeclaration>,
     pub(crate) origin: Origin,
+}
+
+/// Where the `archive` strategy moves an entity's rows, as declared.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ArchiveDeclaration {
+    /// The archive table, `schema.table` or `table` (in the entity's schema).
+    pub table: String,
+    /// The columns copied; empty means every column of the source table.
+    pub columns: Vec<String>,
+    /// Whether the entity's anonymise methods apply to the copy.
+    pub anonymise: bool,
 }
 
 impl EntityDeclaration {
@@ -184,6 +196,7 @@ impl EntityDeclaration {
             markers: Vec::new(),
             anonymise: Vec::new(),
             subjects: Vec::new(),
+            archive: None,
             origin: Origin::Code,
         }
     }
@@ -278,6 +291,42 @@ impl EntityDeclaration {
             kind: kind.map(str::to_owned),
         });
         self
+    }
+
+    /// Where the `archive` strategy moves rows: `schema.table`, or `table`
+    /// in the entity's schema. The table needs the archived columns (all
+    /// of the source's, or those of [`archive_columns`](Self::archive_columns))
+    /// in the same types, plus `archived_at timestamptz` and `run_id uuid`;
+    /// startup validation checks it against the catalog.
+    pub fn archive_to(mut self, table: impl Into<String>) -> Self {
+        self.archive_mut().table = table.into();
+        self
+    }
+
+    /// Archives only these columns (the record key among them) instead of
+    /// every column of the source.
+    pub fn archive_columns<I, S>(mut self, columns: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.archive_mut().columns = columns.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Applies the entity's anonymise methods to the archived copy, so the
+    /// archive keeps the row's shape but not the person.
+    pub fn anonymise_on_archive(mut self) -> Self {
+        self.archive_mut().anonymise = true;
+        self
+    }
+
+    fn archive_mut(&mut self) -> &mut ArchiveDeclaration {
+        self.archive.get_or_insert_with(|| ArchiveDeclaration {
+            table: String::new(),
+            columns: Vec::new(),
+            anonymise: false,
+        })
     }
 
     /// Records where the declaration came from.

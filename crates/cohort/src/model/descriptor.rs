@@ -59,6 +59,23 @@ pub struct SubjectColumn {
     pub kind: Option<String>,
 }
 
+/// Where the `archive` strategy moves an entity's rows, resolved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ArchiveTarget {
+    /// The archive table, always schema-qualified.
+    pub table: QualifiedName,
+    /// The columns copied, in order; validation fills in every column of
+    /// the source table when none were declared.
+    pub columns: Vec<String>,
+    /// Whether the entity's anonymise methods apply to the copy.
+    pub anonymise: bool,
+}
+
+/// The archive table's column that records when a row was moved.
+pub const ARCHIVED_AT: &str = "archived_at";
+/// The archive table's column that records the run that moved a row.
+pub const ARCHIVE_RUN_ID: &str = "run_id";
+
 /// How a marker's column was chosen, for messages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -100,6 +117,8 @@ pub struct EntityDescriptor {
     pub subjects: Vec<SubjectColumn>,
     /// Whether a purge may drop whole expired partitions.
     pub partitions: Partitions,
+    /// Where the `archive` strategy moves rows (`None`: nowhere declared).
+    pub archive: Option<ArchiveTarget>,
     /// The entity's own audit detail, which wins over its rule's.
     pub audit: Option<crate::model::audit::AuditDetail>,
     /// Columns declared in Rust (derive), with their Rust types.
@@ -329,6 +348,43 @@ pub(crate) fn resolve(
         }
     }
 
+    let archive = match &decl.archive {
+        None => None,
+        Some(a) if a.table.trim().is_empty() => {
+            problems.push("the archive needs a table (archive_table)".into());
+            None
+        }
+        Some(a) => {
+            let mut seen = BTreeSet::new();
+            for c in &a.columns {
+                if let Err(e) = check_identifier(c) {
+                    problems.push(format!("archive column name: {e}"));
+                } else if !seen.insert(c.as_str()) {
+                    problems.push(format!("archive column {c:?} is listed twice"));
+                }
+            }
+            let schema = table
+                .as_ref()
+                .map(|t| t.schema.as_str())
+                .unwrap_or(default_schema);
+            QualifiedName::parse(&a.table, schema)
+                .map_err(|e| problems.push(format!("archive table: {e}")))
+                .ok()
+                .map(|t| ArchiveTarget {
+                    table: t,
+                    columns: a.columns.clone(),
+                    anonymise: a.anonymise,
+                })
+        }
+    };
+    if archive
+        .as_ref()
+        .is_some_and(|a| a.anonymise && decl.anonymise.is_empty())
+    {
+        problems
+            .push("anonymise-on-archive is set, but no column is marked for anonymisation".into());
+    }
+
     for name in decl
         .markers
         .iter()
@@ -373,6 +429,7 @@ pub(crate) fn resolve(
             })
             .collect(),
         partitions: decl.partitions,
+        archive,
         audit: decl.audit,
         declared_columns: decl.columns.clone(),
         marker_resolution: resolution,

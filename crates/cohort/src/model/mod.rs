@@ -15,10 +15,12 @@ pub use anonymise::{
 #[doc(hidden)]
 pub use anonymise::{ByContextAndValue, ByRun, ByValue};
 pub use declaration::{
-    DeclaredColumn, EntityDeclaration, Marker, Origin, Partitions, Retained, SubjectDeclaration,
+    ArchiveDeclaration, DeclaredColumn, EntityDeclaration, Marker, Origin, Partitions, Retained,
+    SubjectDeclaration,
 };
 pub(crate) use descriptor::{parse_entity_id, resolve, Resolved};
 pub use descriptor::{
-    AnonymisedColumn, Conventions, EntityDescriptor, ExemptEntity, Resolution, SubjectColumn,
+    AnonymisedColumn, ArchiveTarget, Conventions, EntityDescriptor, ExemptEntity, Resolution,
+    SubjectColumn, ARCHIVED_AT, ARCHIVE_RUN_ID,
 };
 pub(crate) use key::{KeyType, KeyValue, SubjectForm};

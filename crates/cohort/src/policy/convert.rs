@@ -174,6 +174,26 @@ pub(super) fn entity(e: &RawEntity) -> std::result::Result<EntityDeclaration, Ve
             )),
         }
     }
+    match (&e.archive_table, &e.archive_columns, e.archive_anonymise) {
+        (Some(t), columns, anonymise) => {
+            d = d.archive_to(t);
+            if let Some(c) = columns {
+                if c.is_empty() {
+                    problems.push(
+                        "archive_columns is empty: list the columns to archive, or leave it out to archive every column".into(),
+                    );
+                }
+                d = d.archive_columns(c.iter().cloned());
+            }
+            if anonymise == Some(true) {
+                d = d.anonymise_on_archive();
+            }
+        }
+        (None, None, None) => {}
+        (None, _, _) => problems.push(
+            "archive_columns and archive_anonymise need archive_table (the table the archive strategy moves rows to)".into(),
+        ),
+    }
     for (marker, column) in [
         (Marker::RecordId, &e.record_id),
         (Marker::Tenant, &e.tenant),

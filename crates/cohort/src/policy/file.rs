@@ -55,6 +55,9 @@ pub(super) struct RawEntity {
     pub(super) exempt: Option<String>,
     pub(super) partitions: Option<String>,
     pub(super) audit: Option<String>,
+    pub(super) archive_table: Option<String>,
+    pub(super) archive_columns: Option<Vec<String>>,
+    pub(super) archive_anonymise: Option<bool>,
     #[serde(default)]
     pub(super) handler: Vec<RawHandler>,
 }

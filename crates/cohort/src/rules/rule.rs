@@ -22,30 +22,42 @@ pub enum Strategy {
     Anonymise,
     /// Do nothing, visibly: the run reports zero mutations.
     Exempt,
+    /// Copy the row into the entity's archive table and delete it from the
+    /// source, in one statement of the batch transaction.
+    Archive,
 }
 
 impl Strategy {
     /// Every strategy, in a fixed order.
-    pub const ALL: [Strategy; 4] = [
+    pub const ALL: [Strategy; 5] = [
         Strategy::Purge,
         Strategy::SoftDelete,
         Strategy::Anonymise,
         Strategy::Exempt,
+        Strategy::Archive,
     ];
 
-    /// The policy-file and audit spelling (`purge`, `soft_delete`, `anonymise`, `exempt`).
+    /// The policy-file and audit spelling (`purge`, `soft_delete`,
+    /// `anonymise`, `exempt`, `archive`).
     pub fn as_str(self) -> &'static str {
         match self {
             Strategy::Purge => "purge",
             Strategy::SoftDelete => "soft_delete",
             Strategy::Anonymise => "anonymise",
             Strategy::Exempt => "exempt",
+            Strategy::Archive => "archive",
         }
     }
 
     /// Whether the strategy changes or removes rows.
     pub fn mutates(self) -> bool {
         !matches!(self, Strategy::Exempt)
+    }
+
+    /// Whether the strategy deletes rows from the entity's table (purge,
+    /// archive): foreign keys into the table and their cascades apply.
+    pub fn deletes(self) -> bool {
+        matches!(self, Strategy::Purge | Strategy::Archive)
     }
 }
 
@@ -63,7 +75,7 @@ impl fmt::Display for Strategy {
 
 /// An unknown strategy name.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown strategy {0:?}: expected purge, soft_delete, anonymise or exempt")]
+#[error("unknown strategy {0:?}: expected purge, soft_delete, anonymise, exempt or archive")]
 pub struct UnknownStrategy(pub String);
 
 impl FromStr for Strategy {
@@ -75,6 +87,7 @@ impl FromStr for Strategy {
             "soft_delete" => Ok(Strategy::SoftDelete),
             "anonymise" | "anonymize" => Ok(Strategy::Anonymise),
             "exempt" => Ok(Strategy::Exempt),
+            "archive" => Ok(Strategy::Archive),
             other => Err(UnknownStrategy(other.to_owned())),
         }
     }
@@ -147,6 +160,13 @@ impl RetentionRule {
     pub fn with_reason(mut self, reason: impl Into<String>) -> Result<Self, RuleError> {
         self.reason = Some(non_empty(reason.into(), "rule_reason")?);
         Ok(self)
+    }
+
+    /// The same rule with another strategy (an erasure on an archiving
+    /// entity deletes the subject's rows instead of copying them).
+    pub(crate) fn with_strategy(mut self, strategy: Strategy) -> Self {
+        self.strategy = strategy;
+        self
     }
 
     /// The ordinary retention period.

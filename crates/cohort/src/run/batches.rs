@@ -97,7 +97,7 @@ pub(super) async fn batches(
 
         // The locked rows are read into Rust (once) only when something
         // needs them: row handlers' capture, or values computed in Rust.
-        let computes = strategy == Strategy::Anonymise && !plan.custom.is_empty();
+        let computes = plan.computes_per_row(strategy);
         let rows = if handlers.is_some() || computes {
             bind_array(sqlx::query(plan.load_rows.sql()), key_type, &keys)
                 .fetch_all(&mut *tx)
@@ -173,7 +173,12 @@ pub(super) async fn batches(
                 None
             }
         };
-        if strategy == Strategy::Anonymise {
+        if strategy == Strategy::Archive {
+            mutate = mutate.bind(ctx.run_id);
+        }
+        if strategy == Strategy::Anonymise
+            || (strategy == Strategy::Archive && plan.archive_anonymises)
+        {
             for value in &work.literals {
                 mutate = match value {
                     RunParam::Text(text) => mutate.bind(text.clone()),

@@ -125,6 +125,15 @@ pub(crate) async fn erase(cx: &Context, req: ErasureRequest) -> Result<ErasureRe
         let cutoff = rule
             .erasure_cutoff(req.now)
             .map_err(|err| Error::InvalidInput(format!("{}: {err}", e.name)))?;
+        // An erasure deletes an archiving entity's rows of the subject: it
+        // never copies a person's rows into the archive on their request
+        // (copies archived earlier are reached through the archive table's
+        // own entity, which validation requires when they keep a subject).
+        let rule = if rule.strategy() == Strategy::Archive {
+            rule.with_strategy(Strategy::Purge)
+        } else {
+            rule
+        };
         let strategy = rule.strategy();
         let subject_columns: Vec<String> = columns.iter().map(|(c, _)| c.clone()).collect();
         let mut values: Vec<Arg> = Vec::new();

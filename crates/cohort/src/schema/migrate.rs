@@ -68,6 +68,11 @@ const SOURCES: &[(u32, &str, &str)] = &[
         "subject_holds",
         include_str!("../../migrations/0008_subject_holds.sql"),
     ),
+    (
+        9,
+        "archive_strategy",
+        include_str!("../../migrations/0009_archive_strategy.sql"),
+    ),
 ];
 
 fn render(template: &'static str, schema: &str) -> SqlText {

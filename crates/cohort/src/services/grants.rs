@@ -96,8 +96,9 @@ fn cohort_tables(schema: &str, access: Access) -> Vec<Need> {
         .collect()
 }
 
-/// The retained tables: read always; delete when a category may purge,
-/// update when it may soft-delete or anonymise.
+/// The retained tables: read always; delete when a category may purge or
+/// archive, update when it may mutate at all (row locks need it), insert
+/// into the archive table when it may archive.
 fn retained_tables(ready: &Prepared) -> Vec<Need> {
     let mut out = Vec::new();
     for e in ready.model.ordered() {
@@ -107,8 +108,15 @@ fn retained_tables(ready: &Prepared) -> Vec<Need> {
             continue;
         };
         for strategy in plan.mutate.keys() {
+            if let (Strategy::Archive, Some(archive)) = (strategy, &e.archive) {
+                out.push((
+                    archive.table.clone(),
+                    "INSERT",
+                    format!("archive of {} (its category may archive)", e.name),
+                ));
+            }
             let privilege = match strategy {
-                Strategy::Purge => "DELETE",
+                Strategy::Purge | Strategy::Archive => "DELETE",
                 Strategy::SoftDelete | Strategy::Anonymise => "UPDATE",
                 _ => continue,
             };
@@ -120,6 +128,19 @@ fn retained_tables(ready: &Prepared) -> Vec<Need> {
                     strategy.as_str(),
                     e.name,
                     strategy.as_str()
+                ),
+            ));
+        }
+        if !plan.mutate.is_empty() {
+            // Every mutating batch locks its rows first (`FOR UPDATE`), and
+            // PostgreSQL allows a row lock only with UPDATE on the table,
+            // whatever the strategy.
+            out.push((
+                table.clone(),
+                "UPDATE",
+                format!(
+                    "row locks of {} (a batch locks its rows FOR UPDATE)",
+                    e.name
                 ),
             ));
         }

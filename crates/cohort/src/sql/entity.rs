@@ -99,6 +99,9 @@ pub(crate) struct EntityPlan {
     pub(crate) literals: Vec<RunValue>,
     /// Custom anonymisers, in parameter order: (column, anonymiser).
     pub(crate) custom: Vec<(String, CustomAnonymiser)>,
+    /// Whether `archive` applies the anonymise methods to the copy (it
+    /// then binds the anonymise parameters after the run id).
+    pub(crate) archive_anonymises: bool,
 }
 /// A value of the anonymise statement computed once per run.
 #[derive(Debug, Clone)]
@@ -120,13 +123,24 @@ impl EntityPlan {
         self.literals.len() + usize::from(!self.custom.is_empty())
     }
 
-    /// Parameters `mutate` binds after the keys for `strategy`.
+    /// Parameters `mutate` binds after the keys for `strategy`: the
+    /// anonymise ones; for archive, the run id (`$3`), then the anonymise
+    /// ones when the copy is anonymised.
     pub(crate) fn params_after_keys(&self, strategy: Strategy) -> usize {
-        if strategy == Strategy::Anonymise {
-            self.anonymise_params()
-        } else {
-            0
+        match strategy {
+            Strategy::Anonymise => self.anonymise_params(),
+            Strategy::Archive if self.archive_anonymises => 1 + self.anonymise_params(),
+            Strategy::Archive => 1,
+            _ => 0,
         }
+    }
+
+    /// Whether `strategy`'s statement needs values computed in Rust for
+    /// each row (custom anonymisers, hashed columns).
+    pub(crate) fn computes_per_row(&self, strategy: Strategy) -> bool {
+        !self.custom.is_empty()
+            && (strategy == Strategy::Anonymise
+                || (strategy == Strategy::Archive && self.archive_anonymises))
     }
 
     /// Builds every statement for the strategies the category may return.
@@ -163,6 +177,7 @@ impl EntityPlan {
             is_held_at: SqlText::default(),
             literals: Vec::new(),
             custom: Vec::new(),
+            archive_anonymises: e.archive.as_ref().is_some_and(|a| a.anonymise),
         };
         // Anonymise's parameters are fixed by the entity, whatever the strategy.
         for a in &e.anonymise {
@@ -183,7 +198,13 @@ impl EntityPlan {
             }
         }
 
-        for strategy in capabilities.iter() {
+        // An erasure on an archiving entity deletes (it never copies a
+        // person's rows into the archive), so archive brings purge's statements.
+        let mut strategies: Vec<Strategy> = capabilities.iter().collect();
+        if capabilities.allows(Strategy::Archive) && !capabilities.allows(Strategy::Purge) {
+            strategies.push(Strategy::Purge);
+        }
+        for strategy in strategies {
             let done = not_done(e, strategy);
             let blocked = blocked(strategy, referenced.as_ref());
 
@@ -250,8 +271,8 @@ impl EntityPlan {
                 .append(&tenant_filter(e, casts, 3))
                 .append(&done)
                 .push(") AS null_anchor, ");
-            match (strategy, &referenced) {
-                (Strategy::Purge, Some(r)) => {
+            match (strategy.deletes(), &referenced) {
+                (true, Some(r)) => {
                     a.push("(SELECT count(*) FROM ")
                         .table(table)
                         .push(" t WHERE ")
@@ -340,7 +361,7 @@ impl EntityPlan {
             let key_match = casts.any(&e.record_id, 2);
             let mut m = SqlText::default();
             match strategy {
-                Strategy::Purge => {
+                Strategy::Purge | Strategy::Archive => {
                     m.push("DELETE FROM ")
                         .table(table)
                         .push(" t WHERE ")
@@ -359,45 +380,11 @@ impl EntityPlan {
                 }
                 Strategy::Anonymise => {
                     m.push("UPDATE ").table(table).push(" t SET ");
-                    let mut next_literal = 3;
-                    let custom_param = 3 + plan.literals.len();
-                    for (i, a) in e.anonymise.iter().enumerate() {
+                    for (i, (column, value)) in anonymised_values(e, 3).into_iter().enumerate() {
                         if i > 0 {
                             m.push(", ");
                         }
-                        m.ident(&a.column).push(" = ");
-                        match &a.method {
-                            AnonymiseMethod::Null => {
-                                m.push("NULL");
-                            }
-                            AnonymiseMethod::Empty => {
-                                m.push("''");
-                            }
-                            AnonymiseMethod::Literal(_) => {
-                                m.param(next_literal);
-                                next_literal += 1;
-                            }
-                            AnonymiseMethod::Custom(c) if c.is_per_run() => {
-                                // Computed once per run: one JSON object for
-                                // the whole batch, converted like per-row values.
-                                m.push("(pg_catalog.jsonb_populate_record(NULL::")
-                                    .table(table)
-                                    .push(", ")
-                                    .param(next_literal)
-                                    .push("::jsonb)).")
-                                    .ident(&a.column);
-                                next_literal += 1;
-                            }
-                            AnonymiseMethod::Custom(_) | AnonymiseMethod::Hash => {
-                                // Rust computes a JSON object per row; PostgreSQL converts
-                                // each value to the column's own type through the table's
-                                // row type (no type names in SQL, no text casts).
-                                m.push("(pg_catalog.jsonb_populate_record(NULL::")
-                                    .table(table)
-                                    .push(", v.j)).")
-                                    .ident(&a.column);
-                            }
-                        }
+                        m.ident(column).push(" = ").append(&value);
                     }
                     m.push(", ")
                         .ident(e.anonymised_at.as_deref().expect("validated"))
@@ -405,11 +392,9 @@ impl EntityPlan {
                     if plan.custom.is_empty() {
                         m.push(" WHERE ").append(&key_match);
                     } else {
-                        m.push(" FROM ROWS FROM (pg_catalog.unnest(");
-                        casts.array(&mut m, &e.record_id, 2);
-                        m.push("), pg_catalog.unnest(")
-                            .param(custom_param)
-                            .push("::jsonb[])) AS v(k, j) WHERE ")
+                        m.push(" FROM ")
+                            .append(&per_row_values(e, casts, 3 + plan.literals.len()))
+                            .push(" WHERE ")
                             .col(&e.record_id)
                             .push(" = v.k");
                     }
@@ -432,8 +417,15 @@ impl EntityPlan {
                 .push(" < ")
                 .param(after)
                 .append(&tenant_filter(e, casts, after + 1));
-            plan.mutate_count.insert(strategy, m.clone());
             let next = after + 1 + usize::from(e.tenant.is_some());
+            if strategy == Strategy::Archive {
+                let statements = archive_statements(e, &plan, casts, &m, next, cohort_schema);
+                plan.mutate_count.insert(strategy, statements.count);
+                plan.mutate.insert(strategy, statements.keys);
+                plan.mutate_audited.insert(strategy, statements.audited);
+                continue;
+            }
+            plan.mutate_count.insert(strategy, m.clone());
             let mut audited = SqlText::new("WITH m AS (");
             audited
                 .append(&m)
@@ -576,6 +568,171 @@ impl EntityPlan {
         }
         plan.is_held_at = is_held_at;
         plan
+    }
+}
+
+/// Each anonymised column's new value, in declaration order: literal and
+/// per-run values bound from `$first_literal` on (in `EntityPlan::literals`
+/// order), per-row values read from `v.j` (see [`per_row_values`]).
+fn anonymised_values(e: &EntityDescriptor, first_literal: usize) -> Vec<(&str, SqlText)> {
+    let mut next_literal = first_literal;
+    let mut out = Vec::with_capacity(e.anonymise.len());
+    for a in &e.anonymise {
+        let mut v = SqlText::default();
+        match &a.method {
+            AnonymiseMethod::Null => {
+                v.push("NULL");
+            }
+            AnonymiseMethod::Empty => {
+                v.push("''");
+            }
+            AnonymiseMethod::Literal(_) => {
+                v.param(next_literal);
+                next_literal += 1;
+            }
+            AnonymiseMethod::Custom(c) if c.is_per_run() => {
+                // Computed once per run: one JSON object for the whole
+                // batch, converted like per-row values.
+                v.push("(pg_catalog.jsonb_populate_record(NULL::")
+                    .table(&e.table)
+                    .push(", ")
+                    .param(next_literal)
+                    .push("::jsonb)).")
+                    .ident(&a.column);
+                next_literal += 1;
+            }
+            AnonymiseMethod::Custom(_) | AnonymiseMethod::Hash => {
+                // Rust computes a JSON object per row; PostgreSQL converts
+                // each value to the column's own type through the table's
+                // row type (no type names in SQL, no text casts).
+                v.push("(pg_catalog.jsonb_populate_record(NULL::")
+                    .table(&e.table)
+                    .push(", v.j)).")
+                    .ident(&a.column);
+            }
+        }
+        out.push((a.column.as_str(), v));
+    }
+    out
+}
+
+/// `ROWS FROM (…) AS v(k, j)`: the batch's keys (`$2`) aligned with one
+/// JSON object of values computed in Rust per key (`$param`).
+fn per_row_values(e: &EntityDescriptor, casts: &Casts, param: usize) -> SqlText {
+    let mut s = SqlText::new("ROWS FROM (pg_catalog.unnest(");
+    casts.array(&mut s, &e.record_id, 2);
+    s.push("), pg_catalog.unnest(")
+        .param(param)
+        .push("::jsonb[])) AS v(k, j)");
+    s
+}
+
+/// The archive strategy's three statements.
+struct ArchiveStatements {
+    /// Moves the rows; nothing returned.
+    count: SqlText,
+    /// Moves the rows; returns each moved key as text.
+    keys: SqlText,
+    /// Moves the rows and writes a row detail per moved row.
+    audited: SqlText,
+}
+
+/// One statement moves the batch: `WITH moved AS (DELETE … RETURNING …)
+/// INSERT INTO archive … SELECT … FROM moved`. `delete` is the purge
+/// mutation with every re-check (holds, references, cutoff, tenant), so
+/// the archive receives exactly the rows deleted, in the same statement:
+/// either both happen or neither. The copy is stamped with the statement's
+/// time (`archived_at`) and the run id (`$3`), and, with
+/// anonymise-on-archive, its anonymised columns are replaced by their
+/// anonymised values (parameters after the run id).
+fn archive_statements(
+    e: &EntityDescriptor,
+    plan: &EntityPlan,
+    casts: &Casts,
+    delete: &SqlText,
+    next: usize,
+    cohort_schema: &str,
+) -> ArchiveStatements {
+    let archive = e.archive.as_ref().expect("validated: archive has a table");
+    let mut moved = SqlText::new("WITH moved AS (");
+    moved.append(delete).push(" RETURNING ");
+    for (i, c) in archive.columns.iter().enumerate() {
+        if i > 0 {
+            moved.push(", ");
+        }
+        moved.col(c);
+    }
+    moved.push(")");
+
+    let anonymised: BTreeMap<&str, SqlText> = if archive.anonymise {
+        anonymised_values(e, 4).into_iter().collect()
+    } else {
+        BTreeMap::new()
+    };
+    let mut insert = SqlText::new("INSERT INTO ");
+    insert.table(&archive.table).push(" (");
+    for c in &archive.columns {
+        insert.ident(c).push(", ");
+    }
+    insert
+        .ident(crate::model::ARCHIVED_AT)
+        .push(", ")
+        .ident(crate::model::ARCHIVE_RUN_ID)
+        .push(") SELECT ");
+    for c in &archive.columns {
+        match anonymised.get(c.as_str()) {
+            Some(value) => {
+                insert.append(value);
+            }
+            None => {
+                insert.push("moved.").ident(c);
+            }
+        }
+        insert.push(", ");
+    }
+    insert.push("pg_catalog.now(), $3 FROM moved");
+    if archive.anonymise && !plan.custom.is_empty() {
+        // Every moved row is copied, whether or not its computed values
+        // came along (a missing object anonymises to NULL, never the original).
+        insert
+            .push(" LEFT JOIN ")
+            .append(&per_row_values(e, casts, 4 + plan.literals.len()))
+            .push(" ON moved.")
+            .ident(&e.record_id)
+            .push(" = v.k");
+    }
+
+    let count = {
+        let mut s = moved.clone();
+        s.push(" ").append(&insert);
+        s
+    };
+    let keys = {
+        let mut s = count.clone();
+        s.push(" RETURNING ").ident(&e.record_id).push("::text");
+        s
+    };
+    let mut audited = moved;
+    audited
+        .push(", archived AS (")
+        .append(&insert)
+        .push(") INSERT INTO ")
+        .table(&crate::sql::tables::CohortTable::RowDetail.qualified(cohort_schema))
+        .push(" (run_id, retention_entity_id, entity_type, record_id, tenant_id, action) SELECT ")
+        .param(next)
+        .push(", $1, ")
+        .param(next + 1)
+        .push(", moved.")
+        .ident(&e.record_id)
+        .push("::text, ")
+        .param(next + 2)
+        .push(", ")
+        .param(next + 3)
+        .push(" FROM moved RETURNING row_detail_id, record_id");
+    ArchiveStatements {
+        count,
+        keys,
+        audited,
     }
 }
 

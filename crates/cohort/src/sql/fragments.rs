@@ -258,10 +258,10 @@ pub(crate) fn referenced(blockers: &[IncomingKey]) -> Option<SqlText> {
     Some(s)
 }
 
-/// Purge cannot delete a row that another row still references: such rows
+/// Purge and archive cannot delete a row that another row still references: such rows
 /// are left alone (not locked, not mutated) and counted as skipped.
 pub(crate) struct Blocked {
-    /// ` AND NOT (referenced)` for purge, else empty.
+    /// ` AND NOT (referenced)` for purge and archive, else empty.
     pub(crate) unblocked: SqlText,
     referenced: Option<SqlText>,
 }
@@ -296,9 +296,7 @@ impl Blocked {
 }
 
 pub(crate) fn blocked(strategy: Strategy, referenced: Option<&SqlText>) -> Blocked {
-    let referenced = (strategy == Strategy::Purge)
-        .then(|| referenced.cloned())
-        .flatten();
+    let referenced = strategy.deletes().then(|| referenced.cloned()).flatten();
     let mut unblocked = SqlText::default();
     if let Some(r) = &referenced {
         unblocked.push(" AND NOT ").append(r);

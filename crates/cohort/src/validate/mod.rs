@@ -7,6 +7,7 @@
 //! handle's own (`handle`: the pooler probe, handlers, captures, the
 //! tenant directory), so no public entry validates less.
 
+mod archive;
 mod catalog;
 mod checks;
 mod handle;
@@ -386,7 +387,7 @@ pub(crate) async fn validate(
             continue;
         };
         let available: Vec<String> = table.columns.iter().map(|c| c.name.clone()).collect();
-        let descriptor = match resolve(decl, conventions, config.table_schema(), &available) {
+        let mut descriptor = match resolve(decl, conventions, config.table_schema(), &available) {
             Ok(Resolved::Retained(d)) => *d,
             Ok(Resolved::Exempt(_)) => unreachable!("non-exempt declarations resolve as retained"),
             Err(ps) => {
@@ -397,6 +398,34 @@ pub(crate) async fn validate(
         let caps = rules.capabilities(&descriptor.category);
         problems.extend(
             checks::check_entity(&descriptor, &table, caps.as_ref(), &tenant_candidates)
+                .into_iter()
+                .map(|p| Problem::entity(&descriptor.name, p)),
+        );
+        let archive_table = match &mut descriptor.archive {
+            Some(a) => {
+                if a.columns.is_empty() {
+                    a.columns = available.clone();
+                }
+                if CohortTable::ALL.iter().any(|t| t.name() == a.table.name)
+                    && (a.table.schema == config.schema
+                        || catalog::is_cohort_schema(conn, &a.table.schema).await?)
+                {
+                    problems.push(Problem::entity(
+                        decl.name(),
+                        format!(
+                            "archive table {} is one of Cohort's own ledger tables",
+                            a.table.display_plain()
+                        ),
+                    ));
+                    None
+                } else {
+                    catalog::load_table(conn, &a.table).await?
+                }
+            }
+            None => None,
+        };
+        problems.extend(
+            archive::check(&descriptor, &table, archive_table.as_ref(), caps.as_ref())
                 .into_iter()
                 .map(|p| Problem::entity(&descriptor.name, p)),
         );
@@ -421,11 +450,12 @@ pub(crate) async fn validate(
         .map(|(e, t)| (e, t, capabilities.get(&e.id)))
         .collect();
     problems.extend(checks::check_across(&joined));
+    problems.extend(archive::check_pairs(&entities));
 
     // Everything a purge would set off through foreign keys, to the end.
     let mut purgeable = Vec::new();
     for (e, t, caps) in &joined {
-        if caps.is_some_and(|c| c.allows(crate::rules::Strategy::Purge)) {
+        if caps.is_some_and(|c| c.iter().any(|s| s.deletes())) {
             purgeable.push((*e, catalog::cascade_edges(conn, t.oid).await?));
         }
     }
@@ -491,9 +521,7 @@ pub(crate) async fn validate(
     let may_purge = |e: &EntityDescriptor| {
         capabilities
             .get(&e.id)
-            .is_some_and(|c: &CategoryCapabilities| {
-                c.iter().any(|s| s == crate::rules::Strategy::Purge)
-            })
+            .is_some_and(|c: &CategoryCapabilities| c.iter().any(|s| s.deletes()))
     };
     let order = match dependency_order(&entities, &tables, may_purge) {
         Ok(order) => order,

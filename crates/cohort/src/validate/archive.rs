@@ -1,0 +1,200 @@
+//! Checks of the `archive` strategy's target, as pure functions over a
+//! catalog snapshot: the archive table against its source (columns, types,
+//! NOT NULL), and the pair of source and archive across the model (an
+//! archive that keeps a person's data must itself be reachable by erasure
+//! and retention). Privileges are checked with the other grants
+//! (`services::grants`).
+
+use std::collections::BTreeSet;
+
+use super::catalog::{ColumnInfo, TableInfo};
+use crate::error::Problem;
+use crate::model::{AnonymiseMethod, EntityDescriptor, ARCHIVED_AT, ARCHIVE_RUN_ID};
+use crate::rules::{CategoryCapabilities, Strategy};
+
+/// Whether a value of column `from` fits column `to` unchanged: the same
+/// base type, and no shorter character limit.
+fn fits(from: &ColumnInfo, to: &ColumnInfo) -> bool {
+    from.type_name == to.type_name
+        && from.type_schema == to.type_schema
+        && match (from.max_chars, to.max_chars) {
+            (_, None) => true,
+            (Some(f), Some(t)) => f <= t,
+            (None, Some(_)) => false,
+        }
+}
+
+/// The problems of one entity's archive: `archive_table` is the live
+/// archive table (`None`: it does not exist). Expects the archive's
+/// columns already filled in (every source column when none were listed).
+pub(crate) fn check(
+    e: &EntityDescriptor,
+    source: &TableInfo,
+    archive_table: Option<&TableInfo>,
+    capabilities: Option<&CategoryCapabilities>,
+) -> Vec<String> {
+    let mut problems = Vec::new();
+    let Some(archive) = &e.archive else {
+        if capabilities.is_some_and(|c| c.allows(Strategy::Archive)) {
+            problems.push(format!(
+                "category {:?} may archive, but the entity names no archive table (archive_table in the policy file, `archive = \"schema.table\"` in the derive)",
+                e.category
+            ));
+        }
+        return problems;
+    };
+    if capabilities.is_some_and(|c| !c.allows(Strategy::Archive)) {
+        problems.push(format!(
+            "an archive table ({}) is named, but category {:?} never archives: the setting would do nothing; remove it or give the category the archive strategy",
+            archive.table.display_plain(),
+            e.category
+        ));
+    }
+    if archive.table == e.table {
+        problems.push("the archive table is the entity's own table".into());
+        return problems;
+    }
+    let Some(target) = archive_table else {
+        problems.push(format!(
+            "archive table {} does not exist",
+            archive.table.display_plain()
+        ));
+        return problems;
+    };
+    if !matches!(target.relkind.as_str(), "r" | "p") {
+        problems.push(format!(
+            "archive table {} is not a table",
+            archive.table.display_plain()
+        ));
+        return problems;
+    }
+    let name = archive.table.display_plain();
+    for reserved in [ARCHIVED_AT, ARCHIVE_RUN_ID] {
+        if archive.columns.iter().any(|c| c == reserved) {
+            problems.push(format!(
+                "column {reserved:?} is archived, but the archive table's {reserved:?} records the archive itself; list archive_columns without it"
+            ));
+        }
+    }
+    if !archive.columns.contains(&e.record_id) {
+        problems.push(format!(
+            "the archived columns leave out the record key {:?}: the audit and erasure find archived copies by it",
+            e.record_id
+        ));
+    }
+    let anonymised: BTreeSet<&str> = if archive.anonymise {
+        e.anonymise.iter().map(|a| a.column.as_str()).collect()
+    } else {
+        BTreeSet::new()
+    };
+    for column in &archive.columns {
+        let Some(from) = source.column(column) else {
+            problems.push(format!(
+                "archive column {column:?} is not a column of {}",
+                e.table.display_plain()
+            ));
+            continue;
+        };
+        let Some(to) = target.column(column) else {
+            problems.push(format!("archive table {name} has no column {column:?}"));
+            continue;
+        };
+        if !fits(from, to) {
+            problems.push(format!(
+                "archive column {column:?} is {} in {name} but {} in {}: archived values must keep their type",
+                to.display_type,
+                from.display_type,
+                e.table.display_plain()
+            ));
+        }
+        let nulled = anonymised.contains(column.as_str())
+            && e.anonymise
+                .iter()
+                .any(|a| a.column == *column && a.method == AnonymiseMethod::Null);
+        if nulled && to.not_null {
+            problems.push(format!(
+                "column {column:?} is anonymised to NULL on archive, but it is NOT NULL in {name}"
+            ));
+        }
+    }
+    for (column, type_name, display) in [
+        (ARCHIVED_AT, "timestamptz", "timestamptz"),
+        (ARCHIVE_RUN_ID, "uuid", "uuid"),
+    ] {
+        match target.column(column) {
+            None => problems.push(format!(
+                "archive table {name} has no {column:?} column ({display}): each copy records when and by which run it was archived"
+            )),
+            Some(c) if c.type_name != type_name => problems.push(format!(
+                "archive column {column:?} of {name} is {}; it must be {display}",
+                c.display_type
+            )),
+            Some(_) => {}
+        }
+    }
+    for c in &target.columns {
+        let filled =
+            archive.columns.contains(&c.name) || c.name == ARCHIVED_AT || c.name == ARCHIVE_RUN_ID;
+        if c.not_null && !c.has_default && !filled {
+            problems.push(format!(
+                "archive table {name} has a NOT NULL column {:?} without a default that the archive does not fill",
+                c.name
+            ));
+        }
+    }
+    problems
+}
+
+/// Problems of source and archive together: an archive that keeps a
+/// subject column (not anonymised on the way) must be a retained entity
+/// declaring that column a subject, so erasure reaches the copies and a
+/// retention rule ends them; archives must not lead back to their source.
+pub(crate) fn check_pairs(entities: &[EntityDescriptor]) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    let by_table = |t: &crate::ident::QualifiedName| entities.iter().find(|e| e.table == *t);
+    for e in entities {
+        let Some(archive) = &e.archive else {
+            continue;
+        };
+        let target = by_table(&archive.table);
+        let anonymised = |c: &str| archive.anonymise && e.anonymise.iter().any(|a| a.column == c);
+        for s in &e.subjects {
+            if !archive.columns.contains(&s.column) || anonymised(&s.column) {
+                continue;
+            }
+            let reached = target.is_some_and(|t| t.subjects.iter().any(|ts| ts.column == s.column));
+            if !reached {
+                problems.push(Problem::entity(
+                    &e.name,
+                    format!(
+                        "archive table {} keeps the subject column {:?}: declare the archive table as a retained entity with {:?} as an erasure subject (so erasure and its own retention reach the copies), or anonymise {:?} on archive",
+                        archive.table.display_plain(),
+                        s.column,
+                        s.column,
+                        s.column
+                    ),
+                ));
+            }
+        }
+        // Follow the chain of archives: it must not come back here.
+        let mut seen = vec![&e.table];
+        let mut next = Some(&archive.table);
+        while let Some(t) = next {
+            if seen.contains(&t) {
+                problems.push(Problem::entity(
+                    &e.name,
+                    format!(
+                        "archiving leads back to {}: archives must not form a cycle",
+                        t.display_plain()
+                    ),
+                ));
+                break;
+            }
+            seen.push(t);
+            next = by_table(t)
+                .and_then(|a| a.archive.as_ref())
+                .map(|a| &a.table);
+        }
+    }
+    problems
+}
