@@ -1027,6 +1027,148 @@ async fn kill_9_mid_sweep_loses_nothing_and_a_rerun_finishes() {
     );
 }
 
+/// RS-019: `kill -9` in the middle of an archive sweep. Every batch is
+/// either fully moved (deleted from the source, copied into the archive
+/// with the run's id, counted in the ledger) or untouched, and a rerun
+/// moves the rest. The policy file names the archive table.
+#[tokio::test]
+async fn kill_9_mid_archive_moves_whole_batches_only_and_a_rerun_finishes() {
+    let (db, dir) = setup().await;
+    let dir = dir.path();
+    let url = Some(db.url());
+    assert_eq!(cohort(dir, &["migrate"], url).status.code(), Some(0));
+    sqlx::raw_sql("CREATE SCHEMA vault;
+        CREATE TABLE vault.session_notes_archive (id uuid PRIMARY KEY, tenant_id uuid NOT NULL,
+            created_at timestamptz, body text, archived_at timestamptz NOT NULL, run_id uuid NOT NULL);
+        INSERT INTO app.session_notes
+            SELECT gen_random_uuid(), '11111111-1111-1111-1111-111111111111', timestamptz '2026-01-01' - make_interval(secs => g), 'n'
+            FROM generate_series(1, 3000) g;
+        CREATE FUNCTION app.slow() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(0.002); RETURN NEW; END $$;
+        CREATE TRIGGER slow BEFORE INSERT ON vault.session_notes_archive FOR EACH ROW EXECUTE FUNCTION app.slow();")
+        .execute(db.pool())
+        .await
+        .unwrap();
+    let policy = POLICY
+        .replace(
+            "schema = \"retention\"",
+            "schema = \"retention\"\nsweep_batch_size = 100",
+        )
+        .replace(
+            "anchor = \"created_at\"\n\n[[entity]]\nname = \"CaseContact\"",
+            "anchor = \"created_at\"\narchive_table = \"vault.session_notes_archive\"\n\n[[entity]]\nname = \"CaseContact\"",
+        )
+        .replace(
+            "name = \"session-notes\"\nstrategy = \"purge\"",
+            "name = \"session-notes\"\nstrategy = \"archive\"",
+        );
+    assert!(policy.contains("archive_table") && policy.contains("strategy = \"archive\""));
+    std::fs::write(dir.join("cohort.toml"), policy).unwrap();
+    let validate = cohort(dir, &["validate"], url);
+    succeeded(&validate);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cohort"))
+        .current_dir(dir)
+        .args([
+            "sweep",
+            "--tenant",
+            "11111111-1111-1111-1111-111111111111",
+            "--now",
+            NOW,
+        ])
+        .env("DATABASE_URL", db.url())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let summed = "SELECT COALESCE(sum(affected_count), 0)::int8 FROM retention.sweep_run_entity_summary WHERE strategy = 'archive'";
+    let mut committed = 0;
+    wait_until("300 rows archived", Duration::from_secs(10), async || {
+        committed = sqlx::query_scalar::<_, i64>(summed)
+            .fetch_one(db.pool())
+            .await
+            .unwrap();
+        committed >= 300
+    })
+    .await;
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    wait_until("the dead session's batch to roll back", Duration::from_secs(4), async || {
+        let busy: i64 = sqlx::query_scalar("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() AND state <> 'idle'")
+            .fetch_one(db.pool()).await.unwrap();
+        busy == 0
+    })
+    .await;
+    let audited: i64 = sqlx::query_scalar(summed)
+        .fetch_one(db.pool())
+        .await
+        .unwrap();
+    let pool = db.pool().clone();
+    let scalar = |sql: &'static str| {
+        let pool = pool.clone();
+        async move {
+            sqlx::query_scalar::<_, i64>(sql)
+                .fetch_one(&pool)
+                .await
+                .unwrap()
+        }
+    };
+    let left = scalar("SELECT count(*) FROM app.session_notes").await;
+    let archived = scalar("SELECT count(*) FROM vault.session_notes_archive").await;
+    assert_eq!(left + archived, 3000, "no row is lost or copied twice");
+    assert_eq!(archived, audited, "every moved row is counted, none else");
+    assert_eq!(audited % 100, 0, "only whole batches committed");
+    assert!(audited >= 300 && audited < 3000, "the kill landed mid-run");
+    assert_eq!(
+        scalar("SELECT count(*) FROM vault.session_notes_archive a JOIN app.session_notes s USING (id)").await,
+        0,
+        "no row is in both tables"
+    );
+    let killed: (uuid::Uuid,) = sqlx::query_as(
+        "SELECT run_id FROM retention.sweep_run WHERE status = 'started' AND settled_at IS NULL",
+    )
+    .fetch_one(db.pool())
+    .await
+    .unwrap();
+    assert_eq!(
+        scalar("SELECT count(DISTINCT run_id) FROM vault.session_notes_archive").await,
+        1
+    );
+    let stamped: uuid::Uuid =
+        sqlx::query_scalar("SELECT DISTINCT run_id FROM vault.session_notes_archive")
+            .fetch_one(db.pool())
+            .await
+            .unwrap();
+    assert_eq!(stamped, killed.0, "each copy names the run that moved it");
+    // A rerun moves the rest.
+    let rerun = cohort(
+        dir,
+        &[
+            "--json",
+            "sweep",
+            "--tenant",
+            "11111111-1111-1111-1111-111111111111",
+            "--now",
+            NOW,
+        ],
+        url,
+    );
+    succeeded(&rerun);
+    let rerun = json(&rerun);
+    let notes = rerun["entities"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["entity"] == "SessionNote")
+        .unwrap()
+        .clone();
+    assert_eq!(notes["strategy"], "archive");
+    assert_eq!(notes["affected"].as_i64(), Some(3000 - audited));
+    assert_eq!(scalar("SELECT count(*) FROM app.session_notes").await, 0);
+    assert_eq!(
+        scalar("SELECT count(*) FROM vault.session_notes_archive").await,
+        3000
+    );
+}
+
 /// Issue "data-loss defects", A: the CLI resolves one tenant however its id
 /// is spelled (jurisdiction, overrides, legal minimum), keeps text tenants
 /// exactly as written in `--all-tenants`, and erasure names what it could

@@ -93,6 +93,21 @@ fn generate(c: &Container) -> TokenStream {
         Some(_) => calls.push(quote!(.audit(::cohort::rules::AuditDetail::Summary))),
         None => {}
     }
+    if let Some(archive) = &c.archive {
+        calls.push(quote!(.archive_to(#archive)));
+        // A field left out narrows the copy to the other fields' columns.
+        if c.fields.iter().any(|f| f.not_archived) {
+            let columns = c
+                .fields
+                .iter()
+                .filter(|f| !f.not_archived)
+                .map(|f| &f.column);
+            calls.push(quote!(.archive_columns([#(#columns),*])));
+        }
+        if c.anonymise_on_archive {
+            calls.push(quote!(.anonymise_on_archive()));
+        }
+    }
     if let Some(reason) = &c.exempt {
         calls.push(quote!(.exempt(#reason)));
     }

@@ -34,10 +34,13 @@ use proc_macro::TokenStream;
 /// `id` (a UUID, required), `table`, `schema`, `name`, `tenantless`,
 /// `partitions = "drop"` (opt-in partition purge, see the README),
 /// `audit = "per_row"` or `"summary"` (the entity's own audit detail, which
-/// wins over its category's); or
+/// wins over its category's), `archive = "schema.table"` (where the
+/// `archive` strategy moves rows) and `anonymise_on_archive` (the
+/// anonymise methods apply to the copy); or
 /// `#[exempt_from_retention("reason")]` for a documented exemption. Field
-/// keys: `column = "..."` and the markers `record_id`, `tenant`,
-/// `soft_delete`, `deleted_at`, `anonymised_at`. `#[anonymise(...)]` takes
+/// keys: `column = "..."`, the markers `record_id`, `tenant`,
+/// `soft_delete`, `deleted_at`, `anonymised_at`, and `not_archived` (the
+/// column is left out of the archived copy). `#[anonymise(...)]` takes
 /// one of `null`, `empty`, `literal = "..."`, `hash`, `with = "path::to::fn"`
 /// (`fn(&T) -> R`, `fn(&AnonymiseContext, &T) -> R`, or
 /// `fn(&AnonymiseContext) -> R` computed once per run).

@@ -372,6 +372,48 @@ fn partition_purge() {
     assert_eq!(AccessEvent::declaration(), expected);
 }
 
+/// The archive strategy's table, a field left out of the copy, and the
+/// copy anonymised.
+#[derive(cohort::Retained)]
+#[retain(
+    category = "contacts",
+    anchor = "created_at",
+    id = "6d7e8f90-a1b2-4c3d-8e4f-5a6b7c8d9e0f",
+    table = "app.contacts",
+    archive = "vault.contacts_archive",
+    anonymise_on_archive
+)]
+#[allow(dead_code)]
+struct ArchivedContact {
+    id: i64,
+    tenant_id: Uuid,
+    created_at: DateTime<Utc>,
+    #[anonymise(null)]
+    email: Option<String>,
+    #[retain(not_archived)]
+    search_vector: Option<String>,
+}
+
+#[test]
+fn archive() {
+    let expected =
+        EntityDeclaration::new("ArchivedContact", "6d7e8f90-a1b2-4c3d-8e4f-5a6b7c8d9e0f")
+            .origin(origin("ArchivedContact"))
+            .category("contacts")
+            .anchor("created_at")
+            .table("app.contacts")
+            .column("id", "id", "i64")
+            .column("tenant_id", "tenant_id", "Uuid")
+            .column("created_at", "created_at", "DateTime<Utc>")
+            .column("email", "email", "Option<String>")
+            .column("search_vector", "search_vector", "Option<String>")
+            .anonymise("email", AnonymiseMethod::Null)
+            .archive_to("vault.contacts_archive")
+            .archive_columns(["id", "tenant_id", "created_at", "email"])
+            .anonymise_on_archive();
+    assert_eq!(ArchivedContact::declaration(), expected);
+}
+
 #[derive(cohort::Retained)]
 #[exempt_from_retention("financial ledger: kept for 10 years by law, handled by the archive job")]
 #[retain(id = "f7a8b9c0-d1e2-4f3a-b4c5-d6e7f8a9b0c1", table = "ledger_entries")]

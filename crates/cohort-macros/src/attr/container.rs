@@ -9,9 +9,9 @@ use super::field::{Field, MarkerKind};
 use super::orm::{foreign_key, resolve_table, RenameRule, RENAME_ALL, TABLE_NAME};
 use super::parse::{flag, lit_str, non_empty, parse_list, path_to_string, unknown, Attr};
 use super::symbols::{
-    ANCHOR, ANONYMISE, AUDIT, CATEGORY, CONTAINER_KEYS, DIESEL, ERASURE_SUBJECT,
-    EXEMPT_FROM_RETENTION, FIELD_KEYS, ID, NAME, PARTITIONS, RETAIN, SCHEMA, SEA_ORM, SQLX, TABLE,
-    TENANTLESS,
+    ANCHOR, ANONYMISE, ANONYMISE_ON_ARCHIVE, ARCHIVE, AUDIT, CATEGORY, CONTAINER_KEYS, DIESEL,
+    ERASURE_SUBJECT, EXEMPT_FROM_RETENTION, FIELD_KEYS, ID, NAME, PARTITIONS, RETAIN, SCHEMA,
+    SEA_ORM, SQLX, TABLE, TENANTLESS,
 };
 use crate::ctxt::Ctxt;
 
@@ -44,6 +44,10 @@ pub(crate) struct Container {
     /// `#[retain(audit = "per_row" | "summary")]`: the entity's own audit
     /// detail, which wins over its category's.
     pub(crate) audit: Option<String>,
+    /// `#[retain(archive = "schema.table")]`: the archive strategy's table.
+    pub(crate) archive: Option<String>,
+    /// `#[retain(anonymise_on_archive)]`.
+    pub(crate) anonymise_on_archive: bool,
     /// The fields, in declaration order.
     pub(crate) fields: Vec<Field>,
 }
@@ -62,6 +66,8 @@ impl Container {
         let mut tenantless = Attr::none(cx, RETAIN, TENANTLESS);
         let mut partitions = Attr::none(cx, RETAIN, PARTITIONS);
         let mut audit = Attr::none(cx, RETAIN, AUDIT);
+        let mut archive = Attr::none(cx, RETAIN, ARCHIVE);
+        let mut anonymise_on_archive = Attr::none(cx, RETAIN, ANONYMISE_ON_ARCHIVE);
         let mut exempt: Option<syn::LitStr> = None;
         let mut saw_retain = false;
         let mut saw_exempt = false;
@@ -120,6 +126,15 @@ impl Container {
                                 ),
                             }
                         }
+                    } else if *p == ARCHIVE {
+                        if let Some(s) = lit_str(cx, &meta, RETAIN)? {
+                            if let Some(s) = non_empty(cx, s, ARCHIVE) {
+                                archive.set(p, s);
+                            }
+                        }
+                    } else if *p == ANONYMISE_ON_ARCHIVE {
+                        flag(cx, &meta, RETAIN)?;
+                        anonymise_on_archive.set(p, p.span());
                     } else if *p == AUDIT {
                         if let Some(s) = lit_str(cx, &meta, RETAIN)? {
                             match s.value().as_str() {
@@ -284,6 +299,27 @@ impl Container {
         }
 
         let fields = fields?;
+        let archive = archive.get();
+        let anonymise_on_archive = anonymise_on_archive.get();
+        if archive.is_none() {
+            if let Some(span) = anonymise_on_archive {
+                cx.error_at(
+                    span,
+                    "`anonymise_on_archive` needs `archive = \"schema.table\"` (the table the \
+                     archive strategy moves rows to)",
+                );
+            }
+            if let Some(field) = fields.iter().find(|f| f.not_archived) {
+                cx.error_spanned_by(
+                    &input.ident,
+                    format!(
+                        "field `{}` is `not_archived`, but `{ident_name}` names no \
+                         `archive = \"schema.table\"`",
+                        field.name
+                    ),
+                );
+            }
+        }
 
         // Markers: each on at most one field.
         let mut seen: Vec<(MarkerKind, &str)> = Vec::new();
@@ -337,6 +373,8 @@ impl Container {
             exempt: exempt.map(|e| e.value()),
             drop_partitions: partitions.get().is_some_and(|p| p.value() == "drop"),
             audit: audit.get().map(|a| a.value()),
+            archive: archive.map(|a| a.value()),
+            anonymise_on_archive: anonymise_on_archive.is_some(),
             fields,
         })
     }

@@ -11,8 +11,8 @@ use super::orm::{foreign_key, resolve_column, RenameRule, COLUMN_NAME, RENAME};
 use super::parse::{flag, lit_str, non_empty, one_of, parse_list, path_to_string, unknown, Attr};
 use super::symbols::{
     Symbol, ANONYMISE, ANONYMISED_AT, ANONYMISE_METHODS, COLUMN, CONTAINER_KEYS, DELETED_AT,
-    DIESEL, EMPTY, ERASURE_SUBJECT, EXEMPT_FROM_RETENTION, FIELD_KEYS, HASH, KIND, LITERAL, NULL,
-    RECORD_ID, RETAIN, SEA_ORM, SOFT_DELETE, SQLX, SUBJECT_KEYS, TENANT, WITH,
+    DIESEL, EMPTY, ERASURE_SUBJECT, EXEMPT_FROM_RETENTION, FIELD_KEYS, HASH, KIND, LITERAL,
+    NOT_ARCHIVED, NULL, RECORD_ID, RETAIN, SEA_ORM, SOFT_DELETE, SQLX, SUBJECT_KEYS, TENANT, WITH,
 };
 use crate::ctxt::Ctxt;
 
@@ -121,6 +121,8 @@ pub(crate) struct Field {
     pub(crate) anonymise: Option<Anonymise>,
     /// `Some(kind)` when the field is an erasure subject.
     pub(crate) subject: Option<Option<String>>,
+    /// `#[retain(not_archived)]`: left out of the archived copy.
+    pub(crate) not_archived: bool,
 }
 
 /// A type as text with whitespace removed, except where needed to keep two
@@ -158,6 +160,7 @@ impl Field {
         let mut markers: Vec<(MarkerKind, Span)> = Vec::new();
         let mut anonymise: Option<(Anonymise, TokenStream)> = None;
         let mut subject: Option<Option<String>> = None;
+        let mut not_archived = Attr::none(cx, RETAIN, NOT_ARCHIVED);
 
         for attr in &field.attrs {
             let path = attr.path();
@@ -170,6 +173,9 @@ impl Field {
                                 column.set(p, s);
                             }
                         }
+                    } else if *p == NOT_ARCHIVED {
+                        flag(cx, &meta, RETAIN)?;
+                        not_archived.set(p, ());
                     } else if let Some(marker) = MarkerKind::from_path(p) {
                         flag(cx, &meta, RETAIN)?;
                         if markers.iter().any(|(m, _)| *m == marker) {
@@ -281,6 +287,7 @@ impl Field {
             markers,
             anonymise: anonymise.map(|(m, _)| m),
             subject,
+            not_archived: not_archived.get().is_some(),
         }
     }
 }

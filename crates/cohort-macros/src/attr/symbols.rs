@@ -65,6 +65,12 @@ pub(super) const TENANTLESS: Symbol = Symbol("tenantless");
 pub(super) const PARTITIONS: Symbol = Symbol("partitions");
 /// Struct key: the entity's own audit detail (`summary` or `per_row`).
 pub(super) const AUDIT: Symbol = Symbol("audit");
+/// Struct key: the archive table of the `archive` strategy.
+pub(super) const ARCHIVE: Symbol = Symbol("archive");
+/// Struct flag: the anonymise methods apply to the archived copy.
+pub(super) const ANONYMISE_ON_ARCHIVE: Symbol = Symbol("anonymise_on_archive");
+/// Field flag: the column is left out of the archived copy.
+pub(super) const NOT_ARCHIVED: Symbol = Symbol("not_archived");
 
 /// Field key: explicit column name.
 pub(super) const COLUMN: Symbol = Symbol("column");
@@ -95,7 +101,17 @@ pub(super) const KIND: Symbol = Symbol("kind");
 
 /// The keys of the struct-level `#[retain(...)]`.
 pub(super) const CONTAINER_KEYS: &[Symbol] = &[
-    CATEGORY, ANCHOR, ID, TABLE, SCHEMA, NAME, TENANTLESS, PARTITIONS, AUDIT,
+    CATEGORY,
+    ANCHOR,
+    ID,
+    TABLE,
+    SCHEMA,
+    NAME,
+    TENANTLESS,
+    PARTITIONS,
+    AUDIT,
+    ARCHIVE,
+    ANONYMISE_ON_ARCHIVE,
 ];
 /// The keys of a field-level `#[retain(...)]`.
 pub(super) const FIELD_KEYS: &[Symbol] = &[
@@ -105,6 +121,7 @@ pub(super) const FIELD_KEYS: &[Symbol] = &[
     SOFT_DELETE,
     DELETED_AT,
     ANONYMISED_AT,
+    NOT_ARCHIVED,
 ];
 /// The methods of `#[anonymise(...)]`.
 pub(super) const ANONYMISE_METHODS: &[Symbol] = &[NULL, EMPTY, LITERAL, HASH, WITH];
