@@ -1116,7 +1116,7 @@ async fn kill_9_mid_archive_moves_whole_batches_only_and_a_rerun_finishes() {
     assert_eq!(left + archived, 3000, "no row is lost or copied twice");
     assert_eq!(archived, audited, "every moved row is counted, none else");
     assert_eq!(audited % 100, 0, "only whole batches committed");
-    assert!(audited >= 300 && audited < 3000, "the kill landed mid-run");
+    assert!((300..3000).contains(&audited), "the kill landed mid-run");
     assert_eq!(
         scalar("SELECT count(*) FROM vault.session_notes_archive a JOIN app.session_notes s USING (id)").await,
         0,

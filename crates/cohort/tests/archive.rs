@@ -457,7 +457,7 @@ async fn a_broken_archive_is_refused_at_startup() {
         ),
     ];
     for (entities, rules, expected) in cases {
-        let err = build(&db, entities, rules).await.err().expect(expected);
+        let err = build(&db, entities, rules).await.expect_err(expected);
         assert_eq!(err.kind(), ErrorKind::Validation, "{expected}: {err}");
         assert!(err.to_string().contains(expected), "{expected}: {err}");
     }
