@@ -1,6 +1,6 @@
 //! `cohort-bench`: sweep throughput of Cohort against a hand-written batched
 //! SQL loop doing the same work, for each mutating strategy (purge,
-//! anonymise, soft delete).
+//! archive, anonymise, soft delete).
 //!
 //! ```text
 //! cargo run --release -p cohort-bench -- [--rows N] [--batch B] [--tenants T] [--json]
@@ -428,9 +428,9 @@ fn verify(
             before.held
         )
     })?;
-    let expected_total = match scenario.strategy {
-        cohort::Strategy::Purge => before.total - before.eligible,
-        _ => before.total,
+    let expected_total = match scenario.strategy.deletes() {
+        true => before.total - before.eligible,
+        false => before.total,
     };
     ensure(
         cohort_after.total == expected_total

@@ -33,6 +33,12 @@ pub(crate) async fn install(conn: &mut PgConnection, scenario: &Scenario) -> sql
     } else {
         String::new()
     };
+    // Archive: the deleted rows, every column, go into the archive table
+    // in the same statement (as Cohort's fused statement does).
+    let (returning, archive) = match scenario.archive_insert_sql(&format!("'{REFERENCE_RUN}'::uuid")) {
+        Some(insert) => ("t.*", format!(", a AS ({insert})")),
+        None => ("t.id", String::new()),
+    };
     let sql = format!(
         "CREATE OR REPLACE PROCEDURE {name}(p_tenant uuid, p_cutoff timestamptz, p_entity uuid, \
            p_limit int, INOUT total bigint DEFAULT 0) LANGUAGE plpgsql AS $proc$ \
@@ -45,7 +51,7 @@ pub(crate) async fn install(conn: &mut PgConnection, scenario: &Scenario) -> sql
                  AND t.created_at < p_cutoff{not_done} AND t.created_at >= last_at \
                  AND (t.created_at, t.id) > (last_at, last_id) AND NOT {held} \
                  ORDER BY t.created_at, t.id LIMIT p_limit FOR UPDATE SKIP LOCKED), \
-               m AS ({mutation} RETURNING t.id){audit}, \
+               m AS ({mutation} RETURNING {returning}){archive}{audit}, \
                last AS (SELECT c.created_at, c.id FROM c ORDER BY c.created_at DESC, c.id DESC LIMIT 1) \
              SELECT (SELECT count(*) FROM m), (SELECT created_at FROM last), (SELECT id FROM last) \
                INTO n, next_at, next_id; \

@@ -64,10 +64,15 @@ pub(crate) struct Scenario {
     /// Whether the category asks for per-row audit (Cohort and the
     /// in-server reference then write one row detail per changed row).
     pub(crate) per_row: bool,
+    /// For archive: the archive table (the source's columns, then
+    /// `archived_at` and `run_id`), recreated empty with every seed. The
+    /// baseline and the reference then move the deleted rows into it in
+    /// the same statement, as Cohort does.
+    pub(crate) archive: Option<&'static str>,
 }
 
-/// The three strategies, in the order they are run.
-pub(crate) const SCENARIOS: [Scenario; 3] = [
+/// The four strategies, in the order they are run.
+pub(crate) const SCENARIOS: [Scenario; 4] = [
     Scenario {
         strategy: Strategy::Purge,
         label: "purge",
@@ -81,6 +86,22 @@ pub(crate) const SCENARIOS: [Scenario; 3] = [
         baseline_mutation: "DELETE FROM {table} t WHERE t.id = ANY (ARRAY(SELECT c.id FROM c))",
         done_consistent: "0::int8",
         per_row: false,
+        archive: None,
+    },
+    Scenario {
+        strategy: Strategy::Archive,
+        label: "archive",
+        table: "public.bench_archive",
+        entity_id: "9e4b2a61-7c3d-4f85-b1a0-3c5d7e9f1a54",
+        category: "bench-archive",
+        extra_columns: "body text NOT NULL",
+        seed_columns: "body",
+        seed_values: "'note ' || g",
+        not_done: "",
+        baseline_mutation: "DELETE FROM {table} t WHERE t.id = ANY (ARRAY(SELECT c.id FROM c))",
+        done_consistent: "(SELECT count(*) FROM public.bench_archive_store)",
+        per_row: false,
+        archive: Some("public.bench_archive_store"),
     },
     Scenario {
         strategy: Strategy::Anonymise,
@@ -99,6 +120,7 @@ pub(crate) const SCENARIOS: [Scenario; 3] = [
         done_consistent: "count(*) FILTER (WHERE anonymised_at IS NOT NULL AND email IS NULL \
                           AND full_name = '' AND phone = '[redacted]')",
         per_row: true,
+        archive: None,
     },
     Scenario {
         strategy: Strategy::SoftDelete,
@@ -115,6 +137,7 @@ pub(crate) const SCENARIOS: [Scenario; 3] = [
                             WHERE t.id = ANY (ARRAY(SELECT c.id FROM c))",
         done_consistent: "count(*) FILTER (WHERE is_deleted AND deleted_at IS NOT NULL)",
         per_row: false,
+        archive: None,
     },
 ];
 
@@ -177,6 +200,9 @@ impl Scenario {
             .category(self.category)
             .anchor("created_at")
             .table(self.table);
+        if let Some(archive) = self.archive {
+            return d.archive_to(archive);
+        }
         match self.strategy {
             Strategy::Anonymise => d
                 .anonymise("email", AnonymiseMethod::Null)
@@ -196,9 +222,28 @@ impl Scenario {
         self.baseline_mutation.replace("{table}", self.table)
     }
 
+    /// For archive, the insert of the deleted rows `m` (every column) into
+    /// the archive table, stamped with `run`: the second half of the fused
+    /// statement.
+    pub(crate) fn archive_insert_sql(&self, run: &str) -> Option<String> {
+        self.archive.map(|archive| {
+            format!("INSERT INTO {archive} SELECT m.*, pg_catalog.now(), {run} FROM m")
+        })
+    }
+
     /// The hand-written batch statement: `$1` tenant, `$2` cutoff, `$3`
     /// entity id, `$4` batch size.
     pub(crate) fn baseline_sql(&self) -> String {
+        if let Some(insert) = self.archive_insert_sql(&format!("'{}'::uuid", Uuid::nil())) {
+            return format!(
+                "WITH c AS (SELECT t.id FROM {table} t WHERE t.tenant_id = $1 AND t.created_at < $2 \
+                 AND NOT {held} ORDER BY t.created_at LIMIT $4 FOR UPDATE SKIP LOCKED), \
+                 m AS ({mutation} RETURNING t.*) {insert}",
+                table = self.table,
+                held = held("$3"),
+                mutation = self.baseline_mutation_sql(),
+            );
+        }
         format!(
             "WITH c AS (SELECT t.id FROM {table} t WHERE t.tenant_id = $1 AND t.created_at < $2{not_done} \
              AND NOT {held} ORDER BY t.created_at LIMIT $4 FOR UPDATE SKIP LOCKED) {mutation}",
@@ -222,6 +267,16 @@ impl Scenario {
              TRUNCATE public.retention_hold",
             extra = self.extra_columns,
         );
+        let ddl = match self.archive {
+            Some(archive) => format!(
+                "{ddl}; DROP TABLE IF EXISTS {archive}; \
+                 CREATE TABLE {archive} (id uuid PRIMARY KEY, seq bigint NOT NULL, \
+                 tenant_id uuid NOT NULL, created_at timestamptz, {extra}, \
+                 archived_at timestamptz NOT NULL, run_id uuid NOT NULL)",
+                extra = self.extra_columns,
+            ),
+            None => ddl,
+        };
         sqlx::raw_sql(AssertSqlSafe(ddl)).execute(pool).await?;
 
         let insert = format!(
