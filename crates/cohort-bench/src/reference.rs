@@ -35,10 +35,11 @@ pub(crate) async fn install(conn: &mut PgConnection, scenario: &Scenario) -> sql
     };
     // Archive: the deleted rows, every column, go into the archive table
     // in the same statement (as Cohort's fused statement does).
-    let (returning, archive) = match scenario.archive_insert_sql(&format!("'{REFERENCE_RUN}'::uuid")) {
-        Some(insert) => ("t.*", format!(", a AS ({insert})")),
-        None => ("t.id", String::new()),
-    };
+    let (returning, archive) =
+        match scenario.archive_insert_sql(&format!("'{REFERENCE_RUN}'::uuid")) {
+            Some(insert) => ("t.*", format!(", a AS ({insert})")),
+            None => ("t.id", String::new()),
+        };
     let sql = format!(
         "CREATE OR REPLACE PROCEDURE {name}(p_tenant uuid, p_cutoff timestamptz, p_entity uuid, \
            p_limit int, INOUT total bigint DEFAULT 0) LANGUAGE plpgsql AS $proc$ \

@@ -55,6 +55,25 @@ table = "app.invoices"
 category = "invoices"
 anchor = "issued_at"
 
+[[entity]]
+name = "LoginEvent"
+id = "5f0e9d8c-7b6a-4594-8382-716e5d4c3b2a"
+table = "app.login_events"
+category = "login-events"
+anchor = "created_at"
+subjects = [{ column = "user_id", kind = "user" }]
+anonymise = { ip_address = "null" }
+archive_table = "archive.login_events"     # moved here, with archived_at and run_id
+archive_anonymise = true                   # the copy keeps no IP address
+
+[[entity]]
+name = "ArchivedLoginEvent"                # the archive is retained too, and erasure reaches it
+id = "6a1f0e9d-8c7b-4a65-9493-827f6e5d4c3b"
+table = "archive.login_events"
+category = "login-archive"
+anchor = "archived_at"
+subjects = [{ column = "user_id", kind = "user" }]
+
 [[category]]
 name = "session-notes"
 strategy = "purge"
@@ -83,6 +102,16 @@ name = "invoices"
 strategy = "exempt"
 period = "0d"
 reason = "kept for the tax authority"
+
+[[category]]
+name = "login-events"
+strategy = "archive"
+period = "60d"
+
+[[category]]
+name = "login-archive"
+strategy = "purge"
+period = "2y"
 
 [[tenant]]
 id = "11111111-1111-1111-1111-111111111111"
@@ -133,6 +162,35 @@ CREATE TABLE app.invoices (
     issued_at timestamptz NOT NULL,
     amount_pence bigint NOT NULL
 );
+
+CREATE TABLE app.login_events (
+    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    tenant_id uuid NOT NULL,
+    created_at timestamptz NOT NULL,
+    user_id uuid NOT NULL,
+    ip_address text
+);
+CREATE INDEX ON app.login_events (tenant_id, created_at);
+CREATE INDEX ON app.login_events (user_id);
+CREATE SCHEMA archive;
+CREATE TABLE archive.login_events (
+    id bigint PRIMARY KEY,
+    tenant_id uuid NOT NULL,
+    created_at timestamptz NOT NULL,
+    user_id uuid NOT NULL,
+    ip_address text,
+    archived_at timestamptz NOT NULL,
+    run_id uuid NOT NULL
+);
+CREATE INDEX ON archive.login_events (tenant_id, archived_at);
+CREATE INDEX ON archive.login_events (user_id);
+
+INSERT INTO app.login_events (tenant_id, created_at, user_id, ip_address)
+VALUES
+ ('11111111-1111-1111-1111-111111111111', now() - interval '100 days', 'aaaaaaaa-0000-0000-0000-000000000001', '198.51.100.7'),
+ ('11111111-1111-1111-1111-111111111111', now() - interval '10 days', 'aaaaaaaa-0000-0000-0000-000000000001', '198.51.100.7'),
+ ('11111111-1111-1111-1111-111111111111', now() - interval '100 days', 'aaaaaaaa-0000-0000-0000-000000000002', '203.0.113.9'),
+ ('22222222-2222-2222-2222-222222222222', now() - interval '100 days', 'aaaaaaaa-0000-0000-0000-000000000001', '192.0.2.44');
 
 INSERT INTO app.session_notes (tenant_id, created_at, body)
 SELECT t::uuid, now() - make_interval(days => d), 'note ' || d || ' days old'
@@ -230,6 +288,8 @@ pub(crate) async fn run(json: bool) -> Result<(), Failure> {
                 "rows_after": after,
                 "held_row_kept": trail.held_row_kept,
                 "subject_row_kept": trail.subject_row_kept,
+                "archived": trail.archived.0,
+                "archived_with_ip_address": trail.archived.1,
                 "erasure": erasure.result,
             }))
             .expect("JSON values serialise")
@@ -405,6 +465,9 @@ struct Trail {
     held_row_kept: bool,
     /// Whether Alan's due case contact, under the hold on him, is untouched.
     subject_row_kept: bool,
+    /// Login events moved to the archive, and how many of them still carry
+    /// an IP address (none should).
+    archived: (i64, i64),
     /// Per run and entity: tenant, entity, strategy, affected, held, NULL
     /// anchor, row details.
     summaries: Vec<(String, String, String, i64, i64, i64, i64)>,
@@ -632,6 +695,11 @@ impl Demo {
         .fetch_one(&mut self.conn)
         .await
         .map_err(db)?;
+        let archived =
+            sqlx::query_as("SELECT count(*), count(ip_address) FROM archive.login_events")
+                .fetch_one(&mut self.conn)
+                .await
+                .map_err(db)?;
         let summaries = sqlx::query_as(
             "SELECT r.tenant_id, s.entity_type, s.strategy, s.affected_count, s.held_count, s.null_anchor_count, \
                     (SELECT count(*) FROM cohort.sweep_run_row_detail d WHERE d.run_id = r.run_id AND d.retention_entity_id = s.retention_entity_id) \
@@ -644,6 +712,7 @@ impl Demo {
             contact,
             held_row_kept: still_there == 1,
             subject_row_kept,
+            archived,
             summaries,
         })
     }
@@ -736,9 +805,11 @@ fn print_changes(before: &[(String, i64)], after: &[(String, i64)], trail: &Trai
     outln!("{}", output::table(&["TABLE", "BEFORE", "AFTER"], &changes));
     let contact = &trail.contact;
     outln!(
-        "\n   The held note is still there: {}.\n   Alan's case contact, under the hold on him, is untouched: {}.\n   An anonymised contact now reads: email={}, full_name={}, phone={}, reference={}…",
+        "\n   The held note is still there: {}.\n   Alan's case contact, under the hold on him, is untouched: {}.\n   Login events moved to archive.login_events (each with archived_at and its run id): {}, with an IP address left: {}.\n   An anonymised contact now reads: email={}, full_name={}, phone={}, reference={}…",
         if trail.held_row_kept { "yes" } else { "NO" },
         if trail.subject_row_kept { "yes" } else { "NO" },
+        trail.archived.0,
+        trail.archived.1,
         shown(contact.0.as_deref()),
         shown(Some(contact.1.as_str())),
         shown(Some(contact.2.as_str())),
@@ -884,7 +955,9 @@ async fn snapshot(conn: &mut sqlx::PgConnection) -> Result<Vec<(String, i64)>, F
         "SELECT 'app.session_notes', count(*) FROM app.session_notes \
          UNION ALL SELECT 'app.case_contacts (not anonymised)', count(*) FROM app.case_contacts WHERE anonymised_at IS NULL \
          UNION ALL SELECT 'app.tickets (not deleted)', count(*) FROM app.tickets WHERE NOT is_deleted \
-         UNION ALL SELECT 'app.invoices', count(*) FROM app.invoices",
+         UNION ALL SELECT 'app.invoices', count(*) FROM app.invoices \
+         UNION ALL SELECT 'app.login_events', count(*) FROM app.login_events \
+         UNION ALL SELECT 'archive.login_events (no IP address)', count(*) FROM archive.login_events WHERE ip_address IS NULL",
     )
     .fetch_all(conn)
     .await

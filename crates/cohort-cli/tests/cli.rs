@@ -366,14 +366,44 @@ fn demo_runs_on_a_throw_away_database_and_prints_the_plan() {
         String::from_utf8_lossy(&out.stderr)
     );
     let v = json(&out);
-    assert_eq!(v["entities"].as_array().unwrap().len(), 4);
+    assert_eq!(v["entities"].as_array().unwrap().len(), 6);
+    // Login events past 60 days moved to the archive, without their IP
+    // address; Alan's, under the hold on him, stayed.
+    assert_eq!(v["archived"], 2);
+    assert_eq!(v["archived_with_ip_address"], 0);
+    let count_of = |rows: &Value, table: &str| {
+        rows.as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r[0] == table)
+            .map(|r| r[1].as_i64().unwrap())
+    };
+    assert_eq!(count_of(&v["rows_before"], "app.login_events"), Some(4));
+    assert_eq!(count_of(&v["rows_after"], "app.login_events"), Some(2));
+    let archive_summaries: Vec<&Value> = v["sweeps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|s| s["entities"].as_array().unwrap())
+        .filter(|e| e["entity"] == "LoginEvent")
+        .collect();
+    assert_eq!(
+        archive_summaries
+            .iter()
+            .map(|e| (
+                e["strategy"].as_str().unwrap(),
+                e["affected"].as_i64().unwrap()
+            ))
+            .collect::<Vec<_>>(),
+        [("archive", 1), ("archive", 1)]
+    );
     // A record hold and a hold on a person, each keeping its due row.
     assert_eq!(v["held_row_kept"], true);
     assert_eq!(v["subject_hold"]["target"], "subject");
     assert_eq!(v["subject_hold"]["subject_kind"], "user");
     assert_eq!(v["subject_row_kept"], true);
     let plan = v["plan"].as_array().unwrap();
-    assert_eq!(plan.len(), 8, "two tenants x four entities");
+    assert_eq!(plan.len(), 12, "two tenants x six entities");
     // The EU tenant's override (180d) and the exempt category (no cutoff) show.
     assert!(plan
         .iter()
@@ -387,7 +417,7 @@ fn demo_runs_on_a_throw_away_database_and_prints_the_plan() {
     assert_eq!(out.status.code(), Some(0));
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
-        text.contains("Validated the policy file against the live catalog: 4 entities"),
+        text.contains("Validated the policy file against the live catalog: 6 entities"),
         "{text}"
     );
 }
