@@ -99,6 +99,11 @@ pub(crate) fn entity_json(e: &EntityDescriptor, model: &ValidatedModel) -> Value
         "anonymised_at": e.anonymised_at,
         "anonymise": e.anonymise.iter().map(|a| json!({"column": a.column, "method": method(&a.method)})).collect::<Vec<_>>(),
         "subjects": e.subjects.iter().map(|s| json!({"column": s.column, "kind": s.kind})).collect::<Vec<_>>(),
+        "archive": e.archive.as_ref().map(|a| json!({
+            "table": a.table.display_plain(),
+            "columns": a.columns,
+            "anonymise": a.anonymise,
+        })),
     })
 }
 

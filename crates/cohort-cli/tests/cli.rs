@@ -367,6 +367,21 @@ fn demo_runs_on_a_throw_away_database_and_prints_the_plan() {
     );
     let v = json(&out);
     assert_eq!(v["entities"].as_array().unwrap().len(), 6);
+    let login = v["entities"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["entity"] == "LoginEvent")
+        .unwrap();
+    assert_eq!(
+        login["archive"],
+        serde_json::json!({
+            "table": "archive.login_events",
+            "columns": ["id", "tenant_id", "created_at", "user_id", "ip_address"],
+            "anonymise": true,
+        })
+    );
+    assert!(v["entities"][0]["archive"].is_null());
     // Login events past 60 days moved to the archive, without their IP
     // address; Alan's, under the hold on him, stayed.
     assert_eq!(v["archived"], 2);

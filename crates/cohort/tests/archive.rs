@@ -37,6 +37,13 @@ CREATE TABLE vault.contacts_archive (id bigint PRIMARY KEY, tenant_id uuid NOT N
     created_at timestamptz, user_id uuid, email text, phone varchar(40), note text,
     archived_at timestamptz NOT NULL, run_id uuid NOT NULL);
 CREATE INDEX ON vault.contacts_archive (user_id);
+-- An archive whose key is an identity column (the copy keeps the source's
+-- id), with a column its own identity fills and one it computes.
+CREATE TABLE vault.contacts_scrubbed (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    entry bigint GENERATED ALWAYS AS IDENTITY NOT NULL, tenant_id uuid NOT NULL,
+    created_at timestamptz, user_id uuid, email text, phone varchar(20), note text,
+    email_length int GENERATED ALWAYS AS (length(email)) STORED,
+    archived_at timestamptz NOT NULL, run_id uuid NOT NULL);
 INSERT INTO app.contacts VALUES
   (1, 'aaaaaaaa-0000-0000-0000-00000000000a', '2026-04-01', 'dddddddd-0000-0000-0000-00000000000d', 'dee@example.com', '+44 1', 'one'),
   (2, 'aaaaaaaa-0000-0000-0000-00000000000a', '2026-04-01', 'eeeeeeee-0000-0000-0000-00000000000e', 'ed@example.com', '+44 2', 'two'),
@@ -228,7 +235,20 @@ async fn archive_moves_due_rows_with_their_audit_and_keeps_held_and_referenced_r
 
 #[tokio::test]
 async fn anonymise_on_archive_copies_the_shape_but_not_the_person() {
-    let (db, cohort) = setup(vec![contact().anonymise_on_archive(), archive_entity()]).await;
+    let archive = archive_entity().table("vault.contacts_scrubbed");
+    let contact = contact()
+        .archive_to("vault.contacts_scrubbed")
+        .archive_columns([
+            "id",
+            "tenant_id",
+            "created_at",
+            "user_id",
+            "email",
+            "phone",
+            "note",
+        ])
+        .anonymise_on_archive();
+    let (db, cohort) = setup(vec![contact, archive]).await;
     let pool = db.pool();
     let run = cohort
         .sweep(SweepRequest::tenanted(TENANT_A, now()))
@@ -236,7 +256,7 @@ async fn anonymise_on_archive_copies_the_shape_but_not_the_person() {
         .unwrap();
     assert_eq!(run.entity("Contact").unwrap().affected, 4);
     let rows = sqlx::query(
-        "SELECT id, user_id::text, email, phone, note, run_id FROM vault.contacts_archive ORDER BY id",
+        "SELECT id, user_id::text, email, phone, note, run_id, entry, email_length FROM vault.contacts_scrubbed ORDER BY id",
     )
     .fetch_all(pool)
     .await
@@ -257,6 +277,8 @@ async fn anonymise_on_archive_copies_the_shape_but_not_the_person() {
         assert_eq!(r.get::<Option<String>, _>(3), None, "nulled");
         assert_eq!(r.get::<String, _>(4), "[archived]", "literal");
         assert_eq!(r.get::<Uuid, _>(5), run.run_id);
+        assert!(r.get::<i64, _>(6) > 0, "filled by the archive's identity");
+        assert_eq!(r.get::<i32, _>(7), 64, "computed from the hashed e-mail");
     }
     // The subject column is not anonymised: the subject stays findable.
     assert_eq!(rows[0].get::<String, _>(1), S);
@@ -358,6 +380,8 @@ async fn a_broken_archive_is_refused_at_startup() {
              email text, phone varchar(10), note text, archived_at timestamptz, run_id uuid);
          CREATE TABLE vault.wrong_types (id text, tenant_id uuid, created_at timestamptz, user_id uuid,
              archived_at date, run_id text);
+         CREATE TABLE vault.computed (id bigint, tenant_id uuid, created_at timestamptz, user_id uuid,
+             note text GENERATED ALWAYS AS ('archived') STORED, archived_at timestamptz, run_id uuid);
          CREATE TABLE vault.demanding (id bigint, tenant_id uuid, created_at timestamptz, user_id uuid,
              archived_at timestamptz, run_id uuid, reviewer text NOT NULL);",
     )
@@ -404,6 +428,20 @@ async fn a_broken_archive_is_refused_at_startup() {
             ],
             rules(),
             "NOT NULL column \"reviewer\" without a default",
+        ),
+        (
+            vec![
+                contact().archive_to("vault.computed").archive_columns([
+                    "id",
+                    "tenant_id",
+                    "created_at",
+                    "user_id",
+                    "note",
+                ]),
+                archive_entity(),
+            ],
+            rules(),
+            "archive column \"note\" is a generated column of vault.computed",
         ),
         (
             vec![
@@ -549,4 +587,159 @@ async fn archiving_needs_insert_on_the_archive_table() {
         count(db.pool(), "SELECT count(*) FROM vault.contacts_archive").await,
         4
     );
+}
+
+/// An engine on its own pool (separate connections, as separate processes
+/// would have), archiving in batches of 50.
+async fn archiving_engine(db: &cohort_pgtemp::TestDatabase) -> Cohort {
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(3)
+        .connect_with(db.connect_options())
+        .await
+        .unwrap();
+    let mut b = Cohort::builder(pool)
+        .config(cohort::CohortConfig {
+            sweep_batch_size: 50,
+            ..test_config()
+        })
+        .rules(rules());
+    for d in [contact(), archive_entity()] {
+        b = b.declaration(d);
+    }
+    b.build().await.unwrap()
+}
+
+/// Holds created while two archiving sweeps run on other connections: a
+/// row whose hold was created is never moved afterwards, every row is in
+/// exactly one of the two tables, and the reported counts, the copies and
+/// the ledger agree.
+async fn race_holds_against_archiving(db: &cohort_pgtemp::TestDatabase) {
+    exec(
+        db.pool(),
+        &format!(
+            "INSERT INTO app.contacts (id, tenant_id, created_at, user_id, email, phone, note)
+             SELECT 1000 + g, '{TENANT_A}', timestamptz '2026-03-01' - make_interval(secs => g),
+                    gen_random_uuid(), 'bulk@example.com', '+1', 'bulk ' || g
+             FROM generate_series(1, 1500) g"
+        ),
+    )
+    .await;
+    let total = count(db.pool(), "SELECT count(*) FROM app.contacts").await;
+    let mut targets: Vec<i64> = (1..=1500)
+        .filter(|g| g % 5 == 0)
+        .map(|g| 1000 + g)
+        .collect();
+    // Spread the holds over the sweeps' whole course.
+    targets.sort_by_key(|id| id.to_string().chars().rev().collect::<String>());
+    let (a, b, h) = (
+        archiving_engine(db).await,
+        archiving_engine(db).await,
+        archiving_engine(db).await,
+    );
+    let entity = Uuid::parse_str(CONTACT_ID).unwrap();
+    let holder = async {
+        let mut protected = Vec::new();
+        let mut gone = 0;
+        for id in &targets {
+            let req = HoldRequest::new(entity, id.to_string(), "race").tenant(TENANT_A);
+            match h.create_hold(req).await {
+                Ok(_) => protected.push(*id),
+                Err(cohort::Error::NotFound(msg)) if msg.contains("does not exist") => gone += 1,
+                Err(e) => panic!("hold creation failed: {e}"),
+            }
+        }
+        (protected, gone)
+    };
+    let ((protected, gone), ra, rb) = tokio::join!(
+        holder,
+        a.sweep(SweepRequest::tenanted(TENANT_A, now())),
+        b.sweep(SweepRequest::tenanted(TENANT_A, now()))
+    );
+    let (ra, rb) = (ra.unwrap(), rb.unwrap());
+    assert!(
+        !protected.is_empty(),
+        "some holds landed before their row moved"
+    );
+    assert_eq!(protected.len() + gone, targets.len());
+    let kept = ids(
+        db.pool(),
+        &format!(
+            "SELECT id FROM app.contacts WHERE id = ANY('{{{}}}'::int8[]) ORDER BY id",
+            protected
+                .iter()
+                .map(i64::to_string)
+                .collect::<Vec<_>>()
+                .join(",")
+        ),
+    )
+    .await;
+    let mut expected = protected.clone();
+    expected.sort_unstable();
+    assert_eq!(kept, expected, "a row moved after its hold was created");
+    let archived = count(db.pool(), "SELECT count(*) FROM vault.contacts_archive").await;
+    assert_eq!(
+        count(db.pool(), "SELECT count(*) FROM app.contacts").await + archived,
+        total,
+        "every row is in exactly one table"
+    );
+    assert_eq!(
+        count(
+            db.pool(),
+            "SELECT count(*) FROM vault.contacts_archive a JOIN app.contacts c USING (id)"
+        )
+        .await,
+        0
+    );
+    let reported = ra.entity("Contact").unwrap().affected + rb.entity("Contact").unwrap().affected;
+    assert_eq!(
+        reported as i64, archived,
+        "reported counts equal the copies"
+    );
+    let ledger: i64 = sqlx::query_scalar(
+        "SELECT sum(affected_count)::int8 FROM public.sweep_run_entity_summary WHERE strategy = 'archive'",
+    )
+    .fetch_one(db.pool())
+    .await
+    .unwrap();
+    assert_eq!(ledger, archived);
+    assert_eq!(
+        count(
+            db.pool(),
+            &format!(
+                "SELECT count(*) FROM vault.contacts_archive WHERE run_id NOT IN ('{}', '{}')",
+                ra.run_id, rb.run_id
+            )
+        )
+        .await,
+        0,
+        "each copy names one of the two runs"
+    );
+    let after = a
+        .sweep(SweepRequest::tenanted(TENANT_A, now()))
+        .await
+        .unwrap();
+    let c = after.entity("Contact").unwrap();
+    // Only the held rows and the referenced one are left past the cutoff.
+    assert_eq!((c.affected, c.skipped), (0, 1));
+    assert_eq!(c.held as usize, protected.len());
+}
+
+#[tokio::test]
+async fn hold_creation_racing_two_archiving_sweeps_never_moves_a_protected_row() {
+    let (db, _) = setup(vec![contact(), archive_entity()]).await;
+    race_holds_against_archiving(&db).await;
+}
+
+#[tokio::test]
+async fn archiving_races_are_safe_when_the_database_defaults_to_repeatable_read() {
+    let (db, _) = setup(vec![contact(), archive_entity()]).await;
+    exec(
+        db.pool(),
+        &format!(
+            "ALTER DATABASE \"{}\" SET default_transaction_isolation = 'repeatable read'",
+            db.name()
+        ),
+    )
+    .await;
+    race_holds_against_archiving(&db).await;
 }

@@ -39,7 +39,13 @@ const PARITY: &[(&str, &str)] = &[
     ("tenantless", "tenantless = true"),
     ("partitions", "partitions"),
     ("audit", "audit"),
+    ("archive", "archive_table"),
+    ("anonymise_on_archive", "archive_anonymise = true"),
     // Field keys.
+    (
+        "not_archived",
+        "archive_columns = [...] (the columns archived, without it)",
+    ),
     ("column", "the column's own name wherever a column is named"),
     ("record_id", "record_id"),
     ("tenant", "tenant"),
@@ -142,6 +148,26 @@ struct ParityEvent {
 }
 
 #[derive(cohort::Retained)]
+#[retain(
+    category = "parity-logs",
+    anchor = "made",
+    id = "0a7f4b5d-6e8c-4d9b-9f2a-3b4c5d6e7f80",
+    table = "app.parity_logs",
+    archive = "app.parity_logs_archive",
+    anonymise_on_archive
+)]
+#[allow(dead_code)]
+struct ParityLog {
+    id: i64,
+    tenant_id: Uuid,
+    made: DateTime<Utc>,
+    #[anonymise(null)]
+    ip: Option<String>,
+    #[retain(not_archived)]
+    search: Option<String>,
+}
+
+#[derive(cohort::Retained)]
 #[exempt_from_retention("kept for the auditors")]
 #[retain(id = "9f6e3a4c-5d7b-4c8a-8e1f-2a3b4c5d6e7f", table = "parity_archive")]
 #[allow(dead_code)]
@@ -159,6 +185,11 @@ CREATE TABLE public.parity_events (id bigint NOT NULL, made timestamptz NOT NULL
 CREATE TABLE public.parity_events_2026 PARTITION OF public.parity_events
     FOR VALUES FROM ('2026-01-01') TO ('2027-01-01');
 CREATE TABLE public.parity_archive (id bigint PRIMARY KEY);
+CREATE TABLE app.parity_logs (id bigint PRIMARY KEY, tenant_id uuid NOT NULL, made timestamptz,
+    ip text, search text);
+CREATE INDEX ON app.parity_logs (tenant_id, made);
+CREATE TABLE app.parity_logs_archive (id bigint PRIMARY KEY, tenant_id uuid NOT NULL, made timestamptz,
+    ip text, archived_at timestamptz NOT NULL, run_id uuid NOT NULL);
 ";
 
 const POLICY: &str = r#"
@@ -197,6 +228,22 @@ anchor = "made"
 tenantless = true
 partitions = "drop"
 
+[[category]]
+name = "parity-logs"
+strategy = "archive"
+period = "1y"
+
+[[entity]]
+name = "ParityLog"
+id = "0a7f4b5d-6e8c-4d9b-9f2a-3b4c5d6e7f80"
+table = "app.parity_logs"
+category = "parity-logs"
+anchor = "made"
+anonymise = { ip = "null" }
+archive_table = "app.parity_logs_archive"
+archive_columns = ["id", "tenant_id", "made", "ip"]
+archive_anonymise = true
+
 [[entity]]
 name = "ParityArchive"
 id = "9f6e3a4c-5d7b-4c8a-8e1f-2a3b4c5d6e7f"
@@ -234,6 +281,7 @@ async fn types_using_every_key_and_one_policy_file_validate_to_the_same_model() 
         .rules(rules)
         .entity::<ParityDocRow>()
         .entity::<ParityEvent>()
+        .entity::<ParityLog>()
         .entity::<ParityArchive>()
         .build()
         .await
@@ -247,6 +295,6 @@ async fn types_using_every_key_and_one_policy_file_validate_to_the_same_model() 
         .unwrap();
     let a = meaning(&from_types.ready().await.unwrap());
     let b = meaning(&from_file.ready().await.unwrap());
-    assert_eq!(a.len(), 3, "{a:#?}");
+    assert_eq!(a.len(), 4, "{a:#?}");
     assert_eq!(a, b);
 }

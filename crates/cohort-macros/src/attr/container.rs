@@ -526,8 +526,8 @@ mod tests {
                 format!(r#"#[retain(category = "c", category = "d", anchor = "t", {ok_id}, bogus = 1, tenant)] struct S {{ t: i64 }}"#),
                 vec![
                     "duplicate key `category`",
-                    "unknown key `bogus` in `#[retain(...)]` on a struct; expected one of `category`, `anchor`, `id`, `table`, `schema`, `name`, `tenantless`, `partitions`, `audit`",
-                    "unknown key `tenant` in `#[retain(...)]` on a struct; expected one of `category`, `anchor`, `id`, `table`, `schema`, `name`, `tenantless`, `partitions`, `audit` (that key goes on a field, not on the struct)",
+                    "unknown key `bogus` in `#[retain(...)]` on a struct; expected one of `category`, `anchor`, `id`, `table`, `schema`, `name`, `tenantless`, `partitions`, `audit`, `archive`, `anonymise_on_archive`",
+                    "unknown key `tenant` in `#[retain(...)]` on a struct; expected one of `category`, `anchor`, `id`, `table`, `schema`, `name`, `tenantless`, `partitions`, `audit`, `archive`, `anonymise_on_archive` (that key goes on a field, not on the struct)",
                 ],
             ),
             (
@@ -552,7 +552,7 @@ mod tests {
                 vec![
                     "duplicate marker `tenant`: field `a` already has `#[retain(tenant)]`",
                     "duplicate key `tenant` in `#[retain(...)]`",
-                    "unknown key `category` in `#[retain(...)]` on a field; expected one of `column`, `record_id`, `tenant`, `soft_delete`, `deleted_at`, `anonymised_at` (that key goes on the struct, not on a field)",
+                    "unknown key `category` in `#[retain(...)]` on a field; expected one of `column`, `record_id`, `tenant`, `soft_delete`, `deleted_at`, `anonymised_at`, `not_archived` (that key goes on the struct, not on a field)",
                 ],
             ),
             (

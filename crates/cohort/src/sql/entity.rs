@@ -678,7 +678,8 @@ fn archive_statements(
         .ident(crate::model::ARCHIVED_AT)
         .push(", ")
         .ident(crate::model::ARCHIVE_RUN_ID)
-        .push(") SELECT ");
+        // An identity column of the archive keeps the source's value.
+        .push(") OVERRIDING SYSTEM VALUE SELECT ");
     for c in &archive.columns {
         match anonymised.get(c.as_str()) {
             Some(value) => {

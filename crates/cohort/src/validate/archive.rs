@@ -99,6 +99,12 @@ pub(crate) fn check(
             problems.push(format!("archive table {name} has no column {column:?}"));
             continue;
         };
+        if to.generated {
+            problems.push(format!(
+                "archive column {column:?} is a generated column of {name}: it cannot be written; leave it out of the archived columns"
+            ));
+            continue;
+        }
         if !fits(from, to) {
             problems.push(format!(
                 "archive column {column:?} is {} in {name} but {} in {}: archived values must keep their type",
@@ -135,7 +141,7 @@ pub(crate) fn check(
     for c in &target.columns {
         let filled =
             archive.columns.contains(&c.name) || c.name == ARCHIVED_AT || c.name == ARCHIVE_RUN_ID;
-        if c.not_null && !c.has_default && !filled {
+        if c.not_null && !c.has_default && !c.identity && !filled {
             problems.push(format!(
                 "archive table {name} has a NOT NULL column {:?} without a default that the archive does not fill",
                 c.name

@@ -38,6 +38,10 @@ pub(crate) struct ColumnInfo {
     pub(crate) not_null: bool,
     /// Whether the column has a DEFAULT expression.
     pub(crate) has_default: bool,
+    /// Whether it is an identity column (filled by its sequence).
+    pub(crate) identity: bool,
+    /// Whether it is a generated column (computed; cannot be written).
+    pub(crate) generated: bool,
 }
 
 impl ColumnInfo {
@@ -129,6 +133,8 @@ pub(crate) async fn load_table(
                 max_chars: r.try_get("max_chars")?,
                 not_null: r.try_get("not_null")?,
                 has_default: r.try_get("has_default")?,
+                identity: r.try_get("identity")?,
+                generated: r.try_get("generated")?,
             })
         })
         .collect::<Result<Vec<_>, sqlx::Error>>()?;
