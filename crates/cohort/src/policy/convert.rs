@@ -299,7 +299,7 @@ pub(super) fn category(c: &RawCategory) -> std::result::Result<Built, Vec<String
     }
     let s = strategy(&c.strategy, &mut problems);
     if c.strategy.is_none() {
-        problems.push("strategy is required (purge, soft_delete, anonymise or exempt)".into());
+        problems.push("strategy is required (purge, soft_delete, anonymise, exempt or archive)".into());
     }
     if c.period.is_none() {
         problems.push("period is required (e.g. \"30d\")".into());
