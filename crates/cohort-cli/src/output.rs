@@ -189,7 +189,11 @@ pub(crate) fn outcome_rows(result_entities: &[cohort::EntityOutcome]) -> Vec<Vec
             vec![
                 e.entity.clone(),
                 e.category.clone(),
-                e.strategy.to_string(),
+                // A category in stages shows each stage's position.
+                match e.stage {
+                    Some(n) => format!("{} (stage {n})", e.strategy),
+                    None => e.strategy.to_string(),
+                },
                 e.affected.to_string(),
                 e.held.to_string(),
                 e.skipped.to_string(),

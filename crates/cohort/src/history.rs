@@ -145,6 +145,9 @@ pub(crate) async fn show(cx: &Context, run_id: Uuid) -> Result<SweepResult> {
             cutoff: s.try_get("cutoff")?,
             period: period("resolved_period")?.unwrap_or_default(),
             legal_min: period("legal_min")?,
+            stage: s
+                .try_get::<Option<i16>, _>("stage")?
+                .and_then(|n| u16::try_from(n).ok()),
         });
     }
     // Failures are stored structurally since schema version 3; runs settled

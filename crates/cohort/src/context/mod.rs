@@ -13,7 +13,7 @@ use tokio::sync::OnceCell;
 
 use crate::config::CohortConfig;
 use crate::error::{Error, Result};
-use crate::model::EntityDeclaration;
+use crate::model::{EntityDeclaration, EntityDescriptor};
 use crate::observer::ObserverHub;
 use crate::rules::RuleProvider;
 use crate::sql::{EntityPlan, LedgerPlan};
@@ -41,12 +41,19 @@ pub(crate) struct Context {
 pub(crate) struct Prepared {
     pub(crate) model: Arc<ValidatedModel>,
     pub(crate) plans: BTreeMap<uuid::Uuid, EntityPlan>,
+    /// Stages measured from a previous stage's marker, by (entity, stage
+    /// strategy, previous strategy): the entity as anchored on the marker,
+    /// and its statements.
+    pub(crate) stage_plans: BTreeMap<StageKey, (EntityDescriptor, EntityPlan)>,
     pub(crate) ledger: LedgerPlan,
     /// The handler queue's statements.
     pub(crate) queue: crate::sql::queue::QueuePlan,
     /// The tenant directory (`[[tenant]]`), canonicalised: (tenant, jurisdiction).
     pub(crate) tenants: Vec<TenantEntry>,
 }
+
+/// A stage measured from a marker: (entity, stage strategy, previous strategy).
+pub(crate) type StageKey = (uuid::Uuid, crate::rules::Strategy, crate::rules::Strategy);
 
 /// The two padded forms of an HMAC-SHA256 key (RFC 2104), from which the
 /// `hash` anonymise method computes `sha256(outer || sha256(inner ||
@@ -149,32 +156,46 @@ impl Context {
                     .hash_key
                     .as_ref()
                     .map(|k| HmacPads::anonymiser(k.expose()));
+                let build = |e: &EntityDescriptor,
+                             caps: &crate::rules::CategoryCapabilities,
+                             stage: Option<&crate::sql::StageScope>| {
+                    let facts = &model.facts[&e.id];
+                    EntityPlan::build(
+                        e,
+                        caps,
+                        &facts.blocking_references,
+                        &facts.casts,
+                        crate::sql::HoldKeys {
+                            subjects: &facts.subjects,
+                            tenant: facts.tenant,
+                        },
+                        hasher.as_ref(),
+                        &self.config.schema,
+                        stage,
+                    )
+                };
                 let plans = model
                     .entities
                     .iter()
-                    .map(|e| {
-                        let caps = &model.capabilities[&e.id];
-                        let facts = &model.facts[&e.id];
-                        (
-                            e.id,
-                            EntityPlan::build(
-                                e,
-                                caps,
-                                &facts.blocking_references,
-                                &facts.casts,
-                                crate::sql::HoldKeys {
-                                    subjects: &facts.subjects,
-                                    tenant: facts.tenant,
-                                },
-                                hasher.as_ref(),
-                                &self.config.schema,
-                            ),
-                        )
-                    })
+                    .map(|e| (e.id, build(e, &model.capabilities[&e.id], None)))
                     .collect();
+                let mut stage_plans = BTreeMap::new();
+                for e in &model.entities {
+                    for (strategy, previous) in model.capabilities[&e.id].marker_stages() {
+                        let (staged, scope) = crate::sql::StageScope::after(e, previous)
+                            .expect("validated: the previous stage writes a marker the entity has");
+                        let plan = build(
+                            &staged,
+                            &crate::rules::CategoryCapabilities::only(strategy),
+                            Some(&scope),
+                        );
+                        stage_plans.insert((e.id, strategy, previous), (staged, plan));
+                    }
+                }
                 Ok(Arc::new(Prepared {
                     model: Arc::new(model),
                     plans,
+                    stage_plans,
                     ledger: LedgerPlan::build(&self.config.schema),
                     queue: crate::sql::queue::QueuePlan::build(&self.config.schema),
                     tenants,

@@ -6,7 +6,8 @@ use super::file::*;
 use crate::handlers::{HandlerTarget, Phase, PolicyHandler};
 use crate::model::{AnonymiseMethod, EntityDeclaration, Marker, Origin, Partitions};
 use crate::rules::{
-    AuditDetail, CategoryCapabilities, Period, RetentionRule, RuleOverride, Strategy,
+    AuditDetail, CategoryCapabilities, Period, RetentionRule, RuleOverride, Stage, StageAnchor,
+    Strategy,
 };
 
 pub(super) fn handlers(
@@ -289,9 +290,14 @@ pub(super) fn rule(
 pub(super) fn category(c: &RawCategory) -> std::result::Result<Built, Vec<String>> {
     let mut problems = Vec::new();
     if let Some(target) = &c.alias_of {
-        if c.strategy.is_some() || c.period.is_some() || !c.overrides.is_empty() {
+        if c.strategy.is_some()
+            || c.period.is_some()
+            || !c.overrides.is_empty()
+            || !c.stages.is_empty()
+        {
             problems.push(
-                "an alias (alias_of) cannot also define strategy, period or overrides".into(),
+                "an alias (alias_of) cannot also define strategy, period, stages or overrides"
+                    .into(),
             );
             return Err(problems);
         }
@@ -299,7 +305,8 @@ pub(super) fn category(c: &RawCategory) -> std::result::Result<Built, Vec<String
     }
     let s = strategy(&c.strategy, &mut problems);
     if c.strategy.is_none() {
-        problems.push("strategy is required (purge, soft_delete, anonymise, exempt or archive)".into());
+        problems
+            .push("strategy is required (purge, soft_delete, anonymise, exempt or archive)".into());
     }
     if c.period.is_none() {
         problems.push("period is required (e.g. \"30d\")".into());
@@ -316,6 +323,64 @@ pub(super) fn category(c: &RawCategory) -> std::result::Result<Built, Vec<String
         ),
         _ => None,
     };
+    // The later stages, parsed once; each rule (the category's and every
+    // override's) then takes them in order.
+    let mut stages: Vec<Stage> = Vec::new();
+    for (i, raw) in c.stages.iter().enumerate() {
+        let at = |p: String| format!("stage {}: {p}", i + 2);
+        let strategy = match raw.strategy.parse::<Strategy>() {
+            Ok(s) => Some(s),
+            Err(e) => {
+                problems.push(at(e.to_string()));
+                None
+            }
+        };
+        let after = match raw.after.as_deref() {
+            None | Some("previous") => Some(StageAnchor::Previous),
+            Some("anchor") => Some(StageAnchor::Anchor),
+            Some(other) => {
+                problems.push(at(format!(
+                    "after = {other:?} is unknown: use \"previous\" (the marker the stage before wrote, the default) or \"anchor\" (the entity's anchor)"
+                )));
+                None
+            }
+        };
+        if let (Some(strategy), Some(after)) = (strategy, after) {
+            stages.push(Stage {
+                strategy,
+                period: raw.period,
+                after,
+            });
+        }
+    }
+    let staged = |rule: RetentionRule,
+                  periods: Option<&Vec<Period>>,
+                  problems: &mut Vec<String>|
+     -> Option<RetentionRule> {
+        if let Some(p) = periods {
+            if p.len() != stages.len() {
+                problems.push(format!(
+                    "stage_periods lists {} period(s), but the category has {} stage(s) after its first",
+                    p.len(),
+                    stages.len()
+                ));
+                return None;
+            }
+        }
+        let mut rule = rule;
+        for (i, stage) in stages.iter().enumerate() {
+            let mut stage = *stage;
+            if let Some(p) = periods {
+                stage.period = p[i];
+            }
+            rule = rule
+                .then(stage)
+                .map_err(|e| problems.push(e.to_string()))
+                .ok()?;
+        }
+        Some(rule)
+    };
+    let base = base.and_then(|b| staged(b, None, &mut problems));
     let mut overrides = Vec::new();
     for (i, o) in c.overrides.iter().enumerate() {
         let mut local = Vec::new();
@@ -336,6 +401,7 @@ pub(super) fn category(c: &RawCategory) -> std::result::Result<Built, Vec<String
                 o.reason.as_deref().or(base.reason()),
                 &mut local,
             );
+            let built = built.and_then(|r| staged(r, o.stage_periods.as_ref(), &mut local));
             if let Some(rule) = built {
                 overrides.push(RuleOverride {
                     tenant: o.tenant.clone(),

@@ -145,6 +145,16 @@ pub(super) struct RawCategory {
     pub(super) alias_of: Option<String>,
     #[serde(default, rename = "override")]
     pub(super) overrides: Vec<RawOverride>,
+    #[serde(default, rename = "stage")]
+    pub(super) stages: Vec<RawStage>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawStage {
+    pub(super) strategy: String,
+    pub(super) period: Period,
+    pub(super) after: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -159,4 +169,5 @@ pub(super) struct RawOverride {
     pub(super) audit: Option<String>,
     pub(super) source: Option<String>,
     pub(super) reason: Option<String>,
+    pub(super) stage_periods: Option<Vec<Period>>,
 }

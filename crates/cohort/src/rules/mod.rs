@@ -12,5 +12,5 @@ pub use provider::{
 };
 pub use rule::{
     cutoff, AuditDetail, CategoryCapabilities, CutoffOutOfRange, EmptyCapabilities, RetentionRule,
-    RuleError, Strategy, UnknownStrategy,
+    RuleError, Stage, StageAnchor, Strategy, UnknownStrategy,
 };

@@ -276,10 +276,10 @@ impl StaticRuleProviderBuilder {
         overrides: Vec<RuleOverride>,
         capabilities: Option<CategoryCapabilities>,
     ) -> Self {
-        let derived = CategoryCapabilities::new(
-            std::iter::once(rule.strategy()).chain(overrides.iter().map(|o| o.rule.strategy())),
-        )
-        .expect("at least the default strategy");
+        let mut derived = CategoryCapabilities::of_rule(&rule);
+        for o in &overrides {
+            derived.add_rule(&o.rule);
+        }
         self.entries.push((
             name.into(),
             CategoryEntry::Rules {
@@ -316,7 +316,7 @@ impl StaticRuleProviderBuilder {
                 {
                     problems.push(StaticProviderError::EmptyOverride(name.clone()));
                 }
-                if let Some(declared) = declared {
+                if let Some(mut declared) = declared {
                     for strategy in capabilities.iter() {
                         if !declared.allows(strategy) {
                             problems.push(StaticProviderError::UndeclaredStrategy {
@@ -324,6 +324,10 @@ impl StaticRuleProviderBuilder {
                                 strategy,
                             });
                         }
+                    }
+                    // Stages measured from a marker come with the rules.
+                    for (strategy, previous) in capabilities.marker_stages() {
+                        declared = declared.with_marker_stage(strategy, previous);
                     }
                     *capabilities = declared;
                 }

@@ -106,6 +106,73 @@ pub enum RuleError {
     /// An exempt rule cannot ask for per-row audit: it never touches a row.
     #[error("an exempt rule cannot ask for per-row audit detail (it never mutates a row)")]
     PerRowOnExempt,
+    /// A stage that cannot follow the stages before it.
+    #[error("stage {stage}: {reason}")]
+    Stage {
+        /// The stage's position, 2 for the first later stage.
+        stage: usize,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// What a later stage's period is measured from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum StageAnchor {
+    /// The marker the previous stage wrote: `deleted_at` after a soft
+    /// delete, `anonymised_at` after an anonymisation. Only rows that
+    /// stage has done qualify.
+    Previous,
+    /// The entity's own anchor, like the first stage.
+    Anchor,
+}
+
+impl StageAnchor {
+    /// The policy-file spelling (`previous`, `anchor`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StageAnchor::Previous => "previous",
+            StageAnchor::Anchor => "anchor",
+        }
+    }
+}
+
+/// A stage after a rule's first: its own strategy and period, measured
+/// from [`StageAnchor`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stage {
+    /// What happens to the stage's rows.
+    pub strategy: Strategy,
+    /// How long after its anchor.
+    pub period: Period,
+    /// What the period is measured from.
+    pub after: StageAnchor,
+}
+
+impl Stage {
+    /// A stage measured from the marker the previous stage wrote.
+    pub fn after_previous(strategy: Strategy, period: Period) -> Self {
+        Self {
+            strategy,
+            period,
+            after: StageAnchor::Previous,
+        }
+    }
+
+    /// A stage measured from the entity's anchor.
+    pub fn after_anchor(strategy: Strategy, period: Period) -> Self {
+        Self {
+            strategy,
+            period,
+            after: StageAnchor::Anchor,
+        }
+    }
+}
+
+/// Whether `strategy` writes a marker a later stage can be measured from.
+fn writes_marker(strategy: Strategy) -> bool {
+    matches!(strategy, Strategy::SoftDelete | Strategy::Anonymise)
 }
 
 /// The retention rule for one category, tenant and time: immutable once
@@ -120,6 +187,8 @@ pub struct RetentionRule {
     audit: AuditDetail,
     source: Option<String>,
     reason: Option<String>,
+    /// The stages after the first (the rule's own strategy and period).
+    stages: Vec<Stage>,
 }
 
 impl RetentionRule {
@@ -132,7 +201,125 @@ impl RetentionRule {
             audit: AuditDetail::Summary,
             source: None,
             reason: None,
+            stages: Vec::new(),
         }
+    }
+
+    /// Adds a stage after the last: retention in stages (the rule's own
+    /// strategy and period are the first). Refused when it cannot follow:
+    /// nothing follows a purge or an archive (the row is gone) or an
+    /// exempt stage, a stage is never exempt, a strategy appears once, a
+    /// stage measured from the previous stage's marker needs a previous
+    /// stage that writes one (soft delete, anonymise), and a stage measured
+    /// from the anchor may not come due before an earlier stage measured
+    /// from the anchor (it would act before that stage ran).
+    pub fn then(mut self, stage: Stage) -> Result<Self, RuleError> {
+        let position = self.stages.len() + 2;
+        let refuse = |reason: String| RuleError::Stage {
+            stage: position,
+            reason,
+        };
+        let earlier: Vec<(Strategy, Period, StageAnchor)> =
+            std::iter::once((self.strategy, self.period, StageAnchor::Anchor))
+                .chain(self.stages.iter().map(|s| (s.strategy, s.period, s.after)))
+                .collect();
+        let previous = earlier.last().expect("the first stage").0;
+        if stage.strategy == Strategy::Exempt || previous == Strategy::Exempt {
+            return Err(refuse(
+                "an exempt stage changes nothing; retention in stages needs a mutating strategy at every stage".into(),
+            ));
+        }
+        if previous.deletes() {
+            return Err(refuse(format!(
+                "it follows a {previous} stage, after which no row is left"
+            )));
+        }
+        if earlier.iter().any(|(s, _, _)| *s == stage.strategy) {
+            return Err(refuse(format!(
+                "{} is already a stage of this rule; each strategy appears once",
+                stage.strategy
+            )));
+        }
+        match stage.after {
+            StageAnchor::Previous if !writes_marker(previous) => {
+                return Err(refuse(format!(
+                    "it is measured from the previous stage's marker, but a {previous} stage writes none"
+                )));
+            }
+            StageAnchor::Anchor => {
+                let now = Utc::now();
+                if let Some((s, p, _)) = earlier.iter().find(|(_, p, a)| {
+                    *a == StageAnchor::Anchor
+                        && stage
+                            .period
+                            .before(now)
+                            .zip(p.before(now))
+                            .is_some_and(|(mine, theirs)| mine > theirs)
+                }) {
+                    return Err(refuse(format!(
+                        "{} after {} from the anchor would come due before the {s} stage ({p} from the anchor) ran",
+                        stage.strategy, stage.period
+                    )));
+                }
+            }
+            StageAnchor::Previous => {}
+        }
+        if self.audit == AuditDetail::PerRow && stage.strategy == Strategy::Exempt {
+            return Err(RuleError::PerRowOnExempt);
+        }
+        self.stages.push(stage);
+        Ok(self)
+    }
+
+    /// The stages after the first, in order.
+    pub fn later_stages(&self) -> &[Stage] {
+        &self.stages
+    }
+
+    /// Whether the rule has stages after its first.
+    pub fn is_staged(&self) -> bool {
+        !self.stages.is_empty()
+    }
+
+    /// Stage `n` (1 is the rule's own strategy and period) as a rule of its
+    /// own: its strategy and period, with this rule's legal minimum, audit
+    /// and provenance, and no stages. `None` past the last stage.
+    pub fn stage(&self, n: usize) -> Option<RetentionRule> {
+        let (strategy, period) = match n {
+            0 => return None,
+            1 => (self.strategy, self.period),
+            n => {
+                let s = self.stages.get(n - 2)?;
+                (s.strategy, s.period)
+            }
+        };
+        Some(RetentionRule {
+            period,
+            strategy,
+            stages: Vec::new(),
+            ..self.clone()
+        })
+    }
+
+    /// What stage `n` (2 or later) is measured from, with the strategy of
+    /// the stage before it; `None` for the first stage or past the last.
+    pub fn stage_anchor(&self, n: usize) -> Option<(StageAnchor, Strategy)> {
+        if n < 2 {
+            return None;
+        }
+        let stage = self.stages.get(n - 2)?;
+        let previous = if n == 2 {
+            self.strategy
+        } else {
+            self.stages[n - 3].strategy
+        };
+        Some((stage.after, previous))
+    }
+
+    /// The last stage as a rule (the rule itself when it has one stage).
+    pub fn final_stage(&self) -> RetentionRule {
+        self.stage(self.stages.len() + 1)
+            .expect("the last stage exists")
     }
 
     /// Adds a legal minimum: rows are kept at least this long whatever the period.
@@ -265,9 +452,12 @@ pub fn cutoff(now: DateTime<Utc>, period: Period) -> Result<DateTime<Utc>, Cutof
 }
 
 /// Every strategy a category can ever return: non-empty, only real
-/// strategies, immutable. Startup validates each entity against all of them.
+/// strategies, immutable. Startup validates each entity against all of
+/// them. A category with stages measured from a previous stage's marker
+/// also lists each such (stage strategy, previous strategy) pair, so the
+/// statements that read the marker are planned and checked up front.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CategoryCapabilities(BTreeSet<Strategy>);
+pub struct CategoryCapabilities(BTreeSet<Strategy>, BTreeSet<(Strategy, Strategy)>);
 
 /// Capabilities must name at least one strategy.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -281,13 +471,50 @@ impl CategoryCapabilities {
         if set.is_empty() {
             Err(EmptyCapabilities)
         } else {
-            Ok(Self(set))
+            Ok(Self(set, BTreeSet::new()))
         }
     }
 
     /// A single strategy.
     pub fn only(strategy: Strategy) -> Self {
-        Self(BTreeSet::from([strategy]))
+        Self(BTreeSet::from([strategy]), BTreeSet::new())
+    }
+
+    /// The capabilities a rule needs: each stage's strategy, and each stage
+    /// measured from the previous stage's marker.
+    pub fn of_rule(rule: &RetentionRule) -> Self {
+        let mut caps = Self::only(rule.strategy());
+        caps.add_rule(rule);
+        caps
+    }
+
+    /// Adds what `rule` needs (see [`of_rule`](Self::of_rule)).
+    pub fn add_rule(&mut self, rule: &RetentionRule) {
+        self.0.insert(rule.strategy());
+        for (i, stage) in rule.later_stages().iter().enumerate() {
+            self.0.insert(stage.strategy);
+            if let Some((StageAnchor::Previous, previous)) = rule.stage_anchor(i + 2) {
+                self.1.insert((stage.strategy, previous));
+            }
+        }
+    }
+
+    /// Adds a stage of `strategy` measured from the marker a `previous`
+    /// stage writes (for rule providers that declare capabilities).
+    pub fn with_marker_stage(mut self, strategy: Strategy, previous: Strategy) -> Self {
+        self.0.insert(strategy);
+        self.1.insert((strategy, previous));
+        self
+    }
+
+    /// Whether a stage of `strategy` measured from `previous`'s marker is declared.
+    pub fn allows_marker_stage(&self, strategy: Strategy, previous: Strategy) -> bool {
+        self.1.contains(&(strategy, previous))
+    }
+
+    /// The (stage strategy, previous strategy) pairs measured from a marker.
+    pub fn marker_stages(&self) -> impl Iterator<Item = (Strategy, Strategy)> + '_ {
+        self.1.iter().copied()
     }
 
     /// Whether the category may return `strategy`.

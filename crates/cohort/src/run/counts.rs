@@ -175,5 +175,6 @@ pub(crate) fn outcome(work: &Work<'_>) -> EntityOutcome {
         cutoff: work.cutoff,
         period: work.rule.period(),
         legal_min: work.rule.legal_min(),
+        stage: work.stage,
     }
 }

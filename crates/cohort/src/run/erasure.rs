@@ -116,6 +116,8 @@ pub(crate) async fn erase(cx: &Context, req: ErasureRequest) -> Result<ErasureRe
                 continue;
             }
         };
+        // A category in stages is erased the way its last stage leaves a row.
+        let rule = rule.final_stage();
         if rule.strategy() == Strategy::SoftDelete && !scope.allow_soft_delete {
             return Err(Error::Refused(format!(
                 "{} soft-deletes (category {:?}); erasure by soft delete must be allowed explicitly (allow_soft_delete / --allow-soft-delete)",
@@ -156,6 +158,7 @@ pub(crate) async fn erase(cx: &Context, req: ErasureRequest) -> Result<ErasureRe
         lock_args.extend(values.iter().cloned());
         works.push(Ok(Work {
             entity: e,
+            stage: None,
             cutoff,
             lock: statements.lock,
             lock_after: Some(statements.lock_after),

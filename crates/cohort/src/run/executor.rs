@@ -322,6 +322,7 @@ async fn run_entity(
         legal_min: work.rule.legal_min().map(split),
         rule_source: work.rule.source().map(str::to_owned),
         rule_reason: work.rule.reason().map(str::to_owned),
+        stage: work.stage.map(|n| n as i16),
     };
     let summary_id: i64 = plan
         .insert_summary(summary)

@@ -15,30 +15,133 @@ use crate::model::EntityDescriptor;
 use crate::rules::RetentionRule;
 use crate::sql::{KeyValue, RunValue};
 
-/// The sweep's work for one entity.
-fn sweep_work<'a>(
-    ready: &Prepared,
+/// The sweep's work for one entity: one per stage of its rule (one for a
+/// rule without stages), in stage order, so a run does each stage after the
+/// ones before it. A stage measured from the entity's anchor uses the
+/// entity's statements and its rule's cutoff (the legal minimum included);
+/// a stage measured from the previous stage's marker uses the statements
+/// planned on that marker, with the legal minimum as a floor on the
+/// entity's own anchor.
+fn entity_works<'a>(
+    ready: &'a Prepared,
     e: &'a EntityDescriptor,
     rule: RetentionRule,
     now: DateTime<Utc>,
     tenant: Option<&KeyValue>,
     batch_size: i64,
-) -> std::result::Result<Work<'a>, Diagnostic> {
-    let cutoff = rule
-        .sweep_cutoff(now)
-        .map_err(|err| Diagnostic::capture("rule", Some("cutoff_out_of_range".into()), &err))?;
-    let plan = &ready.plans[&e.id];
+) -> Vec<std::result::Result<Work<'a>, Diagnostic>> {
+    let out_of_range = |err: &crate::rules::CutoffOutOfRange| {
+        Diagnostic::capture("rule", Some("cutoff_out_of_range".into()), err)
+    };
+    if !rule.is_staged() {
+        let work = rule
+            .sweep_cutoff(now)
+            .map_err(|err| out_of_range(&err))
+            .map(|cutoff| {
+                stage_work(
+                    &ready.plans[&e.id],
+                    e,
+                    rule,
+                    (cutoff, None),
+                    None,
+                    now,
+                    tenant,
+                    batch_size,
+                )
+            });
+        return vec![work];
+    }
+    let caps = &ready.model.capabilities[&e.id];
+    let stages = rule.later_stages().len() + 1;
+    (1..=stages)
+        .map(|n| {
+            let stage = rule.stage(n).expect("within the stages");
+            let undeclared = |what: String| {
+                Diagnostic::capture(
+                    "rule",
+                    Some("undeclared_strategy".into()),
+                    &format!(
+                        "category {:?} resolved to {what}, which it does not declare",
+                        e.category
+                    ),
+                )
+            };
+            if !caps.allows(stage.strategy()) {
+                return Err(undeclared(format!("a {} stage", stage.strategy())));
+            }
+            let position = Some(n as u16);
+            match rule.stage_anchor(n) {
+                Some((crate::rules::StageAnchor::Previous, previous)) => {
+                    let Some((staged, plan)) =
+                        ready.stage_plans.get(&(e.id, stage.strategy(), previous))
+                    else {
+                        return Err(undeclared(format!(
+                            "a {} stage measured from the {previous} stage's marker",
+                            stage.strategy()
+                        )));
+                    };
+                    let cutoff = crate::rules::cutoff(now, stage.period())
+                        .map_err(|err| out_of_range(&err))?;
+                    let floor = stage
+                        .erasure_cutoff(now)
+                        .map_err(|err| out_of_range(&err))?;
+                    Ok(stage_work(
+                        plan,
+                        staged,
+                        stage,
+                        (cutoff, Some(floor)),
+                        position,
+                        now,
+                        tenant,
+                        batch_size,
+                    ))
+                }
+                _ => {
+                    let cutoff = stage.sweep_cutoff(now).map_err(|err| out_of_range(&err))?;
+                    Ok(stage_work(
+                        &ready.plans[&e.id],
+                        e,
+                        stage,
+                        (cutoff, None),
+                        position,
+                        now,
+                        tenant,
+                        batch_size,
+                    ))
+                }
+            }
+        })
+        .collect()
+}
+
+/// One stage's work: the plan's statements for the rule's strategy, bound
+/// to the cutoff, the tenant and, for a stage measured from a marker, the
+/// legal minimum's floor (`Some(None)`: that stage has no floor).
+#[allow(clippy::too_many_arguments)]
+fn stage_work<'a>(
+    plan: &crate::sql::EntityPlan,
+    e: &'a EntityDescriptor,
+    rule: RetentionRule,
+    (cutoff, floor): (DateTime<Utc>, Option<Option<DateTime<Utc>>>),
+    stage: Option<u16>,
+    now: DateTime<Utc>,
+    tenant: Option<&KeyValue>,
+    batch_size: i64,
+) -> Work<'a> {
     let strategy = rule.strategy();
-    let tenant_arg: Vec<Arg> = tenant.cloned().map(Arg::Key).into_iter().collect();
+    let mut scope: Vec<Arg> = tenant.cloned().map(Arg::Key).into_iter().collect();
+    scope.extend(floor.map(Arg::OptTime));
     let mut lock_args = vec![Arg::Time(cutoff), Arg::Int8(batch_size)];
-    lock_args.extend(tenant_arg.iter().cloned());
+    lock_args.extend(scope.iter().cloned());
     let mut count_args = vec![Arg::Time(cutoff)];
-    count_args.extend(tenant_arg.iter().cloned());
-    // The mutation re-checks the cutoff and the tenant the candidates were chosen by.
+    count_args.extend(scope.iter().cloned());
+    // The mutation re-checks the cutoff, the tenant and the floor the
+    // candidates were chosen by.
     let mut mutate_args = vec![Arg::Time(cutoff)];
-    mutate_args.extend(tenant_arg);
-    Ok(Work {
+    mutate_args.extend(scope);
+    Work {
         entity: e,
+        stage,
         cutoff: Some(cutoff),
         lock: plan.lock.get(&strategy).cloned().unwrap_or_default(),
         lock_after: plan.lock_after.get(&strategy).cloned(),
@@ -53,7 +156,7 @@ fn sweep_work<'a>(
         counts_after: plan.counts_after.get(&strategy).cloned(),
         count_args,
         rule,
-    })
+    }
 }
 
 /// The plan's values computed once per run: literal templates rendered
@@ -105,32 +208,35 @@ pub(crate) async fn preview(cx: &Context, req: PreviewRequest) -> Result<Preview
     };
     let batch = i64::from(cx.config.sweep_batch_size);
     for e in pass.entities {
-        let work = match rule_for(cx, &ready, e, result.tenant.as_deref(), &facts, req.now)
-            .await
-            .and_then(|rule| sweep_work(&ready, e, rule, req.now, pass.keys.get(&e.id), batch))
-        {
-            Ok(w) => w,
-            Err(d) => {
-                result.failures.push(failure(e.id, &e.name, &d));
-                continue;
+        let works = match rule_for(cx, &ready, e, result.tenant.as_deref(), &facts, req.now).await {
+            Ok(rule) => entity_works(&ready, e, rule, req.now, pass.keys.get(&e.id), batch),
+            Err(d) => vec![Err(d)],
+        };
+        for work in works {
+            let work = match work {
+                Ok(w) => w,
+                Err(d) => {
+                    result.failures.push(failure(e.id, &e.name, &d));
+                    continue;
+                }
+            };
+            let c = counts(&mut conn, &work).await?;
+            let mut o = outcome(&work);
+            o.affected = if work.rule.strategy().mutates() {
+                c.eligible
+            } else {
+                0
+            };
+            o.held = c.held;
+            o.held_by_subject = c.held_by_subject;
+            o.null_anchor = c.null_anchor;
+            o.skipped = c.skipped;
+            o.kept_by_legal_min = c.kept_by_legal_min;
+            if !work.rule.strategy().mutates() {
+                o.kept_by_policy = c.eligible;
             }
-        };
-        let c = counts(&mut conn, &work).await?;
-        let mut o = outcome(&work);
-        o.affected = if work.rule.strategy().mutates() {
-            c.eligible
-        } else {
-            0
-        };
-        o.held = c.held;
-        o.held_by_subject = c.held_by_subject;
-        o.null_anchor = c.null_anchor;
-        o.skipped = c.skipped;
-        o.kept_by_legal_min = c.kept_by_legal_min;
-        if !work.rule.strategy().mutates() {
-            o.kept_by_policy = c.eligible;
+            result.entities.push(o);
         }
-        result.entities.push(o);
     }
     Ok(result)
 }
@@ -147,11 +253,14 @@ pub(crate) async fn sweep(cx: &Context, req: SweepRequest) -> Result<SweepResult
     let batch = i64::from(cx.config.sweep_batch_size);
     let mut works = Vec::new();
     for e in &pass.entities {
-        let work = rule_for(cx, &ready, e, pass.tenant.as_deref(), &facts, req.now)
-            .await
-            .and_then(|rule| sweep_work(&ready, e, rule, req.now, pass.keys.get(&e.id), batch))
-            .map_err(|d| failure(e.id, &e.name, &d));
-        works.push(work);
+        match rule_for(cx, &ready, e, pass.tenant.as_deref(), &facts, req.now).await {
+            Ok(rule) => works.extend(
+                entity_works(&ready, e, rule, req.now, pass.keys.get(&e.id), batch)
+                    .into_iter()
+                    .map(|w| w.map_err(|d| failure(e.id, &e.name, &d))),
+            ),
+            Err(d) => works.push(Err(failure(e.id, &e.name, &d))),
+        }
     }
     execute(
         cx,

@@ -23,6 +23,8 @@ use crate::sql::{BindKey, KeyValue};
 pub(crate) enum Arg {
     Key(KeyValue),
     Time(DateTime<Utc>),
+    /// A time that may be absent (a stage's legal-minimum floor).
+    OptTime(Option<DateTime<Utc>>),
     Int8(i64),
 }
 
@@ -31,6 +33,7 @@ impl Arg {
         match self {
             Arg::Key(k) => k.bind(q),
             Arg::Time(t) => q.bind(*t),
+            Arg::OptTime(t) => q.bind(*t),
             Arg::Int8(n) => q.bind(*n),
         }
     }
@@ -51,6 +54,8 @@ pub(crate) fn bind_all<'q>(
 pub(crate) struct Work<'a> {
     pub(crate) entity: &'a EntityDescriptor,
     pub(crate) rule: RetentionRule,
+    /// The stage's position when the category has stages (1 first).
+    pub(crate) stage: Option<u16>,
     /// The cutoff reported and stored (`None`: erasure without a legal minimum).
     pub(crate) cutoff: Option<DateTime<Utc>>,
     /// Locks a batch; returns record keys (and, with `lock_after`, each
@@ -101,6 +106,7 @@ impl Work<'_> {
         Work {
             entity: self.entity,
             rule: self.rule.clone(),
+            stage: self.stage,
             cutoff: self.cutoff,
             lock: self.lock.clone(),
             lock_after: self.lock_after.clone(),

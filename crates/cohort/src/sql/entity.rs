@@ -103,6 +103,58 @@ pub(crate) struct EntityPlan {
     /// then binds the anonymise parameters after the run id).
     pub(crate) archive_anonymises: bool,
 }
+/// How a stage measured from a previous stage's marker narrows an
+/// entity's statements (built on a descriptor whose anchor is the marker).
+#[derive(Debug, Clone)]
+pub(crate) struct StageScope {
+    /// ` AND …`: rows the previous stage has done (its marker set and, after
+    /// a soft delete, the flag still set: a restored row is not purged).
+    pub(crate) previous_done: SqlText,
+    /// The entity's own anchor: a row is only touched when it is older than
+    /// the legal minimum's floor, bound after the tenant (NULL: no floor).
+    pub(crate) floor: String,
+}
+
+impl StageScope {
+    /// The scope of a stage measured from the marker a `previous` stage
+    /// writes, and the descriptor its statements are built on (anchored on
+    /// that marker, never dropping partitions). `None` when the strategy
+    /// writes no marker or the entity has none (validation refuses both).
+    pub(crate) fn after(
+        e: &EntityDescriptor,
+        previous: Strategy,
+    ) -> Option<(EntityDescriptor, Self)> {
+        let mut done = SqlText::default();
+        let marker = match previous {
+            Strategy::SoftDelete => {
+                let marker = e.deleted_at.as_deref()?;
+                done.push(" AND ")
+                    .col(marker)
+                    .push(" IS NOT NULL AND ")
+                    .col(e.soft_delete.as_deref()?)
+                    .push(" IS TRUE");
+                marker
+            }
+            Strategy::Anonymise => {
+                let marker = e.anonymised_at.as_deref()?;
+                done.push(" AND ").col(marker).push(" IS NOT NULL");
+                marker
+            }
+            _ => return None,
+        };
+        let mut staged = e.clone();
+        staged.anchor = marker.to_owned();
+        staged.partitions = crate::model::Partitions::Rows;
+        Some((
+            staged,
+            StageScope {
+                previous_done: done,
+                floor: e.anchor.clone(),
+            },
+        ))
+    }
+}
+
 /// A value of the anonymise statement computed once per run.
 #[derive(Debug, Clone)]
 pub(crate) enum RunValue {
@@ -143,7 +195,10 @@ impl EntityPlan {
                 || (strategy == Strategy::Archive && self.archive_anonymises))
     }
 
-    /// Builds every statement for the strategies the category may return.
+    /// Builds every statement for the strategies the category may return
+    /// (for a stage measured from a marker, `stage` narrows them; the
+    /// descriptor is then anchored on the marker).
+    #[allow(clippy::too_many_arguments)] // each is one independent input of the plan
     pub(crate) fn build(
         e: &EntityDescriptor,
         capabilities: &CategoryCapabilities,
@@ -152,8 +207,28 @@ impl EntityPlan {
         keys: HoldKeys<'_>,
         hasher: Option<&CustomAnonymiser>,
         cohort_schema: &str,
+        stage: Option<&StageScope>,
     ) -> Self {
         let table: &QualifiedName = &e.table;
+        // A stage measured from a marker: only rows the previous stage did,
+        // and the legal minimum's floor on the entity's own anchor, bound
+        // right after the tenant (NULL: no floor).
+        let f = usize::from(stage.is_some());
+        let previous_done = stage.map(|s| s.previous_done.clone()).unwrap_or_default();
+        let floor = |n: usize| {
+            let mut s = SqlText::default();
+            if let Some(stage) = stage {
+                s.push(" AND (")
+                    .col(&stage.floor)
+                    .push(" < ")
+                    .param(n)
+                    .push(" OR ")
+                    .param(n)
+                    .push("::timestamptz IS NULL)");
+            }
+            s
+        };
+        let t = usize::from(e.tenant.is_some());
         let held = hold_exists(e, keys, cohort_schema);
         let subject_held = subject_hold(e, keys, cohort_schema, active_hold!("h."));
         let referenced = referenced(blockers);
@@ -205,7 +280,8 @@ impl EntityPlan {
             strategies.push(Strategy::Purge);
         }
         for strategy in strategies {
-            let done = not_done(e, strategy);
+            let mut done = not_done(e, strategy);
+            done.append(&previous_done);
             let blocked = blocked(strategy, referenced.as_ref());
 
             let mut c = SqlText::new("SELECT count(*) FILTER (WHERE ");
@@ -245,13 +321,19 @@ impl EntityPlan {
                 .col(&e.anchor)
                 .push(" IS NULL)")
                 .append(&tenant_filter(e, casts, 3))
+                .append(&floor(3 + t))
                 .append(&done);
             plan.counts.insert(strategy, c);
 
             if !strategy.mutates() {
                 continue;
             }
-            let keys = if e.tenant.is_some() { 4 } else { 3 };
+            let keys = 3 + t + f;
+            let tenant_and_floor = {
+                let mut s = tenant_filter(e, casts, 3);
+                s.append(&floor(3 + t));
+                s
+            };
             let mut a = SqlText::new("SELECT 0::int8 AS eligible, (SELECT count(*) FROM ");
             a.table(table)
                 .push(" t WHERE ")
@@ -259,7 +341,7 @@ impl EntityPlan {
                 .push(" AND ")
                 .col(&e.anchor)
                 .push(" < $2")
-                .append(&tenant_filter(e, casts, 3))
+                .append(&tenant_and_floor)
                 .append(&done)
                 .push(" AND ")
                 .append(&held)
@@ -268,7 +350,7 @@ impl EntityPlan {
                 .push(" t WHERE ")
                 .col(&e.anchor)
                 .push(" IS NULL")
-                .append(&tenant_filter(e, casts, 3))
+                .append(&tenant_and_floor)
                 .append(&done)
                 .push(") AS null_anchor, ");
             match (strategy.deletes(), &referenced) {
@@ -278,7 +360,7 @@ impl EntityPlan {
                         .push(" t WHERE ")
                         .col(&e.anchor)
                         .push(" < $2")
-                        .append(&tenant_filter(e, casts, 3))
+                        .append(&tenant_and_floor)
                         .push(" AND NOT ")
                         .append(&held)
                         .push(" AND ")
@@ -308,7 +390,7 @@ impl EntityPlan {
                         .push(" AND ")
                         .col(&e.anchor)
                         .push(" < $2")
-                        .append(&tenant_filter(e, casts, 3))
+                        .append(&tenant_and_floor)
                         .append(&done)
                         .push(" AND ")
                         .append(subject)
@@ -334,6 +416,7 @@ impl EntityPlan {
                     .col(&e.anchor)
                     .push(" < $2")
                     .append(&tenant_filter(e, casts, 4))
+                    .append(&floor(4 + t))
                     .append(&done)
                     .append(&blocked.unblocked);
                 if let Some(n) = after {
@@ -355,7 +438,7 @@ impl EntityPlan {
                 l
             };
             plan.lock.insert(strategy, lock(None));
-            let cursor = if e.tenant.is_some() { 5 } else { 4 };
+            let cursor = 4 + t + f;
             plan.lock_after.insert(strategy, lock(Some(cursor)));
 
             let key_match = casts.any(&e.record_id, 2);
@@ -416,8 +499,9 @@ impl EntityPlan {
                 .col(&e.anchor)
                 .push(" < ")
                 .param(after)
-                .append(&tenant_filter(e, casts, after + 1));
-            let next = after + 1 + usize::from(e.tenant.is_some());
+                .append(&tenant_filter(e, casts, after + 1))
+                .append(&floor(after + 1 + t));
+            let next = after + 1 + t + f;
             if strategy == Strategy::Archive {
                 let statements = archive_statements(e, &plan, casts, &m, next, cohort_schema);
                 plan.mutate_count.insert(strategy, statements.count);

@@ -85,12 +85,12 @@ impl LedgerPlan {
         let mut insert_summary = SqlText::new("INSERT INTO ");
         insert_summary.table(&summary).push(
             " (run_id, retention_entity_id, entity_type, category, tenant_id, strategy, cutoff, \
-               resolved_period, legal_min, rule_source, rule_reason) \
+               resolved_period, legal_min, rule_source, rule_reason, stage) \
              VALUES ($1, $2, $3, $4, $5, $6, $7, \
                pg_catalog.make_interval(months => $8, days => $9, secs => $10), \
                CASE WHEN $11::int4 IS NULL THEN NULL \
                  ELSE pg_catalog.make_interval(months => $11, days => $12, secs => $13) END, \
-               $14, $15) RETURNING summary_id",
+               $14, $15, $16) RETURNING summary_id",
         );
         let mut add_affected = SqlText::new("UPDATE ");
         add_affected.table(&summary).push(
@@ -281,6 +281,8 @@ pub(crate) struct InsertSummary {
     pub(crate) legal_min: Option<IntervalParts>,
     pub(crate) rule_source: Option<String>,
     pub(crate) rule_reason: Option<String>,
+    /// The stage's position in a category with stages (1 first).
+    pub(crate) stage: Option<i16>,
 }
 
 impl Params for InsertSummary {
@@ -301,6 +303,7 @@ impl Params for InsertSummary {
             .bind(legal.map_or(0.0, |l| l.secs))
             .bind(self.rule_source)
             .bind(self.rule_reason)
+            .bind(self.stage)
     }
 }
 

@@ -44,7 +44,7 @@ pub(crate) mod statement;
 pub(crate) mod tables;
 pub(crate) mod worker;
 
-pub(crate) use entity::{lock_subject_rows, EntityPlan, RunValue};
+pub(crate) use entity::{lock_subject_rows, EntityPlan, RunValue, StageScope};
 pub(crate) use erasure::ErasurePlan;
 pub(crate) use fragments::{bound_rows, Casts, HoldKeys};
 pub(crate) use key::{bind_array, BindKey, BoundHolds, DecodeKey, IncomingKey, KeyType, KeyValue};

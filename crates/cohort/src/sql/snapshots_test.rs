@@ -187,6 +187,7 @@ fn entity_statements() {
             hold_keys(&types),
             Some(&hasher()),
             "cohort",
+            None,
         );
         insta::assert_snapshot!(format!("entity_{name}"), render(&plan));
     }
@@ -204,6 +205,7 @@ fn entity_statements_with_a_per_run_anonymiser() {
         hold_keys(&types),
         Some(&hasher()),
         "cohort",
+        None,
     );
     insta::assert_snapshot!("entity_tenanted_custom_per_run", render(&plan));
 }
@@ -248,6 +250,7 @@ fn erasure_statements() {
             hold_keys(&types),
             Some(&hasher()),
             "cohort",
+            None,
         );
         let mut out = String::new();
         for strategy in [
@@ -314,6 +317,7 @@ fn entity_archive_statements() {
             hold_keys(&types),
             Some(&hasher()),
             "cohort",
+            None,
         );
         // Archive brings purge's statements, for erasure.
         assert!(plan.mutate_head.contains_key(&Strategy::Purge));
@@ -352,6 +356,7 @@ fn archive_parameters_match_what_the_executor_binds() {
             hold_keys(&types),
             Some(&hasher()),
             "cohort",
+            None,
         );
         let after = plan.params_after_keys(Strategy::Archive);
         assert_eq!(
@@ -375,6 +380,62 @@ fn archive_parameters_match_what_the_executor_binds() {
         );
         // The hashed column is computed in Rust: an anonymised copy needs it.
         assert_eq!(plan.computes_per_row(Strategy::Archive), anonymise);
+    }
+}
+
+/// A purge stage measured from the soft-delete marker: anchored on
+/// `deleted_at`, only rows still soft-deleted, and the legal minimum's
+/// floor on the entity's own anchor bound right after the tenant.
+#[test]
+fn entity_stage_statements() {
+    for (name, tenanted) in [("stage_tenanted", true), ("stage_tenantless", false)] {
+        let mut e = descriptor(tenanted, false);
+        e.soft_delete = Some("is_deleted".into());
+        e.deleted_at = Some("deleted_at".into());
+        let (staged, scope) = crate::sql::StageScope::after(&e, Strategy::SoftDelete).unwrap();
+        assert_eq!(staged.anchor, "deleted_at");
+        let types = key_types(&staged);
+        let plan = EntityPlan::build(
+            &staged,
+            &CategoryCapabilities::only(Strategy::Purge),
+            &blockers(),
+            &Casts::default(),
+            hold_keys(&types),
+            Some(&hasher()),
+            "cohort",
+            Some(&scope),
+        );
+        let t = usize::from(tenanted);
+        // Lock: cutoff, limit, tenant, floor, then the cursor.
+        assert_eq!(
+            placeholders(plan.lock[&Strategy::Purge].as_str()),
+            (1..=4 + t).collect()
+        );
+        assert_eq!(
+            placeholders(plan.lock_after[&Strategy::Purge].as_str()),
+            (1..=6 + t).collect()
+        );
+        // Counts: cutoff, tenant, floor; after a run the hold arrays follow.
+        assert_eq!(
+            placeholders(plan.counts[&Strategy::Purge].as_str()),
+            (1..=3 + t).collect()
+        );
+        let after = placeholders(plan.counts_after[&Strategy::Purge].as_str());
+        assert_eq!(
+            after.iter().next_back(),
+            Some(&(3 + t + 1 + 2)),
+            "record keys, then two subject arrays"
+        );
+        // Mutate: keys, cutoff, tenant, floor; audited then its four values.
+        assert_eq!(
+            placeholders(plan.mutate[&Strategy::Purge].as_str()),
+            (1..=4 + t).collect()
+        );
+        assert_eq!(
+            placeholders(plan.mutate_audited[&Strategy::Purge].as_str()),
+            (1..=8 + t).collect()
+        );
+        insta::assert_snapshot!(format!("entity_{name}"), render(&plan));
     }
 }
 
@@ -417,6 +478,7 @@ fn mutate_parameters_match_what_the_executor_binds() {
             hold_keys(&types),
             Some(&hasher()),
             "cohort",
+            None,
         );
         for (strategy, sql) in &plan.mutate {
             let expected = 2 + plan.params_after_keys(*strategy) + 1 + usize::from(tenanted);
@@ -949,6 +1011,7 @@ fn catalog_partition_and_ledger_statements_bind_exactly_their_placeholders() {
             legal_min: Some(parts),
             rule_source: None,
             rule_reason: None,
+            stage: None,
         }),
     );
     check(

@@ -64,6 +64,7 @@ const BOOL: &str = "boolean";
 const TSTZ: &str = "timestamp with time zone";
 const BIGINT: &str = "bigint";
 const INT: &str = "integer";
+const SMALLINT: &str = "smallint";
 const INTERVAL: &str = "interval";
 const JSONB: &str = "jsonb";
 
@@ -140,6 +141,7 @@ impl CohortTable {
                 col!("kept_by_legal_min_count", BIGINT, false),
                 col!("kept_by_policy_count", BIGINT, false),
                 col!("held_by_subject_count", BIGINT, false),
+                col!("stage", SMALLINT, true),
             ],
             CohortTable::RowDetail => &[
                 col!("row_detail_id", BIGINT, false),

@@ -499,6 +499,23 @@ pub(crate) fn check_entity(
                     _ => {}
                 }
             }
+            // A stage measured from the previous stage's marker needs the
+            // entity to have that marker: the previous stage must write it.
+            for (strategy, previous) in caps.marker_stages() {
+                let missing = match previous {
+                    Strategy::SoftDelete => entity.deleted_at.is_none().then_some("deleted_at"),
+                    Strategy::Anonymise => {
+                        entity.anonymised_at.is_none().then_some("anonymised_at")
+                    }
+                    _ => Some("a marker"),
+                };
+                if let Some(marker) = missing {
+                    problems.push(format!(
+                        "category {:?} has a {strategy} stage measured from the {previous} stage's marker, but the {previous} stage writes no {marker} here (map the {marker} marker to a timestamptz column, or measure the stage from the anchor)",
+                        entity.category
+                    ));
+                }
+            }
         }
     }
     problems
