@@ -138,6 +138,10 @@ enum Command {
         /// Accept soft deletion as erasure for categories that soft-delete.
         #[arg(long)]
         allow_soft_delete: bool,
+        /// For categories in stages: erase as stage N does (1 first)
+        /// instead of the last stage.
+        #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
+        stage: Option<u16>,
         /// Count and audit without changing rows.
         #[arg(long)]
         dry_run: bool,
@@ -405,6 +409,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             subject,
             kind,
             allow_soft_delete,
+            stage,
             dry_run,
             now,
             allow_future_now,
@@ -414,6 +419,9 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 cohort::erasure::ErasureScope::new(subject).allow_soft_delete(*allow_soft_delete);
             if let Some(k) = kind {
                 scope = scope.kind(k);
+            }
+            if let Some(n) = stage {
+                scope = scope.stage(*n);
             }
             commands::erase(
                 &cohort,

@@ -27,6 +27,7 @@ pub struct ErasureScope {
     pub(crate) subject: String,
     pub(crate) kind: Option<String>,
     pub(crate) allow_soft_delete: bool,
+    pub(crate) stage: Option<u16>,
 }
 
 impl ErasureScope {
@@ -37,6 +38,7 @@ impl ErasureScope {
             subject: subject.into(),
             kind: None,
             allow_soft_delete: false,
+            stage: None,
         }
     }
 
@@ -49,6 +51,14 @@ impl ErasureScope {
     /// Accept soft deletion as erasure for categories that soft-delete.
     pub fn allow_soft_delete(mut self, allow: bool) -> Self {
         self.allow_soft_delete = allow;
+        self
+    }
+
+    /// Erase the way stage `n` (1 first) of each category in stages treats
+    /// a row, instead of its last stage (a category without stages has one).
+    /// A category with fewer stages refuses the request before anything runs.
+    pub fn stage(mut self, n: u16) -> Self {
+        self.stage = Some(n);
         self
     }
 }

@@ -89,6 +89,8 @@ pub enum AuditEvent {
         category: String,
         /// The strategy its rule resolved to.
         strategy: Strategy,
+        /// The stage's position when the category has stages (1 first).
+        stage: Option<u16>,
         /// The resolved retention period.
         period: Period,
         /// The resolved legal minimum, if any.

@@ -316,6 +316,38 @@ async fn erasure_follows_the_last_stage() {
         ids(db.pool(), "SELECT id FROM app.tickets ORDER BY id").await,
         [3, 4, 5, 6, 7]
     );
+    // Asked for the first stage, the other requester's tickets are soft
+    // deleted (which must be allowed explicitly); a stage the category does
+    // not have is refused before anything runs.
+    let other = || ErasureScope::new("eeeeeeee-0000-0000-0000-00000000000e");
+    let refused = cohort
+        .erase(ErasureRequest::tenanted(TENANT_A, other().stage(3), now()))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.kind(), ErrorKind::InvalidInput);
+    assert!(refused.to_string().contains("has 2 stage(s)"), "{refused}");
+    let erased = cohort
+        .erase(ErasureRequest::tenanted(
+            TENANT_A,
+            other().stage(1).allow_soft_delete(true),
+            now(),
+        ))
+        .await
+        .unwrap();
+    let t = erased.run.entity("Ticket").unwrap();
+    assert_eq!(
+        (t.strategy, t.affected),
+        (Strategy::SoftDelete, 1),
+        "the restored 5"
+    );
+    assert_eq!(
+        ids(
+            db.pool(),
+            "SELECT id FROM app.tickets WHERE NOT is_deleted ORDER BY id"
+        )
+        .await,
+        Vec::<i64>::new()
+    );
 }
 
 /// Stages that cannot follow each other are refused when the policy is
@@ -407,4 +439,27 @@ fn rules_in_code_take_stages_in_order() {
         err.to_string().contains("after which no row is left"),
         "{err}"
     );
+}
+
+/// A stage measured from a marker finds its rows by that marker: without
+/// an index starting with (tenant, marker), validation advises one.
+#[tokio::test]
+async fn a_marker_stage_without_an_index_gets_advice() {
+    let (db, cohort) = setup(POLICY).await;
+    let advice = |warnings: &[String]| {
+        warnings
+            .iter()
+            .any(|w| w.contains("Ticket: no index starts with (tenant_id, deleted_at)"))
+    };
+    assert!(!advice(&cohort.ready().await.unwrap().warnings));
+    exec(db.pool(), "DROP INDEX app.tickets_tenant_id_deleted_at_idx").await;
+    let mut policy = PolicyFile::parse(POLICY).unwrap();
+    policy.config = test_config();
+    let again = Cohort::builder(db.pool().clone())
+        .policy(policy)
+        .build()
+        .await
+        .unwrap();
+    let warnings = again.ready().await.unwrap().warnings.clone();
+    assert!(advice(&warnings), "{warnings:?}");
 }

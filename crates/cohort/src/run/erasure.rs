@@ -116,8 +116,19 @@ pub(crate) async fn erase(cx: &Context, req: ErasureRequest) -> Result<ErasureRe
                 continue;
             }
         };
-        // A category in stages is erased the way its last stage leaves a row.
-        let rule = rule.final_stage();
+        // A category in stages is erased the way its last stage leaves a
+        // row, or the stage the request names.
+        let rule = match scope.stage {
+            None => rule.final_stage(),
+            Some(n) => rule.stage(usize::from(n)).ok_or_else(|| {
+                Error::InvalidInput(format!(
+                    "stage {n}: category {:?} of {} has {} stage(s)",
+                    e.category,
+                    e.name,
+                    rule.later_stages().len() + 1
+                ))
+            })?,
+        };
         if rule.strategy() == Strategy::SoftDelete && !scope.allow_soft_delete {
             return Err(Error::Refused(format!(
                 "{} soft-deletes (category {:?}); erasure by soft delete must be allowed explicitly (allow_soft_delete / --allow-soft-delete)",

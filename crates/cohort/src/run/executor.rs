@@ -415,6 +415,7 @@ async fn run_entity(
             entity: e.name.clone(),
             category: e.category.clone(),
             strategy,
+            stage: work.stage,
             period: work.rule.period(),
             legal_min: work.rule.legal_min(),
             cutoff: work.cutoff,

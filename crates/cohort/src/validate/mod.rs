@@ -567,6 +567,23 @@ pub(crate) async fn validate(
             .zip(&tables)
             .flat_map(|(e, t)| checks::subject_index_advice(e, t)),
     );
+    // A stage measured from a marker finds its rows by that marker.
+    for (e, t) in entities.iter().zip(&tables) {
+        let markers: std::collections::BTreeSet<Option<&String>> = capabilities
+            .get(&e.id)
+            .into_iter()
+            .flat_map(|c| c.marker_stages())
+            .map(|(_, previous)| match previous {
+                crate::rules::Strategy::SoftDelete => e.deleted_at.as_ref(),
+                _ => e.anonymised_at.as_ref(),
+            })
+            .collect();
+        for marker in markers.into_iter().flatten() {
+            let mut staged = e.clone();
+            staged.anchor = marker.clone();
+            warnings.extend(checks::index_advice(&staged, t));
+        }
+    }
     let facts = entities
         .iter()
         .zip(&tables)
