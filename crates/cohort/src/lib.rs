@@ -68,3 +68,12 @@ pub use cohort_macros::Retained;
 pub mod __private {
     pub use uuid::Uuid;
 }
+
+/// The guide's pages in `docs/`, their Rust examples compiled as doctests.
+#[cfg(doctest)]
+mod guide {
+    #[doc = include_str!("../../../docs/archive.md")]
+    struct Archive;
+    #[doc = include_str!("../../../docs/stages.md")]
+    struct Stages;
+}
