@@ -264,9 +264,6 @@ impl RetentionRule {
             }
             StageAnchor::Previous => {}
         }
-        if self.audit == AuditDetail::PerRow && stage.strategy == Strategy::Exempt {
-            return Err(RuleError::PerRowOnExempt);
-        }
         self.stages.push(stage);
         Ok(self)
     }
