@@ -298,6 +298,73 @@ async fn migrate_honours_an_explicit_schema() {
     assert_eq!(n, 7);
 }
 
+/// Starts `cohort sweep` of the first tenant in `dir`, waits until
+/// `committed` (a sum over the ledger) reaches 300 rows, kills the process
+/// outright (SIGKILL), waits for the server to roll back its open batch and
+/// returns what the ledger then counts.
+async fn kill_9_mid_sweep(db: &TestDatabase, dir: &Path, committed: &'static str) -> i64 {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cohort"))
+        .current_dir(dir)
+        .args([
+            "sweep",
+            "--tenant",
+            "11111111-1111-1111-1111-111111111111",
+            "--now",
+            NOW,
+        ])
+        .env("DATABASE_URL", db.url())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let sum = || async {
+        sqlx::query_scalar::<_, i64>(committed)
+            .fetch_one(db.pool())
+            .await
+            .unwrap()
+    };
+    wait_until("300 rows committed", Duration::from_secs(10), async || {
+        sum().await >= 300
+    })
+    .await;
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    // Give the server a moment to notice the dead connection and roll back its open batch.
+    wait_until("the dead session's batch to roll back", Duration::from_secs(4), async || {
+        let busy: i64 = sqlx::query_scalar("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() AND state <> 'idle'")
+            .fetch_one(db.pool()).await.unwrap();
+        busy == 0
+    })
+    .await;
+    let audited = sum().await;
+    assert!(audited >= 300, "the sweep never got going");
+    audited
+}
+
+/// Reruns the first tenant's sweep; returns SessionNote's outcome (JSON).
+fn rerun_session_notes(dir: &Path, url: Option<&str>) -> Value {
+    let rerun = cohort(
+        dir,
+        &[
+            "--json",
+            "sweep",
+            "--tenant",
+            "11111111-1111-1111-1111-111111111111",
+            "--now",
+            NOW,
+        ],
+        url,
+    );
+    succeeded(&rerun);
+    json(&rerun)["entities"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["entity"] == "SessionNote")
+        .unwrap()
+        .clone()
+}
+
 /// MIGRATION-002 from the command line: `migrate --move-from` moves the
 /// tables (JSON names them); a second move finds nothing to move (exit 2).
 #[tokio::test]
@@ -974,49 +1041,14 @@ async fn kill_9_mid_sweep_loses_nothing_and_a_rerun_finishes() {
         ),
     )
     .unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_cohort"))
-        .current_dir(dir)
-        .args([
-            "sweep",
-            "--tenant",
-            "11111111-1111-1111-1111-111111111111",
-            "--now",
-            NOW,
-        ])
-        .env("DATABASE_URL", db.url())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    // Wait until some batches have committed, then kill the process outright.
-    let mut committed = 0;
-    wait_until("300 rows committed", Duration::from_secs(10), async || {
-        committed = sqlx::query_scalar::<_, i64>(
-            "SELECT COALESCE(sum(affected_count), 0)::int8 FROM retention.sweep_run_entity_summary",
-        )
-        .fetch_one(db.pool())
-        .await
-        .unwrap();
-        committed >= 300
-    })
-    .await;
-    child.kill().unwrap(); // SIGKILL
-    child.wait().unwrap();
-    assert!(committed >= 300, "the sweep never got going");
-    // Give the server a moment to notice the dead connection and roll back its open batch.
-    wait_until("the dead session's batch to roll back", Duration::from_secs(4), async || {
-        let busy: i64 = sqlx::query_scalar("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() AND state <> 'idle'")
-            .fetch_one(db.pool()).await.unwrap();
-        busy == 0
-    })
-    .await;
-    // Every committed deletion has its audit, and nothing else is gone: whole batches only.
-    let audited: i64 = sqlx::query_scalar(
+    // Kill the process outright once some batches have committed.
+    let audited = kill_9_mid_sweep(
+        &db,
+        dir,
         "SELECT COALESCE(sum(affected_count), 0)::int8 FROM retention.sweep_run_entity_summary",
     )
-    .fetch_one(db.pool())
-    .await
-    .unwrap();
+    .await;
+    // Every committed deletion has its audit, and nothing else is gone: whole batches only.
     let gone = 3000
         - sqlx::query_scalar::<_, i64>("SELECT count(*) FROM app.session_notes WHERE body = 'n'")
             .fetch_one(db.pool())
@@ -1036,32 +1068,7 @@ async fn kill_9_mid_sweep_loses_nothing_and_a_rerun_finishes() {
     .unwrap();
     assert_eq!(open, 1, "the killed run is left Started for recovery");
     // A rerun finishes the work.
-    let rerun = cohort(
-        dir,
-        &[
-            "--json",
-            "sweep",
-            "--tenant",
-            "11111111-1111-1111-1111-111111111111",
-            "--now",
-            NOW,
-        ],
-        url,
-    );
-    assert_eq!(
-        rerun.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&rerun.stderr)
-    );
-    let rerun = json(&rerun);
-    let notes = rerun["entities"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|e| e["entity"] == "SessionNote")
-        .unwrap()
-        .clone();
+    let notes = rerun_session_notes(dir, url);
     assert_eq!(notes["affected"].as_i64(), Some(3000 - audited));
     assert_eq!(
         sqlx::query_scalar::<_, i64>("SELECT count(*) FROM app.session_notes WHERE body = 'n'")
@@ -1110,42 +1117,12 @@ async fn kill_9_mid_archive_moves_whole_batches_only_and_a_rerun_finishes() {
     std::fs::write(dir.join("cohort.toml"), policy).unwrap();
     let validate = cohort(dir, &["validate"], url);
     succeeded(&validate);
-    let mut child = Command::new(env!("CARGO_BIN_EXE_cohort"))
-        .current_dir(dir)
-        .args([
-            "sweep",
-            "--tenant",
-            "11111111-1111-1111-1111-111111111111",
-            "--now",
-            NOW,
-        ])
-        .env("DATABASE_URL", db.url())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let summed = "SELECT COALESCE(sum(affected_count), 0)::int8 FROM retention.sweep_run_entity_summary WHERE strategy = 'archive'";
-    let mut committed = 0;
-    wait_until("300 rows archived", Duration::from_secs(10), async || {
-        committed = sqlx::query_scalar::<_, i64>(summed)
-            .fetch_one(db.pool())
-            .await
-            .unwrap();
-        committed >= 300
-    })
+    let audited = kill_9_mid_sweep(
+        &db,
+        dir,
+        "SELECT COALESCE(sum(affected_count), 0)::int8 FROM retention.sweep_run_entity_summary WHERE strategy = 'archive'",
+    )
     .await;
-    child.kill().unwrap(); // SIGKILL
-    child.wait().unwrap();
-    wait_until("the dead session's batch to roll back", Duration::from_secs(4), async || {
-        let busy: i64 = sqlx::query_scalar("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() AND state <> 'idle'")
-            .fetch_one(db.pool()).await.unwrap();
-        busy == 0
-    })
-    .await;
-    let audited: i64 = sqlx::query_scalar(summed)
-        .fetch_one(db.pool())
-        .await
-        .unwrap();
     let pool = db.pool().clone();
     let scalar = |sql: &'static str| {
         let pool = pool.clone();
@@ -1184,27 +1161,7 @@ async fn kill_9_mid_archive_moves_whole_batches_only_and_a_rerun_finishes() {
             .unwrap();
     assert_eq!(stamped, killed.0, "each copy names the run that moved it");
     // A rerun moves the rest.
-    let rerun = cohort(
-        dir,
-        &[
-            "--json",
-            "sweep",
-            "--tenant",
-            "11111111-1111-1111-1111-111111111111",
-            "--now",
-            NOW,
-        ],
-        url,
-    );
-    succeeded(&rerun);
-    let rerun = json(&rerun);
-    let notes = rerun["entities"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|e| e["entity"] == "SessionNote")
-        .unwrap()
-        .clone();
+    let notes = rerun_session_notes(dir, url);
     assert_eq!(notes["strategy"], "archive");
     assert_eq!(notes["affected"].as_i64(), Some(3000 - audited));
     assert_eq!(scalar("SELECT count(*) FROM app.session_notes").await, 0);

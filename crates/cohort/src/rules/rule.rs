@@ -54,6 +54,17 @@ impl Strategy {
         !matches!(self, Strategy::Exempt)
     }
 
+    /// The marker the strategy stamps on each row it changes (`deleted_at`
+    /// for a soft delete, `anonymised_at` for an anonymisation), from which
+    /// a later stage can be measured; `None` for the others.
+    pub fn marker(self) -> Option<crate::model::Marker> {
+        match self {
+            Strategy::SoftDelete => Some(crate::model::Marker::DeletedAt),
+            Strategy::Anonymise => Some(crate::model::Marker::AnonymisedAt),
+            _ => None,
+        }
+    }
+
     /// Whether the strategy deletes rows from the entity's table (purge,
     /// archive): foreign keys into the table and their cascades apply.
     pub fn deletes(self) -> bool {
@@ -170,11 +181,6 @@ impl Stage {
     }
 }
 
-/// Whether `strategy` writes a marker a later stage can be measured from.
-fn writes_marker(strategy: Strategy) -> bool {
-    matches!(strategy, Strategy::SoftDelete | Strategy::Anonymise)
-}
-
 /// The retention rule for one category, tenant and time: immutable once
 /// built, and only built through [`RetentionRule::new`] and its `with_*`
 /// methods, which validate. Negative durations are unrepresentable
@@ -241,7 +247,7 @@ impl RetentionRule {
             )));
         }
         match stage.after {
-            StageAnchor::Previous if !writes_marker(previous) => {
+            StageAnchor::Previous if previous.marker().is_none() => {
                 return Err(refuse(format!(
                     "it is measured from the previous stage's marker, but a {previous} stage writes none"
                 )));

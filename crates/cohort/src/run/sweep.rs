@@ -33,24 +33,6 @@ fn entity_works<'a>(
     let out_of_range = |err: &crate::rules::CutoffOutOfRange| {
         Diagnostic::capture("rule", Some("cutoff_out_of_range".into()), err)
     };
-    if !rule.is_staged() {
-        let work = rule
-            .sweep_cutoff(now)
-            .map_err(|err| out_of_range(&err))
-            .map(|cutoff| {
-                stage_work(
-                    &ready.plans[&e.id],
-                    e,
-                    rule,
-                    (cutoff, None),
-                    None,
-                    now,
-                    tenant,
-                    batch_size,
-                )
-            });
-        return vec![work];
-    }
     let caps = &ready.model.capabilities[&e.id];
     let stages = rule.later_stages().len() + 1;
     (1..=stages)
@@ -69,7 +51,8 @@ fn entity_works<'a>(
             if !caps.allows(stage.strategy()) {
                 return Err(undeclared(format!("a {} stage", stage.strategy())));
             }
-            let position = Some(n as u16);
+            // A rule without stages is its own single stage, unnumbered.
+            let position = rule.is_staged().then_some(n as u16);
             match rule.stage_anchor(n) {
                 Some((crate::rules::StageAnchor::Previous, previous)) => {
                     let Some((staged, plan)) =

@@ -124,24 +124,15 @@ impl StageScope {
         e: &EntityDescriptor,
         previous: Strategy,
     ) -> Option<(EntityDescriptor, Self)> {
-        let mut done = SqlText::default();
-        let marker = match previous {
-            Strategy::SoftDelete => {
-                let marker = e.deleted_at.as_deref()?;
-                done.push(" AND ")
-                    .col(marker)
-                    .push(" IS NOT NULL AND ")
-                    .col(e.soft_delete.as_deref()?)
-                    .push(" IS TRUE");
-                marker
-            }
-            Strategy::Anonymise => {
-                let marker = e.anonymised_at.as_deref()?;
-                done.push(" AND ").col(marker).push(" IS NOT NULL");
-                marker
-            }
-            _ => return None,
-        };
+        let marker = e.marker(previous.marker()?)?;
+        let mut done = SqlText::new(" AND ");
+        done.col(marker).push(" IS NOT NULL");
+        if previous == Strategy::SoftDelete {
+            // A restored row keeps its stale deleted_at: the flag decides.
+            done.push(" AND ")
+                .col(e.soft_delete.as_deref()?)
+                .push(" IS TRUE");
+        }
         let mut staged = e.clone();
         staged.anchor = marker.to_owned();
         staged.partitions = crate::model::Partitions::Rows;

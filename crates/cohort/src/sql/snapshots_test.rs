@@ -281,6 +281,25 @@ fn erasure_statements() {
 }
 
 /// Placeholders `$n` in a statement.
+/// The plan of `e` with a blocking foreign key, no casts and the hash key.
+fn blocked_plan(
+    e: &EntityDescriptor,
+    caps: &CategoryCapabilities,
+    stage: Option<&crate::sql::StageScope>,
+) -> EntityPlan {
+    let types = key_types(e);
+    EntityPlan::build(
+        e,
+        caps,
+        &blockers(),
+        &Casts::default(),
+        hold_keys(&types),
+        Some(&hasher()),
+        "cohort",
+        stage,
+    )
+}
+
 /// An entity that archives into `vault.contacts_archive`: every column,
 /// or (anonymised) the copy scrubbed like an anonymisation.
 fn archiving(tenanted: bool, custom: bool, anonymise: bool) -> EntityDescriptor {
@@ -307,16 +326,9 @@ fn entity_archive_statements() {
         ("archive_tenanted", true, false, false),
         ("archive_tenantless_anonymised_custom", false, true, true),
     ] {
-        let e = archiving(tenanted, custom, anonymise);
-        let types = key_types(&e);
-        let plan = EntityPlan::build(
-            &e,
+        let plan = blocked_plan(
+            &archiving(tenanted, custom, anonymise),
             &archive_only(),
-            &blockers(),
-            &Casts::default(),
-            hold_keys(&types),
-            Some(&hasher()),
-            "cohort",
             None,
         );
         // Archive brings purge's statements, for erasure.
@@ -346,16 +358,9 @@ fn archive_parameters_match_what_the_executor_binds() {
         (false, true, true),
         (true, false, true),
     ] {
-        let e = archiving(tenanted, custom, anonymise);
-        let types = key_types(&e);
-        let plan = EntityPlan::build(
-            &e,
+        let plan = blocked_plan(
+            &archiving(tenanted, custom, anonymise),
             &archive_only(),
-            &blockers(),
-            &Casts::default(),
-            hold_keys(&types),
-            Some(&hasher()),
-            "cohort",
             None,
         );
         let after = plan.params_after_keys(Strategy::Archive);
@@ -394,15 +399,9 @@ fn entity_stage_statements() {
         e.deleted_at = Some("deleted_at".into());
         let (staged, scope) = crate::sql::StageScope::after(&e, Strategy::SoftDelete).unwrap();
         assert_eq!(staged.anchor, "deleted_at");
-        let types = key_types(&staged);
-        let plan = EntityPlan::build(
+        let plan = blocked_plan(
             &staged,
             &CategoryCapabilities::only(Strategy::Purge),
-            &blockers(),
-            &Casts::default(),
-            hold_keys(&types),
-            Some(&hasher()),
-            "cohort",
             Some(&scope),
         );
         let t = usize::from(tenanted);

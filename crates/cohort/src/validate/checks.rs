@@ -502,12 +502,9 @@ pub(crate) fn check_entity(
             // A stage measured from the previous stage's marker needs the
             // entity to have that marker: the previous stage must write it.
             for (strategy, previous) in caps.marker_stages() {
-                let missing = match previous {
-                    Strategy::SoftDelete => entity.deleted_at.is_none().then_some("deleted_at"),
-                    Strategy::Anonymise => {
-                        entity.anonymised_at.is_none().then_some("anonymised_at")
-                    }
-                    _ => Some("a marker"),
+                let missing = match previous.marker() {
+                    Some(m) => entity.marker(m).is_none().then(|| m.key()),
+                    None => Some("marker"),
                 };
                 if let Some(marker) = missing {
                     problems.push(format!(

@@ -569,18 +569,15 @@ pub(crate) async fn validate(
     );
     // A stage measured from a marker finds its rows by that marker.
     for (e, t) in entities.iter().zip(&tables) {
-        let markers: std::collections::BTreeSet<Option<&String>> = capabilities
+        let markers: std::collections::BTreeSet<&str> = capabilities
             .get(&e.id)
             .into_iter()
             .flat_map(|c| c.marker_stages())
-            .map(|(_, previous)| match previous {
-                crate::rules::Strategy::SoftDelete => e.deleted_at.as_ref(),
-                _ => e.anonymised_at.as_ref(),
-            })
+            .filter_map(|(_, previous)| e.marker(previous.marker()?))
             .collect();
-        for marker in markers.into_iter().flatten() {
+        for marker in markers {
             let mut staged = e.clone();
-            staged.anchor = marker.clone();
+            staged.anchor = marker.to_owned();
             warnings.extend(checks::index_advice(&staged, t));
         }
     }
