@@ -23,6 +23,7 @@ mod exit;
 mod exporter;
 mod init;
 mod output;
+mod report;
 mod services;
 
 use std::path::PathBuf;
@@ -187,6 +188,27 @@ enum Command {
         /// Address to listen on (port 0 picks a free one).
         #[arg(long, default_value = "127.0.0.1:8765", value_name = "ADDR")]
         listen: std::net::SocketAddr,
+    },
+    /// The evidence of retention for a period, read from the ledger alone:
+    /// rules in force, runs, rows removed per month and kept and why,
+    /// erasure requests served, holds and failures.
+    Report {
+        /// First day of the period (YYYY-MM-DD, UTC).
+        #[arg(long, value_name = "DATE")]
+        from: String,
+        /// Last day of the period, included (YYYY-MM-DD, UTC).
+        #[arg(long, value_name = "DATE")]
+        to: String,
+        /// Only this tenant's runs, and the holds that reach it.
+        #[arg(long, value_name = "TENANT")]
+        tenant: Option<String>,
+        /// html (one self-contained page), csv (one row per figure) or json.
+        /// The global --json flag means json.
+        #[arg(long, value_enum, default_value_t = report::Format::Html)]
+        format: report::Format,
+        /// Write here (replacing the file whole) instead of stdout.
+        #[arg(long, value_name = "FILE")]
+        output: Option<PathBuf>,
     },
     /// One history-pruning pass now, with the policy's [cohort.prune] limits.
     Prune {
@@ -463,6 +485,28 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             let (cohort, _) = open(&cli).await?;
             console::serve(cohort, *listen, token).await
         }
+        Command::Report {
+            from,
+            to,
+            tenant,
+            format,
+            output,
+        } => {
+            let cohort = open_ledger(&cli).await?;
+            let format = if cli.json {
+                report::Format::Json
+            } else {
+                *format
+            };
+            let args = report::Args {
+                from,
+                to,
+                tenant: tenant.as_deref(),
+                format,
+                output: output.as_deref(),
+            };
+            report::run(&cohort, args).await
+        }
         Command::Prune { dry_run } => {
             let (cohort, _) = open(&cli).await?;
             services::prune(&cohort, cli.json, *dry_run).await
@@ -473,6 +517,17 @@ async fn run(cli: Cli) -> Result<(), Failure> {
 /// Loads the policy, connects, and builds a validated handle.
 async fn open(cli: &Cli) -> Result<(Cohort, PolicyFile), Failure> {
     open_with(cli, false).await
+}
+
+/// A handle for a command that reads only the ledger (`report`): the
+/// policy names the database and Cohort's schema, and is not validated
+/// against the catalog, so evidence stays readable after the retained
+/// tables have changed.
+async fn open_ledger(cli: &Cli) -> Result<Cohort, Failure> {
+    let policy = load_policy(cli, true)?.expect("required");
+    let url = database_url(cli, Some(&policy))?;
+    let pool = pool(&url, 2).await?;
+    Ok(Cohort::builder(pool).policy(policy).build_unvalidated()?)
 }
 
 /// [`open`] for a command that runs services: its pool also has room for

@@ -379,6 +379,18 @@ impl Cohort {
         crate::history::show(&self.cx, run_id).await
     }
 
+    /// The evidence of retention for a period, read from the ledger alone
+    /// (no policy or catalog is consulted, so it works on a ledger whose
+    /// entities have since changed): rules in force, runs, rows removed
+    /// per month and kept and why, erasure requests served, holds and
+    /// failures. Runs the pruner removed are not in it.
+    pub async fn report(
+        &self,
+        request: &crate::report::ReportRequest,
+    ) -> Result<crate::report::Report> {
+        crate::report::build(&self.cx, request).await
+    }
+
     /// Whether validation has already succeeded.
     pub fn is_ready(&self) -> bool {
         self.cx.is_ready()

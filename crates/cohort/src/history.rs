@@ -98,6 +98,13 @@ pub(crate) async fn list(cx: &Context, limit: i64) -> Result<Vec<RunRecord>> {
         .collect()
 }
 
+/// A period as the ledger stores it: calendar months, and days and time
+/// folded into seconds (Cohort writes days as 86 400 s, it works in UTC).
+pub(crate) fn period_of(i: PgInterval) -> Result<Period> {
+    let seconds = i64::from(i.days) * 86_400 + i.microseconds.div_euclid(1_000_000);
+    Period::from_parts(i64::from(i.months), seconds).map_err(|e| Error::Migration(e.to_string()))
+}
+
 pub(crate) async fn show(cx: &Context, run_id: Uuid) -> Result<SweepResult> {
     let schema = &cx.config.schema;
     let pool = &cx.pool;
@@ -116,17 +123,9 @@ pub(crate) async fn show(cx: &Context, run_id: Uuid) -> Result<SweepResult> {
     let mut entities = Vec::new();
     for s in &summaries {
         let strategy: String = s.try_get("strategy")?;
-        // Stored as intervals: calendar months, and days and time folded
-        // into seconds (Cohort writes days as 86 400 s, it works in UTC).
         let period = |col: &str| -> Result<Option<Period>> {
             let interval: Option<PgInterval> = s.try_get(col)?;
-            interval
-                .map(|i| {
-                    let seconds = i64::from(i.days) * 86_400 + i.microseconds.div_euclid(1_000_000);
-                    Period::from_parts(i64::from(i.months), seconds)
-                        .map_err(|e| Error::Migration(e.to_string()))
-                })
-                .transpose()
+            interval.map(period_of).transpose()
         };
         entities.push(EntityOutcome {
             entity_id: s.try_get("retention_entity_id")?,

@@ -20,6 +20,7 @@ mod locks;
 pub mod model;
 mod outcome;
 pub mod policy;
+pub mod report;
 pub mod rules;
 mod run;
 mod schedule;

@@ -50,6 +50,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "guarded",
             "holds",
             "history",
+            "report",
             "dead_letters",
             "sea_orm",
         ],

@@ -38,6 +38,7 @@ pub(crate) mod partitions;
 pub(crate) mod peers;
 pub(crate) mod prune;
 pub(crate) mod queue;
+pub(crate) mod report;
 pub(crate) mod schema;
 pub(crate) mod settings;
 pub(crate) mod statement;

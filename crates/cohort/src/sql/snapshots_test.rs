@@ -777,6 +777,30 @@ fn prune_statements() {
 }
 
 #[test]
+fn report_statements() {
+    use crate::sql::report::{
+        entity_kept, entity_months, entity_rules, entity_runs, erasures, failures, holds, Window,
+    };
+    let w = || Window {
+        from: chrono::DateTime::UNIX_EPOCH,
+        until: chrono::DateTime::UNIX_EPOCH,
+        tenant: None,
+    };
+    insta::assert_snapshot!(
+        "report",
+        family(&[
+            ("entity_runs", entity_runs("cohort", w()).checked().as_str()),
+            ("entity_rules", entity_rules("cohort", w()).checked().as_str()),
+            ("entity_months", entity_months("cohort", w()).checked().as_str()),
+            ("entity_kept", entity_kept("cohort", w()).checked().as_str()),
+            ("erasures", erasures("cohort", w()).checked().as_str()),
+            ("holds", holds("cohort", w()).checked().as_str()),
+            ("failures", failures("cohort", w()).checked().as_str()),
+        ])
+    );
+}
+
+#[test]
 fn history_statements() {
     use crate::sql::history::{recent_runs, run, runs_by_prefix, summaries, Limit, Prefix, Run};
     let id = Run(uuid::Uuid::nil());

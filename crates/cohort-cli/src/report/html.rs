@@ -1,0 +1,378 @@
+//! The report as one HTML file: no script, no external resource (a
+//! Content-Security-Policy says so to the browser), inline SVG charts,
+//! readable on screen and on paper. Every figure sits in a cell whose
+//! `data-fact` names it as the CSV does, so the two can be compared.
+
+use std::collections::BTreeMap;
+
+use chrono::{Datelike, NaiveDate};
+use cohort::report::{kept_figures, seconds_text, EntityReport, Report};
+use maud::{html, Markup, PreEscaped, DOCTYPE};
+
+const STYLE: &str = "
+body { font: 14px/1.45 system-ui, -apple-system, 'Segoe UI', sans-serif; color: #1b1f24;
+       margin: 2rem auto; max-width: 64rem; padding: 0 1rem; }
+h1 { font-size: 1.6rem; margin-bottom: .2rem; }
+h2 { font-size: 1.2rem; margin-top: 2rem; border-bottom: 1px solid #d0d7de; padding-bottom: .2rem; }
+h3 { font-size: 1rem; margin: 1.4rem 0 .4rem; }
+.meta { color: #57606a; margin: 0 0 1rem; }
+table { border-collapse: collapse; margin: .4rem 0 1rem; font-variant-numeric: tabular-nums; }
+th, td { border: 1px solid #d0d7de; padding: .25rem .55rem; text-align: left; vertical-align: top; }
+th { background: #f6f8fa; font-weight: 600; }
+td.n { text-align: right; }
+.none { color: #57606a; font-style: italic; }
+.entity { break-inside: avoid; }
+svg text { font: 11px system-ui, sans-serif; fill: #1b1f24; }
+.legend span { display: inline-block; margin-right: 1rem; }
+.legend i { display: inline-block; width: .8rem; height: .8rem; margin-right: .3rem; vertical-align: -1px; }
+@media print { body { margin: 0; max-width: none; font-size: 11px; } h2 { break-after: avoid; }
+               table, svg { break-inside: avoid; } }
+";
+
+/// Okabe–Ito: told apart with every common colour-vision deficiency.
+const PALETTE: [&str; 8] = [
+    "#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000",
+];
+
+fn key(section: &str, owner: (&str, &str, &str), item: &str, measure: &str) -> String {
+    [section, owner.0, owner.1, owner.2, item, measure].join("|")
+}
+
+/// A figure in a cell that names it.
+fn fact(key: String, value: String, numeric: bool) -> Markup {
+    html! {
+        @if numeric { td.n data-fact=(key) { (value) } }
+        @else { td data-fact=(key) { (value) } }
+    }
+}
+
+fn opt<T: ToString>(v: &Option<T>) -> String {
+    v.as_ref().map(T::to_string).unwrap_or_default()
+}
+
+fn time(t: &chrono::DateTime<chrono::Utc>) -> String {
+    t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+pub(super) fn page(report: &Report) -> Markup {
+    let none = ("", "", "");
+    let scope = report.tenant.as_deref().unwrap_or("all tenants");
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta http-equiv="Content-Security-Policy"
+                    content="default-src 'none'; style-src 'unsafe-inline'";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { "Retention report " (report.from) " to " (report.to) }
+                style { (PreEscaped(STYLE)) }
+            }
+            body {
+                h1 { "Retention report" }
+                p.meta {
+                    "Read from Cohort's ledger on " (time(&report.generated_at))
+                    " (database clock). Runs count by when they started, in UTC; dry runs are left out."
+                }
+                table {
+                    tr { th { "From" } (fact(key("report", none, "", "from"), report.from.to_string(), false)) }
+                    tr { th { "To (included)" } (fact(key("report", none, "", "to"), report.to.to_string(), false)) }
+                    tr {
+                        th { "Tenant" }
+                        td data-fact=(key("report", none, "", "tenant")) data-value=(opt(&report.tenant)) { (scope) }
+                    }
+                }
+
+                h2 { "Rows changed per month, by category" }
+                (chart(report))
+
+                h2 { "Entities" }
+                @if report.entities.is_empty() {
+                    p.none { "No sweep reached any entity in this period." }
+                }
+                @for e in &report.entities { (entity(e)) }
+
+                (erasures(report))
+                (holds(report))
+                (failures(report))
+            }
+        }
+    }
+}
+
+fn entity(e: &EntityReport) -> Markup {
+    let stage = opt(&e.stage);
+    let owner = (e.entity.as_str(), e.category.as_str(), stage.as_str());
+    html! {
+        section.entity {
+            h3 {
+                (e.entity) " · " (e.category)
+                @if let Some(n) = e.stage { " · stage " (n) }
+            }
+            table {
+                tr { th { "#" } th { "Strategy" } th { "Period" } th { "Legal minimum" } th { "Source" }
+                     th { "Reason" } th { "Runs" } th { "Last used" } }
+                @for (rank, r) in e.rules.iter().enumerate() {
+                    @let item = (rank + 1).to_string();
+                    tr {
+                        td { (item) }
+                        (fact(key("rule", owner, &item, "strategy"), r.strategy.as_str().into(), false))
+                        (fact(key("rule", owner, &item, "period"), r.period.to_string(), false))
+                        (fact(key("rule", owner, &item, "legal_minimum"), opt(&r.legal_minimum), false))
+                        (fact(key("rule", owner, &item, "source"), opt(&r.source), false))
+                        (fact(key("rule", owner, &item, "reason"), opt(&r.reason), false))
+                        (fact(key("rule", owner, &item, "runs"), r.runs.to_string(), true))
+                        (fact(key("rule", owner, &item, "last_used"), time(&r.last_used), false))
+                    }
+                }
+            }
+            table {
+                tr { th { "Runs" } th { "Succeeded" } th { "Failed" } th { "Last success" } }
+                tr {
+                    (fact(key("runs", owner, "", "runs"), e.runs.runs.to_string(), true))
+                    (fact(key("runs", owner, "", "succeeded"), e.runs.succeeded.to_string(), true))
+                    (fact(key("runs", owner, "", "failed"), e.runs.failed.to_string(), true))
+                    (fact(key("runs", owner, "", "last_success"),
+                        e.runs.last_success.as_ref().map(time).unwrap_or_default(), false))
+                }
+            }
+            @if e.months.is_empty() {
+                p.none { "No rows changed in this period." }
+            } @else {
+                table {
+                    tr { th { "Month" } th { "Purged" } th { "Soft-deleted" } th { "Anonymised" } th { "Archived" } }
+                    @for m in &e.months {
+                        tr {
+                            td { (m.month) }
+                            @for (measure, n) in [("purged", m.purged), ("soft_deleted", m.soft_deleted),
+                                                  ("anonymised", m.anonymised), ("archived", m.archived)] {
+                                (fact(key("removed", owner, &m.month, measure), n.to_string(), true))
+                            }
+                        }
+                    }
+                }
+            }
+            (kept_table("kept", owner, "", &e.kept, "Kept at each tenant's last run of the period"))
+        }
+    }
+}
+
+fn kept_table(
+    section: &str,
+    owner: (&str, &str, &str),
+    item: &str,
+    kept: &cohort::report::KeptCounts,
+    caption: &str,
+) -> Markup {
+    html! {
+        table {
+            caption { (caption) }
+            tr { th { "Held" } th { "Of which by a subject hold" } th { "Legal minimum" } th { "NULL anchor" }
+                 th { "Skipped" } th { "Kept by policy" } }
+            tr {
+                @for (measure, n) in kept_figures(kept) {
+                    (fact(key(section, owner, item, measure), n.to_string(), true))
+                }
+            }
+        }
+    }
+}
+
+fn erasures(report: &Report) -> Markup {
+    let x = &report.erasures;
+    let none = ("", "", "");
+    let secs = |v: Option<f64>| v.map(seconds_text).unwrap_or_default();
+    html! {
+        h2 { "Erasure requests served" }
+        table {
+            tr { th { "Requests" } th { "Succeeded" } th { "Failed" } th { "Median (s)" } th { "95th percentile (s)" } }
+            tr {
+                (fact(key("erasures", none, "", "requests"), x.requests.to_string(), true))
+                (fact(key("erasures", none, "", "succeeded"), x.succeeded.to_string(), true))
+                (fact(key("erasures", none, "", "failed"), x.failed.to_string(), true))
+                (fact(key("erasures", none, "", "median_seconds"), secs(x.median_seconds), true))
+                (fact(key("erasures", none, "", "p95_seconds"), secs(x.p95_seconds), true))
+            }
+        }
+        @if !x.requests_served.is_empty() {
+            table {
+                tr { th { "Run" } th { "Status" } th { "Subject kind" } th { "Started" } th { "Settled" }
+                     th { "Seconds" } th { "Erased" }
+                     th { "Held" } th { "Of which by a subject hold" } th { "Legal minimum" } th { "NULL anchor" }
+                     th { "Skipped" } th { "Kept by policy" } }
+                @for r in &x.requests_served {
+                    @let id = r.run_id.to_string();
+                    tr {
+                        td { code { (id) } }
+                        (fact(key("erasure", none, &id, "status"), r.status.as_str().into(), false))
+                        (fact(key("erasure", none, &id, "subject_kind"), opt(&r.subject_kind), false))
+                        (fact(key("erasure", none, &id, "started_at"), time(&r.started_at), false))
+                        (fact(key("erasure", none, &id, "settled_at"),
+                            r.settled_at.as_ref().map(time).unwrap_or_default(), false))
+                        (fact(key("erasure", none, &id, "seconds"), secs(r.seconds), true))
+                        (fact(key("erasure", none, &id, "removed"), r.removed.to_string(), true))
+                        @for (measure, n) in kept_figures(&r.kept) {
+                            (fact(key("erasure", none, &id, measure), n.to_string(), true))
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn holds(report: &Report) -> Markup {
+    let none = ("", "", "");
+    html! {
+        h2 { "Holds" }
+        p.meta { "Counts only: reasons and subjects stay in the database." }
+        table {
+            tr { th { "On" } th { "Placed" } th { "Released" } th { "Expired" } th { "In force at the end" } }
+            @for h in &report.holds {
+                tr {
+                    td { (h.target) }
+                    @for (measure, n) in [("placed", h.placed), ("released", h.released),
+                                          ("expired", h.expired), ("in_force", h.in_force)] {
+                        (fact(key("holds", none, &h.target, measure), n.to_string(), true))
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn failures(report: &Report) -> Markup {
+    html! {
+        h2 { "Failures" }
+        @if report.failures.is_empty() {
+            p.none { "No run failed in this period." }
+        } @else {
+            table {
+                tr { th { "Kind" } th { "Entity" } th { "Code" } th { "Count" } }
+                @for f in &report.failures {
+                    @let entity = f.entity.as_deref().unwrap_or("");
+                    tr {
+                        td { (f.kind.as_str()) }
+                        td { @if entity.is_empty() { span.none { "the run" } } @else { (entity) } }
+                        td { code { (f.code) } }
+                        (fact(key("failures", (entity, "", ""), f.kind.as_str(), &f.code), f.count.to_string(), true))
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Every month of the period, `YYYY-MM`.
+fn months(from: NaiveDate, to: NaiveDate) -> Vec<String> {
+    let mut out = Vec::new();
+    let (mut y, mut m) = (from.year(), from.month());
+    while (y, m) <= (to.year(), to.month()) {
+        out.push(format!("{y:04}-{m:02}"));
+        (y, m) = if m == 12 { (y + 1, 1) } else { (y, m + 1) };
+    }
+    out
+}
+
+/// A round axis maximum at or above `n`: 1, 2 or 5 times a power of ten.
+fn nice(n: u64) -> u64 {
+    let mut step = 1u64;
+    loop {
+        for f in [1, 2, 5] {
+            if step.saturating_mul(f) >= n {
+                return step.saturating_mul(f);
+            }
+        }
+        step = step.saturating_mul(10);
+    }
+}
+
+/// Rows changed per month, one stacked bar a month, one colour a category.
+fn chart(report: &Report) -> Markup {
+    let months = months(report.from, report.to);
+    let mut by: BTreeMap<&str, BTreeMap<&str, u64>> = BTreeMap::new();
+    for e in &report.entities {
+        for m in &e.months {
+            let n = m.purged + m.soft_deleted + m.anonymised + m.archived;
+            *by.entry(e.category.as_str())
+                .or_default()
+                .entry(m.month.as_str())
+                .or_default() += n;
+        }
+    }
+    let categories: Vec<&str> = by.keys().copied().collect();
+    let total = |month: &str| -> u64 {
+        by.values()
+            .map(|c| c.get(month).copied().unwrap_or(0))
+            .sum()
+    };
+    let top = nice(months.iter().map(|m| total(m)).max().unwrap_or(0).max(1));
+    let (left, width, height, bottom) = (56.0, 680.0, 200.0, 34.0);
+    let slot = width / months.len() as f64;
+    let bar = (slot * 0.7).max(1.0);
+    let y = |n: u64| height - (n as f64 / top as f64) * height;
+    let label_every = months.len().div_ceil(14);
+    // (x, y, height, colour, tooltip) of each stacked segment.
+    let mut rects: Vec<(f64, f64, f64, &str, String)> = Vec::new();
+    for (i, month) in months.iter().enumerate() {
+        let x = left + slot * i as f64 + (slot - bar) / 2.0;
+        let mut base = 0u64;
+        for (c, category) in categories.iter().enumerate() {
+            let n = by[category].get(month.as_str()).copied().unwrap_or(0);
+            if n > 0 {
+                let colour = PALETTE[c % PALETTE.len()];
+                let tip = format!("{category} {month}: {n} rows");
+                rects.push((x, y(base + n) + 5.0, y(base) - y(base + n), colour, tip));
+                base += n;
+            }
+        }
+    }
+    html! {
+        @if categories.is_empty() {
+            p.none { "No rows changed in this period." }
+        } @else {
+            svg xmlns="http://www.w3.org/2000/svg" width=(left + width + 10.0) height=(height + bottom + 10.0)
+                viewBox=(format!("0 0 {} {}", left + width + 10.0, height + bottom + 10.0))
+                role="img" aria-label="Rows changed per month, by category" {
+                @for tick in [0, top / 2, top] {
+                    line x1=(left) x2=(left + width) y1=(y(tick) + 5.0) y2=(y(tick) + 5.0) stroke="#d0d7de" {}
+                    text x=(left - 6.0) y=(y(tick) + 9.0) text-anchor="end" { (tick) }
+                }
+                @for r in &rects {
+                    rect x=(format!("{:.1}", r.0)) y=(format!("{:.1}", r.1)) width=(format!("{bar:.1}"))
+                        height=(format!("{:.1}", r.2)) fill=(r.3) { title { (r.4) } }
+                }
+                @for (i, month) in months.iter().enumerate() {
+                    @if i % label_every == 0 {
+                        text x=(format!("{:.1}", left + slot * i as f64 + slot / 2.0)) y=(height + 22.0)
+                            text-anchor="middle" { (month) }
+                    }
+                }
+            }
+            p.legend {
+                @for (c, category) in categories.iter().enumerate() {
+                    span { i style=(format!("background:{}", PALETTE[c % PALETTE.len()])) {} (category) }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn months_cover_the_period_and_axes_are_round() {
+        let d = |s: &str| s.parse::<NaiveDate>().unwrap();
+        assert_eq!(
+            months(d("2025-11-20"), d("2026-02-01")),
+            ["2025-11", "2025-12", "2026-01", "2026-02"]
+        );
+        assert_eq!(months(d("2026-03-01"), d("2026-03-31")), ["2026-03"]);
+        assert_eq!(
+            [nice(1), nice(3), nice(7), nice(11), nice(480)],
+            [1, 5, 10, 20, 500]
+        );
+    }
+}

@@ -1,0 +1,120 @@
+//! `cohort report`: the evidence of retention for a period, from the
+//! ledger alone, as one self-contained HTML file, CSV or JSON.
+
+mod html;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use chrono::NaiveDate;
+use cohort::report::{Report, ReportRequest};
+use cohort::{Cohort, Error};
+
+use crate::Failure;
+
+/// `--format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Format {
+    /// One self-contained page: no script, no external resource, printable.
+    Html,
+    /// One row per figure: section, entity, category, stage, item, measure, value.
+    Csv,
+    /// The report as one JSON document.
+    Json,
+}
+
+/// What `cohort report` was asked for.
+pub(crate) struct Args<'a> {
+    pub(crate) from: &'a str,
+    pub(crate) to: &'a str,
+    pub(crate) tenant: Option<&'a str>,
+    pub(crate) format: Format,
+    pub(crate) output: Option<&'a Path>,
+}
+
+fn date(flag: &str, text: &str) -> Result<NaiveDate, Failure> {
+    text.parse::<NaiveDate>().map_err(|_| {
+        Failure::Input(Error::InvalidInput(format!(
+            "{flag} {text:?} is not a date: write it as YYYY-MM-DD (UTC)"
+        )))
+    })
+}
+
+pub(crate) async fn run(cohort: &Cohort, args: Args<'_>) -> Result<(), Failure> {
+    let mut request = ReportRequest::new(date("--from", args.from)?, date("--to", args.to)?);
+    if let Some(t) = args.tenant {
+        request = request.tenant(cohort.canonical_tenant(t).await?);
+    }
+    let report = cohort.report(&request).await?;
+    let bytes = render(&report, args.format)?;
+    match args.output {
+        Some(path) => write_file(path, &bytes),
+        None => {
+            let mut out = std::io::stdout().lock();
+            match out.write_all(&bytes).and_then(|()| out.flush()) {
+                // `cohort report … | head`: a closed pipe ends quietly.
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+                other => other.map_err(|e| io_failure("stdout", &e)),
+            }
+        }
+    }
+}
+
+/// The report in one format.
+pub(crate) fn render(report: &Report, format: Format) -> Result<Vec<u8>, Failure> {
+    Ok(match format {
+        Format::Json => {
+            let mut v = serde_json::to_vec_pretty(report).expect("a report serialises");
+            v.push(b'\n');
+            v
+        }
+        Format::Csv => csv(report)?,
+        Format::Html => html::page(report).into_string().into_bytes(),
+    })
+}
+
+fn csv(report: &Report) -> Result<Vec<u8>, Failure> {
+    let mut w = csv::Writer::from_writer(Vec::new());
+    let failed = |e: csv::Error| Failure::Run(Error::InvalidInput(format!("writing CSV: {e}")));
+    w.write_record([
+        "section", "entity", "category", "stage", "item", "measure", "value",
+    ])
+    .map_err(failed)?;
+    for f in report.facts() {
+        w.write_record([
+            f.section,
+            &f.entity,
+            &f.category,
+            &f.stage,
+            &f.item,
+            &f.measure,
+            &f.value,
+        ])
+        .map_err(failed)?;
+    }
+    w.into_inner()
+        .map_err(|e| Failure::Run(Error::InvalidInput(format!("writing CSV: {e}"))))
+}
+
+/// Writes beside the target and renames over it: a reader never sees half
+/// a report, and a failed write leaves an older report as it was.
+fn write_file(path: &Path, bytes: &[u8]) -> Result<(), Failure> {
+    let name = path.file_name().ok_or_else(|| {
+        Failure::Input(Error::InvalidInput(format!(
+            "--output {} names no file",
+            path.display()
+        )))
+    })?;
+    let mut partial = PathBuf::from(path);
+    partial.set_file_name(format!(".{}.partial", name.to_string_lossy()));
+    std::fs::write(&partial, bytes)
+        .and_then(|()| std::fs::rename(&partial, path))
+        .map_err(|e| {
+            let _ = std::fs::remove_file(&partial);
+            io_failure(&path.display().to_string(), &e)
+        })
+}
+
+fn io_failure(target: &str, e: &std::io::Error) -> Failure {
+    Failure::Input(Error::InvalidInput(format!("cannot write {target}: {e}")))
+}

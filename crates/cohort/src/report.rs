@@ -1,0 +1,828 @@
+//! The evidence of retention for a period (`cohort report`), read from the
+//! ledger alone: the rules in force, the runs, the rows removed per month
+//! and the rows kept and why, the erasure requests served, the holds and
+//! the failures.
+//!
+//! [`Report::facts`] flattens a report into one list of figures; the CLI's
+//! CSV is that list and its HTML shows every one of them, so the formats
+//! cannot disagree.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, NaiveDate, Utc};
+use serde::Serialize;
+use sqlx::postgres::types::PgInterval;
+use sqlx::Row;
+use uuid::Uuid;
+
+use crate::context::Context;
+use crate::error::{Error, Result};
+use crate::rules::{Period, Strategy};
+use crate::run::{RunKind, RunStatus};
+use crate::sql::report::{self as statements, Window};
+
+/// The period (whole UTC days, both ends included) and tenant a report
+/// covers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReportRequest {
+    from: NaiveDate,
+    to: NaiveDate,
+    tenant: Option<String>,
+}
+
+impl ReportRequest {
+    /// The days `from` to `to`, both included. `from` after `to` is
+    /// refused when the report is built.
+    pub fn new(from: NaiveDate, to: NaiveDate) -> Self {
+        ReportRequest {
+            from,
+            to,
+            tenant: None,
+        }
+    }
+
+    /// Only this tenant's runs, and the holds that reach it (its own and
+    /// the tenantless ones).
+    pub fn tenant(mut self, tenant: impl Into<String>) -> Self {
+        self.tenant = Some(tenant.into());
+        self
+    }
+
+    fn window(&self) -> Result<Window> {
+        if self.from > self.to {
+            return Err(Error::InvalidInput(format!(
+                "a report's period must not end before it starts ({} is after {})",
+                self.from, self.to
+            )));
+        }
+        let until = self.to.succ_opt().ok_or_else(|| {
+            Error::InvalidInput(format!("{} is past the last date Cohort can use", self.to))
+        })?;
+        let start = |d: NaiveDate| d.and_hms_opt(0, 0, 0).map(|t| t.and_utc());
+        Ok(Window {
+            from: start(self.from).expect("midnight exists"),
+            until: start(until).expect("midnight exists"),
+            tenant: self.tenant.clone(),
+        })
+    }
+}
+
+/// What the ledger says about one period.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[non_exhaustive]
+pub struct Report {
+    /// First day covered.
+    pub from: NaiveDate,
+    /// Last day covered.
+    pub to: NaiveDate,
+    /// The one tenant covered, or `None` for all.
+    pub tenant: Option<String>,
+    /// When the report was read from the ledger (database clock).
+    pub generated_at: DateTime<Utc>,
+    /// One line per entity, category and stage that a sweep reached.
+    pub entities: Vec<EntityReport>,
+    /// Erasure requests served.
+    pub erasures: ErasureReport,
+    /// Holds on records and holds on subjects.
+    pub holds: Vec<HoldCounts>,
+    /// Failures, by sanitised code.
+    pub failures: Vec<FailureCount>,
+}
+
+/// One entity, category and stage over the period.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[non_exhaustive]
+pub struct EntityReport {
+    /// Durable entity id.
+    pub entity_id: Uuid,
+    /// Display name.
+    pub entity: String,
+    /// Retention category.
+    pub category: String,
+    /// The stage, for a category retained in stages.
+    pub stage: Option<u16>,
+    /// Every rule the runs resolved, the one used last first (a tenant
+    /// override or a policy change shows as a further line).
+    pub rules: Vec<RuleInForce>,
+    /// The sweeps that reached it.
+    pub runs: RunCounts,
+    /// Rows changed per calendar month (UTC), oldest first; months with
+    /// none are left out.
+    pub months: Vec<MonthCounts>,
+    /// Rows kept, and why, as each tenant's last run in the period counted
+    /// them.
+    pub kept: KeptCounts,
+}
+
+/// A rule as the runs resolved it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct RuleInForce {
+    /// Strategy.
+    pub strategy: Strategy,
+    /// Retention period.
+    pub period: Period,
+    /// Legal minimum, when one applied.
+    pub legal_minimum: Option<Period>,
+    /// Where the rule came from (policy, provider, override).
+    pub source: Option<String>,
+    /// The provider's reason, when it gave one.
+    pub reason: Option<String>,
+    /// Runs that used it.
+    pub runs: u64,
+    /// When it was last used.
+    pub last_used: DateTime<Utc>,
+}
+
+/// Sweeps that reached an entity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct RunCounts {
+    /// Runs that reached it.
+    pub runs: u64,
+    /// Runs that finished it without an error.
+    pub succeeded: u64,
+    /// Runs that failed on it.
+    pub failed: u64,
+    /// Settlement of the last run that finished it, in the period.
+    pub last_success: Option<DateTime<Utc>>,
+}
+
+/// Rows changed in one calendar month, by what was done to them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct MonthCounts {
+    /// `YYYY-MM`, UTC.
+    pub month: String,
+    /// Rows deleted.
+    pub purged: u64,
+    /// Rows soft-deleted.
+    pub soft_deleted: u64,
+    /// Rows anonymised.
+    pub anonymised: u64,
+    /// Rows moved to the archive table.
+    pub archived: u64,
+}
+
+/// Rows kept although past their cutoff, by reason.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct KeptCounts {
+    /// Kept by an active hold (record or subject).
+    pub held: u64,
+    /// Of `held`, kept by a hold on a subject.
+    pub held_by_subject: u64,
+    /// Kept because the legal minimum had not passed.
+    pub legal_minimum: u64,
+    /// Kept because the anchor is NULL.
+    pub null_anchor: u64,
+    /// Left although eligible (still referenced, or set aside by a hook).
+    pub skipped: u64,
+    /// Kept by the policy (an erasure's exempt entity, a rule that keeps).
+    pub kept_by_policy: u64,
+}
+
+/// Erasure requests served in the period.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[non_exhaustive]
+pub struct ErasureReport {
+    /// Requests.
+    pub requests: u64,
+    /// Requests that settled as succeeded.
+    pub succeeded: u64,
+    /// Requests that failed, partially failed or were cancelled.
+    pub failed: u64,
+    /// Median time from start to settlement, in seconds (settled requests).
+    pub median_seconds: Option<f64>,
+    /// 95th percentile of that time (linear interpolation, as PostgreSQL's
+    /// `percentile_cont`).
+    pub p95_seconds: Option<f64>,
+    /// Each request, oldest first.
+    pub requests_served: Vec<ErasureServed>,
+}
+
+/// One erasure request. The subject is never in the ledger: its kind is.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[non_exhaustive]
+pub struct ErasureServed {
+    /// The erasure run's id.
+    pub run_id: Uuid,
+    /// Its status.
+    pub status: RunStatus,
+    /// The subject's kind, when the request named one.
+    pub subject_kind: Option<String>,
+    /// Start.
+    pub started_at: DateTime<Utc>,
+    /// Settlement.
+    pub settled_at: Option<DateTime<Utc>>,
+    /// Start to settlement, in seconds.
+    pub seconds: Option<f64>,
+    /// Rows erased (deleted or anonymised).
+    pub removed: u64,
+    /// Rows kept, and why.
+    pub kept: KeptCounts,
+}
+
+/// Holds of one target kind.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct HoldCounts {
+    /// `record` or `subject`.
+    pub target: String,
+    /// Placed in the period.
+    pub placed: u64,
+    /// Released in the period.
+    pub released: u64,
+    /// Expired in the period (before any release).
+    pub expired: u64,
+    /// In force at the end of the period.
+    pub in_force: u64,
+}
+
+/// Failures sharing a sanitised code.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct FailureCount {
+    /// Sweep or erasure.
+    pub kind: RunKind,
+    /// The entity that failed, or `None` for a run-level failure.
+    pub entity: Option<String>,
+    /// The sanitised code (`kind=database code=23503`, `cancelled`, …),
+    /// without the diagnostic id.
+    pub code: String,
+    /// How many times.
+    pub count: u64,
+}
+
+/// One figure of a report: where it sits and its value as text. The CSV
+/// is these rows; the HTML shows each of them.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[non_exhaustive]
+pub struct Fact {
+    /// `report`, `rule`, `runs`, `removed`, `kept`, `erasures`,
+    /// `erasure`, `holds` or `failures`.
+    pub section: &'static str,
+    /// Entity display name (empty where none).
+    pub entity: String,
+    /// Category (empty where none).
+    pub category: String,
+    /// Stage (empty where none).
+    pub stage: String,
+    /// The line within the section: a rule's rank, a month, a run id, a
+    /// hold target, a run kind.
+    pub item: String,
+    /// What is measured.
+    pub measure: String,
+    /// The figure.
+    pub value: String,
+}
+
+impl Fact {
+    /// A key naming the figure uniquely within its report.
+    pub fn key(&self) -> String {
+        [
+            self.section,
+            &self.entity,
+            &self.category,
+            &self.stage,
+            &self.item,
+            &self.measure,
+        ]
+        .join("|")
+    }
+}
+
+fn time(t: &DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+fn opt<T: ToString>(v: &Option<T>) -> String {
+    v.as_ref().map(T::to_string).unwrap_or_default()
+}
+
+/// Seconds as the report prints them: milliseconds, no more.
+pub fn seconds_text(s: f64) -> String {
+    format!("{s:.3}")
+}
+
+impl Report {
+    /// Every figure of the report, in a fixed order.
+    pub fn facts(&self) -> Vec<Fact> {
+        let mut out = Vec::new();
+        let mut push = |section: &'static str,
+                        owner: (&str, &str, String),
+                        item: String,
+                        measure: &str,
+                        value: String| {
+            out.push(Fact {
+                section,
+                entity: owner.0.to_owned(),
+                category: owner.1.to_owned(),
+                stage: owner.2,
+                item,
+                measure: measure.to_owned(),
+                value,
+            })
+        };
+        let none = || ("", "", String::new());
+        push(
+            "report",
+            none(),
+            String::new(),
+            "from",
+            self.from.to_string(),
+        );
+        push("report", none(), String::new(), "to", self.to.to_string());
+        push("report", none(), String::new(), "tenant", opt(&self.tenant));
+        for e in &self.entities {
+            let owner = || (e.entity.as_str(), e.category.as_str(), opt(&e.stage));
+            for (rank, r) in e.rules.iter().enumerate() {
+                let item = (rank + 1).to_string();
+                push(
+                    "rule",
+                    owner(),
+                    item.clone(),
+                    "strategy",
+                    r.strategy.as_str().into(),
+                );
+                push(
+                    "rule",
+                    owner(),
+                    item.clone(),
+                    "period",
+                    r.period.to_string(),
+                );
+                push(
+                    "rule",
+                    owner(),
+                    item.clone(),
+                    "legal_minimum",
+                    opt(&r.legal_minimum),
+                );
+                push("rule", owner(), item.clone(), "source", opt(&r.source));
+                push("rule", owner(), item.clone(), "reason", opt(&r.reason));
+                push("rule", owner(), item.clone(), "runs", r.runs.to_string());
+                push("rule", owner(), item, "last_used", time(&r.last_used));
+            }
+            let runs = &e.runs;
+            push(
+                "runs",
+                owner(),
+                String::new(),
+                "runs",
+                runs.runs.to_string(),
+            );
+            push(
+                "runs",
+                owner(),
+                String::new(),
+                "succeeded",
+                runs.succeeded.to_string(),
+            );
+            push(
+                "runs",
+                owner(),
+                String::new(),
+                "failed",
+                runs.failed.to_string(),
+            );
+            let last = runs.last_success.as_ref().map(time).unwrap_or_default();
+            push("runs", owner(), String::new(), "last_success", last);
+            for m in &e.months {
+                for (measure, n) in [
+                    ("purged", m.purged),
+                    ("soft_deleted", m.soft_deleted),
+                    ("anonymised", m.anonymised),
+                    ("archived", m.archived),
+                ] {
+                    push("removed", owner(), m.month.clone(), measure, n.to_string());
+                }
+            }
+            for (measure, n) in kept_figures(&e.kept) {
+                push("kept", owner(), String::new(), measure, n.to_string());
+            }
+        }
+        let x = &self.erasures;
+        push(
+            "erasures",
+            none(),
+            String::new(),
+            "requests",
+            x.requests.to_string(),
+        );
+        push(
+            "erasures",
+            none(),
+            String::new(),
+            "succeeded",
+            x.succeeded.to_string(),
+        );
+        push(
+            "erasures",
+            none(),
+            String::new(),
+            "failed",
+            x.failed.to_string(),
+        );
+        let secs = |v: Option<f64>| v.map(seconds_text).unwrap_or_default();
+        push(
+            "erasures",
+            none(),
+            String::new(),
+            "median_seconds",
+            secs(x.median_seconds),
+        );
+        push(
+            "erasures",
+            none(),
+            String::new(),
+            "p95_seconds",
+            secs(x.p95_seconds),
+        );
+        for r in &x.requests_served {
+            let id = r.run_id.to_string();
+            push(
+                "erasure",
+                none(),
+                id.clone(),
+                "status",
+                r.status.as_str().into(),
+            );
+            push(
+                "erasure",
+                none(),
+                id.clone(),
+                "subject_kind",
+                opt(&r.subject_kind),
+            );
+            push(
+                "erasure",
+                none(),
+                id.clone(),
+                "started_at",
+                time(&r.started_at),
+            );
+            let settled = r.settled_at.as_ref().map(time).unwrap_or_default();
+            push("erasure", none(), id.clone(), "settled_at", settled);
+            push("erasure", none(), id.clone(), "seconds", secs(r.seconds));
+            push(
+                "erasure",
+                none(),
+                id.clone(),
+                "removed",
+                r.removed.to_string(),
+            );
+            for (measure, n) in kept_figures(&r.kept) {
+                push("erasure", none(), id.clone(), measure, n.to_string());
+            }
+        }
+        for h in &self.holds {
+            for (measure, n) in [
+                ("placed", h.placed),
+                ("released", h.released),
+                ("expired", h.expired),
+                ("in_force", h.in_force),
+            ] {
+                push("holds", none(), h.target.clone(), measure, n.to_string());
+            }
+        }
+        for f in &self.failures {
+            let owner = (f.entity.as_deref().unwrap_or(""), "", String::new());
+            push(
+                "failures",
+                owner,
+                f.kind.as_str().into(),
+                &f.code,
+                f.count.to_string(),
+            );
+        }
+        out
+    }
+}
+
+/// The kept figures by name, in the order every format shows them.
+pub fn kept_figures(k: &KeptCounts) -> [(&'static str, u64); 6] {
+    [
+        ("held", k.held),
+        ("held_by_subject", k.held_by_subject),
+        ("legal_minimum", k.legal_minimum),
+        ("null_anchor", k.null_anchor),
+        ("skipped", k.skipped),
+        ("kept_by_policy", k.kept_by_policy),
+    ]
+}
+
+fn count(row: &sqlx::postgres::PgRow, column: &str) -> Result<u64> {
+    Ok(row.try_get::<i64, _>(column)?.max(0) as u64)
+}
+
+fn period(interval: PgInterval) -> Result<Period> {
+    crate::history::period_of(interval)
+}
+
+fn kept(row: &sqlx::postgres::PgRow) -> Result<KeptCounts> {
+    Ok(KeptCounts {
+        held: count(row, "held")?,
+        held_by_subject: count(row, "held_by_subject")?,
+        legal_minimum: count(row, "legal_minimum")?,
+        null_anchor: count(row, "null_anchor")?,
+        skipped: count(row, "skipped")?,
+        kept_by_policy: count(row, "kept_by_policy")?,
+    })
+}
+
+/// Linear interpolation between the closest ranks, as PostgreSQL's
+/// `percentile_cont`. `sorted` is ascending and not empty.
+fn percentile(sorted: &[f64], fraction: f64) -> f64 {
+    let position = fraction * (sorted.len() - 1) as f64;
+    let below = position.floor() as usize;
+    let above = position.ceil() as usize;
+    sorted[below] + (sorted[above] - sorted[below]) * (position - below as f64)
+}
+
+/// Drops the diagnostic id from a sanitised failure text: what remains is
+/// the failure's kind and code, the same for every occurrence.
+fn failure_code(text: &str) -> String {
+    text.split_whitespace()
+        .filter(|w| !w.starts_with("diagnostic_id="))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+type Group = (Uuid, String, Option<i16>);
+
+fn group(row: &sqlx::postgres::PgRow) -> Result<Group> {
+    Ok((
+        row.try_get("retention_entity_id")?,
+        row.try_get("category")?,
+        row.try_get("stage")?,
+    ))
+}
+
+pub(crate) async fn build(cx: &Context, request: &ReportRequest) -> Result<Report> {
+    let window = request.window()?;
+    let schema = &cx.config.schema;
+    let pool = &cx.pool;
+    // One snapshot for every statement: the figures agree with each other
+    // even while runs settle.
+    let mut tx = pool.begin().await?;
+    sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        .execute(&mut *tx)
+        .await?;
+    let generated_at: DateTime<Utc> = sqlx::query_scalar("SELECT pg_catalog.now()")
+        .fetch_one(&mut *tx)
+        .await?;
+
+    let mut entities = Vec::new();
+    let mut index: BTreeMap<Group, usize> = BTreeMap::new();
+    for row in statements::entity_runs(schema, window.clone())
+        .query()
+        .fetch_all(&mut *tx)
+        .await?
+    {
+        index.insert(group(&row)?, entities.len());
+        entities.push(EntityReport {
+            entity_id: row.try_get("retention_entity_id")?,
+            entity: row.try_get("entity_type")?,
+            category: row.try_get("category")?,
+            stage: row
+                .try_get::<Option<i16>, _>("stage")?
+                .and_then(|n| u16::try_from(n).ok()),
+            rules: Vec::new(),
+            runs: RunCounts {
+                runs: count(&row, "runs")?,
+                succeeded: count(&row, "succeeded")?,
+                failed: count(&row, "failed")?,
+                last_success: row.try_get("last_success")?,
+            },
+            months: Vec::new(),
+            kept: KeptCounts::default(),
+        });
+    }
+    let owner = |row: &sqlx::postgres::PgRow| -> Result<Option<usize>> {
+        Ok(index.get(&group(row)?).copied())
+    };
+
+    for row in statements::entity_rules(schema, window.clone())
+        .query()
+        .fetch_all(&mut *tx)
+        .await?
+    {
+        let Some(i) = owner(&row)? else { continue };
+        let strategy: String = row.try_get("strategy")?;
+        entities[i].rules.push(RuleInForce {
+            strategy: strategy
+                .parse::<Strategy>()
+                .map_err(|e| Error::Migration(e.to_string()))?,
+            period: period(row.try_get("resolved_period")?)?,
+            legal_minimum: row
+                .try_get::<Option<PgInterval>, _>("legal_min")?
+                .map(period)
+                .transpose()?,
+            source: row.try_get("rule_source")?,
+            reason: row.try_get("rule_reason")?,
+            runs: count(&row, "runs")?,
+            last_used: row.try_get("last_used")?,
+        });
+    }
+
+    for row in statements::entity_months(schema, window.clone())
+        .query()
+        .fetch_all(&mut *tx)
+        .await?
+    {
+        let Some(i) = owner(&row)? else { continue };
+        let month: String = row.try_get("month")?;
+        let months = &mut entities[i].months;
+        if months.last().is_none_or(|m| m.month != month) {
+            months.push(MonthCounts {
+                month,
+                purged: 0,
+                soft_deleted: 0,
+                anonymised: 0,
+                archived: 0,
+            });
+        }
+        let m = months.last_mut().expect("pushed");
+        let n = count(&row, "affected")?;
+        let strategy: String = row.try_get("strategy")?;
+        match strategy.parse::<Strategy>() {
+            Ok(Strategy::Purge) => m.purged += n,
+            Ok(Strategy::SoftDelete) => m.soft_deleted += n,
+            Ok(Strategy::Anonymise) => m.anonymised += n,
+            Ok(Strategy::Archive) => m.archived += n,
+            _ => {}
+        }
+    }
+
+    for row in statements::entity_kept(schema, window.clone())
+        .query()
+        .fetch_all(&mut *tx)
+        .await?
+    {
+        let Some(i) = owner(&row)? else { continue };
+        entities[i].kept = kept(&row)?;
+    }
+
+    let mut served = Vec::new();
+    for row in statements::erasures(schema, window.clone())
+        .query()
+        .fetch_all(&mut *tx)
+        .await?
+    {
+        let status: String = row.try_get("status")?;
+        let status = RunStatus::parse(&status)
+            .ok_or_else(|| Error::Migration(format!("unknown run status {status:?}")))?;
+        let started_at: DateTime<Utc> = row.try_get("started_at")?;
+        let settled_at: Option<DateTime<Utc>> = row.try_get("settled_at")?;
+        served.push(ErasureServed {
+            run_id: row.try_get("run_id")?,
+            status,
+            subject_kind: row.try_get("erasure_subject_kind")?,
+            started_at,
+            settled_at,
+            seconds: settled_at
+                .map(|s| (s - started_at).num_microseconds().unwrap_or(i64::MAX) as f64 / 1e6),
+            removed: count(&row, "affected")?,
+            kept: kept(&row)?,
+        });
+    }
+    let mut durations: Vec<f64> = served.iter().filter_map(|r| r.seconds).collect();
+    durations.sort_by(f64::total_cmp);
+    let erasures = ErasureReport {
+        requests: served.len() as u64,
+        succeeded: served
+            .iter()
+            .filter(|r| r.status == RunStatus::Succeeded)
+            .count() as u64,
+        failed: served
+            .iter()
+            .filter(|r| {
+                matches!(
+                    r.status,
+                    RunStatus::Failed | RunStatus::PartiallyFailed | RunStatus::Cancelled
+                )
+            })
+            .count() as u64,
+        median_seconds: (!durations.is_empty()).then(|| percentile(&durations, 0.5)),
+        p95_seconds: (!durations.is_empty()).then(|| percentile(&durations, 0.95)),
+        requests_served: served,
+    };
+
+    let mut holds: Vec<HoldCounts> = ["record", "subject"]
+        .into_iter()
+        .map(|target| HoldCounts {
+            target: target.to_owned(),
+            placed: 0,
+            released: 0,
+            expired: 0,
+            in_force: 0,
+        })
+        .collect();
+    for row in statements::holds(schema, window.clone())
+        .query()
+        .fetch_all(&mut *tx)
+        .await?
+    {
+        let target: String = row.try_get("target")?;
+        if let Some(h) = holds.iter_mut().find(|h| h.target == target) {
+            h.placed = count(&row, "placed")?;
+            h.released = count(&row, "released")?;
+            h.expired = count(&row, "expired")?;
+            h.in_force = count(&row, "in_force")?;
+        }
+    }
+
+    let mut failures: BTreeMap<(&'static str, Option<String>, String), u64> = BTreeMap::new();
+    for row in statements::failures(schema, window)
+        .query()
+        .fetch_all(&mut *tx)
+        .await?
+    {
+        let kind: String = row.try_get("kind")?;
+        let kind = if kind == "erasure" {
+            "erasure"
+        } else {
+            "sweep"
+        };
+        let entity: Option<String> = row.try_get("entity")?;
+        let error: String = row.try_get("error")?;
+        let codes: Vec<String> = if entity.is_some() {
+            vec![failure_code(&error)]
+        } else {
+            // A run's own error text lists its entities' failures first
+            // ("entity <id>: …", counted from their summaries), then its
+            // own ("run: …"), or is a single reason.
+            error
+                .split("; ")
+                .filter(|part| !part.starts_with("entity "))
+                .map(|part| failure_code(part.strip_prefix("run: ").unwrap_or(part)))
+                .collect()
+        };
+        for code in codes {
+            *failures.entry((kind, entity.clone(), code)).or_default() += 1;
+        }
+    }
+    tx.commit().await?;
+
+    Ok(Report {
+        from: request.from,
+        to: request.to,
+        tenant: request.tenant.clone(),
+        generated_at,
+        entities,
+        erasures,
+        holds,
+        failures: failures
+            .into_iter()
+            .map(|((kind, entity, code), count)| FailureCount {
+                kind: if kind == "erasure" {
+                    RunKind::Erasure
+                } else {
+                    RunKind::Sweep
+                },
+                entity,
+                code,
+                count,
+            })
+            .collect(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_interpolate_like_postgres() {
+        let v = [1.0, 2.0, 3.0, 4.0];
+        assert_eq!(percentile(&v, 0.5), 2.5);
+        assert!((percentile(&v, 0.95) - 3.85).abs() < 1e-9);
+        assert_eq!(percentile(&[7.0], 0.95), 7.0);
+    }
+
+    #[test]
+    fn failure_codes_drop_the_diagnostic_id() {
+        assert_eq!(
+            failure_code(
+                "kind=database code=23503 diagnostic_id=5c1e0a5e-0000-4000-8000-000000000000"
+            ),
+            "kind=database code=23503"
+        );
+        assert_eq!(failure_code("cancelled"), "cancelled");
+    }
+
+    #[test]
+    fn a_period_ending_before_it_starts_is_refused() {
+        let d = |s: &str| s.parse::<NaiveDate>().unwrap();
+        let err = ReportRequest::new(d("2026-02-01"), d("2026-01-31"))
+            .window()
+            .unwrap_err();
+        assert!(err.to_string().contains("must not end before"), "{err}");
+        let w = ReportRequest::new(d("2026-01-01"), d("2026-01-31"))
+            .window()
+            .unwrap();
+        assert_eq!(w.from.to_rfc3339(), "2026-01-01T00:00:00+00:00");
+        assert_eq!(w.until.to_rfc3339(), "2026-02-01T00:00:00+00:00");
+    }
+}
