@@ -790,8 +790,14 @@ fn report_statements() {
         "report",
         family(&[
             ("entity_runs", entity_runs("cohort", w()).checked().as_str()),
-            ("entity_rules", entity_rules("cohort", w()).checked().as_str()),
-            ("entity_months", entity_months("cohort", w()).checked().as_str()),
+            (
+                "entity_rules",
+                entity_rules("cohort", w()).checked().as_str()
+            ),
+            (
+                "entity_months",
+                entity_months("cohort", w()).checked().as_str()
+            ),
             ("entity_kept", entity_kept("cohort", w()).checked().as_str()),
             ("erasures", erasures("cohort", w()).checked().as_str()),
             ("holds", holds("cohort", w()).checked().as_str()),
