@@ -77,4 +77,6 @@ mod guide {
     struct Archive;
     #[doc = include_str!("../../../docs/stages.md")]
     struct Stages;
+    #[doc = include_str!("../../../docs/report.md")]
+    struct Report;
 }
