@@ -1605,6 +1605,16 @@ async fn newcomer_commands_do_what_the_output_suggests() {
         text.contains("KIND") && text.contains("DURATION") && text.contains("sweep"),
         "{text}"
     );
+    // Who started each run: an operator (manual) or the worker (scheduled).
+    let header = text.lines().next().unwrap_or_default();
+    assert!(
+        header.contains("KIND") && header.contains("TRIGGER"),
+        "{text}"
+    );
+    assert!(
+        text.lines().skip(1).any(|l| l.contains(" manual ")),
+        "{text}"
+    );
 
     let contact = "1";
     let out = cohort(

@@ -320,9 +320,10 @@ pub(crate) fn toml_problem(text: &str, e: &toml::de::Error) -> String {
             let before = &text[..span.start.min(text.len())];
             let line = before.matches('\n').count() + 1;
             let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
-            format!("line {line}, column {column}: {}", e.message())
+            let message = crate::suggest::serde_message(e.message());
+            format!("line {line}, column {column}: {message}")
         }
-        None => e.message().to_string(),
+        None => crate::suggest::serde_message(e.message()),
     }
 }
 

@@ -30,6 +30,7 @@ pub mod sea_orm;
 pub mod services;
 pub mod settings;
 mod sql;
+mod suggest;
 pub mod telemetry;
 mod tenants;
 pub mod validate;

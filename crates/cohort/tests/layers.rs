@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 const LAYERS: &[(&str, &[&str])] = &[
     (
         "leaves",
-        &["ident", "error", "cancel", "diagnostic", "locks"],
+        &["ident", "error", "cancel", "diagnostic", "locks", "suggest"],
     ),
     (
         "domain (no database)",

@@ -503,6 +503,76 @@ async fn unknown_category_is_rejected() {
     .await;
 }
 
+/// Errors that stop short of the fix get a "did you mean" wherever the
+/// catalog or the policy knows the answer: a table in another schema, a
+/// near-miss table name, a near-miss category (with the known ones
+/// listed), a near-miss policy key or strategy. Nothing changes.
+#[tokio::test]
+async fn errors_name_what_was_probably_meant() {
+    let db = migrated_db().await;
+    exec(db.pool(), NOTES).await;
+    exec(
+        db.pool(),
+        "CREATE SCHEMA app; CREATE TABLE app.contacts (id bigint PRIMARY KEY, created_at timestamptz);",
+    )
+    .await;
+    let wrong_schema = note("app.notes");
+    let near_name = note("public.notez");
+    let far_name = note("public.zzzzzzzz");
+    for (decl, says) in [
+        (
+            wrong_schema,
+            "Note: table app.notes does not exist; a table of that name exists in public.notes",
+        ),
+        (
+            near_name,
+            "Note: table public.notez does not exist; did you mean public.notes?",
+        ),
+    ] {
+        expect_problems(&db, vec![decl], &["notes"], &[says]).await;
+    }
+    let problems = expect_problems(&db, vec![far_name], &["notes"], &[]).await;
+    assert_eq!(
+        problems,
+        ["Note: table public.zzzzzzzz does not exist"],
+        "no guess when nothing is close"
+    );
+    expect_problems(
+        &db,
+        vec![note("notes").category("note")],
+        &["notes"],
+        &["category \"note\" is not known to the rule provider (it knows contacts, kept, mixed, notes, soft); did you mean \"notes\"?"],
+    )
+    .await;
+
+    // The policy file: a near-miss key, and the one spelling of a strategy.
+    let file = |category: &str| {
+        format!(
+            "[[entity]]\nname = \"Note\"\nid = \"{NOTE_ID}\"\ntable = \"public.notes\"\ncategory = \"notes\"\n\n[[category]]\nname = \"notes\"\n{category}\n"
+        )
+    };
+    let err = cohort::policy::PolicyFile::parse(&file("strategy = \"purge\"\nperod = \"30d\""))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("unknown field `perod`") && err.contains("did you mean `period`?"),
+        "{err}"
+    );
+    let err =
+        cohort::policy::PolicyFile::parse(&file("strategy = \"anonymize\"\nperiod = \"30d\""))
+            .unwrap_err()
+            .to_string();
+    assert!(
+        err.contains("unknown strategy \"anonymize\"")
+            && err.contains("did you mean \"anonymise\"?"),
+        "{err}"
+    );
+    assert!(
+        cohort::policy::PolicyFile::parse(&file("strategy = \"anonymise\"\nperiod = \"30d\""))
+            .is_ok()
+    );
+}
+
 #[tokio::test]
 async fn erasure_subjects_several_columns_and_incompatible_types() {
     let db = migrated_db().await;

@@ -36,6 +36,7 @@ pub(crate) async fn runs(cohort: &Cohort, json: bool, cmd: &RunsCommand) -> Resu
                         vec![
                             r.run_id.to_string(),
                             r.kind.as_str().to_string(),
+                            r.trigger.as_str().to_string(),
                             r.status.as_str().to_string(),
                             if r.dry_run { "yes" } else { "no" }.to_string(),
                             r.tenant.clone().unwrap_or_else(|| "(tenantless)".into()),
@@ -56,6 +57,7 @@ pub(crate) async fn runs(cohort: &Cohort, json: bool, cmd: &RunsCommand) -> Resu
                         &[
                             "RUN",
                             "KIND",
+                            "TRIGGER",
                             "STATUS",
                             "DRY RUN",
                             "TENANT",

@@ -179,6 +179,13 @@ pub trait RuleProvider: Send + Sync + 'static {
     fn named_tenants(&self) -> Vec<(String, String)> {
         Vec::new()
     }
+
+    /// The categories the provider knows, for the message that names an
+    /// unknown one ("did you mean"). Empty when the provider cannot list
+    /// them.
+    fn known_categories(&self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// A tenant-, jurisdiction- or tag-specific variation of a category's rule;
@@ -395,6 +402,10 @@ impl RuleProvider for StaticRuleProvider {
                     .filter_map(|o| o.tenant.clone().map(|t| (name.clone(), t)))
             })
             .collect()
+    }
+
+    fn known_categories(&self) -> Vec<String> {
+        self.category_names().map(str::to_owned).collect()
     }
 
     fn capabilities(&self, category: &str) -> Option<CategoryCapabilities> {

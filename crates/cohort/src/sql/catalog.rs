@@ -38,6 +38,25 @@ pub(crate) fn table(schema: String, name: String) -> Statement<(String, String)>
     )
 }
 
+/// Tables a missing one may have meant: `schema, name` of every table,
+/// view or foreign table named `$2` in another schema, and of every one in
+/// schema `$1` (system schemas left out).
+pub(crate) fn near_tables(schema: String, name: String) -> Statement<(String, String)> {
+    Statement::new(
+        SqlText::new(
+            "SELECT n.nspname AS schema, c.relname AS name \
+         FROM pg_catalog.pg_class c \
+         JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+         WHERE c.relkind IN ('r', 'p', 'v', 'm', 'f') AND NOT c.relispartition \
+           AND (c.relname = $2 OR n.nspname = $1) \
+           AND n.nspname NOT IN ('pg_catalog', 'information_schema') \
+           AND n.nspname NOT LIKE 'pg\\_toast%' \
+         ORDER BY n.nspname, c.relname LIMIT 10000",
+        ),
+        (schema, name),
+    )
+}
+
 /// A relation's live columns in order (see `ColumnInfo`).
 pub(crate) fn columns(table: Oid) -> Statement<(Oid,)> {
     Statement::new(

@@ -105,6 +105,50 @@ pub(crate) async fn server_info(conn: &mut PgConnection) -> Result<ServerInfo, s
     })
 }
 
+/// What a table that does not exist may have been meant to be: the same
+/// name in other schemas (the usual slip: the table is in `public`, the
+/// policy names `app`), or else the closest name in its schema.
+pub(crate) async fn did_you_mean_table(
+    conn: &mut PgConnection,
+    missing: &QualifiedName,
+) -> Result<String, sqlx::Error> {
+    let rows = statements::near_tables(missing.schema.clone(), missing.name.clone())
+        .query()
+        .fetch_all(&mut *conn)
+        .await?;
+    let mut names = Vec::with_capacity(rows.len());
+    for row in &rows {
+        names.push(QualifiedName::new(
+            row.try_get::<String, _>("schema")?,
+            row.try_get::<String, _>("name")?,
+        ));
+    }
+    let elsewhere: Vec<String> = names
+        .iter()
+        .filter(|n| n.name == missing.name && n.schema != missing.schema)
+        .map(|n| n.display_plain())
+        .collect();
+    if !elsewhere.is_empty() {
+        return Ok(format!(
+            "; a table of that name exists in {}",
+            elsewhere.join(", ")
+        ));
+    }
+    let same_schema: Vec<&str> = names
+        .iter()
+        .filter(|n| n.schema == missing.schema)
+        .map(|n| n.name.as_str())
+        .collect();
+    Ok(crate::suggest::closest(&missing.name, same_schema)
+        .map(|c| {
+            format!(
+                "; did you mean {}?",
+                QualifiedName::new(missing.schema.clone(), c).display_plain()
+            )
+        })
+        .unwrap_or_default())
+}
+
 pub(crate) async fn load_table(
     conn: &mut PgConnection,
     name: &QualifiedName,

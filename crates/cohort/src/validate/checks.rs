@@ -165,6 +165,7 @@ pub(crate) fn check_entity(
     table: &TableInfo,
     capabilities: Option<&CategoryCapabilities>,
     tenant_candidates: &[&str],
+    known_categories: &[String],
 ) -> Vec<String> {
     let mut problems = Vec::new();
     let t = table.name.display_plain();
@@ -469,10 +470,20 @@ pub(crate) fn check_entity(
 
     // Strategy requirements, for every strategy the category may return.
     match capabilities {
-        None => problems.push(format!(
-            "category {:?} is not known to the rule provider",
-            entity.category
-        )),
+        None => {
+            let mut known: Vec<&str> = known_categories.iter().map(String::as_str).collect();
+            known.sort_unstable();
+            let listed = if known.is_empty() {
+                String::new()
+            } else {
+                format!(" (it knows {})", known.join(", "))
+            };
+            problems.push(format!(
+                "category {:?} is not known to the rule provider{listed}{}",
+                entity.category,
+                crate::suggest::did_you_mean(&entity.category, known.iter().copied())
+            ))
+        }
         Some(caps) => {
             for strategy in caps.iter() {
                 match strategy {

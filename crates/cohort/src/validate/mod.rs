@@ -377,9 +377,10 @@ pub(crate) async fn validate(
             continue;
         }
         let Some(table) = catalog::load_table(conn, &table_name).await? else {
+            let hint = catalog::did_you_mean_table(conn, &table_name).await?;
             problems.push(Problem::entity(
                 decl.name(),
-                format!("table {} does not exist", table_name.display_plain()),
+                format!("table {} does not exist{hint}", table_name.display_plain()),
             ));
             if let Err(e) = parse_entity_id(decl.raw_id()) {
                 problems.push(Problem::entity(decl.name(), e));
@@ -396,10 +397,21 @@ pub(crate) async fn validate(
             }
         };
         let caps = rules.capabilities(&descriptor.category);
+        let known = if caps.is_none() {
+            rules.known_categories()
+        } else {
+            Vec::new()
+        };
         problems.extend(
-            checks::check_entity(&descriptor, &table, caps.as_ref(), &tenant_candidates)
-                .into_iter()
-                .map(|p| Problem::entity(&descriptor.name, p)),
+            checks::check_entity(
+                &descriptor,
+                &table,
+                caps.as_ref(),
+                &tenant_candidates,
+                &known,
+            )
+            .into_iter()
+            .map(|p| Problem::entity(&descriptor.name, p)),
         );
         let archive_table = match &mut descriptor.archive {
             Some(a) => {
