@@ -2477,9 +2477,9 @@ async fn init_writes_a_starter_policy_that_validates_and_never_overwrites_withou
     .await
     .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    // Cohort's tables in public (where the written file expects them), and a
+    // Cohort's tables in `cohort` (where the written file puts them), and a
     // second copy in the inspected schema, which init must leave out.
-    for schema in ["public", "shop"] {
+    for schema in ["cohort", "shop"] {
         let out = cohort(dir.path(), &["migrate", "--schema", schema], Some(db.url()));
         succeeded(&out);
     }
@@ -2511,6 +2511,8 @@ async fn init_writes_a_starter_policy_that_validates_and_never_overwrites_withou
         "name = \"AuditEvents\"",
         "# anchor = \"occurred_at\"",
         "exempt = \"not yet classified\"",
+        // An active line: Cohort's ledger apart from the application's tables.
+        "\n[cohort]\nschema = \"cohort\" ",
     ] {
         assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
     }
