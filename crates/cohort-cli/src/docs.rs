@@ -111,7 +111,7 @@ fn invocations(info: &str, text: &str) -> Vec<Vec<String>> {
     let mut out = Vec::new();
     for line in text.lines() {
         let argv: Vec<String> = match info {
-            "console" => match line.strip_prefix("$ ") {
+            "console" | "console,runnable" => match line.strip_prefix("$ ") {
                 Some(cmd) => shell_words(cmd),
                 None => continue,
             },

@@ -2572,8 +2572,9 @@ async fn init_writes_a_starter_policy_that_validates_and_never_overwrites_withou
 /// (the lines of its `sh` blocks in that section, with `cohort` the binary
 /// under test): init, the `sed` edit, migrate, validate, preview and sweep
 /// purge exactly the old rows of the one table classified, with Cohort's
-/// ledger in a schema of its own. `.ci/newcomer` does the same from
-/// `cargo install`.
+/// ledger in a schema of its own. Then every `console,runnable` block of
+/// the guide runs in the same place and exits 0. `.ci/newcomer` does the
+/// five minutes from `cargo install`.
 #[tokio::test]
 async fn the_readmes_five_minute_path_sweeps_a_table_of_ones_own() {
     let readme =
@@ -2648,6 +2649,55 @@ async fn the_readmes_five_minute_path_sweeps_a_table_of_ones_own() {
             std::fs::read_to_string(dir.path().join("cohort.toml")).unwrap_or_default()
         );
     }
+    // Then the guide's runnable console blocks, in the same directory.
+    let docs = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs");
+    let mut pages: Vec<_> = std::fs::read_dir(&docs)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "md"))
+        .collect();
+    pages.sort();
+    let mut runnable = Vec::new();
+    for page in &pages {
+        let mut in_block = false;
+        for line in std::fs::read_to_string(page).unwrap().lines() {
+            match line {
+                "```console,runnable" => in_block = true,
+                "```" => in_block = false,
+                l if in_block => {
+                    if let Some(cmd) = l.strip_prefix("$ ") {
+                        runnable.push(cmd.to_owned());
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    assert!(runnable.len() >= 5, "{runnable:?}");
+    let before = std::fs::read_to_string(dir.path().join("cohort.toml")).unwrap();
+    for line in &runnable {
+        let mut cmd = Command::new("bash");
+        cmd.current_dir(dir.path())
+            .args(["-c", line])
+            .env("PATH", &path)
+            .env("DATABASE_URL", db.url());
+        for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("COHORT_")) {
+            cmd.env_remove(k);
+        }
+        let out = cmd.output().unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{line}\nstdout:\n{}\nstderr:\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+    }
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("cohort.toml")).unwrap(),
+        before
+    );
+
     let count = |sql: &'static str| {
         let pool = db.pool().clone();
         async move {

@@ -75,6 +75,7 @@ const CHECKED: &[&str] = &[
     "sh",
     "bash",
     "console",
+    "console,runnable",
     "ini",
     "dockerfile",
     "sql",
@@ -376,7 +377,10 @@ fn every_cargo_command_names_a_package_and_binary_that_exist() {
     let mut seen = 0;
     for (doc, text) in documents() {
         for b in blocks(&text) {
-            if !matches!(b.info.as_str(), "sh" | "bash" | "console") {
+            if !matches!(
+                b.info.as_str(),
+                "sh" | "bash" | "console" | "console,runnable"
+            ) {
                 continue;
             }
             for line in b.text.lines() {
