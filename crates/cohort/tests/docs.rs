@@ -515,3 +515,71 @@ async fn the_grants_block_runs_on_a_fresh_database() {
     .unwrap();
     assert!(can);
 }
+
+/// `docs/policy-file.md`'s settings table: every `[cohort]`,
+/// `[cohort.dispatch]` and `[cohort.prune]` key the loader accepts, each
+/// with the environment variable `apply_env` reads for it (or none).
+#[test]
+fn the_settings_table_matches_the_configuration() {
+    let text = std::fs::read_to_string(root().join("docs/policy-file.md")).unwrap();
+    let section = text
+        .split_once("## Settings: `[cohort]`")
+        .expect("the settings section")
+        .1
+        .split("\n## ")
+        .next()
+        .unwrap();
+    let mut documented: BTreeMap<String, Option<String>> = BTreeMap::new();
+    for line in section.lines().filter(|l| l.starts_with("| `")) {
+        let cells: Vec<&str> = line.split('|').skip(1).map(str::trim).collect();
+        let key = cells[0].trim_matches('`').to_owned();
+        let env = cells[3].trim_matches('`');
+        documented.insert(key, (!env.is_empty()).then(|| env.to_owned()));
+    }
+    let mut accepted = BTreeSet::new();
+    for (section, prefix) in [
+        ("[cohort]", ""),
+        ("[cohort.dispatch]", "dispatch."),
+        ("[cohort.prune]", "prune."),
+    ] {
+        for k in loader_keys(section) {
+            if !matches!(k.as_str(), "conventions" | "dispatch" | "prune") || !prefix.is_empty() {
+                accepted.insert(format!("{prefix}{k}"));
+            }
+        }
+    }
+    let listed: BTreeSet<String> = documented.keys().cloned().collect();
+    let mut problems = Vec::new();
+    for k in accepted.difference(&listed) {
+        problems.push(format!("`{k}` is accepted but not in the settings table"));
+    }
+    for k in listed.difference(&accepted) {
+        problems.push(format!("`{k}` is in the settings table but refused"));
+    }
+    for (key, env) in &documented {
+        let expected = format!("COHORT_{}", key.to_uppercase().replace('.', "__"));
+        let unknown = |var: &str| {
+            let mut config = cohort::CohortConfig::default();
+            config
+                .apply_env([(var.to_owned(), "x".to_owned())])
+                .err()
+                .is_some_and(|e| e.to_string().contains("unknown setting"))
+        };
+        match env {
+            Some(var) if *var != expected => {
+                problems.push(format!("`{key}`: {var}, expected {expected}"))
+            }
+            Some(var) if unknown(var) => problems.push(format!("`{key}`: {var} is not read")),
+            None if !unknown(&expected) => {
+                problems.push(format!("`{key}`: {expected} is read but not in the table"))
+            }
+            _ => {}
+        }
+    }
+    assert!(documented.len() > 20, "{documented:?}");
+    assert!(
+        problems.is_empty(),
+        "docs/policy-file.md's settings table:\n{}",
+        problems.join("\n")
+    );
+}
