@@ -583,3 +583,24 @@ fn the_settings_table_matches_the_configuration() {
         problems.join("\n")
     );
 }
+
+/// The guide's index links every page (and the pages written beside this
+/// one, metrics and report).
+#[test]
+fn every_page_is_in_the_guide_index() {
+    let index = std::fs::read_to_string(root().join("docs/README.md")).unwrap();
+    let mut missing: Vec<String> = documents()
+        .into_iter()
+        .filter_map(|(doc, _)| doc.strip_prefix("docs/").map(str::to_owned))
+        .filter(|page| page != "README.md" && !index.contains(&format!("]({page})")))
+        .collect();
+    for page in ["metrics.md", "report.md"] {
+        if !index.contains(&format!("]({page})")) {
+            missing.push(page.to_owned());
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "docs/README.md does not link {missing:?}"
+    );
+}
