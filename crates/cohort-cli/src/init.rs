@@ -228,8 +228,9 @@ pub(crate) fn render(
     out.push_str(
         "# Every table below is exempt (never touched) until you classify it: for each,\n\
          # either keep it exempt and write why, or remove `exempt`, uncomment the lines\n\
-         # below it and name a [[category]]. Check with `cohort validate`, look with\n\
-         # `cohort preview` before the first `cohort sweep`.\n\
+         # below it and name a [[category]]. Install Cohort's tables with `cohort migrate`,\n\
+         # check with `cohort validate`, look with `cohort preview` before the first\n\
+         # `cohort sweep`.\n\
          # The database URL comes from --database-url or DATABASE_URL (or [database] url).\n\n\
          [cohort]\n",
     );
