@@ -1,7 +1,8 @@
 //! `cohort init`: a starter policy file from the live catalog. Every table
 //! of the schema with a `timestamptz` column becomes an `[[entity]]` with a
 //! fresh id, `exempt = "not yet classified"` until a person chooses, and
-//! comments proposing the anchor, tenant and record key it found.
+//! comments proposing the anchor, tenant and record key it found. Its
+//! `[cohort] schema` puts Cohort's own tables in a schema of their own.
 
 use std::fmt::Write as _;
 use std::io::Write as _;
@@ -194,6 +195,16 @@ pub(crate) async fn read_tables(
         .collect()
 }
 
+/// The schema `init` proposes for Cohort's own tables: `cohort`, or
+/// `cohort_ledger` when `cohort` is the schema whose tables it lists.
+pub(crate) fn ledger_schema(inspected: &str) -> &'static str {
+    if inspected == "cohort" {
+        "cohort_ledger"
+    } else {
+        "cohort"
+    }
+}
+
 /// What `init` wrote.
 pub(crate) struct Written {
     pub(crate) entities: usize,
@@ -217,11 +228,19 @@ pub(crate) fn render(
     out.push_str(
         "# Every table below is exempt (never touched) until you classify it: for each,\n\
          # either keep it exempt and write why, or remove `exempt`, uncomment the lines\n\
-         # below it and name a [[category]]. Check with `cohort validate`, look with\n\
-         # `cohort preview` before the first `cohort sweep`.\n\
+         # below it and name a [[category]]. Install Cohort's tables with `cohort migrate`,\n\
+         # check with `cohort validate`, look with `cohort preview` before the first\n\
+         # `cohort sweep`.\n\
          # The database URL comes from --database-url or DATABASE_URL (or [database] url).\n\n\
-         [cohort]\n\
-         # schema = \"cohort\"                 # where Cohort's own tables live (default public)\n\n",
+         [cohort]\n",
+    );
+    // Cohort's ledger in a schema of its own, apart from the application's
+    // tables: `cohort migrate` reads this line and installs it there.
+    let _ = writeln!(
+        out,
+        "schema = {}                 # Cohort's own tables: `cohort migrate` installs them here\n\
+         #                                   # (already installed elsewhere? name that schema)\n",
+        quoted(ledger_schema(schema))
     );
     let (with, without): (Vec<&TableFacts>, Vec<&TableFacts>) =
         tables.iter().partition(|t| anchor(t).is_some());
@@ -435,6 +454,11 @@ mod tests {
         let policy = cohort::policy::PolicyFile::parse(&text).unwrap();
         assert_eq!(policy.entities.len(), 2);
         assert!(policy.entities.iter().all(|e| e.is_exempt()));
+        // Cohort's ledger goes to a schema of its own, not the application's.
+        assert_eq!(policy.config.schema, "cohort", "{text}");
+        let (text, _) = render("cohort", &tables, uuid::Uuid::new_v4);
+        let policy = cohort::policy::PolicyFile::parse(&text).unwrap();
+        assert_eq!(policy.config.schema, "cohort_ledger", "{text}");
         assert!(text.contains("# anchor = \"created_at\""), "{text}");
         assert!(text.contains("# tenant = \"organisation_id\""), "{text}");
         assert!(text.contains("# record_id = \"order_id\""), "{text}");

@@ -19,6 +19,8 @@ macro_rules! outln {
 mod commands;
 mod console;
 mod demo;
+#[cfg(test)]
+mod docs;
 mod exit;
 mod exporter;
 mod init;

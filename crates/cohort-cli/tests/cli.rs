@@ -2487,9 +2487,9 @@ async fn init_writes_a_starter_policy_that_validates_and_never_overwrites_withou
     .await
     .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    // Cohort's tables in public (where the written file expects them), and a
+    // Cohort's tables in `cohort` (where the written file puts them), and a
     // second copy in the inspected schema, which init must leave out.
-    for schema in ["public", "shop"] {
+    for schema in ["cohort", "shop"] {
         let out = cohort(dir.path(), &["migrate", "--schema", schema], Some(db.url()));
         succeeded(&out);
     }
@@ -2521,6 +2521,8 @@ async fn init_writes_a_starter_policy_that_validates_and_never_overwrites_withou
         "name = \"AuditEvents\"",
         "# anchor = \"occurred_at\"",
         "exempt = \"not yet classified\"",
+        // An active line: Cohort's ledger apart from the application's tables.
+        "\n[cohort]\nschema = \"cohort\" ",
     ] {
         assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
     }
@@ -2574,6 +2576,168 @@ async fn init_writes_a_starter_policy_that_validates_and_never_overwrites_withou
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("schema \"Shop\" has no tables"));
     assert!(!dir.path().join("typo.toml").exists());
+}
+
+/// The README's five minutes on your own schema, line by line as written
+/// (the lines of its `sh` blocks in that section, with `cohort` the binary
+/// under test): init, the `sed` edit, migrate, validate, preview and sweep
+/// purge exactly the old rows of the one table classified, with Cohort's
+/// ledger in a schema of its own. Then every `console,runnable` block of
+/// the guide runs in the same place and exits 0. `.ci/newcomer` does the
+/// five minutes from `cargo install`.
+#[tokio::test]
+async fn the_readmes_five_minute_path_sweeps_a_table_of_ones_own() {
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md"))
+            .unwrap();
+    let section = readme
+        .split_once("## Five minutes on your own schema")
+        .expect("the section")
+        .1
+        .split("\n## ")
+        .next()
+        .unwrap();
+    let mut lines = Vec::new();
+    let mut in_sh = false;
+    for line in section.lines() {
+        match line {
+            "```sh" => in_sh = true,
+            "```" => in_sh = false,
+            l if in_sh && !l.starts_with("export DATABASE_URL=") => lines.push(l.to_owned()),
+            _ => {}
+        }
+    }
+    let commands: Vec<&str> = lines
+        .iter()
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert_eq!(
+        commands,
+        ["cohort", "sed", "printf", "cohort", "cohort", "cohort", "cohort"],
+        "{lines:#?}"
+    );
+
+    let db = cohort_pgtemp::fresh_empty_database().await.unwrap();
+    sqlx::raw_sql(
+        "CREATE TABLE public.events (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+             created_at timestamptz NOT NULL, payload text);
+         INSERT INTO public.events (created_at, payload)
+             SELECT now() - (40 + g) * interval '1 day', 'old' FROM generate_series(1, 40) g;
+         INSERT INTO public.events (created_at, payload)
+             SELECT now() - g * interval '1 day', 'new' FROM generate_series(1, 10) g;
+         CREATE TABLE public.accounts (id bigint PRIMARY KEY, tenant_id uuid NOT NULL,
+             created_at timestamptz NOT NULL);
+         INSERT INTO public.accounts
+             SELECT g, gen_random_uuid(), now() - interval '400 days' FROM generate_series(1, 5) g;",
+    )
+    .execute(db.pool())
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let bin = Path::new(env!("CARGO_BIN_EXE_cohort")).parent().unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    for line in &lines {
+        let mut cmd = Command::new("bash");
+        cmd.current_dir(dir.path())
+            .args(["-c", line])
+            .env("PATH", &path)
+            .env("DATABASE_URL", db.url());
+        for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("COHORT_")) {
+            cmd.env_remove(k);
+        }
+        let out = cmd.output().unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{line}\nstdout:\n{}\nstderr:\n{}\ncohort.toml:\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+            std::fs::read_to_string(dir.path().join("cohort.toml")).unwrap_or_default()
+        );
+    }
+    // Then the guide's runnable console blocks, in the same directory.
+    let docs = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs");
+    let mut pages: Vec<_> = std::fs::read_dir(&docs)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "md"))
+        .collect();
+    pages.sort();
+    let mut runnable = Vec::new();
+    for page in &pages {
+        let mut in_block = false;
+        for line in std::fs::read_to_string(page).unwrap().lines() {
+            match line {
+                "```console,runnable" => in_block = true,
+                "```" => in_block = false,
+                l if in_block => {
+                    if let Some(cmd) = l.strip_prefix("$ ") {
+                        runnable.push(cmd.to_owned());
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    assert!(runnable.len() >= 5, "{runnable:?}");
+    let before = std::fs::read_to_string(dir.path().join("cohort.toml")).unwrap();
+    for line in &runnable {
+        let mut cmd = Command::new("bash");
+        cmd.current_dir(dir.path())
+            .args(["-c", line])
+            .env("PATH", &path)
+            .env("DATABASE_URL", db.url());
+        for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("COHORT_")) {
+            cmd.env_remove(k);
+        }
+        let out = cmd.output().unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{line}\nstdout:\n{}\nstderr:\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+    }
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("cohort.toml")).unwrap(),
+        before
+    );
+
+    let count = |sql: &'static str| {
+        let pool = db.pool().clone();
+        async move {
+            sqlx::query_scalar::<_, i64>(sql)
+                .fetch_one(&pool)
+                .await
+                .unwrap()
+        }
+    };
+    assert_eq!(count("SELECT count(*) FROM public.events").await, 10);
+    assert_eq!(
+        count("SELECT count(*) FROM public.events WHERE payload = 'old'").await,
+        0
+    );
+    assert_eq!(count("SELECT count(*) FROM public.accounts").await, 5);
+    assert_eq!(
+        count(
+            "SELECT s.affected_count FROM cohort.sweep_run r \
+             JOIN cohort.sweep_run_entity_summary s USING (run_id) \
+             WHERE r.status = 'succeeded' AND NOT r.dry_run"
+        )
+        .await,
+        40,
+        "the sweep's audit, in Cohort's own schema"
+    );
+    assert_eq!(
+        count("SELECT count(*) FROM pg_catalog.pg_tables WHERE schemaname = 'public' AND tablename = 'sweep_run'").await,
+        0,
+        "Cohort's tables stay out of public"
+    );
 }
 
 /// examples/policy-only: the policy validates against its schema, and the

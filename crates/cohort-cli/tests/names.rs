@@ -156,7 +156,6 @@ async fn init_classify_and_sweep_touch_exactly_the_table_that_was_classified() {
         .unwrap();
 
     let dir = tempfile::tempdir().unwrap();
-    json_of(&cohort(dir.path(), &["--json", "migrate"], db.url()));
     let written = json_of(&cohort(
         dir.path(),
         &[
@@ -171,12 +170,20 @@ async fn init_classify_and_sweep_touch_exactly_the_table_that_was_classified() {
     ));
     assert_eq!(written["entities"], HOSTILE.len() + 1);
     let text = std::fs::read_to_string(dir.path().join("cohort.toml")).unwrap();
+    // The newcomer's order: init, then migrate, which installs Cohort's
+    // tables in the schema the file names (`cohort`, apart from `public`).
+    let migrated = json_of(&cohort(dir.path(), &["--json", "migrate"], db.url()));
+    assert_eq!(migrated["schema"], "cohort", "{migrated}");
 
     // Written as PostgreSQL quotes: one unambiguous path per table, no `schema` key.
     assert!(text.contains(r#"table = "public.\"a.b\"""#), "{text}");
     assert!(text.contains(r#"table = "public.order_lines""#), "{text}");
     assert!(text.contains(r#"table = "public.\"select\"""#), "{text}");
-    assert!(!text.lines().any(|l| l.starts_with("schema = ")), "{text}");
+    let entities = text.split_once("\n[[entity]]\n").expect("entities").1;
+    assert!(
+        !entities.lines().any(|l| l.starts_with("schema = ")),
+        "{text}"
+    );
     assert!(text.contains("# record_id = \"code\""), "{text}");
     // Distinct, non-empty display names.
     let names: Vec<&str> = text

@@ -134,7 +134,7 @@ impl Cohort {
     }
 
     /// Guards a deletion the application makes in its **own** transaction
-    /// (sqlx here; see the README for SeaORM): locks the target rows
+    /// (sqlx here; see docs/derive.md for SeaORM): locks the target rows
     /// `FOR UPDATE` in that transaction and checks for active holds after
     /// the locks. [`Guarded::Completed`](crate::guarded::Guarded) means no
     /// target is held: delete them in the same transaction and commit (the

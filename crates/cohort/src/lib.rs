@@ -71,13 +71,46 @@ pub mod __private {
     pub use uuid::Uuid;
 }
 
-/// The guide's pages in `docs/`, their Rust examples compiled as doctests.
+/// The guide's pages in `docs/`, their Rust examples compiled as doctests
+/// (every page: `crates/cohort/tests/docs.rs` checks that none is missing).
 #[cfg(doctest)]
 mod guide {
+    #[doc = include_str!("../../../docs/README.md")]
+    struct Index;
+    #[doc = include_str!("../../../docs/concepts.md")]
+    struct Concepts;
+    #[doc = include_str!("../../../docs/policy-file.md")]
+    struct PolicyFile;
+    #[doc = include_str!("../../../docs/derive.md")]
+    struct Derive;
+    #[doc = include_str!("../../../docs/cli.md")]
+    struct Cli;
+    #[doc = include_str!("../../../docs/worker.md")]
+    struct Worker;
+    #[doc = include_str!("../../../docs/handlers.md")]
+    struct Handlers;
+    #[doc = include_str!("../../../docs/erasure.md")]
+    struct Erasure;
+    #[doc = include_str!("../../../docs/holds.md")]
+    struct Holds;
+    #[doc = include_str!("../../../docs/operations.md")]
+    struct Operations;
+    #[doc = include_str!("../../../docs/migrations.md")]
+    struct Migrations;
+    #[doc = include_str!("../../../docs/validation.md")]
+    struct Validation;
+    #[doc = include_str!("../../../docs/partitions.md")]
+    struct Partitions;
+    #[doc = include_str!("../../../docs/performance.md")]
+    struct Performance;
     #[doc = include_str!("../../../docs/archive.md")]
     struct Archive;
     #[doc = include_str!("../../../docs/stages.md")]
     struct Stages;
+    #[doc = include_str!("../../../docs/guarantees.md")]
+    struct Guarantees;
+    #[doc = include_str!("../../../docs/architecture.md")]
+    struct Architecture;
     #[doc = include_str!("../../../docs/report.md")]
     struct Report;
 }

@@ -1,5 +1,5 @@
 //! Cohort runs with a least-privilege role: no superuser, no DDL rights,
-//! only the grants the README documents.
+//! only the grants docs/migrations.md documents (*Minimal grants*).
 
 mod support;
 
@@ -12,7 +12,7 @@ use support::*;
 async fn a_least_privilege_role_can_validate_sweep_hold_and_erase() {
     let db = engine_db().await;
     let role = format!("cohort_app_{}", &db.name()[db.name().len() - 12..]);
-    // The README's grants, nothing more.
+    // The documented grants (docs/migrations.md), nothing more.
     exec(
         db.pool(),
         &format!(
@@ -101,7 +101,7 @@ async fn a_least_privilege_role_can_validate_sweep_hold_and_erase() {
     .await;
 }
 
-/// RS-006 for the background services and the console: with the README's
+/// RS-006 for the background services and the console: with the documented
 /// grants every part's check passes and the services start and stop; a
 /// read-only role may run the console but nothing that writes, and a role
 /// missing one grant is told exactly which, before anything starts.
@@ -159,7 +159,7 @@ async fn every_part_checks_its_grants_before_it_starts() {
             .pruner(PrunerConfig::from_config(cohort.config()).unwrap())
     };
 
-    // The README's grants: everything passes; the services start and stop.
+    // The documented grants: everything passes; the services start and stop.
     let cohort = handle(full.clone()).await;
     cohort
         .check_grants(&[

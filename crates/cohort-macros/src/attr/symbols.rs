@@ -127,3 +127,79 @@ pub(super) const FIELD_KEYS: &[Symbol] = &[
 pub(super) const ANONYMISE_METHODS: &[Symbol] = &[NULL, EMPTY, LITERAL, HASH, WITH];
 /// The keys of `#[erasure_subject(...)]`.
 pub(super) const SUBJECT_KEYS: &[Symbol] = &[KIND];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `docs/derive.md`'s reference table lists exactly the keys the derive
+    /// accepts, attribute by attribute.
+    #[test]
+    fn the_guides_table_lists_every_attribute_key() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/derive.md");
+        let text = std::fs::read_to_string(path).expect("docs/derive.md");
+        let table = text
+            .split_once("## Reference: every attribute")
+            .expect("the reference section")
+            .1;
+        let mut rows: Vec<(String, String, String)> = Vec::new();
+        for line in table.lines().filter(|l| l.starts_with("| `#[")) {
+            let cells: Vec<&str> = line.split('|').skip(1).map(str::trim).collect();
+            let attribute = cells[0].trim_matches('`');
+            let name = attribute
+                .trim_start_matches("#[")
+                .split('(')
+                .next()
+                .unwrap_or_default()
+                .to_owned();
+            rows.push((
+                name,
+                cells[1].trim_matches('`').to_owned(),
+                cells[2].to_owned(),
+            ));
+        }
+        let listed = |attribute: Symbol, on: &str| -> Vec<String> {
+            let mut keys: Vec<String> = rows
+                .iter()
+                .filter(|(a, _, o)| a == attribute.as_str() && o == on)
+                .map(|(_, k, _)| k.clone())
+                .collect();
+            keys.sort();
+            keys
+        };
+        let known = |keys: &[Symbol]| -> Vec<String> {
+            let mut keys: Vec<String> = keys.iter().map(|k| k.as_str().to_owned()).collect();
+            keys.sort();
+            keys
+        };
+        assert_eq!(
+            listed(RETAIN, "struct"),
+            known(CONTAINER_KEYS),
+            "struct #[retain]"
+        );
+        assert_eq!(
+            listed(RETAIN, "field"),
+            known(FIELD_KEYS),
+            "field #[retain]"
+        );
+        assert_eq!(
+            listed(ANONYMISE, "field"),
+            known(ANONYMISE_METHODS),
+            "#[anonymise]"
+        );
+        assert_eq!(
+            listed(ERASURE_SUBJECT, "field"),
+            known(SUBJECT_KEYS),
+            "#[erasure_subject]"
+        );
+        assert_eq!(listed(EXEMPT_FROM_RETENTION, "struct"), [String::new()]);
+        let attributes: std::collections::BTreeSet<&str> =
+            rows.iter().map(|(a, _, _)| a.as_str()).collect();
+        let expected: std::collections::BTreeSet<&str> =
+            [RETAIN, ANONYMISE, ERASURE_SUBJECT, EXEMPT_FROM_RETENTION]
+                .iter()
+                .map(|s| s.as_str())
+                .collect();
+        assert_eq!(attributes, expected);
+    }
+}

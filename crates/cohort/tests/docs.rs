@@ -1,0 +1,606 @@
+//! The guide (`docs/*.md`) and the README cannot drift from the code:
+//! every policy-file block loads through the policy-file loader, the
+//! policy reference table lists exactly the keys the loader accepts, every
+//! page is compiled as doctests, every block is marked with a language a
+//! test checks, the cargo commands name packages and binaries that exist,
+//! and the grants block runs. (The CLI's blocks and reference table are
+//! checked by `cohort-cli`'s own `docs` tests, which see its clap model.)
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use cohort::policy::PolicyFile;
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The README and every page of `docs/`, as (path relative to the root, text).
+fn documents() -> Vec<(String, String)> {
+    let mut out = vec![(
+        "README.md".to_owned(),
+        std::fs::read_to_string(root().join("README.md")).unwrap(),
+    )];
+    let mut pages: Vec<PathBuf> = std::fs::read_dir(root().join("docs"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "md"))
+        .collect();
+    pages.sort();
+    for p in pages {
+        let name = format!("docs/{}", p.file_name().unwrap().to_string_lossy());
+        out.push((name, std::fs::read_to_string(&p).unwrap()));
+    }
+    out
+}
+
+/// One fenced code block: its info string, first line number and text.
+struct Block {
+    info: String,
+    line: usize,
+    text: String,
+}
+
+fn blocks(markdown: &str) -> Vec<Block> {
+    let mut out = Vec::new();
+    let mut open: Option<Block> = None;
+    for (i, line) in markdown.lines().enumerate() {
+        match (&mut open, line.strip_prefix("```")) {
+            (None, Some(info)) => {
+                open = Some(Block {
+                    info: info.trim().to_owned(),
+                    line: i + 1,
+                    text: String::new(),
+                })
+            }
+            (Some(_), Some(rest)) if rest.trim().is_empty() => out.push(open.take().unwrap()),
+            (Some(b), _) => {
+                b.text.push_str(line);
+                b.text.push('\n');
+            }
+            (None, None) => {}
+        }
+    }
+    assert!(open.is_none(), "an unclosed code block");
+    out
+}
+
+/// The info strings a test checks (see docs/README.md), and `text`.
+const CHECKED: &[&str] = &[
+    "rust",
+    "rust,no_run",
+    "toml",
+    "toml,fragment",
+    "toml,cargo",
+    "sh",
+    "bash",
+    "console",
+    "console,runnable",
+    "ini",
+    "dockerfile",
+    "sql",
+    "text",
+    "text,synopsis",
+];
+
+#[test]
+fn every_code_block_is_marked_with_a_language_a_test_checks() {
+    let mut problems = Vec::new();
+    let mut count = 0;
+    for (doc, text) in documents() {
+        for b in blocks(&text) {
+            count += 1;
+            if !CHECKED.contains(&b.info.as_str()) {
+                problems.push(format!("{doc}:{}: ```{}", b.line, b.info));
+            }
+        }
+    }
+    assert!(count >= 40, "only {count} blocks found");
+    assert!(
+        problems.is_empty(),
+        "code blocks whose info string no test checks (use one of {CHECKED:?}):\n{}",
+        problems.join("\n")
+    );
+}
+
+#[test]
+fn every_guide_page_is_compiled_as_doctests() {
+    let lib = std::fs::read_to_string(root().join("crates/cohort/src/lib.rs")).unwrap();
+    assert!(lib.contains("#![doc = include_str!(\"../../../README.md\")]"));
+    let missing: Vec<String> = documents()
+        .into_iter()
+        .map(|(doc, _)| doc)
+        .filter(|doc| doc.starts_with("docs/"))
+        .filter(|doc| !lib.contains(&format!("include_str!(\"../../../{doc}\")")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "pages not in `mod guide` of crates/cohort/src/lib.rs: {missing:?}"
+    );
+}
+
+/// What a fragment is wrapped in: an entity (for `[[entity.handler]]`)
+/// and a category (for `[[category.override]]` / `[[category.stage]]`),
+/// whichever the fragment's first table needs last.
+const GUIDE_ENTITY: &str = "[[entity]]\nname = \"GuideEntity\"\n\
+    id = \"0d0c0000-0000-4000-8000-000000000001\"\ntable = \"app.guide_entity\"\n\
+    category = \"guide-category\"\nanchor = \"created_at\"\n\n";
+const GUIDE_CATEGORY: &str =
+    "[[category]]\nname = \"guide-category\"\nstrategy = \"purge\"\nperiod = \"30d\"\n\n";
+
+/// A fragment in a minimal policy file: its top-level keys first, then the
+/// prelude, then its tables.
+fn wrap(fragment: &str) -> String {
+    let at = fragment
+        .lines()
+        .position(|l| l.trim_start().starts_with('['))
+        .unwrap_or(fragment.lines().count());
+    let lines: Vec<&str> = fragment.lines().collect();
+    let (top, tables) = (lines[..at].join("\n"), lines[at..].join("\n"));
+    let prelude = if tables.starts_with("[[entity.") {
+        format!("{GUIDE_CATEGORY}{GUIDE_ENTITY}")
+    } else {
+        format!("{GUIDE_ENTITY}{GUIDE_CATEGORY}")
+    };
+    format!("{top}\n\n{prelude}{tables}\n")
+}
+
+/// Problems that depend on the machine, not on the block: a handler's
+/// example program that is not installed here, a webhook secret variable
+/// that is not set.
+fn machine_dependent(problem: &str) -> bool {
+    (problem.contains("/usr/local/bin/") && problem.contains("cannot be used"))
+        || (problem.contains("secret_env names") && problem.contains("which is not set"))
+}
+
+#[test]
+fn every_policy_block_in_the_guide_loads() {
+    let mut problems = Vec::new();
+    let mut loaded = 0;
+    for (doc, text) in documents() {
+        for b in blocks(&text) {
+            let file = match b.info.as_str() {
+                "toml" => b.text.clone(),
+                "toml,fragment" => wrap(&b.text),
+                "toml,cargo" => {
+                    let value: toml::Value = match toml::from_str(&b.text) {
+                        Ok(v) => v,
+                        Err(e) => {
+                            problems.push(format!("{doc}:{}: not TOML: {e}", b.line));
+                            continue;
+                        }
+                    };
+                    if value
+                        .get("dependencies")
+                        .and_then(|d| d.get("cohort"))
+                        .is_none()
+                    {
+                        problems.push(format!(
+                            "{doc}:{}: a Cargo excerpt without the cohort dependency",
+                            b.line
+                        ));
+                    }
+                    continue;
+                }
+                _ => continue,
+            };
+            loaded += 1;
+            if let Err(e) = PolicyFile::parse(&file) {
+                let real: Vec<String> = match &e {
+                    cohort::Error::Policy(ps) => {
+                        ps.0.iter()
+                            .map(|p| p.message.clone())
+                            .filter(|m| !machine_dependent(m))
+                            .collect()
+                    }
+                    other => vec![other.to_string()],
+                };
+                if !real.is_empty() {
+                    problems.push(format!(
+                        "{doc}:{} (```{}): {}\n--- as loaded:\n{file}",
+                        b.line,
+                        b.info,
+                        real.join("; ")
+                    ));
+                }
+            }
+        }
+    }
+    assert!(loaded >= 10, "only {loaded} policy blocks found");
+    assert!(problems.is_empty(), "{}", problems.join("\n\n"));
+}
+
+#[test]
+fn a_broken_policy_block_would_be_caught() {
+    // The check above is not vacuous: a misspelt key or a bad period fails.
+    assert!(PolicyFile::parse(&wrap("[[category.override]]\nperiodd = \"1d\"\n")).is_err());
+    assert!(PolicyFile::parse(
+        "[[category]]\nname = \"x\"\nstrategy = \"purge\"\nperiod = \"30 days\"\n"
+    )
+    .is_err());
+    assert!(PolicyFile::parse(&wrap("tenants_query = \"SELECT 1\"\n")).is_ok());
+    assert!(machine_dependent(
+        "entity #1 (X): handler \"h\": /usr/local/bin/crm-forget cannot be used: entity not found"
+    ));
+}
+
+/// The keys the loader accepts in one table of the file, read from its
+/// own refusal of an unknown key (`expected one of ...`).
+fn loader_keys(section: &str) -> BTreeSet<String> {
+    let text = match section {
+        "(top level)" => "zz_not_a_key = 1\n".to_owned(),
+        "[[entity.handler]]" => {
+            "[[entity]]\nname = \"A\"\nid = \"x\"\n[[entity.handler]]\nzz_not_a_key = 1\n"
+                .to_owned()
+        }
+        "[[category.override]]" | "[[category.stage]]" => {
+            format!("[[category]]\nname = \"a\"\n{section}\nzz_not_a_key = 1\n")
+        }
+        other => format!("{other}\nzz_not_a_key = 1\n"),
+    };
+    let err = PolicyFile::parse(&text).expect_err("an unknown key is refused");
+    let message = err.to_string();
+    let expected = message
+        .split_once("expected")
+        .unwrap_or_else(|| panic!("{section}: no list of keys in {message:?}"))
+        .1;
+    expected
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .map(str::to_owned)
+        .collect()
+}
+
+/// `docs/policy-file.md`'s reference table, as table → keys.
+fn documented_keys() -> BTreeMap<String, BTreeSet<String>> {
+    let text = std::fs::read_to_string(root().join("docs/policy-file.md")).unwrap();
+    let table = text
+        .split_once("## Reference: every key")
+        .expect("the reference section")
+        .1;
+    let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for line in table.lines().filter(|l| l.starts_with("| ")) {
+        let cells: Vec<&str> = line.split(" | ").map(str::trim).collect();
+        let section = cells[0].trim_start_matches("| ").trim_matches('`');
+        let key = cells[1].trim_matches('`');
+        if section == "table" || section.starts_with("---") {
+            continue;
+        }
+        out.entry(section.to_owned())
+            .or_default()
+            .insert(key.to_owned());
+    }
+    out
+}
+
+#[test]
+fn the_policy_key_table_matches_the_loader() {
+    let documented = documented_keys();
+    let sections = [
+        "(top level)",
+        "[database]",
+        "[cohort]",
+        "[cohort.conventions]",
+        "[cohort.dispatch]",
+        "[cohort.prune]",
+        "[[entity]]",
+        "[[entity.handler]]",
+        "[[category]]",
+        "[[category.override]]",
+        "[[category.stage]]",
+        "[[tenant]]",
+    ];
+    let mut problems = Vec::new();
+    for section in sections {
+        let mut accepted = loader_keys(section);
+        // Tables of their own, each with its own rows.
+        for sub in ["entity", "category", "tenant", "database", "cohort"] {
+            if section == "(top level)" {
+                accepted.remove(sub);
+            }
+        }
+        match section {
+            "[cohort]" => {
+                for sub in ["conventions", "dispatch", "prune"] {
+                    assert!(accepted.remove(sub), "[cohort] has no {sub}");
+                }
+            }
+            "[[entity]]" => assert!(accepted.remove("handler")),
+            "[[category]]" => {
+                assert!(accepted.remove("override"));
+                assert!(accepted.remove("stage"));
+            }
+            _ => {}
+        }
+        let listed = documented.get(section).cloned().unwrap_or_default();
+        for k in accepted.difference(&listed) {
+            problems.push(format!(
+                "{section} `{k}`: accepted by the loader, missing from the table"
+            ));
+        }
+        for k in listed.difference(&accepted) {
+            problems.push(format!(
+                "{section} `{k}`: in the table, refused by the loader"
+            ));
+        }
+    }
+    for section in documented.keys() {
+        if !sections.contains(&section.as_str()) {
+            problems.push(format!("the table lists an unknown table {section}"));
+        }
+    }
+    assert!(
+        problems.is_empty(),
+        "docs/policy-file.md's reference table:\n{}",
+        problems.join("\n")
+    );
+}
+
+/// `[package] name` and binary names of every workspace crate.
+fn workspace_binaries() -> BTreeMap<String, BTreeSet<String>> {
+    let mut out = BTreeMap::new();
+    for dir in ["crates", "examples"] {
+        for entry in std::fs::read_dir(root().join(dir)).unwrap() {
+            let crate_dir = entry.unwrap().path();
+            let Ok(manifest) = std::fs::read_to_string(crate_dir.join("Cargo.toml")) else {
+                continue;
+            };
+            let value: toml::Value = toml::from_str(&manifest).unwrap();
+            let name = value["package"]["name"].as_str().unwrap().to_owned();
+            let mut bins: BTreeSet<String> = value
+                .get("bin")
+                .and_then(|b| b.as_array())
+                .into_iter()
+                .flatten()
+                .filter_map(|b| b.get("name").and_then(|n| n.as_str()).map(str::to_owned))
+                .collect();
+            if crate_dir.join("src/main.rs").exists() {
+                bins.insert(name.clone());
+            }
+            if let Ok(dir) = std::fs::read_dir(crate_dir.join("src/bin")) {
+                for f in dir {
+                    let p = f.unwrap().path();
+                    bins.insert(p.file_stem().unwrap().to_string_lossy().into_owned());
+                }
+            }
+            out.insert(name, bins);
+        }
+    }
+    out
+}
+
+#[test]
+fn every_cargo_command_names_a_package_and_binary_that_exist() {
+    let crates = workspace_binaries();
+    let mut problems = Vec::new();
+    let mut seen = 0;
+    for (doc, text) in documents() {
+        for b in blocks(&text) {
+            if !matches!(
+                b.info.as_str(),
+                "sh" | "bash" | "console" | "console,runnable"
+            ) {
+                continue;
+            }
+            for line in b.text.lines() {
+                let line = line.trim_start_matches("$ ").trim();
+                let words: Vec<&str> = line.split_whitespace().collect();
+                if words.first() != Some(&"cargo") {
+                    continue;
+                }
+                // Only the words before `--` belong to cargo.
+                let cargo: Vec<&str> = words.iter().take_while(|w| **w != "--").copied().collect();
+                let after = |flag: &str| -> Vec<&str> {
+                    cargo
+                        .windows(2)
+                        .filter(|w| w[0] == flag)
+                        .map(|w| w[1])
+                        .collect()
+                };
+                let packages = after("-p");
+                for p in &packages {
+                    seen += 1;
+                    if !crates.contains_key(*p) {
+                        problems.push(format!("{doc}:{}: no package {p}: {line}", b.line));
+                    }
+                }
+                for bin in after("--bin") {
+                    let ok = packages
+                        .iter()
+                        .any(|p| crates.get(*p).is_some_and(|bins| bins.contains(bin)));
+                    if !ok {
+                        problems.push(format!("{doc}:{}: no binary {bin}: {line}", b.line));
+                    }
+                }
+                if cargo.contains(&"install") {
+                    for path in after("--path") {
+                        seen += 1;
+                        if !root().join(path).join("Cargo.toml").exists() {
+                            problems.push(format!("{doc}:{}: no crate at {path}", b.line));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert!(seen >= 10, "only {seen} cargo commands found");
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// The README keeps what CI and the compliance manifest rely on.
+#[test]
+fn the_readme_keeps_the_commands_ci_runs_and_stays_short() {
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    for line in [
+        "cargo install --locked --path crates/cohort-cli",
+        "cargo run -p cohort-cli -- demo",
+        "cargo run -q -p cohort-pgtemp -- exec -- cargo test --workspace --locked",
+        "cohort init",
+        "cohort migrate",
+        "cohort validate",
+    ] {
+        assert!(
+            readme.lines().any(|l| l.trim() == line),
+            "the README lost {line:?}"
+        );
+    }
+    let ci = std::fs::read_to_string(root().join(".ci/run")).unwrap();
+    assert!(ci.contains(
+        "cargo run -q --locked -p cohort-pgtemp -- exec -- cargo test --workspace --locked"
+    ));
+    let lines = readme.lines().count();
+    assert!(lines <= 300, "the README has {lines} lines (at most 300)");
+    // Every relative link of the README and the guide leads to a file.
+    let mut broken = Vec::new();
+    for (doc, text) in documents() {
+        let base = root().join(&doc);
+        let dir = base.parent().unwrap();
+        for link in text.split("](").skip(1) {
+            let target = link.split(')').next().unwrap_or("");
+            let path = target.split('#').next().unwrap_or("");
+            if path.is_empty() || path.contains("://") || path.contains(' ') {
+                continue;
+            }
+            if !dir.join(path).exists()
+                && !["metrics.md", "report.md"]
+                    .iter()
+                    .any(|p| path.ends_with(p))
+            {
+                broken.push(format!("{doc}: {target}"));
+            }
+        }
+    }
+    assert!(broken.is_empty(), "links to nothing: {broken:?}");
+}
+
+/// The minimal grants of docs/migrations.md run as written on a database
+/// laid out as the page describes.
+#[tokio::test]
+async fn the_grants_block_runs_on_a_fresh_database() {
+    let text = std::fs::read_to_string(root().join("docs/migrations.md")).unwrap();
+    let grants: Vec<Block> = blocks(&text)
+        .into_iter()
+        .filter(|b| b.info == "sql")
+        .collect();
+    assert_eq!(grants.len(), 1, "one sql block: the grants");
+    let db = cohort_pgtemp::fresh_empty_database().await.unwrap();
+    let mut conn = db.pool().acquire().await.unwrap();
+    cohort::schema::migrate(&mut conn, "cohort").await.unwrap();
+    sqlx::raw_sql(
+        "DO $$ BEGIN
+             IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'app_role') THEN CREATE ROLE app_role; END IF;
+             IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'events_owner') THEN CREATE ROLE events_owner; END IF;
+         END $$;
+         CREATE SCHEMA app; CREATE SCHEMA vault;
+         CREATE TABLE app.session_notes (id uuid PRIMARY KEY);
+         CREATE TABLE app.case_contacts (id uuid PRIMARY KEY);
+         CREATE TABLE app.activity (what text);
+         CREATE TABLE vault.session_notes_archive (id uuid PRIMARY KEY);",
+    )
+    .execute(&mut *conn)
+    .await
+    .unwrap();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(grants[0].text.clone()))
+        .execute(&mut *conn)
+        .await
+        .unwrap_or_else(|e| panic!("the grants block fails: {e}\n{}", grants[0].text));
+    let can: bool = sqlx::query_scalar(
+        "SELECT has_table_privilege('app_role', 'cohort.sweep_run', 'INSERT') \
+           AND has_table_privilege('app_role', 'app.session_notes', 'UPDATE') \
+           AND has_table_privilege('app_role', 'vault.session_notes_archive', 'INSERT')",
+    )
+    .fetch_one(&mut *conn)
+    .await
+    .unwrap();
+    assert!(can);
+}
+
+/// `docs/policy-file.md`'s settings table: every `[cohort]`,
+/// `[cohort.dispatch]` and `[cohort.prune]` key the loader accepts, each
+/// with the environment variable `apply_env` reads for it (or none).
+#[test]
+fn the_settings_table_matches_the_configuration() {
+    let text = std::fs::read_to_string(root().join("docs/policy-file.md")).unwrap();
+    let section = text
+        .split_once("## Settings: `[cohort]`")
+        .expect("the settings section")
+        .1
+        .split("\n## ")
+        .next()
+        .unwrap();
+    let mut documented: BTreeMap<String, Option<String>> = BTreeMap::new();
+    for line in section.lines().filter(|l| l.starts_with("| `")) {
+        let cells: Vec<&str> = line.split('|').skip(1).map(str::trim).collect();
+        let key = cells[0].trim_matches('`').to_owned();
+        let env = cells[3].trim_matches('`');
+        documented.insert(key, (!env.is_empty()).then(|| env.to_owned()));
+    }
+    let mut accepted = BTreeSet::new();
+    for (section, prefix) in [
+        ("[cohort]", ""),
+        ("[cohort.dispatch]", "dispatch."),
+        ("[cohort.prune]", "prune."),
+    ] {
+        for k in loader_keys(section) {
+            if !matches!(k.as_str(), "conventions" | "dispatch" | "prune") || !prefix.is_empty() {
+                accepted.insert(format!("{prefix}{k}"));
+            }
+        }
+    }
+    let listed: BTreeSet<String> = documented.keys().cloned().collect();
+    let mut problems = Vec::new();
+    for k in accepted.difference(&listed) {
+        problems.push(format!("`{k}` is accepted but not in the settings table"));
+    }
+    for k in listed.difference(&accepted) {
+        problems.push(format!("`{k}` is in the settings table but refused"));
+    }
+    for (key, env) in &documented {
+        let expected = format!("COHORT_{}", key.to_uppercase().replace('.', "__"));
+        let unknown = |var: &str| {
+            let mut config = cohort::CohortConfig::default();
+            config
+                .apply_env([(var.to_owned(), "x".to_owned())])
+                .err()
+                .is_some_and(|e| e.to_string().contains("unknown setting"))
+        };
+        match env {
+            Some(var) if *var != expected => {
+                problems.push(format!("`{key}`: {var}, expected {expected}"))
+            }
+            Some(var) if unknown(var) => problems.push(format!("`{key}`: {var} is not read")),
+            None if !unknown(&expected) => {
+                problems.push(format!("`{key}`: {expected} is read but not in the table"))
+            }
+            _ => {}
+        }
+    }
+    assert!(documented.len() > 20, "{documented:?}");
+    assert!(
+        problems.is_empty(),
+        "docs/policy-file.md's settings table:\n{}",
+        problems.join("\n")
+    );
+}
+
+/// The guide's index links every page (and the pages written beside this
+/// one, metrics and report).
+#[test]
+fn every_page_is_in_the_guide_index() {
+    let index = std::fs::read_to_string(root().join("docs/README.md")).unwrap();
+    let mut missing: Vec<String> = documents()
+        .into_iter()
+        .filter_map(|(doc, _)| doc.strip_prefix("docs/").map(str::to_owned))
+        .filter(|page| page != "README.md" && !index.contains(&format!("]({page})")))
+        .collect();
+    for page in ["metrics.md", "report.md"] {
+        if !index.contains(&format!("]({page})")) {
+            missing.push(page.to_owned());
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "docs/README.md does not link {missing:?}"
+    );
+}
