@@ -995,6 +995,56 @@ mod derived {
         #[erasure_subject(kind = "user")]
         pub delegate_id: Option<Uuid>,
     }
+
+    /// The same table, with the `anonymised_at` field left out of the struct.
+    #[derive(cohort::Retained)]
+    #[retain(
+        category = "contacts",
+        anchor = "created_at",
+        id = "c0a8e4f2-5d1b-4e6a-9b7c-2f3e4d5a6b7c",
+        table = "crm.contacts"
+    )]
+    pub(crate) struct ContactWithoutMarkerField {
+        pub id: i64,
+        #[retain(tenant)]
+        pub org: Uuid,
+        pub created_at: DateTime<Utc>,
+        #[anonymise(null)]
+        pub email: Option<String>,
+    }
+}
+
+/// A derived type finds its markers among its own fields: when the table
+/// has `anonymised_at` but the struct does not, the message says to add the
+/// field (not the column, which exists).
+#[tokio::test]
+async fn a_derived_type_missing_its_marker_field_is_told_to_add_the_field() {
+    let db = migrated_db().await;
+    exec(
+        db.pool(),
+        "CREATE SCHEMA crm; CREATE TABLE crm.contacts (id bigint PRIMARY KEY, org uuid NOT NULL,
+        created_at timestamptz NOT NULL, anonymised_at timestamptz, email text)",
+    )
+    .await;
+    let err = Cohort::builder(db.pool().clone())
+        .config(test_config())
+        .rules(rules())
+        .entity::<derived::ContactWithoutMarkerField>()
+        .build()
+        .await
+        .expect_err("no marker field");
+    let text = err.to_string();
+    assert!(
+        text.contains("the type has no field for the table's \"anonymised_at\" column")
+            && text.contains(
+                "add `anonymised_at: Option<chrono::DateTime<chrono::Utc>>` to the struct"
+            ),
+        "{text}"
+    );
+    assert!(
+        !text.contains("add an `anonymised_at` timestamptz column"),
+        "{text}"
+    );
 }
 
 #[tokio::test]

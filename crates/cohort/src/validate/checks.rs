@@ -159,6 +159,30 @@ fn pg_types_for_rust(rust_type: &str) -> Option<&'static [&'static str]> {
     })
 }
 
+/// Why no anonymised-at marker resolved, with the fix that applies: a
+/// derived type resolves markers among its own fields only, so when the
+/// table has the column the fix is a field, not a column.
+fn no_anonymised_at(entity: &EntityDescriptor, table: &TableInfo) -> String {
+    let category = &entity.category;
+    let column = table.column("anonymised_at").map(|c| c.name.as_str());
+    match (entity.declared_columns.is_some(), column) {
+        (true, Some(c)) => format!(
+            "category {category:?} may anonymise, but the type has no field for the table's {c:?} column \
+             (a derived type finds its markers among its own fields): add `{c}: Option<chrono::DateTime<chrono::Utc>>` \
+             to the struct, or mark the field that holds it #[retain(anonymised_at)]"
+        ),
+        (true, None) => format!(
+            "category {category:?} may anonymise, but no anonymised_at marker resolves: add an `anonymised_at` \
+             timestamptz column to the table and a field for it to the struct, or mark an existing timestamp \
+             field #[retain(anonymised_at)]"
+        ),
+        (false, _) => format!(
+            "category {category:?} may anonymise, but no anonymised_at marker resolves: name its column with \
+             `anonymised_at = \"column\"`, or add an `anonymised_at` timestamptz column"
+        ),
+    }
+}
+
 /// Checks one resolved entity against its table and its category's capabilities.
 pub(crate) fn check_entity(
     entity: &EntityDescriptor,
@@ -489,10 +513,7 @@ pub(crate) fn check_entity(
                 match strategy {
                     Strategy::Anonymise => {
                         if entity.anonymised_at.is_none() {
-                            problems.push(format!(
-                                "category {:?} may anonymise, but no anonymised_at marker resolves (declare one, or add an `anonymised_at` timestamptz column)",
-                                entity.category
-                            ));
+                            problems.push(no_anonymised_at(entity, table));
                         }
                         if entity.anonymise.is_empty() {
                             problems.push(format!(
