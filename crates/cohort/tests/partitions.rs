@@ -648,3 +648,101 @@ async fn a_partition_with_a_row_of_a_held_subject_stays() {
     .unwrap();
     assert_eq!(by_subject, 1);
 }
+
+/// Cohort on a table pg_partman manages (Debian's `postgresql-15-partman`,
+/// installed by `.ci/run`): partman creates the monthly partitions, Cohort
+/// drops the expired ones. Exact to the cutoff (pg_partman's own retention
+/// drops whole months only), a held row keeps its month, partman's
+/// maintenance goes on working after Cohort's drops, and the primary key
+/// `(id, created_at)` is the only index, as partman tables often have.
+#[tokio::test]
+async fn partman_creates_the_partitions_and_cohort_drops_the_expired_ones() {
+    let db = migrated_db().await;
+    exec(
+        db.pool(),
+        "CREATE SCHEMA partman; CREATE EXTENSION pg_partman SCHEMA partman;
+         CREATE SCHEMA app;
+         CREATE TABLE app.events (id bigint NOT NULL, created_at timestamptz NOT NULL, body text,
+             PRIMARY KEY (id, created_at)) PARTITION BY RANGE (created_at);
+         SELECT partman.create_parent('app.events', 'created_at', 'native', 'monthly',
+             p_start_partition := '2025-01-01');
+         -- Ten rows a month from 2025-01 to 2026-05 (17 months), ids month * 100 + day.
+         INSERT INTO app.events
+           SELECT (extract(year FROM m) - 2025) * 1200 + extract(month FROM m) * 100 + d,
+                  m + make_interval(days => d - 1, hours => 12), 'event'
+           FROM generate_series(timestamptz '2025-01-01Z', '2026-05-01Z', interval '1 month') m,
+                generate_series(1, 10) d;",
+    )
+    .await;
+    let policy = policy("per_row", "").replace("period = \"30d\"", "period = \"90d\"");
+    let cohort = build(&db, &policy).await.unwrap();
+    // March 2025 (ids 301..=310) has a held row.
+    let entity = uuid::Uuid::parse_str(EVENT_ID).unwrap();
+    cohort
+        .create_hold(HoldRequest::new(entity, "305", "litigation"))
+        .await
+        .unwrap();
+    let before = ids(db.pool()).await;
+    assert_eq!(before.len(), 170);
+    let months_before = partitions(db.pool()).await;
+    assert!(months_before.contains("events_p2025_01") && months_before.contains("events_default"));
+
+    // now 2026-06-01, 90 days: the cutoff is 2026-03-03T00:00Z.
+    let result = cohort.sweep(SweepRequest::tenantless(now())).await.unwrap();
+    assert_eq!(result.status, cohort::RunStatus::Succeeded, "{result:?}");
+    // What must be left, from the ids (month * 100 + day, years apart by 1200).
+    let must_stay: BTreeSet<i64> = before
+        .iter()
+        .copied()
+        .filter(|id| {
+            let (year, month, day) = (2025 + id / 1200, (id % 1200) / 100, id % 100);
+            (year, month, day) >= (2026, 3, 3) || *id == 305
+        })
+        .collect();
+    assert_eq!(
+        ids(db.pool()).await,
+        must_stay,
+        "exact to the cutoff, the held row kept"
+    );
+
+    // Every wholly expired month without a hold is gone as a table; March
+    // 2025 (held) and the straddling March 2026 stay.
+    let left = partitions(db.pool()).await;
+    assert!(left.contains("events_p2025_03"), "{left:?}");
+    assert!(left.contains("events_p2026_03"), "{left:?}");
+    for gone in [
+        "events_p2025_01",
+        "events_p2025_02",
+        "events_p2025_04",
+        "events_p2026_02",
+    ] {
+        assert!(!left.contains(gone), "{gone}: {left:?}");
+    }
+    // Audited exactly: one detail per removed row, the held one counted.
+    let removed = (before.len() - must_stay.len()) as i64;
+    assert_eq!(summary(db.pool(), result.run_id).await, (removed, 1, 0, 0));
+    let details: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM public.sweep_run_row_detail WHERE run_id = $1")
+            .bind(result.run_id)
+            .fetch_one(db.pool())
+            .await
+            .unwrap();
+    assert_eq!(details, removed);
+
+    // pg_partman's maintenance still works on the table Cohort pruned, and
+    // keeps creating the months ahead.
+    exec(db.pool(), "SELECT partman.run_maintenance('app.events')").await;
+    let after = partitions(db.pool()).await;
+    assert!(
+        after.is_superset(&left),
+        "maintenance dropped nothing of Cohort's: {after:?}"
+    );
+    let ahead: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM partman.show_partitions('app.events') p
+         WHERE (partman.show_partition_info(p.partition_schemaname || '.' || p.partition_tablename)).child_start_time > now()",
+    )
+    .fetch_one(db.pool())
+    .await
+    .unwrap();
+    assert!(ahead >= 1, "partman still premakes future months");
+}
