@@ -238,10 +238,29 @@ async fn runs(State(c): State<Arc<Console>>, Query(q): Query<Limit>) -> Response
         Ok(n) => n,
         Err(r) => return *r,
     };
+    let keeping = match keeping_up(&c.cohort).await {
+        Ok(k) => k,
+        Err(e) => return failed(e),
+    };
     match c.cohort.list_runs(n).await {
-        Ok(runs) => Html(pages::runs(&runs, n).into_string()).into_response(),
+        Ok(runs) => Html(pages::runs(&runs, n, &keeping).into_string()).into_response(),
         Err(e) => failed(e),
     }
+}
+
+/// The runs page's header: the last successes and the next occurrence
+/// (the ledger and the schedule), each entity's backlog now (one indexed
+/// read per entity and tenant), and rows per day.
+async fn keeping_up(cohort: &Cohort) -> Result<pages::Keeping, Error> {
+    let rows_per_day = cohort.rows_per_day(pages::CHART_DAYS).await?;
+    let next_occurrence = cohort.next_occurrence().await?;
+    Ok(pages::Keeping {
+        last_success: cohort.last_success().await?,
+        backlog: cohort.backlog().await?,
+        next_occurrence,
+        today: chrono::Utc::now().date_naive(),
+        rows_per_day,
+    })
 }
 
 async fn run(State(c): State<Arc<Console>>, Path(id): Path<String>) -> Response {

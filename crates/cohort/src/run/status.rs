@@ -85,6 +85,18 @@ pub struct CategoryDay {
     pub rows: i64,
 }
 
+impl CategoryDay {
+    /// One day's rows of one category (for rendering and tests; the
+    /// ledger's come from [`crate::Cohort::rows_per_day`]).
+    pub fn new(day: chrono::NaiveDate, category: impl Into<String>, rows: i64) -> Self {
+        Self {
+            day,
+            category: category.into(),
+            rows,
+        }
+    }
+}
+
 /// Rows changed per UTC day and category over the last `days` days
 /// (today included), oldest day first; days without a run are absent.
 pub(crate) async fn rows_per_day(cx: &Context, days: u32) -> Result<Vec<CategoryDay>> {
@@ -98,11 +110,7 @@ pub(crate) async fn rows_per_day(cx: &Context, days: u32) -> Result<Vec<Category
             .await?;
     Ok(rows
         .into_iter()
-        .map(|(day, category, rows)| CategoryDay {
-            day,
-            category,
-            rows,
-        })
+        .map(|(day, category, rows)| CategoryDay::new(day, category, rows))
         .collect())
 }
 
