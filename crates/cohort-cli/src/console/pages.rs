@@ -186,6 +186,9 @@ const PALETTE: &[&str] = &[
     "#2457c5", "#1f7a3a", "#9a6200", "#8e3bb5", "#b3261e", "#0f7c86", "#5d6678",
 ];
 
+/// One category's part of a day's bar: y, height, fill, its title.
+type Segment<'a> = (f64, f64, &'a str, String);
+
 /// Rows changed per day, stacked by category: an inline SVG (no script,
 /// presentation attributes only, every text escaped), each bar segment
 /// titled with its figures.
@@ -216,9 +219,8 @@ fn rows_chart(rows: &[CategoryDay], today: chrono::NaiveDate) -> Markup {
     let plot = height - bottom - top;
     let slot = (width - left) / f64::from(CHART_DAYS);
     let bar = slot * 0.7;
-    // Each day's bar: its x, and its segments stacked from the axis up
-    // (y, height, fill, the segment's title).
-    let bars: Vec<(usize, chrono::NaiveDate, f64, Vec<(f64, f64, &str, String)>)> = days
+    // Each day's bar: its x, and its segments stacked from the axis up.
+    let bars: Vec<(usize, chrono::NaiveDate, f64, Vec<Segment<'_>>)> = days
         .iter()
         .enumerate()
         .map(|(i, day)| {
