@@ -118,7 +118,8 @@ fn short(id: &uuid::Uuid) -> String {
 /// worker's metrics say, read by the console itself.
 pub(crate) struct Keeping {
     pub(crate) last_success: LastSuccess,
-    pub(crate) backlog: Vec<EntityBacklog>,
+    /// Each entity's backlog, or why it could not be read.
+    pub(crate) backlog: Result<Vec<EntityBacklog>, String>,
     pub(crate) next_occurrence: Option<DateTime<Utc>>,
     /// Rows per day and category over [`CHART_DAYS`] days ending `today`.
     pub(crate) rows_per_day: Vec<CategoryDay>,
@@ -141,7 +142,11 @@ pub(crate) fn age(seconds: f64) -> String {
 }
 
 fn keeping_up(k: &Keeping) -> Markup {
-    let behind: Vec<&EntityBacklog> = k.backlog.iter().filter(|b| b.oldest.is_some()).collect();
+    let behind: Vec<&EntityBacklog> = k
+        .backlog
+        .as_ref()
+        .map(|all| all.iter().filter(|b| b.oldest.is_some()).collect())
+        .unwrap_or_default();
     html! {
         section.keeping aria-label="Whether retention keeps up" {
             div.fact {
@@ -164,7 +169,9 @@ fn keeping_up(k: &Keeping) -> Markup {
             div.fact {
                 span.label { "Backlog" }
                 span.value {
-                    @if behind.is_empty() {
+                    @if let Err(why) = &k.backlog {
+                        span.muted { (why) }
+                    } @else if behind.is_empty() {
                         span.status.ok { "none" } " " span.muted { "(every eligible row is done)" }
                     } @else {
                         @for b in &behind {
