@@ -631,3 +631,44 @@ async fn the_console_renders_in_headless_chromium() {
         }
     }
 }
+
+/// RS-015: a console whose role may read Cohort's tables but not the
+/// retained ones serves the runs page with the ledger's figures and says
+/// the backlog is not readable, rather than failing the page.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_console_role_without_select_on_retained_tables_still_serves_the_runs_page() {
+    let (db, dir) = setup().await;
+    let role = format!("console_{}", uuid::Uuid::new_v4().simple());
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "CREATE ROLE {role} LOGIN PASSWORD 'console-pw';
+         GRANT USAGE ON SCHEMA retention, app TO {role};
+         GRANT SELECT ON ALL TABLES IN SCHEMA retention TO {role};"
+    )))
+    .execute(db.pool())
+    .await
+    .unwrap();
+    let url = format!("{}&user={role}&password=console-pw", db.url());
+    assert!(db.url().contains('?'), "{}", db.url());
+    let console = Console::start(dir.path(), &url, "127.0.0.1:0", None);
+    let page = console.get("/runs", None);
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert!(
+        page.body
+            .contains("not readable: the console's role lacks SELECT on a retained table"),
+        "{}",
+        page.body
+    );
+    let last: chrono::DateTime<chrono::Utc> = sqlx::query_scalar(
+        "SELECT max(settled_at) FROM retention.sweep_run WHERE status = 'succeeded' AND NOT dry_run",
+    )
+    .fetch_one(db.pool())
+    .await
+    .unwrap();
+    assert!(
+        page.body
+            .contains(&last.format("%Y-%m-%d %H:%M:%S UTC").to_string()),
+        "the last success is still shown"
+    );
+    // The other pages read Cohort's tables only, and are served as before.
+    assert_eq!(console.get("/holds", None).status, 200);
+}
