@@ -253,7 +253,7 @@ fn rows_chart(rows: &[CategoryDay], today: chrono::NaiveDate) -> Markup {
     html! {
         figure.chart {
             figcaption { "Rows changed per day by category (real sweeps, last " (CHART_DAYS) " days, UTC)" }
-            svg xmlns="http://www.w3.org/2000/svg" role="img" viewBox={"0 0 " (width) " " (height)} width="100%" height=(height) {
+            svg xmlns="http://www.w3.org/2000/svg" role="img" viewBox={"0 0 " (width) " " (height)} width="100%" height=(height) preserveAspectRatio="xMinYMin meet" {
                 title { "Rows changed per day by category" }
                 line x1=(left) y1=(top) x2=(left) y2=(height - bottom) stroke="#dfe3ea" {}
                 line x1=(left) y1=(height - bottom) x2=(width) y2=(height - bottom) stroke="#dfe3ea" {}
