@@ -26,9 +26,13 @@
 //! but not to `cohort_rows_total`. `affected` grows as each batch commits;
 //! `held`, `skipped` and `null_anchor` are added once per entity and run,
 //! when the entity's summary is written (a row held for three runs counts
-//! three times). The two gauges are read from the database by
-//! [`crate::Cohort::queue_depth`], which sets them: call it before each
-//! scrape (the CLI's exporter does).
+//! three times). The two queue gauges are read from the database by
+//! [`crate::Cohort::queue_depth`], and the last successes by
+//! [`crate::Cohort::last_success`], which set them: call them before each
+//! scrape (the CLI's exporter does). Each sweep sets the backlog of the
+//! entities it swept (one indexed read per entity after its summary); the
+//! scheduled worker sets the next occurrence and, after each occurrence,
+//! the last successes; its maintenance service sets `cohort_peers`.
 //!
 //! No label carries a row value: entity names, strategies, handler
 //! identities, kinds, triggers, statuses and queue states only.
