@@ -275,15 +275,66 @@ pub(crate) fn backlog_age(cutoff: DateTime<Utc>, oldest: Option<DateTime<Utc>>) 
 
 /// Each entity's backlog per pass (tenant and stage), so the gauge shows
 /// the worst pass: a tenant caught up does not hide one that is behind.
-static BACKLOG: Mutex<BTreeMap<String, BTreeMap<String, f64>>> = Mutex::new(BTreeMap::new());
+/// Each entry remembers the round (a worker occurrence) that measured it,
+/// so a pass that no longer runs (a tenant gone from the source) stops
+/// counting once a whole occurrence ran without it.
+struct Backlogs {
+    round: u64,
+    entities: BTreeMap<String, BTreeMap<String, (f64, u64)>>,
+}
+
+static BACKLOG: Mutex<Backlogs> = Mutex::new(Backlogs {
+    round: 0,
+    entities: BTreeMap::new(),
+});
+
+fn set_worst(entity: &str, passes: &BTreeMap<String, (f64, u64)>) {
+    let worst = passes.values().map(|(age, _)| *age).fold(0.0, f64::max);
+    metrics::gauge!(ENTITY_BACKLOG_AGE_SECONDS, "entity" => entity.to_owned()).set(worst);
+}
 
 /// The backlog an entity's pass (`scope`: tenant and stage) left.
 pub(crate) fn backlog(entity: &str, scope: String, age_seconds: f64) {
     let mut all = BACKLOG.lock().unwrap_or_else(|e| e.into_inner());
-    let passes = all.entry(entity.to_owned()).or_default();
-    passes.insert(scope, age_seconds);
-    let worst = passes.values().copied().fold(0.0, f64::max);
-    metrics::gauge!(ENTITY_BACKLOG_AGE_SECONDS, "entity" => entity.to_owned()).set(worst);
+    let round = all.round;
+    let passes = all.entities.entry(entity.to_owned()).or_default();
+    passes.insert(scope, (age_seconds, round));
+    set_worst(entity, passes);
+}
+
+/// A pass that ran without measuring the entity's backlog (the entity
+/// failed or was held back): its last value stays, as part of this round.
+pub(crate) fn backlog_unmeasured(entity: &str, scope: String) {
+    let mut all = BACKLOG.lock().unwrap_or_else(|e| e.into_inner());
+    let round = all.round;
+    if let Some(entry) = all
+        .entities
+        .get_mut(entity)
+        .and_then(|passes| passes.get_mut(&scope))
+    {
+        entry.1 = round;
+    }
+}
+
+/// A worker occurrence starts: what its passes measure belongs to a new
+/// round (returned, for [`backlog_round_done`]).
+pub(crate) fn backlog_round_started() -> u64 {
+    let mut all = BACKLOG.lock().unwrap_or_else(|e| e.into_inner());
+    all.round += 1;
+    all.round
+}
+
+/// Every pass of occurrence `round` ran: passes measured before it (that
+/// it no longer has) stop counting, and their entities' gauges follow.
+pub(crate) fn backlog_round_done(round: u64) {
+    let mut all = BACKLOG.lock().unwrap_or_else(|e| e.into_inner());
+    for (entity, passes) in all.entities.iter_mut() {
+        let before = passes.len();
+        passes.retain(|_, (_, measured)| *measured >= round);
+        if passes.len() != before {
+            set_worst(entity, passes);
+        }
+    }
 }
 
 /// The worker's next occurrence.
@@ -345,5 +396,39 @@ mod tests {
         ] {
             assert_eq!(backlog_age(cutoff, oldest), want, "{oldest:?}");
         }
+    }
+
+    fn passes_of(entity: &str) -> Vec<(String, f64)> {
+        let all = BACKLOG.lock().unwrap();
+        all.entities
+            .get(entity)
+            .map(|p| p.iter().map(|(k, (age, _))| (k.clone(), *age)).collect())
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn a_pass_that_no_longer_runs_stops_counting_after_a_whole_occurrence() {
+        let entity = "RoundsTestEntity";
+        let first = backlog_round_started();
+        backlog(entity, "t1/0".into(), 50.0);
+        backlog(entity, "t2/0".into(), 10.0);
+        backlog_round_done(first);
+        assert_eq!(
+            passes_of(entity),
+            [("t1/0".to_string(), 50.0), ("t2/0".to_string(), 10.0)]
+        );
+        // The next occurrence no longer has t1 (gone from the source).
+        let second = backlog_round_started();
+        backlog(entity, "t2/0".into(), 20.0);
+        // Until the occurrence is whole, t1 still counts.
+        assert_eq!(passes_of(entity).len(), 2);
+        backlog_round_done(second);
+        assert_eq!(passes_of(entity), [("t2/0".to_string(), 20.0)]);
+        // A pass that ran but could not measure (the entity failed) keeps
+        // its last value.
+        let third = backlog_round_started();
+        backlog_unmeasured(entity, "t2/0".into());
+        backlog_round_done(third);
+        assert_eq!(passes_of(entity), [("t2/0".to_string(), 20.0)]);
     }
 }

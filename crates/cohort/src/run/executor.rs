@@ -148,6 +148,12 @@ async fn execute_in_span(
                 )),
             };
             if let Some(d) = refused {
+                if spec.kind == RunKind::Sweep {
+                    crate::telemetry::backlog_unmeasured(
+                        &work.entity.name,
+                        backlog_scope(&spec, &work),
+                    );
+                }
                 outcomes.push(outcome(&work));
                 failures.push(failure(work.entity.id, &work.entity.name, &d));
                 continue;
@@ -163,6 +169,9 @@ async fn execute_in_span(
             .instrument(span.clone())
             .await;
         span.in_scope(|| report_entity(ctx.spec, &out, &result));
+        if result.is_err() && ctx.spec.kind == RunKind::Sweep {
+            crate::telemetry::backlog_unmeasured(&work.entity.name, backlog_scope(ctx.spec, &work));
+        }
         outcomes.push(out);
         match result {
             Ok(()) => {}
@@ -454,17 +463,23 @@ async fn record_backlog(conn: &mut PgConnection, spec: &RunSpec, work: &Work<'_>
     match oldest_eligible(conn, work).await {
         Ok(oldest) => crate::telemetry::backlog(
             &work.entity.name,
-            format!(
-                "{}/{}",
-                spec.tenant.as_deref().unwrap_or(""),
-                work.stage.unwrap_or(0)
-            ),
+            backlog_scope(spec, work),
             crate::telemetry::backlog_age(cutoff, oldest),
         ),
         Err(e) => {
-            tracing::warn!(error = %e, "reading the entity's backlog failed; its gauge keeps its last value")
+            tracing::warn!(error = %e, "reading the entity's backlog failed; its gauge keeps its last value");
+            crate::telemetry::backlog_unmeasured(&work.entity.name, backlog_scope(spec, work));
         }
     }
+}
+
+/// The pass a backlog belongs to: the run's tenant and the work's stage.
+fn backlog_scope(spec: &RunSpec, work: &Work<'_>) -> String {
+    format!(
+        "{}/{}",
+        spec.tenant.as_deref().unwrap_or(""),
+        work.stage.unwrap_or(0)
+    )
 }
 
 /// Writes the terminal status, on the run's connection or, if that is

@@ -318,6 +318,7 @@ async fn locked(
         tracing::warn!(occurrence = %at, dry_run, "occurrence's last attempt was interrupted; sweeping it again");
     }
     let list = crate::run::passes::pass_list(cx, prepared, &cx.tenant_source).await?;
+    let round = crate::telemetry::backlog_round_started();
     let total = i32::try_from(list.passes.len()).unwrap_or(i32::MAX);
     let mut passes = 0;
     for pass in list.passes {
@@ -361,6 +362,9 @@ async fn locked(
     if cancel.is_cancelled() {
         return Ok(Locked::Done(Occurrence::Cancelled { passes }));
     }
+    // Every pass ran: a backlog measured only by earlier occurrences (a
+    // tenant no longer listed) stops counting.
+    crate::telemetry::backlog_round_done(round);
     Ok(Locked::Done(Occurrence::Ran { passes, rerun }))
 }
 
