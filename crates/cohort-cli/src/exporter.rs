@@ -2,10 +2,12 @@
 //! the `metrics-exporter-prometheus` recorder (so every metric Cohort
 //! records in this process is kept) and serves `/metrics` in the
 //! Prometheus text format and `/healthz`, on its own small HTTP server.
-//! Before each scrape the queue gauges are read from the database (at most
-//! once per [`GAUGE_REFRESH`]; a scrape never waits longer than
-//! [`GAUGE_TIMEOUT`] for them, and serves the last values if the database
-//! does not answer).
+//! Before each scrape the queue gauges and the last successful runs are
+//! read from the database (at most once per [`GAUGE_REFRESH`]; a scrape
+//! never waits longer than [`GAUGE_TIMEOUT`] for them, and serves the last
+//! values if the database does not answer). The last successful runs are
+//! also read once when the exporter starts, so the series exists before
+//! the first scrape and the first run.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -77,6 +79,9 @@ pub(crate) async fn bind(
             ))
         })?;
     cohort::telemetry::describe();
+    if let Err(e) = cohort.last_success().await {
+        tracing::warn!(error = %e, "reading the last successful runs failed; the gauge is set after the next run");
+    }
     let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| {
         Failure::Input(Error::Config(
             format!("--metrics-addr {addr}: cannot listen there: {e}").into(),
@@ -99,13 +104,17 @@ async fn metrics(State(x): State<Arc<Exporter>>) -> impl IntoResponse {
     {
         let mut last = x.last_refresh.lock().await;
         if last.is_none_or(|at| at.elapsed() >= GAUGE_REFRESH) {
-            match tokio::time::timeout(GAUGE_TIMEOUT, x.cohort.queue_depth()).await {
+            let read = async {
+                x.cohort.queue_depth().await?;
+                x.cohort.last_success().await
+            };
+            match tokio::time::timeout(GAUGE_TIMEOUT, read).await {
                 Ok(Ok(_)) => *last = Some(Instant::now()),
                 Ok(Err(e)) => {
-                    tracing::warn!(error = %e, "reading the handler queue for the metrics failed; serving the last values")
+                    tracing::warn!(error = %e, "reading the handler queue or the ledger for the metrics failed; serving the last values")
                 }
                 Err(_) => tracing::warn!(
-                    "the database did not answer within {GAUGE_TIMEOUT:?}; serving the last queue values"
+                    "the database did not answer within {GAUGE_TIMEOUT:?}; serving the last values"
                 ),
             }
         }

@@ -18,6 +18,7 @@ const POLICY: &str = r#"
 [cohort]
 schema = "retention"
 sweep_batch_size = 7
+schedule = "0 2 * * *"
 
 [cohort.dispatch]
 max_attempts = 1
@@ -251,6 +252,83 @@ async fn runs(db: &TestDatabase) -> Vec<(uuid::Uuid, String, bool, Option<String
     .unwrap()
 }
 
+/// The runs page's header and chart: the last successes as the ledger has
+/// them, the schedule's next occurrence by the database clock, the
+/// backlog, and rows per day per category as an inline SVG.
+async fn keeps_up_as_the_ledger_says(db: &TestDatabase, page: &str) {
+    let fact = |label: &str| -> String {
+        let at = page
+            .find(&format!("<span class=\"label\">{label}</span>"))
+            .unwrap_or_else(|| panic!("no {label:?} in the header:\n{page}"));
+        let value = &page[at..];
+        let start = value.find("<span class=\"value\">").unwrap() + "<span class=\"value\">".len();
+        value[start..].split("</div>").next().unwrap().to_string()
+    };
+    let (last_sweep, now): (chrono::DateTime<chrono::Utc>, chrono::DateTime<chrono::Utc>) =
+        sqlx::query_as(
+            "SELECT max(settled_at), now() FROM retention.sweep_run
+             WHERE kind = 'sweep' AND status = 'succeeded' AND NOT dry_run",
+        )
+        .fetch_one(db.pool())
+        .await
+        .unwrap();
+    let shown = |t: chrono::DateTime<chrono::Utc>| t.format("%Y-%m-%d %H:%M:%S UTC").to_string();
+    assert_eq!(
+        fact("Last successful sweep"),
+        format!("{}</span>", shown(last_sweep))
+    );
+    assert_eq!(
+        fact("Last successful erasure"),
+        "—</span>",
+        "no erasure ran"
+    );
+    // "0 2 * * *": the next 02:00 UTC after the database's now.
+    let today_two = now.date_naive().and_hms_opt(2, 0, 0).unwrap().and_utc();
+    let next = if now < today_two {
+        today_two
+    } else {
+        today_two + chrono::TimeDelta::days(1)
+    };
+    assert_eq!(fact("Next occurrence"), format!("{}</span>", shown(next)));
+    let backlog = fact("Backlog");
+    assert!(
+        backlog.contains("Event: 10 d 05 h past its cutoff"),
+        "{backlog}"
+    );
+    assert!(
+        !backlog.contains("SessionNote"),
+        "the held note is not backlog: {backlog}"
+    );
+    // Rows per day: today's real sweeps changed 19 notes and 5 events,
+    // all of category "notes"; the dry run counts nothing.
+    let today: i64 = sqlx::query_scalar(
+        "SELECT sum(s.affected_count)::int8 FROM retention.sweep_run_entity_summary s
+         JOIN retention.sweep_run r USING (run_id) WHERE NOT r.dry_run",
+    )
+    .fetch_one(db.pool())
+    .await
+    .unwrap();
+    assert_eq!(today, 24);
+    let svg = page
+        .split("<svg xmlns=\"http://www.w3.org/2000/svg\" role=\"img\"")
+        .nth(1)
+        .expect("an inline SVG chart")
+        .split("</svg>")
+        .next()
+        .unwrap();
+    let title = format!(
+        "<title>notes: {today} rows on {}</title>",
+        chrono::Utc::now().date_naive()
+    );
+    assert!(svg.contains(&title), "{title} not in {svg}");
+    assert_eq!(
+        svg.matches("<rect ").count(),
+        1,
+        "one day, one category: {svg}"
+    );
+    assert!(!svg.contains("<script"), "{svg}");
+}
+
 /// RS-015: each page shows the ledger's figures, and nothing personal
 /// beyond record ids.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -262,8 +340,15 @@ async fn the_console_shows_runs_holds_queue_and_settings_as_the_ledger_has_them(
     assert_eq!(home.status, 303);
     assert_eq!(home.header("location"), Some("/runs"));
 
+    // An event 40 days and 5 hours old arrives after the sweeps: past its
+    // 30-day cutoff by 10 days and 5 hours, the backlog.
+    sqlx::raw_sql("INSERT INTO app.events VALUES (1000, now() - interval '40 days 5 hours', NULL)")
+        .execute(db.pool())
+        .await
+        .unwrap();
     let runs_page = console.get("/runs", None);
     assert_eq!(runs_page.status, 200);
+    keeps_up_as_the_ledger_says(&db, &runs_page.body).await;
     assert_eq!(
         runs_page.header("content-type"),
         Some("text/html; charset=utf-8")
@@ -545,4 +630,45 @@ async fn the_console_renders_in_headless_chromium() {
             std::fs::copy(&png, docs.join(format!("console-{name}.png"))).unwrap();
         }
     }
+}
+
+/// RS-015: a console whose role may read Cohort's tables but not the
+/// retained ones serves the runs page with the ledger's figures and says
+/// the backlog is not readable, rather than failing the page.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_console_role_without_select_on_retained_tables_still_serves_the_runs_page() {
+    let (db, dir) = setup().await;
+    let role = format!("console_{}", uuid::Uuid::new_v4().simple());
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "CREATE ROLE {role} LOGIN PASSWORD 'console-pw';
+         GRANT USAGE ON SCHEMA retention, app TO {role};
+         GRANT SELECT ON ALL TABLES IN SCHEMA retention TO {role};"
+    )))
+    .execute(db.pool())
+    .await
+    .unwrap();
+    let url = format!("{}&user={role}&password=console-pw", db.url());
+    assert!(db.url().contains('?'), "{}", db.url());
+    let console = Console::start(dir.path(), &url, "127.0.0.1:0", None);
+    let page = console.get("/runs", None);
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert!(
+        page.body
+            .contains("not readable: the console's role lacks SELECT on a retained table"),
+        "{}",
+        page.body
+    );
+    let last: chrono::DateTime<chrono::Utc> = sqlx::query_scalar(
+        "SELECT max(settled_at) FROM retention.sweep_run WHERE status = 'succeeded' AND NOT dry_run",
+    )
+    .fetch_one(db.pool())
+    .await
+    .unwrap();
+    assert!(
+        page.body
+            .contains(&last.format("%Y-%m-%d %H:%M:%S UTC").to_string()),
+        "the last success is still shown"
+    );
+    // The other pages read Cohort's tables only, and are served as before.
+    assert_eq!(console.get("/holds", None).status, 200);
 }

@@ -244,6 +244,39 @@ impl Cohort {
         Ok(depth)
     }
 
+    /// The settle time of the last successful real (not dry) run of each
+    /// kind, read from the ledger now; also sets
+    /// `cohort_last_success_timestamp_seconds` (see [`crate::telemetry`]).
+    pub async fn last_success(&self) -> Result<crate::telemetry::LastSuccess> {
+        self.cx.prepared().await?;
+        crate::run::status::last_success(&self.cx).await
+    }
+
+    /// How far behind retention is, per entity, as of the database's clock
+    /// now: over every pass of the tenant source, the oldest row still
+    /// eligible (past its rule's cutoff, not done, not held) and its age
+    /// past the cutoff, for the worst tenant. One indexed `LIMIT 1` read
+    /// per entity and pass; nothing is written and no gauge is set (the
+    /// worker's gauge is measured after each of its runs).
+    pub async fn backlog(&self) -> Result<Vec<crate::telemetry::EntityBacklog>> {
+        self.cx.prepared().await?;
+        let now = crate::sql::database_now(&self.cx.pool).await?;
+        crate::run::status::backlog(&self.cx, &self.cx.tenant_source, now).await
+    }
+
+    /// Rows real sweeps changed per UTC day and category over the last
+    /// `days` days (today included), oldest first.
+    pub async fn rows_per_day(&self, days: u32) -> Result<Vec<crate::history::CategoryDay>> {
+        self.cx.prepared().await?;
+        crate::run::status::rows_per_day(&self.cx, days).await
+    }
+
+    /// The next occurrence of the configured `schedule` after the
+    /// database's clock now (`None` when no schedule is set).
+    pub async fn next_occurrence(&self) -> Result<Option<chrono::DateTime<chrono::Utc>>> {
+        crate::run::status::next_occurrence(&self.cx).await
+    }
+
     /// A dispatcher delivering this handle's queued row-handler work.
     pub fn dispatcher(&self) -> crate::services::Dispatcher {
         crate::services::Dispatcher::new(Arc::clone(&self.cx))

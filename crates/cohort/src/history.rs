@@ -11,6 +11,8 @@ use crate::rules::{Period, Strategy};
 use crate::run::{EntityFailure, EntityOutcome, RunKind, RunStatus, SweepResult, Trigger};
 use crate::sql::history as statements;
 
+pub use crate::run::status::CategoryDay;
+
 /// One line of `runs list`.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 #[non_exhaustive]

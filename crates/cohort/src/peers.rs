@@ -179,6 +179,23 @@ pub(crate) async fn live(cx: &Context, me: Option<Uuid>) -> Result<Vec<Peer>> {
         .collect())
 }
 
+/// Every peer record by heartbeat: (alive, stale). Alive ones (this
+/// process's own included) were heard from within [`PEER_TIMEOUT_SECONDS`];
+/// stale ones were not and are not removed yet. Also sets
+/// `cohort_peers{state="alive"|"stale"}`.
+pub(crate) async fn census(cx: &Context) -> Result<(u64, u64)> {
+    let params = statements::Census {
+        timeout_secs: PEER_TIMEOUT_SECONDS,
+    };
+    let (alive, stale): (i64, i64) = statements::census(&cx.config.schema, params)
+        .query_as()
+        .fetch_one(&cx.pool)
+        .await?;
+    let (alive, stale) = (alive.max(0) as u64, stale.max(0) as u64);
+    crate::telemetry::peer_census(alive, stale);
+    Ok((alive, stale))
+}
+
 /// Why this process must not mutate `entity`'s rows: live peers that
 /// register handlers for it that this process lacks. `None` when none do.
 pub(crate) fn conflict(cx: &Context, peers: &[Peer], entity: Uuid) -> Option<String> {

@@ -10,6 +10,14 @@
 //! | `cohort_handler_deliveries_total` | counter | `handler`, `outcome` (`delivered`, `failed`, `dead_lettered`) |
 //! | `cohort_handler_queue_depth` | gauge | `state` (`pending`, `in_flight`) |
 //! | `cohort_dead_letters` | gauge | |
+//! | `cohort_tenant_rows_unusable_total` | counter | |
+//! | `cohort_peers` | gauge | `state` (`same_policy`, `other_policy`, `alive`, `stale`) |
+//! | `cohort_peer_conflicts_total` | counter | `entity` |
+//! | `cohort_last_success_timestamp_seconds` | gauge | `kind` (`sweep`, `erasure`) |
+//! | `cohort_entity_backlog_age_seconds` | gauge | `entity` |
+//! | `cohort_next_occurrence_timestamp_seconds` | gauge | |
+//!
+//! The whole contract, with each series' meaning, is `docs/metrics.md`.
 //!
 //! Cohort only records; the application (or `cohort worker
 //! --metrics-addr`) installs a recorder and exports. Without a recorder
@@ -18,14 +26,22 @@
 //! but not to `cohort_rows_total`. `affected` grows as each batch commits;
 //! `held`, `skipped` and `null_anchor` are added once per entity and run,
 //! when the entity's summary is written (a row held for three runs counts
-//! three times). The two gauges are read from the database by
-//! [`crate::Cohort::queue_depth`], which sets them: call it before each
-//! scrape (the CLI's exporter does).
+//! three times). The two queue gauges are read from the database by
+//! [`crate::Cohort::queue_depth`], and the last successes by
+//! [`crate::Cohort::last_success`], which set them: call them before each
+//! scrape (the CLI's exporter does). Each sweep sets the backlog of the
+//! entities it swept (one indexed read per entity after its summary); the
+//! scheduled worker sets the next occurrence and, after each occurrence,
+//! the last successes; its maintenance service sets `cohort_peers`.
 //!
 //! No label carries a row value: entity names, strategies, handler
 //! identities, kinds, triggers, statuses and queue states only.
 
+use std::collections::BTreeMap;
+use std::sync::Mutex;
 use std::time::Duration;
+
+use chrono::{DateTime, Utc};
 
 use crate::outcome::{EntityOutcome, RunKind, RunStatus, Trigger};
 use crate::rules::Strategy;
@@ -53,6 +69,35 @@ pub const PEERS: &str = "cohort_peers";
 /// `cohort_peer_conflicts_total{entity}`: entities left alone because a
 /// live peer has a handler for them that this process lacks.
 pub const PEER_CONFLICTS_TOTAL: &str = "cohort_peer_conflicts_total";
+
+/// `cohort_last_success_timestamp_seconds{kind}`: the settle time (Unix
+/// seconds) of the last successful real (not dry) run of each kind, as the
+/// ledger has it.
+pub const LAST_SUCCESS_TIMESTAMP_SECONDS: &str = "cohort_last_success_timestamp_seconds";
+/// `cohort_entity_backlog_age_seconds{entity}`: after this process's last
+/// sweep of the entity, how far past its cutoff the oldest row still
+/// eligible is (0 when none; the worst tenant and stage).
+pub const ENTITY_BACKLOG_AGE_SECONDS: &str = "cohort_entity_backlog_age_seconds";
+/// `cohort_next_occurrence_timestamp_seconds`: the next occurrence (Unix
+/// seconds) of the worker's schedule.
+pub const NEXT_OCCURRENCE_TIMESTAMP_SECONDS: &str = "cohort_next_occurrence_timestamp_seconds";
+
+/// Every metric name Cohort records: what `docs/metrics.md` documents.
+pub const ALL: &[&str] = &[
+    ROWS_TOTAL,
+    RUNS_TOTAL,
+    RUN_DURATION_SECONDS,
+    BATCH_DURATION_SECONDS,
+    HANDLER_DELIVERIES_TOTAL,
+    HANDLER_QUEUE_DEPTH,
+    DEAD_LETTERS,
+    TENANT_ROWS_UNUSABLE_TOTAL,
+    PEERS,
+    PEER_CONFLICTS_TOTAL,
+    LAST_SUCCESS_TIMESTAMP_SECONDS,
+    ENTITY_BACKLOG_AGE_SECONDS,
+    NEXT_OCCURRENCE_TIMESTAMP_SECONDS,
+];
 
 /// Registers the help text of every metric with the installed recorder.
 /// Call once after installing it; harmless to call again.
@@ -87,11 +132,26 @@ pub fn describe() {
     );
     describe_gauge!(
         PEERS,
-        "Live peers (processes sweeping this database) by state: same_policy or other_policy."
+        "Peer records by state: same_policy and other_policy count the other live processes; alive counts every live record (this process's too); stale the silent ones not yet removed."
     );
     describe_counter!(
         PEER_CONFLICTS_TOTAL,
         "Entities a run left alone because a live peer has a handler for them that this process lacks."
+    );
+    describe_gauge!(
+        LAST_SUCCESS_TIMESTAMP_SECONDS,
+        Unit::Seconds,
+        "Settle time (Unix seconds) of the last successful real run of each kind, as the ledger has it."
+    );
+    describe_gauge!(
+        ENTITY_BACKLOG_AGE_SECONDS,
+        Unit::Seconds,
+        "After the last sweep of each entity: how far past its cutoff the oldest row still eligible is (0 when none)."
+    );
+    describe_gauge!(
+        NEXT_OCCURRENCE_TIMESTAMP_SECONDS,
+        Unit::Seconds,
+        "The next occurrence (Unix seconds) of the worker's schedule."
     );
     describe_counter!(
         TENANT_ROWS_UNUSABLE_TOTAL,
@@ -144,6 +204,144 @@ pub(crate) fn peers(same_policy: usize, other_policy: usize) {
     metrics::gauge!(PEERS, "state" => "other_policy").set(other_policy as f64);
 }
 
+/// Every peer record by heartbeat: `alive` (this process's own included)
+/// and `stale` (silent longer than the peer timeout, not yet removed).
+pub(crate) fn peer_census(alive: u64, stale: u64) {
+    metrics::gauge!(PEERS, "state" => "alive").set(alive as f64);
+    metrics::gauge!(PEERS, "state" => "stale").set(stale as f64);
+}
+
+/// The last successful real runs, as read from the ledger.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[non_exhaustive]
+pub struct LastSuccess {
+    /// Settle time of the last successful real sweep (`None`: never).
+    pub sweep: Option<DateTime<Utc>>,
+    /// Settle time of the last successful real erasure (`None`: never).
+    pub erasure: Option<DateTime<Utc>>,
+}
+
+/// The latest success recorded per kind, so that the gauge never moves
+/// back (a slower read of the ledger racing a run that just settled).
+static LAST_SUCCESS: Mutex<BTreeMap<&'static str, i64>> = Mutex::new(BTreeMap::new());
+
+impl LastSuccess {
+    /// Sets `cohort_last_success_timestamp_seconds{kind}` for each kind
+    /// that has a success (a kind without one has no series).
+    pub fn record(&self) {
+        for (kind, at) in [
+            (RunKind::Sweep, self.sweep),
+            (RunKind::Erasure, self.erasure),
+        ] {
+            if let Some(at) = at {
+                last_success(kind, at);
+            }
+        }
+    }
+}
+
+/// A successful real run of `kind` settled at `at`.
+pub(crate) fn last_success(kind: RunKind, at: DateTime<Utc>) {
+    let micros = at.timestamp_micros();
+    let mut seen = LAST_SUCCESS.lock().unwrap_or_else(|e| e.into_inner());
+    let latest = seen.entry(kind.as_str()).or_insert(micros);
+    *latest = (*latest).max(micros);
+    metrics::gauge!(LAST_SUCCESS_TIMESTAMP_SECONDS, "kind" => kind.as_str())
+        .set(*latest as f64 / 1e6);
+}
+
+/// How far behind retention is for one entity.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[non_exhaustive]
+pub struct EntityBacklog {
+    /// The entity's display name.
+    pub entity: String,
+    /// Seconds from the oldest still-eligible row's anchor to its cutoff
+    /// (0 when no row is eligible): the worst tenant and stage.
+    pub age_seconds: f64,
+    /// That row's anchor (`None` when no row is eligible).
+    pub oldest: Option<DateTime<Utc>>,
+    /// The tenant of that row's pass (`None`: tenantless, or none eligible).
+    pub tenant: Option<String>,
+}
+
+/// Age in seconds of a backlog whose oldest row has anchor `oldest`,
+/// measured against `cutoff` (never negative).
+pub(crate) fn backlog_age(cutoff: DateTime<Utc>, oldest: Option<DateTime<Utc>>) -> f64 {
+    oldest.map_or(0.0, |o| {
+        ((cutoff - o).num_microseconds().unwrap_or(i64::MAX) as f64 / 1e6).max(0.0)
+    })
+}
+
+/// Each entity's backlog per pass (tenant and stage), so the gauge shows
+/// the worst pass: a tenant caught up does not hide one that is behind.
+/// Each entry remembers the round (a worker occurrence) that measured it,
+/// so a pass that no longer runs (a tenant gone from the source) stops
+/// counting once a whole occurrence ran without it.
+struct Backlogs {
+    round: u64,
+    entities: BTreeMap<String, BTreeMap<String, (f64, u64)>>,
+}
+
+static BACKLOG: Mutex<Backlogs> = Mutex::new(Backlogs {
+    round: 0,
+    entities: BTreeMap::new(),
+});
+
+fn set_worst(entity: &str, passes: &BTreeMap<String, (f64, u64)>) {
+    let worst = passes.values().map(|(age, _)| *age).fold(0.0, f64::max);
+    metrics::gauge!(ENTITY_BACKLOG_AGE_SECONDS, "entity" => entity.to_owned()).set(worst);
+}
+
+/// The backlog an entity's pass (`scope`: tenant and stage) left.
+pub(crate) fn backlog(entity: &str, scope: String, age_seconds: f64) {
+    let mut all = BACKLOG.lock().unwrap_or_else(|e| e.into_inner());
+    let round = all.round;
+    let passes = all.entities.entry(entity.to_owned()).or_default();
+    passes.insert(scope, (age_seconds, round));
+    set_worst(entity, passes);
+}
+
+/// A pass that ran without measuring the entity's backlog (the entity
+/// failed or was held back): its last value stays, as part of this round.
+pub(crate) fn backlog_unmeasured(entity: &str, scope: String) {
+    let mut all = BACKLOG.lock().unwrap_or_else(|e| e.into_inner());
+    let round = all.round;
+    if let Some(entry) = all
+        .entities
+        .get_mut(entity)
+        .and_then(|passes| passes.get_mut(&scope))
+    {
+        entry.1 = round;
+    }
+}
+
+/// A worker occurrence starts: what its passes measure belongs to a new
+/// round (returned, for [`backlog_round_done`]).
+pub(crate) fn backlog_round_started() -> u64 {
+    let mut all = BACKLOG.lock().unwrap_or_else(|e| e.into_inner());
+    all.round += 1;
+    all.round
+}
+
+/// Every pass of occurrence `round` ran: passes measured before it (that
+/// it no longer has) stop counting, and their entities' gauges follow.
+pub(crate) fn backlog_round_done(round: u64) {
+    let mut all = BACKLOG.lock().unwrap_or_else(|e| e.into_inner());
+    for (entity, passes) in all.entities.iter_mut() {
+        let before = passes.len();
+        passes.retain(|_, (_, measured)| *measured >= round);
+        if passes.len() != before {
+            set_worst(entity, passes);
+        }
+    }
+}
+
+/// The worker's next occurrence.
+pub(crate) fn next_occurrence(at: DateTime<Utc>) {
+    metrics::gauge!(NEXT_OCCURRENCE_TIMESTAMP_SECONDS).set(at.timestamp() as f64);
+}
+
 pub(crate) fn tenant_row_unusable() {
     metrics::counter!(TENANT_ROWS_UNUSABLE_TOTAL).increment(1);
 }
@@ -175,5 +373,62 @@ impl QueueDepth {
         metrics::gauge!(HANDLER_QUEUE_DEPTH, "state" => "pending").set(self.pending as f64);
         metrics::gauge!(HANDLER_QUEUE_DEPTH, "state" => "in_flight").set(self.in_flight as f64);
         metrics::gauge!(DEAD_LETTERS).set(self.dead_lettered as f64);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backlog_age_is_the_distance_past_the_cutoff_and_never_negative() {
+        let cutoff = DateTime::parse_from_rfc3339("2026-03-01T00:00:00Z")
+            .unwrap()
+            .to_utc();
+        let at = |s: &str| Some(DateTime::parse_from_rfc3339(s).unwrap().to_utc());
+        for (oldest, want) in [
+            (None, 0.0),
+            (at("2026-03-01T00:00:00Z"), 0.0),
+            (at("2026-02-28T23:59:59.5Z"), 0.5),
+            (at("2026-02-27T00:00:00Z"), 172_800.0),
+            // A row after the cutoff is not behind (it cannot be eligible).
+            (at("2026-03-02T00:00:00Z"), 0.0),
+        ] {
+            assert_eq!(backlog_age(cutoff, oldest), want, "{oldest:?}");
+        }
+    }
+
+    fn passes_of(entity: &str) -> Vec<(String, f64)> {
+        let all = BACKLOG.lock().unwrap();
+        all.entities
+            .get(entity)
+            .map(|p| p.iter().map(|(k, (age, _))| (k.clone(), *age)).collect())
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn a_pass_that_no_longer_runs_stops_counting_after_a_whole_occurrence() {
+        let entity = "RoundsTestEntity";
+        let first = backlog_round_started();
+        backlog(entity, "t1/0".into(), 50.0);
+        backlog(entity, "t2/0".into(), 10.0);
+        backlog_round_done(first);
+        assert_eq!(
+            passes_of(entity),
+            [("t1/0".to_string(), 50.0), ("t2/0".to_string(), 10.0)]
+        );
+        // The next occurrence no longer has t1 (gone from the source).
+        let second = backlog_round_started();
+        backlog(entity, "t2/0".into(), 20.0);
+        // Until the occurrence is whole, t1 still counts.
+        assert_eq!(passes_of(entity).len(), 2);
+        backlog_round_done(second);
+        assert_eq!(passes_of(entity), [("t2/0".to_string(), 20.0)]);
+        // A pass that ran but could not measure (the entity failed) keeps
+        // its last value.
+        let third = backlog_round_started();
+        backlog_unmeasured(entity, "t2/0".into());
+        backlog_round_done(third);
+        assert_eq!(passes_of(entity), [("t2/0".to_string(), 20.0)]);
     }
 }

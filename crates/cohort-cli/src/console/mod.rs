@@ -3,9 +3,14 @@
 //! Server-rendered HTML (maud templates compiled into the binary; no
 //! JavaScript at all): recent runs, one run's per-entity outcomes and
 //! failures, active holds, the handler queue and dead letters, the live and
-//! effective settings. It only reads (the ledger, the queue, the settings),
-//! and shows nothing personal beyond record ids: no row values, no hold
-//! reasons (free text that may name people), no secrets.
+//! effective settings. The runs page's header says whether retention keeps
+//! up: the last successful runs and the next occurrence (the ledger, the
+//! schedule), each entity's backlog (one indexed read of each retained
+//! table: the role needs SELECT on them for it, and without it the header
+//! says so) and rows per day per category as an inline SVG. It only reads
+//! (the ledger, the queue, the settings, the retained tables' oldest
+//! eligible anchors), and shows nothing personal beyond record ids: no row
+//! values, no hold reasons (free text that may name people), no secrets.
 //!
 //! Access: it listens on loopback unless told otherwise. On any other
 //! address it refuses to start without `COHORT_SERVE_TOKEN`; when the token
@@ -238,10 +243,42 @@ async fn runs(State(c): State<Arc<Console>>, Query(q): Query<Limit>) -> Response
         Ok(n) => n,
         Err(r) => return *r,
     };
+    let keeping = match keeping_up(&c.cohort).await {
+        Ok(k) => k,
+        Err(e) => return failed(e),
+    };
     match c.cohort.list_runs(n).await {
-        Ok(runs) => Html(pages::runs(&runs, n).into_string()).into_response(),
+        Ok(runs) => Html(pages::runs(&runs, n, &keeping).into_string()).into_response(),
         Err(e) => failed(e),
     }
+}
+
+/// The runs page's header: the last successes and the next occurrence
+/// (the ledger and the schedule), each entity's backlog now (one indexed
+/// read per entity and tenant), and rows per day.
+async fn keeping_up(cohort: &Cohort) -> Result<pages::Keeping, Error> {
+    let rows_per_day = cohort.rows_per_day(pages::CHART_DAYS).await?;
+    let next_occurrence = cohort.next_occurrence().await?;
+    // The backlog reads the retained tables themselves: a console role
+    // granted only Cohort's tables gets the rest of the page and a note.
+    let backlog = match cohort.backlog().await {
+        Ok(b) => Ok(b),
+        Err(Error::Database(sqlx::Error::Database(e))) if e.code().as_deref() == Some("42501") => {
+            Err(
+                "not readable: the console's role lacks SELECT on a retained table (the backlog \
+                 reads each one's oldest eligible row)"
+                    .to_string(),
+            )
+        }
+        Err(e) => return Err(e),
+    };
+    Ok(pages::Keeping {
+        last_success: cohort.last_success().await?,
+        backlog,
+        next_occurrence,
+        today: chrono::Utc::now().date_naive(),
+        rows_per_day,
+    })
 }
 
 async fn run(State(c): State<Arc<Console>>, Path(id): Path<String>) -> Response {

@@ -3,10 +3,10 @@
 
 use chrono::{DateTime, Utc};
 use cohort::handlers::DeadLetter;
-use cohort::history::RunRecord;
+use cohort::history::{CategoryDay, RunRecord};
 use cohort::holds::Hold;
 use cohort::settings::{LiveSettings, SettingValue};
-use cohort::telemetry::QueueDepth;
+use cohort::telemetry::{EntityBacklog, LastSuccess, QueueDepth};
 use cohort::validate::ValidatedModel;
 use cohort::{CohortConfig, RunStatus, SweepResult};
 use maud::{html, Markup, DOCTYPE};
@@ -114,11 +114,188 @@ fn short(id: &uuid::Uuid) -> String {
     id.to_string()[..8].to_string()
 }
 
-pub(crate) fn runs(runs: &[RunRecord], limit: i64) -> Markup {
+/// Whether retention keeps up, for the runs page's header: what the
+/// worker's metrics say, read by the console itself.
+pub(crate) struct Keeping {
+    pub(crate) last_success: LastSuccess,
+    /// Each entity's backlog, or why it could not be read.
+    pub(crate) backlog: Result<Vec<EntityBacklog>, String>,
+    pub(crate) next_occurrence: Option<DateTime<Utc>>,
+    /// Rows per day and category over [`CHART_DAYS`] days ending `today`.
+    pub(crate) rows_per_day: Vec<CategoryDay>,
+    pub(crate) today: chrono::NaiveDate,
+}
+
+/// Days the rows-per-day chart covers, today included.
+pub(crate) const CHART_DAYS: u32 = 14;
+
+/// An age the way an operator reads it: 0 s, 42 s, 7 min 05 s, 3 h 07 min,
+/// 10 d 05 h.
+pub(crate) fn age(seconds: f64) -> String {
+    let s = seconds.max(0.0) as i64;
+    match s {
+        0..60 => format!("{s} s"),
+        60..3_600 => format!("{} min {:02} s", s / 60, s % 60),
+        3_600..86_400 => format!("{} h {:02} min", s / 3_600, (s / 60) % 60),
+        _ => format!("{} d {:02} h", s / 86_400, (s / 3_600) % 24),
+    }
+}
+
+fn keeping_up(k: &Keeping) -> Markup {
+    let behind: Vec<&EntityBacklog> = k
+        .backlog
+        .as_ref()
+        .map(|all| all.iter().filter(|b| b.oldest.is_some()).collect())
+        .unwrap_or_default();
+    html! {
+        section.keeping aria-label="Whether retention keeps up" {
+            div.fact {
+                span.label { "Last successful sweep" }
+                span.value { (opt_time(k.last_success.sweep)) }
+            }
+            div.fact {
+                span.label { "Last successful erasure" }
+                span.value { (opt_time(k.last_success.erasure)) }
+            }
+            div.fact {
+                span.label { "Next occurrence" }
+                span.value {
+                    @match k.next_occurrence {
+                        Some(t) => (time(t)),
+                        None => span.muted { "no schedule set" },
+                    }
+                }
+            }
+            div.fact {
+                span.label { "Backlog" }
+                span.value {
+                    @if let Err(why) = &k.backlog {
+                        span.muted { (why) }
+                    } @else if behind.is_empty() {
+                        span.status.ok { "none" } " " span.muted { "(every eligible row is done)" }
+                    } @else {
+                        @for b in &behind {
+                            span.backlog {
+                                span.status.warn { (b.entity) ": " (age(b.age_seconds)) " past its cutoff" }
+                                @if let Some(t) = &b.tenant { " " span.muted { "(tenant " code { (t) } ")" } }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        (rows_chart(&k.rows_per_day, k.today))
+    }
+}
+
+/// Fill colours of the chart's categories, in order of first appearance.
+const PALETTE: &[&str] = &[
+    "#2457c5", "#1f7a3a", "#9a6200", "#8e3bb5", "#b3261e", "#0f7c86", "#5d6678",
+];
+
+/// One category's part of a day's bar: y, height, fill, its title.
+type Segment<'a> = (f64, f64, &'a str, String);
+
+/// Rows changed per day, stacked by category: an inline SVG (no script,
+/// presentation attributes only, every text escaped), each bar segment
+/// titled with its figures.
+fn rows_chart(rows: &[CategoryDay], today: chrono::NaiveDate) -> Markup {
+    let days: Vec<chrono::NaiveDate> = (0..CHART_DAYS)
+        .rev()
+        .map(|back| today - chrono::Days::new(u64::from(back)))
+        .collect();
+    let rows: Vec<&CategoryDay> = rows.iter().filter(|r| days.contains(&r.day)).collect();
+    let mut categories: Vec<&str> = Vec::new();
+    for r in &rows {
+        if !categories.contains(&r.category.as_str()) {
+            categories.push(&r.category);
+        }
+    }
+    let colour = |c: &str| {
+        let i = categories.iter().position(|x| *x == c).unwrap_or(0);
+        PALETTE[i % PALETTE.len()]
+    };
+    let total = |d: chrono::NaiveDate| {
+        rows.iter()
+            .filter(|r| r.day == d)
+            .map(|r| r.rows)
+            .sum::<i64>()
+    };
+    let max = days.iter().map(|d| total(*d)).max().unwrap_or(0).max(1);
+    let (width, height, left, bottom, top) = (720.0, 180.0, 48.0, 24.0, 8.0);
+    let plot = height - bottom - top;
+    let slot = (width - left) / f64::from(CHART_DAYS);
+    let bar = slot * 0.7;
+    // Each day's bar: its x, and its segments stacked from the axis up.
+    let bars: Vec<(usize, chrono::NaiveDate, f64, Vec<Segment<'_>>)> = days
+        .iter()
+        .enumerate()
+        .map(|(i, day)| {
+            let x = left + slot * i as f64 + (slot - bar) / 2.0;
+            let mut y = height - bottom;
+            let segments = rows
+                .iter()
+                .filter(|r| r.day == *day)
+                .map(|r| {
+                    let h = plot * r.rows as f64 / max as f64;
+                    y -= h;
+                    (
+                        y,
+                        h,
+                        colour(&r.category),
+                        format!("{}: {} rows on {day}", r.category, r.rows),
+                    )
+                })
+                .collect();
+            (i, *day, x, segments)
+        })
+        .collect();
+    html! {
+        figure.chart {
+            figcaption { "Rows changed per day by category (real sweeps, last " (CHART_DAYS) " days, UTC)" }
+            svg xmlns="http://www.w3.org/2000/svg" role="img" viewBox={"0 0 " (width) " " (height)} width="100%" height=(height) preserveAspectRatio="xMinYMin meet" {
+                title { "Rows changed per day by category" }
+                line x1=(left) y1=(top) x2=(left) y2=(height - bottom) stroke="#dfe3ea" {}
+                line x1=(left) y1=(height - bottom) x2=(width) y2=(height - bottom) stroke="#dfe3ea" {}
+                text x=(left - 6.0) y=(top + 10.0) text-anchor="end" font-size="11" fill="#5d6678" { (max) }
+                text x=(left - 6.0) y=(height - bottom) text-anchor="end" font-size="11" fill="#5d6678" { "0" }
+                @for (i, day, x, segments) in &bars {
+                    g {
+                        @for (y, h, fill, label) in segments {
+                            rect x=(format!("{x:.1}")) y=(format!("{y:.1}")) width=(format!("{bar:.1}")) height=(format!("{h:.1}")) fill=(fill) {
+                                title { (label) }
+                            }
+                        }
+                        @if i % 2 == (CHART_DAYS as usize - 1) % 2 {
+                            text x=(format!("{:.1}", x + bar / 2.0)) y=(height - 8.0) text-anchor="middle" font-size="10" fill="#5d6678" { (day.format("%m-%d")) }
+                        }
+                    }
+                }
+            }
+            @if categories.is_empty() {
+                p.empty { "No rows changed by a real sweep in these days." }
+            } @else {
+                ul.legend {
+                    @for c in &categories {
+                        li {
+                            svg xmlns="http://www.w3.org/2000/svg" width="10" height="10" viewBox="0 0 10 10" aria-hidden="true" {
+                                rect width="10" height="10" fill=(colour(c)) {}
+                            }
+                            " " (c) ": " (rows.iter().filter(|r| r.category == *c).map(|r| r.rows).sum::<i64>())
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+pub(crate) fn runs(runs: &[RunRecord], limit: i64, keeping: &Keeping) -> Markup {
     layout(
         "Recent runs",
         Tab::Runs,
         html! {
+            (keeping_up(keeping))
             p.muted { "The " (limit) " most recent runs, newest first. Counts are summed over the run's entities." }
             @if runs.is_empty() {
                 p.empty { "No runs recorded yet." }
@@ -478,6 +655,69 @@ mod tests {
         for (to, want) in table {
             assert_eq!(duration(t0, to), want);
         }
+    }
+
+    #[test]
+    fn ages_read_like_an_operator_writes_them() {
+        for (seconds, want) in [
+            (-3.0, "0 s"),
+            (0.0, "0 s"),
+            (42.9, "42 s"),
+            (425.0, "7 min 05 s"),
+            (11_220.0, "3 h 07 min"),
+            (10.0 * 86_400.0 + 5.0 * 3_600.0 + 7.0, "10 d 05 h"),
+        ] {
+            assert_eq!(age(seconds), want, "{seconds}");
+        }
+    }
+
+    #[test]
+    fn the_rows_chart_stacks_categories_per_day_and_escapes_their_names() {
+        let today = chrono::NaiveDate::from_ymd_opt(2026, 3, 14).unwrap();
+        let day = |d: u32| chrono::NaiveDate::from_ymd_opt(2026, 3, d).unwrap();
+        let rows = [
+            CategoryDay::new(day(13), "notes", 30),
+            CategoryDay::new(day(13), "<script>x</script>", 10),
+            CategoryDay::new(day(14), "notes", 20),
+            // Outside the window: neither drawn nor counted.
+            CategoryDay::new(
+                chrono::NaiveDate::from_ymd_opt(2026, 2, 28).unwrap(),
+                "notes",
+                99,
+            ),
+        ];
+        let svg = rows_chart(&rows, today).into_string();
+        assert!(!svg.contains("<script"), "{svg}");
+        assert!(
+            svg.contains("&lt;script&gt;x&lt;/script&gt;: 10 rows on 2026-03-13"),
+            "{svg}"
+        );
+        assert!(
+            svg.contains("<title>notes: 30 rows on 2026-03-13</title>"),
+            "{svg}"
+        );
+        assert!(
+            svg.contains("<title>notes: 20 rows on 2026-03-14</title>"),
+            "{svg}"
+        );
+        assert!(!svg.contains("99 rows"), "{svg}");
+        // The tallest day (40 rows) fills the plot: 148 units high.
+        let chart = svg.split("</svg>").next().unwrap();
+        let heights: Vec<f64> = chart
+            .split("<rect ")
+            .skip(1)
+            .filter_map(|r| r.split("height=\"").nth(1))
+            .filter_map(|h| h.split('"').next()?.parse().ok())
+            .collect();
+        assert_eq!(heights.len(), 3, "{heights:?}");
+        assert_eq!(heights[0] + heights[1], 148.0, "{heights:?}");
+        assert_eq!(heights[2], 74.0, "{heights:?}");
+        // The y axis is labelled with the tallest day's total.
+        assert!(svg.contains(">40</text>"), "{svg}");
+        assert!(
+            svg.contains("</svg> notes: 50</li>"),
+            "the legend's total: {svg}"
+        );
     }
 
     #[test]

@@ -27,6 +27,26 @@ pub(crate) struct Counts {
     pub(crate) eligible_measured: bool,
 }
 
+/// The anchor of the oldest row of `work` still eligible (`None`: none is,
+/// or the work has no backlog statement), read in the counts' transaction
+/// settings.
+pub(super) async fn oldest_eligible(
+    conn: &mut PgConnection,
+    work: &Work<'_>,
+) -> std::result::Result<Option<chrono::DateTime<chrono::Utc>>, sqlx::Error> {
+    let Some(backlog) = &work.backlog else {
+        return Ok(None);
+    };
+    let q = bind_all(
+        sqlx::query(backlog.sql()).bind(work.entity.id),
+        &work.count_args,
+    );
+    let mut tx = sqlx::Connection::begin_with(&mut *conn, crate::sql::BATCH_BEGIN).await?;
+    let row = q.fetch_optional(&mut *tx).await?;
+    tx.commit().await?;
+    row.map(|r| r.try_get("oldest")).transpose()
+}
+
 pub(crate) async fn counts(
     conn: &mut PgConnection,
     work: &Work<'_>,

@@ -188,6 +188,7 @@ pub(crate) async fn erase(cx: &Context, req: ErasureRequest) -> Result<ErasureRe
             ),
             counts: statements.counts,
             counts_after: None,
+            backlog: None,
             rule,
         }));
     }

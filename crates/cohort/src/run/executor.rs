@@ -14,7 +14,7 @@ use tracing::Instrument;
 use uuid::Uuid;
 
 use super::batches::{batches, Progress};
-use super::counts::{counts, counts_after_run, outcome};
+use super::counts::{counts, counts_after_run, oldest_eligible, outcome};
 use super::partitions::{self, RowPath};
 use super::work::{stop_from, RunCtx, RunSpec, Stop, Work};
 use super::{failure, EntityFailure, EntityOutcome, RunKind, RunStatus, SweepResult};
@@ -148,6 +148,12 @@ async fn execute_in_span(
                 )),
             };
             if let Some(d) = refused {
+                if spec.kind == RunKind::Sweep {
+                    crate::telemetry::backlog_unmeasured(
+                        &work.entity.name,
+                        backlog_scope(&spec, &work),
+                    );
+                }
                 outcomes.push(outcome(&work));
                 failures.push(failure(work.entity.id, &work.entity.name, &d));
                 continue;
@@ -163,6 +169,9 @@ async fn execute_in_span(
             .instrument(span.clone())
             .await;
         span.in_scope(|| report_entity(ctx.spec, &out, &result));
+        if result.is_err() && ctx.spec.kind == RunKind::Sweep {
+            crate::telemetry::backlog_unmeasured(&work.entity.name, backlog_scope(ctx.spec, &work));
+        }
         outcomes.push(out);
         match result {
             Ok(()) => {}
@@ -203,6 +212,9 @@ async fn execute_in_span(
     let settled_at = settled?;
     let took = clock.elapsed();
     crate::telemetry::run_settled(spec.kind, spec.trigger, status, took);
+    if status == RunStatus::Succeeded && !spec.dry_run {
+        crate::telemetry::last_success(spec.kind, settled_at);
+    }
     let affected: u64 = outcomes.iter().map(|o| o.affected).sum();
     match status {
         RunStatus::Succeeded => {
@@ -434,7 +446,40 @@ async fn run_entity(
     result?;
     measured.map_err(stop_from)?;
     finish.map_err(stop_from)?;
+    if ctx.spec.kind == RunKind::Sweep {
+        record_backlog(conn, ctx.spec, work).await;
+    }
     Ok(())
+}
+
+/// Sets the entity's `cohort_entity_backlog_age_seconds` for this pass
+/// (tenant and stage) from one indexed read of its oldest still-eligible
+/// row. A failed read is logged and changes nothing else: the run's
+/// outcome never depends on a metric.
+async fn record_backlog(conn: &mut PgConnection, spec: &RunSpec, work: &Work<'_>) {
+    let Some(cutoff) = work.cutoff else {
+        return;
+    };
+    match oldest_eligible(conn, work).await {
+        Ok(oldest) => crate::telemetry::backlog(
+            &work.entity.name,
+            backlog_scope(spec, work),
+            crate::telemetry::backlog_age(cutoff, oldest),
+        ),
+        Err(e) => {
+            tracing::warn!(error = %e, "reading the entity's backlog failed; its gauge keeps its last value");
+            crate::telemetry::backlog_unmeasured(&work.entity.name, backlog_scope(spec, work));
+        }
+    }
+}
+
+/// The pass a backlog belongs to: the run's tenant and the work's stage.
+fn backlog_scope(spec: &RunSpec, work: &Work<'_>) -> String {
+    format!(
+        "{}/{}",
+        spec.tenant.as_deref().unwrap_or(""),
+        work.stage.unwrap_or(0)
+    )
 }
 
 /// Writes the terminal status, on the run's connection or, if that is

@@ -12,6 +12,7 @@ pub(crate) mod executor;
 pub(crate) mod partitions;
 pub(crate) mod passes;
 pub(crate) mod resolve;
+pub(crate) mod status;
 pub(crate) mod sweep;
 pub(crate) mod work;
 

@@ -138,6 +138,7 @@ fn stage_work<'a>(
         counts: plan.counts[&strategy].clone(),
         counts_after: plan.counts_after.get(&strategy).cloned(),
         count_args,
+        backlog: plan.backlog.get(&strategy).cloned(),
         rule,
     }
 }
@@ -261,4 +262,53 @@ pub(crate) async fn sweep(cx: &Context, req: SweepRequest) -> Result<SweepResult
         works,
     )
     .await
+}
+
+/// Each entity's backlog in one pass (a tenant, or the tenantless
+/// entities) as of `req.now`: its rule's cutoff and one indexed read of its
+/// oldest still-eligible row per stage. Nothing is written. An entity whose
+/// rule cannot be resolved is left out (a sweep reports it as a failure).
+pub(crate) async fn backlog(
+    cx: &Context,
+    req: PreviewRequest,
+) -> Result<Vec<crate::telemetry::EntityBacklog>> {
+    let ready = cx.prepared().await?;
+    let pass = tenant_keys(&ready, req.tenant.as_deref())?;
+    let facts = ready.tenant_facts(
+        pass.tenant.as_deref(),
+        req.jurisdiction.as_deref(),
+        req.tags.as_deref(),
+    )?;
+    let mut conn = cx.pool.acquire().await?;
+    let batch = i64::from(cx.config.sweep_batch_size);
+    let mut out = Vec::new();
+    for e in pass.entities {
+        let Ok(rule) = rule_for(cx, &ready, e, pass.tenant.as_deref(), &facts, req.now).await
+        else {
+            continue;
+        };
+        let mut worst = crate::telemetry::EntityBacklog {
+            entity: e.name.clone(),
+            age_seconds: 0.0,
+            oldest: None,
+            tenant: None,
+        };
+        for work in entity_works(&ready, e, rule, req.now, pass.keys.get(&e.id), batch)
+            .into_iter()
+            .flatten()
+        {
+            let Some(cutoff) = work.cutoff else {
+                continue;
+            };
+            let oldest = super::counts::oldest_eligible(&mut conn, &work).await?;
+            let age = crate::telemetry::backlog_age(cutoff, oldest);
+            if oldest.is_some() && (worst.oldest.is_none() || age > worst.age_seconds) {
+                worst.age_seconds = age;
+                worst.oldest = oldest;
+                worst.tenant = pass.tenant.clone();
+            }
+        }
+        out.push(worst);
+    }
+    Ok(out)
 }

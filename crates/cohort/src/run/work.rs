@@ -88,6 +88,10 @@ pub(crate) struct Work<'a> {
     /// after `count_args`); `None`: always `counts`.
     pub(crate) counts_after: Option<SqlText>,
     pub(crate) count_args: Vec<Arg>,
+    /// The oldest still-eligible row's anchor, bound like `counts`
+    /// (`None`: the work has no backlog, an erasure or a strategy that
+    /// changes nothing).
+    pub(crate) backlog: Option<SqlText>,
 }
 
 impl Work<'_> {
@@ -119,6 +123,7 @@ impl Work<'_> {
             literals: self.literals.clone(),
             counts: self.counts.clone(),
             counts_after: self.counts_after.clone(),
+            backlog: self.backlog.clone(),
             count_args: self.count_args.clone(),
         }
     }

@@ -213,6 +213,9 @@ pub(crate) async fn run(
                         }
                     }
                     reported_other = Some(other);
+                    if let Err(e) = crate::peers::census(&cx).await {
+                        tracing::warn!(error = %e, "counting the peer records failed");
+                    }
                 }
                 Err(e) => tracing::warn!(error = %e, "reading the peer records failed"),
             },

@@ -96,6 +96,7 @@ impl<T> Drop for AbortOnDrop<T> {
 /// Runs the worker until `cancel` fires.
 pub(crate) async fn run(cx: Arc<Context>, config: WorkerConfig, cancel: Cancel, events: Events) {
     tracing::info!(schedule = %config.expression, "scheduled worker started (UTC, database clock)");
+    refresh_last_success(&cx).await;
     let mut last: Option<DateTime<Utc>> = None;
     let mut failures = 0u32;
     let mut skew_reported = false;
@@ -119,7 +120,11 @@ pub(crate) async fn run(cx: Arc<Context>, config: WorkerConfig, cancel: Cancel, 
             let (cx, config, cancel) = (Arc::clone(&cx), config.clone(), cancel.clone());
             async move { occurrence(&cx, &config, next, &cancel).await }
         }));
-        match (&mut task.0).await {
+        let done = (&mut task.0).await;
+        // Whoever ran this occurrence (this replica or another), the
+        // ledger now says when the last success was.
+        refresh_last_success(&cx).await;
+        match done {
             Ok(Ok(outcome)) => {
                 failures = 0;
                 tracing::info!(occurrence = %next, outcome = ?outcome, "occurrence done");
@@ -144,6 +149,14 @@ pub(crate) async fn run(cx: Arc<Context>, config: WorkerConfig, cancel: Cancel, 
         }
     }
     tracing::info!("scheduled worker stopped");
+}
+
+/// Reads the last successes from the ledger into the gauge; a failed read
+/// is logged (the gauge keeps its value) and never stops the worker.
+async fn refresh_last_success(cx: &Context) {
+    if let Err(e) = crate::run::status::last_success(cx).await {
+        tracing::warn!(error = %e, "reading the last successful runs failed; the gauge keeps its value");
+    }
 }
 
 async fn db_now(executor: impl sqlx::PgExecutor<'_>) -> Result<DateTime<Utc>> {
@@ -173,6 +186,7 @@ async fn wait_for_next(
             config.expression
         ))));
     };
+    crate::telemetry::next_occurrence(next);
     let mut now = now;
     // The monotonic clock and the database's may drift apart slightly:
     // re-read after waking and wait out any remainder.
@@ -304,6 +318,7 @@ async fn locked(
         tracing::warn!(occurrence = %at, dry_run, "occurrence's last attempt was interrupted; sweeping it again");
     }
     let list = crate::run::passes::pass_list(cx, prepared, &cx.tenant_source).await?;
+    let round = crate::telemetry::backlog_round_started();
     let total = i32::try_from(list.passes.len()).unwrap_or(i32::MAX);
     let mut passes = 0;
     for pass in list.passes {
@@ -347,6 +362,9 @@ async fn locked(
     if cancel.is_cancelled() {
         return Ok(Locked::Done(Occurrence::Cancelled { passes }));
     }
+    // Every pass ran: a backlog measured only by earlier occurrences (a
+    // tenant no longer listed) stops counting.
+    crate::telemetry::backlog_round_done(round);
     Ok(Locked::Done(Occurrence::Ran { passes, rerun }))
 }
 

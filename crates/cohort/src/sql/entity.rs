@@ -65,6 +65,13 @@ pub(crate) struct EntityPlan {
     /// anchors through the anchor index; `eligible` is 0 (only dry runs
     /// need it). Mutating strategies only.
     pub(crate) counts_after: BTreeMap<Strategy, SqlText>,
+    /// The backlog: the anchor (column `oldest`) of the oldest row still
+    /// eligible (past the cutoff, in the tenant, not done, not held), or
+    /// no row. Rows a foreign key still blocks count: they are behind all
+    /// the same. One `ORDER BY anchor LIMIT 1` read of the `(tenant,
+    /// anchor)` / anchor index. `$1` entity id, `$2` cutoff, `$3` tenant
+    /// (then the stage floor), as `counts`. Mutating strategies only.
+    pub(crate) backlog: BTreeMap<Strategy, SqlText>,
     /// Reads the locked rows for custom anonymisers: key first, then every
     /// column. `$1` record keys.
     pub(crate) load_rows: SqlText,
@@ -232,6 +239,7 @@ impl EntityPlan {
             mutate_head: BTreeMap::new(),
             counts: BTreeMap::new(),
             counts_after: BTreeMap::new(),
+            backlog: BTreeMap::new(),
             load_rows: SqlText::default(),
             lock_target: SqlText::default(),
             referenced: referenced.clone(),
@@ -319,6 +327,22 @@ impl EntityPlan {
             if !strategy.mutates() {
                 continue;
             }
+            let mut b = SqlText::new("SELECT ");
+            b.col(&e.anchor)
+                .push(" AS oldest FROM ")
+                .table(table)
+                .push(" t WHERE ")
+                .col(&e.anchor)
+                .push(" < $2")
+                .append(&tenant_filter(e, casts, 3))
+                .append(&floor(3 + t))
+                .append(&done)
+                .push(" AND NOT ")
+                .append(&held)
+                .push(" ORDER BY ")
+                .col(&e.anchor)
+                .push(" LIMIT 1");
+            plan.backlog.insert(strategy, b);
             let keys = 3 + t + f;
             let tenant_and_floor = {
                 let mut s = tenant_filter(e, casts, 3);

@@ -86,3 +86,44 @@ pub(crate) fn runs_by_prefix(schema: &str, prefix: Prefix) -> Statement<Prefix> 
     );
     Statement::new(sql, prefix)
 }
+
+/// The settle time of the last successful real run of each kind (columns
+/// `kind`, `settled_at`; NULL when there is none): one row per kind, each
+/// read backwards from the newest settled run on `sweep_run_settled_at_idx`
+/// until a successful real run of that kind.
+pub(crate) fn last_success(schema: &str) -> Statement<()> {
+    let mut sql = SqlText::new("SELECT k.kind, (SELECT r.settled_at FROM ");
+    sql.table(&CohortTable::SweepRun.qualified(schema)).push(
+        " r WHERE r.kind = k.kind AND r.status = 'succeeded' AND NOT r.dry_run \
+           AND r.settled_at IS NOT NULL ORDER BY r.settled_at DESC LIMIT 1) AS settled_at \
+         FROM (VALUES ('sweep'), ('erasure')) AS k(kind) ORDER BY k.kind DESC",
+    );
+    Statement::new(sql, ())
+}
+
+/// The first day (UTC) of the rows-per-day window.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Since(pub(crate) chrono::DateTime<chrono::Utc>);
+
+impl Params for Since {
+    fn bind(self, q: Args) -> Args {
+        q.bind(self.0)
+    }
+}
+
+/// Rows changed by real sweeps per UTC day and category, from runs settled
+/// at `$1` or later (columns `day`, `category`, `rows`), oldest day first.
+pub(crate) fn rows_per_day(schema: &str, since: Since) -> Statement<Since> {
+    let mut sql = SqlText::new(
+        "SELECT (r.settled_at AT TIME ZONE 'UTC')::date AS day, s.category, \
+         sum(s.affected_count)::int8 AS rows FROM ",
+    );
+    sql.table(&CohortTable::SweepRun.qualified(schema))
+        .push(" r JOIN ")
+        .table(&CohortTable::EntitySummary.qualified(schema))
+        .push(
+            " s ON s.run_id = r.run_id WHERE r.kind = 'sweep' AND NOT r.dry_run \
+             AND r.settled_at >= $1 GROUP BY 1, 2 ORDER BY 1, 2",
+        );
+    Statement::new(sql, since)
+}

@@ -83,3 +83,27 @@ pub(crate) fn live(schema: &str, params: Live) -> Statement<Live> {
     );
     Statement::new(sql, params)
 }
+
+/// Every record by whether it was heard from within `timeout_secs`
+/// (columns `alive`, `stale`; this process's own record included).
+#[derive(Debug)]
+pub(crate) struct Census {
+    pub(crate) timeout_secs: f64,
+}
+
+impl Params for Census {
+    fn bind(self, q: Args) -> Args {
+        q.bind(self.timeout_secs)
+    }
+}
+
+pub(crate) fn census(schema: &str, params: Census) -> Statement<Census> {
+    let mut sql = SqlText::new(
+        "SELECT count(*) FILTER (WHERE heartbeat_at > pg_catalog.clock_timestamp() \
+           - pg_catalog.make_interval(secs => $1)) AS alive, \
+         count(*) FILTER (WHERE heartbeat_at <= pg_catalog.clock_timestamp() \
+           - pg_catalog.make_interval(secs => $1)) AS stale FROM ",
+    );
+    sql.table(&CohortTable::Peer.qualified(schema));
+    Statement::new(sql, params)
+}

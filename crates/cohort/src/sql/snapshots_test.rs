@@ -144,6 +144,7 @@ fn render(plan: &EntityPlan) -> String {
     for (kind, statements) in [
         ("counts", &plan.counts),
         ("counts_after", &plan.counts_after),
+        ("backlog", &plan.backlog),
         ("lock", &plan.lock),
         ("lock_after", &plan.lock_after),
         ("mutate", &plan.mutate),
@@ -569,7 +570,7 @@ fn worker_statements() {
 
 #[test]
 fn peer_statements() {
-    use crate::sql::peers::{heartbeat, leave, live, Heartbeat, Leave, Live};
+    use crate::sql::peers::{census, heartbeat, leave, live, Census, Heartbeat, Leave, Live};
     let id = uuid::Uuid::nil();
     let beat = heartbeat(
         "cohort",
@@ -601,6 +602,12 @@ fn peer_statements() {
             ("heartbeat", beat.checked().as_str()),
             ("leave", gone.checked().as_str()),
             ("live", others.checked().as_str()),
+            (
+                "census",
+                census("cohort", Census { timeout_secs: 1.0 })
+                    .checked()
+                    .as_str()
+            ),
         ])
     );
 }
@@ -808,7 +815,10 @@ fn report_statements() {
 
 #[test]
 fn history_statements() {
-    use crate::sql::history::{recent_runs, run, runs_by_prefix, summaries, Limit, Prefix, Run};
+    use crate::sql::history::{
+        last_success, recent_runs, rows_per_day, run, runs_by_prefix, summaries, Limit, Prefix,
+        Run, Since,
+    };
     let id = Run(uuid::Uuid::nil());
     insta::assert_snapshot!(
         "history",
@@ -822,6 +832,13 @@ fn history_statements() {
             (
                 "runs_by_prefix",
                 runs_by_prefix("cohort", Prefix("ab".into()))
+                    .checked()
+                    .as_str()
+            ),
+            ("last_success", last_success("cohort").checked().as_str()),
+            (
+                "rows_per_day",
+                rows_per_day("cohort", Since(chrono::Utc::now()))
                     .checked()
                     .as_str()
             ),
