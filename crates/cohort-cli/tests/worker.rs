@@ -588,7 +588,12 @@ async fn the_database_kill_switch_reaches_every_replica() {
     let skipped = || {
         ["w-1", "w-2", "w-3"]
             .iter()
-            .map(|n| replicas.log(n).matches("KillSwitch { passes: 0 }").count())
+            .map(|n| {
+                replicas
+                    .log(n)
+                    .matches("outcome=kill_switch passes=0 ")
+                    .count()
+            })
             .sum::<usize>()
     };
     let seen = skipped();

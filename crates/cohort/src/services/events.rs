@@ -52,6 +52,38 @@ pub enum OccurrenceOutcome {
     },
 }
 
+impl OccurrenceOutcome {
+    /// The outcome's name as logs and scripts read it (`ran`,
+    /// `already_ran`, `lock_held`, `kill_switch`, `dry_run_changed`,
+    /// `cancelled`).
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            OccurrenceOutcome::Ran { .. } => "ran",
+            OccurrenceOutcome::AlreadyRan => "already_ran",
+            OccurrenceOutcome::LockHeld => "lock_held",
+            OccurrenceOutcome::KillSwitch { .. } => "kill_switch",
+            OccurrenceOutcome::DryRunChanged { .. } => "dry_run_changed",
+            OccurrenceOutcome::Cancelled { .. } => "cancelled",
+        }
+    }
+
+    /// Passes this process ran for the occurrence (0 when it ran none).
+    pub fn passes(&self) -> usize {
+        match self {
+            OccurrenceOutcome::Ran { passes, .. }
+            | OccurrenceOutcome::KillSwitch { passes }
+            | OccurrenceOutcome::DryRunChanged { passes }
+            | OccurrenceOutcome::Cancelled { passes } => *passes,
+            OccurrenceOutcome::AlreadyRan | OccurrenceOutcome::LockHeld => 0,
+        }
+    }
+
+    /// Whether the occurrence was run again after an interruption.
+    pub fn is_rerun(&self) -> bool {
+        matches!(self, OccurrenceOutcome::Ran { rerun: true, .. })
+    }
+}
+
 /// One thing a background service did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -93,5 +125,50 @@ impl Events {
 
     pub(crate) fn subscribe(&self) -> broadcast::Receiver<ServiceEvent> {
         self.0.subscribe()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn occurrence_outcomes_log_as_plain_fields() {
+        let table = [
+            (
+                OccurrenceOutcome::Ran {
+                    passes: 2,
+                    rerun: false,
+                },
+                ("ran", 2, false),
+            ),
+            (
+                OccurrenceOutcome::Ran {
+                    passes: 1,
+                    rerun: true,
+                },
+                ("ran", 1, true),
+            ),
+            (OccurrenceOutcome::AlreadyRan, ("already_ran", 0, false)),
+            (OccurrenceOutcome::LockHeld, ("lock_held", 0, false)),
+            (
+                OccurrenceOutcome::KillSwitch { passes: 3 },
+                ("kill_switch", 3, false),
+            ),
+            (
+                OccurrenceOutcome::DryRunChanged { passes: 1 },
+                ("dry_run_changed", 1, false),
+            ),
+            (
+                OccurrenceOutcome::Cancelled { passes: 0 },
+                ("cancelled", 0, false),
+            ),
+        ];
+        for (outcome, (name, passes, rerun)) in table {
+            assert_eq!(
+                (outcome.as_str(), outcome.passes(), outcome.is_rerun()),
+                (name, passes, rerun)
+            );
+        }
     }
 }

@@ -127,7 +127,13 @@ pub(crate) async fn run(cx: Arc<Context>, config: WorkerConfig, cancel: Cancel, 
         match done {
             Ok(Ok(outcome)) => {
                 failures = 0;
-                tracing::info!(occurrence = %next, outcome = ?outcome, "occurrence done");
+                tracing::info!(
+                    occurrence = %next,
+                    outcome = %outcome.as_str(),
+                    passes = outcome.passes(),
+                    rerun = outcome.is_rerun(),
+                    "occurrence done"
+                );
                 events.send(ServiceEvent::Occurrence { at: next, outcome });
             }
             Ok(Err(e)) => {
