@@ -113,4 +113,6 @@ mod guide {
     struct Architecture;
     #[doc = include_str!("../../../docs/report.md")]
     struct Report;
+    #[doc = include_str!("../../../docs/scale.md")]
+    struct Scale;
 }
