@@ -115,4 +115,6 @@ mod guide {
     struct Report;
     #[doc = include_str!("../../../docs/metrics.md")]
     struct Metrics;
+    #[doc = include_str!("../../../docs/scale.md")]
+    struct Scale;
 }
