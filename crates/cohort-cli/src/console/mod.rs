@@ -42,9 +42,25 @@ const MIN_TOKEN_LEN: usize = 16;
 const CSP: &str = "default-src 'none'; style-src 'self'; img-src 'self'; base-uri 'none'; \
                    form-action 'none'; frame-ancestors 'none'";
 
+/// How long the runs page reuses a backlog read. The backlog reads every
+/// retained table once per tenant; reused, a page reloaded by several
+/// operators costs one such read per interval, not one per load.
+const BACKLOG_REUSE: std::time::Duration = std::time::Duration::from_secs(30);
+
 struct Console {
     cohort: Cohort,
     token: Option<String>,
+    /// The last backlog read. Behind an async mutex so that concurrent
+    /// loads wait for one read instead of each starting its own.
+    backlog: tokio::sync::Mutex<Option<BacklogRead>>,
+}
+
+/// One backlog read and when it happened.
+#[derive(Clone)]
+struct BacklogRead {
+    taken: std::time::Instant,
+    read_at: chrono::DateTime<chrono::Utc>,
+    value: Result<Vec<cohort::telemetry::EntityBacklog>, String>,
 }
 
 /// The token `serve` must require on `listen`, from the environment;
@@ -72,7 +88,11 @@ pub(crate) async fn serve(
         .local_addr()
         .map_err(|e| Failure::Run(Error::Config(format!("--listen: {e}").into())))?;
     let protected = token.is_some();
-    let app = router(Arc::new(Console { cohort, token }));
+    let app = router(Arc::new(Console {
+        cohort,
+        token,
+        backlog: tokio::sync::Mutex::new(None),
+    }));
     tracing::info!(%bound, token_required = protected, "console at http://{bound}/ (read-only; stop with SIGINT or SIGTERM)");
     axum::serve(listener, app)
         .with_graceful_shutdown(crate::services::wait_for_signal())
@@ -243,7 +263,7 @@ async fn runs(State(c): State<Arc<Console>>, Query(q): Query<Limit>) -> Response
         Ok(n) => n,
         Err(r) => return *r,
     };
-    let keeping = match keeping_up(&c.cohort).await {
+    let keeping = match keeping_up(&c).await {
         Ok(k) => k,
         Err(e) => return failed(e),
     };
@@ -256,12 +276,30 @@ async fn runs(State(c): State<Arc<Console>>, Query(q): Query<Limit>) -> Response
 /// The runs page's header: the last successes and the next occurrence
 /// (the ledger and the schedule), each entity's backlog now (one indexed
 /// read per entity and tenant), and rows per day.
-async fn keeping_up(cohort: &Cohort) -> Result<pages::Keeping, Error> {
+async fn keeping_up(c: &Console) -> Result<pages::Keeping, Error> {
+    let cohort = &c.cohort;
     let rows_per_day = cohort.rows_per_day(pages::CHART_DAYS).await?;
     let next_occurrence = cohort.next_occurrence().await?;
-    // The backlog reads the retained tables themselves: a console role
-    // granted only Cohort's tables gets the rest of the page and a note.
-    let backlog = match cohort.backlog().await {
+    let backlog = backlog(c).await?;
+    Ok(pages::Keeping {
+        last_success: cohort.last_success().await?,
+        backlog: backlog.value,
+        backlog_read_at: backlog.read_at,
+        next_occurrence,
+        today: chrono::Utc::now().date_naive(),
+        rows_per_day,
+    })
+}
+
+/// The backlog, read again only when the last read is older than
+/// [`BACKLOG_REUSE`]. It reads the retained tables themselves: a console
+/// role granted only Cohort's tables gets the rest of the page and a note.
+async fn backlog(c: &Console) -> Result<BacklogRead, Error> {
+    let mut last = c.backlog.lock().await;
+    if let Some(read) = last.as_ref().filter(|r| r.taken.elapsed() < BACKLOG_REUSE) {
+        return Ok(read.clone());
+    }
+    let value = match c.cohort.backlog().await {
         Ok(b) => Ok(b),
         Err(Error::Database(sqlx::Error::Database(e))) if e.code().as_deref() == Some("42501") => {
             Err(
@@ -272,13 +310,13 @@ async fn keeping_up(cohort: &Cohort) -> Result<pages::Keeping, Error> {
         }
         Err(e) => return Err(e),
     };
-    Ok(pages::Keeping {
-        last_success: cohort.last_success().await?,
-        backlog,
-        next_occurrence,
-        today: chrono::Utc::now().date_naive(),
-        rows_per_day,
-    })
+    let read = BacklogRead {
+        taken: std::time::Instant::now(),
+        read_at: chrono::Utc::now(),
+        value,
+    };
+    *last = Some(read.clone());
+    Ok(read)
 }
 
 async fn run(State(c): State<Arc<Console>>, Path(id): Path<String>) -> Response {

@@ -120,6 +120,8 @@ pub(crate) struct Keeping {
     pub(crate) last_success: LastSuccess,
     /// Each entity's backlog, or why it could not be read.
     pub(crate) backlog: Result<Vec<EntityBacklog>, String>,
+    /// When the backlog was read (reused for a while: see `BACKLOG_REUSE`).
+    pub(crate) backlog_read_at: DateTime<Utc>,
     pub(crate) next_occurrence: Option<DateTime<Utc>>,
     /// Rows per day and category over [`CHART_DAYS`] days ending `today`.
     pub(crate) rows_per_day: Vec<CategoryDay>,
@@ -182,6 +184,7 @@ fn keeping_up(k: &Keeping) -> Markup {
                         }
                     }
                 }
+                span.muted.read-at { "read " (time(k.backlog_read_at)) "; read again at most every 30 s" }
             }
         }
         (rows_chart(&k.rows_per_day, k.today))
