@@ -2640,7 +2640,9 @@ async fn the_readmes_five_minute_path_sweeps_a_table_of_ones_own() {
         bin.display(),
         std::env::var("PATH").unwrap_or_default()
     );
-    for line in &lines {
+    // One line of shell as a user types it: the built `cohort` first on
+    // PATH, the database in DATABASE_URL, no COHORT_ settings of ours.
+    let run = |line: &str| {
         let mut cmd = Command::new("bash");
         cmd.current_dir(dir.path())
             .args(["-c", line])
@@ -2649,7 +2651,10 @@ async fn the_readmes_five_minute_path_sweeps_a_table_of_ones_own() {
         for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("COHORT_")) {
             cmd.env_remove(k);
         }
-        let out = cmd.output().unwrap();
+        cmd.output().unwrap()
+    };
+    for line in &lines {
+        let out = run(line);
         assert_eq!(
             out.status.code(),
             Some(0),
@@ -2686,15 +2691,7 @@ async fn the_readmes_five_minute_path_sweeps_a_table_of_ones_own() {
     assert!(runnable.len() >= 5, "{runnable:?}");
     let before = std::fs::read_to_string(dir.path().join("cohort.toml")).unwrap();
     for line in &runnable {
-        let mut cmd = Command::new("bash");
-        cmd.current_dir(dir.path())
-            .args(["-c", line])
-            .env("PATH", &path)
-            .env("DATABASE_URL", db.url());
-        for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("COHORT_")) {
-            cmd.env_remove(k);
-        }
-        let out = cmd.output().unwrap();
+        let out = run(line);
         assert_eq!(
             out.status.code(),
             Some(0),

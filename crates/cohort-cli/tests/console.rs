@@ -2,8 +2,11 @@
 //! real database with real runs, holds and dead letters, read over HTTP
 //! and in headless Chromium.
 
+#[path = "support/chromium.rs"]
+mod chromium;
 #[path = "../../cohort/tests/support/wait.rs"]
 mod wait;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
@@ -547,45 +550,6 @@ async fn off_loopback_the_console_needs_a_bearer_token() {
     assert_eq!(console.get("/runs", Some(TOKEN)).status, 200);
 }
 
-/// Headless Chromium (Debian's `chromium`, installed by `.ci/run`) with
-/// the flags this machine needs (no sandbox as root, no background
-/// networking), a fresh profile, and the page's console on stderr.
-fn chromium(profile: &Path, args: &[&str]) -> Output {
-    let bin = std::env::var("COHORT_CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
-    assert!(
-        Path::new(&bin).exists(),
-        "{bin} not found: install Debian's chromium package (.ci/run does), or point COHORT_CHROMIUM at a Chromium"
-    );
-    Command::new(&bin)
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--hide-scrollbars",
-            "--enable-logging=stderr",
-            "--v=0",
-            "--window-size=1280,720",
-        ])
-        .arg(format!("--user-data-dir={}", profile.display()))
-        .args(args)
-        .output()
-        .expect("run chromium")
-}
-
-/// What the page's console reported: errors, CSP refusals, failed loads.
-fn console_errors(stderr: &[u8]) -> Vec<String> {
-    String::from_utf8_lossy(stderr)
-        .lines()
-        .filter(|l| l.contains("CONSOLE") || l.contains("Refused to") || l.contains("Uncaught"))
-        .map(str::to_string)
-        .collect()
-}
-
 /// RS-015: the pages render in a real browser without a console error (no
 /// CSP refusal: the stylesheet loads, no script exists), and look right;
 /// screenshots of the runs page and a run page (copied to `docs/` with
@@ -610,7 +574,7 @@ async fn the_console_renders_in_headless_chromium() {
     for (name, path, expect) in &pages {
         let url = format!("http://{}{path}", console.addr);
         let profile = tempfile::tempdir().unwrap();
-        let dom = chromium(profile.path(), &["--dump-dom", &url]);
+        let dom = chromium::run(profile.path(), &["--dump-dom", &url]);
         assert!(
             dom.status.success(),
             "{name}: {}",
@@ -622,12 +586,12 @@ async fn the_console_renders_in_headless_chromium() {
             html.contains("<table") || *name == "holds",
             "{name}: {html}"
         );
-        let errors = console_errors(&dom.stderr);
+        let errors = chromium::console_errors(&dom.stderr);
         assert!(errors.is_empty(), "{name}: {errors:#?}");
 
         let png = shots.path().join(format!("console-{name}.png"));
         let profile = tempfile::tempdir().unwrap();
-        let shot = chromium(
+        let shot = chromium::run(
             profile.path(),
             &[&format!("--screenshot={}", png.display()), &url],
         );

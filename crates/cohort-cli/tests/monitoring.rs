@@ -27,25 +27,18 @@ fn monitoring() -> PathBuf {
     workspace().join("examples/monitoring")
 }
 
-/// A binary of Debian's `prometheus` package (`promtool`, `prometheus`):
-/// `None` when it is not installed and this is not CI; in CI (`CI` set) a
-/// missing binary fails the test, never skips it.
-fn prometheus_tool(name: &str) -> Option<PathBuf> {
-    let found = std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|d| d.join(name))
-            .find(|p| p.is_file())
-    });
-    if found.is_none() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "{name} is not installed: apt-get install --no-install-recommends prometheus (.ci/run does)"
-        );
-        eprintln!(
-            "skipped: {name} is not installed (apt-get install --no-install-recommends prometheus)"
-        );
-    }
-    found
+/// A binary of Debian's `prometheus` package (`promtool`, `prometheus`),
+/// installed by `.ci/run`: a missing one fails the test, never skips it.
+fn prometheus_tool(name: &str) -> PathBuf {
+    std::env::var_os("PATH")
+        .and_then(|paths| {
+            std::env::split_paths(&paths)
+                .map(|d| d.join(name))
+                .find(|p| p.is_file())
+        })
+        .unwrap_or_else(|| {
+            panic!("{name} is not installed: apt-get install --no-install-recommends prometheus (.ci/run does)")
+        })
 }
 
 /// The metric names of docs/metrics.md's contract table.
@@ -190,9 +183,7 @@ fn served(scrape: &str) -> BTreeSet<String> {
 /// each alert fires and resolves.
 #[test]
 fn example_alert_rules_pass_promtool_check_and_their_unit_tests() {
-    let Some(promtool) = prometheus_tool("promtool") else {
-        return;
-    };
+    let promtool = prometheus_tool("promtool");
     let dir = monitoring();
     let check = Command::new(&promtool)
         .current_dir(&dir)
@@ -441,9 +432,7 @@ fn query(prometheus: &str, promql: &str) -> Option<f64> {
 /// from now, then a year later), so the values stand still once it ran.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn prometheus_scraping_a_worker_stores_what_the_ledger_says() {
-    let Some(prometheus) = prometheus_tool("prometheus") else {
-        return;
-    };
+    let prometheus = prometheus_tool("prometheus");
     let db = cohort_pgtemp::fresh_empty_database().await.unwrap();
     // T1's notes: old ones (purged), one still referenced by another table
     // (a foreign key keeps it: the backlog), an older one under a hold

@@ -498,6 +498,41 @@ async fn the_report_states_what_the_ledger_holds_for_the_period() {
     let holds = b["holds"].as_array().unwrap();
     assert_eq!(holds[0]["placed"], 0, "A's record hold does not reach B");
     assert_eq!(holds[1]["placed"], 1, "a tenantless subject hold does");
+    // Another spelling of B (a uuid without hyphens) is B.
+    let spelled = B.replace('-', "");
+    let out = report(
+        dir.path(),
+        db.url(),
+        &["--format", "json", "--tenant", &spelled],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut again = stdout_json(&out);
+    again["generated_at"] = b["generated_at"].clone();
+    assert_eq!(again, b, "one tenant however it is spelled");
+    // The library path alike.
+    let pool = cohort::sqlx::PgPool::connect(db.url()).await.unwrap();
+    let lib = cohort::Cohort::builder(pool)
+        .policy(cohort::policy::PolicyFile::parse(POLICY).unwrap())
+        .build_unvalidated()
+        .unwrap();
+    let d = |s: &str| s.parse::<chrono::NaiveDate>().unwrap();
+    let via_library = lib
+        .report(
+            &cohort::report::ReportRequest::new(d("2026-01-01"), d("2026-03-31"))
+                .tenant(spelled.clone()),
+        )
+        .await
+        .unwrap();
+    assert_eq!(via_library.tenant.as_deref(), Some(B));
+    assert_eq!(
+        serde_json::to_value(&via_library.entities).unwrap(),
+        b["entities"]
+    );
 
     // A period with nothing in it is a report with nothing in it.
     let out = cohort(

@@ -8,7 +8,7 @@ use tokio::sync::OnceCell;
 
 use crate::config::CohortConfig;
 use crate::context::Context;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::model::{EntityDeclaration, Retained};
 use crate::observer::{AuditObserver, ObserverHub};
 use crate::policy::{PolicyFile, TenantEntry};
@@ -447,13 +447,7 @@ impl Cohort {
     /// The canonical form of a tenant id, by the tenant columns' type (see
     /// [`crate::rules::TenantIdentity`]): what runs, holds and the ledger use.
     pub async fn canonical_tenant(&self, tenant: &str) -> Result<String> {
-        let ready = self.cx.prepared().await?;
-        let identity = ready.model.tenant_identity();
-        identity.canonical(tenant).ok_or_else(|| {
-            Error::InvalidInput(format!(
-                "{tenant:?} is not a valid tenant id ({identity:?} tenant columns)"
-            ))
-        })
+        self.cx.canonical_tenant(tenant).await
     }
 }
 

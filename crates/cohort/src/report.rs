@@ -42,13 +42,14 @@ impl ReportRequest {
     }
 
     /// Only this tenant's runs, and the holds that reach it (its own and
-    /// the tenantless ones).
+    /// the tenantless ones). Any spelling of the id the tenant columns'
+    /// type accepts (checking it validates the handle).
     pub fn tenant(mut self, tenant: impl Into<String>) -> Self {
         self.tenant = Some(tenant.into());
         self
     }
 
-    fn window(&self) -> Result<Window> {
+    fn window(&self, tenant: Option<String>) -> Result<Window> {
         if self.from > self.to {
             return Err(Error::InvalidInput(format!(
                 "a report's period must not end before it starts ({} is after {})",
@@ -62,7 +63,7 @@ impl ReportRequest {
         Ok(Window {
             from: start(self.from).expect("midnight exists"),
             until: start(until).expect("midnight exists"),
-            tenant: self.tenant.clone(),
+            tenant,
         })
     }
 }
@@ -560,7 +561,11 @@ fn group(row: &sqlx::postgres::PgRow) -> Result<Group> {
 }
 
 pub(crate) async fn build(cx: &Context, request: &ReportRequest) -> Result<Report> {
-    let window = request.window()?;
+    let tenant = match &request.tenant {
+        Some(t) => Some(cx.canonical_tenant(t).await?),
+        None => None,
+    };
+    let window = request.window(tenant.clone())?;
     let schema = &cx.config.schema;
     let pool = &cx.pool;
     // One snapshot for every statement: the figures agree with each other
@@ -768,7 +773,7 @@ pub(crate) async fn build(cx: &Context, request: &ReportRequest) -> Result<Repor
     Ok(Report {
         from: request.from,
         to: request.to,
-        tenant: request.tenant.clone(),
+        tenant,
         generated_at,
         entities,
         erasures,
@@ -816,11 +821,11 @@ mod tests {
     fn a_period_ending_before_it_starts_is_refused() {
         let d = |s: &str| s.parse::<NaiveDate>().unwrap();
         let err = ReportRequest::new(d("2026-02-01"), d("2026-01-31"))
-            .window()
+            .window(None)
             .unwrap_err();
         assert!(err.to_string().contains("must not end before"), "{err}");
         let w = ReportRequest::new(d("2026-01-01"), d("2026-01-31"))
-            .window()
+            .window(None)
             .unwrap();
         assert_eq!(w.from.to_rfc3339(), "2026-01-01T00:00:00+00:00");
         assert_eq!(w.until.to_rfc3339(), "2026-02-01T00:00:00+00:00");

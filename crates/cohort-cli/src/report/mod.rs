@@ -43,7 +43,7 @@ fn date(flag: &str, text: &str) -> Result<NaiveDate, Failure> {
 pub(crate) async fn run(cohort: &Cohort, args: Args<'_>) -> Result<(), Failure> {
     let mut request = ReportRequest::new(date("--from", args.from)?, date("--to", args.to)?);
     if let Some(t) = args.tenant {
-        request = request.tenant(cohort.canonical_tenant(t).await?);
+        request = request.tenant(t);
     }
     let report = cohort.report(&request).await?;
     let bytes = render(&report, args.format)?;

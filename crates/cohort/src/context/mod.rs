@@ -137,6 +137,18 @@ impl Prepared {
 }
 
 impl Context {
+    /// The canonical form of a tenant id, by the tenant columns' type; a
+    /// spelling that cannot be one is bad input.
+    pub(crate) async fn canonical_tenant(&self, tenant: &str) -> Result<String> {
+        let ready = self.prepared().await?;
+        let identity = ready.model.tenant_identity();
+        identity.canonical(tenant).ok_or_else(|| {
+            Error::InvalidInput(format!(
+                "{tenant:?} is not a valid tenant id ({identity:?} tenant columns)"
+            ))
+        })
+    }
+
     /// The validated model with its plans; what every operation starts with.
     pub(crate) async fn prepared(&self) -> Result<Arc<Prepared>> {
         self.ready
