@@ -544,8 +544,9 @@ async fn a_terminated_run_connection_settles_the_run_failed_with_no_half_batch()
         ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
             if matches!(event, AuditEvent::EntityProgress { .. }) && !*self.1.lock().unwrap() {
                 *self.1.lock().unwrap() = true;
-                // The run's connection is the one holding an advisory lock.
-                sqlx::query("SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND granted")
+                // The run's connection is the one holding an advisory lock
+                // in this test's database (other tests share the cluster).
+                sqlx::query("SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())")
                     .execute(&self.0)
                     .await?;
             }

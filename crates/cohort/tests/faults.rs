@@ -376,7 +376,8 @@ async fn terminating_the_run_connection_mid_sweep_fails_the_run_cleanly() {
     // The backend holding the run lock is the run's connection.
     let killed: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_locks
-         WHERE locktype = 'advisory' AND pid <> pg_backend_pid()) t",
+         WHERE locktype = 'advisory' AND pid <> pg_backend_pid()
+           AND database = (SELECT oid FROM pg_database WHERE datname = current_database())) t",
     )
     .fetch_one(&pool)
     .await

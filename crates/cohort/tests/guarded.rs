@@ -239,7 +239,7 @@ async fn a_hold_created_concurrently_never_ends_with_a_deleted_held_row() {
     });
     // Wait until the deletion holds the row lock (its DELETE has run).
     wait_until("the deletion to hold its row lock", Duration::from_secs(6), async || {
-        count(db.pool(), "SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation WHERE c.relname = 'notes' AND l.mode = 'RowExclusiveLock' AND l.pid <> pg_backend_pid()").await > 0
+        count(db.pool(), "SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation WHERE c.relname = 'notes' AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) AND l.mode = 'RowExclusiveLock' AND l.pid <> pg_backend_pid()").await > 0
     })
     .await;
     let creating = tokio::spawn({
@@ -402,7 +402,7 @@ async fn the_guard_refuses_a_transaction_that_is_not_read_committed() {
         assert!(err.to_string().contains("READ COMMITTED"), "{err}");
         let locks = count(
             db.pool(),
-            "SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation WHERE c.relname = 'notes' AND l.pid <> pg_backend_pid()",
+            "SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation WHERE c.relname = 'notes' AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) AND l.pid <> pg_backend_pid()",
         )
         .await;
         assert_eq!(locks, 0, "{level}: the rows were touched");

@@ -148,7 +148,7 @@ async fn session_pooling_works() {
     assert_eq!(r.status, RunStatus::Succeeded, "{r:?}");
     assert!(r.affected() > 0);
     let locks: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'")
+        sqlx::query_scalar("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND database = (SELECT oid FROM pg_database WHERE datname = current_database())")
             .fetch_one(&direct)
             .await
             .unwrap();
