@@ -56,10 +56,16 @@ pub(crate) enum LockKey<'a> {
     Run(Uuid),
     /// Held by the migration transaction of one schema.
     Migrate(&'a str),
-    /// Held by the scheduled worker that runs an occurrence, keyed on the
-    /// install's schema-qualified `sweep_run` table (installs in different
-    /// schemas of one database sweep independently).
+    /// Held (for its transaction) by the worker replica that writes an
+    /// occurrence and its passes, keyed on the install's schema-qualified
+    /// `sweep_run` table (installs in different schemas of one database
+    /// sweep independently).
     Worker(&'a crate::ident::QualifiedName),
+    /// Held on the claiming connection by the worker replica that runs one
+    /// pass of an occurrence (its id, then the pass number), from its claim
+    /// until it is settled: a claimed pass whose lock can be taken lost its
+    /// replica.
+    Pass(Uuid, i32),
 }
 
 impl LockKey<'_> {
@@ -69,6 +75,7 @@ impl LockKey<'_> {
             LockKey::Run(id) => format!("cohort.run:{id}"),
             LockKey::Migrate(schema) => format!("cohort.migrate:{schema}"),
             LockKey::Worker(table) => format!("cohort.worker:{table}"),
+            LockKey::Pass(occurrence, pass) => format!("cohort.pass:{occurrence}:{pass}"),
         }
     }
 }
@@ -89,6 +96,10 @@ mod tests {
         assert_eq!(
             LockKey::Worker(&table).text(),
             "cohort.worker:\"a.b\".\"sweep_run\""
+        );
+        assert_eq!(
+            LockKey::Pass(id, 3).text(),
+            "cohort.pass:00000000-0000-0000-0000-000000000000:3"
         );
     }
 }

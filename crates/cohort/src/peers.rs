@@ -108,11 +108,10 @@ type PeerRow = (
     serde_json::Value,
 );
 
-/// Renews (or creates) this process's record.
-pub(crate) async fn heartbeat(cx: &Context, peer_id: Uuid) -> Result<()> {
-    let prepared = cx.prepared().await?;
-    let handlers = serde_json::to_value(own_handlers(cx)).expect("handler sets serialise");
-    let host = std::env::var("HOSTNAME")
+/// This machine's host name (`HOSTNAME`, else `/etc/hostname`), or
+/// `unknown`.
+pub(crate) fn host_name() -> String {
+    std::env::var("HOSTNAME")
         .ok()
         .or_else(|| {
             std::fs::read_to_string("/etc/hostname")
@@ -120,10 +119,21 @@ pub(crate) async fn heartbeat(cx: &Context, peer_id: Uuid) -> Result<()> {
                 .map(|h| h.trim().to_owned())
         })
         .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "unknown".into());
+        .unwrap_or_else(|| "unknown".into())
+}
+
+/// This process as people reading the ledger know it: `host:pid`.
+pub(crate) fn process_name() -> String {
+    format!("{}:{}", host_name(), std::process::id())
+}
+
+/// Renews (or creates) this process's record.
+pub(crate) async fn heartbeat(cx: &Context, peer_id: Uuid) -> Result<()> {
+    let prepared = cx.prepared().await?;
+    let handlers = serde_json::to_value(own_handlers(cx)).expect("handler sets serialise");
     let params = statements::Heartbeat {
         peer_id,
-        host,
+        host: host_name(),
         pid: i32::try_from(std::process::id()).unwrap_or(i32::MAX),
         policy_fingerprint: fingerprint(cx, &prepared),
         handlers,

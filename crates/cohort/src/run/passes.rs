@@ -314,8 +314,10 @@ fn tenant_row(row: &sqlx::postgres::PgRow) -> Result<std::result::Result<TenantE
     Ok(Ok(entry))
 }
 
-/// One pass of an all-tenants operation, in order.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One pass of an all-tenants operation, in order. Its JSON form (tagged
+/// by `kind`) is what a shared occurrence stores for each pass.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
 pub(crate) enum Pass {
     /// A tenant with its jurisdiction and tags.
     Tenant(TenantEntry),
@@ -525,4 +527,33 @@ pub(crate) async fn preview_all(cx: &Context, req: PreviewAllRequest) -> Result<
         );
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What a shared occurrence stores for each pass reads back as the
+    /// same pass, and a tenant's id is where the table's `tenant_id`
+    /// column takes it from.
+    #[test]
+    fn passes_round_trip_through_their_stored_form() {
+        let mut tenant = TenantEntry::new("t-1");
+        tenant.jurisdiction = Some("EU".into());
+        tenant.tags = vec!["vip".into()];
+        let passes = vec![
+            Pass::Tenant(tenant),
+            Pass::Unusable {
+                position: Some(3),
+                reason: "its tenant id is NULL".into(),
+            },
+            Pass::Tenantless,
+        ];
+        let stored = serde_json::to_value(&passes).unwrap();
+        assert_eq!(stored[0]["kind"], "tenant");
+        assert_eq!(stored[0]["id"], "t-1");
+        assert_eq!(stored[2], serde_json::json!({"kind": "tenantless"}));
+        let read: Vec<Pass> = serde_json::from_value(stored).unwrap();
+        assert_eq!(read, passes);
+    }
 }

@@ -73,6 +73,11 @@ const SOURCES: &[(u32, &str, &str)] = &[
         "archive_strategy",
         include_str!("../../migrations/0009_archive_strategy.sql"),
     ),
+    (
+        10,
+        "shared_occurrences",
+        include_str!("../../migrations/0010_shared_occurrences.sql"),
+    ),
 ];
 
 fn render(template: &'static str, schema: &str) -> SqlText {

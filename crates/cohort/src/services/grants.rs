@@ -57,6 +57,8 @@ fn cohort_tables(schema: &str, access: Access) -> Vec<Need> {
             (HandlerStatus, &["SELECT", "INSERT"]),
             (Hold, &["SELECT"]),
             (Setting, &["SELECT"]),
+            (Occurrence, &["SELECT", "INSERT", "UPDATE"]),
+            (OccurrencePass, &["SELECT", "INSERT", "UPDATE", "DELETE"]),
         ],
         Access::Dispatcher => &[
             (SweepRun, &["SELECT", "UPDATE"]),
@@ -76,6 +78,8 @@ fn cohort_tables(schema: &str, access: Access) -> Vec<Need> {
             (HandlerStatus, &["SELECT", "DELETE"]),
             (Hold, &["SELECT", "DELETE"]),
             (Setting, &["SELECT"]),
+            (Occurrence, &["SELECT", "DELETE"]),
+            (OccurrencePass, &["SELECT", "DELETE"]),
         ],
         Access::Console => &[
             (Peer, &["SELECT"]),
@@ -85,6 +89,8 @@ fn cohort_tables(schema: &str, access: Access) -> Vec<Need> {
             (HandlerStatus, &["SELECT"]),
             (Hold, &["SELECT"]),
             (Setting, &["SELECT"]),
+            (Occurrence, &["SELECT"]),
+            (OccurrencePass, &["SELECT"]),
         ],
     };
     list.iter()

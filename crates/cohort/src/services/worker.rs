@@ -1,23 +1,30 @@
 //! The scheduled worker: sweeps every tenant, then the tenantless entities,
-//! at each occurrence of a cron schedule (UTC), once across replicas.
+//! at each occurrence of a cron schedule (UTC), sharing the passes of one
+//! occurrence among the replicas.
 //!
 //! How replicas agree:
 //! - Occurrences are computed from the database clock (read at the start
 //!   of each iteration), never the replica's, and the wait until the next
 //!   one is measured on the monotonic clock. A replica whose wall clock is
 //!   off neither runs an occurrence twice nor skips one.
-//! - The replica that runs an occurrence holds a session-level advisory
-//!   lock keyed on the install's schema-qualified `sweep_run` table for the
-//!   whole occurrence. The others poll for it until the next occurrence is
-//!   due, then give up on this one.
-//! - Under the lock, an occurrence whose latest Scheduled run of the same
-//!   kind (dry or real) settled is skipped: it ran. One whose latest run is
-//!   still `Started` (its owner died: the lock went with its session) or
-//!   `Cancelled` is swept again, whole. Orphaned `Started` runs are settled
-//!   `Failed` first.
-//! - Missed occurrences are skipped, not caught up. A failed iteration is
-//!   logged and tried again at the next occurrence; the worker never stops
-//!   its host.
+//! - The first replica to reach an occurrence writes it (`sweep_occurrence`,
+//!   one per time, kind and policy) with its passes (`sweep_occurrence_pass`:
+//!   each tenant, the rows of the tenant source that cannot be tenants, the
+//!   tenantless entities), under a transaction lock the others wait on, so
+//!   the tenants are listed once for all of them.
+//! - Every replica then claims pending passes one at a time (`FOR UPDATE
+//!   SKIP LOCKED`) and holds a session advisory lock on each while it runs
+//!   it. A settled pass is done and never swept again; a cancelled one goes
+//!   back to pending. A claimed pass whose lock is free lost its replica: its
+//!   run is settled `Failed` (owner lost) and the pass is swept again whole
+//!   by whoever takes it over, unless its run had finished first.
+//! - An occurrence is complete when every pass is done; its pass rows are
+//!   then deleted (the runs keep what each pass did). A replica with no pass
+//!   left to claim waits for the others, taking over any that is lost, until
+//!   the next occurrence is due.
+//! - An occurrence older than one already started is skipped (missed
+//!   occurrences are not caught up). A failed iteration is logged and tried
+//!   again at the next occurrence; the worker never stops its host.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,9 +39,10 @@ use crate::run::{RunStatus, Trigger};
 use crate::schedule::{decide, next_occurrence, parse_schedule, retry_delay, Decision, Latest};
 use crate::schema::CohortTable;
 use crate::sql;
-use crate::sql::locks;
+use crate::sql::{locks, occurrences};
+use uuid::Uuid;
 
-/// How often a replica retries the occurrence lock while another holds it.
+/// How often a replica looks again at passes other replicas hold.
 const LOCK_POLL: Duration = Duration::from_millis(250);
 /// Wall clocks further than this from the database's are logged.
 const SKEW_WARNING: chrono::TimeDelta = chrono::TimeDelta::seconds(5);
@@ -206,64 +214,6 @@ async fn wait_for_next(
     Ok(Some(next))
 }
 
-/// What the part of an occurrence under the lock asks of its caller.
-enum Locked {
-    /// The occurrence ended this way.
-    Done(Occurrence),
-    /// A `Started` run of a lost owner still holds its run lock (a killed
-    /// process's session ends when its statement does): let go of the
-    /// occurrence lock and try again shortly.
-    OrphanStillLive,
-}
-
-/// One occurrence: take the lock (or give up when the next occurrence is
-/// due), decide, recover orphans, run the passes.
-pub(crate) async fn occurrence(
-    cx: &Arc<Context>,
-    config: &WorkerConfig,
-    at: DateTime<Utc>,
-    cancel: &Cancel,
-) -> Result<Occurrence> {
-    // Validation (first use) before the lock, not under it.
-    let prepared = cx.prepared().await?;
-    let table = CohortTable::SweepRun.qualified(&cx.config.schema);
-    let key = LockKey::Worker(&table);
-    let give_up = next_occurrence(&config.schedule, at, None);
-    let too_late = |now: DateTime<Utc>| give_up.is_some_and(|g| now >= g);
-    loop {
-        if cancel.is_cancelled() {
-            return Ok(Occurrence::Cancelled { passes: 0 });
-        }
-        // A connection per attempt: a waiting replica holds none. Whatever
-        // happens once it holds the lock (a panic, an abort), the lock
-        // never goes back to the pool with the connection.
-        let mut conn = crate::locks::Held::new(cx.pool.acquire().await?);
-        if locks::try_lock(&mut conn, key).await? {
-            let result = if too_late(db_now(&mut *conn).await?) {
-                tracing::info!(occurrence = %at, "the sweep lock came free after the next occurrence was due; skipped");
-                Ok(Locked::Done(Occurrence::LockHeld))
-            } else {
-                locked(cx, &prepared, &mut conn, at, cancel).await
-            };
-            if locks::unlock(&mut conn, key).await.is_ok() {
-                drop(conn.into_inner());
-            }
-            // Otherwise dropping `Held` closes the session, releasing it.
-            match result? {
-                Locked::Done(outcome) => return Ok(outcome),
-                Locked::OrphanStillLive => {}
-            }
-        } else {
-            drop(conn.into_inner());
-        }
-        if too_late(db_now(&cx.pool).await?) {
-            tracing::info!(occurrence = %at, "another replica held the sweep lock until the next occurrence; skipped");
-            return Ok(Occurrence::LockHeld);
-        }
-        cancel.sleep(LOCK_POLL).await;
-    }
-}
-
 /// The latest Scheduled run of kind `dry_run` for occurrence `at` or later.
 async fn latest_run(
     cx: &Context,
@@ -297,84 +247,508 @@ async fn latest_run(
     .transpose()
 }
 
-/// The part of an occurrence run under the lock.
-async fn locked(
-    cx: &Arc<Context>,
+/// An occurrence as written for every replica: its id, its passes, and
+/// the kind (dry or real) and policy it is of.
+struct Shared {
+    id: Uuid,
+    at: DateTime<Utc>,
+    passes: i32,
+    dry_run: bool,
+    fingerprint: String,
+}
+
+/// What a replica found when it came to an occurrence.
+enum Joined {
+    /// Its passes are under way (or about to be): take some.
+    Shared(Shared),
+    /// Every pass is done (or a replica from before shared occurrences
+    /// ran it to its last pass).
+    Completed,
+    /// A later occurrence was started: this one was missed.
+    Missed,
+}
+
+/// Finds the occurrence of this kind and policy, or writes it with its
+/// passes. The first replica to arrive lists the tenants once, for every
+/// replica, under a transaction lock the others wait on.
+async fn join(
+    cx: &Context,
     prepared: &crate::context::Prepared,
-    lock_conn: &mut sqlx::PgConnection,
+    at: DateTime<Utc>,
+    dry_run: bool,
+) -> Result<Joined> {
+    let schema = &cx.config.schema;
+    let fingerprint = crate::peers::fingerprint(cx, prepared);
+    let key = || occurrences::Key {
+        at,
+        dry_run,
+        fingerprint: fingerprint.clone(),
+    };
+    let table = CohortTable::SweepRun.qualified(schema);
+    let mut tx = cx.pool.begin().await?;
+    locks::xact_lock(LockKey::Worker(&table))
+        .query()
+        .execute(&mut *tx)
+        .await?;
+    let found: Option<(Uuid, i32, bool)> = occurrences::find(schema, key())
+        .query_as()
+        .fetch_optional(&mut *tx)
+        .await?;
+    if let Some((id, passes, completed)) = found {
+        tx.commit().await?;
+        if completed {
+            return Ok(Joined::Completed);
+        }
+        return Ok(Joined::Shared(Shared {
+            id,
+            at,
+            passes,
+            dry_run,
+            fingerprint,
+        }));
+    }
+    let later: bool = occurrences::later_started(schema, key())
+        .query_scalar()
+        .fetch_one(&mut *tx)
+        .await?;
+    if later {
+        tx.commit().await?;
+        return Ok(Joined::Missed);
+    }
+    // Runs without an occurrence record come from a replica of schema
+    // version 9 or older: as it ran to its last pass, it is done.
+    if decide(latest_run(cx, &mut tx, dry_run, at).await?) == Decision::Skip {
+        tx.commit().await?;
+        return Ok(Joined::Completed);
+    }
+    let list = crate::run::passes::pass_list(cx, prepared, &cx.tenant_source).await?;
+    let passes = i32::try_from(list.passes.len()).map_err(|_| {
+        Error::InvalidInput(format!(
+            "an occurrence of {} passes is more than the ledger can number",
+            list.passes.len()
+        ))
+    })?;
+    let id = Uuid::new_v4();
+    occurrences::insert(
+        schema,
+        occurrences::Insert {
+            occurrence_id: id,
+            at,
+            dry_run,
+            fingerprint: fingerprint.clone(),
+            passes,
+            created_by: crate::peers::process_name(),
+        },
+    )
+    .query()
+    .execute(&mut *tx)
+    .await?;
+    let specs = serde_json::to_value(&list.passes).expect("passes serialise");
+    occurrences::insert_passes(
+        schema,
+        occurrences::InsertPasses {
+            occurrence_id: id,
+            specs,
+        },
+    )
+    .query()
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(Joined::Shared(Shared {
+        id,
+        at,
+        passes,
+        dry_run,
+        fingerprint,
+    }))
+}
+
+/// A pass this replica holds: its lock is held on `conn` until the claim
+/// (`token`) is settled.
+struct Claimed {
+    conn: crate::locks::Held,
+    pass: i32,
+    spec: crate::run::passes::Pass,
+    attempts: i32,
+    token: Uuid,
+}
+
+/// What a replica can do next for an occurrence.
+enum Next {
+    /// Run this pass.
+    Run(Box<Claimed>),
+    /// Every pass left is being run by a live replica (or was just
+    /// released): look again shortly.
+    Wait,
+    /// Every pass is done.
+    Done,
+}
+
+fn parse_spec(spec: serde_json::Value) -> Result<crate::run::passes::Pass> {
+    serde_json::from_value(spec)
+        .map_err(|e| Error::Migration(format!("a pass of a shared occurrence cannot be read: {e}")))
+}
+
+/// Claims the first pending pass (`FOR UPDATE SKIP LOCKED`, so replicas
+/// never wait on each other), or else takes over a claimed pass whose
+/// replica was lost (its lock is free). A pass is locked on its claiming
+/// connection in the claim's transaction, so a claim other replicas can
+/// see always has a live holder or a free lock.
+async fn next_pass(cx: &Context, occurrence: &Shared) -> Result<Next> {
+    let schema = &cx.config.schema;
+    let by = crate::peers::process_name();
+    let token = Uuid::new_v4();
+    let mut conn = crate::locks::Held::new(cx.pool.acquire().await?);
+    let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+    let pending: Option<(i32, serde_json::Value, i32)> = occurrences::claim_pending(
+        schema,
+        occurrences::Claim {
+            occurrence_id: occurrence.id,
+            token,
+            by: by.clone(),
+        },
+    )
+    .query_as()
+    .fetch_optional(&mut *tx)
+    .await?;
+    if let Some((pass, spec, attempts)) = pending {
+        if locks::try_lock(&mut tx, LockKey::Pass(occurrence.id, pass)).await? {
+            tx.commit().await?;
+            let spec = parse_spec(spec)?;
+            return Ok(Next::Run(Box::new(Claimed {
+                conn,
+                pass,
+                spec,
+                attempts,
+                token,
+            })));
+        }
+        // A replica checking whether the pass lost its holder has its
+        // lock for a moment: leave the pass pending.
+        tx.rollback().await?;
+        drop(conn.into_inner());
+        return Ok(Next::Wait);
+    }
+    tx.commit().await?;
+    let claimed: Vec<(i32, DateTime<Utc>)> = occurrences::claimed(
+        schema,
+        occurrences::Of {
+            occurrence_id: occurrence.id,
+        },
+    )
+    .query_as()
+    .fetch_all(&mut *conn)
+    .await?;
+    for (pass, claimed_at) in claimed {
+        let key = LockKey::Pass(occurrence.id, pass);
+        if !locks::try_lock(&mut conn, key).await? {
+            continue;
+        }
+        match take_over(cx, occurrence, &mut conn, pass, claimed_at, token, &by).await {
+            Ok(Some((spec, attempts))) => {
+                let spec = parse_spec(spec)?;
+                return Ok(Next::Run(Box::new(Claimed {
+                    conn,
+                    pass,
+                    spec,
+                    attempts,
+                    token,
+                })));
+            }
+            Ok(None) => locks::unlock(&mut conn, key).await?,
+            Err(e) => return Err(e),
+        }
+    }
+    let left: i64 = occurrences::remaining(
+        schema,
+        occurrences::Of {
+            occurrence_id: occurrence.id,
+        },
+    )
+    .query_scalar()
+    .fetch_one(&mut *conn)
+    .await?;
+    if left > 0 {
+        drop(conn.into_inner());
+        return Ok(Next::Wait);
+    }
+    occurrences::complete(
+        schema,
+        occurrences::Of {
+            occurrence_id: occurrence.id,
+        },
+    )
+    .query()
+    .execute(&mut *conn)
+    .await?;
+    drop(conn.into_inner());
+    Ok(Next::Done)
+}
+
+/// With the lock of a claimed pass taken (its replica was lost, or it
+/// settled the pass a moment ago): settles the lost replica's run of it
+/// failed, and takes the pass over (its spec and attempt number), unless
+/// it was settled meanwhile, its run finished before its replica was lost
+/// (the pass is then done with that run: a finished pass is never swept
+/// again), or that run's session is still ending (try again shortly).
+async fn take_over(
+    cx: &Context,
+    occurrence: &Shared,
+    conn: &mut sqlx::PgConnection,
+    pass: i32,
+    claimed_at: DateTime<Utc>,
+    token: Uuid,
+    by: &str,
+) -> Result<Option<(serde_json::Value, i32)>> {
+    let schema = &cx.config.schema;
+    let of_pass = || occurrences::PassRuns {
+        at: occurrence.at,
+        pass,
+        dry_run: occurrence.dry_run,
+        fingerprint: occurrence.fingerprint.clone(),
+    };
+    let started: Vec<Uuid> = occurrences::started_of_pass(schema, of_pass())
+        .query_scalar()
+        .fetch_all(&mut *conn)
+        .await?;
+    let reason = "run: recovered: the worker replica running this pass stopped before it settled (owner lost)";
+    for run_id in started {
+        match crate::services::rescuer::recover_run(cx, run_id, reason).await? {
+            crate::services::rescuer::Recovery::Recovered => {
+                tracing::warn!(%run_id, occurrence = %occurrence.at, pass, "settled the run of a pass whose replica was lost as failed");
+            }
+            crate::services::rescuer::Recovery::Settled => {}
+            crate::services::rescuer::Recovery::Live => return Ok(None),
+        }
+    }
+    let taken: Option<(serde_json::Value, i32)> = occurrences::take_over(
+        schema,
+        occurrences::TakeOver {
+            occurrence_id: occurrence.id,
+            pass,
+            token,
+            by: by.to_owned(),
+        },
+    )
+    .query_as()
+    .fetch_optional(&mut *conn)
+    .await?;
+    let Some(taken) = taken else {
+        return Ok(None);
+    };
+    let finished: Option<Uuid> = occurrences::finished_run(
+        schema,
+        occurrences::FinishedRun {
+            runs: of_pass(),
+            since: claimed_at,
+        },
+    )
+    .query_scalar()
+    .fetch_optional(&mut *conn)
+    .await?;
+    if let Some(run_id) = finished {
+        tracing::info!(%run_id, occurrence = %occurrence.at, pass, "the pass's run had finished before its replica was lost; not swept again");
+        settle_claim(cx, occurrence, conn, pass, token, Some(run_id), true).await?;
+        return Ok(None);
+    }
+    tracing::warn!(occurrence = %occurrence.at, pass, attempt = taken.1, "took over a pass whose replica was lost; sweeping it again, whole");
+    Ok(Some(taken))
+}
+
+/// Ends a claim: done (with its run), or back to pending.
+async fn settle_claim(
+    cx: &Context,
+    occurrence: &Shared,
+    conn: &mut sqlx::PgConnection,
+    pass: i32,
+    token: Uuid,
+    run_id: Option<Uuid>,
+    done: bool,
+) -> Result<()> {
+    occurrences::settle(
+        &cx.config.schema,
+        occurrences::Settle {
+            occurrence_id: occurrence.id,
+            pass,
+            token,
+            run_id,
+            done,
+        },
+    )
+    .query()
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// One occurrence: write it or join it, then take its passes one at a
+/// time until none is left; wait for passes other replicas run (taking
+/// over any whose replica is lost) until the next occurrence is due.
+pub(crate) async fn occurrence(
+    cx: &Arc<Context>,
+    config: &WorkerConfig,
     at: DateTime<Utc>,
     cancel: &Cancel,
-) -> Result<Locked> {
+) -> Result<Occurrence> {
+    // Validation (first use) before anything is written.
+    let prepared = cx.prepared().await?;
+    let give_up = next_occurrence(&config.schedule, at, None);
+    let too_late = |now: DateTime<Utc>| give_up.is_some_and(|g| now >= g);
+    if cancel.is_cancelled() {
+        return Ok(Occurrence::Cancelled { passes: 0 });
+    }
     let settings = cx.live_settings().await?;
     if settings.kill_switch.effective {
         tracing::warn!(occurrence = %at, "kill switch is on; occurrence skipped");
-        return Ok(Locked::Done(Occurrence::KillSwitch { passes: 0 }));
+        return Ok(Occurrence::KillSwitch { passes: 0 });
     }
     let dry_run = settings.dry_run.effective;
-    let decision = decide(latest_run(cx, lock_conn, dry_run, at).await?);
-    let live = recover_orphans(cx).await?;
-    if decision == Decision::Skip {
-        return Ok(Locked::Done(Occurrence::AlreadyRan));
-    }
-    if live > 0 {
-        return Ok(Locked::OrphanStillLive);
-    }
-    let rerun = decision == Decision::Rerun;
-    if rerun {
-        tracing::warn!(occurrence = %at, dry_run, "occurrence's last attempt was interrupted; sweeping it again");
-    }
-    let list = crate::run::passes::pass_list(cx, prepared, &cx.tenant_source).await?;
-    let round = crate::telemetry::backlog_round_started();
-    let total = i32::try_from(list.passes.len()).unwrap_or(i32::MAX);
-    let mut passes = 0;
-    for pass in list.passes {
-        if cancel.is_cancelled() {
-            return Ok(Locked::Done(Occurrence::Cancelled { passes }));
+    let shared = match join(cx, &prepared, at, dry_run).await? {
+        Joined::Shared(shared) => shared,
+        Joined::Completed => return Ok(Occurrence::AlreadyRan),
+        Joined::Missed => {
+            tracing::info!(occurrence = %at, "a later occurrence was started; skipped");
+            return Ok(Occurrence::LockHeld);
         }
-        if passes > 0 {
+    };
+    // Runs of earlier occurrences whose replica was lost.
+    recover_orphans(cx).await?;
+    let round = crate::telemetry::backlog_round_started();
+    let (mut ran, mut rerun) = (0usize, false);
+    loop {
+        if cancel.is_cancelled() {
+            return Ok(Occurrence::Cancelled { passes: ran });
+        }
+        if ran > 0 {
             let now = cx.live_settings().await?;
             if now.kill_switch.effective {
-                tracing::warn!(occurrence = %at, passes, "kill switch turned on; later passes skipped");
-                return Ok(Locked::Done(Occurrence::KillSwitch { passes }));
+                tracing::warn!(occurrence = %at, passes = ran, "kill switch turned on; later passes skipped");
+                return Ok(Occurrence::KillSwitch { passes: ran });
             }
             if now.dry_run.effective != dry_run {
                 // One occurrence is of one kind: the rest runs at the next
                 // occurrence as the setting now says.
-                tracing::warn!(occurrence = %at, passes, dry_run = now.dry_run.effective, "dry_run changed; later passes skipped");
-                return Ok(Locked::Done(Occurrence::DryRunChanged { passes }));
+                tracing::warn!(occurrence = %at, passes = ran, dry_run = now.dry_run.effective, "dry_run changed; later passes skipped");
+                return Ok(Occurrence::DryRunChanged { passes: ran });
             }
         }
-        // The lock's session must still be ours (a session lock lives
-        // exactly as long as its session).
-        sql::worker::keepalive()
-            .query()
-            .execute(&mut *lock_conn)
-            .await?;
-        passes += 1;
-        let position = crate::run::OccurrencePass {
-            at,
-            pass: i32::try_from(passes).unwrap_or(i32::MAX),
-            passes: total,
-        };
-        match pass.failure() {
-            Some(failure) => {
-                tracing::error!(occurrence = %at, position = failure.position, error = %failure.error, "scheduled pass cannot run; the other passes go on");
-                let text = format!("pass: did not start: kind=invalid_input {}", failure.error);
-                record_not_started(cx, None, position, dry_run, &text).await;
+        match next_pass(cx, &shared).await? {
+            Next::Run(claimed) => {
+                ran += 1;
+                rerun |= claimed.attempts > 1;
+                run_claimed(cx, &shared, *claimed, cancel).await?;
             }
-            None => run_pass(cx, lock_conn, &pass, position, dry_run, cancel).await?,
+            Next::Wait => {
+                if too_late(db_now(&cx.pool).await?) {
+                    tracing::info!(occurrence = %at, passes = ran, "other replicas still ran passes of this occurrence when the next was due; left to them");
+                    return Ok(if ran > 0 {
+                        Occurrence::Ran { passes: ran, rerun }
+                    } else {
+                        Occurrence::LockHeld
+                    });
+                }
+                cancel.sleep(LOCK_POLL).await;
+            }
+            Next::Done => break,
         }
     }
-    if cancel.is_cancelled() {
-        return Ok(Locked::Done(Occurrence::Cancelled { passes }));
+    if ran == 0 {
+        return Ok(Occurrence::AlreadyRan);
     }
-    // Every pass ran: a backlog measured only by earlier occurrences (a
-    // tenant no longer listed) stops counting.
-    crate::telemetry::backlog_round_done(round);
-    Ok(Locked::Done(Occurrence::Ran { passes, rerun }))
+    if ran == usize::try_from(shared.passes).unwrap_or(usize::MAX) {
+        // This replica ran every pass: a backlog measured only by earlier
+        // occurrences (a tenant no longer listed) stops counting.
+        crate::telemetry::backlog_round_done(round);
+    }
+    Ok(Occurrence::Ran { passes: ran, rerun })
 }
 
-/// How often the occurrence lock's session is used during a long pass, so
+/// Runs a claimed pass and settles the claim: done, or back to pending
+/// when its run was cancelled (another replica sweeps it again, whole).
+/// The pass's lock is released with the claim; if its session was lost
+/// meanwhile, the claim is settled on a fresh connection (only if no
+/// replica took it over) and the occurrence fails.
+async fn run_claimed(
+    cx: &Arc<Context>,
+    occurrence: &Shared,
+    mut claimed: Claimed,
+    cancel: &Cancel,
+) -> Result<()> {
+    let position = crate::run::OccurrencePass {
+        at: occurrence.at,
+        pass: claimed.pass,
+        passes: occurrence.passes,
+    };
+    let key = LockKey::Pass(occurrence.id, claimed.pass);
+    let (end, lost) = match claimed.spec.failure() {
+        Some(failure) => {
+            tracing::error!(occurrence = %occurrence.at, position = failure.position, error = %failure.error, "scheduled pass cannot run; the other passes go on");
+            let text = format!("pass: did not start: kind=invalid_input {}", failure.error);
+            let run_id = record_not_started(cx, None, position, occurrence.dry_run, &text).await;
+            (
+                PassEnd {
+                    run_id,
+                    cancelled: false,
+                },
+                None,
+            )
+        }
+        None => {
+            run_pass(
+                cx,
+                &mut claimed.conn,
+                &claimed.spec,
+                position,
+                occurrence.dry_run,
+                cancel,
+            )
+            .await
+        }
+    };
+    let done = !end.cancelled;
+    if lost.is_none() {
+        let settled = settle_claim(
+            cx,
+            occurrence,
+            &mut claimed.conn,
+            claimed.pass,
+            claimed.token,
+            end.run_id,
+            done,
+        )
+        .await;
+        if settled.is_ok() && locks::unlock(&mut claimed.conn, key).await.is_ok() {
+            drop(claimed.conn.into_inner());
+        }
+        // Otherwise dropping `Held` closes the session, releasing the lock.
+        return settled;
+    }
+    // The claim's session is gone (and its lock with it): settle on
+    // another connection; a replica that took the pass over meanwhile
+    // holds another token, and this changes nothing.
+    let mut fresh = cx.pool.acquire().await?;
+    settle_claim(
+        cx,
+        occurrence,
+        &mut fresh,
+        claimed.pass,
+        claimed.token,
+        end.run_id,
+        done,
+    )
+    .await?;
+    Err(lost.expect("checked").into())
+}
+
+/// How a pass ended: its run (if one was written) and whether it was
+/// cancelled (the pass goes back to pending).
+struct PassEnd {
+    run_id: Option<Uuid>,
+    cancelled: bool,
+}
+
+/// How often the pass lock's session is used during a long pass, so
 /// no idle time-out (a proxy's, `idle_session_timeout`) can end it.
 const LOCK_KEEPALIVE: Duration = Duration::from_secs(30);
 
@@ -382,7 +756,8 @@ const LOCK_KEEPALIVE: Duration = Duration::from_secs(30);
 /// provider or an anonymiser, fails the pass, not the occurrence), keeping
 /// the lock's session alive meanwhile. A pass that fails before its run
 /// exists is recorded as a failed run, so the occurrence still counts as
-/// run to its last pass.
+/// run to its last pass. Returns how it ended, and the error that ended
+/// the lock's session if it was lost meanwhile.
 async fn run_pass(
     cx: &Arc<Context>,
     lock_conn: &mut sqlx::PgConnection,
@@ -390,9 +765,13 @@ async fn run_pass(
     position: crate::run::OccurrencePass,
     dry_run: bool,
     cancel: &Cancel,
-) -> Result<()> {
+) -> (PassEnd, Option<sqlx::Error>) {
+    let nothing = PassEnd {
+        run_id: None,
+        cancelled: false,
+    };
     let Some(mut req) = crate::run::passes::pass_request(pass, position.at) else {
-        return Ok(());
+        return (nothing, None);
     };
     let tenant = req.tenant.clone();
     req.dry_run = dry_run;
@@ -409,26 +788,35 @@ async fn run_pass(
             joined = &mut task.0 => break joined,
             _ = tokio::time::sleep(LOCK_KEEPALIVE), if lost.is_none() => {
                 if let Err(e) = sql::worker::keepalive().query().execute(&mut *lock_conn).await {
-                    tracing::error!(error = %e, "lost the occurrence lock's session; another replica may start this occurrence");
+                    tracing::error!(error = %e, "lost the pass lock's session; another replica may take the pass over");
                     lost = Some(e);
                 }
             }
         }
     };
     let shown = tenant.as_deref().unwrap_or("(tenantless)");
-    match joined {
-        Ok(Ok(r)) => match r.status {
-            RunStatus::Succeeded => {
-                tracing::info!(tenant = shown, run_id = %r.run_id, affected = r.affected(), dry_run = r.dry_run, "scheduled pass succeeded")
+    let end = match joined {
+        Ok(Ok(r)) => {
+            match r.status {
+                RunStatus::Succeeded => {
+                    tracing::info!(tenant = shown, run_id = %r.run_id, affected = r.affected(), dry_run = r.dry_run, "scheduled pass succeeded")
+                }
+                status => {
+                    tracing::error!(tenant = shown, run_id = %r.run_id, status = status.as_str(), failures = r.failures.len(), "scheduled pass did not succeed; the other passes go on")
+                }
             }
-            status => {
-                tracing::error!(tenant = shown, run_id = %r.run_id, status = status.as_str(), failures = r.failures.len(), "scheduled pass did not succeed; the other passes go on")
+            PassEnd {
+                run_id: Some(r.run_id),
+                cancelled: r.status == RunStatus::Cancelled,
             }
-        },
+        }
         Ok(Err(e)) => {
             tracing::error!(tenant = shown, error = %e, "scheduled pass failed before its run started; the other passes go on");
             let text = format!("pass: did not start: kind={} {e}", e.kind().as_str());
-            record_not_started(cx, tenant.as_deref(), position, dry_run, &text).await;
+            PassEnd {
+                run_id: record_not_started(cx, tenant.as_deref(), position, dry_run, &text).await,
+                cancelled: false,
+            }
         }
         Err(e) => {
             tracing::error!(tenant = shown, error = %e, "scheduled pass panicked; the other passes go on");
@@ -437,37 +825,44 @@ async fn run_pass(
             let reason = "run: recovered: the scheduled pass panicked before it settled";
             let mut recovered = 0;
             for _ in 0..20 {
-                let (done, live) = settle_orphans(cx, reason).await?;
+                let Ok((done, live)) = settle_orphans(cx, reason).await else {
+                    break;
+                };
                 recovered += done;
                 if live == 0 {
                     break;
                 }
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
-            if recovered == 0 {
+            let run_id = if recovered == 0 {
                 // It panicked before its run existed.
                 let text = "pass: did not start: kind=panic the pass panicked (a rule provider, anonymiser or handler with a bug)";
-                record_not_started(cx, tenant.as_deref(), position, dry_run, text).await;
+                record_not_started(cx, tenant.as_deref(), position, dry_run, text).await
+            } else {
+                None
+            };
+            PassEnd {
+                run_id,
+                cancelled: false,
             }
         }
-    }
-    match lost {
-        Some(e) => Err(e.into()),
-        None => Ok(()),
-    }
+    };
+    (end, lost)
 }
 
 /// Records a pass that failed before its run existed as a settled failed
 /// run of its occurrence: what failed stays in the ledger, and the
 /// occurrence still counts as run to its last pass (otherwise every
 /// replica would sweep it again). A failure to record is only logged.
+/// Returns the run's id when it was recorded.
 async fn record_not_started(
     cx: &Context,
     tenant: Option<&str>,
     position: crate::run::OccurrencePass,
     dry_run: bool,
     text: &str,
-) {
+) -> Option<Uuid> {
+    let run_id = Uuid::new_v4();
     let recorded = async {
         let prepared = cx.prepared().await?;
         // The tenant as the ledger stores every other run's: canonical (an
@@ -475,7 +870,7 @@ async fn record_not_started(
         let identity = prepared.model.tenant_identity();
         let tenant = tenant.map(|t| identity.canonical(t).unwrap_or_else(|| t.to_string()));
         let failed = sql::ledger::InsertNotStarted {
-            run_id: uuid::Uuid::new_v4(),
+            run_id,
             dry_run,
             tenant,
             occurrence: position.at,
@@ -493,15 +888,19 @@ async fn record_not_started(
         crate::telemetry::run_recorded_failed("sweep", "scheduled");
         Ok::<_, Error>(())
     };
-    if let Err(e) = recorded.await {
-        tracing::warn!(error = %e, "could not record the pass that did not start");
+    match recorded.await {
+        Ok(()) => Some(run_id),
+        Err(e) => {
+            tracing::warn!(error = %e, "could not record the pass that did not start");
+            None
+        }
     }
 }
 
 /// Settles `failed` every scheduled sweep left `started` whose run lock is
-/// free: under the occurrence lock nobody else runs scheduled sweeps, and
-/// a live run holds its own lock, so such a run lost its owner. Returns
-/// (recovered, still holding their lock).
+/// free: a live run holds its own lock from before it is written as
+/// started, so such a run lost its owner. Returns (recovered, still
+/// holding their lock: live, on this replica or another).
 async fn settle_orphans(cx: &Context, reason: &str) -> Result<(u64, u64)> {
     let orphans: Vec<uuid::Uuid> = sql::worker::started_scheduled(&cx.config.schema)
         .query_scalar()
@@ -521,11 +920,10 @@ async fn settle_orphans(cx: &Context, reason: &str) -> Result<(u64, u64)> {
     Ok((recovered, live))
 }
 
-/// [`settle_orphans`] for runs whose worker was lost; returns how many
-/// still hold their run lock.
-async fn recover_orphans(cx: &Context) -> Result<u64> {
+/// [`settle_orphans`] for runs whose worker replica was lost.
+async fn recover_orphans(cx: &Context) -> Result<()> {
     let reason = "run: recovered: the worker running this scheduled occurrence stopped before it settled (owner lost)";
-    Ok(settle_orphans(cx, reason).await?.1)
+    settle_orphans(cx, reason).await.map(drop)
 }
 
 #[cfg(test)]

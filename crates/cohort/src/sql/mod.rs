@@ -34,6 +34,7 @@ pub(crate) mod history;
 mod key;
 pub(crate) mod ledger;
 pub(crate) mod locks;
+pub(crate) mod occurrences;
 pub(crate) mod partitions;
 pub(crate) mod peers;
 pub(crate) mod prune;

@@ -569,6 +569,124 @@ fn worker_statements() {
 }
 
 #[test]
+fn occurrence_statements() {
+    use crate::sql::occurrences::*;
+    let id = uuid::Uuid::nil();
+    let at = chrono::Utc::now();
+    let key = || Key {
+        at,
+        dry_run: false,
+        fingerprint: "fp".into(),
+    };
+    let runs = || PassRuns {
+        at,
+        pass: 1,
+        dry_run: false,
+        fingerprint: "fp".into(),
+    };
+    let of = || Of { occurrence_id: id };
+    insta::assert_snapshot!(
+        "occurrences",
+        family(&[
+            ("find", find("cohort", key()).checked().as_str()),
+            (
+                "later_started",
+                later_started("cohort", key()).checked().as_str()
+            ),
+            (
+                "insert",
+                insert(
+                    "cohort",
+                    Insert {
+                        occurrence_id: id,
+                        at,
+                        dry_run: false,
+                        fingerprint: "fp".into(),
+                        passes: 2,
+                        created_by: "host:1".into(),
+                    }
+                )
+                .checked()
+                .as_str()
+            ),
+            (
+                "insert_passes",
+                insert_passes(
+                    "cohort",
+                    InsertPasses {
+                        occurrence_id: id,
+                        specs: serde_json::json!([]),
+                    }
+                )
+                .checked()
+                .as_str()
+            ),
+            (
+                "claim_pending",
+                claim_pending(
+                    "cohort",
+                    Claim {
+                        occurrence_id: id,
+                        token: id,
+                        by: "host:1".into(),
+                    }
+                )
+                .checked()
+                .as_str()
+            ),
+            ("claimed", claimed("cohort", of()).checked().as_str()),
+            ("remaining", remaining("cohort", of()).checked().as_str()),
+            (
+                "take_over",
+                take_over(
+                    "cohort",
+                    TakeOver {
+                        occurrence_id: id,
+                        pass: 1,
+                        token: id,
+                        by: "host:1".into(),
+                    }
+                )
+                .checked()
+                .as_str()
+            ),
+            (
+                "settle",
+                settle(
+                    "cohort",
+                    Settle {
+                        occurrence_id: id,
+                        pass: 1,
+                        token: id,
+                        run_id: None,
+                        done: true,
+                    }
+                )
+                .checked()
+                .as_str()
+            ),
+            ("complete", complete("cohort", of()).checked().as_str()),
+            (
+                "started_of_pass",
+                started_of_pass("cohort", runs()).checked().as_str()
+            ),
+            (
+                "finished_run",
+                finished_run(
+                    "cohort",
+                    FinishedRun {
+                        runs: runs(),
+                        since: at,
+                    }
+                )
+                .checked()
+                .as_str()
+            ),
+        ])
+    );
+}
+
+#[test]
 fn peer_statements() {
     use crate::sql::peers::{census, heartbeat, leave, live, Census, Heartbeat, Leave, Live};
     let id = uuid::Uuid::nil();

@@ -6,7 +6,7 @@ use crate::ident::QualifiedName;
 
 /// The schema version the code expects. Migrations record it on
 /// `sweep_run` as the table comment `cohort schema version N`.
-pub const SCHEMA_VERSION: u32 = 9;
+pub const SCHEMA_VERSION: u32 = 10;
 
 /// The prefix of the version comment on `sweep_run`.
 pub(crate) const VERSION_COMMENT_PREFIX: &str = "cohort schema version ";
@@ -17,7 +17,7 @@ pub(crate) const VERSION_COMMENT_PREFIX: &str = "cohort schema version ";
 /// instead of starting an empty ledger there.
 pub(crate) const MOVED_COMMENT: &str = "cohort tables moved to another schema";
 
-/// One of Cohort's seven tables.
+/// One of Cohort's nine tables.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum CohortTable {
@@ -35,6 +35,11 @@ pub enum CohortTable {
     Setting,
     /// The processes that sweep, with their handlers and a heartbeat.
     Peer,
+    /// One row per scheduled occurrence (time, kind and policy) a worker
+    /// replica started.
+    Occurrence,
+    /// The passes of an occurrence still under way, claimed by replicas.
+    OccurrencePass,
 }
 
 /// A column of a Cohort table as the catalog reports it.
@@ -69,8 +74,8 @@ const INTERVAL: &str = "interval";
 const JSONB: &str = "jsonb";
 
 impl CohortTable {
-    /// All seven, in creation order (referenced tables first).
-    pub const ALL: [CohortTable; 7] = [
+    /// All nine, in creation order (referenced tables first).
+    pub const ALL: [CohortTable; 9] = [
         CohortTable::SweepRun,
         CohortTable::EntitySummary,
         CohortTable::RowDetail,
@@ -78,6 +83,8 @@ impl CohortTable {
         CohortTable::Hold,
         CohortTable::Setting,
         CohortTable::Peer,
+        CohortTable::Occurrence,
+        CohortTable::OccurrencePass,
     ];
 
     /// The table's name.
@@ -90,6 +97,8 @@ impl CohortTable {
             CohortTable::Hold => "retention_hold",
             CohortTable::Setting => "retention_setting",
             CohortTable::Peer => "retention_peer",
+            CohortTable::Occurrence => "sweep_occurrence",
+            CohortTable::OccurrencePass => "sweep_occurrence_pass",
         }
     }
 
@@ -203,6 +212,28 @@ impl CohortTable {
                 col!("policy_fingerprint", TEXT, false),
                 col!("handlers", JSONB, false),
             ],
+            CohortTable::Occurrence => &[
+                col!("occurrence_id", UUID, false),
+                col!("occurrence", TSTZ, false),
+                col!("dry_run", BOOL, false),
+                col!("policy_fingerprint", TEXT, false),
+                col!("passes", INT, false),
+                col!("created_at", TSTZ, false),
+                col!("created_by", TEXT, false),
+                col!("completed_at", TSTZ, true),
+            ],
+            CohortTable::OccurrencePass => &[
+                col!("occurrence_id", UUID, false),
+                col!("pass", INT, false),
+                col!("spec", JSONB, false),
+                col!("tenant_id", TEXT, true),
+                col!("status", TEXT, false),
+                col!("attempts", INT, false),
+                col!("claim_token", UUID, true),
+                col!("claimed_by", TEXT, true),
+                col!("claimed_at", TSTZ, true),
+                col!("run_id", UUID, true),
+            ],
         }
     }
 }
@@ -216,7 +247,7 @@ mod tests {
         let mut names: Vec<_> = CohortTable::ALL.iter().map(|t| t.name()).collect();
         names.sort_unstable();
         names.dedup();
-        assert_eq!(names.len(), 7);
+        assert_eq!(names.len(), 9);
         for t in CohortTable::ALL {
             let mut cols: Vec<_> = t.columns().iter().map(|c| c.name).collect();
             let n = cols.len();
