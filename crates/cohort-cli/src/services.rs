@@ -307,6 +307,12 @@ pub(crate) async fn prune(cohort: &Cohort, json: bool, dry_run: bool) -> Result<
             "{verb} {} run(s) ({} summaries, {} row details, {} finished handler deliveries) and {} inactive hold(s).",
             r.runs, r.summaries, r.row_details, r.handler_work, r.holds
         );
+        if r.occurrences > 0 {
+            outln!(
+                "{verb} {} old scheduled occurrence(s) with their passes.",
+                r.occurrences
+            );
+        }
         if r.runs_kept_for_handlers > 0 {
             outln!(
                 "Kept {} old run(s) that still have pending or in-flight handler work.",

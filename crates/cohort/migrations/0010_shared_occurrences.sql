@@ -3,8 +3,8 @@
 --
 -- 1. One row per occurrence of the schedule, kind (dry or real) and policy,
 --    written by the first replica to reach it together with its passes.
---    `completed_at` is set when every pass is done; the passes are then
---    deleted (the runs in `sweep_run` keep what each pass did).
+--    `completed_at` is set when every pass is done. The history pruner
+--    deletes old occurrences with their passes, as it deletes old runs.
 CREATE TABLE {sweep_occurrence} (
     occurrence_id      uuid        NOT NULL,
     occurrence         timestamptz NOT NULL,
@@ -19,12 +19,13 @@ CREATE TABLE {sweep_occurrence} (
     CONSTRAINT sweep_occurrence_passes_check CHECK (passes >= 0)
 );
 
--- 2. The passes of an occurrence still under way, in order: a tenant (with
+-- 2. The passes of an occurrence, in order: a tenant (with
 --    its jurisdiction and tags), the tenantless entities, or a row of the
 --    tenant source that cannot be a tenant (`spec` says which). A replica
 --    claims a pending pass with FOR UPDATE SKIP LOCKED and holds a session
 --    advisory lock on it while it runs: a claimed pass whose lock is free
---    lost its replica and is taken over, swept again whole.
+--    lost its replica and is taken over, swept again whole. A done pass
+--    names the replica that ran it and its run.
 CREATE TABLE {sweep_occurrence_pass} (
     occurrence_id uuid        NOT NULL,
     pass          integer     NOT NULL,

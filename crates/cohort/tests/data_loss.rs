@@ -952,7 +952,7 @@ async fn migrations_quote_any_schema_name_in_one_pass() {
                 .fetch_one(&mut conn)
                 .await
                 .unwrap();
-        assert_eq!(tables, 7, "{schema:?}");
+        assert_eq!(tables, 9, "{schema:?}");
         assert_eq!(
             cohort::schema::installed_version(&mut conn, schema)
                 .await
@@ -1229,6 +1229,10 @@ fn released_migrations_are_pinned() {
         (
             9,
             "299e9c4ab01bcbe9fa816b646776f330a9c07b048e96cb4434398b4938dea694",
+        ),
+        (
+            10,
+            "95b11170ca4f3975a9334b0d7e7550922337efe6d328493f41e4e35b6a8321b4",
         ),
     ];
     assert_eq!(

@@ -4,7 +4,8 @@
 //! were cancelled once older than `failed_runs_older_than`
 //! (`runs_older_than` sets both), and holds released or expired longer ago
 //! than `inactive_holds_older_than`, in batches of `batch_size`, every
-//! `interval`.
+//! `interval`. The worker's shared occurrences (with their passes) go once
+//! older than both run limits, never the newest.
 //!
 //! It never deletes a run that still has handler work that is not terminal
 //! (pending or in flight): such a run is passed over until its work is
@@ -120,6 +121,9 @@ pub struct PruneReport {
     pub runs_kept_for_handlers: u64,
     /// Holds deleted.
     pub holds: u64,
+    /// Shared occurrences of the worker deleted with their passes (those
+    /// written before the earlier run cutoff, never the newest).
+    pub occurrences: u64,
     /// Runs that succeeded deleted when settled before this, if configured.
     pub succeeded_runs_before: Option<DateTime<Utc>>,
     /// Runs that failed, partially failed or were cancelled deleted when
@@ -284,6 +288,37 @@ pub(crate) async fn pass(
                 if runs < ids.len() as u64 {
                     // Some runs gained work meanwhile, or another pruner
                     // holds them: not taken again in this pass.
+                    break;
+                }
+            }
+        }
+    }
+    // Shared occurrences go when the runs of both outcomes could: before
+    // the earlier of the two cutoffs (the only one, if one is set).
+    let occurrences_before = match (runs_before.succeeded, runs_before.failed) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    if let Some(before) = occurrences_before {
+        if dry_run {
+            report.occurrences = count(cx, st.count_occurrences(Before(before))).await?;
+        } else {
+            loop {
+                if stop.stop(cx).await? {
+                    report.stopped = true;
+                    return Ok(report);
+                }
+                let done = st
+                    .delete_occurrences(Batch {
+                        before,
+                        limit: batch,
+                    })
+                    .query()
+                    .execute(&cx.pool)
+                    .await?
+                    .rows_affected();
+                report.occurrences += done;
+                if done < config.batch_size as u64 {
                     break;
                 }
             }

@@ -18,10 +18,11 @@
 //!   back to pending. A claimed pass whose lock is free lost its replica: its
 //!   run is settled `Failed` (owner lost) and the pass is swept again whole
 //!   by whoever takes it over, unless its run had finished first.
-//! - An occurrence is complete when every pass is done; its pass rows are
-//!   then deleted (the runs keep what each pass did). A replica with no pass
+//! - An occurrence is complete when every pass is done (each done pass
+//!   names the replica that ran it and its run). A replica with no pass
 //!   left to claim waits for the others, taking over any that is lost, until
-//!   the next occurrence is due.
+//!   the next occurrence is due. The history pruner deletes old occurrences
+//!   with their passes.
 //! - An occurrence older than one already started is skipped (missed
 //!   occurrences are not caught up). A failed iteration is logged and tried
 //!   again at the next occurrence; the worker never stops its host.

@@ -227,25 +227,18 @@ pub(crate) fn settle(schema: &str, params: Settle) -> Statement<Settle> {
     Statement::new(sql, params)
 }
 
-/// Marks an occurrence completed once every pass is done and deletes its
-/// passes (the runs keep what each did). Rows affected: its passes.
+/// Marks an occurrence completed once every pass is done (rows affected:
+/// 1 the first time).
 pub(crate) fn complete(schema: &str, params: Of) -> Statement<Of> {
-    let passes = CohortTable::OccurrencePass.qualified(schema);
-    let mut sql = SqlText::new("WITH done AS (UPDATE ");
+    let mut sql = SqlText::new("UPDATE ");
     sql.table(&CohortTable::Occurrence.qualified(schema))
         .push(
             " SET completed_at = pg_catalog.clock_timestamp() \
              WHERE occurrence_id = $1 AND completed_at IS NULL \
                AND NOT EXISTS (SELECT 1 FROM ",
         )
-        .table(&passes)
-        .push(
-            " WHERE occurrence_id = $1 AND status <> 'done') \
-             RETURNING occurrence_id) \
-             DELETE FROM ",
-        )
-        .table(&passes)
-        .push(" WHERE occurrence_id IN (SELECT occurrence_id FROM done)");
+        .table(&CohortTable::OccurrencePass.qualified(schema))
+        .push(" WHERE occurrence_id = $1 AND status <> 'done')");
     Statement::new(sql, params)
 }
 

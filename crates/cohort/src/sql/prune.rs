@@ -96,6 +96,8 @@ pub(crate) struct PrunePlan {
     kept_runs: SqlText,
     delete_holds: SqlText,
     count_holds: SqlText,
+    delete_occurrences: SqlText,
+    count_occurrences: SqlText,
 }
 
 impl PrunePlan {
@@ -189,6 +191,26 @@ impl PrunePlan {
             .push(" ORDER BY hold_id LIMIT $2 FOR UPDATE SKIP LOCKED)");
         let mut count_holds = SqlText::new("SELECT count(*)::int8 FROM ");
         count_holds.table(&hold).push(inactive);
+        // Shared occurrences written before $1, except the newest (a
+        // replica may still be deciding about it); their passes go with
+        // them (ON DELETE CASCADE).
+        let occurrence = CohortTable::Occurrence.qualified(schema);
+        let old_occurrences = |s: &mut SqlText| {
+            s.table(&occurrence)
+                .push(
+                    " o WHERE o.created_at < $1 AND o.occurrence < (SELECT max(n.occurrence) FROM ",
+                )
+                .table(&occurrence)
+                .push(" n)");
+        };
+        let mut delete_occurrences = SqlText::new("DELETE FROM ");
+        delete_occurrences
+            .table(&occurrence)
+            .push(" WHERE occurrence_id IN (SELECT o.occurrence_id FROM ");
+        old_occurrences(&mut delete_occurrences);
+        delete_occurrences.push(" ORDER BY o.occurrence LIMIT $2 FOR UPDATE SKIP LOCKED)");
+        let mut count_occurrences = SqlText::new("SELECT count(*)::int8 FROM ");
+        old_occurrences(&mut count_occurrences);
         PrunePlan {
             select_runs,
             delete_work,
@@ -200,6 +222,8 @@ impl PrunePlan {
             kept_runs,
             delete_holds,
             count_holds,
+            delete_occurrences,
+            count_occurrences,
         }
     }
 }
@@ -247,6 +271,17 @@ impl PrunePlan {
     }
 
     /// Deletes up to `limit` holds inactive since before the cutoff.
+    /// Up to `limit` shared occurrences written before `before` (not
+    /// the newest), with their passes.
+    pub(crate) fn delete_occurrences(&self, p: Batch) -> Statement<Batch> {
+        Statement::new(self.delete_occurrences.clone(), p)
+    }
+
+    /// How many shared occurrences [`Self::delete_occurrences`] would delete.
+    pub(crate) fn count_occurrences(&self, p: Before) -> Statement<Before> {
+        Statement::new(self.count_occurrences.clone(), p)
+    }
+
     pub(crate) fn delete_holds(&self, p: Batch) -> Statement<Batch> {
         Statement::new(self.delete_holds.clone(), p)
     }

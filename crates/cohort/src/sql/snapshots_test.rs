@@ -896,6 +896,18 @@ fn prune_statements() {
         ("kept_runs", plan.kept_runs(cutoffs).checked()),
         ("delete_holds", plan.delete_holds(batch).checked()),
         ("count_holds", plan.count_holds(Before(now)).checked()),
+        (
+            "delete_occurrences",
+            plan.delete_occurrences(Batch {
+                before: now,
+                limit: 1,
+            })
+            .checked(),
+        ),
+        (
+            "count_occurrences",
+            plan.count_occurrences(Before(now)).checked(),
+        ),
     ];
     let refs: Vec<(&str, &str)> = statements.iter().map(|(n, t)| (*n, t.as_str())).collect();
     insta::assert_snapshot!("prune", family(&refs));

@@ -38,7 +38,7 @@ pub enum CohortTable {
     /// One row per scheduled occurrence (time, kind and policy) a worker
     /// replica started.
     Occurrence,
-    /// The passes of an occurrence still under way, claimed by replicas.
+    /// The passes of each occurrence, claimed by replicas.
     OccurrencePass,
 }
 
