@@ -149,6 +149,15 @@ impl Replicas {
             .1
     }
 
+    /// The replica whose process id is `pid`.
+    fn name_of(&self, pid: u32) -> String {
+        self.procs
+            .iter()
+            .find(|(_, c)| c.as_ref().is_some_and(|c| c.id() == pid))
+            .map(|(n, _)| n.clone())
+            .unwrap_or_else(|| panic!("no running replica has pid {pid}"))
+    }
+
     fn log(&self, name: &str) -> String {
         std::fs::read_to_string(self.log_path(name)).unwrap_or_default()
     }
@@ -322,17 +331,17 @@ async fn three_worker_replicas_run_each_occurrence_once() {
         .map(|(_, l)| l)
         .collect();
     let runs = scheduled(db.pool()).await;
-    // An occurrence whose owner was stopped by its SIGTERM (a cancelled
-    // run) is swept again, whole, by another replica: its passes may
-    // repeat. Every other occurrence runs each pass exactly once.
-    let interrupted: std::collections::BTreeSet<(DateTime<Utc>, bool)> = runs
+    // A pass whose replica was stopped by its SIGTERM (a cancelled run) is
+    // swept again, whole, by another replica. Every other pass of every
+    // occurrence runs exactly once, whichever replica takes it.
+    let interrupted: std::collections::BTreeSet<(DateTime<Utc>, bool, Option<String>)> = runs
         .iter()
         .filter(|r| r.3 == "cancelled")
-        .map(|r| (r.0, r.1))
+        .map(|r| (r.0, r.1, r.2.clone()))
         .collect();
     let mut per: BTreeMap<(DateTime<Utc>, bool, Option<String>), usize> = BTreeMap::new();
     for (occurrence, dry, tenant, status, logical_now, error) in &runs {
-        if !interrupted.contains(&(*occurrence, *dry)) {
+        if !interrupted.contains(&(*occurrence, *dry, tenant.clone())) {
             *per.entry((*occurrence, *dry, tenant.clone())).or_default() += 1;
         }
         // The cutoffs come from the occurrence, on the database clock.
@@ -374,6 +383,19 @@ async fn three_worker_replicas_run_each_occurrence_once() {
     .await
     .unwrap();
     assert_eq!(left, 0);
+    // The two real replicas shared the passes: each ran some.
+    let claimers: Vec<String> = sqlx::query_scalar(
+        "SELECT DISTINCT p.claimed_by FROM retention.sweep_occurrence_pass p
+         JOIN retention.sweep_occurrence o USING (occurrence_id)
+         WHERE NOT o.dry_run AND p.status = 'done'",
+    )
+    .fetch_all(db.pool())
+    .await
+    .unwrap();
+    assert!(
+        claimers.len() >= 2,
+        "one replica ran every pass: {claimers:?}"
+    );
     // The skewed replicas noticed their clocks and scheduled by the database's.
     assert!(
         logs[0].contains("differs from the database")
@@ -384,24 +406,12 @@ async fn three_worker_replicas_run_each_occurrence_once() {
     );
 }
 
-/// Which replica holds an advisory lock now (the occurrence owner).
-async fn lock_owner(pool: &PgPool) -> Option<String> {
-    sqlx::query_scalar(
-        "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
-         WHERE l.locktype = 'advisory' AND l.granted AND a.application_name LIKE 'w-%'
-           AND a.datname = current_database()
-         ORDER BY a.application_name LIMIT 1",
-    )
-    .fetch_optional(pool)
-    .await
-    .unwrap()
-}
-
-/// The kill -9 of the replica that owns an occurrence mid-sweep: another
-/// replica sweeps that occurrence again, and the orphaned run is
-/// recovered Failed.
+/// RS-023: two replicas share an occurrence's passes; the kill -9 of the
+/// replica running one pass mid-sweep: the survivor settles that pass's
+/// run failed (owner lost) and sweeps that pass again, whole, while the
+/// passes that had finished are never swept again.
 #[tokio::test]
-async fn a_killed_owner_s_occurrence_is_swept_again_by_another_replica() {
+async fn a_killed_replica_s_pass_is_swept_again_by_another_and_finished_passes_are_not() {
     let (db, dir) = setup(&policy("*/30 * * * * *", 100, "")).await;
     let dir = dir.path();
     insert_rows(db.pool(), 1500, 10).await;
@@ -409,7 +419,7 @@ async fn a_killed_owner_s_occurrence_is_swept_again_by_another_replica() {
     let mut replicas = Replicas::new(dir, db.url());
     replicas.spawn("w-a", &[]);
     replicas.spawn("w-b", &[]);
-    // Wait for an occurrence to be under way with some batches committed.
+    // Wait for a pass under way with some batches committed.
     wait_until("a sweep under way", Duration::from_secs(45), async || {
         let committed: i64 = sqlx::query_scalar(
             "SELECT COALESCE(sum(affected_count), 0)::int8 FROM retention.sweep_run_entity_summary",
@@ -420,15 +430,16 @@ async fn a_killed_owner_s_occurrence_is_swept_again_by_another_replica() {
         committed >= 200
     })
     .await;
-    let owner = lock_owner(db.pool())
-        .await
-        .expect("an owner holds the lock");
-    // The run in progress (read until found: the owner may be between
-    // its first pass and the next for a moment).
+    // A run in progress, and the replica whose claim it runs under.
     let mut started = None;
-    wait_until("a scheduled run in progress", Duration::from_secs(2), async || {
-        started = sqlx::query_as::<_, (DateTime<Utc>, uuid::Uuid)>(
-            "SELECT occurrence, run_id FROM retention.sweep_run WHERE status = 'started' AND trigger = 'scheduled'",
+    wait_until("a scheduled run in progress", Duration::from_secs(5), async || {
+        started = sqlx::query_as::<_, (DateTime<Utc>, i32, uuid::Uuid, String)>(
+            "SELECT r.occurrence, r.occurrence_pass, r.run_id, p.claimed_by
+             FROM retention.sweep_run r
+             JOIN retention.sweep_occurrence o ON o.occurrence = r.occurrence AND NOT o.dry_run
+             JOIN retention.sweep_occurrence_pass p ON p.occurrence_id = o.occurrence_id AND p.pass = r.occurrence_pass
+             WHERE r.status = 'started' AND r.trigger = 'scheduled' AND p.status = 'claimed'
+             LIMIT 1",
         )
         .fetch_optional(db.pool())
         .await
@@ -436,7 +447,9 @@ async fn a_killed_owner_s_occurrence_is_swept_again_by_another_replica() {
         started.is_some()
     })
     .await;
-    let (occurrence, orphan_id) = started.expect("a run in progress");
+    let (occurrence, pass, orphan_id, claimed_by) = started.expect("a run in progress");
+    let pid: u32 = claimed_by.rsplit(':').next().unwrap().parse().unwrap();
+    let owner = replicas.name_of(pid);
     replicas.kill9(&owner);
     // Killed mid-run: the run had not settled by itself.
     let status: String =
@@ -446,17 +459,17 @@ async fn a_killed_owner_s_occurrence_is_swept_again_by_another_replica() {
             .await
             .unwrap();
     assert_ne!(status, "succeeded", "the kill landed mid-run");
-    // The survivor takes the lock, recovers the orphan and runs the
-    // occurrence again, every pass, before the next one is due.
-    wait_until("the occurrence swept again", Duration::from_secs(25), async || {
-        let n: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM retention.sweep_run WHERE occurrence = $1 AND status = 'succeeded' AND tenant_id IS NULL",
+    // The survivor takes the pass over and the occurrence completes
+    // before the next one is due.
+    wait_until("the occurrence completed", Duration::from_secs(25), async || {
+        let done: Option<bool> = sqlx::query_scalar(
+            "SELECT completed_at IS NOT NULL FROM retention.sweep_occurrence WHERE occurrence = $1 AND NOT dry_run",
         )
         .bind(occurrence)
-        .fetch_one(db.pool())
+        .fetch_optional(db.pool())
         .await
         .unwrap();
-        n >= 1
+        done == Some(true)
     })
     .await;
     let (status, error): (String, Option<String>) =
@@ -467,19 +480,35 @@ async fn a_killed_owner_s_occurrence_is_swept_again_by_another_replica() {
             .unwrap();
     assert_eq!(status, "failed");
     assert!(error.unwrap_or_default().contains("owner lost"));
-    let passes: Vec<(Option<String>, String)> = sqlx::query_as(
-        "SELECT tenant_id, status FROM retention.sweep_run WHERE occurrence = $1 AND run_id <> $2 ORDER BY started_at",
+    // Every pass ran to its end exactly once; the killed one also has its
+    // interrupted run.
+    let runs: Vec<(i32, String, Option<String>)> = sqlx::query_as(
+        "SELECT occurrence_pass, status, error FROM retention.sweep_run
+         WHERE occurrence = $1 AND NOT dry_run ORDER BY occurrence_pass, started_at",
     )
     .bind(occurrence)
-    .bind(orphan_id)
     .fetch_all(db.pool())
     .await
     .unwrap();
-    let reruns = passes.iter().filter(|p| p.1 == "succeeded").count();
-    assert!(
-        reruns >= 3,
-        "every pass of the occurrence ran again: {passes:?}"
-    );
+    for p in 1..=3 {
+        let of: Vec<_> = runs.iter().filter(|r| r.0 == p).collect();
+        let finished = of.iter().filter(|r| r.1 == "succeeded").count();
+        assert_eq!(finished, 1, "pass {p} ran to its end once: {runs:?}");
+        let expected = if p == pass { 2 } else { 1 };
+        assert_eq!(of.len(), expected, "pass {p}: {runs:?}");
+    }
+    let (attempts, by): (i32, String) = sqlx::query_as(
+        "SELECT p.attempts, p.claimed_by FROM retention.sweep_occurrence_pass p
+         JOIN retention.sweep_occurrence o USING (occurrence_id)
+         WHERE o.occurrence = $1 AND NOT o.dry_run AND p.pass = $2 AND p.status = 'done'",
+    )
+    .bind(occurrence)
+    .bind(pass)
+    .fetch_one(db.pool())
+    .await
+    .unwrap();
+    assert_eq!(attempts, 2);
+    assert_ne!(by, claimed_by, "the survivor finished the pass");
     let left: i64 = sqlx::query_scalar("SELECT count(*) FROM app.session_notes")
         .fetch_one(db.pool())
         .await
@@ -573,16 +602,23 @@ async fn the_database_kill_switch_reaches_every_replica() {
     let shown: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(shown["kill_switch"], true);
     assert_eq!(shown["sources"]["kill_switch"]["database"], true);
-    // The pass in progress finishes; nothing else starts.
+    // The passes in progress (the replicas share the occurrence's three)
+    // finish; nothing else starts.
     wait_until(
-        "the open pass to settle",
+        "the open passes to settle",
         Duration::from_secs(30),
         async || scheduled(db.pool()).await.iter().all(|r| r.3 != "started"),
     )
     .await;
     let before = scheduled(db.pool()).await;
-    assert_eq!(before.len(), 1, "later passes were skipped: {before:?}");
-    assert_eq!(before[0].3, "succeeded", "the tenant in progress finished");
+    assert!(
+        (1..=3).contains(&before.len()),
+        "only the passes in progress ran: {before:?}"
+    );
+    assert!(
+        before.iter().all(|r| r.3 == "succeeded"),
+        "the passes in progress finished: {before:?}"
+    );
     // Two more occurrences come and are skipped by the switch (the
     // replicas log each), and nothing ran meanwhile.
     let skipped = || {
@@ -604,7 +640,11 @@ async fn the_database_kill_switch_reaches_every_replica() {
     )
     .await;
     let during = scheduled(db.pool()).await;
-    assert_eq!(during.len(), 1, "no run while the switch is on: {during:?}");
+    assert_eq!(
+        during.len(),
+        before.len(),
+        "no run while the switch is on: {during:?}"
+    );
     let out = cohort(
         dir,
         &["--json", "settings", "set", "kill_switch", "off"],
@@ -621,7 +661,7 @@ async fn the_database_kill_switch_reaches_every_replica() {
                 .iter()
                 .filter(|r| r.3 == "succeeded" && r.2.is_none())
                 .count()
-                >= 1
+                > before.iter().filter(|r| r.2.is_none()).count()
         },
     )
     .await;
