@@ -591,24 +591,35 @@ async fn check(
         format!("{runs} runs, {mismatched} mismatched"),
     );
 
-    // 4. Each occurrence's pass succeeded once, or again only because an
-    //    attempt of that occurrence was interrupted (by design, another
-    //    replica then sweeps the occurrence again, whole).
-    let twice = one(
-        "SELECT count(*) FROM (SELECT occurrence FROM retention.sweep_run
-        WHERE trigger = 'scheduled' AND status = 'succeeded' GROUP BY occurrence, tenant_id HAVING count(*) > 1) x
-        WHERE NOT EXISTS (SELECT 1 FROM retention.sweep_run r
-            WHERE r.trigger = 'scheduled' AND r.occurrence = x.occurrence AND r.status <> 'succeeded')",
-    )
+    // 4. Each pass of each occurrence ran to its end at most once: the
+    //    replicas share the passes, and only an interrupted attempt (its
+    //    run cancelled, or recovered after its replica was lost) is swept
+    //    again. A finished pass never is, whatever was killed.
+    let twice = one("SELECT count(*) FROM (SELECT 1 FROM retention.sweep_run
+        WHERE trigger = 'scheduled' AND kind = 'sweep'
+          AND status IN ('succeeded', 'partially_failed', 'failed')
+          AND (error IS NULL OR error NOT LIKE 'run: recovered:%')
+        GROUP BY occurrence, dry_run, policy_fingerprint, occurrence_pass HAVING count(*) > 1) x")
     .await?;
     let occurrences = one(
         "SELECT count(DISTINCT occurrence) FROM retention.sweep_run WHERE trigger = 'scheduled'",
     )
     .await?;
+    // Every pass of a completed occurrence is done, with its run.
+    let incomplete = one("SELECT count(*) FROM retention.sweep_occurrence o
+         JOIN retention.sweep_occurrence_pass p USING (occurrence_id)
+         WHERE o.completed_at IS NOT NULL AND p.status <> 'done'")
+    .await?;
+    let claimers = one(
+        "SELECT count(DISTINCT claimed_by) FROM retention.sweep_occurrence_pass WHERE status = 'done'",
+    )
+    .await?;
     verdict(
-        "each occurrence's pass ran once (again only after an interrupted attempt)",
-        twice == 0 && occurrences > 0,
-        format!("{occurrences} occurrences, {twice} passes twice without an interruption"),
+        "each pass of each occurrence ran to its end once; interrupted passes were swept again",
+        twice == 0 && incomplete == 0 && occurrences > 0,
+        format!(
+            "{occurrences} occurrences, {twice} passes finished twice, {incomplete} passes of completed occurrences not done, {claimers} replicas ran passes"
+        ),
     );
 
     // 5. Handler work: every piece terminal, one per handler per audited
