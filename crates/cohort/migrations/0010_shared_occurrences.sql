@@ -45,4 +45,10 @@ CREATE TABLE {sweep_occurrence_pass} (
     CONSTRAINT sweep_occurrence_pass_spec_check CHECK (pg_catalog.jsonb_typeof(spec) = 'object')
 );
 
+-- The passes not done yet, by occurrence, in order: a claim takes the
+-- first pending one without reading the done ones before it.
+CREATE INDEX sweep_occurrence_pass_open
+    ON {sweep_occurrence_pass} (occurrence_id, status, pass)
+    WHERE status <> 'done';
+
 COMMENT ON TABLE {sweep_run} IS 'cohort schema version 10';

@@ -1,7 +1,7 @@
 //! `cohort-services-bench`: what the background services cost.
 //!
 //! ```text
-//! cargo run --release -p cohort-bench --bin cohort-services-bench -- [--runs N] [--details D] [--tenants T] [--discover K]
+//! cargo run --release -p cohort-bench --bin cohort-services-bench -- [--runs N] [--details D] [--tenants T] [--replicas 1,2,3] [--discover K]
 //! ```
 //!
 //! 1. History pruner: a fresh database with N old settled runs, each with
@@ -10,9 +10,11 @@
 //!    rows deleted per second, and checks nothing old is left and a recent
 //!    run is kept.
 //! 2. Scheduled worker: T tenants with nothing eligible, a schedule firing
-//!    every second; the time one occurrence takes from its first pass's
-//!    start to its last pass's settlement, and per pass (the worker's fixed
-//!    cost per tenant: lock, decision, settings reads, a run's ledger rows).
+//!    every second, run by 1, 2 and 3 replicas (each its own `Cohort`, pool
+//!    and worker, as separate processes would be) sharing the passes; the
+//!    time one occurrence takes from being written to its last pass done,
+//!    and per pass (the worker's fixed cost per tenant: the claim, settings
+//!    reads, a run's ledger rows).
 //! 3. Tenant discovery: a `tenants_query` returning K rows (a tenth of
 //!    them listed twice in another spelling, one NULL): the time to stream,
 //!    check and de-duplicate them, and the process's resident memory
@@ -44,6 +46,9 @@ struct Args {
     /// Tenants swept per occurrence.
     #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u64).range(1..=100_000))]
     tenants: u64,
+    /// Worker replicas sharing each occurrence, one measurement per count.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,3", value_parser = clap::value_parser!(u64).range(1..=16))]
+    replicas: Vec<u64>,
     /// Rows of the tenants query for the discovery benchmark.
     #[arg(long, default_value_t = 1_000_000, value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
     discover: u64,
@@ -137,23 +142,26 @@ async fn prune(runs: u64, details: u64) -> Result<(), BoxError> {
     Ok(())
 }
 
-async fn worker(tenants: u64) -> Result<(), BoxError> {
+async fn worker(tenants: u64, replicas: u64) -> Result<f64, BoxError> {
     let db = fresh().await?;
     let list: Vec<TenantEntry> = (0..tenants)
         .map(|i| TenantEntry::new(format!("00000000-0000-4000-8000-{i:012}")))
         .collect();
-    let cohort = cohort_on(&db, cohort::CohortConfig::default(), list).await?;
-    let services = Services::new(&cohort)?
-        .worker(Some(WorkerConfig::new("* * * * * *")?))
-        .try_spawn()?;
+    let mut running = Vec::new();
+    for _ in 0..replicas {
+        let cohort = cohort_on(&db, cohort::CohortConfig::default(), list.clone()).await?;
+        let services = Services::new(&cohort)?
+            .worker(Some(WorkerConfig::new("* * * * * *")?))
+            .try_spawn()?;
+        running.push(services);
+    }
     let deadline = Instant::now() + Duration::from_secs(600);
     let done = loop {
-        let row: Option<(f64, i64)> = sqlx::query_as(
-            "SELECT extract(epoch FROM max(settled_at) - min(started_at))::float8, count(*)
-             FROM public.sweep_run WHERE status = 'succeeded'
-             GROUP BY occurrence HAVING count(*) = $1 ORDER BY occurrence LIMIT 1",
+        let row: Option<(f64, i32)> = sqlx::query_as(
+            "SELECT extract(epoch FROM completed_at - created_at)::float8, passes
+             FROM public.sweep_occurrence WHERE completed_at IS NOT NULL
+             ORDER BY occurrence LIMIT 1",
         )
-        .bind(tenants as i64)
         .fetch_optional(db.pool())
         .await?;
         if let Some(r) = row {
@@ -164,17 +172,40 @@ async fn worker(tenants: u64) -> Result<(), BoxError> {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
-    let report = services.shutdown().await;
-    if !report.clean() {
-        return Err(format!("shutdown: {report:?}").into());
+    for services in running {
+        let report = services.shutdown().await;
+        if !report.clean() {
+            return Err(format!("shutdown: {report:?}").into());
+        }
     }
+    let (secs, passes) = done;
+    if passes as u64 != tenants {
+        return Err(format!("{passes} passes for {tenants} tenants").into());
+    }
+    let finished: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM public.sweep_run r JOIN public.sweep_occurrence o USING (occurrence)
+         WHERE o.completed_at IS NOT NULL AND r.status = 'succeeded'
+           AND o.occurrence = (SELECT min(occurrence) FROM public.sweep_occurrence WHERE completed_at IS NOT NULL)",
+    )
+    .fetch_one(db.pool())
+    .await?;
+    if finished as u64 != tenants {
+        return Err(format!("{finished} passes succeeded of {tenants}").into());
+    }
+    // Where a pass's time goes: inside its run (started to settled), and
+    // the replica's own work around it (claim, settle, settings reads).
+    let (in_run, span): (f64, f64) = sqlx::query_as(
+        "SELECT extract(epoch FROM avg(settled_at - started_at))::float8 * 1000,
+                extract(epoch FROM max(settled_at) - min(started_at))::float8
+         FROM public.sweep_run WHERE occurrence = (SELECT min(occurrence) FROM public.sweep_occurrence WHERE completed_at IS NOT NULL)",
+    )
+    .fetch_one(db.pool())
+    .await?;
     println!(
-        "worker: one occurrence of {} tenant passes: {:.3} s, {:.1} ms per pass",
-        done.1,
-        done.0,
-        done.0 * 1000.0 / done.1 as f64
+        "worker: one occurrence of {passes} tenant passes shared by {replicas} replica(s): {secs:.3} s ({span:.3} s from the first run's start to the last's end), {:.2} ms per pass, of which {in_run:.2} ms inside each run",
+        secs * 1000.0 / f64::from(passes)
     );
-    Ok(())
+    Ok(secs)
 }
 
 /// Resident memory of this process in MiB (Linux; 0 elsewhere).
@@ -227,7 +258,15 @@ async fn discovery(rows: u64) -> Result<(), BoxError> {
 async fn main() -> Result<(), BoxError> {
     let args = Args::parse();
     prune(args.runs, args.details).await?;
-    worker(args.tenants).await?;
+    let mut first = None;
+    for replicas in args.replicas {
+        let secs = worker(args.tenants, replicas).await?;
+        let (base_replicas, base) = *first.get_or_insert((replicas, secs));
+        println!(
+            "worker: {replicas} replica(s): {:.2}x the speed of {base_replicas}",
+            base / secs
+        );
+    }
     discovery(args.discover).await?;
     Ok(())
 }
