@@ -19,6 +19,11 @@ use crate::rules::Period;
 pub const DEFAULT_SWEEP_BATCH_SIZE: u32 = 5000;
 /// Largest accepted sweep batch size.
 pub const MAX_SWEEP_BATCH_SIZE: u32 = 100_000;
+/// Default connections one entity is swept on at once (one: the run's own).
+pub const DEFAULT_SWEEP_PARALLELISM: u32 = 1;
+/// Largest accepted sweep parallelism (the pool must also be able to serve
+/// it: validation checks that against the pool's size).
+pub const MAX_SWEEP_PARALLELISM: u32 = 64;
 
 /// Default seconds between the dispatcher's polls for due work.
 pub const DEFAULT_DISPATCH_POLL_INTERVAL_SECS: i64 = 10;
@@ -253,6 +258,12 @@ pub struct CohortConfig {
     pub default_table_schema: Option<String>,
     /// Rows per batch (1..=100000, default 5000).
     pub sweep_batch_size: u32,
+    /// Connections one entity's sweep uses at once (1..=64, default 1):
+    /// with N > 1 the eligible rows are split into N disjoint keyset ranges
+    /// swept side by side, each batch still committed with its audit. An
+    /// entity's own `sweep_parallelism` wins. Validation refuses a value
+    /// the pool cannot serve.
+    pub sweep_parallelism: u32,
     /// Cron schedule (UTC) of the worker; `None` keeps it idle.
     pub schedule: Option<String>,
     /// Scheduled sweeps count instead of mutating.
@@ -327,6 +338,18 @@ pub(crate) fn toml_problem(text: &str, e: &toml::de::Error) -> String {
     }
 }
 
+/// Checks a sweep parallelism against its range (`1..=64`); the error
+/// reads after `sweep_parallelism = `.
+pub(crate) fn check_sweep_parallelism(n: u32) -> std::result::Result<(), String> {
+    if (1..=MAX_SWEEP_PARALLELISM).contains(&n) {
+        Ok(())
+    } else {
+        Err(format!(
+            "{n} is out of range 1..={MAX_SWEEP_PARALLELISM} (1 sweeps on the run's own connection)"
+        ))
+    }
+}
+
 /// The shortest accepted hash key, in bytes.
 pub const MIN_HASH_KEY_BYTES: usize = 16;
 
@@ -336,6 +359,7 @@ impl Default for CohortConfig {
             schema: "public".into(),
             default_table_schema: None,
             sweep_batch_size: DEFAULT_SWEEP_BATCH_SIZE,
+            sweep_parallelism: DEFAULT_SWEEP_PARALLELISM,
             schedule: None,
             dry_run: false,
             kill_switch: false,
@@ -363,7 +387,7 @@ impl CohortConfig {
     }
 
     /// Overlays `COHORT_…` variables from `vars` (pass `std::env::vars()`):
-    /// `COHORT_SCHEMA`, `COHORT_SWEEP_BATCH_SIZE`, `COHORT_SCHEDULE`,
+    /// `COHORT_SCHEMA`, `COHORT_SWEEP_BATCH_SIZE`, `COHORT_SWEEP_PARALLELISM`, `COHORT_SCHEDULE`,
     /// `COHORT_DRY_RUN`, `COHORT_KILL_SWITCH`, `COHORT_OBSERVER_TIMEOUT`,
     /// `COHORT_SHUTDOWN_GRACE_PERIOD`, `COHORT_PARTITION_LOCK_TIMEOUT`, `COHORT_HASH_KEY`,
     /// `COHORT_DISPATCH__<FIELD>` (e.g. `COHORT_DISPATCH__BATCH_SIZE`),
@@ -398,6 +422,7 @@ impl CohortConfig {
                 "SCHEMA" => self.schema = value.clone(),
                 "HASH_KEY" => self.hash_key = Some(HashKey::new(value.clone())),
                 "SWEEP_BATCH_SIZE" => self.sweep_batch_size = int()?,
+                "SWEEP_PARALLELISM" => self.sweep_parallelism = int()?,
                 "SCHEDULE" => self.schedule = Some(value.clone()).filter(|s| !s.trim().is_empty()),
                 "DRY_RUN" => self.dry_run = boolean()?,
                 "KILL_SWITCH" => self.kill_switch = boolean()?,
@@ -464,6 +489,9 @@ impl CohortConfig {
                 "sweep_batch_size = {} is out of range 1..={MAX_SWEEP_BATCH_SIZE}",
                 self.sweep_batch_size
             ));
+        }
+        if let Err(e) = check_sweep_parallelism(self.sweep_parallelism) {
+            problems.push(format!("sweep_parallelism = {e}"));
         }
         // Settings that measure elapsed time: of fixed length (calendar
         // units have none), and all but two of them positive (the
@@ -544,6 +572,7 @@ mod tests {
         let c = CohortConfig::default();
         assert_eq!(c.schema, "public");
         assert_eq!(c.sweep_batch_size, 5000);
+        assert_eq!(c.sweep_parallelism, 1);
         assert_eq!(c.schedule, None);
         assert!(!c.dry_run && !c.kill_switch);
         assert_eq!(c.observer_timeout.as_seconds(), 5);
@@ -563,6 +592,7 @@ mod tests {
     fn out_of_range_values_are_all_reported() {
         let mut c = CohortConfig {
             sweep_batch_size: 0,
+            sweep_parallelism: 0,
             schedule: Some("every day".into()),
             schema: String::new(),
             ..CohortConfig::default()
@@ -574,10 +604,11 @@ mod tests {
         let Err(Error::Config(problems)) = c.validate() else {
             panic!("accepted")
         };
-        assert_eq!(problems.0.len(), 7, "every problem listed: {problems}");
+        assert_eq!(problems.0.len(), 8, "every problem listed: {problems}");
         let msg = problems.to_string();
         for part in [
             "sweep_batch_size = 0",
+            "sweep_parallelism = 0 is out of range 1..=64",
             "dispatch.batch_size = 10001",
             "dispatch.max_parallelism = 257",
             "dispatch.max_attempts = 0",
@@ -622,6 +653,7 @@ mod tests {
         c.apply_env([
             ("COHORT_SWEEP_BATCH_SIZE".to_string(), "250".to_string()),
             ("COHORT_DRY_RUN".to_string(), "true".to_string()),
+            ("COHORT_SWEEP_PARALLELISM".to_string(), "4".to_string()),
             (
                 "COHORT_DISPATCH__CLAIM_TIMEOUT".to_string(),
                 "10m".to_string(),
@@ -631,6 +663,7 @@ mod tests {
         .unwrap();
         assert_eq!(c.schema, "retention");
         assert_eq!(c.sweep_batch_size, 250);
+        assert_eq!(c.sweep_parallelism, 4);
         assert!(c.dry_run);
         assert_eq!(c.dispatch.batch_size, 7);
         assert_eq!(c.dispatch.claim_timeout.as_seconds(), 600);

@@ -158,6 +158,7 @@ pub struct EntityDeclaration {
     pub(crate) tenantless: bool,
     pub(crate) exempt: Option<String>,
     pub(crate) partitions: Partitions,
+    pub(crate) sweep_parallelism: Option<u32>,
     pub(crate) audit: Option<crate::model::audit::AuditDetail>,
     pub(crate) columns: Option<Vec<DeclaredColumn>>,
     pub(crate) markers: Vec<(Marker, String)>,
@@ -191,6 +192,7 @@ impl EntityDeclaration {
             tenantless: false,
             exempt: None,
             partitions: Partitions::Rows,
+            sweep_parallelism: None,
             audit: None,
             columns: None,
             markers: Vec::new(),
@@ -250,6 +252,15 @@ impl EntityDeclaration {
     /// [`Partitions::Drop`] opts the entity into partition purge).
     pub fn partitions(mut self, partitions: Partitions) -> Self {
         self.partitions = partitions;
+        self
+    }
+
+    /// Sweeps this entity on `n` connections at once (its eligible rows
+    /// split into `n` disjoint keyset ranges), whatever the global
+    /// `sweep_parallelism` says. 1 is the run's own connection alone;
+    /// validation refuses 0, more than 64 and more than the pool can serve.
+    pub fn sweep_parallelism(mut self, n: u32) -> Self {
+        self.sweep_parallelism = Some(n);
         self
     }
 

@@ -117,6 +117,9 @@ pub struct EntityDescriptor {
     pub subjects: Vec<SubjectColumn>,
     /// Whether a purge may drop whole expired partitions.
     pub partitions: Partitions,
+    /// Connections a sweep of this entity uses at once, when the entity
+    /// sets it (`None`: the global `sweep_parallelism`).
+    pub sweep_parallelism: Option<u32>,
     /// Where the `archive` strategy moves rows (`None`: nowhere declared).
     pub archive: Option<ArchiveTarget>,
     /// The entity's own audit detail, which wins over its rule's.
@@ -429,6 +432,7 @@ pub(crate) fn resolve(
             })
             .collect(),
         partitions: decl.partitions,
+        sweep_parallelism: decl.sweep_parallelism,
         archive,
         audit: decl.audit,
         declared_columns: decl.columns.clone(),

@@ -175,6 +175,9 @@ pub(super) fn entity(e: &RawEntity) -> std::result::Result<EntityDeclaration, Ve
             )),
         }
     }
+    if let Some(n) = e.sweep_parallelism {
+        d = d.sweep_parallelism(n);
+    }
     match (&e.archive_table, &e.archive_columns, e.archive_anonymise) {
         (Some(t), columns, anonymise) => {
             d = d.archive_to(t);

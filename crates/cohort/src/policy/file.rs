@@ -54,6 +54,7 @@ pub(super) struct RawEntity {
     pub(super) anonymise: BTreeMap<String, RawMethod>,
     pub(super) exempt: Option<String>,
     pub(super) partitions: Option<String>,
+    pub(super) sweep_parallelism: Option<u32>,
     pub(super) audit: Option<String>,
     pub(super) archive_table: Option<String>,
     pub(super) archive_columns: Option<Vec<String>>,

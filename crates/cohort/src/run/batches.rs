@@ -2,6 +2,8 @@
 //! mutate it, audit it and queue its handler work in one transaction, then
 //! the next, until a batch changes nothing or the run is cancelled.
 
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
 use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, Row};
 
@@ -26,14 +28,43 @@ pub(super) enum Progress {
     Stalled,
 }
 
-/// Runs the batches of one entity; rows set aside by a failing `on_before`
-/// are counted in `out.skipped` as their batch commits.
+/// The share of an entity's candidates one connection sweeps: every
+/// candidate ([`Lane::WHOLE`]), or one key range of a parallel sweep,
+/// with what the ranges' connections share.
+pub(super) struct Lane<'l> {
+    /// The range starts after this (anchor, key), exclusive (`None`: at
+    /// the first candidate).
+    pub(super) after: Option<(DateTime<Utc>, KeyValue)>,
+    /// The range ends at this (anchor, key), inclusive (`None`: at the last).
+    pub(super) until: Option<(DateTime<Utc>, KeyValue)>,
+    /// Set when another range failed: this one stops before its next
+    /// batch (the batch it has open commits whole).
+    pub(super) halt: Option<&'l AtomicBool>,
+    /// The entity's rows changed so far by every range (the progress
+    /// events' total).
+    pub(super) total: Option<&'l AtomicU64>,
+}
+
+impl Lane<'static> {
+    /// Every candidate, on one connection.
+    pub(super) const WHOLE: Lane<'static> = Lane {
+        after: None,
+        until: None,
+        halt: None,
+        total: None,
+    };
+}
+
+/// Runs the batches of one entity (or of one key range of it); rows set
+/// aside by a failing `on_before` are counted in `out.skipped` as their
+/// batch commits.
 pub(super) async fn batches(
     ctx: &RunCtx<'_>,
     conn: &mut PgConnection,
     work: &Work<'_>,
     summary_id: i64,
     out: &mut EntityOutcome,
+    lane: &Lane<'_>,
 ) -> std::result::Result<Progress, Stop> {
     let e = work.entity;
     let plan = &ctx.ready.plans[&e.id];
@@ -48,10 +79,16 @@ pub(super) async fn batches(
     // passed over (locked by a concurrent sweep, held when re-checked, or
     // set aside by a failing `on_before`) are left to that sweep or the
     // next run: nothing about them is carried from batch to batch.
-    let mut cursor: Option<(Option<DateTime<Utc>>, KeyValue)> = None;
+    // A key range starts after the previous range's last row.
+    let mut cursor: Option<(Option<DateTime<Utc>>, KeyValue)> =
+        lane.after.clone().map(|(anchor, key)| (Some(anchor), key));
     loop {
         if cancel.is_cancelled() {
             return Err(Stop::Cancelled);
+        }
+        if lane.halt.is_some_and(|h| h.load(Ordering::SeqCst)) {
+            // Another range failed; the entity reports its failure.
+            return Ok(Progress::Stalled);
         }
         let batch_clock = std::time::Instant::now();
         // Open for the whole batch (its lifetime is the batch's), never
@@ -60,8 +97,8 @@ pub(super) async fn batches(
         let mut tx = sqlx::Connection::begin_with(&mut *conn, crate::sql::BATCH_BEGIN)
             .await
             .map_err(stop_from)?;
-        let locked = match (&work.lock_after, &cursor) {
-            (Some(after), Some((anchor, key))) => {
+        let locked = match (&work.lock_after, &cursor, &lane.until) {
+            (Some(after), Some((anchor, key)), None) => {
                 let q = bind_all(sqlx::query(after.sql()).bind(e.id), &work.lock_args);
                 let q = match anchor {
                     Some(anchor) => q.bind(*anchor),
@@ -69,8 +106,24 @@ pub(super) async fn batches(
                 };
                 key.bind(q).fetch_all(&mut *tx).await
             }
-            _ => {
+            (_, _, None) => {
                 bind_all(sqlx::query(work.lock.sql()).bind(e.id), &work.lock_args)
+                    .fetch_all(&mut *tx)
+                    .await
+            }
+            // A key range (a sweep's: its cursor starts with the anchor).
+            (_, cursor, Some((last_anchor, last_key))) => {
+                let sql = match cursor {
+                    Some(_) => work.lock_after_until.as_ref(),
+                    None => work.lock_until.as_ref(),
+                }
+                .expect("a parallel sweep has its range statements");
+                let mut q = bind_all(sqlx::query(sql.sql()).bind(e.id), &work.lock_args);
+                if let Some((anchor, key)) = cursor {
+                    q = key.bind(q.bind(*anchor));
+                }
+                last_key
+                    .bind(q.bind(*last_anchor))
                     .fetch_all(&mut *tx)
                     .await
             }
@@ -228,14 +281,6 @@ pub(super) async fn batches(
             };
 
         let plan = &ctx.ready.ledger;
-        plan.add_affected(ledger::AddAffected {
-            summary_id,
-            rows: n as i64,
-        })
-        .query()
-        .execute(&mut *tx)
-        .await
-        .map_err(stop_from)?;
         let per_row = wants_ids && n > 0;
         if per_row {
             let details = match written {
@@ -258,6 +303,17 @@ pub(super) async fn batches(
                 enqueue(ctx, &mut tx, hs, &captured.snapshots, &details).await?;
             }
         }
+        // Last before the commit: the entity's one summary row is locked
+        // from here to the commit, which is all the key ranges of a
+        // parallel sweep wait for each other on.
+        plan.add_affected(ledger::AddAffected {
+            summary_id,
+            rows: n as i64,
+        })
+        .query()
+        .execute(&mut *tx)
+        .await
+        .map_err(stop_from)?;
         if cancel.is_cancelled() {
             tx.rollback().await.map_err(stop_from)?;
             return Err(Stop::Cancelled);
@@ -271,13 +327,17 @@ pub(super) async fn batches(
 
         out.affected += n;
         out.skipped += left;
+        let total = match lane.total {
+            Some(all) => all.fetch_add(n, Ordering::SeqCst) + n,
+            None => out.affected,
+        };
         let hub = &ctx.cx.observers;
         hub.emit(AuditEvent::EntityProgress {
             run_id: ctx.run_id,
             entity_id: e.id,
             strategy,
             batch: n,
-            total: out.affected,
+            total,
         });
         if per_row {
             hub.emit(AuditEvent::RowDetail {

@@ -173,6 +173,11 @@ pub(crate) async fn erase(cx: &Context, req: ErasureRequest) -> Result<ErasureRe
             cutoff,
             lock: statements.lock,
             lock_after: Some(statements.lock_after),
+            // Erasure sweeps one subject's rows on the run's connection.
+            parallelism: 1,
+            ranges: None,
+            lock_until: None,
+            lock_after_until: None,
             cursor_anchor: false,
             count_args: lock_args.clone(),
             lock_args,

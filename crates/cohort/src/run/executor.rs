@@ -2,7 +2,8 @@
 //! is taken on a dedicated connection and the `Started` row is committed
 //! before any mutation; entities are processed dependents first; batches of
 //! `sweep_batch_size` rows are locked, mutated and audited in one
-//! transaction each; the run settles `Succeeded`, `PartiallyFailed`,
+//! transaction each (on the run's connection, or on several at once in
+//! disjoint key ranges, `sweep_parallelism`); the run settles `Succeeded`, `PartiallyFailed`,
 //! `Failed` or `Cancelled`. One entity's failure is recorded (sanitised) and
 //! the run goes on. A batch that changes nothing ends that entity's loop, so
 //! no loop can spin.
@@ -13,8 +14,9 @@ use sqlx::{PgConnection, Postgres, Row};
 use tracing::Instrument;
 use uuid::Uuid;
 
-use super::batches::{batches, Progress};
+use super::batches::Progress;
 use super::counts::{counts, counts_after_run, oldest_eligible, outcome};
+use super::lanes::sweep_rows;
 use super::partitions::{self, RowPath};
 use super::work::{stop_from, RunCtx, RunSpec, Stop, Work};
 use super::{failure, EntityFailure, EntityOutcome, RunKind, RunStatus, SweepResult};
@@ -357,10 +359,10 @@ async fn run_entity(
     let real = strategy.mutates() && !ctx.spec.dry_run;
     if real && result.is_ok() {
         let looped = match row_path {
-            RowPath::UpToCutoff => batches(ctx, conn, work, summary_id, out).await,
+            RowPath::UpToCutoff => sweep_rows(ctx, conn, work, summary_id, out).await,
             RowPath::Before(bound) => {
                 let earlier = work.with_row_cutoff(bound);
-                batches(ctx, conn, &earlier, summary_id, out).await
+                sweep_rows(ctx, conn, &earlier, summary_id, out).await
             }
             RowPath::Nothing => Ok(Progress::Drained),
         };

@@ -9,6 +9,7 @@ pub(crate) mod capture;
 pub(crate) mod counts;
 pub(crate) mod erasure;
 pub(crate) mod executor;
+pub(crate) mod lanes;
 pub(crate) mod partitions;
 pub(crate) mod passes;
 pub(crate) mod resolve;

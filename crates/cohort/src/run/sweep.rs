@@ -28,7 +28,7 @@ fn entity_works<'a>(
     rule: RetentionRule,
     now: DateTime<Utc>,
     tenant: Option<&KeyValue>,
-    batch_size: i64,
+    (batch_size, parallelism): (i64, u32),
 ) -> Vec<std::result::Result<Work<'a>, Diagnostic>> {
     let out_of_range = |err: &crate::rules::CutoffOutOfRange| {
         Diagnostic::capture("rule", Some("cutoff_out_of_range".into()), err)
@@ -76,7 +76,7 @@ fn entity_works<'a>(
                         position,
                         now,
                         tenant,
-                        batch_size,
+                        (batch_size, parallelism),
                     ))
                 }
                 _ => {
@@ -89,7 +89,7 @@ fn entity_works<'a>(
                         position,
                         now,
                         tenant,
-                        batch_size,
+                        (batch_size, parallelism),
                     ))
                 }
             }
@@ -109,7 +109,7 @@ fn stage_work<'a>(
     stage: Option<u16>,
     now: DateTime<Utc>,
     tenant: Option<&KeyValue>,
-    batch_size: i64,
+    (batch_size, parallelism): (i64, u32),
 ) -> Work<'a> {
     let strategy = rule.strategy();
     let mut scope: Vec<Arg> = tenant.cloned().map(Arg::Key).into_iter().collect();
@@ -130,6 +130,10 @@ fn stage_work<'a>(
         lock_after: plan.lock_after.get(&strategy).cloned(),
         cursor_anchor: true,
         lock_args,
+        parallelism,
+        ranges: plan.ranges.get(&strategy).cloned(),
+        lock_until: plan.lock_until.get(&strategy).cloned(),
+        lock_after_until: plan.lock_after_until.get(&strategy).cloned(),
         mutate: plan.mutate.get(&strategy).cloned().unwrap_or_default(),
         mutate_count: plan.mutate_count.get(&strategy).cloned(),
         mutate_audited: plan.mutate_audited.get(&strategy).cloned(),
@@ -193,7 +197,7 @@ pub(crate) async fn preview(cx: &Context, req: PreviewRequest) -> Result<Preview
     let batch = i64::from(cx.config.sweep_batch_size);
     for e in pass.entities {
         let works = match rule_for(cx, &ready, e, result.tenant.as_deref(), &facts, req.now).await {
-            Ok(rule) => entity_works(&ready, e, rule, req.now, pass.keys.get(&e.id), batch),
+            Ok(rule) => entity_works(&ready, e, rule, req.now, pass.keys.get(&e.id), (batch, 1)),
             Err(d) => vec![Err(d)],
         };
         for work in works {
@@ -237,11 +241,20 @@ pub(crate) async fn sweep(cx: &Context, req: SweepRequest) -> Result<SweepResult
     let batch = i64::from(cx.config.sweep_batch_size);
     let mut works = Vec::new();
     for e in &pass.entities {
+        // The entity's own parallelism wins over the global one.
+        let lanes = e.sweep_parallelism.unwrap_or(cx.config.sweep_parallelism);
         match rule_for(cx, &ready, e, pass.tenant.as_deref(), &facts, req.now).await {
             Ok(rule) => works.extend(
-                entity_works(&ready, e, rule, req.now, pass.keys.get(&e.id), batch)
-                    .into_iter()
-                    .map(|w| w.map_err(|d| failure(e.id, &e.name, &d))),
+                entity_works(
+                    &ready,
+                    e,
+                    rule,
+                    req.now,
+                    pass.keys.get(&e.id),
+                    (batch, lanes),
+                )
+                .into_iter()
+                .map(|w| w.map_err(|d| failure(e.id, &e.name, &d))),
             ),
             Err(d) => works.push(Err(failure(e.id, &e.name, &d))),
         }
@@ -293,7 +306,7 @@ pub(crate) async fn backlog(
             oldest: None,
             tenant: None,
         };
-        for work in entity_works(&ready, e, rule, req.now, pass.keys.get(&e.id), batch)
+        for work in entity_works(&ready, e, rule, req.now, pass.keys.get(&e.id), (batch, 1))
             .into_iter()
             .flatten()
         {

@@ -69,6 +69,17 @@ pub(crate) struct Work<'a> {
     /// whose `lock` returns it second) or is the key alone (an erasure's).
     pub(crate) cursor_anchor: bool,
     pub(crate) lock_args: Vec<Arg>,
+    /// The connections this work is swept on at once (1: the run's own
+    /// alone); with more, `ranges` splits its candidates into key ranges
+    /// each swept with `lock_until` and `lock_after_until`.
+    pub(crate) parallelism: u32,
+    /// Reads the key ranges of a parallel sweep (binds `lock_args`, the
+    /// number of ranges in place of the limit); `None`: never parallel.
+    pub(crate) ranges: Option<SqlText>,
+    /// `lock` up to a range's last (anchor, key), bound after `lock_args`.
+    pub(crate) lock_until: Option<SqlText>,
+    /// `lock_after` up to a range's last (anchor, key), bound after the cursor.
+    pub(crate) lock_after_until: Option<SqlText>,
     /// Mutates locked rows; binds keys, literals, custom values, then
     /// `mutate_args`; returns the changed keys as text.
     pub(crate) mutate: SqlText,
@@ -116,6 +127,10 @@ impl Work<'_> {
             lock_after: self.lock_after.clone(),
             cursor_anchor: self.cursor_anchor,
             lock_args: earlier(&self.lock_args),
+            parallelism: self.parallelism,
+            ranges: self.ranges.clone(),
+            lock_until: self.lock_until.clone(),
+            lock_after_until: self.lock_after_until.clone(),
             mutate: self.mutate.clone(),
             mutate_count: self.mutate_count.clone(),
             mutate_audited: self.mutate_audited.clone(),

@@ -149,12 +149,23 @@ impl Services {
 
     /// The fewest pool connections these services can work with: the
     /// worker holds its occurrence lock on one while a run uses another
-    /// and reads settings on a third; the pruner's batch transaction and
-    /// its settings read need two; the dispatcher and maintenance one.
+    /// and reads settings on a third (a run sweeping an entity on N
+    /// connections, `sweep_parallelism`, takes N - 1 more); the pruner's
+    /// batch transaction and its settings read need two; the dispatcher and
+    /// maintenance one.
     pub fn connections_needed(&self) -> u32 {
         let mut n = 1;
         if self.worker.is_some() {
-            n = n.max(3);
+            let lanes = self
+                .cx
+                .declarations
+                .iter()
+                .filter_map(|d| d.sweep_parallelism)
+                .chain([self.cx.config.sweep_parallelism])
+                .max()
+                .unwrap_or(1)
+                .max(1);
+            n = n.max(2 + lanes);
         }
         if self.pruner.is_some() {
             n = n.max(2);

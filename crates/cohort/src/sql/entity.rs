@@ -33,6 +33,21 @@ pub(crate) struct EntityPlan {
     /// past the previous batch's last row. Then the cursor's anchor and key
     /// (`$5`, `$6`; `$4`, `$5` for a tenantless entity).
     pub(crate) lock_after: BTreeMap<Strategy, SqlText>,
+    /// `lock` within one key range of a parallel sweep: candidates whose
+    /// (anchor, key) is at most the range's last row, bound where
+    /// `lock_after` binds its cursor.
+    pub(crate) lock_until: BTreeMap<Strategy, SqlText>,
+    /// `lock_after` within one key range: the cursor, then the range's
+    /// last (anchor, key).
+    pub(crate) lock_after_until: BTreeMap<Strategy, SqlText>,
+    /// The key ranges of a parallel sweep: of the candidates `lock` would
+    /// choose (unlocked, in (anchor, key) order), split into `$3` tiles of
+    /// equal size, the (key, anchor) of each tile's last row but the last
+    /// tile's, in order. Binds as `lock`, the number of ranges in place of
+    /// the limit. Read once per entity, without locking anything: the
+    /// ranges only divide the key space, so every row lies in exactly one
+    /// of them whatever changes after the read.
+    pub(crate) ranges: BTreeMap<Strategy, SqlText>,
     /// Mutate locked rows that are still not held, not done, past the
     /// cutoff and in the tenant. `$1` entity id, `$2` record keys (array),
     /// then (anonymise) the literals and (with custom anonymisers or hashed
@@ -233,6 +248,9 @@ impl EntityPlan {
         let mut plan = EntityPlan {
             lock: BTreeMap::new(),
             lock_after: BTreeMap::new(),
+            lock_until: BTreeMap::new(),
+            lock_after_until: BTreeMap::new(),
+            ranges: BTreeMap::new(),
             mutate: BTreeMap::new(),
             mutate_count: BTreeMap::new(),
             mutate_audited: BTreeMap::new(),
@@ -420,7 +438,29 @@ impl EntityPlan {
             // Candidates in (anchor, key) order, so a run can continue
             // each batch after the last one's final row (`lock_after`)
             // instead of walking again past every row it already did.
-            let lock = |after: Option<usize>| {
+            // The candidates' conditions, shared by the lock statements
+            // and the parallel sweep's key ranges.
+            let mut candidates = SqlText::default();
+            candidates
+                .col(&e.anchor)
+                .push(" < $2")
+                .append(&tenant_filter(e, casts, 4))
+                .append(&floor(4 + t))
+                .append(&done)
+                .append(&blocked.unblocked);
+            // `(anchor, key) > ($n, $n+1)` or `<=`: a keyset bound; the
+            // anchor alone first lets the anchor index start (or stop) there.
+            let bound = |l: &mut SqlText, op: &'static str, loose: &'static str, n: usize| {
+                l.push(" AND ").col(&e.anchor).push(loose).param(n);
+                l.push(" AND (").col(&e.anchor).push(", ").col(&e.record_id);
+                l.push(") ").push(op).push(" (").param(n).push(", ");
+                casts.param(l, &e.record_id, n + 1);
+                l.push(")");
+            };
+            // Candidates in (anchor, key) order, so a run can continue
+            // each batch after the last one's final row (`lock_after`)
+            // instead of walking again past every row it already did.
+            let lock = |after: Option<usize>, until: Option<usize>| {
                 let mut l = SqlText::new("SELECT ");
                 casts.select(&mut l, &e.record_id);
                 l.push(", ")
@@ -428,20 +468,13 @@ impl EntityPlan {
                     .push(" FROM ")
                     .table(table)
                     .push(" t WHERE ")
-                    .col(&e.anchor)
-                    .push(" < $2")
-                    .append(&tenant_filter(e, casts, 4))
-                    .append(&floor(4 + t))
-                    .append(&done)
-                    .append(&blocked.unblocked);
+                    .append(&candidates);
                 if let Some(n) = after {
-                    // The first condition lets the anchor index start at
-                    // the cursor; the row comparison breaks anchor ties by key.
-                    l.push(" AND ").col(&e.anchor).push(" >= ").param(n);
-                    l.push(" AND (").col(&e.anchor).push(", ").col(&e.record_id);
-                    l.push(") > (").param(n).push(", ");
-                    casts.param(&mut l, &e.record_id, n + 1);
-                    l.push(")");
+                    // The row comparison breaks anchor ties by key.
+                    bound(&mut l, ">", " >= ", n);
+                }
+                if let Some(n) = until {
+                    bound(&mut l, "<=", " <= ", n);
                 }
                 l.push(" AND NOT ")
                     .append(&held)
@@ -452,9 +485,30 @@ impl EntityPlan {
                     .push(" LIMIT $3 FOR UPDATE SKIP LOCKED");
                 l
             };
-            plan.lock.insert(strategy, lock(None));
+            plan.lock.insert(strategy, lock(None, None));
             let cursor = 4 + t + f;
-            plan.lock_after.insert(strategy, lock(Some(cursor)));
+            plan.lock_after.insert(strategy, lock(Some(cursor), None));
+            plan.lock_until.insert(strategy, lock(None, Some(cursor)));
+            plan.lock_after_until
+                .insert(strategy, lock(Some(cursor), Some(cursor + 2)));
+            let mut r = SqlText::new("SELECT s.k, s.a FROM (SELECT r.k, r.a, r.n, r.tile, pg_catalog.lead(r.tile) OVER (ORDER BY r.n) AS next FROM (SELECT ");
+            casts.select(&mut r, &e.record_id);
+            r.push(" AS k, ")
+                .col(&e.anchor)
+                .push(" AS a, pg_catalog.row_number() OVER w AS n, pg_catalog.ntile(")
+                .param(3)
+                .push("::int4) OVER w AS tile FROM ")
+                .table(table)
+                .push(" t WHERE ")
+                .append(&candidates)
+                .push(" AND NOT ")
+                .append(&held)
+                .push(" WINDOW w AS (ORDER BY ")
+                .col(&e.anchor)
+                .push(", ")
+                .col(&e.record_id)
+                .push(")) r) s WHERE s.next <> s.tile ORDER BY s.n");
+            plan.ranges.insert(strategy, r);
 
             let key_match = casts.any(&e.record_id, 2);
             let mut m = SqlText::default();

@@ -147,6 +147,9 @@ fn render(plan: &EntityPlan) -> String {
         ("backlog", &plan.backlog),
         ("lock", &plan.lock),
         ("lock_after", &plan.lock_after),
+        ("lock_until", &plan.lock_until),
+        ("lock_after_until", &plan.lock_after_until),
+        ("ranges", &plan.ranges),
         ("mutate", &plan.mutate),
         ("mutate_count", &plan.mutate_count),
         ("mutate_audited", &plan.mutate_audited),
@@ -414,6 +417,20 @@ fn entity_stage_statements() {
         assert_eq!(
             placeholders(plan.lock_after[&Strategy::Purge].as_str()),
             (1..=6 + t).collect()
+        );
+        // A parallel sweep's key range: its last row where the cursor
+        // goes, or after it; the ranges bind as `lock`.
+        assert_eq!(
+            placeholders(plan.lock_until[&Strategy::Purge].as_str()),
+            (1..=6 + t).collect()
+        );
+        assert_eq!(
+            placeholders(plan.lock_after_until[&Strategy::Purge].as_str()),
+            (1..=8 + t).collect()
+        );
+        assert_eq!(
+            placeholders(plan.ranges[&Strategy::Purge].as_str()),
+            (1..=4 + t).collect()
         );
         // Counts: cutoff, tenant, floor; after a run the hold arrays follow.
         assert_eq!(

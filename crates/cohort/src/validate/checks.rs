@@ -704,9 +704,100 @@ pub(crate) fn subject_index_advice(entity: &EntityDescriptor, table: &TableInfo)
         .collect()
 }
 
+/// Each entity's sweep parallelism (its own, else the global setting)
+/// within `1..=64` and within what the pool can serve: a run holds its
+/// run-lock connection, which sweeps the first key range, so `n` ranges
+/// need `n` connections of the pool (the others are taken for the entity
+/// and given back after it). Problems name the setting and where it was set.
+pub(crate) fn check_sweep_parallelism(
+    entities: &[EntityDescriptor],
+    global: u32,
+    pool_max: u32,
+) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    let too_many = |n: u32| {
+        format!(
+            "{n} needs {n} connections at once (the run's own and {} more), but the pool allows {pool_max}: lower it or enlarge the pool",
+            n - 1
+        )
+    };
+    if crate::config::check_sweep_parallelism(global).is_ok() && global > pool_max {
+        problems.push(Problem::global(format!(
+            "sweep_parallelism = {}",
+            too_many(global)
+        )));
+    }
+    for e in entities {
+        let Some(n) = e.sweep_parallelism else {
+            continue;
+        };
+        match crate::config::check_sweep_parallelism(n) {
+            Err(why) => problems.push(Problem::entity(
+                &e.name,
+                format!("sweep_parallelism = {why}"),
+            )),
+            Ok(()) if n > pool_max => problems.push(Problem::entity(
+                &e.name,
+                format!("sweep_parallelism = {}", too_many(n)),
+            )),
+            Ok(()) => {}
+        }
+    }
+    problems
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sweep_parallelism_table() {
+        let entity = |n: Option<u32>| {
+            let mut d = crate::model::EntityDeclaration::new(
+                "Note",
+                "a3f467fe-c5d0-4f17-9897-83c373cc1dc8",
+            )
+            .category("notes")
+            .anchor("created_at")
+            .table("app.notes")
+            .tenantless();
+            if let Some(n) = n {
+                d = d.sweep_parallelism(n);
+            }
+            let columns = ["id", "created_at"].map(String::from);
+            match crate::model::resolve(
+                &d,
+                &crate::model::Conventions::default(),
+                "public",
+                &columns,
+            ) {
+                Ok(crate::model::Resolved::Retained(e)) => *e,
+                other => panic!("{other:?}"),
+            }
+        };
+        // (entity's own, global, pool max, problems)
+        let cases = [
+            (None, 1, 1, 0),
+            (None, 4, 4, 0),
+            (None, 5, 4, 1),
+            (Some(4), 1, 4, 0),
+            (Some(5), 1, 4, 1),
+            (Some(0), 1, 8, 1),
+            (Some(65), 1, 100, 1),
+            (Some(2), 9, 8, 1),
+        ];
+        for (own, global, pool, expected) in cases {
+            let problems = check_sweep_parallelism(&[entity(own)], global, pool);
+            assert_eq!(
+                problems.len(),
+                expected,
+                "{own:?} {global} {pool}: {problems:?}"
+            );
+            for p in &problems {
+                assert!(p.message.starts_with("sweep_parallelism = "), "{p}");
+            }
+        }
+    }
 
     #[test]
     fn server_check_table() {

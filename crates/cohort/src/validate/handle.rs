@@ -36,6 +36,14 @@ pub(crate) async fn handle(
 ) -> Result<(ValidatedModel, Vec<TenantEntry>)> {
     super::pooling::check(conn, inputs.pool).await?;
     let model = super::validate(conn, inputs.config, inputs.declarations, inputs.rules).await?;
+    let parallelism = super::checks::check_sweep_parallelism(
+        &model.entities,
+        inputs.config.sweep_parallelism,
+        inputs.pool.options().get_max_connections(),
+    );
+    if !parallelism.is_empty() {
+        return Err(Error::Validation(Problems(parallelism)));
+    }
     let tenants = tenant_directory(&model, inputs.tenants)?;
     check_handlers(&model, inputs.handlers)?;
     check_captures(conn, &model, inputs.handlers).await?;

@@ -1,0 +1,148 @@
+//! One entity swept on several connections at once (`sweep_parallelism`,
+//! RS-022). The candidates are split once, by one unlocking read, into
+//! disjoint keyset ranges of (anchor, key): each range starts after the
+//! previous range's last row and ends at its own, the first starts at the
+//! beginning and the last runs to the end, so every row lies in exactly
+//! one range whatever changes after the read. Each range is swept by the
+//! batch loop of a single-connection sweep ([`batches`]), on its own
+//! connection: the run's own connection takes the first range, the others
+//! are taken from the pool for the entity and given back after it.
+//!
+//! Every guarantee of the batch loop holds per batch: `FOR UPDATE SKIP
+//! LOCKED`, the hold re-check in the mutation's fresh snapshot, the audit
+//! committed with the batch. The batches of all ranges add to the entity's
+//! one summary row (its update is the last statement before each commit).
+//!
+//! On failure: cancellation stops every range, each rolling back the batch
+//! it has open; a range that fails (its connection lost, a statement
+//! error) makes the others stop before their next batch, and the entity
+//! (or, for a lost connection, the run) fails as it would on one
+//! connection. Only whole batches ever commit.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use chrono::{DateTime, Utc};
+use sqlx::{PgConnection, Row};
+
+use super::batches::{batches, Lane, Progress};
+use super::work::{bind_all, stop_from, Arg, RunCtx, Stop, Work};
+use super::EntityOutcome;
+use crate::sql::{DecodeKey, KeyValue};
+
+/// Sweeps the rows of one entity: on the run's connection alone, or,
+/// with a parallelism above one, in key ranges on that many connections.
+pub(super) async fn sweep_rows(
+    ctx: &RunCtx<'_>,
+    conn: &mut PgConnection,
+    work: &Work<'_>,
+    summary_id: i64,
+    out: &mut EntityOutcome,
+) -> std::result::Result<Progress, Stop> {
+    if work.parallelism <= 1 || work.ranges.is_none() {
+        return batches(ctx, conn, work, summary_id, out, &Lane::WHOLE).await;
+    }
+    // The connections beyond the run's own. Validation made sure the pool
+    // can serve them; one it cannot serve now (the application holds the
+    // rest) leaves fewer ranges, logged, never a failed entity.
+    let wanted = work.parallelism as usize - 1;
+    let mut extra = Vec::with_capacity(wanted);
+    for _ in 0..wanted {
+        match ctx.cx.pool.acquire().await {
+            Ok(c) => extra.push(c),
+            Err(e) => {
+                tracing::warn!(
+                    error = %e,
+                    wanted = work.parallelism,
+                    got = extra.len() + 1,
+                    "the pool could not serve every connection of sweep_parallelism; sweeping on fewer"
+                );
+                break;
+            }
+        }
+    }
+    let bounds = ranges(conn, ctx, work, extra.len() + 1)
+        .await
+        .map_err(stop_from)?;
+    let mut lanes = Vec::with_capacity(bounds.len() + 1);
+    let halt = AtomicBool::new(false);
+    let total = AtomicU64::new(out.affected);
+    let mut after = None;
+    for last in bounds.into_iter().map(Some).chain([None]) {
+        lanes.push(Lane {
+            after: after.clone(),
+            until: last.clone(),
+            halt: Some(&halt),
+            total: Some(&total),
+        });
+        after = last;
+    }
+    tracing::debug!(ranges = lanes.len(), "sweeping the entity in key ranges");
+    let mut conns: Vec<&mut PgConnection> = vec![conn];
+    conns.extend(extra.iter_mut().map(|c| &mut **c));
+    let runs = lanes.iter().zip(conns).map(|(lane, conn)| {
+        let halt = &halt;
+        async move {
+            let mut mine = super::counts::outcome(work);
+            let result = batches(ctx, conn, work, summary_id, &mut mine, lane).await;
+            if result.is_err() {
+                halt.store(true, Ordering::SeqCst);
+            }
+            (mine, result)
+        }
+    });
+    let results = futures_util::future::join_all(runs).await;
+    drop(extra);
+    let mut progress = Progress::Drained;
+    let (mut lost, mut failed, mut cancelled) = (None, None, false);
+    for (mine, result) in results {
+        out.affected += mine.affected;
+        out.skipped += mine.skipped;
+        match result {
+            Ok(Progress::Drained) => {}
+            Ok(Progress::Stalled) => progress = Progress::Stalled,
+            Err(Stop::Run(e)) => lost = lost.or(Some(e)),
+            Err(Stop::Entity(d)) => failed = failed.or(Some(d)),
+            Err(Stop::Cancelled) => cancelled = true,
+        }
+    }
+    // As on one connection: a lost connection fails the run, a failed
+    // statement the entity, and cancellation stops the run.
+    match (lost, failed, cancelled) {
+        (Some(e), _, _) => Err(Stop::Run(e)),
+        (None, Some(d), _) => Err(Stop::Entity(d)),
+        (None, None, true) => Err(Stop::Cancelled),
+        (None, None, false) => Ok(progress),
+    }
+}
+
+/// The last (anchor, key) of each key range but the last, in order: at
+/// most `n - 1` of them (fewer when there are fewer candidates than
+/// ranges; none when there is at most one), read in one statement.
+async fn ranges(
+    conn: &mut PgConnection,
+    ctx: &RunCtx<'_>,
+    work: &Work<'_>,
+    n: usize,
+) -> std::result::Result<Vec<(DateTime<Utc>, KeyValue)>, sqlx::Error> {
+    if n <= 1 {
+        return Ok(Vec::new());
+    }
+    let sql = work.ranges.as_ref().expect("checked by the caller");
+    // `lock`'s values, the number of ranges in place of the limit.
+    let mut args = work.lock_args.clone();
+    args[1] = Arg::Int8(n as i64);
+    let key_type = ctx.ready.model.facts[&work.entity.id].record;
+    let mut tx = sqlx::Connection::begin_with(&mut *conn, crate::sql::BATCH_BEGIN).await?;
+    let rows = bind_all(sqlx::query(sql.sql()).bind(work.entity.id), &args)
+        .fetch_all(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    rows.iter()
+        .map(|row| {
+            Ok((
+                row.try_get::<DateTime<Utc>, _>(1)?,
+                key_type.decode(row, 0)?,
+            ))
+        })
+        .collect()
+}
