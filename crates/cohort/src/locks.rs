@@ -75,9 +75,16 @@ impl LockKey<'_> {
             LockKey::Run(id) => format!("cohort.run:{id}"),
             LockKey::Migrate(schema) => format!("cohort.migrate:{schema}"),
             LockKey::Worker(table) => format!("cohort.worker:{table}"),
-            LockKey::Pass(occurrence, pass) => format!("cohort.pass:{occurrence}:{pass}"),
+            LockKey::Pass(occurrence, pass) => format!("{}{pass}", pass_prefix(*occurrence)),
         }
     }
+}
+
+/// The text every pass lock of one occurrence starts with; the pass
+/// number follows (as PostgreSQL's `int4::text` writes it), so a statement
+/// can take the lock of the pass it claims.
+pub(crate) fn pass_prefix(occurrence: Uuid) -> String {
+    format!("cohort.pass:{occurrence}:")
 }
 
 #[cfg(test)]

@@ -393,29 +393,28 @@ fn parse_spec(spec: serde_json::Value) -> Result<crate::run::passes::Pass> {
 
 /// Claims the first pending pass (`FOR UPDATE SKIP LOCKED`, so replicas
 /// never wait on each other), or else takes over a claimed pass whose
-/// replica was lost (its lock is free). A pass is locked on its claiming
-/// connection in the claim's transaction, so a claim other replicas can
-/// see always has a live holder or a free lock.
+/// replica was lost (its lock is free). A pending pass is locked by the
+/// statement that claims it, so a claim other replicas can see always has
+/// a live holder or a free lock.
 async fn next_pass(cx: &Context, occurrence: &Shared) -> Result<Next> {
     let schema = &cx.config.schema;
     let by = crate::peers::process_name();
     let token = Uuid::new_v4();
     let mut conn = crate::locks::Held::new(cx.pool.acquire().await?);
-    let mut tx = sqlx::Connection::begin(&mut *conn).await?;
-    let pending: Option<(i32, serde_json::Value, i32)> = occurrences::claim_pending(
+    let pending: Option<(i32, serde_json::Value, i32, bool)> = occurrences::claim_pending(
         schema,
         occurrences::Claim {
             occurrence_id: occurrence.id,
             token,
             by: by.clone(),
+            lock_prefix: crate::locks::pass_prefix(occurrence.id),
         },
     )
     .query_as()
-    .fetch_optional(&mut *tx)
+    .fetch_optional(&mut *conn)
     .await?;
-    if let Some((pass, spec, attempts)) = pending {
-        if locks::try_lock(&mut tx, LockKey::Pass(occurrence.id, pass)).await? {
-            tx.commit().await?;
+    if let Some((pass, spec, attempts, locked)) = pending {
+        if locked {
             let spec = parse_spec(spec)?;
             return Ok(Next::Run(Box::new(Claimed {
                 conn,
@@ -426,12 +425,21 @@ async fn next_pass(cx: &Context, occurrence: &Shared) -> Result<Next> {
             })));
         }
         // A replica checking whether the pass lost its holder has its
-        // lock for a moment: leave the pass pending.
-        tx.rollback().await?;
+        // lock for a moment: give the pass back.
+        occurrences::unclaim(
+            schema,
+            occurrences::Unclaim {
+                occurrence_id: occurrence.id,
+                pass,
+                token,
+            },
+        )
+        .query()
+        .execute(&mut *conn)
+        .await?;
         drop(conn.into_inner());
         return Ok(Next::Wait);
     }
-    tx.commit().await?;
     let claimed: Vec<(i32, DateTime<Utc>)> = occurrences::claimed(
         schema,
         occurrences::Of {
@@ -446,8 +454,8 @@ async fn next_pass(cx: &Context, occurrence: &Shared) -> Result<Next> {
         if !locks::try_lock(&mut conn, key).await? {
             continue;
         }
-        match take_over(cx, occurrence, &mut conn, pass, claimed_at, token, &by).await {
-            Ok(Some((spec, attempts))) => {
+        match take_over(cx, occurrence, &mut conn, pass, claimed_at, token, &by).await? {
+            TakeOver::Taken(spec, attempts) => {
                 let spec = parse_spec(spec)?;
                 return Ok(Next::Run(Box::new(Claimed {
                     conn,
@@ -457,8 +465,8 @@ async fn next_pass(cx: &Context, occurrence: &Shared) -> Result<Next> {
                     token,
                 })));
             }
-            Ok(None) => locks::unlock(&mut conn, key).await?,
-            Err(e) => return Err(e),
+            TakeOver::NotTaken => locks::unlock(&mut conn, key).await?,
+            TakeOver::Settled => {}
         }
     }
     let left: i64 = occurrences::remaining(
@@ -487,6 +495,16 @@ async fn next_pass(cx: &Context, occurrence: &Shared) -> Result<Next> {
     Ok(Next::Done)
 }
 
+/// What became of a claimed pass whose lock a replica took.
+enum TakeOver {
+    /// Run it (its spec and attempt number); its lock is held.
+    Taken(serde_json::Value, i32),
+    /// Settled, or its lost run is still ending: its lock is still held.
+    NotTaken,
+    /// Marked done with the run that finished it; its lock is released.
+    Settled,
+}
+
 /// With the lock of a claimed pass taken (its replica was lost, or it
 /// settled the pass a moment ago): settles the lost replica's run of it
 /// failed, and takes the pass over (its spec and attempt number), unless
@@ -501,7 +519,7 @@ async fn take_over(
     claimed_at: DateTime<Utc>,
     token: Uuid,
     by: &str,
-) -> Result<Option<(serde_json::Value, i32)>> {
+) -> Result<TakeOver> {
     let schema = &cx.config.schema;
     let of_pass = || occurrences::PassRuns {
         at: occurrence.at,
@@ -520,7 +538,7 @@ async fn take_over(
                 tracing::warn!(%run_id, occurrence = %occurrence.at, pass, "settled the run of a pass whose replica was lost as failed");
             }
             crate::services::rescuer::Recovery::Settled => {}
-            crate::services::rescuer::Recovery::Live => return Ok(None),
+            crate::services::rescuer::Recovery::Live => return Ok(TakeOver::NotTaken),
         }
     }
     let taken: Option<(serde_json::Value, i32)> = occurrences::take_over(
@@ -536,7 +554,7 @@ async fn take_over(
     .fetch_optional(&mut *conn)
     .await?;
     let Some(taken) = taken else {
-        return Ok(None);
+        return Ok(TakeOver::NotTaken);
     };
     let finished: Option<Uuid> = occurrences::finished_run(
         schema,
@@ -550,14 +568,17 @@ async fn take_over(
     .await?;
     if let Some(run_id) = finished {
         tracing::info!(%run_id, occurrence = %occurrence.at, pass, "the pass's run had finished before its replica was lost; not swept again");
-        settle_claim(cx, occurrence, conn, pass, token, Some(run_id), true).await?;
-        return Ok(None);
+        settle_claim(cx, occurrence, conn, pass, token, Some(run_id), true, true).await?;
+        return Ok(TakeOver::Settled);
     }
     tracing::warn!(occurrence = %occurrence.at, pass, attempt = taken.1, "took over a pass whose replica was lost; sweeping it again, whole");
-    Ok(Some(taken))
+    Ok(TakeOver::Taken(taken.0, taken.1))
 }
 
-/// Ends a claim: done (with its run), or back to pending.
+/// Ends a claim: done (with its run), or back to pending; releases the
+/// pass's lock in the same statement when `conn` holds it (`holds_lock`).
+/// Returns whether the lock was released.
+#[allow(clippy::too_many_arguments)]
 async fn settle_claim(
     cx: &Context,
     occurrence: &Shared,
@@ -566,8 +587,9 @@ async fn settle_claim(
     token: Uuid,
     run_id: Option<Uuid>,
     done: bool,
-) -> Result<()> {
-    occurrences::settle(
+    holds_lock: bool,
+) -> Result<bool> {
+    let (_, unlocked): (i64, Option<bool>) = occurrences::settle(
         &cx.config.schema,
         occurrences::Settle {
             occurrence_id: occurrence.id,
@@ -575,12 +597,13 @@ async fn settle_claim(
             token,
             run_id,
             done,
+            lock: holds_lock.then(|| LockKey::Pass(occurrence.id, pass).text()),
         },
     )
-    .query()
-    .execute(&mut *conn)
+    .query_as()
+    .fetch_one(&mut *conn)
     .await?;
-    Ok(())
+    Ok(unlocked == Some(true))
 }
 
 /// One occurrence: write it or join it, then take its passes one at a
@@ -681,7 +704,6 @@ async fn run_claimed(
         pass: claimed.pass,
         passes: occurrence.passes,
     };
-    let key = LockKey::Pass(occurrence.id, claimed.pass);
     let (end, lost) = match claimed.spec.failure() {
         Some(failure) => {
             tracing::error!(occurrence = %occurrence.at, position = failure.position, error = %failure.error, "scheduled pass cannot run; the other passes go on");
@@ -717,13 +739,14 @@ async fn run_claimed(
             claimed.token,
             end.run_id,
             done,
+            true,
         )
         .await;
-        if settled.is_ok() && locks::unlock(&mut claimed.conn, key).await.is_ok() {
+        if matches!(settled, Ok(true)) {
             drop(claimed.conn.into_inner());
         }
         // Otherwise dropping `Held` closes the session, releasing the lock.
-        return settled;
+        return settled.map(drop);
     }
     // The claim's session is gone (and its lock with it): settle on
     // another connection; a replica that took the pass over meanwhile
@@ -737,6 +760,7 @@ async fn run_claimed(
         claimed.token,
         end.run_id,
         done,
+        false,
     )
     .await?;
     Err(lost.expect("checked").into())

@@ -96,23 +96,31 @@ pub(crate) fn insert_passes(schema: &str, params: InsertPasses) -> Statement<Ins
     Statement::new(sql, params)
 }
 
-/// A replica's claim on a pass: its token (new for each claim) and who it
-/// is (for people reading the table).
+/// A replica's claim on a pass: its token (new for each claim), who it
+/// is (for people reading the table), and the text its pass locks start
+/// with (`locks::pass_prefix`).
 #[derive(Debug)]
 pub(crate) struct Claim {
     pub(crate) occurrence_id: Uuid,
     pub(crate) token: Uuid,
     pub(crate) by: String,
+    pub(crate) lock_prefix: String,
 }
 
 impl Params for Claim {
     fn bind(self, q: Args) -> Args {
-        q.bind(self.occurrence_id).bind(self.token).bind(self.by)
+        q.bind(self.occurrence_id)
+            .bind(self.token)
+            .bind(self.by)
+            .bind(self.lock_prefix)
     }
 }
 
-/// Claims the first pending pass no other replica is claiming (columns
-/// `pass`, `spec`, `attempts`); none when no pass is pending.
+/// Claims the first pending pass no other replica is claiming and takes
+/// its session lock in the same statement (columns `pass`, `spec`,
+/// `attempts`, `locked`); none when no pass is pending. `locked` is false
+/// only while another replica checks the pass for a lost holder: the
+/// claim is then given back ([`unclaim`]).
 pub(crate) fn claim_pending(schema: &str, params: Claim) -> Statement<Claim> {
     let table = CohortTable::OccurrencePass.qualified(schema);
     let mut sql = SqlText::new("UPDATE ");
@@ -127,7 +135,32 @@ pub(crate) fn claim_pending(schema: &str, params: Claim) -> Statement<Claim> {
             " WHERE occurrence_id = $1 AND status = 'pending' ORDER BY pass LIMIT 1 \
                FOR UPDATE SKIP LOCKED) AS c \
              WHERE p.occurrence_id = $1 AND p.pass = c.pass \
-             RETURNING p.pass, p.spec, p.attempts",
+             RETURNING p.pass, p.spec, p.attempts, \
+               pg_catalog.pg_try_advisory_lock(pg_catalog.hashtextextended($4 || p.pass::text, 0)) AS locked",
+        );
+    Statement::new(sql, params)
+}
+
+/// A claim given back unrun (its lock could not be taken).
+#[derive(Debug)]
+pub(crate) struct Unclaim {
+    pub(crate) occurrence_id: Uuid,
+    pub(crate) pass: i32,
+    pub(crate) token: Uuid,
+}
+
+impl Params for Unclaim {
+    fn bind(self, q: Args) -> Args {
+        q.bind(self.occurrence_id).bind(self.pass).bind(self.token)
+    }
+}
+
+pub(crate) fn unclaim(schema: &str, params: Unclaim) -> Statement<Unclaim> {
+    let mut sql = SqlText::new("UPDATE ");
+    sql.table(&CohortTable::OccurrencePass.qualified(schema))
+        .push(
+            " SET status = 'pending', attempts = attempts - 1, claim_token = NULL \
+         WHERE occurrence_id = $1 AND pass = $2 AND claim_token = $3 AND status = 'claimed'",
         );
     Statement::new(sql, params)
 }
@@ -195,7 +228,10 @@ pub(crate) fn take_over(schema: &str, params: TakeOver) -> Statement<TakeOver> {
 
 /// The end of a claim: the pass is done (with the run that did it, if one
 /// exists), or back to pending for another replica (`done` false: its run
-/// was cancelled). Only the claim holding `token` settles it.
+/// was cancelled). Only the claim holding `token` settles it. The pass's
+/// lock (`$6`, its text) is released in the same statement; a replica
+/// that takes the lock before this commits waits for the row, then sees
+/// the pass settled.
 #[derive(Debug)]
 pub(crate) struct Settle {
     pub(crate) occurrence_id: Uuid,
@@ -203,6 +239,9 @@ pub(crate) struct Settle {
     pub(crate) token: Uuid,
     pub(crate) run_id: Option<Uuid>,
     pub(crate) done: bool,
+    /// `None` on a connection that does not hold the lock (the claim's
+    /// session was lost): nothing is released.
+    pub(crate) lock: Option<String>,
 }
 
 impl Params for Settle {
@@ -212,17 +251,23 @@ impl Params for Settle {
             .bind(self.token)
             .bind(self.run_id)
             .bind(self.done)
+            .bind(self.lock)
     }
 }
 
+/// Columns: `settled` (bigint, 1 when this claim settled it), `unlocked`
+/// (NULL when no lock was named).
 pub(crate) fn settle(schema: &str, params: Settle) -> Statement<Settle> {
-    let mut sql = SqlText::new("UPDATE ");
+    let mut sql = SqlText::new("WITH s AS (UPDATE ");
     sql.table(&CohortTable::OccurrencePass.qualified(schema))
         .push(
             " SET status = CASE WHEN $5 THEN 'done' ELSE 'pending' END, \
            run_id = COALESCE($4, run_id), \
            claim_token = CASE WHEN $5 THEN claim_token END \
-         WHERE occurrence_id = $1 AND pass = $2 AND claim_token = $3 AND status = 'claimed'",
+         WHERE occurrence_id = $1 AND pass = $2 AND claim_token = $3 AND status = 'claimed' \
+         RETURNING 1) \
+         SELECT (SELECT count(*) FROM s) AS settled, \
+           pg_catalog.pg_advisory_unlock(pg_catalog.hashtextextended($6, 0)) AS unlocked",
         );
     Statement::new(sql, params)
 }

@@ -646,6 +646,7 @@ fn occurrence_statements() {
                         occurrence_id: id,
                         token: id,
                         by: "host:1".into(),
+                        lock_prefix: crate::locks::pass_prefix(id),
                     }
                 )
                 .checked()
@@ -677,6 +678,20 @@ fn occurrence_statements() {
                         token: id,
                         run_id: None,
                         done: true,
+                        lock: Some(crate::locks::LockKey::Pass(id, 1).text()),
+                    }
+                )
+                .checked()
+                .as_str()
+            ),
+            (
+                "unclaim",
+                unclaim(
+                    "cohort",
+                    Unclaim {
+                        occurrence_id: id,
+                        pass: 1,
+                        token: id,
                     }
                 )
                 .checked()
