@@ -203,6 +203,62 @@ async fn a_partition_with_a_held_row_stays_and_only_its_unheld_rows_go() {
     assert_eq!(details, expected);
 }
 
+/// RS-014: a held partition's other rows go in one statement (one
+/// transaction), not batch by batch through the row path, even with a
+/// batch of two rows; exactly audited.
+#[tokio::test]
+async fn a_held_partition_s_other_rows_go_in_one_statement() {
+    let db = migrated_db().await;
+    exec(db.pool(), TABLES).await;
+    // Which transaction deleted each row of February.
+    exec(
+        db.pool(),
+        "CREATE TABLE app.deleted (id bigint, xact xid8);
+         CREATE FUNCTION app.record() RETURNS trigger LANGUAGE plpgsql AS $$
+           BEGIN INSERT INTO app.deleted VALUES (OLD.id, pg_current_xact_id()); RETURN OLD; END $$;
+         CREATE TRIGGER record AFTER DELETE ON app.events_2026_02 FOR EACH ROW EXECUTE FUNCTION app.record();",
+    )
+    .await;
+    let text = policy("per_row", "").replace(
+        "partition_lock_timeout = \"1s\"",
+        "partition_lock_timeout = \"1s\"\nsweep_batch_size = 2",
+    );
+    let cohort = build(&db, &text).await.unwrap();
+    let entity = uuid::Uuid::parse_str(EVENT_ID).unwrap();
+    cohort
+        .create_hold(HoldRequest::new(entity, "205", "litigation"))
+        .await
+        .unwrap();
+    let result = cohort.sweep(SweepRequest::tenantless(now())).await.unwrap();
+    assert_eq!(result.status, cohort::RunStatus::Succeeded, "{result:?}");
+    let (rows, transactions): (i64, i64) =
+        sqlx::query_as("SELECT count(*), count(DISTINCT xact) FROM app.deleted")
+            .fetch_one(db.pool())
+            .await
+            .unwrap();
+    assert_eq!(
+        (rows, transactions),
+        (9, 1),
+        "one statement, not batches of two"
+    );
+    assert!(partitions(db.pool()).await.contains("events_2026_02"));
+    let left: Vec<i64> = sqlx::query_scalar("SELECT id FROM app.events_2026_02")
+        .fetch_all(db.pool())
+        .await
+        .unwrap();
+    assert_eq!(left, [205], "only the held row stays");
+    // Audited exactly: one detail per purged row, the held one counted.
+    assert_eq!(summary(db.pool(), result.run_id).await, (40, 1, 0, 3));
+    let february: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM public.sweep_run_row_detail WHERE run_id = $1 AND record_id LIKE '2__'",
+    )
+    .bind(result.run_id)
+    .fetch_one(db.pool())
+    .await
+    .unwrap();
+    assert_eq!(february, 9);
+}
+
 #[tokio::test]
 async fn an_entity_with_handlers_goes_through_the_row_path() {
     let handler = r#"

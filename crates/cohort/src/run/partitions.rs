@@ -7,8 +7,10 @@
 //!
 //! A partition is dropped only when, with it locked against writes (so no hold can
 //! be placed on its rows meanwhile: hold creation locks its target row),
-//! none of its rows is under an active hold. Partitions that are held, or
-//! that straddle the cutoff, stay and go through the row path. The entity
+//! none of its rows is under an active hold. A held partition stays with
+//! its held rows, and every other row of it is purged in one statement
+//! under the same lock, audited the same way. Partitions that straddle the
+//! cutoff go through the row path. The entity
 //! must have no row handlers (they need each row's capture); validation
 //! checks the table's partitioning, foreign keys and ownership at start-up.
 //!
@@ -89,8 +91,9 @@ pub(crate) async fn drop_expired(
         if ctx.spec.cancel.is_cancelled() {
             return Err(Stop::Cancelled);
         }
-        // Cheap first look, without locks: a held partition is left to
-        // the row path without making anyone wait for its locks.
+        // A first look without locks at whether it is held (with the holds
+        // read before the loop): a held partition is still purged whole
+        // but for its held rows, under the same lock.
         let first_look = match held(ctx, conn, work, &partition.table, holds.as_ref()).await {
             Ok(h) => h,
             // Dropped by a concurrent run since it was listed.
@@ -98,14 +101,13 @@ pub(crate) async fn drop_expired(
             Err(err) => return Err(stop_from(err)),
         };
         if first_look {
-            tracing::info!(entity = %e.name, partition = %partition.table.display_plain(), "partition holds a row under an active hold; its rows go through the row path");
-            continue;
+            tracing::info!(entity = %e.name, partition = %partition.table.display_plain(), "partition holds a row under an active hold; its other rows are purged in one statement and the partition stays");
         }
         match drop_one(ctx, conn, work, summary_id, &partition).await? {
-            Dropped::Rows(n) => {
+            Dropped::Rows(n) | Dropped::Purged(n) => {
                 out.affected += n;
                 crate::telemetry::rows(&e.name, Strategy::Purge, "affected", n);
-                tracing::info!(entity = %e.name, partition = %partition.table.display_plain(), rows = n, "expired partition detached and dropped");
+                tracing::info!(entity = %e.name, partition = %partition.table.display_plain(), rows = n, "expired partition purged");
                 ctx.cx.observers.emit(AuditEvent::EntityProgress {
                     run_id: ctx.run_id,
                     entity_id: e.id,
@@ -114,7 +116,7 @@ pub(crate) async fn drop_expired(
                     total: out.affected,
                 });
             }
-            Dropped::Held | Dropped::Gone => {}
+            Dropped::Gone => {}
             Dropped::LockTimeout => {
                 tracing::warn!(
                     entity = %e.name,
@@ -187,9 +189,11 @@ async fn held(
 }
 
 enum Dropped {
+    /// Dropped whole, with this many rows.
     Rows(u64),
-    /// A hold was placed before the locks were granted.
-    Held,
+    /// Held: these rows, the ones no hold protects, were purged in one
+    /// statement; the partition stays with its held rows.
+    Purged(u64),
     /// Another run dropped it first.
     Gone,
     LockTimeout,
@@ -249,15 +253,40 @@ async fn drop_one(
     let holds = active_hold_keys(&mut tx, ctx.ready, e)
         .await
         .map_err(stop_from)?;
+    let per_row = work.rule.audit() == AuditDetail::PerRow;
     if held(ctx, &mut tx, work, &partition.table, holds.as_ref())
         .await
         .map_err(stop_from)?
     {
-        tx.rollback().await.map_err(stop_from)?;
-        tracing::info!(entity = %e.name, partition = %partition.table.display_plain(), "a hold was placed on a row of the partition; it stays and goes through the row path");
-        return Ok(Dropped::Held);
+        // Its held rows stay, and with them the partition; every other row
+        // goes in one statement, under the lock that keeps new holds out.
+        let details = per_row.then(|| statements::Details {
+            run_id: ctx.run_id,
+            entity: e.id,
+            entity_name: e.name.clone(),
+            action: Strategy::Purge.as_str(),
+        });
+        let params = statements::PurgeUnheld {
+            entity: e.id,
+            details,
+        };
+        let row = statements::purge_unheld(
+            &ctx.cx.config.schema,
+            &partition.table,
+            &e.record_id,
+            &ctx.ready.plans[&e.id].held,
+            params,
+        )
+        .query()
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(stop_from)?;
+        let n: i64 = row.try_get("n").map_err(stop_from)?;
+        let first: Option<i64> = row.try_get("first").map_err(stop_from)?;
+        commit_rows(ctx, summary_id, tx, n).await?;
+        emit_details(ctx, conn, work, first).await;
+        return Ok(Dropped::Purged(n.max(0) as u64));
     }
-    let per_row = work.rule.audit() == AuditDetail::PerRow;
     let mut first_detail: Option<i64> = None;
     let n: i64 = if per_row {
         // One detail row per row, before the rows go.
@@ -293,6 +322,19 @@ async fn drop_one(
         .execute(&mut *tx)
         .await
         .map_err(stop_from)?;
+    commit_rows(ctx, summary_id, tx, n).await?;
+    emit_details(ctx, conn, work, first_detail).await;
+    Ok(Dropped::Rows(n.max(0) as u64))
+}
+
+/// Adds `n` purged rows to the entity's summary and commits (unless the
+/// run was cancelled meanwhile: then nothing of the transaction stays).
+async fn commit_rows(
+    ctx: &RunCtx<'_>,
+    summary_id: i64,
+    mut tx: sqlx::Transaction<'_, sqlx::Postgres>,
+    n: i64,
+) -> std::result::Result<(), Stop> {
     let added = crate::sql::ledger::AddAffected {
         summary_id,
         rows: n,
@@ -309,10 +351,7 @@ async fn drop_one(
         return Err(Stop::Cancelled);
     }
     tx.commit().await.map_err(stop_from)?;
-    if let Some(first) = first_detail.filter(|_| !ctx.cx.observers.is_empty()) {
-        emit_details(ctx, conn, work, first).await;
-    }
-    Ok(Dropped::Rows(n.max(0) as u64))
+    Ok(())
 }
 
 /// Errors that mean "not this partition, not now": its locks were not
@@ -326,9 +365,18 @@ fn not_now(err: &sqlx::Error) -> Option<Dropped> {
     }
 }
 
-/// Tells observers the committed detail rows of a dropped partition, a
-/// batch at a time (best effort, like every observer event).
-async fn emit_details(ctx: &RunCtx<'_>, conn: &mut PgConnection, work: &Work<'_>, first: i64) {
+/// Tells observers the committed detail rows of a purged partition from
+/// `first` on (none without details or observers), a batch at a time
+/// (best effort, like every observer event).
+async fn emit_details(
+    ctx: &RunCtx<'_>,
+    conn: &mut PgConnection,
+    work: &Work<'_>,
+    first: Option<i64>,
+) {
+    let Some(first) = first.filter(|_| !ctx.cx.observers.is_empty()) else {
+        return;
+    };
     let e = work.entity;
     let mut after = first;
     loop {

@@ -139,6 +139,53 @@ pub(crate) fn insert_details(
     Statement::new(sql, params).not_persistent()
 }
 
+/// Purges the rows of a held partition that no active hold protects, in
+/// one statement (the partition is locked against writes, so no hold can
+/// be placed meanwhile), with one detail row per purged row when `details`
+/// are asked for.
+#[derive(Debug)]
+pub(crate) struct PurgeUnheld {
+    pub(crate) entity: Uuid,
+    pub(crate) details: Option<Details>,
+}
+
+impl Params for PurgeUnheld {
+    fn bind(self, q: Args) -> Args {
+        let q = q.bind(self.entity);
+        match self.details {
+            Some(d) => q.bind(d.run_id).bind(d.entity_name).bind(d.action),
+            None => q,
+        }
+    }
+}
+
+/// Returns `n` (rows purged) and `first` (the first detail id, NULL
+/// without details). `held` is the hold check on `t` (`$1` entity id).
+pub(crate) fn purge_unheld(
+    schema: &str,
+    partition: &QualifiedName,
+    record_id: &str,
+    held: &SqlText,
+    params: PurgeUnheld,
+) -> Statement<PurgeUnheld> {
+    let mut sql = SqlText::new("WITH gone AS (DELETE FROM ");
+    sql.table(partition).push(" t WHERE NOT (").append(held);
+    if params.details.is_some() {
+        sql.push(") RETURNING ")
+            .col(record_id)
+            .push("::text AS record_id), d AS (INSERT INTO ")
+            .table(&CohortTable::RowDetail.qualified(schema))
+            .push(
+                " (run_id, retention_entity_id, entity_type, record_id, tenant_id, action) \
+                 SELECT $2, $1, $3, record_id, NULL, $4 FROM gone RETURNING row_detail_id) \
+                 SELECT count(*) AS n, min(row_detail_id) AS first FROM d",
+            );
+    } else {
+        sql.push(") RETURNING 1) SELECT count(*) AS n, NULL::int8 AS first FROM gone");
+    }
+    Statement::new(sql, params).not_persistent()
+}
+
 /// The partition's row count.
 pub(crate) fn count(partition: &QualifiedName) -> Statement<()> {
     let mut sql = SqlText::new("SELECT count(*) FROM ");

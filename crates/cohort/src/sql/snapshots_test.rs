@@ -1153,6 +1153,39 @@ fn catalog_partition_and_ledger_statements_bind_exactly_their_placeholders() {
                 .as_str()
                 .to_owned(),
         ),
+        (
+            "purge_unheld",
+            p::purge_unheld(
+                "cohort",
+                &part,
+                &e.record_id,
+                &hold,
+                p::PurgeUnheld {
+                    entity: id,
+                    details: None,
+                },
+            )
+            .checked(),
+        ),
+        (
+            "purge_unheld_with_details",
+            p::purge_unheld(
+                "cohort",
+                &part,
+                &e.record_id,
+                &hold,
+                p::PurgeUnheld {
+                    entity: id,
+                    details: Some(p::Details {
+                        run_id: id,
+                        entity: id,
+                        entity_name: "Note".into(),
+                        action: "purge",
+                    }),
+                },
+            )
+            .checked(),
+        ),
         ("count", p::count(&part).checked()),
         ("detach", p::detach(&e.table, &part).checked()),
         ("drop", p::drop(&part).checked()),
