@@ -1,7 +1,8 @@
 //! `cohort-soak --seed N --duration 60s [--workers 3]`: a randomised soak.
 //!
 //! On a throw-away server of its own: several `cohort worker` processes
-//! sweep every two seconds (purge, per-row audit, two command handlers
+//! sweep every two seconds on two connections per sweep (purge, per-row
+//! audit, two command handlers
 //! that fail at random); meanwhile the application inserts rows, deletes
 //! some through guarded deletion, places and releases holds and asks for
 //! erasures, all at random; and a chaos loop kill -9s, SIGSTOPs/SIGCONTs
@@ -122,6 +123,9 @@ table = "app.items"
 category = "items"
 anchor = "created_at"
 subjects = ["owner_id"]
+# Two connections per sweep: every invariant below holds under the chaos
+# for parallel sweeps too (RS-022).
+sweep_parallelism = 2
 
 {first}{second}[[category]]
 name = "items"
