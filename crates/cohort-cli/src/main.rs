@@ -533,16 +533,19 @@ async fn open_ledger(cli: &Cli) -> Result<Cohort, Failure> {
 }
 
 /// [`open`] for a command that runs services: its pool also has room for
-/// the worker's occurrence lock, a run's lock and batch, the pruner, and
-/// one connection per parallel handler delivery.
+/// the worker's pass lock, a run's lock and batch, the pruner, and one
+/// connection per parallel handler delivery. Either pool has room for the
+/// extra connections of a parallel sweep (`sweep_parallelism`).
 async fn open_with(cli: &Cli, services: bool) -> Result<(Cohort, PolicyFile), Failure> {
     let policy = load_policy(cli, true)?.expect("required");
     let url = database_url(cli, Some(&policy))?;
-    let connections = if services {
-        6 + policy.config.dispatch.max_parallelism.min(100)
-    } else {
-        4
-    };
+    let lanes = policy.max_sweep_parallelism().min(64) - 1;
+    let connections = lanes
+        + if services {
+            6 + policy.config.dispatch.max_parallelism.min(100)
+        } else {
+            4
+        };
     let pool = pool(&url, connections).await?;
     let mut builder = Cohort::builder(pool).policy(policy.clone());
     let progress = commands::progress_wanted(cli.json).then(commands::Progress::install);

@@ -736,6 +736,63 @@ async fn holds_preview_sweep_and_runs_work_end_to_end_with_json() {
     );
 }
 
+/// RS-022: a policy asking for eight connections per sweep gets a pool
+/// that can serve them (the command is not refused for a pool of its own
+/// making) and sweeps the same rows one connection would.
+#[tokio::test]
+async fn a_parallel_sweep_from_the_cli_gets_the_connections_it_asks_for() {
+    let (db, dir) = setup().await;
+    sqlx::raw_sql(ROWS).execute(db.pool()).await.unwrap();
+    let dir = dir.path();
+    let url = Some(db.url());
+    std::fs::write(
+        dir.join("cohort.toml"),
+        POLICY.replace(
+            "schema = \"retention\"",
+            "schema = \"retention\"\nsweep_parallelism = 8",
+        ),
+    )
+    .unwrap();
+    assert_eq!(cohort(dir, &["migrate"], url).status.code(), Some(0));
+    let out = cohort(
+        dir,
+        &[
+            "--json",
+            "sweep",
+            "--tenant",
+            "11111111-1111-1111-1111-111111111111",
+            "--now",
+            NOW,
+        ],
+        url,
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v = json(&out);
+    assert_eq!(v["status"], "succeeded", "{v}");
+    // The tenant's notes of 31 and 45 days, its contacts of 95 and 100 days.
+    let affected: Vec<u64> = v["entities"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["affected"].as_u64().unwrap())
+        .collect();
+    assert_eq!(affected, [2, 2], "{v}");
+    assert_eq!(
+        sqlx::query_scalar::<_, i64>(
+            "SELECT count(*) FROM app.session_notes WHERE tenant_id = '11111111-1111-1111-1111-111111111111'"
+        )
+        .fetch_one(db.pool())
+        .await
+        .unwrap(),
+        2
+    );
+}
+
 #[tokio::test]
 async fn sweep_exit_codes_follow_the_contract() {
     let (db, dir) = setup().await;

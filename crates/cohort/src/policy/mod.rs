@@ -38,6 +38,26 @@ pub struct PolicyFile {
 }
 
 impl PolicyFile {
+    /// The most connections one entity's sweep uses at once under this
+    /// policy: the global `sweep_parallelism` or an entity's own, whichever
+    /// is larger (a pool for this policy needs that many for a run).
+    ///
+    /// ```
+    /// let policy = cohort::policy::PolicyFile::parse(
+    ///     "[cohort]\nsweep_parallelism = 2\n",
+    /// ).unwrap();
+    /// assert_eq!(policy.max_sweep_parallelism(), 2);
+    /// ```
+    pub fn max_sweep_parallelism(&self) -> u32 {
+        self.entities
+            .iter()
+            .filter_map(|e| e.sweep_parallelism)
+            .chain([self.config.sweep_parallelism])
+            .max()
+            .unwrap_or(1)
+            .max(1)
+    }
+
     /// Reads and checks a policy file.
     pub fn load(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
