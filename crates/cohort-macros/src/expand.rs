@@ -85,6 +85,9 @@ fn generate(c: &Container) -> TokenStream {
     if c.tenantless {
         calls.push(quote!(.tenantless()));
     }
+    if let Some(n) = c.sweep_parallelism {
+        calls.push(quote!(.sweep_parallelism(#n)));
+    }
     if c.drop_partitions {
         calls.push(quote!(.partitions(::cohort::model::Partitions::Drop)));
     }

@@ -33,6 +33,7 @@ use proc_macro::TokenStream;
 /// Struct keys of `#[retain(...)]`: `category`, `anchor` (a field name),
 /// `id` (a UUID, required), `table`, `schema`, `name`, `tenantless`,
 /// `partitions = "drop"` (opt-in partition purge, see docs/partitions.md),
+/// `sweep_parallelism = N` (1 to 64 connections per sweep of the entity),
 /// `audit = "per_row"` or `"summary"` (the entity's own audit detail, which
 /// wins over its category's), `archive = "schema.table"` (where the
 /// `archive` strategy moves rows) and `anonymise_on_archive` (the

@@ -38,6 +38,7 @@ const PARITY: &[(&str, &str)] = &[
     ("name", "name"),
     ("tenantless", "tenantless = true"),
     ("partitions", "partitions"),
+    ("sweep_parallelism", "sweep_parallelism"),
     ("audit", "audit"),
     ("archive", "archive_table"),
     ("anonymise_on_archive", "archive_anonymise = true"),
@@ -154,7 +155,8 @@ struct ParityEvent {
     id = "0a7f4b5d-6e8c-4d9b-9f2a-3b4c5d6e7f80",
     table = "app.parity_logs",
     archive = "app.parity_logs_archive",
-    anonymise_on_archive
+    anonymise_on_archive,
+    sweep_parallelism = 2
 )]
 #[allow(dead_code)]
 struct ParityLog {
@@ -243,6 +245,7 @@ anonymise = { ip = "null" }
 archive_table = "app.parity_logs_archive"
 archive_columns = ["id", "tenant_id", "made", "ip"]
 archive_anonymise = true
+sweep_parallelism = 2
 
 [[entity]]
 name = "ParityArchive"

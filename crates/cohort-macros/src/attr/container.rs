@@ -7,10 +7,13 @@ use syn::spanned::Spanned;
 
 use super::field::{Field, MarkerKind};
 use super::orm::{foreign_key, resolve_table, RenameRule, RENAME_ALL, TABLE_NAME};
-use super::parse::{flag, lit_str, non_empty, parse_list, path_to_string, unknown, Attr};
+use super::parse::{
+    flag, lit_int_in, lit_str, non_empty, parse_list, path_to_string, unknown, Attr,
+};
 use super::symbols::{
     ANCHOR, ANONYMISE, ANONYMISE_ON_ARCHIVE, ARCHIVE, AUDIT, CATEGORY, CONTAINER_KEYS, DIESEL,
     ERASURE_SUBJECT, EXEMPT_FROM_RETENTION, FIELD_KEYS, ID, NAME, PARTITIONS, RETAIN, SCHEMA,
+    SWEEP_PARALLELISM,
     SEA_ORM, SQLX, TABLE, TENANTLESS,
 };
 use crate::ctxt::Ctxt;
@@ -41,6 +44,9 @@ pub(crate) struct Container {
     pub(crate) exempt: Option<String>,
     /// `#[retain(partitions = "drop")]`: opt-in partition purge.
     pub(crate) drop_partitions: bool,
+    /// `#[retain(sweep_parallelism = N)]`: connections one sweep of the
+    /// entity uses at once.
+    pub(crate) sweep_parallelism: Option<u32>,
     /// `#[retain(audit = "per_row" | "summary")]`: the entity's own audit
     /// detail, which wins over its category's.
     pub(crate) audit: Option<String>,
@@ -65,6 +71,7 @@ impl Container {
         let mut name = Attr::none(cx, RETAIN, NAME);
         let mut tenantless = Attr::none(cx, RETAIN, TENANTLESS);
         let mut partitions = Attr::none(cx, RETAIN, PARTITIONS);
+        let mut parallelism = Attr::none(cx, RETAIN, SWEEP_PARALLELISM);
         let mut audit = Attr::none(cx, RETAIN, AUDIT);
         let mut archive = Attr::none(cx, RETAIN, ARCHIVE);
         let mut anonymise_on_archive = Attr::none(cx, RETAIN, ANONYMISE_ON_ARCHIVE);
@@ -125,6 +132,10 @@ impl Container {
                                     ),
                                 ),
                             }
+                        }
+                    } else if *p == SWEEP_PARALLELISM {
+                        if let Some(n) = lit_int_in(cx, &meta, RETAIN, 1..=64)? {
+                            parallelism.set(p, n);
                         }
                     } else if *p == ARCHIVE {
                         if let Some(s) = lit_str(cx, &meta, RETAIN)? {
@@ -372,6 +383,7 @@ impl Container {
             tenantless: tenantless.is_some(),
             exempt: exempt.map(|e| e.value()),
             drop_partitions: partitions.get().is_some_and(|p| p.value() == "drop"),
+            sweep_parallelism: parallelism.get(),
             audit: audit.get().map(|a| a.value()),
             archive: archive.map(|a| a.value()),
             anonymise_on_archive: anonymise_on_archive.is_some(),

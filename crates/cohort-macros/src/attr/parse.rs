@@ -114,6 +114,40 @@ pub(super) fn lit_str(
     }
 }
 
+/// Reads `key = N`, an integer literal in `range`; anything else is
+/// recorded as an error.
+pub(super) fn lit_int_in(
+    cx: &Ctxt,
+    meta: &ParseNestedMeta<'_>,
+    attr: Symbol,
+    range: std::ops::RangeInclusive<u32>,
+) -> syn::Result<Option<u32>> {
+    let key = path_to_string(&meta.path);
+    let usage = format!("`#[{attr}({key} = N)]`, N from {} to {}", range.start(), range.end());
+    if !meta.input.peek(Token![=]) {
+        cx.error_spanned_by(&meta.path, format!("expected a value: {usage}"));
+        skip_value(meta)?;
+        return Ok(None);
+    }
+    let mut expr: syn::Expr = meta.value()?.parse()?;
+    while let syn::Expr::Group(group) = expr {
+        expr = *group.expr;
+    }
+    if let syn::Expr::Lit(syn::ExprLit {
+        lit: syn::Lit::Int(lit),
+        ..
+    }) = &expr
+    {
+        if let Ok(n) = lit.base10_parse::<u32>() {
+            if range.contains(&n) {
+                return Ok(Some(n));
+            }
+        }
+    }
+    cx.error_spanned_by(&expr, format!("expected {usage}"));
+    Ok(None)
+}
+
 /// Reads a flag key (no value); a value is recorded as an error.
 pub(super) fn flag(cx: &Ctxt, meta: &ParseNestedMeta<'_>, attr: Symbol) -> syn::Result<()> {
     if meta.input.peek(Token![=]) || meta.input.peek(syn::token::Paren) {

@@ -63,6 +63,8 @@ pub(super) const NAME: Symbol = Symbol("name");
 pub(super) const TENANTLESS: Symbol = Symbol("tenantless");
 /// Struct key: `partitions = "drop"` (opt-in partition purge).
 pub(super) const PARTITIONS: Symbol = Symbol("partitions");
+/// Connections one sweep of the entity uses at once.
+pub(super) const SWEEP_PARALLELISM: Symbol = Symbol("sweep_parallelism");
 /// Struct key: the entity's own audit detail (`summary` or `per_row`).
 pub(super) const AUDIT: Symbol = Symbol("audit");
 /// Struct key: the archive table of the `archive` strategy.
@@ -109,6 +111,7 @@ pub(super) const CONTAINER_KEYS: &[Symbol] = &[
     NAME,
     TENANTLESS,
     PARTITIONS,
+    SWEEP_PARALLELISM,
     AUDIT,
     ARCHIVE,
     ANONYMISE_ON_ARCHIVE,
