@@ -123,7 +123,11 @@ pub(super) fn lit_int_in(
     range: std::ops::RangeInclusive<u32>,
 ) -> syn::Result<Option<u32>> {
     let key = path_to_string(&meta.path);
-    let usage = format!("`#[{attr}({key} = N)]`, N from {} to {}", range.start(), range.end());
+    let usage = format!(
+        "`#[{attr}({key} = N)]`, N from {} to {}",
+        range.start(),
+        range.end()
+    );
     if !meta.input.peek(Token![=]) {
         cx.error_spanned_by(&meta.path, format!("expected a value: {usage}"));
         skip_value(meta)?;
