@@ -180,7 +180,8 @@ async fn bench(args: &Args, rows: u64, db: &TestDatabase) -> Result<Report, BoxE
     let mut measurements = Vec::new();
     for scenario in &SCENARIOS {
         eprintln!("cohort-bench: {} ...", scenario.label);
-        reference::install(&mut reference_conn, scenario).await?;
+        reference::install(&mut reference_conn, scenario, reference::Details::Ledger).await?;
+        reference::install(&mut reference_conn, scenario, reference::Details::Plain).await?;
         let m = measure(
             (args, rows),
             pool,
@@ -191,8 +192,13 @@ async fn bench(args: &Args, rows: u64, db: &TestDatabase) -> Result<Report, BoxE
         )
         .await?;
         eprintln!(
-            "cohort-bench: {}: {} rows, Cohort {:.3} s, reference {:.3} s, baseline {:.3} s",
-            m.label, m.affected, m.cohort_seconds, m.reference_seconds, m.baseline_seconds
+            "cohort-bench: {}: {} rows, Cohort {:.3} s, reference {:.3} s (plain details {:.3} s), baseline {:.3} s",
+            m.label,
+            m.affected,
+            m.cohort_seconds,
+            m.reference_seconds,
+            m.plain_reference_seconds,
+            m.baseline_seconds
         );
         measurements.push(m);
     }
@@ -298,26 +304,38 @@ async fn measure(
         seed,
     )
     .await?;
-    let (reference_affected, reference_seconds, reference_before, reference_after) = hand_written(
-        Way::Reference,
-        (args, rows),
-        pool,
-        reference_conn,
-        scenario,
-        seed,
-    )
-    .await?;
-    ensure(
-        reference_before == before
-            && reference_affected == cohort_affected
-            && reference_after == cohort_after,
-        || {
-            format!(
-                "{label}: the reference did different work: {reference_affected} rows, \
-                 {reference_before:?} -> {reference_after:?}"
-            )
-        },
-    )?;
+    let mut references = Vec::new();
+    // The plain reference differs only where details are written.
+    let ways: &[reference::Details] = if scenario.per_row {
+        &[reference::Details::Ledger, reference::Details::Plain]
+    } else {
+        &[reference::Details::Ledger]
+    };
+    for &details in ways {
+        let (reference_affected, seconds, reference_before, reference_after) = hand_written(
+            Way::Reference(details),
+            (args, rows),
+            pool,
+            reference_conn,
+            scenario,
+            seed,
+        )
+        .await?;
+        ensure(
+            reference_before == before
+                && reference_affected == cohort_affected
+                && reference_after == cohort_after,
+            || {
+                format!(
+                    "{label}: the {details:?} reference did different work: {reference_affected} rows, \
+                     {reference_before:?} -> {reference_after:?}"
+                )
+            },
+        )?;
+        references.push(seconds);
+    }
+    let reference_seconds = references[0];
+    let plain_reference_seconds = *references.last().expect("one at least");
 
     verify(
         scenario,
@@ -335,6 +353,7 @@ async fn measure(
         cohort_seconds,
         baseline_seconds,
         reference_seconds,
+        plain_reference_seconds,
     })
 }
 
@@ -343,8 +362,8 @@ async fn measure(
 enum Way {
     /// The client-side loop (`baseline.rs`).
     Baseline,
-    /// The in-server procedure (`reference.rs`).
-    Reference,
+    /// The in-server procedure (`reference.rs`), writing its details there.
+    Reference(reference::Details),
 }
 
 impl Way {
@@ -357,8 +376,8 @@ impl Way {
     ) -> sqlx::Result<u64> {
         match self {
             Way::Baseline => baseline::run(conn, scenario, seed.tenant(), seed.cutoff, batch).await,
-            Way::Reference => {
-                reference::run(conn, scenario, seed.tenant(), seed.cutoff, batch).await
+            Way::Reference(details) => {
+                reference::run(conn, scenario, details, seed.tenant(), seed.cutoff, batch).await
             }
         }
     }

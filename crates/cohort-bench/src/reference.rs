@@ -4,8 +4,12 @@
 //! hold test. Like Cohort it continues each batch after the previous
 //! batch's last `(created_at, id)`, so it never walks again past rows it
 //! already finished, and when the scenario writes per-row audit it inserts
-//! one `sweep_run_row_detail` row per changed row in the same statement.
-//! It writes no run or summary rows and reads no rows back into a client.
+//! one detail row per changed row in the same statement: into Cohort's
+//! `sweep_run_row_detail` (the ledger-shaped reference: its primary key,
+//! indexes and foreign key to the run), or into a plain table without keys,
+//! indexes or foreign keys (the plain reference, the fastest a loop can
+//! write them). It writes no run or summary rows and reads no rows back
+//! into a client.
 
 use chrono::{DateTime, Utc};
 use sqlx::{AssertSqlSafe, PgConnection};
@@ -16,18 +20,53 @@ use crate::scenario::Scenario;
 /// The run the reference's per-row details hang from (a settled run row).
 pub(crate) const REFERENCE_RUN: &str = "00000000-0000-4000-8000-00000000beef";
 
-fn procedure(scenario: &Scenario) -> String {
-    format!("public.bench_reference_{}", scenario.label)
+/// Where the reference writes its per-row details.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Details {
+    /// Cohort's ledger table, as Cohort writes them.
+    Ledger,
+    /// A plain table: no primary key, index or foreign key.
+    Plain,
+}
+
+impl Details {
+    fn table(self) -> &'static str {
+        match self {
+            Details::Ledger => "public.sweep_run_row_detail",
+            Details::Plain => "public.bench_plain_detail",
+        }
+    }
+}
+
+fn procedure(scenario: &Scenario, details: Details) -> String {
+    match details {
+        Details::Ledger => format!("public.bench_reference_{}", scenario.label),
+        Details::Plain => format!("public.bench_plain_reference_{}", scenario.label),
+    }
 }
 
 /// Creates (or replaces) the scenario's procedure, and the run row its
-/// per-row details reference.
-pub(crate) async fn install(conn: &mut PgConnection, scenario: &Scenario) -> sqlx::Result<()> {
+/// per-row details reference (and, for the plain reference, its table).
+pub(crate) async fn install(
+    conn: &mut PgConnection,
+    scenario: &Scenario,
+    details: Details,
+) -> sqlx::Result<()> {
+    if details == Details::Plain {
+        sqlx::raw_sql(
+            "CREATE TABLE IF NOT EXISTS public.bench_plain_detail (run_id uuid, \
+               retention_entity_id uuid, entity_type text, record_id text, tenant_id text, \
+               action text, recorded_at timestamptz DEFAULT pg_catalog.now())",
+        )
+        .execute(&mut *conn)
+        .await?;
+    }
     let audit = if scenario.per_row {
         format!(
-            ", d AS (INSERT INTO public.sweep_run_row_detail \
+            ", d AS (INSERT INTO {table} \
                (run_id, retention_entity_id, entity_type, record_id, tenant_id, action) \
                SELECT '{REFERENCE_RUN}', p_entity, 'reference', m.id::text, p_tenant::text, '{action}' FROM m)",
+            table = details.table(),
             action = scenario.strategy.as_str()
         )
     } else {
@@ -61,7 +100,7 @@ pub(crate) async fn install(conn: &mut PgConnection, scenario: &Scenario) -> sql
              COMMIT; \
            END LOOP; \
          END $proc$",
-        name = procedure(scenario),
+        name = procedure(scenario, details),
         table = scenario.table,
         not_done = scenario.not_done,
         held = crate::scenario::held("p_entity"),
@@ -86,13 +125,14 @@ pub(crate) async fn install(conn: &mut PgConnection, scenario: &Scenario) -> sql
 pub(crate) async fn run(
     conn: &mut PgConnection,
     scenario: &Scenario,
+    details: Details,
     tenant: Uuid,
     cutoff: DateTime<Utc>,
     batch: u32,
 ) -> sqlx::Result<u64> {
     let total: i64 = sqlx::query_scalar(AssertSqlSafe(format!(
         "CALL {}($1, $2, $3, $4, NULL)",
-        procedure(scenario)
+        procedure(scenario, details)
     )))
     .bind(tenant)
     .bind(cutoff)
