@@ -537,9 +537,17 @@ mod tests {
                 format!(r#"#[retain(category = "c", category = "d", anchor = "t", {ok_id}, bogus = 1, tenant)] struct S {{ t: i64 }}"#),
                 vec![
                     "duplicate key `category`",
-                    "unknown key `bogus` in `#[retain(...)]` on a struct; expected one of `category`, `anchor`, `id`, `table`, `schema`, `name`, `tenantless`, `partitions`, `audit`, `archive`, `anonymise_on_archive`",
-                    "unknown key `tenant` in `#[retain(...)]` on a struct; expected one of `category`, `anchor`, `id`, `table`, `schema`, `name`, `tenantless`, `partitions`, `audit`, `archive`, `anonymise_on_archive` (that key goes on a field, not on the struct)",
+                    "unknown key `bogus` in `#[retain(...)]` on a struct; expected one of `category`, `anchor`, `id`, `table`, `schema`, `name`, `tenantless`, `partitions`, `sweep_parallelism`, `audit`, `archive`, `anonymise_on_archive`",
+                    "unknown key `tenant` in `#[retain(...)]` on a struct; expected one of `category`, `anchor`, `id`, `table`, `schema`, `name`, `tenantless`, `partitions`, `sweep_parallelism`, `audit`, `archive`, `anonymise_on_archive` (that key goes on a field, not on the struct)",
                 ],
+            ),
+            (
+                format!(r#"#[retain(category = "c", anchor = "t", {ok_id}, sweep_parallelism = 65)] struct S {{ t: i64 }}"#),
+                vec!["expected `#[retain(sweep_parallelism = N)]`, N from 1 to 64"],
+            ),
+            (
+                format!(r#"#[retain(category = "c", anchor = "t", {ok_id}, sweep_parallelism)] struct S {{ t: i64 }}"#),
+                vec!["expected a value: `#[retain(sweep_parallelism = N)]`, N from 1 to 64"],
             ),
             (
                 format!(r#"#[retain(category = 5, anchor = "t", {ok_id}, tenantless = true)] struct S {{ t: i64 }}"#),
