@@ -424,6 +424,52 @@ async fn the_pruner_keeps_pending_work_and_active_holds() {
     assert_eq!(ids(db.pool(), runs).await, ["4", "5"]);
 }
 
+/// RS-017, RS-023: the pruner deletes the worker's shared occurrences
+/// written before the run limit, with their passes, in batches, but never
+/// the newest occurrence (a replica may still be deciding about it) nor a
+/// recent one; the dry run counts exactly what the pass deletes.
+#[tokio::test]
+async fn the_pruner_deletes_old_occurrences_with_their_passes_but_never_the_newest() {
+    let db = engine_db().await;
+    exec(
+        db.pool(),
+        "INSERT INTO public.sweep_occurrence (occurrence_id, occurrence, dry_run, policy_fingerprint, passes, created_at, created_by, completed_at) VALUES
+          ('00000000-0000-0000-0000-0000000000a1', '2026-01-01', false, 'fp', 2, now() - interval '200 days', 'h:1', now() - interval '200 days'),
+          ('00000000-0000-0000-0000-0000000000a2', '2026-01-02', true, 'fp', 1, now() - interval '100 days', 'h:1', NULL),
+          ('00000000-0000-0000-0000-0000000000a3', '2026-01-03', false, 'fp', 1, now() - interval '10 days', 'h:1', now() - interval '10 days'),
+          ('00000000-0000-0000-0000-0000000000a4', '2026-01-04', false, 'fp', 1, now() - interval '100 days', 'h:1', NULL);
+         INSERT INTO public.sweep_occurrence_pass (occurrence_id, pass, spec, status) VALUES
+          ('00000000-0000-0000-0000-0000000000a1', 1, '{\"kind\": \"tenantless\"}', 'done'),
+          ('00000000-0000-0000-0000-0000000000a1', 2, '{\"kind\": \"tenantless\"}', 'done'),
+          ('00000000-0000-0000-0000-0000000000a2', 1, '{\"kind\": \"tenantless\"}', 'pending'),
+          ('00000000-0000-0000-0000-0000000000a3', 1, '{\"kind\": \"tenantless\"}', 'done'),
+          ('00000000-0000-0000-0000-0000000000a4', 1, '{\"kind\": \"tenantless\"}', 'claimed');",
+    )
+    .await;
+    let config = prune_config(1);
+    let cohort = cohort_with(&db, config.clone()).await;
+    let pruner = PrunerConfig::from_config(&config).unwrap().unwrap();
+    let occurrences =
+        "SELECT right(occurrence_id::text, 2) FROM public.sweep_occurrence ORDER BY 1";
+    let passes = "SELECT right(occurrence_id::text, 2) || '/' || pass FROM public.sweep_occurrence_pass ORDER BY 1";
+    let dry = cohort
+        .prune(PruneRequest::new(pruner.clone()).dry_run(true))
+        .await
+        .unwrap();
+    assert_eq!(dry.occurrences, 2);
+    assert_eq!(
+        ids(db.pool(), occurrences).await.len(),
+        4,
+        "a dry run deletes nothing"
+    );
+    let r = cohort.prune(PruneRequest::new(pruner)).await.unwrap();
+    assert_eq!(r.occurrences, dry.occurrences);
+    // The two old ones went, in batches of one, with their passes; the
+    // recent one and the newest (old as it is) stay with theirs.
+    assert_eq!(ids(db.pool(), occurrences).await, ["a3", "a4"]);
+    assert_eq!(ids(db.pool(), passes).await, ["a3/1", "a4/1"]);
+}
+
 /// Failed runs kept longer than successes: with successes pruned after 30
 /// days and failures after a year, a 60-day-old success goes while
 /// 60-day-old failed, partially failed and cancelled runs stay, and a
