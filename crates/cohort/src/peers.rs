@@ -122,9 +122,12 @@ pub(crate) fn host_name() -> String {
         .unwrap_or_else(|| "unknown".into())
 }
 
-/// This process as people reading the ledger know it: `host:pid`.
+/// This process as people reading the ledger know it: `host:pid` (read
+/// once per process).
 pub(crate) fn process_name() -> String {
-    format!("{}:{}", host_name(), std::process::id())
+    static NAME: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    NAME.get_or_init(|| format!("{}:{}", host_name(), std::process::id()))
+        .clone()
 }
 
 /// Renews (or creates) this process's record.

@@ -68,8 +68,9 @@ pub(crate) fn applies(ctx: &RunCtx<'_>, work: &Work<'_>) -> bool {
         && ctx.cx.handlers.get(&e.id).is_none_or(|h| h.is_empty())
 }
 
-/// Drops every expired, unheld partition; returns what the row path must
-/// still do. Rows dropped are added to `out.affected`.
+/// Drops every expired partition without a held row, and purges the other
+/// rows of those with one; returns what the row path must still do. Rows
+/// purged are added to `out.affected`.
 pub(crate) async fn drop_expired(
     ctx: &RunCtx<'_>,
     conn: &mut PgConnection,
@@ -82,26 +83,9 @@ pub(crate) async fn drop_expired(
     let expired = expired_partitions(conn, &e.table, cutoff)
         .await
         .map_err(stop_from)?;
-    // The first look at each partition uses the holds as they were before
-    // the loop; the look under the partition's lock reads them again.
-    let holds = active_hold_keys(conn, ctx.ready, e)
-        .await
-        .map_err(stop_from)?;
     for partition in expired {
         if ctx.spec.cancel.is_cancelled() {
             return Err(Stop::Cancelled);
-        }
-        // A first look without locks at whether it is held (with the holds
-        // read before the loop): a held partition is still purged whole
-        // but for its held rows, under the same lock.
-        let first_look = match held(ctx, conn, work, &partition.table, holds.as_ref()).await {
-            Ok(h) => h,
-            // Dropped by a concurrent run since it was listed.
-            Err(err) if matches!(not_now(&err), Some(Dropped::Gone)) => continue,
-            Err(err) => return Err(stop_from(err)),
-        };
-        if first_look {
-            tracing::info!(entity = %e.name, partition = %partition.table.display_plain(), "partition holds a row under an active hold; its other rows are purged in one statement and the partition stays");
         }
         match drop_one(ctx, conn, work, summary_id, &partition).await? {
             Dropped::Rows(n) | Dropped::Purged(n) => {
@@ -260,6 +244,7 @@ async fn drop_one(
     {
         // Its held rows stay, and with them the partition; every other row
         // goes in one statement, under the lock that keeps new holds out.
+        tracing::info!(entity = %e.name, partition = %partition.table.display_plain(), "partition holds a row under an active hold; its other rows are purged in one statement and the partition stays");
         let details = per_row.then(|| statements::Details {
             run_id: ctx.run_id,
             entity: e.id,

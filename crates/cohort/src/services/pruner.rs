@@ -190,6 +190,28 @@ async fn count<P: crate::sql::statement::Params>(
     Ok(n.max(0) as u64)
 }
 
+/// Runs `statement`, a delete of at most `limit` rows, until it deletes
+/// fewer, adding what it deleted to `deleted`; checks `stop` before each.
+/// Returns false when stopped first.
+async fn delete_batches(
+    cx: &Context,
+    stop: &StopCheck<'_>,
+    limit: u64,
+    deleted: &mut u64,
+    statement: impl Fn() -> Statement<Batch>,
+) -> Result<bool> {
+    loop {
+        if stop.stop(cx).await? {
+            return Ok(false);
+        }
+        let done = statement().query().execute(&cx.pool).await?.rows_affected();
+        *deleted += done;
+        if done < limit {
+            return Ok(true);
+        }
+    }
+}
+
 /// One of the bounded deletes of a batch of runs.
 type DeleteOf = fn(&PrunePlan, OfRuns) -> Statement<OfRuns>;
 
@@ -303,24 +325,15 @@ pub(crate) async fn pass(
         if dry_run {
             report.occurrences = count(cx, st.count_occurrences(Before(before))).await?;
         } else {
-            loop {
-                if stop.stop(cx).await? {
-                    report.stopped = true;
-                    return Ok(report);
-                }
-                let done = st
-                    .delete_occurrences(Batch {
-                        before,
-                        limit: batch,
-                    })
-                    .query()
-                    .execute(&cx.pool)
-                    .await?
-                    .rows_affected();
-                report.occurrences += done;
-                if done < config.batch_size as u64 {
-                    break;
-                }
+            let delete = || {
+                st.delete_occurrences(Batch {
+                    before,
+                    limit: batch,
+                })
+            };
+            if !delete_batches(cx, &stop, batch as u64, &mut report.occurrences, delete).await? {
+                report.stopped = true;
+                return Ok(report);
             }
         }
     }
@@ -328,24 +341,15 @@ pub(crate) async fn pass(
         if dry_run {
             report.holds = count(cx, st.count_holds(Before(before))).await?;
         } else {
-            loop {
-                if stop.stop(cx).await? {
-                    report.stopped = true;
-                    return Ok(report);
-                }
-                let done = st
-                    .delete_holds(Batch {
-                        before,
-                        limit: batch,
-                    })
-                    .query()
-                    .execute(&cx.pool)
-                    .await?
-                    .rows_affected();
-                report.holds += done;
-                if done < config.batch_size as u64 {
-                    break;
-                }
+            let delete = || {
+                st.delete_holds(Batch {
+                    before,
+                    limit: batch,
+                })
+            };
+            if !delete_batches(cx, &stop, batch as u64, &mut report.holds, delete).await? {
+                report.stopped = true;
+                return Ok(report);
             }
         }
     }

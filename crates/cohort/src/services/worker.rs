@@ -386,9 +386,25 @@ enum Next {
     Done,
 }
 
-fn parse_spec(spec: serde_json::Value) -> Result<crate::run::passes::Pass> {
-    serde_json::from_value(spec)
-        .map_err(|e| Error::Migration(format!("a pass of a shared occurrence cannot be read: {e}")))
+/// The pass to run, holding `conn` (with the pass's lock) until settled;
+/// `spec` is the pass as stored.
+fn run_next(
+    conn: crate::locks::Held,
+    pass: i32,
+    spec: serde_json::Value,
+    attempts: i32,
+    token: Uuid,
+) -> Result<Next> {
+    let spec = serde_json::from_value(spec).map_err(|e| {
+        Error::Migration(format!("a pass of a shared occurrence cannot be read: {e}"))
+    })?;
+    Ok(Next::Run(Box::new(Claimed {
+        conn,
+        pass,
+        spec,
+        attempts,
+        token,
+    })))
 }
 
 /// Claims the first pending pass (`FOR UPDATE SKIP LOCKED`, so replicas
@@ -415,14 +431,7 @@ async fn next_pass(cx: &Context, occurrence: &Shared) -> Result<Next> {
     .await?;
     if let Some((pass, spec, attempts, locked)) = pending {
         if locked {
-            let spec = parse_spec(spec)?;
-            return Ok(Next::Run(Box::new(Claimed {
-                conn,
-                pass,
-                spec,
-                attempts,
-                token,
-            })));
+            return run_next(conn, pass, spec, attempts, token);
         }
         // A replica checking whether the pass lost its holder has its
         // lock for a moment: give the pass back.
@@ -456,14 +465,7 @@ async fn next_pass(cx: &Context, occurrence: &Shared) -> Result<Next> {
         }
         match take_over(cx, occurrence, &mut conn, pass, claimed_at, token, &by).await? {
             TakeOver::Taken(spec, attempts) => {
-                let spec = parse_spec(spec)?;
-                return Ok(Next::Run(Box::new(Claimed {
-                    conn,
-                    pass,
-                    spec,
-                    attempts,
-                    token,
-                })));
+                return run_next(conn, pass, spec, attempts, token);
             }
             TakeOver::NotTaken => locks::unlock(&mut conn, key).await?,
             TakeOver::Settled => {}
