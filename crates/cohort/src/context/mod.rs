@@ -184,6 +184,7 @@ impl Context {
                         hasher.as_ref(),
                         &self.config.schema,
                         stage,
+                        facts.plain,
                     )
                 };
                 let plans = model

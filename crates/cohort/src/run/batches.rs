@@ -134,6 +134,16 @@ pub(super) async fn batches(
             .map(|row| key_type.decode(row, 0))
             .collect::<std::result::Result<_, _>>()
             .map_err(stop_from)?;
+        // Each locked row's address, aligned with `keys`.
+        let mut addresses: Vec<String> = if work.by_address {
+            locked
+                .iter()
+                .map(|row| row.try_get::<String, _>(2))
+                .collect::<std::result::Result<_, _>>()
+                .map_err(stop_from)?
+        } else {
+            Vec::new()
+        };
         if keys.is_empty() {
             tx.rollback().await.map_err(stop_from)?;
             return Ok(Progress::Drained);
@@ -170,7 +180,18 @@ pub(super) async fn batches(
         if let (Some(hs), Some(c)) = (handlers, captured.as_mut()) {
             if !c.failed.is_empty() {
                 left = c.failed.len() as u64;
-                keys.retain(|k| !c.is_failed(&k.canonical()));
+                if work.by_address {
+                    let mut kept = addresses.drain(..);
+                    let mut pairs: Vec<(KeyValue, String)> = keys
+                        .drain(..)
+                        .map(|k| (k, kept.next().expect("aligned with the keys")))
+                        .collect();
+                    drop(kept);
+                    pairs.retain(|(k, _)| !c.is_failed(&k.canonical()));
+                    (keys, addresses) = pairs.into_iter().unzip();
+                } else {
+                    keys.retain(|k| !c.is_failed(&k.canonical()));
+                }
                 let failed = std::mem::take(&mut c.failed);
                 dead_letter_skipped_rows(ctx, &mut tx, work, hs, failed).await?;
             }
@@ -220,6 +241,11 @@ pub(super) async fn batches(
             Some((ordered_keys, values)) => {
                 mutate = bind_array(mutate, key_type, &ordered_keys);
                 Some(values)
+            }
+            // Taken by address (see `EntityPlan::by_address`), or by key.
+            None if work.by_address => {
+                mutate = mutate.bind(std::mem::take(&mut addresses));
+                None
             }
             None => {
                 mutate = bind_array(mutate, key_type, &keys);
@@ -280,6 +306,16 @@ pub(super) async fn batches(
                 (Vec::new(), n, None)
             };
 
+        // Rows taken by address must be rows this batch locked (see
+        // `EntityPlan::by_address`); anything else rolls the batch back.
+        if work.by_address && !batch_changed_only_locked(&keys, &changed, n) {
+            tx.rollback().await.map_err(stop_from)?;
+            return Err(Stop::Entity(crate::diagnostic::Diagnostic::capture(
+                "engine",
+                Some("unlocked_row_changed".into()),
+                &"a batch changed a row it had not locked; the batch was rolled back",
+            )));
+        }
         let plan = &ctx.ready.ledger;
         let per_row = wants_ids && n > 0;
         if per_row {
@@ -352,5 +388,42 @@ pub(super) async fn batches(
             // Locked rows all became held or changed: no progress, stop here.
             return Ok(Progress::Stalled);
         }
+    }
+}
+
+/// Whether a batch changed only rows it locked: no more rows than it
+/// locked, and every changed key it returned among the locked keys
+/// (`changed` is empty when the mutation returns only its count).
+fn batch_changed_only_locked(locked: &[KeyValue], changed: &[String], n: u64) -> bool {
+    if n > locked.len() as u64 {
+        return false;
+    }
+    if changed.is_empty() {
+        return true;
+    }
+    let locked: std::collections::HashSet<String> =
+        locked.iter().map(KeyValue::canonical).collect();
+    changed.iter().all(|k| locked.contains(k))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_batch_may_change_only_the_rows_it_locked() {
+        let locked = [KeyValue::Int8(1), KeyValue::Int8(2)];
+        assert!(batch_changed_only_locked(
+            &locked,
+            &["2".into(), "1".into()],
+            2
+        ));
+        assert!(batch_changed_only_locked(&locked, &[], 2), "a count alone");
+        assert!(batch_changed_only_locked(&locked, &[], 0));
+        assert!(!batch_changed_only_locked(&locked, &["3".into()], 1));
+        assert!(
+            !batch_changed_only_locked(&locked, &[], 3),
+            "more than locked"
+        );
     }
 }

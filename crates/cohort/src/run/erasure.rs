@@ -185,6 +185,8 @@ pub(crate) async fn erase(cx: &Context, req: ErasureRequest) -> Result<ErasureRe
             mutate_count: None,
             mutate_audited: None,
             mutate_args: values,
+            // An erasure's rows are few and found by key.
+            by_address: false,
             literals: super::sweep::render_literals(
                 &ready.plans[&e.id],
                 e,

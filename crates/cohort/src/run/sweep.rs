@@ -138,6 +138,7 @@ fn stage_work<'a>(
         mutate_count: plan.mutate_count.get(&strategy).cloned(),
         mutate_audited: plan.mutate_audited.get(&strategy).cloned(),
         mutate_args,
+        by_address: plan.by_address.contains(&strategy),
         literals: render_literals(plan, e, now, tenant.map(|t| t.canonical()).as_deref()),
         counts: plan.counts[&strategy].clone(),
         counts_after: plan.counts_after.get(&strategy).cloned(),

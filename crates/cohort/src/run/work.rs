@@ -90,6 +90,10 @@ pub(crate) struct Work<'a> {
     /// `mutate_args`.
     pub(crate) mutate_audited: Option<SqlText>,
     pub(crate) mutate_args: Vec<Arg>,
+    /// Whether the lock statements return each row's address third and
+    /// the mutations bind the batch's addresses in place of its keys
+    /// ([`EntityPlan::by_address`](crate::sql::EntityPlan::by_address)).
+    pub(crate) by_address: bool,
     /// The anonymise literals, rendered for this run (its `now`, its
     /// tenant), bound after the keys: computed once, applied in SQL.
     pub(crate) literals: Vec<RunParam>,
@@ -135,6 +139,7 @@ impl Work<'_> {
             mutate_count: self.mutate_count.clone(),
             mutate_audited: self.mutate_audited.clone(),
             mutate_args: earlier(&self.mutate_args),
+            by_address: self.by_address,
             literals: self.literals.clone(),
             counts: self.counts.clone(),
             counts_after: self.counts_after.clone(),

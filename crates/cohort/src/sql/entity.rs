@@ -124,6 +124,25 @@ pub(crate) struct EntityPlan {
     /// Whether `archive` applies the anonymise methods to the copy (it
     /// then binds the anonymise parameters after the run id).
     pub(crate) archive_anonymises: bool,
+    /// The strategies whose sweep finds its locked rows by address: on a
+    /// plain table (not partitioned, where an address names one row of
+    /// the table), the lock statements return each row's `ctid` as text
+    /// third, and for these strategies (all but those computing values
+    /// in Rust, which join their values by key) `mutate`, `mutate_count`
+    /// and `mutate_audited` take the rows at those addresses, bound as
+    /// `$2` in place of the keys: a TID scan reads each row where it lies
+    /// instead of probing the key index for every key.
+    ///
+    /// Sound because the batch's transaction holds every locked row's
+    /// `FOR UPDATE` lock: a locked row version can be neither updated nor
+    /// deleted by anyone else, so it stays live at its address until the
+    /// commit, and no other row can take that address. (A row updated
+    /// between the candidate query's snapshot and its lock is locked, and
+    /// returned, in its newest version.) The mutation still re-checks
+    /// every condition (holds in its new snapshot, cutoff, tenant, not
+    /// done), and the batch loop checks that every key it changed was
+    /// locked.
+    pub(crate) by_address: std::collections::BTreeSet<Strategy>,
 }
 /// How a stage measured from a previous stage's marker narrows an
 /// entity's statements (built on a descriptor whose anchor is the marker).
@@ -221,6 +240,7 @@ impl EntityPlan {
         hasher: Option<&CustomAnonymiser>,
         cohort_schema: &str,
         stage: Option<&StageScope>,
+        plain_table: bool,
     ) -> Self {
         let table: &QualifiedName = &e.table;
         // A stage measured from a marker: only rows the previous stage did,
@@ -270,7 +290,9 @@ impl EntityPlan {
             literals: Vec::new(),
             custom: Vec::new(),
             archive_anonymises: e.archive.as_ref().is_some_and(|a| a.anonymise),
+            by_address: std::collections::BTreeSet::new(),
         };
+        let by_address = plain_table;
         // Anonymise's parameters are fixed by the entity, whatever the strategy.
         for a in &e.anonymise {
             match &a.method {
@@ -463,9 +485,11 @@ impl EntityPlan {
             let lock = |after: Option<usize>, until: Option<usize>| {
                 let mut l = SqlText::new("SELECT ");
                 casts.select(&mut l, &e.record_id);
-                l.push(", ")
-                    .col(&e.anchor)
-                    .push(" FROM ")
+                l.push(", ").col(&e.anchor);
+                if by_address {
+                    l.push(", t.ctid::text");
+                }
+                l.push(" FROM ")
                     .table(table)
                     .push(" t WHERE ")
                     .append(&candidates);
@@ -510,67 +534,84 @@ impl EntityPlan {
                 .push(")) r) s WHERE s.next <> s.tile ORDER BY s.n");
             plan.ranges.insert(strategy, r);
 
-            let key_match = casts.any(&e.record_id, 2);
-            let mut m = SqlText::default();
-            match strategy {
-                Strategy::Purge | Strategy::Archive => {
-                    m.push("DELETE FROM ")
-                        .table(table)
-                        .push(" t WHERE ")
-                        .append(&key_match);
-                }
-                Strategy::SoftDelete => {
-                    m.push("UPDATE ")
-                        .table(table)
-                        .push(" t SET ")
-                        .ident(e.soft_delete.as_deref().expect("validated"));
-                    m.push(" = TRUE");
-                    if let Some(d) = &e.deleted_at {
-                        m.push(", ").ident(d).push(" = pg_catalog.now()");
-                    }
-                    m.push(" WHERE ").append(&key_match);
-                }
-                Strategy::Anonymise => {
-                    m.push("UPDATE ").table(table).push(" t SET ");
-                    for (i, (column, value)) in anonymised_values(e, 3).into_iter().enumerate() {
-                        if i > 0 {
-                            m.push(", ");
-                        }
-                        m.ident(column).push(" = ").append(&value);
-                    }
-                    m.push(", ")
-                        .ident(e.anonymised_at.as_deref().expect("validated"))
-                        .push(" = pg_catalog.now()");
-                    if plan.custom.is_empty() {
-                        m.push(" WHERE ").append(&key_match);
-                    } else {
-                        m.push(" FROM ")
-                            .append(&per_row_values(e, casts, 3 + plan.literals.len()))
-                            .push(" WHERE ")
-                            .col(&e.record_id)
-                            .push(" = v.k");
-                    }
-                }
-                Strategy::Exempt => unreachable!("exempt does not mutate"),
+            // Parameters after the keys: the strategy's own, then the
+            // cutoff, tenant and floor.
+            let after = 3 + plan.params_after_keys(strategy);
+            let addressed = by_address && !plan.computes_per_row(strategy);
+            if addressed {
+                plan.by_address.insert(strategy);
             }
-            // The re-check in a new snapshot also sees holds and references
-            // committed while the batch was being locked.
-            m.append(&done)
-                .append(&blocked.unblocked)
-                .push(" AND NOT ")
-                .append(&held);
-            plan.mutate_head.insert(strategy, m.clone());
+            let next = after + 1 + t + f;
+            // The mutation without its re-checks: `key_match` picks the rows.
+            let body = |key_match: &SqlText| {
+                let mut m = SqlText::default();
+                match strategy {
+                    Strategy::Purge | Strategy::Archive => {
+                        m.push("DELETE FROM ")
+                            .table(table)
+                            .push(" t WHERE ")
+                            .append(key_match);
+                    }
+                    Strategy::SoftDelete => {
+                        m.push("UPDATE ")
+                            .table(table)
+                            .push(" t SET ")
+                            .ident(e.soft_delete.as_deref().expect("validated"));
+                        m.push(" = TRUE");
+                        if let Some(d) = &e.deleted_at {
+                            m.push(", ").ident(d).push(" = pg_catalog.now()");
+                        }
+                        m.push(" WHERE ").append(key_match);
+                    }
+                    Strategy::Anonymise => {
+                        m.push("UPDATE ").table(table).push(" t SET ");
+                        for (i, (column, value)) in anonymised_values(e, 3).into_iter().enumerate()
+                        {
+                            if i > 0 {
+                                m.push(", ");
+                            }
+                            m.ident(column).push(" = ").append(&value);
+                        }
+                        m.push(", ")
+                            .ident(e.anonymised_at.as_deref().expect("validated"))
+                            .push(" = pg_catalog.now()");
+                        if plan.custom.is_empty() {
+                            m.push(" WHERE ").append(key_match);
+                        } else {
+                            // The values computed in Rust come with their
+                            // keys, which pick the rows.
+                            m.push(" FROM ")
+                                .append(&per_row_values(e, casts, 3 + plan.literals.len()))
+                                .push(" WHERE ")
+                                .col(&e.record_id)
+                                .push(" = v.k");
+                        }
+                    }
+                    Strategy::Exempt => unreachable!("exempt does not mutate"),
+                }
+                // The re-check in a new snapshot also sees holds and references
+                // committed while the batch was being locked.
+                m.append(&done)
+                    .append(&blocked.unblocked)
+                    .push(" AND NOT ")
+                    .append(&held);
+                m
+            };
+            let by_key = casts.any(&e.record_id, 2);
+            plan.mutate_head.insert(strategy, body(&by_key));
+            // A sweep's rows by address, read where they lie instead of
+            // through the key index (see `by_address`).
+            let sweep_match = if addressed { at_addresses(2) } else { by_key };
+            let mut m = body(&sweep_match);
             // A sweep's mutation re-checks what the candidate query chose
             // by (cutoff and tenant) besides the keys, so no key collision,
             // concurrent update or planner surprise reaches another row.
-            let after = 3 + plan.params_after_keys(strategy);
             m.push(" AND ")
                 .col(&e.anchor)
                 .push(" < ")
                 .param(after)
                 .append(&tenant_filter(e, casts, after + 1))
                 .append(&floor(after + 1 + t));
-            let next = after + 1 + t + f;
             if strategy == Strategy::Archive {
                 let statements = archive_statements(e, &plan, casts, &m, next, cohort_schema);
                 plan.mutate_count.insert(strategy, statements.count);
@@ -767,6 +808,13 @@ fn anonymised_values(e: &EntityDescriptor, first_literal: usize) -> Vec<(&str, S
         out.push((a.column.as_str(), v));
     }
     out
+}
+
+/// `t.ctid = ANY($n::tid[])`: rows at the addresses bound as `$n` (text).
+fn at_addresses(n: usize) -> SqlText {
+    let mut s = SqlText::new("t.ctid = ANY(");
+    s.param(n).push("::pg_catalog.tid[])");
+    s
 }
 
 /// `ROWS FROM (…) AS v(k, j)`: the batch's keys (`$2`) aligned with one

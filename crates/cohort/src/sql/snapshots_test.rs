@@ -192,6 +192,7 @@ fn entity_statements() {
             Some(&hasher()),
             "cohort",
             None,
+            true,
         );
         insta::assert_snapshot!(format!("entity_{name}"), render(&plan));
     }
@@ -210,6 +211,7 @@ fn entity_statements_with_a_per_run_anonymiser() {
         Some(&hasher()),
         "cohort",
         None,
+        true,
     );
     insta::assert_snapshot!("entity_tenanted_custom_per_run", render(&plan));
 }
@@ -255,6 +257,7 @@ fn erasure_statements() {
             Some(&hasher()),
             "cohort",
             None,
+            true,
         );
         let mut out = String::new();
         for strategy in [
@@ -301,6 +304,7 @@ fn blocked_plan(
         Some(&hasher()),
         "cohort",
         stage,
+        true,
     )
 }
 
@@ -443,7 +447,9 @@ fn entity_stage_statements() {
             Some(&(3 + t + 1 + 2)),
             "record keys, then two subject arrays"
         );
-        // Mutate: keys, cutoff, tenant, floor; audited then its four values.
+        // Mutate: the addresses (keys elsewhere), cutoff, tenant, floor;
+        // audited then its four values.
+        assert!(plan.by_address.contains(&Strategy::Purge));
         assert_eq!(
             placeholders(plan.mutate[&Strategy::Purge].as_str()),
             (1..=4 + t).collect()
@@ -481,10 +487,13 @@ fn placeholders(sql: &str) -> std::collections::BTreeSet<usize> {
 /// The bind order the executor uses matches each statement's documented
 /// parameters: the placeholders are exactly `$1..=$n`, and `n` is what the
 /// executor binds ($1 entity id, $2 keys, the anonymise parameters, then
-/// the cutoff and, tenanted, the tenant).
+/// the cutoff and, tenanted, the tenant; on a plain table the addresses).
 #[test]
 fn mutate_parameters_match_what_the_executor_binds() {
-    for (tenanted, custom) in [(true, false), (false, false), (true, true), (false, true)] {
+    for ((tenanted, custom), plain) in [(true, false), (false, false), (true, true), (false, true)]
+        .into_iter()
+        .flat_map(|c| [(c, true), (c, false)])
+    {
         let e = descriptor(tenanted, custom);
         let types = key_types(&e);
         let plan = EntityPlan::build(
@@ -496,8 +505,12 @@ fn mutate_parameters_match_what_the_executor_binds() {
             Some(&hasher()),
             "cohort",
             None,
+            plain,
         );
         for (strategy, sql) in &plan.mutate {
+            // Values computed in Rust are joined by key, never by address.
+            let addressed = plain && !plan.computes_per_row(*strategy);
+            assert_eq!(plan.by_address.contains(strategy), addressed);
             let expected = 2 + plan.params_after_keys(*strategy) + 1 + usize::from(tenanted);
             let found = placeholders(sql.as_str());
             assert_eq!(
@@ -514,6 +527,18 @@ fn mutate_parameters_match_what_the_executor_binds() {
             1 + 1,
             "one literal, one JSON array"
         );
+        for (strategy, sql) in &plan.mutate_audited {
+            let plain_form = &plan.mutate[strategy];
+            assert_eq!(
+                placeholders(sql.as_str()).len(),
+                placeholders(plain_form.as_str()).len() + 4,
+                "{strategy} audited binds its four ledger values last"
+            );
+            assert_eq!(
+                sql.as_str().contains("t.ctid = ANY("),
+                plan.by_address.contains(strategy)
+            );
+        }
         for (strategy, sql) in &plan.lock {
             let expected = 3 + usize::from(tenanted);
             assert_eq!(
@@ -521,6 +546,12 @@ fn mutate_parameters_match_what_the_executor_binds() {
                 (1..=expected).collect(),
                 "{strategy} lock"
             );
+            // On a plain table each locked row's address comes third.
+            assert_eq!(sql.as_str().contains(", t.ctid::text FROM "), plain);
+        }
+        // Erasure finds its rows by key.
+        for sql in plan.mutate_head.values() {
+            assert!(!sql.as_str().contains("ctid"));
         }
         for (strategy, sql) in &plan.counts {
             let expected = 2 + usize::from(tenanted);

@@ -70,6 +70,9 @@ pub(crate) struct TableFacts {
     pub(crate) blocking_references: Vec<catalog::IncomingKey>,
     /// Key-like columns compared in their own type (citext).
     pub(crate) casts: Casts,
+    /// A plain table (not partitioned): a row's address (`ctid`) names
+    /// it alone, so a sweep's mutation can find its locked rows by address.
+    pub(crate) plain: bool,
 }
 
 impl TableFacts {
@@ -630,6 +633,7 @@ pub(crate) async fn validate(
                         .map(|c| (c.name.clone(), c.qualified_type()))
                         .collect(),
                 ),
+                plain: t.relkind == "r",
             };
             (e.id, facts)
         })
