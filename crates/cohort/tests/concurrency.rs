@@ -449,3 +449,155 @@ async fn eligible_in_tenant_a(pool: &sqlx::PgPool) -> (i64, i64, i64) {
 fn in_tenant_a(table: &str, filter: &str) -> String {
     format!("SELECT count(*) FROM app.{table} WHERE tenant_id = '{TENANT_A}' {filter}")
 }
+
+/// A sweep takes its locked rows by address (`ctid`). Rows the
+/// application moves (a non-HOT update gives the row a new address) and
+/// makes young while two sweeps run are never purged or soft-deleted: the
+/// updates that win their row keep it, whatever the race; every other old
+/// row is swept, each once.
+#[tokio::test]
+async fn rows_moved_and_made_young_by_concurrent_updates_are_never_swept() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let db = engine_db().await;
+    exec(db.pool(), &BULK.replace("$N", "6000")).await;
+    let (notes_before, _, tickets_before) = eligible_in_tenant_a(db.pool()).await;
+    let (a, b) = (engine(&db, 100).await, engine(&db, 100).await);
+    // Validated before the race, so the sweeps start at once.
+    for e in [&a, &b] {
+        e.sweep(SweepRequest::tenanted(TENANT_A, now()).dry_run(true))
+            .await
+            .unwrap();
+    }
+    let done = AtomicBool::new(false);
+    // The application: small transactions, each making five old notes and
+    // five old tickets young (a new `created_at` / `closed_at`, an indexed
+    // column, so the row moves) and undeleting the tickets; it records what
+    // it changed and when it committed.
+    let updater = async {
+        let mut conn = db.pool().acquire().await.unwrap();
+        let mut moved_notes: Vec<Uuid> = Vec::new();
+        let mut moved_tickets: Vec<Uuid> = Vec::new();
+        let mut undeleted = 0i64;
+        let mut commits: Vec<chrono::DateTime<chrono::Utc>> = Vec::new();
+        for chunk in 0..600i32 {
+            if done.load(Ordering::SeqCst) {
+                break;
+            }
+            let bodies: Vec<String> = (0..5)
+                .map(|i| format!("bulk:{}", chunk * 10 + i + 1))
+                .collect();
+            let subjects: Vec<String> = (0..5)
+                .map(|i| format!("bulk {}", chunk * 10 + i + 1))
+                .collect();
+            let mut tx = sqlx::Connection::begin(&mut *conn).await.unwrap();
+            let notes: Vec<Uuid> = sqlx::query_scalar(
+                "UPDATE app.notes SET created_at = '2026-05-31' WHERE body = ANY($1) RETURNING id",
+            )
+            .bind(&bodies)
+            .fetch_all(&mut *tx)
+            .await
+            .unwrap();
+            // Locked first, to learn which of them a sweep had already
+            // soft-deleted (this update undeletes them).
+            let tickets: Vec<(Uuid, bool)> = sqlx::query_as(
+                "SELECT id, is_deleted FROM app.tickets WHERE subject = ANY($1) FOR UPDATE",
+            )
+            .bind(&subjects)
+            .fetch_all(&mut *tx)
+            .await
+            .unwrap();
+            let ids: Vec<Uuid> = tickets.iter().map(|t| t.0).collect();
+            sqlx::query(
+                "UPDATE app.tickets SET closed_at = '2026-05-31', is_deleted = false, deleted_at = NULL
+                 WHERE id = ANY($1)",
+            )
+            .bind(&ids)
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+            tx.commit().await.unwrap();
+            let at: chrono::DateTime<chrono::Utc> = sqlx::query_scalar("SELECT clock_timestamp()")
+                .fetch_one(&mut *conn)
+                .await
+                .unwrap();
+            moved_notes.extend(notes);
+            undeleted += tickets.iter().filter(|t| t.1).count() as i64;
+            moved_tickets.extend(ids);
+            commits.push(at);
+        }
+        (moved_notes, moved_tickets, undeleted, commits)
+    };
+    let sweeps = async {
+        let runs = tokio::join!(
+            a.sweep(SweepRequest::tenanted(TENANT_A, now())),
+            b.sweep(SweepRequest::tenanted(TENANT_A, now()))
+        );
+        done.store(true, Ordering::SeqCst);
+        runs
+    };
+    let ((moved_notes, moved_tickets, undeleted, commits), (ra, rb)) =
+        tokio::join!(updater, sweeps);
+    let (ra, rb) = (ra.unwrap(), rb.unwrap());
+    assert_eq!(
+        (ra.status, rb.status),
+        (RunStatus::Succeeded, RunStatus::Succeeded)
+    );
+    // The race happened: the application committed while a sweep ran.
+    let during = commits
+        .iter()
+        .filter(|t| {
+            [&ra, &rb]
+                .iter()
+                .any(|r| r.started_at <= **t && Some(**t) <= r.settled_at)
+        })
+        .count();
+    assert!(during > 0, "no update committed while the sweeps ran");
+    assert!(!moved_notes.is_empty() && !moved_tickets.is_empty());
+
+    // Every row an update made young is there, young, and not deleted.
+    let kept_notes: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM app.notes WHERE id = ANY($1) AND created_at = '2026-05-31'",
+    )
+    .bind(&moved_notes)
+    .fetch_one(db.pool())
+    .await
+    .unwrap();
+    assert_eq!(
+        kept_notes,
+        moved_notes.len() as i64,
+        "a young note was purged"
+    );
+    let kept_tickets: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM app.tickets WHERE id = ANY($1) AND closed_at = '2026-05-31' AND NOT is_deleted",
+    )
+    .bind(&moved_tickets)
+    .fetch_one(db.pool())
+    .await
+    .unwrap();
+    assert_eq!(
+        kept_tickets,
+        moved_tickets.len() as i64,
+        "a young ticket was soft-deleted"
+    );
+
+    // Rows the application had locked were passed over; one more sweep
+    // finishes them. Each old row was changed once, by one of the runs.
+    let rc = a
+        .sweep(SweepRequest::tenanted(TENANT_A, now()))
+        .await
+        .unwrap();
+    let (notes_left, _, tickets_left) = eligible_in_tenant_a(db.pool()).await;
+    assert_eq!((notes_left, tickets_left), (0, 0));
+    let changed = |name: &str| {
+        [&ra, &rb, &rc]
+            .iter()
+            .map(|r| r.entity(name).unwrap().affected as i64)
+            .sum::<i64>()
+    };
+    assert_eq!(changed("Note"), notes_before - moved_notes.len() as i64);
+    // Tickets: the ones still deleted, and the ones the application
+    // undeleted after a sweep had deleted them.
+    let deleted_tickets = count(db.pool(), &in_tenant_a("tickets", "AND is_deleted")).await;
+    assert_eq!(deleted_tickets, tickets_before - moved_tickets.len() as i64);
+    assert_eq!(changed("Ticket"), deleted_tickets + undeleted);
+}
