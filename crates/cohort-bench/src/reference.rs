@@ -87,7 +87,7 @@ pub(crate) async fn install(
          BEGIN \
            total := 0; \
            LOOP \
-             WITH c AS (SELECT t.id, t.created_at FROM {table} t WHERE t.tenant_id = p_tenant \
+             WITH c AS (SELECT t.ctid AS tid, t.id, t.created_at FROM {table} t WHERE t.tenant_id = p_tenant \
                  AND t.created_at < p_cutoff{not_done} AND t.created_at >= last_at \
                  AND (t.created_at, t.id) > (last_at, last_id) AND NOT {held} \
                  ORDER BY t.created_at, t.id LIMIT p_limit FOR UPDATE SKIP LOCKED), \

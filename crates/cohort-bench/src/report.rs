@@ -23,11 +23,12 @@ const NOTES: [&str; 5] = [
      (insert + settle), the entity summary (insert + final update), one progress \
      update per batch, and a run-level advisory lock (take + release).",
     "Cohort locks candidates and mutates them in two statements per batch (the \
-     second re-checks holds in a new snapshot); the baseline fuses both in one \
-     statement: WITH c AS (SELECT id ... FOR UPDATE SKIP LOCKED) DELETE/UPDATE ... \
-     WHERE id = ANY (ARRAY(SELECT id FROM c)), primary-key lookups like Cohort's \
-     own mutation (the join form FROM c WHERE t.id = c.id is planned as a hash \
-     join over a full-table scan per batch, which would flatter Cohort).",
+     second re-checks holds in a new snapshot), taking the locked rows by address \
+     (ctid, a TID scan); the reference and the baseline fuse both in one \
+     statement: WITH c AS (SELECT ctid AS tid, id ... FOR UPDATE SKIP LOCKED) \
+     DELETE/UPDATE ... WHERE ctid = ANY (ARRAY(SELECT tid FROM c)), the same \
+     access path (key lookups or the join form FROM c WHERE t.id = c.id would \
+     be slower, and flatter Cohort).",
     "Cohort also counts the tenant's remaining held and NULL-anchor rows after \
      its batches (through the active holds' keys and the anchor index).",
     "Same batch size, same index, same hold test, one transaction per batch, one \
