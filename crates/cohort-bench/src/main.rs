@@ -56,6 +56,10 @@ struct Args {
     /// Rows per batch, for Cohort (`sweep_batch_size`) and the baseline alike.
     #[arg(long, default_value_t = 5000, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     batch: u32,
+    /// Cohort sizes its own batches (`sweep_batch_size = "auto"`) instead of
+    /// taking `--batch`; the reference and the baseline keep `--batch`.
+    #[arg(long)]
+    auto_batch: bool,
     /// Tenants the rows are spread over; the first one is swept.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     tenants: u32,
@@ -210,6 +214,7 @@ async fn bench(args: &Args, rows: u64, db: &TestDatabase) -> Result<Report, BoxE
         parameters: Parameters {
             rows,
             batch: args.batch,
+            auto_batch: args.auto_batch,
             tenants: args.tenants,
             server_version,
             swept_tenant: seed.tenant(),
@@ -257,6 +262,12 @@ async fn cohort_sweep(
         .entities
         .first()
         .ok_or_else(|| format!("{}: Cohort swept no entity", scenario.label))?;
+    if let Some(size) = outcome.batch_size {
+        eprintln!(
+            "cohort-bench: {}: Cohort's largest batch {size} rows",
+            scenario.label
+        );
+    }
     Ok((result.affected(), outcome.held))
 }
 
@@ -273,7 +284,11 @@ async fn measure(
     // Cohort: build (validation) and warm up on a small table, then time one sweep.
     scenario.seed(pool, seed, warmup_rows(args)).await?;
     let config = CohortConfig {
-        sweep_batch_size: args.batch,
+        sweep_batch_size: if args.auto_batch {
+            cohort::BatchSize::Auto
+        } else {
+            cohort::BatchSize::Fixed(args.batch)
+        },
         ..CohortConfig::default()
     };
     let cohort = Cohort::builder(cohort_pool.clone())

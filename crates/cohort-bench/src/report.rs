@@ -43,6 +43,8 @@ pub(crate) struct Parameters {
     pub(crate) rows: u64,
     /// Batch size.
     pub(crate) batch: u32,
+    /// Whether Cohort sized its own batches (`sweep_batch_size = "auto"`).
+    pub(crate) auto_batch: bool,
     /// Tenants.
     pub(crate) tenants: u32,
     /// `SHOW server_version`.
@@ -157,8 +159,12 @@ impl Report {
         let mut out = String::new();
         let _ = writeln!(
             out,
-            "cohort-bench: rows={} batch={} tenants={} postgresql={}",
-            p.rows, p.batch, p.tenants, p.server_version
+            "cohort-bench: rows={} batch={}{} tenants={} postgresql={}",
+            p.rows,
+            p.batch,
+            if p.auto_batch { " (Cohort: auto)" } else { "" },
+            p.tenants,
+            p.server_version
         );
         let _ = writeln!(
             out,
@@ -221,6 +227,7 @@ impl Report {
             "parameters": {
                 "rows": p.rows,
                 "batch": p.batch,
+                "cohort_batch": if p.auto_batch { json!("auto") } else { json!(p.batch) },
                 "tenants": p.tenants,
                 "postgresql_version": p.server_version,
                 "key": KEY_DESCRIPTION,

@@ -19,6 +19,129 @@ use crate::rules::Period;
 pub const DEFAULT_SWEEP_BATCH_SIZE: u32 = 5000;
 /// Largest accepted sweep batch size.
 pub const MAX_SWEEP_BATCH_SIZE: u32 = 100_000;
+/// Rows per sweep batch: a fixed number, or `"auto"`.
+///
+/// `Auto` sizes each batch of a sweep from the ones before it: it starts at
+/// [`DEFAULT_SWEEP_BATCH_SIZE`] and aims every full batch at about
+/// [`AUTO_BATCH_TARGET`] from its start to its commit, growing at most
+/// twofold and shrinking at most fourfold from one batch to the next, within
+/// [`AUTO_BATCH_MIN`]..=[`AUTO_BATCH_MAX`] (at most
+/// [`AUTO_BATCH_MAX_LOADED`] when the batch's rows are read into the
+/// process, for row handlers or values computed in Rust). The size each
+/// entity ended on is recorded in the ledger (`sweep_run_entity.batch_size`,
+/// [`EntityOutcome::batch_size`](crate::EntityOutcome::batch_size)).
+/// Erasures and the other uses of the batch size take the first size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BatchSize {
+    /// Every batch locks at most this many rows (1..=100000).
+    Fixed(u32),
+    /// Sized from the measured time of the batches before.
+    Auto,
+}
+
+/// Where `sweep_batch_size = "auto"` starts and what it aims each batch at.
+pub const AUTO_BATCH_TARGET: Duration = Duration::from_millis(500);
+/// The smallest batch `"auto"` chooses.
+pub const AUTO_BATCH_MIN: u32 = 500;
+/// The largest batch `"auto"` chooses.
+pub const AUTO_BATCH_MAX: u32 = MAX_SWEEP_BATCH_SIZE;
+/// The largest batch `"auto"` chooses when the rows are read into the
+/// process (row handlers, custom anonymisers, hashed columns): memory
+/// grows with the batch there.
+pub const AUTO_BATCH_MAX_LOADED: u32 = 10_000;
+
+impl BatchSize {
+    /// The size of a first batch (`Auto`: [`DEFAULT_SWEEP_BATCH_SIZE`]).
+    pub fn first(self) -> u32 {
+        match self {
+            BatchSize::Fixed(n) => n,
+            BatchSize::Auto => DEFAULT_SWEEP_BATCH_SIZE,
+        }
+    }
+
+    /// Whether batches are sized from their measured time.
+    pub fn is_auto(self) -> bool {
+        self == BatchSize::Auto
+    }
+}
+
+impl From<u32> for BatchSize {
+    fn from(n: u32) -> Self {
+        BatchSize::Fixed(n)
+    }
+}
+
+impl std::fmt::Display for BatchSize {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BatchSize::Fixed(n) => write!(f, "{n}"),
+            BatchSize::Auto => f.write_str("auto"),
+        }
+    }
+}
+
+impl std::str::FromStr for BatchSize {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        let s = s.trim();
+        if s == "auto" {
+            return Ok(BatchSize::Auto);
+        }
+        s.parse::<u32>()
+            .map(BatchSize::Fixed)
+            .map_err(|_| format!("{s:?} is neither a whole number of rows nor \"auto\""))
+    }
+}
+
+impl Serialize for BatchSize {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        match self {
+            BatchSize::Fixed(n) => s.serialize_u32(*n),
+            BatchSize::Auto => s.serialize_str("auto"),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for BatchSize {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = BatchSize;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a whole number of rows (1..=100000) or \"auto\"")
+            }
+
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> std::result::Result<BatchSize, E> {
+                u32::try_from(v).map(BatchSize::Fixed).map_err(|_| {
+                    E::custom(format!(
+                        "sweep_batch_size = {v} is out of range 1..={MAX_SWEEP_BATCH_SIZE}"
+                    ))
+                })
+            }
+
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> std::result::Result<BatchSize, E> {
+                u32::try_from(v).map(BatchSize::Fixed).map_err(|_| {
+                    E::custom(format!(
+                        "sweep_batch_size = {v} is out of range 1..={MAX_SWEEP_BATCH_SIZE}"
+                    ))
+                })
+            }
+
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> std::result::Result<BatchSize, E> {
+                match v {
+                    "auto" => Ok(BatchSize::Auto),
+                    other => Err(E::custom(format!(
+                        "sweep_batch_size = {other:?}: expected a whole number of rows or \"auto\""
+                    ))),
+                }
+            }
+        }
+        d.deserialize_any(Visitor)
+    }
+}
+
 /// Default connections one entity is swept on at once (one: the run's own).
 pub const DEFAULT_SWEEP_PARALLELISM: u32 = 1;
 /// Largest accepted sweep parallelism (the pool must also be able to serve
@@ -256,8 +379,9 @@ pub struct CohortConfig {
     /// Schema of retained tables that name none (default `public`; never
     /// Cohort's own schema unless set to it).
     pub default_table_schema: Option<String>,
-    /// Rows per batch (1..=100000, default 5000).
-    pub sweep_batch_size: u32,
+    /// Rows per batch (1..=100000, default 5000), or `"auto"`: sized from
+    /// the measured time of the batches before ([`BatchSize`]).
+    pub sweep_batch_size: BatchSize,
     /// Connections one entity's sweep uses at once (1..=64, default 1):
     /// with N > 1 the eligible rows are split into N disjoint keyset ranges
     /// swept side by side, each batch still committed with its audit. An
@@ -358,7 +482,7 @@ impl Default for CohortConfig {
         Self {
             schema: "public".into(),
             default_table_schema: None,
-            sweep_batch_size: DEFAULT_SWEEP_BATCH_SIZE,
+            sweep_batch_size: BatchSize::Fixed(DEFAULT_SWEEP_BATCH_SIZE),
             sweep_parallelism: DEFAULT_SWEEP_PARALLELISM,
             schedule: None,
             dry_run: false,
@@ -421,7 +545,9 @@ impl CohortConfig {
             match name {
                 "SCHEMA" => self.schema = value.clone(),
                 "HASH_KEY" => self.hash_key = Some(HashKey::new(value.clone())),
-                "SWEEP_BATCH_SIZE" => self.sweep_batch_size = int()?,
+                "SWEEP_BATCH_SIZE" => {
+                    self.sweep_batch_size = value.parse::<BatchSize>().map_err(|e| bad(&e))?
+                }
                 "SWEEP_PARALLELISM" => self.sweep_parallelism = int()?,
                 "SCHEDULE" => self.schedule = Some(value.clone()).filter(|s| !s.trim().is_empty()),
                 "DRY_RUN" => self.dry_run = boolean()?,
@@ -484,11 +610,12 @@ impl CohortConfig {
                 "partition_lock_timeout = {lock_timeout}s is out of range 1s..=10min (0 would wait for ever)"
             ));
         }
-        if !(1..=MAX_SWEEP_BATCH_SIZE).contains(&self.sweep_batch_size) {
-            problems.push(format!(
-                "sweep_batch_size = {} is out of range 1..={MAX_SWEEP_BATCH_SIZE}",
-                self.sweep_batch_size
-            ));
+        if let BatchSize::Fixed(n) = self.sweep_batch_size {
+            if !(1..=MAX_SWEEP_BATCH_SIZE).contains(&n) {
+                problems.push(format!(
+                    "sweep_batch_size = {n} is out of range 1..={MAX_SWEEP_BATCH_SIZE} (or \"auto\")"
+                ));
+            }
         }
         if let Err(e) = check_sweep_parallelism(self.sweep_parallelism) {
             problems.push(format!("sweep_parallelism = {e}"));
@@ -571,7 +698,7 @@ mod tests {
     fn defaults_match_the_documentation() {
         let c = CohortConfig::default();
         assert_eq!(c.schema, "public");
-        assert_eq!(c.sweep_batch_size, 5000);
+        assert_eq!(c.sweep_batch_size, BatchSize::Fixed(5000));
         assert_eq!(c.sweep_parallelism, 1);
         assert_eq!(c.schedule, None);
         assert!(!c.dry_run && !c.kill_switch);
@@ -591,7 +718,7 @@ mod tests {
     #[test]
     fn out_of_range_values_are_all_reported() {
         let mut c = CohortConfig {
-            sweep_batch_size: 0,
+            sweep_batch_size: BatchSize::Fixed(0),
             sweep_parallelism: 0,
             schedule: Some("every day".into()),
             schema: String::new(),
@@ -662,7 +789,7 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(c.schema, "retention");
-        assert_eq!(c.sweep_batch_size, 250);
+        assert_eq!(c.sweep_batch_size, BatchSize::Fixed(250));
         assert_eq!(c.sweep_parallelism, 4);
         assert!(c.dry_run);
         assert_eq!(c.dispatch.batch_size, 7);
@@ -678,5 +805,52 @@ mod tests {
             .is_err());
         assert!(CohortConfig::from_toml("sweep_batch = 3").is_err());
         assert!(CohortConfig::from_toml("sweep_batch_size = -3").is_err());
+    }
+
+    #[test]
+    fn the_batch_size_is_a_number_or_auto_from_a_file_and_from_the_environment() {
+        let c = CohortConfig::from_toml("sweep_batch_size = \"auto\"").unwrap();
+        assert_eq!(c.sweep_batch_size, BatchSize::Auto);
+        c.validate().unwrap();
+        assert_eq!(c.sweep_batch_size.first(), DEFAULT_SWEEP_BATCH_SIZE);
+        assert_eq!(
+            CohortConfig::from_toml("sweep_batch_size = 700")
+                .unwrap()
+                .sweep_batch_size,
+            BatchSize::Fixed(700)
+        );
+        let mut e = CohortConfig::default();
+        e.apply_env([("COHORT_SWEEP_BATCH_SIZE".into(), "auto".into())])
+            .unwrap();
+        assert!(e.sweep_batch_size.is_auto());
+        e.apply_env([("COHORT_SWEEP_BATCH_SIZE".into(), " 42 ".into())])
+            .unwrap();
+        assert_eq!(e.sweep_batch_size, BatchSize::Fixed(42));
+        // Anything else is refused, with what is expected.
+        for text in [
+            "sweep_batch_size = \"Auto\"",
+            "sweep_batch_size = \"fast\"",
+            "sweep_batch_size = 1.5",
+            "sweep_batch_size = 99999999999999",
+        ] {
+            let err = CohortConfig::from_toml(text).unwrap_err().to_string();
+            assert!(
+                err.contains("sweep_batch_size") || err.contains("auto"),
+                "{text}: {err}"
+            );
+        }
+        let err = e
+            .apply_env([("COHORT_SWEEP_BATCH_SIZE".into(), "fast".into())])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("nor \"auto\""), "{err}");
+        // Written back as it was read.
+        let auto = CohortConfig {
+            sweep_batch_size: BatchSize::Auto,
+            ..CohortConfig::default()
+        };
+        let text = toml::to_string(&auto).unwrap();
+        assert!(text.contains("sweep_batch_size = \"auto\""), "{text}");
+        assert_eq!(CohortConfig::from_toml(&text).unwrap(), auto);
     }
 }

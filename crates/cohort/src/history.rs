@@ -149,6 +149,9 @@ pub(crate) async fn show(cx: &Context, run_id: Uuid) -> Result<SweepResult> {
             stage: s
                 .try_get::<Option<i16>, _>("stage")?
                 .and_then(|n| u16::try_from(n).ok()),
+            batch_size: s
+                .try_get::<Option<i32>, _>("batch_size")?
+                .and_then(|n| u32::try_from(n).ok()),
         });
     }
     // Failures are stored structurally since schema version 3; runs settled

@@ -37,7 +37,7 @@ pub mod validate;
 
 pub use cancel::Cancel;
 pub use cohort::{Cohort, CohortBuilder};
-pub use config::CohortConfig;
+pub use config::{BatchSize, CohortConfig};
 pub use error::{Error, ErrorKind, Problem, Problems, Result};
 pub use ident::QualifiedName;
 pub use model::{EntityDeclaration, Retained};

@@ -134,6 +134,12 @@ pub struct EntityOutcome {
     /// The stage's position when the category has stages (1 first; each
     /// stage is its own outcome); `None` for a category without stages.
     pub stage: Option<u16>,
+    /// The largest batch limit the entity's batches used: the fixed
+    /// `sweep_batch_size`, or the largest size `"auto"` chose
+    /// ([`BatchSize`](crate::BatchSize)). `None` when no batch ran (a dry
+    /// run, a preview, an entity with nothing to lock) and for runs
+    /// recorded before schema version 11.
+    pub batch_size: Option<u32>,
 }
 
 /// An entity that failed; the run went on with the others.

@@ -18,7 +18,7 @@ async fn cohort_with(db: &cohort_pgtemp::TestDatabase, contact: EntityDeclaratio
         .config(CohortConfig {
             // Several batches per run: a per-run value must not be
             // recomputed per batch.
-            sweep_batch_size: 2,
+            sweep_batch_size: cohort::BatchSize::Fixed(2),
             ..test_config()
         })
         .rules(rules())

@@ -599,7 +599,7 @@ async fn archiving_engine(db: &cohort_pgtemp::TestDatabase) -> Cohort {
         .unwrap();
     let mut b = Cohort::builder(pool)
         .config(cohort::CohortConfig {
-            sweep_batch_size: 50,
+            sweep_batch_size: cohort::BatchSize::Fixed(50),
             ..test_config()
         })
         .rules(rules());

@@ -78,7 +78,7 @@ async fn peak_of_a_sweep(rows: i64) -> usize {
     let handler = MostlyFailing::default();
     let cohort = Cohort::builder(db.pool().clone())
         .config(CohortConfig {
-            sweep_batch_size: BATCH,
+            sweep_batch_size: cohort::BatchSize::Fixed(BATCH),
             ..test_config()
         })
         .rules(rules())

@@ -35,7 +35,7 @@ async fn engine(db: &cohort_pgtemp::TestDatabase, batch: u32) -> Cohort {
     let mut b = Cohort::builder(pool)
         .config(test_config())
         .config(CohortConfig {
-            sweep_batch_size: batch,
+            sweep_batch_size: cohort::BatchSize::Fixed(batch),
             ..test_config()
         })
         .rules(rules());

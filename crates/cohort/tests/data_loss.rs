@@ -1234,6 +1234,10 @@ fn released_migrations_are_pinned() {
             10,
             "3c2fc499810bcf26a4f130a068837d63170f2bf582e4044ac3247c53b3044c5b",
         ),
+        (
+            11,
+            "bae5a3019c4873d968a41f53d143f03d80ef01549e081cd19cd8de98a6832033",
+        ),
     ];
     assert_eq!(
         pinned.len(),

@@ -55,7 +55,7 @@ async fn one_entity_failing_mid_run_keeps_committed_batches_and_the_other_entiti
         BEGIN IF NEW.subject = 'ticket 45d' THEN RAISE EXCEPTION 'cannot delete ticket of alice@example.com'; END IF; RETURN NEW; END $$;
         CREATE TRIGGER refuse BEFORE UPDATE ON app.tickets FOR EACH ROW EXECUTE FUNCTION app.refuse();").await;
     let config = CohortConfig {
-        sweep_batch_size: 1,
+        sweep_batch_size: cohort::BatchSize::Fixed(1),
         ..test_config()
     };
     let cohort = cohort_with(&db, config, engine_entities()).await;
@@ -142,7 +142,7 @@ async fn per_row_detail_and_provenance_are_recorded_and_a_rolled_back_batch_leav
     let cohort = Cohort::builder(db.pool().clone())
         .config(test_config())
         .config(CohortConfig {
-            sweep_batch_size: 1,
+            sweep_batch_size: cohort::BatchSize::Fixed(1),
             ..test_config()
         })
         .rules(rules)
@@ -420,7 +420,7 @@ async fn observers_get_committed_events_in_order_and_cannot_block_or_change_the_
     let mut b = Cohort::builder(db.pool().clone())
         .config(test_config())
         .config(CohortConfig {
-            sweep_batch_size: 2,
+            sweep_batch_size: cohort::BatchSize::Fixed(2),
             observer_timeout: "1s".parse().unwrap(),
             ..test_config()
         })
@@ -556,7 +556,7 @@ async fn a_terminated_run_connection_settles_the_run_failed_with_no_half_batch()
     let mut b = Cohort::builder(db.pool().clone())
         .config(test_config())
         .config(CohortConfig {
-            sweep_batch_size: 5,
+            sweep_batch_size: cohort::BatchSize::Fixed(5),
             ..test_config()
         })
         .rules(rules())
@@ -602,7 +602,7 @@ async fn the_events_of_a_run_add_up_to_its_ledger() {
     let events: Events = Default::default();
     let mut b = Cohort::builder(db.pool().clone())
         .config(CohortConfig {
-            sweep_batch_size: 1,
+            sweep_batch_size: cohort::BatchSize::Fixed(1),
             ..test_config()
         })
         .rules(rules())

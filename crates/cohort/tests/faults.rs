@@ -98,7 +98,7 @@ async fn cohort(pool: &PgPool, handler: Option<Deliveries>) -> Cohort {
         .build()
         .unwrap();
     let config = CohortConfig {
-        sweep_batch_size: 20,
+        sweep_batch_size: cohort::BatchSize::Fixed(20),
         dispatch: cohort::config::DispatchConfig {
             settle_timeout: "1s".parse().unwrap(),
             claim_timeout: "2s".parse().unwrap(),

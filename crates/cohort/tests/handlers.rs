@@ -834,7 +834,7 @@ async fn concurrent_sweeps_queue_each_row_once() {
     let log: Log = Arc::default();
     let build = || async {
         let mut config = test_config();
-        config.sweep_batch_size = 200;
+        config.sweep_batch_size = cohort::BatchSize::Fixed(200);
         Cohort::builder(db.pool().clone())
             .config(config)
             .rules(rules())

@@ -69,7 +69,7 @@ async fn engine(db: &TestDatabase, lanes: u32, batch: u32) -> Cohort {
         .unwrap();
     let mut b = Cohort::builder(pool)
         .config(CohortConfig {
-            sweep_batch_size: batch,
+            sweep_batch_size: cohort::BatchSize::Fixed(batch),
             sweep_parallelism: lanes,
             ..test_config()
         })

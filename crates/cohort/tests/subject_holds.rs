@@ -480,7 +480,7 @@ async fn engine(db: &cohort_pgtemp::TestDatabase, batch: u32) -> Cohort {
         .unwrap();
     let mut b = Cohort::builder(pool)
         .config(cohort::CohortConfig {
-            sweep_batch_size: batch,
+            sweep_batch_size: cohort::BatchSize::Fixed(batch),
             ..test_config()
         })
         .rules(rules);

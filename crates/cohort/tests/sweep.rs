@@ -403,7 +403,7 @@ async fn small_batches_commit_alone_and_add_up() {
     let db = engine_db().await;
     exec(db.pool(), "INSERT INTO app.notes (tenant_id, created_at, body) SELECT 'aaaaaaaa-0000-0000-0000-00000000000a', timestamptz '2026-01-01' - make_interval(secs => g), 'bulk:' || g FROM generate_series(1, 23) g").await;
     let config = cohort::CohortConfig {
-        sweep_batch_size: 4,
+        sweep_batch_size: cohort::BatchSize::Fixed(4),
         ..test_config()
     };
     let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
@@ -763,4 +763,111 @@ async fn literal_templates_render_once_per_run_with_its_now_and_tenant() {
             "erased 2026-06-01T00:00:00Z in {TENANT_A} {{kept}}"
         )]
     );
+}
+
+/// `sweep_batch_size = "auto"`: the batches are sized from their measured
+/// time, within bounds (smaller where rows are read into the process, as
+/// the hashed column here), change exactly the rows a fixed size does, and
+/// the size each entity reached is recorded in the ledger and read back.
+#[tokio::test]
+async fn auto_sized_batches_change_the_same_rows_and_record_their_size() {
+    let db = engine_db().await;
+    let seed = "INSERT INTO app.notes (tenant_id, created_at, body)
+         SELECT 'aaaaaaaa-0000-0000-0000-00000000000a', timestamptz '2026-01-01' - make_interval(secs => g), 'bulk:' || g
+         FROM generate_series(1, 12000) g;
+         INSERT INTO app.contacts (id, tenant_id, created_at, email, full_name, phone, reference, user_id)
+         SELECT 1000 + g, 'aaaaaaaa-0000-0000-0000-00000000000a', timestamptz '2025-06-01' - make_interval(secs => g),
+                'bulk@example.com', 'Bulk ' || g, '+1', 'R' || g, gen_random_uuid()
+         FROM generate_series(1, 12000) g;";
+    exec(db.pool(), seed).await;
+    let engine = |size: cohort::BatchSize| {
+        let pool = db.pool().clone();
+        async move {
+            let mut b = cohort::Cohort::builder(pool)
+                .config(cohort::CohortConfig {
+                    sweep_batch_size: size,
+                    ..test_config()
+                })
+                .rules(rules());
+            for d in engine_entities() {
+                b = b.declaration(d);
+            }
+            b.build().await.unwrap()
+        }
+    };
+    let auto = engine(cohort::BatchSize::Auto).await;
+    let preview = auto
+        .sweep(SweepRequest::tenanted(TENANT_A, now()).dry_run(true))
+        .await
+        .unwrap();
+    assert!(
+        preview.entities.iter().all(|e| e.batch_size.is_none()),
+        "a dry run runs no batch"
+    );
+    let r = auto
+        .sweep(SweepRequest::tenanted(TENANT_A, now()))
+        .await
+        .unwrap();
+    assert_eq!(r.status, RunStatus::Succeeded, "{r:?}");
+    let note = r.entity("Note").unwrap();
+    let contact = r.entity("Contact").unwrap();
+    assert_eq!(
+        note.affected,
+        12000 + 3,
+        "every old note, the fixtures' too"
+    );
+    assert_eq!(
+        contact.affected,
+        preview.entity("Contact").unwrap().affected
+    );
+    assert_eq!(
+        count(
+            db.pool(),
+            "SELECT count(*) FROM app.contacts WHERE id > 1000 AND anonymised_at IS NULL"
+        )
+        .await,
+        0
+    );
+    let size = |o: &cohort::EntityOutcome| o.batch_size.expect("batches ran");
+    assert!(
+        (cohort::config::AUTO_BATCH_MIN..=cohort::config::AUTO_BATCH_MAX).contains(&size(note)),
+        "{note:?}"
+    );
+    // The hashed column is computed in Rust: its rows are read into the
+    // process, so its batches stay smaller.
+    assert!(
+        (cohort::config::AUTO_BATCH_MIN..=cohort::config::AUTO_BATCH_MAX_LOADED)
+            .contains(&size(contact)),
+        "{contact:?}"
+    );
+    // In the ledger, and read back.
+    let stored: Vec<(String, Option<i32>)> = sqlx::query_as(
+        "SELECT entity_type, batch_size FROM public.sweep_run_entity_summary WHERE run_id = $1 ORDER BY entity_type",
+    )
+    .bind(r.run_id)
+    .fetch_all(db.pool())
+    .await
+    .unwrap();
+    for (entity, stored) in &stored {
+        let o = r.entity(entity).unwrap();
+        assert_eq!(stored.map(|n| n as u32), o.batch_size, "{entity}");
+    }
+    let shown = auto.show_run(r.run_id).await.unwrap();
+    assert_eq!(
+        shown.entity("Note").unwrap().batch_size,
+        note.batch_size,
+        "history reads it back"
+    );
+
+    // A fixed size records itself, and changes the same rows.
+    exec(db.pool(), "DELETE FROM app.contacts WHERE id > 1000").await;
+    exec(db.pool(), seed).await;
+    let fixed = engine(cohort::BatchSize::Fixed(700)).await;
+    let f = fixed
+        .sweep(SweepRequest::tenanted(TENANT_A, now()))
+        .await
+        .unwrap();
+    assert_eq!(f.entity("Note").unwrap().batch_size, Some(700));
+    assert_eq!(f.entity("Note").unwrap().affected, 12000);
+    assert_eq!(f.entity("Contact").unwrap().affected, 12000);
 }

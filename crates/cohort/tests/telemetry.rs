@@ -83,7 +83,7 @@ async fn runs_entities_batches_and_deliveries_have_spans_with_their_fields_and_n
     )
     .await;
     let config = CohortConfig {
-        sweep_batch_size: 1,
+        sweep_batch_size: cohort::BatchSize::Fixed(1),
         dispatch: cohort::config::DispatchConfig {
             max_attempts: 1,
             ..Default::default()

@@ -925,7 +925,7 @@ async fn unvalidated_handle_checks_readiness_itself_and_caches_only_success() {
 async fn out_of_range_configuration_is_rejected_before_touching_the_database() {
     let db = migrated_db().await;
     let mut config = CohortConfig {
-        sweep_batch_size: 0,
+        sweep_batch_size: cohort::BatchSize::Fixed(0),
         ..test_config()
     };
     config.dispatch.max_parallelism = 1000;

@@ -112,7 +112,7 @@ async fn main() -> Result<(), BoxError> {
             .map_err(|e| format!("{e:?}"))?;
         let cohort = Cohort::builder(pool.clone())
             .config(CohortConfig {
-                sweep_batch_size: args.batch,
+                sweep_batch_size: cohort::BatchSize::Fixed(args.batch),
                 ..CohortConfig::default()
             })
             .rules(rules)

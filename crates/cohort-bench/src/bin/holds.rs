@@ -70,7 +70,7 @@ async fn handle(pool: &sqlx::PgPool, table: usize, batch: u32) -> Result<Cohort,
         .map_err(|e| format!("{e:?}"))?;
     Ok(Cohort::builder(pool.clone())
         .config(CohortConfig {
-            sweep_batch_size: batch,
+            sweep_batch_size: cohort::BatchSize::Fixed(batch),
             ..CohortConfig::default()
         })
         .rules(rules)

@@ -97,7 +97,7 @@ async fn main() -> Result<(), BoxError> {
             .await?;
         let cohort = Cohort::builder(pool)
             .config(CohortConfig {
-                sweep_batch_size: args.batch,
+                sweep_batch_size: cohort::BatchSize::Fixed(args.batch),
                 sweep_parallelism: lanes,
                 ..CohortConfig::default()
             })

@@ -8,8 +8,10 @@ use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, Row};
 
 use super::capture::{capture, custom_values, dead_letter_skipped_rows, enqueue};
-use super::work::{bind_all, stop_from, RunCtx, RunParam, Stop, Work};
+use super::sizing::Sizer;
+use super::work::{bind_all, stop_from, Arg, RunCtx, RunParam, Stop, Work};
 use super::EntityOutcome;
+use crate::config::{AUTO_BATCH_MAX, AUTO_BATCH_MAX_LOADED};
 use crate::model::AnonymiseContext;
 use crate::observer::AuditEvent;
 use crate::rules::AuditDetail;
@@ -82,6 +84,15 @@ pub(super) async fn batches(
     // A key range starts after the previous range's last row.
     let mut cursor: Option<(Option<DateTime<Utc>>, KeyValue)> =
         lane.after.clone().map(|(anchor, key)| (Some(anchor), key));
+    // `"auto"`: each batch's limit from the time of the ones before,
+    // smaller when the rows are read into the process.
+    let mut sizer = work.auto_batch.then(|| {
+        Sizer::new(if handlers.is_some() || plan.computes_per_row(strategy) {
+            AUTO_BATCH_MAX_LOADED
+        } else {
+            AUTO_BATCH_MAX
+        })
+    });
     loop {
         if cancel.is_cancelled() {
             return Err(Stop::Cancelled);
@@ -97,9 +108,23 @@ pub(super) async fn batches(
         let mut tx = sqlx::Connection::begin_with(&mut *conn, crate::sql::BATCH_BEGIN)
             .await
             .map_err(stop_from)?;
+        let sized;
+        let lock_args: &[Arg] = match &sizer {
+            Some(sizer) => {
+                let mut args = work.lock_args.clone();
+                args[1] = Arg::Int8(i64::from(sizer.limit()));
+                sized = args;
+                &sized
+            }
+            None => &work.lock_args,
+        };
+        let limit = lock_args.iter().find_map(|a| match a {
+            Arg::Int8(n) => u32::try_from(*n).ok(),
+            _ => None,
+        });
         let locked = match (&work.lock_after, &cursor, &lane.until) {
             (Some(after), Some((anchor, key)), None) => {
-                let q = bind_all(sqlx::query(after.sql()).bind(e.id), &work.lock_args);
+                let q = bind_all(sqlx::query(after.sql()).bind(e.id), lock_args);
                 let q = match anchor {
                     Some(anchor) => q.bind(*anchor),
                     None => q,
@@ -107,7 +132,7 @@ pub(super) async fn batches(
                 key.bind(q).fetch_all(&mut *tx).await
             }
             (_, _, None) => {
-                bind_all(sqlx::query(work.lock.sql()).bind(e.id), &work.lock_args)
+                bind_all(sqlx::query(work.lock.sql()).bind(e.id), lock_args)
                     .fetch_all(&mut *tx)
                     .await
             }
@@ -118,7 +143,7 @@ pub(super) async fn batches(
                     None => work.lock_until.as_ref(),
                 }
                 .expect("a parallel sweep has its range statements");
-                let mut q = bind_all(sqlx::query(sql.sql()).bind(e.id), &work.lock_args);
+                let mut q = bind_all(sqlx::query(sql.sql()).bind(e.id), lock_args);
                 if let Some((anchor, key)) = cursor {
                     q = key.bind(q.bind(*anchor));
                 }
@@ -357,6 +382,10 @@ pub(super) async fn batches(
         tx.commit().await.map_err(stop_from)?;
         batch_span.record("rows", n);
         let took = batch_clock.elapsed();
+        if let Some(sizer) = sizer.as_mut() {
+            sizer.observe(locked.len() as u64, took);
+        }
+        out.batch_size = out.batch_size.max(limit);
         tracing::debug!(parent: &batch_span, duration_ms = took.as_millis() as u64, "batch committed");
         crate::telemetry::batch(took);
         crate::telemetry::rows(&e.name, strategy, "affected", n);

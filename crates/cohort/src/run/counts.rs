@@ -196,5 +196,6 @@ pub(crate) fn outcome(work: &Work<'_>) -> EntityOutcome {
         period: work.rule.period(),
         legal_min: work.rule.legal_min(),
         stage: work.stage,
+        batch_size: None,
     }
 }

@@ -43,7 +43,7 @@ pub(crate) async fn erase(cx: &Context, req: ErasureRequest) -> Result<ErasureRe
             "ErasureScope::kind, `cohort erase --kind KIND`",
         )?;
     }
-    let batch = i64::from(cx.config.sweep_batch_size);
+    let batch = i64::from(cx.config.sweep_batch_size.first());
 
     let mut works = Vec::new();
     let mut any_column = false;
@@ -181,6 +181,8 @@ pub(crate) async fn erase(cx: &Context, req: ErasureRequest) -> Result<ErasureRe
             cursor_anchor: false,
             count_args: lock_args.clone(),
             lock_args,
+            // An erasure's batches keep the first size.
+            auto_batch: false,
             mutate: statements.mutate,
             mutate_count: None,
             mutate_audited: None,

@@ -417,6 +417,7 @@ async fn run_entity(
             error: error.clone(),
             kept_by_legal_min: out.kept_by_legal_min as i64,
             kept_by_policy: out.kept_by_policy as i64,
+            batch_size: out.batch_size.and_then(|n| i32::try_from(n).ok()),
         })
         .query()
         .execute(&mut *conn)

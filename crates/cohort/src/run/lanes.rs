@@ -96,6 +96,7 @@ pub(super) async fn sweep_rows(
     let (mut lost, mut failed, mut cancelled) = (None, None, false);
     for (mine, result) in results {
         out.affected += mine.affected;
+        out.batch_size = out.batch_size.max(mine.batch_size);
         out.skipped += mine.skipped;
         match result {
             Ok(Progress::Drained) => {}

@@ -13,6 +13,7 @@ pub(crate) mod lanes;
 pub(crate) mod partitions;
 pub(crate) mod passes;
 pub(crate) mod resolve;
+pub(crate) mod sizing;
 pub(crate) mod status;
 pub(crate) mod sweep;
 pub(crate) mod work;

@@ -369,7 +369,7 @@ async fn emit_details(
             from_id: after,
             run_id: ctx.run_id,
             entity: e.id,
-            limit: i64::from(ctx.cx.config.sweep_batch_size),
+            limit: i64::from(ctx.cx.config.sweep_batch_size.first()),
         };
         let rows = statements::detail_page(&ctx.cx.config.schema, page)
             .query()

@@ -130,6 +130,7 @@ fn stage_work<'a>(
         lock_after: plan.lock_after.get(&strategy).cloned(),
         cursor_anchor: true,
         lock_args,
+        auto_batch: false,
         parallelism,
         ranges: plan.ranges.get(&strategy).cloned(),
         lock_until: plan.lock_until.get(&strategy).cloned(),
@@ -195,7 +196,7 @@ pub(crate) async fn preview(cx: &Context, req: PreviewRequest) -> Result<Preview
         entities: Vec::new(),
         failures: Vec::new(),
     };
-    let batch = i64::from(cx.config.sweep_batch_size);
+    let batch = i64::from(cx.config.sweep_batch_size.first());
     for e in pass.entities {
         let works = match rule_for(cx, &ready, e, result.tenant.as_deref(), &facts, req.now).await {
             Ok(rule) => entity_works(&ready, e, rule, req.now, pass.keys.get(&e.id), (batch, 1)),
@@ -239,7 +240,7 @@ pub(crate) async fn sweep(cx: &Context, req: SweepRequest) -> Result<SweepResult
         req.jurisdiction.as_deref(),
         req.tags.as_deref(),
     )?;
-    let batch = i64::from(cx.config.sweep_batch_size);
+    let batch = i64::from(cx.config.sweep_batch_size.first());
     let mut works = Vec::new();
     for e in &pass.entities {
         // The entity's own parallelism wins over the global one.
@@ -255,7 +256,13 @@ pub(crate) async fn sweep(cx: &Context, req: SweepRequest) -> Result<SweepResult
                     (batch, lanes),
                 )
                 .into_iter()
-                .map(|w| w.map_err(|d| failure(e.id, &e.name, &d))),
+                .map(|w| {
+                    w.map(|w| Work {
+                        auto_batch: cx.config.sweep_batch_size.is_auto(),
+                        ..w
+                    })
+                    .map_err(|d| failure(e.id, &e.name, &d))
+                }),
             ),
             Err(d) => works.push(Err(failure(e.id, &e.name, &d))),
         }
@@ -294,7 +301,7 @@ pub(crate) async fn backlog(
         req.tags.as_deref(),
     )?;
     let mut conn = cx.pool.acquire().await?;
-    let batch = i64::from(cx.config.sweep_batch_size);
+    let batch = i64::from(cx.config.sweep_batch_size.first());
     let mut out = Vec::new();
     for e in pass.entities {
         let Ok(rule) = rule_for(cx, &ready, e, pass.tenant.as_deref(), &facts, req.now).await

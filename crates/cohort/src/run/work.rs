@@ -69,6 +69,10 @@ pub(crate) struct Work<'a> {
     /// whose `lock` returns it second) or is the key alone (an erasure's).
     pub(crate) cursor_anchor: bool,
     pub(crate) lock_args: Vec<Arg>,
+    /// `sweep_batch_size = "auto"`: each batch's limit comes from the
+    /// measured time of the batches before ([`super::sizing::Sizer`]),
+    /// bound in place of `lock_args[1]` (where a sweep binds its limit).
+    pub(crate) auto_batch: bool,
     /// The connections this work is swept on at once (1: the run's own
     /// alone); with more, `ranges` splits its candidates into key ranges
     /// each swept with `lock_until` and `lock_after_until`.
@@ -131,6 +135,7 @@ impl Work<'_> {
             lock_after: self.lock_after.clone(),
             cursor_anchor: self.cursor_anchor,
             lock_args: earlier(&self.lock_args),
+            auto_batch: self.auto_batch,
             parallelism: self.parallelism,
             ranges: self.ranges.clone(),
             lock_until: self.lock_until.clone(),

@@ -78,6 +78,11 @@ const SOURCES: &[(u32, &str, &str)] = &[
         "shared_occurrences",
         include_str!("../../migrations/0010_shared_occurrences.sql"),
     ),
+    (
+        11,
+        "batch_size",
+        include_str!("../../migrations/0011_batch_size.sql"),
+    ),
 ];
 
 fn render(template: &'static str, schema: &str) -> SqlText {

@@ -100,7 +100,7 @@ impl LedgerPlan {
         finish_summary.table(&summary).push(
             " SET affected_count = $2, held_count = $3, skipped_count = $4, null_anchor_count = $5, \
                error = $6, kept_by_legal_min_count = $7, kept_by_policy_count = $8, \
-               held_by_subject_count = $9, \
+               held_by_subject_count = $9, batch_size = $10, \
                updated_at = pg_catalog.clock_timestamp() WHERE summary_id = $1",
         );
         let mut insert_details = SqlText::new("INSERT INTO ");
@@ -332,6 +332,8 @@ pub(crate) struct FinishSummary {
     pub(crate) error: Option<String>,
     pub(crate) kept_by_legal_min: i64,
     pub(crate) kept_by_policy: i64,
+    /// The largest batch limit the entity's batches used (`None`: no batch).
+    pub(crate) batch_size: Option<i32>,
 }
 
 impl Params for FinishSummary {
@@ -345,6 +347,7 @@ impl Params for FinishSummary {
             .bind(self.kept_by_legal_min)
             .bind(self.kept_by_policy)
             .bind(self.held_by_subject)
+            .bind(self.batch_size)
     }
 }
 

@@ -1305,6 +1305,7 @@ fn catalog_partition_and_ledger_statements_bind_exactly_their_placeholders() {
             error: None,
             kept_by_legal_min: 0,
             kept_by_policy: 0,
+            batch_size: Some(5000),
         }),
     );
     check(
