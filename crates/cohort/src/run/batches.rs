@@ -205,17 +205,13 @@ pub(super) async fn batches(
         if let (Some(hs), Some(c)) = (handlers, captured.as_mut()) {
             if !c.failed.is_empty() {
                 left = c.failed.len() as u64;
+                // The keys and their addresses stay aligned.
+                let keep: Vec<bool> = keys.iter().map(|k| !c.is_failed(&k.canonical())).collect();
+                let mut kept = keep.iter();
+                keys.retain(|_| kept.next().copied().unwrap_or(false));
                 if work.by_address {
-                    let mut kept = addresses.drain(..);
-                    let mut pairs: Vec<(KeyValue, String)> = keys
-                        .drain(..)
-                        .map(|k| (k, kept.next().expect("aligned with the keys")))
-                        .collect();
-                    drop(kept);
-                    pairs.retain(|(k, _)| !c.is_failed(&k.canonical()));
-                    (keys, addresses) = pairs.into_iter().unzip();
-                } else {
-                    keys.retain(|k| !c.is_failed(&k.canonical()));
+                    let mut kept = keep.iter();
+                    addresses.retain(|_| kept.next().copied().unwrap_or(false));
                 }
                 let failed = std::mem::take(&mut c.failed);
                 dead_letter_skipped_rows(ctx, &mut tx, work, hs, failed).await?;
