@@ -9,7 +9,7 @@ use sqlx::{PgConnection, Row};
 
 use super::capture::{capture, custom_values, dead_letter_skipped_rows, enqueue};
 use super::sizing::Sizer;
-use super::work::{bind_all, stop_from, Arg, RunCtx, RunParam, Stop, Work};
+use super::work::{bind_all, limit_of, stop_from, with_limit, Arg, RunCtx, RunParam, Stop, Work};
 use super::EntityOutcome;
 use crate::config::{AUTO_BATCH_MAX, AUTO_BATCH_MAX_LOADED};
 use crate::model::AnonymiseContext;
@@ -111,17 +111,12 @@ pub(super) async fn batches(
         let sized;
         let lock_args: &[Arg] = match &sizer {
             Some(sizer) => {
-                let mut args = work.lock_args.clone();
-                args[1] = Arg::Int8(i64::from(sizer.limit()));
-                sized = args;
+                sized = with_limit(&work.lock_args, i64::from(sizer.limit()));
                 &sized
             }
             None => &work.lock_args,
         };
-        let limit = lock_args.iter().find_map(|a| match a {
-            Arg::Int8(n) => u32::try_from(*n).ok(),
-            _ => None,
-        });
+        let limit = limit_of(lock_args).and_then(|n| u32::try_from(n).ok());
         let locked = match (&work.lock_after, &cursor, &lane.until) {
             (Some(after), Some((anchor, key)), None) => {
                 let q = bind_all(sqlx::query(after.sql()).bind(e.id), lock_args);

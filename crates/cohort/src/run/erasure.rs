@@ -165,7 +165,7 @@ pub(crate) async fn erase(cx: &Context, req: ErasureRequest) -> Result<ErasureRe
             &subject_columns,
             cutoff.is_some(),
         );
-        let mut lock_args = vec![Arg::Int8(batch)];
+        let mut lock_args = vec![Arg::Limit(batch)];
         lock_args.extend(values.iter().cloned());
         works.push(Ok(Work {
             entity: e,

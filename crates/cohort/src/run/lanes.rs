@@ -25,7 +25,7 @@ use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, Row};
 
 use super::batches::{batches, Lane, Progress};
-use super::work::{bind_all, stop_from, Arg, RunCtx, Stop, Work};
+use super::work::{bind_all, stop_from, with_limit, RunCtx, Stop, Work};
 use super::EntityOutcome;
 use crate::sql::{DecodeKey, KeyValue};
 
@@ -130,8 +130,7 @@ async fn ranges(
     }
     let sql = work.ranges.as_ref().expect("checked by the caller");
     // `lock`'s values, the number of ranges in place of the limit.
-    let mut args = work.lock_args.clone();
-    args[1] = Arg::Int8(n as i64);
+    let args = with_limit(&work.lock_args, n as i64);
     let key_type = ctx.ready.model.facts[&work.entity.id].record;
     let mut tx = sqlx::Connection::begin_with(&mut *conn, crate::sql::BATCH_BEGIN).await?;
     let rows = bind_all(sqlx::query(sql.sql()).bind(work.entity.id), &args)

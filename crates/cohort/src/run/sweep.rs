@@ -114,7 +114,7 @@ fn stage_work<'a>(
     let strategy = rule.strategy();
     let mut scope: Vec<Arg> = tenant.cloned().map(Arg::Key).into_iter().collect();
     scope.extend(floor.map(Arg::OptTime));
-    let mut lock_args = vec![Arg::Time(cutoff), Arg::Int8(batch_size)];
+    let mut lock_args = vec![Arg::Time(cutoff), Arg::Limit(batch_size)];
     lock_args.extend(scope.iter().cloned());
     let mut count_args = vec![Arg::Time(cutoff)];
     count_args.extend(scope.iter().cloned());

@@ -25,7 +25,27 @@ pub(crate) enum Arg {
     Time(DateTime<Utc>),
     /// A time that may be absent (a stage's legal-minimum floor).
     OptTime(Option<DateTime<Utc>>),
-    Int8(i64),
+    /// A lock statement's batch limit (bound as `int8`): wherever it sits
+    /// in a work's `lock_args`, [`with_limit`] and [`limit_of`] find it.
+    Limit(i64),
+}
+
+/// `args` with `limit` bound in place of their batch limit.
+pub(crate) fn with_limit(args: &[Arg], limit: i64) -> Vec<Arg> {
+    args.iter()
+        .map(|a| match a {
+            Arg::Limit(_) => Arg::Limit(limit),
+            other => other.clone(),
+        })
+        .collect()
+}
+
+/// The batch limit bound in `args`, if they hold one.
+pub(crate) fn limit_of(args: &[Arg]) -> Option<i64> {
+    args.iter().find_map(|a| match a {
+        Arg::Limit(n) => Some(*n),
+        _ => None,
+    })
 }
 
 impl Arg {
@@ -34,7 +54,7 @@ impl Arg {
             Arg::Key(k) => k.bind(q),
             Arg::Time(t) => q.bind(*t),
             Arg::OptTime(t) => q.bind(*t),
-            Arg::Int8(n) => q.bind(*n),
+            Arg::Limit(n) => q.bind(*n),
         }
     }
 }
@@ -71,7 +91,7 @@ pub(crate) struct Work<'a> {
     pub(crate) lock_args: Vec<Arg>,
     /// `sweep_batch_size = "auto"`: each batch's limit comes from the
     /// measured time of the batches before ([`super::sizing::Sizer`]),
-    /// bound in place of `lock_args[1]` (where a sweep binds its limit).
+    /// bound in place of the limit in `lock_args` ([`with_limit`]).
     pub(crate) auto_batch: bool,
     /// The connections this work is swept on at once (1: the run's own
     /// alone); with more, `ranges` splits its candidates into key ranges
