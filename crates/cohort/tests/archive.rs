@@ -597,12 +597,7 @@ async fn archiving_engine(db: &cohort_pgtemp::TestDatabase) -> Cohort {
         .connect_with(db.connect_options())
         .await
         .unwrap();
-    let mut b = Cohort::builder(pool)
-        .config(cohort::CohortConfig {
-            sweep_batch_size: cohort::BatchSize::Fixed(50),
-            ..test_config()
-        })
-        .rules(rules());
+    let mut b = Cohort::builder(pool).config(batches_of(50)).rules(rules());
     for d in [contact(), archive_entity()] {
         b = b.declaration(d);
     }

@@ -109,10 +109,7 @@ async fn docs_db(rows: i64, tie: i64) -> cohort_pgtemp::TestDatabase {
 }
 
 async fn docs_cohort(db: &cohort_pgtemp::TestDatabase, batch: u32, handler: &Fussy) -> Cohort {
-    let config = CohortConfig {
-        sweep_batch_size: cohort::BatchSize::Fixed(batch),
-        ..test_config()
-    };
+    let config = batches_of(batch);
     docs_cohort_with(db, config, handler).await
 }
 

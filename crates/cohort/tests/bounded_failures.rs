@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use cohort::handlers::{BeforeContext, HandlerError, HandlerRegistration, RowHandler};
-use cohort::{Cohort, CohortConfig, RunStatus, SweepRequest};
+use cohort::{Cohort, RunStatus, SweepRequest};
 use sqlx::Row;
 use support::*;
 use uuid::Uuid;
@@ -77,10 +77,7 @@ async fn peak_of_a_sweep(rows: i64) -> usize {
     .await;
     let handler = MostlyFailing::default();
     let cohort = Cohort::builder(db.pool().clone())
-        .config(CohortConfig {
-            sweep_batch_size: cohort::BatchSize::Fixed(BATCH),
-            ..test_config()
-        })
+        .config(batches_of(BATCH))
         .rules(rules())
         .declaration(
             cohort::EntityDeclaration::new("Doc", DOC_ID)

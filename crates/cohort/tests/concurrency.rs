@@ -8,7 +8,7 @@ mod support;
 use std::collections::BTreeMap;
 
 use cohort::holds::HoldRequest;
-use cohort::{Cohort, CohortConfig, RunStatus, SweepRequest};
+use cohort::{Cohort, RunStatus, SweepRequest};
 use support::*;
 use uuid::Uuid;
 
@@ -32,17 +32,7 @@ async fn engine(db: &cohort_pgtemp::TestDatabase, batch: u32) -> Cohort {
         .connect_with(db.connect_options())
         .await
         .unwrap();
-    let mut b = Cohort::builder(pool)
-        .config(test_config())
-        .config(CohortConfig {
-            sweep_batch_size: cohort::BatchSize::Fixed(batch),
-            ..test_config()
-        })
-        .rules(rules());
-    for d in engine_entities() {
-        b = b.declaration(d);
-    }
-    b.build().await.unwrap()
+    engine_cohort_on(pool, batches_of(batch)).await
 }
 
 #[tokio::test]

@@ -54,10 +54,7 @@ async fn one_entity_failing_mid_run_keeps_committed_batches_and_the_other_entiti
     exec(db.pool(), "CREATE FUNCTION app.refuse() RETURNS trigger LANGUAGE plpgsql AS $$
         BEGIN IF NEW.subject = 'ticket 45d' THEN RAISE EXCEPTION 'cannot delete ticket of alice@example.com'; END IF; RETURN NEW; END $$;
         CREATE TRIGGER refuse BEFORE UPDATE ON app.tickets FOR EACH ROW EXECUTE FUNCTION app.refuse();").await;
-    let config = CohortConfig {
-        sweep_batch_size: cohort::BatchSize::Fixed(1),
-        ..test_config()
-    };
+    let config = batches_of(1);
     let cohort = cohort_with(&db, config, engine_entities()).await;
     let logs = captured_logs();
     let result = cohort
@@ -141,10 +138,7 @@ async fn per_row_detail_and_provenance_are_recorded_and_a_rolled_back_batch_leav
         .unwrap();
     let cohort = Cohort::builder(db.pool().clone())
         .config(test_config())
-        .config(CohortConfig {
-            sweep_batch_size: cohort::BatchSize::Fixed(1),
-            ..test_config()
-        })
+        .config(batches_of(1))
         .rules(rules)
         .declaration(engine_entities().remove(0))
         .build()
@@ -555,10 +549,7 @@ async fn a_terminated_run_connection_settles_the_run_failed_with_no_half_batch()
     }
     let mut b = Cohort::builder(db.pool().clone())
         .config(test_config())
-        .config(CohortConfig {
-            sweep_batch_size: cohort::BatchSize::Fixed(5),
-            ..test_config()
-        })
+        .config(batches_of(5))
         .rules(rules())
         .observer(Killer(db.pool().clone(), Arc::default()));
     b = b.declaration(engine_entities().remove(0));
@@ -601,10 +592,7 @@ async fn the_events_of_a_run_add_up_to_its_ledger() {
         CREATE TRIGGER refuse BEFORE UPDATE ON app.tickets FOR EACH ROW EXECUTE FUNCTION app.refuse();").await;
     let events: Events = Default::default();
     let mut b = Cohort::builder(db.pool().clone())
-        .config(CohortConfig {
-            sweep_batch_size: cohort::BatchSize::Fixed(1),
-            ..test_config()
-        })
+        .config(batches_of(1))
         .rules(rules())
         .observer(Recorder(events.clone()));
     for d in engine_entities() {

@@ -478,12 +478,7 @@ async fn engine(db: &cohort_pgtemp::TestDatabase, batch: u32) -> Cohort {
         .category("audit", RetentionRule::new(days(30), Strategy::Purge))
         .build()
         .unwrap();
-    let mut b = Cohort::builder(pool)
-        .config(cohort::CohortConfig {
-            sweep_batch_size: cohort::BatchSize::Fixed(batch),
-            ..test_config()
-        })
-        .rules(rules);
+    let mut b = Cohort::builder(pool).config(batches_of(batch)).rules(rules);
     for d in entities() {
         b = b.declaration(d);
     }

@@ -402,14 +402,9 @@ async fn caller_times_with_any_offset_are_normalised_to_utc() {
 async fn small_batches_commit_alone_and_add_up() {
     let db = engine_db().await;
     exec(db.pool(), "INSERT INTO app.notes (tenant_id, created_at, body) SELECT 'aaaaaaaa-0000-0000-0000-00000000000a', timestamptz '2026-01-01' - make_interval(secs => g), 'bulk:' || g FROM generate_series(1, 23) g").await;
-    let config = cohort::CohortConfig {
-        sweep_batch_size: cohort::BatchSize::Fixed(4),
-        ..test_config()
-    };
     let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let cohort = cohort::Cohort::builder(db.pool().clone())
-        .config(test_config())
-        .config(config)
+        .config(batches_of(4))
         .rules(rules())
         .declaration(engine_entities().remove(0))
         .observer(Recorder(seen.clone()))
@@ -781,19 +776,13 @@ async fn auto_sized_batches_change_the_same_rows_and_record_their_size() {
          FROM generate_series(1, 12000) g;";
     exec(db.pool(), seed).await;
     let engine = |size: cohort::BatchSize| {
-        let pool = db.pool().clone();
-        async move {
-            let mut b = cohort::Cohort::builder(pool)
-                .config(cohort::CohortConfig {
-                    sweep_batch_size: size,
-                    ..test_config()
-                })
-                .rules(rules());
-            for d in engine_entities() {
-                b = b.declaration(d);
-            }
-            b.build().await.unwrap()
-        }
+        engine_cohort_on(
+            db.pool().clone(),
+            cohort::CohortConfig {
+                sweep_batch_size: size,
+                ..test_config()
+            },
+        )
     };
     let auto = engine(cohort::BatchSize::Auto).await;
     let preview = auto

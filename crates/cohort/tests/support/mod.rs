@@ -211,13 +211,26 @@ pub async fn engine_db() -> TestDatabase {
 
 /// A validated Cohort over [`engine_db`] with [`engine_entities`].
 pub async fn engine_cohort(db: &TestDatabase) -> cohort::Cohort {
-    let mut b = cohort::Cohort::builder(db.pool().clone())
-        .config(test_config())
-        .rules(rules());
+    engine_cohort_on(db.pool().clone(), test_config()).await
+}
+
+/// A validated Cohort over the [`engine_db`] fixture with
+/// [`engine_entities`] and `config`, on `pool` (a pool of its own stands
+/// for another process).
+pub async fn engine_cohort_on(pool: PgPool, config: cohort::CohortConfig) -> cohort::Cohort {
+    let mut b = cohort::Cohort::builder(pool).config(config).rules(rules());
     for d in engine_entities() {
         b = b.declaration(d);
     }
     b.build().await.expect("engine fixture validates")
+}
+
+/// [`test_config`] with fixed batches of `rows`.
+pub fn batches_of(rows: u32) -> cohort::CohortConfig {
+    cohort::CohortConfig {
+        sweep_batch_size: cohort::BatchSize::Fixed(rows),
+        ..test_config()
+    }
 }
 
 /// Labels (text after ':') of the rows left in a notes-like table for a tenant.
