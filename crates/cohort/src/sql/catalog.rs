@@ -89,6 +89,7 @@ pub(crate) fn indexes(table: Oid) -> Statement<(Oid,)> {
         SqlText::new(
             "SELECT i.indisprimary AS is_primary, i.indisunique AS is_unique, \
                 i.indpred IS NOT NULL AS partial, \
+                pg_catalog.pg_get_expr(i.indpred, i.indrelid) AS predicate, \
                 (i.indisvalid AND i.indisready AND i.indimmediate) AS usable, \
                 ARRAY(SELECT COALESCE(a.attname::text, '') \
                       FROM pg_catalog.unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, ord) \

@@ -57,6 +57,9 @@ pub(crate) struct IndexInfo {
     pub(crate) primary: bool,
     pub(crate) unique: bool,
     pub(crate) partial: bool,
+    /// A partial index's predicate as the server prints it
+    /// (`pg_get_expr`, e.g. `(is_deleted IS NOT TRUE)`).
+    pub(crate) predicate: Option<String>,
     /// `indisvalid AND indisready AND indimmediate`: an index left invalid
     /// by a failed `CREATE INDEX CONCURRENTLY`, or a deferrable one, does
     /// not guarantee uniqueness when a statement runs.
@@ -193,6 +196,7 @@ pub(crate) async fn load_table(
                 primary: r.try_get("is_primary")?,
                 unique: r.try_get("is_unique")?,
                 partial: r.try_get("partial")?,
+                predicate: r.try_get("predicate")?,
                 usable: r.try_get("usable")?,
                 columns: r.try_get("columns")?,
             })

@@ -678,6 +678,60 @@ pub(crate) fn index_advice(entity: &EntityDescriptor, table: &TableInfo) -> Opti
     ))
 }
 
+/// Advice: a soft delete or an anonymisation leaves the rows it changed in
+/// the sweep's `(tenant, anchor)` range, so without a partial index that
+/// leaves them out, every later sweep's first batch, its end-of-entity
+/// counts and the backlog gauge read past every row ever changed (all of
+/// them, one by one, each run). `anchor` is the column the stage is
+/// measured from (the entity's anchor, or the marker a stage follows).
+pub(crate) fn done_rows_index_advice(
+    entity: &EntityDescriptor,
+    table: &TableInfo,
+    strategy: Strategy,
+    anchor: &str,
+) -> Option<String> {
+    let (column, test, done) = match strategy {
+        Strategy::SoftDelete => (
+            entity.soft_delete.as_deref()?,
+            "IS NOT TRUE",
+            "soft-deleted",
+        ),
+        Strategy::Anonymise => (entity.anonymised_at.as_deref()?, "IS NULL", "anonymised"),
+        _ => return None,
+    };
+    let wanted: Vec<&str> = entity
+        .tenant
+        .as_deref()
+        .into_iter()
+        .chain(std::iter::once(anchor))
+        .collect();
+    // The server prints the predicate parenthesised, quoting only names
+    // that need it: compare without either.
+    let predicate = format!("{column} {test}");
+    let bare = |p: &str| p.replace('"', "").trim_matches(['(', ')']).to_owned();
+    let covered = table.indexes.iter().any(|i| {
+        i.usable
+            && i.columns.len() >= wanted.len()
+            && i.columns.iter().zip(&wanted).all(|(a, b)| a == b)
+            && i.predicate.as_deref().is_some_and(|p| bare(p) == predicate)
+    });
+    if covered {
+        return None;
+    }
+    let cols = wanted
+        .iter()
+        .map(|c| crate::ident::quote_ident(c))
+        .collect::<Vec<_>>()
+        .join(", ");
+    Some(format!(
+        "{}: {done} rows stay in the ({}) range a sweep reads, so each sweep's first batch, its counts and the backlog gauge read past every row ever {done}. Suggested: CREATE INDEX ON {} ({cols}) WHERE {} {test};",
+        entity.name,
+        wanted.join(", "),
+        table.name,
+        crate::ident::quote_ident(column),
+    ))
+}
+
 /// Advice: subject columns no index starts with. Erasing a subject,
 /// placing a hold on one, and counting held rows after a run while a
 /// subject hold is active each look rows up by these columns.

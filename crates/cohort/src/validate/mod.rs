@@ -596,6 +596,29 @@ pub(crate) async fn validate(
             warnings.extend(checks::index_advice(&staged, t));
         }
     }
+    // Soft deletes and anonymisations leave their rows where sweeps look:
+    // by the anchor, or by the marker of the stage they follow.
+    for (e, t) in entities.iter().zip(&tables) {
+        let Some(c) = capabilities.get(&e.id) else {
+            continue;
+        };
+        let mut advised = std::collections::BTreeSet::new();
+        let from_markers: Vec<(crate::rules::Strategy, &str)> = c
+            .marker_stages()
+            .filter_map(|(stage, previous)| Some((stage, e.marker(previous.marker()?)?)))
+            .collect();
+        let by_anchor = c
+            .iter()
+            .filter(|s| !from_markers.iter().any(|(m, _)| m == s))
+            .map(|s| (s, e.anchor.as_str()));
+        for (strategy, anchor) in by_anchor.chain(from_markers.iter().copied()) {
+            if let Some(advice) = checks::done_rows_index_advice(e, t, strategy, anchor) {
+                if advised.insert(advice.clone()) {
+                    warnings.push(advice);
+                }
+            }
+        }
+    }
     let facts = entities
         .iter()
         .zip(&tables)
