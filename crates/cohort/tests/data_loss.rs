@@ -1238,6 +1238,10 @@ fn released_migrations_are_pinned() {
             11,
             "bae5a3019c4873d968a41f53d143f03d80ef01549e081cd19cd8de98a6832033",
         ),
+        (
+            12,
+            "d4dfe5a116ee3541fcc86656d2255b1ff63c5dbc2d71fe29fb7c35af2dff8e47",
+        ),
     ];
     assert_eq!(
         pinned.len(),

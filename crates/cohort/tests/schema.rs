@@ -509,6 +509,26 @@ async fn moving_cohorts_tables_keeps_data_indexes_constraints_and_behaviour() {
         b = b.declaration(d);
     }
     let moved = b.build().await.unwrap();
+    // The hold functions moved too, and the moved table's trigger calls
+    // the new schema's own.
+    let functions_in = |schema: &'static str| {
+        format!(
+            "SELECT count(*) FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace \
+             WHERE n.nspname = '{schema}' AND p.proname IN ('retention_hold_stamp', 'retention_hold_recent')"
+        )
+    };
+    assert_eq!(count(db.pool(), &functions_in("ledger")).await, 2);
+    assert_eq!(count(db.pool(), &functions_in("public")).await, 0);
+    assert_eq!(
+        count(
+            db.pool(),
+            "SELECT count(*) FROM pg_catalog.pg_trigger tg JOIN pg_catalog.pg_proc p ON p.oid = tg.tgfoid \
+             JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace \
+             WHERE tg.tgrelid = 'ledger.retention_hold'::regclass AND NOT tg.tgisinternal AND n.nspname = 'ledger'"
+        )
+        .await,
+        1
+    );
     let shown = moved.show_run(first.run_id).await.unwrap();
     assert_eq!(shown.affected(), first.affected());
     assert!(moved.is_held(note, &held).await.unwrap());
@@ -522,6 +542,7 @@ async fn moving_cohorts_tables_keeps_data_indexes_constraints_and_behaviour() {
         .sweep(cohort::SweepRequest::tenanted(TENANT_A, now()))
         .await
         .unwrap();
+    assert_eq!(second.status, cohort::RunStatus::Succeeded, "{second:?}");
     assert_eq!(second.entity("Note").unwrap().held, 1);
     assert_eq!(
         count(

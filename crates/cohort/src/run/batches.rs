@@ -117,38 +117,90 @@ pub(super) async fn batches(
             None => &work.lock_args,
         };
         let limit = limit_of(lock_args).and_then(|n| u32::try_from(n).ok());
-        let locked = match (&work.lock_after, &cursor, &lane.until) {
-            (Some(after), Some((anchor, key)), None) => {
-                let q = bind_all(sqlx::query(after.sql()).bind(e.id), lock_args);
-                let q = match anchor {
-                    Some(anchor) => q.bind(*anchor),
-                    None => q,
-                };
-                key.bind(q).fetch_all(&mut *tx).await
+        // Handler work needs a detail row per mutated row to hang from;
+        // without either, only the count comes back.
+        let wants_ids = work.rule.audit() == AuditDetail::PerRow || handlers.is_some();
+        // One statement locks and changes the batch when nothing is read
+        // into the process (see `sql::fused`).
+        let fused = work.fused.as_ref().filter(|_| handlers.is_none());
+        let locked = if let Some(fused) = fused {
+            let forms = if wants_ids {
+                &fused.audited
+            } else {
+                &fused.count
+            };
+            let sql = forms.pick(cursor.is_some(), lane.until.is_some());
+            let mut q = bind_all(sqlx::query(sql.sql()).bind(e.id), lock_args);
+            q = bind_strategy_values(q, ctx, work);
+            if wants_ids {
+                q = q
+                    .bind(ctx.run_id)
+                    .bind(&e.name)
+                    .bind(ctx.spec.tenant.as_deref())
+                    .bind(strategy.as_str());
             }
-            (_, _, None) => {
-                bind_all(sqlx::query(work.lock.sql()).bind(e.id), lock_args)
-                    .fetch_all(&mut *tx)
-                    .await
+            if let Some((anchor, key)) = &cursor {
+                q = key.bind(q.bind(anchor.expect("a sweep's cursor has its anchor")));
             }
-            // A key range (a sweep's: its cursor starts with the anchor).
-            (_, cursor, Some((last_anchor, last_key))) => {
-                let sql = match cursor {
-                    Some(_) => work.lock_after_until.as_ref(),
-                    None => work.lock_until.as_ref(),
+            if let Some((last_anchor, last_key)) = &lane.until {
+                q = last_key.bind(q.bind(*last_anchor));
+            }
+            q.fetch_all(&mut *tx).await
+        } else {
+            match (&work.lock_after, &cursor, &lane.until) {
+                (Some(after), Some((anchor, key)), None) => {
+                    let q = bind_all(sqlx::query(after.sql()).bind(e.id), lock_args);
+                    let q = match anchor {
+                        Some(anchor) => q.bind(*anchor),
+                        None => q,
+                    };
+                    key.bind(q).fetch_all(&mut *tx).await
                 }
-                .expect("a parallel sweep has its range statements");
-                let mut q = bind_all(sqlx::query(sql.sql()).bind(e.id), lock_args);
-                if let Some((anchor, key)) = cursor {
-                    q = key.bind(q.bind(*anchor));
+                (_, _, None) => {
+                    bind_all(sqlx::query(work.lock.sql()).bind(e.id), lock_args)
+                        .fetch_all(&mut *tx)
+                        .await
                 }
-                last_key
-                    .bind(q.bind(*last_anchor))
-                    .fetch_all(&mut *tx)
-                    .await
+                // A key range (a sweep's: its cursor starts with the anchor).
+                (_, cursor, Some((last_anchor, last_key))) => {
+                    let sql = match cursor {
+                        Some(_) => work.lock_after_until.as_ref(),
+                        None => work.lock_until.as_ref(),
+                    }
+                    .expect("a parallel sweep has its range statements");
+                    let mut q = bind_all(sqlx::query(sql.sql()).bind(e.id), lock_args);
+                    if let Some((anchor, key)) = cursor {
+                        q = key.bind(q.bind(*anchor));
+                    }
+                    last_key
+                        .bind(q.bind(*last_anchor))
+                        .fetch_all(&mut *tx)
+                        .await
+                }
             }
         }
         .map_err(stop_from)?;
+        // What the fused statement changed: how many rows, and (audited)
+        // which, their details written; with fewer changed than locked,
+        // it returned every locked row, and the mutation below runs on
+        // them all in a new snapshot.
+        let mut pre_n = 0u64;
+        let mut pre_changed: Vec<String> = Vec::new();
+        let mut complete = false;
+        let mut locked_count = locked.len() as u64;
+        if let (Some(_), Some(last)) = (fused, locked.last()) {
+            let count: i64 = last.try_get(3).map_err(stop_from)?;
+            let changed: i64 = last.try_get(4).map_err(stop_from)?;
+            locked_count = count as u64;
+            pre_n = changed as u64;
+            if wants_ids {
+                pre_changed = last
+                    .try_get::<Option<Vec<String>>, _>(5)
+                    .map_err(stop_from)?
+                    .unwrap_or_default();
+            }
+            complete = changed == count;
+        }
         let mut keys: Vec<KeyValue> = locked
             .iter()
             .map(|row| key_type.decode(row, 0))
@@ -244,87 +296,25 @@ pub(super) async fn batches(
             return Ok(Progress::Stalled);
         }
 
-        // Handler work needs a detail row per mutated row to hang from;
-        // without either, only the count comes back.
-        let wants_ids = work.rule.audit() == AuditDetail::PerRow || handlers.is_some();
-        // With details wanted, one statement mutates and writes them (no
-        // key travels back and forth); with only the count, nothing returns.
-        let audited = work.mutate_audited.as_ref().filter(|_| wants_ids);
-        let count_only = work.mutate_count.as_ref().filter(|_| !wants_ids);
-        let sql = audited.or(count_only).unwrap_or(&work.mutate);
-        let mut mutate = sqlx::query(sql.sql()).bind(e.id);
-        let custom_json = match custom {
-            Some((ordered_keys, values)) => {
-                mutate = bind_array(mutate, key_type, &ordered_keys);
-                Some(values)
-            }
-            // Taken by address (see `EntityPlan::by_address`), or by key.
-            None if work.by_address => {
-                mutate = mutate.bind(std::mem::take(&mut addresses));
-                None
-            }
-            None => {
-                mutate = bind_array(mutate, key_type, &keys);
-                None
-            }
+        let (changed, n, written) = if complete {
+            // The fused statement changed every locked row.
+            (Vec::new(), 0, None)
+        } else {
+            mutate(ctx, &mut tx, work, wants_ids, &keys, &mut addresses, custom).await?
         };
-        if strategy == Strategy::Archive {
-            mutate = mutate.bind(ctx.run_id);
-        }
-        if strategy == Strategy::Anonymise
-            || (strategy == Strategy::Archive && plan.archive_anonymises)
-        {
-            for value in &work.literals {
-                mutate = match value {
-                    RunParam::Text(text) => mutate.bind(text.clone()),
-                    RunParam::Json(object) => mutate.bind(object.clone()),
-                };
-            }
-        }
-        if let Some(values) = custom_json {
-            mutate = mutate.bind(values);
-        }
-        let mut mutate = bind_all(mutate, &work.mutate_args);
-        if audited.is_some() {
-            mutate = mutate
-                .bind(ctx.run_id)
-                .bind(&e.name)
-                .bind(ctx.spec.tenant.as_deref())
-                .bind(strategy.as_str());
-        }
-        let (changed, n, written): (Vec<String>, u64, Option<Vec<sqlx::postgres::PgRow>>) =
-            if audited.is_some() {
-                let details = mutate.fetch_all(&mut *tx).await.map_err(stop_from)?;
-                let changed = details
-                    .iter()
-                    .map(|r| r.try_get::<String, _>("record_id"))
-                    .collect::<std::result::Result<_, _>>()
-                    .map_err(stop_from)?;
-                let n = details.len() as u64;
-                (changed, n, Some(details))
-            } else if count_only.is_none() {
-                let changed: Vec<String> = mutate
-                    .fetch_all(&mut *tx)
-                    .await
-                    .map_err(stop_from)?
-                    .iter()
-                    .map(|r| r.try_get::<String, _>(0))
-                    .collect::<std::result::Result<_, _>>()
-                    .map_err(stop_from)?;
-                let n = changed.len() as u64;
-                (changed, n, None)
-            } else {
-                let n = mutate
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(stop_from)?
-                    .rows_affected();
-                (Vec::new(), n, None)
-            };
 
         // Rows taken by address must be rows this batch locked (see
         // `EntityPlan::by_address`); anything else rolls the batch back.
-        if work.by_address && !batch_changed_only_locked(&keys, &changed, n) {
+        // A complete fused statement returned only its last locked row;
+        // it changed rows at its own locked addresses alone, at most as
+        // many as it locked.
+        let only_locked = if complete {
+            pre_n <= locked_count
+        } else {
+            batch_changed_only_locked(&keys, &changed, n)
+                && batch_changed_only_locked(&keys, &pre_changed, pre_n + n)
+        };
+        if work.by_address && !only_locked {
             tx.rollback().await.map_err(stop_from)?;
             return Err(Stop::Entity(crate::diagnostic::Diagnostic::capture(
                 "engine",
@@ -333,8 +323,8 @@ pub(super) async fn batches(
             )));
         }
         let plan = &ctx.ready.ledger;
-        let per_row = wants_ids && n > 0;
-        if per_row {
+        // The mutation's own details (the fused statement wrote its own).
+        if wants_ids && n > 0 {
             let details = match written {
                 Some(details) => details,
                 None => plan
@@ -355,6 +345,15 @@ pub(super) async fn batches(
                 enqueue(ctx, &mut tx, hs, &captured.snapshots, &details).await?;
             }
         }
+        let n = pre_n + n;
+        let changed = if pre_changed.is_empty() {
+            changed
+        } else {
+            let mut all = pre_changed;
+            all.extend(changed);
+            all
+        };
+        let per_row = wants_ids && n > 0;
         // Last before the commit: the entity's one summary row is locked
         // from here to the commit, which is all the key ranges of a
         // parallel sweep wait for each other on.
@@ -374,7 +373,7 @@ pub(super) async fn batches(
         batch_span.record("rows", n);
         let took = batch_clock.elapsed();
         if let Some(sizer) = sizer.as_mut() {
-            sizer.observe(locked.len() as u64, took);
+            sizer.observe(locked_count, took);
         }
         out.batch_size = out.batch_size.max(limit);
         tracing::debug!(parent: &batch_span, duration_ms = took.as_millis() as u64, "batch committed");
@@ -409,6 +408,114 @@ pub(super) async fn batches(
             return Ok(Progress::Stalled);
         }
     }
+}
+
+/// What a batch's mutation changed: the changed keys as text (none when
+/// only the count came back), how many, and the row details it wrote.
+type Mutated = (Vec<String>, u64, Option<Vec<sqlx::postgres::PgRow>>);
+
+/// Runs the mutation of a batch's locked rows in a new snapshot (by
+/// address, by key, or joined with values computed in Rust): audited
+/// when details are wanted, returning keys or only its count otherwise.
+async fn mutate(
+    ctx: &RunCtx<'_>,
+    tx: &mut PgConnection,
+    work: &Work<'_>,
+    wants_ids: bool,
+    keys: &[KeyValue],
+    addresses: &mut Vec<String>,
+    custom: Option<(Vec<KeyValue>, Vec<serde_json::Value>)>,
+) -> std::result::Result<Mutated, Stop> {
+    let e = work.entity;
+    let strategy = work.rule.strategy();
+    let key_type = ctx.ready.model.facts[&e.id].record;
+    // With details wanted, one statement mutates and writes them (no
+    // key travels back and forth); with only the count, nothing returns.
+    let audited = work.mutate_audited.as_ref().filter(|_| wants_ids);
+    let count_only = work.mutate_count.as_ref().filter(|_| !wants_ids);
+    let sql = audited.or(count_only).unwrap_or(&work.mutate);
+    let mut mutate = sqlx::query(sql.sql()).bind(e.id);
+    let custom_json = match custom {
+        Some((ordered_keys, values)) => {
+            mutate = bind_array(mutate, key_type, &ordered_keys);
+            Some(values)
+        }
+        // Taken by address (see `EntityPlan::by_address`), or by key.
+        None if work.by_address => {
+            mutate = mutate.bind(std::mem::take(addresses));
+            None
+        }
+        None => {
+            mutate = bind_array(mutate, key_type, keys);
+            None
+        }
+    };
+    mutate = bind_strategy_values(mutate, ctx, work);
+    if let Some(values) = custom_json {
+        mutate = mutate.bind(values);
+    }
+    let mut mutate = bind_all(mutate, &work.mutate_args);
+    if audited.is_some() {
+        mutate = mutate
+            .bind(ctx.run_id)
+            .bind(&e.name)
+            .bind(ctx.spec.tenant.as_deref())
+            .bind(strategy.as_str());
+    }
+    let out = if audited.is_some() {
+        let details = mutate.fetch_all(&mut *tx).await.map_err(stop_from)?;
+        let changed = details
+            .iter()
+            .map(|r| r.try_get::<String, _>("record_id"))
+            .collect::<std::result::Result<_, _>>()
+            .map_err(stop_from)?;
+        let n = details.len() as u64;
+        (changed, n, Some(details))
+    } else if count_only.is_none() {
+        let changed: Vec<String> = mutate
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(stop_from)?
+            .iter()
+            .map(|r| r.try_get::<String, _>(0))
+            .collect::<std::result::Result<_, _>>()
+            .map_err(stop_from)?;
+        let n = changed.len() as u64;
+        (changed, n, None)
+    } else {
+        let n = mutate
+            .execute(&mut *tx)
+            .await
+            .map_err(stop_from)?
+            .rows_affected();
+        (Vec::new(), n, None)
+    };
+    Ok(out)
+}
+
+/// Binds the values a strategy's mutation takes after its rows: the
+/// archive's run id, then the anonymise literals (anonymise, or archive
+/// with anonymise-on-archive), rendered for this run.
+fn bind_strategy_values<'q>(
+    mut q: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
+    ctx: &RunCtx<'_>,
+    work: &Work<'_>,
+) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
+    let strategy = work.rule.strategy();
+    let plan = &ctx.ready.plans[&work.entity.id];
+    if strategy == Strategy::Archive {
+        q = q.bind(ctx.run_id);
+    }
+    if strategy == Strategy::Anonymise || (strategy == Strategy::Archive && plan.archive_anonymises)
+    {
+        for value in &work.literals {
+            q = match value {
+                RunParam::Text(text) => q.bind(text.clone()),
+                RunParam::Json(object) => q.bind(object.clone()),
+            };
+        }
+    }
+    q
 }
 
 /// Whether a batch changed only rows it locked: no more rows than it

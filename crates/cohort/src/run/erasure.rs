@@ -189,6 +189,7 @@ pub(crate) async fn erase(cx: &Context, req: ErasureRequest) -> Result<ErasureRe
             mutate_args: values,
             // An erasure's rows are few and found by key.
             by_address: false,
+            fused: None,
             literals: super::sweep::render_literals(
                 &ready.plans[&e.id],
                 e,

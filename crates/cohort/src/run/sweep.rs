@@ -140,6 +140,7 @@ fn stage_work<'a>(
         mutate_audited: plan.mutate_audited.get(&strategy).cloned(),
         mutate_args,
         by_address: plan.by_address.contains(&strategy),
+        fused: plan.fused.get(&strategy).cloned(),
         literals: render_literals(plan, e, now, tenant.map(|t| t.canonical()).as_deref()),
         counts: plan.counts[&strategy].clone(),
         counts_after: plan.counts_after.get(&strategy).cloned(),

@@ -118,6 +118,11 @@ pub(crate) struct Work<'a> {
     /// the mutations bind the batch's addresses in place of its keys
     /// ([`EntityPlan::by_address`](crate::sql::EntityPlan::by_address)).
     pub(crate) by_address: bool,
+    /// The batch as one statement (a sweep's, when its plan has one; see
+    /// [`crate::sql::Fused`]): binds `lock_args`, the strategy's values as
+    /// `mutate` binds them after its rows, the audit values when audited,
+    /// then the cursor and the range's end.
+    pub(crate) fused: Option<crate::sql::Fused>,
     /// The anonymise literals, rendered for this run (its `now`, its
     /// tenant), bound after the keys: computed once, applied in SQL.
     pub(crate) literals: Vec<RunParam>,
@@ -165,6 +170,7 @@ impl Work<'_> {
             mutate_audited: self.mutate_audited.clone(),
             mutate_args: earlier(&self.mutate_args),
             by_address: self.by_address,
+            fused: self.fused.clone(),
             literals: self.literals.clone(),
             counts: self.counts.clone(),
             counts_after: self.counts_after.clone(),

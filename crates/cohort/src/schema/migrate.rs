@@ -83,12 +83,33 @@ const SOURCES: &[(u32, &str, &str)] = &[
         "batch_size",
         include_str!("../../migrations/0011_batch_size.sql"),
     ),
+    (
+        12,
+        "hold_writers",
+        concat!(
+            include_str!("../../migrations/0012_hold_writers.sql"),
+            include_str!("../../migrations/0012_hold_functions.sql")
+        ),
+    ),
 ];
 
-fn render(template: &'static str, schema: &str) -> SqlText {
+/// The hold functions as version 12 installed them, run again where the
+/// tables move to (see [`super::relocate`]). A later version that changes
+/// them appends a migration and points this at its file.
+pub(crate) const HOLD_FUNCTIONS: &str = include_str!("../../migrations/0012_hold_functions.sql");
+
+/// Cohort's functions, by the name their placeholders use.
+pub(crate) const FUNCTIONS: [&str; 2] = ["retention_hold_stamp", "retention_hold_recent"];
+
+pub(crate) fn render(template: &'static str, schema: &str) -> SqlText {
     let tables: Vec<(&str, crate::ident::QualifiedName)> = CohortTable::ALL
         .iter()
         .map(|t| (t.name(), t.qualified(schema)))
+        .chain(
+            FUNCTIONS
+                .iter()
+                .map(|f| (*f, crate::ident::QualifiedName::new(schema, *f))),
+        )
         .collect();
     from_template(template, &tables)
 }

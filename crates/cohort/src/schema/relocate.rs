@@ -169,6 +169,16 @@ async fn move_in(tx: &mut PgConnection, from: &str, to: &str) -> Result<Vec<Stri
             .await?;
         moved.push((*name).to_owned());
     }
+    // The hold functions: made again in `to` (the trigger of the moved
+    // hold table repointed to them), then dropped from `from`.
+    let functions = super::migrate::render(super::migrate::HOLD_FUNCTIONS, to);
+    sqlx::raw_sql(sqlx::AssertSqlSafe(functions.as_str().to_owned()))
+        .execute(&mut *tx)
+        .await?;
+    statements::drop_hold_functions(from)
+        .raw()
+        .execute(&mut *tx)
+        .await?;
     if moved.iter().any(|t| t == SQLX_HISTORY) {
         rewrite_sqlx_checksums(tx, from, to).await?;
     }

@@ -18,6 +18,7 @@ use super::fragments::{
     blocked, bound_rows, hold_exists, not_done, referenced, subject_hold, tenant_filter, Casts,
     HoldKeys,
 };
+use super::fused;
 use crate::ident::{QualifiedName, SqlText};
 use crate::model::{AnonymiseMethod, CustomAnonymiser, EntityDescriptor};
 use crate::rules::{CategoryCapabilities, Strategy};
@@ -143,6 +144,9 @@ pub(crate) struct EntityPlan {
     /// done), and the batch loop checks that every key it changed was
     /// locked.
     pub(crate) by_address: std::collections::BTreeSet<Strategy>,
+    /// The strategies whose sweep batches can run as one statement, with
+    /// those statements (see [`super::fused`]).
+    pub(crate) fused: BTreeMap<Strategy, super::fused::Fused>,
 }
 /// How a stage measured from a previous stage's marker narrows an
 /// entity's statements (built on a descriptor whose anchor is the marker).
@@ -291,6 +295,7 @@ impl EntityPlan {
             custom: Vec::new(),
             archive_anonymises: e.archive.as_ref().is_some_and(|a| a.anonymise),
             by_address: std::collections::BTreeSet::new(),
+            fused: BTreeMap::new(),
         };
         let by_address = plain_table;
         // Anonymise's parameters are fixed by the entity, whatever the strategy.
@@ -470,15 +475,6 @@ impl EntityPlan {
                 .append(&floor(4 + t))
                 .append(&done)
                 .append(&blocked.unblocked);
-            // `(anchor, key) > ($n, $n+1)` or `<=`: a keyset bound; the
-            // anchor alone first lets the anchor index start (or stop) there.
-            let bound = |l: &mut SqlText, op: &'static str, loose: &'static str, n: usize| {
-                l.push(" AND ").col(&e.anchor).push(loose).param(n);
-                l.push(" AND (").col(&e.anchor).push(", ").col(&e.record_id);
-                l.push(") ").push(op).push(" (").param(n).push(", ");
-                casts.param(l, &e.record_id, n + 1);
-                l.push(")");
-            };
             // Candidates in (anchor, key) order, so a run can continue
             // each batch after the last one's final row (`lock_after`)
             // instead of walking again past every row it already did.
@@ -495,10 +491,10 @@ impl EntityPlan {
                     .append(&candidates);
                 if let Some(n) = after {
                     // The row comparison breaks anchor ties by key.
-                    bound(&mut l, ">", " >= ", n);
+                    keyset_bound(e, casts, &mut l, ">", " >= ", n);
                 }
                 if let Some(n) = until {
-                    bound(&mut l, "<=", " <= ", n);
+                    keyset_bound(e, casts, &mut l, "<=", " <= ", n);
                 }
                 l.push(" AND NOT ")
                     .append(&held)
@@ -543,7 +539,10 @@ impl EntityPlan {
             }
             let next = after + 1 + t + f;
             // The mutation without its re-checks: `key_match` picks the rows.
-            let body = |key_match: &SqlText| {
+            // `first_literal`: where anonymise's literals start; `recheck_held`:
+            // whether the hold check is repeated (not in a fused statement,
+            // whose snapshot is its candidates').
+            let body = |key_match: &SqlText, first_literal: usize, recheck_held: bool| {
                 let mut m = SqlText::default();
                 match strategy {
                     Strategy::Purge | Strategy::Archive => {
@@ -565,7 +564,8 @@ impl EntityPlan {
                     }
                     Strategy::Anonymise => {
                         m.push("UPDATE ").table(table).push(" t SET ");
-                        for (i, (column, value)) in anonymised_values(e, 3).into_iter().enumerate()
+                        for (i, (column, value)) in
+                            anonymised_values(e, first_literal).into_iter().enumerate()
                         {
                             if i > 0 {
                                 m.push(", ");
@@ -591,18 +591,18 @@ impl EntityPlan {
                 }
                 // The re-check in a new snapshot also sees holds and references
                 // committed while the batch was being locked.
-                m.append(&done)
-                    .append(&blocked.unblocked)
-                    .push(" AND NOT ")
-                    .append(&held);
+                m.append(&done).append(&blocked.unblocked);
+                if recheck_held {
+                    m.push(" AND NOT ").append(&held);
+                }
                 m
             };
             let by_key = casts.any(&e.record_id, 2);
-            plan.mutate_head.insert(strategy, body(&by_key));
+            plan.mutate_head.insert(strategy, body(&by_key, 3, true));
             // A sweep's rows by address, read where they lie instead of
             // through the key index (see `by_address`).
             let sweep_match = if addressed { at_addresses(2) } else { by_key };
-            let mut m = body(&sweep_match);
+            let mut m = body(&sweep_match, 3, true);
             // A sweep's mutation re-checks what the candidate query chose
             // by (cutoff and tenant) besides the keys, so no key collision,
             // concurrent update or planner surprise reaches another row.
@@ -612,6 +612,47 @@ impl EntityPlan {
                 .param(after)
                 .append(&tenant_filter(e, casts, after + 1))
                 .append(&floor(after + 1 + t));
+            // One statement per batch where nothing is read into the
+            // process and no restricting reference can appear after the
+            // snapshot (see `fused`).
+            if addressed && !(strategy.deletes() && referenced.is_some()) {
+                let head = 3 + t + f;
+                let archive = strategy == Strategy::Archive;
+                let extras = match strategy {
+                    Strategy::Archive if plan.archive_anonymises => 1 + plan.literals.len(),
+                    Strategy::Archive => 1,
+                    Strategy::Anonymise => plan.literals.len(),
+                    _ => 0,
+                };
+                let mut mutation =
+                    body(&SqlText::new(fused::LOCKED_UNLESS_RECENT), head + 1, false);
+                mutation
+                    .push(" AND ")
+                    .col(&e.anchor)
+                    .push(" < $2")
+                    .append(&tenant_filter(e, casts, 4))
+                    .append(&floor(4 + t));
+                let returning = if archive {
+                    archive_returning(e)
+                } else {
+                    let mut r = SqlText::default();
+                    r.col(&e.record_id);
+                    r
+                };
+                let parts = fused::Parts {
+                    e,
+                    casts,
+                    cohort_schema,
+                    candidates: &candidates,
+                    held: &held,
+                    head,
+                    extras,
+                    mutation,
+                    returning,
+                    archive_insert: archive.then(|| archive_insert(e, &plan, casts, head + 1)),
+                };
+                plan.fused.insert(strategy, fused::build(&parts));
+            }
             if strategy == Strategy::Archive {
                 let statements = archive_statements(e, &plan, casts, &m, next, cohort_schema);
                 plan.mutate_count.insert(strategy, statements.count);
@@ -765,6 +806,24 @@ impl EntityPlan {
     }
 }
 
+/// ` AND anchor <loose> $n AND (anchor, key) <op> ($n, $n+1)`: a keyset
+/// bound of the lock statements; the anchor alone first lets the anchor
+/// index start (or stop) there, the row comparison breaks anchor ties by key.
+pub(super) fn keyset_bound(
+    e: &EntityDescriptor,
+    casts: &Casts,
+    l: &mut SqlText,
+    op: &'static str,
+    loose: &'static str,
+    n: usize,
+) {
+    l.push(" AND ").col(&e.anchor).push(loose).param(n);
+    l.push(" AND (").col(&e.anchor).push(", ").col(&e.record_id);
+    l.push(") ").push(op).push(" (").param(n).push(", ");
+    casts.param(l, &e.record_id, n + 1);
+    l.push(")");
+}
+
 /// Each anonymised column's new value, in declaration order: literal and
 /// per-run values bound from `$first_literal` on (in `EntityPlan::literals`
 /// order), per-row values read from `v.j` (see [`per_row_values`]).
@@ -864,55 +923,13 @@ fn archive_statements(
     next: usize,
     cohort_schema: &str,
 ) -> ArchiveStatements {
-    let archive = e.archive.as_ref().expect("validated: archive has a table");
     let mut moved = SqlText::new("WITH moved AS (");
-    moved.append(delete).push(" RETURNING ");
-    for (i, c) in archive.columns.iter().enumerate() {
-        if i > 0 {
-            moved.push(", ");
-        }
-        moved.col(c);
-    }
-    moved.push(")");
-
-    let anonymised: BTreeMap<&str, SqlText> = if archive.anonymise {
-        anonymised_values(e, 4).into_iter().collect()
-    } else {
-        BTreeMap::new()
-    };
-    let mut insert = SqlText::new("INSERT INTO ");
-    insert.table(&archive.table).push(" (");
-    for c in &archive.columns {
-        insert.ident(c).push(", ");
-    }
-    insert
-        .ident(crate::model::ARCHIVED_AT)
-        .push(", ")
-        .ident(crate::model::ARCHIVE_RUN_ID)
-        // An identity column of the archive keeps the source's value.
-        .push(") OVERRIDING SYSTEM VALUE SELECT ");
-    for c in &archive.columns {
-        match anonymised.get(c.as_str()) {
-            Some(value) => {
-                insert.append(value);
-            }
-            None => {
-                insert.push("moved.").ident(c);
-            }
-        }
-        insert.push(", ");
-    }
-    insert.push("pg_catalog.now(), $3 FROM moved");
-    if archive.anonymise && !plan.custom.is_empty() {
-        // Every moved row is copied, whether or not its computed values
-        // came along (a missing object anonymises to NULL, never the original).
-        insert
-            .push(" LEFT JOIN ")
-            .append(&per_row_values(e, casts, 4 + plan.literals.len()))
-            .push(" ON moved.")
-            .ident(&e.record_id)
-            .push(" = v.k");
-    }
+    moved
+        .append(delete)
+        .push(" RETURNING ")
+        .append(&archive_returning(e))
+        .push(")");
+    let insert = archive_insert(e, plan, casts, 3);
 
     let count = {
         let mut s = moved.clone();
@@ -946,6 +963,74 @@ fn archive_statements(
         keys,
         audited,
     }
+}
+
+/// What the archive's mutation returns: the columns the copy takes.
+fn archive_returning(e: &EntityDescriptor) -> SqlText {
+    let archive = e.archive.as_ref().expect("validated: archive has a table");
+    let mut s = SqlText::default();
+    for (i, c) in archive.columns.iter().enumerate() {
+        if i > 0 {
+            s.push(", ");
+        }
+        s.col(c);
+    }
+    s
+}
+
+/// The archive's copy of the rows a `moved` statement returns: stamped
+/// with the statement's time and the run id (`$run_id`), the anonymised
+/// columns (with anonymise-on-archive) replaced by their anonymised
+/// values, bound after the run id.
+fn archive_insert(
+    e: &EntityDescriptor,
+    plan: &EntityPlan,
+    casts: &Casts,
+    run_id: usize,
+) -> SqlText {
+    let archive = e.archive.as_ref().expect("validated: archive has a table");
+    let anonymised: BTreeMap<&str, SqlText> = if archive.anonymise {
+        anonymised_values(e, run_id + 1).into_iter().collect()
+    } else {
+        BTreeMap::new()
+    };
+    let mut insert = SqlText::new("INSERT INTO ");
+    insert.table(&archive.table).push(" (");
+    for c in &archive.columns {
+        insert.ident(c).push(", ");
+    }
+    insert
+        .ident(crate::model::ARCHIVED_AT)
+        .push(", ")
+        .ident(crate::model::ARCHIVE_RUN_ID)
+        // An identity column of the archive keeps the source's value.
+        .push(") OVERRIDING SYSTEM VALUE SELECT ");
+    for c in &archive.columns {
+        match anonymised.get(c.as_str()) {
+            Some(value) => {
+                insert.append(value);
+            }
+            None => {
+                insert.push("moved.").ident(c);
+            }
+        }
+        insert.push(", ");
+    }
+    insert
+        .push("pg_catalog.now(), ")
+        .param(run_id)
+        .push(" FROM moved");
+    if archive.anonymise && !plan.custom.is_empty() {
+        // Every moved row is copied, whether or not its computed values
+        // came along (a missing object anonymises to NULL, never the original).
+        insert
+            .push(" LEFT JOIN ")
+            .append(&per_row_values(e, casts, run_id + 1 + plan.literals.len()))
+            .push(" ON moved.")
+            .ident(&e.record_id)
+            .push(" = v.k");
+    }
+    insert
 }
 
 /// Hold creation on a subject: locks every row of the entity whose given

@@ -29,6 +29,7 @@ pub(crate) mod dead_letters;
 mod entity;
 mod erasure;
 mod fragments;
+mod fused;
 pub(crate) mod grants;
 pub(crate) mod history;
 mod key;
@@ -49,6 +50,7 @@ pub(crate) mod worker;
 pub(crate) use entity::{lock_subject_rows, EntityPlan, RunValue, StageScope};
 pub(crate) use erasure::ErasurePlan;
 pub(crate) use fragments::{bound_rows, Casts, HoldKeys};
+pub(crate) use fused::Fused;
 pub(crate) use key::{bind_array, BindKey, BoundHolds, DecodeKey, IncomingKey, KeyType, KeyValue};
 pub(crate) use ledger::LedgerPlan;
 

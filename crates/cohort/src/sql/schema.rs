@@ -105,6 +105,17 @@ pub(crate) fn set_schema(table: &QualifiedName, to: &str) -> Statement<()> {
     Statement::new(sql, ())
 }
 
+/// Drops the hold functions a move left behind in `schema` (the trigger
+/// on the moved table already calls the new schema's own).
+pub(crate) fn drop_hold_functions(schema: &str) -> Statement<()> {
+    let mut sql = SqlText::new("DROP FUNCTION IF EXISTS ");
+    sql.table(&QualifiedName::new(schema, "retention_hold_stamp"))
+        .push("(), ")
+        .table(&QualifiedName::new(schema, "retention_hold_recent"))
+        .push("(uuid, xid8, int8)");
+    Statement::new(sql, ())
+}
+
 /// The marker `sweep_run` a move leaves in the old schema.
 pub(crate) fn create_marker(marker: &QualifiedName) -> Statement<()> {
     let mut sql = SqlText::new("CREATE TABLE ");

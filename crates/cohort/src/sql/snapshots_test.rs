@@ -158,6 +158,23 @@ fn render(plan: &EntityPlan) -> String {
             out.push_str(&format!("-- {kind} {strategy}\n{}\n\n", sql.as_str()));
         }
     }
+    for (strategy, fused) in &plan.fused {
+        for (kind, sql) in [
+            ("fused", &fused.count.plain),
+            ("fused_after_until", &fused.count.after_until),
+            ("fused_audited_after", &fused.audited.after),
+        ] {
+            out.push_str(&format!("-- {kind} {strategy}\n{}\n\n", sql.as_str()));
+        }
+        // Every form binds its parameters without a gap.
+        for forms in [&fused.count, &fused.audited] {
+            for sql in [&forms.plain, &forms.after, &forms.until, &forms.after_until] {
+                let found = placeholders(sql.as_str());
+                let last = found.iter().next_back().copied().unwrap_or(0);
+                assert_eq!(found, (1..=last).collect(), "{}", sql.as_str());
+            }
+        }
+    }
     for (name, sql) in [
         ("load_rows", &plan.load_rows),
         ("lock_target", &plan.lock_target),
@@ -194,6 +211,33 @@ fn entity_statements() {
             None,
             true,
         );
+        // Fused: purge (and soft delete) where nothing references the
+        // table; anonymise where no value is computed in Rust.
+        assert_eq!(
+            plan.fused.contains_key(&Strategy::Purge),
+            !blocked,
+            "{name}"
+        );
+        assert!(plan.fused.contains_key(&Strategy::SoftDelete), "{name}");
+        assert_eq!(
+            plan.fused.contains_key(&Strategy::Anonymise),
+            !plan.computes_per_row(Strategy::Anonymise),
+            "{name}"
+        );
+        if let Some(fused) = plan.fused.get(&Strategy::Purge) {
+            // The lock's values (tenant after the limit), then (audited)
+            // the four audit values, then the cursor and the range's end.
+            let t = usize::from(tenanted);
+            for (sql, last) in [
+                (&fused.count.plain, 3 + t),
+                (&fused.count.after, 5 + t),
+                (&fused.count.after_until, 7 + t),
+                (&fused.audited.plain, 7 + t),
+                (&fused.audited.until, 9 + t),
+            ] {
+                assert_eq!(placeholders(sql.as_str()), (1..=last).collect());
+            }
+        }
         insta::assert_snapshot!(format!("entity_{name}"), render(&plan));
     }
 }
@@ -447,6 +491,10 @@ fn entity_stage_statements() {
             Some(&(3 + t + 1 + 2)),
             "record keys, then two subject arrays"
         );
+        // Rows other rows reference through a restricting foreign key are
+        // deleted with two statements: a reference committed after the
+        // snapshot must be seen before the delete.
+        assert!(!plan.fused.contains_key(&Strategy::Purge));
         // Mutate: the addresses (keys elsewhere), cutoff, tenant, floor;
         // audited then its four values.
         assert!(plan.by_address.contains(&Strategy::Purge));

@@ -6,7 +6,7 @@ use crate::ident::QualifiedName;
 
 /// The schema version the code expects. Migrations record it on
 /// `sweep_run` as the table comment `cohort schema version N`.
-pub const SCHEMA_VERSION: u32 = 11;
+pub const SCHEMA_VERSION: u32 = 12;
 
 /// The prefix of the version comment on `sweep_run`.
 pub(crate) const VERSION_COMMENT_PREFIX: &str = "cohort schema version ";
@@ -197,6 +197,7 @@ impl CohortTable {
                 col!("subject_citext", TEXT, true),
                 col!("subject_uuid", UUID, true),
                 col!("subject_int", BIGINT, true),
+                col!("written_xid", "xid8", false),
             ],
             CohortTable::Setting => &[
                 col!("name", TEXT, false),

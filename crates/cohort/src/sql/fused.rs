@@ -1,0 +1,198 @@
+//! One statement per sweep batch: lock the candidates, re-check the holds
+//! their snapshot could not see, change the rows (and write their row
+//! details), all in one round trip.
+//!
+//! A sweep batch used to be two statements so that the mutation, in a new
+//! snapshot, saw holds committed while the candidates were being locked.
+//! The fused statement keeps that guarantee another way. Every hold its
+//! own snapshot cannot see was written by a transaction at or after that
+//! snapshot's xmin, and each hold records the transaction that last wrote
+//! it (`written_xid`, schema version 12). After every candidate is locked
+//! (its row count is the argument that makes it wait for them), the
+//! `VOLATILE` function `retention_hold_recent` looks, in a snapshot of its
+//! own, for such holds on the entity's records or on any subject: one
+//! range of an index, usually empty. When there is one, the statement
+//! changes nothing and returns every locked row, and the batch changes
+//! them with the two-statement path's mutation, whose new snapshot sees
+//! the hold. A hold written after that function looked cannot name a
+//! locked row: placing a hold locks its row (or its subject's rows)
+//! first, which waits for the batch to commit.
+//!
+//! The statement also returns every locked row when it changed fewer rows
+//! than it locked (a row updated after the snapshot was taken is locked
+//! in its newest version, which the snapshot cannot see, so the mutation
+//! passes over it): the batch then runs the same mutation on all of them,
+//! and it changes the ones still due. Otherwise it returns one row, the
+//! last locked, for the cursor.
+//!
+//! Only plain tables (rows found by address), batches that read no row
+//! into the process (no row handlers, no values computed in Rust) and
+//! deletions of rows nothing references through a restricting foreign key
+//! are fused; the rest keep the two statements.
+
+use super::entity::keyset_bound;
+use super::fragments::Casts;
+use crate::ident::{QualifiedName, SqlText};
+use crate::model::EntityDescriptor;
+
+/// The rows of a fused statement's mutation: the locked rows, by address,
+/// unless a hold was written since the snapshot (then none).
+pub(super) const LOCKED_UNLESS_RECENT: &str =
+    "t.ctid = ANY(ARRAY(SELECT c.addr FROM c)) AND NOT (SELECT r.recent FROM r)";
+
+/// A fused statement in each of the four ways a batch is bounded, as the
+/// lock statements are: `$1` entity id, `$2` cutoff, `$3` limit, then the
+/// tenant and the stage floor as `lock` binds them, then the strategy's
+/// own values (archive's run id, anonymise's literals), then (audited
+/// forms) the run id, the entity's display name, the tenant as text and
+/// the action, then the cursor and the range's end.
+///
+/// Returns `k, a, addr, locked, changed` (and `ids`, the changed records
+/// as text, on the last row of an audited form): the last locked row
+/// alone when it changed every locked row, every locked row otherwise,
+/// in (anchor, key) order; nothing when there was no candidate.
+#[derive(Debug, Clone)]
+pub(crate) struct FusedForms {
+    /// The first batch.
+    pub(crate) plain: SqlText,
+    /// After a cursor.
+    pub(crate) after: SqlText,
+    /// Up to a key range's end.
+    pub(crate) until: SqlText,
+    /// After a cursor, up to a key range's end.
+    pub(crate) after_until: SqlText,
+}
+
+impl FusedForms {
+    /// The form for a batch with or without a cursor and a range's end.
+    pub(crate) fn pick(&self, after: bool, until: bool) -> &SqlText {
+        match (after, until) {
+            (false, false) => &self.plain,
+            (true, false) => &self.after,
+            (false, true) => &self.until,
+            (true, true) => &self.after_until,
+        }
+    }
+}
+
+/// One strategy's fused statements.
+#[derive(Debug, Clone)]
+pub(crate) struct Fused {
+    /// Only the count (no per-row audit).
+    pub(crate) count: FusedForms,
+    /// Writing a row detail per changed row.
+    pub(crate) audited: FusedForms,
+}
+
+/// What one strategy's fused statements are made of.
+pub(super) struct Parts<'a> {
+    pub(super) e: &'a EntityDescriptor,
+    pub(super) casts: &'a Casts,
+    pub(super) cohort_schema: &'a str,
+    /// The candidates' conditions, as the lock statements have them.
+    pub(super) candidates: &'a SqlText,
+    /// The hold check of the candidates.
+    pub(super) held: &'a SqlText,
+    /// The last parameter before the strategy's own values.
+    pub(super) head: usize,
+    /// How many values of its own the strategy binds.
+    pub(super) extras: usize,
+    /// The mutation of the rows [`LOCKED_UNLESS_RECENT`] matches, with its
+    /// re-checks (without the hold check: its snapshot is the candidates').
+    pub(super) mutation: SqlText,
+    /// What the mutation returns (the key, or the archive's columns).
+    pub(super) returning: SqlText,
+    /// Archive: the copy, `INSERT … SELECT … FROM moved`.
+    pub(super) archive_insert: Option<SqlText>,
+}
+
+/// Builds a strategy's fused statements.
+pub(super) fn build(p: &Parts<'_>) -> Fused {
+    Fused {
+        count: forms(p, None),
+        audited: forms(p, Some(p.head + p.extras + 1)),
+    }
+}
+
+fn forms(p: &Parts<'_>, audit: Option<usize>) -> FusedForms {
+    let cursor = p.head + p.extras + 1 + if audit.is_some() { 4 } else { 0 };
+    FusedForms {
+        plain: statement(p, audit, None, None),
+        after: statement(p, audit, Some(cursor), None),
+        until: statement(p, audit, None, Some(cursor)),
+        after_until: statement(p, audit, Some(cursor), Some(cursor + 2)),
+    }
+}
+
+fn statement(
+    p: &Parts<'_>,
+    audit: Option<usize>,
+    after: Option<usize>,
+    until: Option<usize>,
+) -> SqlText {
+    let e = p.e;
+    let mut s = SqlText::new("WITH c AS (SELECT ");
+    p.casts.select(&mut s, &e.record_id);
+    s.push(" AS k, ")
+        .col(&e.record_id)
+        .push(" AS o, ")
+        .col(&e.anchor)
+        .push(" AS a, t.ctid AS addr FROM ")
+        .table(&e.table)
+        .push(" t WHERE ")
+        .append(p.candidates);
+    if let Some(n) = after {
+        keyset_bound(e, p.casts, &mut s, ">", " >= ", n);
+    }
+    if let Some(n) = until {
+        keyset_bound(e, p.casts, &mut s, "<=", " <= ", n);
+    }
+    s.push(" AND NOT ")
+        .append(p.held)
+        .push(" ORDER BY ")
+        .col(&e.anchor)
+        .push(", ")
+        .col(&e.record_id)
+        .push(" LIMIT $3 FOR UPDATE SKIP LOCKED), r AS (SELECT ")
+        .table(&QualifiedName::new(p.cohort_schema, "retention_hold_recent"))
+        // The snapshot's xmin is read here, in the statement's own
+        // snapshot; the function's query runs in a new one.
+        .push("($1, pg_catalog.pg_snapshot_xmin(pg_catalog.pg_current_snapshot()), (SELECT count(*) FROM c)) AS recent), moved AS (")
+        .append(&p.mutation)
+        .push(" RETURNING ")
+        .append(&p.returning)
+        .push(")");
+    if let Some(insert) = &p.archive_insert {
+        s.push(", archived AS (").append(insert).push(")");
+    }
+    if let Some(a) = audit {
+        s.push(", d AS (INSERT INTO ")
+            .table(&crate::sql::tables::CohortTable::RowDetail.qualified(p.cohort_schema))
+            .push(
+                " (run_id, retention_entity_id, entity_type, record_id, tenant_id, action) SELECT ",
+            )
+            .param(a)
+            .push(", $1, ")
+            .param(a + 1)
+            .push(", moved.")
+            .ident(&e.record_id)
+            .push("::text, ")
+            .param(a + 2)
+            .push(", ")
+            .param(a + 3)
+            .push(" FROM moved RETURNING record_id)");
+    }
+    s.push(" SELECT x.k, x.a, x.addr, x.locked, x.changed");
+    if audit.is_some() {
+        s.push(
+            ", CASE WHEN x.n = 1 THEN (SELECT pg_catalog.array_agg(d.record_id) FROM d) END AS ids",
+        );
+    }
+    s.push(
+        " FROM (SELECT c.k, c.o, c.a, c.addr::text AS addr, (SELECT count(*) FROM c) AS locked, \
+         (SELECT count(*) FROM moved) AS changed, \
+         pg_catalog.row_number() OVER (ORDER BY c.a DESC, c.o DESC) AS n FROM c) x \
+         WHERE x.n = 1 OR x.locked > x.changed ORDER BY x.a, x.o",
+    );
+    s
+}
