@@ -153,11 +153,11 @@ fn statement(
         .col(&e.anchor)
         .push(", ")
         .col(&e.record_id)
-        .push(" LIMIT $3 FOR UPDATE SKIP LOCKED), r AS (SELECT ")
+        .push(" LIMIT $3 FOR UPDATE SKIP LOCKED), n AS (SELECT count(*) AS locked FROM c), r AS (SELECT ")
         .table(&QualifiedName::new(p.cohort_schema, "retention_hold_recent"))
         // The snapshot's xmin is read here, in the statement's own
         // snapshot; the function's query runs in a new one.
-        .push("($1, pg_catalog.pg_snapshot_xmin(pg_catalog.pg_current_snapshot()), (SELECT count(*) FROM c)) AS recent), moved AS (")
+        .push("($1, pg_catalog.pg_snapshot_xmin(pg_catalog.pg_current_snapshot()), (SELECT n.locked FROM n)) AS recent), moved AS (")
         .append(&p.mutation)
         .push(" RETURNING ")
         .append(&p.returning)
@@ -182,17 +182,19 @@ fn statement(
             .param(a + 3)
             .push(" FROM moved RETURNING record_id)");
     }
-    s.push(" SELECT x.k, x.a, x.addr, x.locked, x.changed");
+    // The last locked row (a top-1 read of the locked rows, not a sort of
+    // them all), and every locked row when fewer were changed.
+    s.push(
+        ", l AS (SELECT c.a, c.o FROM c ORDER BY c.a DESC, c.o DESC LIMIT 1), \
+         m AS (SELECT count(*) AS changed FROM moved) \
+         SELECT c.k, c.a, c.addr::text AS addr, n.locked, m.changed",
+    );
     if audit.is_some() {
-        s.push(
-            ", CASE WHEN x.n = 1 THEN (SELECT pg_catalog.array_agg(d.record_id) FROM d) END AS ids",
-        );
+        s.push(", CASE WHEN c.a = l.a AND c.o = l.o THEN (SELECT pg_catalog.array_agg(d.record_id) FROM d) END AS ids");
     }
     s.push(
-        " FROM (SELECT c.k, c.o, c.a, c.addr::text AS addr, (SELECT count(*) FROM c) AS locked, \
-         (SELECT count(*) FROM moved) AS changed, \
-         pg_catalog.row_number() OVER (ORDER BY c.a DESC, c.o DESC) AS n FROM c) x \
-         WHERE x.n = 1 OR x.locked > x.changed ORDER BY x.a, x.o",
+        " FROM c, n, m, l WHERE n.locked > m.changed OR (c.a = l.a AND c.o = l.o) \
+         ORDER BY c.a, c.o",
     );
     s
 }

@@ -94,4 +94,6 @@ pub(crate) async fn database_now(
 pub(crate) const HASH_HEX_CHARS: usize = 64;
 
 #[cfg(test)]
+mod plans_test;
+#[cfg(test)]
 mod snapshots_test;

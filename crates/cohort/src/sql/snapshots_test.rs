@@ -22,7 +22,7 @@ fn mask(v: &String) -> String {
 
 /// The subject columns' and tenant's key types the snapshots assume: a
 /// uuid `user_id`, a citext `delegate_id`, a text tenant.
-fn key_types(e: &EntityDescriptor) -> (BTreeMap<String, KeyType>, Option<KeyType>) {
+pub(super) fn key_types(e: &EntityDescriptor) -> (BTreeMap<String, KeyType>, Option<KeyType>) {
     let subjects = e
         .subjects
         .iter()
@@ -38,14 +38,14 @@ fn key_types(e: &EntityDescriptor) -> (BTreeMap<String, KeyType>, Option<KeyType
     (subjects, e.tenant.as_ref().map(|_| KeyType::Text))
 }
 
-fn hold_keys(types: &(BTreeMap<String, KeyType>, Option<KeyType>)) -> HoldKeys<'_> {
+pub(super) fn hold_keys(types: &(BTreeMap<String, KeyType>, Option<KeyType>)) -> HoldKeys<'_> {
     HoldKeys {
         subjects: &types.0,
         tenant: types.1,
     }
 }
 
-fn descriptor(tenanted: bool, custom: bool) -> EntityDescriptor {
+pub(super) fn descriptor(tenanted: bool, custom: bool) -> EntityDescriptor {
     descriptor_with(tenanted, custom, false)
 }
 
@@ -108,7 +108,7 @@ fn descriptor_with(tenanted: bool, custom: bool, per_run: bool) -> EntityDescrip
     }
 }
 
-fn hasher() -> CustomAnonymiser {
+pub(super) fn hasher() -> CustomAnonymiser {
     crate::context::HmacPads::anonymiser(b"snapshot-test-key-0123456789")
 }
 

@@ -1,0 +1,180 @@
+//! The plans PostgreSQL picks for a sweep batch's statements, on a real
+//! server: a batch's mutation reads its locked rows by address (a TID
+//! scan), in the custom plans of a prepared statement's first executions
+//! as in the generic plan after them. The SQL text is pinned by the
+//! snapshots; this pins what the planner makes of it, which a harmless
+//! looking rewrite can change (binding the addresses directly once made
+//! custom plans count them and scan the tenant's whole eligible range).
+
+use sqlx::{Connection, Executor, Row};
+
+use super::snapshots_test::{descriptor, hasher, hold_keys, key_types};
+use super::{Casts, EntityPlan};
+use crate::rules::{CategoryCapabilities, Strategy};
+
+/// `app.contacts` as the snapshot descriptor reads it: 40,000 rows in two
+/// tenants, a quarter of tenant `a`'s past the cutoff, analysed.
+const TABLE: &str = "
+CREATE SCHEMA app;
+CREATE TABLE app.contacts (id bigint PRIMARY KEY, tenant_id text NOT NULL,
+    created_at timestamptz, anonymised_at timestamptz, is_deleted boolean NOT NULL DEFAULT false,
+    deleted_at timestamptz, email text, full_name text, phone text, reference text,
+    nickname text, badge text, user_id uuid, delegate_id text);
+CREATE INDEX ON app.contacts (tenant_id, created_at);
+INSERT INTO app.contacts (id, tenant_id, created_at, email, full_name, phone, reference, user_id)
+SELECT g, CASE WHEN g % 2 = 0 THEN 'a' ELSE 'b' END,
+       timestamptz '2026-01-01' + make_interval(mins => g), 'x@example.com', 'X', '+1', 'R', gen_random_uuid()
+FROM generate_series(1, 40000) g;
+ANALYZE app.contacts;
+";
+
+/// The plan nodes of `EXPLAIN (FORMAT JSON)`, as (node type, relation).
+fn nodes(plan: &serde_json::Value, out: &mut Vec<(String, String)>) {
+    if let Some(ty) = plan.get("Node Type").and_then(|v| v.as_str()) {
+        let relation = plan
+            .get("Relation Name")
+            .and_then(|v| v.as_str())
+            .unwrap_or("");
+        out.push((ty.to_owned(), relation.to_owned()));
+    }
+    if let Some(children) = plan.get("Plans").and_then(|v| v.as_array()) {
+        for child in children {
+            nodes(child, out);
+        }
+    }
+}
+
+/// Whether a plan's ModifyTable on `app.contacts` reads its rows by a TID
+/// scan, and no node scans the table otherwise but the candidates'.
+fn modifies_by_address(plan: &[(String, String)]) -> bool {
+    let tid = plan
+        .iter()
+        .any(|(ty, rel)| ty == "Tid Scan" && rel == "contacts");
+    let bitmap = plan
+        .iter()
+        .any(|(ty, rel)| ty == "Bitmap Heap Scan" && rel == "contacts");
+    tid && !bitmap
+}
+
+/// The plan `EXPLAIN EXECUTE` shows for `sql` prepared with `types` and
+/// run with `args` (literals), under the transaction's `plan_cache_mode`.
+async fn explain(
+    tx: &mut sqlx::PgConnection,
+    sql: &str,
+    types: &str,
+    args: &str,
+) -> Vec<(String, String)> {
+    tx.execute(sqlx::AssertSqlSafe(format!(
+        "PREPARE batch ({types}) AS {sql}"
+    )))
+    .await
+    .unwrap();
+    let explained: serde_json::Value = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "EXPLAIN (FORMAT JSON) EXECUTE batch ({args})"
+    )))
+    .fetch_one(&mut *tx)
+    .await
+    .unwrap()
+    .try_get(0)
+    .unwrap();
+    tx.execute("DEALLOCATE batch").await.unwrap();
+    let mut found = Vec::new();
+    nodes(&explained[0]["Plan"], &mut found);
+    found
+}
+
+#[tokio::test]
+async fn a_batch_changes_its_locked_rows_by_address_in_custom_and_generic_plans() {
+    let db = cohort_pgtemp::fresh_empty_database()
+        .await
+        .expect("test database");
+    let mut conn = db.connect().await.unwrap();
+    crate::schema::migrate(&mut conn, "cohort").await.unwrap();
+    conn.execute(TABLE).await.unwrap();
+
+    let e = descriptor(true, false);
+    let types = key_types(&e);
+    let plan = EntityPlan::build(
+        &e,
+        &CategoryCapabilities::new([Strategy::SoftDelete]).unwrap(),
+        &[],
+        &Casts::default(),
+        hold_keys(&types),
+        Some(&hasher()),
+        "cohort",
+        None,
+        true,
+    );
+    let entity = "b7316df4-7db5-46ad-aea7-f65c4b430f73";
+    let cutoff: chrono::DateTime<chrono::Utc> = "2026-01-08T00:00:00Z".parse().unwrap();
+    // The addresses of 5,000 of tenant a's eligible rows, as a lock
+    // statement returns them.
+    let addresses: Vec<String> = sqlx::query_scalar(
+        "SELECT ctid::text FROM app.contacts WHERE tenant_id = 'a' AND created_at < $1 \
+         ORDER BY created_at LIMIT 5000",
+    )
+    .bind(cutoff)
+    .fetch_all(&mut conn)
+    .await
+    .unwrap();
+    assert_eq!(addresses.len(), 5000);
+
+    let addresses = format!(
+        "'{{{}}}'::text[]",
+        addresses
+            .iter()
+            .map(|a| format!("\"{a}\""))
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    let entity = format!("'{entity}'::uuid");
+    let cutoff = "'2026-01-08T00:00:00Z'::timestamptz";
+    // The control: the addresses bound directly, which a custom plan
+    // counts; here it scans the tenant's eligible range instead, which is
+    // what this test would catch.
+    {
+        let mut tx = conn.begin().await.unwrap();
+        tx.execute("SET LOCAL plan_cache_mode = force_custom_plan")
+            .await
+            .unwrap();
+        let found = explain(
+            &mut tx,
+            "UPDATE app.contacts t SET is_deleted = TRUE WHERE t.ctid = ANY($1::pg_catalog.tid[]) \
+             AND t.created_at < $2 AND t.tenant_id = $3",
+            "text[], timestamptz, text",
+            &format!("{addresses}, {cutoff}, 'a'"),
+        )
+        .await;
+        assert!(!modifies_by_address(&found), "{found:?}");
+        tx.rollback().await.unwrap();
+    }
+    for mode in ["force_custom_plan", "force_generic_plan"] {
+        let mut tx = conn.begin().await.unwrap();
+        tx.execute(sqlx::AssertSqlSafe(format!(
+            "SET LOCAL plan_cache_mode = {mode}"
+        )))
+        .await
+        .unwrap();
+        // The two-statement path's mutation: `$1` entity, `$2` addresses,
+        // then the cutoff and the tenant.
+        let found = explain(
+            &mut tx,
+            plan.mutate_count[&Strategy::SoftDelete].as_str(),
+            "uuid, text[], timestamptz, text",
+            &format!("{entity}, {addresses}, {cutoff}, 'a'"),
+        )
+        .await;
+        assert!(modifies_by_address(&found), "{mode}: {found:?}");
+        // The fused statement: `$1` entity, `$2` cutoff, `$3` limit, `$4`
+        // tenant; its mutation reads the addresses its own lock took.
+        let found = explain(
+            &mut tx,
+            plan.fused[&Strategy::SoftDelete].count.plain.as_str(),
+            "uuid, timestamptz, int8, text",
+            &format!("{entity}, {cutoff}, 5000, 'a'"),
+        )
+        .await;
+        assert!(modifies_by_address(&found), "{mode}: {found:?}");
+        tx.rollback().await.unwrap();
+    }
+}
