@@ -22,13 +22,13 @@ const NOTES: [&str; 5] = [
     "The baseline writes no audit at all. Cohort's timing includes its run row \
      (insert + settle), the entity summary (insert + final update), one progress \
      update per batch, and a run-level advisory lock (take + release).",
-    "Cohort locks candidates and mutates them in two statements per batch (the \
-     second re-checks holds in a new snapshot), taking the locked rows by address \
-     (ctid, a TID scan); the reference and the baseline fuse both in one \
-     statement: WITH c AS (SELECT ctid AS tid, id ... FOR UPDATE SKIP LOCKED) \
-     DELETE/UPDATE ... WHERE ctid = ANY (ARRAY(SELECT tid FROM c)), the same \
-     access path (key lookups or the join form FROM c WHERE t.id = c.id would \
-     be slower, and flatter Cohort).",
+    "Cohort, the reference and the baseline all lock and mutate a batch in one \
+     statement: WITH c AS (SELECT ctid ... FOR UPDATE SKIP LOCKED) DELETE/UPDATE \
+     ... WHERE ctid = ANY (ARRAY(SELECT ... FROM c)), a TID scan. Cohort's also \
+     re-checks, in a fresh snapshot, holds written since its own snapshot \
+     (retention_hold_recent, one index range) and returns the batch's last row \
+     for its cursor; it falls back to a second statement only when such a hold \
+     exists or a locked row was not changed.",
     "Cohort also counts the tenant's remaining held and NULL-anchor rows after \
      its batches (through the active holds' keys and the anchor index).",
     "Same batch size, same index, same hold test, one transaction per batch, one \

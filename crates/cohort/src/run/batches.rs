@@ -200,6 +200,14 @@ pub(super) async fn batches(
                     .unwrap_or_default();
             }
             complete = changed == count;
+            if !complete {
+                tracing::debug!(
+                    parent: &batch_span,
+                    locked = count,
+                    changed,
+                    "the batch statement left locked rows as they were (a hold written while it ran, or rows updated since its snapshot); the mutation runs on them in a new snapshot"
+                );
+            }
         }
         let mut keys: Vec<KeyValue> = locked
             .iter()
