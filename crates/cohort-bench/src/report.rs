@@ -33,7 +33,8 @@ const NOTES: [&str; 5] = [
      its batches (through the active holds' keys and the anchor index).",
     "Same batch size, same index, same hold test, one transaction per batch, one \
      connection each; validation, connecting and statement preparation are \
-     excluded (untimed warm-up on a small table of the same name first).",
+     excluded (untimed warm-up on a small table of the same name first); a \
+     CHECKPOINT after seeding, before each timed side.",
 ];
 
 /// The run's parameters.
