@@ -8,8 +8,7 @@
 
 use sqlx::{Connection, Executor, Row};
 
-use super::snapshots_test::{descriptor, hasher, hold_keys, key_types};
-use super::{Casts, EntityPlan};
+use super::snapshots_test::{descriptor, plain_plan};
 use crate::rules::{CategoryCapabilities, Strategy};
 
 /// `app.contacts` as the snapshot descriptor reads it: 40,000 rows in two
@@ -93,17 +92,9 @@ async fn a_batch_changes_its_locked_rows_by_address_in_custom_and_generic_plans(
     conn.execute(TABLE).await.unwrap();
 
     let e = descriptor(true, false);
-    let types = key_types(&e);
-    let plan = EntityPlan::build(
+    let plan = plain_plan(
         &e,
         &CategoryCapabilities::new([Strategy::SoftDelete]).unwrap(),
-        &[],
-        &Casts::default(),
-        hold_keys(&types),
-        Some(&hasher()),
-        "cohort",
-        None,
-        true,
     );
     let entity = "b7316df4-7db5-46ad-aea7-f65c4b430f73";
     let cutoff: chrono::DateTime<chrono::Utc> = "2026-01-08T00:00:00Z".parse().unwrap();

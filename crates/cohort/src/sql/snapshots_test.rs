@@ -108,6 +108,23 @@ fn descriptor_with(tenanted: bool, custom: bool, per_run: bool) -> EntityDescrip
     }
 }
 
+/// The plan of `e` for `capabilities`, with no blockers, casts or stage,
+/// on a plain table, in schema `cohort`.
+pub(super) fn plain_plan(e: &EntityDescriptor, capabilities: &CategoryCapabilities) -> EntityPlan {
+    let types = key_types(e);
+    EntityPlan::build(
+        e,
+        capabilities,
+        &[],
+        &Casts::default(),
+        hold_keys(&types),
+        Some(&hasher()),
+        "cohort",
+        None,
+        true,
+    )
+}
+
 pub(super) fn hasher() -> CustomAnonymiser {
     crate::context::HmacPads::anonymiser(b"snapshot-test-key-0123456789")
 }
@@ -245,18 +262,7 @@ fn entity_statements() {
 #[test]
 fn entity_statements_with_a_per_run_anonymiser() {
     let e = descriptor_with(true, true, true);
-    let types = key_types(&e);
-    let plan = EntityPlan::build(
-        &e,
-        &all_strategies(),
-        &[],
-        &Casts::default(),
-        hold_keys(&types),
-        Some(&hasher()),
-        "cohort",
-        None,
-        true,
-    );
+    let plan = plain_plan(&e, &all_strategies());
     insta::assert_snapshot!("entity_tenanted_custom_per_run", render(&plan));
 }
 
