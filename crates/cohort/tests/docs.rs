@@ -508,7 +508,9 @@ async fn the_grants_block_runs_on_a_fresh_database() {
     let can: bool = sqlx::query_scalar(
         "SELECT has_table_privilege('app_role', 'cohort.sweep_run', 'INSERT') \
            AND has_table_privilege('app_role', 'app.session_notes', 'UPDATE') \
-           AND has_table_privilege('app_role', 'vault.session_notes_archive', 'INSERT')",
+           AND has_table_privilege('app_role', 'vault.session_notes_archive', 'INSERT') \
+           AND has_function_privilege('app_role', \
+                   'cohort.retention_hold_recent(uuid, xid8, bigint)', 'EXECUTE')",
     )
     .fetch_one(&mut *conn)
     .await

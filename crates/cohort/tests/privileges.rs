@@ -240,3 +240,99 @@ async fn every_part_checks_its_grants_before_it_starts() {
     )
     .await;
 }
+
+/// A database that revokes `EXECUTE` on functions from `PUBLIC` makes
+/// every sweep batch fail at `retention_hold_recent` (nothing changed, but
+/// nothing swept either). The grants check names that grant before
+/// anything starts, and with it granted the same role sweeps.
+#[tokio::test]
+async fn a_role_without_execute_on_the_hold_recheck_is_told_before_it_sweeps() {
+    use cohort::services::Access;
+    let db = engine_db().await;
+    let role = format!("cohort_noexec_{}", &db.name()[db.name().len() - 12..]);
+    exec(
+        db.pool(),
+        &format!(
+            "CREATE ROLE {role} LOGIN PASSWORD 'pw' NOSUPERUSER;
+             GRANT USAGE ON SCHEMA public, app TO {role};
+             GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {role};
+             GRANT SELECT, UPDATE, DELETE ON ALL TABLES IN SCHEMA app TO {role};
+             REVOKE EXECUTE ON FUNCTION public.retention_hold_recent(uuid, xid8, bigint) FROM PUBLIC;"
+        ),
+    )
+    .await;
+    let options = db.connect_options().username(&role).password("pw");
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(3)
+        .connect_with(options)
+        .await
+        .unwrap();
+    let mut b = Cohort::builder(pool.clone())
+        .config(test_config())
+        .rules(rules());
+    for d in engine_entities() {
+        b = b.declaration(d);
+    }
+    let cohort = b.build().await.unwrap();
+    let notes = "SELECT count(*) FROM app.notes";
+    let before = count(db.pool(), notes).await;
+
+    // Without the check, the sweep reaches the function and fails there.
+    let failed = cohort
+        .sweep(SweepRequest::tenanted(TENANT_A, now()))
+        .await
+        .unwrap();
+    assert_eq!(failed.status, RunStatus::PartiallyFailed, "{failed:?}");
+    let note = failed
+        .failures
+        .iter()
+        .find(|f| f.entity == "Note")
+        .unwrap_or_else(|| panic!("Note did not fail: {failed:?}"));
+    // insufficient_privilege (the diagnostic keeps the code, not the text)
+    assert!(note.error.contains("code=42501"), "{}", note.error);
+    assert_eq!(failed.entity("Note").unwrap().affected, 0);
+    assert_eq!(
+        count(db.pool(), notes).await,
+        before,
+        "a failed batch changed rows"
+    );
+
+    // The check says so first, naming the grant as it must be written.
+    let e = cohort.check_grants(&[Access::Runs]).await.unwrap_err();
+    let text = e.to_string();
+    assert!(e.kind().is_bad_input(), "{e}");
+    assert!(
+        text.contains(
+            "GRANT EXECUTE ON FUNCTION public.retention_hold_recent(uuid, xid8, bigint) is missing \
+             (needed by sweeps and erasure"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("lacks 1 grant(s)"), "only that one: {text}");
+    // The console does not call it.
+    cohort.check_grants(&[Access::Console]).await.unwrap();
+
+    // Granted as the check spelled it: the check passes and the sweep runs.
+    exec(
+        db.pool(),
+        &format!(
+            "GRANT EXECUTE ON FUNCTION public.retention_hold_recent(uuid, xid8, bigint) TO {role}"
+        ),
+    )
+    .await;
+    cohort.check_grants(&[Access::Runs]).await.unwrap();
+    let swept = cohort
+        .sweep(SweepRequest::tenanted(TENANT_A, now()))
+        .await
+        .unwrap();
+    assert_eq!(swept.status, RunStatus::Succeeded, "{swept:?}");
+    assert!(swept.entity("Note").unwrap().affected > 0, "{swept:?}");
+    assert!(count(db.pool(), notes).await < before);
+
+    pool.close().await;
+    exec(
+        db.pool(),
+        &format!("DROP OWNED BY {role}; DROP ROLE {role};"),
+    )
+    .await;
+}

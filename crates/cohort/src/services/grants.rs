@@ -1,7 +1,8 @@
 //! What each part of Cohort needs the database role to be allowed, checked
-//! at start-up against the live grants (`has_table_privilege`), so that a
-//! role without them gets one clear error listing every missing grant,
-//! not a failure in the middle of a run or a delivery.
+//! at start-up against the live grants (`has_table_privilege`,
+//! `has_function_privilege`), so that a role without them gets one clear
+//! error listing every missing grant, not a failure in the middle of a run
+//! or a delivery.
 
 use crate::context::{Context, Prepared};
 use crate::error::{Error, Problems, Result};
@@ -43,8 +44,60 @@ impl Access {
     }
 }
 
-/// One needed privilege: (table, privilege, why).
-type Need = (QualifiedName, &'static str, String);
+/// What a privilege is on.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+enum Object {
+    Table(QualifiedName),
+    /// A function, with its argument types in parentheses.
+    Function(QualifiedName, &'static str),
+}
+
+impl Object {
+    fn name(&self) -> &QualifiedName {
+        match self {
+            Object::Table(n) | Object::Function(n, _) => n,
+        }
+    }
+
+    fn arguments(&self) -> &'static str {
+        match self {
+            Object::Table(_) => "",
+            Object::Function(_, args) => args,
+        }
+    }
+
+    /// How a `GRANT` names it.
+    fn granted_on(&self) -> String {
+        match self {
+            Object::Table(n) => n.display_plain(),
+            Object::Function(n, args) => format!("FUNCTION {}{args}", n.display_plain()),
+        }
+    }
+}
+
+/// One needed privilege: (object, privilege, why).
+type Need = (Object, &'static str, String);
+
+/// The functions a part calls: a sweep's batch statement calls
+/// `retention_hold_recent` to re-check holds written after its snapshot
+/// (schema 12). A database that revokes `EXECUTE` on new functions from
+/// `PUBLIC` must grant it.
+fn cohort_functions(schema: &str, access: Access) -> Vec<Need> {
+    match access {
+        Access::Runs => vec![(
+            Object::Function(
+                QualifiedName::new(schema, "retention_hold_recent"),
+                "(uuid, xid8, bigint)",
+            ),
+            "EXECUTE",
+            format!(
+                "{} (a batch re-checks holds written after its snapshot)",
+                access.name()
+            ),
+        )],
+        _ => Vec::new(),
+    }
+}
 
 fn cohort_tables(schema: &str, access: Access) -> Vec<Need> {
     use CohortTable::*;
@@ -95,9 +148,13 @@ fn cohort_tables(schema: &str, access: Access) -> Vec<Need> {
     };
     list.iter()
         .flat_map(|(t, privileges)| {
-            privileges
-                .iter()
-                .map(move |p| (t.qualified(schema), *p, access.name().to_string()))
+            privileges.iter().map(move |p| {
+                (
+                    Object::Table(t.qualified(schema)),
+                    *p,
+                    access.name().to_string(),
+                )
+            })
         })
         .collect()
 }
@@ -109,14 +166,18 @@ fn retained_tables(ready: &Prepared) -> Vec<Need> {
     let mut out = Vec::new();
     for e in ready.model.ordered() {
         let table = &e.table;
-        out.push((table.clone(), "SELECT", format!("sweeps of {}", e.name)));
+        out.push((
+            Object::Table(table.clone()),
+            "SELECT",
+            format!("sweeps of {}", e.name),
+        ));
         let Some(plan) = ready.plans.get(&e.id) else {
             continue;
         };
         for strategy in plan.mutate.keys() {
             if let (Strategy::Archive, Some(archive)) = (strategy, &e.archive) {
                 out.push((
-                    archive.table.clone(),
+                    Object::Table(archive.table.clone()),
                     "INSERT",
                     format!("archive of {} (its category may archive)", e.name),
                 ));
@@ -127,7 +188,7 @@ fn retained_tables(ready: &Prepared) -> Vec<Need> {
                 _ => continue,
             };
             out.push((
-                table.clone(),
+                Object::Table(table.clone()),
                 privilege,
                 format!(
                     "{} of {} (its category may {})",
@@ -142,7 +203,7 @@ fn retained_tables(ready: &Prepared) -> Vec<Need> {
             // PostgreSQL allows a row lock only with UPDATE on the table,
             // whatever the strategy.
             out.push((
-                table.clone(),
+                Object::Table(table.clone()),
                 "UPDATE",
                 format!(
                     "row locks of {} (a batch locks its rows FOR UPDATE)",
@@ -160,6 +221,7 @@ pub(crate) async fn check(cx: &Context, accesses: &[Access]) -> Result<()> {
     let mut needs: Vec<Need> = Vec::new();
     for access in accesses {
         needs.extend(cohort_tables(&cx.config.schema, *access));
+        needs.extend(cohort_functions(&cx.config.schema, *access));
         if *access == Access::Runs {
             needs.extend(retained_tables(&ready));
         }
@@ -167,9 +229,10 @@ pub(crate) async fn check(cx: &Context, accesses: &[Access]) -> Result<()> {
     needs.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
     needs.dedup_by(|a, b| a.0 == b.0 && a.1 == b.1);
     let privileges = statements::Privileges {
-        schemas: needs.iter().map(|n| n.0.schema.clone()).collect(),
-        tables: needs.iter().map(|n| n.0.name.clone()).collect(),
+        schemas: needs.iter().map(|n| n.0.name().schema.clone()).collect(),
+        names: needs.iter().map(|n| n.0.name().name.clone()).collect(),
         privileges: needs.iter().map(|n| n.1).collect(),
+        arguments: needs.iter().map(|n| n.0.arguments()).collect(),
     };
     let missing: Vec<bool> = statements::missing(privileges)
         .query_scalar()
@@ -179,10 +242,10 @@ pub(crate) async fn check(cx: &Context, accesses: &[Access]) -> Result<()> {
         .iter()
         .zip(missing)
         .filter(|(_, m)| *m)
-        .map(|((table, privilege, why), _)| {
+        .map(|((object, privilege, why), _)| {
             format!(
                 "GRANT {privilege} ON {} is missing (needed by {why})",
-                table.display_plain()
+                object.granted_on()
             )
         })
         .collect();

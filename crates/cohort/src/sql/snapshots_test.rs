@@ -1098,8 +1098,9 @@ fn grant_statements() {
     use crate::sql::grants::{current_role, missing, Privileges};
     let check = missing(Privileges {
         schemas: vec![],
-        tables: vec![],
+        names: vec![],
         privileges: vec![],
+        arguments: vec![],
     });
     insta::assert_snapshot!(
         "grants",
