@@ -302,10 +302,14 @@ async fn measure(
         },
         ..CohortConfig::default()
     };
+    // As `cohort sweep` runs it: no metrics exporter, so no read of the
+    // backlog for its gauge after the batches (docs/performance.md has
+    // what that read costs a worker that exports metrics).
     let cohort = Cohort::builder(cohort_pool.clone())
         .config(config)
         .rules(scenario.rules()?)
         .declaration(scenario.declaration())
+        .backlog_gauge(false)
         .build()
         .await?;
     let (warm, _) = cohort_sweep(&cohort, scenario, seed).await?;

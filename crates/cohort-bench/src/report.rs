@@ -30,7 +30,10 @@ const NOTES: [&str; 5] = [
      for its cursor; it falls back to a second statement only when such a hold \
      exists or a locked row was not changed.",
     "Cohort also counts the tenant's remaining held and NULL-anchor rows after \
-     its batches (through the active holds' keys and the anchor index).",
+     its batches (through the active holds' keys and the anchor index). It runs \
+     as `cohort sweep` does, without a metrics exporter, so it does not read the \
+     backlog for cohort_entity_backlog_age_seconds after its batches (a worker \
+     with --metrics-addr does; its cost is in docs/performance.md).",
     "Same batch size, same index, same hold test, one transaction per batch, one \
      connection each; validation, connecting and statement preparation are \
      excluded (untimed warm-up on a small table of the same name first); a \

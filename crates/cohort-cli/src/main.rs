@@ -467,7 +467,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             commands::runs(&cohort, cli.json, cmd).await
         }
         Command::Dispatch { once } => {
-            let (cohort, policy) = open_with(&cli, true).await?;
+            let (cohort, policy) = open_with(&cli, true, false).await?;
             commands::dispatch(&cohort, &policy, cli.json, *once).await
         }
         Command::DeadLetters(cmd) => {
@@ -475,7 +475,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             commands::dead_letters(&cohort, cli.json, cmd).await
         }
         Command::Worker { metrics_addr } => {
-            let (cohort, _) = open_with(&cli, true).await?;
+            let (cohort, _) = open_with(&cli, true, metrics_addr.is_some()).await?;
             services::worker(&cohort, *metrics_addr).await
         }
         Command::Settings(cmd) => {
@@ -518,7 +518,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
 
 /// Loads the policy, connects, and builds a validated handle.
 async fn open(cli: &Cli) -> Result<(Cohort, PolicyFile), Failure> {
-    open_with(cli, false).await
+    open_with(cli, false, false).await
 }
 
 /// A handle for a command that reads only the ledger (`report`): the
@@ -535,8 +535,14 @@ async fn open_ledger(cli: &Cli) -> Result<Cohort, Failure> {
 /// [`open`] for a command that runs services: its pool also has room for
 /// the worker's pass lock, a run's lock and batch, the pruner, and one
 /// connection per parallel handler delivery. Either pool has room for the
-/// extra connections of a parallel sweep (`sweep_parallelism`).
-async fn open_with(cli: &Cli, services: bool) -> Result<(Cohort, PolicyFile), Failure> {
+/// extra connections of a parallel sweep (`sweep_parallelism`). Sweeps
+/// read the backlog for its gauge only in a process that `exports` metrics
+/// (`cohort worker --metrics-addr`): elsewhere nothing would show it.
+async fn open_with(
+    cli: &Cli,
+    services: bool,
+    exports: bool,
+) -> Result<(Cohort, PolicyFile), Failure> {
     let policy = load_policy(cli, true)?.expect("required");
     let url = database_url(cli, Some(&policy))?;
     let lanes = policy.max_sweep_parallelism().min(64) - 1;
@@ -547,7 +553,9 @@ async fn open_with(cli: &Cli, services: bool) -> Result<(Cohort, PolicyFile), Fa
             4
         };
     let pool = pool(&url, connections).await?;
-    let mut builder = Cohort::builder(pool).policy(policy.clone());
+    let mut builder = Cohort::builder(pool)
+        .policy(policy.clone())
+        .backlog_gauge(exports);
     let progress = commands::progress_wanted(cli.json).then(commands::Progress::install);
     if let Some(p) = &progress {
         builder = builder.observer(p.clone());

@@ -215,3 +215,148 @@ async fn of_now(cohort: &Cohort, name: &str) -> cohort::telemetry::EntityBacklog
         .find(|b| b.entity == name)
         .unwrap()
 }
+
+/// A metrics recorder for one test's thread: every value a gauge is set
+/// to, by name and labels.
+#[derive(Clone, Default)]
+struct Gauges(std::sync::Arc<std::sync::Mutex<Vec<(String, f64)>>>);
+
+struct Set {
+    key: String,
+    seen: Gauges,
+}
+
+impl metrics::GaugeFn for Set {
+    fn increment(&self, _: f64) {}
+    fn decrement(&self, _: f64) {}
+    fn set(&self, value: f64) {
+        self.seen.0.lock().unwrap().push((self.key.clone(), value));
+    }
+}
+
+impl metrics::Recorder for Gauges {
+    fn describe_counter(
+        &self,
+        _: metrics::KeyName,
+        _: Option<metrics::Unit>,
+        _: metrics::SharedString,
+    ) {
+    }
+    fn describe_gauge(
+        &self,
+        _: metrics::KeyName,
+        _: Option<metrics::Unit>,
+        _: metrics::SharedString,
+    ) {
+    }
+    fn describe_histogram(
+        &self,
+        _: metrics::KeyName,
+        _: Option<metrics::Unit>,
+        _: metrics::SharedString,
+    ) {
+    }
+    fn register_counter(&self, _: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Counter {
+        metrics::Counter::noop()
+    }
+    fn register_gauge(&self, key: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Gauge {
+        let labels: Vec<String> = key
+            .labels()
+            .map(|l| format!("{}={}", l.key(), l.value()))
+            .collect();
+        metrics::Gauge::from_arc(std::sync::Arc::new(Set {
+            key: format!("{}{{{}}}", key.name(), labels.join(",")),
+            seen: self.clone(),
+        }))
+    }
+    fn register_histogram(
+        &self,
+        _: &metrics::Key,
+        _: &metrics::Metadata<'_>,
+    ) -> metrics::Histogram {
+        metrics::Histogram::noop()
+    }
+}
+
+impl Gauges {
+    fn backlog_of(&self, entity: &str) -> Vec<f64> {
+        let key = format!("cohort_entity_backlog_age_seconds{{entity={entity}}}");
+        self.0
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(k, _)| *k == key)
+            .map(|(_, v)| *v)
+            .collect()
+    }
+}
+
+/// The backlog gauge's read after a sweep runs by default, and finds what
+/// the sweep left: here a row another session held locked, which the
+/// batches passed over (`SKIP LOCKED`). `backlog_gauge(false)`, for a
+/// process that exports no metrics (`cohort sweep`), skips the read: the
+/// same sweep sets no gauge, and changes the same rows.
+#[tokio::test]
+async fn the_backlog_gauge_is_read_after_a_sweep_unless_turned_off() {
+    let db = migrated_db().await;
+    let pool = db.pool();
+    exec(pool, TABLES).await;
+    let seed = format!(
+        "DELETE FROM app.notes;
+         INSERT INTO app.notes VALUES
+           (1, '{TENANT_A}', now() - interval '50 days'),
+           (2, '{TENANT_A}', now() - interval '70 days'),
+           (3, '{TENANT_A}', now() - interval '10 days');"
+    );
+    let policy = || cohort::policy::PolicyFile::parse(&policy()).unwrap();
+    let measured = Cohort::builder(pool.clone())
+        .policy(policy())
+        .build()
+        .await
+        .unwrap();
+    let unmeasured = Cohort::builder(pool.clone())
+        .policy(policy())
+        .backlog_gauge(false)
+        .build()
+        .await
+        .unwrap();
+
+    for (cohort, read) in [(&measured, true), (&unmeasured, false)] {
+        exec(pool, &seed).await;
+        // Another session holds note 2 (70 days old) locked for the sweep.
+        let mut locker = pool.begin().await.unwrap();
+        sqlx::query("SELECT 1 FROM app.notes WHERE id = 2 FOR UPDATE")
+            .execute(&mut *locker)
+            .await
+            .unwrap();
+        let now: DateTime<Utc> = sqlx::query_scalar("SELECT now()")
+            .fetch_one(pool)
+            .await
+            .unwrap();
+        let gauges = Gauges::default();
+        let swept = {
+            let _local = metrics::set_default_local_recorder(&gauges);
+            cohort
+                .sweep(SweepRequest::tenanted(TENANT_A, now))
+                .await
+                .unwrap()
+        };
+        locker.rollback().await.unwrap();
+        assert_eq!(swept.status, cohort::RunStatus::Succeeded);
+        assert_eq!(swept.entity("Note").unwrap().affected, 1, "note 1 only");
+        assert_eq!(
+            labels(pool, "SELECT id::text FROM app.notes ORDER BY id").await,
+            ["2", "3"],
+            "the locked row was passed over"
+        );
+        let seen = gauges.backlog_of("Note");
+        if read {
+            // Note 2 is 40 days past the 30-day cutoff.
+            let forty = TimeDelta::days(40).num_seconds() as f64;
+            assert_eq!(seen.len(), 1, "{seen:?}");
+            assert!(seen[0] >= forty && seen[0] < forty + 60.0, "{seen:?}");
+        } else {
+            assert!(seen.is_empty(), "no read, no gauge: {seen:?}");
+        }
+    }
+}

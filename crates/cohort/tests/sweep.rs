@@ -547,7 +547,7 @@ async fn dependents_go_first_and_rows_still_referenced_are_skipped_not_failed() 
 
 /// The end-of-entity counts find held rows through the active holds' keys
 /// when they can be bound, and by reading the rows otherwise (more than
-/// 10 000 active holds, or a hold whose record id cannot be a key): the
+/// 100 000 active holds, or a hold whose record id cannot be a key): the
 /// figures agree, and the held rows and NULL anchors are counted exactly.
 #[tokio::test]
 async fn held_and_null_anchor_counts_agree_however_the_holds_are_read() {
@@ -556,7 +556,7 @@ async fn held_and_null_anchor_counts_agree_however_the_holds_are_read() {
     let cases = [
         ("", 1),
         (
-            "SELECT gen_random_uuid()::text FROM generate_series(1, 10001)",
+            "SELECT gen_random_uuid()::text FROM generate_series(1, 100001)",
             1,
         ),
         ("SELECT 'not-a-uuid'", 1),

@@ -35,6 +35,9 @@ pub(crate) struct Context {
     pub(crate) handlers: BTreeMap<uuid::Uuid, Vec<crate::handlers::Registered>>,
     pub(crate) ready: OnceCell<Arc<Prepared>>,
     pub(crate) observers: ObserverHub,
+    /// Whether a sweep reads each entity's backlog after its batches, for
+    /// the backlog gauge ([`crate::CohortBuilder::backlog_gauge`]).
+    pub(crate) backlog_gauge: bool,
 }
 
 /// A validated model with its SQL plans, built once.

@@ -63,7 +63,7 @@ pub(crate) async fn counts(
 
 /// The most active holds of one entity whose keys are bound into one
 /// statement; with more, the counts read the rows past the cutoff instead.
-pub(super) const MAX_BOUND_HOLDS: i64 = 10_000;
+pub(super) const MAX_BOUND_HOLDS: i64 = 100_000;
 
 /// An entity's active holds as values its statements can bind: the
 /// record holds' keys, parsed in the record key's type, and per subject

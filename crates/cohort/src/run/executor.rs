@@ -449,7 +449,7 @@ async fn run_entity(
     result?;
     measured.map_err(stop_from)?;
     finish.map_err(stop_from)?;
-    if ctx.spec.kind == RunKind::Sweep {
+    if ctx.spec.kind == RunKind::Sweep && ctx.cx.backlog_gauge {
         record_backlog(conn, ctx.spec, work).await;
     }
     Ok(())
