@@ -414,11 +414,26 @@ impl Way {
     }
 }
 
-/// Writes out what seeding left dirty (`CHECKPOINT`) before a timed run,
-/// so that no side is timed while the checkpoint of the table seeded just
-/// before it (millions of rows at 4M) runs beside it: without it, the side
-/// a checkpoint happened to overlap lost up to half its speed.
+/// Before a timed run: turns autovacuum off for every table of the
+/// benchmark's own database (the seeded tables, Cohort's ledger, the
+/// reference's detail table), so that no background vacuum of a table
+/// seeded or filled just before (a million rows and more) runs beside one
+/// side and not the other; then writes out what seeding left dirty
+/// (`CHECKPOINT`), so that no side is timed beside that checkpoint either.
+/// Without them, the side a vacuum or a checkpoint happened to overlap
+/// lost up to half its speed on this 2-core machine.
 async fn settle(pool: &PgPool) -> Result<(), BoxError> {
+    sqlx::raw_sql(
+        "DO $$ DECLARE t regclass; BEGIN \
+           FOR t IN SELECT c.oid::regclass FROM pg_catalog.pg_class c \
+                    JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+                    WHERE n.nspname = 'public' AND c.relkind = 'r' LOOP \
+             EXECUTE pg_catalog.format('ALTER TABLE %s SET (autovacuum_enabled = false)', t); \
+           END LOOP; \
+         END $$",
+    )
+    .execute(pool)
+    .await?;
     sqlx::query("CHECKPOINT").execute(pool).await?;
     Ok(())
 }

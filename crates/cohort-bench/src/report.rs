@@ -36,8 +36,9 @@ const NOTES: [&str; 5] = [
      with --metrics-addr does; its cost is in docs/performance.md).",
     "Same batch size, same index, same hold test, one transaction per batch, one \
      connection each; validation, connecting and statement preparation are \
-     excluded (untimed warm-up on a small table of the same name first); a \
-     CHECKPOINT after seeding, before each timed side.",
+     excluded (untimed warm-up on a small table of the same name first); \
+     autovacuum off on the benchmark database's tables and a CHECKPOINT after \
+     seeding, before each timed side.",
 ];
 
 /// The run's parameters.
