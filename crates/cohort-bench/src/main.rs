@@ -421,7 +421,8 @@ impl Way {
 /// side and not the other; then writes out what seeding left dirty
 /// (`CHECKPOINT`), so that no side is timed beside that checkpoint either.
 /// Without them, the side a vacuum or a checkpoint happened to overlap
-/// lost up to half its speed on this 2-core machine.
+/// lost up to half its speed on this 2-core machine. Then `sync`s this
+/// machine's page cache (see below).
 async fn settle(pool: &PgPool) -> Result<(), BoxError> {
     sqlx::raw_sql(
         "DO $$ DECLARE t regclass; BEGIN \
@@ -435,6 +436,12 @@ async fn settle(pool: &PgPool) -> Result<(), BoxError> {
     .execute(pool)
     .await?;
     sqlx::query("CHECKPOINT").execute(pool).await?;
+    // The throw-away cluster runs with fsync off, so the checkpoint leaves
+    // its writes in this machine's page cache, for the kernel to write
+    // back half a minute later: into the next side's run. Write them now
+    // (a server elsewhere has its own; this then syncs only this machine).
+    let synced = tokio::process::Command::new("sync").status().await?;
+    ensure(synced.success(), || format!("sync failed: {synced}"))?;
     Ok(())
 }
 
