@@ -67,6 +67,12 @@ struct Args {
     /// whatever the order given (all four when left out).
     #[arg(long, value_delimiter = ',', value_parser = ["purge", "archive", "anonymise", "soft_delete"])]
     strategies: Vec<String>,
+    /// Times each strategy this many times (every side, each on a freshly
+    /// seeded table) and reports each side's median seconds, with every
+    /// run's ratio to the reference: one run on a small shared machine
+    /// moves by a fifth and more.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=9))]
+    repeat: u32,
     /// Print the results as one JSON document instead of a table.
     #[arg(long)]
     json: bool,
@@ -197,25 +203,29 @@ async fn bench(args: &Args, rows: u64, db: &TestDatabase) -> Result<Report, BoxE
         eprintln!("cohort-bench: {} ...", scenario.label);
         reference::install(&mut reference_conn, scenario, reference::Details::Ledger).await?;
         reference::install(&mut reference_conn, scenario, reference::Details::Plain).await?;
-        let m = measure(
-            (args, rows),
-            pool,
-            &cohort_pool,
-            (&mut baseline_conn, &mut reference_conn),
-            scenario,
-            &seed,
-        )
-        .await?;
-        eprintln!(
-            "cohort-bench: {}: {} rows, Cohort {:.3} s, reference {:.3} s (plain details {:.3} s), baseline {:.3} s",
-            m.label,
-            m.affected,
-            m.cohort_seconds,
-            m.reference_seconds,
-            m.plain_reference_seconds,
-            m.baseline_seconds
-        );
-        measurements.push(m);
+        let mut runs = Vec::new();
+        for _ in 0..args.repeat {
+            let m = measure(
+                (args, rows),
+                pool,
+                &cohort_pool,
+                (&mut baseline_conn, &mut reference_conn),
+                scenario,
+                &seed,
+            )
+            .await?;
+            eprintln!(
+                "cohort-bench: {}: {} rows, Cohort {:.3} s, reference {:.3} s (plain details {:.3} s), baseline {:.3} s",
+                m.label,
+                m.affected,
+                m.cohort_seconds,
+                m.reference_seconds,
+                m.plain_reference_seconds,
+                m.baseline_seconds
+            );
+            runs.push(m);
+        }
+        measurements.push(Measurement::median(runs));
     }
     cohort_pool.close().await;
     let _ = sqlx::Connection::close(baseline_conn).await;
@@ -385,6 +395,7 @@ async fn measure(
         baseline_seconds,
         reference_seconds,
         plain_reference_seconds,
+        runs: vec![(cohort_seconds, reference_seconds)],
     })
 }
 

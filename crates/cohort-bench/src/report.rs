@@ -81,9 +81,53 @@ pub(crate) struct Measurement {
     pub(crate) reference_seconds: f64,
     /// The plain reference's (details into a plain table) seconds.
     pub(crate) plain_reference_seconds: f64,
+    /// Each run's (Cohort, reference) seconds, in the order they ran.
+    pub(crate) runs: Vec<(f64, f64)>,
+}
+
+/// The middle value (the mean of the two middle ones for an even count).
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    match n {
+        0 => 0.0,
+        _ if n % 2 == 1 => values[n / 2],
+        _ => (values[n / 2 - 1] + values[n / 2]) / 2.0,
+    }
 }
 
 impl Measurement {
+    /// Several runs of one strategy as one: each side's median seconds,
+    /// and every run kept (`runs` is not empty; every run changed the
+    /// same rows, as `measure` verified against the same seed).
+    pub(crate) fn median(runs: Vec<Measurement>) -> Measurement {
+        let first = runs.first().expect("one run at least").clone();
+        let of = |f: fn(&Measurement) -> f64| median(runs.iter().map(f).collect());
+        Measurement {
+            cohort_seconds: of(|m| m.cohort_seconds),
+            baseline_seconds: of(|m| m.baseline_seconds),
+            reference_seconds: of(|m| m.reference_seconds),
+            plain_reference_seconds: of(|m| m.plain_reference_seconds),
+            runs: runs.iter().flat_map(|m| m.runs.iter().copied()).collect(),
+            ..first
+        }
+    }
+
+    /// Each run's Cohort rows/s over the reference's (the same rows: its
+    /// seconds over Cohort's).
+    fn run_ratios(&self) -> Vec<f64> {
+        self.runs
+            .iter()
+            .map(|&(cohort, reference)| {
+                if cohort > 0.0 {
+                    reference / cohort
+                } else {
+                    0.0
+                }
+            })
+            .collect()
+    }
+
     fn cohort_rate(&self) -> f64 {
         rate(self.affected, self.cohort_seconds)
     }
@@ -214,6 +258,18 @@ impl Report {
                 m.ratio()
             );
         }
+        if self.measurements.iter().any(|m| m.runs.len() > 1) {
+            let _ = writeln!(out);
+            let _ = writeln!(
+                out,
+                "Each side's median of {} runs; vs ref of each run, in order:",
+                self.measurements[0].runs.len()
+            );
+            for m in &self.measurements {
+                let each: Vec<String> = m.run_ratios().iter().map(|r| format!("{r:.2}")).collect();
+                let _ = writeln!(out, "{:<12} {}", m.label, each.join(" "));
+            }
+        }
         let _ = writeln!(out);
         let _ = writeln!(
             out,
@@ -259,6 +315,11 @@ impl Report {
                 "plain_reference_rows_per_second": m.plain_reference_rate(),
                 "ratio_to_plain_reference": m.plain_reference_ratio(),
                 "cohort_us_per_row": m.cohort_us_per_row(),
+                "runs": m.runs.iter().zip(m.run_ratios()).map(|(&(cohort, reference), ratio)| json!({
+                    "cohort_seconds": cohort,
+                    "reference_seconds": reference,
+                    "ratio_to_reference": ratio,
+                })).collect::<Vec<_>>(),
             })).collect::<Vec<_>>(),
             "ratio": "Cohort rows/s divided by baseline rows/s",
             "notes": NOTES,
