@@ -183,18 +183,21 @@ fn statement(
             .push(" FROM moved RETURNING record_id)");
     }
     // The last locked row (a top-1 read of the locked rows, not a sort of
-    // them all), and every locked row when fewer were changed.
+    // them all) alone, or every locked row when fewer were changed: each
+    // branch gated by a one-time filter, so a complete batch does not read
+    // its locked rows again.
     s.push(
-        ", l AS (SELECT c.a, c.o FROM c ORDER BY c.a DESC, c.o DESC LIMIT 1), \
+        ", l AS (SELECT c.k, c.a, c.o, c.addr FROM c ORDER BY c.a DESC, c.o DESC LIMIT 1), \
          m AS (SELECT count(*) AS changed FROM moved) \
-         SELECT c.k, c.a, c.addr::text AS addr, n.locked, m.changed",
+         SELECT x.k, x.a, x.addr::text AS addr, n.locked, m.changed",
     );
     if audit.is_some() {
-        s.push(", CASE WHEN c.a = l.a AND c.o = l.o THEN (SELECT pg_catalog.array_agg(d.record_id) FROM d) END AS ids");
+        s.push(", CASE WHEN x.a = l.a AND x.o = l.o THEN (SELECT pg_catalog.array_agg(d.record_id) FROM d) END AS ids");
     }
     s.push(
-        " FROM c, n, m, l WHERE n.locked > m.changed OR (c.a = l.a AND c.o = l.o) \
-         ORDER BY c.a, c.o",
+        " FROM n, m, l, LATERAL (SELECT c.k, c.a, c.o, c.addr FROM c WHERE n.locked > m.changed \
+         UNION ALL SELECT l.k, l.a, l.o, l.addr WHERE n.locked <= m.changed) x \
+         ORDER BY x.a, x.o",
     );
     s
 }
