@@ -527,12 +527,7 @@ async fn archiving_needs_insert_on_the_archive_table() {
         ),
     )
     .await;
-    let options = db.connect_options().username(&role).password("pw");
-    let pool = sqlx::postgres::PgPoolOptions::new()
-        .max_connections(3)
-        .connect_with(options)
-        .await
-        .unwrap();
+    let pool = pool_as(&db, &role, "pw", 3).await;
     let cohort = Cohort::builder(pool)
         .config(test_config())
         .rules(rules())

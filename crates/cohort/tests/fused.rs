@@ -50,11 +50,7 @@ async fn gated_db() -> (cohort_pgtemp::TestDatabase, sqlx::PgPool) {
         ),
     )
     .await;
-    let pool = sqlx::postgres::PgPoolOptions::new()
-        .max_connections(3)
-        .connect_with(db.connect_options().username(&role).password("gate-secret"))
-        .await
-        .unwrap();
+    let pool = pool_as(&db, &role, "gate-secret", 3).await;
     (db, pool)
 }
 

@@ -504,11 +504,7 @@ async fn the_role_must_be_able_to_drop_every_partition() {
         ),
     )
     .await;
-    let pool = sqlx::postgres::PgPoolOptions::new()
-        .max_connections(3)
-        .connect_with(db.connect_options().username(&app).password("app-secret"))
-        .await
-        .unwrap();
+    let pool = pool_as(&db, &app, "app-secret", 3).await;
     let Err(err) = Cohort::builder(pool.clone())
         .policy(PolicyFile::parse(&policy("summary", "")).unwrap())
         .build()

@@ -24,12 +24,7 @@ async fn a_least_privilege_role_can_validate_sweep_hold_and_erase() {
         ),
     )
     .await;
-    let options = db.connect_options().username(&role).password("app-secret");
-    let pool = sqlx::postgres::PgPoolOptions::new()
-        .max_connections(3)
-        .connect_with(options)
-        .await
-        .unwrap();
+    let pool = pool_as(&db, &role, "app-secret", 3).await;
     let superuser: bool =
         sqlx::query_scalar("SELECT rolsuper FROM pg_roles WHERE rolname = current_user")
             .fetch_one(&pool)
@@ -42,13 +37,7 @@ async fn a_least_privilege_role_can_validate_sweep_hold_and_erase() {
         .await
         .is_err());
 
-    let mut b = Cohort::builder(pool.clone())
-        .config(test_config())
-        .rules(rules());
-    for d in engine_entities() {
-        b = b.declaration(d);
-    }
-    let cohort = b.build().await.unwrap();
+    let cohort = engine_cohort_on(pool.clone(), test_config()).await;
     let note: uuid::Uuid = sqlx::query_scalar("SELECT id FROM app.notes WHERE body = $1")
         .bind(format!("{TENANT_A}:45d"))
         .fetch_one(&pool)
@@ -130,13 +119,9 @@ async fn every_part_checks_its_grants_before_it_starts() {
     )
     .await;
     let handle = |role: String| {
-        let options = db.connect_options().username(&role).password("pw");
+        let db = &db;
         async move {
-            let pool = sqlx::postgres::PgPoolOptions::new()
-                .max_connections(6)
-                .connect_with(options)
-                .await
-                .unwrap();
+            let pool = pool_as(db, &role, "pw", 6).await;
             let config = cohort::CohortConfig {
                 prune: cohort::config::PruneConfig {
                     runs_older_than: Some("400d".parse().unwrap()),
@@ -144,11 +129,7 @@ async fn every_part_checks_its_grants_before_it_starts() {
                 },
                 ..test_config()
             };
-            let mut b = Cohort::builder(pool).config(config).rules(rules());
-            for d in engine_entities() {
-                b = b.declaration(d);
-            }
-            b.build().await.unwrap()
+            engine_cohort_on(pool, config).await
         }
     };
     let services = |cohort: &Cohort| {
@@ -261,19 +242,8 @@ async fn a_role_without_execute_on_the_hold_recheck_is_told_before_it_sweeps() {
         ),
     )
     .await;
-    let options = db.connect_options().username(&role).password("pw");
-    let pool = sqlx::postgres::PgPoolOptions::new()
-        .max_connections(3)
-        .connect_with(options)
-        .await
-        .unwrap();
-    let mut b = Cohort::builder(pool.clone())
-        .config(test_config())
-        .rules(rules());
-    for d in engine_entities() {
-        b = b.declaration(d);
-    }
-    let cohort = b.build().await.unwrap();
+    let pool = pool_as(&db, &role, "pw", 3).await;
+    let cohort = engine_cohort_on(pool.clone(), test_config()).await;
     let notes = "SELECT count(*) FROM app.notes";
     let before = count(db.pool(), notes).await;
 

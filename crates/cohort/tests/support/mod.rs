@@ -209,6 +209,16 @@ pub async fn engine_db() -> TestDatabase {
     db
 }
 
+/// A pool of `connections` on `db` as `role` (logging in with `password`):
+/// another role than the fixture's owner, for privilege tests.
+pub async fn pool_as(db: &TestDatabase, role: &str, password: &str, connections: u32) -> PgPool {
+    sqlx::postgres::PgPoolOptions::new()
+        .max_connections(connections)
+        .connect_with(db.connect_options().username(role).password(password))
+        .await
+        .unwrap_or_else(|e| panic!("connecting as {role}: {e}"))
+}
+
 /// A validated Cohort over [`engine_db`] with [`engine_entities`].
 pub async fn engine_cohort(db: &TestDatabase) -> cohort::Cohort {
     engine_cohort_on(db.pool().clone(), test_config()).await
