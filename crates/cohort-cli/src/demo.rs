@@ -145,8 +145,9 @@ CREATE TABLE app.case_contacts (
     user_id uuid NOT NULL,
     delegate_user_id uuid
 );
-CREATE INDEX ON app.case_contacts (tenant_id, created_at);
+CREATE INDEX ON app.case_contacts (tenant_id, created_at) WHERE anonymised_at IS NULL;
 CREATE INDEX ON app.case_contacts (user_id);
+CREATE INDEX ON app.case_contacts (delegate_user_id);
 CREATE TABLE app.tickets (
     id uuid PRIMARY KEY DEFAULT gen_random_uuid(),
     tenant_id uuid NOT NULL,
@@ -156,6 +157,8 @@ CREATE TABLE app.tickets (
     requester_id uuid NOT NULL,
     subject text NOT NULL
 );
+CREATE INDEX ON app.tickets (tenant_id, closed_at) WHERE is_deleted IS NOT TRUE;
+CREATE INDEX ON app.tickets (requester_id);
 CREATE TABLE app.invoices (
     id uuid PRIMARY KEY DEFAULT gen_random_uuid(),
     tenant_id uuid NOT NULL,

@@ -907,6 +907,60 @@ async fn rows_a_sweep_leaves_in_place_get_partial_index_advice() {
     );
 }
 
+/// Where every read by the anchor leaves out the done rows with one
+/// predicate (a category that only soft-deletes), the partial index the
+/// done-rows advice suggests serves the sweep's scan as well: one index,
+/// no advice. As soon as a strategy reads every row by the anchor (a
+/// purge, here for all but one tenant), the full index is advised again,
+/// and a partial index with another predicate never counts.
+#[tokio::test]
+async fn a_done_rows_partial_index_serves_the_anchor_scan_only_when_every_read_uses_it() {
+    let db = migrated_db().await;
+    exec(db.pool(), NOTES).await;
+    exec(
+        db.pool(),
+        "ALTER TABLE notes ADD COLUMN is_deleted boolean NOT NULL DEFAULT false; \
+         CREATE INDEX notes_other ON notes (tenant_id, created_at) WHERE is_deleted",
+    )
+    .await;
+    let entity = |category: &str| {
+        EntityDeclaration::new("Note", NOTE_ID)
+            .category(category)
+            .anchor("created_at")
+            .table("notes")
+    };
+    let warnings = |category: &'static str| {
+        let db = &db;
+        async move {
+            build(db, vec![entity(category)])
+                .await
+                .unwrap()
+                .ready()
+                .await
+                .unwrap()
+                .warnings
+                .clone()
+        }
+    };
+    let full = "Note: no index starts with (tenant_id, created_at); sweeps will scan public.notes. Suggested: CREATE INDEX ON \"public\".\"notes\" (\"tenant_id\", \"created_at\");";
+    let done = "Note: soft-deleted rows stay in the (tenant_id, created_at) range a sweep reads, so each sweep's first batch, its counts and the backlog gauge read past every row ever soft-deleted. Suggested: CREATE INDEX ON \"public\".\"notes\" (\"tenant_id\", \"created_at\") WHERE \"is_deleted\" IS NOT TRUE;";
+    // A partial index with another predicate serves neither.
+    assert_eq!(
+        warnings("soft").await,
+        vec![full.to_string(), done.to_string()]
+    );
+    // The done-rows index, created as advised, serves both.
+    let sql = done.split("Suggested: ").nth(1).unwrap();
+    exec(db.pool(), sql).await;
+    assert!(warnings("soft").await.is_empty());
+    // `mixed` purges every tenant but one by the same anchor: the purge
+    // reads soft-deleted rows too, which the partial index leaves out.
+    assert_eq!(warnings("mixed").await, vec![full.to_string()]);
+    exec(db.pool(), "CREATE INDEX ON notes (tenant_id, created_at)").await;
+    assert!(warnings("mixed").await.is_empty());
+    assert!(warnings("soft").await.is_empty());
+}
+
 /// Subject columns without an index are advised on: erasing a subject,
 /// placing a hold on one and the held counts while one is active would scan
 /// the table. A multi-column index that starts with the column serves.

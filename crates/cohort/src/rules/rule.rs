@@ -459,9 +459,15 @@ pub fn cutoff(now: DateTime<Utc>, period: Period) -> Result<DateTime<Utc>, Cutof
 /// strategies, immutable. Startup validates each entity against all of
 /// them. A category with stages measured from a previous stage's marker
 /// also lists each such (stage strategy, previous strategy) pair, so the
-/// statements that read the marker are planned and checked up front.
+/// statements that read the marker are planned and checked up front, and
+/// which strategies read rows by the entity's own anchor (validation's
+/// index advice depends on it).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CategoryCapabilities(BTreeSet<Strategy>, BTreeSet<(Strategy, Strategy)>);
+pub struct CategoryCapabilities(
+    BTreeSet<Strategy>,
+    BTreeSet<(Strategy, Strategy)>,
+    BTreeSet<Strategy>,
+);
 
 /// Capabilities must name at least one strategy.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -475,13 +481,17 @@ impl CategoryCapabilities {
         if set.is_empty() {
             Err(EmptyCapabilities)
         } else {
-            Ok(Self(set, BTreeSet::new()))
+            Ok(Self(set.clone(), BTreeSet::new(), set))
         }
     }
 
     /// A single strategy.
     pub fn only(strategy: Strategy) -> Self {
-        Self(BTreeSet::from([strategy]), BTreeSet::new())
+        Self(
+            BTreeSet::from([strategy]),
+            BTreeSet::new(),
+            BTreeSet::from([strategy]),
+        )
     }
 
     /// The capabilities a rule needs: each stage's strategy, and each stage
@@ -495,10 +505,16 @@ impl CategoryCapabilities {
     /// Adds what `rule` needs (see [`of_rule`](Self::of_rule)).
     pub fn add_rule(&mut self, rule: &RetentionRule) {
         self.0.insert(rule.strategy());
+        self.2.insert(rule.strategy());
         for (i, stage) in rule.later_stages().iter().enumerate() {
             self.0.insert(stage.strategy);
-            if let Some((StageAnchor::Previous, previous)) = rule.stage_anchor(i + 2) {
-                self.1.insert((stage.strategy, previous));
+            match rule.stage_anchor(i + 2) {
+                Some((StageAnchor::Previous, previous)) => {
+                    self.1.insert((stage.strategy, previous));
+                }
+                _ => {
+                    self.2.insert(stage.strategy);
+                }
             }
         }
     }
@@ -521,6 +537,15 @@ impl CategoryCapabilities {
         self.1.iter().copied()
     }
 
+    /// The strategies that read rows by the entity's own anchor: the
+    /// first stage's, every stage measured from the anchor, and every
+    /// strategy declared with [`new`](Self::new) or [`only`](Self::only)
+    /// (a stage added by [`with_marker_stage`](Self::with_marker_stage)
+    /// reads by its marker).
+    pub fn anchor_reads(&self) -> impl Iterator<Item = Strategy> + '_ {
+        self.2.iter().copied()
+    }
+
     /// Whether the category may return `strategy`.
     pub fn allows(&self, strategy: Strategy) -> bool {
         self.0.contains(&strategy)
@@ -539,6 +564,41 @@ mod tests {
 
     fn days(n: i64) -> Period {
         Period::from_days(n).unwrap()
+    }
+
+    #[test]
+    fn anchor_reads_leave_out_stages_measured_from_a_marker() {
+        let soft_then = |after: Stage| {
+            RetentionRule::new(days(30), Strategy::SoftDelete)
+                .then(after)
+                .unwrap()
+        };
+        let by_marker = CategoryCapabilities::of_rule(&soft_then(Stage::after_previous(
+            Strategy::Purge,
+            days(30),
+        )));
+        assert_eq!(
+            by_marker.anchor_reads().collect::<Vec<_>>(),
+            vec![Strategy::SoftDelete]
+        );
+        assert!(by_marker.allows(Strategy::Purge));
+        let by_anchor = CategoryCapabilities::of_rule(&soft_then(Stage::after_anchor(
+            Strategy::Purge,
+            days(365),
+        )));
+        assert_eq!(
+            by_anchor.anchor_reads().collect::<Vec<_>>(),
+            vec![Strategy::Purge, Strategy::SoftDelete]
+        );
+        // Declared strategies read by the anchor; a declared marker stage
+        // adds its strategy without an anchor read.
+        let declared = CategoryCapabilities::new([Strategy::SoftDelete])
+            .unwrap()
+            .with_marker_stage(Strategy::Purge, Strategy::SoftDelete);
+        assert_eq!(
+            declared.anchor_reads().collect::<Vec<_>>(),
+            vec![Strategy::SoftDelete]
+        );
     }
 
     #[test]

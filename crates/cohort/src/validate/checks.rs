@@ -649,17 +649,29 @@ pub(crate) fn check_cascades(
 }
 
 /// Advice: a missing index usable for the sweep's `(tenant, anchor)` scan.
-pub(crate) fn index_advice(entity: &EntityDescriptor, table: &TableInfo) -> Option<String> {
-    let wanted: Vec<&str> = entity
-        .tenant
-        .as_deref()
-        .into_iter()
-        .chain(std::iter::once(entity.anchor.as_str()))
-        .collect();
+///
+/// `reads` are the strategies whose statements read the table by that
+/// anchor. When every one of them leaves out its done rows with the same
+/// predicate (all soft deletes, or all anonymisations), a partial index
+/// with exactly that predicate serves every read (the one
+/// [`done_rows_index_advice`] suggests), so it counts; a full one is
+/// needed as soon as one read takes every row (a purge, an archive, an
+/// exempt category's count).
+pub(crate) fn index_advice(
+    entity: &EntityDescriptor,
+    table: &TableInfo,
+    reads: &[Strategy],
+) -> Option<String> {
+    let wanted = anchor_prefix(entity, &entity.anchor);
+    let shared = shared_done_predicate(entity, reads);
     let covered = table.indexes.iter().any(|i| {
-        !i.partial
-            && i.columns.len() >= wanted.len()
+        i.columns.len() >= wanted.len()
             && i.columns.iter().zip(&wanted).all(|(a, b)| a == b)
+            && match (&i.predicate, &shared) {
+                (None, _) => !i.partial,
+                (Some(p), Some(shared)) => i.usable && same_predicate(p, shared),
+                (Some(_), None) => false,
+            }
     });
     if covered {
         return None;
@@ -678,6 +690,58 @@ pub(crate) fn index_advice(entity: &EntityDescriptor, table: &TableInfo) -> Opti
     ))
 }
 
+/// The columns a sweep's scan by `anchor` starts with: the tenant (when
+/// the entity has one), then the anchor.
+fn anchor_prefix<'a>(entity: &'a EntityDescriptor, anchor: &'a str) -> Vec<&'a str> {
+    entity
+        .tenant
+        .as_deref()
+        .into_iter()
+        .chain(std::iter::once(anchor))
+        .collect()
+}
+
+/// How a strategy leaves out the rows it already changed: the column,
+/// the test every one of its reads puts on it, and the word for those
+/// rows. `None` for strategies whose rows leave the table (purge,
+/// archive) or that change nothing (exempt), and for an entity without
+/// the column.
+fn done_test(
+    entity: &EntityDescriptor,
+    strategy: Strategy,
+) -> Option<(&str, &'static str, &'static str)> {
+    match strategy {
+        Strategy::SoftDelete => Some((
+            entity.soft_delete.as_deref()?,
+            "IS NOT TRUE",
+            "soft-deleted",
+        )),
+        Strategy::Anonymise => Some((entity.anonymised_at.as_deref()?, "IS NULL", "anonymised")),
+        _ => None,
+    }
+}
+
+/// The predicate (`column test`, unquoted) every read of `reads` carries,
+/// when they all carry the same one.
+fn shared_done_predicate(entity: &EntityDescriptor, reads: &[Strategy]) -> Option<String> {
+    let mut shared: Option<String> = None;
+    for &strategy in reads {
+        let (column, test, _) = done_test(entity, strategy)?;
+        let predicate = format!("{column} {test}");
+        match &shared {
+            Some(seen) if *seen != predicate => return None,
+            _ => shared = Some(predicate),
+        }
+    }
+    shared
+}
+
+/// Whether a partial index's predicate, as the server prints it
+/// (parenthesised, quoting only names that need it), is `predicate`.
+fn same_predicate(printed: &str, predicate: &str) -> bool {
+    printed.replace('"', "").trim_matches(['(', ')']) == predicate
+}
+
 /// Advice: a soft delete or an anonymisation leaves the rows it changed in
 /// the sweep's `(tenant, anchor)` range, so without a partial index that
 /// leaves them out, every later sweep's first batch, its end-of-entity
@@ -690,30 +754,16 @@ pub(crate) fn done_rows_index_advice(
     strategy: Strategy,
     anchor: &str,
 ) -> Option<String> {
-    let (column, test, done) = match strategy {
-        Strategy::SoftDelete => (
-            entity.soft_delete.as_deref()?,
-            "IS NOT TRUE",
-            "soft-deleted",
-        ),
-        Strategy::Anonymise => (entity.anonymised_at.as_deref()?, "IS NULL", "anonymised"),
-        _ => return None,
-    };
-    let wanted: Vec<&str> = entity
-        .tenant
-        .as_deref()
-        .into_iter()
-        .chain(std::iter::once(anchor))
-        .collect();
-    // The server prints the predicate parenthesised, quoting only names
-    // that need it: compare without either.
+    let (column, test, done) = done_test(entity, strategy)?;
+    let wanted = anchor_prefix(entity, anchor);
     let predicate = format!("{column} {test}");
-    let bare = |p: &str| p.replace('"', "").trim_matches(['(', ')']).to_owned();
     let covered = table.indexes.iter().any(|i| {
         i.usable
             && i.columns.len() >= wanted.len()
             && i.columns.iter().zip(&wanted).all(|(a, b)| a == b)
-            && i.predicate.as_deref().is_some_and(|p| bare(p) == predicate)
+            && i.predicate
+                .as_deref()
+                .is_some_and(|p| same_predicate(p, &predicate))
     });
     if covered {
         return None;

@@ -568,12 +568,14 @@ pub(crate) async fn validate(
         entities
             .iter()
             .zip(&tables)
-            .filter(|(e, _)| {
-                capabilities
-                    .get(&e.id)
-                    .is_some_and(|c| c.iter().any(|s| s.mutates()))
+            .filter_map(|(e, t)| {
+                let c = capabilities.get(&e.id)?;
+                if !c.iter().any(|s| s.mutates()) {
+                    return None;
+                }
+                let reads: Vec<_> = c.anchor_reads().collect();
+                checks::index_advice(e, t, &reads)
             })
-            .filter_map(|(e, t)| checks::index_advice(e, t))
             .collect::<Vec<_>>(),
     );
     warnings.extend(
@@ -584,16 +586,21 @@ pub(crate) async fn validate(
     );
     // A stage measured from a marker finds its rows by that marker.
     for (e, t) in entities.iter().zip(&tables) {
-        let markers: std::collections::BTreeSet<&str> = capabilities
+        // Each marker, with the strategies of the stages that read by it.
+        let mut markers: BTreeMap<&str, Vec<crate::rules::Strategy>> = BTreeMap::new();
+        for (stage, previous) in capabilities
             .get(&e.id)
             .into_iter()
             .flat_map(|c| c.marker_stages())
-            .filter_map(|(_, previous)| e.marker(previous.marker()?))
-            .collect();
-        for marker in markers {
+        {
+            if let Some(marker) = previous.marker().and_then(|m| e.marker(m)) {
+                markers.entry(marker).or_default().push(stage);
+            }
+        }
+        for (marker, reads) in markers {
             let mut staged = e.clone();
             staged.anchor = marker.to_owned();
-            warnings.extend(checks::index_advice(&staged, t));
+            warnings.extend(checks::index_advice(&staged, t, &reads));
         }
     }
     // Soft deletes and anonymisations leave their rows where sweeps look:
