@@ -823,6 +823,53 @@ async fn missing_index_is_advised_with_the_statement_to_create_it() {
     assert!(model.warnings.is_empty(), "{:?}", model.warnings);
 }
 
+/// A failed `CREATE INDEX CONCURRENTLY` leaves an invalid index behind
+/// with the right columns; the planner never reads through it, so it must
+/// not silence the advice. Once rebuilt, it does.
+#[tokio::test]
+async fn an_index_left_invalid_by_a_failed_concurrent_build_is_still_advised_on() {
+    let db = migrated_db().await;
+    exec(db.pool(), NOTES).await;
+    // Two rows with the same (tenant_id, created_at): a unique build fails.
+    exec(
+        db.pool(),
+        "INSERT INTO notes SELECT gen_random_uuid(), tenant_id, created_at, 'twin' FROM notes",
+    )
+    .await;
+    let failed = sqlx::raw_sql(
+        "CREATE UNIQUE INDEX CONCURRENTLY notes_scan ON notes (tenant_id, created_at)",
+    )
+    .execute(db.pool())
+    .await;
+    assert!(failed.is_err(), "the concurrent build should fail");
+    let invalid: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM pg_index WHERE indexrelid = 'notes_scan'::regclass AND NOT indisvalid",
+    )
+    .fetch_one(db.pool())
+    .await
+    .unwrap();
+    assert_eq!(invalid, 1, "the failed build left its invalid index behind");
+    let advice = "Note: no index starts with (tenant_id, created_at); sweeps will scan public.notes. Suggested: CREATE INDEX ON \"public\".\"notes\" (\"tenant_id\", \"created_at\");".to_string();
+    let warnings = || async {
+        build(&db, vec![note("notes")])
+            .await
+            .unwrap()
+            .ready()
+            .await
+            .unwrap()
+            .warnings
+            .clone()
+    };
+    assert_eq!(warnings().await, vec![advice]);
+    // Rebuilt without the uniqueness it could not have, it serves.
+    exec(
+        db.pool(),
+        "DROP INDEX notes_scan; CREATE INDEX notes_scan ON notes (tenant_id, created_at)",
+    )
+    .await;
+    assert!(warnings().await.is_empty());
+}
+
 /// A soft delete or an anonymisation leaves the rows it changed in the
 /// (tenant, anchor) range later sweeps read: without a partial index that
 /// leaves them out, each run reads past all of them. Validation advises

@@ -91,6 +91,7 @@ pub(crate) fn indexes(table: Oid) -> Statement<(Oid,)> {
                 i.indpred IS NOT NULL AS partial, \
                 pg_catalog.pg_get_expr(i.indpred, i.indrelid) AS predicate, \
                 (i.indisvalid AND i.indisready AND i.indimmediate) AS usable, \
+                i.indisvalid AS valid, \
                 ARRAY(SELECT COALESCE(a.attname::text, '') \
                       FROM pg_catalog.unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, ord) \
                       LEFT JOIN pg_catalog.pg_attribute a \

@@ -64,6 +64,10 @@ pub(crate) struct IndexInfo {
     /// by a failed `CREATE INDEX CONCURRENTLY`, or a deferrable one, does
     /// not guarantee uniqueness when a statement runs.
     pub(crate) usable: bool,
+    /// `indisvalid`: the planner reads through it. An index a failed
+    /// `CREATE INDEX CONCURRENTLY` left behind is not, so it serves no
+    /// scan and silences no advice.
+    pub(crate) valid: bool,
     pub(crate) columns: Vec<String>,
 }
 
@@ -198,6 +202,7 @@ pub(crate) async fn load_table(
                 partial: r.try_get("partial")?,
                 predicate: r.try_get("predicate")?,
                 usable: r.try_get("usable")?,
+                valid: r.try_get("valid")?,
                 columns: r.try_get("columns")?,
             })
         })

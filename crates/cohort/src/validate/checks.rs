@@ -665,11 +665,12 @@ pub(crate) fn index_advice(
     let wanted = anchor_prefix(entity, &entity.anchor);
     let shared = shared_done_predicate(entity, reads);
     let covered = table.indexes.iter().any(|i| {
-        i.columns.len() >= wanted.len()
+        i.valid
+            && i.columns.len() >= wanted.len()
             && i.columns.iter().zip(&wanted).all(|(a, b)| a == b)
             && match (&i.predicate, &shared) {
                 (None, _) => !i.partial,
-                (Some(p), Some(shared)) => i.usable && same_predicate(p, shared),
+                (Some(p), Some(shared)) => same_predicate(p, shared),
                 (Some(_), None) => false,
             }
     });
@@ -758,7 +759,7 @@ pub(crate) fn done_rows_index_advice(
     let wanted = anchor_prefix(entity, anchor);
     let predicate = format!("{column} {test}");
     let covered = table.indexes.iter().any(|i| {
-        i.usable
+        i.valid
             && i.columns.len() >= wanted.len()
             && i.columns.iter().zip(&wanted).all(|(a, b)| a == b)
             && i.predicate
@@ -793,7 +794,7 @@ pub(crate) fn subject_index_advice(entity: &EntityDescriptor, table: &TableInfo)
             !table
                 .indexes
                 .iter()
-                .any(|i| !i.partial && i.columns.first() == Some(&s.column))
+                .any(|i| i.valid && !i.partial && i.columns.first() == Some(&s.column))
         })
         .map(|s| {
             format!(
