@@ -17,6 +17,7 @@
 //! preparation are not measured.
 
 mod baseline;
+mod interleave;
 mod reference;
 mod report;
 mod scenario;
@@ -76,6 +77,13 @@ struct Args {
     /// Print the results as one JSON document instead of a table.
     #[arg(long)]
     json: bool,
+    /// Compare Cohort's own batch statement with the reference's, one
+    /// batch of each in turn on two identical tables, instead of timing
+    /// whole sweeps one after the other: what the statements cost, with
+    /// the machine's noise falling on both alike (purge and soft delete;
+    /// `--repeat` times each).
+    #[arg(long, conflicts_with_all = ["json", "auto_batch"])]
+    interleaved: bool,
 }
 
 impl Args {
@@ -97,7 +105,10 @@ async fn main() -> ExitCode {
     };
     let mut reports = Vec::new();
     let mut outcome = Ok(());
-    for &rows in &args.rows {
+    if args.interleaved {
+        outcome = interleaved(&args, &db).await;
+    }
+    for &rows in args.rows.iter().filter(|_| !args.interleaved) {
         match bench(&args, rows, &db).await {
             Ok(report) => {
                 if !args.json {
@@ -160,6 +171,45 @@ async fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `--interleaved`: each size, each supported strategy, `--repeat` times;
+/// one line per comparison, then the median ratio.
+async fn interleaved(args: &Args, db: &TestDatabase) -> Result<(), BoxError> {
+    let pool = db.pool();
+    cohort::schema::migrate(&mut *pool.acquire().await?, "public").await?;
+    let tenants: Vec<Uuid> = (0..args.tenants).map(|_| Uuid::new_v4()).collect();
+    let now = Utc::now().trunc_subsecs(0);
+    let seed = Seed {
+        tenants: &tenants,
+        now,
+        cutoff: now - TimeDelta::days(PERIOD_DAYS),
+    };
+    for &rows in &args.rows {
+        for scenario in SCENARIOS.iter().filter(|s| args.runs(s)) {
+            if !interleave::supports(scenario) {
+                eprintln!(
+                    "cohort-bench: --interleaved compares statements that take no value but their bounds; {} is left out",
+                    scenario.label
+                );
+                continue;
+            }
+            let mut ratios = Vec::new();
+            for _ in 0..args.repeat {
+                let m = interleave::compare(args, rows, pool, scenario, &seed).await?;
+                println!("{}", m.line());
+                ratios.push(m.ratio());
+            }
+            ratios.sort_by(f64::total_cmp);
+            println!(
+                "{:<12} rows={rows}: median vs ref {:.3} over {} comparisons (the reference's statement time over Cohort's; 1.00 = the same)",
+                scenario.label,
+                ratios[ratios.len() / 2],
+                ratios.len()
+            );
+        }
+    }
+    Ok(())
 }
 
 /// The process's peak resident set size (VmHWM), in kB; 0 when unknown.

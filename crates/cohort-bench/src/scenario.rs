@@ -44,7 +44,7 @@ pub(crate) struct Scenario {
     /// Cohort category name.
     pub(crate) category: &'static str,
     /// Column definitions after the common ones.
-    extra_columns: &'static str,
+    pub(crate) extra_columns: &'static str,
     /// Extra column names filled by the seed insert.
     seed_columns: &'static str,
     /// Their values (may use `g`, the series value).
@@ -59,7 +59,7 @@ pub(crate) struct Scenario {
     /// is planned as a hash join over a sequential scan of the whole table,
     /// once per batch; either would make the baseline slower than it needs
     /// to be.
-    baseline_mutation: &'static str,
+    pub(crate) baseline_mutation: &'static str,
     /// A count of rows in the done state whose columns are all as the strategy
     /// leaves them (`0` for purge).
     done_consistent: &'static str,
