@@ -17,12 +17,12 @@
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, TimeDelta, Utc};
-use cohort::{Cohort, CohortConfig};
+use cohort::CohortConfig;
 use sqlx::{AssertSqlSafe, Connection, PgConnection, PgPool, Row};
 use uuid::Uuid;
 
 use crate::scenario::{Scenario, Seed};
-use crate::{cohort_sweep, ensure, settle, warmup_rows, Args, BoxError};
+use crate::{ensure, settle, warmed_up, warmup_rows, Args, BoxError};
 
 /// What one interleaved comparison measured.
 pub(crate) struct Interleaved {
@@ -88,18 +88,11 @@ pub(crate) async fn compare(
         .max_connections(2)
         .connect_with(pool.connect_options().as_ref().clone())
         .await?;
-    let cohort = Cohort::builder(cohort_pool.clone())
-        .config(CohortConfig {
-            sweep_batch_size: cohort::BatchSize::Fixed(args.batch),
-            ..CohortConfig::default()
-        })
-        .rules(scenario.rules()?)
-        .declaration(scenario.declaration())
-        .backlog_gauge(false)
-        .build()
-        .await?;
-    let (warm, _) = cohort_sweep(&cohort, scenario, seed).await?;
-    ensure(warm > 0, || format!("{label}: the warm-up changed nothing"))?;
+    let config = CohortConfig {
+        sweep_batch_size: cohort::BatchSize::Fixed(args.batch),
+        ..CohortConfig::default()
+    };
+    warmed_up(&cohort_pool, config, scenario, seed).await?;
     let cohort_sql = continuing_statement(&cohort_pool).await?;
     cohort_pool.close().await;
 

@@ -25,7 +25,6 @@ mod scenario;
 use std::process::ExitCode;
 use std::time::Instant;
 
-use chrono::{SubsecRound, TimeDelta, Utc};
 use clap::Parser;
 use cohort::{Cohort, CohortConfig, RunStatus, SweepRequest};
 use cohort_pgtemp::TestDatabase;
@@ -34,7 +33,7 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 use crate::report::{Measurement, Parameters, Report};
-use crate::scenario::{Scenario, Seed, TableState, PERIOD_DAYS, SCENARIOS};
+use crate::scenario::{Scenario, Seed, TableState, SCENARIOS};
 
 /// Rows of the untimed warm-up table (at least 50 per tenant).
 fn warmup_rows(args: &Args) -> u64 {
@@ -179,12 +178,7 @@ async fn interleaved(args: &Args, db: &TestDatabase) -> Result<(), BoxError> {
     let pool = db.pool();
     cohort::schema::migrate(&mut *pool.acquire().await?, "public").await?;
     let tenants: Vec<Uuid> = (0..args.tenants).map(|_| Uuid::new_v4()).collect();
-    let now = Utc::now().trunc_subsecs(0);
-    let seed = Seed {
-        tenants: &tenants,
-        now,
-        cutoff: now - TimeDelta::days(PERIOD_DAYS),
-    };
+    let seed = Seed::now(&tenants);
     for &rows in &args.rows {
         for scenario in SCENARIOS.iter().filter(|s| args.runs(s)) {
             if !interleave::supports(scenario) {
@@ -233,12 +227,8 @@ async fn bench(args: &Args, rows: u64, db: &TestDatabase) -> Result<Report, BoxE
         .await?;
 
     let tenants: Vec<Uuid> = (0..args.tenants).map(|_| Uuid::new_v4()).collect();
-    let now = Utc::now().trunc_subsecs(0);
-    let seed = Seed {
-        tenants: &tenants,
-        now,
-        cutoff: now - TimeDelta::days(PERIOD_DAYS),
-    };
+    let seed = Seed::now(&tenants);
+    let now = seed.now;
     // Cohort's own pool: a sweep uses one connection, so the warm-up's
     // prepared statements are reused by the timed sweep.
     let cohort_pool = PgPoolOptions::new()
@@ -305,6 +295,32 @@ fn ensure(ok: bool, what: impl FnOnce() -> String) -> Result<(), BoxError> {
     }
 }
 
+/// Builds the scenario's Cohort (validation) and sweeps the small table
+/// just seeded once, untimed: its statements are prepared on
+/// `cohort_pool`'s connections.
+async fn warmed_up(
+    cohort_pool: &PgPool,
+    config: CohortConfig,
+    scenario: &Scenario,
+    seed: &Seed<'_>,
+) -> Result<Cohort, BoxError> {
+    // As `cohort sweep` runs it: no metrics exporter, so no read of the
+    // backlog for its gauge after the batches (docs/performance.md has
+    // what that read costs a worker that exports metrics).
+    let cohort = Cohort::builder(cohort_pool.clone())
+        .config(config)
+        .rules(scenario.rules()?)
+        .declaration(scenario.declaration())
+        .backlog_gauge(false)
+        .build()
+        .await?;
+    let (warm, _) = cohort_sweep(&cohort, scenario, seed).await?;
+    ensure(warm > 0, || {
+        format!("{}: the Cohort warm-up changed nothing", scenario.label)
+    })?;
+    Ok(cohort)
+}
+
 /// Sweeps the swept tenant with Cohort and checks the run is a clean
 /// success; returns (affected, held). The cutoff is not read from the
 /// result: `verify` proves it matched, since the anchors are spread
@@ -362,20 +378,7 @@ async fn measure(
         },
         ..CohortConfig::default()
     };
-    // As `cohort sweep` runs it: no metrics exporter, so no read of the
-    // backlog for its gauge after the batches (docs/performance.md has
-    // what that read costs a worker that exports metrics).
-    let cohort = Cohort::builder(cohort_pool.clone())
-        .config(config)
-        .rules(scenario.rules()?)
-        .declaration(scenario.declaration())
-        .backlog_gauge(false)
-        .build()
-        .await?;
-    let (warm, _) = cohort_sweep(&cohort, scenario, seed).await?;
-    ensure(warm > 0, || {
-        format!("{label}: the Cohort warm-up changed nothing")
-    })?;
+    let cohort = warmed_up(cohort_pool, config, scenario, seed).await?;
 
     scenario.seed(pool, seed, rows).await?;
     let before = scenario.state(pool, seed).await?;

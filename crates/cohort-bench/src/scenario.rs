@@ -14,6 +14,7 @@
 //! All SQL here is assembled only from the `&'static str` constants of this
 //! module (fixed table names), never from input.
 
+use chrono::SubsecRound;
 use chrono::{DateTime, Utc};
 use cohort::model::AnonymiseMethod;
 use cohort::rules::{Period, RetentionRule, StaticRuleProvider, Strategy};
@@ -365,7 +366,18 @@ pub(crate) struct Seed<'a> {
     pub(crate) cutoff: DateTime<Utc>,
 }
 
-impl Seed<'_> {
+impl<'a> Seed<'a> {
+    /// Rows for `tenants`, anchored back from now (whole seconds), with
+    /// the scenarios' period as the cutoff.
+    pub(crate) fn now(tenants: &'a [Uuid]) -> Self {
+        let now = chrono::Utc::now().trunc_subsecs(0);
+        Seed {
+            tenants,
+            now,
+            cutoff: now - chrono::TimeDelta::days(PERIOD_DAYS),
+        }
+    }
+
     /// The swept tenant.
     pub(crate) fn tenant(&self) -> Uuid {
         self.tenants[0]
