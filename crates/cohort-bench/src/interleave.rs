@@ -138,19 +138,14 @@ pub(crate) async fn compare(
         let even = turn.is_multiple_of(2);
         for cohort_first in [even, !even] {
             if cohort_first && !c.done {
-                let mut tx = cohort_conn.begin_with(BEGIN).await?;
-                let clock = Instant::now();
-                let rows = sqlx::query(AssertSqlSafe(cohort_sql.clone()))
+                let query = sqlx::query(AssertSqlSafe(cohort_sql.clone()))
                     .bind(entity)
                     .bind(seed.cutoff)
                     .bind(limit)
                     .bind(tenant)
                     .bind(c.at)
-                    .bind(c.key)
-                    .fetch_all(&mut *tx)
-                    .await?;
-                let took = clock.elapsed();
-                tx.commit().await?;
+                    .bind(c.key);
+                let (rows, took) = timed_batch(&mut cohort_conn, query).await?;
                 match rows.last() {
                     Some(last) => {
                         let changed: i64 = last.try_get(4)?;
@@ -159,19 +154,17 @@ pub(crate) async fn compare(
                     None => c.done = true,
                 }
             } else if !cohort_first && !r.done {
-                let mut tx = reference_conn.begin_with(BEGIN).await?;
-                let clock = Instant::now();
-                let row = sqlx::query(AssertSqlSafe(reference_sql.clone()))
+                let query = sqlx::query(AssertSqlSafe(reference_sql.clone()))
                     .bind(tenant)
                     .bind(seed.cutoff)
                     .bind(entity)
                     .bind(limit)
                     .bind(r.at)
-                    .bind(r.key)
-                    .fetch_one(&mut *tx)
-                    .await?;
-                let took = clock.elapsed();
-                tx.commit().await?;
+                    .bind(r.key);
+                let (rows, took) = timed_batch(&mut reference_conn, query).await?;
+                let row = rows
+                    .first()
+                    .ok_or("the reference's statement returned no row")?;
                 let next: Option<DateTime<Utc>> = row.try_get(1)?;
                 match next {
                     Some(at) => r.step(took, row.try_get(0)?, at, row.try_get(2)?),
@@ -215,6 +208,21 @@ pub(crate) async fn compare(
 /// How each side's batches begin, as Cohort's do.
 const BEGIN: &str = "BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL jit = off";
 
+/// Runs one batch statement in a transaction of its own, begun as
+/// Cohort begins its batches; returns its rows and the statement's time
+/// (begin and commit left out).
+async fn timed_batch(
+    conn: &mut PgConnection,
+    query: sqlx::query::Query<'_, sqlx::Postgres, sqlx::postgres::PgArguments>,
+) -> Result<(Vec<sqlx::postgres::PgRow>, Duration), BoxError> {
+    let mut tx = conn.begin_with(BEGIN).await?;
+    let clock = Instant::now();
+    let rows = query.fetch_all(&mut *tx).await?;
+    let took = clock.elapsed();
+    tx.commit().await?;
+    Ok((rows, took))
+}
+
 /// One side's cursor, its batch times and the rows it changed.
 struct Side {
     at: DateTime<Utc>,
@@ -244,13 +252,7 @@ impl Side {
 }
 
 fn median_ms(times: &[Duration]) -> f64 {
-    let mut ms: Vec<f64> = times.iter().map(|t| t.as_secs_f64() * 1e3).collect();
-    ms.sort_by(f64::total_cmp);
-    match ms.len() {
-        0 => 0.0,
-        n if n % 2 == 1 => ms[n / 2],
-        n => (ms[n / 2 - 1] + ms[n / 2]) / 2.0,
-    }
+    crate::report::median(times.iter().map(|t| t.as_secs_f64() * 1e3).collect())
 }
 
 /// Cohort's batch statement that continues after a cursor (entity `$1`,

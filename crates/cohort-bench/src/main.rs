@@ -194,12 +194,11 @@ async fn interleaved(args: &Args, db: &TestDatabase) -> Result<(), BoxError> {
                 println!("{}", m.line());
                 ratios.push(m.ratio());
             }
-            ratios.sort_by(f64::total_cmp);
+            let comparisons = ratios.len();
             println!(
-                "{:<12} rows={rows}: median vs ref {:.3} over {} comparisons (the reference's statement time over Cohort's; 1.00 = the same)",
+                "{:<12} rows={rows}: median vs ref {:.3} over {comparisons} comparisons (the reference's statement time over Cohort's; 1.00 = the same)",
                 scenario.label,
-                ratios[ratios.len() / 2],
-                ratios.len()
+                report::median(ratios),
             );
         }
     }

@@ -41,6 +41,18 @@ async fn build_with(
 
 /// Builds, expects a validation failure containing every `expected`
 /// fragment, and checks that `tables` and the ledger did not change.
+/// The advice validation gives for these declarations (they must be valid).
+async fn warnings(db: &TestDatabase, decls: Vec<EntityDeclaration>) -> Vec<String> {
+    build(db, decls)
+        .await
+        .unwrap()
+        .ready()
+        .await
+        .unwrap()
+        .warnings
+        .clone()
+}
+
 async fn expect_problems(
     db: &TestDatabase,
     decls: Vec<EntityDeclaration>,
@@ -799,13 +811,7 @@ async fn missing_index_is_advised_with_the_statement_to_create_it() {
         .anchor("created_at")
         .table("globals")
         .tenantless();
-    let model = build(&db, vec![note("notes"), globals.clone()])
-        .await
-        .unwrap()
-        .ready()
-        .await
-        .unwrap();
-    assert_eq!(model.warnings, vec![
+    assert_eq!(warnings(&db, vec![note("notes"), globals.clone()]).await, vec![
         "Note: no index starts with (tenant_id, created_at); sweeps will scan public.notes. Suggested: CREATE INDEX ON \"public\".\"notes\" (\"tenant_id\", \"created_at\");".to_string(),
         "Global: no index starts with (created_at); sweeps will scan public.globals. Suggested: CREATE INDEX ON \"public\".\"globals\" (\"created_at\");".to_string(),
     ]);
@@ -814,13 +820,8 @@ async fn missing_index_is_advised_with_the_statement_to_create_it() {
         "CREATE INDEX ON notes (tenant_id, created_at, id); CREATE INDEX ON globals (created_at)",
     )
     .await;
-    let model = build(&db, vec![note("notes"), globals])
-        .await
-        .unwrap()
-        .ready()
-        .await
-        .unwrap();
-    assert!(model.warnings.is_empty(), "{:?}", model.warnings);
+    let left = warnings(&db, vec![note("notes"), globals]).await;
+    assert!(left.is_empty(), "{left:?}");
 }
 
 /// A failed `CREATE INDEX CONCURRENTLY` leaves an invalid index behind
@@ -850,24 +851,14 @@ async fn an_index_left_invalid_by_a_failed_concurrent_build_is_still_advised_on(
     .unwrap();
     assert_eq!(invalid, 1, "the failed build left its invalid index behind");
     let advice = "Note: no index starts with (tenant_id, created_at); sweeps will scan public.notes. Suggested: CREATE INDEX ON \"public\".\"notes\" (\"tenant_id\", \"created_at\");".to_string();
-    let warnings = || async {
-        build(&db, vec![note("notes")])
-            .await
-            .unwrap()
-            .ready()
-            .await
-            .unwrap()
-            .warnings
-            .clone()
-    };
-    assert_eq!(warnings().await, vec![advice]);
+    assert_eq!(warnings(&db, vec![note("notes")]).await, vec![advice]);
     // Rebuilt without the uniqueness it could not have, it serves.
     exec(
         db.pool(),
         "DROP INDEX notes_scan; CREATE INDEX notes_scan ON notes (tenant_id, created_at)",
     )
     .await;
-    assert!(warnings().await.is_empty());
+    assert!(warnings(&db, vec![note("notes")]).await.is_empty());
 }
 
 /// A soft delete or an anonymisation leaves the rows it changed in the
@@ -976,36 +967,24 @@ async fn a_done_rows_partial_index_serves_the_anchor_scan_only_when_every_read_u
             .anchor("created_at")
             .table("notes")
     };
-    let warnings = |category: &'static str| {
-        let db = &db;
-        async move {
-            build(db, vec![entity(category)])
-                .await
-                .unwrap()
-                .ready()
-                .await
-                .unwrap()
-                .warnings
-                .clone()
-        }
-    };
+    let advice = |category: &'static str| warnings(&db, vec![entity(category)]);
     let full = "Note: no index starts with (tenant_id, created_at); sweeps will scan public.notes. Suggested: CREATE INDEX ON \"public\".\"notes\" (\"tenant_id\", \"created_at\");";
     let done = "Note: soft-deleted rows stay in the (tenant_id, created_at) range a sweep reads, so each sweep's first batch, its counts and the backlog gauge read past every row ever soft-deleted. Suggested: CREATE INDEX ON \"public\".\"notes\" (\"tenant_id\", \"created_at\") WHERE \"is_deleted\" IS NOT TRUE;";
     // A partial index with another predicate serves neither.
     assert_eq!(
-        warnings("soft").await,
+        advice("soft").await,
         vec![full.to_string(), done.to_string()]
     );
     // The done-rows index, created as advised, serves both.
     let sql = done.split("Suggested: ").nth(1).unwrap();
     exec(db.pool(), sql).await;
-    assert!(warnings("soft").await.is_empty());
+    assert!(advice("soft").await.is_empty());
     // `mixed` purges every tenant but one by the same anchor: the purge
     // reads soft-deleted rows too, which the partial index leaves out.
-    assert_eq!(warnings("mixed").await, vec![full.to_string()]);
+    assert_eq!(advice("mixed").await, vec![full.to_string()]);
     exec(db.pool(), "CREATE INDEX ON notes (tenant_id, created_at)").await;
-    assert!(warnings("mixed").await.is_empty());
-    assert!(warnings("soft").await.is_empty());
+    assert!(advice("mixed").await.is_empty());
+    assert!(advice("soft").await.is_empty());
 }
 
 /// Subject columns without an index are advised on: erasing a subject,

@@ -664,31 +664,42 @@ pub(crate) fn index_advice(
 ) -> Option<String> {
     let wanted = anchor_prefix(entity, &entity.anchor);
     let shared = shared_done_predicate(entity, reads);
-    let covered = table.indexes.iter().any(|i| {
-        i.valid
-            && i.columns.len() >= wanted.len()
-            && i.columns.iter().zip(&wanted).all(|(a, b)| a == b)
-            && match (&i.predicate, &shared) {
-                (None, _) => !i.partial,
-                (Some(p), Some(shared)) => same_predicate(p, shared),
-                (Some(_), None) => false,
-            }
+    let covered = indexes_on(table, &wanted).any(|i| match &i.predicate {
+        None => true,
+        Some(p) => shared.as_deref().is_some_and(|s| same_predicate(p, s)),
     });
     if covered {
         return None;
     }
-    let cols = wanted
-        .iter()
-        .map(|c| crate::ident::quote_ident(c))
-        .collect::<Vec<_>>()
-        .join(", ");
     Some(format!(
-        "{}: no index starts with ({}); sweeps will scan {}. Suggested: CREATE INDEX ON {} ({cols});",
+        "{}: no index starts with ({}); sweeps will scan {}. Suggested: CREATE INDEX ON {} ({});",
         entity.name,
         wanted.join(", "),
         table.name.display_plain(),
-        table.name
+        table.name,
+        quoted_list(&wanted),
     ))
+}
+
+/// The table's valid indexes whose key columns start with `wanted`.
+fn indexes_on<'t>(
+    table: &'t TableInfo,
+    wanted: &'t [&str],
+) -> impl Iterator<Item = &'t super::catalog::IndexInfo> {
+    table.indexes.iter().filter(move |i| {
+        i.valid
+            && i.columns.len() >= wanted.len()
+            && i.columns.iter().zip(wanted).all(|(a, b)| a == b)
+    })
+}
+
+/// The columns, each quoted, comma-separated: an index's column list.
+fn quoted_list(columns: &[&str]) -> String {
+    columns
+        .iter()
+        .map(|c| crate::ident::quote_ident(c))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// The columns a sweep's scan by `anchor` starts with: the tenant (when
@@ -758,27 +769,20 @@ pub(crate) fn done_rows_index_advice(
     let (column, test, done) = done_test(entity, strategy)?;
     let wanted = anchor_prefix(entity, anchor);
     let predicate = format!("{column} {test}");
-    let covered = table.indexes.iter().any(|i| {
-        i.valid
-            && i.columns.len() >= wanted.len()
-            && i.columns.iter().zip(&wanted).all(|(a, b)| a == b)
-            && i.predicate
-                .as_deref()
-                .is_some_and(|p| same_predicate(p, &predicate))
+    let covered = indexes_on(table, &wanted).any(|i| {
+        i.predicate
+            .as_deref()
+            .is_some_and(|p| same_predicate(p, &predicate))
     });
     if covered {
         return None;
     }
-    let cols = wanted
-        .iter()
-        .map(|c| crate::ident::quote_ident(c))
-        .collect::<Vec<_>>()
-        .join(", ");
     Some(format!(
-        "{}: {done} rows stay in the ({}) range a sweep reads, so each sweep's first batch, its counts and the backlog gauge read past every row ever {done}. Suggested: CREATE INDEX ON {} ({cols}) WHERE {} {test};",
+        "{}: {done} rows stay in the ({}) range a sweep reads, so each sweep's first batch, its counts and the backlog gauge read past every row ever {done}. Suggested: CREATE INDEX ON {} ({}) WHERE {} {test};",
         entity.name,
         wanted.join(", "),
         table.name,
+        quoted_list(&wanted),
         crate::ident::quote_ident(column),
     ))
 }
