@@ -161,6 +161,8 @@ pub(crate) trait GuardSession: Send {
         key_type: KeyType,
         keys: &[KeyValue],
     ) -> Result<Vec<(String, Option<String>)>>;
+    /// Runs a statement without parameters or rows (the hold gate).
+    async fn execute(&mut self, sql: &str) -> Result<()>;
     /// Runs the entity's `guard_held` (entity id, then the keys as one
     /// typed array): the held ones among the locked targets, as text.
     async fn held(
@@ -197,6 +199,13 @@ impl GuardSession for SqlxSession<'_> {
             .collect()
     }
 
+    async fn execute(&mut self, sql: &str) -> Result<()> {
+        sqlx::query(sqlx::AssertSqlSafe(sql.to_owned()))
+            .execute(&mut *self.0)
+            .await?;
+        Ok(())
+    }
+
     async fn held(
         &mut self,
         sql: &SqlText,
@@ -217,6 +226,8 @@ struct Target {
     entity_id: Uuid,
     keys: Vec<KeyValue>,
     tenant: Option<String>,
+    /// The hold gate statement of the install.
+    gate: String,
 }
 
 impl Target {
@@ -239,11 +250,15 @@ impl Target {
         keys.dedup();
         let tenant = facts.request_tenant(&entity.name, req.tenant.as_deref())?;
         let entity_id = entity.id;
+        let gate = crate::sql::locks::hold_gate(&cx.config.schema, true)
+            .text()
+            .to_owned();
         Ok(Target {
             ready,
             entity_id,
             keys,
             tenant,
+            gate,
         })
     }
 }
@@ -288,6 +303,10 @@ async fn lock_and_check(target: &Target, session: &mut dyn GuardSession) -> Resu
             missing.join(", ")
         )));
     }
+    // The hold gate, shared, between the locks and the re-check: a subject
+    // hold being placed has committed (the re-check sees it) or waits for
+    // this transaction (see `locks::HOLD_GATE_CLASS`).
+    session.execute(&target.gate).await?;
     session
         .held(&plan.guard_held, entity.id, facts.record, &target.keys)
         .await

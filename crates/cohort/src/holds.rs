@@ -273,6 +273,30 @@ pub(crate) async fn create(cx: &Context, req: HoldRequest) -> Result<Hold> {
             "a hold must expire after it is created".into(),
         ));
     }
+    // A subject hold waits at the hold gate for the batches past their
+    // re-check; one of them may wait in turn for a row the hold has
+    // locked (a cascade reaching a row of the subject), which PostgreSQL
+    // breaks as a deadlock. The hold is then simply placed again.
+    let mut attempts = 0;
+    loop {
+        match create_once(cx, &ready, &req).await {
+            Err(Error::Database(e))
+                if attempts < 3
+                    && e.as_database_error().and_then(|d| d.code()).as_deref() == Some("40P01") =>
+            {
+                attempts += 1;
+                tracing::info!(hold = %req.hold_id, attempts, "placing the hold met a deadlock with a batch; placing it again");
+            }
+            other => return other,
+        }
+    }
+}
+
+async fn create_once(
+    cx: &Context,
+    ready: &crate::context::Prepared,
+    req: &HoldRequest,
+) -> Result<Hold> {
     let mut conn = cx.pool.acquire().await?;
     let mut tx = sqlx::Connection::begin_with(&mut *conn, crate::sql::READ_COMMITTED).await?;
     let (target, tenant) = match &req.target {
@@ -286,17 +310,28 @@ pub(crate) async fn create(cx: &Context, req: HoldRequest) -> Result<Hold> {
                 ));
             }
             let entity = ready.model.requested_entity(*retention_entity_id)?;
-            lock_record(&ready, &mut tx, entity, record_id, req.tenant_id.as_deref()).await?
+            lock_record(ready, &mut tx, entity, record_id, req.tenant_id.as_deref()).await?
         }
         Target::Subject { subject } => {
-            lock_subject(
-                &ready,
+            let locked = lock_subject(
+                ready,
                 &mut tx,
                 subject,
                 req.kind.as_deref(),
                 req.tenant_id.as_deref(),
             )
-            .await?
+            .await?;
+            // The hold gate, exclusive, after the subject's rows are
+            // locked and before the insert: a batch that locked a row
+            // which became the subject's after the lock statement above
+            // (and so was not locked by it) has either re-checked holds
+            // already, and this waits for it to commit, or re-checks
+            // after this commits, and sees the hold.
+            crate::sql::locks::hold_gate(&cx.config.schema, false)
+                .query()
+                .execute(&mut *tx)
+                .await?;
+            locked
         }
     };
     let insert = ledger::InsertHold {

@@ -290,6 +290,15 @@ impl SqlText {
         self
     }
 
+    /// Appends a table's catalog lookup: its quoted, schema-qualified name
+    /// as a string literal (single quotes doubled) cast to `regclass`.
+    pub(crate) fn regclass(&mut self, name: &QualifiedName) -> &mut Self {
+        self.0.push('\'');
+        self.0.push_str(&name.to_string().replace('\'', "''"));
+        self.0.push_str("'::pg_catalog.regclass");
+        self
+    }
+
     /// Appends a quoted identifier.
     pub(crate) fn ident(&mut self, name: &str) -> &mut Self {
         self.0.push_str(&quote_ident(name));
@@ -317,7 +326,8 @@ impl SqlText {
 /// Builds [`SqlText`] from fixed template text in which `{name}`
 /// placeholders stand for tables; each is replaced by the quoted,
 /// schema-qualified name. Used for migrations, whose text is fixed apart
-/// from where Cohort's tables live.
+/// from where Cohort's tables live. `{name:regclass}` stands for the
+/// table's catalog lookup instead ([`SqlText::regclass`]).
 pub(crate) fn from_template(template: &'static str, tables: &[(&str, QualifiedName)]) -> SqlText {
     // One pass over the template: text inserted for one placeholder is never
     // scanned again, so a schema name that itself looks like a placeholder
@@ -329,14 +339,26 @@ pub(crate) fn from_template(template: &'static str, tables: &[(&str, QualifiedNa
         let after = &rest[open + 1..];
         let found = after.find('}').and_then(|close| {
             let key = &after[..close];
+            // `{name:regclass}`: the name as a string literal cast to
+            // `regclass` (a catalog lookup of the same table).
+            let (key, regclass) = match key.strip_suffix(":regclass") {
+                Some(k) => (k, true),
+                None => (key, false),
+            };
             tables
                 .iter()
                 .find(|(placeholder, _)| *placeholder == key)
-                .map(|(_, name)| (close, name))
+                .map(|(_, name)| (close, name, regclass))
         });
         match found {
-            Some((close, name)) => {
-                text.push_str(&name.to_string());
+            Some((close, name, regclass)) => {
+                if regclass {
+                    let mut lookup = SqlText::default();
+                    lookup.regclass(name);
+                    text.push_str(lookup.as_str());
+                } else {
+                    text.push_str(&name.to_string());
+                }
                 rest = &after[close + 1..];
             }
             None => {
@@ -516,6 +538,18 @@ mod tests {
         assert_eq!(
             sql.as_str(),
             "CREATE TABLE \"re\"\"tention\".\"t\" (); COMMENT ON TABLE \"re\"\"tention\".\"t\" IS 'x'"
+        );
+    }
+
+    #[test]
+    fn template_casts_a_table_to_regclass_as_a_literal() {
+        let sql = from_template(
+            "SELECT {t:regclass}::oid, {t:other}",
+            &[("t", QualifiedName::new("it's", "t"))],
+        );
+        assert_eq!(
+            sql.as_str(),
+            "SELECT '\"it''s\".\"t\"'::pg_catalog.regclass::oid, {t:other}"
         );
     }
 }

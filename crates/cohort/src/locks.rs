@@ -80,6 +80,20 @@ impl LockKey<'_> {
     }
 }
 
+/// The first key of the hold gate, an advisory lock of the two-key form
+/// whose second key is the install's hold table's oid: taken exclusive by
+/// a subject hold's creation after it has locked the subject's rows and
+/// before its insert, and shared by every batch (sweep, erasure, guarded
+/// deletion, partition purge) after it has locked its rows and before it
+/// re-checks holds. A subject hold therefore either commits before a
+/// batch's re-check, which sees it, or waits for that batch to commit;
+/// rows that became the subject's after the hold's own lock statement
+/// cannot slip between the two. The two-key form keeps it apart from the
+/// text-keyed locks above. `migrations/0013_hold_functions.sql` takes the
+/// same key shared inside the fused batch's re-check.
+/// As SQL text (an `int4`).
+pub(crate) const HOLD_GATE_CLASS: &str = "1131375665";
+
 /// The text every pass lock of one occurrence starts with; the pass
 /// number follows (as PostgreSQL's `int4::text` writes it), so a statement
 /// can take the lock of the pass it claims.
@@ -90,6 +104,15 @@ pub(crate) fn pass_prefix(occurrence: Uuid) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_fused_re_check_takes_the_same_hold_gate() {
+        assert!(HOLD_GATE_CLASS.parse::<i32>().is_ok());
+        let functions = include_str!("../migrations/0013_hold_functions.sql");
+        assert!(functions.contains(&format!(
+            "pg_advisory_xact_lock_shared({HOLD_GATE_CLASS}, {{retention_hold:regclass}}::pg_catalog.oid::int4)"
+        )));
+    }
 
     #[test]
     fn keys_are_namespaced_by_kind() {

@@ -148,6 +148,14 @@ impl GuardSession for SeaSession<'_> {
             .collect()
     }
 
+    async fn execute(&mut self, sql: &str) -> Result<()> {
+        self.0
+            .execute_raw(statement(sql, Vec::new()))
+            .await
+            .map_err(db_err)?;
+        Ok(())
+    }
+
     async fn held(
         &mut self,
         sql: &SqlText,

@@ -153,7 +153,7 @@ async fn a_hold_committed_inside_the_batch_statements_window_keeps_its_row() {
         if !recheck {
             exec(
                 db.pool(),
-                "CREATE OR REPLACE FUNCTION public.retention_hold_recent(entity uuid, since xid8, locked bigint)
+                "CREATE OR REPLACE FUNCTION public.retention_hold_recent(entity uuid, snap pg_snapshot, locked bigint)
                  RETURNS boolean LANGUAGE sql VOLATILE AS 'SELECT false'",
             )
             .await;

@@ -238,7 +238,7 @@ async fn a_role_without_execute_on_the_hold_recheck_is_told_before_it_sweeps() {
              GRANT USAGE ON SCHEMA public, app TO {role};
              GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {role};
              GRANT SELECT, UPDATE, DELETE ON ALL TABLES IN SCHEMA app TO {role};
-             REVOKE EXECUTE ON FUNCTION public.retention_hold_recent(uuid, xid8, bigint) FROM PUBLIC;"
+             REVOKE EXECUTE ON FUNCTION public.retention_hold_recent(uuid, pg_snapshot, bigint) FROM PUBLIC;"
         ),
     )
     .await;
@@ -273,7 +273,7 @@ async fn a_role_without_execute_on_the_hold_recheck_is_told_before_it_sweeps() {
     assert!(e.kind().is_bad_input(), "{e}");
     assert!(
         text.contains(
-            "GRANT EXECUTE ON FUNCTION public.retention_hold_recent(uuid, xid8, bigint) is missing \
+            "GRANT EXECUTE ON FUNCTION public.retention_hold_recent(uuid, pg_snapshot, bigint) is missing \
              (needed by sweeps and erasure"
         ),
         "{text}"
@@ -286,7 +286,7 @@ async fn a_role_without_execute_on_the_hold_recheck_is_told_before_it_sweeps() {
     exec(
         db.pool(),
         &format!(
-            "GRANT EXECUTE ON FUNCTION public.retention_hold_recent(uuid, xid8, bigint) TO {role}"
+            "GRANT EXECUTE ON FUNCTION public.retention_hold_recent(uuid, pg_snapshot, bigint) TO {role}"
         ),
     )
     .await;

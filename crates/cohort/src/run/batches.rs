@@ -437,6 +437,16 @@ async fn mutate(
     let e = work.entity;
     let strategy = work.rule.strategy();
     let key_type = ctx.ready.model.facts[&e.id].record;
+    // The hold gate, shared, with the rows locked and before the re-check
+    // below: a subject hold being placed either committed before this,
+    // and the re-check sees it, or waits for this batch to commit (see
+    // `locks::HOLD_GATE_CLASS`). A fused statement that left its rows to
+    // this mutation took it already; taking it again costs nothing.
+    crate::sql::locks::hold_gate(&ctx.cx.config.schema, true)
+        .query()
+        .execute(&mut *tx)
+        .await
+        .map_err(stop_from)?;
     // With details wanted, one statement mutates and writes them (no
     // key travels back and forth); with only the count, nothing returns.
     let audited = work.mutate_audited.as_ref().filter(|_| wants_ids);

@@ -231,6 +231,15 @@ async fn drop_one(
         tx.rollback().await.map_err(stop_from)?;
         return Ok(Dropped::Gone);
     }
+    // The hold gate, shared: a subject hold whose lock statement ran
+    // before a row of this partition became the subject's has either
+    // committed (and the re-check below sees it) or waits for this
+    // transaction (see `locks::HOLD_GATE_CLASS`).
+    crate::sql::locks::hold_gate(&ctx.cx.config.schema, true)
+        .query()
+        .execute(&mut *tx)
+        .await
+        .map_err(stop_from)?;
     // The lock is held: a hold committed before it was granted is visible
     // to this new statement; any later one waits for the commit and then
     // finds no row to hold.

@@ -91,12 +91,20 @@ const SOURCES: &[(u32, &str, &str)] = &[
             include_str!("../../migrations/0012_hold_functions.sql")
         ),
     ),
+    (
+        13,
+        "hold_guard",
+        concat!(
+            include_str!("../../migrations/0013_hold_guard.sql"),
+            include_str!("../../migrations/0013_hold_functions.sql")
+        ),
+    ),
 ];
 
-/// The hold functions as version 12 installed them, run again where the
+/// The hold functions as version 13 installed them, run again where the
 /// tables move to (see [`super::relocate`]). A later version that changes
 /// them appends a migration and points this at its file.
-pub(crate) const HOLD_FUNCTIONS: &str = include_str!("../../migrations/0012_hold_functions.sql");
+pub(crate) const HOLD_FUNCTIONS: &str = include_str!("../../migrations/0013_hold_functions.sql");
 
 /// Cohort's functions, by the name their placeholders use.
 pub(crate) const FUNCTIONS: [&str; 2] = ["retention_hold_stamp", "retention_hold_recent"];

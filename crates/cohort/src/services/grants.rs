@@ -87,7 +87,7 @@ fn cohort_functions(schema: &str, access: Access) -> Vec<Need> {
         Access::Runs => vec![(
             Object::Function(
                 QualifiedName::new(schema, "retention_hold_recent"),
-                "(uuid, xid8, bigint)",
+                "(uuid, pg_snapshot, bigint)",
             ),
             "EXECUTE",
             format!(

@@ -174,6 +174,22 @@ pub(crate) fn cascade_edges(table: Oid) -> Statement<(Oid,)> {
          ORDER BY pg_catalog.cardinality(e.path), c.conname"), (table,))
 }
 
+/// How the hold stamp trigger of the hold table in schema `$1` fires
+/// (`pg_trigger.tgenabled`: `A` always, `O` origin, `R` replica, `D`
+/// disabled), if the trigger exists.
+pub(crate) fn hold_stamp_trigger(schema: String) -> Statement<(String,)> {
+    Statement::new(
+        SqlText::new(
+            "SELECT t.tgenabled::text FROM pg_catalog.pg_trigger t \
+         JOIN pg_catalog.pg_class c ON c.oid = t.tgrelid \
+         JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+         WHERE n.nspname = $1 AND c.relname = 'retention_hold' \
+           AND t.tgname = 'retention_hold_stamp'",
+        ),
+        (schema,),
+    )
+}
+
 /// The comment on `sweep_run` in a schema, if the table exists.
 pub(crate) fn ledger_comment(schema: String) -> Statement<(String,)> {
     Statement::new(

@@ -155,9 +155,9 @@ fn statement(
         .col(&e.record_id)
         .push(" LIMIT $3 FOR UPDATE SKIP LOCKED), n AS (SELECT count(*) AS locked FROM c), r AS (SELECT ")
         .table(&QualifiedName::new(p.cohort_schema, "retention_hold_recent"))
-        // The snapshot's xmin is read here, in the statement's own
-        // snapshot; the function's query runs in a new one.
-        .push("($1, pg_catalog.pg_snapshot_xmin(pg_catalog.pg_current_snapshot()), (SELECT n.locked FROM n)) AS recent), moved AS (")
+        // The statement's own snapshot is read here; the function's
+        // queries run in new ones.
+        .push("($1, pg_catalog.pg_current_snapshot(), (SELECT n.locked FROM n)) AS recent), moved AS (")
         .append(&p.mutation)
         .push(" RETURNING ")
         .append(&p.returning)

@@ -19,6 +19,24 @@ pub(crate) fn xact_lock(key: LockKey<'_>) -> Statement<(String,)> {
 pub(crate) const XACT_LOCK_SQL: &str =
     "SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext($1))";
 
+/// Takes the hold gate ([`crate::locks::HOLD_GATE_CLASS`]) of the install
+/// in `schema` for the transaction, waiting for it: shared (a batch, after
+/// locking its rows and before re-checking holds) or exclusive (a subject
+/// hold's creation, after locking the subject's rows and before its
+/// insert).
+pub(crate) fn hold_gate(schema: &str, shared: bool) -> Statement<()> {
+    let mut sql = SqlText::new(if shared {
+        "SELECT pg_catalog.pg_advisory_xact_lock_shared("
+    } else {
+        "SELECT pg_catalog.pg_advisory_xact_lock("
+    });
+    sql.push(crate::locks::HOLD_GATE_CLASS)
+        .push(", ")
+        .regclass(&crate::sql::tables::CohortTable::Hold.qualified(schema))
+        .push("::pg_catalog.oid::int4)");
+    Statement::new(sql, ())
+}
+
 /// Takes a session-level lock, waiting for it.
 pub(crate) async fn lock(conn: &mut PgConnection, key: LockKey<'_>) -> Result<(), sqlx::Error> {
     sqlx::query("SELECT pg_catalog.pg_advisory_lock(pg_catalog.hashtextextended($1, 0))")
@@ -47,4 +65,16 @@ pub(crate) async fn unlock(conn: &mut PgConnection, key: LockKey<'_>) -> Result<
         .execute(conn)
         .await
         .map(drop)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_gate_statement_names_the_gate_key_and_the_hold_table() {
+        assert_eq!(
+            super::hold_gate("re'tention", true).text(),
+            "SELECT pg_catalog.pg_advisory_xact_lock_shared(1131375665, \
+             '\"re''tention\".\"retention_hold\"'::pg_catalog.regclass::pg_catalog.oid::int4)"
+        );
+    }
 }

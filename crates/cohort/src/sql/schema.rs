@@ -112,7 +112,7 @@ pub(crate) fn drop_hold_functions(schema: &str) -> Statement<()> {
     sql.table(&QualifiedName::new(schema, "retention_hold_stamp"))
         .push("(), ")
         .table(&QualifiedName::new(schema, "retention_hold_recent"))
-        .push("(uuid, xid8, int8)");
+        .push("(uuid, pg_snapshot, int8)");
     Statement::new(sql, ())
 }
 

@@ -311,6 +311,18 @@ pub(crate) async fn cascade_edges(
         .collect()
 }
 
+/// How the hold stamp trigger fires in `schema` (`pg_trigger.tgenabled`),
+/// or `None` when it does not exist.
+pub(crate) async fn hold_stamp_trigger(
+    conn: &mut PgConnection,
+    schema: &str,
+) -> Result<Option<String>, sqlx::Error> {
+    statements::hold_stamp_trigger(schema.to_owned())
+        .query_scalar()
+        .fetch_optional(conn)
+        .await
+}
+
 /// Whether `schema` holds Cohort's ledger (a `sweep_run` table carrying a
 /// Cohort schema-version comment).
 pub(crate) async fn is_cohort_schema(

@@ -119,6 +119,52 @@ pub(crate) fn check_cohort_schema(
     problems
 }
 
+/// Checks that the trigger stamping `retention_hold.written_xid` fires for
+/// every writer (`ENABLE ALWAYS`): a sweep batch finds the holds written
+/// while it ran by that stamp, and a hold written while the trigger did
+/// not fire (disabled, or under `session_replication_role = replica`
+/// while enabled only for origin) would carry an old one. Every process
+/// validates at startup, so a database where the check cannot see every
+/// hold is refused with the statement that fixes it. (A batch that finds
+/// the trigger changed since its snapshot trusts no stamp either: see
+/// `migrations/0013_hold_functions.sql`.)
+pub(crate) fn check_hold_stamp_trigger(schema: &str, enabled: Option<&str>) -> Vec<Problem> {
+    let table = CohortTable::Hold.qualified(schema);
+    let fix = format!(
+        "ALTER TABLE {table} ENABLE ALWAYS TRIGGER retention_hold_stamp;",
+        table = table
+    );
+    let why = match enabled {
+        Some("A") => return Vec::new(),
+        None => format!(
+            "the trigger retention_hold_stamp on {} is missing; run `cohort migrate` to recreate it",
+            table.display_plain()
+        ),
+        Some("D") => format!(
+            "the trigger retention_hold_stamp on {} is disabled: holds written now would not be \
+             seen by a batch already running, which could delete held rows; enable it with `{fix}`",
+            table.display_plain()
+        ),
+        Some(mode) => format!(
+            "the trigger retention_hold_stamp on {} fires only {} (tgenabled {mode:?}): holds \
+             written {} would not be seen by a batch already running, which could delete held \
+             rows; make it fire always with `{fix}`",
+            table.display_plain(),
+            if mode == "R" {
+                "under session_replication_role = replica"
+            } else {
+                "outside session_replication_role = replica"
+            },
+            if mode == "R" {
+                "by ordinary sessions"
+            } else {
+                "by replica-role writers (pg_restore --disable-triggers, logical replication)"
+            },
+        ),
+    };
+    vec![Problem::global(why)]
+}
+
 /// Column type families Cohort accepts per role (base `typname`s).
 const TEXT_TYPES: &[&str] = &["text", "varchar", "bpchar", "citext"];
 const KEY_TYPES: &[&str] = &[

@@ -292,7 +292,15 @@ pub(crate) async fn validate(
             catalog::load_table(conn, &table.qualified(&config.schema)).await?,
         ));
     }
-    problems.extend(checks::check_cohort_schema(&config.schema, &cohort_tables));
+    let schema_problems = checks::check_cohort_schema(&config.schema, &cohort_tables);
+    if schema_problems.is_empty() {
+        let trigger = catalog::hold_stamp_trigger(conn, &config.schema).await?;
+        problems.extend(checks::check_hold_stamp_trigger(
+            &config.schema,
+            trigger.as_deref(),
+        ));
+    }
+    problems.extend(schema_problems);
 
     let conventions = &config.conventions;
     let tenant_candidates: Vec<&str> = conventions
