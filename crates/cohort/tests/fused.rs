@@ -66,8 +66,24 @@ async fn sweep_through_the_gate<F>(
 where
     F: AsyncFnOnce(&Cohort),
 {
+    sweep_through_the_gate_after(db, as_role, async || {}, meanwhile).await
+}
+
+/// [`sweep_through_the_gate`], with `prepare` run once both handles are
+/// built (and so validated), before the sweep starts.
+async fn sweep_through_the_gate_after<P, F>(
+    db: &cohort_pgtemp::TestDatabase,
+    as_role: sqlx::PgPool,
+    prepare: P,
+    meanwhile: F,
+) -> SweepResult
+where
+    P: AsyncFnOnce(),
+    F: AsyncFnOnce(&Cohort),
+{
     let sweeper = engine_cohort_on(as_role, batches_of(1000)).await;
     let owner = engine_cohort_on(db.pool().clone(), test_config()).await;
+    prepare().await;
     let mut gate = sqlx::PgConnection::connect_with(&db.connect_options())
         .await
         .unwrap();
@@ -202,4 +218,265 @@ async fn a_row_updated_inside_the_batch_statements_window_is_swept_in_the_same_b
     )
     .await;
     assert_eq!(summaries, ELIGIBLE as i64);
+}
+
+/// The ways a hold can be written without the library, each committed
+/// after the batch statement's snapshot and before it locks the row.
+#[derive(Clone, Copy, Debug)]
+enum Bypass {
+    /// A released hold made active again under `session_replication_role
+    /// = replica` (how logical replication's apply worker writes).
+    ReactivatedAsReplica,
+    /// An expired hold extended under the replica role.
+    ExtendedAsReplica,
+    /// A saved copy of a hold row, with its old `written_xid`, inserted
+    /// again under the replica role (a restore of that row).
+    ReinsertedAsReplica,
+    /// A released hold made active again after the owner disabled the
+    /// stamp trigger (left disabled).
+    ReactivatedTriggerDisabled,
+    /// The same with the trigger enabled again right after: the batch
+    /// finds it enabled, but changed since its snapshot.
+    ReactivatedTriggerToggled,
+}
+
+impl Bypass {
+    const ALL: [Bypass; 5] = [
+        Bypass::ReactivatedAsReplica,
+        Bypass::ExtendedAsReplica,
+        Bypass::ReinsertedAsReplica,
+        Bypass::ReactivatedTriggerDisabled,
+        Bypass::ReactivatedTriggerToggled,
+    ];
+
+    /// Leaves an inactive hold on the gated row (placed by the library,
+    /// then released, expired, or removed with a copy kept).
+    async fn before(self, owner: &Cohort, db: &cohort_pgtemp::TestDatabase) -> Uuid {
+        hold_the_gated_row(owner, db).await;
+        let hold: Uuid = sqlx::query_scalar("SELECT hold_id FROM public.retention_hold")
+            .fetch_one(db.pool())
+            .await
+            .unwrap();
+        let sql = match self {
+            Bypass::ExtendedAsReplica => {
+                "UPDATE public.retention_hold SET created_at = timestamptz '1999-01-01', expires_at = timestamptz '2000-01-01'"
+            }
+            Bypass::ReinsertedAsReplica => {
+                "CREATE TABLE public.saved_hold AS SELECT * FROM public.retention_hold;
+                 DELETE FROM public.retention_hold"
+            }
+            _ => "UPDATE public.retention_hold SET released_at = now()",
+        };
+        exec(db.pool(), sql).await;
+        hold
+    }
+
+    /// Makes the hold active again, without the library, and commits.
+    async fn write(self, db: &cohort_pgtemp::TestDatabase) {
+        let sql = match self {
+            Bypass::ReactivatedAsReplica => {
+                "BEGIN; SET LOCAL session_replication_role = replica;
+                 UPDATE public.retention_hold SET released_at = NULL; COMMIT"
+            }
+            Bypass::ExtendedAsReplica => {
+                "BEGIN; SET LOCAL session_replication_role = replica;
+                 UPDATE public.retention_hold SET expires_at = NULL; COMMIT"
+            }
+            Bypass::ReinsertedAsReplica => {
+                "BEGIN; SET LOCAL session_replication_role = replica;
+                 INSERT INTO public.retention_hold SELECT * FROM public.saved_hold; COMMIT"
+            }
+            Bypass::ReactivatedTriggerDisabled => {
+                "ALTER TABLE public.retention_hold DISABLE TRIGGER retention_hold_stamp;
+                 UPDATE public.retention_hold SET released_at = NULL"
+            }
+            Bypass::ReactivatedTriggerToggled => {
+                "ALTER TABLE public.retention_hold DISABLE TRIGGER retention_hold_stamp;
+                 UPDATE public.retention_hold SET released_at = NULL;
+                 ALTER TABLE public.retention_hold ENABLE ALWAYS TRIGGER retention_hold_stamp"
+            }
+        };
+        exec(db.pool(), sql).await;
+    }
+}
+
+/// What schema 12 relied on: a stamp trigger that fires only outside the
+/// replica role, and a re-check that trusts every stamp. Installed after
+/// the handles were validated (startup now refuses such a trigger).
+const SCHEMA_12_CHECK: &str = "
+    ALTER TABLE public.retention_hold ENABLE TRIGGER retention_hold_stamp;
+    CREATE OR REPLACE FUNCTION public.retention_hold_recent(entity uuid, snap pg_snapshot, locked bigint)
+    RETURNS boolean LANGUAGE sql VOLATILE AS $$
+        SELECT locked > 0 AND EXISTS (SELECT 1 FROM public.retention_hold h
+            WHERE h.written_xid >= pg_catalog.pg_snapshot_xmin(snap)
+              AND (h.retention_entity_id = entity OR h.retention_entity_id IS NULL))
+    $$;";
+
+/// RS-041: a hold made active while the batch statement ran keeps its row
+/// however it was written: under the replica role (re-activated, extended,
+/// re-inserted with its old stamp) or with the stamp trigger disabled
+/// (left so, or enabled again at once). With the schema-12 check the same
+/// interleavings delete the held row: the test reaches the hazard.
+#[tokio::test]
+async fn a_hold_written_past_the_stamp_trigger_inside_the_batch_window_keeps_its_row() {
+    for schema_12 in [true, false] {
+        for bypass in Bypass::ALL {
+            let (db, as_role) = gated_db().await;
+            let owner = engine_cohort(&db).await;
+            let hold = bypass.before(&owner, &db).await;
+            assert!(!owner
+                .is_held(Uuid::parse_str(NOTE_ID).unwrap(), &gated_id(&db).await)
+                .await
+                .unwrap());
+            let result = sweep_through_the_gate_after(
+                &db,
+                as_role,
+                async || {
+                    if schema_12 {
+                        exec(db.pool(), SCHEMA_12_CHECK).await;
+                    }
+                },
+                async |_: &Cohort| bypass.write(&db).await,
+            )
+            .await;
+            let active: bool = sqlx::query_scalar(
+                "SELECT (released_at IS NULL OR released_at > now()) \
+                 AND (expires_at IS NULL OR expires_at > now()) \
+                 FROM public.retention_hold WHERE hold_id = $1",
+            )
+            .bind(hold)
+            .fetch_one(db.pool())
+            .await
+            .unwrap();
+            assert!(active, "{bypass:?}: the hold is active again");
+            let note = result.entity("Note").unwrap();
+            if schema_12 {
+                assert_eq!(
+                    gated_row_left(&db).await,
+                    0,
+                    "{bypass:?}: the schema-12 check misses the hold and deletes its row"
+                );
+                assert_eq!(note.affected, ELIGIBLE);
+            } else {
+                assert_eq!(
+                    gated_row_left(&db).await,
+                    1,
+                    "{bypass:?}: the held row is kept"
+                );
+                assert_eq!(note.affected, ELIGIBLE - 1, "{bypass:?}");
+                assert_eq!(note.held, 1, "{bypass:?}: and counted as held");
+            }
+        }
+    }
+}
+
+async fn gated_id(db: &cohort_pgtemp::TestDatabase) -> String {
+    let id: Uuid = sqlx::query_scalar("SELECT id FROM app.notes WHERE body = $1")
+        .bind(GATED)
+        .fetch_one(db.pool())
+        .await
+        .unwrap();
+    id.to_string()
+}
+
+/// RS-041: the re-check looks for the holds the batch statement's own
+/// snapshot could not see, not for every hold written since the oldest
+/// transaction still running. With a transaction left open elsewhere, a
+/// hold committed before the snapshot is not "recent" (schema 12 took
+/// every such batch to the two-statement fallback); one committed after
+/// it is.
+#[tokio::test]
+async fn the_re_check_looks_only_for_holds_the_batch_snapshot_could_not_see() {
+    let db = engine_db().await;
+    let owner = engine_cohort(&db).await;
+    let note = Uuid::parse_str(NOTE_ID).unwrap();
+    // A transaction with an xid, left open for the whole test.
+    let mut idle = sqlx::PgConnection::connect_with(&db.connect_options())
+        .await
+        .unwrap();
+    sqlx::raw_sql("BEGIN; SELECT pg_catalog.pg_current_xact_id();")
+        .execute(&mut idle)
+        .await
+        .unwrap();
+    let hold_on = async |label: &str| {
+        let id: Uuid = sqlx::query_scalar("SELECT id FROM app.notes WHERE body = $1")
+            .bind(format!("{TENANT_A}:{label}"))
+            .fetch_one(db.pool())
+            .await
+            .unwrap();
+        owner
+            .create_hold(HoldRequest::new(note, id.to_string(), "case").tenant(TENANT_A))
+            .await
+            .unwrap();
+    };
+    hold_on("1d").await;
+    let snapshot: String = sqlx::query_scalar("SELECT pg_catalog.pg_current_snapshot()::text")
+        .fetch_one(db.pool())
+        .await
+        .unwrap();
+    let recent = async || -> bool {
+        sqlx::query_scalar("SELECT public.retention_hold_recent($1, $2::pg_snapshot, 1)")
+            .bind(note)
+            .bind(&snapshot)
+            .fetch_one(db.pool())
+            .await
+            .unwrap()
+    };
+    assert!(
+        !recent().await,
+        "a hold the snapshot sees is not recent, whatever else is still running"
+    );
+    hold_on("45d").await;
+    assert!(recent().await, "a hold committed after the snapshot is");
+    sqlx::raw_sql("ROLLBACK").execute(&mut idle).await.unwrap();
+}
+
+/// RS-041: every process validates at startup, and refuses a database
+/// whose stamp trigger does not fire for every writer (disabled, origin
+/// only, replica only, or missing), naming the statement that fixes it;
+/// after that statement it starts.
+#[tokio::test]
+async fn startup_refuses_a_stamp_trigger_that_does_not_fire_always() {
+    let db = engine_db().await;
+    let fix =
+        "ALTER TABLE \"public\".\"retention_hold\" ENABLE ALWAYS TRIGGER retention_hold_stamp;";
+    for (break_it, says) in [
+        (
+            "ALTER TABLE public.retention_hold DISABLE TRIGGER retention_hold_stamp",
+            "is disabled",
+        ),
+        (
+            "ALTER TABLE public.retention_hold ENABLE TRIGGER retention_hold_stamp",
+            "replica-role writers",
+        ),
+        (
+            "ALTER TABLE public.retention_hold ENABLE REPLICA TRIGGER retention_hold_stamp",
+            "by ordinary sessions",
+        ),
+        (
+            "DROP TRIGGER retention_hold_stamp ON public.retention_hold",
+            "is missing",
+        ),
+    ] {
+        exec(db.pool(), break_it).await;
+        let mut b = Cohort::builder(db.pool().clone())
+            .config(test_config())
+            .rules(rules());
+        for d in engine_entities() {
+            b = b.declaration(d);
+        }
+        let err = b.build().await.err().expect("startup refuses");
+        let text = err.to_string();
+        assert!(text.contains(says), "{break_it}: {text}");
+        assert!(text.contains(fix), "{break_it}: names the fix: {text}");
+        let statement = if says == "is missing" {
+            let start = text.find("CREATE TRIGGER").unwrap();
+            let end = start + text[start..].find('`').unwrap();
+            text[start..end].to_owned()
+        } else {
+            fix.to_owned()
+        };
+        exec(db.pool(), &statement).await;
+        engine_cohort(&db).await;
+    }
 }

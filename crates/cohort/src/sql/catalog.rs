@@ -68,6 +68,7 @@ pub(crate) fn columns(table: Oid) -> Statement<(Oid,)> {
                 CASE WHEN COALESCE(bt.typname, t.typname) IN ('varchar', 'bpchar') \
                      AND COALESCE(NULLIF(a.atttypmod, -1), NULLIF(t.typtypmod, -1)) IS NOT NULL \
                      THEN COALESCE(NULLIF(a.atttypmod, -1), t.typtypmod) - 4 END AS max_chars, \
+                COALESCE(NULLIF(a.atttypmod, -1), t.typtypmod) AS typmod, \
                 a.attnotnull AS not_null, a.atthasdef AS has_default, \
                 a.attidentity <> '' AS identity, a.attgenerated <> '' AS generated, \
                 COALESCE((SELECT co.collisdeterministic FROM pg_catalog.pg_collation co \

@@ -4,19 +4,31 @@
 //!
 //! A sweep batch used to be two statements so that the mutation, in a new
 //! snapshot, saw holds committed while the candidates were being locked.
-//! The fused statement keeps that guarantee another way. Every hold its
-//! own snapshot cannot see was written by a transaction at or after that
-//! snapshot's xmin, and each hold records the transaction that last wrote
-//! it (`written_xid`, schema version 12). After every candidate is locked
-//! (its row count is the argument that makes it wait for them), the
-//! `VOLATILE` function `retention_hold_recent` looks, in a snapshot of its
-//! own, for such holds on the entity's records or on any subject: one
-//! range of an index, usually empty. When there is one, the statement
-//! changes nothing and returns every locked row, and the batch changes
-//! them with the two-statement path's mutation, whose new snapshot sees
-//! the hold. A hold written after that function looked cannot name a
-//! locked row: placing a hold locks its row (or its subject's rows)
-//! first, which waits for the batch to commit.
+//! The fused statement keeps that guarantee another way, relying on
+//! exactly these:
+//!
+//! - Every hold row records the transaction that last wrote it
+//!   (`written_xid`), stamped by the trigger `retention_hold_stamp`,
+//!   which fires `ALWAYS` (schema 13: also for replica-role writers).
+//!   Startup refuses a database where it is missing or does not fire
+//!   always (`validate::checks::check_hold_stamp_trigger`).
+//! - After every candidate is locked (its row count is the argument that
+//!   makes it wait for them), the `VOLATILE` function
+//!   `retention_hold_recent` takes the hold gate shared, then looks, in a
+//!   snapshot of its own, for holds on the entity's records or on any
+//!   subject whose stamp the statement's snapshot could not see
+//!   (`pg_visible_in_snapshot`): one range of an index, usually empty.
+//!   It trusts the stamps only while the trigger is enabled `ALWAYS` and
+//!   its catalog row was not written since the statement's snapshot;
+//!   otherwise it answers as if such a hold existed.
+//! - When it finds one, the statement changes nothing and returns every
+//!   locked row, and the batch changes them with the two-statement path's
+//!   mutation, whose new snapshot sees every committed hold.
+//! - A hold committed after the function looked cannot name a locked
+//!   row: the library's hold creation locks its row (a record hold) and
+//!   takes the hold gate exclusive (a subject hold) before inserting, and
+//!   both wait for the batch to commit. A hold inserted by other SQL that
+//!   does neither is not waited for (docs/holds.md says so).
 //!
 //! The statement also returns every locked row when it changed fewer rows
 //! than it locked (a row updated after the snapshot was taken is locked

@@ -12,16 +12,56 @@ use crate::error::Problem;
 use crate::model::{AnonymiseMethod, EntityDescriptor, ARCHIVED_AT, ARCHIVE_RUN_ID};
 use crate::rules::{CategoryCapabilities, Strategy};
 
-/// Whether a value of column `from` fits column `to` unchanged: the same
-/// base type, and no shorter character limit.
+/// Whether every value of column `from` is stored unchanged in column
+/// `to`: the same base type, and a type modifier at least as wide (see
+/// [`typmod_holds`]).
 fn fits(from: &ColumnInfo, to: &ColumnInfo) -> bool {
     from.type_name == to.type_name
         && from.type_schema == to.type_schema
-        && match (from.max_chars, to.max_chars) {
-            (_, None) => true,
-            (Some(f), Some(t)) => f <= t,
-            (None, Some(_)) => false,
+        && typmod_holds(&from.type_name, from.typmod, to.typmod)
+}
+
+/// Whether a column of base type `type_name` (an array's element type
+/// when it starts with `_`) with modifier `to` stores every value of one
+/// with modifier `from` exactly. `-1` is unconstrained. A cast to a
+/// narrower modifier rounds silently (`numeric(6,0)` makes 1234.56 into
+/// 1235, `time(0)` makes 10:00:00.987654 into 10:00:01) or pads, so each
+/// family is compared by what its modifier means; a type not known here
+/// must have the same modifier.
+pub(crate) fn typmod_holds(type_name: &str, from: i32, to: i32) -> bool {
+    if to == -1 || from == to {
+        return true;
+    }
+    if from == -1 {
+        return false;
+    }
+    match type_name.trim_start_matches('_') {
+        // n + 4 characters; char(n) pads with blanks, which char ignores.
+        "varchar" | "bpchar" => to >= from,
+        // Digits after the point and before it, each no fewer.
+        "numeric" => {
+            let (fp, fs) = numeric_precision_scale(from);
+            let (tp, ts) = numeric_precision_scale(to);
+            ts >= fs && tp - ts >= fp - fs
         }
+        // Fractional digits of seconds.
+        "timestamp" | "timestamptz" | "time" | "timetz" => to >= from,
+        // At most n bits.
+        "varbit" => to >= from,
+        // bit(n) is exactly n bits, interval's modifier names its fields
+        // as well as its precision: only the same one.
+        _ => false,
+    }
+}
+
+/// A `numeric(p, s)` modifier's precision and scale (the scale is an
+/// 11-bit signed field since PostgreSQL 15).
+fn numeric_precision_scale(typmod: i32) -> (i32, i32) {
+    let t = typmod - 4;
+    let precision = (t >> 16) & 0xffff;
+    let raw = t & 0x7ff;
+    let scale = if raw & 0x400 != 0 { raw - 0x800 } else { raw };
+    (precision, scale)
 }
 
 /// The problems of one entity's archive: `archive_table` is the live
@@ -107,7 +147,7 @@ pub(crate) fn check(
         }
         if !fits(from, to) {
             problems.push(format!(
-                "archive column {column:?} is {} in {name} but {} in {}: archived values must keep their type",
+                "archive column {column:?} is {} in {name} but {} in {}: archived values must keep their type, with a modifier at least as wide (a narrower one rounds or cuts values silently)",
                 to.display_type,
                 from.display_type,
                 e.table.display_plain()
@@ -168,8 +208,24 @@ pub(crate) fn check_pairs(entities: &[EntityDescriptor]) -> Vec<Problem> {
             if !archive.columns.contains(&s.column) || anonymised(&s.column) {
                 continue;
             }
-            let reached = target.is_some_and(|t| t.subjects.iter().any(|ts| ts.column == s.column));
-            if !reached {
+            let declared = target.and_then(|t| t.subjects.iter().find(|ts| ts.column == s.column));
+            // An erasure of the source's kind must reach the copy: the
+            // archive's column carries that kind, or none (every kind).
+            if let Some(ts) = declared.filter(|ts| ts.kind.is_some() && ts.kind != s.kind) {
+                problems.push(Problem::entity(
+                    &e.name,
+                    format!(
+                        "archive table {} declares the subject column {:?} as kind {:?}, but {} declares it {}: an erasure of the source's kind would not reach the archived copies; give the archive's column the same kind, or none",
+                        archive.table.display_plain(),
+                        s.column,
+                        ts.kind.as_deref().unwrap_or_default(),
+                        e.table.display_plain(),
+                        s.kind.as_deref().map_or_else(|| "without a kind".to_owned(), |k| format!("as kind {k:?}")),
+                    ),
+                ));
+                continue;
+            }
+            if declared.is_none() {
                 problems.push(Problem::entity(
                     &e.name,
                     format!(

@@ -35,6 +35,9 @@ pub(crate) struct ColumnInfo {
     /// The declared length of `varchar(n)` / `char(n)` (also through a
     /// domain), in characters.
     pub(crate) max_chars: Option<i32>,
+    /// The type modifier in force (`atttypmod`, or a domain's
+    /// `typtypmod`): `-1` when the type is unconstrained.
+    pub(crate) typmod: i32,
     pub(crate) not_null: bool,
     /// Whether the column has a DEFAULT expression.
     pub(crate) has_default: bool,
@@ -182,6 +185,7 @@ pub(crate) async fn load_table(
                 deterministic: r.try_get("deterministic")?,
                 type_schema: r.try_get("type_schema")?,
                 max_chars: r.try_get("max_chars")?,
+                typmod: r.try_get("typmod")?,
                 not_null: r.try_get("not_null")?,
                 has_default: r.try_get("has_default")?,
                 identity: r.try_get("identity")?,

@@ -137,8 +137,12 @@ pub(crate) fn check_hold_stamp_trigger(schema: &str, enabled: Option<&str>) -> V
     let why = match enabled {
         Some("A") => return Vec::new(),
         None => format!(
-            "the trigger retention_hold_stamp on {} is missing; run `cohort migrate` to recreate it",
-            table.display_plain()
+            "the trigger retention_hold_stamp on {} is missing: holds written now would not be \
+             seen by a batch already running, which could delete held rows; recreate it with \
+             `CREATE TRIGGER retention_hold_stamp BEFORE INSERT OR UPDATE ON {table} FOR EACH ROW \
+             EXECUTE FUNCTION {}(); {fix}`",
+            table.display_plain(),
+            QualifiedName::new(schema, "retention_hold_stamp"),
         ),
         Some("D") => format!(
             "the trigger retention_hold_stamp on {} is disabled: holds written now would not be \
