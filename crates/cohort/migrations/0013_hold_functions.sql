@@ -82,3 +82,24 @@ BEGIN
           AND (h.retention_entity_id = entity OR h.retention_entity_id IS NULL));
 END
 $recent$;
+
+-- An archive batch's verdict: the rows it deleted from the source and the
+-- copies the archive table took must be the same rows (as many, with the
+-- same keys). A rule or a BEFORE INSERT trigger on the archive table that
+-- drops or rewrites a copy makes them differ; the error then rolls the
+-- whole batch back, so no row is deleted without its copy. Its SQLSTATE,
+-- CH001, is Cohort's own (class CH is PostgreSQL's for no condition).
+CREATE OR REPLACE FUNCTION {retention_archive_check}(moved bigint, copied bigint, unmatched bigint)
+    RETURNS boolean
+    LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+AS $check$
+BEGIN
+    IF moved <> copied OR unmatched <> 0 THEN
+        RAISE EXCEPTION 'cohort: the archive table took % copies with % keys unmatched for the % rows this batch deleted; the batch is rolled back and nothing is deleted', copied, unmatched, moved
+            USING ERRCODE = 'CH001',
+                  HINT = 'an INSERT rule or a BEFORE INSERT trigger on the archive table dropped or changed copies: remove it';
+    END IF;
+    RETURN true;
+END
+$check$;

@@ -8,6 +8,11 @@ use std::fmt;
 
 use uuid::Uuid;
 
+/// The SQLSTATE `retention_archive_check` raises when an archive batch's
+/// copies differ from the rows it deleted (schema 13): the batch rolled
+/// back, and the failure reads `kind=engine code=archive_copy_mismatch`.
+pub(crate) const ARCHIVE_COPY_MISMATCH: &str = "CH001";
+
 /// A sanitised description of a failure.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub(crate) struct Diagnostic {
@@ -31,13 +36,18 @@ impl Diagnostic {
         d
     }
 
-    /// For a sqlx error: its SQLSTATE when it has one.
+    /// For a sqlx error: its SQLSTATE when it has one. Cohort's own
+    /// conditions raised in SQL (see [`ARCHIVE_COPY_MISMATCH`]) get their
+    /// own kind and code.
     pub(crate) fn from_sqlx(error: &sqlx::Error) -> Self {
         let code = error
             .as_database_error()
             .and_then(|e| e.code())
             .map(|c| c.into_owned())
             .filter(|c| c.chars().all(|ch| ch.is_ascii_alphanumeric()));
+        if code.as_deref() == Some(ARCHIVE_COPY_MISMATCH) {
+            return Self::capture("engine", Some("archive_copy_mismatch".into()), error);
+        }
         let kind = match error {
             sqlx::Error::Database(_) => "database",
             sqlx::Error::Io(_) | sqlx::Error::Tls(_) => "connection",

@@ -733,3 +733,335 @@ async fn archiving_races_are_safe_when_the_database_defaults_to_repeatable_read(
     .await;
     race_holds_against_archiving(&db).await;
 }
+
+/// A trigger on the archive table that swallows one copy (returns NULL)
+/// or changes its key, created after startup (validation refuses it at
+/// startup: see the next test). The batch's verdict finds the copies
+/// differ from the rows it deleted and the batch fails whole: nothing is
+/// deleted, nothing copied, nothing audited, on every form of the archive
+/// statement (one statement or two, per-row audit or counts). With the
+/// verdict replaced by one that passes everything, the same batch
+/// deletes row 3 without its copy: the test reaches the hazard.
+#[tokio::test]
+async fn a_copy_the_archive_table_drops_or_rewrites_fails_the_batch_and_deletes_nothing() {
+    let hooks = [
+        (
+            "drops",
+            "IF NEW.id = 3 THEN RETURN NULL; END IF; RETURN NEW;",
+        ),
+        (
+            "rewrites",
+            "IF NEW.id = 3 THEN NEW.id := 1003; END IF; RETURN NEW;",
+        ),
+    ];
+    for verdict in [false, true] {
+        for (hook, body) in hooks {
+            for one_statement in [true, false] {
+                for audit in [
+                    cohort::rules::AuditDetail::PerRow,
+                    cohort::rules::AuditDetail::Summary,
+                ] {
+                    let case = format!(
+                        "{hook}, one statement {one_statement}, {audit:?}, verdict {verdict}"
+                    );
+                    let db = migrated_db().await;
+                    exec(db.pool(), TABLES).await;
+                    if one_statement {
+                        // Nothing references contacts: the batch is fused.
+                        exec(db.pool(), "DROP TABLE app.calls").await;
+                    }
+                    let cohort =
+                        build(&db, vec![contact().audit(audit), archive_entity()], rules())
+                            .await
+                            .unwrap();
+                    exec(
+                        db.pool(),
+                        &format!(
+                            "CREATE FUNCTION vault.hook() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN {body} END $$;
+                             CREATE TRIGGER hook BEFORE INSERT ON vault.contacts_archive
+                                 FOR EACH ROW EXECUTE FUNCTION vault.hook();"
+                        ),
+                    )
+                    .await;
+                    if !verdict {
+                        exec(
+                            db.pool(),
+                            "CREATE OR REPLACE FUNCTION public.retention_archive_check(moved bigint, copied bigint, unmatched bigint)
+                             RETURNS boolean LANGUAGE sql VOLATILE AS 'SELECT true'",
+                        )
+                        .await;
+                    }
+                    let before = table_digest(db.pool(), "app.contacts").await;
+                    let run = cohort
+                        .sweep(SweepRequest::tenanted(TENANT_A, now()))
+                        .await
+                        .unwrap();
+                    let archived = count(
+                        db.pool(),
+                        "SELECT count(*) FROM vault.contacts_archive WHERE id = 3",
+                    )
+                    .await;
+                    if verdict {
+                        let failure = run
+                            .failures
+                            .iter()
+                            .find(|f| f.entity == "Contact")
+                            .unwrap_or_else(|| panic!("{case}: the batch fails: {run:?}"));
+                        assert!(
+                            failure.error.contains("code=archive_copy_mismatch"),
+                            "{case}: {}",
+                            failure.error
+                        );
+                        assert_eq!(
+                            table_digest(db.pool(), "app.contacts").await,
+                            before,
+                            "{case}: nothing is deleted"
+                        );
+                        assert_eq!(
+                            count(db.pool(), "SELECT count(*) FROM vault.contacts_archive").await,
+                            0,
+                            "{case}: nothing is copied"
+                        );
+                        assert_eq!(
+                            count(
+                                db.pool(),
+                                "SELECT count(*) FROM public.sweep_run_row_detail"
+                            )
+                            .await,
+                            0,
+                            "{case}: nothing is audited"
+                        );
+                        assert_eq!(run.entity("Contact").unwrap().affected, 0, "{case}");
+                    } else {
+                        assert_eq!(
+                            count(db.pool(), "SELECT count(*) FROM app.contacts WHERE id = 3")
+                                .await,
+                            0,
+                            "{case}: without the verdict row 3 is deleted"
+                        );
+                        assert_eq!(archived, 0, "{case}: without its copy");
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Validation refuses an archive table whose INSERT can be rewritten or
+/// swallowed: an INSERT rule, a `BEFORE INSERT` row trigger (on the table
+/// or on one of its partitions), naming each. An AFTER trigger and a
+/// statement-level trigger are accepted.
+#[tokio::test]
+async fn an_archive_table_whose_insert_can_be_rewritten_is_refused() {
+    let db = migrated_db().await;
+    exec(db.pool(), TABLES).await;
+    exec(
+        db.pool(),
+        "CREATE FUNCTION vault.hook() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NEW; END $$;
+         CREATE TABLE vault.ruled (LIKE vault.contacts_archive INCLUDING ALL);
+         CREATE RULE swallow AS ON INSERT TO vault.ruled DO INSTEAD NOTHING;
+         CREATE TABLE vault.triggered (LIKE vault.contacts_archive INCLUDING ALL);
+         CREATE TRIGGER dedupe BEFORE INSERT ON vault.triggered FOR EACH ROW EXECUTE FUNCTION vault.hook();
+         CREATE TABLE vault.split (LIKE vault.contacts_archive) PARTITION BY RANGE (archived_at);
+         CREATE TABLE vault.split_2026 PARTITION OF vault.split FOR VALUES FROM ('2026-01-01') TO ('2027-01-01');
+         CREATE TRIGGER route BEFORE INSERT ON vault.split_2026 FOR EACH ROW EXECUTE FUNCTION vault.hook();
+         CREATE TABLE vault.after_only (LIKE vault.contacts_archive INCLUDING ALL);
+         CREATE TRIGGER noted AFTER INSERT ON vault.after_only FOR EACH ROW EXECUTE FUNCTION vault.hook();
+         CREATE TRIGGER counted BEFORE INSERT ON vault.after_only FOR EACH STATEMENT EXECUTE FUNCTION vault.hook();",
+    )
+    .await;
+    let archived_to =
+        |table: &str| vec![contact().archive_to(table), archive_entity().table(table)];
+    for (table, expected) in [
+        ("vault.ruled", "has the INSERT rule \"swallow\""),
+        (
+            "vault.triggered",
+            "has the BEFORE INSERT row trigger \"dedupe\" on vault.triggered",
+        ),
+        (
+            "vault.split",
+            "has the BEFORE INSERT row trigger \"route\" on vault.split_2026",
+        ),
+    ] {
+        let err = build(&db, archived_to(table), rules())
+            .await
+            .expect_err(expected);
+        assert_eq!(err.kind(), ErrorKind::Validation, "{table}: {err}");
+        assert!(err.to_string().contains(expected), "{table}: {err}");
+    }
+    build(&db, archived_to("vault.after_only"), rules())
+        .await
+        .expect("AFTER and statement-level triggers change no copy");
+}
+
+/// An archive column must hold every value of its source column exactly:
+/// a narrower numeric, timestamp, time or varbit modifier would round or
+/// cut values silently, another bit length or interval modifier would
+/// change or refuse them. Each is refused, naming the column; wider
+/// modifiers and unconstrained columns are accepted.
+#[tokio::test]
+async fn an_archive_column_narrower_than_its_source_is_refused() {
+    let db = migrated_db().await;
+    exec(
+        db.pool(),
+        "CREATE SCHEMA app; CREATE SCHEMA vault;
+         CREATE TABLE app.readings (id bigint PRIMARY KEY, tenant_id uuid NOT NULL,
+             created_at timestamptz(3), amount numeric(8,2), at_time time, span interval day to second(3),
+             flags bit(4), bits varbit(8), taken timestamp(6));",
+    )
+    .await;
+    let archive = |overrides: &[(&str, &str)]| {
+        let mut columns = [
+            ("created_at", "timestamptz(3)"),
+            ("amount", "numeric(8,2)"),
+            ("at_time", "time"),
+            ("span", "interval day to second(3)"),
+            ("flags", "bit(4)"),
+            ("bits", "varbit(8)"),
+            ("taken", "timestamp(6)"),
+        ];
+        for (c, t) in overrides {
+            columns.iter_mut().find(|(n, _)| n == c).unwrap().1 = t;
+        }
+        columns
+            .iter()
+            .map(|(c, t)| format!("{c} {t}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    // (archive table, its columns that differ from the source's, the
+    // refusal expected or none).
+    type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], Option<&'a str>);
+    let cases: &[Case] = &[
+        (
+            "v_amount",
+            &[("amount", "numeric(6,0)")],
+            Some("\"amount\" is numeric(6,0)"),
+        ),
+        (
+            "v_scale",
+            &[("amount", "numeric(12,1)")],
+            Some("\"amount\" is numeric(12,1)"),
+        ),
+        (
+            "v_time",
+            &[("at_time", "time(0)")],
+            Some("\"at_time\" is time(0) without time zone"),
+        ),
+        (
+            "v_stamp",
+            &[("created_at", "timestamptz(0)")],
+            Some("\"created_at\" is timestamp(0) with time zone"),
+        ),
+        (
+            "v_span",
+            &[("span", "interval(0)")],
+            Some("\"span\" is interval(0)"),
+        ),
+        (
+            "v_flags",
+            &[("flags", "bit(8)")],
+            Some("\"flags\" is bit(8)"),
+        ),
+        (
+            "v_bits",
+            &[("bits", "varbit(4)")],
+            Some("\"bits\" is bit varying(4)"),
+        ),
+        (
+            "v_unbounded_source",
+            &[("taken", "timestamp(3)")],
+            Some("\"taken\" is timestamp(3)"),
+        ),
+        (
+            "v_wider",
+            &[
+                ("amount", "numeric(12,3)"),
+                ("created_at", "timestamptz"),
+                ("at_time", "time(6)"),
+                ("span", "interval"),
+                ("bits", "varbit"),
+            ],
+            None,
+        ),
+        ("v_unconstrained", &[("amount", "numeric")], None),
+    ];
+    for (name, overrides, expected) in cases {
+        exec(
+            db.pool(),
+            &format!(
+                "CREATE TABLE vault.{name} (id bigint, tenant_id uuid NOT NULL, {}, \
+                 archived_at timestamptz NOT NULL, run_id uuid NOT NULL)",
+                archive(overrides)
+            ),
+        )
+        .await;
+        let reading = EntityDeclaration::new("Reading", CONTACT_ID)
+            .category("contacts")
+            .anchor("created_at")
+            .table("app.readings")
+            .archive_to(format!("vault.{name}"));
+        let built = build(&db, vec![reading], rules()).await;
+        match expected {
+            Some(expected) => {
+                let err = built.expect_err(expected);
+                assert_eq!(err.kind(), ErrorKind::Validation, "{name}: {err}");
+                assert!(err.to_string().contains(expected), "{name}: {err}");
+                assert!(
+                    err.to_string()
+                        .contains("a narrower one rounds or cuts values silently"),
+                    "{name}: {err}"
+                );
+            }
+            None => {
+                built.unwrap_or_else(|e| panic!("{name} holds every value: {e}"));
+            }
+        }
+    }
+}
+
+/// An erasure of the source's subject kind must reach the archived
+/// copies: an archive entity declaring the same column with another kind
+/// is refused; the same kind, or none, is accepted.
+#[tokio::test]
+async fn an_archive_whose_subject_column_has_another_kind_is_refused() {
+    let db = migrated_db().await;
+    exec(db.pool(), TABLES).await;
+    let err = build(
+        &db,
+        vec![
+            contact(),
+            EntityDeclaration::new("ContactArchive", ARCHIVE_ID)
+                .category("contact-archive")
+                .anchor("archived_at")
+                .table("vault.contacts_archive")
+                .subject("user_id", Some("customer")),
+        ],
+        rules(),
+    )
+    .await
+    .expect_err("another kind");
+    assert_eq!(err.kind(), ErrorKind::Validation, "{err}");
+    assert!(
+        err.to_string().contains(
+            "declares the subject column \"user_id\" as kind \"customer\", but app.contacts declares it as kind \"user\""
+        ),
+        "{err}"
+    );
+    for kind in [Some("user"), None] {
+        build(
+            &db,
+            vec![
+                contact(),
+                EntityDeclaration::new("ContactArchive", ARCHIVE_ID)
+                    .category("contact-archive")
+                    .anchor("archived_at")
+                    .table("vault.contacts_archive")
+                    .subject("user_id", kind),
+            ],
+            rules(),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{kind:?}: {e}"));
+    }
+}

@@ -510,7 +510,9 @@ async fn the_grants_block_runs_on_a_fresh_database() {
            AND has_table_privilege('app_role', 'app.session_notes', 'UPDATE') \
            AND has_table_privilege('app_role', 'vault.session_notes_archive', 'INSERT') \
            AND has_function_privilege('app_role', \
-                   'cohort.retention_hold_recent(uuid, pg_snapshot, bigint)', 'EXECUTE')",
+                   'cohort.retention_hold_recent(uuid, pg_snapshot, bigint)', 'EXECUTE') \
+           AND has_function_privilege('app_role', \
+                   'cohort.retention_archive_check(bigint, bigint, bigint)', 'EXECUTE')",
     )
     .fetch_one(&mut *conn)
     .await

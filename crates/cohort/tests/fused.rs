@@ -465,7 +465,7 @@ async fn startup_refuses_a_stamp_trigger_that_does_not_fire_always() {
         for d in engine_entities() {
             b = b.declaration(d);
         }
-        let err = b.build().await.err().expect("startup refuses");
+        let err = b.build().await.expect_err("startup refuses");
         let text = err.to_string();
         assert!(text.contains(says), "{break_it}: {text}");
         assert!(text.contains(fix), "{break_it}: names the fix: {text}");

@@ -45,7 +45,7 @@ CREATE TABLE app.accounts (id bigint PRIMARY KEY, tenant_id uuid NOT NULL, creat
     user_id uuid, delegate_id uuid);
 INSERT INTO app.accounts
 SELECT g, 'aaaaaaaa-0000-0000-0000-00000000000a', timestamptz '2026-01-01' - make_interval(mins => g),
-       CASE WHEN g = 1 THEN 'eeeeeeee-0000-0000-0000-00000000000e'::uuid ELSE md5('u' || g)::uuid END,
+       CASE WHEN g = 1 THEN '$O'::uuid ELSE md5('u' || g)::uuid END,
        CASE WHEN g = 1 THEN 'ffffffff-0000-0000-0000-00000000000f'::uuid END
 FROM generate_series(1, 200) g;
 CREATE FUNCTION app.pause(k bigint) RETURNS void LANGUAGE plpgsql AS $$
@@ -153,7 +153,7 @@ type Reported = (u64, u64);
 /// Runs the race on `path`; returns what the batch reported.
 async fn race(path: Path, becomes: Becomes) -> (cohort_pgtemp::TestDatabase, Reported) {
     let db = migrated_db().await;
-    exec(db.pool(), TABLES).await;
+    exec(db.pool(), &TABLES.replace("$O", O)).await;
     if matches!(path, Path::TwoStatementSweep) {
         exec(db.pool(), RESTRICTING_REFERENCE).await;
     }

@@ -107,7 +107,11 @@ const SOURCES: &[(u32, &str, &str)] = &[
 pub(crate) const HOLD_FUNCTIONS: &str = include_str!("../../migrations/0013_hold_functions.sql");
 
 /// Cohort's functions, by the name their placeholders use.
-pub(crate) const FUNCTIONS: [&str; 2] = ["retention_hold_stamp", "retention_hold_recent"];
+pub(crate) const FUNCTIONS: [&str; 3] = [
+    "retention_hold_stamp",
+    "retention_hold_recent",
+    "retention_archive_check",
+];
 
 pub(crate) fn render(template: &'static str, schema: &str) -> SqlText {
     let tables: Vec<(&str, crate::ident::QualifiedName)> = CohortTable::ALL

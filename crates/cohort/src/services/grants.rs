@@ -80,21 +80,35 @@ type Need = (Object, &'static str, String);
 
 /// The functions a part calls: a sweep's batch statement calls
 /// `retention_hold_recent` to re-check holds written after its snapshot
-/// (schema 12). A database that revokes `EXECUTE` on new functions from
-/// `PUBLIC` must grant it.
+/// (schema 12), and an archive batch `retention_archive_check` to compare
+/// the copies with the rows it deleted (schema 13). A database that
+/// revokes `EXECUTE` on new functions from `PUBLIC` must grant them.
 fn cohort_functions(schema: &str, access: Access) -> Vec<Need> {
     match access {
-        Access::Runs => vec![(
-            Object::Function(
-                QualifiedName::new(schema, "retention_hold_recent"),
-                "(uuid, pg_snapshot, bigint)",
+        Access::Runs => vec![
+            (
+                Object::Function(
+                    QualifiedName::new(schema, "retention_hold_recent"),
+                    "(uuid, pg_snapshot, bigint)",
+                ),
+                "EXECUTE",
+                format!(
+                    "{} (a batch re-checks holds written after its snapshot)",
+                    access.name()
+                ),
             ),
-            "EXECUTE",
-            format!(
-                "{} (a batch re-checks holds written after its snapshot)",
-                access.name()
+            (
+                Object::Function(
+                    QualifiedName::new(schema, "retention_archive_check"),
+                    "(bigint, bigint, bigint)",
+                ),
+                "EXECUTE",
+                format!(
+                    "{} (an archive batch checks its copies against the rows it deletes)",
+                    access.name()
+                ),
             ),
-        )],
+        ],
         _ => Vec::new(),
     }
 }

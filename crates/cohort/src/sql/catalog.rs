@@ -175,6 +175,34 @@ pub(crate) fn cascade_edges(table: Oid) -> Statement<(Oid,)> {
          ORDER BY pg_catalog.cardinality(e.path), c.conname"), (table,))
 }
 
+/// What can rewrite or swallow an INSERT into a table: its INSERT rules,
+/// and the `BEFORE INSERT ... FOR EACH ROW` triggers of the table and of
+/// every partition below it (enabled or not: one can be enabled later),
+/// as `kind`, `name`, `relation`.
+pub(crate) fn insert_hooks(table: Oid) -> Statement<(Oid,)> {
+    Statement::new(
+        SqlText::new(
+            "SELECT 'rule' AS kind, r.rulename::text AS name, \
+                    pg_catalog.format('%I.%I', n.nspname, c.relname) AS relation \
+             FROM pg_catalog.pg_rewrite r \
+             JOIN pg_catalog.pg_class c ON c.oid = r.ev_class \
+             JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+             WHERE r.ev_class = $1 AND r.ev_type = '3' \
+             UNION ALL \
+             SELECT 'trigger', t.tgname::text, pg_catalog.format('%I.%I', n.nspname, c.relname) \
+             FROM pg_catalog.pg_trigger t \
+             JOIN pg_catalog.pg_class c ON c.oid = t.tgrelid \
+             JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+             WHERE (t.tgrelid = $1 \
+                    OR t.tgrelid IN (SELECT p.relid FROM pg_catalog.pg_partition_tree($1) p)) \
+               AND NOT t.tgisinternal \
+               AND (t.tgtype::int & 7) = 7 \
+             ORDER BY 1, 3, 2",
+        ),
+        (table,),
+    )
+}
+
 /// How the hold stamp trigger of the hold table in schema `$1` fires
 /// (`pg_trigger.tgenabled`: `A` always, `O` origin, `R` replica, `D`
 /// disabled), if the trigger exists.

@@ -928,24 +928,29 @@ fn archive_statements(
         .append(delete)
         .push(" RETURNING ")
         .append(&archive_returning(e))
-        .push(")");
-    let insert = archive_insert(e, plan, casts, 3);
+        .push("), ")
+        .append(&archive_checked(
+            e,
+            &archive_insert(e, plan, casts, 3),
+            cohort_schema,
+        ));
 
+    // One row per deleted row, each only after the verdict passed.
     let count = {
         let mut s = moved.clone();
-        s.push(" ").append(&insert);
+        s.push(" SELECT 1 FROM moved, verdict");
         s
     };
     let keys = {
-        let mut s = count.clone();
-        s.push(" RETURNING ").ident(&e.record_id).push("::text");
+        let mut s = moved.clone();
+        s.push(" SELECT moved.")
+            .ident(&e.record_id)
+            .push("::text FROM moved, verdict");
         s
     };
     let mut audited = moved;
     audited
-        .push(", archived AS (")
-        .append(&insert)
-        .push(") INSERT INTO ")
+        .push(" INSERT INTO ")
         .table(&crate::sql::tables::CohortTable::RowDetail.qualified(cohort_schema))
         .push(" (run_id, retention_entity_id, entity_type, record_id, tenant_id, action) SELECT ")
         .param(next)
@@ -957,12 +962,37 @@ fn archive_statements(
         .param(next + 2)
         .push(", ")
         .param(next + 3)
-        .push(" FROM moved RETURNING row_detail_id, record_id");
+        .push(" FROM moved, verdict RETURNING row_detail_id, record_id");
     ArchiveStatements {
         count,
         keys,
         audited,
     }
+}
+
+/// The archive's copy of `moved` and its verdict, as two CTEs:
+/// `archived AS (INSERT … RETURNING key), verdict AS (SELECT
+/// retention_archive_check(…) AS ok)`. The verdict compares the rows
+/// deleted with the copies taken (as many, with the same keys) and raises
+/// an error otherwise, which rolls the batch back: a statement that reads
+/// `verdict` deletes nothing unless every deleted row was copied.
+pub(super) fn archive_checked(
+    e: &EntityDescriptor,
+    insert: &SqlText,
+    cohort_schema: &str,
+) -> SqlText {
+    let mut s = SqlText::new("archived AS (");
+    s.append(insert)
+        .push(" RETURNING ")
+        .ident(&e.record_id)
+        .push(" AS k), verdict AS (SELECT ")
+        .table(&QualifiedName::new(cohort_schema, "retention_archive_check"))
+        .push("((SELECT count(*) FROM moved), (SELECT count(*) FROM archived), (SELECT count(*) FROM moved FULL JOIN archived ON moved.")
+        .ident(&e.record_id)
+        .push(" = archived.k WHERE moved.")
+        .ident(&e.record_id)
+        .push(" IS NULL OR archived.k IS NULL)) AS ok)");
+    s
 }
 
 /// What the archive's mutation returns: the columns the copy takes.

@@ -175,7 +175,8 @@ fn statement(
         .append(&p.returning)
         .push(")");
     if let Some(insert) = &p.archive_insert {
-        s.push(", archived AS (").append(insert).push(")");
+        s.push(", ")
+            .append(&super::entity::archive_checked(e, insert, p.cohort_schema));
     }
     if let Some(a) = audit {
         s.push(", d AS (INSERT INTO ")
@@ -206,8 +207,15 @@ fn statement(
     if audit.is_some() {
         s.push(", CASE WHEN x.a = l.a AND x.o = l.o THEN (SELECT pg_catalog.array_agg(d.record_id) FROM d) END AS ids");
     }
+    // An archive's verdict is read, so a batch whose copy differs from
+    // what it deleted fails whole.
+    s.push(if p.archive_insert.is_some() {
+        " FROM n, m, l, verdict"
+    } else {
+        " FROM n, m, l"
+    });
     s.push(
-        " FROM n, m, l, LATERAL (SELECT c.k, c.a, c.o, c.addr FROM c WHERE n.locked > m.changed \
+        ", LATERAL (SELECT c.k, c.a, c.o, c.addr FROM c WHERE n.locked > m.changed \
          UNION ALL SELECT l.k, l.a, l.o, l.addr WHERE n.locked <= m.changed) x \
          ORDER BY x.a, x.o",
     );

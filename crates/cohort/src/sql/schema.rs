@@ -112,7 +112,9 @@ pub(crate) fn drop_hold_functions(schema: &str) -> Statement<()> {
     sql.table(&QualifiedName::new(schema, "retention_hold_stamp"))
         .push("(), ")
         .table(&QualifiedName::new(schema, "retention_hold_recent"))
-        .push("(uuid, pg_snapshot, int8)");
+        .push("(uuid, pg_snapshot, int8), ")
+        .table(&QualifiedName::new(schema, "retention_archive_check"))
+        .push("(int8, int8, int8)");
     Statement::new(sql, ())
 }
 

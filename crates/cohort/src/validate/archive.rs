@@ -7,7 +7,7 @@
 
 use std::collections::BTreeSet;
 
-use super::catalog::{ColumnInfo, TableInfo};
+use super::catalog::{ColumnInfo, InsertHook, TableInfo};
 use crate::error::Problem;
 use crate::model::{AnonymiseMethod, EntityDescriptor, ARCHIVED_AT, ARCHIVE_RUN_ID};
 use crate::rules::{CategoryCapabilities, Strategy};
@@ -32,7 +32,11 @@ pub(crate) fn typmod_holds(type_name: &str, from: i32, to: i32) -> bool {
     if to == -1 || from == to {
         return true;
     }
-    if from == -1 {
+    let seconds = matches!(
+        type_name.trim_start_matches('_'),
+        "timestamp" | "timestamptz" | "time" | "timetz"
+    );
+    if from == -1 && !seconds {
         return false;
     }
     match type_name.trim_start_matches('_') {
@@ -44,8 +48,8 @@ pub(crate) fn typmod_holds(type_name: &str, from: i32, to: i32) -> bool {
             let (tp, ts) = numeric_precision_scale(to);
             ts >= fs && tp - ts >= fp - fs
         }
-        // Fractional digits of seconds.
-        "timestamp" | "timestamptz" | "time" | "timetz" => to >= from,
+        // Fractional digits of seconds; unconstrained is six.
+        "timestamp" | "timestamptz" | "time" | "timetz" => to >= if from == -1 { 6 } else { from },
         // At most n bits.
         "varbit" => to >= from,
         // bit(n) is exactly n bits, interval's modifier names its fields
@@ -65,12 +69,14 @@ fn numeric_precision_scale(typmod: i32) -> (i32, i32) {
 }
 
 /// The problems of one entity's archive: `archive_table` is the live
-/// archive table (`None`: it does not exist). Expects the archive's
-/// columns already filled in (every source column when none were listed).
+/// archive table (`None`: it does not exist), `hooks` what can rewrite or
+/// swallow an INSERT into it. Expects the archive's columns already
+/// filled in (every source column when none were listed).
 pub(crate) fn check(
     e: &EntityDescriptor,
     source: &TableInfo,
     archive_table: Option<&TableInfo>,
+    hooks: &[InsertHook],
     capabilities: Option<&CategoryCapabilities>,
 ) -> Vec<String> {
     let mut problems = Vec::new();
@@ -109,6 +115,25 @@ pub(crate) fn check(
         return problems;
     }
     let name = archive.table.display_plain();
+    // A row deleted from the source must arrive in the archive as it was
+    // copied: a rule can rewrite the INSERT into something else (or
+    // nothing), a BEFORE row trigger can change the row or return NULL
+    // and drop it. The batch also checks that the copy took every row it
+    // deleted, but a changed value it cannot see.
+    for hook in hooks {
+        problems.push(match hook.kind.as_str() {
+            "rule" => format!(
+                "archive table {name} has the INSERT rule {:?}: it can rewrite or swallow the copy of rows the archive deletes; drop it (`DROP RULE {} ON {}`) or archive to a table without one",
+                hook.name,
+                crate::ident::quote_ident(&hook.name),
+                hook.relation
+            ),
+            _ => format!(
+                "archive table {name} has the BEFORE INSERT row trigger {:?} on {}: it can change a copy, or drop it by returning NULL, while the source row is deleted; drop it, make it an AFTER trigger, or archive to a table without one",
+                hook.name, hook.relation
+            ),
+        });
+    }
     for reserved in [ARCHIVED_AT, ARCHIVE_RUN_ID] {
         if archive.columns.iter().any(|c| c == reserved) {
             problems.push(format!(
@@ -259,4 +284,46 @@ pub(crate) fn check_pairs(entities: &[EntityDescriptor]) -> Vec<Problem> {
         }
     }
     problems
+}
+
+#[cfg(test)]
+mod tests {
+    use super::typmod_holds;
+
+    /// `numeric(p, s)` as PostgreSQL encodes it.
+    fn numeric(p: i32, s: i32) -> i32 {
+        ((p << 16) | (s & 0x7ff)) + 4
+    }
+
+    #[test]
+    fn a_modifier_holds_the_values_of_one_no_wider() {
+        let cases = [
+            ("numeric", numeric(8, 2), numeric(8, 2), true),
+            ("numeric", numeric(8, 2), numeric(10, 3), true),
+            ("numeric", numeric(8, 2), -1, true),
+            ("numeric", numeric(8, 2), numeric(6, 0), false),
+            ("numeric", numeric(8, 2), numeric(12, 1), false),
+            ("numeric", numeric(8, 2), numeric(9, 3), true),
+            ("numeric", numeric(8, 2), numeric(8, 3), false),
+            ("numeric", -1, numeric(30, 10), false),
+            ("numeric", numeric(4, -2), numeric(6, 0), true),
+            ("_numeric", numeric(8, 2), numeric(6, 0), false),
+            ("varchar", 24, 44, true),
+            ("varchar", 44, 24, false),
+            ("varchar", -1, 44, false),
+            ("timestamptz", 3, 6, true),
+            ("timestamptz", -1, 6, true),
+            ("timestamptz", -1, 3, false),
+            ("time", 6, 0, false),
+            ("varbit", 8, 4, false),
+            ("varbit", 4, 8, true),
+            ("bit", 4, 8, false),
+            ("interval", -1, 3, false),
+            ("geometry", 7, 7, true),
+            ("geometry", 7, 8, false),
+        ];
+        for (ty, from, to, holds) in cases {
+            assert_eq!(typmod_holds(ty, from, to), holds, "{ty} {from} -> {to}");
+        }
+    }
 }

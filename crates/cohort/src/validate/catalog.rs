@@ -315,6 +315,39 @@ pub(crate) async fn cascade_edges(
         .collect()
 }
 
+/// An INSERT rule or a `BEFORE INSERT` row trigger on a table (or one of
+/// its partitions): something that can change or swallow a row on its way
+/// in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct InsertHook {
+    /// `rule` or `trigger`.
+    pub(crate) kind: String,
+    pub(crate) name: String,
+    /// The relation it is on, as `schema.table`.
+    pub(crate) relation: String,
+}
+
+/// The INSERT rules and `BEFORE INSERT` row triggers of `table` and its
+/// partitions.
+pub(crate) async fn insert_hooks(
+    conn: &mut PgConnection,
+    table: u32,
+) -> Result<Vec<InsertHook>, sqlx::Error> {
+    statements::insert_hooks(Oid(table))
+        .query()
+        .fetch_all(conn)
+        .await?
+        .iter()
+        .map(|r| {
+            Ok(InsertHook {
+                kind: r.try_get("kind")?,
+                name: r.try_get("name")?,
+                relation: r.try_get("relation")?,
+            })
+        })
+        .collect()
+}
+
 /// How the hold stamp trigger fires in `schema` (`pg_trigger.tgenabled`),
 /// or `None` when it does not exist.
 pub(crate) async fn hold_stamp_trigger(

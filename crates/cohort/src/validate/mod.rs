@@ -447,10 +447,20 @@ pub(crate) async fn validate(
             }
             None => None,
         };
+        let hooks = match &archive_table {
+            Some(t) => catalog::insert_hooks(conn, t.oid).await?,
+            None => Vec::new(),
+        };
         problems.extend(
-            archive::check(&descriptor, &table, archive_table.as_ref(), caps.as_ref())
-                .into_iter()
-                .map(|p| Problem::entity(&descriptor.name, p)),
+            archive::check(
+                &descriptor,
+                &table,
+                archive_table.as_ref(),
+                &hooks,
+                caps.as_ref(),
+            )
+            .into_iter()
+            .map(|p| Problem::entity(&descriptor.name, p)),
         );
         if descriptor.partitions == crate::model::Partitions::Drop {
             let partitioning = partitions::load(conn, table.oid).await?;
