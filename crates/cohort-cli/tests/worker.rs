@@ -1152,3 +1152,128 @@ async fn replicas_with_different_policies_never_drop_work() {
     let old_log = &logs.iter().find(|(n, _)| n == "old").unwrap().1;
     assert!(old_log.contains("another policy"), "{old_log}");
 }
+
+/// RS-023: replicas restarted (SIGTERM, a clean stop) on a ledger analysed
+/// the way autovacuum leaves it (every pass of the finished occurrences
+/// done, none of the next one's yet) share the next occurrence's 60 passes
+/// and complete it: each pass claimed once (attempt 1) and run once, no
+/// replica holding passes it is not running (so none "taken over" from a
+/// replica that was not lost). Before schema 13's claim statement, one
+/// replica claimed every pass at once on these statistics and swept them
+/// one by one as "taken over", while the other could take none.
+#[tokio::test]
+async fn replicas_restarted_on_an_analysed_ledger_complete_every_occurrence() {
+    let tenants = 60;
+    let text = policy("*/3 * * * * *", 100, "")
+        .replace(
+            &format!("[[tenant]]\nid = \"{T1}\"\n\n[[tenant]]\nid = \"{T2}\"\n"),
+            "",
+        )
+        .replace(
+            "[cohort]\n",
+            "tenants_query = \"SELECT id FROM app.tenants ORDER BY n\"\n\n[cohort]\n",
+        );
+    assert!(!text.contains(T1), "the tenant list was replaced:\n{text}");
+    let (db, dir) = setup(&text).await;
+    let dir = dir.path();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "CREATE TABLE app.tenants (n int PRIMARY KEY, id uuid NOT NULL);
+         INSERT INTO app.tenants SELECT g, md5('tenant' || g)::uuid FROM generate_series(1, {tenants}) g;"
+    )))
+    .execute(db.pool())
+    .await
+    .unwrap();
+    let completed = async || -> i64 {
+        sqlx::query_scalar(
+            "SELECT count(*) FROM retention.sweep_occurrence WHERE NOT dry_run AND completed_at IS NOT NULL",
+        )
+        .fetch_one(db.pool())
+        .await
+        .unwrap()
+    };
+    // One replica completes a first occurrence, then stops cleanly.
+    let mut replicas = Replicas::new(dir, db.url());
+    replicas.spawn("w-first", &[]);
+    wait_until(
+        "a first occurrence completed",
+        Duration::from_secs(60),
+        async || completed().await >= 1,
+    )
+    .await;
+    replicas.terminate_all();
+    // Analysed now: only finished passes in the table.
+    sqlx::raw_sql("ANALYZE retention.sweep_occurrence_pass; ANALYZE retention.sweep_occurrence;")
+        .execute(db.pool())
+        .await
+        .unwrap();
+    let before: Vec<uuid::Uuid> = sqlx::query_scalar(
+        "SELECT occurrence_id FROM retention.sweep_occurrence WHERE NOT dry_run",
+    )
+    .fetch_all(db.pool())
+    .await
+    .unwrap();
+    replicas.spawn("w-a", &[]);
+    replicas.spawn("w-b", &[]);
+    // No replica ever holds the lock of a pass it is not running: at most
+    // one pass lock per replica, sampled while the occurrence runs.
+    let mut most_held = 0i64;
+    wait_until(
+        "an occurrence created after the restart completed",
+        Duration::from_secs(40),
+        async || {
+            let held: i64 = sqlx::query_scalar(
+                "SELECT COALESCE(max(n), 0) FROM (SELECT count(*) AS n FROM pg_locks l
+                 JOIN pg_stat_activity a ON a.pid = l.pid
+                 WHERE l.locktype = 'advisory' AND l.granted AND a.application_name IN ('w-a', 'w-b')
+                 GROUP BY a.application_name) x",
+            )
+            .fetch_one(db.pool())
+            .await
+            .unwrap();
+            most_held = most_held.max(held);
+            sqlx::query_scalar::<_, bool>(
+                "SELECT EXISTS (SELECT 1 FROM retention.sweep_occurrence
+                 WHERE NOT dry_run AND completed_at IS NOT NULL AND NOT (occurrence_id = ANY($1)))",
+            )
+            .bind(&before)
+            .fetch_one(db.pool())
+            .await
+            .unwrap()
+        },
+    )
+    .await;
+    let logs = replicas.terminate_all();
+    // The first occurrence after the restart: every pass done once.
+    let passes: Vec<(i32, String, i32)> = sqlx::query_as(
+        "SELECT p.pass, p.status, p.attempts FROM retention.sweep_occurrence_pass p
+         JOIN retention.sweep_occurrence o USING (occurrence_id)
+         WHERE NOT o.dry_run AND o.completed_at IS NOT NULL AND NOT (o.occurrence_id = ANY($1))
+           AND o.occurrence = (SELECT min(occurrence) FROM retention.sweep_occurrence
+                               WHERE NOT dry_run AND NOT (occurrence_id = ANY($1)))
+         ORDER BY p.pass",
+    )
+    .bind(&before)
+    .fetch_all(db.pool())
+    .await
+    .unwrap();
+    assert_eq!(
+        passes.len(),
+        tenants as usize + 1,
+        "every tenant and the tenantless pass"
+    );
+    for (pass, status, attempts) in &passes {
+        assert_eq!((status.as_str(), *attempts), ("done", 1), "pass {pass}");
+    }
+    // A replica holds its worker lock briefly and one pass lock while it
+    // runs a pass: never the locks of many passes.
+    assert!(
+        most_held <= 2,
+        "a replica held {most_held} advisory locks at once"
+    );
+    for (name, log) in logs {
+        assert!(
+            !log.contains("replica was lost"),
+            "{name} took over a pass no replica lost:\n{log}"
+        );
+    }
+}

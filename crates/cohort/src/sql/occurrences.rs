@@ -121,6 +121,15 @@ impl Params for Claim {
 /// `attempts`, `locked`); none when no pass is pending. `locked` is false
 /// only while another replica checks the pass for a lost holder: the
 /// claim is then given back ([`unclaim`]).
+///
+/// The pass is chosen by an uncorrelated scalar subquery, which the
+/// executor runs once (an InitPlan) whatever plan the statistics lead to:
+/// at most one pass is claimed and locked. (Joined as a subquery in
+/// `FROM`, the choice could land on the inner side of a nested loop and
+/// run again for every row of the occurrence, each run skipping the rows
+/// this statement had just claimed and returning the next: after an
+/// `ANALYZE` taken before the occurrence's passes existed, one claim took
+/// every pending pass and held all their locks.)
 pub(crate) fn claim_pending(schema: &str, params: Claim) -> Statement<Claim> {
     let table = CohortTable::OccurrencePass.qualified(schema);
     let mut sql = SqlText::new("UPDATE ");
@@ -128,13 +137,12 @@ pub(crate) fn claim_pending(schema: &str, params: Claim) -> Statement<Claim> {
         .push(
             " AS p SET status = 'claimed', attempts = p.attempts + 1, claim_token = $2, \
                claimed_by = $3, claimed_at = pg_catalog.clock_timestamp() \
-             FROM (SELECT pass FROM ",
+             WHERE p.occurrence_id = $1 AND p.status = 'pending' AND p.pass = (SELECT c.pass FROM ",
         )
         .table(&table)
         .push(
-            " WHERE occurrence_id = $1 AND status = 'pending' ORDER BY pass LIMIT 1 \
-               FOR UPDATE SKIP LOCKED) AS c \
-             WHERE p.occurrence_id = $1 AND p.pass = c.pass \
+            " AS c WHERE c.occurrence_id = $1 AND c.status = 'pending' ORDER BY c.pass LIMIT 1 \
+               FOR UPDATE SKIP LOCKED) \
              RETURNING p.pass, p.spec, p.attempts, \
                pg_catalog.pg_try_advisory_lock(pg_catalog.hashtextextended($4 || p.pass::text, 0)) AS locked",
         );

@@ -169,3 +169,151 @@ async fn a_batch_changes_its_locked_rows_by_address_in_custom_and_generic_plans(
         tx.rollback().await.unwrap();
     }
 }
+
+/// The statement that claimed passes before schema 13's release: the
+/// pass chosen by a subquery joined in `FROM`.
+const JOINED_CLAIM: &str = "UPDATE cohort.sweep_occurrence_pass AS p SET status = 'claimed', \
+     attempts = p.attempts + 1, claim_token = $2, claimed_by = $3, claimed_at = pg_catalog.clock_timestamp() \
+     FROM (SELECT pass FROM cohort.sweep_occurrence_pass WHERE occurrence_id = $1 AND status = 'pending' \
+           ORDER BY pass LIMIT 1 FOR UPDATE SKIP LOCKED) AS c \
+     WHERE p.occurrence_id = $1 AND p.pass = c.pass \
+     RETURNING p.pass, p.spec, p.attempts, \
+       pg_catalog.pg_try_advisory_lock(pg_catalog.hashtextextended($4 || p.pass::text, 0)) AS locked";
+
+/// A claim takes one pass and one lock, whatever plan the statistics or
+/// the planner settings lead to. The ledger is analysed the way
+/// autovacuum leaves it in production: after twenty finished occurrences
+/// and before the new one's 300 passes exist, so the planner expects one
+/// row of it. There, the joined claim of earlier releases takes every
+/// pending pass at once (the control: this test reaches the hazard); the
+/// claim now takes one under every combination of join and scan methods.
+#[tokio::test]
+async fn a_claim_takes_one_pass_whatever_the_plan() {
+    use super::occurrences::{claim_pending, insert, insert_passes, Claim, Insert, InsertPasses};
+    let db = cohort_pgtemp::fresh_empty_database()
+        .await
+        .expect("test database");
+    let mut conn = db.connect().await.unwrap();
+    crate::schema::migrate(&mut conn, "cohort").await.unwrap();
+    let at: chrono::DateTime<chrono::Utc> = "2026-06-01T00:00:00Z".parse().unwrap();
+    let specs = serde_json::Value::Array(
+        (1..=300)
+            .map(|t| serde_json::json!({ "kind": "tenant", "id": format!("t{t}") }))
+            .collect(),
+    );
+    let occurrence = |n: u32| uuid::Uuid::from_u128(u128::from(n) + 1);
+    for n in 0..=20u32 {
+        insert(
+            "cohort",
+            Insert {
+                occurrence_id: occurrence(n),
+                at: at - chrono::Duration::hours(i64::from(21 - n)),
+                dry_run: false,
+                fingerprint: "fp".into(),
+                passes: 300,
+                created_by: "test".into(),
+            },
+        )
+        .query()
+        .execute(&mut conn)
+        .await
+        .unwrap();
+        if n == 20 {
+            // Analysed with only finished occurrences in the table.
+            conn.execute("ANALYZE cohort.sweep_occurrence_pass")
+                .await
+                .unwrap();
+        }
+        insert_passes(
+            "cohort",
+            InsertPasses {
+                occurrence_id: occurrence(n),
+                specs: specs.clone(),
+            },
+        )
+        .query()
+        .execute(&mut conn)
+        .await
+        .unwrap();
+        if n < 20 {
+            sqlx::query(
+                "UPDATE cohort.sweep_occurrence_pass SET status = 'done' WHERE occurrence_id = $1",
+            )
+            .bind(occurrence(n))
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        }
+    }
+    let new = occurrence(20);
+    let claim = |sql: &str| -> (String, Claim) {
+        (
+            sql.to_owned(),
+            Claim {
+                occurrence_id: new,
+                token: uuid::Uuid::new_v4(),
+                by: "test".into(),
+                lock_prefix: crate::locks::pass_prefix(new),
+            },
+        )
+    };
+    // How many passes one claim took, and how many pass locks it holds.
+    async fn claimed(tx: &mut sqlx::PgConnection, sql: &str, c: Claim) -> (usize, i64) {
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql.to_owned()))
+            .bind(c.occurrence_id)
+            .bind(c.token)
+            .bind(c.by)
+            .bind(c.lock_prefix)
+            .fetch_all(&mut *tx)
+            .await
+            .unwrap();
+        let locks: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_catalog.pg_locks WHERE locktype = 'advisory' \
+             AND pid = pg_catalog.pg_backend_pid()",
+        )
+        .fetch_one(&mut *tx)
+        .await
+        .unwrap();
+        sqlx::query("SELECT pg_catalog.pg_advisory_unlock_all()")
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+        (rows.len(), locks)
+    }
+
+    let (old, c) = claim(JOINED_CLAIM);
+    let mut tx = conn.begin().await.unwrap();
+    let (passes, locks) = claimed(&mut tx, &old, c).await;
+    tx.rollback().await.unwrap();
+    assert!(
+        passes > 1 && locks > 1,
+        "the control: the joined claim takes {passes} passes and {locks} locks on these statistics"
+    );
+
+    let settings = [
+        "enable_hashjoin",
+        "enable_mergejoin",
+        "enable_nestloop",
+        "enable_indexscan",
+        "enable_bitmapscan",
+        "enable_seqscan",
+        "enable_sort",
+        "enable_indexonlyscan",
+    ];
+    // Every subset of the settings turned off (the planner needs one join
+    // and one scan left; it falls back to disabled ones otherwise).
+    for mask in 0u32..(1 << settings.len()) {
+        let (sql, c) = claim(claim_pending("cohort", claim("").1).text());
+        let mut tx = conn.begin().await.unwrap();
+        for (i, s) in settings.iter().enumerate() {
+            if mask & (1 << i) != 0 {
+                tx.execute(sqlx::AssertSqlSafe(format!("SET LOCAL {s} = off")))
+                    .await
+                    .unwrap();
+            }
+        }
+        let (passes, locks) = claimed(&mut tx, &sql, c).await;
+        tx.rollback().await.unwrap();
+        assert_eq!((passes, locks), (1, 1), "settings off: {mask:#b}");
+    }
+}
