@@ -1218,7 +1218,7 @@ async fn replicas_restarted_on_an_analysed_ledger_complete_every_occurrence() {
     // one pass lock per replica, sampled while the occurrence runs.
     let mut most_held = 0i64;
     wait_until(
-        "an occurrence created after the restart completed",
+        "the first occurrence after the restart completed",
         Duration::from_secs(40),
         async || {
             let held: i64 = sqlx::query_scalar(
@@ -1231,9 +1231,11 @@ async fn replicas_restarted_on_an_analysed_ledger_complete_every_occurrence() {
             .await
             .unwrap();
             most_held = most_held.max(held);
+            // The first occurrence written after the restart completed.
             sqlx::query_scalar::<_, bool>(
-                "SELECT EXISTS (SELECT 1 FROM retention.sweep_occurrence
-                 WHERE NOT dry_run AND completed_at IS NOT NULL AND NOT (occurrence_id = ANY($1)))",
+                "SELECT COALESCE((SELECT completed_at IS NOT NULL FROM retention.sweep_occurrence
+                 WHERE NOT dry_run AND NOT (occurrence_id = ANY($1))
+                 ORDER BY occurrence LIMIT 1), false)",
             )
             .bind(&before)
             .fetch_one(db.pool())

@@ -1361,3 +1361,88 @@ async fn a_foreign_key_cycle_among_purging_entities_is_refused_with_the_cycle_na
     let model = cohort.ready().await.unwrap();
     assert_eq!(model.ordered().count(), 3);
 }
+
+/// A marker that rows carry without Cohort writing it makes a strategy
+/// lie: an `anonymised_at` with a default hides new rows from every
+/// anonymising sweep (shown first on a handle validated before the
+/// default was added: the row is past its cutoff, `anonymise` reports 0,
+/// the personal data stays); a NOT NULL `deleted_at` defaulting to the
+/// epoch marks rows never soft deleted; a soft-delete flag defaulting to
+/// true hides new rows. Validation refuses each, naming the column and
+/// the statement that fixes it, and accepts the table once fixed.
+#[tokio::test]
+async fn a_marker_rows_carry_without_cohort_is_refused() {
+    let db = engine_db().await;
+    let validated = engine_cohort(&db).await;
+    exec(
+        db.pool(),
+        &format!(
+            "ALTER TABLE app.contacts ALTER COLUMN anonymised_at SET DEFAULT now();
+             INSERT INTO app.contacts (id, tenant_id, created_at, email, full_name, phone, reference, user_id)
+             VALUES (900, '{TENANT_A}', '2025-01-01', 'kept@example.com', 'Kept', '+1', 'R', gen_random_uuid());"
+        ),
+    )
+    .await;
+    let run = validated
+        .sweep(cohort::SweepRequest::tenanted(TENANT_A, now()))
+        .await
+        .unwrap();
+    assert_eq!(
+        count(
+            db.pool(),
+            "SELECT count(*) FROM app.contacts WHERE id = 900 AND email = 'kept@example.com'"
+        )
+        .await,
+        1,
+        "the hazard: a row past its cutoff keeps its personal data ({:?})",
+        run.entity("Contact")
+    );
+    // The refusals, on a database no sweep has written to.
+    let db = engine_db().await;
+    exec(
+        db.pool(),
+        "ALTER TABLE app.contacts ALTER COLUMN anonymised_at SET DEFAULT now()",
+    )
+    .await;
+    let problems = expect_problems(
+        &db,
+        engine_entities(),
+        &["app.contacts"],
+        &["anonymised_at marker column \"anonymised_at\" has a default (now())"],
+    )
+    .await;
+    assert!(
+        problems
+            .iter()
+            .any(|p| p
+                .contains("ALTER TABLE app.contacts ALTER COLUMN \"anonymised_at\" DROP DEFAULT")),
+        "{problems:?}"
+    );
+    exec(
+        db.pool(),
+        "ALTER TABLE app.contacts ALTER COLUMN anonymised_at DROP DEFAULT;
+         UPDATE app.tickets SET deleted_at = 'epoch' WHERE deleted_at IS NULL;
+         ALTER TABLE app.tickets ALTER COLUMN deleted_at SET DEFAULT 'epoch',
+             ALTER COLUMN deleted_at SET NOT NULL, ALTER COLUMN is_deleted SET DEFAULT true;",
+    )
+    .await;
+    expect_problems(
+        &db,
+        engine_entities(),
+        &["app.tickets"],
+        &[
+            "deleted_at marker column \"deleted_at\" is NOT NULL",
+            "ALTER TABLE app.tickets ALTER COLUMN \"deleted_at\" DROP NOT NULL",
+            "deleted_at marker column \"deleted_at\" has a default",
+            "soft-delete flag column \"is_deleted\" defaults to true",
+        ],
+    )
+    .await;
+    exec(
+        db.pool(),
+        "ALTER TABLE app.tickets ALTER COLUMN deleted_at DROP DEFAULT,
+             ALTER COLUMN deleted_at DROP NOT NULL, ALTER COLUMN is_deleted SET DEFAULT false;",
+    )
+    .await;
+    engine_cohort(&db).await;
+}

@@ -70,6 +70,8 @@ pub(crate) fn columns(table: Oid) -> Statement<(Oid,)> {
                      THEN COALESCE(NULLIF(a.atttypmod, -1), t.typtypmod) - 4 END AS max_chars, \
                 COALESCE(NULLIF(a.atttypmod, -1), t.typtypmod) AS typmod, \
                 a.attnotnull AS not_null, a.atthasdef AS has_default, \
+                (SELECT pg_catalog.pg_get_expr(d.adbin, d.adrelid) FROM pg_catalog.pg_attrdef d \
+                 WHERE d.adrelid = a.attrelid AND d.adnum = a.attnum) AS default_expr, \
                 a.attidentity <> '' AS identity, a.attgenerated <> '' AS generated, \
                 COALESCE((SELECT co.collisdeterministic FROM pg_catalog.pg_collation co \
                           WHERE co.oid = a.attcollation), true) AS deterministic \

@@ -41,6 +41,8 @@ pub(crate) struct ColumnInfo {
     pub(crate) not_null: bool,
     /// Whether the column has a DEFAULT expression.
     pub(crate) has_default: bool,
+    /// That expression, as the server prints it (`pg_get_expr`).
+    pub(crate) default_expr: Option<String>,
     /// Whether it is an identity column (filled by its sequence).
     pub(crate) identity: bool,
     /// Whether it is a generated column (computed; cannot be written).
@@ -188,6 +190,7 @@ pub(crate) async fn load_table(
                 typmod: r.try_get("typmod")?,
                 not_null: r.try_get("not_null")?,
                 has_default: r.try_get("has_default")?,
+                default_expr: r.try_get("default_expr")?,
                 identity: r.try_get("identity")?,
                 generated: r.try_get("generated")?,
             })

@@ -233,6 +233,72 @@ fn no_anonymised_at(entity: &EntityDescriptor, table: &TableInfo) -> String {
     }
 }
 
+/// Markers whose constraints or defaults make them meaningless. A marker
+/// says "this row was changed by Cohort, at this time": a NOT NULL
+/// timestamp marker or one with a default is set on rows Cohort never
+/// changed, so an anonymising category would find every row "already
+/// anonymised" and report `anonymise 0` while the personal data stays,
+/// and a stage measured from `deleted_at` would purge rows never soft
+/// deleted; a soft-delete flag defaulting to true hides new rows the
+/// same way. Checked for the strategies the category may use.
+fn marker_problems(
+    entity: &EntityDescriptor,
+    table: &TableInfo,
+    caps: &CategoryCapabilities,
+) -> Vec<String> {
+    let mut problems = Vec::new();
+    let t = table.name.display_plain();
+    let mut timestamps = Vec::new();
+    if caps.allows(Strategy::SoftDelete) {
+        timestamps.extend(entity.deleted_at.as_deref().map(|c| ("deleted_at", c)));
+    }
+    if caps.allows(Strategy::Anonymise) {
+        timestamps.extend(
+            entity
+                .anonymised_at
+                .as_deref()
+                .map(|c| ("anonymised_at", c)),
+        );
+    }
+    for (marker, column) in timestamps {
+        let Some(col) = table.column(column) else {
+            continue;
+        };
+        if col.not_null {
+            problems.push(format!(
+                "{marker} marker column {column:?} is NOT NULL: every row would carry a marker Cohort never wrote \
+                 (rows it never changed would look done); allow NULL with `ALTER TABLE {t} ALTER COLUMN {} DROP NOT NULL`",
+                crate::ident::quote_ident(column)
+            ));
+        }
+        if col.has_default {
+            problems.push(format!(
+                "{marker} marker column {column:?} has a default ({}): new rows would carry a marker Cohort never wrote \
+                 (they would look done); remove it with `ALTER TABLE {t} ALTER COLUMN {} DROP DEFAULT`",
+                col.default_expr.as_deref().unwrap_or("?"),
+                crate::ident::quote_ident(column)
+            ));
+        }
+    }
+    if caps.allows(Strategy::SoftDelete) {
+        if let Some(col) = entity.soft_delete.as_deref().and_then(|c| table.column(c)) {
+            if col
+                .default_expr
+                .as_deref()
+                .is_some_and(|d| d.trim().eq_ignore_ascii_case("true"))
+            {
+                problems.push(format!(
+                    "soft-delete flag column {:?} defaults to true: new rows would look soft deleted already; \
+                     default it to false (`ALTER TABLE {t} ALTER COLUMN {} SET DEFAULT false`)",
+                    col.name,
+                    crate::ident::quote_ident(&col.name)
+                ));
+            }
+        }
+    }
+    problems
+}
+
 /// Checks one resolved entity against its table and its category's capabilities.
 pub(crate) fn check_entity(
     entity: &EntityDescriptor,
@@ -559,6 +625,7 @@ pub(crate) fn check_entity(
             ))
         }
         Some(caps) => {
+            problems.extend(marker_problems(entity, table, caps));
             for strategy in caps.iter() {
                 match strategy {
                     Strategy::Anonymise => {
