@@ -1157,7 +1157,7 @@ async fn kill_9_mid_archive_moves_whole_batches_only_and_a_rerun_finishes() {
             SELECT gen_random_uuid(), '11111111-1111-1111-1111-111111111111', timestamptz '2026-01-01' - make_interval(secs => g), 'n'
             FROM generate_series(1, 3000) g;
         CREATE FUNCTION app.slow() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(0.002); RETURN NEW; END $$;
-        CREATE TRIGGER slow BEFORE INSERT ON vault.session_notes_archive FOR EACH ROW EXECUTE FUNCTION app.slow();")
+        CREATE TRIGGER slow AFTER INSERT ON vault.session_notes_archive FOR EACH ROW EXECUTE FUNCTION app.slow();")
         .execute(db.pool())
         .await
         .unwrap();
@@ -3108,4 +3108,45 @@ async fn a_subject_hold_is_created_listed_and_kept_by_the_sweep_from_the_cli() {
             .await
             .unwrap();
     assert_eq!(kept.as_deref(), Some("x@example.com"));
+}
+
+/// RS-041: `cohort validate` exits 2 while the hold stamp trigger is
+/// disabled (it exited 0 before), and names the statement that fixes it;
+/// after that statement it exits 0.
+#[tokio::test]
+async fn validate_exits_2_while_the_hold_stamp_trigger_is_disabled() {
+    let (db, dir) = setup().await;
+    assert_eq!(
+        cohort(dir.path(), &["migrate"], Some(db.url()))
+            .status
+            .code(),
+        Some(0)
+    );
+    sqlx::raw_sql("ALTER TABLE retention.retention_hold DISABLE TRIGGER retention_hold_stamp")
+        .execute(db.pool())
+        .await
+        .unwrap();
+    let out = cohort(dir.path(), &["--json", "validate"], Some(db.url()));
+    assert_eq!(out.status.code(), Some(2));
+    let v = json(&out);
+    let fix =
+        "ALTER TABLE \"retention\".\"retention_hold\" ENABLE ALWAYS TRIGGER retention_hold_stamp;";
+    let problems = v["error"]["problems"].as_array().unwrap();
+    assert!(
+        problems.iter().any(|p| p["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("is disabled") && m.contains(fix))),
+        "{problems:?}"
+    );
+    sqlx::raw_sql(sqlx::AssertSqlSafe(fix.to_owned()))
+        .execute(db.pool())
+        .await
+        .unwrap();
+    let out = cohort(dir.path(), &["validate"], Some(db.url()));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -1225,6 +1225,7 @@ async fn replicas_restarted_on_an_analysed_ledger_complete_every_occurrence() {
                 "SELECT COALESCE(max(n), 0) FROM (SELECT count(*) AS n FROM pg_locks l
                  JOIN pg_stat_activity a ON a.pid = l.pid
                  WHERE l.locktype = 'advisory' AND l.granted AND a.application_name IN ('w-a', 'w-b')
+                   AND NOT (l.objsubid = 2 AND l.classid = 1131375665)
                  GROUP BY a.application_name) x",
             )
             .fetch_one(db.pool())
@@ -1266,10 +1267,11 @@ async fn replicas_restarted_on_an_analysed_ledger_complete_every_occurrence() {
     for (pass, status, attempts) in &passes {
         assert_eq!((status.as_str(), *attempts), ("done", 1), "pass {pass}");
     }
-    // A replica holds its worker lock briefly and one pass lock while it
-    // runs a pass: never the locks of many passes.
+    // A replica holds one pass lock and its run's lock while it runs a
+    // pass, and its worker lock briefly (the hold gate, taken by every
+    // batch, is not counted): never the locks of many passes.
     assert!(
-        most_held <= 2,
+        most_held <= 3,
         "a replica held {most_held} advisory locks at once"
     );
     for (name, log) in logs {

@@ -34,10 +34,11 @@ ALTER TABLE {retention_hold} ENABLE ALWAYS TRIGGER retention_hold_stamp;
 -- this look, and is seen, or waits for this batch to commit.
 --
 -- A hold's stamp is trusted only when the stamp trigger is enabled ALWAYS
--- and its catalog row was not written at or after the snapshot's xmin (a
--- trigger disabled, a hold written, the trigger enabled again, all while
--- the batch ran); otherwise every locked row goes to the batch's second
--- statement, whose new snapshot sees every committed hold.
+-- and neither its catalog row nor its function's was written by a
+-- transaction the snapshot could not see (a trigger disabled, or its
+-- function replaced, a hold written, then put back, all while the batch
+-- ran); otherwise every locked row goes to the batch's second statement,
+-- whose new snapshot sees every committed hold.
 CREATE OR REPLACE FUNCTION {retention_hold_recent}(entity uuid, snap pg_snapshot, locked bigint)
     RETURNS boolean
     LANGUAGE plpgsql VOLATILE
@@ -45,36 +46,40 @@ CREATE OR REPLACE FUNCTION {retention_hold_recent}(entity uuid, snap pg_snapshot
 AS $recent$
 DECLARE
     since xid8 := pg_catalog.pg_snapshot_xmin(snap);
+    s bigint := since::text::bigint;
     enabled "char";
-    written xid;
-    s bigint;
+    written xid[];
+    w xid;
     x bigint;
 BEGIN
     IF locked <= 0 THEN
         RETURN false;
     END IF;
     PERFORM pg_catalog.pg_advisory_xact_lock_shared(1131375665, {retention_hold:regclass}::pg_catalog.oid::int4);
-    SELECT t.tgenabled, t.xmin INTO enabled, written
+    SELECT t.tgenabled, ARRAY[t.xmin, p.xmin] INTO enabled, written
       FROM pg_catalog.pg_trigger t
+      JOIN pg_catalog.pg_proc p ON p.oid = t.tgfoid
      WHERE t.tgrelid = {retention_hold:regclass}
        AND t.tgname = 'retention_hold_stamp';
     IF enabled IS DISTINCT FROM 'A' THEN
         RETURN true;
     END IF;
-    -- The trigger row's 32-bit xmin, widened with the epoch of `since`.
-    x := written::text::bigint;
-    IF x >= 3 THEN
-        s := since::text::bigint;
-        x := s - (s % 4294967296) + x;
-        IF x > s + 2147483648 THEN
-            x := x - 4294967296;
-        ELSIF x < s - 2147483648 THEN
-            x := x + 4294967296;
+    -- Each catalog row's 32-bit xmin, widened with the epoch of `since`
+    -- (1 and 2 are the bootstrap and frozen ids: old).
+    FOREACH w IN ARRAY written LOOP
+        x := w::text::bigint;
+        IF x >= 3 THEN
+            x := s - (s % 4294967296) + x;
+            IF x > s + 2147483648 THEN
+                x := x - 4294967296;
+            ELSIF x < s - 2147483648 THEN
+                x := x + 4294967296;
+            END IF;
+            IF x >= 3 AND NOT pg_catalog.pg_visible_in_snapshot(x::text::xid8, snap) THEN
+                RETURN true;
+            END IF;
         END IF;
-        IF x >= 3 AND NOT pg_catalog.pg_visible_in_snapshot(x::text::xid8, snap) THEN
-            RETURN true;
-        END IF;
-    END IF;
+    END LOOP;
     RETURN EXISTS (
         SELECT 1 FROM {retention_hold} h
         WHERE h.written_xid >= since

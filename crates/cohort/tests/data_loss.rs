@@ -1242,6 +1242,10 @@ fn released_migrations_are_pinned() {
             12,
             "d4dfe5a116ee3541fcc86656d2255b1ff63c5dbc2d71fe29fb7c35af2dff8e47",
         ),
+        (
+            13,
+            "96a37b109645c155c33e578c171115b0f9ceb1741c1f4fcf176ebca7037c0c77",
+        ),
     ];
     assert_eq!(
         pinned.len(),

@@ -238,15 +238,20 @@ enum Bypass {
     /// The same with the trigger enabled again right after: the batch
     /// finds it enabled, but changed since its snapshot.
     ReactivatedTriggerToggled,
+    /// The trigger's function replaced by one that stamps nothing, the
+    /// hold re-activated, the function put back: the batch finds the
+    /// function changed since its snapshot.
+    ReactivatedFunctionSwapped,
 }
 
 impl Bypass {
-    const ALL: [Bypass; 5] = [
+    const ALL: [Bypass; 6] = [
         Bypass::ReactivatedAsReplica,
         Bypass::ExtendedAsReplica,
         Bypass::ReinsertedAsReplica,
         Bypass::ReactivatedTriggerDisabled,
         Bypass::ReactivatedTriggerToggled,
+        Bypass::ReactivatedFunctionSwapped,
     ];
 
     /// Leaves an inactive hold on the gated row (placed by the library,
@@ -295,6 +300,14 @@ impl Bypass {
                  UPDATE public.retention_hold SET released_at = NULL;
                  ALTER TABLE public.retention_hold ENABLE ALWAYS TRIGGER retention_hold_stamp"
             }
+            Bypass::ReactivatedFunctionSwapped => {
+                "CREATE OR REPLACE FUNCTION public.retention_hold_stamp() RETURNS trigger
+                     LANGUAGE plpgsql AS $$ BEGIN RETURN NEW; END $$;
+                 UPDATE public.retention_hold SET released_at = NULL;
+                 CREATE OR REPLACE FUNCTION public.retention_hold_stamp() RETURNS trigger
+                     LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
+                     AS $$ BEGIN NEW.written_xid := pg_catalog.pg_current_xact_id(); RETURN NEW; END $$;"
+            }
         };
         exec(db.pool(), sql).await;
     }
@@ -302,20 +315,25 @@ impl Bypass {
 
 /// What schema 12 relied on: a stamp trigger that fires only outside the
 /// replica role, and a re-check that trusts every stamp. Installed after
-/// the handles were validated (startup now refuses such a trigger).
+/// the handles were validated (startup now refuses such a trigger). The
+/// re-check looks for the stamps the snapshot cannot see, as this
+/// release's does: schema 12 looked from the oldest transaction running
+/// in the whole cluster, which made it miss the hold only when no other
+/// test's transaction was open (the control would depend on the others).
 const SCHEMA_12_CHECK: &str = "
     ALTER TABLE public.retention_hold ENABLE TRIGGER retention_hold_stamp;
     CREATE OR REPLACE FUNCTION public.retention_hold_recent(entity uuid, snap pg_snapshot, locked bigint)
     RETURNS boolean LANGUAGE sql VOLATILE AS $$
         SELECT locked > 0 AND EXISTS (SELECT 1 FROM public.retention_hold h
             WHERE h.written_xid >= pg_catalog.pg_snapshot_xmin(snap)
+              AND NOT pg_catalog.pg_visible_in_snapshot(h.written_xid, snap)
               AND (h.retention_entity_id = entity OR h.retention_entity_id IS NULL))
     $$;";
 
 /// RS-041: a hold made active while the batch statement ran keeps its row
 /// however it was written: under the replica role (re-activated, extended,
-/// re-inserted with its old stamp) or with the stamp trigger disabled
-/// (left so, or enabled again at once). With the schema-12 check the same
+/// re-inserted with its old stamp), with the stamp trigger disabled (left
+/// so, or enabled again at once) or its function swapped and put back. With the schema-12 check the same
 /// interleavings delete the held row: the test reaches the hazard.
 #[tokio::test]
 async fn a_hold_written_past_the_stamp_trigger_inside_the_batch_window_keeps_its_row() {
@@ -433,8 +451,8 @@ async fn the_re_check_looks_only_for_holds_the_batch_snapshot_could_not_see() {
 
 /// RS-041: every process validates at startup, and refuses a database
 /// whose stamp trigger does not fire for every writer (disabled, origin
-/// only, replica only, or missing), naming the statement that fixes it;
-/// after that statement it starts.
+/// only, replica only, missing, or its function no longer stamping),
+/// naming the statement that fixes it; after that statement it starts.
 #[tokio::test]
 async fn startup_refuses_a_stamp_trigger_that_does_not_fire_always() {
     let db = engine_db().await;
@@ -457,6 +475,11 @@ async fn startup_refuses_a_stamp_trigger_that_does_not_fire_always() {
             "DROP TRIGGER retention_hold_stamp ON public.retention_hold",
             "is missing",
         ),
+        (
+            "CREATE OR REPLACE FUNCTION public.retention_hold_stamp() RETURNS trigger
+                 LANGUAGE plpgsql AS $$ BEGIN RETURN NEW; END $$",
+            "no longer stamps written_xid",
+        ),
     ] {
         exec(db.pool(), break_it).await;
         let mut b = Cohort::builder(db.pool().clone())
@@ -469,7 +492,11 @@ async fn startup_refuses_a_stamp_trigger_that_does_not_fire_always() {
         let text = err.to_string();
         assert!(text.contains(says), "{break_it}: {text}");
         assert!(text.contains(fix), "{break_it}: names the fix: {text}");
-        let statement = if says == "is missing" {
+        let statement = if says == "no longer stamps written_xid" {
+            let start = text.find("CREATE OR REPLACE FUNCTION").unwrap();
+            let end = start + text[start..].find('`').unwrap();
+            text[start..end].to_owned()
+        } else if says == "is missing" {
             let start = text.find("CREATE TRIGGER").unwrap();
             let end = start + text[start..].find('`').unwrap();
             text[start..end].to_owned()

@@ -465,12 +465,14 @@ async fn a_terminated_connection_of_a_four_connection_sweep_leaves_whole_batches
     });
     wait_at_gate(db.pool(), 4).await;
     // A connection of the sweep other than the run's own (the one holding
-    // the run lock, a granted advisory lock).
+    // the run lock, a granted advisory lock other than the hold gate every
+    // batch takes: the two-key lock whose first key is 1131375665).
     let killed: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM (SELECT pg_terminate_backend(l.pid) FROM pg_locks l
          WHERE l.locktype = 'advisory' AND NOT l.granted AND l.objid = 4242
            AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-           AND NOT EXISTS (SELECT 1 FROM pg_locks r WHERE r.pid = l.pid AND r.locktype = 'advisory' AND r.granted)
+           AND NOT EXISTS (SELECT 1 FROM pg_locks r WHERE r.pid = l.pid AND r.locktype = 'advisory' AND r.granted
+                           AND NOT (r.objsubid = 2 AND r.classid = 1131375665))
          LIMIT 1) t",
     )
     .fetch_one(db.pool())

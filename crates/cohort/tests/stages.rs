@@ -463,3 +463,104 @@ async fn a_marker_stage_without_an_index_gets_advice() {
     let warnings = again.ready().await.unwrap().warnings.clone();
     assert!(advice(&warnings), "{warnings:?}");
 }
+
+/// The database clock now.
+async fn db_now(pool: &sqlx::PgPool) -> chrono::DateTime<chrono::Utc> {
+    sqlx::query_scalar("SELECT now()")
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+/// One clock for a run's decisions and its marks: the first stage marks
+/// the rows it changes with the run's `now`, so a later stage measured
+/// from that marker never takes them in the same run, however far `now`
+/// is from the database clock. Two ways it went wrong when markers read
+/// the database clock: a run dated 61 days ahead (allowed explicitly)
+/// soft-deleted and purged the same tickets; a run 50 seconds ahead (the
+/// tolerance, no flag) did the same for stages of `0d`.
+#[tokio::test]
+async fn a_row_the_first_stage_marks_is_not_taken_by_a_later_stage_of_the_same_run() {
+    // 61 days ahead, explicitly allowed: "soft delete, then purge 60 days
+    // later" must stay two steps.
+    let (db, cohort) = setup(POLICY).await;
+    let ahead = db_now(db.pool()).await + chrono::Duration::days(61);
+    let run = cohort
+        .sweep(SweepRequest::tenanted(TENANT_A, ahead).allow_future_now(true))
+        .await
+        .unwrap();
+    // Tickets 1, 2 and 5 are soft-deleted now; 3, 4 and 6 were deleted
+    // long before and are purged.
+    assert_eq!(
+        stages(&run.entities, "Ticket"),
+        [
+            (Some(1), Strategy::SoftDelete, 3),
+            (Some(2), Strategy::Purge, 3)
+        ]
+    );
+    assert_eq!(
+        ids(db.pool(), "SELECT id FROM app.tickets WHERE tenant_id = 'aaaaaaaa-0000-0000-0000-00000000000a' ORDER BY id").await,
+        [1, 2, 5]
+    );
+    let marks: Vec<chrono::DateTime<chrono::Utc>> =
+        sqlx::query_scalar("SELECT deleted_at FROM app.tickets WHERE id IN (1, 2, 5) ORDER BY id")
+            .fetch_all(db.pool())
+            .await
+            .unwrap();
+    assert_eq!(marks, [ahead, ahead, ahead], "marked with the run's now");
+    let anonymised: Vec<chrono::DateTime<chrono::Utc>> = sqlx::query_scalar(
+        "SELECT anonymised_at FROM app.messages WHERE anonymised_at IS NOT NULL",
+    )
+    .fetch_all(db.pool())
+    .await
+    .unwrap();
+    assert!(
+        !anonymised.is_empty() && anonymised.iter().all(|a| *a == ahead),
+        "{anonymised:?}"
+    );
+
+    // 50 seconds ahead (within the tolerance, no flag), stages of 0d.
+    let zero = POLICY
+        .replace(
+            "name = \"tickets\"\nstrategy = \"soft_delete\"\nperiod = \"30d\"",
+            "name = \"tickets\"\nstrategy = \"soft_delete\"\nperiod = \"0d\"",
+        )
+        .replace(
+            "strategy = \"purge\"\nperiod = \"60d\"",
+            "strategy = \"purge\"\nperiod = \"0d\"",
+        );
+    assert!(zero.contains("period = \"0d\"                # after deleted_at"));
+    let (db, cohort) = setup(&zero).await;
+    let ahead = db_now(db.pool()).await + chrono::Duration::seconds(50);
+    let run = cohort
+        .sweep(SweepRequest::tenanted(TENANT_A, ahead))
+        .await
+        .unwrap();
+    assert_eq!(
+        stages(&run.entities, "Ticket"),
+        [
+            (Some(1), Strategy::SoftDelete, 3),
+            (Some(2), Strategy::Purge, 3)
+        ]
+    );
+    assert_eq!(
+        ids(db.pool(), "SELECT id FROM app.tickets WHERE tenant_id = 'aaaaaaaa-0000-0000-0000-00000000000a' AND is_deleted ORDER BY id").await,
+        [1, 2, 5],
+        "soft-deleted by stage 1 and kept by stage 2 of the same run"
+    );
+    // The next run takes them.
+    let later = cohort
+        .sweep(
+            SweepRequest::tenanted(TENANT_A, ahead + chrono::Duration::seconds(1))
+                .allow_future_now(true),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        stages(&later.entities, "Ticket"),
+        [
+            (Some(1), Strategy::SoftDelete, 0),
+            (Some(2), Strategy::Purge, 3)
+        ]
+    );
+}

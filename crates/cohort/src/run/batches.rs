@@ -132,6 +132,7 @@ pub(super) async fn batches(
             let sql = forms.pick(cursor.is_some(), lane.until.is_some());
             let mut q = bind_all(sqlx::query(sql.sql()).bind(e.id), lock_args);
             q = bind_strategy_values(q, ctx, work);
+            q = bind_mark(q, ctx, work);
             if wants_ids {
                 q = q
                     .bind(ctx.run_id)
@@ -472,6 +473,7 @@ async fn mutate(
     if let Some(values) = custom_json {
         mutate = mutate.bind(values);
     }
+    mutate = bind_mark(mutate, ctx, work);
     let mut mutate = bind_all(mutate, &work.mutate_args);
     if audited.is_some() {
         mutate = mutate
@@ -509,6 +511,24 @@ async fn mutate(
         (Vec::new(), n, None)
     };
     Ok(out)
+}
+
+/// Binds the run's logical `now`, which a strategy that marks its rows
+/// sets its marker to (the last of the strategy's values; see
+/// `EntityPlan::params_after_keys`). One clock for the run's cutoffs and
+/// its marks: a row stage 1 marks in a run carries the run's `now`, and a
+/// stage measured from that marker takes only rows marked before its
+/// cutoff, which is never after `now`.
+fn bind_mark<'q>(
+    q: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
+    ctx: &RunCtx<'_>,
+    work: &Work<'_>,
+) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
+    if crate::sql::marks(work.rule.strategy()) {
+        q.bind(ctx.spec.now)
+    } else {
+        q
+    }
 }
 
 /// Binds the values a strategy's mutation takes after its rows: the

@@ -63,8 +63,16 @@ fn entity_works<'a>(
                             stage.strategy()
                         )));
                     };
+                    // The same-run rule: the previous stage marks the rows
+                    // it changes in this run with `now` itself (the run's
+                    // clock, bound into its statement), and this stage
+                    // takes only markers strictly before its cutoff, which
+                    // is never after `now`: a row marked in this run is
+                    // never taken by a later stage of the same run, however
+                    // far `now` is from the database clock.
                     let cutoff = crate::rules::cutoff(now, stage.period())
-                        .map_err(|err| out_of_range(&err))?;
+                        .map_err(|err| out_of_range(&err))?
+                        .min(now);
                     let floor = stage
                         .erasure_cutoff(now)
                         .map_err(|err| out_of_range(&err))?;

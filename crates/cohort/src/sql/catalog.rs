@@ -205,13 +205,16 @@ pub(crate) fn insert_hooks(table: Oid) -> Statement<(Oid,)> {
     )
 }
 
-/// How the hold stamp trigger of the hold table in schema `$1` fires
-/// (`pg_trigger.tgenabled`: `A` always, `O` origin, `R` replica, `D`
-/// disabled), if the trigger exists.
+/// The hold stamp trigger of the hold table in schema `$1`, if it exists:
+/// how it fires (`enabled`, `pg_trigger.tgenabled`: `A` always, `O`
+/// origin, `R` replica, `D` disabled), when (`tgtype`) and what its
+/// function runs (`source`).
 pub(crate) fn hold_stamp_trigger(schema: String) -> Statement<(String,)> {
     Statement::new(
         SqlText::new(
-            "SELECT t.tgenabled::text FROM pg_catalog.pg_trigger t \
+            "SELECT t.tgenabled::text AS enabled, t.tgtype::int4 AS tgtype, p.prosrc AS source \
+         FROM pg_catalog.pg_trigger t \
+         JOIN pg_catalog.pg_proc p ON p.oid = t.tgfoid \
          JOIN pg_catalog.pg_class c ON c.oid = t.tgrelid \
          JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
          WHERE n.nspname = $1 AND c.relname = 'retention_hold' \

@@ -214,13 +214,19 @@ impl EntityPlan {
     /// Parameters `mutate` binds after the keys for `strategy`: the
     /// anonymise ones; for archive, the run id (`$3`), then the anonymise
     /// ones when the copy is anonymised.
+    ///
+    /// Last of them, for a strategy that marks its rows ([`marks`]), the
+    /// run's logical `now`, which the marker (`deleted_at`,
+    /// `anonymised_at`, the archive's `archived_at`) is set to: a run's
+    /// marks and its cutoffs read one clock.
     pub(crate) fn params_after_keys(&self, strategy: Strategy) -> usize {
-        match strategy {
+        let own = match strategy {
             Strategy::Anonymise => self.anonymise_params(),
             Strategy::Archive if self.archive_anonymises => 1 + self.anonymise_params(),
             Strategy::Archive => 1,
             _ => 0,
-        }
+        };
+        own + usize::from(marks(strategy))
     }
 
     /// Whether `strategy`'s statement needs values computed in Rust for
@@ -539,9 +545,11 @@ impl EntityPlan {
             }
             let next = after + 1 + t + f;
             // The mutation without its re-checks: `key_match` picks the rows.
-            // `first_literal`: where anonymise's literals start; `recheck_held`:
-            // whether the hold check is repeated (not in a fused statement,
-            // whose snapshot is its candidates').
+            // `first_literal`: where the strategy's own values start
+            // (anonymise's literals first; the run's `now` for the marker
+            // last); `recheck_held`: whether the hold check is repeated
+            // (not in a fused statement, whose snapshot is its candidates').
+            let mark = first_value_mark(&plan, strategy);
             let body = |key_match: &SqlText, first_literal: usize, recheck_held: bool| {
                 let mut m = SqlText::default();
                 match strategy {
@@ -558,7 +566,11 @@ impl EntityPlan {
                             .ident(e.soft_delete.as_deref().expect("validated"));
                         m.push(" = TRUE");
                         if let Some(d) = &e.deleted_at {
-                            m.push(", ").ident(d).push(" = pg_catalog.now()");
+                            m.push(", ")
+                                .ident(d)
+                                .push(" = ")
+                                .param(first_literal + mark)
+                                .push("::timestamptz");
                         }
                         m.push(" WHERE ").append(key_match);
                     }
@@ -574,7 +586,9 @@ impl EntityPlan {
                         }
                         m.push(", ")
                             .ident(e.anonymised_at.as_deref().expect("validated"))
-                            .push(" = pg_catalog.now()");
+                            .push(" = ")
+                            .param(first_literal + mark)
+                            .push("::timestamptz");
                         if plan.custom.is_empty() {
                             m.push(" WHERE ").append(key_match);
                         } else {
@@ -618,12 +632,10 @@ impl EntityPlan {
             if addressed && !(strategy.deletes() && referenced.is_some()) {
                 let head = 3 + t + f;
                 let archive = strategy == Strategy::Archive;
-                let extras = match strategy {
-                    Strategy::Archive if plan.archive_anonymises => 1 + plan.literals.len(),
-                    Strategy::Archive => 1,
-                    Strategy::Anonymise => plan.literals.len(),
-                    _ => 0,
-                };
+                // Fused only without values computed in Rust: the
+                // strategy's own values are its literals (and archive's
+                // run id), then the run's `now` for the marker.
+                let extras = plan.params_after_keys(strategy);
                 let mut mutation =
                     body(&SqlText::new(fused::LOCKED_UNLESS_RECENT), head + 1, false);
                 mutation
@@ -1008,10 +1020,26 @@ fn archive_returning(e: &EntityDescriptor) -> SqlText {
     s
 }
 
+/// How far after the first of `strategy`'s own values the run's `now`
+/// for its marker is bound (its last value; 0 when it marks nothing).
+fn first_value_mark(plan: &EntityPlan, strategy: Strategy) -> usize {
+    plan.params_after_keys(strategy).saturating_sub(1)
+}
+
+/// Whether `strategy` stamps the rows it changes with a marker (set to
+/// the run's `now`, bound last of the strategy's values).
+pub(crate) fn marks(strategy: Strategy) -> bool {
+    matches!(
+        strategy,
+        Strategy::SoftDelete | Strategy::Anonymise | Strategy::Archive
+    )
+}
+
 /// The archive's copy of the rows a `moved` statement returns: stamped
-/// with the statement's time and the run id (`$run_id`), the anonymised
+/// with the run's `now` and the run id (`$run_id`), the anonymised
 /// columns (with anonymise-on-archive) replaced by their anonymised
-/// values, bound after the run id.
+/// values, bound after the run id; the `now` comes last of the
+/// strategy's values.
 fn archive_insert(
     e: &EntityDescriptor,
     plan: &EntityPlan,
@@ -1047,7 +1075,8 @@ fn archive_insert(
         insert.push(", ");
     }
     insert
-        .push("pg_catalog.now(), ")
+        .param(run_id + plan.params_after_keys(Strategy::Archive) - 1)
+        .push("::timestamptz, ")
         .param(run_id)
         .push(" FROM moved");
     if archive.anonymise && !plan.custom.is_empty() {

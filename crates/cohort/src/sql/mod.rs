@@ -47,7 +47,7 @@ pub(crate) mod statement;
 pub(crate) mod tables;
 pub(crate) mod worker;
 
-pub(crate) use entity::{lock_subject_rows, EntityPlan, RunValue, StageScope};
+pub(crate) use entity::{lock_subject_rows, marks, EntityPlan, RunValue, StageScope};
 pub(crate) use erasure::ErasurePlan;
 pub(crate) use fragments::{bound_rows, Casts, HoldKeys};
 pub(crate) use fused::Fused;

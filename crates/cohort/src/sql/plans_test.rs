@@ -147,22 +147,23 @@ async fn a_batch_changes_its_locked_rows_by_address_in_custom_and_generic_plans(
         .await
         .unwrap();
         // The two-statement path's mutation: `$1` entity, `$2` addresses,
-        // then the cutoff and the tenant.
+        // `$3` the run's now (the marker), then the cutoff and the tenant.
         let found = explain(
             &mut tx,
             plan.mutate_count[&Strategy::SoftDelete].as_str(),
-            "uuid, text[], timestamptz, text",
-            &format!("{entity}, {addresses}, {cutoff}, 'a'"),
+            "uuid, text[], timestamptz, timestamptz, text",
+            &format!("{entity}, {addresses}, {cutoff}, {cutoff}, 'a'"),
         )
         .await;
         assert!(modifies_by_address(&found), "{mode}: {found:?}");
         // The fused statement: `$1` entity, `$2` cutoff, `$3` limit, `$4`
-        // tenant; its mutation reads the addresses its own lock took.
+        // tenant, `$5` the run's now; its mutation reads the addresses its
+        // own lock took.
         let found = explain(
             &mut tx,
             plan.fused[&Strategy::SoftDelete].count.plain.as_str(),
-            "uuid, timestamptz, int8, text",
-            &format!("{entity}, {cutoff}, 5000, 'a'"),
+            "uuid, timestamptz, int8, text, timestamptz",
+            &format!("{entity}, {cutoff}, 5000, 'a', {cutoff}"),
         )
         .await;
         assert!(modifies_by_address(&found), "{mode}: {found:?}");

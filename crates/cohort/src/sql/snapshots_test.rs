@@ -405,8 +405,8 @@ fn entity_archive_statements() {
 }
 
 /// Archive binds the run id (`$3`) after the keys, then, anonymised, the
-/// anonymise parameters; then the cutoff and the tenant; the audited form
-/// then its four ledger values.
+/// anonymise parameters, then the run's `now` (`archived_at`); then the
+/// cutoff and the tenant; the audited form then its four ledger values.
 #[test]
 fn archive_parameters_match_what_the_executor_binds() {
     for (tenanted, custom, anonymise) in [
@@ -428,7 +428,7 @@ fn archive_parameters_match_what_the_executor_binds() {
                 plan.anonymise_params()
             } else {
                 0
-            }
+            } + 1
         );
         let expected = 2 + after + 1 + usize::from(tenanted);
         for sql in [&plan.mutate, &plan.mutate_count] {

@@ -351,16 +351,35 @@ pub(crate) async fn insert_hooks(
         .collect()
 }
 
-/// How the hold stamp trigger fires in `schema` (`pg_trigger.tgenabled`),
-/// or `None` when it does not exist.
+/// The hold stamp trigger as the catalog has it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct StampTrigger {
+    /// `pg_trigger.tgenabled` (`A` always, `O` origin, `R` replica, `D`
+    /// disabled).
+    pub(crate) enabled: String,
+    /// `pg_trigger.tgtype`: row, before, on which events.
+    pub(crate) tgtype: i32,
+    /// Its function's source.
+    pub(crate) source: String,
+}
+
+/// The hold stamp trigger in `schema`, or `None` when it does not exist.
 pub(crate) async fn hold_stamp_trigger(
     conn: &mut PgConnection,
     schema: &str,
-) -> Result<Option<String>, sqlx::Error> {
-    statements::hold_stamp_trigger(schema.to_owned())
-        .query_scalar()
+) -> Result<Option<StampTrigger>, sqlx::Error> {
+    let row = statements::hold_stamp_trigger(schema.to_owned())
+        .query()
         .fetch_optional(conn)
-        .await
+        .await?;
+    row.map(|r| {
+        Ok(StampTrigger {
+            enabled: r.try_get("enabled")?,
+            tgtype: r.try_get("tgtype")?,
+            source: r.try_get("source")?,
+        })
+    })
+    .transpose()
 }
 
 /// Whether `schema` holds Cohort's ledger (a `sweep_run` table carrying a

@@ -128,13 +128,36 @@ pub(crate) fn check_cohort_schema(
 /// hold is refused with the statement that fixes it. (A batch that finds
 /// the trigger changed since its snapshot trusts no stamp either: see
 /// `migrations/0013_hold_functions.sql`.)
-pub(crate) fn check_hold_stamp_trigger(schema: &str, enabled: Option<&str>) -> Vec<Problem> {
+pub(crate) fn check_hold_stamp_trigger(
+    schema: &str,
+    trigger: Option<&super::catalog::StampTrigger>,
+) -> Vec<Problem> {
     let table = CohortTable::Hold.qualified(schema);
+    let function = QualifiedName::new(schema, "retention_hold_stamp");
     let fix = format!(
         "ALTER TABLE {table} ENABLE ALWAYS TRIGGER retention_hold_stamp;",
         table = table
     );
-    let why = match enabled {
+    // FOR EACH ROW (1), BEFORE (2), INSERT (4), UPDATE (16).
+    const ROW_BEFORE_INSERT_OR_UPDATE: i32 = 1 | 2 | 4 | 16;
+    let stamps = trigger.is_some_and(|t| {
+        t.tgtype == ROW_BEFORE_INSERT_OR_UPDATE
+            && t.source
+                .contains("NEW.written_xid := pg_catalog.pg_current_xact_id();")
+    });
+    if trigger.is_some() && !stamps {
+        return vec![Problem::global(format!(
+            "the trigger retention_hold_stamp on {} no longer stamps written_xid before every insert and update \
+             (it or its function {} was changed): a batch could miss holds written while it runs; restore both with \
+             `CREATE OR REPLACE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp \
+             AS $$ BEGIN NEW.written_xid := pg_catalog.pg_current_xact_id(); RETURN NEW; END $$; \
+             DROP TRIGGER retention_hold_stamp ON {table}; CREATE TRIGGER retention_hold_stamp BEFORE INSERT OR UPDATE ON \
+             {table} FOR EACH ROW EXECUTE FUNCTION {function}(); {fix}`",
+            table.display_plain(),
+            function.display_plain(),
+        ))];
+    }
+    let why = match trigger.map(|t| t.enabled.as_str()) {
         Some("A") => return Vec::new(),
         None => format!(
             "the trigger retention_hold_stamp on {} is missing: holds written now would not be \

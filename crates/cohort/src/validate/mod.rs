@@ -297,7 +297,7 @@ pub(crate) async fn validate(
         let trigger = catalog::hold_stamp_trigger(conn, &config.schema).await?;
         problems.extend(checks::check_hold_stamp_trigger(
             &config.schema,
-            trigger.as_deref(),
+            trigger.as_ref(),
         ));
     }
     problems.extend(schema_problems);
