@@ -93,7 +93,7 @@ pub(crate) async fn compare(
         ..CohortConfig::default()
     };
     warmed_up(&cohort_pool, config, scenario, seed).await?;
-    let cohort_sql = continuing_statement(&cohort_pool).await?;
+    let (cohort_sql, marks) = continuing_statement(&cohort_pool).await?;
     cohort_pool.close().await;
 
     scenario.seed(pool, seed, rows).await?;
@@ -138,13 +138,16 @@ pub(crate) async fn compare(
         let even = turn.is_multiple_of(2);
         for cohort_first in [even, !even] {
             if cohort_first && !c.done {
-                let query = sqlx::query(AssertSqlSafe(cohort_sql.clone()))
+                let mut query = sqlx::query(AssertSqlSafe(cohort_sql.clone()))
                     .bind(entity)
                     .bind(seed.cutoff)
                     .bind(limit)
-                    .bind(tenant)
-                    .bind(c.at)
-                    .bind(c.key);
+                    .bind(tenant);
+                if marks {
+                    // The run's now, which the marker is set to.
+                    query = query.bind(seed.now);
+                }
+                let query = query.bind(c.at).bind(c.key);
                 let (rows, took) = timed_batch(&mut cohort_conn, query).await?;
                 match rows.last() {
                     Some(last) => {
@@ -256,9 +259,10 @@ fn median_ms(times: &[Duration]) -> f64 {
 }
 
 /// Cohort's batch statement that continues after a cursor (entity `$1`,
-/// cutoff `$2`, limit `$3`, tenant `$4`, the cursor's anchor and key `$5`
-/// and `$6`), as its connections prepared it.
-async fn continuing_statement(pool: &PgPool) -> Result<String, BoxError> {
+/// cutoff `$2`, limit `$3`, tenant `$4`, then, for a strategy that marks
+/// its rows, the run's now `$5`, then the cursor's anchor and key), as its
+/// connections prepared it, and whether it takes the run's now.
+async fn continuing_statement(pool: &PgPool) -> Result<(String, bool), BoxError> {
     // Both connections at once, so each is asked.
     let mut conns = vec![pool.acquire().await?, pool.acquire().await?];
     let mut found = Vec::new();
@@ -269,8 +273,14 @@ async fn continuing_statement(pool: &PgPool) -> Result<String, BoxError> {
         )
         .fetch_all(&mut **conn)
         .await?;
-        found.extend(statements.into_iter().filter(|s| {
-            s.contains("(t.\"created_at\", t.\"id\") > ($5, $6)") && !s.contains("$7")
+        found.extend(statements.into_iter().filter_map(|s| {
+            if s.contains("(t.\"created_at\", t.\"id\") > ($5, $6)") && !s.contains("$7") {
+                Some((s, false))
+            } else if s.contains("(t.\"created_at\", t.\"id\") > ($6, $7)") && !s.contains("$8") {
+                Some((s, true))
+            } else {
+                None
+            }
         }));
     }
     found.dedup();
