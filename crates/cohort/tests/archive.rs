@@ -69,11 +69,16 @@ fn contact() -> EntityDeclaration {
 }
 
 fn archive_entity() -> EntityDeclaration {
+    archive_entity_of_kind(Some("user"))
+}
+
+/// The archive's own entity, its `user_id` declared with `kind`.
+fn archive_entity_of_kind(kind: Option<&str>) -> EntityDeclaration {
     EntityDeclaration::new("ContactArchive", ARCHIVE_ID)
         .category("contact-archive")
         .anchor("archived_at")
         .table("vault.contacts_archive")
-        .subject("user_id", Some("user"))
+        .subject("user_id", kind)
 }
 
 fn rules() -> StaticRuleProvider {
@@ -1029,14 +1034,7 @@ async fn an_archive_whose_subject_column_has_another_kind_is_refused() {
     exec(db.pool(), TABLES).await;
     let err = build(
         &db,
-        vec![
-            contact(),
-            EntityDeclaration::new("ContactArchive", ARCHIVE_ID)
-                .category("contact-archive")
-                .anchor("archived_at")
-                .table("vault.contacts_archive")
-                .subject("user_id", Some("customer")),
-        ],
+        vec![contact(), archive_entity_of_kind(Some("customer"))],
         rules(),
     )
     .await
@@ -1049,19 +1047,8 @@ async fn an_archive_whose_subject_column_has_another_kind_is_refused() {
         "{err}"
     );
     for kind in [Some("user"), None] {
-        build(
-            &db,
-            vec![
-                contact(),
-                EntityDeclaration::new("ContactArchive", ARCHIVE_ID)
-                    .category("contact-archive")
-                    .anchor("archived_at")
-                    .table("vault.contacts_archive")
-                    .subject("user_id", kind),
-            ],
-            rules(),
-        )
-        .await
-        .unwrap_or_else(|e| panic!("{kind:?}: {e}"));
+        build(&db, vec![contact(), archive_entity_of_kind(kind)], rules())
+            .await
+            .unwrap_or_else(|e| panic!("{kind:?}: {e}"));
     }
 }
