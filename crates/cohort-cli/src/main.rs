@@ -374,6 +374,12 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             let query = policy.tenants_query.clone();
             let cohort = Cohort::builder(pool).policy(policy).build().await?;
             let model = cohort.ready().await?;
+            // The grants a sweep, an erasure and the worker need, for the
+            // role connected: a set-up that validates but cannot run is
+            // refused here, not by every run (exit 2, each grant named).
+            cohort
+                .check_grants(&[cohort::services::Access::Runs])
+                .await?;
             // A tenants query is run (read-only) and its shape checked too;
             // rows that cannot be tenants are warned about, not refused
             // (each fails only its own pass when sweeping).

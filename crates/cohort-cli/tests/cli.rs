@@ -3150,3 +3150,107 @@ async fn validate_exits_2_while_the_hold_stamp_trigger_is_disabled() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// `cohort validate` checks the grants the connected role needs to run:
+/// a role that may not delete from the source nor insert into the archive
+/// exits 2 with each missing grant named after what needs it (the
+/// archive, an erasure: not a purge the category never does); granted,
+/// it exits 0.
+#[tokio::test]
+async fn validate_exits_2_naming_every_grant_the_role_lacks() {
+    let db = cohort_pgtemp::fresh_empty_database().await.unwrap();
+    sqlx::raw_sql(
+        "CREATE SCHEMA app; CREATE SCHEMA vault;
+         CREATE TABLE app.contacts (id bigint PRIMARY KEY, tenant_id uuid NOT NULL, created_at timestamptz, note text);
+         CREATE INDEX ON app.contacts (tenant_id, created_at);
+         CREATE TABLE vault.contacts_archive (id bigint PRIMARY KEY, tenant_id uuid NOT NULL,
+             created_at timestamptz, note text, archived_at timestamptz NOT NULL, run_id uuid NOT NULL);",
+    )
+    .execute(db.pool())
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("cohort.toml"),
+        r#"
+[cohort]
+schema = "retention"
+
+[[entity]]
+name = "Contact"
+id = "44444444-aaaa-4aaa-8aaa-444444444444"
+table = "app.contacts"
+category = "contacts"
+anchor = "created_at"
+archive_table = "vault.contacts_archive"
+
+[[category]]
+name = "contacts"
+strategy = "archive"
+period = "30d"
+"#,
+    )
+    .unwrap();
+    succeeded(&cohort(dir.path(), &["migrate"], Some(db.url())));
+    let role = format!("runner_{}", uuid::Uuid::new_v4().simple());
+    sqlx::raw_sql(AssertSqlSafe(format!(
+        "CREATE ROLE {role} LOGIN PASSWORD 'runner-pw';
+         GRANT USAGE ON SCHEMA retention, app, vault TO {role};
+         GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA retention TO {role};
+         GRANT SELECT, UPDATE ON app.contacts TO {role};"
+    )))
+    .execute(db.pool())
+    .await
+    .unwrap();
+    let url = format!("{}&user={role}&password=runner-pw", db.url());
+    let out = cohort(dir.path(), &["--json", "validate"], Some(&url));
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = out_text(&out);
+    let v = json(&out);
+    let problems: Vec<&str> = v["error"]["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p["message"].as_str())
+        .collect();
+    let delete = problems
+        .iter()
+        .find(|p| p.starts_with("GRANT DELETE ON app.contacts is missing (needed by "))
+        .unwrap_or_else(|| panic!("{problems:?}"));
+    assert!(
+        delete.contains("archive of Contact (its category may archive)")
+            && delete.contains("erasure of Contact (an erasure deletes the subject's rows)"),
+        "{delete}"
+    );
+    assert!(
+        problems.iter().any(|p| p.starts_with(
+            "GRANT INSERT ON vault.contacts_archive is missing (needed by archive of Contact"
+        )),
+        "{problems:?}"
+    );
+    assert!(
+        !text.contains("purge of Contact"),
+        "the category never purges: {text}"
+    );
+    sqlx::raw_sql(AssertSqlSafe(format!(
+        "GRANT DELETE ON app.contacts TO {role}; GRANT INSERT ON vault.contacts_archive TO {role};"
+    )))
+    .execute(db.pool())
+    .await
+    .unwrap();
+    succeeded(&cohort(dir.path(), &["validate"], Some(&url)));
+}
+
+/// Everything a command printed, stdout then stderr.
+fn out_text(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}

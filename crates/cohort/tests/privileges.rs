@@ -187,7 +187,7 @@ async fn every_part_checks_its_grants_before_it_starts() {
         "GRANT INSERT ON public.sweep_run is missing (needed by sweeps and erasure)",
         "GRANT DELETE ON app.notes is missing (needed by purge of Note",
         "GRANT UPDATE ON app.tickets is missing (needed by soft_delete of Ticket",
-        "GRANT UPDATE ON public.sweep_row_handler_status is missing (needed by the dispatcher)",
+        "GRANT UPDATE ON public.sweep_row_handler_status is missing (needed by the dispatcher; the maintenance service)",
         "GRANT DELETE ON public.sweep_run is missing (needed by the pruner)",
     ] {
         assert!(text.contains(expected), "{expected:?} not in:\n{text}");

@@ -188,6 +188,7 @@ fn retained_tables(ready: &Prepared) -> Vec<Need> {
         let Some(plan) = ready.plans.get(&e.id) else {
             continue;
         };
+        let caps = ready.model.capabilities.get(&e.id);
         for strategy in plan.mutate.keys() {
             if let (Strategy::Archive, Some(archive)) = (strategy, &e.archive) {
                 out.push((
@@ -201,16 +202,28 @@ fn retained_tables(ready: &Prepared) -> Vec<Need> {
                 Strategy::SoftDelete | Strategy::Anonymise => "UPDATE",
                 _ => continue,
             };
-            out.push((
-                Object::Table(table.clone()),
-                privilege,
+            // The statement exists for a strategy the category may return,
+            // or for erasure, which deletes (or anonymises) a subject's
+            // rows whatever the category's own strategy.
+            let why = if caps.is_some_and(|c| c.allows(*strategy)) {
                 format!(
                     "{} of {} (its category may {})",
                     strategy.as_str(),
                     e.name,
                     strategy.as_str()
-                ),
-            ));
+                )
+            } else {
+                format!(
+                    "erasure of {} (an erasure {} the subject's rows)",
+                    e.name,
+                    if strategy.deletes() {
+                        "deletes"
+                    } else {
+                        "anonymises"
+                    }
+                )
+            };
+            out.push((Object::Table(table.clone()), privilege, why));
         }
         if !plan.mutate.is_empty() {
             // Every mutating batch locks its rows first (`FOR UPDATE`), and
@@ -241,7 +254,14 @@ pub(crate) async fn check(cx: &Context, accesses: &[Access]) -> Result<()> {
         }
     }
     needs.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
-    needs.dedup_by(|a, b| a.0 == b.0 && a.1 == b.1);
+    // One line per grant, naming every part that needs it.
+    needs.dedup_by(|later, kept| {
+        let same = later.0 == kept.0 && later.1 == kept.1;
+        if same && !kept.2.split("; ").any(|w| w == later.2) {
+            kept.2 = format!("{}; {}", kept.2, later.2);
+        }
+        same
+    });
     let privileges = statements::Privileges {
         schemas: needs.iter().map(|n| n.0.name().schema.clone()).collect(),
         names: needs.iter().map(|n| n.0.name().name.clone()).collect(),
