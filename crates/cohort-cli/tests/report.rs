@@ -896,3 +896,78 @@ async fn bad_report_arguments_exit_2_and_write_nothing() {
         .to_string_lossy()
         .ends_with(".partial")));
 }
+
+/// CWE-1236: policy text that a spreadsheet would run as a formula (a
+/// rule's `reason` starting with `=`, its `source` with `@`) is written to
+/// the CSV with a leading `'`, so it stays text; the JSON keeps it exact.
+/// Every other cell of the CSV starts with none of `= + - @`, tab or CR
+/// unless it is a number or the lone `-`.
+#[tokio::test]
+async fn csv_cells_a_spreadsheet_would_run_as_formulas_are_made_inert() {
+    let db = cohort_pgtemp::fresh_empty_database().await.unwrap();
+    sqlx::raw_sql(TABLES).execute(db.pool()).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let policy = POLICY.replace(
+        "name = \"notes\"\nstrategy = \"purge\"\nperiod = \"30d\"\n",
+        "name = \"notes\"\nstrategy = \"purge\"\nperiod = \"30d\"\nreason = \"=HYPERLINK(1)\"\nsource = \"@SUM(1)\"\n",
+    );
+    assert!(policy.contains("=HYPERLINK(1)"));
+    std::fs::write(d.join("cohort.toml"), policy).unwrap();
+    let url = db.url();
+    assert_eq!(cohort(d, url, &["migrate"]).status.code(), Some(0));
+    sqlx::raw_sql(
+        "INSERT INTO app.notes SELECT g, '11111111-1111-4111-8111-111111111111', now() - interval '40 days', 'u-' || g
+         FROM generate_series(1, 3) g",
+    )
+    .execute(db.pool())
+    .await
+    .unwrap();
+    let swept = cohort(d, url, &["sweep", "--tenant", A]);
+    assert_eq!(
+        swept.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&swept.stderr)
+    );
+    let today = chrono::Utc::now().date_naive();
+    let (from, to) = (
+        (today - chrono::Days::new(1)).to_string(),
+        (today + chrono::Days::new(1)).to_string(),
+    );
+    let run = |format: &str| {
+        let out = cohort(
+            d,
+            url,
+            &["report", "--from", &from, "--to", &to, "--format", format],
+        );
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let json = run("json");
+    assert!(
+        json.contains("\"=HYPERLINK(1)\"") && json.contains("\"@SUM(1)\""),
+        "the JSON keeps the exact text:\n{json}"
+    );
+    let csv_text = run("csv");
+    let mut reader = csv::Reader::from_reader(csv_text.as_bytes());
+    let mut values = Vec::new();
+    for record in reader.records() {
+        let r = record.unwrap();
+        for cell in r.iter() {
+            let risky = cell.starts_with(['=', '+', '-', '@', '\t', '\r']);
+            assert!(
+                !risky || cell == "-" || cell.parse::<f64>().is_ok(),
+                "a cell a spreadsheet would run: {cell:?} in {r:?}"
+            );
+        }
+        values.push(r[6].to_owned());
+    }
+    assert!(values.iter().any(|v| v == "'=HYPERLINK(1)"), "{values:?}");
+    assert!(values.iter().any(|v| v == "'@SUM(1)"), "{values:?}");
+}

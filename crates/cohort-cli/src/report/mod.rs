@@ -81,19 +81,58 @@ fn csv(report: &Report) -> Result<Vec<u8>, Failure> {
     ])
     .map_err(failed)?;
     for f in report.facts() {
-        w.write_record([
-            f.section,
-            &f.entity,
-            &f.category,
-            &f.stage,
-            &f.item,
-            &f.measure,
-            &f.value,
-        ])
+        w.write_record(
+            [
+                f.section,
+                &f.entity,
+                &f.category,
+                &f.stage,
+                &f.item,
+                &f.measure,
+                &f.value,
+            ]
+            .map(|cell| inert(cell).into_owned()),
+        )
         .map_err(failed)?;
     }
     w.into_inner()
         .map_err(|e| Failure::Run(Error::InvalidInput(format!("writing CSV: {e}"))))
+}
+
+/// A CSV cell a spreadsheet would not run as a formula (CWE-1236): text
+/// starting with `=`, `+`, `-`, `@`, a tab or a carriage return gets a
+/// leading `'`, which spreadsheets read as "text follows" and do not
+/// show. Numbers (a negative figure) and the lone `-` of an empty cell are
+/// kept as they are; the HTML and JSON always keep the exact text.
+fn inert(cell: &str) -> std::borrow::Cow<'_, str> {
+    let risky = cell.starts_with(['=', '+', '-', '@', '\t', '\r']);
+    if !risky || cell == "-" || cell.parse::<f64>().is_ok() {
+        std::borrow::Cow::Borrowed(cell)
+    } else {
+        std::borrow::Cow::Owned(format!("'{cell}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn formula_cells_are_made_inert_and_figures_are_not() {
+        for (cell, written) in [
+            ("=HYPERLINK(\"http://x\")", "'=HYPERLINK(\"http://x\")"),
+            ("+cmd|' /C calc'!A0", "'+cmd|' /C calc'!A0"),
+            ("-1+1", "'-1+1"),
+            ("@SUM(A1)", "'@SUM(A1)"),
+            ("\tx", "'\tx"),
+            ("\rx", "'\rx"),
+            ("-12", "-12"),
+            ("-0.5", "-0.5"),
+            ("-", "-"),
+            ("policy file", "policy file"),
+            ("", ""),
+        ] {
+            assert_eq!(super::inert(cell), written, "{cell:?}");
+        }
+    }
 }
 
 /// Writes beside the target and renames over it: a reader never sees half
