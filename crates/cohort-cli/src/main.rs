@@ -122,18 +122,21 @@ enum Command {
     /// Erase one data subject's rows in a tenant, or in the tenantless
     /// entities (right to erasure).
     Erase {
-        /// The tenant.
+        /// The tenant (a negative number is a value).
         #[arg(
             long,
             required_unless_present = "tenantless",
-            conflicts_with = "tenantless"
+            conflicts_with = "tenantless",
+            allow_negative_numbers = true
         )]
         tenant: Option<String>,
         /// Erase from the tenantless entities instead of a tenant's.
         #[arg(long)]
         tenantless: bool,
-        /// The subject id (compared exactly with each subject column, in its type).
-        #[arg(long)]
+        /// The subject id (compared exactly with each subject column, in its
+        /// type). A negative number is a value (`--subject -42`); other text
+        /// starting with `-` needs `--subject=-x`.
+        #[arg(long, allow_negative_numbers = true)]
         subject: String,
         /// Only subject columns of this kind.
         #[arg(long)]

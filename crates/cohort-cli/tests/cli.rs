@@ -3254,3 +3254,83 @@ fn out_text(out: &Output) -> String {
         String::from_utf8_lossy(&out.stderr)
     )
 }
+
+/// A negative number is a value, not a flag: `erase --subject
+/// -9223372036854775808` erases that subject's row (it was refused as an
+/// unknown argument), and `holds create --subject -1` places the hold.
+#[tokio::test]
+async fn a_negative_subject_is_a_value() {
+    let db = cohort_pgtemp::fresh_empty_database().await.unwrap();
+    sqlx::raw_sql(
+        "CREATE SCHEMA app;
+         CREATE TABLE app.accounts (id bigint PRIMARY KEY, tenant_id uuid NOT NULL, created_at timestamptz, owner_id bigint);
+         CREATE INDEX ON app.accounts (tenant_id, created_at);
+         CREATE INDEX ON app.accounts (owner_id);
+         INSERT INTO app.accounts VALUES
+           (1, '11111111-1111-1111-1111-111111111111', now(), -9223372036854775808),
+           (2, '11111111-1111-1111-1111-111111111111', now(), -1),
+           (3, '11111111-1111-1111-1111-111111111111', now(), 7);",
+    )
+    .execute(db.pool())
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("cohort.toml"),
+        r#"
+[cohort]
+schema = "retention"
+
+[[entity]]
+name = "Account"
+id = "66666666-aaaa-4aaa-8aaa-666666666666"
+table = "app.accounts"
+category = "accounts"
+anchor = "created_at"
+subjects = ["owner_id"]
+
+[[category]]
+name = "accounts"
+strategy = "purge"
+period = "30d"
+"#,
+    )
+    .unwrap();
+    let url = Some(db.url());
+    succeeded(&cohort(dir.path(), &["migrate"], url));
+    let out = cohort(
+        dir.path(),
+        &[
+            "--json",
+            "erase",
+            "--tenant",
+            "11111111-1111-1111-1111-111111111111",
+            "--subject",
+            "-9223372036854775808",
+        ],
+        url,
+    );
+    succeeded(&out);
+    assert_eq!(
+        json(&out)["entities"][0]["affected"],
+        1,
+        "{}",
+        out_text(&out)
+    );
+    let out = cohort(
+        dir.path(),
+        &["holds", "create", "--subject", "-1", "--reason", "case 9"],
+        url,
+    );
+    succeeded(&out);
+    let left: Vec<i64> = sqlx::query_scalar("SELECT id FROM app.accounts ORDER BY id")
+        .fetch_all(db.pool())
+        .await
+        .unwrap();
+    assert_eq!(left, [2, 3]);
+    let held: String = sqlx::query_scalar("SELECT subject_text FROM retention.retention_hold")
+        .fetch_one(db.pool())
+        .await
+        .unwrap();
+    assert_eq!(held, "-1");
+}

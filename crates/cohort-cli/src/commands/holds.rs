@@ -18,13 +18,15 @@ pub(crate) enum HoldsCommand {
         /// Entity id or display name.
         #[arg(long, requires = "record", required_unless_present = "subject")]
         entity: Option<String>,
-        /// Record id (canonicalised with the key column's type).
-        #[arg(long, requires = "entity")]
+        /// Record id (canonicalised with the key column's type; a negative
+        /// number is a value).
+        #[arg(long, requires = "entity", allow_negative_numbers = true)]
         record: Option<String>,
         /// A subject: protects every row of every entity whose subject
         /// columns (of the kind, or of none) equal it, rows written later
-        /// included.
-        #[arg(long, conflicts_with_all = ["entity", "record"])]
+        /// included. A negative number is a value (`--subject -42`); other
+        /// text starting with `-` needs `--subject=-x`.
+        #[arg(long, conflicts_with_all = ["entity", "record"], allow_negative_numbers = true)]
         subject: Option<String>,
         /// The subject's kind (`user`, `email`, ...).
         #[arg(long, requires = "subject")]
@@ -32,7 +34,7 @@ pub(crate) enum HoldsCommand {
         /// Record hold: the row's tenant (omit for tenantless entities).
         /// Subject hold: protect only this tenant's rows (omit: every
         /// tenant's and the tenantless entities').
-        #[arg(long)]
+        #[arg(long, allow_negative_numbers = true)]
         tenant: Option<String>,
         /// Why.
         #[arg(long)]

@@ -27,8 +27,9 @@ use crate::Failure;
 #[derive(Debug, Args)]
 #[group(required = true, multiple = false)]
 pub(crate) struct SweepScope {
-    /// The tenant whose tenant-scoped entities are swept.
-    #[arg(long)]
+    /// The tenant whose tenant-scoped entities are swept (a negative
+    /// number is a value).
+    #[arg(long, allow_negative_numbers = true)]
     tenant: Option<String>,
     /// Sweep the tenantless entities.
     #[arg(long)]
