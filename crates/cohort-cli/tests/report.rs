@@ -971,3 +971,45 @@ async fn csv_cells_a_spreadsheet_would_run_as_formulas_are_made_inert() {
     assert!(values.iter().any(|v| v == "'=HYPERLINK(1)"), "{values:?}");
     assert!(values.iter().any(|v| v == "'@SUM(1)"), "{values:?}");
 }
+
+/// A tenant the ledger and the directory know nothing of is refused
+/// (exit 2, nothing written): an empty report would say "nothing
+/// happened" about a mistyped id. A known tenant in another spelling gets
+/// the same report as in its own.
+#[tokio::test]
+async fn an_unknown_tenant_is_refused_and_a_known_one_in_any_spelling_reports_the_same() {
+    let (db, dir) = history().await;
+    let d = dir.path();
+    let unknown = report(
+        d,
+        db.url(),
+        &[
+            "--format",
+            "json",
+            "--tenant",
+            "99999999-9999-4999-8999-999999999999",
+        ],
+    );
+    assert_eq!(unknown.status.code(), Some(2));
+    assert!(unknown.stdout.is_empty());
+    let err = String::from_utf8_lossy(&unknown.stderr);
+    assert!(err.contains("is in no run, no hold"), "{err}");
+    let as_json = |spelling: &str| {
+        let out = report(d, db.url(), &["--format", "json", "--tenant", spelling]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{spelling}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let mut v = stdout_json(&out);
+        v.as_object_mut().unwrap().remove("generated_at");
+        v
+    };
+    let own = as_json(A);
+    assert!(
+        own["entities"].as_array().is_some_and(|e| !e.is_empty()),
+        "{own:#}"
+    );
+    assert_eq!(as_json(&A.to_uppercase()), own);
+}

@@ -552,6 +552,30 @@ fn failure_code(text: &str) -> String {
 
 type Group = (Uuid, String, Option<i16>);
 
+/// The tenant, canonical, if it is one Cohort knows: in the tenant
+/// directory, or in a run or a hold of the ledger. A tenant known nowhere
+/// is refused (an empty report for it would say "nothing happened" about
+/// a tenant that was probably mistyped).
+async fn known_tenant(cx: &Context, tenant: &str) -> Result<String> {
+    let canonical = cx.canonical_tenant(tenant).await?;
+    let identity = cx.prepared().await?.model.tenant_identity();
+    let listed = cx
+        .tenants
+        .iter()
+        .any(|t| identity.canonical(&t.id).as_deref() == Some(canonical.as_str()));
+    let seen: bool = statements::tenant_seen(&cx.config.schema, canonical.clone())
+        .query_scalar()
+        .fetch_one(&cx.pool)
+        .await?;
+    if listed || seen {
+        Ok(canonical)
+    } else {
+        Err(Error::NotFound(format!(
+            "tenant {tenant:?} is in no run, no hold and not in the tenant directory: check its spelling"
+        )))
+    }
+}
+
 fn group(row: &sqlx::postgres::PgRow) -> Result<Group> {
     Ok((
         row.try_get("retention_entity_id")?,
@@ -562,7 +586,7 @@ fn group(row: &sqlx::postgres::PgRow) -> Result<Group> {
 
 pub(crate) async fn build(cx: &Context, request: &ReportRequest) -> Result<Report> {
     let tenant = match &request.tenant {
-        Some(t) => Some(cx.canonical_tenant(t).await?),
+        Some(t) => Some(known_tenant(cx, t).await?),
         None => None,
     };
     let window = request.window(tenant.clone())?;

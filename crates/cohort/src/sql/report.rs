@@ -44,6 +44,19 @@ fn statement(schema: &str, template: &'static str, window: Window) -> Statement<
     Statement::new(from_template(template, &tables(schema)), window)
 }
 
+/// Whether tenant `$1` (canonical text) appears in the ledger at all: a
+/// run of any kind, or a hold (one column, boolean).
+pub(crate) fn tenant_seen(schema: &str, tenant: String) -> Statement<(String,)> {
+    Statement::new(
+        from_template(
+            "SELECT EXISTS (SELECT 1 FROM {sweep_run} WHERE tenant_id = $1) \
+                 OR EXISTS (SELECT 1 FROM {retention_hold} WHERE tenant_id = $1)",
+            &tables(schema),
+        ),
+        (tenant,),
+    )
+}
+
 /// Prefixes a statement with `runs`, the sweeps of the period that every
 /// entity statement reads.
 macro_rules! concat_runs {
