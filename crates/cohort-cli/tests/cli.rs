@@ -3334,3 +3334,38 @@ period = "30d"
         .unwrap();
     assert_eq!(held, "-1");
 }
+
+/// Nothing in scope is not success: on a policy whose entities are all
+/// tenant-scoped, `preview --tenantless`, `sweep --tenantless` and `erase
+/// --tenantless` exit 2 saying no tenantless entity exists and what to use
+/// instead, and record no run (they printed an empty table, exited 0 and
+/// recorded a `succeeded` run).
+#[tokio::test]
+async fn a_command_with_nothing_in_scope_exits_2_and_says_what_would_be() {
+    let (db, dir) = setup().await;
+    succeeded(&cohort(dir.path(), &["migrate"], Some(db.url())));
+    for args in [
+        &["preview", "--tenantless"][..],
+        &["sweep", "--tenantless"][..],
+        &[
+            "erase",
+            "--tenantless",
+            "--subject",
+            "4b0a6c56-4b7e-4a53-9d4f-1f2d1a3c5e77",
+        ][..],
+    ] {
+        let out = cohort(dir.path(), args, Some(db.url()));
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", out_text(&out));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("nothing is in scope: no tenantless entity exists")
+                && err.contains("--tenant T"),
+            "{args:?}: {err}"
+        );
+    }
+    let runs: i64 = sqlx::query_scalar("SELECT count(*) FROM retention.sweep_run")
+        .fetch_one(db.pool())
+        .await
+        .unwrap();
+    assert_eq!(runs, 0, "no run recorded");
+}

@@ -93,6 +93,7 @@ impl Cohort {
     /// see the run model in the crate documentation. Returns the settled
     /// result; a bad request is refused before anything is written.
     pub async fn sweep(&self, request: crate::SweepRequest) -> Result<crate::SweepResult> {
+        crate::run::resolve::in_scope(&self.cx, request.tenant.is_some(), "sweep").await?;
         crate::run::sweep::sweep(&self.cx, request).await
     }
 
@@ -102,6 +103,7 @@ impl Cohort {
         &self,
         request: crate::erasure::ErasureRequest,
     ) -> Result<crate::ErasureResult> {
+        crate::run::resolve::in_scope(&self.cx, request.tenant.is_some(), "erasure").await?;
         crate::run::erasure::erase(&self.cx, request).await
     }
 
@@ -208,6 +210,7 @@ impl Cohort {
 
     /// Counts what a sweep would change now, without writing anything.
     pub async fn preview(&self, request: crate::PreviewRequest) -> Result<crate::PreviewResult> {
+        crate::run::resolve::in_scope(&self.cx, request.tenant.is_some(), "preview").await?;
         crate::run::sweep::preview(&self.cx, request).await
     }
 

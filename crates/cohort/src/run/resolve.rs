@@ -57,6 +57,38 @@ pub(crate) fn tenant_keys<'a>(ready: &'a Prepared, tenant: Option<&str>) -> Resu
     })
 }
 
+/// Refuses a single request (a sweep, preview or erasure of one tenant, or
+/// of the tenantless entities) that nothing is in scope of: a run that
+/// could change nothing would report `succeeded` on an empty table. The
+/// passes of `sweep_all` and of the worker never ask for an empty scope.
+pub(crate) async fn in_scope(cx: &Context, tenanted: bool, what: &str) -> Result<()> {
+    let ready = cx.prepared().await?;
+    if ready
+        .model
+        .entities
+        .iter()
+        .any(|e| e.tenant.is_some() == tenanted)
+    {
+        return Ok(());
+    }
+    Err(Error::InvalidInput(if tenanted {
+        format!(
+            "nothing is in scope: no retained entity is tenant-scoped, so a tenant's {what} reaches nothing; \
+             use the tenantless scope (`--tenantless`, the request's tenantless form)"
+        )
+    } else {
+        format!(
+            "nothing is in scope: no tenantless entity exists, so a tenantless {what} reaches nothing; \
+             name a tenant (`--tenant T`, the request's tenanted form){}",
+            if what == "erasure" {
+                ""
+            } else {
+                ", or every tenant (`--all-tenants`, `sweep_all`)"
+            }
+        )
+    }))
+}
+
 /// Resolves and checks the rule of one entity; a sanitised failure otherwise.
 pub(crate) async fn rule_for(
     cx: &Context,
