@@ -113,28 +113,6 @@ fn inert(cell: &str) -> std::borrow::Cow<'_, str> {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn formula_cells_are_made_inert_and_figures_are_not() {
-        for (cell, written) in [
-            ("=HYPERLINK(\"http://x\")", "'=HYPERLINK(\"http://x\")"),
-            ("+cmd|' /C calc'!A0", "'+cmd|' /C calc'!A0"),
-            ("-1+1", "'-1+1"),
-            ("@SUM(A1)", "'@SUM(A1)"),
-            ("\tx", "'\tx"),
-            ("\rx", "'\rx"),
-            ("-12", "-12"),
-            ("-0.5", "-0.5"),
-            ("-", "-"),
-            ("policy file", "policy file"),
-            ("", ""),
-        ] {
-            assert_eq!(super::inert(cell), written, "{cell:?}");
-        }
-    }
-}
-
 /// Writes beside the target and renames over it: a reader never sees half
 /// a report, and a failed write leaves an older report as it was.
 fn write_file(path: &Path, bytes: &[u8]) -> Result<(), Failure> {
@@ -156,4 +134,26 @@ fn write_file(path: &Path, bytes: &[u8]) -> Result<(), Failure> {
 
 fn io_failure(target: &str, e: &std::io::Error) -> Failure {
     Failure::Input(Error::InvalidInput(format!("cannot write {target}: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn formula_cells_are_made_inert_and_figures_are_not() {
+        for (cell, written) in [
+            ("=HYPERLINK(\"http://x\")", "'=HYPERLINK(\"http://x\")"),
+            ("+cmd|' /C calc'!A0", "'+cmd|' /C calc'!A0"),
+            ("-1+1", "'-1+1"),
+            ("@SUM(A1)", "'@SUM(A1)"),
+            ("\tx", "'\tx"),
+            ("\rx", "'\rx"),
+            ("-12", "-12"),
+            ("-0.5", "-0.5"),
+            ("-", "-"),
+            ("policy file", "policy file"),
+            ("", ""),
+        ] {
+            assert_eq!(super::inert(cell), written, "{cell:?}");
+        }
+    }
 }
