@@ -3369,3 +3369,50 @@ async fn a_command_with_nothing_in_scope_exits_2_and_says_what_would_be() {
         .unwrap();
     assert_eq!(runs, 0, "no run recorded");
 }
+
+/// A subject hold placed without `--tenant` covers every tenant, and
+/// `holds list` says so ("all tenants", not a blank cell); `holds release`
+/// takes the 8 characters the tables print, as `runs show` does, and
+/// refuses a prefix that matches nothing.
+#[tokio::test]
+async fn holds_list_says_all_tenants_and_release_takes_a_prefix() {
+    let (db, dir) = setup().await;
+    let url = Some(db.url());
+    succeeded(&cohort(dir.path(), &["migrate"], url));
+    let out = cohort(
+        dir.path(),
+        &[
+            "--json",
+            "holds",
+            "create",
+            "--subject",
+            "4b0a6c56-4b7e-4a53-9d4f-1f2d1a3c5e77",
+            "--reason",
+            "case 7",
+        ],
+        url,
+    );
+    succeeded(&out);
+    let id = json(&out)["hold_id"].as_str().unwrap().to_owned();
+    let out = cohort(dir.path(), &["holds", "list"], url);
+    succeeded(&out);
+    let listed = String::from_utf8_lossy(&out.stdout);
+    let row = listed
+        .lines()
+        .find(|l| l.contains(&id))
+        .unwrap_or_else(|| panic!("{listed}"));
+    assert!(row.contains("all tenants"), "{row}");
+    let unknown = cohort(dir.path(), &["holds", "release", "ffffffff"], url);
+    assert_eq!(unknown.status.code(), Some(2), "{}", out_text(&unknown));
+    assert!(out_text(&unknown).contains("no hold id starts with"));
+    let out = cohort(dir.path(), &["holds", "release", &id[..8]], url);
+    succeeded(&out);
+    let released: bool = sqlx::query_scalar(
+        "SELECT released_at IS NOT NULL FROM retention.retention_hold WHERE hold_id = $1::uuid",
+    )
+    .bind(&id)
+    .fetch_one(db.pool())
+    .await
+    .unwrap();
+    assert!(released);
+}

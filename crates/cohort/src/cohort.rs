@@ -412,6 +412,13 @@ impl Cohort {
         crate::history::find_run(&self.cx, prefix).await
     }
 
+    /// The id of the hold whose id starts with `prefix` (the 8 characters
+    /// the console and `holds list` print are usually enough); an
+    /// ambiguous prefix is refused, naming the matches.
+    pub async fn find_hold(&self, prefix: &str) -> Result<uuid::Uuid> {
+        crate::history::find_hold(&self.cx, prefix).await
+    }
+
     /// One run as recorded in the ledger, with its entity summaries.
     pub async fn show_run(&self, run_id: uuid::Uuid) -> Result<crate::SweepResult> {
         crate::history::show(&self.cx, run_id).await

@@ -206,6 +206,21 @@ pub(crate) async fn show(cx: &Context, run_id: Uuid) -> Result<SweepResult> {
 /// hyphens optional: what the tables print is enough). No match is
 /// `NotFound`; several are `InvalidInput` naming them.
 pub(crate) async fn find_run(cx: &Context, prefix: &str) -> Result<Uuid> {
+    find_by_prefix(cx, prefix, "run", statements::runs_by_prefix).await
+}
+
+/// The hold whose id starts with `prefix`, as [`find_run`] finds runs
+/// (the console and the tables print 8 characters).
+pub(crate) async fn find_hold(cx: &Context, prefix: &str) -> Result<Uuid> {
+    find_by_prefix(cx, prefix, "hold", statements::holds_by_prefix).await
+}
+
+async fn find_by_prefix(
+    cx: &Context,
+    prefix: &str,
+    what: &str,
+    by_prefix: fn(&str, statements::Prefix) -> crate::sql::statement::Statement<statements::Prefix>,
+) -> Result<Uuid> {
     let wanted: String = prefix.trim().to_ascii_lowercase();
     if let Ok(id) = Uuid::parse_str(&wanted) {
         return Ok(id);
@@ -213,19 +228,20 @@ pub(crate) async fn find_run(cx: &Context, prefix: &str) -> Result<Uuid> {
     let hex: String = wanted.chars().filter(|c| *c != '-').collect();
     if hex.len() < 4 || !hex.chars().all(|c| c.is_ascii_hexdigit()) {
         return Err(Error::InvalidInput(format!(
-            "{prefix:?} is not a run id or a prefix of one (at least 4 hexadecimal characters)"
+            "{prefix:?} is not a {what} id or a prefix of one (at least 4 hexadecimal characters)"
         )));
     }
-    let found: Vec<Uuid> =
-        statements::runs_by_prefix(&cx.config.schema, statements::Prefix(hex.clone()))
-            .query_scalar()
-            .fetch_all(&cx.pool)
-            .await?;
+    let found: Vec<Uuid> = by_prefix(&cx.config.schema, statements::Prefix(hex.clone()))
+        .query_scalar()
+        .fetch_all(&cx.pool)
+        .await?;
     match found.as_slice() {
-        [] => Err(Error::NotFound(format!("no run id starts with {prefix:?}"))),
+        [] => Err(Error::NotFound(format!(
+            "no {what} id starts with {prefix:?}"
+        ))),
         [one] => Ok(*one),
         many => Err(Error::InvalidInput(format!(
-            "{prefix:?} matches several runs: {}{}; give more of the id",
+            "{prefix:?} matches several {what}s: {}{}; give more of the id",
             many.iter()
                 .take(5)
                 .map(Uuid::to_string)

@@ -60,8 +60,9 @@ pub(crate) enum HoldsCommand {
     },
     /// Release a hold now.
     Release {
-        /// The hold's id.
-        hold_id: Uuid,
+        /// The hold's id, or a unique prefix of it (the 8 characters the
+        /// console and `holds list` print).
+        hold_id: String,
     },
 }
 
@@ -94,13 +95,23 @@ pub(super) async fn hold_rows(
                 h.hold_id.to_string(),
                 entity,
                 record,
-                h.tenant_id.clone().unwrap_or_default(),
+                hold_tenant(h),
                 if h.active { "yes" } else { "no" }.to_string(),
                 h.expires_at.map(|t| t.to_rfc3339()).unwrap_or_default(),
                 h.reason.clone(),
             ]
         })
         .collect())
+}
+
+/// Whose rows a hold reaches: its tenant; for a subject hold placed
+/// without one, every tenant's; for a record of a tenantless entity, none.
+pub(crate) fn hold_tenant(h: &Hold) -> String {
+    match (&h.tenant_id, h.target) {
+        (Some(t), _) => t.clone(),
+        (None, cohort::holds::HoldTarget::Subject) => "all tenants".to_owned(),
+        (None, _) => "tenantless".to_owned(),
+    }
 }
 
 pub(super) const HOLD_HEADERS: [&str; 7] = [
@@ -178,7 +189,8 @@ pub(crate) async fn holds(cohort: &Cohort, json: bool, cmd: &HoldsCommand) -> Re
             }
         }
         HoldsCommand::Release { hold_id } => {
-            let hold = cohort.release_hold(*hold_id).await?;
+            let hold_id = cohort.find_hold(hold_id).await?;
+            let hold = cohort.release_hold(hold_id).await?;
             if json {
                 print_json(&serde_json::to_value(&hold).expect("hold serialises"));
             } else {

@@ -441,7 +441,15 @@ pub(crate) fn holds(holds: &[Hold], model: &ValidatedModel, limit: i64) -> Marku
                                         td.muted { "every row holding it" }
                                     }
                                 }
-                                td { (tenant(h.tenant_id.as_deref())) }
+                                td {
+                                    @match (&h.tenant_id, h.target) {
+                                        (Some(t), _) => code { (t) },
+                                        // A subject hold placed without a
+                                        // tenant protects every tenant's rows.
+                                        (None, cohort::holds::HoldTarget::Subject) => span.muted { "all tenants" },
+                                        (None, _) => span.muted { "tenantless" },
+                                    }
+                                }
                                 td { (time(h.created_at)) }
                                 td { (h.expires_at.map(time).unwrap_or_else(|| "never".into())) }
                             }

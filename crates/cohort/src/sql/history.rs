@@ -87,6 +87,16 @@ pub(crate) fn runs_by_prefix(schema: &str, prefix: Prefix) -> Statement<Prefix> 
     Statement::new(sql, prefix)
 }
 
+/// Up to six hold ids starting with the hexadecimal `$1` (hyphens left
+/// out), the newest first.
+pub(crate) fn holds_by_prefix(schema: &str, prefix: Prefix) -> Statement<Prefix> {
+    let mut sql = SqlText::new("SELECT hold_id FROM ");
+    sql.table(&CohortTable::Hold.qualified(schema)).push(
+        " WHERE pg_catalog.replace(hold_id::text, '-', '') LIKE $1 || '%' ORDER BY created_at DESC LIMIT 6",
+    );
+    Statement::new(sql, prefix)
+}
+
 /// The settle time of the last successful real run of each kind (columns
 /// `kind`, `settled_at`; NULL when there is none): one row per kind, each
 /// read backwards from the newest settled run on `sweep_run_settled_at_idx`
