@@ -3416,3 +3416,61 @@ async fn holds_list_says_all_tenants_and_release_takes_a_prefix() {
     .unwrap();
     assert!(released);
 }
+
+/// Read-only commands need no secret: with an entity anonymised by
+/// `hash` and no `COHORT_HASH_KEY`, `runs list`, `holds list`, `preview`
+/// and `report` work (they refused to start), while `sweep` and `validate`
+/// (which checks what runs need) exit 2 naming the key, and nothing is
+/// changed.
+#[tokio::test]
+async fn read_only_commands_need_no_hash_key_and_sweeps_name_it() {
+    let (db, dir) = setup().await;
+    let policy = POLICY.replace(
+        "anonymise = { email = \"null\", phone = { literal = \"[redacted]\" } }",
+        "anonymise = { email = \"hash\", phone = { literal = \"[redacted]\" } }",
+    );
+    assert!(policy.contains("email = \"hash\""));
+    std::fs::write(dir.path().join("cohort.toml"), policy).unwrap();
+    let url = Some(db.url());
+    succeeded(&cohort(dir.path(), &["migrate"], url));
+    sqlx::raw_sql(
+        "INSERT INTO app.case_contacts VALUES
+           (1, '11111111-1111-1111-1111-111111111111', now() - interval '400 days', NULL, 'a@example.com', '+1', gen_random_uuid());",
+    )
+    .execute(db.pool())
+    .await
+    .unwrap();
+    let tenant = ["--tenant", "11111111-1111-1111-1111-111111111111"];
+    for args in [
+        vec!["runs", "list"],
+        vec!["holds", "list"],
+        [&["preview"][..], &tenant[..]].concat(),
+        vec![
+            "report",
+            "--from",
+            "2026-01-01",
+            "--to",
+            "2026-12-31",
+            "--format",
+            "json",
+        ],
+    ] {
+        succeeded(&cohort(dir.path(), &args, url));
+    }
+    for args in [[&["sweep"][..], &tenant[..]].concat(), vec!["validate"]] {
+        let out = cohort(dir.path(), &args, url);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", out_text(&out));
+        assert!(
+            out_text(&out).contains(
+                "CaseContact anonymise with `hash`, which needs the secret key (COHORT_HASH_KEY"
+            ),
+            "{args:?}: {}",
+            out_text(&out)
+        );
+    }
+    let email: String = sqlx::query_scalar("SELECT email FROM app.case_contacts WHERE id = 1")
+        .fetch_one(db.pool())
+        .await
+        .unwrap();
+    assert_eq!(email, "a@example.com", "nothing changed");
+}

@@ -166,11 +166,15 @@ impl Context {
                     tenants: &self.tenants,
                 };
                 let (model, tenants) = crate::validate::handle(&mut conn, inputs).await?;
-                let hasher = self
-                    .config
-                    .hash_key
-                    .as_ref()
-                    .map(|k| HmacPads::anonymiser(k.expose()));
+                // Without a key (a read-only process), the plans still need
+                // a hasher; sweeps and erasures that would use it are
+                // refused before they start (`validate::hash_key_missing`).
+                // Should one ever run, it hashes with a random key of this
+                // process: the value is still gone, never kept.
+                let hasher = Some(match self.config.hash_key.as_ref() {
+                    Some(k) => HmacPads::anonymiser(k.expose()),
+                    None => HmacPads::anonymiser(uuid::Uuid::new_v4().as_bytes()),
+                });
                 let build = |e: &EntityDescriptor,
                              caps: &crate::rules::CategoryCapabilities,
                              stage: Option<&crate::sql::StageScope>| {

@@ -244,6 +244,13 @@ pub(crate) async fn sweep(cx: &Context, req: SweepRequest) -> Result<SweepResult
     let ready = cx.prepared().await?;
     check_now(cx, req.now, !req.dry_run, req.allow_future_now).await?;
     let pass = tenant_keys(&ready, req.tenant.as_deref())?;
+    if !req.dry_run {
+        if let Some(refused) =
+            crate::validate::hash_key_missing(&cx.config, pass.entities.iter().copied())
+        {
+            return Err(refused);
+        }
+    }
     let facts = ready.tenant_facts(
         pass.tenant.as_deref(),
         req.jurisdiction.as_deref(),

@@ -283,8 +283,17 @@ pub(crate) async fn check(cx: &Context, accesses: &[Access]) -> Result<()> {
             )
         })
         .collect();
+    // Not a grant, but what runs need as much: the hash key, for entities
+    // that anonymise with `hash` (read-only parts do without it).
+    let unkeyed = accesses
+        .contains(&Access::Runs)
+        .then(|| crate::validate::hash_key_missing(&cx.config, ready.model.ordered()))
+        .flatten();
     if problems.is_empty() {
-        return Ok(());
+        return match unkeyed {
+            Some(refused) => Err(refused),
+            None => Ok(()),
+        };
     }
     let role: String = statements::current_role()
         .query_scalar()

@@ -537,19 +537,20 @@ pub(crate) async fn validate(
         }
     }
 
-    if config.hash_key.is_none() {
-        for e in &entities {
-            if e.anonymise
-                .iter()
-                .any(|a| a.method == crate::model::AnonymiseMethod::Hash)
-            {
-                problems.push(Problem::entity(
-                    &e.name,
-                    "the hash anonymise method needs a secret key (COHORT_HASH_KEY or [cohort] hash_key, at least 16 bytes): an unkeyed hash of an e-mail address or phone number is reversed by a dictionary",
-                ));
-            }
-        }
-    }
+    // The hash key is a secret only what changes rows needs: sweeps and
+    // erasures refuse to start without it (`hash_key_missing`), and so do
+    // the worker and `cohort validate` (the grants check for runs). A
+    // read-only process (the console, history, holds, the report) works
+    // without it.
+    let unkeyed: Vec<String> = if config.hash_key.is_none() {
+        entities
+            .iter()
+            .filter(|e| uses_hash(e))
+            .map(|e| e.name.clone())
+            .collect()
+    } else {
+        Vec::new()
+    };
 
     let may_purge = |e: &EntityDescriptor| {
         capabilities
@@ -572,6 +573,12 @@ pub(crate) async fn validate(
         return Err(Error::Validation(Problems(problems)));
     }
     let mut warnings: Vec<String> = config.settings_without_effect();
+    if !unkeyed.is_empty() {
+        warnings.push(format!(
+            "{} anonymise with `hash`, and no hash key is set (COHORT_HASH_KEY or [cohort] hash_key): this process can read, but its sweeps and erasures are refused",
+            unkeyed.join(", ")
+        ));
+    }
     if config.partition_lock_timeout != CohortConfig::default().partition_lock_timeout
         && !entities
             .iter()
@@ -695,5 +702,36 @@ pub(crate) async fn validate(
         capabilities,
         warnings,
         server_version_num: server.version_num,
+    })
+}
+
+/// Whether an entity anonymises a column with the keyed `hash` method.
+pub(crate) fn uses_hash(e: &EntityDescriptor) -> bool {
+    e.anonymise
+        .iter()
+        .any(|a| a.method == crate::model::AnonymiseMethod::Hash)
+}
+
+/// The refusal of a run that would change rows of entities using `hash`
+/// without the key (`None` when it has the key, or needs none). Checked
+/// before anything is written.
+pub(crate) fn hash_key_missing<'a>(
+    config: &CohortConfig,
+    entities: impl IntoIterator<Item = &'a EntityDescriptor>,
+) -> Option<crate::error::Error> {
+    if config.hash_key.is_some() {
+        return None;
+    }
+    let names: Vec<&str> = entities
+        .into_iter()
+        .filter(|e| uses_hash(e))
+        .map(|e| e.name.as_str())
+        .collect();
+    (!names.is_empty()).then(|| {
+        crate::error::Error::Config(crate::error::Problems::one(format!(
+            "{} anonymise with `hash`, which needs the secret key (COHORT_HASH_KEY or [cohort] hash_key, at least 16 bytes): \
+             an unkeyed hash of an e-mail address or phone number is reversed by a dictionary; nothing was changed",
+            names.join(", ")
+        )))
     })
 }
