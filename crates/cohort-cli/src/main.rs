@@ -246,11 +246,13 @@ fn main() -> ExitCode {
     };
     use std::io::IsTerminal;
     // Long-running services say what they do (occurrences, passes); other
-    // commands only warn. RUST_LOG overrides both.
+    // commands only warn; the demo narrates its own held rows and failing
+    // handler, so only errors interrupt it. RUST_LOG overrides them all.
     let default_level = match cli.command {
         Command::Worker { .. } | Command::Dispatch { once: false } | Command::Serve { .. } => {
             "info"
         }
+        Command::Demo { .. } => "error",
         _ => "warn",
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()

@@ -3474,3 +3474,26 @@ async fn read_only_commands_need_no_hash_key_and_sweeps_name_it() {
         .unwrap();
     assert_eq!(email, "a@example.com", "nothing changed");
 }
+
+/// The demo tells its own story: the rows it keeps under a hold and the
+/// handler it makes fail are narrated on stdout, not interrupted by
+/// warning lines on the terminal (16 of them between two steps before).
+#[test]
+fn the_demo_prints_no_warning_lines_between_its_steps() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_cohort"))
+        .current_dir(dir.path())
+        .arg("demo")
+        .env_remove("DATABASE_URL")
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("run cohort demo");
+    assert_eq!(out.status.code(), Some(0), "{}", out_text(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains(" WARN "), "{err}");
+    let story = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        story.contains("dead letter") || story.contains("dead-letter"),
+        "{story}"
+    );
+}

@@ -260,6 +260,19 @@ async fn every_metric_in_the_contract_is_served_and_the_examples_use_no_other() 
         .map(|t| t["expr"].as_str().unwrap().to_string())
         .collect();
     let in_dashboard = names_used(&exprs.join("\n"));
+    // Every panel reads the data source the dashboard's own variable
+    // names, and no import input is declared that nothing would use.
+    assert!(
+        dashboard_json.get("__inputs").is_none(),
+        "an import input nothing uses"
+    );
+    for p in dashboard_json["panels"].as_array().unwrap() {
+        assert_eq!(
+            p["datasource"]["uid"], "${datasource}",
+            "panel {}",
+            p["title"]
+        );
+    }
     for (what, names) in [("alerts.yml", &alerts), ("the dashboard", &in_dashboard)] {
         let unknown: Vec<_> = names.difference(&docs).collect();
         assert!(
