@@ -805,3 +805,71 @@ async fn the_maintenance_service_always_runs() {
     .await;
     assert!(handle.shutdown().await.clean());
 }
+
+/// Work that must wait for an earlier handler's work of its row
+/// (`requires_earlier`) can never run once that earlier handler is gone
+/// from every live process: maintenance dead-letters the earlier work as
+/// orphaned, then the work behind it, naming the earlier handler (it
+/// stayed pending for good, and `retry --all` could not help). Work of the
+/// same handler with nothing earlier in its way stays pending.
+#[tokio::test]
+async fn work_behind_a_removed_handlers_work_is_dead_lettered_with_the_reason() {
+    let db = engine_db().await;
+    exec(
+        db.pool(),
+        &format!(
+            "INSERT INTO public.sweep_run (run_id, kind, trigger, dry_run, status, logical_now, started_at, settled_at)
+             VALUES ('00000000-0000-0000-0000-0000000000c1', 'sweep', 'manual', false, 'succeeded', now(),
+                     now() - interval '3 hours', now() - interval '3 hours');
+             INSERT INTO public.sweep_run_row_detail (run_id, retention_entity_id, entity_type, record_id, action)
+             SELECT '00000000-0000-0000-0000-0000000000c1', '{NOTE_ID}', 'Note', r, 'purge' FROM unnest(ARRAY['r1', 'r2']) r;
+             INSERT INTO public.sweep_row_handler_status
+               (row_detail_id, run_id, handler_id, priority, phase, status, requires_earlier, created_at)
+             SELECT d.row_detail_id, d.run_id, w.handler, w.priority, 'immediate', 'pending', w.requires, now() - interval '2 hours'
+             FROM public.sweep_run_row_detail d
+             JOIN (VALUES ('r1', 'gone', 1, false), ('r1', 'later', 2, true), ('r2', 'later', 2, true))
+               AS w(record, handler, priority, requires) ON w.record = d.record_id;
+             INSERT INTO public.retention_peer (peer_id, host, pid, policy_fingerprint, handlers)
+             VALUES (gen_random_uuid(), 'peer', 4321, 'feedfeedfeedfeed', '{{\"{NOTE_ID}\": [\"later\"]}}');"
+        ),
+    )
+    .await;
+    let cohort = cohort_with(&db, test_config()).await;
+    let config = cohort::services::MaintenanceConfig::from_config(&test_config()).unwrap();
+    let report = cohort.maintain(&config).await.unwrap();
+    assert_eq!(report.orphaned_work, 2, "{report:?}");
+    let work: Vec<(String, String, String, Option<String>)> = sqlx::query_as(
+        "SELECT d.record_id, h.handler_id, h.status, h.last_error \
+         FROM public.sweep_row_handler_status h JOIN public.sweep_run_row_detail d USING (row_detail_id) \
+         ORDER BY 1, h.priority",
+    )
+    .fetch_all(db.pool())
+    .await
+    .unwrap();
+    assert_eq!(
+        work.iter()
+            .map(|w| (w.0.as_str(), w.1.as_str(), w.2.as_str()))
+            .collect::<Vec<_>>(),
+        [
+            ("r1", "gone", "dead_lettered"),
+            ("r1", "later", "dead_lettered"),
+            ("r2", "later", "pending"),
+        ]
+    );
+    assert!(work[0]
+        .3
+        .as_deref()
+        .unwrap()
+        .contains("no handler of this name is registered"));
+    assert!(
+        work[1]
+            .3
+            .as_deref()
+            .unwrap()
+            .contains("it requires the earlier handler gone's work for its row"),
+        "{:?}",
+        work[1].3
+    );
+    // Nothing more on a second pass.
+    assert_eq!(cohort.maintain(&config).await.unwrap().orphaned_work, 0);
+}

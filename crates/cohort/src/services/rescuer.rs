@@ -35,6 +35,11 @@ pub const DEFAULT_MAINTENANCE_INTERVAL: Duration = Duration::from_secs(60);
 /// The shortest interval accepted (a pass reads three tables).
 pub const MIN_MAINTENANCE_INTERVAL: Duration = Duration::from_secs(1);
 
+/// The reason written on work that requires an earlier handler's work
+/// (`requires_earlier`) when that work was dead-lettered and its handler
+/// is gone (`%s`: the earlier handler): it could never run.
+pub const STUCK_BEHIND_ORPHAN_REASON: &str = "dead-lettered by maintenance: it requires the earlier handler %s's work for its row, which is dead-lettered and no handler of that name is registered (removed, or renamed); retry both once that handler exists again";
+
 /// The reason written on work dead-lettered because no handler can take it.
 pub const ORPHANED_WORK_REASON: &str = "dead-lettered by maintenance: no handler of this name is registered for its entity (removed from the code or the policy, or renamed); retry it once the handler exists again";
 
@@ -151,11 +156,11 @@ pub(crate) async fn pass(cx: &Context, config: &MaintenanceConfig) -> Result<Mai
         .into_iter()
         .flat_map(|(entity, hs)| hs.into_iter().map(move |h| (entity, h)))
         .unzip();
-    let orphaned: Vec<String> = queue::orphans(
+    let mut orphaned: Vec<String> = queue::orphans(
         &cx.config.schema,
         queue::Orphans {
-            entities,
-            handlers,
+            entities: entities.clone(),
+            handlers: handlers.clone(),
             reason: ORPHANED_WORK_REASON,
             older_than_secs: settle,
         },
@@ -163,6 +168,22 @@ pub(crate) async fn pass(cx: &Context, config: &MaintenanceConfig) -> Result<Mai
     .query_scalar()
     .fetch_all(&cx.pool)
     .await?;
+    // Then the work that waits for an orphan's (now dead-lettered) work
+    // and so could never run.
+    orphaned.extend(
+        queue::stuck_behind_orphans(
+            &cx.config.schema,
+            queue::Orphans {
+                entities,
+                handlers,
+                reason: STUCK_BEHIND_ORPHAN_REASON,
+                older_than_secs: settle,
+            },
+        )
+        .query_scalar::<String>()
+        .fetch_all(&cx.pool)
+        .await?,
+    );
     for handler in &orphaned {
         crate::telemetry::delivery(handler, "dead_lettered");
     }

@@ -466,3 +466,46 @@ pub(crate) fn orphans(schema: &str, p: Orphans) -> Statement<Orphans> {
         );
     Statement::new(sql, p)
 }
+
+/// Dead-letters pending work older than `$4` seconds that requires the
+/// earlier handlers' work (`requires_earlier`) while an earlier handler's
+/// work for the same row is dead-lettered and that handler is not among
+/// the known (entity, handler) pairs (`$1`, `$2`): it could never run,
+/// since the earlier work can be retried only once its handler exists
+/// again. The reason is `$3` formatted with the earlier handler's id.
+/// Returns each one's handler.
+pub(crate) fn stuck_behind_orphans(schema: &str, p: Orphans) -> Statement<Orphans> {
+    let hs = CohortTable::HandlerStatus.qualified(schema);
+    let detail = CohortTable::RowDetail.qualified(schema);
+    let mut blocker = SqlText::new("SELECT s.handler_id FROM ");
+    blocker
+        .table(&hs)
+        .push(
+            " s WHERE s.row_detail_id = q.row_detail_id \
+               AND s.handler_status_id <> q.handler_status_id \
+               AND s.status = 'dead_lettered' \
+               AND (COALESCE(s.priority, 2147483647), s.handler_id COLLATE \"C\") \
+                 < (COALESCE(q.priority, 2147483647), q.handler_id COLLATE \"C\") \
+               AND (d.retention_entity_id, s.handler_id) NOT IN \
+                 (SELECT e, h FROM ROWS FROM (pg_catalog.unnest($1::uuid[]), pg_catalog.unnest($2::text[])) AS r(e, h)) \
+             ORDER BY COALESCE(s.priority, 2147483647), s.handler_id COLLATE \"C\" LIMIT 1",
+        );
+    let mut sql = SqlText::new("UPDATE ");
+    sql.table(&hs)
+        .push(
+            " q SET status = 'dead_lettered', claim_token = NULL, claim_expires_at = NULL, \
+               updated_at = pg_catalog.now(), last_error = pg_catalog.format($3, (",
+        )
+        .append(&blocker)
+        .push(")) FROM ")
+        .table(&detail)
+        .push(
+            " d WHERE d.row_detail_id = q.row_detail_id \
+               AND q.requires_earlier AND q.status = 'pending' \
+               AND q.created_at < pg_catalog.now() - pg_catalog.make_interval(secs => $4) \
+               AND EXISTS (",
+        )
+        .append(&blocker)
+        .push(") RETURNING q.handler_id");
+    Statement::new(sql, p)
+}
