@@ -608,3 +608,50 @@ fn every_page_is_in_the_guide_index() {
         "docs/README.md does not link {missing:?}"
     );
 }
+
+/// The `ini` blocks of the guide (systemd units) and the example units
+/// parse as systemd reads them: comments only on their own line (systemd
+/// takes `Key=value  # note` as the value `value  # note`: "Failed to
+/// parse time value" for `TimeoutStopSec=45 # ...`), sections in
+/// brackets, every other line `Key=Value`. (Checking them with
+/// `systemd-analyze verify` itself is left to a machine with systemd.)
+#[test]
+fn every_systemd_unit_in_the_docs_has_no_end_of_line_comment() {
+    let mut units: Vec<(String, String)> = Vec::new();
+    for (doc, text) in documents() {
+        for b in blocks(&text).into_iter().filter(|b| b.info == "ini") {
+            units.push((format!("{doc}:{}", b.line), b.text));
+        }
+    }
+    for entry in std::fs::read_dir(root().join("examples/policy-only")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "service") {
+            units.push((
+                path.display().to_string(),
+                std::fs::read_to_string(&path).unwrap(),
+            ));
+        }
+    }
+    assert!(units.len() >= 3, "{} units", units.len());
+    let mut problems = Vec::new();
+    for (at, text) in &units {
+        for (i, line) in text.lines().enumerate() {
+            let l = line.trim();
+            let fine = l.is_empty()
+                || l.starts_with('#')
+                || l.starts_with(';')
+                || (l.starts_with('[') && l.ends_with(']'))
+                || l.split_once('=').is_some_and(|(key, value)| {
+                    !key.trim().is_empty()
+                        && !key.contains(char::is_whitespace)
+                        && !value.contains(" #")
+                        && !value.contains("\t#")
+                        && !value.contains(" ;")
+                });
+            if !fine {
+                problems.push(format!("{at} line {}: {line}", i + 1));
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
