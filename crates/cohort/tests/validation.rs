@@ -1446,3 +1446,44 @@ async fn a_marker_rows_carry_without_cohort_is_refused() {
     .await;
     engine_cohort(&db).await;
 }
+
+/// A `{tenant}` literal is measured with the longest tenant id the tenant
+/// column's type allows (a uuid is 36 characters): one that cannot fit its
+/// `varchar(n)` is refused, naming why (every sweep of a tenant failed
+/// with 22001 before); one that fits, and the same literal without the
+/// tenant, are accepted.
+#[tokio::test]
+async fn a_tenant_literal_that_cannot_fit_its_column_is_refused() {
+    let db = migrated_db().await;
+    exec(
+        db.pool(),
+        "CREATE TABLE contacts (id uuid PRIMARY KEY, tenant_id uuid NOT NULL, created_at timestamptz,
+            anonymised_at timestamptz, full_name varchar(40) NOT NULL)",
+    )
+    .await;
+    let contact = |literal: &str| {
+        EntityDeclaration::new("Contact", CONTACT_ID)
+            .category("contacts")
+            .anchor("created_at")
+            .table("contacts")
+            .anonymise("full_name", AnonymiseMethod::Literal(literal.into()))
+    };
+    expect_problems(
+        &db,
+        vec![contact("[removed for {tenant}]")],
+        &["contacts"],
+        &["column \"full_name\" is character varying(40) but the literal anonymise method writes 50 characters, its {tenant} counted as the longest id of the tenant column (uuid: 36 characters)"],
+    )
+    .await;
+    build(&db, vec![contact("[removed for tenant]")])
+        .await
+        .unwrap();
+    exec(
+        db.pool(),
+        "ALTER TABLE contacts ALTER COLUMN full_name TYPE varchar(60)",
+    )
+    .await;
+    build(&db, vec![contact("[removed for {tenant}]")])
+        .await
+        .unwrap();
+}

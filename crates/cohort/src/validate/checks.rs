@@ -322,6 +322,20 @@ fn marker_problems(
     problems
 }
 
+/// The longest text a tenant id of `column`'s type renders as (a `uuid`
+/// 36 characters, `int8` 20 with its sign, `varchar(n)` n); `None` for a
+/// type that sets no bound (`text`, `citext`).
+fn longest_tenant_id(column: &ColumnInfo) -> Option<usize> {
+    match column.type_name.as_str() {
+        "uuid" => Some(36),
+        "int2" => Some(6),
+        "int4" => Some(11),
+        "int8" => Some(20),
+        "varchar" | "bpchar" => column.max_chars.and_then(|n| usize::try_from(n).ok()),
+        _ => None,
+    }
+}
+
 /// Checks one resolved entity against its table and its category's capabilities.
 pub(crate) fn check_entity(
     entity: &EntityDescriptor,
@@ -567,12 +581,20 @@ pub(crate) fn check_entity(
         let Some(col) = table.column(&a.column) else {
             continue;
         };
+        // The longest tenant id a `{tenant}` can render, as the tenant
+        // column's type allows (a uuid is 36 characters); `None` when the
+        // type sets no bound (text): then each tenant is as long as it is.
+        let tenant_column = entity.tenant.as_deref().and_then(|t| table.column(t));
+        let longest_tenant = tenant_column.and_then(longest_tenant_id);
+        let uses_tenant =
+            matches!(&a.method, AnonymiseMethod::Literal(v) if v.contains("{tenant}"));
         let written = match &a.method {
             AnonymiseMethod::Hash => Some(crate::sql::HASH_HEX_CHARS),
-            // As rendered (a `{now}` is 20 characters; a `{tenant}` is
-            // not counted, its length is the tenant's).
+            // As rendered: a `{now}` is 20 characters, a `{tenant}` as long
+            // as the longest id the tenant column can hold.
             AnonymiseMethod::Literal(v) => {
-                crate::model::render_literal(v, chrono::DateTime::UNIX_EPOCH, None)
+                let tenant = "0".repeat(longest_tenant.unwrap_or(0));
+                crate::model::render_literal(v, chrono::DateTime::UNIX_EPOCH, Some(&tenant))
                     .ok()
                     .map(|r| r.chars().count())
             }
@@ -580,8 +602,15 @@ pub(crate) fn check_entity(
         };
         if let (Some(n), Some(max)) = (written, col.max_chars) {
             if n > usize::try_from(max).unwrap_or(0) {
+                let tenant_note = match (uses_tenant, tenant_column, longest_tenant) {
+                    (true, Some(tc), Some(k)) => format!(
+                        ", its {{tenant}} counted as the longest id of the tenant column ({}: {k} characters)",
+                        tc.display_type
+                    ),
+                    _ => String::new(),
+                };
                 problems.push(format!(
-                    "column {:?} is {} but the {} anonymise method writes {n} characters; every batch would fail (value too long). Widen the column or choose another method",
+                    "column {:?} is {} but the {} anonymise method writes {n} characters{tenant_note}; every batch would fail (value too long). Widen the column or choose another method",
                     col.name,
                     col.display_type,
                     a.method.kind()
