@@ -226,8 +226,6 @@ struct Target {
     entity_id: Uuid,
     keys: Vec<KeyValue>,
     tenant: Option<String>,
-    /// The hold gate statement of the install.
-    gate: String,
 }
 
 impl Target {
@@ -250,15 +248,11 @@ impl Target {
         keys.dedup();
         let tenant = facts.request_tenant(&entity.name, req.tenant.as_deref())?;
         let entity_id = entity.id;
-        let gate = crate::sql::locks::hold_gate(&cx.config.schema, true)
-            .text()
-            .to_owned();
         Ok(Target {
             ready,
             entity_id,
             keys,
             tenant,
-            gate,
         })
     }
 }
@@ -306,7 +300,7 @@ async fn lock_and_check(target: &Target, session: &mut dyn GuardSession) -> Resu
     // The hold gate, shared, between the locks and the re-check: a subject
     // hold being placed has committed (the re-check sees it) or waits for
     // this transaction (see `locks::HOLD_GATE_CLASS`).
-    session.execute(&target.gate).await?;
+    session.execute(ready.ledger.hold_gate().text()).await?;
     session
         .held(&plan.guard_held, entity.id, facts.record, &target.keys)
         .await

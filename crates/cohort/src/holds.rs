@@ -16,6 +16,15 @@
 //! the hold commits first and every later mutation sees it, or the hold
 //! waits for the batch holding the row and then finds it gone (purged) or
 //! changed.
+//!
+//! A subject hold relies on two more things. After locking the subject's
+//! rows it takes the hold gate exclusive before its insert
+//! (`locks::HOLD_GATE_CLASS`), which every batch takes shared between its
+//! row locks and its re-check: a row that became the subject's after the
+//! hold's lock statement is either re-checked after the hold commits or
+//! changed by a batch the hold waited for. And every batch finds holds
+//! written while it ran through `written_xid`, stamped by a trigger that
+//! fires for every writer and is checked at startup (see `sql::fused`).
 
 use chrono::{DateTime, TimeZone, Utc};
 use sqlx::postgres::PgRow;

@@ -443,7 +443,9 @@ async fn mutate(
     // and the re-check sees it, or waits for this batch to commit (see
     // `locks::HOLD_GATE_CLASS`). A fused statement that left its rows to
     // this mutation took it already; taking it again costs nothing.
-    crate::sql::locks::hold_gate(&ctx.cx.config.schema, true)
+    ctx.ready
+        .ledger
+        .hold_gate()
         .query()
         .execute(&mut *tx)
         .await

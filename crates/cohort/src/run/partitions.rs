@@ -235,7 +235,9 @@ async fn drop_one(
     // before a row of this partition became the subject's has either
     // committed (and the re-check below sees it) or waits for this
     // transaction (see `locks::HOLD_GATE_CLASS`).
-    crate::sql::locks::hold_gate(&ctx.cx.config.schema, true)
+    ctx.ready
+        .ledger
+        .hold_gate()
         .query()
         .execute(&mut *tx)
         .await

@@ -922,11 +922,14 @@ struct ArchiveStatements {
 /// One statement moves the batch: `WITH moved AS (DELETE … RETURNING …)
 /// INSERT INTO archive … SELECT … FROM moved`. `delete` is the purge
 /// mutation with every re-check (holds, references, cutoff, tenant), so
-/// the archive receives exactly the rows deleted, in the same statement:
-/// either both happen or neither. The copy is stamped with the statement's
-/// time (`archived_at`) and the run id (`$3`), and, with
-/// anonymise-on-archive, its anonymised columns are replaced by their
-/// anonymised values (parameters after the run id).
+/// the archive receives the rows deleted, in the same statement: either
+/// both happen or neither. Every form reads the `verdict` of
+/// [`archive_checked`], which fails the statement unless the archive took
+/// exactly the rows deleted (a trigger or rule on the archive table could
+/// drop or rewrite a copy). The copy is stamped with the run's `now`
+/// (`archived_at`, the last of the strategy's values) and the run id
+/// (`$3`), and, with anonymise-on-archive, its anonymised columns are
+/// replaced by their anonymised values (parameters after the run id).
 fn archive_statements(
     e: &EntityDescriptor,
     plan: &EntityPlan,

@@ -11,6 +11,9 @@ use crate::sql::tables::CohortTable;
 /// Fixed ledger statements for Cohort's schema, built once.
 #[derive(Debug, Clone)]
 pub(crate) struct LedgerPlan {
+    /// The hold gate, shared (`sql::locks::hold_gate`): what every batch
+    /// takes between its row locks and its hold re-check.
+    pub(super) hold_gate: SqlText,
     /// `$1` run id, `$2` kind, `$3` trigger, `$4` dry run, `$5` tenant, `$6`
     /// logical now, `$7` occurrence, `$8` its pass, `$9` its passes (NULL
     /// for runs that are not scheduled).
@@ -162,6 +165,7 @@ impl LedgerPlan {
             " LIMIT $1"
         ));
         LedgerPlan {
+            hold_gate: super::locks::hold_gate_sql(schema, true),
             active_holds,
             active_subject_holds,
             insert_hold,
@@ -392,6 +396,11 @@ impl LedgerPlan {
     /// Writes an entity's summary; returns `summary_id`.
     pub(crate) fn insert_summary(&self, p: InsertSummary) -> Statement<InsertSummary> {
         Statement::new(self.insert_summary.clone(), p)
+    }
+
+    /// Takes the hold gate shared, for the batch's transaction.
+    pub(crate) fn hold_gate(&self) -> Statement<()> {
+        Statement::new(self.hold_gate.clone(), ())
     }
 
     /// Adds a batch's rows to the summary.

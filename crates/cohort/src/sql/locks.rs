@@ -25,6 +25,11 @@ pub(crate) const XACT_LOCK_SQL: &str =
 /// hold's creation, after locking the subject's rows and before its
 /// insert).
 pub(crate) fn hold_gate(schema: &str, shared: bool) -> Statement<()> {
+    Statement::new(hold_gate_sql(schema, shared), ())
+}
+
+/// [`hold_gate`]'s text (a batch's plan keeps it, built once).
+pub(crate) fn hold_gate_sql(schema: &str, shared: bool) -> SqlText {
     let mut sql = SqlText::new(if shared {
         "SELECT pg_catalog.pg_advisory_xact_lock_shared("
     } else {
@@ -34,7 +39,7 @@ pub(crate) fn hold_gate(schema: &str, shared: bool) -> Statement<()> {
         .push(", ")
         .regclass(&crate::sql::tables::CohortTable::Hold.qualified(schema))
         .push("::pg_catalog.oid::int4)");
-    Statement::new(sql, ())
+    sql
 }
 
 /// Takes a session-level lock, waiting for it.

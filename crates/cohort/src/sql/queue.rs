@@ -477,35 +477,36 @@ pub(crate) fn orphans(schema: &str, p: Orphans) -> Statement<Orphans> {
 pub(crate) fn stuck_behind_orphans(schema: &str, p: Orphans) -> Statement<Orphans> {
     let hs = CohortTable::HandlerStatus.qualified(schema);
     let detail = CohortTable::RowDetail.qualified(schema);
-    let mut blocker = SqlText::new("SELECT s.handler_id FROM ");
-    blocker
-        .table(&hs)
-        .push(
-            " s WHERE s.row_detail_id = q.row_detail_id \
-               AND s.handler_status_id <> q.handler_status_id \
-               AND s.status = 'dead_lettered' \
-               AND (COALESCE(s.priority, 2147483647), s.handler_id COLLATE \"C\") \
-                 < (COALESCE(q.priority, 2147483647), q.handler_id COLLATE \"C\") \
-               AND (d.retention_entity_id, s.handler_id) NOT IN \
-                 (SELECT e, h FROM ROWS FROM (pg_catalog.unnest($1::uuid[]), pg_catalog.unnest($2::text[])) AS r(e, h)) \
-             ORDER BY COALESCE(s.priority, 2147483647), s.handler_id COLLATE \"C\" LIMIT 1",
-        );
     let mut sql = SqlText::new("UPDATE ");
+    // Each waiting item with its first blocker, found once.
     sql.table(&hs)
         .push(
             " q SET status = 'dead_lettered', claim_token = NULL, claim_expires_at = NULL, \
-               updated_at = pg_catalog.now(), last_error = pg_catalog.format($3, (",
+               updated_at = pg_catalog.now(), last_error = pg_catalog.format($3, b.blocker) \
+             FROM (SELECT w.handler_status_id, (SELECT s.handler_id FROM ",
         )
-        .append(&blocker)
-        .push(")) FROM ")
+        .table(&hs)
+        .push(
+            " s WHERE s.row_detail_id = w.row_detail_id \
+                   AND s.handler_status_id <> w.handler_status_id \
+                   AND s.status = 'dead_lettered' \
+                   AND (COALESCE(s.priority, 2147483647), s.handler_id COLLATE \"C\") \
+                     < (COALESCE(w.priority, 2147483647), w.handler_id COLLATE \"C\") \
+                   AND (d.retention_entity_id, s.handler_id) NOT IN \
+                     (SELECT e, h FROM ROWS FROM (pg_catalog.unnest($1::uuid[]), pg_catalog.unnest($2::text[])) AS r(e, h)) \
+                 ORDER BY COALESCE(s.priority, 2147483647), s.handler_id COLLATE \"C\" LIMIT 1) AS blocker \
+               FROM ",
+        )
+        .table(&hs)
+        .push(" w JOIN ")
         .table(&detail)
         .push(
-            " d WHERE d.row_detail_id = q.row_detail_id \
-               AND q.requires_earlier AND q.status = 'pending' \
-               AND q.created_at < pg_catalog.now() - pg_catalog.make_interval(secs => $4) \
-               AND EXISTS (",
-        )
-        .append(&blocker)
-        .push(") RETURNING q.handler_id");
+            " d ON d.row_detail_id = w.row_detail_id \
+               WHERE w.requires_earlier AND w.status = 'pending' \
+                 AND w.created_at < pg_catalog.now() - pg_catalog.make_interval(secs => $4)) b \
+             WHERE q.handler_status_id = b.handler_status_id AND b.blocker IS NOT NULL \
+               AND q.status = 'pending' \
+             RETURNING q.handler_id",
+        );
     Statement::new(sql, p)
 }
