@@ -3497,3 +3497,197 @@ fn the_demo_prints_no_warning_lines_between_its_steps() {
         "{story}"
     );
 }
+
+/// Issue 37 A3: a purged parent that an unclassified child still
+/// references with NO ACTION. `validate` names the key, the referencing
+/// table and what to do, with the index the child's column lacks; an
+/// exempt child and an entity that only anonymises are named the same way,
+/// a child that is purged itself is not. The sweep still settles
+/// `succeeded`, and says which rows stay for good and why, in its output,
+/// its JSON and the ledger (`runs show`).
+#[tokio::test]
+async fn a_parent_kept_by_a_table_cohort_never_empties_is_named_by_validate_and_by_every_run() {
+    let db = cohort_pgtemp::fresh_empty_database().await.unwrap();
+    sqlx::raw_sql(
+        "CREATE SCHEMA app;
+         CREATE TABLE app.orders (id bigint PRIMARY KEY, tenant_id uuid NOT NULL, created_at timestamptz);
+         CREATE INDEX ON app.orders (tenant_id, created_at);
+         CREATE TABLE app.order_notes (id bigint PRIMARY KEY, order_id bigint REFERENCES app.orders);
+         CREATE TABLE app.invoices (id bigint PRIMARY KEY, tenant_id uuid NOT NULL, created_at timestamptz,
+             order_id bigint REFERENCES app.orders ON DELETE RESTRICT);
+         CREATE INDEX ON app.invoices (order_id);
+         CREATE TABLE app.shipments (id bigint PRIMARY KEY, tenant_id uuid NOT NULL, created_at timestamptz,
+             order_id bigint REFERENCES app.orders);
+         CREATE INDEX ON app.shipments (order_id);
+         CREATE INDEX ON app.shipments (tenant_id, created_at);
+         INSERT INTO app.orders
+             SELECT g, '11111111-1111-4111-8111-111111111111', now() - interval '60 days' FROM generate_series(1, 4) g;
+         INSERT INTO app.order_notes VALUES (1, 1), (2, 2);
+         INSERT INTO app.invoices VALUES (1, '11111111-1111-4111-8111-111111111111', now(), 3);",
+    )
+    .execute(db.pool())
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("cohort.toml"),
+        r#"
+[cohort]
+schema = "retention"
+
+[[entity]]
+name = "Order"
+id = "51515151-aaaa-4aaa-8aaa-515151515151"
+table = "app.orders"
+category = "orders"
+anchor = "created_at"
+
+[[entity]]
+name = "Invoice"
+id = "52525252-aaaa-4aaa-8aaa-525252525252"
+table = "app.invoices"
+exempt = "kept for the tax office"
+
+[[entity]]
+name = "Shipment"
+id = "53535353-aaaa-4aaa-8aaa-535353535353"
+table = "app.shipments"
+category = "orders"
+anchor = "created_at"
+
+[[category]]
+name = "orders"
+strategy = "purge"
+period = "30d"
+"#,
+    )
+    .unwrap();
+    succeeded(&cohort(dir.path(), &["migrate"], Some(db.url())));
+
+    let out = cohort(dir.path(), &["--json", "validate"], Some(db.url()));
+    succeeded(&out);
+    let v = json(&out);
+    let warnings: Vec<&str> = v["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|w| w.as_str())
+        .collect();
+    let notes = warnings
+        .iter()
+        .find(|w| w.contains("foreign key \"order_notes_order_id_fkey\" on app.order_notes"))
+        .unwrap_or_else(|| panic!("{warnings:?}"));
+    assert!(
+        notes.contains("(not retained by Cohort)")
+            && notes.contains("ON DELETE NO ACTION")
+            && notes.contains("skipped on every run, for good")
+            && notes.contains("Classify app.order_notes with a category that purges"),
+        "{notes}"
+    );
+    let invoices = warnings
+        .iter()
+        .find(|w| w.contains("foreign key \"invoices_order_id_fkey\" on app.invoices"))
+        .unwrap_or_else(|| panic!("{warnings:?}"));
+    assert!(
+        invoices.contains("(Invoice, declared exempt)") && invoices.contains("ON DELETE RESTRICT"),
+        "{invoices}"
+    );
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w
+                .contains("Suggested: CREATE INDEX ON \"app\".\"order_notes\" (\"order_id\");")),
+        "{warnings:?}"
+    );
+    // Shipments are purged first (dependents first), so they keep no
+    // order for good; both of its indexes exist.
+    assert!(
+        !warnings.iter().any(|w| w.contains("app.shipments")),
+        "{warnings:?}"
+    );
+    assert!(
+        !warnings
+            .iter()
+            .any(|w| w.contains("CREATE INDEX ON \"app\".\"invoices\"")),
+        "{warnings:?}"
+    );
+
+    let out = cohort(
+        dir.path(),
+        &[
+            "--json",
+            "sweep",
+            "--tenant",
+            "11111111-1111-4111-8111-111111111111",
+        ],
+        Some(db.url()),
+    );
+    succeeded(&out);
+    let run = json(&out);
+    assert_eq!(run["status"], "succeeded");
+    let order = run["entities"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["entity"] == "Order")
+        .unwrap()
+        .clone();
+    assert_eq!(
+        (order["affected"].as_u64(), order["skipped"].as_u64()),
+        (Some(1), Some(3))
+    );
+    let note = order["note"].as_str().unwrap_or_else(|| panic!("{order}"));
+    assert!(
+        note.starts_with("3 rows skipped; those referenced from app.invoices (Invoice, declared exempt), app.order_notes (not retained by Cohort) stay")
+            && note.contains("skipped on every run"),
+        "{note}"
+    );
+    let shipment = run["entities"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["entity"] == "Shipment")
+        .unwrap();
+    assert!(shipment.get("note").is_none(), "{shipment}");
+    let left: i64 = sqlx::query_scalar("SELECT count(*) FROM app.orders")
+        .fetch_one(db.pool())
+        .await
+        .unwrap();
+    assert_eq!(left, 3);
+
+    // The ledger keeps the note: `runs show` reads it back.
+    let run_id = run["run_id"].as_str().unwrap();
+    let shown = json(&cohort(
+        dir.path(),
+        &["--json", "runs", "show", run_id],
+        Some(db.url()),
+    ));
+    let shown_order = shown["entities"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["entity"] == "Order")
+        .unwrap();
+    assert_eq!(shown_order["note"].as_str(), Some(note));
+    let text = out_text(&cohort(
+        dir.path(),
+        &["runs", "show", run_id],
+        Some(db.url()),
+    ));
+    assert!(text.contains(&format!("note: Order: {note}")), "{text}");
+
+    // A preview says the same before anything runs.
+    let preview = out_text(&cohort(
+        dir.path(),
+        &[
+            "preview",
+            "--tenant",
+            "11111111-1111-4111-8111-111111111111",
+        ],
+        Some(db.url()),
+    ));
+    assert!(
+        preview.contains("note: Order: 3 rows skipped; those referenced from app.invoices"),
+        "{preview}"
+    );
+}

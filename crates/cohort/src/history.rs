@@ -152,6 +152,7 @@ pub(crate) async fn show(cx: &Context, run_id: Uuid) -> Result<SweepResult> {
             batch_size: s
                 .try_get::<Option<i32>, _>("batch_size")?
                 .and_then(|n| u32::try_from(n).ok()),
+            note: s.try_get("note")?,
         });
     }
     // Failures are stored structurally since schema version 3; runs settled

@@ -140,6 +140,14 @@ pub struct EntityOutcome {
     /// run, a preview, an entity with nothing to lock) and for runs
     /// recorded before schema version 11.
     pub batch_size: Option<u32>,
+    /// Why rows were left that will not go by themselves, when some were:
+    /// skipped rows of a purge or archive can be referenced from a table
+    /// whose rows Cohort never deletes (validation warns of each such
+    /// foreign key), and then they are kept on every run. `None`
+    /// otherwise, and for runs recorded before schema version 14. Not
+    /// serialised when `None`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 /// An entity that failed; the run went on with the others.

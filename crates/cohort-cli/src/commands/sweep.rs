@@ -28,6 +28,15 @@ pub(super) fn print_preview(result: &cohort::PreviewResult) {
     for f in &result.failures {
         outln!("\nfailed: {} ({}): {}", f.entity, f.entity_id, f.error);
     }
+    print_notes(&result.entities);
+}
+
+/// One line per entity whose rows were left for a reason that will not
+/// change by itself (`EntityOutcome::note`).
+fn print_notes(entities: &[cohort::EntityOutcome]) {
+    for e in entities.iter().filter(|e| e.note.is_some()) {
+        outln!("note: {}: {}", e.entity, e.note.as_deref().unwrap_or(""));
+    }
 }
 
 pub(super) fn preview_json(result: &cohort::PreviewResult) -> serde_json::Value {
@@ -144,6 +153,7 @@ pub(super) fn print_result(result: &SweepResult) {
     for f in &result.failures {
         outln!("failed: {} ({}): {}", f.entity, f.entity_id, f.error);
     }
+    print_notes(&result.entities);
 }
 
 pub(crate) async fn sweep(

@@ -197,5 +197,21 @@ pub(crate) fn outcome(work: &Work<'_>) -> EntityOutcome {
         legal_min: work.rule.legal_min(),
         stage: work.stage,
         batch_size: None,
+        note: None,
     }
+}
+
+/// The note of an entity that skipped rows some of which are kept for
+/// good: referenced from a table whose rows Cohort never deletes
+/// (`TableFacts::kept_by_references`). `None` when it skipped none, or
+/// nothing keeps them for good.
+pub(crate) fn kept_for_good(ready: &Prepared, work: &Work<'_>, skipped: u64) -> Option<String> {
+    let tables = &ready.model.facts.get(&work.entity.id)?.kept_by_references;
+    if skipped == 0 || tables.is_empty() || !work.rule.strategy().deletes() {
+        return None;
+    }
+    Some(format!(
+        "{skipped} rows skipped; those referenced from {} stay: Cohort never deletes the referencing rows, so they are skipped on every run. Classify the referencing table with a category that purges, or accept that they are kept",
+        tables.join(", ")
+    ))
 }

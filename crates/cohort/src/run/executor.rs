@@ -398,6 +398,7 @@ async fn run_entity(
                 (true, false) => out.skipped,
                 (false, _) => 0,
             };
+        out.note = super::counts::kept_for_good(ctx.ready, work, out.skipped);
         out.kept_by_legal_min = c.kept_by_legal_min;
         if ctx.spec.dry_run && strategy.mutates() {
             out.affected = c.eligible;
@@ -418,6 +419,7 @@ async fn run_entity(
             kept_by_legal_min: out.kept_by_legal_min as i64,
             kept_by_policy: out.kept_by_policy as i64,
             batch_size: out.batch_size.and_then(|n| i32::try_from(n).ok()),
+            note: out.note.clone(),
         })
         .query()
         .execute(&mut *conn)

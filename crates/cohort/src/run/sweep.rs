@@ -3,7 +3,7 @@
 
 use chrono::{DateTime, Utc};
 
-use super::counts::{counts, outcome};
+use super::counts::{counts, kept_for_good, outcome};
 use super::executor::execute;
 use super::resolve::{check_now, rule_for, tenant_keys};
 use super::work::{Arg, RunParam, RunSpec, Work};
@@ -230,6 +230,7 @@ pub(crate) async fn preview(cx: &Context, req: PreviewRequest) -> Result<Preview
             o.held_by_subject = c.held_by_subject;
             o.null_anchor = c.null_anchor;
             o.skipped = c.skipped;
+            o.note = kept_for_good(&ready, &work, o.skipped);
             o.kept_by_legal_min = c.kept_by_legal_min;
             if !work.rule.strategy().mutates() {
                 o.kept_by_policy = c.eligible;

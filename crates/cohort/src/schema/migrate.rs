@@ -99,6 +99,11 @@ const SOURCES: &[(u32, &str, &str)] = &[
             include_str!("../../migrations/0013_hold_functions.sql")
         ),
     ),
+    (
+        14,
+        "summary_note",
+        include_str!("../../migrations/0014_summary_note.sql"),
+    ),
 ];
 
 /// The hold functions as version 13 installed them, run again where the

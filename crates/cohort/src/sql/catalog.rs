@@ -132,7 +132,14 @@ pub(crate) fn referenced_by(table: Oid) -> Statement<(Oid,)> {
                       ORDER BY k.ord) AS child_columns, \
                 ARRAY(SELECT a.attname::text FROM pg_catalog.unnest(con.confkey) WITH ORDINALITY AS k(n, ord) \
                       JOIN pg_catalog.pg_attribute a ON a.attrelid = con.confrelid AND a.attnum = k.n \
-                      ORDER BY k.ord) AS parent_columns \
+                      ORDER BY k.ord) AS parent_columns, \
+                EXISTS (SELECT 1 FROM pg_catalog.pg_index i \
+                        WHERE i.indrelid = con.conrelid AND i.indisvalid AND i.indpred IS NULL \
+                          AND (SELECT pg_catalog.array_agg(k.n ORDER BY k.n) \
+                               FROM pg_catalog.unnest(i.indkey::pg_catalog.int2[]) WITH ORDINALITY AS k(n, ord) \
+                               WHERE k.ord <= pg_catalog.cardinality(con.conkey)) \
+                            = (SELECT pg_catalog.array_agg(k.n ORDER BY k.n) \
+                               FROM pg_catalog.unnest(con.conkey) AS k(n))) AS child_indexed \
          FROM pg_catalog.pg_constraint con \
          JOIN pg_catalog.pg_class cc ON cc.oid = con.conrelid \
          JOIN pg_catalog.pg_namespace cn ON cn.oid = cc.relnamespace \

@@ -19,6 +19,9 @@ pub(crate) struct IncomingKey {
     pub(crate) child: QualifiedName,
     pub(crate) child_columns: Vec<String>,
     pub(crate) parent_columns: Vec<String>,
+    /// Whether a valid, non-partial index of the child starts with its
+    /// columns (in any order): how a purge finds the referencing rows.
+    pub(crate) child_indexed: bool,
 }
 
 /// Reading a key column of a known type.

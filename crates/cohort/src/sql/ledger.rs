@@ -33,7 +33,8 @@ pub(crate) struct LedgerPlan {
     /// `$1` summary id, `$2` affected increment.
     pub(super) add_affected: SqlText,
     /// `$1` summary id, `$2` affected, `$3` held, `$4` skipped, `$5` null
-    /// anchor, `$6` error, `$7` kept by legal minimum, `$8` kept by policy.
+    /// anchor, `$6` error, `$7` kept by legal minimum, `$8` kept by policy,
+    /// `$9` held by subject, `$10` batch size, `$11` note.
     pub(super) finish_summary: SqlText,
     /// `$1` run, `$2` entity id, `$3` type, `$4` tenant, `$5` action, `$6` record ids (text[]).
     pub(super) insert_details: SqlText,
@@ -103,7 +104,7 @@ impl LedgerPlan {
         finish_summary.table(&summary).push(
             " SET affected_count = $2, held_count = $3, skipped_count = $4, null_anchor_count = $5, \
                error = $6, kept_by_legal_min_count = $7, kept_by_policy_count = $8, \
-               held_by_subject_count = $9, batch_size = $10, \
+               held_by_subject_count = $9, batch_size = $10, note = $11, \
                updated_at = pg_catalog.clock_timestamp() WHERE summary_id = $1",
         );
         let mut insert_details = SqlText::new("INSERT INTO ");
@@ -338,6 +339,8 @@ pub(crate) struct FinishSummary {
     pub(crate) kept_by_policy: i64,
     /// The largest batch limit the entity's batches used (`None`: no batch).
     pub(crate) batch_size: Option<i32>,
+    /// Why rows left will not go by themselves (`EntityOutcome::note`).
+    pub(crate) note: Option<String>,
 }
 
 impl Params for FinishSummary {
@@ -352,6 +355,7 @@ impl Params for FinishSummary {
             .bind(self.kept_by_policy)
             .bind(self.held_by_subject)
             .bind(self.batch_size)
+            .bind(self.note)
     }
 }
 

@@ -136,6 +136,7 @@ fn blockers() -> Vec<IncomingKey> {
         child: QualifiedName::new("app", "orders"),
         child_columns: vec!["contact_id".into()],
         parent_columns: vec!["id".into()],
+        child_indexed: true,
     }]
 }
 
@@ -1361,6 +1362,7 @@ fn catalog_partition_and_ledger_statements_bind_exactly_their_placeholders() {
             kept_by_legal_min: 0,
             kept_by_policy: 0,
             batch_size: Some(5000),
+            note: None,
         }),
     );
     check(

@@ -6,7 +6,7 @@ use crate::ident::QualifiedName;
 
 /// The schema version the code expects. Migrations record it on
 /// `sweep_run` as the table comment `cohort schema version N`.
-pub const SCHEMA_VERSION: u32 = 13;
+pub const SCHEMA_VERSION: u32 = 14;
 
 /// The prefix of the version comment on `sweep_run`.
 pub(crate) const VERSION_COMMENT_PREFIX: &str = "cohort schema version ";
@@ -152,6 +152,7 @@ impl CohortTable {
                 col!("held_by_subject_count", BIGINT, false),
                 col!("stage", SMALLINT, true),
                 col!("batch_size", INT, true),
+                col!("note", TEXT, true),
             ],
             CohortTable::RowDetail => &[
                 col!("row_detail_id", BIGINT, false),

@@ -241,6 +241,7 @@ pub(crate) async fn load_table(
                 child: QualifiedName::from_columns(&r, "child_schema", "child_table")?,
                 child_columns: r.try_get("child_columns")?,
                 parent_columns: r.try_get("parent_columns")?,
+                child_indexed: r.try_get("child_indexed")?,
             })
         })
         .collect::<Result<Vec<_>, sqlx::Error>>()?;

@@ -1120,3 +1120,81 @@ mod tests {
         }
     }
 }
+
+/// What keeps a purging entity's rows for good: the NO ACTION / RESTRICT
+/// foreign keys into its table from a table whose rows Cohort never
+/// deletes (a table no entity retains, an exempt declaration, or an entity
+/// whose category never purges or archives). A row such a key references
+/// is skipped on every run: nothing will ever delete the referencing row
+/// first.
+#[derive(Debug, Default)]
+pub(crate) struct KeptByReferences {
+    /// Advice naming each such key, the referencing table and what to do.
+    pub(crate) warnings: Vec<String>,
+    /// The referencing tables, as a run's note names them
+    /// (`app.order_notes (not retained by Cohort)`); empty when none.
+    pub(crate) tables: Vec<String>,
+}
+
+/// Whether purging `entity` (whose category may purge or archive) leaves
+/// rows for good because of `keys`, the blocking keys into its table
+/// (`retained`: the entities by table, with whether each may delete rows;
+/// `exempt`: exempt declarations by table). Also advises an index on the
+/// referencing columns where none starts with them: every batch looks the
+/// referencing rows up by them.
+pub(crate) fn references_kept_for_good(
+    entity: &EntityDescriptor,
+    keys: &[crate::sql::IncomingKey],
+    retained: &[(&str, &QualifiedName, bool)],
+    exempt: &[(&str, &QualifiedName)],
+) -> KeptByReferences {
+    let mut out = KeptByReferences::default();
+    for key in keys {
+        let action = if key.on_delete == "r" {
+            "RESTRICT"
+        } else {
+            "NO ACTION"
+        };
+        let child = key.child.display_plain();
+        if !key.child_indexed {
+            out.warnings.push(format!(
+                "{}: no index of {child} starts with ({}), the columns of foreign key {:?} that references it; every purge batch looks the referencing rows up by them and scans {child}. Suggested: CREATE INDEX ON {} ({});",
+                entity.name,
+                key.child_columns.join(", "),
+                key.name,
+                key.child,
+                key.child_columns
+                    .iter()
+                    .map(|c| crate::ident::quote_ident(c))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            ));
+        }
+        if key.child == entity.table {
+            // Rows referencing rows of their own table go with them.
+            continue;
+        }
+        let why = match retained.iter().find(|(_, t, _)| **t == key.child) {
+            Some((_, _, true)) => continue,
+            Some((name, _, false)) => {
+                format!("entity {name}, whose category never purges or archives")
+            }
+            None => match exempt.iter().find(|(_, t)| **t == key.child) {
+                Some((name, _)) => format!("{name}, declared exempt"),
+                None => "not retained by Cohort".to_owned(),
+            },
+        };
+        out.warnings.push(format!(
+            "{}: foreign key {:?} on {child} ({why}) references {} with ON DELETE {action}, and Cohort never deletes {child}'s rows: every {} row it references is skipped on every run, for good (runs count them as skipped and say why). Classify {child} with a category that purges (Cohort then deletes its rows first), or accept that the rows it references are kept",
+            entity.name,
+            key.name,
+            entity.table.display_plain(),
+            entity.name,
+        ));
+        let named = format!("{child} ({why})");
+        if !out.tables.contains(&named) {
+            out.tables.push(named);
+        }
+    }
+    out
+}

@@ -68,6 +68,10 @@ pub(crate) struct TableFacts {
     /// Foreign keys that forbid deleting a referenced row (NO ACTION,
     /// RESTRICT): purge leaves such rows alone and reports them as skipped.
     pub(crate) blocking_references: Vec<catalog::IncomingKey>,
+    /// The tables whose blocking references keep rows of this entity for
+    /// good (Cohort never deletes their rows), as a run's note names them;
+    /// empty when none, or when the entity never purges or archives.
+    pub(crate) kept_by_references: Vec<String>,
     /// Key-like columns compared in their own type (citext).
     pub(crate) casts: Casts,
     /// A plain table (not partitioned): a row's address (`ctid`) names
@@ -651,6 +655,28 @@ pub(crate) async fn validate(
             }
         }
     }
+    // Rows referenced from tables Cohort never empties are kept for good.
+    let retained: Vec<(&str, &QualifiedName, bool)> = entities
+        .iter()
+        .map(|e| (e.name.as_str(), &e.table, may_purge(e)))
+        .collect();
+    let exempt_named: Vec<(&str, &QualifiedName)> =
+        exempt_tables.iter().map(|(n, t)| (n.as_str(), t)).collect();
+    let mut kept_by: BTreeMap<uuid::Uuid, Vec<String>> = BTreeMap::new();
+    for (e, t) in entities.iter().zip(&tables) {
+        if !may_purge(e) {
+            continue;
+        }
+        let blocking: Vec<_> = t
+            .referenced_by
+            .iter()
+            .filter(|k| matches!(k.on_delete.as_str(), "a" | "r"))
+            .cloned()
+            .collect();
+        let found = checks::references_kept_for_good(e, &blocking, &retained, &exempt_named);
+        warnings.extend(found.warnings);
+        kept_by.insert(e.id, found.tables);
+    }
     let facts = entities
         .iter()
         .zip(&tables)
@@ -681,6 +707,7 @@ pub(crate) async fn validate(
                     .filter(|k| matches!(k.on_delete.as_str(), "a" | "r"))
                     .cloned()
                     .collect(),
+                kept_by_references: kept_by.remove(&e.id).unwrap_or_default(),
                 casts: Casts(
                     t.columns
                         .iter()
