@@ -43,16 +43,6 @@ const ANCHORS: &[&str] = &[
     "modified_at",
 ];
 
-/// Conventional tenant columns, likeliest first.
-const TENANTS: &[&str] = &[
-    "tenant_id",
-    "tenant",
-    "organisation_id",
-    "organization_id",
-    "org_id",
-    "account_id",
-];
-
 /// The likeliest anchor: a known name, then one mentioning creation or
 /// occurrence, then the first `timestamptz` column; never Cohort's own
 /// markers.
@@ -76,11 +66,14 @@ pub(crate) fn anchor(t: &TableFacts) -> Option<&str> {
         .or_else(|| candidates.first().copied())
 }
 
+/// The tenant column: the first whose name reads as a tenant id, by the
+/// rule validation refuses `tenantless` by
+/// ([`cohort::model::looks_like_tenant`]).
 fn tenant(t: &TableFacts) -> Option<&str> {
-    TENANTS
+    t.columns
         .iter()
-        .find(|c| t.columns.iter().any(|col| col == *c))
-        .copied()
+        .map(String::as_str)
+        .find(|c| cohort::model::looks_like_tenant(c))
 }
 
 /// `order_lines` → `OrderLines`, `é` → `É`; a name without letters or
@@ -293,9 +286,8 @@ pub(crate) fn render(
             Some(col) => {
                 let _ = writeln!(out, "# tenant = {}", quoted(col));
             }
-            None => out.push_str(
-                "# tenantless = true                 # no conventional tenant column found\n",
-            ),
+            None => out
+                .push_str("# tenantless = true                 # no column reads as a tenant id\n"),
         }
         match t.primary_key.as_slice() {
             [id] if id == "id" => {}

@@ -2542,6 +2542,7 @@ async fn init_writes_a_starter_policy_that_validates_and_never_overwrites_withou
          CREATE TABLE shop.orders (order_id bigint PRIMARY KEY, organisation_id uuid NOT NULL,
              updated_at timestamptz, created_at timestamptz NOT NULL, email text);
          CREATE TABLE shop.audit_events (id uuid PRIMARY KEY, tenant_id uuid, occurred_at timestamptz);
+         CREATE TABLE shop.visits (id bigint PRIMARY KEY, \"TenantId\" uuid, seen_at timestamptz);
          CREATE TABLE shop.settings (key text PRIMARY KEY, value text);",
     )
     .execute(db.pool())
@@ -2569,7 +2570,7 @@ async fn init_writes_a_starter_policy_that_validates_and_never_overwrites_withou
     );
     succeeded(&out);
     let report = json(&out);
-    assert_eq!(report["entities"], 2);
+    assert_eq!(report["entities"], 3);
     assert_eq!(report["without_timestamp"], serde_json::json!(["settings"]));
     let path = dir.path().join("starter.toml");
     let text = std::fs::read_to_string(&path).unwrap();
@@ -2581,6 +2582,9 @@ async fn init_writes_a_starter_policy_that_validates_and_never_overwrites_withou
         "# record_id = \"order_id\"",
         "name = \"AuditEvents\"",
         "# anchor = \"occurred_at\"",
+        // The rule validation refuses `tenantless` by (issue 37 A4).
+        "name = \"Visits\"",
+        "# tenant = \"TenantId\"",
         "exempt = \"not yet classified\"",
         // An active line: Cohort's ledger apart from the application's tables.
         "\n[cohort]\nschema = \"cohort\" ",

@@ -85,6 +85,10 @@ fn generate(c: &Container) -> TokenStream {
     if c.tenantless {
         calls.push(quote!(.tenantless()));
     }
+    for field in c.fields.iter().filter(|f| f.not_tenant) {
+        let column = &field.column;
+        calls.push(quote!(.not_tenant(#column)));
+    }
     if let Some(n) = c.sweep_parallelism {
         calls.push(quote!(.sweep_parallelism(#n)));
     }

@@ -40,8 +40,10 @@ use proc_macro::TokenStream;
 /// anonymise methods apply to the copy); or
 /// `#[exempt_from_retention("reason")]` for a documented exemption. Field
 /// keys: `column = "..."`, the markers `record_id`, `tenant`,
-/// `soft_delete`, `deleted_at`, `anonymised_at`, and `not_archived` (the
-/// column is left out of the archived copy). `#[anonymise(...)]` takes
+/// `soft_delete`, `deleted_at`, `anonymised_at`, `not_archived` (the
+/// column is left out of the archived copy) and `not_tenant` (its name
+/// reads as a tenant id but it is not one: a `tenantless` type's table
+/// may keep it). `#[anonymise(...)]` takes
 /// one of `null`, `empty`, `literal = "..."`, `hash`, `with = "path::to::fn"`
 /// (`fn(&T) -> R`, `fn(&AnonymiseContext, &T) -> R`, or
 /// `fn(&AnonymiseContext) -> R` computed once per run).

@@ -53,6 +53,7 @@ const PARITY: &[(&str, &str)] = &[
     ("soft_delete", "soft_delete"),
     ("deleted_at", "deleted_at"),
     ("anonymised_at", "anonymised_at"),
+    ("not_tenant", "not_tenant = [\"column\"]"),
     // Anonymise methods and the subject kind.
     ("null", "\"null\""),
     ("empty", "\"empty\""),
@@ -146,6 +147,8 @@ struct ParityDocRow {
 struct ParityEvent {
     id: i64,
     made: DateTime<Utc>,
+    #[retain(not_tenant)]
+    org_id: Option<i64>,
 }
 
 #[derive(cohort::Retained)]
@@ -183,7 +186,8 @@ CREATE TABLE app.parity_docs (key bigint PRIMARY KEY, org uuid NOT NULL, made ti
     gone boolean NOT NULL DEFAULT false, gone_at timestamptz, scrubbed timestamptz,
     email text, full_name text NOT NULL, phone text NOT NULL, reference text NOT NULL, owner uuid NOT NULL);
 CREATE INDEX ON app.parity_docs (org, made);
-CREATE TABLE public.parity_events (id bigint NOT NULL, made timestamptz NOT NULL, PRIMARY KEY (id, made)) PARTITION BY RANGE (made);
+CREATE TABLE public.parity_events (id bigint NOT NULL, made timestamptz NOT NULL, org_id bigint,
+    PRIMARY KEY (id, made)) PARTITION BY RANGE (made);
 CREATE TABLE public.parity_events_2026 PARTITION OF public.parity_events
     FOR VALUES FROM ('2026-01-01') TO ('2027-01-01');
 CREATE TABLE public.parity_archive (id bigint PRIMARY KEY);
@@ -228,6 +232,7 @@ table = "parity_events"
 category = "parity-events"
 anchor = "made"
 tenantless = true
+not_tenant = ["org_id"]
 partitions = "drop"
 
 [[category]]

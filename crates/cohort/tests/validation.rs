@@ -410,6 +410,66 @@ async fn tenantless_entity_that_has_a_tenant_column_is_rejected() {
         .unwrap();
 }
 
+/// Issue 37 A4: one rule for what reads as a tenant column. A tenantless
+/// entity on a table with `"TenantId"`, `tenantid` or `Tenant_ID` is
+/// refused (it was accepted: the table was swept across every tenant),
+/// naming the column and both ways out; `not_tenant` names the column
+/// as not a tenant and the entity validates; `not_tenant` that would do
+/// nothing is refused, not ignored.
+#[tokio::test]
+async fn tenantless_on_a_table_with_a_tenant_look_alike_column_needs_not_tenant() {
+    let db = migrated_db().await;
+    for column in ["\"TenantId\"", "tenantid", "\"Tenant_ID\"", "org_id"] {
+        exec(
+            db.pool(),
+            &format!(
+                "DROP TABLE IF EXISTS looks; CREATE TABLE looks (id bigint PRIMARY KEY, {column} uuid, created_at timestamptz)"
+            ),
+        )
+        .await;
+        let name = column.trim_matches('"');
+        expect_problems(
+            &db,
+            vec![note("looks").tenantless()],
+            &["looks"],
+            &[&format!(
+                "entity is tenantless but public.looks has a tenant column {name:?} (its name reads as a tenant id); map it as the tenant (`tenant = {name:?}`), or, if it is not one, say so (`not_tenant = [{name:?}]`)"
+            )],
+        )
+        .await;
+        build(&db, vec![note("looks").tenantless().not_tenant(name)])
+            .await
+            .unwrap_or_else(|e| panic!("{column}: {e}"));
+    }
+    // A column whose name does not read as a tenant id needs nothing, and
+    // naming it is refused as doing nothing; so is a column the table
+    // lacks, and `not_tenant` on an entity that has a tenant.
+    exec(
+        db.pool(),
+        "DROP TABLE looks; CREATE TABLE looks (id bigint PRIMARY KEY, account_id uuid, created_at timestamptz)",
+    )
+    .await;
+    build(&db, vec![note("looks").tenantless()]).await.unwrap();
+    expect_problems(
+        &db,
+        vec![note("looks").tenantless().not_tenant("account_id").not_tenant("nope")],
+        &["looks"],
+        &[
+            "not_tenant names \"account_id\", whose name does not read as a tenant id: it has no effect; remove it",
+            "not_tenant names \"nope\", which public.looks does not have",
+        ],
+    )
+    .await;
+    exec(db.pool(), NOTES).await;
+    expect_problems(
+        &db,
+        vec![note("notes").not_tenant("tenant_id")],
+        &["notes"],
+        &["not_tenant names \"tenant_id\", but the entity is not tenantless"],
+    )
+    .await;
+}
+
 #[tokio::test]
 async fn duplicate_and_malformed_ids_are_rejected() {
     let db = migrated_db().await;

@@ -571,7 +571,7 @@ mod tests {
                 vec![
                     "duplicate marker `tenant`: field `a` already has `#[retain(tenant)]`",
                     "duplicate key `tenant` in `#[retain(...)]`",
-                    "unknown key `category` in `#[retain(...)]` on a field; expected one of `column`, `record_id`, `tenant`, `soft_delete`, `deleted_at`, `anonymised_at`, `not_archived` (that key goes on the struct, not on a field)",
+                    "unknown key `category` in `#[retain(...)]` on a field; expected one of `column`, `record_id`, `tenant`, `soft_delete`, `deleted_at`, `anonymised_at`, `not_archived`, `not_tenant` (that key goes on the struct, not on a field)",
                 ],
             ),
             (

@@ -12,7 +12,8 @@ use super::parse::{flag, lit_str, non_empty, one_of, parse_list, path_to_string,
 use super::symbols::{
     Symbol, ANONYMISE, ANONYMISED_AT, ANONYMISE_METHODS, COLUMN, CONTAINER_KEYS, DELETED_AT,
     DIESEL, EMPTY, ERASURE_SUBJECT, EXEMPT_FROM_RETENTION, FIELD_KEYS, HASH, KIND, LITERAL,
-    NOT_ARCHIVED, NULL, RECORD_ID, RETAIN, SEA_ORM, SOFT_DELETE, SQLX, SUBJECT_KEYS, TENANT, WITH,
+    NOT_ARCHIVED, NOT_TENANT, NULL, RECORD_ID, RETAIN, SEA_ORM, SOFT_DELETE, SQLX, SUBJECT_KEYS,
+    TENANT, WITH,
 };
 use crate::ctxt::Ctxt;
 
@@ -123,6 +124,9 @@ pub(crate) struct Field {
     pub(crate) subject: Option<Option<String>>,
     /// `#[retain(not_archived)]`: left out of the archived copy.
     pub(crate) not_archived: bool,
+    /// `#[retain(not_tenant)]`: its name reads as a tenant id, but it is
+    /// not one (lets a `tenantless` type pass validation).
+    pub(crate) not_tenant: bool,
 }
 
 /// A type as text with whitespace removed, except where needed to keep two
@@ -161,6 +165,7 @@ impl Field {
         let mut anonymise: Option<(Anonymise, TokenStream)> = None;
         let mut subject: Option<Option<String>> = None;
         let mut not_archived = Attr::none(cx, RETAIN, NOT_ARCHIVED);
+        let mut not_tenant = Attr::none(cx, RETAIN, NOT_TENANT);
 
         for attr in &field.attrs {
             let path = attr.path();
@@ -176,6 +181,9 @@ impl Field {
                     } else if *p == NOT_ARCHIVED {
                         flag(cx, &meta, RETAIN)?;
                         not_archived.set(p, ());
+                    } else if *p == NOT_TENANT {
+                        flag(cx, &meta, RETAIN)?;
+                        not_tenant.set(p, ());
                     } else if let Some(marker) = MarkerKind::from_path(p) {
                         flag(cx, &meta, RETAIN)?;
                         if markers.iter().any(|(m, _)| *m == marker) {
@@ -288,6 +296,7 @@ impl Field {
             anonymise: anonymise.map(|(m, _)| m),
             subject,
             not_archived: not_archived.get().is_some(),
+            not_tenant: not_tenant.get().is_some(),
         }
     }
 }

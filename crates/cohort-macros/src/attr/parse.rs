@@ -263,7 +263,7 @@ mod tests {
         assert_errors(
             r#"#[retain(category = "c", anchor = "t", id = "a3f467fe-c5d0-4f17-9897-83c373cc1dc8")]
                struct S { #[retain(colum = "x")] t: i64 }"#,
-            &["unknown key `colum` in `#[retain(...)]` on a field; expected one of `column`, `record_id`, `tenant`, `soft_delete`, `deleted_at`, `anonymised_at`, `not_archived` (did you mean `column`?)"],
+            &["unknown key `colum` in `#[retain(...)]` on a field; expected one of `column`, `record_id`, `tenant`, `soft_delete`, `deleted_at`, `anonymised_at`, `not_archived`, `not_tenant` (did you mean `column`?)"],
         );
     }
 }

@@ -73,6 +73,7 @@ pub(super) const ARCHIVE: Symbol = Symbol("archive");
 pub(super) const ANONYMISE_ON_ARCHIVE: Symbol = Symbol("anonymise_on_archive");
 /// Field flag: the column is left out of the archived copy.
 pub(super) const NOT_ARCHIVED: Symbol = Symbol("not_archived");
+pub(super) const NOT_TENANT: Symbol = Symbol("not_tenant");
 
 /// Field key: explicit column name.
 pub(super) const COLUMN: Symbol = Symbol("column");
@@ -125,6 +126,7 @@ pub(super) const FIELD_KEYS: &[Symbol] = &[
     DELETED_AT,
     ANONYMISED_AT,
     NOT_ARCHIVED,
+    NOT_TENANT,
 ];
 /// The methods of `#[anonymise(...)]`.
 pub(super) const ANONYMISE_METHODS: &[Symbol] = &[NULL, EMPTY, LITERAL, HASH, WITH];

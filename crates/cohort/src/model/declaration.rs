@@ -156,6 +156,7 @@ pub struct EntityDeclaration {
     pub(crate) table: Option<String>,
     pub(crate) schema: Option<String>,
     pub(crate) tenantless: bool,
+    pub(crate) not_tenant: Vec<String>,
     pub(crate) exempt: Option<String>,
     pub(crate) partitions: Partitions,
     pub(crate) sweep_parallelism: Option<u32>,
@@ -190,6 +191,7 @@ impl EntityDeclaration {
             table: None,
             schema: None,
             tenantless: false,
+            not_tenant: Vec::new(),
             exempt: None,
             partitions: Partitions::Rows,
             sweep_parallelism: None,
@@ -230,6 +232,18 @@ impl EntityDeclaration {
     /// Marks a global entity with no tenant column.
     pub fn tenantless(mut self) -> Self {
         self.tenantless = true;
+        self
+    }
+
+    /// Says that a column of a tenantless entity's table, whose name
+    /// reads as a tenant id ([`looks_like_tenant`]), is not one. Without
+    /// it validation refuses `tenantless` on such a table: the rows would
+    /// be swept across every tenant, and per-tenant overrides would not
+    /// apply. Each call adds a column; it must exist, look like a tenant
+    /// and the entity must be tenantless (otherwise validation refuses it:
+    /// it would do nothing).
+    pub fn not_tenant(mut self, column: impl Into<String>) -> Self {
+        self.not_tenant.push(column.into());
         self
     }
 
@@ -377,4 +391,33 @@ impl EntityDeclaration {
 pub trait Retained {
     /// The declaration the derive built from the type's attributes.
     fn declaration() -> EntityDeclaration;
+}
+
+/// Names that read as a tenant id once case and every character that is
+/// not a letter or digit are ignored.
+const TENANT_NAMES: [&str; 7] = [
+    "tenantid",
+    "tenant",
+    "tenantuuid",
+    "tenantkey",
+    "organisationid",
+    "organizationid",
+    "orgid",
+];
+
+/// Whether a column's name reads as a tenant id: ignoring case and every
+/// character that is not a letter or digit, it is `tenant_id`, `tenant`,
+/// `tenant_uuid`, `tenant_key`, `organisation_id`, `organization_id` or
+/// `org_id` (so `TenantId`, `tenantid` and `Tenant_ID` all do). The one
+/// rule `cohort init` proposes a tenant column by, and validation refuses
+/// `tenantless` by (together with the configured tenant convention),
+/// unless the entity says the column is not a tenant
+/// ([`EntityDeclaration::not_tenant`]).
+pub fn looks_like_tenant(column: &str) -> bool {
+    let folded: String = column
+        .chars()
+        .filter(|c| c.is_alphanumeric())
+        .flat_map(char::to_lowercase)
+        .collect();
+    TENANT_NAMES.contains(&folded.as_str())
 }

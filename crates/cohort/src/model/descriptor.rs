@@ -105,6 +105,10 @@ pub struct EntityDescriptor {
     pub record_id: String,
     /// Tenant column; `None` for tenantless entities.
     pub tenant: Option<String>,
+    /// Columns of a tenantless entity's table that look like a tenant id
+    /// but are declared not to be one
+    /// ([`EntityDeclaration::not_tenant`](crate::model::EntityDeclaration::not_tenant)).
+    pub not_tenant: Vec<String>,
     /// Soft-delete flag column.
     pub soft_delete: Option<String>,
     /// Deleted-at column.
@@ -229,6 +233,12 @@ pub(crate) fn resolve(
         if reason.trim().is_empty() {
             problems.push("an exemption needs a non-empty reason".into());
         }
+        if !decl.not_tenant.is_empty() {
+            problems.push(format!(
+                "not_tenant ({}) has no effect on an exempt entity, which Cohort never sweeps; remove it",
+                decl.not_tenant.join(", ")
+            ));
+        }
         return match (id, problems.is_empty()) {
             (Some(id), true) => Ok(Resolved::Exempt(ExemptEntity {
                 id,
@@ -316,8 +326,12 @@ pub(crate) fn resolve(
             "declared tenantless, but the tenant column {col:?} resolves; remove `tenantless` or map the tenant"
         )),
         (None, false) => problems.push(format!(
-            "no tenant column: none declared and {:?} does not exist; declare the tenant column or mark the entity tenantless",
-            conventions.get(Marker::Tenant).unwrap_or("tenant_id")
+            "no tenant column: none declared and {:?} does not exist; declare the tenant column{} or mark the entity tenantless",
+            conventions.get(Marker::Tenant).unwrap_or("tenant_id"),
+            match available.iter().find(|c| crate::model::looks_like_tenant(c)) {
+                Some(c) => format!(" (`tenant = {c:?}` reads as one)"),
+                None => String::new(),
+            }
         )),
         _ => {}
     }
@@ -412,6 +426,7 @@ pub(crate) fn resolve(
         anchor: anchor.expect("checked"),
         record_id: record_id.expect("checked"),
         tenant,
+        not_tenant: decl.not_tenant.clone(),
         soft_delete,
         deleted_at,
         anonymised_at,

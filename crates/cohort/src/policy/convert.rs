@@ -158,6 +158,9 @@ pub(super) fn entity(e: &RawEntity) -> std::result::Result<EntityDeclaration, Ve
     if e.tenantless {
         d = d.tenantless();
     }
+    for c in &e.not_tenant {
+        d = d.not_tenant(c);
+    }
     if let Some(r) = &e.exempt {
         d = d.exempt(r);
     }

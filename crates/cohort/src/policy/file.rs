@@ -45,6 +45,8 @@ pub(super) struct RawEntity {
     pub(super) tenant: Option<String>,
     #[serde(default)]
     pub(super) tenantless: bool,
+    #[serde(default)]
+    pub(super) not_tenant: Vec<String>,
     pub(super) soft_delete: Option<String>,
     pub(super) deleted_at: Option<String>,
     pub(super) anonymised_at: Option<String>,

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use super::catalog::{CascadeEdge, ColumnInfo, ServerInfo, TableInfo};
 use crate::error::Problem;
 use crate::ident::QualifiedName;
-use crate::model::{AnonymiseMethod, EntityDescriptor, Marker};
+use crate::model::{looks_like_tenant, AnonymiseMethod, EntityDescriptor, Marker};
 use crate::rules::{CategoryCapabilities, Strategy};
 use crate::schema::{CohortTable, SCHEMA_VERSION};
 
@@ -515,11 +515,33 @@ pub(crate) fn check_entity(
             ));
         }
     }
+    // One rule for what looks like a tenant column (`looks_like_tenant`,
+    // and the configured convention), the rule `cohort init` proposes by.
+    let tenant_like = |c: &str| looks_like_tenant(c) || tenant_candidates.contains(&c);
     if entity.tenant.is_none() {
-        if let Some(col) = tenant_candidates.iter().find_map(|c| table.column(c)) {
+        for col in table
+            .columns
+            .iter()
+            .filter(|c| tenant_like(&c.name) && !entity.not_tenant.contains(&c.name))
+        {
             problems.push(format!(
-                "entity is tenantless but {t} has a tenant column {:?}; map it as the tenant or remove it",
-                col.name
+                "entity is tenantless but {t} has a tenant column {:?} (its name reads as a tenant id); map it as the tenant (`tenant = {:?}`), or, if it is not one, say so (`not_tenant = [{:?}]`): a tenantless entity is swept across every tenant and per-tenant overrides do not apply to it",
+                col.name, col.name, col.name
+            ));
+        }
+    }
+    for col in &entity.not_tenant {
+        if let Some(tenant) = &entity.tenant {
+            problems.push(format!(
+                "not_tenant names {col:?}, but the entity is not tenantless (its tenant column is {tenant:?}); not_tenant applies only to a tenantless entity: remove it"
+            ));
+        } else if table.column(col).is_none() {
+            problems.push(format!(
+                "not_tenant names {col:?}, which {t} does not have; remove it or fix the name"
+            ));
+        } else if !tenant_like(col) {
+            problems.push(format!(
+                "not_tenant names {col:?}, whose name does not read as a tenant id: it has no effect; remove it"
             ));
         }
     }
