@@ -1547,3 +1547,89 @@ async fn a_tenant_literal_that_cannot_fit_its_column_is_refused() {
         .await
         .unwrap();
 }
+
+/// Issue 37 A2, for a `text` tenant column (no bound of its own): a
+/// `{tenant}` literal is measured against every tenant of the directory,
+/// and one that does not fit is refused, naming the tenant. A tenant
+/// found only at run time is checked when its sweep starts: the entity
+/// fails with `kind=rule code=literal_too_long` before any batch (every
+/// batch failed with SQLSTATE 22001 before), its rows are unchanged, and
+/// a tenant that fits is anonymised.
+#[tokio::test]
+async fn a_tenant_literal_is_measured_against_each_tenant_of_a_text_tenant_column() {
+    use cohort::{RunStatus, SweepRequest};
+    let db = migrated_db().await;
+    exec(
+        db.pool(),
+        "CREATE TABLE contacts (id uuid PRIMARY KEY, tenant_id text NOT NULL, created_at timestamptz,
+            anonymised_at timestamptz, full_name varchar(16) NOT NULL);
+         CREATE INDEX ON contacts (tenant_id, created_at);
+         INSERT INTO contacts VALUES
+            (gen_random_uuid(), 'acme', now() - interval '200 days', NULL, 'Ada'),
+            (gen_random_uuid(), 'a-rather-long-tenant', now() - interval '200 days', NULL, 'Bob')",
+    )
+    .await;
+    let contact = EntityDeclaration::new("Contact", CONTACT_ID)
+        .category("contacts")
+        .anchor("created_at")
+        .table("contacts")
+        .anonymise(
+            "full_name",
+            AnonymiseMethod::Literal("gone {tenant}".into()),
+        );
+    let with_directory = |tenants: &[&str]| {
+        let mut b = Cohort::builder(db.pool().clone())
+            .config(test_config())
+            .rules(rules())
+            .declaration(contact.clone());
+        for t in tenants {
+            b = b.tenant(*t, None);
+        }
+        b
+    };
+    let err = with_directory(&["acme", "a-rather-long-tenant"])
+        .build()
+        .await
+        .expect_err("a directory tenant whose literal cannot fit");
+    let text = err.to_string();
+    assert!(
+        text.contains("the literal for column \"full_name\" (character varying(16)) writes 25 characters for tenant \"a-rather-long-tenant\", more than the column holds")
+            && text.contains("(tenant a-rather-long-tenant is in the tenant directory)")
+            && !text.contains("for tenant \"acme\""),
+        "{text}"
+    );
+
+    let cohort = with_directory(&["acme"]).build().await.unwrap();
+    let long = cohort
+        .sweep(SweepRequest::tenanted(
+            "a-rather-long-tenant",
+            chrono::Utc::now(),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(long.status, RunStatus::PartiallyFailed);
+    assert!(
+        long.failures[0]
+            .error
+            .contains("kind=rule code=literal_too_long"),
+        "{:?}",
+        long.failures
+    );
+    let short = cohort
+        .sweep(SweepRequest::tenanted("acme", chrono::Utc::now()))
+        .await
+        .unwrap();
+    assert_eq!(short.status, RunStatus::Succeeded);
+    let names: Vec<(String, String)> =
+        sqlx::query_as("SELECT tenant_id, full_name FROM contacts ORDER BY tenant_id")
+            .fetch_all(db.pool())
+            .await
+            .unwrap();
+    assert_eq!(
+        names,
+        vec![
+            ("a-rather-long-tenant".to_owned(), "Bob".to_owned()),
+            ("acme".to_owned(), "gone acme".to_owned()),
+        ]
+    );
+}

@@ -155,6 +155,10 @@ pub(crate) async fn erase(cx: &Context, req: ErasureRequest) -> Result<ErasureRe
             rule
         };
         let strategy = rule.strategy();
+        if let Err(d) = super::sweep::literal_fits(&ready, e, strategy, pass.keys.get(&e.id)) {
+            works.push(Err(failure(e.id, &e.name, &d)));
+            continue;
+        }
         let subject_columns: Vec<String> = columns.iter().map(|(c, _)| c.clone()).collect();
         let mut values: Vec<Arg> = Vec::new();
         if let Some(t) = pass.keys.get(&e.id) {

@@ -51,6 +51,7 @@ fn entity_works<'a>(
             if !caps.allows(stage.strategy()) {
                 return Err(undeclared(format!("a {} stage", stage.strategy())));
             }
+            literal_fits(ready, e, stage.strategy(), tenant)?;
             // A rule without stages is its own single stage, unnumbered.
             let position = rule.is_staged().then_some(n as u16);
             match rule.stage_anchor(n) {
@@ -103,6 +104,33 @@ fn entity_works<'a>(
             }
         })
         .collect()
+}
+
+/// Refuses, before any batch, an anonymisation whose `{tenant}` literal
+/// this tenant's id makes longer than its column holds (validation
+/// refuses it for the tenants of the directory; a tenant found at run
+/// time is checked here): `kind=rule code=literal_too_long`, instead of
+/// every batch failing with SQLSTATE 22001.
+pub(super) fn literal_fits(
+    ready: &Prepared,
+    e: &EntityDescriptor,
+    strategy: crate::rules::Strategy,
+    tenant: Option<&KeyValue>,
+) -> std::result::Result<(), Diagnostic> {
+    let Some(tenant) = tenant else {
+        return Ok(());
+    };
+    if !crate::validate::ValidatedModel::writes_literals(e, strategy) {
+        return Ok(());
+    }
+    match ready.model.facts[&e.id].literal_misfit(&tenant.canonical()) {
+        Some(why) => Err(Diagnostic::capture(
+            "rule",
+            Some("literal_too_long".into()),
+            &format!("{}: {why}", e.name),
+        )),
+        None => Ok(()),
+    }
 }
 
 /// One stage's work: the plan's statements for the rule's strategy, bound

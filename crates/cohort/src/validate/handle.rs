@@ -45,9 +45,43 @@ pub(crate) async fn handle(
         return Err(Error::Validation(Problems(parallelism)));
     }
     let tenants = tenant_directory(&model, inputs.tenants)?;
+    check_tenant_literals(&model, &tenants)?;
     check_handlers(&model, inputs.handlers)?;
     check_captures(conn, &model, inputs.handlers).await?;
     Ok((model, tenants))
+}
+
+/// A `{tenant}` literal that a tenant of the directory cannot write (its
+/// column is too short for that tenant's id) is refused: every
+/// anonymisation of that tenant's rows would fail. A tenant found only at
+/// run time (`tenants_query`, a caller's list) is checked when its sweep
+/// starts: that entity fails with `kind=rule code=literal_too_long`
+/// before any batch, and the others go on.
+fn check_tenant_literals(model: &ValidatedModel, tenants: &[TenantEntry]) -> Result<()> {
+    let mut problems = Vec::new();
+    for e in &model.entities {
+        let facts = &model.facts[&e.id];
+        let writes = model
+            .capabilities
+            .get(&e.id)
+            .is_some_and(|c| c.iter().any(|s| ValidatedModel::writes_literals(e, s)));
+        if !writes || facts.tenant.is_none() {
+            continue;
+        }
+        for t in tenants {
+            if let Some(why) = facts.literal_misfit(&t.id) {
+                problems.push(Problem::entity(
+                    &e.name,
+                    format!("{why} (tenant {} is in the tenant directory)", t.id),
+                ));
+            }
+        }
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::Validation(Problems(problems)))
+    }
 }
 
 /// Every column a policy-file handler captures exists in its table.

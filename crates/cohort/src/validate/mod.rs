@@ -72,6 +72,9 @@ pub(crate) struct TableFacts {
     /// good (Cohort never deletes their rows), as a run's note names them;
     /// empty when none, or when the entity never purges or archives.
     pub(crate) kept_by_references: Vec<String>,
+    /// The `{tenant}` literals written into a column of bounded length:
+    /// each tenant's own id decides whether its sweeps can write them.
+    pub(crate) tenant_literals: Vec<TenantLiteral>,
     /// Key-like columns compared in their own type (citext).
     pub(crate) casts: Casts,
     /// A plain table (not partitioned): a row's address (`ctid`) names
@@ -79,7 +82,43 @@ pub(crate) struct TableFacts {
     pub(crate) plain: bool,
 }
 
+/// A literal anonymise method with `{tenant}`, writing into a column of
+/// bounded length (`varchar(n)`, `char(n)`, through domains too).
+#[derive(Debug, Clone)]
+pub(crate) struct TenantLiteral {
+    pub(crate) column: String,
+    pub(crate) display_type: String,
+    pub(crate) max_chars: usize,
+    pub(crate) template: String,
+}
+
+impl TenantLiteral {
+    /// Why the literal cannot be written for `tenant` (its id as the run
+    /// renders it), or `None` when it fits.
+    pub(crate) fn misfit(&self, tenant: &str) -> Option<String> {
+        let written = crate::model::render_literal(
+            &self.template,
+            chrono::DateTime::UNIX_EPOCH,
+            Some(tenant),
+        )
+        .ok()?
+        .chars()
+        .count();
+        (written > self.max_chars).then(|| {
+            format!(
+                "the literal for column {:?} ({}) writes {written} characters for tenant {tenant:?}, more than the column holds: every anonymisation of this tenant's rows would fail (value too long, SQLSTATE 22001). Widen the column or shorten the literal",
+                self.column, self.display_type
+            )
+        })
+    }
+}
+
 impl TableFacts {
+    /// Why anonymising this entity's rows of `tenant` cannot write its
+    /// `{tenant}` literals (the first that does not fit), or `None`.
+    pub(crate) fn literal_misfit(&self, tenant: &str) -> Option<String> {
+        self.tenant_literals.iter().find_map(|l| l.misfit(tenant))
+    }
     /// A row's stored tenant text in canonical form (so it compares with a
     /// canonical request tenant however the row spells it, e.g. citext).
     pub(crate) fn canonical_owner(&self, stored: Option<String>) -> Option<String> {
@@ -92,6 +131,14 @@ impl TableFacts {
 }
 
 impl ValidatedModel {
+    /// Whether `strategy` writes `e`'s anonymise methods: an anonymisation,
+    /// or an archive whose copy is anonymised.
+    pub(crate) fn writes_literals(e: &EntityDescriptor, strategy: crate::rules::Strategy) -> bool {
+        use crate::rules::Strategy;
+        strategy == Strategy::Anonymise
+            || (strategy == Strategy::Archive && e.archive.as_ref().is_some_and(|a| a.anonymise))
+    }
+
     /// The entity with this id.
     pub fn entity(&self, id: uuid::Uuid) -> Option<&EntityDescriptor> {
         self.entities.iter().find(|e| e.id == id)
@@ -708,6 +755,23 @@ pub(crate) async fn validate(
                     .cloned()
                     .collect(),
                 kept_by_references: kept_by.remove(&e.id).unwrap_or_default(),
+                tenant_literals: e
+                    .anonymise
+                    .iter()
+                    .filter_map(|a| {
+                        let crate::model::AnonymiseMethod::Literal(template) = &a.method else {
+                            return None;
+                        };
+                        let col = t.column(&a.column)?;
+                        Some(TenantLiteral {
+                            column: col.name.clone(),
+                            display_type: col.display_type.clone(),
+                            max_chars: usize::try_from(col.max_chars?).ok()?,
+                            template: template.clone(),
+                        })
+                        .filter(|_| template.contains("{tenant}"))
+                    })
+                    .collect(),
                 casts: Casts(
                     t.columns
                         .iter()
