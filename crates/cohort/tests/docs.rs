@@ -79,6 +79,7 @@ const CHECKED: &[&str] = &[
     "ini",
     "dockerfile",
     "sql",
+    "sql,sketch",
     "text",
     "text,synopsis",
 ];
@@ -609,18 +610,79 @@ fn every_page_is_in_the_guide_index() {
     );
 }
 
+/// A tool of a Debian package `.ci/run` installs: a missing one fails
+/// the test, never skips it.
+fn tool(name: &str, package: &str) -> PathBuf {
+    std::env::var_os("PATH")
+        .and_then(|paths| {
+            std::env::split_paths(&paths)
+                .map(|d| d.join(name))
+                .find(|p| p.is_file())
+        })
+        .unwrap_or_else(|| {
+            panic!("{name} is not installed: apt-get install --no-install-recommends {package} (.ci/run does)")
+        })
+}
+
+/// Runs `systemd-analyze verify` on a unit (written under `name` in a
+/// scratch directory) and returns what it printed; empty means systemd
+/// reads every line as written. (Its exit code stays 0 for a value it
+/// ignores, such as `TimeoutStopSec=45 # note`: what it prints is the
+/// verdict.) The unit's `/usr/local/bin/cohort` is pointed at an
+/// executable that exists here, since `verify` checks `ExecStart=`'s
+/// path; nothing else is changed.
+fn systemd_verify(name: &str, unit: &str) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = std::env::current_exe().unwrap();
+    let path = dir.path().join(name);
+    std::fs::write(
+        &path,
+        unit.replace("/usr/local/bin/cohort", &exe.display().to_string()),
+    )
+    .unwrap();
+    let out = std::process::Command::new(tool("systemd-analyze", "systemd"))
+        .arg("verify")
+        .arg(&path)
+        .output()
+        .unwrap();
+    format!(
+        "{}{}{}",
+        if out.status.success() {
+            ""
+        } else {
+            "(failed) "
+        },
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
 /// The `ini` blocks of the guide (systemd units) and the example units
-/// parse as systemd reads them: comments only on their own line (systemd
-/// takes `Key=value  # note` as the value `value  # note`: "Failed to
-/// parse time value" for `TimeoutStopSec=45 # ...`), sections in
-/// brackets, every other line `Key=Value`. (Checking them with
-/// `systemd-analyze verify` itself is left to a machine with systemd.)
+/// pass `systemd-analyze verify` without a word: systemd takes no comment
+/// at the end of a line (`TimeoutStopSec=45 # note` is the value `45 #
+/// note`: "Failed to parse time value"), which the first check shows it
+/// reports. A unit block names its file in a first comment line
+/// (`# /etc/systemd/system/cohort-worker.service`).
 #[test]
-fn every_systemd_unit_in_the_docs_has_no_end_of_line_comment() {
-    let mut units: Vec<(String, String)> = Vec::new();
+fn every_systemd_unit_in_the_docs_passes_systemd_analyze_verify() {
+    let broken = systemd_verify(
+        "broken.service",
+        "[Service]\nExecStart=/usr/local/bin/cohort worker\nTimeoutStopSec=45 # note\n",
+    );
+    assert!(broken.contains("Failed to parse"), "{broken}");
+
+    let mut units: Vec<(String, String, String)> = Vec::new();
     for (doc, text) in documents() {
         for b in blocks(&text).into_iter().filter(|b| b.info == "ini") {
-            units.push((format!("{doc}:{}", b.line), b.text));
+            let name = b
+                .text
+                .lines()
+                .next()
+                .and_then(|l| l.strip_prefix("# /etc/systemd/system/"))
+                .unwrap_or_else(|| panic!("{doc}:{}: a unit block names its file first", b.line))
+                .trim()
+                .to_owned();
+            units.push((format!("{doc}:{}", b.line), name, b.text));
         }
     }
     for entry in std::fs::read_dir(root().join("examples/policy-only")).unwrap() {
@@ -628,30 +690,90 @@ fn every_systemd_unit_in_the_docs_has_no_end_of_line_comment() {
         if path.extension().is_some_and(|e| e == "service") {
             units.push((
                 path.display().to_string(),
+                path.file_name().unwrap().to_string_lossy().into_owned(),
                 std::fs::read_to_string(&path).unwrap(),
             ));
         }
     }
     assert!(units.len() >= 3, "{} units", units.len());
+    let problems: Vec<String> = units
+        .iter()
+        .filter_map(|(at, name, text)| {
+            let said = systemd_verify(name, text);
+            (!said.trim().is_empty()).then(|| format!("{at}: {said}"))
+        })
+        .collect();
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// Whether a `sql,sketch` block says why psql cannot run it: a statement
+/// shape with bound parameters (`$1`) or Cohort's placeholders
+/// (`<hold>`), or a query of Citus's own catalog.
+fn sketch_reason(sql: &str) -> bool {
+    sql.contains("$1") || sql.contains('<') || sql.contains("citus") || sql.contains("pg_dist")
+}
+
+/// Every `sql` block of the guide runs under `psql -v ON_ERROR_STOP=1`,
+/// as written, on a database laid out as the guide describes (Cohort's
+/// tables in schema `cohort`, the example tables, the roles the grants
+/// name); blocks marked `sql,sketch` are statement shapes psql cannot run
+/// as they stand, and each must show why. The first check shows psql
+/// stops at a broken statement.
+#[tokio::test]
+async fn every_sql_block_in_the_docs_runs_under_psql() {
+    let db = cohort_pgtemp::fresh_empty_database().await.unwrap();
+    let mut conn = db.pool().acquire().await.unwrap();
+    cohort::schema::migrate(&mut conn, "cohort").await.unwrap();
+    sqlx::raw_sql(
+        "DO $$ BEGIN
+             IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'app_role') THEN CREATE ROLE app_role; END IF;
+             IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'events_owner') THEN CREATE ROLE events_owner; END IF;
+         END $$;
+         CREATE SCHEMA app; CREATE SCHEMA vault;
+         CREATE TABLE app.session_notes (id uuid PRIMARY KEY);
+         CREATE TABLE app.case_contacts (id uuid PRIMARY KEY);
+         CREATE TABLE vault.session_notes_archive (id uuid PRIMARY KEY);",
+    )
+    .execute(&mut *conn)
+    .await
+    .unwrap();
+    let psql = |sql: &str| {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("block.sql");
+        std::fs::write(&file, sql).unwrap();
+        let out = std::process::Command::new(tool("psql", "postgresql-client"))
+            .args(["-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", db.url(), "-f"])
+            .arg(&file)
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (ok, said) = psql("SELECT 1;\nSELEC 2;\n");
+    assert!(!ok && said.contains("syntax error"), "{said}");
+
+    let mut ran = 0;
     let mut problems = Vec::new();
-    for (at, text) in &units {
-        for (i, line) in text.lines().enumerate() {
-            let l = line.trim();
-            let fine = l.is_empty()
-                || l.starts_with('#')
-                || l.starts_with(';')
-                || (l.starts_with('[') && l.ends_with(']'))
-                || l.split_once('=').is_some_and(|(key, value)| {
-                    !key.trim().is_empty()
-                        && !key.contains(char::is_whitespace)
-                        && !value.contains(" #")
-                        && !value.contains("\t#")
-                        && !value.contains(" ;")
-                });
-            if !fine {
-                problems.push(format!("{at} line {}: {line}", i + 1));
+    for (doc, text) in documents() {
+        for b in blocks(&text) {
+            match b.info.as_str() {
+                "sql" => {
+                    ran += 1;
+                    let (ok, said) = psql(&b.text);
+                    if !ok || !said.trim().is_empty() {
+                        problems.push(format!("{doc}:{}: {said}", b.line));
+                    }
+                }
+                "sql,sketch" if !sketch_reason(&b.text) => problems.push(format!(
+                    "{doc}:{}: a sketch psql could run: mark it `sql`",
+                    b.line
+                )),
+                _ => {}
             }
         }
     }
+    assert!(ran >= 2, "only {ran} sql blocks ran");
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
