@@ -777,3 +777,365 @@ async fn every_sql_block_in_the_docs_runs_under_psql() {
     assert!(ran >= 2, "only {ran} sql blocks ran");
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
+
+/// The files whose messages `docs/validation.md` lists under `## Messages`:
+/// every file of the validation module, and declaration resolution.
+fn validation_sources() -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(root().join("crates/cohort/src/validate"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "rs"))
+        .collect();
+    files.sort();
+    files.push(root().join("crates/cohort/src/model/descriptor.rs"));
+    files
+}
+
+/// `source` without its top-level `#[cfg(test)]` items: a block item runs
+/// to the next line that is a lone `}` (where rustfmt closes a top-level
+/// block), any other item is the one line after the attribute. Code after
+/// a test module (`checks.rs` has some) is kept.
+fn without_tests(source: &str) -> String {
+    let mut out = String::new();
+    let mut lines = source.lines();
+    while let Some(line) = lines.next() {
+        if line.trim_end() == "#[cfg(test)]" {
+            if lines
+                .next()
+                .is_some_and(|item| item.trim_end().ends_with('{'))
+            {
+                for inner in lines.by_ref() {
+                    if inner == "}" {
+                        break;
+                    }
+                }
+            }
+            continue;
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
+}
+
+/// A string literal of Rust source: its value, and the code just before
+/// it (to tell a panic's or `expect`'s text from a message).
+struct Literal {
+    value: String,
+    before: String,
+}
+
+/// The string literals of Rust `source`, comments skipped: escapes decoded
+/// (`\"`, `\\`, `\n`, `\u{…}`), a `\` at the end of a line dropped with
+/// the next line's leading whitespace (as Rust does), raw strings
+/// (`r#"…"#`) as written, and the pieces of a `concat!` joined into one.
+fn string_literals(source: &str) -> Vec<Literal> {
+    let c: Vec<char> = source.chars().collect();
+    let n = c.len();
+    let ident_before = |k: usize| k > 0 && (c[k - 1].is_alphanumeric() || c[k - 1] == '_');
+    let before = |k: usize| {
+        let mut end = k;
+        while end > 0 && c[end - 1].is_whitespace() {
+            end -= 1;
+        }
+        c[end.saturating_sub(24)..end].iter().collect::<String>()
+    };
+    let mut out: Vec<Literal> = Vec::new();
+    // An open `concat!(`: where it starts, its parenthesis depth, its text.
+    let mut concat: Option<(usize, usize, String)> = None;
+    let at = |i: usize, s: &str| {
+        s.chars()
+            .enumerate()
+            .all(|(k, ch)| c.get(i + k) == Some(&ch))
+    };
+    let mut i = 0;
+    while i < n {
+        let (start, value) = if at(i, "//") {
+            while i < n && c[i] != '\n' {
+                i += 1;
+            }
+            continue;
+        } else if at(i, "/*") {
+            i += 2;
+            while i < n && !at(i, "*/") {
+                i += 1;
+            }
+            i += 2;
+            continue;
+        } else if c[i] == '\'' {
+            // A char literal ('"', '\'', '\u{7f}') or a lifetime.
+            if c.get(i + 1) == Some(&'\\') {
+                i += 3;
+                while i < n && c[i] != '\'' {
+                    i += 1;
+                }
+                i += 1;
+            } else if c.get(i + 2) == Some(&'\'') {
+                i += 3;
+            } else {
+                i += 1;
+            }
+            continue;
+        } else if at(i, "concat!") && !ident_before(i) {
+            let mut k = i + "concat!".len();
+            while k < n && c[k].is_whitespace() {
+                k += 1;
+            }
+            if c.get(k) == Some(&'(') {
+                concat = Some((i, 1, String::new()));
+                i = k + 1;
+            } else {
+                i = k;
+            }
+            continue;
+        } else if c[i] == 'r'
+            && (!ident_before(i) || (c[i - 1] == 'b' && !ident_before(i - 1)))
+            && matches!(c.get(i + 1), Some('"' | '#'))
+        {
+            let hashes = c[i + 1..].iter().take_while(|&&ch| ch == '#').count();
+            if c.get(i + 1 + hashes) != Some(&'"') {
+                i += 1;
+                continue;
+            }
+            let start = i;
+            let body = i + 2 + hashes;
+            let mut j = body;
+            while j < n && !(c[j] == '"' && (1..=hashes).all(|h| c.get(j + h) == Some(&'#'))) {
+                j += 1;
+            }
+            i = j + 1 + hashes;
+            (start, c[body..j.min(n)].iter().collect::<String>())
+        } else if c[i] == '"' {
+            let start = i;
+            let mut text = String::new();
+            let mut j = i + 1;
+            while j < n && c[j] != '"' {
+                if c[j] != '\\' {
+                    text.push(c[j]);
+                    j += 1;
+                    continue;
+                }
+                let escaped = c.get(j + 1).copied().unwrap_or('\\');
+                j += 2;
+                match escaped {
+                    '\n' | '\r' => {
+                        while j < n && c[j].is_whitespace() {
+                            j += 1;
+                        }
+                    }
+                    'n' => text.push('\n'),
+                    't' => text.push('\t'),
+                    'r' => text.push('\r'),
+                    '0' => text.push('\0'),
+                    'x' => {
+                        let hex: String = c[j..(j + 2).min(n)].iter().collect();
+                        text.extend(u8::from_str_radix(&hex, 16).ok().map(char::from));
+                        j += 2;
+                    }
+                    'u' => {
+                        let close = (j..n).find(|&k| c[k] == '}').unwrap_or(n);
+                        let hex: String = c[(j + 1).min(close)..close].iter().collect();
+                        text.extend(u32::from_str_radix(&hex, 16).ok().and_then(char::from_u32));
+                        j = close + 1;
+                    }
+                    other => text.push(other),
+                }
+            }
+            i = j + 1;
+            (start, text)
+        } else {
+            if let Some((start, depth, text)) = &mut concat {
+                match c[i] {
+                    '(' => *depth += 1,
+                    ')' => *depth -= 1,
+                    _ => {}
+                }
+                if *depth == 0 {
+                    out.push(Literal {
+                        value: std::mem::take(text),
+                        before: before(*start),
+                    });
+                    concat = None;
+                }
+            }
+            i += 1;
+            continue;
+        };
+        match &mut concat {
+            Some((_, _, text)) => text.push_str(&value),
+            None => out.push(Literal {
+                value,
+                before: before(start),
+            }),
+        }
+    }
+    out
+}
+
+/// Runs of whitespace as one space, trimmed.
+fn normalise_space(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// A format string as the docs write it: every placeholder (`{}`, `{:?}`,
+/// `{name}`, `{name:?}`) as `…`, and `{{` / `}}` as the brace they print.
+fn with_ellipses(format: &str) -> String {
+    let mut out = String::new();
+    let mut chars = format.chars().peekable();
+    while let Some(ch) = chars.next() {
+        match ch {
+            '{' if chars.peek() == Some(&'{') => {
+                chars.next();
+                out.push('{');
+            }
+            '}' if chars.peek() == Some(&'}') => {
+                chars.next();
+                out.push('}');
+            }
+            '{' => {
+                for inner in chars.by_ref() {
+                    if inner == '}' {
+                        break;
+                    }
+                }
+                out.push('…');
+            }
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+/// Literals of the validation sources that are text, not messages.
+const NOT_MESSAGES: &[&str] = &[
+    // What the hold stamp check looks for in the trigger function's
+    // source (the restore statement in its message spells it out too).
+    "NEW.written_xid := pg_catalog.pg_current_xact_id();",
+];
+
+/// Every message validation can give, with `…` for its placeholders and
+/// whitespace normalised: the string literals of [`validation_sources`]
+/// (tests left out) that read as text shown to a user. SQL text, a
+/// panic's or `expect`'s text and short words (type names, keys) are not.
+fn validation_messages() -> BTreeSet<String> {
+    const SQL: &[&str] = &[
+        "SELECT", "WITH", "INSERT", "UPDATE", "DELETE", "CREATE", "ALTER", "GRANT", "COMMENT",
+        "DROP", "DO ",
+    ];
+    const PANICS: &[&str] = &[
+        "expect(",
+        "unreachable!(",
+        "panic!(",
+        "todo!(",
+        "unimplemented!(",
+        "assert!(",
+    ];
+    let mut messages = BTreeSet::new();
+    for file in validation_sources() {
+        let source = std::fs::read_to_string(&file).unwrap();
+        for literal in string_literals(&without_tests(&source)) {
+            let text = literal.value.trim();
+            if text.chars().count() < 25
+                || !text.contains(' ')
+                || SQL.iter().any(|k| text.starts_with(k))
+                || PANICS.iter().any(|p| literal.before.ends_with(p))
+                || NOT_MESSAGES.contains(&text)
+            {
+                continue;
+            }
+            messages.insert(normalise_space(&with_ellipses(text)));
+        }
+    }
+    messages
+}
+
+/// The `## Messages` section of `docs/validation.md`, to the next `## `.
+fn messages_section(page: &str) -> &str {
+    let start = page
+        .find("\n## Messages\n")
+        .expect("docs/validation.md has a `## Messages` section");
+    let rest = &page[start + 1..];
+    match rest[1..].find("\n## ") {
+        Some(end) => &rest[..end + 1],
+        None => rest,
+    }
+}
+
+/// The section's top-level bullets (`- ` at the start of a line, with
+/// their indented continuation lines), whitespace normalised.
+fn bullets(section: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut open: Option<String> = None;
+    for line in section.lines() {
+        if let Some(first) = line.strip_prefix("- ") {
+            out.extend(open.replace(first.to_owned()));
+        } else if line.starts_with(' ') && !line.trim().is_empty() {
+            if let Some(b) = &mut open {
+                b.push(' ');
+                b.push_str(line);
+            }
+        } else {
+            out.extend(open.take());
+        }
+    }
+    out.extend(open);
+    out.iter().map(|b| normalise_space(b)).collect()
+}
+
+/// The code span a bullet starts with (`` `text` `` or ``` `` text `` ```,
+/// for text with a backtick), trimmed; `None` when it starts otherwise.
+fn leading_code_span(bullet: &str) -> Option<String> {
+    let ticks = bullet.chars().take_while(|&ch| ch == '`').count();
+    if ticks == 0 {
+        return None;
+    }
+    let fence = "`".repeat(ticks);
+    let body = &bullet[ticks..];
+    let mut from = 0;
+    while let Some(at) = body[from..].find(&fence) {
+        let at = from + at;
+        let run = body[at..].chars().take_while(|&ch| ch == '`').count();
+        if run == ticks {
+            return Some(body[..at].trim().to_owned());
+        }
+        from = at + run;
+    }
+    None
+}
+
+#[test]
+fn every_validation_message_is_listed_in_docs_validation_md() {
+    let messages = validation_messages();
+    assert!(
+        messages.len() >= 100,
+        "only {} validation messages found: the extractor is broken",
+        messages.len()
+    );
+    let page = std::fs::read_to_string(root().join("docs/validation.md")).unwrap();
+    let section = messages_section(&page);
+    let listed = normalise_space(section);
+    let missing: Vec<&str> = messages
+        .iter()
+        .map(String::as_str)
+        .filter(|m| !listed.contains(m))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "docs/validation.md `## Messages` does not list {} message(s) validation gives \
+         (each placeholder written `…`; add each to its group, or to NOT_MESSAGES if it is \
+         no message):\n{}",
+        missing.len(),
+        missing.join("\n")
+    );
+    // The other way: each bullet starts with a message the code still gives.
+    let stale: Vec<String> = bullets(section)
+        .into_iter()
+        .filter(|b| leading_code_span(b).is_none_or(|m| !messages.contains(&m)))
+        .collect();
+    assert!(
+        stale.is_empty(),
+        "bullets of docs/validation.md `## Messages` that do not start with a message \
+         validation gives (in backticks, placeholders as `…`):\n{}",
+        stale.join("\n")
+    );
+}
