@@ -656,3 +656,50 @@ async fn a_console_role_without_select_on_retained_tables_still_serves_the_runs_
     // The other pages read Cohort's tables only, and are served as before.
     assert_eq!(console.get("/holds", None).status, 200);
 }
+
+/// Issue 37 C: the read-only console needs no secret. With an entity
+/// anonymised by `hash` and no `COHORT_HASH_KEY`, `cohort sweep` is
+/// refused naming the key (the key matters here), while `cohort serve`
+/// starts and serves every page, and `runs show` prints a run.
+#[tokio::test]
+async fn the_console_and_runs_show_need_no_hash_key() {
+    let (db, dir) = setup().await;
+    sqlx::raw_sql("ALTER TABLE app.events ADD COLUMN anonymised_at timestamptz")
+        .execute(db.pool())
+        .await
+        .unwrap();
+    let policy = POLICY
+        .replace(
+            "tenantless = true\nsubjects = [\"owner_email\"]",
+            "tenantless = true\nsubjects = [\"owner_email\"]\nanonymise = { owner_email = \"hash\" }",
+        )
+        .replace(
+            "name = \"Event\"\nid = \"5b0bf2f4-3f0e-4a57-8d3c-2f1f7f0c9a11\"\ntable = \"app.events\"\ncategory = \"notes\"",
+            "name = \"Event\"\nid = \"5b0bf2f4-3f0e-4a57-8d3c-2f1f7f0c9a11\"\ntable = \"app.events\"\ncategory = \"scrub\"",
+        )
+        + "\n[[category]]\nname = \"scrub\"\nstrategy = \"anonymise\"\nperiod = \"30d\"\n";
+    assert!(policy.contains("owner_email = \"hash\"") && policy.contains("category = \"scrub\""));
+    std::fs::write(dir.path().join("cohort.toml"), policy).unwrap();
+    let d = dir.path();
+    let sweep = command(d, &["sweep", "--tenantless"], db.url())
+        .output()
+        .unwrap();
+    assert_eq!(sweep.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&sweep.stderr).contains("which needs the secret key"),
+        "{}",
+        String::from_utf8_lossy(&sweep.stderr)
+    );
+    let console = Console::start(d, db.url(), "127.0.0.1:0", None);
+    for path in ["/runs", "/holds", "/queue", "/settings"] {
+        let page = console.get(path, None);
+        assert_eq!(page.status, 200, "{path}: {}", page.body);
+    }
+    let (run_id, ..) = runs(&db).await[0].clone();
+    let shown = cohort(d, &["runs", "show", &run_id.to_string()], db.url());
+    assert!(
+        String::from_utf8_lossy(&shown.stdout).contains(&run_id.to_string()),
+        "{}",
+        String::from_utf8_lossy(&shown.stdout)
+    );
+}

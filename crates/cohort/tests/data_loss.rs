@@ -1308,6 +1308,10 @@ fn released_migrations_are_pinned() {
             13,
             "96a37b109645c155c33e578c171115b0f9ceb1741c1f4fcf176ebca7037c0c77",
         ),
+        (
+            14,
+            "439702dae9baaf9f036fd03b6dc30a9a1b4d0016f75c698023cfcf69215e6130",
+        ),
     ];
     assert_eq!(
         pinned.len(),

@@ -741,7 +741,11 @@ async fn every_sql_block_in_the_docs_runs_under_psql() {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("block.sql");
         std::fs::write(&file, sql).unwrap();
+        // Roles are the cluster's, shared with tests running at the same
+        // time: a NOTICE such as "role is already a member" is not a
+        // finding; warnings and errors are.
         let out = std::process::Command::new(tool("psql", "postgresql-client"))
+            .env("PGOPTIONS", "-c client_min_messages=warning")
             .args(["-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", db.url(), "-f"])
             .arg(&file)
             .output()

@@ -1594,7 +1594,7 @@ async fn a_tenant_literal_is_measured_against_each_tenant_of_a_text_tenant_colum
     let text = err.to_string();
     assert!(
         text.contains("the literal for column \"full_name\" (character varying(16)) writes 25 characters for tenant \"a-rather-long-tenant\", more than the column holds")
-            && text.contains("(tenant a-rather-long-tenant is in the tenant directory)")
+            && text.contains("(a tenant of the tenant directory)")
             && !text.contains("for tenant \"acme\""),
         "{text}"
     );

@@ -27,6 +27,16 @@ pub enum TenantIdentity {
 }
 
 impl TenantIdentity {
+    /// The tenant column types of this identity, as a message names them.
+    pub fn column_types(self) -> &'static str {
+        match self {
+            TenantIdentity::Exact => "text or varchar: exactly as written",
+            TenantIdentity::Uuid => "uuid",
+            TenantIdentity::Integer => "integer",
+            TenantIdentity::CaseInsensitive => "citext",
+        }
+    }
+
     fn key_type(self) -> crate::model::KeyType {
         use crate::model::KeyType;
         match self {

@@ -189,8 +189,8 @@ impl Dedup {
         entry.tags = crate::tenants::normalise_tags(std::mem::take(&mut entry.tags).into_iter());
         let Some(canonical) = self.identity.canonical(&entry.id) else {
             let reason = format!(
-                "its id is not a valid tenant id for the tenant columns ({:?})",
-                self.identity
+                "its id is not a valid tenant id for the tenant columns ({})",
+                self.identity.column_types()
             );
             return self.unusable(position, reason);
         };

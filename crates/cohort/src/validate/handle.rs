@@ -72,7 +72,7 @@ fn check_tenant_literals(model: &ValidatedModel, tenants: &[TenantEntry]) -> Res
             if let Some(why) = facts.literal_misfit(&t.id) {
                 problems.push(Problem::entity(
                     &e.name,
-                    format!("{why} (tenant {} is in the tenant directory)", t.id),
+                    format!("{why} (a tenant of the tenant directory)"),
                 ));
             }
         }
@@ -199,8 +199,9 @@ fn tenant_directory(model: &ValidatedModel, entries: &[TenantEntry]) -> Result<V
     for entry in entries {
         let Some(id) = identity.canonical(&entry.id) else {
             problems.push(Problem::global(format!(
-                "[[tenant]] id {:?} is not a valid tenant id for the tenant columns ({identity:?})",
-                entry.id
+                "[[tenant]] id {:?} is not a valid tenant id for the tenant columns ({})",
+                entry.id,
+                identity.column_types()
             )));
             continue;
         };
