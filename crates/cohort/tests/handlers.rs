@@ -1091,4 +1091,29 @@ async fn shutdown_lets_deliveries_finish_within_the_grace_period_then_releases_t
         1,
         "the claim was released"
     );
+
+    // `stop_now` gives no grace: a stuck delivery under a long grace
+    // period is cancelled at once and its claim released.
+    let (db, cohort) = one_queued_delivery("stuck-now", Stuck).await;
+    let services = Services::new(&cohort)
+        .unwrap()
+        .grace_period(Duration::from_secs(600))
+        .spawn();
+    wait_until(
+        "the stuck delivery to be in flight",
+        Duration::from_secs(10),
+        async || queue(db.pool(), "status = 'in_flight'").await == 1,
+    )
+    .await;
+    let report = tokio::time::timeout(Duration::from_secs(60), services.stop_now())
+        .await
+        .expect("stop_now does not wait for the grace period");
+    // Cancelled by the hard token, the delivery gives its claim back and
+    // the dispatcher stops on its own: nothing had to be aborted.
+    assert!(report.clean(), "{report:?}");
+    assert_eq!(
+        queue(db.pool(), "status = 'pending' AND claim_token IS NULL").await,
+        1,
+        "the claim was released"
+    );
 }

@@ -1583,7 +1583,7 @@ async fn a_tenant_literal_is_measured_against_each_tenant_of_a_text_tenant_colum
             .rules(rules())
             .declaration(contact.clone());
         for t in tenants {
-            b = b.tenant(*t, None);
+            b = b.tenant_entry(cohort::policy::TenantEntry::new(*t));
         }
         b
     };

@@ -264,6 +264,17 @@ mod tests {
     use super::*;
 
     #[test]
+    fn years_are_twelve_months_and_deltas_match_seconds() {
+        assert_eq!(
+            Period::from_years(2).unwrap(),
+            Period::from_months(24).unwrap()
+        );
+        assert!(Period::from_years(i64::MAX).is_err());
+        let p = Period::from_parts(1, 3_600).unwrap();
+        assert_eq!(p.as_time_delta(), TimeDelta::seconds(p.as_seconds()));
+    }
+
+    #[test]
     fn parsing_table() {
         let ok = [
             ("0d", 0),

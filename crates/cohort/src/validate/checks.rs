@@ -519,7 +519,7 @@ pub(crate) fn check_entity(
     // One rule for what looks like a tenant column (`looks_like_tenant`,
     // and the configured convention), the rule `cohort init` proposes by.
     let tenant_like = |c: &str| looks_like_tenant(c) || tenant_candidates.contains(&c);
-    if entity.tenant.is_none() {
+    if entity.is_tenantless() {
         for col in table
             .columns
             .iter()
