@@ -270,7 +270,7 @@ async fn lock_and_check(target: &Target, session: &mut dyn GuardSession) -> Resu
     let facts = &ready.model.facts[&entity.id];
     let plan = &ready.plans[&entity.id];
     let rows = session
-        .lock(&plan.guard_lock, facts.record, &target.keys)
+        .lock(&plan.targets.guard_lock, facts.record, &target.keys)
         .await?;
     let mut found_canonical = Vec::with_capacity(rows.len());
     for (record, owner) in rows {
@@ -302,6 +302,11 @@ async fn lock_and_check(target: &Target, session: &mut dyn GuardSession) -> Resu
     // this transaction (see `locks::HOLD_GATE_CLASS`).
     session.execute(ready.ledger.hold_gate().text()).await?;
     session
-        .held(&plan.guard_held, entity.id, facts.record, &target.keys)
+        .held(
+            &plan.targets.guard_held,
+            entity.id,
+            facts.record,
+            &target.keys,
+        )
         .await
 }

@@ -403,7 +403,7 @@ async fn lock_record(
     let tenant = facts.request_tenant(&entity.name, tenant)?;
     let plan = &ready.plans[&entity.id];
     let row = record
-        .bind(sqlx::query(plan.lock_target.sql()))
+        .bind(sqlx::query(plan.targets.lock_target.sql()))
         .fetch_optional(&mut *tx)
         .await?;
     let Some(row) = row else {
@@ -522,8 +522,8 @@ pub(crate) async fn is_held(
     let record = ready.model.facts[&entity.id].record_key(&entity.name, record_id)?;
     let plan = &ready.plans[&entity.id];
     let statement = match as_of {
-        Some(_) => &plan.is_held_at,
-        None => &plan.is_held,
+        Some(_) => &plan.targets.is_held_at,
+        None => &plan.targets.is_held,
     };
     let mut q = record
         .bind(sqlx::query(statement.sql()).bind(entity.id))

@@ -87,11 +87,13 @@ pub(super) async fn batches(
     // `"auto"`: each batch's limit from the time of the ones before,
     // smaller when the rows are read into the process.
     let mut sizer = work.auto_batch.then(|| {
-        Sizer::new(if handlers.is_some() || plan.computes_per_row(strategy) {
-            AUTO_BATCH_MAX_LOADED
-        } else {
-            AUTO_BATCH_MAX
-        })
+        Sizer::new(
+            if handlers.is_some() || plan.values.computes_per_row(strategy) {
+                AUTO_BATCH_MAX_LOADED
+            } else {
+                AUTO_BATCH_MAX
+            },
+        )
     });
     loop {
         if cancel.is_cancelled() {
@@ -122,7 +124,11 @@ pub(super) async fn batches(
         let wants_ids = work.rule.audit() == AuditDetail::PerRow || handlers.is_some();
         // One statement locks and changes the batch when nothing is read
         // into the process (see `sql::fused`).
-        let fused = work.fused.as_ref().filter(|_| handlers.is_none());
+        let fused = work
+            .statements
+            .fused
+            .as_ref()
+            .filter(|_| handlers.is_none());
         let locked = if let Some(fused) = fused {
             let forms = if wants_ids {
                 &fused.audited
@@ -148,7 +154,7 @@ pub(super) async fn batches(
             }
             q.fetch_all(&mut *tx).await
         } else {
-            match (&work.lock_after, &cursor, &lane.until) {
+            match (&work.statements.lock_after, &cursor, &lane.until) {
                 (Some(after), Some((anchor, key)), None) => {
                     let q = bind_all(sqlx::query(after.sql()).bind(e.id), lock_args);
                     let q = match anchor {
@@ -158,15 +164,18 @@ pub(super) async fn batches(
                     key.bind(q).fetch_all(&mut *tx).await
                 }
                 (_, _, None) => {
-                    bind_all(sqlx::query(work.lock.sql()).bind(e.id), lock_args)
-                        .fetch_all(&mut *tx)
-                        .await
+                    bind_all(
+                        sqlx::query(work.statements.lock.sql()).bind(e.id),
+                        lock_args,
+                    )
+                    .fetch_all(&mut *tx)
+                    .await
                 }
                 // A key range (a sweep's: its cursor starts with the anchor).
                 (_, cursor, Some((last_anchor, last_key))) => {
                     let sql = match cursor {
-                        Some(_) => work.lock_after_until.as_ref(),
-                        None => work.lock_until.as_ref(),
+                        Some(_) => work.statements.lock_after_until.as_ref(),
+                        None => work.statements.lock_until.as_ref(),
                     }
                     .expect("a parallel sweep has its range statements");
                     let mut q = bind_all(sqlx::query(sql.sql()).bind(e.id), lock_args);
@@ -216,7 +225,7 @@ pub(super) async fn batches(
             .collect::<std::result::Result<_, _>>()
             .map_err(stop_from)?;
         // Each locked row's address, aligned with `keys`.
-        let mut addresses: Vec<String> = if work.by_address {
+        let mut addresses: Vec<String> = if work.statements.by_address {
             locked
                 .iter()
                 .map(|row| row.try_get::<String, _>(2))
@@ -229,7 +238,7 @@ pub(super) async fn batches(
             tx.rollback().await.map_err(stop_from)?;
             return Ok(Progress::Drained);
         }
-        if work.lock_after.is_some() {
+        if work.statements.lock_after.is_some() {
             let last = locked.last().expect("not empty");
             let anchor: Option<DateTime<Utc>> = if work.cursor_anchor {
                 Some(last.try_get(1).map_err(stop_from)?)
@@ -241,9 +250,9 @@ pub(super) async fn batches(
 
         // The locked rows are read into Rust (once) only when something
         // needs them: row handlers' capture, or values computed in Rust.
-        let computes = plan.computes_per_row(strategy);
+        let computes = plan.values.computes_per_row(strategy);
         let rows = if handlers.is_some() || computes {
-            bind_array(sqlx::query(plan.load_rows.sql()), key_type, &keys)
+            bind_array(sqlx::query(plan.targets.load_rows.sql()), key_type, &keys)
                 .fetch_all(&mut *tx)
                 .await
                 .map_err(stop_from)?
@@ -265,7 +274,7 @@ pub(super) async fn batches(
                 let keep: Vec<bool> = keys.iter().map(|k| !c.is_failed(&k.canonical())).collect();
                 let mut kept = keep.iter();
                 keys.retain(|_| kept.next().copied().unwrap_or(false));
-                if work.by_address {
+                if work.statements.by_address {
                     let mut kept = keep.iter();
                     addresses.retain(|_| kept.next().copied().unwrap_or(false));
                 }
@@ -323,7 +332,7 @@ pub(super) async fn batches(
             batch_changed_only_locked(&keys, &changed, n)
                 && batch_changed_only_locked(&keys, &pre_changed, pre_n + n)
         };
-        if work.by_address && !only_locked {
+        if work.statements.by_address && !only_locked {
             tx.rollback().await.map_err(stop_from)?;
             return Err(Stop::Entity(crate::diagnostic::Diagnostic::capture(
                 "engine",
@@ -452,9 +461,13 @@ async fn mutate(
         .map_err(stop_from)?;
     // With details wanted, one statement mutates and writes them (no
     // key travels back and forth); with only the count, nothing returns.
-    let audited = work.mutate_audited.as_ref().filter(|_| wants_ids);
-    let count_only = work.mutate_count.as_ref().filter(|_| !wants_ids);
-    let sql = audited.or(count_only).unwrap_or(&work.mutate);
+    let audited = work
+        .statements
+        .mutate_audited
+        .as_ref()
+        .filter(|_| wants_ids);
+    let count_only = work.statements.mutate_count.as_ref().filter(|_| !wants_ids);
+    let sql = audited.or(count_only).unwrap_or(&work.statements.mutate);
     let mut mutate = sqlx::query(sql.sql()).bind(e.id);
     let custom_json = match custom {
         Some((ordered_keys, values)) => {
@@ -462,7 +475,7 @@ async fn mutate(
             Some(values)
         }
         // Taken by address (see `EntityPlan::by_address`), or by key.
-        None if work.by_address => {
+        None if work.statements.by_address => {
             mutate = mutate.bind(std::mem::take(addresses));
             None
         }
@@ -546,7 +559,8 @@ fn bind_strategy_values<'q>(
     if strategy == Strategy::Archive {
         q = q.bind(ctx.run_id);
     }
-    if strategy == Strategy::Anonymise || (strategy == Strategy::Archive && plan.archive_anonymises)
+    if strategy == Strategy::Anonymise
+        || (strategy == Strategy::Archive && plan.values.archive_anonymises)
     {
         for value in &work.literals {
             q = match value {

@@ -217,7 +217,7 @@ pub(super) fn custom_values(
         }
         ordered.push(key);
         let mut object = serde_json::Map::new();
-        for (column, anonymiser) in &plan.custom {
+        for (column, anonymiser) in &plan.values.custom {
             let cx = crate::model::AnonymiseContext {
                 column,
                 record_id: Some(&record),

@@ -34,7 +34,7 @@ pub(super) async fn oldest_eligible(
     conn: &mut PgConnection,
     work: &Work<'_>,
 ) -> std::result::Result<Option<chrono::DateTime<chrono::Utc>>, sqlx::Error> {
-    let Some(backlog) = &work.backlog else {
+    let Some(backlog) = &work.statements.backlog else {
         return Ok(None);
     };
     let q = bind_all(
@@ -52,7 +52,7 @@ pub(crate) async fn counts(
     work: &Work<'_>,
 ) -> std::result::Result<Counts, sqlx::Error> {
     let q = bind_all(
-        sqlx::query(work.counts.sql()).bind(work.entity.id),
+        sqlx::query(work.statements.counts.sql()).bind(work.entity.id),
         &work.count_args,
     );
     let mut tx = sqlx::Connection::begin_with(&mut *conn, crate::sql::BATCH_BEGIN).await?;
@@ -144,7 +144,7 @@ pub(super) async fn counts_after_run(
     ready: &Prepared,
     work: &Work<'_>,
 ) -> std::result::Result<Counts, sqlx::Error> {
-    let Some(after) = &work.counts_after else {
+    let Some(after) = &work.statements.counts_after else {
         return counts(conn, work).await;
     };
     let Some(holds) = active_hold_keys(conn, ready, work.entity).await? else {

@@ -182,34 +182,28 @@ pub(crate) async fn erase(cx: &Context, req: ErasureRequest) -> Result<ErasureRe
             entity: e,
             stage: None,
             cutoff,
-            lock: statements.lock,
-            lock_after: Some(statements.lock_after),
-            // Erasure sweeps one subject's rows on the run's connection.
+            // An erasure's rows are few and found by key, on the run's
+            // connection (no ranges, no addresses, no fused batch).
+            statements: std::sync::Arc::new(crate::sql::SweepStatements {
+                lock: statements.lock,
+                lock_after: Some(statements.lock_after),
+                mutate: statements.mutate,
+                counts: statements.counts,
+                ..Default::default()
+            }),
             parallelism: 1,
-            ranges: None,
-            lock_until: None,
-            lock_after_until: None,
             cursor_anchor: false,
             count_args: lock_args.clone(),
             lock_args,
             // An erasure's batches keep the first size.
             auto_batch: false,
-            mutate: statements.mutate,
-            mutate_count: None,
-            mutate_audited: None,
             mutate_args: values,
-            // An erasure's rows are few and found by key.
-            by_address: false,
-            fused: None,
             literals: super::sweep::render_literals(
                 &ready.plans[&e.id],
                 e,
                 req.now,
                 pass.tenant.as_deref(),
             ),
-            counts: statements.counts,
-            counts_after: None,
-            backlog: None,
             rule,
         }));
     }

@@ -38,7 +38,7 @@ pub(super) async fn sweep_rows(
     summary_id: i64,
     out: &mut EntityOutcome,
 ) -> std::result::Result<Progress, Stop> {
-    if work.parallelism <= 1 || work.ranges.is_none() {
+    if work.parallelism <= 1 || work.statements.ranges.is_none() {
         return batches(ctx, conn, work, summary_id, out, &Lane::WHOLE).await;
     }
     // The connections beyond the run's own. Validation made sure the pool
@@ -128,7 +128,11 @@ async fn ranges(
     if n <= 1 {
         return Ok(Vec::new());
     }
-    let sql = work.ranges.as_ref().expect("checked by the caller");
+    let sql = work
+        .statements
+        .ranges
+        .as_ref()
+        .expect("checked by the caller");
     // `lock`'s values, the number of ranges in place of the limit.
     let args = with_limit(&work.lock_args, n as i64);
     let key_type = ctx.ready.model.facts[&work.entity.id].record;

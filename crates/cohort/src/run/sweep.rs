@@ -162,26 +162,17 @@ fn stage_work<'a>(
         entity: e,
         stage,
         cutoff: Some(cutoff),
-        lock: plan.lock.get(&strategy).cloned().unwrap_or_default(),
-        lock_after: plan.lock_after.get(&strategy).cloned(),
+        statements: plan
+            .statements(strategy)
+            .cloned()
+            .expect("checked: the category declares the strategy"),
         cursor_anchor: true,
         lock_args,
         auto_batch: false,
         parallelism,
-        ranges: plan.ranges.get(&strategy).cloned(),
-        lock_until: plan.lock_until.get(&strategy).cloned(),
-        lock_after_until: plan.lock_after_until.get(&strategy).cloned(),
-        mutate: plan.mutate.get(&strategy).cloned().unwrap_or_default(),
-        mutate_count: plan.mutate_count.get(&strategy).cloned(),
-        mutate_audited: plan.mutate_audited.get(&strategy).cloned(),
         mutate_args,
-        by_address: plan.by_address.contains(&strategy),
-        fused: plan.fused.get(&strategy).cloned(),
         literals: render_literals(plan, e, now, tenant.map(|t| t.canonical()).as_deref()),
-        counts: plan.counts[&strategy].clone(),
-        counts_after: plan.counts_after.get(&strategy).cloned(),
         count_args,
-        backlog: plan.backlog.get(&strategy).cloned(),
         rule,
     }
 }
@@ -195,7 +186,8 @@ pub(super) fn render_literals(
     now: DateTime<Utc>,
     tenant: Option<&str>,
 ) -> Vec<RunParam> {
-    plan.literals
+    plan.values
+        .literals
         .iter()
         .map(|v| match v {
             RunValue::Template(t) => RunParam::Text(

@@ -13,10 +13,10 @@ use super::{RunKind, Trigger};
 use crate::context::{Context, Prepared};
 use crate::diagnostic::Diagnostic;
 use crate::error::is_connection_error;
-use crate::ident::SqlText;
 use crate::model::EntityDescriptor;
 use crate::rules::RetentionRule;
-use crate::sql::{BindKey, KeyValue};
+use crate::sql::{BindKey, KeyValue, SweepStatements};
+use std::sync::Arc;
 
 /// A bound value of a planned statement.
 #[derive(Debug, Clone)]
@@ -71,6 +71,7 @@ pub(crate) fn bind_all<'q>(
 
 /// One entity's share of a run: its rule and the statements to run.
 /// Every statement takes the entity id as `$1`.
+#[derive(Clone)]
 pub(crate) struct Work<'a> {
     pub(crate) entity: &'a EntityDescriptor,
     pub(crate) rule: RetentionRule,
@@ -78,13 +79,9 @@ pub(crate) struct Work<'a> {
     pub(crate) stage: Option<u16>,
     /// The cutoff reported and stored (`None`: erasure without a legal minimum).
     pub(crate) cutoff: Option<DateTime<Utc>>,
-    /// Locks a batch; returns record keys (and, with `lock_after`, each
-    /// row's anchor).
-    pub(crate) lock: SqlText,
-    /// Locks the next batch after a cursor, the previous batch's last
-    /// (anchor, key) or key, bound after `lock_args` (`None`: every batch
-    /// uses `lock`).
-    pub(crate) lock_after: Option<SqlText>,
+    /// The statements, as the plan built them for the strategy (an
+    /// erasure builds its own: `lock`, `lock_after`, `mutate`, `counts`).
+    pub(crate) statements: Arc<SweepStatements>,
     /// Whether `lock_after`'s cursor starts with the anchor (a sweep's,
     /// whose `lock` returns it second) or is the key alone (an erasure's).
     pub(crate) cursor_anchor: bool,
@@ -97,45 +94,15 @@ pub(crate) struct Work<'a> {
     /// alone); with more, `ranges` splits its candidates into key ranges
     /// each swept with `lock_until` and `lock_after_until`.
     pub(crate) parallelism: u32,
-    /// Reads the key ranges of a parallel sweep (binds `lock_args`, the
-    /// number of ranges in place of the limit); `None`: never parallel.
-    pub(crate) ranges: Option<SqlText>,
-    /// `lock` up to a range's last (anchor, key), bound after `lock_args`.
-    pub(crate) lock_until: Option<SqlText>,
-    /// `lock_after` up to a range's last (anchor, key), bound after the cursor.
-    pub(crate) lock_after_until: Option<SqlText>,
-    /// Mutates locked rows; binds keys, literals, custom values, then
-    /// `mutate_args`; returns the changed keys as text.
-    pub(crate) mutate: SqlText,
-    /// `mutate` returning nothing (used when only the count is needed).
-    pub(crate) mutate_count: Option<SqlText>,
-    /// `mutate` writing the row details itself (per-row audit, handlers);
-    /// binds the run id, entity name, tenant text and action after
-    /// `mutate_args`.
-    pub(crate) mutate_audited: Option<SqlText>,
+    /// Bound after the rows by the mutations: literals, custom values,
+    /// then these.
     pub(crate) mutate_args: Vec<Arg>,
-    /// Whether the lock statements return each row's address third and
-    /// the mutations bind the batch's addresses in place of its keys
-    /// ([`EntityPlan::by_address`](crate::sql::EntityPlan::by_address)).
-    pub(crate) by_address: bool,
-    /// The batch as one statement (a sweep's, when its plan has one; see
-    /// [`crate::sql::Fused`]): binds `lock_args`, the strategy's values as
-    /// `mutate` binds them after its rows, the audit values when audited,
-    /// then the cursor and the range's end.
-    pub(crate) fused: Option<crate::sql::Fused>,
     /// The anonymise literals, rendered for this run (its `now`, its
     /// tenant), bound after the keys: computed once, applied in SQL.
     pub(crate) literals: Vec<RunParam>,
-    /// Returns `eligible`, `held`, `null_anchor`.
-    pub(crate) counts: SqlText,
-    /// `counts` after a real run, through the active holds' keys (bound
-    /// after `count_args`); `None`: always `counts`.
-    pub(crate) counts_after: Option<SqlText>,
+    /// Bound after the entity id by `counts`, `counts_after` and
+    /// `backlog`.
     pub(crate) count_args: Vec<Arg>,
-    /// The oldest still-eligible row's anchor, bound like `counts`
-    /// (`None`: the work has no backlog, an erasure or a strategy that
-    /// changes nothing).
-    pub(crate) backlog: Option<SqlText>,
 }
 
 impl Work<'_> {
@@ -152,30 +119,9 @@ impl Work<'_> {
             args
         };
         Work {
-            entity: self.entity,
-            rule: self.rule.clone(),
-            stage: self.stage,
-            cutoff: self.cutoff,
-            lock: self.lock.clone(),
-            lock_after: self.lock_after.clone(),
-            cursor_anchor: self.cursor_anchor,
             lock_args: earlier(&self.lock_args),
-            auto_batch: self.auto_batch,
-            parallelism: self.parallelism,
-            ranges: self.ranges.clone(),
-            lock_until: self.lock_until.clone(),
-            lock_after_until: self.lock_after_until.clone(),
-            mutate: self.mutate.clone(),
-            mutate_count: self.mutate_count.clone(),
-            mutate_audited: self.mutate_audited.clone(),
             mutate_args: earlier(&self.mutate_args),
-            by_address: self.by_address,
-            fused: self.fused.clone(),
-            literals: self.literals.clone(),
-            counts: self.counts.clone(),
-            counts_after: self.counts_after.clone(),
-            backlog: self.backlog.clone(),
-            count_args: self.count_args.clone(),
+            ..self.clone()
         }
     }
 }

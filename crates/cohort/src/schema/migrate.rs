@@ -256,7 +256,7 @@ impl MigrationPlan {
         })
     }
 
-    /// The installed version from what [`INSTALLED_VERSION_SQL`] returned:
+    /// The installed version from what [`installed_comment`](crate::sql::schema::installed_comment) returned:
     /// no row (`None`) is 0; a version newer than this build is refused.
     pub(crate) fn version_from(&self, found: Option<Option<String>>) -> Result<u32> {
         let from = match found {

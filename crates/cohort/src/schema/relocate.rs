@@ -31,7 +31,7 @@ pub struct MoveReport {
 ///
 /// Refused, changing nothing, when: the names are the same or invalid;
 /// `from` has no Cohort install or one older than this build (run
-/// [`super::migrate`] first); `to` already has Cohort's tables (or any
+/// [`super::migrate()`] first); `to` already has Cohort's tables (or any
 /// table of the same name); a run is still `started` or handler work is in
 /// flight (stop the workers and dispatchers first: a process configured
 /// with the old schema cannot follow the move). Afterwards, point every

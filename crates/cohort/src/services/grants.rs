@@ -189,7 +189,7 @@ fn retained_tables(ready: &Prepared) -> Vec<Need> {
             continue;
         };
         let caps = ready.model.capabilities.get(&e.id);
-        for strategy in plan.mutate.keys() {
+        for strategy in plan.strategies.keys().copied().filter(|s| s.mutates()) {
             if let (Strategy::Archive, Some(archive)) = (strategy, &e.archive) {
                 out.push((
                     Object::Table(archive.table.clone()),
@@ -205,7 +205,7 @@ fn retained_tables(ready: &Prepared) -> Vec<Need> {
             // The statement exists for a strategy the category may return,
             // or for erasure, which deletes (or anonymises) a subject's
             // rows whatever the category's own strategy.
-            let why = if caps.is_some_and(|c| c.allows(*strategy)) {
+            let why = if caps.is_some_and(|c| c.allows(strategy)) {
                 format!(
                     "{} of {} (its category may {})",
                     strategy.as_str(),
@@ -225,7 +225,7 @@ fn retained_tables(ready: &Prepared) -> Vec<Need> {
             };
             out.push((Object::Table(table.clone()), privilege, why));
         }
-        if !plan.mutate.is_empty() {
+        if plan.strategies.keys().any(|s| s.mutates()) {
             // Every mutating batch locks its rows first (`FOR UPDATE`), and
             // PostgreSQL allows a row lock only with UPDATE on the table,
             // whatever the strategy.

@@ -1,7 +1,7 @@
 //! Erasure statements, built per request from an entity's plan.
 
-use super::entity::EntityPlan;
 use super::fragments::{blocked, not_done, Casts};
+use super::EntityPlan;
 use crate::ident::SqlText;
 use crate::model::EntityDescriptor;
 use crate::rules::Strategy;
@@ -126,9 +126,12 @@ impl ErasurePlan {
 
         // Exempt entities are only counted: no mutation statement.
         let mut mutate = SqlText::default();
-        if let Some(head) = plan.mutate_head.get(&strategy) {
+        if let Some(head) = plan
+            .statements(strategy)
+            .and_then(|s| s.mutate_head.as_ref())
+        {
             let m = ErasureParams::from(
-                3 + plan.params_after_keys(strategy),
+                3 + plan.values.params_after_keys(strategy),
                 e.tenant.is_some(),
                 with_cutoff,
             );

@@ -26,10 +26,8 @@ macro_rules! active_hold {
 
 pub(crate) mod catalog;
 pub(crate) mod dead_letters;
-mod entity;
 mod erasure;
 mod fragments;
-mod fused;
 pub(crate) mod grants;
 pub(crate) mod history;
 mod key;
@@ -44,15 +42,17 @@ pub(crate) mod report;
 pub(crate) mod schema;
 pub(crate) mod settings;
 pub(crate) mod statement;
+mod sweep;
 pub(crate) mod tables;
 pub(crate) mod worker;
 
-pub(crate) use entity::{lock_subject_rows, marks, EntityPlan, RunValue, StageScope};
 pub(crate) use erasure::ErasurePlan;
 pub(crate) use fragments::{bound_rows, Casts, HoldKeys};
-pub(crate) use fused::Fused;
 pub(crate) use key::{bind_array, BindKey, BoundHolds, DecodeKey, IncomingKey, KeyType, KeyValue};
 pub(crate) use ledger::LedgerPlan;
+pub(crate) use sweep::{
+    lock_subject_rows, marks, EntityPlan, RunValue, StageScope, SweepStatements,
+};
 
 /// Every Cohort transaction that relies on a later statement seeing rows
 /// committed after an earlier one (hold checks after row locks) runs in

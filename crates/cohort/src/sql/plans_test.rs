@@ -8,7 +8,7 @@
 
 use sqlx::{Connection, Executor, Row};
 
-use super::snapshots_test::{descriptor, plain_plan};
+use super::snapshots_test::{descriptor, kinds, plain_plan};
 use crate::rules::{CategoryCapabilities, Strategy};
 
 /// `app.contacts` as the snapshot descriptor reads it: 40,000 rows in two
@@ -150,7 +150,7 @@ async fn a_batch_changes_its_locked_rows_by_address_in_custom_and_generic_plans(
         // `$3` the run's now (the marker), then the cutoff and the tenant.
         let found = explain(
             &mut tx,
-            plan.mutate_count[&Strategy::SoftDelete].as_str(),
+            kinds(&plan).mutate_count[&Strategy::SoftDelete].as_str(),
             "uuid, text[], timestamptz, timestamptz, text",
             &format!("{entity}, {addresses}, {cutoff}, {cutoff}, 'a'"),
         )
@@ -161,7 +161,10 @@ async fn a_batch_changes_its_locked_rows_by_address_in_custom_and_generic_plans(
         // own lock took.
         let found = explain(
             &mut tx,
-            plan.fused[&Strategy::SoftDelete].count.plain.as_str(),
+            kinds(&plan).fused[&Strategy::SoftDelete]
+                .count
+                .plain
+                .as_str(),
             "uuid, timestamptz, int8, text, timestamptz",
             &format!("{entity}, {cutoff}, 5000, 'a', {cutoff}"),
         )

@@ -4,6 +4,7 @@
 //! the erasure statements with and without a legal minimum. A change to any
 //! SQL text shows up as a reviewed snapshot diff.
 
+use crate::ident::SqlText;
 use std::collections::BTreeMap;
 
 use super::{Casts, EntityPlan, ErasurePlan, HoldKeys, KeyType, LedgerPlan};
@@ -157,26 +158,81 @@ fn citext() -> Casts {
     ]))
 }
 
+/// The plan's statements by kind, then strategy: the layout the entity
+/// snapshots were taken in (a map holds a strategy only where the
+/// statement exists).
+#[derive(Default)]
+pub(super) struct Kinds {
+    pub(super) counts: BTreeMap<Strategy, SqlText>,
+    pub(super) counts_after: BTreeMap<Strategy, SqlText>,
+    pub(super) backlog: BTreeMap<Strategy, SqlText>,
+    pub(super) lock: BTreeMap<Strategy, SqlText>,
+    pub(super) lock_after: BTreeMap<Strategy, SqlText>,
+    pub(super) lock_until: BTreeMap<Strategy, SqlText>,
+    pub(super) lock_after_until: BTreeMap<Strategy, SqlText>,
+    pub(super) ranges: BTreeMap<Strategy, SqlText>,
+    pub(super) mutate: BTreeMap<Strategy, SqlText>,
+    pub(super) mutate_count: BTreeMap<Strategy, SqlText>,
+    pub(super) mutate_audited: BTreeMap<Strategy, SqlText>,
+    pub(super) mutate_head: BTreeMap<Strategy, SqlText>,
+    pub(super) fused: BTreeMap<Strategy, crate::sql::sweep::Fused>,
+    pub(super) by_address: std::collections::BTreeSet<Strategy>,
+}
+
+pub(super) fn kinds(plan: &EntityPlan) -> Kinds {
+    let mut k = Kinds::default();
+    for (strategy, s) in &plan.strategies {
+        let strategy = *strategy;
+        k.counts.insert(strategy, s.counts.clone());
+        let put = |map: &mut BTreeMap<Strategy, SqlText>, sql: &Option<SqlText>| {
+            if let Some(sql) = sql {
+                map.insert(strategy, sql.clone());
+            }
+        };
+        put(&mut k.counts_after, &s.counts_after);
+        put(&mut k.backlog, &s.backlog);
+        put(&mut k.lock_after, &s.lock_after);
+        put(&mut k.lock_until, &s.lock_until);
+        put(&mut k.lock_after_until, &s.lock_after_until);
+        put(&mut k.ranges, &s.ranges);
+        put(&mut k.mutate_count, &s.mutate_count);
+        put(&mut k.mutate_audited, &s.mutate_audited);
+        put(&mut k.mutate_head, &s.mutate_head);
+        if strategy.mutates() {
+            k.lock.insert(strategy, s.lock.clone());
+            k.mutate.insert(strategy, s.mutate.clone());
+        }
+        if let Some(f) = &s.fused {
+            k.fused.insert(strategy, f.clone());
+        }
+        if s.by_address {
+            k.by_address.insert(strategy);
+        }
+    }
+    k
+}
+
 fn render(plan: &EntityPlan) -> String {
+    let k = kinds(plan);
     let mut out = String::new();
     for (kind, statements) in [
-        ("counts", &plan.counts),
-        ("counts_after", &plan.counts_after),
-        ("backlog", &plan.backlog),
-        ("lock", &plan.lock),
-        ("lock_after", &plan.lock_after),
-        ("lock_until", &plan.lock_until),
-        ("lock_after_until", &plan.lock_after_until),
-        ("ranges", &plan.ranges),
-        ("mutate", &plan.mutate),
-        ("mutate_count", &plan.mutate_count),
-        ("mutate_audited", &plan.mutate_audited),
+        ("counts", &k.counts),
+        ("counts_after", &k.counts_after),
+        ("backlog", &k.backlog),
+        ("lock", &k.lock),
+        ("lock_after", &k.lock_after),
+        ("lock_until", &k.lock_until),
+        ("lock_after_until", &k.lock_after_until),
+        ("ranges", &k.ranges),
+        ("mutate", &k.mutate),
+        ("mutate_count", &k.mutate_count),
+        ("mutate_audited", &k.mutate_audited),
     ] {
         for (strategy, sql) in statements {
             out.push_str(&format!("-- {kind} {strategy}\n{}\n\n", sql.as_str()));
         }
     }
-    for (strategy, fused) in &plan.fused {
+    for (strategy, fused) in &k.fused {
         for (kind, sql) in [
             ("fused", &fused.count.plain),
             ("fused_after_until", &fused.count.after_until),
@@ -194,12 +250,12 @@ fn render(plan: &EntityPlan) -> String {
         }
     }
     for (name, sql) in [
-        ("load_rows", &plan.load_rows),
-        ("lock_target", &plan.lock_target),
-        ("guard_lock", &plan.guard_lock),
-        ("guard_held", &plan.guard_held),
-        ("is_held", &plan.is_held),
-        ("is_held_at", &plan.is_held_at),
+        ("load_rows", &plan.targets.load_rows),
+        ("lock_target", &plan.targets.lock_target),
+        ("guard_lock", &plan.targets.guard_lock),
+        ("guard_held", &plan.targets.guard_held),
+        ("is_held", &plan.targets.is_held),
+        ("is_held_at", &plan.targets.is_held_at),
     ] {
         out.push_str(&format!("-- {name}\n{}\n\n", sql.as_str()));
     }
@@ -232,17 +288,20 @@ fn entity_statements() {
         // Fused: purge (and soft delete) where nothing references the
         // table; anonymise where no value is computed in Rust.
         assert_eq!(
-            plan.fused.contains_key(&Strategy::Purge),
+            kinds(&plan).fused.contains_key(&Strategy::Purge),
             !blocked,
             "{name}"
         );
-        assert!(plan.fused.contains_key(&Strategy::SoftDelete), "{name}");
-        assert_eq!(
-            plan.fused.contains_key(&Strategy::Anonymise),
-            !plan.computes_per_row(Strategy::Anonymise),
+        assert!(
+            kinds(&plan).fused.contains_key(&Strategy::SoftDelete),
             "{name}"
         );
-        if let Some(fused) = plan.fused.get(&Strategy::Purge) {
+        assert_eq!(
+            kinds(&plan).fused.contains_key(&Strategy::Anonymise),
+            !plan.values.computes_per_row(Strategy::Anonymise),
+            "{name}"
+        );
+        if let Some(fused) = kinds(&plan).fused.get(&Strategy::Purge) {
             // The lock's values (tenant after the limit), then (audited)
             // the four audit values, then the cursor and the range's end.
             let t = usize::from(tenanted);
@@ -391,12 +450,12 @@ fn entity_archive_statements() {
             None,
         );
         // Archive brings purge's statements, for erasure.
-        assert!(plan.mutate_head.contains_key(&Strategy::Purge));
+        assert!(kinds(&plan).mutate_head.contains_key(&Strategy::Purge));
         let mut out = String::new();
         for (kind, statements) in [
-            ("mutate", &plan.mutate),
-            ("mutate_count", &plan.mutate_count),
-            ("mutate_audited", &plan.mutate_audited),
+            ("mutate", &kinds(&plan).mutate),
+            ("mutate_count", &kinds(&plan).mutate_count),
+            ("mutate_audited", &kinds(&plan).mutate_audited),
         ] {
             let sql = &statements[&Strategy::Archive];
             out.push_str(&format!("-- {kind} archive\n{}\n\n", sql.as_str()));
@@ -422,28 +481,29 @@ fn archive_parameters_match_what_the_executor_binds() {
             &archive_only(),
             None,
         );
-        let after = plan.params_after_keys(Strategy::Archive);
+        let after = plan.values.params_after_keys(Strategy::Archive);
         assert_eq!(
             after,
             1 + if anonymise {
-                plan.anonymise_params()
+                plan.values.anonymise_params()
             } else {
                 0
             } + 1
         );
         let expected = 2 + after + 1 + usize::from(tenanted);
-        for sql in [&plan.mutate, &plan.mutate_count] {
+        for sql in [&kinds(&plan).mutate, &kinds(&plan).mutate_count] {
             let sql = sql[&Strategy::Archive].as_str();
             assert_eq!(placeholders(sql), (1..=expected).collect(), "{sql}");
         }
-        let audited = plan.mutate_audited[&Strategy::Archive].as_str();
+        let kinds = kinds(&plan);
+        let audited = kinds.mutate_audited[&Strategy::Archive].as_str();
         assert_eq!(
             placeholders(audited),
             (1..=expected + 4).collect(),
             "{audited}"
         );
         // The hashed column is computed in Rust: an anonymised copy needs it.
-        assert_eq!(plan.computes_per_row(Strategy::Archive), anonymise);
+        assert_eq!(plan.values.computes_per_row(Strategy::Archive), anonymise);
     }
 }
 
@@ -466,33 +526,33 @@ fn entity_stage_statements() {
         let t = usize::from(tenanted);
         // Lock: cutoff, limit, tenant, floor, then the cursor.
         assert_eq!(
-            placeholders(plan.lock[&Strategy::Purge].as_str()),
+            placeholders(kinds(&plan).lock[&Strategy::Purge].as_str()),
             (1..=4 + t).collect()
         );
         assert_eq!(
-            placeholders(plan.lock_after[&Strategy::Purge].as_str()),
+            placeholders(kinds(&plan).lock_after[&Strategy::Purge].as_str()),
             (1..=6 + t).collect()
         );
         // A parallel sweep's key range: its last row where the cursor
         // goes, or after it; the ranges bind as `lock`.
         assert_eq!(
-            placeholders(plan.lock_until[&Strategy::Purge].as_str()),
+            placeholders(kinds(&plan).lock_until[&Strategy::Purge].as_str()),
             (1..=6 + t).collect()
         );
         assert_eq!(
-            placeholders(plan.lock_after_until[&Strategy::Purge].as_str()),
+            placeholders(kinds(&plan).lock_after_until[&Strategy::Purge].as_str()),
             (1..=8 + t).collect()
         );
         assert_eq!(
-            placeholders(plan.ranges[&Strategy::Purge].as_str()),
+            placeholders(kinds(&plan).ranges[&Strategy::Purge].as_str()),
             (1..=4 + t).collect()
         );
         // Counts: cutoff, tenant, floor; after a run the hold arrays follow.
         assert_eq!(
-            placeholders(plan.counts[&Strategy::Purge].as_str()),
+            placeholders(kinds(&plan).counts[&Strategy::Purge].as_str()),
             (1..=3 + t).collect()
         );
-        let after = placeholders(plan.counts_after[&Strategy::Purge].as_str());
+        let after = placeholders(kinds(&plan).counts_after[&Strategy::Purge].as_str());
         assert_eq!(
             after.iter().next_back(),
             Some(&(3 + t + 1 + 2)),
@@ -501,16 +561,16 @@ fn entity_stage_statements() {
         // Rows other rows reference through a restricting foreign key are
         // deleted with two statements: a reference committed after the
         // snapshot must be seen before the delete.
-        assert!(!plan.fused.contains_key(&Strategy::Purge));
+        assert!(!kinds(&plan).fused.contains_key(&Strategy::Purge));
         // Mutate: the addresses (keys elsewhere), cutoff, tenant, floor;
         // audited then its four values.
-        assert!(plan.by_address.contains(&Strategy::Purge));
+        assert!(kinds(&plan).by_address.contains(&Strategy::Purge));
         assert_eq!(
-            placeholders(plan.mutate[&Strategy::Purge].as_str()),
+            placeholders(kinds(&plan).mutate[&Strategy::Purge].as_str()),
             (1..=4 + t).collect()
         );
         assert_eq!(
-            placeholders(plan.mutate_audited[&Strategy::Purge].as_str()),
+            placeholders(kinds(&plan).mutate_audited[&Strategy::Purge].as_str()),
             (1..=8 + t).collect()
         );
         insta::assert_snapshot!(format!("entity_{name}"), render(&plan));
@@ -562,11 +622,11 @@ fn mutate_parameters_match_what_the_executor_binds() {
             None,
             plain,
         );
-        for (strategy, sql) in &plan.mutate {
+        for (strategy, sql) in &kinds(&plan).mutate {
             // Values computed in Rust are joined by key, never by address.
-            let addressed = plain && !plan.computes_per_row(*strategy);
-            assert_eq!(plan.by_address.contains(strategy), addressed);
-            let expected = 2 + plan.params_after_keys(*strategy) + 1 + usize::from(tenanted);
+            let addressed = plain && !plan.values.computes_per_row(*strategy);
+            assert_eq!(kinds(&plan).by_address.contains(strategy), addressed);
+            let expected = 2 + plan.values.params_after_keys(*strategy) + 1 + usize::from(tenanted);
             let found = placeholders(sql.as_str());
             assert_eq!(
                 found,
@@ -578,12 +638,12 @@ fn mutate_parameters_match_what_the_executor_binds() {
         // Anonymise: literals, then one JSON array for the values computed
         // in Rust (the hashed column, and custom anonymisers).
         assert_eq!(
-            plan.anonymise_params(),
+            plan.values.anonymise_params(),
             1 + 1,
             "one literal, one JSON array"
         );
-        for (strategy, sql) in &plan.mutate_audited {
-            let plain_form = &plan.mutate[strategy];
+        for (strategy, sql) in &kinds(&plan).mutate_audited {
+            let plain_form = &kinds(&plan).mutate[strategy];
             assert_eq!(
                 placeholders(sql.as_str()).len(),
                 placeholders(plain_form.as_str()).len() + 4,
@@ -591,10 +651,10 @@ fn mutate_parameters_match_what_the_executor_binds() {
             );
             assert_eq!(
                 sql.as_str().contains("t.ctid = ANY("),
-                plan.by_address.contains(strategy)
+                kinds(&plan).by_address.contains(strategy)
             );
         }
-        for (strategy, sql) in &plan.lock {
+        for (strategy, sql) in &kinds(&plan).lock {
             let expected = 3 + usize::from(tenanted);
             assert_eq!(
                 placeholders(sql.as_str()),
@@ -605,10 +665,10 @@ fn mutate_parameters_match_what_the_executor_binds() {
             assert_eq!(sql.as_str().contains(", t.ctid::text FROM "), plain);
         }
         // Erasure finds its rows by key.
-        for sql in plan.mutate_head.values() {
+        for sql in kinds(&plan).mutate_head.values() {
             assert!(!sql.as_str().contains("ctid"));
         }
-        for (strategy, sql) in &plan.counts {
+        for (strategy, sql) in &kinds(&plan).counts {
             let expected = 2 + usize::from(tenanted);
             assert_eq!(
                 placeholders(sql.as_str()),

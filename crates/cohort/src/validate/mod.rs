@@ -312,7 +312,7 @@ pub(crate) async fn column_types(
 /// Validates the model (configuration, server, Cohort's tables, every
 /// entity and rule) against the database behind `conn`. Nothing is
 /// written. Returns every problem at once. A handle runs this and the
-/// checks of [`handle`]: `Cohort::ready` is the public way in.
+/// checks of [`handle()`]: `Cohort::ready` is the public way in.
 pub(crate) async fn validate(
     conn: &mut PgConnection,
     config: &CohortConfig,

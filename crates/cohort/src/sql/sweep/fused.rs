@@ -42,10 +42,10 @@
 //! deletions of rows nothing references through a restricting foreign key
 //! are fused; the rest keep the two statements.
 
-use super::entity::keyset_bound;
-use super::fragments::Casts;
+use super::lock::keyset_bound;
 use crate::ident::{QualifiedName, SqlText};
 use crate::model::EntityDescriptor;
+use crate::sql::fragments::Casts;
 
 /// The rows of a fused statement's mutation: the locked rows, by address,
 /// unless a hold was written since the snapshot (then none).
@@ -176,7 +176,7 @@ fn statement(
         .push(")");
     if let Some(insert) = &p.archive_insert {
         s.push(", ")
-            .append(&super::entity::archive_checked(e, insert, p.cohort_schema));
+            .append(&super::archive::archive_checked(e, insert, p.cohort_schema));
     }
     if let Some(a) = audit {
         s.push(", d AS (INSERT INTO ")

@@ -1,0 +1,161 @@
+//! What a sweep reports without changing anything: the counts of rows in
+//! scope (`counts`, and `counts_after` once a real run has changed its
+//! rows) and the backlog's oldest eligible row.
+
+use super::shape::Shape;
+use crate::ident::SqlText;
+use crate::rules::Strategy;
+use crate::sql::fragments::{bound_rows, Blocked};
+
+/// Counts in scope: eligible (past cutoff, not held), skipped (still
+/// referenced), held (past cutoff, held), held_by_subject (of those,
+/// under a subject hold) and null_anchor. `$1` entity id, `$2` cutoff,
+/// `$3` tenant (then the stage floor).
+pub(super) fn counts(s: &Shape<'_>, done: &SqlText, blocked: &Blocked) -> SqlText {
+    let e = s.e;
+    let mut c = SqlText::new("SELECT count(*) FILTER (WHERE ");
+    c.col(&e.anchor)
+        .push(" < $2 AND NOT ")
+        .append(&s.held)
+        .append(&blocked.unblocked)
+        .push(") AS eligible, ");
+    c.append(&blocked.skipped_column(&e.anchor, "$2", &s.held))
+        .push(", count(*) FILTER (WHERE ")
+        .col(&e.anchor)
+        .push(" < $2 AND ")
+        .append(&s.held)
+        .push(") AS held, ");
+    match &s.subject_held {
+        Some(subject) => {
+            c.push("count(*) FILTER (WHERE ")
+                .col(&e.anchor)
+                .push(" < $2 AND ")
+                .append(subject)
+                .push(") AS held_by_subject, ");
+        }
+        None => {
+            c.push("0::int8 AS held_by_subject, ");
+        }
+    }
+    c.push("count(*) FILTER (WHERE ")
+        .col(&e.anchor)
+        .push(" IS NULL) AS null_anchor, 0::int8 AS kept_by_legal_min FROM ")
+        .table(&e.table)
+        // Every count is of rows past the cutoff or without an
+        // anchor: only those are read (the anchor index's range
+        // before the cutoff, and its NULLs), never the newer rows.
+        .push(" t WHERE (")
+        .col(&e.anchor)
+        .push(" < $2 OR ")
+        .col(&e.anchor)
+        .push(" IS NULL)")
+        .append(&s.tenant_and_floor(3))
+        .append(done);
+    c
+}
+
+/// The backlog: the anchor (column `oldest`) of the oldest row still
+/// eligible (past the cutoff, in the tenant, not done, not held), or no
+/// row. Rows a foreign key still blocks count: they are behind all the
+/// same. One `ORDER BY anchor LIMIT 1` read of the `(tenant, anchor)` /
+/// anchor index. Binds as [`counts`].
+pub(super) fn backlog(s: &Shape<'_>, done: &SqlText) -> SqlText {
+    let e = s.e;
+    let mut b = SqlText::new("SELECT ");
+    b.col(&e.anchor)
+        .push(" AS oldest FROM ")
+        .table(&e.table)
+        .push(" t WHERE ")
+        .col(&e.anchor)
+        .push(" < $2")
+        .append(&s.tenant_and_floor(3))
+        .append(done)
+        .push(" AND NOT ")
+        .append(&s.held)
+        .push(" ORDER BY ")
+        .col(&e.anchor)
+        .push(" LIMIT 1");
+    b
+}
+
+/// What [`counts`] returns after a real run, without reading the rows
+/// past the cutoff (after a purge, their dead index entries; after an
+/// anonymisation or soft delete, every row already done): held rows are
+/// found through the entity's active holds, bound after the tenant and
+/// floor as a [`BoundHolds`](crate::sql::BoundHolds) (the record holds'
+/// keys, then one array per subject column); NULL anchors through the
+/// anchor index; `eligible` is 0 (only dry runs need it).
+pub(super) fn counts_after(s: &Shape<'_>, strategy: Strategy, done: &SqlText) -> SqlText {
+    let e = s.e;
+    let table = &e.table;
+    let keys = 3 + s.t() + s.f();
+    let tenant_and_floor = s.tenant_and_floor(3);
+    let mut a = SqlText::new("SELECT 0::int8 AS eligible, (SELECT count(*) FROM ");
+    a.table(table)
+        .push(" t WHERE ")
+        .append(&bound_rows(e, s.casts, keys))
+        .push(" AND ")
+        .col(&e.anchor)
+        .push(" < $2")
+        .append(&tenant_and_floor)
+        .append(done)
+        .push(" AND ")
+        .append(&s.held)
+        .push(") AS held, (SELECT count(*) FROM ")
+        .table(table)
+        .push(" t WHERE ")
+        .col(&e.anchor)
+        .push(" IS NULL")
+        .append(&tenant_and_floor)
+        .append(done)
+        .push(") AS null_anchor, ");
+    match (strategy.deletes(), &s.referenced) {
+        (true, Some(r)) => {
+            a.push("(SELECT count(*) FROM ")
+                .table(table)
+                .push(" t WHERE ")
+                .col(&e.anchor)
+                .push(" < $2")
+                .append(&tenant_and_floor)
+                .push(" AND NOT ")
+                .append(&s.held)
+                .push(" AND ")
+                .append(r)
+                .push(")");
+        }
+        _ => {
+            a.push("0::int8");
+        }
+    }
+    a.push(" AS skipped, ");
+    match &s.subject_held {
+        Some(subject) => {
+            // Rows a subject hold names, through the subject arrays.
+            let mut arms = SqlText::new("(");
+            for i in 0..e.subjects.len() {
+                if i > 0 {
+                    arms.push(" OR ");
+                }
+                arms.append(&s.casts.any(&e.subjects[i].column, keys + 1 + i));
+            }
+            arms.push(")");
+            a.push("(SELECT count(*) FROM ")
+                .table(table)
+                .push(" t WHERE ")
+                .append(&arms)
+                .push(" AND ")
+                .col(&e.anchor)
+                .push(" < $2")
+                .append(&tenant_and_floor)
+                .append(done)
+                .push(" AND ")
+                .append(subject)
+                .push(")");
+        }
+        None => {
+            a.push("0::int8");
+        }
+    }
+    a.push(" AS held_by_subject, 0::int8 AS kept_by_legal_min");
+    a
+}

@@ -1,0 +1,108 @@
+//! How a sweep chooses its rows: the candidates' conditions, the lock
+//! statements that take a batch of them (from the start, after a cursor,
+//! within a key range), and the key ranges of a parallel sweep.
+
+use super::shape::Shape;
+use crate::ident::SqlText;
+use crate::model::EntityDescriptor;
+use crate::sql::fragments::{Blocked, Casts};
+
+/// The candidates' conditions, shared by the lock statements and the key
+/// ranges: past the cutoff (`$2`), in the tenant (`$4`), above the stage's
+/// floor, not done, not blocked by a reference.
+pub(super) fn candidates(s: &Shape<'_>, done: &SqlText, blocked: &Blocked) -> SqlText {
+    let mut c = SqlText::default();
+    c.col(&s.e.anchor)
+        .push(" < $2")
+        .append(&s.tenant_and_floor(4))
+        .append(done)
+        .append(&blocked.unblocked);
+    c
+}
+
+/// Locks candidates in (anchor, key) order, so a run can continue each
+/// batch after the last one's final row instead of walking again past
+/// every row it already did. `$1` entity id, `$2` cutoff, `$3` limit, `$4`
+/// tenant (then the floor); `after`: the cursor's (anchor, key) from that
+/// position; `until`: the range's last (anchor, key) from that position.
+/// Returns the record key, the anchor and, `by_address`, the row's `ctid`
+/// as text.
+pub(super) fn lock(
+    s: &Shape<'_>,
+    candidates: &SqlText,
+    by_address: bool,
+    after: Option<usize>,
+    until: Option<usize>,
+) -> SqlText {
+    let e = s.e;
+    let mut l = SqlText::new("SELECT ");
+    s.casts.select(&mut l, &e.record_id);
+    l.push(", ").col(&e.anchor);
+    if by_address {
+        l.push(", t.ctid::text");
+    }
+    l.push(" FROM ")
+        .table(&e.table)
+        .push(" t WHERE ")
+        .append(candidates);
+    if let Some(n) = after {
+        // The row comparison breaks anchor ties by key.
+        keyset_bound(e, s.casts, &mut l, ">", " >= ", n);
+    }
+    if let Some(n) = until {
+        keyset_bound(e, s.casts, &mut l, "<=", " <= ", n);
+    }
+    l.push(" AND NOT ")
+        .append(&s.held)
+        .push(" ORDER BY ")
+        .col(&e.anchor)
+        .push(", ")
+        .col(&e.record_id)
+        .push(" LIMIT $3 FOR UPDATE SKIP LOCKED");
+    l
+}
+
+/// The key ranges of a parallel sweep: of the candidates `lock` would
+/// choose (unlocked, in (anchor, key) order), split into `$3` tiles of
+/// equal size, the (key, anchor) of each tile's last row but the last
+/// tile's, in order. Binds as `lock`, the number of ranges in place of
+/// the limit.
+pub(super) fn ranges(s: &Shape<'_>, candidates: &SqlText) -> SqlText {
+    let e = s.e;
+    let mut r = SqlText::new("SELECT s.k, s.a FROM (SELECT r.k, r.a, r.n, r.tile, pg_catalog.lead(r.tile) OVER (ORDER BY r.n) AS next FROM (SELECT ");
+    s.casts.select(&mut r, &e.record_id);
+    r.push(" AS k, ")
+        .col(&e.anchor)
+        .push(" AS a, pg_catalog.row_number() OVER w AS n, pg_catalog.ntile(")
+        .param(3)
+        .push("::int4) OVER w AS tile FROM ")
+        .table(&e.table)
+        .push(" t WHERE ")
+        .append(candidates)
+        .push(" AND NOT ")
+        .append(&s.held)
+        .push(" WINDOW w AS (ORDER BY ")
+        .col(&e.anchor)
+        .push(", ")
+        .col(&e.record_id)
+        .push(")) r) s WHERE s.next <> s.tile ORDER BY s.n");
+    r
+}
+
+/// ` AND anchor <loose> $n AND (anchor, key) <op> ($n, $n+1)`: a keyset
+/// bound of the lock statements; the anchor alone first lets the anchor
+/// index start (or stop) there, the row comparison breaks anchor ties by key.
+pub(super) fn keyset_bound(
+    e: &EntityDescriptor,
+    casts: &Casts,
+    l: &mut SqlText,
+    op: &'static str,
+    loose: &'static str,
+    n: usize,
+) {
+    l.push(" AND ").col(&e.anchor).push(loose).param(n);
+    l.push(" AND (").col(&e.anchor).push(", ").col(&e.record_id);
+    l.push(") ").push(op).push(" (").param(n).push(", ");
+    casts.param(l, &e.record_id, n + 1);
+    l.push(")");
+}

@@ -1,0 +1,198 @@
+//! The statements that name rows by key rather than by age: custom
+//! anonymisers' reads, hold creation's lock of its target, guarded
+//! deletion, and whether a record is held (now, or at a given time).
+
+use crate::ident::SqlText;
+use crate::model::EntityDescriptor;
+use crate::sql::fragments::{subject_hold, tenant_filter, Casts, HoldKeys};
+use crate::sql::tables::CohortTable;
+
+/// The entity's statements by key.
+#[derive(Debug, Clone)]
+pub(crate) struct Targets {
+    /// Reads the locked rows for custom anonymisers: key first, then every
+    /// column. `$1` record keys.
+    pub(crate) load_rows: SqlText,
+    /// Locks one row against mutation and returns its key and tenant as
+    /// text (tenant NULL when tenantless): what hold creation takes.
+    /// `$1` record key.
+    pub(crate) lock_target: SqlText,
+    /// Guarded deletion: locks the targets (`FOR UPDATE`, in key order) and
+    /// returns each one's canonical id and tenant. `$1` record keys.
+    pub(crate) guard_lock: SqlText,
+    /// Guarded deletion: the held ones among locked targets, as
+    /// `record::text`. `$1` entity id, `$2` record keys.
+    pub(crate) guard_held: SqlText,
+    /// Whether a record is under an active hold: matched through the row
+    /// (the hold stores the row's own key text) or by the canonical id.
+    /// `$1` entity id, `$2` record key, `$3` canonical id text.
+    pub(crate) is_held: SqlText,
+    /// `is_held` at a given time (`$4`): a hold created by then and
+    /// neither released nor expired by then.
+    pub(crate) is_held_at: SqlText,
+}
+
+impl Targets {
+    /// Builds them; `held` is the hold check of every statement.
+    pub(super) fn build(
+        e: &EntityDescriptor,
+        casts: &Casts,
+        keys: HoldKeys<'_>,
+        held: &SqlText,
+        cohort_schema: &str,
+    ) -> Self {
+        Targets {
+            load_rows: load_rows(e, casts),
+            lock_target: lock_target(e, casts),
+            guard_lock: guard_lock(e, casts),
+            guard_held: guard_held(e, casts, held),
+            is_held: is_held(e, casts, held, cohort_schema),
+            is_held_at: is_held_at(e, casts, keys, cohort_schema),
+        }
+    }
+}
+
+fn load_rows(e: &EntityDescriptor, casts: &Casts) -> SqlText {
+    let mut s = SqlText::new("SELECT ");
+    casts.select(&mut s, &e.record_id);
+    s.push(", t.* FROM ")
+        .table(&e.table)
+        .push(" t WHERE ")
+        .append(&casts.any(&e.record_id, 1));
+    s
+}
+
+/// `SELECT key::text AS record, tenant::text AS tenant FROM table t WHERE `
+fn key_and_tenant(e: &EntityDescriptor) -> SqlText {
+    let mut s = SqlText::new("SELECT ");
+    s.col(&e.record_id).push("::text AS record, ");
+    match &e.tenant {
+        Some(t) => {
+            s.col(t).push("::text");
+        }
+        None => {
+            s.push("NULL::text");
+        }
+    }
+    s.push(" AS tenant FROM ").table(&e.table).push(" t WHERE ");
+    s
+}
+
+fn lock_target(e: &EntityDescriptor, casts: &Casts) -> SqlText {
+    let mut s = key_and_tenant(e);
+    s.col(&e.record_id).push(" = ");
+    casts.param(&mut s, &e.record_id, 1);
+    s.push(" FOR KEY SHARE");
+    s
+}
+
+fn guard_lock(e: &EntityDescriptor, casts: &Casts) -> SqlText {
+    let mut s = key_and_tenant(e);
+    s.append(&casts.any(&e.record_id, 1))
+        .push(" ORDER BY ")
+        .col(&e.record_id)
+        .push(" FOR UPDATE");
+    s
+}
+
+fn guard_held(e: &EntityDescriptor, casts: &Casts, held: &SqlText) -> SqlText {
+    let mut s = SqlText::new("SELECT ");
+    s.col(&e.record_id)
+        .push("::text AS record FROM ")
+        .table(&e.table)
+        .push(" t WHERE ")
+        .append(&casts.any(&e.record_id, 2))
+        .push(" AND ")
+        .append(held)
+        .push(" ORDER BY ")
+        .col(&e.record_id);
+    s
+}
+
+fn is_held(e: &EntityDescriptor, casts: &Casts, held: &SqlText, cohort_schema: &str) -> SqlText {
+    let mut s = SqlText::new("SELECT EXISTS (SELECT 1 FROM ");
+    s.table(&e.table)
+        .push(" t WHERE ")
+        .col(&e.record_id)
+        .push(" = ");
+    casts.param(&mut s, &e.record_id, 2);
+    s.push(" AND ")
+        .append(held)
+        .push(") OR EXISTS (SELECT 1 FROM ");
+    s.table(&CohortTable::Hold.qualified(cohort_schema))
+        .push(concat!(
+            " h WHERE h.retention_entity_id = $1 AND h.record_id = $3 AND ",
+            active_hold!("h."),
+            ")"
+        ));
+    s
+}
+
+/// The same two ways of naming the record as [`is_held`], with the hold's
+/// life compared to `$4` instead of now; and a subject hold alive at `$4`
+/// on a subject the row holds now.
+fn is_held_at(
+    e: &EntityDescriptor,
+    casts: &Casts,
+    keys: HoldKeys<'_>,
+    cohort_schema: &str,
+) -> SqlText {
+    let at = " AND h.created_at <= $4 AND (h.released_at IS NULL OR h.released_at > $4) \
+              AND (h.expires_at IS NULL OR h.expires_at > $4))";
+    let holds = CohortTable::Hold.qualified(cohort_schema);
+    let mut s = SqlText::new("SELECT EXISTS (SELECT 1 FROM ");
+    s.table(&e.table)
+        .push(" t JOIN ")
+        .table(&holds)
+        .push(" h ON h.retention_entity_id = $1 AND h.record_id = ")
+        .col(&e.record_id)
+        .push("::text WHERE ")
+        .col(&e.record_id)
+        .push(" = ");
+    casts.param(&mut s, &e.record_id, 2);
+    s.push(at)
+        .push(" OR EXISTS (SELECT 1 FROM ")
+        .table(&holds)
+        .push(" h WHERE h.retention_entity_id = $1 AND h.record_id = $3")
+        .push(at);
+    let at_subject = "h.created_at <= $4 AND (h.released_at IS NULL OR h.released_at > $4) \
+                      AND (h.expires_at IS NULL OR h.expires_at > $4)";
+    if let Some(subject) = subject_hold(e, keys, cohort_schema, at_subject) {
+        s.push(" OR EXISTS (SELECT 1 FROM ")
+            .table(&e.table)
+            .push(" t WHERE ")
+            .col(&e.record_id)
+            .push(" = ");
+        casts.param(&mut s, &e.record_id, 2);
+        s.push(" AND ").append(&subject).push(")");
+    }
+    s
+}
+
+/// Hold creation on a subject: locks every row of the entity whose given
+/// subject columns equal the subject (`FOR KEY SHARE`, which conflicts with
+/// the `FOR UPDATE` of every mutation), in the tenant when one is bound,
+/// and returns how many. `$1.. ` one value per column in its own type,
+/// then the tenant.
+pub(crate) fn lock_subject_rows(
+    e: &EntityDescriptor,
+    casts: &Casts,
+    columns: &[&str],
+    tenanted: bool,
+) -> SqlText {
+    let mut s = SqlText::new("SELECT count(*) FROM (SELECT 1 FROM ");
+    s.table(&e.table).push(" t WHERE (");
+    for (i, column) in columns.iter().enumerate() {
+        if i > 0 {
+            s.push(" OR ");
+        }
+        s.col(column).push(" = ");
+        casts.param(&mut s, column, i + 1);
+    }
+    s.push(")");
+    if tenanted {
+        s.append(&tenant_filter(e, casts, columns.len() + 1));
+    }
+    s.push(" FOR KEY SHARE OF t) locked");
+    s
+}
