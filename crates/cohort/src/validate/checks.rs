@@ -346,8 +346,19 @@ pub(crate) fn check_entity(
     known_categories: &[String],
 ) -> Vec<String> {
     let mut problems = Vec::new();
-    let t = table.name.display_plain();
+    check_relation(table, &mut problems);
+    check_columns(entity, table, &mut problems);
+    check_record_key(entity, table, capabilities, &mut problems);
+    check_keys(entity, table, tenant_candidates, &mut problems);
+    check_markers_and_anonymise(entity, table, &mut problems);
+    check_declared_types(entity, table, &mut problems);
+    check_strategies(entity, table, capabilities, known_categories, &mut problems);
+    problems
+}
 
+/// The relation: a plain or partitioned table, not a partition, in no inheritance.
+fn check_relation(table: &TableInfo, problems: &mut Vec<String>) {
+    let t = table.name.display_plain();
     match table.relkind.as_str() {
         "r" | "p" => {}
         "v" | "m" => problems.push(format!("{t} is a view; Cohort retains rows of tables only")),
@@ -362,7 +373,11 @@ pub(crate) fn check_entity(
             "{t} takes part in table inheritance; Cohort mutates one independently owned table per entity and rejects inheritance hierarchies"
         ));
     }
+}
 
+/// Every column the entity uses exists, and its times are `timestamptz`.
+fn check_columns(entity: &EntityDescriptor, table: &TableInfo, problems: &mut Vec<String>) {
+    let t = table.name.display_plain();
     // Every column the entity uses must exist.
     let mut roles: Vec<(String, &str)> = vec![("anchor".into(), entity.anchor.as_str())];
     for m in Marker::ALL {
@@ -402,7 +417,16 @@ pub(crate) fn check_entity(
             )),
         }
     }
+}
 
+/// The record key: one column, unique on its own.
+fn check_record_key(
+    entity: &EntityDescriptor,
+    table: &TableInfo,
+    capabilities: Option<&CategoryCapabilities>,
+    problems: &mut Vec<String>,
+) {
+    let t = table.name.display_plain();
     // The record key: one column, unique on its own. On a partitioned
     // table PostgreSQL only allows unique indexes that include the
     // partition key, so for partition purge of a purge-only category
@@ -482,6 +506,16 @@ pub(crate) fn check_entity(
             ));
         }
     }
+}
+
+/// Key-like columns compare the way Cohort identifies values; the tenant column, or none that reads as one.
+fn check_keys(
+    entity: &EntityDescriptor,
+    table: &TableInfo,
+    tenant_candidates: &[&str],
+    problems: &mut Vec<String>,
+) {
+    let t = table.name.display_plain();
     // Key-like columns must compare the way Cohort identifies their values.
     let key_like = std::iter::once(("record key", Some(entity.record_id.as_str())))
         .chain(std::iter::once(("tenant", entity.tenant.as_deref())))
@@ -546,6 +580,14 @@ pub(crate) fn check_entity(
             ));
         }
     }
+}
+
+/// The soft-delete flag, subject columns, markers and anonymised columns.
+fn check_markers_and_anonymise(
+    entity: &EntityDescriptor,
+    table: &TableInfo,
+    problems: &mut Vec<String>,
+) {
     if let Some(col) = entity.soft_delete.as_deref().and_then(|c| table.column(c)) {
         if col.type_name != "bool" {
             problems.push(format!(
@@ -667,7 +709,10 @@ pub(crate) fn check_entity(
             _ => {}
         }
     }
+}
 
+/// Declared Rust types fit the columns Cohort uses.
+fn check_declared_types(entity: &EntityDescriptor, table: &TableInfo, problems: &mut Vec<String>) {
     // Declared Rust types must fit the columns Cohort uses.
     for column in entity.used_columns() {
         let (Some(rust), Some(col)) = (entity.rust_type_of(column), table.column(column)) else {
@@ -682,7 +727,16 @@ pub(crate) fn check_entity(
             }
         }
     }
+}
 
+/// Every strategy the category may return is supported by the entity.
+fn check_strategies(
+    entity: &EntityDescriptor,
+    table: &TableInfo,
+    capabilities: Option<&CategoryCapabilities>,
+    known_categories: &[String],
+    problems: &mut Vec<String>,
+) {
     // Strategy requirements, for every strategy the category may return.
     match capabilities {
         None => {
@@ -741,7 +795,6 @@ pub(crate) fn check_entity(
             }
         }
     }
-    problems
 }
 
 /// Problems that span entities: duplicate ids, shared tables, cascades.

@@ -323,270 +323,18 @@ pub(crate) async fn validate(
     if let Err(Error::Config(config_problems)) = config.validate() {
         problems.extend(config_problems.prefixed("configuration").0);
     }
-
-    let server = catalog::server_info(conn).await.map_err(|e| {
-        Error::Validation(Problems(vec![Problem::global(format!(
-            "could not read the server version ({e}); Cohort needs PostgreSQL 13 or newer"
-        ))]))
-    })?;
-    let server_problems = checks::check_server(&server);
-    if !server_problems.is_empty() {
-        // Nothing else can be trusted on an unsupported server.
-        problems.extend(server_problems);
-        return Err(Error::Validation(Problems(problems)));
-    }
-
-    let mut cohort_tables = Vec::new();
-    for table in CohortTable::ALL {
-        cohort_tables.push((
-            table,
-            catalog::load_table(conn, &table.qualified(&config.schema)).await?,
-        ));
-    }
-    let schema_problems = checks::check_cohort_schema(&config.schema, &cohort_tables);
-    if schema_problems.is_empty() {
-        let trigger = catalog::hold_stamp_trigger(conn, &config.schema).await?;
-        problems.extend(checks::check_hold_stamp_trigger(
-            &config.schema,
-            trigger.as_ref(),
-        ));
-    }
-    problems.extend(schema_problems);
-
-    let conventions = &config.conventions;
-    let tenant_candidates: Vec<&str> = conventions
-        .get(Marker::Tenant)
-        .into_iter()
-        .chain(std::iter::once(Marker::Tenant.default_column()))
-        .collect();
-
-    let mut entities = Vec::new();
-    let mut exempt = Vec::new();
-    let mut tables: Vec<catalog::TableInfo> = Vec::new();
-    let mut ids: BTreeMap<uuid::Uuid, &str> = BTreeMap::new();
-    let mut capabilities = BTreeMap::new();
-    let mut exempt_tables: Vec<(String, QualifiedName)> = Vec::new();
-
-    for decl in declarations {
-        if let Ok(id) = parse_entity_id(decl.raw_id()) {
-            if let Some(first) = ids.insert(id, decl.name()) {
-                problems.push(Problem::entity(
-                    decl.name(),
-                    format!("retained-entity id {id} is also used by {first}; ids must be unique"),
-                ));
-            }
-        }
-        if decl.is_exempt() {
-            if let Ok(t) = declared_table(decl, config.table_schema()) {
-                exempt_tables.push((decl.name().to_owned(), t));
-            }
-            match resolve(decl, conventions, config.table_schema(), &[]) {
-                Ok(Resolved::Exempt(e)) => exempt.push(e),
-                Ok(Resolved::Retained(_)) => unreachable!("exempt declarations resolve as exempt"),
-                Err(ps) => problems.extend(ps.into_iter().map(|p| Problem::entity(decl.name(), p))),
-            }
-            continue;
-        }
-        let table_name = match declared_table(decl, config.table_schema()) {
-            Ok(t) => t,
-            Err(e) => {
-                problems.push(Problem::entity(decl.name(), e));
-                continue;
-            }
-        };
-        // Since the default table schema became `public`, an unqualified name
-        // that also exists in Cohort's own schema would silently change
-        // tables on upgrade: refuse the ambiguity.
-        let text = decl
-            .table
-            .clone()
-            .unwrap_or_else(|| heck::ToSnakeCase::to_snake_case(decl.name()));
-        let unqualified = decl.schema.is_none()
-            && config.default_table_schema.is_none()
-            && config.schema != "public"
-            && !text.is_empty()
-            && QualifiedName::parse(&text, "public").ok()
-                != QualifiedName::parse(&text, &config.schema).ok();
-        if unqualified {
-            let in_cohort_schema =
-                QualifiedName::new(config.schema.clone(), table_name.name.clone());
-            if catalog::load_table(conn, &in_cohort_schema)
-                .await?
-                .is_some()
-            {
-                problems.push(Problem::entity(
-                    decl.name(),
-                    format!(
-                        "table {:?} names no schema: it resolves to {} (the default table schema), but {} exists too (earlier versions resolved it there); qualify the table or set default_table_schema",
-                        text,
-                        table_name.display_plain(),
-                        in_cohort_schema.display_plain()
-                    ),
-                ));
-            }
-        }
-        if CohortTable::ALL.iter().any(|t| t.name() == table_name.name)
-            && (table_name.schema == config.schema
-                || catalog::is_cohort_schema(conn, &table_name.schema).await?)
-        {
-            problems.push(Problem::entity(
-                decl.name(),
-                format!(
-                    "{} is one of Cohort's own ledger tables; it cannot be a retained entity (purging it would drop holds and audit)",
-                    table_name.display_plain()
-                ),
-            ));
-            continue;
-        }
-        let Some(table) = catalog::load_table(conn, &table_name).await? else {
-            let hint = catalog::did_you_mean_table(conn, &table_name).await?;
-            problems.push(Problem::entity(
-                decl.name(),
-                format!("table {} does not exist{hint}", table_name.display_plain()),
-            ));
-            if let Err(e) = parse_entity_id(decl.raw_id()) {
-                problems.push(Problem::entity(decl.name(), e));
-            }
-            continue;
-        };
-        let available: Vec<String> = table.columns.iter().map(|c| c.name.clone()).collect();
-        let mut descriptor = match resolve(decl, conventions, config.table_schema(), &available) {
-            Ok(Resolved::Retained(d)) => *d,
-            Ok(Resolved::Exempt(_)) => unreachable!("non-exempt declarations resolve as retained"),
-            Err(ps) => {
-                problems.extend(ps.into_iter().map(|p| Problem::entity(decl.name(), p)));
-                continue;
-            }
-        };
-        let caps = rules.capabilities(&descriptor.category);
-        let known = if caps.is_none() {
-            rules.known_categories()
-        } else {
-            Vec::new()
-        };
-        problems.extend(
-            checks::check_entity(
-                &descriptor,
-                &table,
-                caps.as_ref(),
-                &tenant_candidates,
-                &known,
-            )
-            .into_iter()
-            .map(|p| Problem::entity(&descriptor.name, p)),
-        );
-        let archive_table = match &mut descriptor.archive {
-            Some(a) => {
-                if a.columns.is_empty() {
-                    a.columns = available.clone();
-                }
-                if CohortTable::ALL.iter().any(|t| t.name() == a.table.name)
-                    && (a.table.schema == config.schema
-                        || catalog::is_cohort_schema(conn, &a.table.schema).await?)
-                {
-                    problems.push(Problem::entity(
-                        decl.name(),
-                        format!(
-                            "archive table {} is one of Cohort's own ledger tables",
-                            a.table.display_plain()
-                        ),
-                    ));
-                    None
-                } else {
-                    catalog::load_table(conn, &a.table).await?
-                }
-            }
-            None => None,
-        };
-        let hooks = match &archive_table {
-            Some(t) => catalog::insert_hooks(conn, t.oid).await?,
-            None => Vec::new(),
-        };
-        problems.extend(
-            archive::check(
-                &descriptor,
-                &table,
-                archive_table.as_ref(),
-                &hooks,
-                caps.as_ref(),
-            )
-            .into_iter()
-            .map(|p| Problem::entity(&descriptor.name, p)),
-        );
-        if descriptor.partitions == crate::model::Partitions::Drop {
-            let partitioning = partitions::load(conn, table.oid).await?;
-            problems.extend(
-                partitions::check(&descriptor, &table, partitioning.as_ref(), caps.as_ref())
-                    .into_iter()
-                    .map(|p| Problem::entity(&descriptor.name, p)),
-            );
-        }
-        if let Some(c) = caps {
-            capabilities.insert(descriptor.id, c);
-        }
-        entities.push(descriptor);
-        tables.push(table);
-    }
-
-    let joined: Vec<_> = entities
-        .iter()
-        .zip(&tables)
-        .map(|(e, t)| (e, t, capabilities.get(&e.id)))
-        .collect();
-    problems.extend(checks::check_across(&joined));
-    problems.extend(archive::check_pairs(&entities));
-
-    // Everything a purge would set off through foreign keys, to the end.
-    let mut purgeable = Vec::new();
-    for (e, t, caps) in &joined {
-        if caps.is_some_and(|c| c.iter().any(|s| s.deletes())) {
-            purgeable.push((*e, catalog::cascade_edges(conn, t.oid).await?));
-        }
-    }
-    let kept_tables: Vec<(&str, &QualifiedName)> = entities
-        .iter()
-        .map(|e| (e.name.as_str(), &e.table))
-        .chain(exempt_tables.iter().map(|(n, t)| (n.as_str(), t)))
-        .collect();
-    problems.extend(checks::check_cascades(&purgeable, &kept_tables));
-
-    // One tenant identity: every tenant column gives a spelling one meaning.
-    let tenant_types: Vec<(&str, KeyType, &str)> = entities
-        .iter()
-        .zip(&tables)
-        .filter_map(|(e, t)| {
-            let col = t.column(e.tenant.as_deref()?)?;
-            Some((
-                e.name.as_str(),
-                KeyType::from_type_name(&col.type_name)?,
-                col.display_type.as_str(),
-            ))
-        })
-        .collect();
-    let tenant_key = tenant_types.first().map(|(_, k, _)| *k);
-    if tenant_types
-        .iter()
-        .any(|(_, k, _)| !k.same_identity(tenant_key.expect("non-empty")))
-    {
-        problems.push(Problem::global(format!(
-            "tenant columns disagree on type ({}), so one tenant id could mean different tenants in different tables; give every tenant column the same type",
-            tenant_types
-                .iter()
-                .map(|(n, _, d)| format!("{n}: {d}"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        )));
-    }
-    if let Some(key) = tenant_key {
-        for (category, tenant) in rules.named_tenants() {
-            if key.canonical_text(&tenant).is_none() {
-                problems.push(Problem::global(format!(
-                    "category {category:?} has an override for tenant {tenant:?}, which is not a valid {} tenant id; it would never match",
-                    tenant_types[0].2
-                )));
-            }
-        }
-    }
+    let server = check_server_and_schema(conn, config, &mut problems).await?;
+    let Declared {
+        entities,
+        tables,
+        exempt,
+        exempt_tables,
+        capabilities,
+    } = resolve_declarations(conn, config, declarations, rules, &mut problems).await?;
+    problems.extend(
+        check_across_entities(conn, &entities, &tables, &capabilities, &exempt_tables).await?,
+    );
+    let tenant_key = tenant_identity(&entities, &tables, rules, &mut problems);
 
     // The hash key is a secret only what changes rows needs: sweeps and
     // erasures refuse to start without it (`hash_key_missing`), and so do
@@ -623,6 +371,397 @@ pub(crate) async fn validate(
     if !problems.is_empty() {
         return Err(Error::Validation(Problems(problems)));
     }
+    let mut warnings = advice(config, &entities, &tables, &capabilities, &unkeyed);
+    let kept_by = kept_by_references(&entities, &tables, &exempt_tables, may_purge, &mut warnings);
+    let facts = table_facts(&entities, &tables, kept_by);
+    Ok(ValidatedModel {
+        tenant_key,
+        order,
+        facts,
+        entities,
+        exempt,
+        capabilities,
+        warnings,
+        server_version_num: server.version_num,
+    })
+}
+
+/// The server and Cohort's own tables: an unsupported server ends
+/// validation at once (nothing else can be trusted there); problems with
+/// Cohort's tables and the hold stamp trigger are added to `problems`.
+async fn check_server_and_schema(
+    conn: &mut PgConnection,
+    config: &CohortConfig,
+    problems: &mut Vec<Problem>,
+) -> Result<catalog::ServerInfo> {
+    let server = catalog::server_info(conn).await.map_err(|e| {
+        Error::Validation(Problems(vec![Problem::global(format!(
+            "could not read the server version ({e}); Cohort needs PostgreSQL 13 or newer"
+        ))]))
+    })?;
+    let server_problems = checks::check_server(&server);
+    if !server_problems.is_empty() {
+        // Nothing else can be trusted on an unsupported server.
+        problems.extend(server_problems);
+        return Err(Error::Validation(Problems(std::mem::take(problems))));
+    }
+
+    let mut cohort_tables = Vec::new();
+    for table in CohortTable::ALL {
+        cohort_tables.push((
+            table,
+            catalog::load_table(conn, &table.qualified(&config.schema)).await?,
+        ));
+    }
+    let schema_problems = checks::check_cohort_schema(&config.schema, &cohort_tables);
+    if schema_problems.is_empty() {
+        let trigger = catalog::hold_stamp_trigger(conn, &config.schema).await?;
+        problems.extend(checks::check_hold_stamp_trigger(
+            &config.schema,
+            trigger.as_ref(),
+        ));
+    }
+    problems.extend(schema_problems);
+
+    Ok(server)
+}
+
+/// The declarations, resolved against their tables.
+struct Declared {
+    entities: Vec<EntityDescriptor>,
+    /// Each retained entity's table, in `entities`' order.
+    tables: Vec<catalog::TableInfo>,
+    exempt: Vec<crate::model::ExemptEntity>,
+    /// The tables of exempt declarations, by display name.
+    exempt_tables: Vec<(String, QualifiedName)>,
+    capabilities: BTreeMap<uuid::Uuid, CategoryCapabilities>,
+}
+
+/// Resolves every declaration (ids unique, exempt ones documented,
+/// retained ones checked against their table), adding what is wrong to
+/// `problems`.
+async fn resolve_declarations(
+    conn: &mut PgConnection,
+    config: &CohortConfig,
+    declarations: &[EntityDeclaration],
+    rules: &dyn RuleProvider,
+    problems: &mut Vec<Problem>,
+) -> Result<Declared> {
+    let conventions = &config.conventions;
+    let tenant_candidates: Vec<&str> = conventions
+        .get(Marker::Tenant)
+        .into_iter()
+        .chain(std::iter::once(Marker::Tenant.default_column()))
+        .collect();
+
+    let mut entities = Vec::new();
+    let mut exempt = Vec::new();
+    let mut tables: Vec<catalog::TableInfo> = Vec::new();
+    let mut ids: BTreeMap<uuid::Uuid, &str> = BTreeMap::new();
+    let mut capabilities = BTreeMap::new();
+    let mut exempt_tables: Vec<(String, QualifiedName)> = Vec::new();
+
+    for decl in declarations {
+        if let Ok(id) = parse_entity_id(decl.raw_id()) {
+            if let Some(first) = ids.insert(id, decl.name()) {
+                problems.push(Problem::entity(
+                    decl.name(),
+                    format!("retained-entity id {id} is also used by {first}; ids must be unique"),
+                ));
+            }
+        }
+        if decl.is_exempt() {
+            if let Ok(t) = declared_table(decl, config.table_schema()) {
+                exempt_tables.push((decl.name().to_owned(), t));
+            }
+            match resolve(decl, conventions, config.table_schema(), &[]) {
+                Ok(Resolved::Exempt(e)) => exempt.push(e),
+                Ok(Resolved::Retained(_)) => unreachable!("exempt declarations resolve as exempt"),
+                Err(ps) => problems.extend(ps.into_iter().map(|p| Problem::entity(decl.name(), p))),
+            }
+            continue;
+        }
+        if let Some((descriptor, table, caps)) =
+            resolve_retained(conn, config, decl, rules, &tenant_candidates, problems).await?
+        {
+            if let Some(c) = caps {
+                capabilities.insert(descriptor.id, c);
+            }
+            entities.push(descriptor);
+            tables.push(table);
+        }
+    }
+    Ok(Declared {
+        entities,
+        tables,
+        exempt,
+        exempt_tables,
+        capabilities,
+    })
+}
+
+/// One retained declaration against its table (`None` when it cannot be
+/// checked further: its problems are in `problems`).
+async fn resolve_retained(
+    conn: &mut PgConnection,
+    config: &CohortConfig,
+    decl: &EntityDeclaration,
+    rules: &dyn RuleProvider,
+    tenant_candidates: &[&str],
+    problems: &mut Vec<Problem>,
+) -> Result<
+    Option<(
+        EntityDescriptor,
+        catalog::TableInfo,
+        Option<CategoryCapabilities>,
+    )>,
+> {
+    let conventions = &config.conventions;
+    let table_name = match declared_table(decl, config.table_schema()) {
+        Ok(t) => t,
+        Err(e) => {
+            problems.push(Problem::entity(decl.name(), e));
+            return Ok(None);
+        }
+    };
+    // Since the default table schema became `public`, an unqualified name
+    // that also exists in Cohort's own schema would silently change
+    // tables on upgrade: refuse the ambiguity.
+    let text = decl
+        .table
+        .clone()
+        .unwrap_or_else(|| heck::ToSnakeCase::to_snake_case(decl.name()));
+    let unqualified = decl.schema.is_none()
+        && config.default_table_schema.is_none()
+        && config.schema != "public"
+        && !text.is_empty()
+        && QualifiedName::parse(&text, "public").ok()
+            != QualifiedName::parse(&text, &config.schema).ok();
+    if unqualified {
+        let in_cohort_schema = QualifiedName::new(config.schema.clone(), table_name.name.clone());
+        if catalog::load_table(conn, &in_cohort_schema)
+            .await?
+            .is_some()
+        {
+            problems.push(Problem::entity(
+                decl.name(),
+                format!(
+                    "table {:?} names no schema: it resolves to {} (the default table schema), but {} exists too (earlier versions resolved it there); qualify the table or set default_table_schema",
+                    text,
+                    table_name.display_plain(),
+                    in_cohort_schema.display_plain()
+                ),
+            ));
+        }
+    }
+    if CohortTable::ALL.iter().any(|t| t.name() == table_name.name)
+        && (table_name.schema == config.schema
+            || catalog::is_cohort_schema(conn, &table_name.schema).await?)
+    {
+        problems.push(Problem::entity(
+            decl.name(),
+            format!(
+                "{} is one of Cohort's own ledger tables; it cannot be a retained entity (purging it would drop holds and audit)",
+                table_name.display_plain()
+            ),
+        ));
+        return Ok(None);
+    }
+    let Some(table) = catalog::load_table(conn, &table_name).await? else {
+        let hint = catalog::did_you_mean_table(conn, &table_name).await?;
+        problems.push(Problem::entity(
+            decl.name(),
+            format!("table {} does not exist{hint}", table_name.display_plain()),
+        ));
+        if let Err(e) = parse_entity_id(decl.raw_id()) {
+            problems.push(Problem::entity(decl.name(), e));
+        }
+        return Ok(None);
+    };
+    let available: Vec<String> = table.columns.iter().map(|c| c.name.clone()).collect();
+    let mut descriptor = match resolve(decl, conventions, config.table_schema(), &available) {
+        Ok(Resolved::Retained(d)) => *d,
+        Ok(Resolved::Exempt(_)) => unreachable!("non-exempt declarations resolve as retained"),
+        Err(ps) => {
+            problems.extend(ps.into_iter().map(|p| Problem::entity(decl.name(), p)));
+            return Ok(None);
+        }
+    };
+    let caps = rules.capabilities(&descriptor.category);
+    let known = if caps.is_none() {
+        rules.known_categories()
+    } else {
+        Vec::new()
+    };
+    problems.extend(
+        checks::check_entity(
+            &descriptor,
+            &table,
+            caps.as_ref(),
+            tenant_candidates,
+            &known,
+        )
+        .into_iter()
+        .map(|p| Problem::entity(&descriptor.name, p)),
+    );
+    check_archive_and_partitions(
+        conn,
+        config,
+        &mut descriptor,
+        &table,
+        caps.as_ref(),
+        problems,
+    )
+    .await?;
+    Ok(Some((descriptor, table, caps)))
+}
+
+/// The entity's archive table (its columns default to every column of
+/// the source) and its partitions, when it drops them.
+async fn check_archive_and_partitions(
+    conn: &mut PgConnection,
+    config: &CohortConfig,
+    descriptor: &mut EntityDescriptor,
+    table: &catalog::TableInfo,
+    caps: Option<&CategoryCapabilities>,
+    problems: &mut Vec<Problem>,
+) -> Result<()> {
+    let archive_table = match &mut descriptor.archive {
+        Some(a) => {
+            if a.columns.is_empty() {
+                a.columns = table.columns.iter().map(|c| c.name.clone()).collect();
+            }
+            if CohortTable::ALL.iter().any(|t| t.name() == a.table.name)
+                && (a.table.schema == config.schema
+                    || catalog::is_cohort_schema(conn, &a.table.schema).await?)
+            {
+                problems.push(Problem::entity(
+                    &descriptor.name,
+                    format!(
+                        "archive table {} is one of Cohort's own ledger tables",
+                        a.table.display_plain()
+                    ),
+                ));
+                None
+            } else {
+                catalog::load_table(conn, &a.table).await?
+            }
+        }
+        None => None,
+    };
+    let hooks = match &archive_table {
+        Some(t) => catalog::insert_hooks(conn, t.oid).await?,
+        None => Vec::new(),
+    };
+    problems.extend(
+        archive::check(descriptor, table, archive_table.as_ref(), &hooks, caps)
+            .into_iter()
+            .map(|p| Problem::entity(&descriptor.name, p)),
+    );
+    if descriptor.partitions == crate::model::Partitions::Drop {
+        let partitioning = partitions::load(conn, table.oid).await?;
+        problems.extend(
+            partitions::check(descriptor, table, partitioning.as_ref(), caps)
+                .into_iter()
+                .map(|p| Problem::entity(&descriptor.name, p)),
+        );
+    }
+    Ok(())
+}
+
+/// What the entities set off together: checks across them, archive
+/// pairs, and everything a purge would set off through foreign keys.
+async fn check_across_entities(
+    conn: &mut PgConnection,
+    entities: &[EntityDescriptor],
+    tables: &[catalog::TableInfo],
+    capabilities: &BTreeMap<uuid::Uuid, CategoryCapabilities>,
+    exempt_tables: &[(String, QualifiedName)],
+) -> Result<Vec<Problem>> {
+    let mut problems = Vec::new();
+    let joined: Vec<_> = entities
+        .iter()
+        .zip(tables)
+        .map(|(e, t)| (e, t, capabilities.get(&e.id)))
+        .collect();
+    problems.extend(checks::check_across(&joined));
+    problems.extend(archive::check_pairs(entities));
+
+    // Everything a purge would set off through foreign keys, to the end.
+    let mut purgeable = Vec::new();
+    for (e, t, caps) in &joined {
+        if caps.is_some_and(|c| c.iter().any(|s| s.deletes())) {
+            purgeable.push((*e, catalog::cascade_edges(conn, t.oid).await?));
+        }
+    }
+    let kept_tables: Vec<(&str, &QualifiedName)> = entities
+        .iter()
+        .map(|e| (e.name.as_str(), &e.table))
+        .chain(exempt_tables.iter().map(|(n, t)| (n.as_str(), t)))
+        .collect();
+    problems.extend(checks::check_cascades(&purgeable, &kept_tables));
+
+    Ok(problems)
+}
+
+/// One tenant identity: every tenant column gives a spelling one meaning,
+/// and every tenant a rule names is a valid id of it. Returns the tenant
+/// key type (`None`: no entity has a tenant).
+fn tenant_identity(
+    entities: &[EntityDescriptor],
+    tables: &[catalog::TableInfo],
+    rules: &dyn RuleProvider,
+    problems: &mut Vec<Problem>,
+) -> Option<KeyType> {
+    let tenant_types: Vec<(&str, KeyType, &str)> = entities
+        .iter()
+        .zip(tables)
+        .filter_map(|(e, t)| {
+            let col = t.column(e.tenant.as_deref()?)?;
+            Some((
+                e.name.as_str(),
+                KeyType::from_type_name(&col.type_name)?,
+                col.display_type.as_str(),
+            ))
+        })
+        .collect();
+    let tenant_key = tenant_types.first().map(|(_, k, _)| *k);
+    if tenant_types
+        .iter()
+        .any(|(_, k, _)| !k.same_identity(tenant_key.expect("non-empty")))
+    {
+        problems.push(Problem::global(format!(
+            "tenant columns disagree on type ({}), so one tenant id could mean different tenants in different tables; give every tenant column the same type",
+            tenant_types
+                .iter()
+                .map(|(n, _, d)| format!("{n}: {d}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )));
+    }
+    if let Some(key) = tenant_key {
+        for (category, tenant) in rules.named_tenants() {
+            if key.canonical_text(&tenant).is_none() {
+                problems.push(Problem::global(format!(
+                    "category {category:?} has an override for tenant {tenant:?}, which is not a valid {} tenant id; it would never match",
+                    tenant_types[0].2
+                )));
+            }
+        }
+    }
+
+    tenant_key
+}
+
+/// The advice of a valid model: settings without effect, a missing hash
+/// key, and the indexes sweeps need.
+fn advice(
+    config: &CohortConfig,
+    entities: &[EntityDescriptor],
+    tables: &[catalog::TableInfo],
+    capabilities: &BTreeMap<uuid::Uuid, CategoryCapabilities>,
+    unkeyed: &[String],
+) -> Vec<String> {
     let mut warnings: Vec<String> = config.settings_without_effect();
     if !unkeyed.is_empty() {
         warnings.push(format!(
@@ -643,7 +782,7 @@ pub(crate) async fn validate(
     warnings.extend(
         entities
             .iter()
-            .zip(&tables)
+            .zip(tables)
             .filter_map(|(e, t)| {
                 let c = capabilities.get(&e.id)?;
                 if !c.iter().any(|s| s.mutates()) {
@@ -657,11 +796,11 @@ pub(crate) async fn validate(
     warnings.extend(
         entities
             .iter()
-            .zip(&tables)
+            .zip(tables)
             .flat_map(|(e, t)| checks::subject_index_advice(e, t)),
     );
     // A stage measured from a marker finds its rows by that marker.
-    for (e, t) in entities.iter().zip(&tables) {
+    for (e, t) in entities.iter().zip(tables) {
         // Each marker, with the strategies of the stages that read by it.
         let mut markers: BTreeMap<&str, Vec<crate::rules::Strategy>> = BTreeMap::new();
         for (stage, previous) in capabilities
@@ -681,7 +820,7 @@ pub(crate) async fn validate(
     }
     // Soft deletes and anonymisations leave their rows where sweeps look:
     // by the anchor, or by the marker of the stage they follow.
-    for (e, t) in entities.iter().zip(&tables) {
+    for (e, t) in entities.iter().zip(tables) {
         let Some(c) = capabilities.get(&e.id) else {
             continue;
         };
@@ -702,7 +841,19 @@ pub(crate) async fn validate(
             }
         }
     }
-    // Rows referenced from tables Cohort never empties are kept for good.
+    warnings
+}
+
+/// Rows referenced from tables Cohort never empties are kept for good:
+/// the advice naming each such key (added to `warnings`), and by entity
+/// the referencing tables a run's note names.
+fn kept_by_references(
+    entities: &[EntityDescriptor],
+    tables: &[catalog::TableInfo],
+    exempt_tables: &[(String, QualifiedName)],
+    may_purge: impl Fn(&EntityDescriptor) -> bool,
+    warnings: &mut Vec<String>,
+) -> BTreeMap<uuid::Uuid, Vec<String>> {
     let retained: Vec<(&str, &QualifiedName, bool)> = entities
         .iter()
         .map(|e| (e.name.as_str(), &e.table, may_purge(e)))
@@ -710,7 +861,7 @@ pub(crate) async fn validate(
     let exempt_named: Vec<(&str, &QualifiedName)> =
         exempt_tables.iter().map(|(n, t)| (n.as_str(), t)).collect();
     let mut kept_by: BTreeMap<uuid::Uuid, Vec<String>> = BTreeMap::new();
-    for (e, t) in entities.iter().zip(&tables) {
+    for (e, t) in entities.iter().zip(tables) {
         if !may_purge(e) {
             continue;
         }
@@ -724,9 +875,18 @@ pub(crate) async fn validate(
         warnings.extend(found.warnings);
         kept_by.insert(e.id, found.tables);
     }
-    let facts = entities
+    kept_by
+}
+
+/// What the plans and runs need to know of each entity's table.
+fn table_facts(
+    entities: &[EntityDescriptor],
+    tables: &[catalog::TableInfo],
+    mut kept_by: BTreeMap<uuid::Uuid, Vec<String>>,
+) -> BTreeMap<uuid::Uuid, TableFacts> {
+    entities
         .iter()
-        .zip(&tables)
+        .zip(tables)
         .map(|(e, t)| {
             let key = |c: &str| {
                 t.column(c)
@@ -783,17 +943,7 @@ pub(crate) async fn validate(
             };
             (e.id, facts)
         })
-        .collect();
-    Ok(ValidatedModel {
-        tenant_key,
-        order,
-        facts,
-        entities,
-        exempt,
-        capabilities,
-        warnings,
-        server_version_num: server.version_num,
-    })
+        .collect()
 }
 
 /// Whether an entity anonymises a column with the keyed `hash` method.
