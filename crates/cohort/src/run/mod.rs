@@ -12,6 +12,7 @@ pub(crate) mod executor;
 pub(crate) mod lanes;
 pub(crate) mod partitions;
 pub(crate) mod passes;
+pub(crate) mod recorder;
 pub(crate) mod resolve;
 pub(crate) mod sizing;
 pub(crate) mod status;
