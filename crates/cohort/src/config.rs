@@ -28,7 +28,7 @@ pub const MAX_SWEEP_BATCH_SIZE: u32 = 100_000;
 /// [`AUTO_BATCH_MIN`]..=[`AUTO_BATCH_MAX`] (at most
 /// [`AUTO_BATCH_MAX_LOADED`] when the batch's rows are read into the
 /// process, for row handlers or values computed in Rust). The size each
-/// entity ended on is recorded in the ledger (`sweep_run_entity.batch_size`,
+/// entity ended on is recorded in the ledger (`sweep_run_entity_summary.batch_size`,
 /// [`EntityOutcome::batch_size`](crate::EntityOutcome::batch_size)).
 /// Erasures and the other uses of the batch size take the first size.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -57,6 +57,24 @@ impl Lane<'static> {
     };
 }
 
+/// Where the previous batch's candidates ended, in (anchor, key) order
+/// (a sweep's) or key order (an erasure's: no anchor).
+type Cursor = Option<(Option<DateTime<Utc>>, KeyValue)>;
+
+/// What stays the same for every batch of one entity's loop.
+struct Loop<'l, 'w> {
+    ctx: &'l RunCtx<'l>,
+    work: &'l Work<'w>,
+    lane: &'l Lane<'l>,
+    plan: &'l crate::sql::EntityPlan,
+    strategy: Strategy,
+    key_type: crate::sql::KeyType,
+    handlers: Option<&'l Vec<crate::handlers::Registered>>,
+    /// Handler work needs a detail row per mutated row to hang from;
+    /// without either, only the count comes back.
+    wants_ids: bool,
+}
+
 /// Runs the batches of one entity (or of one key range of it); rows set
 /// aside by a failing `on_before` are counted in `out.skipped` as their
 /// batch commits.
@@ -69,26 +87,30 @@ pub(super) async fn batches(
     lane: &Lane<'_>,
 ) -> std::result::Result<Progress, Stop> {
     let e = work.entity;
-    let plan = &ctx.ready.plans[&e.id];
-    let strategy = work.rule.strategy();
-    let key_type = ctx.ready.model.facts[&e.id].record;
-    let cancel = &ctx.spec.cancel;
     let handlers = ctx.cx.handlers.get(&e.id).filter(|h| !h.is_empty());
-    // Where the previous batch's candidates ended, in (anchor, key) order
-    // (a sweep's) or key order (an erasure's): each batch continues after
-    // it, so no batch walks again past the rows earlier ones finished
-    // (anonymised or flagged rows stay in the anchor index range). Rows
-    // passed over (locked by a concurrent sweep, held when re-checked, or
-    // set aside by a failing `on_before`) are left to that sweep or the
-    // next run: nothing about them is carried from batch to batch.
-    // A key range starts after the previous range's last row.
-    let mut cursor: Option<(Option<DateTime<Utc>>, KeyValue)> =
-        lane.after.clone().map(|(anchor, key)| (Some(anchor), key));
+    let l = Loop {
+        ctx,
+        work,
+        lane,
+        plan: &ctx.ready.plans[&e.id],
+        strategy: work.rule.strategy(),
+        key_type: ctx.ready.model.facts[&e.id].record,
+        handlers,
+        wants_ids: work.rule.audit() == AuditDetail::PerRow || handlers.is_some(),
+    };
+    // Each batch continues after the previous one's last row, so no batch
+    // walks again past the rows earlier ones finished (anonymised or
+    // flagged rows stay in the anchor index range). Rows passed over
+    // (locked by a concurrent sweep, held when re-checked, or set aside by
+    // a failing `on_before`) are left to that sweep or the next run:
+    // nothing about them is carried from batch to batch. A key range
+    // starts after the previous range's last row.
+    let mut cursor: Cursor = lane.after.clone().map(|(anchor, key)| (Some(anchor), key));
     // `"auto"`: each batch's limit from the time of the ones before,
     // smaller when the rows are read into the process.
     let mut sizer = work.auto_batch.then(|| {
         Sizer::new(
-            if handlers.is_some() || plan.values.computes_per_row(strategy) {
+            if handlers.is_some() || l.plan.values.computes_per_row(l.strategy) {
                 AUTO_BATCH_MAX_LOADED
             } else {
                 AUTO_BATCH_MAX
@@ -96,336 +118,545 @@ pub(super) async fn batches(
         )
     });
     loop {
-        if cancel.is_cancelled() {
+        if ctx.spec.cancel.is_cancelled() {
             return Err(Stop::Cancelled);
         }
         if lane.halt.is_some_and(|h| h.load(Ordering::SeqCst)) {
             // Another range failed; the entity reports its failure.
             return Ok(Progress::Stalled);
         }
-        let batch_clock = std::time::Instant::now();
-        // Open for the whole batch (its lifetime is the batch's), never
-        // entered across an await: events name it as their parent.
-        let batch_span = tracing::debug_span!("cohort.batch", rows = tracing::field::Empty);
-        let mut tx = sqlx::Connection::begin_with(&mut *conn, crate::sql::BATCH_BEGIN)
-            .await
-            .map_err(stop_from)?;
-        let sized;
-        let lock_args: &[Arg] = match &sizer {
-            Some(sizer) => {
-                sized = with_limit(&work.lock_args, i64::from(sizer.limit()));
-                &sized
-            }
-            None => &work.lock_args,
+        let lock_args = match &sizer {
+            Some(sizer) => with_limit(&work.lock_args, i64::from(sizer.limit())),
+            None => work.lock_args.clone(),
         };
-        let limit = limit_of(lock_args).and_then(|n| u32::try_from(n).ok());
-        // Handler work needs a detail row per mutated row to hang from;
-        // without either, only the count comes back.
-        let wants_ids = work.rule.audit() == AuditDetail::PerRow || handlers.is_some();
-        // One statement locks and changes the batch when nothing is read
-        // into the process (see `sql::fused`).
-        let fused = work
-            .statements
-            .fused
-            .as_ref()
-            .filter(|_| handlers.is_none());
-        let locked = if let Some(fused) = fused {
-            let forms = if wants_ids {
-                &fused.audited
-            } else {
-                &fused.count
-            };
-            let sql = forms.pick(cursor.is_some(), lane.until.is_some());
-            let mut q = bind_all(sqlx::query(sql.sql()).bind(e.id), lock_args);
-            q = bind_strategy_values(q, ctx, work);
-            q = bind_mark(q, ctx, work);
-            if wants_ids {
-                q = q
-                    .bind(ctx.run_id)
-                    .bind(&e.name)
-                    .bind(ctx.spec.tenant.as_deref())
-                    .bind(strategy.as_str());
+        match one_batch(&l, conn, summary_id, &mut cursor, &lock_args).await? {
+            Batch::Empty => return Ok(Progress::Drained),
+            Batch::SetAside { left } => {
+                out.skipped += left;
+                return Ok(Progress::Stalled);
             }
-            if let Some((anchor, key)) = &cursor {
-                q = key.bind(q.bind(anchor.expect("a sweep's cursor has its anchor")));
-            }
-            if let Some((last_anchor, last_key)) = &lane.until {
-                q = last_key.bind(q.bind(*last_anchor));
-            }
-            q.fetch_all(&mut *tx).await
-        } else {
-            match (&work.statements.lock_after, &cursor, &lane.until) {
-                (Some(after), Some((anchor, key)), None) => {
-                    let q = bind_all(sqlx::query(after.sql()).bind(e.id), lock_args);
-                    let q = match anchor {
-                        Some(anchor) => q.bind(*anchor),
-                        None => q,
-                    };
-                    key.bind(q).fetch_all(&mut *tx).await
-                }
-                (_, _, None) => {
-                    bind_all(
-                        sqlx::query(work.statements.lock.sql()).bind(e.id),
-                        lock_args,
-                    )
-                    .fetch_all(&mut *tx)
-                    .await
-                }
-                // A key range (a sweep's: its cursor starts with the anchor).
-                (_, cursor, Some((last_anchor, last_key))) => {
-                    let sql = match cursor {
-                        Some(_) => work.statements.lock_after_until.as_ref(),
-                        None => work.statements.lock_until.as_ref(),
-                    }
-                    .expect("a parallel sweep has its range statements");
-                    let mut q = bind_all(sqlx::query(sql.sql()).bind(e.id), lock_args);
-                    if let Some((anchor, key)) = cursor {
-                        q = key.bind(q.bind(*anchor));
-                    }
-                    last_key
-                        .bind(q.bind(*last_anchor))
-                        .fetch_all(&mut *tx)
-                        .await
+            Batch::Committed(done) => {
+                let changed = done.rows;
+                batch_done(&l, out, sizer.as_mut(), limit_of(&lock_args), done);
+                if changed == 0 {
+                    // Locked rows all became held or changed: no progress, stop here.
+                    return Ok(Progress::Stalled);
                 }
             }
         }
+    }
+}
+
+/// How one batch ended.
+enum Batch {
+    /// Nothing was left to lock (rolled back).
+    Empty,
+    /// Every locked row was set aside by a failing `on_before` (its dead
+    /// letters committed).
+    SetAside { left: u64 },
+    /// The batch committed.
+    Committed(Committed),
+}
+
+/// What a committed batch did: what feeds the batch sizer, the entity's
+/// outcome, the metrics and the events, in one place ([`batch_done`]).
+struct Committed {
+    /// Rows changed.
+    rows: u64,
+    /// Rows locked (what the sizer measures by).
+    locked: u64,
+    /// Rows set aside by a failing `on_before`.
+    left: u64,
+    /// From the batch's start to its commit.
+    took: std::time::Duration,
+    /// The changed keys, when row details were written.
+    per_row: Option<Vec<String>>,
+}
+
+/// A committed batch, told to everything that counts it.
+fn batch_done(
+    l: &Loop<'_, '_>,
+    out: &mut EntityOutcome,
+    sizer: Option<&mut Sizer>,
+    limit: Option<i64>,
+    done: Committed,
+) {
+    let ctx = l.ctx;
+    let e = l.work.entity;
+    if let Some(sizer) = sizer {
+        sizer.observe(done.locked, done.took);
+    }
+    out.batch_size = out
+        .batch_size
+        .max(limit.and_then(|n| u32::try_from(n).ok()));
+    crate::telemetry::batch(done.took);
+    crate::telemetry::rows(&e.name, l.strategy, "affected", done.rows);
+    out.affected += done.rows;
+    out.skipped += done.left;
+    let total = match l.lane.total {
+        Some(all) => all.fetch_add(done.rows, Ordering::SeqCst) + done.rows,
+        None => out.affected,
+    };
+    let hub = &ctx.cx.observers;
+    hub.emit(AuditEvent::EntityProgress {
+        run_id: ctx.run_id,
+        entity_id: e.id,
+        strategy: l.strategy,
+        batch: done.rows,
+        total,
+    });
+    if let Some(record_ids) = done.per_row {
+        hub.emit(AuditEvent::RowDetail {
+            run_id: ctx.run_id,
+            entity_id: e.id,
+            tenant: ctx.spec.tenant.clone(),
+            record_ids,
+            action: l.strategy,
+        });
+    }
+}
+
+/// One batch in its own transaction: lock, capture, mutate, audit, queue
+/// handler work, count it on the summary row, commit.
+async fn one_batch(
+    l: &Loop<'_, '_>,
+    conn: &mut PgConnection,
+    summary_id: i64,
+    cursor: &mut Cursor,
+    lock_args: &[Arg],
+) -> std::result::Result<Batch, Stop> {
+    let (ctx, work) = (l.ctx, l.work);
+    let cancel = &ctx.spec.cancel;
+    let batch_clock = std::time::Instant::now();
+    // Open for the whole batch (its lifetime is the batch's), never
+    // entered across an await: events name it as their parent.
+    let batch_span = tracing::debug_span!("cohort.batch", rows = tracing::field::Empty);
+    let mut tx = sqlx::Connection::begin_with(&mut *conn, crate::sql::BATCH_BEGIN)
+        .await
         .map_err(stop_from)?;
-        // What the fused statement changed: how many rows, and (audited)
-        // which, their details written; with fewer changed than locked,
-        // it returned every locked row, and the mutation below runs on
-        // them all in a new snapshot.
-        let mut pre_n = 0u64;
-        let mut pre_changed: Vec<String> = Vec::new();
-        let mut complete = false;
-        let mut locked_count = locked.len() as u64;
-        if let (Some(_), Some(last)) = (fused, locked.last()) {
-            let count: i64 = last.try_get(3).map_err(stop_from)?;
-            let changed: i64 = last.try_get(4).map_err(stop_from)?;
-            locked_count = count as u64;
-            pre_n = changed as u64;
-            if wants_ids {
-                pre_changed = last
-                    .try_get::<Option<Vec<String>>, _>(5)
-                    .map_err(stop_from)?
-                    .unwrap_or_default();
-            }
-            complete = changed == count;
-            if !complete {
-                tracing::debug!(
-                    parent: &batch_span,
-                    locked = count,
-                    changed,
-                    "the batch statement left locked rows as they were (a hold written while it ran, or rows updated since its snapshot); the mutation runs on them in a new snapshot"
-                );
-            }
-        }
-        let mut keys: Vec<KeyValue> = locked
-            .iter()
-            .map(|row| key_type.decode(row, 0))
-            .collect::<std::result::Result<_, _>>()
-            .map_err(stop_from)?;
-        // Each locked row's address, aligned with `keys`.
-        let mut addresses: Vec<String> = if work.statements.by_address {
-            locked
-                .iter()
-                .map(|row| row.try_get::<String, _>(2))
-                .collect::<std::result::Result<_, _>>()
-                .map_err(stop_from)?
-        } else {
-            Vec::new()
-        };
-        if keys.is_empty() {
-            tx.rollback().await.map_err(stop_from)?;
-            return Ok(Progress::Drained);
-        }
-        if work.statements.lock_after.is_some() {
-            let last = locked.last().expect("not empty");
-            let anchor: Option<DateTime<Utc>> = if work.cursor_anchor {
-                Some(last.try_get(1).map_err(stop_from)?)
-            } else {
-                None
-            };
-            cursor = Some((anchor, keys.last().expect("not empty").clone()));
-        }
+    let mut locked = lock_batch(l, &mut tx, cursor, lock_args, &batch_span).await?;
+    if locked.keys.is_empty() {
+        tx.rollback().await.map_err(stop_from)?;
+        return Ok(Batch::Empty);
+    }
+    if let Some(next) = locked.next_cursor.take() {
+        *cursor = Some(next);
+    }
+    let Prepared {
+        captured,
+        left,
+        custom,
+    } = prepare(l, &mut tx, &mut locked).await?;
+    if cancel.is_cancelled() {
+        tx.rollback().await.map_err(stop_from)?;
+        return Err(Stop::Cancelled);
+    }
+    if locked.keys.is_empty() {
+        // Every locked row was set aside: the batch made no progress,
+        // which ends the loop (the rows behind it wait for the next
+        // run). Its dead letters commit.
+        tx.commit().await.map_err(stop_from)?;
+        tracing::warn!(
+            parent: &batch_span,
+            skipped = left,
+            "every row of a batch was set aside by a failing on_before; the entity stops here and the next run tries them again"
+        );
+        return Ok(Batch::SetAside { left });
+    }
+    let (changed, n, written) = if locked.complete {
+        // The fused statement changed every locked row.
+        (Vec::new(), 0, None)
+    } else {
+        mutate(
+            ctx,
+            &mut tx,
+            work,
+            l.wants_ids,
+            &locked.keys,
+            &mut locked.addresses,
+            custom,
+        )
+        .await?
+    };
+    if !only_locked(l, &locked, &changed, n) {
+        tx.rollback().await.map_err(stop_from)?;
+        return Err(Stop::Entity(crate::diagnostic::Diagnostic::capture(
+            "engine",
+            Some("unlocked_row_changed".into()),
+            &"a batch changed a row it had not locked; the batch was rolled back",
+        )));
+    }
+    let (n, changed) = record_batch(
+        l,
+        &mut tx,
+        summary_id,
+        &captured,
+        &mut locked,
+        (changed, n, written),
+    )
+    .await?;
+    if cancel.is_cancelled() {
+        tx.rollback().await.map_err(stop_from)?;
+        return Err(Stop::Cancelled);
+    }
+    tx.commit().await.map_err(stop_from)?;
+    batch_span.record("rows", n);
+    let took = batch_clock.elapsed();
+    tracing::debug!(parent: &batch_span, duration_ms = took.as_millis() as u64, "batch committed");
+    Ok(Batch::Committed(Committed {
+        rows: n,
+        locked: locked.count,
+        left,
+        took,
+        per_row: (l.wants_ids && n > 0).then_some(changed),
+    }))
+}
 
-        // The locked rows are read into Rust (once) only when something
-        // needs them: row handlers' capture, or values computed in Rust.
-        let computes = plan.values.computes_per_row(strategy);
-        let rows = if handlers.is_some() || computes {
-            bind_array(sqlx::query(plan.targets.load_rows.sql()), key_type, &keys)
-                .fetch_all(&mut *tx)
-                .await
-                .map_err(stop_from)?
-        } else {
-            Vec::new()
-        };
-        // Row handlers capture from the locked rows, before the mutation.
-        // A row one of them fails for is left as it is: out of the keys
-        // mutated, its work dead-lettered once in this batch.
-        let mut captured = match handlers {
-            Some(hs) => Some(capture(ctx, work, hs, &rows).await?),
-            None => None,
-        };
-        let mut left = 0u64;
-        if let (Some(hs), Some(c)) = (handlers, captured.as_mut()) {
-            if !c.failed.is_empty() {
-                left = c.failed.len() as u64;
-                // The keys and their addresses stay aligned.
-                let keep: Vec<bool> = keys.iter().map(|k| !c.is_failed(&k.canonical())).collect();
-                let mut kept = keep.iter();
-                keys.retain(|_| kept.next().copied().unwrap_or(false));
-                if work.statements.by_address {
-                    let mut kept = keep.iter();
-                    addresses.retain(|_| kept.next().copied().unwrap_or(false));
-                }
-                let failed = std::mem::take(&mut c.failed);
-                dead_letter_skipped_rows(ctx, &mut tx, work, hs, failed).await?;
-            }
-        }
-        let is_left = |record: &str| captured.as_ref().is_some_and(|c| c.is_failed(record));
-        let custom = if computes && !keys.is_empty() {
-            let scope = AnonymiseContext {
-                entity: &e.name,
-                entity_id: e.id,
-                column: "",
-                tenant: ctx.spec.tenant.as_deref(),
-                now: ctx.spec.now,
-                record_id: None,
-            };
-            Some(custom_values(plan, &scope, key_type, &rows, is_left)?)
-        } else {
-            None
-        };
-        if cancel.is_cancelled() {
-            tx.rollback().await.map_err(stop_from)?;
-            return Err(Stop::Cancelled);
-        }
-        if keys.is_empty() {
-            // Every locked row was set aside: the batch made no progress,
-            // which ends the loop (the rows behind it wait for the next
-            // run). Its dead letters commit.
-            tx.commit().await.map_err(stop_from)?;
-            out.skipped += left;
-            tracing::warn!(
-                parent: &batch_span,
-                skipped = left,
-                "every row of a batch was set aside by a failing on_before; the entity stops here and the next run tries them again"
-            );
-            return Ok(Progress::Stalled);
-        }
+/// What a batch's rows need before the mutation: their capture for row
+/// handlers (rows a handler fails for set aside), and the values computed
+/// in Rust.
+struct Prepared {
+    captured: Option<super::capture::Captured>,
+    /// Rows set aside by a failing `on_before`.
+    left: u64,
+    custom: Option<(Vec<KeyValue>, Vec<serde_json::Value>)>,
+}
 
-        let (changed, n, written) = if complete {
-            // The fused statement changed every locked row.
-            (Vec::new(), 0, None)
-        } else {
-            mutate(ctx, &mut tx, work, wants_ids, &keys, &mut addresses, custom).await?
+/// Reads the locked rows into Rust (once) only when something needs them
+/// (row handlers' capture, values computed in Rust), captures them and
+/// computes the values.
+async fn prepare(
+    l: &Loop<'_, '_>,
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    locked: &mut Locked,
+) -> std::result::Result<Prepared, Stop> {
+    let (ctx, work) = (l.ctx, l.work);
+    // The locked rows are read into Rust (once) only when something
+    // needs them: row handlers' capture, or values computed in Rust.
+    let computes = l.plan.values.computes_per_row(l.strategy);
+    let rows = if l.handlers.is_some() || computes {
+        bind_array(
+            sqlx::query(l.plan.targets.load_rows.sql()),
+            l.key_type,
+            &locked.keys,
+        )
+        .fetch_all(&mut **tx)
+        .await
+        .map_err(stop_from)?
+    } else {
+        Vec::new()
+    };
+    // Row handlers capture from the locked rows, before the mutation.
+    let (captured, left) = capture_and_set_aside(l, tx, &rows, locked).await?;
+    let is_left = |record: &str| captured.as_ref().is_some_and(|c| c.is_failed(record));
+    let custom = if computes && !locked.keys.is_empty() {
+        let e = work.entity;
+        let scope = AnonymiseContext {
+            entity: &e.name,
+            entity_id: e.id,
+            column: "",
+            tenant: ctx.spec.tenant.as_deref(),
+            now: ctx.spec.now,
+            record_id: None,
         };
+        Some(custom_values(l.plan, &scope, l.key_type, &rows, is_left)?)
+    } else {
+        None
+    };
+    Ok(Prepared {
+        captured,
+        left,
+        custom,
+    })
+}
 
-        // Rows taken by address must be rows this batch locked (see
-        // `EntityPlan::by_address`); anything else rolls the batch back.
-        // A complete fused statement returned only its last locked row;
-        // it changed rows at its own locked addresses alone, at most as
-        // many as it locked.
-        let only_locked = if complete {
-            pre_n <= locked_count
-        } else {
-            batch_changed_only_locked(&keys, &changed, n)
-                && batch_changed_only_locked(&keys, &pre_changed, pre_n + n)
+/// The batch in the ledger, in its transaction: the mutation's row
+/// details (the fused statement wrote its own) with the handler work
+/// hanging from them, then the summary's running count. Returns how many
+/// rows the batch changed in all, and which (when details were wanted).
+async fn record_batch(
+    l: &Loop<'_, '_>,
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    summary_id: i64,
+    captured: &Option<super::capture::Captured>,
+    locked: &mut Locked,
+    (changed, n, written): Mutated,
+) -> std::result::Result<(u64, Vec<String>), Stop> {
+    let ctx = l.ctx;
+    // The mutation's own details (the fused statement wrote its own).
+    if l.wants_ids && n > 0 {
+        let details = match written {
+            Some(details) => details,
+            None => insert_details(l, tx, &changed).await?,
         };
-        if work.statements.by_address && !only_locked {
-            tx.rollback().await.map_err(stop_from)?;
-            return Err(Stop::Entity(crate::diagnostic::Diagnostic::capture(
-                "engine",
-                Some("unlocked_row_changed".into()),
-                &"a batch changed a row it had not locked; the batch was rolled back",
-            )));
+        if let (Some(hs), Some(captured)) = (l.handlers, captured) {
+            enqueue(ctx, tx, hs, &captured.snapshots, &details).await?;
         }
-        let plan = &ctx.ready.ledger;
-        // The mutation's own details (the fused statement wrote its own).
-        if wants_ids && n > 0 {
-            let details = match written {
-                Some(details) => details,
-                None => plan
-                    .insert_details(ledger::InsertDetails {
-                        run_id: ctx.run_id,
-                        entity_id: e.id,
-                        entity: e.name.clone(),
-                        tenant: ctx.spec.tenant.clone(),
-                        action: strategy.as_str(),
-                        record_ids: changed.clone(),
-                    })
-                    .query()
-                    .fetch_all(&mut *tx)
-                    .await
-                    .map_err(stop_from)?,
-            };
-            if let (Some(hs), Some(captured)) = (handlers, &captured) {
-                enqueue(ctx, &mut tx, hs, &captured.snapshots, &details).await?;
-            }
-        }
-        let n = pre_n + n;
-        let changed = if pre_changed.is_empty() {
-            changed
-        } else {
-            let mut all = pre_changed;
-            all.extend(changed);
-            all
-        };
-        let per_row = wants_ids && n > 0;
-        // Last before the commit: the entity's one summary row is locked
-        // from here to the commit, which is all the key ranges of a
-        // parallel sweep wait for each other on.
-        plan.add_affected(ledger::AddAffected {
+    }
+    let n = locked.fused_changed + n;
+    let changed = if locked.fused_ids.is_empty() {
+        changed
+    } else {
+        let mut all = std::mem::take(&mut locked.fused_ids);
+        all.extend(changed);
+        all
+    };
+    // Last before the commit: the entity's one summary row is locked
+    // from here to the commit, which is all the key ranges of a
+    // parallel sweep wait for each other on.
+    ctx.ready
+        .ledger
+        .add_affected(ledger::AddAffected {
             summary_id,
             rows: n as i64,
         })
         .query()
-        .execute(&mut *tx)
+        .execute(&mut **tx)
         .await
         .map_err(stop_from)?;
-        if cancel.is_cancelled() {
-            tx.rollback().await.map_err(stop_from)?;
-            return Err(Stop::Cancelled);
-        }
-        tx.commit().await.map_err(stop_from)?;
-        batch_span.record("rows", n);
-        let took = batch_clock.elapsed();
-        if let Some(sizer) = sizer.as_mut() {
-            sizer.observe(locked_count, took);
-        }
-        out.batch_size = out.batch_size.max(limit);
-        tracing::debug!(parent: &batch_span, duration_ms = took.as_millis() as u64, "batch committed");
-        crate::telemetry::batch(took);
-        crate::telemetry::rows(&e.name, strategy, "affected", n);
+    Ok((n, changed))
+}
 
-        out.affected += n;
-        out.skipped += left;
-        let total = match lane.total {
-            Some(all) => all.fetch_add(n, Ordering::SeqCst) + n,
-            None => out.affected,
+/// What a batch locked, and what its fused statement already did.
+struct Locked {
+    /// The locked rows' keys, in lock order.
+    keys: Vec<KeyValue>,
+    /// Each locked row's address, aligned with `keys` (when the work finds
+    /// its rows by address).
+    addresses: Vec<String>,
+    /// How many rows were locked (a fused statement counts them itself:
+    /// it returns only its last row when it changed them all).
+    count: u64,
+    /// What the fused statement changed: how many rows, and (audited)
+    /// which, their details written.
+    fused_changed: u64,
+    fused_ids: Vec<String>,
+    /// Whether the fused statement changed every locked row (otherwise
+    /// it returned every locked row, and the mutation runs on them all in
+    /// a new snapshot).
+    complete: bool,
+    /// Where the next batch starts, when the work continues after a cursor.
+    next_cursor: Cursor,
+}
+
+/// Locks the batch's rows: with the fused statement where the work has
+/// one and nothing is read into the process, else with the lock
+/// statement that fits the cursor and the key range.
+async fn lock_batch(
+    l: &Loop<'_, '_>,
+    tx: &mut PgConnection,
+    cursor: &Cursor,
+    lock_args: &[Arg],
+    batch_span: &tracing::Span,
+) -> std::result::Result<Locked, Stop> {
+    let (ctx, work, lane) = (l.ctx, l.work, l.lane);
+    let e = work.entity;
+    let statements = &work.statements;
+    // One statement locks and changes the batch when nothing is read
+    // into the process (see `sql::fused`).
+    let fused = statements.fused.as_ref().filter(|_| l.handlers.is_none());
+    let rows = if let Some(fused) = fused {
+        let forms = if l.wants_ids {
+            &fused.audited
+        } else {
+            &fused.count
         };
-        let hub = &ctx.cx.observers;
-        hub.emit(AuditEvent::EntityProgress {
-            run_id: ctx.run_id,
-            entity_id: e.id,
-            strategy,
-            batch: n,
-            total,
-        });
-        if per_row {
-            hub.emit(AuditEvent::RowDetail {
-                run_id: ctx.run_id,
-                entity_id: e.id,
-                tenant: ctx.spec.tenant.clone(),
-                record_ids: changed,
-                action: strategy,
-            });
+        let sql = forms.pick(cursor.is_some(), lane.until.is_some());
+        let mut q = bind_all(sqlx::query(sql.sql()).bind(e.id), lock_args);
+        q = bind_strategy_values(q, ctx, work);
+        q = bind_mark(q, ctx, work);
+        if l.wants_ids {
+            q = q
+                .bind(ctx.run_id)
+                .bind(&e.name)
+                .bind(ctx.spec.tenant.as_deref())
+                .bind(l.strategy.as_str());
         }
-        if n == 0 {
-            // Locked rows all became held or changed: no progress, stop here.
-            return Ok(Progress::Stalled);
+        if let Some((anchor, key)) = cursor {
+            q = key.bind(q.bind(anchor.expect("a sweep's cursor has its anchor")));
+        }
+        if let Some((last_anchor, last_key)) = &lane.until {
+            q = last_key.bind(q.bind(*last_anchor));
+        }
+        q.fetch_all(&mut *tx).await
+    } else {
+        match (&statements.lock_after, cursor, &lane.until) {
+            (Some(after), Some((anchor, key)), None) => {
+                let q = bind_all(sqlx::query(after.sql()).bind(e.id), lock_args);
+                let q = match anchor {
+                    Some(anchor) => q.bind(*anchor),
+                    None => q,
+                };
+                key.bind(q).fetch_all(&mut *tx).await
+            }
+            (_, _, None) => {
+                bind_all(sqlx::query(statements.lock.sql()).bind(e.id), lock_args)
+                    .fetch_all(&mut *tx)
+                    .await
+            }
+            // A key range (a sweep's: its cursor starts with the anchor).
+            (_, cursor, Some((last_anchor, last_key))) => {
+                let sql = match cursor {
+                    Some(_) => statements.lock_after_until.as_ref(),
+                    None => statements.lock_until.as_ref(),
+                }
+                .expect("a parallel sweep has its range statements");
+                let mut q = bind_all(sqlx::query(sql.sql()).bind(e.id), lock_args);
+                if let Some((anchor, key)) = cursor {
+                    q = key.bind(q.bind(*anchor));
+                }
+                last_key
+                    .bind(q.bind(*last_anchor))
+                    .fetch_all(&mut *tx)
+                    .await
+            }
         }
     }
+    .map_err(stop_from)?;
+    read_locked(l, &rows, fused.is_some(), batch_span)
+}
+
+/// Reads what the lock (or fused) statement returned: the rows' keys and
+/// addresses, the fused statement's tail (locked count, changed count,
+/// changed ids), and the next cursor.
+fn read_locked(
+    l: &Loop<'_, '_>,
+    rows: &[sqlx::postgres::PgRow],
+    fused: bool,
+    batch_span: &tracing::Span,
+) -> std::result::Result<Locked, Stop> {
+    let work = l.work;
+    let mut locked = Locked {
+        keys: Vec::new(),
+        addresses: Vec::new(),
+        count: rows.len() as u64,
+        fused_changed: 0,
+        fused_ids: Vec::new(),
+        complete: false,
+        next_cursor: None,
+    };
+    if let (true, Some(last)) = (fused, rows.last()) {
+        let count: i64 = last.try_get(3).map_err(stop_from)?;
+        let changed: i64 = last.try_get(4).map_err(stop_from)?;
+        locked.count = count as u64;
+        locked.fused_changed = changed as u64;
+        if l.wants_ids {
+            locked.fused_ids = last
+                .try_get::<Option<Vec<String>>, _>(5)
+                .map_err(stop_from)?
+                .unwrap_or_default();
+        }
+        locked.complete = changed == count;
+        if !locked.complete {
+            tracing::debug!(
+                parent: batch_span,
+                locked = count,
+                changed,
+                "the batch statement left locked rows as they were (a hold written while it ran, or rows updated since its snapshot); the mutation runs on them in a new snapshot"
+            );
+        }
+    }
+    locked.keys = rows
+        .iter()
+        .map(|row| l.key_type.decode(row, 0))
+        .collect::<std::result::Result<_, _>>()
+        .map_err(stop_from)?;
+    if work.statements.by_address {
+        locked.addresses = rows
+            .iter()
+            .map(|row| row.try_get::<String, _>(2))
+            .collect::<std::result::Result<_, _>>()
+            .map_err(stop_from)?;
+    }
+    if let (Some(_), Some(last), Some(key)) =
+        (&work.statements.lock_after, rows.last(), locked.keys.last())
+    {
+        let anchor: Option<DateTime<Utc>> = if work.cursor_anchor {
+            Some(last.try_get(1).map_err(stop_from)?)
+        } else {
+            None
+        };
+        locked.next_cursor = Some((anchor, key.clone()));
+    }
+    Ok(locked)
+}
+
+/// Row handlers capture from the locked rows, before the mutation. A row
+/// one of them fails for is left as it is: out of the keys mutated (and
+/// their addresses, which stay aligned), its work dead-lettered once in
+/// this batch. Returns the capture and how many rows were set aside.
+async fn capture_and_set_aside(
+    l: &Loop<'_, '_>,
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    rows: &[sqlx::postgres::PgRow],
+    locked: &mut Locked,
+) -> std::result::Result<(Option<super::capture::Captured>, u64), Stop> {
+    let Some(hs) = l.handlers else {
+        return Ok((None, 0));
+    };
+    let mut c = capture(l.ctx, l.work, hs, rows).await?;
+    if c.failed.is_empty() {
+        return Ok((Some(c), 0));
+    }
+    let left = c.failed.len() as u64;
+    let keep: Vec<bool> = locked
+        .keys
+        .iter()
+        .map(|k| !c.is_failed(&k.canonical()))
+        .collect();
+    let mut kept = keep.iter();
+    locked
+        .keys
+        .retain(|_| kept.next().copied().unwrap_or(false));
+    if l.work.statements.by_address {
+        let mut kept = keep.iter();
+        locked
+            .addresses
+            .retain(|_| kept.next().copied().unwrap_or(false));
+    }
+    let failed = std::mem::take(&mut c.failed);
+    dead_letter_skipped_rows(l.ctx, tx, l.work, hs, failed).await?;
+    Ok((Some(c), left))
+}
+
+/// Whether the batch changed only rows it locked. Rows taken by address
+/// must be (see `SweepStatements::by_address`); anything else rolls the
+/// batch back. A complete fused statement returned only its last locked
+/// row; it changed rows at its own locked addresses alone, at most as
+/// many as it locked.
+fn only_locked(l: &Loop<'_, '_>, locked: &Locked, changed: &[String], n: u64) -> bool {
+    if !l.work.statements.by_address {
+        return true;
+    }
+    if locked.complete {
+        locked.fused_changed <= locked.count
+    } else {
+        batch_changed_only_locked(&locked.keys, changed, n)
+            && batch_changed_only_locked(&locked.keys, &locked.fused_ids, locked.fused_changed + n)
+    }
+}
+
+/// The row details of the mutation's changed rows.
+async fn insert_details(
+    l: &Loop<'_, '_>,
+    tx: &mut PgConnection,
+    changed: &[String],
+) -> std::result::Result<Vec<sqlx::postgres::PgRow>, Stop> {
+    let (ctx, e) = (l.ctx, l.work.entity);
+    ctx.ready
+        .ledger
+        .insert_details(ledger::InsertDetails {
+            run_id: ctx.run_id,
+            entity_id: e.id,
+            entity: e.name.clone(),
+            tenant: ctx.spec.tenant.clone(),
+            action: l.strategy.as_str(),
+            record_ids: changed.to_vec(),
+        })
+        .query()
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(stop_from)
 }
 
 /// What a batch's mutation changed: the changed keys as text (none when
