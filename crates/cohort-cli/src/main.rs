@@ -418,8 +418,8 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             Ok(())
         }
         Command::Preview { scope, now } => {
-            let (cohort, policy) = open(&cli).await?;
-            commands::preview(&cohort, &policy, cli.json, scope, now.as_deref()).await
+            let (cohort, _) = open(&cli).await?;
+            commands::preview(&cohort, cli.json, scope, now.as_deref()).await
         }
         Command::Sweep {
             scope,
@@ -427,10 +427,9 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             dry_run,
             allow_future_now,
         } => {
-            let (cohort, policy) = open(&cli).await?;
+            let (cohort, _) = open(&cli).await?;
             commands::sweep(
                 &cohort,
-                &policy,
                 cli.json,
                 scope,
                 now.as_deref(),
@@ -449,7 +448,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             now,
             allow_future_now,
         } => {
-            let (cohort, policy) = open(&cli).await?;
+            let (cohort, _) = open(&cli).await?;
             let mut scope =
                 cohort::erasure::ErasureScope::new(subject).allow_soft_delete(*allow_soft_delete);
             if let Some(k) = kind {
@@ -460,7 +459,6 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             }
             commands::erase(
                 &cohort,
-                &policy,
                 cli.json,
                 tenant.as_deref(),
                 scope,

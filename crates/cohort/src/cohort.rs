@@ -92,8 +92,15 @@ impl Cohort {
     /// Sweeps one tenant's tenant-scoped entities (or the tenantless ones):
     /// see the run model in the crate documentation. Returns the settled
     /// result; a bad request is refused before anything is written.
-    pub async fn sweep(&self, request: crate::SweepRequest) -> Result<crate::SweepResult> {
+    pub async fn sweep(&self, mut request: crate::SweepRequest) -> Result<crate::SweepResult> {
         crate::run::resolve::in_scope(&self.cx, request.tenant.is_some(), "sweep").await?;
+        (request.jurisdiction, request.tags) = crate::run::resolve::listing(
+            &self.cx,
+            request.tenant.as_deref(),
+            request.jurisdiction.take(),
+            request.tags.take(),
+        )
+        .await?;
         crate::run::sweep::sweep(&self.cx, request).await
     }
 
@@ -101,9 +108,16 @@ impl Cohort {
     /// settled run; a bad request is refused before anything is written.
     pub async fn erase(
         &self,
-        request: crate::erasure::ErasureRequest,
+        mut request: crate::erasure::ErasureRequest,
     ) -> Result<crate::ErasureResult> {
         crate::run::resolve::in_scope(&self.cx, request.tenant.is_some(), "erasure").await?;
+        (request.jurisdiction, request.tags) = crate::run::resolve::listing(
+            &self.cx,
+            request.tenant.as_deref(),
+            request.jurisdiction.take(),
+            request.tags.take(),
+        )
+        .await?;
         crate::run::erasure::erase(&self.cx, request).await
     }
 
@@ -209,8 +223,18 @@ impl Cohort {
     }
 
     /// Counts what a sweep would change now, without writing anything.
-    pub async fn preview(&self, request: crate::PreviewRequest) -> Result<crate::PreviewResult> {
+    pub async fn preview(
+        &self,
+        mut request: crate::PreviewRequest,
+    ) -> Result<crate::PreviewResult> {
         crate::run::resolve::in_scope(&self.cx, request.tenant.is_some(), "preview").await?;
+        (request.jurisdiction, request.tags) = crate::run::resolve::listing(
+            &self.cx,
+            request.tenant.as_deref(),
+            request.jurisdiction.take(),
+            request.tags.take(),
+        )
+        .await?;
         crate::run::sweep::preview(&self.cx, request).await
     }
 

@@ -309,3 +309,61 @@ async fn a_request_that_contradicts_the_directorys_tags_is_refused_and_bad_tags_
         "{refused}"
     );
 }
+
+/// A library caller sweeping one tenant of a handle whose tenants come
+/// from `tenants_query` gets the tenant's listing, as the CLI did on its
+/// own (issue 38: the lookup moved into the library): the tenant's tag
+/// selects its override (without it the sweep ran with no tag and purged
+/// the notes the override keeps, as the control below shows); a tenant the
+/// query does not list is refused with nothing written, and so is a
+/// request naming other tags.
+#[tokio::test]
+async fn a_single_tenant_sweep_takes_its_listing_from_the_tenants_query() {
+    let db = engine_db().await;
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "CREATE TABLE app.orgs (id uuid, region text, tags text[]);
+         INSERT INTO app.orgs VALUES ('{TENANT_A}', NULL, ARRAY['vip']);"
+    )))
+    .execute(db.pool())
+    .await
+    .unwrap();
+    let cohort = handle(
+        &db,
+        "tenants_query = \"SELECT id, region, tags FROM app.orgs\"",
+    )
+    .await;
+    let b_before = notes_left(&db, TENANT_B).await;
+    let refused = cohort
+        .sweep(SweepRequest::tenanted(TENANT_B, now()))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.kind(), ErrorKind::InvalidInput, "{refused}");
+    assert!(
+        refused
+            .to_string()
+            .contains("is not among the tenants tenants_query returns"),
+        "{refused}"
+    );
+    assert_eq!(notes_left(&db, TENANT_B).await, b_before, "nothing written");
+    let other = cohort
+        .sweep(SweepRequest::tenanted(TENANT_A, now()).tags(["gold"]))
+        .await
+        .unwrap_err();
+    assert!(other.to_string().contains("is listed with tags"), "{other}");
+
+    // The control: the same sweep with the directory as the source (no
+    // listing, so no tag) purges on the 30-day rule: a dry run counts it.
+    let directory = handle(&db, "").await;
+    let control = directory
+        .sweep(SweepRequest::tenanted(TENANT_A, now()).dry_run(true))
+        .await
+        .unwrap();
+    assert_eq!(control.entities[0].period.to_string(), "30d");
+
+    let run = cohort
+        .sweep(SweepRequest::tenanted(TENANT_A, now()))
+        .await
+        .unwrap();
+    assert_eq!(run.entities[0].period.to_string(), "60d");
+    assert_eq!(notes_left(&db, TENANT_A).await, AFTER_60_DAYS);
+}

@@ -17,8 +17,7 @@ pub(crate) use sweep::{erase, preview, sweep};
 
 use chrono::{DateTime, FixedOffset, Utc};
 use clap::Args;
-use cohort::policy::PolicyFile;
-use cohort::{Cohort, Error, TenantSource};
+use cohort::{Cohort, Error};
 use uuid::Uuid;
 
 use crate::Failure;
@@ -49,35 +48,6 @@ pub(super) fn parse_time(text: Option<&str>, what: &str) -> Result<DateTime<Fixe
         Some(t) => DateTime::parse_from_rfc3339(t)
             .map_err(|e| bad(format!("{what} {t:?} is not an RFC 3339 time: {e}"))),
     }
-}
-
-/// A single tenant's listing (jurisdiction and tags) when the tenants come
-/// from `tenants_query` (the `[[tenant]]` directory is looked up by the
-/// library): the query is run and the tenant found by identity. A tenant
-/// the query does not list is refused, since its rules could not be
-/// resolved safely.
-pub(super) async fn query_tenant(
-    cohort: &Cohort,
-    policy: &PolicyFile,
-    tenant: &str,
-) -> Result<Option<cohort::policy::TenantEntry>, Failure> {
-    let Some(q) = &policy.tenants_query else {
-        return Ok(None);
-    };
-    let wanted = cohort.canonical_tenant(tenant).await?;
-    let identity = cohort.ready().await?.tenant_identity();
-    for t in cohort
-        .tenants(&TenantSource::Query(q.clone()))
-        .await?
-        .tenants
-    {
-        if identity.canonical(&t.id).as_deref() == Some(wanted.as_str()) {
-            return Ok(Some(t));
-        }
-    }
-    Err(bad(format!(
-        "tenant {tenant:?} is not among the tenants tenants_query returns; its jurisdiction is unknown, so its rules cannot be resolved safely"
-    )))
 }
 
 /// Worker-only settings do not change a manual run: say so when they are

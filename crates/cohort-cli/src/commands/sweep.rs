@@ -1,6 +1,5 @@
 //! `cohort preview`, `sweep` and `erase`, and how their results print.
 
-use cohort::policy::PolicyFile;
 use cohort::{
     Cancel, Cohort, PassOutcome, PreviewAllRequest, PreviewRequest, SweepAllRequest, SweepRequest,
     SweepResult,
@@ -49,7 +48,6 @@ pub(super) fn preview_json(result: &cohort::PreviewResult) -> serde_json::Value 
 
 pub(crate) async fn preview(
     cohort: &Cohort,
-    policy: &PolicyFile,
     json: bool,
     scope: &SweepScope,
     now: Option<&str>,
@@ -102,17 +100,10 @@ pub(crate) async fn preview(
             Ok(())
         };
     }
+    // A tenant's jurisdiction and tags come from the policy's tenant
+    // source (the library looks the tenant up in `tenants_query`).
     let req = match &scope.tenant {
-        Some(t) => {
-            let mut r = PreviewRequest::tenanted(t, now);
-            if let Some(listed) = query_tenant(cohort, policy, t).await? {
-                if let Some(j) = listed.jurisdiction {
-                    r = r.jurisdiction(j);
-                }
-                r = r.tags(listed.tags);
-            }
-            r
-        }
+        Some(t) => PreviewRequest::tenanted(t, now),
         None => PreviewRequest::tenantless(now),
     };
     let result = cohort.preview(req).await?;
@@ -158,7 +149,6 @@ pub(super) fn print_result(result: &SweepResult) {
 
 pub(crate) async fn sweep(
     cohort: &Cohort,
-    policy: &PolicyFile,
     json: bool,
     scope: &SweepScope,
     now: Option<&str>,
@@ -229,21 +219,13 @@ pub(crate) async fn sweep(
             code => Err(Failure::Status(code)),
         };
     }
-    let mut req = match &scope.tenant {
+    let req = match &scope.tenant {
         Some(t) => SweepRequest::tenanted(t, now),
         None => SweepRequest::tenantless(now),
     }
     .dry_run(dry_run)
     .allow_future_now(allow_future_now)
     .cancellation(cancel);
-    if let Some(t) = &scope.tenant {
-        if let Some(listed) = query_tenant(cohort, policy, t).await? {
-            if let Some(j) = listed.jurisdiction {
-                req = req.jurisdiction(j);
-            }
-            req = req.tags(listed.tags);
-        }
-    }
     let result = cohort.sweep(req).await?;
     if json {
         print_json(&serde_json::to_value(&result).expect("result serialises"));
@@ -255,7 +237,6 @@ pub(crate) async fn sweep(
 
 pub(crate) async fn erase(
     cohort: &Cohort,
-    policy: &PolicyFile,
     json: bool,
     tenant: Option<&str>,
     scope: cohort::erasure::ErasureScope,
@@ -266,23 +247,13 @@ pub(crate) async fn erase(
     note_worker_settings(cohort, dry_run).await?;
     let cancel = Cancel::new();
     crate::services::cancel_on_signal(&cancel, "cancelling; the open batch will be rolled back");
-    let listed = match tenant {
-        Some(t) => query_tenant(cohort, policy, t).await?,
-        None => None,
-    };
-    let mut req = match tenant {
+    let req = match tenant {
         Some(t) => cohort::erasure::ErasureRequest::tenanted(t, scope, now),
         None => cohort::erasure::ErasureRequest::tenantless(scope, now),
     }
     .dry_run(dry_run)
     .allow_future_now(allow_future_now)
     .cancellation(cancel);
-    if let Some(listed) = listed {
-        if let Some(j) = listed.jurisdiction {
-            req = req.jurisdiction(j);
-        }
-        req = req.tags(listed.tags);
-    }
     let result = cohort.erase(req).await?;
     if json {
         print_json(&serde_json::to_value(&result).expect("result serialises"));
