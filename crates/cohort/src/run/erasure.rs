@@ -2,14 +2,16 @@
 //! built for the subject columns that apply.
 
 use super::executor::execute;
-use super::resolve::{check_now, rule_for, tenant_keys};
+use super::resolve::{check_now, rule_for, tenant_keys, Pass};
 use super::work::{Arg, RunSpec, Work};
-use super::{failure, ErasureResult, NotReached, RunKind, Trigger};
-use crate::context::Context;
+use super::{failure, EntityFailure, ErasureResult, NotReached, RunKind, Trigger};
+use crate::context::{Context, Prepared};
 use crate::erasure::ErasureRequest;
 use crate::error::{Error, Result};
+use crate::model::EntityDescriptor;
 use crate::rules::Strategy;
 use crate::sql::{ErasurePlan, KeyValue};
+use crate::tenants::TenantFacts;
 
 pub(crate) async fn erase(cx: &Context, req: ErasureRequest) -> Result<ErasureResult> {
     let ready = cx.prepared().await?;
@@ -28,29 +30,7 @@ pub(crate) async fn erase(cx: &Context, req: ErasureRequest) -> Result<ErasureRe
         req.tags.as_deref(),
     )?;
     let scope = &req.scope;
-    if scope.subject.trim().is_empty() {
-        return Err(Error::InvalidInput("an erasure needs a subject".into()));
-    }
-    if scope.kind.as_deref().is_some_and(|k| k.trim().is_empty()) {
-        return Err(Error::InvalidInput(
-            "an erasure kind must not be empty".into(),
-        ));
-    }
-    // Without kinds on either side, a subject no column can hold is
-    // reported per entity below (the pass decides which entities count).
-    let kinds_declared = ready
-        .model
-        .entities
-        .iter()
-        .any(|e| e.subjects.iter().any(|s| s.kind.is_some()));
-    if kinds_declared || scope.kind.is_some() {
-        ready.model.check_subject(
-            &scope.subject,
-            scope.kind.as_deref(),
-            "ErasureScope::kind, `cohort erase --kind KIND`",
-        )?;
-    }
-    let batch = i64::from(cx.config.sweep_batch_size.first());
+    check_scope(&ready, scope)?;
 
     let mut works = Vec::new();
     let mut any_column = false;
@@ -107,105 +87,7 @@ pub(crate) async fn erase(cx: &Context, req: ErasureRequest) -> Result<ErasureRe
             continue;
         }
         any_column = true;
-        let rule = match rule_for(
-            cx,
-            &ready,
-            e,
-            pass.tenant.as_deref(),
-            &tenant_facts,
-            req.now,
-        )
-        .await
-        {
-            Ok(rule) => rule,
-            Err(d) => {
-                works.push(Err(failure(e.id, &e.name, &d)));
-                continue;
-            }
-        };
-        // A category in stages is erased the way its last stage leaves a
-        // row, or the stage the request names.
-        let rule = match scope.stage {
-            None => rule.final_stage(),
-            Some(n) => rule.stage(usize::from(n)).ok_or_else(|| {
-                Error::InvalidInput(format!(
-                    "stage {n}: category {:?} of {} has {} stage(s)",
-                    e.category,
-                    e.name,
-                    rule.later_stages().len() + 1
-                ))
-            })?,
-        };
-        if rule.strategy() == Strategy::SoftDelete && !scope.allow_soft_delete {
-            return Err(Error::Refused(format!(
-                "{} soft-deletes (category {:?}); erasure by soft delete must be allowed explicitly (allow_soft_delete / --allow-soft-delete)",
-                e.name, e.category
-            )));
-        }
-        let cutoff = rule
-            .erasure_cutoff(req.now)
-            .map_err(|err| Error::InvalidInput(format!("{}: {err}", e.name)))?;
-        // An erasure deletes an archiving entity's rows of the subject: it
-        // never copies a person's rows into the archive on their request
-        // (copies archived earlier are reached through the archive table's
-        // own entity, which validation requires when they keep a subject).
-        let rule = if rule.strategy() == Strategy::Archive {
-            rule.with_strategy(Strategy::Purge)
-        } else {
-            rule
-        };
-        let strategy = rule.strategy();
-        if let Err(d) = super::sweep::literal_fits(&ready, e, strategy, pass.keys.get(&e.id)) {
-            works.push(Err(failure(e.id, &e.name, &d)));
-            continue;
-        }
-        let subject_columns: Vec<String> = columns.iter().map(|(c, _)| c.clone()).collect();
-        let mut values: Vec<Arg> = Vec::new();
-        if let Some(t) = pass.keys.get(&e.id) {
-            values.push(Arg::Key(t.clone()));
-        }
-        if let Some(c) = cutoff {
-            values.push(Arg::Time(c));
-        }
-        values.extend(columns.into_iter().map(|(_, v)| Arg::Key(v)));
-        let statements = ErasurePlan::build(
-            e,
-            &ready.plans[&e.id],
-            strategy,
-            &facts.casts,
-            &subject_columns,
-            cutoff.is_some(),
-        );
-        let mut lock_args = vec![Arg::Limit(batch)];
-        lock_args.extend(values.iter().cloned());
-        works.push(Ok(Work {
-            entity: e,
-            stage: None,
-            cutoff,
-            // An erasure's rows are few and found by key, on the run's
-            // connection (no ranges, no addresses, no fused batch).
-            statements: std::sync::Arc::new(crate::sql::SweepStatements {
-                lock: statements.lock,
-                lock_after: Some(statements.lock_after),
-                mutate: statements.mutate,
-                counts: statements.counts,
-                ..Default::default()
-            }),
-            parallelism: 1,
-            cursor_anchor: false,
-            count_args: lock_args.clone(),
-            lock_args,
-            // An erasure's batches keep the first size.
-            auto_batch: false,
-            mutate_args: values,
-            literals: super::sweep::render_literals(
-                &ready.plans[&e.id],
-                e,
-                req.now,
-                pass.tenant.as_deref(),
-            ),
-            rule,
-        }));
+        works.push(entity_work(cx, &ready, e, &req, &pass, &tenant_facts, columns).await?);
     }
     if !any_column {
         return Err(Error::InvalidInput(format!(
@@ -235,4 +117,139 @@ pub(crate) async fn erase(cx: &Context, req: ErasureRequest) -> Result<ErasureRe
     )
     .await?;
     Ok(ErasureResult { run, not_reached })
+}
+
+/// One entity's work for the erasure: its rule (the final stage, or the
+/// one the request names), refused outright when it soft-deletes without
+/// leave or names a stage the category lacks (nothing is written); the
+/// entity fails alone when its rule cannot be resolved or a `{tenant}`
+/// literal does not fit. `columns`: the subject columns the request
+/// reaches, with the subject in each column's type.
+async fn entity_work<'a>(
+    cx: &Context,
+    ready: &'a Prepared,
+    e: &'a EntityDescriptor,
+    req: &ErasureRequest,
+    pass: &Pass<'a>,
+    tenant_facts: &TenantFacts,
+    columns: Vec<(String, KeyValue)>,
+) -> Result<std::result::Result<Work<'a>, EntityFailure>> {
+    let scope = &req.scope;
+    let facts = &ready.model.facts[&e.id];
+    let batch = i64::from(cx.config.sweep_batch_size.first());
+    let rule = match rule_for(cx, ready, e, pass.tenant.as_deref(), tenant_facts, req.now).await {
+        Ok(rule) => rule,
+        Err(d) => return Ok(Err(failure(e.id, &e.name, &d))),
+    };
+    // A category in stages is erased the way its last stage leaves a
+    // row, or the stage the request names.
+    let rule = match scope.stage {
+        None => rule.final_stage(),
+        Some(n) => rule.stage(usize::from(n)).ok_or_else(|| {
+            Error::InvalidInput(format!(
+                "stage {n}: category {:?} of {} has {} stage(s)",
+                e.category,
+                e.name,
+                rule.later_stages().len() + 1
+            ))
+        })?,
+    };
+    if rule.strategy() == Strategy::SoftDelete && !scope.allow_soft_delete {
+        return Err(Error::Refused(format!(
+            "{} soft-deletes (category {:?}); erasure by soft delete must be allowed explicitly (allow_soft_delete / --allow-soft-delete)",
+            e.name, e.category
+        )));
+    }
+    let cutoff = rule
+        .erasure_cutoff(req.now)
+        .map_err(|err| Error::InvalidInput(format!("{}: {err}", e.name)))?;
+    // An erasure deletes an archiving entity's rows of the subject: it
+    // never copies a person's rows into the archive on their request
+    // (copies archived earlier are reached through the archive table's
+    // own entity, which validation requires when they keep a subject).
+    let rule = if rule.strategy() == Strategy::Archive {
+        rule.with_strategy(Strategy::Purge)
+    } else {
+        rule
+    };
+    let strategy = rule.strategy();
+    if let Err(d) = super::sweep::literal_fits(ready, e, strategy, pass.keys.get(&e.id)) {
+        return Ok(Err(failure(e.id, &e.name, &d)));
+    }
+    let subject_columns: Vec<String> = columns.iter().map(|(c, _)| c.clone()).collect();
+    let mut values: Vec<Arg> = Vec::new();
+    if let Some(t) = pass.keys.get(&e.id) {
+        values.push(Arg::Key(t.clone()));
+    }
+    if let Some(c) = cutoff {
+        values.push(Arg::Time(c));
+    }
+    values.extend(columns.into_iter().map(|(_, v)| Arg::Key(v)));
+    let statements = ErasurePlan::build(
+        e,
+        &ready.plans[&e.id],
+        strategy,
+        &facts.casts,
+        &subject_columns,
+        cutoff.is_some(),
+    );
+    let mut lock_args = vec![Arg::Limit(batch)];
+    lock_args.extend(values.iter().cloned());
+    Ok(Ok(Work {
+        entity: e,
+        stage: None,
+        cutoff,
+        // An erasure's rows are few and found by key, on the run's
+        // connection (no ranges, no addresses, no fused batch).
+        statements: std::sync::Arc::new(crate::sql::SweepStatements {
+            lock: statements.lock,
+            lock_after: Some(statements.lock_after),
+            mutate: statements.mutate,
+            counts: statements.counts,
+            ..Default::default()
+        }),
+        parallelism: 1,
+        cursor_anchor: false,
+        count_args: lock_args.clone(),
+        lock_args,
+        // An erasure's batches keep the first size.
+        auto_batch: false,
+        mutate_args: values,
+        literals: super::sweep::render_literals(
+            &ready.plans[&e.id],
+            e,
+            req.now,
+            pass.tenant.as_deref(),
+        ),
+        rule,
+    }))
+}
+
+/// The request's subject and kind: a subject is given; a kind, when
+/// given, is not empty; with kinds on either side, the subject's kind is
+/// one the subject columns declare. (Without kinds, a subject no column
+/// can hold is reported per entity: the pass decides which entities count.)
+fn check_scope(ready: &Prepared, scope: &crate::erasure::ErasureScope) -> Result<()> {
+    if scope.subject.trim().is_empty() {
+        return Err(Error::InvalidInput("an erasure needs a subject".into()));
+    }
+    if scope.kind.as_deref().is_some_and(|k| k.trim().is_empty()) {
+        return Err(Error::InvalidInput(
+            "an erasure kind must not be empty".into(),
+        ));
+    }
+    let kinds_declared = ready
+        .model
+        .entities
+        .iter()
+        .any(|e| e.subjects.iter().any(|s| s.kind.is_some()));
+    if kinds_declared || scope.kind.is_some() {
+        ready.model.check_subject(
+            &scope.subject,
+            scope.kind.as_deref(),
+            "ErasureScope::kind, `cohort erase --kind KIND`",
+        )?;
+    }
+
+    Ok(())
 }
