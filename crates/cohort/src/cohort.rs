@@ -94,7 +94,7 @@ impl Cohort {
     /// result; a bad request is refused before anything is written.
     pub async fn sweep(&self, mut request: crate::SweepRequest) -> Result<crate::SweepResult> {
         crate::run::resolve::in_scope(&self.cx, request.tenant.is_some(), "sweep").await?;
-        (request.jurisdiction, request.tags) = crate::run::resolve::listing(
+        (request.jurisdiction, request.tags) = crate::run::passes::listing(
             &self.cx,
             request.tenant.as_deref(),
             request.jurisdiction.take(),
@@ -111,7 +111,7 @@ impl Cohort {
         mut request: crate::erasure::ErasureRequest,
     ) -> Result<crate::ErasureResult> {
         crate::run::resolve::in_scope(&self.cx, request.tenant.is_some(), "erasure").await?;
-        (request.jurisdiction, request.tags) = crate::run::resolve::listing(
+        (request.jurisdiction, request.tags) = crate::run::passes::listing(
             &self.cx,
             request.tenant.as_deref(),
             request.jurisdiction.take(),
@@ -228,7 +228,7 @@ impl Cohort {
         mut request: crate::PreviewRequest,
     ) -> Result<crate::PreviewResult> {
         crate::run::resolve::in_scope(&self.cx, request.tenant.is_some(), "preview").await?;
-        (request.jurisdiction, request.tags) = crate::run::resolve::listing(
+        (request.jurisdiction, request.tags) = crate::run::passes::listing(
             &self.cx,
             request.tenant.as_deref(),
             request.jurisdiction.take(),

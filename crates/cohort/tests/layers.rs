@@ -304,3 +304,214 @@ fn the_checker_sees_grouped_and_nested_imports() {
     let (m, _) = imports(&text);
     assert_eq!(m.into_iter().collect::<Vec<_>>(), ["a", "b"]);
 }
+
+/// A file's module path under `src` (`services/events.rs` is
+/// `["services", "events"]`, `services/mod.rs` is `["services"]`), with
+/// whether it is a folder's `mod.rs`; `None` for `lib.rs` and test files.
+fn file_module(path: &Path) -> Option<Vec<String>> {
+    let rel = path.strip_prefix(src_root()).ok()?;
+    let text = rel.to_string_lossy().replace('\\', "/");
+    if text == "lib.rs" || text.ends_with("_test.rs") {
+        return None;
+    }
+    let mut parts: Vec<String> = text
+        .trim_end_matches(".rs")
+        .split('/')
+        .map(str::to_owned)
+        .collect();
+    if parts.last().is_some_and(|p| p == "mod") {
+        parts.pop();
+    }
+    Some(parts)
+}
+
+/// Every file's imports of other files, through `crate::a::b`,
+/// `super::x` and `self::x` paths (each resolved to the longest path that
+/// is a file of the crate).
+fn file_graph() -> BTreeMap<Vec<String>, BTreeSet<Vec<String>>> {
+    let mut paths = Vec::new();
+    rust_files(&src_root(), &mut paths);
+    let files: BTreeMap<Vec<String>, PathBuf> = paths
+        .into_iter()
+        .filter_map(|p| Some((file_module(&p)?, p)))
+        .collect();
+    let mut edges = BTreeMap::new();
+    for (module, path) in &files {
+        let text = production_text(&std::fs::read_to_string(path).expect("read source"));
+        let mut targets = BTreeSet::new();
+        for (i, _) in text.match_indices("::") {
+            // The path that ends here: walk back over `ident::` segments.
+            let start = text[..i]
+                .rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
+                .map_or(0, |j| j + 1);
+            if text[start..i].contains("::") {
+                continue; // not the first separator of its path
+            }
+            let head = &text[start..i];
+            let mut base: Vec<String> = match head {
+                "crate" => Vec::new(),
+                "super" => module[..module.len().saturating_sub(1)].to_vec(),
+                "self" => module.clone(),
+                _ => continue,
+            };
+            let mut rest = &text[i + 2..];
+            loop {
+                let seg = ident_at(rest);
+                if seg.is_empty() {
+                    break;
+                }
+                if seg == "super" {
+                    base.pop();
+                } else {
+                    base.push(seg.to_owned());
+                }
+                rest = &rest[seg.len()..];
+                match rest.strip_prefix("::") {
+                    Some(r) => rest = r,
+                    None => break,
+                }
+            }
+            while !base.is_empty() {
+                if files.contains_key(&base) {
+                    if &base != module {
+                        targets.insert(base.clone());
+                    }
+                    break;
+                }
+                base.pop();
+            }
+        }
+        edges.insert(module.clone(), targets);
+    }
+    edges
+}
+
+/// Files of one folder do not import each other in a circle (a parent
+/// module's `mod.rs` and its own files excepted: a child reads what its
+/// parent declares). Two circles passed the module-level check before:
+/// `services/events.rs` with `pruner.rs`, and `sql/entity.rs` with
+/// `sql/fused.rs`.
+#[test]
+fn files_of_one_folder_import_each_other_without_a_cycle() {
+    let edges = file_graph();
+    assert!(edges.len() > 60, "{} files", edges.len());
+    // Siblings: same parent folder, neither an ancestor of the other.
+    let siblings = |a: &[String], b: &[String]| {
+        a.len() == b.len() && a.len() > 1 && a[..a.len() - 1] == b[..b.len() - 1]
+    };
+    fn visit(
+        m: &Vec<String>,
+        edges: &BTreeMap<Vec<String>, BTreeSet<Vec<String>>>,
+        siblings: &dyn Fn(&[String], &[String]) -> bool,
+        path: &mut Vec<Vec<String>>,
+        done: &mut BTreeSet<Vec<String>>,
+    ) -> Option<Vec<Vec<String>>> {
+        if let Some(i) = path.iter().position(|p| p == m) {
+            let mut cycle = path[i..].to_vec();
+            cycle.push(m.clone());
+            return Some(cycle);
+        }
+        if done.contains(m) {
+            return None;
+        }
+        path.push(m.clone());
+        for next in edges.get(m).into_iter().flatten() {
+            if siblings(m, next) {
+                if let Some(c) = visit(next, edges, siblings, path, done) {
+                    return Some(c);
+                }
+            }
+        }
+        path.pop();
+        done.insert(m.clone());
+        None
+    }
+    let mut done = BTreeSet::new();
+    for m in edges.keys() {
+        if let Some(cycle) = visit(m, &edges, &siblings, &mut Vec::new(), &mut done) {
+            panic!(
+                "files of one folder import each other in a circle: {}",
+                cycle
+                    .iter()
+                    .map(|m| m.join("/"))
+                    .collect::<Vec<_>>()
+                    .join(" -> ")
+            );
+        }
+    }
+}
+
+/// What does I/O: database access, processes, HTTP and spawned tasks.
+const IO: &[&str] = &[
+    "PgConnection",
+    "PgPool",
+    "sqlx::query",
+    ".fetch_one(",
+    ".fetch_all(",
+    ".fetch_optional(",
+    ".execute(",
+    "tokio::process",
+    "tokio::spawn",
+    "ureq::",
+];
+
+/// Files of the pure layers that still do I/O, each to move up (issue 38:
+/// process spawning and HTTP delivery out of the domain). The list only
+/// shrinks: a listed file that no longer does I/O fails the test until it
+/// is taken off.
+const STILL_TO_MOVE: &[&str] = &["locks.rs", "handlers/command.rs", "observer.rs"];
+
+/// The layers below `sql` (leaves, domain, loading) do no I/O: they name
+/// no connection, pool, query, process, HTTP client or spawned task.
+#[test]
+fn the_pure_layers_do_no_io() {
+    let pure: Vec<&str> = LAYERS
+        .iter()
+        .take_while(|(name, _)| !name.starts_with("sql"))
+        .flat_map(|(_, modules)| modules.iter().copied())
+        .collect();
+    assert!(
+        pure.contains(&"model") && pure.contains(&"policy"),
+        "{pure:?}"
+    );
+    let mut files = Vec::new();
+    rust_files(&src_root(), &mut files);
+    files.sort();
+    let mut doing = BTreeMap::new();
+    for file in files {
+        let Some(module) = module_of(&file) else {
+            continue;
+        };
+        if !pure.contains(&module.as_str()) || file.to_string_lossy().ends_with("_test.rs") {
+            continue;
+        }
+        let text = production_text(&std::fs::read_to_string(&file).expect("read source"));
+        let found: Vec<&str> = IO.iter().copied().filter(|io| text.contains(io)).collect();
+        if !found.is_empty() {
+            let rel = file
+                .strip_prefix(src_root())
+                .unwrap()
+                .to_string_lossy()
+                .replace('\\', "/");
+            doing.insert(rel, found);
+        }
+    }
+    let new: Vec<String> = doing
+        .iter()
+        .filter(|(f, _)| !STILL_TO_MOVE.contains(&f.as_str()))
+        .map(|(f, io)| format!("{f}: {io:?}"))
+        .collect();
+    assert!(
+        new.is_empty(),
+        "files of a pure layer doing I/O (move it to the layer that runs it):\n  {}",
+        new.join("\n  ")
+    );
+    let moved: Vec<&&str> = STILL_TO_MOVE
+        .iter()
+        .filter(|f| !doing.contains_key(**f))
+        .collect();
+    assert!(
+        moved.is_empty(),
+        "no longer doing I/O, take them off STILL_TO_MOVE: {moved:?}"
+    );
+}

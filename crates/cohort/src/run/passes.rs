@@ -529,6 +529,65 @@ pub(crate) async fn preview_all(cx: &Context, req: PreviewAllRequest) -> Result<
     Ok(out)
 }
 
+/// What the handle's tenant source says of one tenant a request names,
+/// when that source is a query (`tenants_query`) or the caller's list: a
+/// tenant's jurisdiction and tags are what its rules are resolved with,
+/// so the request takes them from its listing (a request that says
+/// otherwise is refused), and a tenant the source does not list is
+/// refused: its rules cannot be resolved safely. With the directory as
+/// the source the run reads the listing itself (`Prepared::tenant_facts`).
+/// Returns the jurisdiction and tags to run with. The worker's passes
+/// come from the source already and do not ask again.
+pub(crate) async fn listing(
+    cx: &Context,
+    tenant: Option<&str>,
+    jurisdiction: Option<String>,
+    tags: Option<Vec<String>>,
+) -> Result<(Option<String>, Option<Vec<String>>)> {
+    let (
+        Some(tenant),
+        crate::tenants::TenantSource::Query(_) | crate::tenants::TenantSource::List(_),
+    ) = (tenant, &cx.tenant_source)
+    else {
+        return Ok((jurisdiction, tags));
+    };
+    let wanted = cx.canonical_tenant(tenant).await?;
+    let identity = cx.prepared().await?.model.tenant_identity();
+    let discovered = discover(cx, &cx.tenant_source).await?;
+    let Some(listed) = discovered
+        .tenants
+        .into_iter()
+        .find(|t| identity.canonical(&t.id).as_deref() == Some(wanted.as_str()))
+    else {
+        return Err(Error::InvalidInput(format!(
+            "tenant {tenant:?} is not among the tenants {} returns; its jurisdiction is unknown, so its rules cannot be resolved safely",
+            match &cx.tenant_source {
+                crate::tenants::TenantSource::Query(_) => "tenants_query",
+                _ => "the tenant list",
+            }
+        )));
+    };
+    if let (Some(asked), Some(known)) = (&jurisdiction, &listed.jurisdiction) {
+        if asked != known {
+            return Err(Error::InvalidInput(format!(
+                "tenant {wanted} is listed with jurisdiction {known:?}, but the request says {asked:?}"
+            )));
+        }
+    }
+    if let Some(asked) = &tags {
+        if !crate::tenants::same_tags(asked, &listed.tags) {
+            return Err(Error::InvalidInput(format!(
+                "tenant {wanted} is listed with tags {:?}, but the request says {asked:?}",
+                listed.tags
+            )));
+        }
+    }
+    Ok((
+        jurisdiction.or(listed.jurisdiction),
+        Some(tags.unwrap_or(listed.tags)),
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -11,8 +11,7 @@
 use chrono::{DateTime, Utc};
 use tokio::sync::broadcast;
 
-use super::pruner::PruneReport;
-use super::rescuer::MaintenanceReport;
+use super::reports::{MaintenanceReport, PruneReport};
 
 /// Events a subscriber may fall behind by before it misses the oldest.
 pub const EVENT_BUFFER: usize = 256;

@@ -26,6 +26,7 @@ pub mod dispatcher;
 pub mod events;
 pub(crate) mod grants;
 pub mod pruner;
+mod reports;
 pub mod rescuer;
 pub mod worker;
 
@@ -41,8 +42,9 @@ use crate::error::Result;
 pub use dispatcher::{Dispatcher, DispatcherConfig, FlushReport};
 pub use events::{OccurrenceOutcome, ServiceEvent};
 pub use grants::Access;
-pub use pruner::{PruneReport, PruneRequest, PrunerConfig};
-pub use rescuer::{MaintenanceConfig, MaintenanceReport};
+pub use pruner::{PruneRequest, PrunerConfig};
+pub use reports::{MaintenanceReport, PruneReport};
+pub use rescuer::MaintenanceConfig;
 pub use worker::WorkerConfig;
 
 /// The default time in-flight handler deliveries get to finish at shutdown.

@@ -17,6 +17,7 @@
 //! Every statement deletes at most `batch_size` rows. Ages are measured on
 //! the database clock.
 
+pub use super::reports::PruneReport;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -100,39 +101,6 @@ impl PruneRequest {
         self.cancel = cancel;
         self
     }
-}
-
-/// What one pruning pass deleted (or, dry, would delete).
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
-#[non_exhaustive]
-pub struct PruneReport {
-    /// Whether this was a count-only pass.
-    pub dry_run: bool,
-    /// Runs deleted, with their summaries and row details.
-    pub runs: u64,
-    /// Entity summaries deleted with those runs.
-    pub summaries: u64,
-    /// Row details deleted with those runs.
-    pub row_details: u64,
-    /// Terminal handler work deleted with those runs.
-    pub handler_work: u64,
-    /// Old enough runs kept because they still have pending or in-flight
-    /// handler work.
-    pub runs_kept_for_handlers: u64,
-    /// Holds deleted.
-    pub holds: u64,
-    /// Shared occurrences of the worker deleted with their passes (those
-    /// written before the earlier run cutoff, never the newest).
-    pub occurrences: u64,
-    /// Runs that succeeded deleted when settled before this, if configured.
-    pub succeeded_runs_before: Option<DateTime<Utc>>,
-    /// Runs that failed, partially failed or were cancelled deleted when
-    /// settled before this, if configured.
-    pub failed_runs_before: Option<DateTime<Utc>>,
-    /// Holds inactive since before this cutoff, if configured.
-    pub holds_before: Option<DateTime<Utc>>,
-    /// The pass stopped early: the kill switch turned on (or shutdown).
-    pub stopped: bool,
 }
 
 /// A pass's cutoffs: runs by outcome, and holds inactive since before.

@@ -15,6 +15,7 @@
 //! Between passes it keeps this process's peer record (see
 //! [`crate::peers`]), every ten seconds.
 
+pub use super::reports::MaintenanceReport;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -106,18 +107,6 @@ impl MaintenanceConfig {
     pub fn every(&self) -> Duration {
         self.interval
     }
-}
-
-/// What one maintenance pass did.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
-#[non_exhaustive]
-pub struct MaintenanceReport {
-    /// Runs left `started` by a lost process, settled `failed`.
-    pub recovered_runs: u64,
-    /// Work no registered handler can deliver, dead-lettered.
-    pub orphaned_work: u64,
-    /// Captured payloads cleared past `payload_retention`.
-    pub scrubbed: u64,
 }
 
 /// One maintenance pass now.
