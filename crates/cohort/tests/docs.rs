@@ -475,16 +475,10 @@ fn the_readme_keeps_the_commands_ci_runs_and_stays_short() {
     assert!(broken.is_empty(), "links to nothing: {broken:?}");
 }
 
-/// The minimal grants of docs/migrations.md run as written on a database
-/// laid out as the page describes.
-#[tokio::test]
-async fn the_grants_block_runs_on_a_fresh_database() {
-    let text = std::fs::read_to_string(root().join("docs/migrations.md")).unwrap();
-    let grants: Vec<Block> = blocks(&text)
-        .into_iter()
-        .filter(|b| b.info == "sql")
-        .collect();
-    assert_eq!(grants.len(), 1, "one sql block: the grants");
+/// A database laid out as the guide describes: Cohort's tables in schema
+/// `cohort`, the example tables, and the roles the grants name (roles are
+/// the cluster's, so each is created only when missing).
+async fn guide_database() -> cohort_pgtemp::TestDatabase {
     let db = cohort_pgtemp::fresh_empty_database().await.unwrap();
     let mut conn = db.pool().acquire().await.unwrap();
     cohort::schema::migrate(&mut conn, "cohort").await.unwrap();
@@ -502,6 +496,21 @@ async fn the_grants_block_runs_on_a_fresh_database() {
     .execute(&mut *conn)
     .await
     .unwrap();
+    db
+}
+
+/// The minimal grants of docs/migrations.md run as written on a database
+/// laid out as the page describes.
+#[tokio::test]
+async fn the_grants_block_runs_on_a_fresh_database() {
+    let text = std::fs::read_to_string(root().join("docs/migrations.md")).unwrap();
+    let grants: Vec<Block> = blocks(&text)
+        .into_iter()
+        .filter(|b| b.info == "sql")
+        .collect();
+    assert_eq!(grants.len(), 1, "one sql block: the grants");
+    let db = guide_database().await;
+    let mut conn = db.pool().acquire().await.unwrap();
     sqlx::raw_sql(sqlx::AssertSqlSafe(grants[0].text.clone()))
         .execute(&mut *conn)
         .await
@@ -721,22 +730,7 @@ fn sketch_reason(sql: &str) -> bool {
 /// stops at a broken statement.
 #[tokio::test]
 async fn every_sql_block_in_the_docs_runs_under_psql() {
-    let db = cohort_pgtemp::fresh_empty_database().await.unwrap();
-    let mut conn = db.pool().acquire().await.unwrap();
-    cohort::schema::migrate(&mut conn, "cohort").await.unwrap();
-    sqlx::raw_sql(
-        "DO $$ BEGIN
-             IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'app_role') THEN CREATE ROLE app_role; END IF;
-             IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'events_owner') THEN CREATE ROLE events_owner; END IF;
-         END $$;
-         CREATE SCHEMA app; CREATE SCHEMA vault;
-         CREATE TABLE app.session_notes (id uuid PRIMARY KEY);
-         CREATE TABLE app.case_contacts (id uuid PRIMARY KEY);
-         CREATE TABLE vault.session_notes_archive (id uuid PRIMARY KEY);",
-    )
-    .execute(&mut *conn)
-    .await
-    .unwrap();
+    let db = guide_database().await;
     let psql = |sql: &str| {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("block.sql");
