@@ -93,14 +93,7 @@ impl Cohort {
     /// see the run model in the crate documentation. Returns the settled
     /// result; a bad request is refused before anything is written.
     pub async fn sweep(&self, mut request: crate::SweepRequest) -> Result<crate::SweepResult> {
-        crate::run::resolve::in_scope(&self.cx, request.tenant.is_some(), "sweep").await?;
-        (request.jurisdiction, request.tags) = crate::run::passes::listing(
-            &self.cx,
-            request.tenant.as_deref(),
-            request.jurisdiction.take(),
-            request.tags.take(),
-        )
-        .await?;
+        crate::run::passes::scoped(&self.cx, &mut request.tenancy, "sweep").await?;
         crate::run::sweep::sweep(&self.cx, request).await
     }
 
@@ -110,14 +103,7 @@ impl Cohort {
         &self,
         mut request: crate::erasure::ErasureRequest,
     ) -> Result<crate::ErasureResult> {
-        crate::run::resolve::in_scope(&self.cx, request.tenant.is_some(), "erasure").await?;
-        (request.jurisdiction, request.tags) = crate::run::passes::listing(
-            &self.cx,
-            request.tenant.as_deref(),
-            request.jurisdiction.take(),
-            request.tags.take(),
-        )
-        .await?;
+        crate::run::passes::scoped(&self.cx, &mut request.tenancy, "erasure").await?;
         crate::run::erasure::erase(&self.cx, request).await
     }
 
@@ -227,14 +213,7 @@ impl Cohort {
         &self,
         mut request: crate::PreviewRequest,
     ) -> Result<crate::PreviewResult> {
-        crate::run::resolve::in_scope(&self.cx, request.tenant.is_some(), "preview").await?;
-        (request.jurisdiction, request.tags) = crate::run::passes::listing(
-            &self.cx,
-            request.tenant.as_deref(),
-            request.jurisdiction.take(),
-            request.tags.take(),
-        )
-        .await?;
+        crate::run::passes::scoped(&self.cx, &mut request.tenancy, "preview").await?;
         crate::run::sweep::preview(&self.cx, request).await
     }
 

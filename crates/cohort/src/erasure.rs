@@ -66,9 +66,7 @@ impl ErasureScope {
 /// An erasure request for one tenant (or the tenantless entities).
 #[derive(Debug, Clone)]
 pub struct ErasureRequest {
-    pub(crate) tenant: Option<String>,
-    pub(crate) jurisdiction: Option<String>,
-    pub(crate) tags: Option<Vec<String>>,
+    pub(crate) tenancy: crate::tenants::TenantScope,
     pub(crate) scope: ErasureScope,
     pub(crate) now: DateTime<Utc>,
     pub(crate) dry_run: bool,
@@ -93,9 +91,7 @@ impl ErasureRequest {
 
     fn new(tenant: Option<String>, scope: ErasureScope, now: DateTime<Utc>) -> Self {
         Self {
-            tenant,
-            jurisdiction: None,
-            tags: None,
+            tenancy: crate::tenants::TenantScope::of(tenant),
             scope,
             now,
             dry_run: false,
@@ -104,42 +100,6 @@ impl ErasureRequest {
         }
     }
 
-    /// Counts what would be erased and writes the audit trail, changing no row.
-    pub fn dry_run(mut self, dry_run: bool) -> Self {
-        self.dry_run = dry_run;
-        self
-    }
-
-    /// The tenant's jurisdiction, passed to the rule provider (overrides by
-    /// jurisdiction can raise the legal minimum or change the strategy).
-    pub fn jurisdiction(mut self, jurisdiction: impl Into<String>) -> Self {
-        self.jurisdiction = Some(jurisdiction.into());
-        self
-    }
-
-    /// The tenant's tags, passed to the rule provider (a tenant listed in
-    /// the directory has its listed tags unless the request gives its own).
-    pub fn tags<I, S>(mut self, tags: I) -> Self
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<String>,
-    {
-        self.tags = Some(crate::tenants::normalise_tags(
-            tags.into_iter().map(Into::into),
-        ));
-        self
-    }
-
-    /// Accepts a `now` later than the database clock (see
-    /// [`crate::SweepRequest::allow_future_now`]); refused by default.
-    pub fn allow_future_now(mut self, allow: bool) -> Self {
-        self.allow_future_now = allow;
-        self
-    }
-
-    /// Cancellation, as for sweeps.
-    pub fn cancellation(mut self, token: Cancel) -> Self {
-        self.cancel = token;
-        self
-    }
+    crate::tenants::tenancy_builders!();
+    crate::outcome::run_builders!();
 }

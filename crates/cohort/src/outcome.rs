@@ -269,3 +269,35 @@ pub(crate) fn logical_now<Tz: TimeZone>(now: DateTime<Tz>) -> DateTime<Utc> {
     use chrono::SubsecRound;
     now.with_timezone(&Utc).trunc_subsecs(6)
 }
+
+/// The builder methods of every request that can change rows: a dry run,
+/// a `now` later than the database clock, and cancellation (fields
+/// `dry_run`, `allow_future_now`, `cancel`).
+macro_rules! run_builders {
+    () => {
+        /// Counts what the run would change and writes the same audit
+        /// trail, changing no row.
+        pub fn dry_run(mut self, dry_run: bool) -> Self {
+            self.dry_run = dry_run;
+            self
+        }
+
+        /// Accepts a `now` later than the database clock for a mutating
+        /// run. Refused by default: a future `now` moves every cutoff
+        /// forward and mutates rows that are not old enough yet. Dry runs
+        /// and previews may look ahead freely.
+        pub fn allow_future_now(mut self, allow: bool) -> Self {
+            self.allow_future_now = allow;
+            self
+        }
+
+        /// Cancellation: when the token fires, the open batch is rolled
+        /// back and the run settles `Cancelled` (a sweep of every tenant
+        /// also skips the passes after it).
+        pub fn cancellation(mut self, token: crate::cancel::Cancel) -> Self {
+            self.cancel = token;
+            self
+        }
+    };
+}
+pub(crate) use run_builders;

@@ -95,3 +95,64 @@ pub enum TenantSource {
     /// The caller's own list.
     List(Vec<TenantEntry>),
 }
+
+/// The tenant a run request names (`None`: the tenantless entities) and
+/// what the request says of it: what every single-pass request shares
+/// (sweep, preview, erasure).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct TenantScope {
+    pub(crate) tenant: Option<String>,
+    /// The tenant's jurisdiction, when the request gives it.
+    pub(crate) jurisdiction: Option<String>,
+    /// The tenant's tags, normalised, when the request gives them.
+    pub(crate) tags: Option<Vec<String>>,
+}
+
+impl TenantScope {
+    /// A request for `tenant` that says nothing more of it.
+    pub(crate) fn of(tenant: Option<String>) -> Self {
+        TenantScope {
+            tenant,
+            ..TenantScope::default()
+        }
+    }
+
+    /// A tenant as its source lists it, with its jurisdiction and tags.
+    pub(crate) fn listed(entry: &TenantEntry) -> Self {
+        TenantScope {
+            tenant: Some(entry.id.clone()),
+            jurisdiction: entry.jurisdiction.clone(),
+            tags: Some(entry.tags.clone()),
+        }
+    }
+}
+
+/// The builder methods of every request naming one tenant: the tenant's
+/// jurisdiction and tags, kept in the request's `tenancy`.
+macro_rules! tenancy_builders {
+    () => {
+        /// The tenant's jurisdiction, passed to the rule provider (overrides
+        /// by jurisdiction can raise the legal minimum or change the
+        /// strategy). A tenant listed by the tenant source has its listed
+        /// jurisdiction; a request that says otherwise is refused.
+        pub fn jurisdiction(mut self, jurisdiction: impl Into<String>) -> Self {
+            self.tenancy.jurisdiction = Some(jurisdiction.into());
+            self
+        }
+
+        /// The tenant's tags, passed to the rule provider (a tenant listed
+        /// by the tenant source has its listed tags unless the request
+        /// gives its own, which must agree).
+        pub fn tags<I, S>(mut self, tags: I) -> Self
+        where
+            I: IntoIterator<Item = S>,
+            S: Into<String>,
+        {
+            self.tenancy.tags = Some(crate::tenants::normalise_tags(
+                tags.into_iter().map(Into::into),
+            ));
+            self
+        }
+    };
+}
+pub(crate) use tenancy_builders;

@@ -2,7 +2,7 @@
 //! built for the subject columns that apply.
 
 use super::executor::execute;
-use super::resolve::{check_now, rule_for, tenant_keys, Pass};
+use super::resolve::{check_now, pass_of, rule_for, Pass};
 use super::work::{Arg, RunSpec, Work};
 use super::{failure, EntityFailure, ErasureResult, NotReached, RunKind, Trigger};
 use crate::context::{Context, Prepared};
@@ -16,7 +16,7 @@ use crate::tenants::TenantFacts;
 pub(crate) async fn erase(cx: &Context, req: ErasureRequest) -> Result<ErasureResult> {
     let ready = cx.prepared().await?;
     check_now(cx, req.now, !req.dry_run, req.allow_future_now).await?;
-    let pass = tenant_keys(&ready, req.tenant.as_deref())?;
+    let (pass, tenant_facts) = pass_of(&ready, &req.tenancy)?;
     if !req.dry_run {
         if let Some(refused) =
             crate::validate::hash_key_missing(&cx.config, pass.entities.iter().copied())
@@ -24,11 +24,6 @@ pub(crate) async fn erase(cx: &Context, req: ErasureRequest) -> Result<ErasureRe
             return Err(refused);
         }
     }
-    let tenant_facts = ready.tenant_facts(
-        pass.tenant.as_deref(),
-        req.jurisdiction.as_deref(),
-        req.tags.as_deref(),
-    )?;
     let scope = &req.scope;
     check_scope(&ready, scope)?;
 

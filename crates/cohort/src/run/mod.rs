@@ -31,9 +31,7 @@ pub use crate::outcome::{
 /// A sweep: one tenant's tenant-scoped entities, or the tenantless ones.
 #[derive(Debug, Clone)]
 pub struct SweepRequest {
-    pub(crate) tenant: Option<String>,
-    pub(crate) jurisdiction: Option<String>,
-    pub(crate) tags: Option<Vec<String>>,
+    pub(crate) tenancy: crate::tenants::TenantScope,
     pub(crate) now: DateTime<Utc>,
     pub(crate) dry_run: bool,
     pub(crate) trigger: Trigger,
@@ -68,9 +66,7 @@ impl SweepRequest {
 
     fn new(tenant: Option<String>, now: DateTime<Utc>) -> Self {
         Self {
-            tenant,
-            jurisdiction: None,
-            tags: None,
+            tenancy: crate::tenants::TenantScope::of(tenant),
             now,
             dry_run: false,
             trigger: Trigger::Manual,
@@ -80,54 +76,14 @@ impl SweepRequest {
         }
     }
 
-    /// Counts what would change and writes the same audit trail, changing no row.
-    pub fn dry_run(mut self, dry_run: bool) -> Self {
-        self.dry_run = dry_run;
-        self
-    }
-
-    /// The tenant's jurisdiction, passed to the rule provider.
-    pub fn jurisdiction(mut self, jurisdiction: impl Into<String>) -> Self {
-        self.jurisdiction = Some(jurisdiction.into());
-        self
-    }
-
-    /// The tenant's tags, passed to the rule provider (a tenant listed in
-    /// the directory has its listed tags unless the request gives its own).
-    pub fn tags<I, S>(mut self, tags: I) -> Self
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<String>,
-    {
-        self.tags = Some(crate::tenants::normalise_tags(
-            tags.into_iter().map(Into::into),
-        ));
-        self
-    }
-
-    /// Accepts a `now` later than the database clock for a mutating run.
-    /// Refused by default: a future `now` moves every cutoff forward and
-    /// mutates rows that are not old enough yet. Dry runs and previews may
-    /// look ahead freely.
-    pub fn allow_future_now(mut self, allow: bool) -> Self {
-        self.allow_future_now = allow;
-        self
-    }
-
-    /// Cancellation: when the token fires, the open batch is rolled back and
-    /// the run settles `Cancelled`.
-    pub fn cancellation(mut self, token: Cancel) -> Self {
-        self.cancel = token;
-        self
-    }
+    crate::tenants::tenancy_builders!();
+    crate::outcome::run_builders!();
 }
 
 /// A preview: counts only, nothing written.
 #[derive(Debug, Clone)]
 pub struct PreviewRequest {
-    pub(crate) tenant: Option<String>,
-    pub(crate) jurisdiction: Option<String>,
-    pub(crate) tags: Option<Vec<String>>,
+    pub(crate) tenancy: crate::tenants::TenantScope,
     pub(crate) now: DateTime<Utc>,
 }
 
@@ -135,9 +91,7 @@ impl PreviewRequest {
     /// Previews `tenant`'s tenant-scoped entities.
     pub fn tenanted<Tz: TimeZone>(tenant: impl Into<String>, now: DateTime<Tz>) -> Self {
         Self {
-            tenant: Some(tenant.into()),
-            jurisdiction: None,
-            tags: None,
+            tenancy: crate::tenants::TenantScope::of(Some(tenant.into())),
             now: crate::run::logical_now(now),
         }
     }
@@ -145,29 +99,10 @@ impl PreviewRequest {
     /// Previews the tenantless entities.
     pub fn tenantless<Tz: TimeZone>(now: DateTime<Tz>) -> Self {
         Self {
-            tenant: None,
-            jurisdiction: None,
-            tags: None,
+            tenancy: crate::tenants::TenantScope::of(None),
             now: crate::run::logical_now(now),
         }
     }
 
-    /// The tenant's jurisdiction, passed to the rule provider.
-    pub fn jurisdiction(mut self, jurisdiction: impl Into<String>) -> Self {
-        self.jurisdiction = Some(jurisdiction.into());
-        self
-    }
-
-    /// The tenant's tags, passed to the rule provider (a tenant listed in
-    /// the directory has its listed tags unless the request gives its own).
-    pub fn tags<I, S>(mut self, tags: I) -> Self
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<String>,
-    {
-        self.tags = Some(crate::tenants::normalise_tags(
-            tags.into_iter().map(Into::into),
-        ));
-        self
-    }
+    crate::tenants::tenancy_builders!();
 }

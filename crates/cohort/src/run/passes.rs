@@ -41,24 +41,7 @@ impl SweepAllRequest {
         }
     }
 
-    /// Accepts a `now` later than the database clock (see
-    /// [`crate::SweepRequest::allow_future_now`]); refused by default.
-    pub fn allow_future_now(mut self, allow: bool) -> Self {
-        self.allow_future_now = allow;
-        self
-    }
-
-    /// Counts and audits without changing rows.
-    pub fn dry_run(mut self, dry_run: bool) -> Self {
-        self.dry_run = dry_run;
-        self
-    }
-
-    /// Cancels the open pass (its batch rolled back) and skips later ones.
-    pub fn cancellation(mut self, cancel: Cancel) -> Self {
-        self.cancel = cancel;
-        self
-    }
+    crate::outcome::run_builders!();
 }
 
 /// A pass that failed before its run existed (e.g. a tenant id that cannot
@@ -372,8 +355,7 @@ pub(crate) fn pass_request(pass: &Pass, now: DateTime<Utc>) -> Option<SweepReque
     match pass {
         Pass::Tenant(t) => {
             let mut r = SweepRequest::tenanted(t.id.clone(), now);
-            r.jurisdiction = t.jurisdiction.clone();
-            r.tags = Some(t.tags.clone());
+            r.tenancy = crate::tenants::TenantScope::listed(t);
             Some(r)
         }
         Pass::Tenantless => Some(SweepRequest::tenantless(now)),
@@ -441,7 +423,7 @@ pub(crate) async fn sweep_all(cx: &Context, req: SweepAllRequest) -> Result<Swee
             result.passes.push(PassOutcome::NotStarted(failure));
             continue;
         };
-        let tenant = request.tenant.clone();
+        let tenant = request.tenancy.tenant.clone();
         match super::sweep::sweep(cx, run(request)).await {
             Ok(r) => result.passes.push(PassOutcome::Ran(Box::new(r))),
             Err(e) => {
@@ -503,8 +485,7 @@ pub(crate) async fn preview_all(cx: &Context, req: PreviewAllRequest) -> Result<
         let preview = match &pass {
             Pass::Tenant(t) => {
                 let mut r = super::PreviewRequest::tenanted(t.id.clone(), req.now);
-                r.jurisdiction = t.jurisdiction.clone();
-                r.tags = Some(t.tags.clone());
+                r.tenancy = crate::tenants::TenantScope::listed(t);
                 r
             }
             Pass::Tenantless => super::PreviewRequest::tenantless(req.now),
@@ -514,7 +495,7 @@ pub(crate) async fn preview_all(cx: &Context, req: PreviewAllRequest) -> Result<
                 continue;
             }
         };
-        let tenant = preview.tenant.clone();
+        let tenant = preview.tenancy.tenant.clone();
         out.passes.push(
             super::sweep::preview(cx, preview)
                 .await
@@ -529,6 +510,26 @@ pub(crate) async fn preview_all(cx: &Context, req: PreviewAllRequest) -> Result<
     Ok(out)
 }
 
+/// A single-pass request's tenancy, made whole before anything runs:
+/// something of the policy is in scope for it (`resolve::in_scope`), and
+/// its jurisdiction and tags are the tenant source's listing
+/// ([`listing`]).
+pub(crate) async fn scoped(
+    cx: &Context,
+    tenancy: &mut crate::tenants::TenantScope,
+    what: &str,
+) -> Result<()> {
+    super::resolve::in_scope(cx, tenancy.tenant.is_some(), what).await?;
+    (tenancy.jurisdiction, tenancy.tags) = listing(
+        cx,
+        tenancy.tenant.as_deref(),
+        tenancy.jurisdiction.take(),
+        tenancy.tags.take(),
+    )
+    .await?;
+    Ok(())
+}
+
 /// What the handle's tenant source says of one tenant a request names,
 /// when that source is a query (`tenants_query`) or the caller's list: a
 /// tenant's jurisdiction and tags are what its rules are resolved with,
@@ -538,7 +539,7 @@ pub(crate) async fn preview_all(cx: &Context, req: PreviewAllRequest) -> Result<
 /// the source the run reads the listing itself (`Prepared::tenant_facts`).
 /// Returns the jurisdiction and tags to run with. The worker's passes
 /// come from the source already and do not ask again.
-pub(crate) async fn listing(
+async fn listing(
     cx: &Context,
     tenant: Option<&str>,
     jurisdiction: Option<String>,

@@ -21,6 +21,23 @@ pub(crate) struct Pass<'a> {
     pub(crate) tenant: Option<String>,
 }
 
+/// A request's pass and what the run knows of its tenant, checked before
+/// anything is written: the canonical tenant key per entity
+/// ([`tenant_keys`]) and the tenant's jurisdiction and tags (the
+/// request's, checked against the directory's listing).
+pub(crate) fn pass_of<'a>(
+    ready: &'a Prepared,
+    tenancy: &crate::tenants::TenantScope,
+) -> Result<(Pass<'a>, crate::tenants::TenantFacts)> {
+    let pass = tenant_keys(ready, tenancy.tenant.as_deref())?;
+    let facts = ready.tenant_facts(
+        pass.tenant.as_deref(),
+        tenancy.jurisdiction.as_deref(),
+        tenancy.tags.as_deref(),
+    )?;
+    Ok((pass, facts))
+}
+
 /// Canonical tenant keys per entity of the pass, checked before anything
 /// is written. The tenant is canonicalised once, by the tenant columns' type
 /// (validation makes them agree): uuid spellings become one uuid, text is

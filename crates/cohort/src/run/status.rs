@@ -50,8 +50,7 @@ pub(crate) async fn backlog(
         let request = match &pass {
             super::passes::Pass::Tenant(t) => {
                 let mut r = super::PreviewRequest::tenanted(t.id.clone(), now);
-                r.jurisdiction = t.jurisdiction.clone();
-                r.tags = Some(t.tags.clone());
+                r.tenancy = crate::tenants::TenantScope::listed(t);
                 r
             }
             super::passes::Pass::Tenantless => super::PreviewRequest::tenantless(now),

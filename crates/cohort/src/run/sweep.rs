@@ -5,7 +5,7 @@ use chrono::{DateTime, Utc};
 
 use super::counts::{counts, kept_for_good, outcome};
 use super::executor::execute;
-use super::resolve::{check_now, rule_for, tenant_keys};
+use super::resolve::{check_now, pass_of, rule_for};
 use super::work::{Arg, RunParam, RunSpec, Work};
 use super::{failure, PreviewRequest, PreviewResult, RunKind, SweepRequest, SweepResult};
 use crate::context::{Context, Prepared};
@@ -213,12 +213,7 @@ pub(super) fn render_literals(
 
 pub(crate) async fn preview(cx: &Context, req: PreviewRequest) -> Result<PreviewResult> {
     let ready = cx.prepared().await?;
-    let pass = tenant_keys(&ready, req.tenant.as_deref())?;
-    let facts = ready.tenant_facts(
-        pass.tenant.as_deref(),
-        req.jurisdiction.as_deref(),
-        req.tags.as_deref(),
-    )?;
+    let (pass, facts) = pass_of(&ready, &req.tenancy)?;
     let mut conn = cx.pool.acquire().await?;
     let mut result = PreviewResult {
         tenant: pass.tenant.clone(),
@@ -264,7 +259,7 @@ pub(crate) async fn preview(cx: &Context, req: PreviewRequest) -> Result<Preview
 pub(crate) async fn sweep(cx: &Context, req: SweepRequest) -> Result<SweepResult> {
     let ready = cx.prepared().await?;
     check_now(cx, req.now, !req.dry_run, req.allow_future_now).await?;
-    let pass = tenant_keys(&ready, req.tenant.as_deref())?;
+    let (pass, facts) = pass_of(&ready, &req.tenancy)?;
     if !req.dry_run {
         if let Some(refused) =
             crate::validate::hash_key_missing(&cx.config, pass.entities.iter().copied())
@@ -272,11 +267,6 @@ pub(crate) async fn sweep(cx: &Context, req: SweepRequest) -> Result<SweepResult
             return Err(refused);
         }
     }
-    let facts = ready.tenant_facts(
-        pass.tenant.as_deref(),
-        req.jurisdiction.as_deref(),
-        req.tags.as_deref(),
-    )?;
     let batch = i64::from(cx.config.sweep_batch_size.first());
     let mut works = Vec::new();
     for e in &pass.entities {
@@ -331,12 +321,7 @@ pub(crate) async fn backlog(
     req: PreviewRequest,
 ) -> Result<Vec<crate::telemetry::EntityBacklog>> {
     let ready = cx.prepared().await?;
-    let pass = tenant_keys(&ready, req.tenant.as_deref())?;
-    let facts = ready.tenant_facts(
-        pass.tenant.as_deref(),
-        req.jurisdiction.as_deref(),
-        req.tags.as_deref(),
-    )?;
+    let (pass, facts) = pass_of(&ready, &req.tenancy)?;
     let mut conn = cx.pool.acquire().await?;
     let batch = i64::from(cx.config.sweep_batch_size.first());
     let mut out = Vec::new();

@@ -800,7 +800,7 @@ async fn run_pass(
     let Some(mut req) = crate::run::passes::pass_request(pass, position.at) else {
         return (nothing, None);
     };
-    let tenant = req.tenant.clone();
+    let tenant = req.tenancy.tenant.clone();
     req.dry_run = dry_run;
     req.trigger = Trigger::Scheduled;
     req.occurrence = Some(position);
