@@ -595,10 +595,9 @@ pub(crate) async fn build(cx: &Context, request: &ReportRequest) -> Result<Repor
     // One snapshot for every statement: the figures agree with each other
     // even while runs settle.
     let mut tx = pool.begin().await?;
-    sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-        .execute(&mut *tx)
-        .await?;
-    let generated_at: DateTime<Utc> = sqlx::query_scalar("SELECT pg_catalog.now()")
+    statements::snapshot().query().execute(&mut *tx).await?;
+    let generated_at: DateTime<Utc> = statements::generated_at()
+        .query_scalar()
         .fetch_one(&mut *tx)
         .await?;
 

@@ -515,3 +515,54 @@ fn the_pure_layers_do_no_io() {
         "no longer doing I/O, take them off STILL_TO_MOVE: {moved:?}"
     );
 }
+
+/// SQL text lives in `sql/` (and `schema/`'s migrations): no string
+/// literal elsewhere starts a statement. (`ident.rs` builds text; its
+/// tests are left out with every test module.)
+#[test]
+fn no_sql_text_outside_sql_and_schema() {
+    // Statements the library runs. (DDL shown in messages as the fix to
+    // apply, `ALTER TABLE …` or `CREATE INDEX …`, is advice, not run.)
+    const STARTS: &[&str] = &[
+        "\"SELECT ",
+        "\"INSERT ",
+        "\"UPDATE ",
+        "\"DELETE ",
+        "\"WITH ",
+        "\"SET TRANSACTION",
+        "\"SET LOCAL",
+        "\"SET SESSION",
+        "\"LOCK ",
+    ];
+    let mut files = Vec::new();
+    rust_files(&src_root(), &mut files);
+    files.sort();
+    let mut found = Vec::new();
+    let mut read = 0;
+    for file in files {
+        let Some(module) = module_of(&file) else {
+            continue;
+        };
+        if module == "sql" || module == "schema" || file.to_string_lossy().ends_with("_test.rs") {
+            continue;
+        }
+        read += 1;
+        let text = production_text(&std::fs::read_to_string(&file).expect("read source"));
+        for start in STARTS {
+            if text.contains(start) {
+                let rel = file
+                    .strip_prefix(src_root())
+                    .unwrap()
+                    .to_string_lossy()
+                    .replace('\\', "/");
+                found.push(format!("{rel}: {}…", start.trim_matches('"')));
+            }
+        }
+    }
+    assert!(read > 50, "{read} files read");
+    assert!(
+        found.is_empty(),
+        "SQL text outside sql/ and schema/:\n  {}",
+        found.join("\n  ")
+    );
+}

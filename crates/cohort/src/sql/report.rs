@@ -44,6 +44,20 @@ fn statement(schema: &str, template: &'static str, window: Window) -> Statement<
     Statement::new(from_template(template, &tables(schema)), window)
 }
 
+/// Makes the report's transaction one read-only snapshot, so every
+/// figure agrees with every other even while runs settle.
+pub(crate) fn snapshot() -> Statement<()> {
+    Statement::new(
+        crate::ident::SqlText::new("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"),
+        (),
+    )
+}
+
+/// The database's clock in that snapshot: when the report was generated.
+pub(crate) fn generated_at() -> Statement<()> {
+    Statement::new(crate::ident::SqlText::new("SELECT pg_catalog.now()"), ())
+}
+
 /// Whether tenant `$1` (canonical text) appears in the ledger at all: a
 /// run of any kind, or a hold (one column, boolean).
 pub(crate) fn tenant_seen(schema: &str, tenant: String) -> Statement<(String,)> {

@@ -1094,7 +1094,8 @@ fn prune_statements() {
 #[test]
 fn report_statements() {
     use crate::sql::report::{
-        entity_kept, entity_months, entity_rules, entity_runs, erasures, failures, holds, Window,
+        entity_kept, entity_months, entity_rules, entity_runs, erasures, failures, generated_at,
+        holds, snapshot, Window,
     };
     let w = || Window {
         from: chrono::DateTime::UNIX_EPOCH,
@@ -1117,6 +1118,8 @@ fn report_statements() {
             ("erasures", erasures("cohort", w()).checked().as_str()),
             ("holds", holds("cohort", w()).checked().as_str()),
             ("failures", failures("cohort", w()).checked().as_str()),
+            ("snapshot", snapshot().checked().as_str()),
+            ("generated_at", generated_at().checked().as_str()),
         ])
     );
 }
