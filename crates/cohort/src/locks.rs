@@ -1,51 +1,10 @@
 //! Every advisory lock Cohort takes, in one place: the key text of each
-//! kind and the statements that take and release it. Keys are namespaced
+//! kind (the statements that take and release them, and the connection
+//! that holds one, are in `sql::locks`). Keys are namespaced
 //! (`cohort.<kind>:<id>`) and hashed by the server, so Cohort's locks cannot
 //! collide with each other; the worker and dispatcher add their kinds here.
 
-use sqlx::pool::PoolConnection;
-use sqlx::{PgConnection, Postgres};
 use uuid::Uuid;
-
-/// A pooled connection that holds (or is about to hold) a session-level
-/// advisory lock. Dropped without [`Held::into_inner`] (a panic in user
-/// code, or its future dropped by an abort), the connection is closed
-/// instead of going back to the pool, so the lock can never outlive its
-/// holder inside the pool, where it would make a lost run look live.
-pub(crate) struct Held(Option<PoolConnection<Postgres>>);
-
-impl Held {
-    pub(crate) fn new(conn: PoolConnection<Postgres>) -> Self {
-        Self(Some(conn))
-    }
-
-    /// The connection, for the normal path that releases the lock itself.
-    pub(crate) fn into_inner(mut self) -> PoolConnection<Postgres> {
-        self.0.take().expect("present until taken")
-    }
-}
-
-impl std::ops::Deref for Held {
-    type Target = PgConnection;
-
-    fn deref(&self) -> &PgConnection {
-        self.0.as_ref().expect("present until taken")
-    }
-}
-
-impl std::ops::DerefMut for Held {
-    fn deref_mut(&mut self) -> &mut PgConnection {
-        self.0.as_mut().expect("present until taken")
-    }
-}
-
-impl Drop for Held {
-    fn drop(&mut self) {
-        if let Some(conn) = self.0.as_mut() {
-            conn.close_on_drop();
-        }
-    }
-}
 
 /// An advisory lock of Cohort's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -55,7 +55,7 @@ async fn execute_in_span(
     run_id: Uuid,
 ) -> Result<SweepResult> {
     let recorder = RunRecorder::new(cx, ready, run_id, &spec);
-    let mut conn = crate::locks::Held::new(cx.pool.acquire().await?);
+    let mut conn = crate::sql::locks::Held::new(cx.pool.acquire().await?);
     locks::lock(&mut conn, LockKey::Run(run_id)).await?;
     let started_at = match recorder.started(&mut conn, works.len()).await {
         Ok(at) => at,

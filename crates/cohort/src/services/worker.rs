@@ -368,7 +368,7 @@ async fn join(
 /// A pass this replica holds: its lock is held on `conn` until the claim
 /// (`token`) is settled.
 struct Claimed {
-    conn: crate::locks::Held,
+    conn: crate::sql::locks::Held,
     pass: i32,
     spec: crate::run::passes::Pass,
     attempts: i32,
@@ -389,7 +389,7 @@ enum Next {
 /// The pass to run, holding `conn` (with the pass's lock) until settled;
 /// `spec` is the pass as stored.
 fn run_next(
-    conn: crate::locks::Held,
+    conn: crate::sql::locks::Held,
     pass: i32,
     spec: serde_json::Value,
     attempts: i32,
@@ -416,7 +416,7 @@ async fn next_pass(cx: &Context, occurrence: &Shared) -> Result<Next> {
     let schema = &cx.config.schema;
     let by = crate::peers::process_name();
     let token = Uuid::new_v4();
-    let mut conn = crate::locks::Held::new(cx.pool.acquire().await?);
+    let mut conn = crate::sql::locks::Held::new(cx.pool.acquire().await?);
     let pending: Option<(i32, serde_json::Value, i32, bool)> = occurrences::claim_pending(
         schema,
         occurrences::Claim {

@@ -1,7 +1,8 @@
 //! The statements that take and release Cohort's advisory locks (the keys
 //! are `locks::LockKey`).
 
-use sqlx::PgConnection;
+use sqlx::pool::PoolConnection;
+use sqlx::{PgConnection, Postgres};
 
 use super::statement::Statement;
 use crate::ident::SqlText;
@@ -81,5 +82,45 @@ mod tests {
             "SELECT pg_catalog.pg_advisory_xact_lock_shared(1131375665, \
              '\"re''tention\".\"retention_hold\"'::pg_catalog.regclass::pg_catalog.oid::int4)"
         );
+    }
+}
+
+/// A pooled connection that holds (or is about to hold) a session-level
+/// advisory lock. Dropped without [`Held::into_inner`] (a panic in user
+/// code, or its future dropped by an abort), the connection is closed
+/// instead of going back to the pool, so the lock can never outlive its
+/// holder inside the pool, where it would make a lost run look live.
+pub(crate) struct Held(Option<PoolConnection<Postgres>>);
+
+impl Held {
+    pub(crate) fn new(conn: PoolConnection<Postgres>) -> Self {
+        Self(Some(conn))
+    }
+
+    /// The connection, for the normal path that releases the lock itself.
+    pub(crate) fn into_inner(mut self) -> PoolConnection<Postgres> {
+        self.0.take().expect("present until taken")
+    }
+}
+
+impl std::ops::Deref for Held {
+    type Target = PgConnection;
+
+    fn deref(&self) -> &PgConnection {
+        self.0.as_ref().expect("present until taken")
+    }
+}
+
+impl std::ops::DerefMut for Held {
+    fn deref_mut(&mut self) -> &mut PgConnection {
+        self.0.as_mut().expect("present until taken")
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        if let Some(conn) = self.0.as_mut() {
+            conn.close_on_drop();
+        }
     }
 }
