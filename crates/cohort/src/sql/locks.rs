@@ -73,18 +73,6 @@ pub(crate) async fn unlock(conn: &mut PgConnection, key: LockKey<'_>) -> Result<
         .map(drop)
 }
 
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn the_gate_statement_names_the_gate_key_and_the_hold_table() {
-        assert_eq!(
-            super::hold_gate("re'tention", true).text(),
-            "SELECT pg_catalog.pg_advisory_xact_lock_shared(1131375665, \
-             '\"re''tention\".\"retention_hold\"'::pg_catalog.regclass::pg_catalog.oid::int4)"
-        );
-    }
-}
-
 /// A pooled connection that holds (or is about to hold) a session-level
 /// advisory lock. Dropped without [`Held::into_inner`] (a panic in user
 /// code, or its future dropped by an abort), the connection is closed
@@ -122,5 +110,17 @@ impl Drop for Held {
         if let Some(conn) = self.0.as_mut() {
             conn.close_on_drop();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_gate_statement_names_the_gate_key_and_the_hold_table() {
+        assert_eq!(
+            super::hold_gate("re'tention", true).text(),
+            "SELECT pg_catalog.pg_advisory_xact_lock_shared(1131375665, \
+             '\"re''tention\".\"retention_hold\"'::pg_catalog.regclass::pg_catalog.oid::int4)"
+        );
     }
 }
