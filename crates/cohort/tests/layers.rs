@@ -566,3 +566,50 @@ fn no_sql_text_outside_sql_and_schema() {
         found.join("\n  ")
     );
 }
+
+/// docs/architecture.md draws the same picture: its `crates/cohort/src/`
+/// block has one section per layer, in this order (a section starts with
+/// the layer's first word, or its folder: `sql/`), and each section names
+/// every module of its layer (`name.rs` or `name/`).
+#[test]
+fn the_architecture_page_draws_these_layers() {
+    let page = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/architecture.md"),
+    )
+    .expect("read docs/architecture.md");
+    let block = page
+        .split("```text\ncrates/cohort/src/\n")
+        .nth(1)
+        .and_then(|rest| rest.split("\ncrates/").next())
+        .expect("the crates/cohort/src/ block");
+    // Sections: a line indented two spaces starts one, named by its label.
+    let mut sections: Vec<(String, String)> = Vec::new();
+    for line in block.lines() {
+        if let Some(rest) = line.strip_prefix("  ").filter(|r| !r.starts_with(' ')) {
+            let label = rest.split_whitespace().next().unwrap_or("").to_owned();
+            sections.push((label.trim_end_matches('/').to_owned(), rest.to_owned()));
+        } else if let Some((_, text)) = sections.last_mut() {
+            text.push(' ');
+            text.push_str(line.trim());
+        }
+    }
+    let labels: Vec<&str> = sections.iter().map(|(l, _)| l.as_str()).collect();
+    let wanted: Vec<&str> = LAYERS
+        .iter()
+        .map(|(name, _)| name.split_whitespace().next().unwrap_or(""))
+        .collect();
+    assert_eq!(labels, wanted, "the page's sections, bottom up");
+    let mut missing = Vec::new();
+    for ((_, modules), (label, text)) in LAYERS.iter().zip(&sections) {
+        for m in *modules {
+            let named = text.contains(&format!("{m}.rs")) || text.contains(&format!("{m}/"));
+            if !named {
+                missing.push(format!("{label}: {m}"));
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "modules docs/architecture.md does not name in their layer: {missing:?}"
+    );
+}
