@@ -68,6 +68,43 @@ pub(crate) struct TenantFacts {
     pub(crate) tags: Vec<String>,
 }
 
+impl TenantFacts {
+    /// What a request says of `tenant` (its jurisdiction and tags, when it
+    /// gives them), checked against the tenant's listing when both are
+    /// known (a request that contradicts it is refused), else the
+    /// listing's.
+    pub(crate) fn merged(
+        tenant: &str,
+        listed: Option<&TenantEntry>,
+        jurisdiction: Option<&str>,
+        tags: Option<&[String]>,
+    ) -> crate::error::Result<Self> {
+        let refused = |msg: String| Err(crate::error::Error::InvalidInput(msg));
+        let listed_jurisdiction = listed.and_then(|e| e.jurisdiction.as_deref());
+        let jurisdiction = match (jurisdiction, listed_jurisdiction) {
+            (Some(r), Some(l)) if r != l => {
+                return refused(format!(
+                    "tenant {tenant} is listed with jurisdiction {l:?}, but the request says {r:?}"
+                ))
+            }
+            (Some(r), _) => Some(r.to_owned()),
+            (None, listed) => listed.map(str::to_owned),
+        };
+        let tags = match (tags, listed) {
+            (Some(r), Some(l)) if !same_tags(r, &l.tags) => {
+                return refused(format!(
+                    "tenant {tenant} is listed with tags {:?}, but the request says {r:?}",
+                    l.tags
+                ))
+            }
+            (Some(r), _) => r.to_vec(),
+            (None, Some(l)) => l.tags.clone(),
+            (None, None) => Vec::new(),
+        };
+        Ok(TenantFacts { jurisdiction, tags })
+    }
+}
+
 /// Tags as a tenant carries them: trimmed, without empty ones or repeats,
 /// in first-listed order.
 pub(crate) fn normalise_tags(tags: impl Iterator<Item = String>) -> Vec<String> {

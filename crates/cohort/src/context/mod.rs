@@ -17,7 +17,7 @@ use crate::model::{EntityDeclaration, EntityDescriptor};
 use crate::observer::ObserverHub;
 use crate::rules::RuleProvider;
 use crate::sql::{EntityPlan, LedgerPlan};
-use crate::tenants::{same_tags, TenantEntry, TenantFacts, TenantSource};
+use crate::tenants::{TenantEntry, TenantFacts, TenantSource};
 use crate::validate::ValidatedModel;
 
 /// What services need, shared by every clone of a handle.
@@ -112,30 +112,7 @@ impl Prepared {
         tags: Option<&[String]>,
     ) -> Result<TenantFacts> {
         let listed = tenant.and_then(|t| self.tenants.iter().find(|e| e.id == t));
-        let listed_jurisdiction = listed.and_then(|e| e.jurisdiction.as_deref());
-        let jurisdiction = match (jurisdiction, listed_jurisdiction) {
-            (Some(r), Some(l)) if r != l => {
-                return Err(Error::InvalidInput(format!(
-                    "tenant {} is listed with jurisdiction {l:?}, but the request says {r:?}",
-                    tenant.unwrap_or_default()
-                )))
-            }
-            (Some(r), _) => Some(r.to_owned()),
-            (None, listed) => listed.map(str::to_owned),
-        };
-        let tags = match (tags, listed) {
-            (Some(r), Some(l)) if !same_tags(r, &l.tags) => {
-                return Err(Error::InvalidInput(format!(
-                    "tenant {} is listed with tags {:?}, but the request says {r:?}",
-                    tenant.unwrap_or_default(),
-                    l.tags
-                )))
-            }
-            (Some(r), _) => r.to_vec(),
-            (None, Some(l)) => l.tags.clone(),
-            (None, None) => Vec::new(),
-        };
-        Ok(TenantFacts { jurisdiction, tags })
+        TenantFacts::merged(tenant.unwrap_or_default(), listed, jurisdiction, tags)
     }
 }
 

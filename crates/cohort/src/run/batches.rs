@@ -125,11 +125,15 @@ pub(super) async fn batches(
             // Another range failed; the entity reports its failure.
             return Ok(Progress::Stalled);
         }
-        let lock_args = match &sizer {
-            Some(sizer) => with_limit(&work.lock_args, i64::from(sizer.limit())),
-            None => work.lock_args.clone(),
+        let sized;
+        let lock_args: &[Arg] = match &sizer {
+            Some(sizer) => {
+                sized = with_limit(&work.lock_args, i64::from(sizer.limit()));
+                &sized
+            }
+            None => &work.lock_args,
         };
-        match one_batch(&l, conn, summary_id, &mut cursor, &lock_args).await? {
+        match one_batch(&l, conn, summary_id, &mut cursor, lock_args).await? {
             Batch::Empty => return Ok(Progress::Drained),
             Batch::SetAside { left } => {
                 out.skipped += left;
@@ -137,7 +141,8 @@ pub(super) async fn batches(
             }
             Batch::Committed(done) => {
                 let changed = done.rows;
-                batch_done(&l, out, sizer.as_mut(), limit_of(&lock_args), done);
+                let limit = limit_of(lock_args);
+                batch_done(&l, out, sizer.as_mut(), limit, done);
                 if changed == 0 {
                     // Locked rows all became held or changed: no progress, stop here.
                     return Ok(Progress::Stalled);

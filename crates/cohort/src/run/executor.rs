@@ -81,7 +81,7 @@ async fn execute_in_span(
         )
         .await;
     release_run_lock(conn.into_inner(), run_id).await;
-    let settled = settled?;
+    let settled_at = settled?;
     Ok(SweepResult {
         run_id,
         kind: spec.kind,
@@ -90,7 +90,7 @@ async fn execute_in_span(
         dry_run: spec.dry_run,
         tenant: spec.tenant,
         started_at,
-        settled_at: Some(settled.at),
+        settled_at: Some(settled_at),
         entities: ran.outcomes,
         failures: ran.failures,
         erasure_kind: spec.erasure_kind,

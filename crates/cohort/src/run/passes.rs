@@ -568,25 +568,13 @@ async fn listing(
             }
         )));
     };
-    if let (Some(asked), Some(known)) = (&jurisdiction, &listed.jurisdiction) {
-        if asked != known {
-            return Err(Error::InvalidInput(format!(
-                "tenant {wanted} is listed with jurisdiction {known:?}, but the request says {asked:?}"
-            )));
-        }
-    }
-    if let Some(asked) = &tags {
-        if !crate::tenants::same_tags(asked, &listed.tags) {
-            return Err(Error::InvalidInput(format!(
-                "tenant {wanted} is listed with tags {:?}, but the request says {asked:?}",
-                listed.tags
-            )));
-        }
-    }
-    Ok((
-        jurisdiction.or(listed.jurisdiction),
-        Some(tags.unwrap_or(listed.tags)),
-    ))
+    let facts = crate::tenants::TenantFacts::merged(
+        &wanted,
+        Some(&listed),
+        jurisdiction.as_deref(),
+        tags.as_deref(),
+    )?;
+    Ok((facts.jurisdiction, Some(facts.tags)))
 }
 
 #[cfg(test)]

@@ -24,11 +24,6 @@ pub(crate) struct RunRecorder<'a> {
     clock: std::time::Instant,
 }
 
-/// How a run settled, as recorded.
-pub(crate) struct Settled {
-    pub(crate) at: DateTime<Utc>,
-}
-
 impl<'a> RunRecorder<'a> {
     pub(crate) fn new(
         cx: &'a Context,
@@ -269,14 +264,14 @@ impl<'a> RunRecorder<'a> {
     /// gone, on a fresh one), then the metrics, the log line and
     /// `Settled`. `error` is the run's error text: entity failures first
     /// ("entity <id>: <diagnostic>", read back by `runs show`), then the
-    /// run-level failure.
+    /// run-level failure. Returns when it settled.
     pub(crate) async fn settled(
         &self,
         conn: &mut PgConnection,
         status: RunStatus,
         error: Option<&str>,
         (outcomes, failures): (&[EntityOutcome], &[EntityFailure]),
-    ) -> Result<Settled> {
+    ) -> Result<DateTime<Utc>> {
         let spec = self.spec;
         let at = self.settle_row(conn, status, error, failures).await?;
         let took = self.clock.elapsed();
@@ -326,7 +321,7 @@ impl<'a> RunRecorder<'a> {
             kept_by_policy: total(|o| o.kept_by_policy),
             error: error.map(str::to_owned),
         });
-        Ok(Settled { at })
+        Ok(at)
     }
 
     /// The settled row itself.

@@ -107,6 +107,16 @@ impl TableInfo {
     pub(crate) fn column(&self, name: &str) -> Option<&ColumnInfo> {
         self.columns.iter().find(|c| c.name == name)
     }
+
+    /// The foreign keys into this table that forbid deleting a row they
+    /// reference (NO ACTION, RESTRICT): purge leaves such rows alone.
+    pub(crate) fn blocking_references(&self) -> Vec<IncomingKey> {
+        self.referenced_by
+            .iter()
+            .filter(|k| matches!(k.on_delete.as_str(), "a" | "r"))
+            .cloned()
+            .collect()
+    }
 }
 
 pub(crate) async fn server_info(conn: &mut PgConnection) -> Result<ServerInfo, sqlx::Error> {

@@ -865,13 +865,8 @@ fn kept_by_references(
         if !may_purge(e) {
             continue;
         }
-        let blocking: Vec<_> = t
-            .referenced_by
-            .iter()
-            .filter(|k| matches!(k.on_delete.as_str(), "a" | "r"))
-            .cloned()
-            .collect();
-        let found = checks::references_kept_for_good(e, &blocking, &retained, &exempt_named);
+        let found =
+            checks::references_kept_for_good(e, &t.blocking_references(), &retained, &exempt_named);
         warnings.extend(found.warnings);
         kept_by.insert(e.id, found.tables);
     }
@@ -908,12 +903,7 @@ fn table_facts(
                         )
                     })
                     .collect(),
-                blocking_references: t
-                    .referenced_by
-                    .iter()
-                    .filter(|k| matches!(k.on_delete.as_str(), "a" | "r"))
-                    .cloned()
-                    .collect(),
+                blocking_references: t.blocking_references(),
                 kept_by_references: kept_by.remove(&e.id).unwrap_or_default(),
                 tenant_literals: e
                     .anonymise
