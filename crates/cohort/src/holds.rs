@@ -34,7 +34,7 @@ use uuid::Uuid;
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::model::SubjectForm;
-use crate::sql::{ledger, lock_subject_rows, BindKey, KeyValue};
+use crate::sql::{ledger, lock_subject_rows, KeyValue};
 use crate::validate::requests::reaches;
 
 /// A request to place a hold: on one record, or on a subject (a person)
@@ -402,8 +402,9 @@ async fn lock_record(
     let record = facts.record_key(&entity.name, record_id)?;
     let tenant = facts.request_tenant(&entity.name, tenant)?;
     let plan = &ready.plans[&entity.id];
-    let row = record
-        .bind(sqlx::query(plan.targets.lock_target.sql()))
+    let row = plan
+        .targets
+        .lock_target_query(&record)
         .fetch_optional(&mut *tx)
         .await?;
     let Some(row) = row else {
@@ -489,16 +490,10 @@ async fn lock_subject(
         if columns.is_empty() {
             continue;
         }
-        let names: Vec<&str> = columns.iter().map(|(c, _)| *c).collect();
-        let sql = lock_subject_rows(e, &facts.casts, &names, tenant_key.is_some());
-        let mut q = sqlx::query(sql.sql());
-        for (_, value) in &columns {
-            q = value.bind(q);
-        }
-        if let Some(t) = &tenant_key {
-            q = t.bind(q);
-        }
-        q.execute(&mut *tx).await?;
+        lock_subject_rows(e, &facts.casts, columns, tenant_key.clone())
+            .query()
+            .execute(&mut *tx)
+            .await?;
     }
     let stored = Stored {
         entity_id: None,
@@ -521,18 +516,12 @@ pub(crate) async fn is_held(
     let entity = ready.model.requested_entity(entity_id)?;
     let record = ready.model.facts[&entity.id].record_key(&entity.name, record_id)?;
     let plan = &ready.plans[&entity.id];
-    let statement = match as_of {
-        Some(_) => &plan.targets.is_held_at,
-        None => &plan.targets.is_held,
-    };
-    let mut q = record
-        .bind(sqlx::query(statement.sql()).bind(entity.id))
-        .bind(record.canonical());
-    if let Some(at) = as_of {
-        q = q.bind(at);
-    }
-    let row = q.fetch_one(&cx.pool).await?;
-    Ok(row.try_get(0)?)
+    let row = plan
+        .targets
+        .is_held_query(entity.id, &record, as_of)
+        .fetch_one(&cx.pool)
+        .await?;
+    Ok(crate::sql::Targets::read_is_held(&row)?)
 }
 
 pub(crate) async fn list(cx: &Context, filter: &HoldFilter) -> Result<Vec<Hold>> {

@@ -580,6 +580,54 @@ fn no_sql_text_outside_sql_and_schema() {
 /// the layer's first word, or its folder: `sql/`), and each section names
 /// every module of its layer (`name.rs` or `name/`).
 #[test]
+fn no_statement_of_an_entity_plan_is_bound_outside_sql() {
+    // A plan's statements number their parameters in `sql/`; their
+    // values are bound there, by typed structs (`sql/sweep/params.rs`),
+    // and what they return is read there. Elsewhere, taking a plan
+    // statement's text to bind it by hand would count placeholders again.
+    // `guarded.rs` hands text to its driver seam (`GuardSession`: sqlx or
+    // SeaORM, each binding the same typed keys).
+    const BY_HAND: &[&str] = &[".sql())", "bind_array(", "bind_all("];
+    let mut files = Vec::new();
+    rust_files(&src_root(), &mut files);
+    files.sort();
+    let mut found = Vec::new();
+    for file in &files {
+        let Some(module) = module_of(file) else {
+            continue;
+        };
+        let rel = file
+            .strip_prefix(src_root())
+            .unwrap()
+            .to_string_lossy()
+            .replace('\\', "/");
+        if module == "sql" || rel == "guarded.rs" || rel.ends_with("_test.rs") {
+            continue;
+        }
+        let text = production_text(&std::fs::read_to_string(file).expect("read source"));
+        for pattern in BY_HAND {
+            if text.contains(pattern) {
+                found.push(format!("{rel}: {pattern}"));
+            }
+        }
+    }
+    // The scan sees them where they belong.
+    let params = production_text(
+        &std::fs::read_to_string(src_root().join("sql/sweep/params.rs"))
+            .expect("read sql/sweep/params.rs"),
+    );
+    assert!(
+        BY_HAND.iter().filter(|p| params.contains(**p)).count() >= 2,
+        "the scan finds no plan statement bound in sql/sweep/params.rs"
+    );
+    assert!(
+        found.is_empty(),
+        "plan statements bound outside sql/:\n  {}",
+        found.join("\n  ")
+    );
+}
+
+#[test]
 fn the_architecture_page_draws_these_layers() {
     let page = std::fs::read_to_string(
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/architecture.md"),

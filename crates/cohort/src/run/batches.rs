@@ -5,11 +5,11 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use chrono::{DateTime, Utc};
-use sqlx::{PgConnection, Row};
+use sqlx::PgConnection;
 
 use super::capture::{capture, custom_values, dead_letter_skipped_rows, enqueue};
 use super::sizing::Sizer;
-use super::work::{bind_all, limit_of, stop_from, with_limit, Arg, RunCtx, RunParam, Stop, Work};
+use super::work::{stop_from, RunCtx, Stop, Work};
 use super::EntityOutcome;
 use crate::config::{AUTO_BATCH_MAX, AUTO_BATCH_MAX_LOADED};
 use crate::model::AnonymiseContext;
@@ -17,7 +17,7 @@ use crate::observer::AuditEvent;
 use crate::rules::AuditDetail;
 use crate::rules::Strategy;
 use crate::sql::ledger;
-use crate::sql::{bind_array, BindKey, DecodeKey, KeyValue};
+use crate::sql::{Audit, Batch as Bounds, Change, Changed, Cursor, KeyValue, Rows};
 
 /// How an entity's batch loop ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,10 +57,6 @@ impl Lane<'static> {
     };
 }
 
-/// Where the previous batch's candidates ended, in (anchor, key) order
-/// (a sweep's) or key order (an erasure's: no anchor).
-type Cursor = Option<(Option<DateTime<Utc>>, KeyValue)>;
-
 /// What stays the same for every batch of one entity's loop.
 struct Loop<'l, 'w> {
     ctx: &'l RunCtx<'l>,
@@ -73,6 +69,20 @@ struct Loop<'l, 'w> {
     /// Handler work needs a detail row per mutated row to hang from;
     /// without either, only the count comes back.
     wants_ids: bool,
+    /// What the strategy's mutation binds after its rows, for this run.
+    change: Change,
+}
+
+impl<'l> Loop<'l, '_> {
+    /// The row details the batch's statements write, when wanted.
+    fn audit(&self) -> Option<Audit<'l>> {
+        self.wants_ids.then(|| Audit {
+            run_id: self.ctx.run_id,
+            entity: &self.work.entity.name,
+            tenant: self.ctx.spec.tenant.as_deref(),
+            action: self.strategy.as_str(),
+        })
+    }
 }
 
 /// Runs the batches of one entity (or of one key range of it); rows set
@@ -97,6 +107,13 @@ pub(super) async fn batches(
         key_type: ctx.ready.model.facts[&e.id].record,
         handlers,
         wants_ids: work.rule.audit() == AuditDetail::PerRow || handlers.is_some(),
+        change: Change::of(
+            work.rule.strategy(),
+            &ctx.ready.plans[&e.id].values,
+            ctx.run_id,
+            work.literals.clone(),
+            ctx.spec.now,
+        ),
     };
     // Each batch continues after the previous one's last row, so no batch
     // walks again past the rows earlier ones finished (anonymised or
@@ -105,7 +122,7 @@ pub(super) async fn batches(
     // a failing `on_before`) are left to that sweep or the next run:
     // nothing about them is carried from batch to batch. A key range
     // starts after the previous range's last row.
-    let mut cursor: Cursor = lane.after.clone().map(|(anchor, key)| (Some(anchor), key));
+    let mut cursor: Option<Cursor> = lane.after.clone().map(|(anchor, key)| (Some(anchor), key));
     // `"auto"`: each batch's limit from the time of the ones before,
     // smaller when the rows are read into the process.
     let mut sizer = work.auto_batch.then(|| {
@@ -125,15 +142,10 @@ pub(super) async fn batches(
             // Another range failed; the entity reports its failure.
             return Ok(Progress::Stalled);
         }
-        let sized;
-        let lock_args: &[Arg] = match &sizer {
-            Some(sizer) => {
-                sized = with_limit(&work.lock_args, i64::from(sizer.limit()));
-                &sized
-            }
-            None => &work.lock_args,
-        };
-        match one_batch(&l, conn, summary_id, &mut cursor, lock_args).await? {
+        let limit = sizer
+            .as_ref()
+            .map_or(work.batch_size, |s| i64::from(s.limit()));
+        match one_batch(&l, conn, summary_id, &mut cursor, limit).await? {
             Batch::Empty => return Ok(Progress::Drained),
             Batch::SetAside { left } => {
                 out.skipped += left;
@@ -141,7 +153,6 @@ pub(super) async fn batches(
             }
             Batch::Committed(done) => {
                 let changed = done.rows;
-                let limit = limit_of(lock_args);
                 batch_done(&l, out, sizer.as_mut(), limit, done);
                 if changed == 0 {
                     // Locked rows all became held or changed: no progress, stop here.
@@ -183,7 +194,7 @@ fn batch_done(
     l: &Loop<'_, '_>,
     out: &mut EntityOutcome,
     sizer: Option<&mut Sizer>,
-    limit: Option<i64>,
+    limit: i64,
     done: Committed,
 ) {
     let ctx = l.ctx;
@@ -191,9 +202,7 @@ fn batch_done(
     if let Some(sizer) = sizer {
         sizer.observe(done.locked, done.took);
     }
-    out.batch_size = out
-        .batch_size
-        .max(limit.and_then(|n| u32::try_from(n).ok()));
+    out.batch_size = out.batch_size.max(u32::try_from(limit).ok());
     crate::telemetry::batch(done.took);
     crate::telemetry::rows(&e.name, l.strategy, "affected", done.rows);
     out.affected += done.rows;
@@ -227,10 +236,10 @@ async fn one_batch(
     l: &Loop<'_, '_>,
     conn: &mut PgConnection,
     summary_id: i64,
-    cursor: &mut Cursor,
-    lock_args: &[Arg],
+    cursor: &mut Option<Cursor>,
+    limit: i64,
 ) -> std::result::Result<Batch, Stop> {
-    let (ctx, work) = (l.ctx, l.work);
+    let ctx = l.ctx;
     let cancel = &ctx.spec.cancel;
     let batch_clock = std::time::Instant::now();
     // Open for the whole batch (its lifetime is the batch's), never
@@ -239,7 +248,7 @@ async fn one_batch(
     let mut tx = sqlx::Connection::begin_with(&mut *conn, crate::sql::BATCH_BEGIN)
         .await
         .map_err(stop_from)?;
-    let mut locked = lock_batch(l, &mut tx, cursor, lock_args, &batch_span).await?;
+    let mut locked = lock_batch(l, &mut tx, cursor.as_ref(), limit, &batch_span).await?;
     if locked.keys.is_empty() {
         tx.rollback().await.map_err(stop_from)?;
         return Ok(Batch::Empty);
@@ -268,22 +277,17 @@ async fn one_batch(
         );
         return Ok(Batch::SetAside { left });
     }
-    let (changed, n, written) = if locked.complete {
+    let changed = if locked.complete {
         // The fused statement changed every locked row.
-        (Vec::new(), 0, None)
+        Changed {
+            keys: Vec::new(),
+            rows: 0,
+            details: None,
+        }
     } else {
-        mutate(
-            ctx,
-            &mut tx,
-            work,
-            l.wants_ids,
-            &locked.keys,
-            &mut locked.addresses,
-            custom,
-        )
-        .await?
+        mutate(l, &mut tx, &locked.keys, &mut locked.addresses, custom).await?
     };
-    if !only_locked(l, &locked, &changed, n) {
+    if !only_locked(l, &locked, &changed.keys, changed.rows) {
         tx.rollback().await.map_err(stop_from)?;
         return Err(Stop::Entity(crate::diagnostic::Diagnostic::capture(
             "engine",
@@ -291,15 +295,8 @@ async fn one_batch(
             &"a batch changed a row it had not locked; the batch was rolled back",
         )));
     }
-    let (n, changed) = record_batch(
-        l,
-        &mut tx,
-        summary_id,
-        &captured,
-        &mut locked,
-        (changed, n, written),
-    )
-    .await?;
+    let (n, changed) =
+        record_batch(l, &mut tx, summary_id, &captured, &mut locked, changed).await?;
     if cancel.is_cancelled() {
         tx.rollback().await.map_err(stop_from)?;
         return Err(Stop::Cancelled);
@@ -340,14 +337,12 @@ async fn prepare(
     // needs them: row handlers' capture, or values computed in Rust.
     let computes = l.plan.values.computes_per_row(l.strategy);
     let rows = if l.handlers.is_some() || computes {
-        bind_array(
-            sqlx::query(l.plan.targets.load_rows.sql()),
-            l.key_type,
-            &locked.keys,
-        )
-        .fetch_all(&mut **tx)
-        .await
-        .map_err(stop_from)?
+        l.plan
+            .targets
+            .load_rows_query(l.key_type, &locked.keys)
+            .fetch_all(&mut **tx)
+            .await
+            .map_err(stop_from)?
     } else {
         Vec::new()
     };
@@ -385,9 +380,14 @@ async fn record_batch(
     summary_id: i64,
     captured: &Option<super::capture::Captured>,
     locked: &mut Locked,
-    (changed, n, written): Mutated,
+    mutated: Changed,
 ) -> std::result::Result<(u64, Vec<String>), Stop> {
     let ctx = l.ctx;
+    let Changed {
+        keys: changed,
+        rows: n,
+        details: written,
+    } = mutated;
     // The mutation's own details (the fused statement wrote its own).
     if l.wants_ids && n > 0 {
         let details = match written {
@@ -441,7 +441,7 @@ struct Locked {
     /// a new snapshot).
     complete: bool,
     /// Where the next batch starts, when the work continues after a cursor.
-    next_cursor: Cursor,
+    next_cursor: Option<Cursor>,
 }
 
 /// Locks the batch's rows: with the fused statement where the work has
@@ -450,138 +450,53 @@ struct Locked {
 async fn lock_batch(
     l: &Loop<'_, '_>,
     tx: &mut PgConnection,
-    cursor: &Cursor,
-    lock_args: &[Arg],
-    batch_span: &tracing::Span,
-) -> std::result::Result<Locked, Stop> {
-    let (ctx, work, lane) = (l.ctx, l.work, l.lane);
-    let e = work.entity;
-    let statements = &work.statements;
-    // One statement locks and changes the batch when nothing is read
-    // into the process (see `sql::fused`).
-    let fused = statements.fused.as_ref().filter(|_| l.handlers.is_none());
-    let rows = if let Some(fused) = fused {
-        let forms = if l.wants_ids {
-            &fused.audited
-        } else {
-            &fused.count
-        };
-        let sql = forms.pick(cursor.is_some(), lane.until.is_some());
-        let mut q = bind_all(sqlx::query(sql.sql()).bind(e.id), lock_args);
-        q = bind_strategy_values(q, ctx, work);
-        q = bind_mark(q, ctx, work);
-        if l.wants_ids {
-            q = q
-                .bind(ctx.run_id)
-                .bind(&e.name)
-                .bind(ctx.spec.tenant.as_deref())
-                .bind(l.strategy.as_str());
-        }
-        if let Some((anchor, key)) = cursor {
-            q = key.bind(q.bind(anchor.expect("a sweep's cursor has its anchor")));
-        }
-        if let Some((last_anchor, last_key)) = &lane.until {
-            q = last_key.bind(q.bind(*last_anchor));
-        }
-        q.fetch_all(&mut *tx).await
-    } else {
-        match (&statements.lock_after, cursor, &lane.until) {
-            (Some(after), Some((anchor, key)), None) => {
-                let q = bind_all(sqlx::query(after.sql()).bind(e.id), lock_args);
-                let q = match anchor {
-                    Some(anchor) => q.bind(*anchor),
-                    None => q,
-                };
-                key.bind(q).fetch_all(&mut *tx).await
-            }
-            (_, _, None) => {
-                bind_all(sqlx::query(statements.lock.sql()).bind(e.id), lock_args)
-                    .fetch_all(&mut *tx)
-                    .await
-            }
-            // A key range (a sweep's: its cursor starts with the anchor).
-            (_, cursor, Some((last_anchor, last_key))) => {
-                let sql = match cursor {
-                    Some(_) => statements.lock_after_until.as_ref(),
-                    None => statements.lock_until.as_ref(),
-                }
-                .expect("a parallel sweep has its range statements");
-                let mut q = bind_all(sqlx::query(sql.sql()).bind(e.id), lock_args);
-                if let Some((anchor, key)) = cursor {
-                    q = key.bind(q.bind(*anchor));
-                }
-                last_key
-                    .bind(q.bind(*last_anchor))
-                    .fetch_all(&mut *tx)
-                    .await
-            }
-        }
-    }
-    .map_err(stop_from)?;
-    read_locked(l, &rows, fused.is_some(), batch_span)
-}
-
-/// Reads what the lock (or fused) statement returned: the rows' keys and
-/// addresses, the fused statement's tail (locked count, changed count,
-/// changed ids), and the next cursor.
-fn read_locked(
-    l: &Loop<'_, '_>,
-    rows: &[sqlx::postgres::PgRow],
-    fused: bool,
+    cursor: Option<&Cursor>,
+    limit: i64,
     batch_span: &tracing::Span,
 ) -> std::result::Result<Locked, Stop> {
     let work = l.work;
+    let statements = &work.statements;
+    let bounds = Bounds {
+        entity_id: work.entity.id,
+        scope: &work.scope,
+        limit,
+        after: cursor,
+        until: l.lane.until.as_ref(),
+    };
+    // One statement locks and changes the batch when nothing is read
+    // into the process (see `sql::fused`).
+    let fused = match l.handlers {
+        None => statements.fused_batch(&bounds, &l.change, l.audit()),
+        Some(_) => None,
+    };
+    let is_fused = fused.is_some();
+    let query = fused.unwrap_or_else(|| statements.lock_batch(&bounds));
+    let rows = query.fetch_all(&mut *tx).await.map_err(stop_from)?;
+    let read = statements
+        .read_locked(&rows, l.key_type, &work.scope, (is_fused, l.wants_ids))
+        .map_err(stop_from)?;
     let mut locked = Locked {
-        keys: Vec::new(),
-        addresses: Vec::new(),
         count: rows.len() as u64,
+        keys: read.keys,
+        addresses: read.addresses,
         fused_changed: 0,
         fused_ids: Vec::new(),
         complete: false,
-        next_cursor: None,
+        next_cursor: read.next,
     };
-    if let (true, Some(last)) = (fused, rows.last()) {
-        let count: i64 = last.try_get(3).map_err(stop_from)?;
-        let changed: i64 = last.try_get(4).map_err(stop_from)?;
-        locked.count = count as u64;
-        locked.fused_changed = changed as u64;
-        if l.wants_ids {
-            locked.fused_ids = last
-                .try_get::<Option<Vec<String>>, _>(5)
-                .map_err(stop_from)?
-                .unwrap_or_default();
-        }
-        locked.complete = changed == count;
+    if let Some(tail) = read.fused {
+        locked.count = tail.locked;
+        locked.fused_changed = tail.changed;
+        locked.fused_ids = tail.ids;
+        locked.complete = tail.changed == tail.locked;
         if !locked.complete {
             tracing::debug!(
                 parent: batch_span,
-                locked = count,
-                changed,
+                locked = tail.locked,
+                changed = tail.changed,
                 "the batch statement left locked rows as they were (a hold written while it ran, or rows updated since its snapshot); the mutation runs on them in a new snapshot"
             );
         }
-    }
-    locked.keys = rows
-        .iter()
-        .map(|row| l.key_type.decode(row, 0))
-        .collect::<std::result::Result<_, _>>()
-        .map_err(stop_from)?;
-    if work.statements.by_address {
-        locked.addresses = rows
-            .iter()
-            .map(|row| row.try_get::<String, _>(2))
-            .collect::<std::result::Result<_, _>>()
-            .map_err(stop_from)?;
-    }
-    if let (Some(_), Some(last), Some(key)) =
-        (&work.statements.lock_after, rows.last(), locked.keys.last())
-    {
-        let anchor: Option<DateTime<Utc>> = if work.cursor_anchor {
-            Some(last.try_get(1).map_err(stop_from)?)
-        } else {
-            None
-        };
-        locked.next_cursor = Some((anchor, key.clone()));
     }
     Ok(locked)
 }
@@ -664,25 +579,17 @@ async fn insert_details(
         .map_err(stop_from)
 }
 
-/// What a batch's mutation changed: the changed keys as text (none when
-/// only the count came back), how many, and the row details it wrote.
-type Mutated = (Vec<String>, u64, Option<Vec<sqlx::postgres::PgRow>>);
-
 /// Runs the mutation of a batch's locked rows in a new snapshot (by
 /// address, by key, or joined with values computed in Rust): audited
 /// when details are wanted, returning keys or only its count otherwise.
 async fn mutate(
-    ctx: &RunCtx<'_>,
+    l: &Loop<'_, '_>,
     tx: &mut PgConnection,
-    work: &Work<'_>,
-    wants_ids: bool,
     keys: &[KeyValue],
     addresses: &mut Vec<String>,
     custom: Option<(Vec<KeyValue>, Vec<serde_json::Value>)>,
-) -> std::result::Result<Mutated, Stop> {
-    let e = work.entity;
-    let strategy = work.rule.strategy();
-    let key_type = ctx.ready.model.facts[&e.id].record;
+) -> std::result::Result<Changed, Stop> {
+    let (ctx, work) = (l.ctx, l.work);
     // The hold gate, shared, with the rows locked and before the re-check
     // below: a subject hold being placed either committed before this,
     // and the re-check sees it, or waits for this batch to commit (see
@@ -695,117 +602,17 @@ async fn mutate(
         .execute(&mut *tx)
         .await
         .map_err(stop_from)?;
-    // With details wanted, one statement mutates and writes them (no
-    // key travels back and forth); with only the count, nothing returns.
-    let audited = work
-        .statements
-        .mutate_audited
-        .as_ref()
-        .filter(|_| wants_ids);
-    let count_only = work.statements.mutate_count.as_ref().filter(|_| !wants_ids);
-    let sql = audited.or(count_only).unwrap_or(&work.statements.mutate);
-    let mut mutate = sqlx::query(sql.sql()).bind(e.id);
-    let custom_json = match custom {
-        Some((ordered_keys, values)) => {
-            mutate = bind_array(mutate, key_type, &ordered_keys);
-            Some(values)
-        }
-        // Taken by address (see `EntityPlan::by_address`), or by key.
-        None if work.statements.by_address => {
-            mutate = mutate.bind(std::mem::take(addresses));
-            None
-        }
-        None => {
-            mutate = bind_array(mutate, key_type, keys);
-            None
-        }
+    let rows = match custom {
+        Some((ordered_keys, values)) => Rows::Computed(l.key_type, ordered_keys, values),
+        // Taken by address (see `SweepStatements::by_address`), or by key.
+        None if work.statements.by_address => Rows::Addresses(std::mem::take(addresses)),
+        None => Rows::Keys(l.key_type, keys),
     };
-    mutate = bind_strategy_values(mutate, ctx, work);
-    if let Some(values) = custom_json {
-        mutate = mutate.bind(values);
-    }
-    mutate = bind_mark(mutate, ctx, work);
-    let mut mutate = bind_all(mutate, &work.mutate_args);
-    if audited.is_some() {
-        mutate = mutate
-            .bind(ctx.run_id)
-            .bind(&e.name)
-            .bind(ctx.spec.tenant.as_deref())
-            .bind(strategy.as_str());
-    }
-    let out = if audited.is_some() {
-        let details = mutate.fetch_all(&mut *tx).await.map_err(stop_from)?;
-        let changed = details
-            .iter()
-            .map(|r| r.try_get::<String, _>("record_id"))
-            .collect::<std::result::Result<_, _>>()
-            .map_err(stop_from)?;
-        let n = details.len() as u64;
-        (changed, n, Some(details))
-    } else if count_only.is_none() {
-        let changed: Vec<String> = mutate
-            .fetch_all(&mut *tx)
-            .await
-            .map_err(stop_from)?
-            .iter()
-            .map(|r| r.try_get::<String, _>(0))
-            .collect::<std::result::Result<_, _>>()
-            .map_err(stop_from)?;
-        let n = changed.len() as u64;
-        (changed, n, None)
-    } else {
-        let n = mutate
-            .execute(&mut *tx)
-            .await
-            .map_err(stop_from)?
-            .rows_affected();
-        (Vec::new(), n, None)
-    };
-    Ok(out)
-}
-
-/// Binds the run's logical `now`, which a strategy that marks its rows
-/// sets its marker to (the last of the strategy's values; see
-/// `EntityPlan::params_after_keys`). One clock for the run's cutoffs and
-/// its marks: a row stage 1 marks in a run carries the run's `now`, and a
-/// stage measured from that marker takes only rows marked before its
-/// cutoff, which is never after `now`.
-fn bind_mark<'q>(
-    q: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
-    ctx: &RunCtx<'_>,
-    work: &Work<'_>,
-) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
-    if crate::sql::marks(work.rule.strategy()) {
-        q.bind(ctx.spec.now)
-    } else {
-        q
-    }
-}
-
-/// Binds the values a strategy's mutation takes after its rows: the
-/// archive's run id, then the anonymise literals (anonymise, or archive
-/// with anonymise-on-archive), rendered for this run.
-fn bind_strategy_values<'q>(
-    mut q: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
-    ctx: &RunCtx<'_>,
-    work: &Work<'_>,
-) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
-    let strategy = work.rule.strategy();
-    let plan = &ctx.ready.plans[&work.entity.id];
-    if strategy == Strategy::Archive {
-        q = q.bind(ctx.run_id);
-    }
-    if strategy == Strategy::Anonymise
-        || (strategy == Strategy::Archive && plan.values.archive_anonymises)
-    {
-        for value in &work.literals {
-            q = match value {
-                RunParam::Text(text) => q.bind(text.clone()),
-                RunParam::Json(object) => q.bind(object.clone()),
-            };
-        }
-    }
-    q
+    work.statements
+        .mutate(work.entity.id, rows, &l.change, &work.scope, l.audit())
+        .run(tx)
+        .await
+        .map_err(stop_from)
 }
 
 /// Whether a batch changed only rows it locked: no more rows than it

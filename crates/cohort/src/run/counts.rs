@@ -4,7 +4,7 @@
 
 use sqlx::{PgConnection, Row};
 
-use super::work::{bind_all, Work};
+use super::work::Work;
 use super::EntityOutcome;
 use crate::context::Prepared;
 use crate::model::EntityDescriptor;
@@ -34,13 +34,9 @@ pub(super) async fn oldest_eligible(
     conn: &mut PgConnection,
     work: &Work<'_>,
 ) -> std::result::Result<Option<chrono::DateTime<chrono::Utc>>, sqlx::Error> {
-    let Some(backlog) = &work.statements.backlog else {
+    let Some(q) = work.statements.backlog_query(work.entity.id, &work.scope) else {
         return Ok(None);
     };
-    let q = bind_all(
-        sqlx::query(backlog.sql()).bind(work.entity.id),
-        &work.count_args,
-    );
     let mut tx = sqlx::Connection::begin_with(&mut *conn, crate::sql::BATCH_BEGIN).await?;
     let row = q.fetch_optional(&mut *tx).await?;
     tx.commit().await?;
@@ -51,10 +47,7 @@ pub(crate) async fn counts(
     conn: &mut PgConnection,
     work: &Work<'_>,
 ) -> std::result::Result<Counts, sqlx::Error> {
-    let q = bind_all(
-        sqlx::query(work.statements.counts.sql()).bind(work.entity.id),
-        &work.count_args,
-    );
+    let q = work.statements.counts_query(work.entity.id, &work.scope);
     let mut tx = sqlx::Connection::begin_with(&mut *conn, crate::sql::BATCH_BEGIN).await?;
     let row = q.fetch_one(&mut *tx).await?;
     tx.commit().await?;
@@ -144,19 +137,19 @@ pub(super) async fn counts_after_run(
     ready: &Prepared,
     work: &Work<'_>,
 ) -> std::result::Result<Counts, sqlx::Error> {
-    let Some(after) = &work.statements.counts_after else {
+    if work.statements.counts_after.is_none() {
         return counts(conn, work).await;
-    };
+    }
     let Some(holds) = active_hold_keys(conn, ready, work.entity).await? else {
         return counts(conn, work).await;
     };
     let key_type = ready.model.facts[&work.entity.id].record;
-    let q = bind_all(
-        sqlx::query(after.sql()).bind(work.entity.id),
-        &work.count_args,
-    );
+    let q = work
+        .statements
+        .counts_after_query(work.entity.id, &work.scope, &holds, key_type)
+        .expect("checked above");
     let mut tx = sqlx::Connection::begin_with(&mut *conn, crate::sql::BATCH_BEGIN).await?;
-    let row = holds.bind(q, key_type).fetch_one(&mut *tx).await?;
+    let row = q.fetch_one(&mut *tx).await?;
     tx.commit().await?;
     let mut c = read_counts(row)?;
     c.eligible_measured = false;

@@ -3,14 +3,14 @@
 
 use super::executor::execute;
 use super::resolve::{check_now, pass_of, rule_for, Pass};
-use super::work::{Arg, RunSpec, Work};
+use super::work::{RunSpec, Work};
 use super::{failure, EntityFailure, ErasureResult, NotReached, RunKind, Trigger};
 use crate::context::{Context, Prepared};
 use crate::erasure::ErasureRequest;
 use crate::error::{Error, Result};
 use crate::model::EntityDescriptor;
 use crate::rules::Strategy;
-use crate::sql::{ErasurePlan, KeyValue};
+use crate::sql::{ErasurePlan, KeyValue, Scope};
 use crate::tenants::TenantFacts;
 
 pub(crate) async fn erase(cx: &Context, req: ErasureRequest) -> Result<ErasureResult> {
@@ -172,14 +172,11 @@ async fn entity_work<'a>(
         return Ok(Err(failure(e.id, &e.name, &d)));
     }
     let subject_columns: Vec<String> = columns.iter().map(|(c, _)| c.clone()).collect();
-    let mut values: Vec<Arg> = Vec::new();
-    if let Some(t) = pass.keys.get(&e.id) {
-        values.push(Arg::Key(t.clone()));
-    }
-    if let Some(c) = cutoff {
-        values.push(Arg::Time(c));
-    }
-    values.extend(columns.into_iter().map(|(_, v)| Arg::Key(v)));
+    let scope = Scope::Erasure {
+        tenant: pass.keys.get(&e.id).cloned(),
+        cutoff,
+        subject: columns.into_iter().map(|(_, v)| v).collect(),
+    };
     let statements = ErasurePlan::build(
         e,
         &ready.plans[&e.id],
@@ -188,28 +185,16 @@ async fn entity_work<'a>(
         &subject_columns,
         cutoff.is_some(),
     );
-    let mut lock_args = vec![Arg::Limit(batch)];
-    lock_args.extend(values.iter().cloned());
     Ok(Ok(Work {
         entity: e,
         stage: None,
         cutoff,
-        // An erasure's rows are few and found by key, on the run's
-        // connection (no ranges, no addresses, no fused batch).
-        statements: std::sync::Arc::new(crate::sql::SweepStatements {
-            lock: statements.lock,
-            lock_after: Some(statements.lock_after),
-            mutate: statements.mutate,
-            counts: statements.counts,
-            ..Default::default()
-        }),
+        statements: std::sync::Arc::new(statements.into_statements()),
         parallelism: 1,
-        cursor_anchor: false,
-        count_args: lock_args.clone(),
-        lock_args,
+        scope,
         // An erasure's batches keep the first size.
+        batch_size: batch,
         auto_batch: false,
-        mutate_args: values,
         literals: super::sweep::render_literals(
             &ready.plans[&e.id],
             e,

@@ -22,12 +22,12 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use chrono::{DateTime, Utc};
-use sqlx::{PgConnection, Row};
+use sqlx::PgConnection;
 
 use super::batches::{batches, Lane, Progress};
-use super::work::{bind_all, stop_from, with_limit, RunCtx, Stop, Work};
+use super::work::{stop_from, RunCtx, Stop, Work};
 use super::EntityOutcome;
-use crate::sql::{DecodeKey, KeyValue};
+use crate::sql::KeyValue;
 
 /// Sweeps the rows of one entity: on the run's connection alone, or,
 /// with a parallelism above one, in key ranges on that many connections.
@@ -128,25 +128,13 @@ async fn ranges(
     if n <= 1 {
         return Ok(Vec::new());
     }
-    let sql = work
+    let q = work
         .statements
-        .ranges
-        .as_ref()
+        .ranges_query(work.entity.id, &work.scope, n)
         .expect("checked by the caller");
-    // `lock`'s values, the number of ranges in place of the limit.
-    let args = with_limit(&work.lock_args, n as i64);
     let key_type = ctx.ready.model.facts[&work.entity.id].record;
     let mut tx = sqlx::Connection::begin_with(&mut *conn, crate::sql::BATCH_BEGIN).await?;
-    let rows = bind_all(sqlx::query(sql.sql()).bind(work.entity.id), &args)
-        .fetch_all(&mut *tx)
-        .await?;
+    let rows = q.fetch_all(&mut *tx).await?;
     tx.commit().await?;
-    rows.iter()
-        .map(|row| {
-            Ok((
-                row.try_get::<DateTime<Utc>, _>(1)?,
-                key_type.decode(row, 0)?,
-            ))
-        })
-        .collect()
+    crate::sql::SweepStatements::read_ranges(&rows, key_type)
 }

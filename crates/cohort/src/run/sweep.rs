@@ -6,14 +6,14 @@ use chrono::{DateTime, Utc};
 use super::counts::{counts, kept_for_good, outcome};
 use super::executor::execute;
 use super::resolve::{check_now, pass_of, rule_for};
-use super::work::{Arg, RunParam, RunSpec, Work};
+use super::work::{RunSpec, Work};
 use super::{failure, PreviewRequest, PreviewResult, RunKind, SweepRequest, SweepResult};
 use crate::context::{Context, Prepared};
 use crate::diagnostic::Diagnostic;
 use crate::error::Result;
 use crate::model::EntityDescriptor;
 use crate::rules::RetentionRule;
-use crate::sql::{KeyValue, RunValue};
+use crate::sql::{KeyValue, RunParam, RunValue, Scope};
 
 /// The sweep's work for one entity: one per stage of its rule (one for a
 /// rule without stages), in stage order, so a run does each stage after the
@@ -148,16 +148,6 @@ fn stage_work<'a>(
     (batch_size, parallelism): (i64, u32),
 ) -> Work<'a> {
     let strategy = rule.strategy();
-    let mut scope: Vec<Arg> = tenant.cloned().map(Arg::Key).into_iter().collect();
-    scope.extend(floor.map(Arg::OptTime));
-    let mut lock_args = vec![Arg::Time(cutoff), Arg::Limit(batch_size)];
-    lock_args.extend(scope.iter().cloned());
-    let mut count_args = vec![Arg::Time(cutoff)];
-    count_args.extend(scope.iter().cloned());
-    // The mutation re-checks the cutoff, the tenant and the floor the
-    // candidates were chosen by.
-    let mut mutate_args = vec![Arg::Time(cutoff)];
-    mutate_args.extend(scope);
     Work {
         entity: e,
         stage,
@@ -166,13 +156,15 @@ fn stage_work<'a>(
             .statements(strategy)
             .cloned()
             .expect("checked: the category declares the strategy"),
-        cursor_anchor: true,
-        lock_args,
+        scope: Scope::Sweep {
+            cutoff,
+            tenant: tenant.cloned(),
+            floor,
+        },
+        batch_size,
         auto_batch: false,
         parallelism,
-        mutate_args,
         literals: render_literals(plan, e, now, tenant.map(|t| t.canonical()).as_deref()),
-        count_args,
         rule,
     }
 }

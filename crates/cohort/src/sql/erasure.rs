@@ -87,6 +87,19 @@ impl ErasureParams {
 }
 
 impl ErasurePlan {
+    /// The statements an erasure's batch loop runs: its rows are few and
+    /// found by key, on the run's connection (no ranges, no addresses, no
+    /// fused batch).
+    pub(crate) fn into_statements(self) -> super::SweepStatements {
+        super::SweepStatements {
+            lock: self.lock,
+            lock_after: Some(self.lock_after),
+            mutate: self.mutate,
+            counts: self.counts,
+            ..Default::default()
+        }
+    }
+
     pub(crate) fn build(
         e: &EntityDescriptor,
         plan: &EntityPlan,

@@ -51,7 +51,8 @@ pub(crate) use fragments::{bound_rows, Casts, HoldKeys};
 pub(crate) use key::{bind_array, BindKey, BoundHolds, DecodeKey, IncomingKey, KeyType, KeyValue};
 pub(crate) use ledger::LedgerPlan;
 pub(crate) use sweep::{
-    lock_subject_rows, marks, EntityPlan, RunValue, StageScope, SweepStatements,
+    lock_subject_rows, Audit, Batch, Change, Changed, Cursor, EntityPlan, Rows, RunParam, RunValue,
+    Scope, StageScope, SweepStatements, Targets,
 };
 
 /// Every Cohort transaction that relies on a later statement seeing rows

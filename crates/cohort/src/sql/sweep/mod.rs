@@ -17,14 +17,16 @@
 //! [`lock`] (which rows a batch takes), [`mutate`] (how it changes them),
 //! [`archive`] (archive's move), [`fused`] (the one-statement batch),
 //! [`targets`] (rows named by key), built from a [`shape::Shape`] and the
-//! entity's mutation [`values`]. Parameters are positional and documented
-//! per statement.
+//! entity's mutation [`values`]. What the statements bind and return is
+//! typed in [`params`]: the text numbers its parameters here, and only
+//! `params` binds them and reads the rows that come back.
 
 mod archive;
 mod counts;
 pub(crate) mod fused;
 mod lock;
 mod mutate;
+mod params;
 mod shape;
 mod targets;
 mod values;
@@ -33,6 +35,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 pub(crate) use fused::Fused;
+pub(crate) use params::{Audit, Batch, Change, Changed, Cursor, Rows, RunParam, Scope};
 pub(crate) use shape::StageScope;
 pub(crate) use targets::{lock_subject_rows, Targets};
 pub(crate) use values::{marks, RunValue, Values};

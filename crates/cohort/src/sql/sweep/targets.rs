@@ -5,7 +5,9 @@
 use crate::ident::SqlText;
 use crate::model::EntityDescriptor;
 use crate::sql::fragments::{subject_hold, tenant_filter, Casts, HoldKeys};
+use crate::sql::statement::{Args, Params, Statement};
 use crate::sql::tables::CohortTable;
+use crate::sql::{BindKey, KeyValue};
 
 /// The entity's statements by key.
 #[derive(Debug, Clone)]
@@ -169,20 +171,39 @@ fn is_held_at(
     s
 }
 
+/// The values of [`lock_subject_rows`]: the subject in each column's own
+/// type, then the tenant.
+pub(crate) struct SubjectRows {
+    values: Vec<KeyValue>,
+    tenant: Option<KeyValue>,
+}
+
+impl Params for SubjectRows {
+    fn bind(self, mut q: Args) -> Args {
+        for v in &self.values {
+            q = v.bind(q);
+        }
+        if let Some(t) = &self.tenant {
+            q = t.bind(q);
+        }
+        q
+    }
+}
+
 /// Hold creation on a subject: locks every row of the entity whose given
 /// subject columns equal the subject (`FOR KEY SHARE`, which conflicts with
-/// the `FOR UPDATE` of every mutation), in the tenant when one is bound,
-/// and returns how many. `$1.. ` one value per column in its own type,
+/// the `FOR UPDATE` of every mutation), in the tenant when one is given,
+/// and returns how many. `$1..` one value per column in its own type,
 /// then the tenant.
 pub(crate) fn lock_subject_rows(
     e: &EntityDescriptor,
     casts: &Casts,
-    columns: &[&str],
-    tenanted: bool,
-) -> SqlText {
+    columns: Vec<(&str, KeyValue)>,
+    tenant: Option<KeyValue>,
+) -> Statement<SubjectRows> {
     let mut s = SqlText::new("SELECT count(*) FROM (SELECT 1 FROM ");
     s.table(&e.table).push(" t WHERE (");
-    for (i, column) in columns.iter().enumerate() {
+    for (i, (column, _)) in columns.iter().enumerate() {
         if i > 0 {
             s.push(" OR ");
         }
@@ -190,9 +211,10 @@ pub(crate) fn lock_subject_rows(
         casts.param(&mut s, column, i + 1);
     }
     s.push(")");
-    if tenanted {
+    if tenant.is_some() {
         s.append(&tenant_filter(e, casts, columns.len() + 1));
     }
     s.push(" FOR KEY SHARE OF t) locked");
-    s
+    let values = columns.into_iter().map(|(_, v)| v).collect();
+    Statement::new(s, SubjectRows { values, tenant })
 }
