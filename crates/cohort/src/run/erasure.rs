@@ -27,64 +27,19 @@ pub(crate) async fn erase(cx: &Context, req: ErasureRequest) -> Result<ErasureRe
     let scope = &req.scope;
     check_scope(&ready, scope)?;
 
+    let mut not_reached = outside_tenancy(&ready, &pass, scope);
     let mut works = Vec::new();
-    let mut any_column = false;
-    // A column of the request's kind, or one that declares no kind (it
-    // holds the subject whatever its kind).
-    let reaches = |s: &crate::model::SubjectColumn| {
-        crate::validate::requests::reaches(s, scope.kind.as_deref())
-    };
-    let in_request = |e: &crate::model::EntityDescriptor| e.subjects.iter().any(&reaches);
-    // Entities holding the subject's kind of data that this request cannot
-    // reach are reported, never passed over in silence.
-    let mut not_reached: Vec<NotReached> = ready
-        .model
-        .ordered()
-        .filter(|e| in_request(e) && e.tenant.is_some() != pass.tenant.is_some())
-        .map(|e| NotReached {
-            entity_id: e.id,
-            entity: e.name.clone(),
-            reason: if e.tenant.is_none() {
-                "tenantless: a tenant's erasure does not reach it; erase the subject's tenantless rows with a tenantless request (ErasureRequest::tenantless, `cohort erase --tenantless`)".into()
-            } else {
-                "tenant-scoped: a tenantless erasure does not reach it; erase the subject in each tenant (ErasureRequest::tenanted, `cohort erase --tenant T`)".into()
-            },
-        })
-        .collect();
     for e in &pass.entities {
-        let facts = &ready.model.facts[&e.id];
-        // The subject columns this request reaches, with the subject in each column's type.
-        let columns: Vec<(String, KeyValue)> = e
-            .subjects
-            .iter()
-            .filter(|s| reaches(s))
-            .filter_map(|s| {
-                let ty = facts.subjects[&s.column];
-                ty.parse(&scope.subject).ok().map(|v| (s.column.clone(), v))
-            })
-            .collect();
-        if columns.is_empty() {
-            if in_request(e) {
-                not_reached.push(NotReached {
-                    entity_id: e.id,
-                    entity: e.name.clone(),
-                    reason: format!(
-                        "the subject is not a valid value for its subject column(s) ({}), so no row can match",
-                        e.subjects
-                            .iter()
-                            .filter(|s| reaches(s))
-                            .map(|s| s.column.as_str())
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    ),
-                });
+        match subject_columns(&ready, e, scope) {
+            Ok(columns) if columns.is_empty() => {}
+            Ok(columns) => {
+                works.push(entity_work(cx, &ready, e, &req, &pass, &tenant_facts, columns).await?)
             }
-            continue;
+            Err(why) => not_reached.push(why),
         }
-        any_column = true;
-        works.push(entity_work(cx, &ready, e, &req, &pass, &tenant_facts, columns).await?);
     }
-    if !any_column {
+    // No entity has a column that can hold the subject.
+    if works.is_empty() {
         return Err(Error::InvalidInput(format!(
             "no erasure-subject column{} can hold the subject {}",
             scope
@@ -112,6 +67,78 @@ pub(crate) async fn erase(cx: &Context, req: ErasureRequest) -> Result<ErasureRe
     )
     .await?;
     Ok(ErasureResult { run, not_reached })
+}
+
+/// Whether a subject column holds the request's kind of subject: one of
+/// its kind, or one that declares no kind (it holds the subject whatever
+/// its kind).
+fn reaches(s: &crate::model::SubjectColumn, scope: &crate::erasure::ErasureScope) -> bool {
+    crate::validate::requests::reaches(s, scope.kind.as_deref())
+}
+
+/// Whether the entity holds the request's kind of subject.
+fn in_request(e: &EntityDescriptor, scope: &crate::erasure::ErasureScope) -> bool {
+    e.subjects.iter().any(|s| reaches(s, scope))
+}
+
+/// Entities holding the subject's kind of data that this request cannot
+/// reach for its tenancy: reported, never passed over in silence.
+fn outside_tenancy(
+    ready: &Prepared,
+    pass: &Pass<'_>,
+    scope: &crate::erasure::ErasureScope,
+) -> Vec<NotReached> {
+    ready
+        .model
+        .ordered()
+        .filter(|e| in_request(e, scope) && e.tenant.is_some() != pass.tenant.is_some())
+        .map(|e| NotReached {
+            entity_id: e.id,
+            entity: e.name.clone(),
+            reason: if e.tenant.is_none() {
+                "tenantless: a tenant's erasure does not reach it; erase the subject's tenantless rows with a tenantless request (ErasureRequest::tenantless, `cohort erase --tenantless`)".into()
+            } else {
+                "tenant-scoped: a tenantless erasure does not reach it; erase the subject in each tenant (ErasureRequest::tenanted, `cohort erase --tenant T`)".into()
+            },
+        })
+        .collect()
+}
+
+/// The subject columns of `e` this request reaches and whose type the
+/// subject parses as, with the subject in each column's type (empty: the
+/// entity holds no such column). An entity whose columns of the kind all
+/// refuse the subject's format is not reached, and says why.
+fn subject_columns(
+    ready: &Prepared,
+    e: &EntityDescriptor,
+    scope: &crate::erasure::ErasureScope,
+) -> std::result::Result<Vec<(String, KeyValue)>, NotReached> {
+    let facts = &ready.model.facts[&e.id];
+    let columns: Vec<(String, KeyValue)> = e
+        .subjects
+        .iter()
+        .filter(|s| reaches(s, scope))
+        .filter_map(|s| {
+            let ty = facts.subjects[&s.column];
+            ty.parse(&scope.subject).ok().map(|v| (s.column.clone(), v))
+        })
+        .collect();
+    if !columns.is_empty() || !in_request(e, scope) {
+        return Ok(columns);
+    }
+    Err(NotReached {
+        entity_id: e.id,
+        entity: e.name.clone(),
+        reason: format!(
+            "the subject is not a valid value for its subject column(s) ({}), so no row can match",
+            e.subjects
+                .iter()
+                .filter(|s| reaches(s, scope))
+                .map(|s| s.column.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    })
 }
 
 /// One entity's work for the erasure: its rule (the final stage, or the

@@ -41,41 +41,13 @@ pub(super) async fn sweep_rows(
     if work.parallelism <= 1 || work.statements.ranges.is_none() {
         return batches(ctx, conn, work, summary_id, out, &Lane::WHOLE).await;
     }
-    // The connections beyond the run's own. Validation made sure the pool
-    // can serve them; one it cannot serve now (the application holds the
-    // rest) leaves fewer ranges, logged, never a failed entity.
-    let wanted = work.parallelism as usize - 1;
-    let mut extra = Vec::with_capacity(wanted);
-    for _ in 0..wanted {
-        match ctx.cx.pool.acquire().await {
-            Ok(c) => extra.push(c),
-            Err(e) => {
-                tracing::warn!(
-                    error = %e,
-                    wanted = work.parallelism,
-                    got = extra.len() + 1,
-                    "the pool could not serve every connection of sweep_parallelism; sweeping on fewer"
-                );
-                break;
-            }
-        }
-    }
+    let mut extra = extra_connections(ctx, work.parallelism as usize - 1).await;
     let bounds = ranges(conn, ctx, work, extra.len() + 1)
         .await
         .map_err(stop_from)?;
-    let mut lanes = Vec::with_capacity(bounds.len() + 1);
     let halt = AtomicBool::new(false);
     let total = AtomicU64::new(out.affected);
-    let mut after = None;
-    for last in bounds.into_iter().map(Some).chain([None]) {
-        lanes.push(Lane {
-            after: after.clone(),
-            until: last.clone(),
-            halt: Some(&halt),
-            total: Some(&total),
-        });
-        after = last;
-    }
+    let lanes = lanes_of(bounds, &halt, &total);
     tracing::debug!(ranges = lanes.len(), "sweeping the entity in key ranges");
     let mut conns: Vec<&mut PgConnection> = vec![conn];
     conns.extend(extra.iter_mut().map(|c| &mut **c));
@@ -92,6 +64,62 @@ pub(super) async fn sweep_rows(
     });
     let results = futures_util::future::join_all(runs).await;
     drop(extra);
+    merge(out, results)
+}
+
+/// The connections beyond the run's own. Validation made sure the pool
+/// can serve them; one it cannot serve now (the application holds the
+/// rest) leaves fewer ranges, logged, never a failed entity.
+async fn extra_connections(
+    ctx: &RunCtx<'_>,
+    wanted: usize,
+) -> Vec<sqlx::pool::PoolConnection<sqlx::Postgres>> {
+    let mut extra = Vec::with_capacity(wanted);
+    for _ in 0..wanted {
+        match ctx.cx.pool.acquire().await {
+            Ok(c) => extra.push(c),
+            Err(e) => {
+                tracing::warn!(
+                    error = %e,
+                    wanted = wanted + 1,
+                    got = extra.len() + 1,
+                    "the pool could not serve every connection of sweep_parallelism; sweeping on fewer"
+                );
+                break;
+            }
+        }
+    }
+    extra
+}
+
+/// One lane per key range: each starts after the previous range's last
+/// row and ends at its own (the last lane: at the last candidate).
+fn lanes_of<'l>(
+    bounds: Vec<(DateTime<Utc>, KeyValue)>,
+    halt: &'l AtomicBool,
+    total: &'l AtomicU64,
+) -> Vec<Lane<'l>> {
+    let mut lanes = Vec::with_capacity(bounds.len() + 1);
+    let mut after = None;
+    for last in bounds.into_iter().map(Some).chain([None]) {
+        lanes.push(Lane {
+            after: after.clone(),
+            until: last.clone(),
+            halt: Some(halt),
+            total: Some(total),
+        });
+        after = last;
+    }
+    lanes
+}
+
+/// The ranges' outcomes added into the entity's, and how it ended, as on
+/// one connection: a lost connection fails the run, a failed statement
+/// the entity, and cancellation stops the run.
+fn merge(
+    out: &mut EntityOutcome,
+    results: Vec<(EntityOutcome, std::result::Result<Progress, Stop>)>,
+) -> std::result::Result<Progress, Stop> {
     let mut progress = Progress::Drained;
     let (mut lost, mut failed, mut cancelled) = (None, None, false);
     for (mine, result) in results {
@@ -106,8 +134,6 @@ pub(super) async fn sweep_rows(
             Err(Stop::Cancelled) => cancelled = true,
         }
     }
-    // As on one connection: a lost connection fails the run, a failed
-    // statement the entity, and cancellation stops the run.
     match (lost, failed, cancelled) {
         (Some(e), _, _) => Err(Stop::Run(e)),
         (None, Some(d), _) => Err(Stop::Entity(d)),

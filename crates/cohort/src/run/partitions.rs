@@ -199,115 +199,30 @@ async fn drop_one(
     summary_id: i64,
     partition: &Expired,
 ) -> std::result::Result<Dropped, Stop> {
-    let e = work.entity;
     let mut tx = sqlx::Connection::begin_with(&mut *conn, crate::sql::READ_COMMITTED)
         .await
         .map_err(stop_from)?;
-    let timeout_ms = ctx
-        .cx
-        .config
-        .partition_lock_timeout()
-        .as_millis()
-        .to_string();
-    statements::set_lock_timeout(format!("{timeout_ms}ms"))
-        .query()
-        .execute(&mut *tx)
-        .await
-        .map_err(stop_from)?;
-    let lock = statements::lock_exclusive(&partition.table).raw();
-    if let Err(err) = lock.execute(&mut *tx).await {
-        let outcome = not_now(&err).ok_or_else(|| stop_from(err))?;
+    if let Some(outcome) = lock_partition(ctx, &mut tx, work, partition).await? {
         tx.rollback().await.map_err(stop_from)?;
         return Ok(outcome);
     }
-    // Still this parent's partition, still wholly expired (not detached
-    // and attached again with other bounds since it was listed)?
-    let still = expired_partitions(&mut tx, &e.table, work.cutoff.expect("checked by applies"))
-        .await
-        .map_err(stop_from)?
-        .iter()
-        .any(|p| p.table == partition.table);
-    if !still {
-        tx.rollback().await.map_err(stop_from)?;
-        return Ok(Dropped::Gone);
-    }
-    // The hold gate, shared: a subject hold whose lock statement ran
-    // before a row of this partition became the subject's has either
-    // committed (and the re-check below sees it) or waits for this
-    // transaction (see `locks::HOLD_GATE_CLASS`).
-    ctx.ready
-        .ledger
-        .hold_gate()
-        .query()
-        .execute(&mut *tx)
-        .await
-        .map_err(stop_from)?;
     // The lock is held: a hold committed before it was granted is visible
     // to this new statement; any later one waits for the commit and then
     // finds no row to hold.
-    let holds = active_hold_keys(&mut tx, ctx.ready, e)
+    let holds = active_hold_keys(&mut tx, ctx.ready, work.entity)
         .await
         .map_err(stop_from)?;
-    let per_row = work.rule.audit() == AuditDetail::PerRow;
     if held(ctx, &mut tx, work, &partition.table, holds.as_ref())
         .await
         .map_err(stop_from)?
     {
-        // Its held rows stay, and with them the partition; every other row
-        // goes in one statement, under the lock that keeps new holds out.
-        tracing::info!(entity = %e.name, partition = %partition.table.display_plain(), "partition holds a row under an active hold; its other rows are purged in one statement and the partition stays");
-        let details = per_row.then(|| statements::Details {
-            run_id: ctx.run_id,
-            entity: e.id,
-            entity_name: e.name.clone(),
-            action: Strategy::Purge.as_str(),
-        });
-        let params = statements::PurgeUnheld {
-            entity: e.id,
-            details,
-        };
-        let row = statements::purge_unheld(
-            &ctx.cx.config.schema,
-            &partition.table,
-            &e.record_id,
-            &ctx.ready.plans[&e.id].held,
-            params,
-        )
-        .query()
-        .fetch_one(&mut *tx)
-        .await
-        .map_err(stop_from)?;
-        let n: i64 = row.try_get("n").map_err(stop_from)?;
-        let first: Option<i64> = row.try_get("first").map_err(stop_from)?;
+        let (n, first) = purge_unheld(ctx, &mut tx, work, partition).await?;
         commit_rows(ctx, summary_id, tx, n).await?;
         emit_details(ctx, conn, work, first).await;
         return Ok(Dropped::Purged(n.max(0) as u64));
     }
-    let mut first_detail: Option<i64> = None;
-    let n: i64 = if per_row {
-        // One detail row per row, before the rows go.
-        let details = statements::Details {
-            run_id: ctx.run_id,
-            entity: e.id,
-            entity_name: e.name.clone(),
-            action: Strategy::Purge.as_str(),
-        };
-        let schema = &ctx.cx.config.schema;
-        let row = statements::insert_details(schema, &partition.table, &e.record_id, details)
-            .query()
-            .fetch_one(&mut *tx)
-            .await
-            .map_err(stop_from)?;
-        first_detail = row.try_get("first").map_err(stop_from)?;
-        row.try_get("n").map_err(stop_from)?
-    } else {
-        statements::count(&partition.table)
-            .query_scalar()
-            .fetch_one(&mut *tx)
-            .await
-            .map_err(stop_from)?
-    };
-    let detach = statements::detach(&e.table, &partition.table).raw();
+    let (n, first_detail) = count_and_detail(ctx, &mut tx, work, partition).await?;
+    let detach = statements::detach(&work.entity.table, &partition.table).raw();
     if let Err(err) = detach.execute(&mut *tx).await {
         let outcome = not_now(&err).ok_or_else(|| stop_from(err))?;
         tx.rollback().await.map_err(stop_from)?;
@@ -321,6 +236,128 @@ async fn drop_one(
     commit_rows(ctx, summary_id, tx, n).await?;
     emit_details(ctx, conn, work, first_detail).await;
     Ok(Dropped::Rows(n.max(0) as u64))
+}
+
+/// Locks the partition against writes and locks (waiting
+/// `partition_lock_timeout` at most), checks it is still this parent's
+/// and wholly expired, and takes the hold gate shared. `Some`: what to
+/// report instead (the lock was not granted in time, or the partition is
+/// gone); the caller rolls back.
+async fn lock_partition(
+    ctx: &RunCtx<'_>,
+    tx: &mut PgConnection,
+    work: &Work<'_>,
+    partition: &Expired,
+) -> std::result::Result<Option<Dropped>, Stop> {
+    let timeout_ms = ctx
+        .cx
+        .config
+        .partition_lock_timeout()
+        .as_millis()
+        .to_string();
+    statements::set_lock_timeout(format!("{timeout_ms}ms"))
+        .query()
+        .execute(&mut *tx)
+        .await
+        .map_err(stop_from)?;
+    let lock = statements::lock_exclusive(&partition.table).raw();
+    if let Err(err) = lock.execute(&mut *tx).await {
+        return not_now(&err).map(Some).ok_or_else(|| stop_from(err));
+    }
+    // Still this parent's partition, still wholly expired (not detached
+    // and attached again with other bounds since it was listed)?
+    let cutoff = work.cutoff.expect("checked by applies");
+    let still = expired_partitions(&mut *tx, &work.entity.table, cutoff)
+        .await
+        .map_err(stop_from)?
+        .iter()
+        .any(|p| p.table == partition.table);
+    if !still {
+        return Ok(Some(Dropped::Gone));
+    }
+    // The hold gate, shared: a subject hold whose lock statement ran
+    // before a row of this partition became the subject's has either
+    // committed (and the re-check below sees it) or waits for this
+    // transaction (see `locks::HOLD_GATE_CLASS`).
+    ctx.ready
+        .ledger
+        .hold_gate()
+        .query()
+        .execute(&mut *tx)
+        .await
+        .map_err(stop_from)?;
+    Ok(None)
+}
+
+/// The detail rows the category asks for (per-row audit), or `None`.
+fn partition_details(ctx: &RunCtx<'_>, work: &Work<'_>) -> Option<statements::Details> {
+    let e = work.entity;
+    (work.rule.audit() == AuditDetail::PerRow).then(|| statements::Details {
+        run_id: ctx.run_id,
+        entity: e.id,
+        entity_name: e.name.clone(),
+        action: Strategy::Purge.as_str(),
+    })
+}
+
+/// A partition with a held row: its held rows stay, and with them the
+/// partition; every other row goes in one statement, under the lock that
+/// keeps new holds out. Returns how many, and the first detail row's id.
+async fn purge_unheld(
+    ctx: &RunCtx<'_>,
+    tx: &mut PgConnection,
+    work: &Work<'_>,
+    partition: &Expired,
+) -> std::result::Result<(i64, Option<i64>), Stop> {
+    let e = work.entity;
+    tracing::info!(entity = %e.name, partition = %partition.table.display_plain(), "partition holds a row under an active hold; its other rows are purged in one statement and the partition stays");
+    let params = statements::PurgeUnheld {
+        entity: e.id,
+        details: partition_details(ctx, work),
+    };
+    let row = statements::purge_unheld(
+        &ctx.cx.config.schema,
+        &partition.table,
+        &e.record_id,
+        &ctx.ready.plans[&e.id].held,
+        params,
+    )
+    .query()
+    .fetch_one(&mut *tx)
+    .await
+    .map_err(stop_from)?;
+    let n: i64 = row.try_get("n").map_err(stop_from)?;
+    let first: Option<i64> = row.try_get("first").map_err(stop_from)?;
+    Ok((n, first))
+}
+
+/// A partition about to be dropped: its rows counted, or, under per-row
+/// audit, one detail row written per row before the rows go. Returns how
+/// many, and the first detail row's id.
+async fn count_and_detail(
+    ctx: &RunCtx<'_>,
+    tx: &mut PgConnection,
+    work: &Work<'_>,
+    partition: &Expired,
+) -> std::result::Result<(i64, Option<i64>), Stop> {
+    let Some(details) = partition_details(ctx, work) else {
+        let n = statements::count(&partition.table)
+            .query_scalar()
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(stop_from)?;
+        return Ok((n, None));
+    };
+    let schema = &ctx.cx.config.schema;
+    let row = statements::insert_details(schema, &partition.table, &work.entity.record_id, details)
+        .query()
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(stop_from)?;
+    Ok((
+        row.try_get("n").map_err(stop_from)?,
+        row.try_get("first").map_err(stop_from)?,
+    ))
 }
 
 /// Adds `n` purged rows to the entity's summary and commits (unless the

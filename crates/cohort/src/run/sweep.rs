@@ -30,80 +30,72 @@ fn entity_works<'a>(
     tenant: Option<&KeyValue>,
     (batch_size, parallelism): (i64, u32),
 ) -> Vec<std::result::Result<Work<'a>, Diagnostic>> {
-    let out_of_range = |err: &crate::rules::CutoffOutOfRange| {
-        Diagnostic::capture("rule", Some("cutoff_out_of_range".into()), err)
-    };
-    let caps = &ready.model.capabilities[&e.id];
     let stages = rule.later_stages().len() + 1;
     (1..=stages)
-        .map(|n| {
-            let stage = rule.stage(n).expect("within the stages");
-            let undeclared = |what: String| {
-                Diagnostic::capture(
-                    "rule",
-                    Some("undeclared_strategy".into()),
-                    &format!(
-                        "category {:?} resolved to {what}, which it does not declare",
-                        e.category
-                    ),
-                )
-            };
-            if !caps.allows(stage.strategy()) {
-                return Err(undeclared(format!("a {} stage", stage.strategy())));
-            }
-            literal_fits(ready, e, stage.strategy(), tenant)?;
-            // A rule without stages is its own single stage, unnumbered.
-            let position = rule.is_staged().then_some(n as u16);
-            match rule.stage_anchor(n) {
-                Some((crate::rules::StageAnchor::Previous, previous)) => {
-                    let Some((staged, plan)) =
-                        ready.stage_plans.get(&(e.id, stage.strategy(), previous))
-                    else {
-                        return Err(undeclared(format!(
-                            "a {} stage measured from the {previous} stage's marker",
-                            stage.strategy()
-                        )));
-                    };
-                    // The same-run rule: the previous stage marks the rows
-                    // it changes in this run with `now` itself (the run's
-                    // clock, bound into its statement), and this stage
-                    // takes only markers strictly before its cutoff, which
-                    // is never after `now`: a row marked in this run is
-                    // never taken by a later stage of the same run, however
-                    // far `now` is from the database clock.
-                    let cutoff = crate::rules::cutoff(now, stage.period())
-                        .map_err(|err| out_of_range(&err))?
-                        .min(now);
-                    let floor = stage
-                        .erasure_cutoff(now)
-                        .map_err(|err| out_of_range(&err))?;
-                    Ok(stage_work(
-                        plan,
-                        staged,
-                        stage,
-                        (cutoff, Some(floor)),
-                        position,
-                        now,
-                        tenant,
-                        (batch_size, parallelism),
-                    ))
-                }
-                _ => {
-                    let cutoff = stage.sweep_cutoff(now).map_err(|err| out_of_range(&err))?;
-                    Ok(stage_work(
-                        &ready.plans[&e.id],
-                        e,
-                        stage,
-                        (cutoff, None),
-                        position,
-                        now,
-                        tenant,
-                        (batch_size, parallelism),
-                    ))
-                }
-            }
-        })
+        .map(|n| stage_of(ready, e, &rule, n, now, tenant, (batch_size, parallelism)))
         .collect()
+}
+
+/// A rule's stage `n` (1 first) as work: refused when the category does
+/// not declare its strategy, a `{tenant}` literal does not fit, or its
+/// cutoff is out of range.
+fn stage_of<'a>(
+    ready: &'a Prepared,
+    e: &'a EntityDescriptor,
+    rule: &RetentionRule,
+    n: usize,
+    now: DateTime<Utc>,
+    tenant: Option<&KeyValue>,
+    sizes: (i64, u32),
+) -> std::result::Result<Work<'a>, Diagnostic> {
+    let out_of_range = |err: crate::rules::CutoffOutOfRange| {
+        Diagnostic::capture("rule", Some("cutoff_out_of_range".into()), &err)
+    };
+    let undeclared = |what: String| {
+        Diagnostic::capture(
+            "rule",
+            Some("undeclared_strategy".into()),
+            &format!(
+                "category {:?} resolved to {what}, which it does not declare",
+                e.category
+            ),
+        )
+    };
+    let stage = rule.stage(n).expect("within the stages");
+    let strategy = stage.strategy();
+    if !ready.model.capabilities[&e.id].allows(strategy) {
+        return Err(undeclared(format!("a {strategy} stage")));
+    }
+    literal_fits(ready, e, strategy, tenant)?;
+    // A rule without stages is its own single stage, unnumbered.
+    let position = rule.is_staged().then_some(n as u16);
+    let Some((crate::rules::StageAnchor::Previous, previous)) = rule.stage_anchor(n) else {
+        let cutoff = stage.sweep_cutoff(now).map_err(out_of_range)?;
+        let plan = &ready.plans[&e.id];
+        let bounds = (cutoff, None);
+        return Ok(stage_work(
+            plan, e, stage, bounds, position, now, tenant, sizes,
+        ));
+    };
+    let Some((staged, plan)) = ready.stage_plans.get(&(e.id, strategy, previous)) else {
+        return Err(undeclared(format!(
+            "a {strategy} stage measured from the {previous} stage's marker"
+        )));
+    };
+    // The same-run rule: the previous stage marks the rows it changes in
+    // this run with `now` itself (the run's clock, bound into its
+    // statement), and this stage takes only markers strictly before its
+    // cutoff, which is never after `now`: a row marked in this run is
+    // never taken by a later stage of the same run, however far `now` is
+    // from the database clock.
+    let cutoff = crate::rules::cutoff(now, stage.period())
+        .map_err(out_of_range)?
+        .min(now);
+    let floor = stage.erasure_cutoff(now).map_err(out_of_range)?;
+    let bounds = (cutoff, Some(floor));
+    Ok(stage_work(
+        plan, staged, stage, bounds, position, now, tenant, sizes,
+    ))
 }
 
 /// Refuses, before any batch, an anonymisation whose `{tenant}` literal

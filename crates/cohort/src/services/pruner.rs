@@ -204,83 +204,10 @@ pub(crate) async fn pass(
     if runs_before.succeeded.is_some() || runs_before.failed.is_some() {
         report.runs_kept_for_handlers = count(cx, st.kept_runs(runs_before)).await?;
         if dry_run {
-            let (runs, summaries, details, work): (i64, i64, i64, i64) = st
-                .count_runs(runs_before)
-                .query_as()
-                .fetch_one(&cx.pool)
-                .await?;
-            let n = |v: i64| v.max(0) as u64;
-            report.runs = n(runs);
-            report.summaries = n(summaries);
-            report.row_details = n(details);
-            report.handler_work = n(work);
-        } else {
-            loop {
-                if stop.stop(cx).await? {
-                    report.stopped = true;
-                    return Ok(report);
-                }
-                let ids: Vec<uuid::Uuid> = st
-                    .select_runs(RunBatch {
-                        cutoffs: runs_before,
-                        limit: batch,
-                    })
-                    .query_scalar()
-                    .fetch_all(&cx.pool)
-                    .await?;
-                if ids.is_empty() {
-                    break;
-                }
-                // Bounded statements: finished handler work, then the row
-                // details nothing hangs from any more. Work that turned
-                // pending meanwhile (a dead letter retried) stays, with its
-                // row detail, and keeps its run.
-                let of_runs = OfRuns {
-                    runs: ids.clone(),
-                    limit: batch,
-                };
-                for (statement, counter) in [
-                    (PrunePlan::delete_work as DeleteOf, &mut report.handler_work),
-                    (PrunePlan::delete_details, &mut report.row_details),
-                ] {
-                    loop {
-                        let done = statement(&st, of_runs.clone())
-                            .query()
-                            .execute(&cx.pool)
-                            .await?
-                            .rows_affected();
-                        *counter += done;
-                        if done < batch as u64 {
-                            break;
-                        }
-                    }
-                }
-                let mut tx = cx.pool.begin().await?;
-                let victims: Vec<uuid::Uuid> = st
-                    .lock_runs(Runs(ids.clone()))
-                    .query_scalar()
-                    .fetch_all(&mut *tx)
-                    .await?;
-                report.summaries += st
-                    .delete_summaries(Runs(victims.clone()))
-                    .query()
-                    .execute(&mut *tx)
-                    .await?
-                    .rows_affected();
-                let runs = st
-                    .delete_runs(Runs(victims))
-                    .query()
-                    .execute(&mut *tx)
-                    .await?
-                    .rows_affected();
-                tx.commit().await?;
-                report.runs += runs;
-                if runs < ids.len() as u64 {
-                    // Some runs gained work meanwhile, or another pruner
-                    // holds them: not taken again in this pass.
-                    break;
-                }
-            }
+            count_runs(cx, &st, runs_before, &mut report).await?;
+        } else if !prune_runs(cx, &st, runs_before, batch, &stop, &mut report).await? {
+            report.stopped = true;
+            return Ok(report);
         }
     }
     // Shared occurrences go when the runs of both outcomes could: before
@@ -289,39 +216,173 @@ pub(crate) async fn pass(
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
     };
-    if let Some(before) = occurrences_before {
+    let tables: [(Option<DateTime<Utc>>, Counted, Deleted, Counter); 2] = [
+        (
+            occurrences_before,
+            PrunePlan::count_occurrences,
+            PrunePlan::delete_occurrences,
+            |r| &mut r.occurrences,
+        ),
+        (
+            holds_before,
+            PrunePlan::count_holds,
+            PrunePlan::delete_holds,
+            |r| &mut r.holds,
+        ),
+    ];
+    for (before, count_of, delete_of, counter) in tables {
+        let Some(before) = before else {
+            continue;
+        };
         if dry_run {
-            report.occurrences = count(cx, st.count_occurrences(Before(before))).await?;
-        } else {
-            let delete = || {
-                st.delete_occurrences(Batch {
-                    before,
-                    limit: batch,
-                })
-            };
-            if !delete_batches(cx, &stop, batch as u64, &mut report.occurrences, delete).await? {
-                report.stopped = true;
-                return Ok(report);
-            }
+            *counter(&mut report) = count(cx, count_of(&st, Before(before))).await?;
+            continue;
         }
-    }
-    if let Some(before) = holds_before {
-        if dry_run {
-            report.holds = count(cx, st.count_holds(Before(before))).await?;
-        } else {
-            let delete = || {
-                st.delete_holds(Batch {
+        let delete = || {
+            delete_of(
+                &st,
+                Batch {
                     before,
                     limit: batch,
-                })
-            };
-            if !delete_batches(cx, &stop, batch as u64, &mut report.holds, delete).await? {
-                report.stopped = true;
-                return Ok(report);
-            }
+                },
+            )
+        };
+        let deleted = counter(&mut report);
+        if !delete_batches(cx, &stop, batch as u64, deleted, delete).await? {
+            report.stopped = true;
+            return Ok(report);
         }
     }
     Ok(report)
+}
+
+/// Counts a table's rows before a time.
+type Counted = fn(&PrunePlan, Before) -> Statement<Before>;
+
+/// Deletes a bounded batch of a table's rows before a time.
+type Deleted = fn(&PrunePlan, Batch) -> Statement<Batch>;
+
+/// The report's count of a table's rows.
+type Counter = fn(&mut PruneReport) -> &mut u64;
+
+/// A dry run's counts of the runs the cutoffs reach, and of what hangs
+/// from them.
+async fn count_runs(
+    cx: &Context,
+    st: &PrunePlan,
+    runs_before: RunCutoffs,
+    report: &mut PruneReport,
+) -> Result<()> {
+    let (runs, summaries, details, work): (i64, i64, i64, i64) = st
+        .count_runs(runs_before)
+        .query_as()
+        .fetch_one(&cx.pool)
+        .await?;
+    let n = |v: i64| v.max(0) as u64;
+    report.runs = n(runs);
+    report.summaries = n(summaries);
+    report.row_details = n(details);
+    report.handler_work = n(work);
+    Ok(())
+}
+
+/// Deletes the runs the cutoffs reach, a batch at a time, each with what
+/// hangs from it. `false`: stopped before the end.
+async fn prune_runs(
+    cx: &Context,
+    st: &PrunePlan,
+    runs_before: RunCutoffs,
+    batch: i64,
+    stop: &StopCheck<'_>,
+    report: &mut PruneReport,
+) -> Result<bool> {
+    loop {
+        if stop.stop(cx).await? {
+            return Ok(false);
+        }
+        let ids: Vec<uuid::Uuid> = st
+            .select_runs(RunBatch {
+                cutoffs: runs_before,
+                limit: batch,
+            })
+            .query_scalar()
+            .fetch_all(&cx.pool)
+            .await?;
+        if ids.is_empty() {
+            return Ok(true);
+        }
+        let of_runs = OfRuns {
+            runs: ids.clone(),
+            limit: batch,
+        };
+        prune_what_hangs(cx, st, of_runs, report).await?;
+        let runs = delete_runs(cx, st, ids.clone(), report).await?;
+        if runs < ids.len() as u64 {
+            // Some runs gained work meanwhile, or another pruner holds
+            // them: not taken again in this pass.
+            return Ok(true);
+        }
+    }
+}
+
+/// Bounded statements: finished handler work, then the row details
+/// nothing hangs from any more. Work that turned pending meanwhile (a
+/// dead letter retried) stays, with its row detail, and keeps its run.
+async fn prune_what_hangs(
+    cx: &Context,
+    st: &PrunePlan,
+    of_runs: OfRuns,
+    report: &mut PruneReport,
+) -> Result<()> {
+    let batch = of_runs.limit;
+    for (statement, counter) in [
+        (PrunePlan::delete_work as DeleteOf, &mut report.handler_work),
+        (PrunePlan::delete_details, &mut report.row_details),
+    ] {
+        loop {
+            let done = statement(st, of_runs.clone())
+                .query()
+                .execute(&cx.pool)
+                .await?
+                .rows_affected();
+            *counter += done;
+            if done < batch as u64 {
+                break;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Deletes the runs of `ids` nothing hangs from any more (locked, so no
+/// other pruner takes them), with their summaries. Returns how many.
+async fn delete_runs(
+    cx: &Context,
+    st: &PrunePlan,
+    ids: Vec<uuid::Uuid>,
+    report: &mut PruneReport,
+) -> Result<u64> {
+    let mut tx = cx.pool.begin().await?;
+    let victims: Vec<uuid::Uuid> = st
+        .lock_runs(Runs(ids))
+        .query_scalar()
+        .fetch_all(&mut *tx)
+        .await?;
+    report.summaries += st
+        .delete_summaries(Runs(victims.clone()))
+        .query()
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+    let runs = st
+        .delete_runs(Runs(victims))
+        .query()
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+    tx.commit().await?;
+    report.runs += runs;
+    Ok(runs)
 }
 
 /// Runs a pass every interval until `cancel` fires; a failed pass is
