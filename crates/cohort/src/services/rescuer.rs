@@ -113,13 +113,34 @@ impl MaintenanceConfig {
 pub(crate) async fn pass(cx: &Context, config: &MaintenanceConfig) -> Result<MaintenanceReport> {
     let prepared = cx.prepared().await?;
     let settle = config.settle_timeout.as_seconds() as f64;
+    let report = MaintenanceReport {
+        recovered_runs: recover_stale_runs(cx, &prepared, settle).await?,
+        orphaned_work: dead_letter_orphans(cx, settle).await?,
+        scrubbed: prepared
+            .queue
+            .scrub(config.payload_retention.as_seconds() as f64)
+            .query()
+            .execute(&cx.pool)
+            .await?
+            .rows_affected(),
+    };
+    Ok(report)
+}
+
+/// Settles as failed each run left started whose run lock no one has
+/// held past `settle` seconds. Returns how many.
+async fn recover_stale_runs(
+    cx: &Context,
+    prepared: &crate::context::Prepared,
+    settle: f64,
+) -> Result<u64> {
     let stale: Vec<uuid::Uuid> = prepared
         .queue
         .stale_runs(settle)
         .query_scalar()
         .fetch_all(&cx.pool)
         .await?;
-    let mut report = MaintenanceReport::default();
+    let mut recovered = 0;
     for run_id in stale {
         if recover_run(
             cx,
@@ -130,9 +151,16 @@ pub(crate) async fn pass(cx: &Context, config: &MaintenanceConfig) -> Result<Mai
             == Recovery::Recovered
         {
             tracing::warn!(%run_id, "maintenance: recovered a run left started as failed");
-            report.recovered_runs += 1;
+            recovered += 1;
         }
     }
+    Ok(recovered)
+}
+
+/// Dead-letters handler work no registered handler can deliver, older
+/// than `settle` seconds, then the work waiting behind it. Returns how
+/// many.
+async fn dead_letter_orphans(cx: &Context, settle: f64) -> Result<u64> {
     // Handlers this process registers, and those of live peers: work a
     // live peer can deliver is not orphaned (a rolling deploy).
     let mut known = crate::peers::own_handlers(cx);
@@ -182,15 +210,7 @@ pub(crate) async fn pass(cx: &Context, config: &MaintenanceConfig) -> Result<Mai
             "maintenance: dead-lettered handler work no registered handler can deliver"
         );
     }
-    report.orphaned_work = orphaned.len() as u64;
-    report.scrubbed = prepared
-        .queue
-        .scrub(config.payload_retention.as_seconds() as f64)
-        .query()
-        .execute(&cx.pool)
-        .await?
-        .rows_affected();
-    Ok(report)
+    Ok(orphaned.len() as u64)
 }
 
 /// Keeps this process's peer record (a heartbeat every

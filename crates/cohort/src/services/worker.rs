@@ -322,6 +322,26 @@ async fn join(
         tx.commit().await?;
         return Ok(Joined::Completed);
     }
+    let (id, passes) = write_occurrence(cx, prepared, &mut tx, key()).await?;
+    tx.commit().await?;
+    Ok(Joined::Shared(Shared {
+        id,
+        at,
+        passes,
+        dry_run,
+        fingerprint,
+    }))
+}
+
+/// Lists the tenants once and writes the occurrence with its passes, in
+/// the first replica's transaction. Returns its id and how many passes.
+async fn write_occurrence(
+    cx: &Context,
+    prepared: &crate::context::Prepared,
+    tx: &mut sqlx::PgConnection,
+    key: occurrences::Key,
+) -> Result<(Uuid, i32)> {
+    let schema = &cx.config.schema;
     let list = crate::run::passes::pass_list(cx, prepared, &cx.tenant_source).await?;
     let passes = i32::try_from(list.passes.len()).map_err(|_| {
         Error::InvalidInput(format!(
@@ -334,9 +354,9 @@ async fn join(
         schema,
         occurrences::Insert {
             occurrence_id: id,
-            at,
-            dry_run,
-            fingerprint: fingerprint.clone(),
+            at: key.at,
+            dry_run: key.dry_run,
+            fingerprint: key.fingerprint,
             passes,
             created_by: crate::peers::process_name(),
         },
@@ -355,14 +375,7 @@ async fn join(
     .query()
     .execute(&mut *tx)
     .await?;
-    tx.commit().await?;
-    Ok(Joined::Shared(Shared {
-        id,
-        at,
-        passes,
-        dry_run,
-        fingerprint,
-    }))
+    Ok((id, passes))
 }
 
 /// A pass this replica holds: its lock is held on `conn` until the claim
@@ -847,34 +860,43 @@ async fn run_pass(
         }
         Err(e) => {
             tracing::error!(tenant = shown, error = %e, "scheduled pass panicked; the other passes go on");
-            // A run it had started is settled failed as soon as its
-            // connection (closed as it unwound) has let go of its lock.
-            let reason = "run: recovered: the scheduled pass panicked before it settled";
-            let mut recovered = 0;
-            for _ in 0..20 {
-                let Ok((done, live)) = settle_orphans(cx, reason).await else {
-                    break;
-                };
-                recovered += done;
-                if live == 0 {
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            let run_id = if recovered == 0 {
-                // It panicked before its run existed.
-                let text = "pass: did not start: kind=panic the pass panicked (a rule provider, anonymiser or handler with a bug)";
-                record_not_started(cx, tenant.as_deref(), position, dry_run, text).await
-            } else {
-                None
-            };
             PassEnd {
-                run_id,
+                run_id: after_panic(cx, tenant.as_deref(), position, dry_run).await,
                 cancelled: false,
             }
         }
     };
     (end, lost)
+}
+
+/// After a pass panicked: a run it had started is settled failed as soon
+/// as its connection (closed as it unwound) has let go of its lock; if it
+/// panicked before its run existed, that is recorded as a failed run
+/// (whose id is returned).
+async fn after_panic(
+    cx: &Context,
+    tenant: Option<&str>,
+    position: crate::run::OccurrencePass,
+    dry_run: bool,
+) -> Option<Uuid> {
+    let reason = "run: recovered: the scheduled pass panicked before it settled";
+    let mut recovered = 0;
+    for _ in 0..20 {
+        let Ok((done, live)) = settle_orphans(cx, reason).await else {
+            break;
+        };
+        recovered += done;
+        if live == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    if recovered > 0 {
+        return None;
+    }
+    // It panicked before its run existed.
+    let text = "pass: did not start: kind=panic the pass panicked (a rule provider, anonymiser or handler with a bug)";
+    record_not_started(cx, tenant, position, dry_run, text).await
 }
 
 /// Records a pass that failed before its run existed as a settled failed

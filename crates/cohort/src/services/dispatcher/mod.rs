@@ -294,80 +294,15 @@ impl Dispatcher {
     }
 
     async fn deliver(&self, prepared: &Prepared, work: Claimed) -> Outcome {
-        let d = &self.config;
         let attempt = work.attempt.max(1) as u32;
-        if attempt > d.max_attempts {
-            return self
-                .settle_failure(
-                    prepared,
-                    &work,
-                    "attempts exhausted: the last claim expired before the delivery settled",
-                    true,
-                )
-                .await;
-        }
-        if work.scrubbed {
-            return self
-                .settle_failure(
-                    prepared,
-                    &work,
-                    "payload scrubbed after payload_retention; the work can never complete",
-                    true,
-                )
-                .await;
-        }
-        let Some(handler) = self
-            .cx
-            .handlers
-            .get(&work.entity_id)
-            .and_then(|hs| hs.iter().find(|h| h.registration.identity == work.handler))
-        else {
-            let reason = format!(
-                "unknown handler {:?} for entity {}: removed from the code or renamed",
-                work.handler, work.entity_id
-            );
-            return self.settle_failure(prepared, &work, &reason, true).await;
-        };
-        let snapshot = match work
-            .payload
-            .clone()
-            .ok_or_else(|| "payload missing".to_string())
-            .and_then(Snapshot::from_json)
-        {
-            Ok(s) => s,
-            Err(e) => {
-                // The decoder's own text can quote the payload: never stored.
-                tracing::warn!(work = work.id, "dead-lettering an unreadable payload");
-                drop(e);
-                let reason = "tampered or unreadable payload: the stored snapshot does not decode";
-                return self.settle_failure(prepared, &work, reason, true).await;
-            }
-        };
-        let Ok(strategy) = work.action.parse::<Strategy>() else {
-            let reason = format!("tampered row detail: unknown action {:?}", work.action);
-            return self.settle_failure(prepared, &work, &reason, true).await;
-        };
-        let cancel = Cancel::new();
-        let ctx = AfterContext {
-            snapshot,
-            entity_id: work.entity_id,
-            record_id: work.record_id.clone(),
-            tenant: work.tenant.clone(),
-            run_id: work.run_id,
-            run_kind: if work.run_kind == "erasure" {
-                crate::outcome::RunKind::Erasure
-            } else {
-                crate::outcome::RunKind::Sweep
-            },
-            strategy,
-            work_id: work.id,
-            attempt,
-            handler: work.handler.clone(),
-            cancel: cancel.clone(),
+        let (handler, ctx) = match self.deliverable(&work, attempt) {
+            Ok(ready) => ready,
+            Err(reason) => return self.settle_failure(prepared, &work, &reason, true).await,
         };
         // The handler's deadline: its cancel fires first, and it is dropped
         // later if it ignores it; both before the claim expires.
-        let (soft, deadline) = delivery_deadlines(d.claim_timeout_secs);
+        let (soft, deadline) = delivery_deadlines(self.config.claim_timeout_secs);
+        let cancel = ctx.cancel.clone();
         let delivery = handler.handler.after(&ctx);
         tokio::pin!(delivery);
         let bounded = async {
@@ -409,10 +344,82 @@ impl Dispatcher {
         match error {
             None => self.settle_success(prepared, &work).await,
             Some(e) => {
-                let dead = attempt >= d.max_attempts;
+                let dead = attempt >= self.config.max_attempts;
                 self.settle_failure(prepared, &work, &e, dead).await
             }
         }
+    }
+
+    /// The claimed work's handler and the context it is called with, or
+    /// why it can never be delivered (dead-lettered at once): its attempts
+    /// are spent, its payload scrubbed or unreadable, its handler unknown
+    /// or its action not a strategy.
+    fn deliverable<'h>(
+        &'h self,
+        work: &Claimed,
+        attempt: u32,
+    ) -> std::result::Result<(&'h crate::handlers::Registered, AfterContext), String> {
+        if attempt > self.config.max_attempts {
+            return Err(
+                "attempts exhausted: the last claim expired before the delivery settled".into(),
+            );
+        }
+        if work.scrubbed {
+            return Err(
+                "payload scrubbed after payload_retention; the work can never complete".into(),
+            );
+        }
+        let Some(handler) = self
+            .cx
+            .handlers
+            .get(&work.entity_id)
+            .and_then(|hs| hs.iter().find(|h| h.registration.identity == work.handler))
+        else {
+            return Err(format!(
+                "unknown handler {:?} for entity {}: removed from the code or renamed",
+                work.handler, work.entity_id
+            ));
+        };
+        let snapshot = match work
+            .payload
+            .clone()
+            .ok_or_else(|| "payload missing".to_string())
+            .and_then(Snapshot::from_json)
+        {
+            Ok(s) => s,
+            Err(e) => {
+                // The decoder's own text can quote the payload: never stored.
+                tracing::warn!(work = work.id, "dead-lettering an unreadable payload");
+                drop(e);
+                return Err(
+                    "tampered or unreadable payload: the stored snapshot does not decode".into(),
+                );
+            }
+        };
+        let Ok(strategy) = work.action.parse::<Strategy>() else {
+            return Err(format!(
+                "tampered row detail: unknown action {:?}",
+                work.action
+            ));
+        };
+        let ctx = AfterContext {
+            snapshot,
+            entity_id: work.entity_id,
+            record_id: work.record_id.clone(),
+            tenant: work.tenant.clone(),
+            run_id: work.run_id,
+            run_kind: if work.run_kind == "erasure" {
+                crate::outcome::RunKind::Erasure
+            } else {
+                crate::outcome::RunKind::Sweep
+            },
+            strategy,
+            work_id: work.id,
+            attempt,
+            handler: work.handler.clone(),
+            cancel: Cancel::new(),
+        };
+        Ok((handler, ctx))
     }
 
     /// How long recording an outcome may take: a tenth of the claim
