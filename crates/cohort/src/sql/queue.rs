@@ -5,7 +5,7 @@
 use uuid::Uuid;
 
 use super::statement::{Args, Params, Statement};
-use crate::ident::SqlText;
+use crate::ident::{QualifiedName, SqlText};
 use crate::sql::tables::CohortTable;
 
 /// The queue's statements.
@@ -69,166 +69,217 @@ impl QueuePlan {
         let hs = CohortTable::HandlerStatus.qualified(schema);
         let run = CohortTable::SweepRun.qualified(schema);
         let detail = CohortTable::RowDetail.qualified(schema);
-
-        let mut enqueue = SqlText::new("INSERT INTO ");
-        enqueue.table(&hs).push(
-            " (row_detail_id, run_id, handler_id, priority, phase, captured_payload, requires_earlier) \
-             SELECT u.d, $2, u.h, u.p, u.ph, u.pl, u.re FROM ROWS FROM (pg_catalog.unnest($1::int8[]), \
-             pg_catalog.unnest($3::text[]), pg_catalog.unnest($4::int4[]), \
-             pg_catalog.unnest($5::text[]), pg_catalog.unnest($6::jsonb[]), \
-             pg_catalog.unnest($7::bool[])) AS u(d, h, p, ph, pl, re)",
-        );
-
-        let mut dead_letter_skipped = SqlText::new("WITH f AS (SELECT * FROM ROWS FROM (");
-        dead_letter_skipped
-            .push(
-                "pg_catalog.unnest($5::text[]), pg_catalog.unnest($6::text[]), \
-                 pg_catalog.unnest($7::int4[]), pg_catalog.unnest($8::text[]), \
-                 pg_catalog.unnest($9::text[]), pg_catalog.unnest($10::bool[])) \
-                 AS u(record_id, handler_id, priority, phase, reason, requires_earlier)), \
-                 d AS (INSERT INTO ",
-            )
-            .table(&detail)
-            .push(
-                " (run_id, retention_entity_id, entity_type, record_id, tenant_id, action) \
-                 SELECT $1, $2, $3, f.record_id, $4, 'skipped' FROM f \
-                 RETURNING row_detail_id, record_id) \
-                 INSERT INTO ",
-            )
-            .table(&hs)
-            .push(
-                " (row_detail_id, run_id, handler_id, priority, phase, status, attempts, \
-                   last_error, requires_earlier) \
-                 SELECT d.row_detail_id, $1, f.handler_id, f.priority, f.phase, 'dead_lettered', 0, \
-                   f.reason, f.requires_earlier \
-                 FROM d JOIN f ON f.record_id = d.record_id",
-            );
-
-        let mut claim = SqlText::new("WITH c AS (SELECT h.handler_status_id FROM ");
-        claim
-            .table(&hs)
-            .push(" h JOIN ")
-            .table(&run)
-            .push(" r ON r.run_id = h.run_id JOIN ")
-            .table(&detail)
-            .push(
-                " d0 ON d0.row_detail_id = h.row_detail_id \
-                 WHERE d0.retention_entity_id = ANY($3::uuid[]) \
-                   AND NOT (d0.retention_entity_id::text || '|' || h.handler_id) = ANY($4::text[]) \
-                   AND ((h.status = 'pending' AND h.next_attempt_at <= pg_catalog.now()) \
-                     OR (h.status = 'in_flight' AND h.claim_expires_at <= pg_catalog.now())) \
-                   AND (h.phase = 'immediate' OR r.status <> 'started') \
-                   AND NOT EXISTS (SELECT 1 FROM ",
-            )
-            .table(&hs)
-            .push(
-                " s WHERE s.row_detail_id = h.row_detail_id \
-                     AND s.handler_status_id <> h.handler_status_id \
-                     AND (s.status IN ('pending', 'in_flight') \
-                       OR (h.requires_earlier AND s.status = 'dead_lettered')) \
-                     AND (COALESCE(s.priority, 2147483647), s.handler_id COLLATE \"C\") \
-                       < (COALESCE(h.priority, 2147483647), h.handler_id COLLATE \"C\")) \
-                 ORDER BY h.next_attempt_at, h.handler_status_id \
-                 LIMIT $1 FOR UPDATE OF h SKIP LOCKED) \
-                 UPDATE ",
-            )
-            .table(&hs)
-            .push(
-                " q SET status = 'in_flight', attempts = q.attempts + 1, \
-                   claim_token = pg_catalog.gen_random_uuid(), claimed_at = pg_catalog.now(), \
-                   claim_expires_at = pg_catalog.now() + pg_catalog.make_interval(secs => $2), \
-                   updated_at = pg_catalog.now() \
-                 FROM c, ",
-            )
-            .table(&detail)
-            .push(" d, ")
-            .table(&run)
-            .push(
-                " rk WHERE q.handler_status_id = c.handler_status_id \
-                   AND d.row_detail_id = q.row_detail_id AND rk.run_id = q.run_id \
-                 RETURNING q.handler_status_id, q.row_detail_id, q.handler_id, q.attempts, \
-                   q.claim_token, q.captured_payload, q.payload_scrubbed_at IS NOT NULL AS scrubbed, \
-                   q.run_id, d.retention_entity_id, d.record_id, d.tenant_id, d.action, rk.kind",
-            );
-
-        let mut succeed = SqlText::new("UPDATE ");
-        succeed.table(&hs).push(
-            " SET status = 'succeeded', claim_token = NULL, claim_expires_at = NULL, \
-               last_error = NULL, updated_at = pg_catalog.now() \
-             WHERE handler_status_id = $1 AND claim_token = $2 AND status = 'in_flight' \
-             RETURNING row_detail_id",
-        );
-
-        let mut fail = SqlText::new("UPDATE ");
-        fail.table(&hs).push(
-            " SET status = CASE WHEN $5 THEN 'dead_lettered' ELSE 'pending' END, \
-               next_attempt_at = pg_catalog.now() + pg_catalog.make_interval(secs => $4), \
-               claim_token = NULL, claim_expires_at = NULL, last_error = $3, \
-               updated_at = pg_catalog.now() \
-             WHERE handler_status_id = $1 AND claim_token = $2 AND status = 'in_flight' \
-             RETURNING row_detail_id",
-        );
-
-        let mut release = SqlText::new("UPDATE ");
-        release.table(&hs).push(
-            " SET status = 'pending', next_attempt_at = pg_catalog.now(), \
-               claim_token = NULL, claim_expires_at = NULL, updated_at = pg_catalog.now() \
-             WHERE handler_status_id = $1 AND claim_token = $2 AND status = 'in_flight' \
-             RETURNING row_detail_id",
-        );
-
-        let mut clear_payloads = SqlText::new("UPDATE ");
-        clear_payloads
-            .table(&hs)
-            .push(
-                " SET captured_payload = NULL, updated_at = pg_catalog.now() \
-                 WHERE row_detail_id = $1 AND captured_payload IS NOT NULL \
-                   AND NOT EXISTS (SELECT 1 FROM ",
-            )
-            .table(&hs)
-            .push(" s WHERE s.row_detail_id = $1 AND s.status IN ('pending', 'in_flight', 'dead_lettered'))");
-
-        let mut scrub = SqlText::new("UPDATE ");
-        scrub.table(&hs).push(
-            " SET captured_payload = NULL, payload_scrubbed_at = pg_catalog.now() \
-             WHERE captured_payload IS NOT NULL \
-               AND created_at < pg_catalog.now() - pg_catalog.make_interval(secs => $1)",
-        );
-
-        let mut stale_runs = SqlText::new("SELECT run_id FROM ");
-        stale_runs.table(&run).push(
-            " WHERE status = 'started' \
-               AND started_at < pg_catalog.now() - pg_catalog.make_interval(secs => $1) \
-             ORDER BY started_at",
-        );
-
-        let mut recover_run = SqlText::new("UPDATE ");
-        recover_run.table(&run).push(
-            " SET status = 'failed', settled_at = pg_catalog.clock_timestamp(), \
-               error = $2, failures = '[]'::jsonb \
-             WHERE run_id = $1 AND status = 'started' RETURNING kind, trigger",
-        );
-
-        let mut outstanding = SqlText::new(
-            "SELECT count(*) FILTER (WHERE status = 'pending') AS pending, \
-                    count(*) FILTER (WHERE status = 'in_flight') AS in_flight FROM ",
-        );
-        outstanding.table(&hs);
-
+        let t = Tables { hs, run, detail };
         QueuePlan {
-            enqueue,
-            dead_letter_skipped,
-            claim,
-            succeed,
-            fail,
-            release,
-            clear_payloads,
-            scrub,
-            stale_runs,
-            recover_run,
-            outstanding,
+            enqueue: enqueue(&t),
+            dead_letter_skipped: dead_letter_skipped(&t),
+            claim: claim(&t),
+            succeed: succeed(&t),
+            fail: fail(&t),
+            release: release(&t),
+            clear_payloads: clear_payloads(&t),
+            scrub: scrub(&t),
+            stale_runs: stale_runs(&t),
+            recover_run: recover_run(&t),
+            outstanding: outstanding(&t),
         }
     }
+}
+
+/// The tables the statements name.
+struct Tables {
+    hs: QualifiedName,
+    run: QualifiedName,
+    detail: QualifiedName,
+}
+
+/// The statement of [`QueuePlan::enqueue`].
+fn enqueue(t: &Tables) -> SqlText {
+    let mut enqueue = SqlText::new("INSERT INTO ");
+    enqueue.table(&t.hs).push(
+        " (row_detail_id, run_id, handler_id, priority, phase, captured_payload, requires_earlier) \
+         SELECT u.d, $2, u.h, u.p, u.ph, u.pl, u.re FROM ROWS FROM (pg_catalog.unnest($1::int8[]), \
+         pg_catalog.unnest($3::text[]), pg_catalog.unnest($4::int4[]), \
+         pg_catalog.unnest($5::text[]), pg_catalog.unnest($6::jsonb[]), \
+         pg_catalog.unnest($7::bool[])) AS u(d, h, p, ph, pl, re)",
+    );
+    enqueue
+}
+
+/// The statement of [`QueuePlan::dead_letter_skipped`].
+fn dead_letter_skipped(t: &Tables) -> SqlText {
+    let mut dead_letter_skipped = SqlText::new("WITH f AS (SELECT * FROM ROWS FROM (");
+    dead_letter_skipped
+        .push(
+            "pg_catalog.unnest($5::text[]), pg_catalog.unnest($6::text[]), \
+             pg_catalog.unnest($7::int4[]), pg_catalog.unnest($8::text[]), \
+             pg_catalog.unnest($9::text[]), pg_catalog.unnest($10::bool[])) \
+             AS u(record_id, handler_id, priority, phase, reason, requires_earlier)), \
+             d AS (INSERT INTO ",
+        )
+        .table(&t.detail)
+        .push(
+            " (run_id, retention_entity_id, entity_type, record_id, tenant_id, action) \
+             SELECT $1, $2, $3, f.record_id, $4, 'skipped' FROM f \
+             RETURNING row_detail_id, record_id) \
+             INSERT INTO ",
+        )
+        .table(&t.hs)
+        .push(
+            " (row_detail_id, run_id, handler_id, priority, phase, status, attempts, \
+               last_error, requires_earlier) \
+             SELECT d.row_detail_id, $1, f.handler_id, f.priority, f.phase, 'dead_lettered', 0, \
+               f.reason, f.requires_earlier \
+             FROM d JOIN f ON f.record_id = d.record_id",
+        );
+    dead_letter_skipped
+}
+
+/// The statement of [`QueuePlan::claim`].
+fn claim(t: &Tables) -> SqlText {
+    let mut claim = SqlText::new("WITH c AS (SELECT h.handler_status_id FROM ");
+    claim
+        .table(&t.hs)
+        .push(" h JOIN ")
+        .table(&t.run)
+        .push(" r ON r.run_id = h.run_id JOIN ")
+        .table(&t.detail)
+        .push(
+            " d0 ON d0.row_detail_id = h.row_detail_id \
+             WHERE d0.retention_entity_id = ANY($3::uuid[]) \
+               AND NOT (d0.retention_entity_id::text || '|' || h.handler_id) = ANY($4::text[]) \
+               AND ((h.status = 'pending' AND h.next_attempt_at <= pg_catalog.now()) \
+                 OR (h.status = 'in_flight' AND h.claim_expires_at <= pg_catalog.now())) \
+               AND (h.phase = 'immediate' OR r.status <> 'started') \
+               AND NOT EXISTS (SELECT 1 FROM ",
+        )
+        .table(&t.hs)
+        .push(
+            " s WHERE s.row_detail_id = h.row_detail_id \
+                 AND s.handler_status_id <> h.handler_status_id \
+                 AND (s.status IN ('pending', 'in_flight') \
+                   OR (h.requires_earlier AND s.status = 'dead_lettered')) \
+                 AND (COALESCE(s.priority, 2147483647), s.handler_id COLLATE \"C\") \
+                   < (COALESCE(h.priority, 2147483647), h.handler_id COLLATE \"C\")) \
+             ORDER BY h.next_attempt_at, h.handler_status_id \
+             LIMIT $1 FOR UPDATE OF h SKIP LOCKED) \
+             UPDATE ",
+        )
+        .table(&t.hs)
+        .push(
+            " q SET status = 'in_flight', attempts = q.attempts + 1, \
+               claim_token = pg_catalog.gen_random_uuid(), claimed_at = pg_catalog.now(), \
+               claim_expires_at = pg_catalog.now() + pg_catalog.make_interval(secs => $2), \
+               updated_at = pg_catalog.now() \
+             FROM c, ",
+        )
+        .table(&t.detail)
+        .push(" d, ")
+        .table(&t.run)
+        .push(
+            " rk WHERE q.handler_status_id = c.handler_status_id \
+               AND d.row_detail_id = q.row_detail_id AND rk.run_id = q.run_id \
+             RETURNING q.handler_status_id, q.row_detail_id, q.handler_id, q.attempts, \
+               q.claim_token, q.captured_payload, q.payload_scrubbed_at IS NOT NULL AS scrubbed, \
+               q.run_id, d.retention_entity_id, d.record_id, d.tenant_id, d.action, rk.kind",
+        );
+    claim
+}
+
+/// The statement of [`QueuePlan::succeed`].
+fn succeed(t: &Tables) -> SqlText {
+    let mut succeed = SqlText::new("UPDATE ");
+    succeed.table(&t.hs).push(
+        " SET status = 'succeeded', claim_token = NULL, claim_expires_at = NULL, \
+           last_error = NULL, updated_at = pg_catalog.now() \
+         WHERE handler_status_id = $1 AND claim_token = $2 AND status = 'in_flight' \
+         RETURNING row_detail_id",
+    );
+    succeed
+}
+
+/// The statement of [`QueuePlan::fail`].
+fn fail(t: &Tables) -> SqlText {
+    let mut fail = SqlText::new("UPDATE ");
+    fail.table(&t.hs).push(
+        " SET status = CASE WHEN $5 THEN 'dead_lettered' ELSE 'pending' END, \
+           next_attempt_at = pg_catalog.now() + pg_catalog.make_interval(secs => $4), \
+           claim_token = NULL, claim_expires_at = NULL, last_error = $3, \
+           updated_at = pg_catalog.now() \
+         WHERE handler_status_id = $1 AND claim_token = $2 AND status = 'in_flight' \
+         RETURNING row_detail_id",
+    );
+    fail
+}
+
+/// The statement of [`QueuePlan::release`].
+fn release(t: &Tables) -> SqlText {
+    let mut release = SqlText::new("UPDATE ");
+    release.table(&t.hs).push(
+        " SET status = 'pending', next_attempt_at = pg_catalog.now(), \
+           claim_token = NULL, claim_expires_at = NULL, updated_at = pg_catalog.now() \
+         WHERE handler_status_id = $1 AND claim_token = $2 AND status = 'in_flight' \
+         RETURNING row_detail_id",
+    );
+    release
+}
+
+/// The statement of [`QueuePlan::clear_payloads`].
+fn clear_payloads(t: &Tables) -> SqlText {
+    let mut clear_payloads = SqlText::new("UPDATE ");
+    clear_payloads
+        .table(&t.hs)
+        .push(
+            " SET captured_payload = NULL, updated_at = pg_catalog.now() \
+             WHERE row_detail_id = $1 AND captured_payload IS NOT NULL \
+               AND NOT EXISTS (SELECT 1 FROM ",
+        )
+        .table(&t.hs)
+        .push(" s WHERE s.row_detail_id = $1 AND s.status IN ('pending', 'in_flight', 'dead_lettered'))");
+    clear_payloads
+}
+
+/// The statement of [`QueuePlan::scrub`].
+fn scrub(t: &Tables) -> SqlText {
+    let mut scrub = SqlText::new("UPDATE ");
+    scrub.table(&t.hs).push(
+        " SET captured_payload = NULL, payload_scrubbed_at = pg_catalog.now() \
+         WHERE captured_payload IS NOT NULL \
+           AND created_at < pg_catalog.now() - pg_catalog.make_interval(secs => $1)",
+    );
+    scrub
+}
+
+/// The statement of [`QueuePlan::stale_runs`].
+fn stale_runs(t: &Tables) -> SqlText {
+    let mut stale_runs = SqlText::new("SELECT run_id FROM ");
+    stale_runs.table(&t.run).push(
+        " WHERE status = 'started' \
+           AND started_at < pg_catalog.now() - pg_catalog.make_interval(secs => $1) \
+         ORDER BY started_at",
+    );
+    stale_runs
+}
+
+/// The statement of [`QueuePlan::recover_run`].
+fn recover_run(t: &Tables) -> SqlText {
+    let mut recover_run = SqlText::new("UPDATE ");
+    recover_run.table(&t.run).push(
+        " SET status = 'failed', settled_at = pg_catalog.clock_timestamp(), \
+           error = $2, failures = '[]'::jsonb \
+         WHERE run_id = $1 AND status = 'started' RETURNING kind, trigger",
+    );
+    recover_run
+}
+
+/// The statement of [`QueuePlan::outstanding`].
+fn outstanding(t: &Tables) -> SqlText {
+    let mut outstanding = SqlText::new(
+        "SELECT count(*) FILTER (WHERE status = 'pending') AS pending, \
+                count(*) FILTER (WHERE status = 'in_flight') AS in_flight FROM ",
+    );
+    outstanding.table(&t.hs);
+    outstanding
 }
 
 /// Work for the mutated rows of one batch, one element per (row, handler).
