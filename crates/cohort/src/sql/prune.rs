@@ -102,122 +102,29 @@ pub(crate) struct PrunePlan {
 
 impl PrunePlan {
     pub(crate) fn build(schema: &str) -> Self {
-        let run = CohortTable::SweepRun.qualified(schema);
-        let hs = CohortTable::HandlerStatus.qualified(schema);
-        let summary = CohortTable::EntitySummary.qualified(schema);
-        let detail = CohortTable::RowDetail.qualified(schema);
-        let hold = CohortTable::Hold.qualified(schema);
-        // Old settled runs (succeeded before $1, or failed, partially
-        // failed or cancelled before $2; a NULL cutoff keeps that outcome),
-        // not of the newest occurrence, with (EXISTS) or without (NOT
-        // EXISTS) pending or in-flight work; `select_runs` takes the batch size
-        // as `$3`.
-        let old_runs = |s: &mut SqlText, exists: &'static str| {
-            s.table(&run)
-                .push(
-                    " r WHERE ((r.status = 'succeeded' AND r.settled_at < $1::timestamptz) \
-                   OR (r.status IN ('failed', 'partially_failed', 'cancelled') \
-                       AND r.settled_at < $2::timestamptz)) \
-                 AND (r.occurrence IS NULL OR r.occurrence < (SELECT max(o.occurrence) FROM ",
-                )
-                .table(&run)
-                .push(" o)) AND ")
-                .push(exists)
-                .push(" (SELECT 1 FROM ")
-                .table(&hs)
-                .push(" h WHERE h.run_id = r.run_id AND h.status IN ('pending', 'in_flight'))");
+        let t = Tables {
+            run: CohortTable::SweepRun.qualified(schema),
+            hs: CohortTable::HandlerStatus.qualified(schema),
+            summary: CohortTable::EntitySummary.qualified(schema),
+            detail: CohortTable::RowDetail.qualified(schema),
         };
-        let mut select_runs = SqlText::new("SELECT r.run_id FROM ");
-        old_runs(&mut select_runs, "NOT EXISTS");
-        select_runs.push(" ORDER BY r.settled_at, r.run_id LIMIT $3");
-        // What a real pass would delete, counted: those runs, and their
-        // summaries, row details and (all terminal) handler work.
-        let mut count_runs = SqlText::new("WITH doomed AS (SELECT r.run_id FROM ");
-        old_runs(&mut count_runs, "NOT EXISTS");
-        count_runs
-        .push(") SELECT (SELECT count(*) FROM doomed)::int8 AS runs, (SELECT count(*) FROM ")
-        .table(&summary)
-        .push(" s WHERE s.run_id IN (SELECT run_id FROM doomed))::int8 AS summaries, (SELECT count(*) FROM ")
-        .table(&detail)
-        .push(" d WHERE d.run_id IN (SELECT run_id FROM doomed))::int8 AS details, (SELECT count(*) FROM ")
-        .table(&hs)
-        .push(" h WHERE h.run_id IN (SELECT run_id FROM doomed))::int8 AS work");
-        let mut kept_runs = SqlText::new("SELECT count(*)::int8 FROM ");
-        old_runs(&mut kept_runs, "EXISTS");
-        // Terminal work of those runs, at most $2 rows.
-        let mut delete_work = SqlText::new("DELETE FROM ");
-        delete_work
-            .table(&hs)
-            .push(" WHERE handler_status_id IN (SELECT handler_status_id FROM ")
-            .table(&hs)
-            .push(
-                " WHERE run_id = ANY($1) AND status IN ('succeeded', 'dead_lettered') LIMIT $2 \
-             FOR UPDATE SKIP LOCKED) AND status IN ('succeeded', 'dead_lettered')",
-            );
-        // Row details no handler work hangs from any more, at most $2 rows.
-        let mut delete_details = SqlText::new("DELETE FROM ");
-        delete_details
-            .table(&detail)
-            .push(" WHERE row_detail_id IN (SELECT d.row_detail_id FROM ")
-            .table(&detail)
-            .push(" d WHERE d.run_id = ANY($1) AND NOT EXISTS (SELECT 1 FROM ")
-            .table(&hs)
-            .push(
-                " h WHERE h.row_detail_id = d.row_detail_id) LIMIT $2 FOR UPDATE OF d SKIP LOCKED)",
-            );
-        // The runs left with neither work nor details, locked for the delete.
-        let mut lock_runs = SqlText::new("SELECT r.run_id FROM ");
-        lock_runs
-            .table(&run)
-            .push(" r WHERE r.run_id = ANY($1) AND NOT EXISTS (SELECT 1 FROM ")
-            .table(&hs)
-            .push(" h WHERE h.run_id = r.run_id) AND NOT EXISTS (SELECT 1 FROM ")
-            .table(&detail)
-            .push(" d WHERE d.run_id = r.run_id) FOR UPDATE OF r SKIP LOCKED");
+        let (select_runs, count_runs, kept_runs) = old_runs(&t);
+        let (delete_work, delete_details, lock_runs) = what_hangs(&t);
         let by_run = |t: &QualifiedName| {
             let mut s = SqlText::new("DELETE FROM ");
             s.table(t).push(" WHERE run_id = ANY($1)");
             s
         };
-        // Inactive since: the earlier of release and expiry, in the past.
-        let inactive = " WHERE LEAST(released_at, expires_at) < $1 \
-                    AND LEAST(released_at, expires_at) <= pg_catalog.now()";
-        let mut delete_holds = SqlText::new("DELETE FROM ");
-        delete_holds
-            .table(&hold)
-            .push(" WHERE hold_id IN (SELECT hold_id FROM ")
-            .table(&hold)
-            .push(inactive)
-            .push(" ORDER BY hold_id LIMIT $2 FOR UPDATE SKIP LOCKED)");
-        let mut count_holds = SqlText::new("SELECT count(*)::int8 FROM ");
-        count_holds.table(&hold).push(inactive);
-        // Shared occurrences written before $1, except the newest (a
-        // replica may still be deciding about it); their passes go with
-        // them (ON DELETE CASCADE).
-        let occurrence = CohortTable::Occurrence.qualified(schema);
-        let old_occurrences = |s: &mut SqlText| {
-            s.table(&occurrence)
-                .push(
-                    " o WHERE o.created_at < $1 AND o.occurrence < (SELECT max(n.occurrence) FROM ",
-                )
-                .table(&occurrence)
-                .push(" n)");
-        };
-        let mut delete_occurrences = SqlText::new("DELETE FROM ");
-        delete_occurrences
-            .table(&occurrence)
-            .push(" WHERE occurrence_id IN (SELECT o.occurrence_id FROM ");
-        old_occurrences(&mut delete_occurrences);
-        delete_occurrences.push(" ORDER BY o.occurrence LIMIT $2 FOR UPDATE SKIP LOCKED)");
-        let mut count_occurrences = SqlText::new("SELECT count(*)::int8 FROM ");
-        old_occurrences(&mut count_occurrences);
+        let (delete_holds, count_holds) = inactive_holds(&CohortTable::Hold.qualified(schema));
+        let (delete_occurrences, count_occurrences) =
+            old_occurrences(&CohortTable::Occurrence.qualified(schema));
         PrunePlan {
             select_runs,
             delete_work,
             delete_details,
             lock_runs,
-            delete_summaries: by_run(&summary),
-            delete_runs: by_run(&run),
+            delete_summaries: by_run(&t.summary),
+            delete_runs: by_run(&t.run),
             count_runs,
             kept_runs,
             delete_holds,
@@ -226,6 +133,139 @@ impl PrunePlan {
             count_occurrences,
         }
     }
+}
+
+/// The ledger tables the run statements name.
+struct Tables {
+    run: QualifiedName,
+    hs: QualifiedName,
+    summary: QualifiedName,
+    detail: QualifiedName,
+}
+
+/// [`PrunePlan::select_runs`], [`PrunePlan::count_runs`] and
+/// [`PrunePlan::kept_runs`].
+fn old_runs(t: &Tables) -> (SqlText, SqlText, SqlText) {
+    let Tables {
+        run,
+        hs,
+        summary,
+        detail,
+    } = t;
+    // Old settled runs (succeeded before $1, or failed, partially
+    // failed or cancelled before $2; a NULL cutoff keeps that outcome),
+    // not of the newest occurrence, with (EXISTS) or without (NOT
+    // EXISTS) pending or in-flight work; `select_runs` takes the batch size
+    // as `$3`.
+    let old_runs = |s: &mut SqlText, exists: &'static str| {
+        s.table(run)
+            .push(
+                " r WHERE ((r.status = 'succeeded' AND r.settled_at < $1::timestamptz) \
+               OR (r.status IN ('failed', 'partially_failed', 'cancelled') \
+                   AND r.settled_at < $2::timestamptz)) \
+             AND (r.occurrence IS NULL OR r.occurrence < (SELECT max(o.occurrence) FROM ",
+            )
+            .table(run)
+            .push(" o)) AND ")
+            .push(exists)
+            .push(" (SELECT 1 FROM ")
+            .table(hs)
+            .push(" h WHERE h.run_id = r.run_id AND h.status IN ('pending', 'in_flight'))");
+    };
+    let mut select_runs = SqlText::new("SELECT r.run_id FROM ");
+    old_runs(&mut select_runs, "NOT EXISTS");
+    select_runs.push(" ORDER BY r.settled_at, r.run_id LIMIT $3");
+    // What a real pass would delete, counted: those runs, and their
+    // summaries, row details and (all terminal) handler work.
+    let mut count_runs = SqlText::new("WITH doomed AS (SELECT r.run_id FROM ");
+    old_runs(&mut count_runs, "NOT EXISTS");
+    count_runs
+    .push(") SELECT (SELECT count(*) FROM doomed)::int8 AS runs, (SELECT count(*) FROM ")
+    .table(summary)
+    .push(" s WHERE s.run_id IN (SELECT run_id FROM doomed))::int8 AS summaries, (SELECT count(*) FROM ")
+    .table(detail)
+    .push(" d WHERE d.run_id IN (SELECT run_id FROM doomed))::int8 AS details, (SELECT count(*) FROM ")
+    .table(hs)
+    .push(" h WHERE h.run_id IN (SELECT run_id FROM doomed))::int8 AS work");
+    let mut kept_runs = SqlText::new("SELECT count(*)::int8 FROM ");
+    old_runs(&mut kept_runs, "EXISTS");
+    (select_runs, count_runs, kept_runs)
+}
+
+/// [`PrunePlan::delete_work`], [`PrunePlan::delete_details`] and
+/// [`PrunePlan::lock_runs`].
+fn what_hangs(t: &Tables) -> (SqlText, SqlText, SqlText) {
+    let Tables {
+        run, hs, detail, ..
+    } = t;
+    // Terminal work of those runs, at most $2 rows.
+    let mut delete_work = SqlText::new("DELETE FROM ");
+    delete_work
+        .table(hs)
+        .push(" WHERE handler_status_id IN (SELECT handler_status_id FROM ")
+        .table(hs)
+        .push(
+            " WHERE run_id = ANY($1) AND status IN ('succeeded', 'dead_lettered') LIMIT $2 \
+         FOR UPDATE SKIP LOCKED) AND status IN ('succeeded', 'dead_lettered')",
+        );
+    // Row details no handler work hangs from any more, at most $2 rows.
+    let mut delete_details = SqlText::new("DELETE FROM ");
+    delete_details
+        .table(detail)
+        .push(" WHERE row_detail_id IN (SELECT d.row_detail_id FROM ")
+        .table(detail)
+        .push(" d WHERE d.run_id = ANY($1) AND NOT EXISTS (SELECT 1 FROM ")
+        .table(hs)
+        .push(" h WHERE h.row_detail_id = d.row_detail_id) LIMIT $2 FOR UPDATE OF d SKIP LOCKED)");
+    // The runs left with neither work nor details, locked for the delete.
+    let mut lock_runs = SqlText::new("SELECT r.run_id FROM ");
+    lock_runs
+        .table(run)
+        .push(" r WHERE r.run_id = ANY($1) AND NOT EXISTS (SELECT 1 FROM ")
+        .table(hs)
+        .push(" h WHERE h.run_id = r.run_id) AND NOT EXISTS (SELECT 1 FROM ")
+        .table(detail)
+        .push(" d WHERE d.run_id = r.run_id) FOR UPDATE OF r SKIP LOCKED");
+    (delete_work, delete_details, lock_runs)
+}
+
+/// [`PrunePlan::delete_holds`] and [`PrunePlan::count_holds`].
+fn inactive_holds(hold: &QualifiedName) -> (SqlText, SqlText) {
+    // Inactive since: the earlier of release and expiry, in the past.
+    let inactive = " WHERE LEAST(released_at, expires_at) < $1 \
+                AND LEAST(released_at, expires_at) <= pg_catalog.now()";
+    let mut delete_holds = SqlText::new("DELETE FROM ");
+    delete_holds
+        .table(hold)
+        .push(" WHERE hold_id IN (SELECT hold_id FROM ")
+        .table(hold)
+        .push(inactive)
+        .push(" ORDER BY hold_id LIMIT $2 FOR UPDATE SKIP LOCKED)");
+    let mut count_holds = SqlText::new("SELECT count(*)::int8 FROM ");
+    count_holds.table(hold).push(inactive);
+    (delete_holds, count_holds)
+}
+
+/// [`PrunePlan::delete_occurrences`] and [`PrunePlan::count_occurrences`].
+fn old_occurrences(occurrence: &QualifiedName) -> (SqlText, SqlText) {
+    // Shared occurrences written before $1, except the newest (a
+    // replica may still be deciding about it); their passes go with
+    // them (ON DELETE CASCADE).
+    let old_occurrences = |s: &mut SqlText| {
+        s.table(occurrence)
+            .push(" o WHERE o.created_at < $1 AND o.occurrence < (SELECT max(n.occurrence) FROM ")
+            .table(occurrence)
+            .push(" n)");
+    };
+    let mut delete_occurrences = SqlText::new("DELETE FROM ");
+    delete_occurrences
+        .table(occurrence)
+        .push(" WHERE occurrence_id IN (SELECT o.occurrence_id FROM ");
+    old_occurrences(&mut delete_occurrences);
+    delete_occurrences.push(" ORDER BY o.occurrence LIMIT $2 FOR UPDATE SKIP LOCKED)");
+    let mut count_occurrences = SqlText::new("SELECT count(*)::int8 FROM ");
+    old_occurrences(&mut count_occurrences);
+    (delete_occurrences, count_occurrences)
 }
 
 impl PrunePlan {
