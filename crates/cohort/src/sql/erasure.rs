@@ -1,6 +1,6 @@
 //! Erasure statements, built per request from an entity's plan.
 
-use super::fragments::{blocked, not_done, Casts};
+use super::fragments::{blocked, not_done, Blocked, Casts};
 use super::EntityPlan;
 use crate::ident::SqlText;
 use crate::model::EntityDescriptor;
@@ -108,116 +108,191 @@ impl ErasurePlan {
         subjects: &[String],
         with_cutoff: bool,
     ) -> Self {
-        let table = &e.table;
-        let held = &plan.held;
         let done = not_done(e, strategy);
         let blocked = blocked(strategy, plan.referenced.as_ref());
-        let p = ErasureParams::from(3, e.tenant.is_some(), with_cutoff);
-
-        let lock = |after: Option<usize>| {
-            let mut lock = SqlText::new("SELECT ");
-            casts.select(&mut lock, &e.record_id);
-            lock.push(" FROM ")
-                .table(table)
-                .push(" t WHERE TRUE")
-                .append(&p.tenant_and_subjects(e, casts, subjects))
-                .append(&p.anchor(e))
-                .append(&done)
-                .append(&blocked.unblocked);
-            if let Some(n) = after {
-                lock.push(" AND ").col(&e.record_id).push(" > ");
-                casts.param(&mut lock, &e.record_id, n);
-            }
-            lock.push(" AND NOT ")
-                .append(held)
-                .push(" ORDER BY ")
-                .col(&e.record_id)
-                .push(" LIMIT $2 FOR UPDATE");
-            lock
+        let parts = Parts {
+            e,
+            plan,
+            strategy,
+            casts,
+            subjects,
+            with_cutoff,
+            done: &done,
+            blocked: &blocked,
+            p: ErasureParams::from(3, e.tenant.is_some(), with_cutoff),
         };
-        let (lock, lock_after) = (lock(None), lock(Some(p.subjects + subjects.len())));
-
-        // Exempt entities are only counted: no mutation statement.
-        let mut mutate = SqlText::default();
-        if let Some(head) = plan
-            .statements(strategy)
-            .and_then(|s| s.mutate_head.as_ref())
-        {
-            let m = ErasureParams::from(
-                3 + plan.values.params_after_keys(strategy),
-                e.tenant.is_some(),
-                with_cutoff,
-            );
-            mutate = head.clone();
-            mutate
-                .append(&m.tenant_and_subjects(e, casts, subjects))
-                .append(&m.anchor(e))
-                .push(" RETURNING ")
-                .col(&e.record_id)
-                .push("::text");
-        }
-
-        let anchor_ok = p.anchor(e);
-        let mut counts = SqlText::new("SELECT count(*) FILTER (WHERE NOT ");
-        counts
-            .append(held)
-            .append(&anchor_ok)
-            .append(&blocked.unblocked)
-            .push(") AS eligible, ");
-        match (strategy, &plan.referenced) {
-            (Strategy::Purge, Some(r)) => {
-                counts
-                    .push("count(*) FILTER (WHERE NOT ")
-                    .append(held)
-                    .append(&anchor_ok)
-                    .push(" AND ")
-                    .append(r)
-                    .push(") AS skipped, ");
-            }
-            _ => {
-                counts.push("0::int8 AS skipped, ");
-            }
-        }
-        counts
-            .push("count(*) FILTER (WHERE ")
-            .append(held)
-            .append(&anchor_ok)
-            .push(") AS held, ");
-        match &plan.subject_held {
-            Some(subject) => {
-                counts
-                    .push("count(*) FILTER (WHERE ")
-                    .append(subject)
-                    .append(&anchor_ok)
-                    .push(") AS held_by_subject, ");
-            }
-            None => {
-                counts.push("0::int8 AS held_by_subject, ");
-            }
-        }
-        if let Some(cutoff) = p.cutoff {
-            counts
-                .push("count(*) FILTER (WHERE ")
-                .col(&e.anchor)
-                .push(" IS NULL) AS null_anchor, count(*) FILTER (WHERE ")
-                .col(&e.anchor)
-                .push(" >= ")
-                .param(cutoff)
-                .push(") AS kept_by_legal_min");
-        } else {
-            counts.push("0::int8 AS null_anchor, 0::int8 AS kept_by_legal_min");
-        }
-        counts
-            .push(" FROM ")
-            .table(table)
-            .push(" t WHERE $2::int8 IS NOT NULL")
-            .append(&p.tenant_and_subjects(e, casts, subjects))
-            .append(&done);
+        let (lock, lock_after) = locks(&parts);
         ErasurePlan {
             lock,
             lock_after,
-            mutate,
-            counts,
+            mutate: mutate(&parts),
+            counts: counts(&parts),
         }
     }
+}
+
+/// What one request's erasure statements are built from.
+#[derive(Clone, Copy)]
+struct Parts<'a> {
+    e: &'a EntityDescriptor,
+    plan: &'a EntityPlan,
+    strategy: Strategy,
+    casts: &'a Casts,
+    subjects: &'a [String],
+    with_cutoff: bool,
+    /// Rows the strategy has not done yet.
+    done: &'a SqlText,
+    /// Rows a restricting reference keeps.
+    blocked: &'a Blocked,
+    /// The positions of the lock statements' and the counts' values.
+    p: ErasureParams,
+}
+
+/// [`ErasurePlan::lock`] and [`ErasurePlan::lock_after`].
+fn locks(r: &Parts<'_>) -> (SqlText, SqlText) {
+    let Parts {
+        e,
+        plan,
+        casts,
+        subjects,
+        done,
+        blocked,
+        p,
+        ..
+    } = *r;
+    let table = &e.table;
+    let held = &plan.held;
+    let lock = |after: Option<usize>| {
+        let mut lock = SqlText::new("SELECT ");
+        casts.select(&mut lock, &e.record_id);
+        lock.push(" FROM ")
+            .table(table)
+            .push(" t WHERE TRUE")
+            .append(&p.tenant_and_subjects(e, casts, subjects))
+            .append(&p.anchor(e))
+            .append(done)
+            .append(&blocked.unblocked);
+        if let Some(n) = after {
+            lock.push(" AND ").col(&e.record_id).push(" > ");
+            casts.param(&mut lock, &e.record_id, n);
+        }
+        lock.push(" AND NOT ")
+            .append(held)
+            .push(" ORDER BY ")
+            .col(&e.record_id)
+            .push(" LIMIT $2 FOR UPDATE");
+        lock
+    };
+    let (lock, lock_after) = (lock(None), lock(Some(p.subjects + subjects.len())));
+
+    (lock, lock_after)
+}
+
+/// [`ErasurePlan::mutate`]: the strategy's mutation by key with the
+/// request's re-checks (empty for an exempt entity: only counted).
+fn mutate(r: &Parts<'_>) -> SqlText {
+    let Parts {
+        e,
+        plan,
+        strategy,
+        casts,
+        subjects,
+        with_cutoff,
+        ..
+    } = *r;
+    // Exempt entities are only counted: no mutation statement.
+    let mut mutate = SqlText::default();
+    if let Some(head) = plan
+        .statements(strategy)
+        .and_then(|s| s.mutate_head.as_ref())
+    {
+        let m = ErasureParams::from(
+            3 + plan.values.params_after_keys(strategy),
+            e.tenant.is_some(),
+            with_cutoff,
+        );
+        mutate = head.clone();
+        mutate
+            .append(&m.tenant_and_subjects(e, casts, subjects))
+            .append(&m.anchor(e))
+            .push(" RETURNING ")
+            .col(&e.record_id)
+            .push("::text");
+    }
+
+    mutate
+}
+
+/// [`ErasurePlan::counts`].
+fn counts(r: &Parts<'_>) -> SqlText {
+    let Parts {
+        e,
+        plan,
+        strategy,
+        casts,
+        subjects,
+        done,
+        blocked,
+        p,
+        ..
+    } = *r;
+    let table = &e.table;
+    let held = &plan.held;
+    let anchor_ok = p.anchor(e);
+    let mut counts = SqlText::new("SELECT count(*) FILTER (WHERE NOT ");
+    counts
+        .append(held)
+        .append(&anchor_ok)
+        .append(&blocked.unblocked)
+        .push(") AS eligible, ");
+    match (strategy, &plan.referenced) {
+        (Strategy::Purge, Some(r)) => {
+            counts
+                .push("count(*) FILTER (WHERE NOT ")
+                .append(held)
+                .append(&anchor_ok)
+                .push(" AND ")
+                .append(r)
+                .push(") AS skipped, ");
+        }
+        _ => {
+            counts.push("0::int8 AS skipped, ");
+        }
+    }
+    counts
+        .push("count(*) FILTER (WHERE ")
+        .append(held)
+        .append(&anchor_ok)
+        .push(") AS held, ");
+    match &plan.subject_held {
+        Some(subject) => {
+            counts
+                .push("count(*) FILTER (WHERE ")
+                .append(subject)
+                .append(&anchor_ok)
+                .push(") AS held_by_subject, ");
+        }
+        None => {
+            counts.push("0::int8 AS held_by_subject, ");
+        }
+    }
+    if let Some(cutoff) = p.cutoff {
+        counts
+            .push("count(*) FILTER (WHERE ")
+            .col(&e.anchor)
+            .push(" IS NULL) AS null_anchor, count(*) FILTER (WHERE ")
+            .col(&e.anchor)
+            .push(" >= ")
+            .param(cutoff)
+            .push(") AS kept_by_legal_min");
+    } else {
+        counts.push("0::int8 AS null_anchor, 0::int8 AS kept_by_legal_min");
+    }
+    counts
+        .push(" FROM ")
+        .table(table)
+        .push(" t WHERE $2::int8 IS NOT NULL")
+        .append(&p.tenant_and_subjects(e, casts, subjects))
+        .append(done);
+    counts
 }
