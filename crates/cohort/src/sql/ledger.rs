@@ -5,7 +5,7 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use super::statement::{Args, Params, Statement};
-use crate::ident::SqlText;
+use crate::ident::{QualifiedName, SqlText};
 use crate::sql::tables::CohortTable;
 
 /// Fixed ledger statements for Cohort's schema, built once.
@@ -67,121 +67,200 @@ impl LedgerPlan {
         let run = CohortTable::SweepRun.qualified(schema);
         let summary = CohortTable::EntitySummary.qualified(schema);
         let detail = CohortTable::RowDetail.qualified(schema);
-        let mut insert_run = SqlText::new("INSERT INTO ");
-        insert_run.table(&run).push(
-            " (run_id, kind, trigger, dry_run, tenant_id, status, logical_now, started_at, \
-               occurrence, occurrence_pass, occurrence_passes, policy_fingerprint, erasure_subject_kind) \
-             VALUES ($1, $2, $3, $4, $5, 'started', $6, pg_catalog.clock_timestamp(), $7, $8, $9, $10, $11) \
-             RETURNING started_at",
-        );
-        let mut insert_not_started = SqlText::new("INSERT INTO ");
-        insert_not_started.table(&run).push(
-            " (run_id, kind, trigger, dry_run, tenant_id, status, logical_now, started_at, settled_at, \
-               error, occurrence, occurrence_pass, occurrence_passes, policy_fingerprint) \
-             VALUES ($1, 'sweep', 'scheduled', $2, $3, 'failed', $4, pg_catalog.clock_timestamp(), \
-               pg_catalog.clock_timestamp(), $5, $4, $6, $7, $8)",
-        );
-        let mut settle_run = SqlText::new("UPDATE ");
-        settle_run.table(&run).push(
-            " SET status = $2, settled_at = pg_catalog.clock_timestamp(), error = $3, failures = $4 \
-             WHERE run_id = $1 AND status = 'started' RETURNING settled_at",
-        );
-        let mut insert_summary = SqlText::new("INSERT INTO ");
-        insert_summary.table(&summary).push(
-            " (run_id, retention_entity_id, entity_type, category, tenant_id, strategy, cutoff, \
-               resolved_period, legal_min, rule_source, rule_reason, stage) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, \
-               pg_catalog.make_interval(months => $8, days => $9, secs => $10), \
-               CASE WHEN $11::int4 IS NULL THEN NULL \
-                 ELSE pg_catalog.make_interval(months => $11, days => $12, secs => $13) END, \
-               $14, $15, $16) RETURNING summary_id",
-        );
-        let mut add_affected = SqlText::new("UPDATE ");
-        add_affected.table(&summary).push(
-            " SET affected_count = affected_count + $2, updated_at = pg_catalog.clock_timestamp() WHERE summary_id = $1",
-        );
-        let mut finish_summary = SqlText::new("UPDATE ");
-        finish_summary.table(&summary).push(
-            " SET affected_count = $2, held_count = $3, skipped_count = $4, null_anchor_count = $5, \
-               error = $6, kept_by_legal_min_count = $7, kept_by_policy_count = $8, \
-               held_by_subject_count = $9, batch_size = $10, note = $11, \
-               updated_at = pg_catalog.clock_timestamp() WHERE summary_id = $1",
-        );
-        let mut insert_details = SqlText::new("INSERT INTO ");
-        insert_details.table(&detail).push(
-            " (run_id, retention_entity_id, entity_type, record_id, tenant_id, action) \
-             SELECT $1, $2, $3, r, $4, $5 FROM pg_catalog.unnest($6::text[]) AS r \
-             RETURNING row_detail_id, record_id",
-        );
         let hold = CohortTable::Hold.qualified(schema);
-        let mut insert_hold = SqlText::new("INSERT INTO ");
-        insert_hold
-            .table(&hold)
-            .push(
-                " (hold_id, retention_entity_id, record_id, tenant_id, reason, created_at, expires_at, \
-                   subject_kind, subject_text, subject_citext, subject_uuid, subject_int) \
-                 SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11::uuid, $12::int8 \
-                 WHERE $7::timestamptz IS NULL OR $7::timestamptz > pg_catalog.now() RETURNING",
-            )
-            .push(HOLD_COLUMNS);
-        let mut list_holds = SqlText::new("SELECT");
-        list_holds
-            .push(HOLD_COLUMNS)
-            .push(" FROM ")
-            .table(&hold)
-            .push(concat!(
-                " WHERE ($1::uuid IS NULL OR retention_entity_id = $1) \
-               AND ($2::text IS NULL OR tenant_id = $2) \
-               AND (NOT $3 OR (",
-                active_hold!(),
-                ")) ORDER BY created_at, hold_id LIMIT $4"
-            ));
-        let mut release_hold = SqlText::new("UPDATE ");
-        release_hold
-            .table(&hold)
-            .push(
-                " SET released_at = pg_catalog.now() WHERE hold_id = $1 \
-                 AND (released_at IS NULL OR released_at > pg_catalog.now()) RETURNING",
-            )
-            .push(HOLD_COLUMNS);
-        let mut get_hold = SqlText::new("SELECT");
-        get_hold
-            .push(HOLD_COLUMNS)
-            .push(" FROM ")
-            .table(&hold)
-            .push(" WHERE hold_id = $1");
-        let mut active_holds = SqlText::new("SELECT DISTINCT record_id FROM ");
-        active_holds.table(&hold).push(concat!(
-            " WHERE retention_entity_id = $1 AND ",
-            active_hold!(),
-            " LIMIT $2"
-        ));
-        let mut active_subject_holds = SqlText::new(
-            "SELECT subject_kind, subject_text, subject_citext, subject_uuid::text AS subject_uuid, \
-             subject_int::text AS subject_int FROM ",
-        );
-        active_subject_holds.table(&hold).push(concat!(
-            " WHERE subject_text IS NOT NULL AND ",
-            active_hold!(),
-            " LIMIT $1"
-        ));
+        let t = Tables {
+            run,
+            summary,
+            detail,
+            hold,
+        };
         LedgerPlan {
+            insert_run: insert_run(&t),
+            insert_not_started: insert_not_started(&t),
+            settle_run: settle_run(&t),
+            insert_summary: insert_summary(&t),
+            add_affected: add_affected(&t),
+            finish_summary: finish_summary(&t),
+            insert_details: insert_details(&t),
+            insert_hold: insert_hold(&t),
+            list_holds: list_holds(&t),
+            release_hold: release_hold(&t),
+            get_hold: get_hold(&t),
+            active_holds: active_holds(&t),
+            active_subject_holds: active_subject_holds(&t),
             hold_gate: super::locks::hold_gate_sql(schema, true),
-            active_holds,
-            active_subject_holds,
-            insert_hold,
-            list_holds,
-            release_hold,
-            get_hold,
-            insert_run,
-            insert_not_started,
-            settle_run,
-            insert_summary,
-            add_affected,
-            finish_summary,
-            insert_details,
         }
     }
+}
+
+/// The tables the statements name.
+struct Tables {
+    run: QualifiedName,
+    summary: QualifiedName,
+    detail: QualifiedName,
+    hold: QualifiedName,
+}
+
+/// The statement of [`LedgerPlan::insert_run`].
+fn insert_run(t: &Tables) -> SqlText {
+    let mut insert_run = SqlText::new("INSERT INTO ");
+    insert_run.table(&t.run).push(
+        " (run_id, kind, trigger, dry_run, tenant_id, status, logical_now, started_at, \
+           occurrence, occurrence_pass, occurrence_passes, policy_fingerprint, erasure_subject_kind) \
+         VALUES ($1, $2, $3, $4, $5, 'started', $6, pg_catalog.clock_timestamp(), $7, $8, $9, $10, $11) \
+         RETURNING started_at",
+    );
+    insert_run
+}
+
+/// The statement of [`LedgerPlan::insert_not_started`].
+fn insert_not_started(t: &Tables) -> SqlText {
+    let mut insert_not_started = SqlText::new("INSERT INTO ");
+    insert_not_started.table(&t.run).push(
+        " (run_id, kind, trigger, dry_run, tenant_id, status, logical_now, started_at, settled_at, \
+           error, occurrence, occurrence_pass, occurrence_passes, policy_fingerprint) \
+         VALUES ($1, 'sweep', 'scheduled', $2, $3, 'failed', $4, pg_catalog.clock_timestamp(), \
+           pg_catalog.clock_timestamp(), $5, $4, $6, $7, $8)",
+    );
+    insert_not_started
+}
+
+/// The statement of [`LedgerPlan::settle_run`].
+fn settle_run(t: &Tables) -> SqlText {
+    let mut settle_run = SqlText::new("UPDATE ");
+    settle_run.table(&t.run).push(
+        " SET status = $2, settled_at = pg_catalog.clock_timestamp(), error = $3, failures = $4 \
+         WHERE run_id = $1 AND status = 'started' RETURNING settled_at",
+    );
+    settle_run
+}
+
+/// The statement of [`LedgerPlan::insert_summary`].
+fn insert_summary(t: &Tables) -> SqlText {
+    let mut insert_summary = SqlText::new("INSERT INTO ");
+    insert_summary.table(&t.summary).push(
+        " (run_id, retention_entity_id, entity_type, category, tenant_id, strategy, cutoff, \
+           resolved_period, legal_min, rule_source, rule_reason, stage) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, \
+           pg_catalog.make_interval(months => $8, days => $9, secs => $10), \
+           CASE WHEN $11::int4 IS NULL THEN NULL \
+             ELSE pg_catalog.make_interval(months => $11, days => $12, secs => $13) END, \
+           $14, $15, $16) RETURNING summary_id",
+    );
+    insert_summary
+}
+
+/// The statement of [`LedgerPlan::add_affected`].
+fn add_affected(t: &Tables) -> SqlText {
+    let mut add_affected = SqlText::new("UPDATE ");
+    add_affected.table(&t.summary).push(
+        " SET affected_count = affected_count + $2, updated_at = pg_catalog.clock_timestamp() WHERE summary_id = $1",
+    );
+    add_affected
+}
+
+/// The statement of [`LedgerPlan::finish_summary`].
+fn finish_summary(t: &Tables) -> SqlText {
+    let mut finish_summary = SqlText::new("UPDATE ");
+    finish_summary.table(&t.summary).push(
+        " SET affected_count = $2, held_count = $3, skipped_count = $4, null_anchor_count = $5, \
+           error = $6, kept_by_legal_min_count = $7, kept_by_policy_count = $8, \
+           held_by_subject_count = $9, batch_size = $10, note = $11, \
+           updated_at = pg_catalog.clock_timestamp() WHERE summary_id = $1",
+    );
+    finish_summary
+}
+
+/// The statement of [`LedgerPlan::insert_details`].
+fn insert_details(t: &Tables) -> SqlText {
+    let mut insert_details = SqlText::new("INSERT INTO ");
+    insert_details.table(&t.detail).push(
+        " (run_id, retention_entity_id, entity_type, record_id, tenant_id, action) \
+         SELECT $1, $2, $3, r, $4, $5 FROM pg_catalog.unnest($6::text[]) AS r \
+         RETURNING row_detail_id, record_id",
+    );
+    insert_details
+}
+
+/// The statement of [`LedgerPlan::insert_hold`].
+fn insert_hold(t: &Tables) -> SqlText {
+    let mut insert_hold = SqlText::new("INSERT INTO ");
+    insert_hold
+        .table(&t.hold)
+        .push(
+            " (hold_id, retention_entity_id, record_id, tenant_id, reason, created_at, expires_at, \
+               subject_kind, subject_text, subject_citext, subject_uuid, subject_int) \
+             SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11::uuid, $12::int8 \
+             WHERE $7::timestamptz IS NULL OR $7::timestamptz > pg_catalog.now() RETURNING",
+        )
+        .push(HOLD_COLUMNS);
+    insert_hold
+}
+
+/// The statement of [`LedgerPlan::list_holds`].
+fn list_holds(t: &Tables) -> SqlText {
+    let mut list_holds = SqlText::new("SELECT");
+    list_holds
+        .push(HOLD_COLUMNS)
+        .push(" FROM ")
+        .table(&t.hold)
+        .push(concat!(
+            " WHERE ($1::uuid IS NULL OR retention_entity_id = $1) \
+           AND ($2::text IS NULL OR tenant_id = $2) \
+           AND (NOT $3 OR (",
+            active_hold!(),
+            ")) ORDER BY created_at, hold_id LIMIT $4"
+        ));
+    list_holds
+}
+
+/// The statement of [`LedgerPlan::release_hold`].
+fn release_hold(t: &Tables) -> SqlText {
+    let mut release_hold = SqlText::new("UPDATE ");
+    release_hold
+        .table(&t.hold)
+        .push(
+            " SET released_at = pg_catalog.now() WHERE hold_id = $1 \
+             AND (released_at IS NULL OR released_at > pg_catalog.now()) RETURNING",
+        )
+        .push(HOLD_COLUMNS);
+    release_hold
+}
+
+/// The statement of [`LedgerPlan::get_hold`].
+fn get_hold(t: &Tables) -> SqlText {
+    let mut get_hold = SqlText::new("SELECT");
+    get_hold
+        .push(HOLD_COLUMNS)
+        .push(" FROM ")
+        .table(&t.hold)
+        .push(" WHERE hold_id = $1");
+    get_hold
+}
+
+/// The statement of [`LedgerPlan::active_holds`].
+fn active_holds(t: &Tables) -> SqlText {
+    let mut active_holds = SqlText::new("SELECT DISTINCT record_id FROM ");
+    active_holds.table(&t.hold).push(concat!(
+        " WHERE retention_entity_id = $1 AND ",
+        active_hold!(),
+        " LIMIT $2"
+    ));
+    active_holds
+}
+
+/// The statement of [`LedgerPlan::active_subject_holds`].
+fn active_subject_holds(t: &Tables) -> SqlText {
+    let mut active_subject_holds = SqlText::new(
+        "SELECT subject_kind, subject_text, subject_citext, subject_uuid::text AS subject_uuid, \
+         subject_int::text AS subject_int FROM ",
+    );
+    active_subject_holds.table(&t.hold).push(concat!(
+        " WHERE subject_text IS NOT NULL AND ",
+        active_hold!(),
+        " LIMIT $1"
+    ));
+    active_subject_holds
 }
 
 /// A run's first row (`insert_run`); the occurrence fields are `None` for
