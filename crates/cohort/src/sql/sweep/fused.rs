@@ -179,22 +179,38 @@ fn statement(
             .append(&super::archive::archive_checked(e, insert, p.cohort_schema));
     }
     if let Some(a) = audit {
-        s.push(", d AS (INSERT INTO ")
-            .table(&crate::sql::tables::CohortTable::RowDetail.qualified(p.cohort_schema))
-            .push(
-                " (run_id, retention_entity_id, entity_type, record_id, tenant_id, action) SELECT ",
-            )
-            .param(a)
-            .push(", $1, ")
-            .param(a + 1)
-            .push(", moved.")
-            .ident(&e.record_id)
-            .push("::text, ")
-            .param(a + 2)
-            .push(", ")
-            .param(a + 3)
-            .push(" FROM moved RETURNING record_id)");
+        s.append(&details(p, a));
     }
+    s.append(&last_or_all(p, audit.is_some()));
+    s
+}
+
+/// `, d AS (INSERT …)`: one row detail per changed row, the run id, the
+/// entity's name, the tenant and the action bound from `$a` on.
+fn details(p: &Parts<'_>, a: usize) -> SqlText {
+    let e = p.e;
+    let mut s = SqlText::default();
+    s.push(", d AS (INSERT INTO ")
+        .table(&crate::sql::tables::CohortTable::RowDetail.qualified(p.cohort_schema))
+        .push(" (run_id, retention_entity_id, entity_type, record_id, tenant_id, action) SELECT ")
+        .param(a)
+        .push(", $1, ")
+        .param(a + 1)
+        .push(", moved.")
+        .ident(&e.record_id)
+        .push("::text, ")
+        .param(a + 2)
+        .push(", ")
+        .param(a + 3)
+        .push(" FROM moved RETURNING record_id)");
+    s
+}
+
+/// The statement's final select: the last locked row alone, or every
+/// locked row when fewer were changed, with the counts (and, `audited`,
+/// the changed ids on the last row).
+fn last_or_all(p: &Parts<'_>, audited: bool) -> SqlText {
+    let mut s = SqlText::default();
     // The last locked row (a top-1 read of the locked rows, not a sort of
     // them all) alone, or every locked row when fewer were changed: each
     // branch gated by a one-time filter, so a complete batch does not read
@@ -204,7 +220,7 @@ fn statement(
          m AS (SELECT count(*) AS changed FROM moved) \
          SELECT x.k, x.a, x.addr::text AS addr, n.locked, m.changed",
     );
-    if audit.is_some() {
+    if audited {
         s.push(", CASE WHEN x.a = l.a AND x.o = l.o THEN (SELECT pg_catalog.array_agg(d.record_id) FROM d) END AS ids");
     }
     // An archive's verdict is read, so a batch whose copy differs from
