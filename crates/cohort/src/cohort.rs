@@ -8,9 +8,10 @@ use tokio::sync::OnceCell;
 
 use crate::config::CohortConfig;
 use crate::context::Context;
+use crate::context::ObserverHub;
 use crate::error::Result;
 use crate::model::{EntityDeclaration, Retained};
-use crate::observer::{AuditObserver, ObserverHub};
+use crate::observer::AuditObserver;
 use crate::policy::{PolicyFile, TenantEntry};
 use crate::rules::{RuleProvider, StaticRuleProvider};
 use crate::validate::ValidatedModel;
@@ -527,7 +528,7 @@ impl CohortBuilder {
             policy
                 .handlers
                 .into_iter()
-                .map(crate::handlers::Registered::command),
+                .map(crate::services::dispatcher::command::registered),
         );
         self
     }

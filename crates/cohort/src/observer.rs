@@ -17,12 +17,8 @@
 //! summaries and whose error is the run's. An entity refused before its
 //! summary row was written (its rule could not be resolved) has none.
 
-use std::sync::{Arc, OnceLock};
-use std::time::Duration;
-
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use tokio::sync::mpsc;
 use uuid::Uuid;
 
 use crate::outcome::{RunKind, RunStatus, Trigger};
@@ -156,57 +152,4 @@ pub trait AuditObserver: Send + Sync + 'static {
         &self,
         event: &AuditEvent,
     ) -> Result<(), Box<dyn std::error::Error + Send + Sync>>;
-}
-
-/// Fans events out to observers, one queue and task each.
-pub(crate) struct ObserverHub {
-    observers: Vec<Arc<dyn AuditObserver>>,
-    timeout: Duration,
-    senders: OnceLock<Vec<mpsc::UnboundedSender<AuditEvent>>>,
-}
-
-impl ObserverHub {
-    pub(crate) fn new(observers: Vec<Arc<dyn AuditObserver>>, timeout: Duration) -> Self {
-        Self {
-            observers,
-            timeout,
-            senders: OnceLock::new(),
-        }
-    }
-
-    /// Whether no observer is registered (events would go nowhere).
-    pub(crate) fn is_empty(&self) -> bool {
-        self.observers.is_empty()
-    }
-
-    /// Queues a committed event for every observer. Never waits.
-    pub(crate) fn emit(&self, event: AuditEvent) {
-        if self.observers.is_empty() {
-            return;
-        }
-        let senders = self.senders.get_or_init(|| {
-            self.observers
-                .iter()
-                .enumerate()
-                .map(|(index, observer)| {
-                    let (tx, mut rx) = mpsc::unbounded_channel::<AuditEvent>();
-                    let observer = Arc::clone(observer);
-                    let timeout = self.timeout;
-                    tokio::spawn(async move {
-                        while let Some(event) = rx.recv().await {
-                            match tokio::time::timeout(timeout, observer.on_event(&event)).await {
-                                Ok(Ok(())) => {}
-                                Ok(Err(e)) => tracing::warn!(observer = index, error = %e, "audit observer failed"),
-                                Err(_) => tracing::warn!(observer = index, timeout_ms = timeout.as_millis() as u64, "audit observer timed out"),
-                            }
-                        }
-                    });
-                    tx
-                })
-                .collect()
-        });
-        for tx in senders {
-            let _ = tx.send(event.clone());
-        }
-    }
 }

@@ -3,6 +3,7 @@
 //! form (validated model, SQL plans), built once. Services take these; the
 //! [`crate::Cohort`] facade only delegates, so nothing below it depends on it.
 
+mod observers;
 mod settings;
 
 use std::collections::BTreeMap;
@@ -14,11 +15,11 @@ use tokio::sync::OnceCell;
 use crate::config::CohortConfig;
 use crate::error::{Error, Result};
 use crate::model::{EntityDeclaration, EntityDescriptor};
-use crate::observer::ObserverHub;
 use crate::rules::RuleProvider;
 use crate::sql::{EntityPlan, LedgerPlan};
 use crate::tenants::{TenantEntry, TenantFacts, TenantSource};
 use crate::validate::ValidatedModel;
+pub(crate) use observers::ObserverHub;
 
 /// What services need, shared by every clone of a handle.
 pub(crate) struct Context {

@@ -255,19 +255,6 @@ impl Registered {
             capture: Vec::new(),
         }
     }
-
-    /// A policy-file `command` handler.
-    pub(crate) fn command(spec: PolicyHandler) -> Self {
-        let mut registration = HandlerRegistration::new(spec.entity_id, spec.name.clone());
-        registration.priority = spec.priority;
-        registration.phase = spec.phase;
-        registration.requires_earlier = spec.requires_earlier;
-        Self {
-            registration,
-            capture: spec.capture.clone(),
-            handler: Arc::new(command::CommandHandler { spec }),
-        }
-    }
 }
 
 impl std::fmt::Debug for Registered {

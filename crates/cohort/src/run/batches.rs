@@ -270,30 +270,18 @@ async fn one_batch(
         // which ends the loop (the rows behind it wait for the next
         // run). Its dead letters commit.
         tx.commit().await.map_err(stop_from)?;
-        tracing::warn!(
-            parent: &batch_span,
-            skipped = left,
-            "every row of a batch was set aside by a failing on_before; the entity stops here and the next run tries them again"
-        );
+        tracing::warn!(parent: &batch_span, skipped = left, "{EVERY_ROW_SET_ASIDE}");
         return Ok(Batch::SetAside { left });
     }
     let changed = if locked.complete {
         // The fused statement changed every locked row.
-        Changed {
-            keys: Vec::new(),
-            rows: 0,
-            details: None,
-        }
+        Changed::default()
     } else {
         mutate(l, &mut tx, &locked.keys, &mut locked.addresses, custom).await?
     };
     if !only_locked(l, &locked, &changed.keys, changed.rows) {
         tx.rollback().await.map_err(stop_from)?;
-        return Err(Stop::Entity(crate::diagnostic::Diagnostic::capture(
-            "engine",
-            Some("unlocked_row_changed".into()),
-            &"a batch changed a row it had not locked; the batch was rolled back",
-        )));
+        return Err(unlocked_row_changed());
     }
     let (n, changed) =
         record_batch(l, &mut tx, summary_id, &captured, &mut locked, changed).await?;
@@ -312,6 +300,18 @@ async fn one_batch(
         took,
         per_row: (l.wants_ids && n > 0).then_some(changed),
     }))
+}
+
+/// Logged when every row of a batch was set aside.
+const EVERY_ROW_SET_ASIDE: &str = "every row of a batch was set aside by a failing on_before; the entity stops here and the next run tries them again";
+
+/// A batch changed a row it had not locked (and was rolled back).
+fn unlocked_row_changed() -> Stop {
+    Stop::Entity(crate::diagnostic::Diagnostic::capture(
+        "engine",
+        Some("unlocked_row_changed".into()),
+        &"a batch changed a row it had not locked; the batch was rolled back",
+    ))
 }
 
 /// What a batch's rows need before the mutation: their capture for row

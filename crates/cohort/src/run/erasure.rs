@@ -9,9 +9,10 @@ use crate::context::{Context, Prepared};
 use crate::erasure::ErasureRequest;
 use crate::error::{Error, Result};
 use crate::model::EntityDescriptor;
-use crate::rules::Strategy;
+use crate::rules::{RetentionRule, Strategy};
 use crate::sql::{ErasurePlan, KeyValue, Scope};
 use crate::tenants::TenantFacts;
+use chrono::{DateTime, Utc};
 
 pub(crate) async fn erase(cx: &Context, req: ErasureRequest) -> Result<ErasureResult> {
     let ready = cx.prepared().await?;
@@ -156,44 +157,13 @@ async fn entity_work<'a>(
     tenant_facts: &TenantFacts,
     columns: Vec<(String, KeyValue)>,
 ) -> Result<std::result::Result<Work<'a>, EntityFailure>> {
-    let scope = &req.scope;
     let facts = &ready.model.facts[&e.id];
     let batch = i64::from(cx.config.sweep_batch_size.first());
     let rule = match rule_for(cx, ready, e, pass.tenant.as_deref(), tenant_facts, req.now).await {
         Ok(rule) => rule,
         Err(d) => return Ok(Err(failure(e.id, &e.name, &d))),
     };
-    // A category in stages is erased the way its last stage leaves a
-    // row, or the stage the request names.
-    let rule = match scope.stage {
-        None => rule.final_stage(),
-        Some(n) => rule.stage(usize::from(n)).ok_or_else(|| {
-            Error::InvalidInput(format!(
-                "stage {n}: category {:?} of {} has {} stage(s)",
-                e.category,
-                e.name,
-                rule.later_stages().len() + 1
-            ))
-        })?,
-    };
-    if rule.strategy() == Strategy::SoftDelete && !scope.allow_soft_delete {
-        return Err(Error::Refused(format!(
-            "{} soft-deletes (category {:?}); erasure by soft delete must be allowed explicitly (allow_soft_delete / --allow-soft-delete)",
-            e.name, e.category
-        )));
-    }
-    let cutoff = rule
-        .erasure_cutoff(req.now)
-        .map_err(|err| Error::InvalidInput(format!("{}: {err}", e.name)))?;
-    // An erasure deletes an archiving entity's rows of the subject: it
-    // never copies a person's rows into the archive on their request
-    // (copies archived earlier are reached through the archive table's
-    // own entity, which validation requires when they keep a subject).
-    let rule = if rule.strategy() == Strategy::Archive {
-        rule.with_strategy(Strategy::Purge)
-    } else {
-        rule
-    };
+    let (rule, cutoff) = erasure_rule(e, rule, &req.scope, req.now)?;
     let strategy = rule.strategy();
     if let Err(d) = super::sweep::literal_fits(ready, e, strategy, pass.keys.get(&e.id)) {
         return Ok(Err(failure(e.id, &e.name, &d)));
@@ -230,6 +200,50 @@ async fn entity_work<'a>(
         ),
         rule,
     }))
+}
+
+/// The rule an erasure applies to an entity, and its legal minimum's
+/// cutoff: the final stage of a category in stages, or the stage the
+/// request names; refused when it soft-deletes without leave; an
+/// archiving entity's rule deletes.
+fn erasure_rule(
+    e: &EntityDescriptor,
+    rule: RetentionRule,
+    scope: &crate::erasure::ErasureScope,
+    now: DateTime<Utc>,
+) -> Result<(RetentionRule, Option<DateTime<Utc>>)> {
+    // A category in stages is erased the way its last stage leaves a
+    // row, or the stage the request names.
+    let rule = match scope.stage {
+        None => rule.final_stage(),
+        Some(n) => rule.stage(usize::from(n)).ok_or_else(|| {
+            Error::InvalidInput(format!(
+                "stage {n}: category {:?} of {} has {} stage(s)",
+                e.category,
+                e.name,
+                rule.later_stages().len() + 1
+            ))
+        })?,
+    };
+    if rule.strategy() == Strategy::SoftDelete && !scope.allow_soft_delete {
+        return Err(Error::Refused(format!(
+            "{} soft-deletes (category {:?}); erasure by soft delete must be allowed explicitly (allow_soft_delete / --allow-soft-delete)",
+            e.name, e.category
+        )));
+    }
+    let cutoff = rule
+        .erasure_cutoff(now)
+        .map_err(|err| Error::InvalidInput(format!("{}: {err}", e.name)))?;
+    // An erasure deletes an archiving entity's rows of the subject: it
+    // never copies a person's rows into the archive on their request
+    // (copies archived earlier are reached through the archive table's
+    // own entity, which validation requires when they keep a subject).
+    let rule = if rule.strategy() == Strategy::Archive {
+        rule.with_strategy(Strategy::Purge)
+    } else {
+        rule
+    };
+    Ok((rule, cutoff))
 }
 
 /// The request's subject and kind: a subject is given; a kind, when

@@ -430,18 +430,7 @@ async fn next_pass(cx: &Context, occurrence: &Shared) -> Result<Next> {
     let by = crate::peers::process_name();
     let token = Uuid::new_v4();
     let mut conn = crate::sql::locks::Held::new(cx.pool.acquire().await?);
-    let pending: Option<(i32, serde_json::Value, i32, bool)> = occurrences::claim_pending(
-        schema,
-        occurrences::Claim {
-            occurrence_id: occurrence.id,
-            token,
-            by: by.clone(),
-            lock_prefix: crate::locks::pass_prefix(occurrence.id),
-        },
-    )
-    .query_as()
-    .fetch_optional(&mut *conn)
-    .await?;
+    let pending = claim_pending(cx, occurrence, &mut conn, token, &by).await?;
     if let Some((pass, spec, attempts, locked)) = pending {
         if locked {
             return run_next(conn, pass, spec, attempts, token);
@@ -484,28 +473,55 @@ async fn next_pass(cx: &Context, occurrence: &Shared) -> Result<Next> {
             TakeOver::Settled => {}
         }
     }
-    let left: i64 = occurrences::remaining(
-        schema,
-        occurrences::Of {
+    finish_or_wait(cx, occurrence, conn).await
+}
+
+/// Claims the first pending pass, locking it in the same statement:
+/// its number, spec, attempts and whether its lock was taken.
+async fn claim_pending(
+    cx: &Context,
+    occurrence: &Shared,
+    conn: &mut crate::sql::locks::Held,
+    token: Uuid,
+    by: &str,
+) -> Result<Option<(i32, serde_json::Value, i32, bool)>> {
+    Ok(occurrences::claim_pending(
+        &cx.config.schema,
+        occurrences::Claim {
             occurrence_id: occurrence.id,
+            token,
+            by: by.to_owned(),
+            lock_prefix: crate::locks::pass_prefix(occurrence.id),
         },
     )
-    .query_scalar()
-    .fetch_one(&mut *conn)
-    .await?;
+    .query_as()
+    .fetch_optional(&mut **conn)
+    .await?)
+}
+
+/// No pass to take: the occurrence is complete when none is left (marked
+/// so), otherwise its last passes are still running elsewhere.
+async fn finish_or_wait(
+    cx: &Context,
+    occurrence: &Shared,
+    mut conn: crate::sql::locks::Held,
+) -> Result<Next> {
+    let schema = &cx.config.schema;
+    let of = || occurrences::Of {
+        occurrence_id: occurrence.id,
+    };
+    let left: i64 = occurrences::remaining(schema, of())
+        .query_scalar()
+        .fetch_one(&mut *conn)
+        .await?;
     if left > 0 {
         drop(conn.into_inner());
         return Ok(Next::Wait);
     }
-    occurrences::complete(
-        schema,
-        occurrences::Of {
-            occurrence_id: occurrence.id,
-        },
-    )
-    .query()
-    .execute(&mut *conn)
-    .await?;
+    occurrences::complete(schema, of())
+        .query()
+        .execute(&mut *conn)
+        .await?;
     drop(conn.into_inner());
     Ok(Next::Done)
 }

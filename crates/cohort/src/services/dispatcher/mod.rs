@@ -7,6 +7,7 @@ use sqlx::Row;
 use tracing::Instrument;
 use uuid::Uuid;
 
+pub(crate) mod command;
 mod config;
 
 use config::{backoff_secs, claim_limit, cleanup_timeout, delivery_deadlines};

@@ -281,6 +281,7 @@ pub(crate) struct FusedTail {
 }
 
 /// What a mutation changed.
+#[derive(Default)]
 pub(crate) struct Changed {
     /// The changed keys as text (none when only the count came back).
     pub(crate) keys: Vec<String>,
