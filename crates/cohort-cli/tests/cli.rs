@@ -1,10 +1,13 @@
 //! The `cohort` binary as users script it: exit codes, JSON on stdout,
 //! database-URL precedence, and a real database behind every command.
 #![allow(clippy::type_complexity)] // tuple rows read back from SQL
+#[path = "support/cli.rs"]
+mod cli;
 
 #[path = "../../cohort/tests/support/wait.rs"]
 mod wait;
 
+use cli::cohort;
 use std::path::Path;
 use std::process::{Command, Output};
 use std::time::Duration;
@@ -51,18 +54,6 @@ const TABLES: &str = "CREATE SCHEMA app;
     CREATE INDEX ON app.session_notes (tenant_id, created_at);
     CREATE TABLE app.case_contacts (id bigint PRIMARY KEY, tenant_id uuid NOT NULL, created_at timestamptz,
         anonymised_at timestamptz, email text, phone text NOT NULL, user_id uuid NOT NULL);";
-
-fn cohort(dir: &Path, args: &[&str], env_url: Option<&str>) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_cohort"));
-    cmd.current_dir(dir).args(args).env_remove("DATABASE_URL");
-    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("COHORT_")) {
-        cmd.env_remove(k);
-    }
-    if let Some(url) = env_url {
-        cmd.env("DATABASE_URL", url);
-    }
-    cmd.output().expect("run cohort")
-}
 
 /// Asserts the command exited 0, showing its stderr if not.
 fn succeeded(out: &Output) {
@@ -3207,7 +3198,7 @@ period = "30d"
     .await
     .unwrap();
     let url = format!("{}&user={role}&password=runner-pw", db.url());
-    let out = cohort(dir.path(), &["--json", "validate"], Some(&url));
+    let out = cohort(dir.path(), &["--json", "validate"], Some(url.as_str()));
     assert_eq!(
         out.status.code(),
         Some(2),
@@ -3247,7 +3238,7 @@ period = "30d"
     .execute(db.pool())
     .await
     .unwrap();
-    succeeded(&cohort(dir.path(), &["validate"], Some(&url)));
+    succeeded(&cohort(dir.path(), &["validate"], Some(url.as_str())));
 }
 
 /// Everything a command printed, stdout then stderr.

@@ -1,6 +1,8 @@
 //! `cohort serve`: the read-only operations console, as a real process on a
 //! real database with real runs, holds and dead letters, read over HTTP
 //! and in headless Chromium.
+#[path = "support/cli.rs"]
+mod cli;
 
 #[path = "support/chromium.rs"]
 mod chromium;
@@ -8,7 +10,7 @@ mod chromium;
 mod wait;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Output, Stdio};
 use std::time::Duration;
 use wait::wait_until_blocking;
 
@@ -62,17 +64,8 @@ const TABLES: &str = "CREATE SCHEMA app;
     INSERT INTO app.session_notes SELECT g, '11111111-1111-1111-1111-111111111111', now() - interval '90 days', 'secret-body-' || g FROM generate_series(1, 20) g;
     INSERT INTO app.events SELECT g, now() - interval '90 days', NULL FROM generate_series(1, 5) g;";
 
-fn command(dir: &Path, args: &[&str], url: &str) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_cohort"));
-    cmd.current_dir(dir).args(args).env("DATABASE_URL", url);
-    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("COHORT")) {
-        cmd.env_remove(k);
-    }
-    cmd
-}
-
 fn cohort(dir: &Path, args: &[&str], url: &str) -> Output {
-    let out = command(dir, args, url).output().expect("run cohort");
+    let out = cli::cohort(dir, args, url);
     assert!(
         out.status.code().is_some_and(|c| c == 0 || c == 3),
         "cohort {args:?}: {}",
@@ -138,7 +131,7 @@ impl Console {
             "serve-{}.log",
             listen.replace([':', '.', '[', ']'], "_")
         ));
-        let mut cmd = command(dir, &["serve", "--listen", listen], url);
+        let mut cmd = cli::command(dir, &["serve", "--listen", listen], url, &[]);
         if let Some(t) = token {
             cmd.env("COHORT_SERVE_TOKEN", t);
         }
@@ -508,14 +501,19 @@ async fn the_console_shows_runs_holds_queue_and_settings_as_the_ledger_has_them(
 async fn off_loopback_the_console_needs_a_bearer_token() {
     let (db, dir) = setup().await;
     let d = dir.path();
-    let out = command(d, &["--json", "serve", "--listen", "0.0.0.0:0"], db.url())
-        .output()
-        .unwrap();
+    let out = cli::command(
+        d,
+        &["--json", "serve", "--listen", "0.0.0.0:0"],
+        db.url(),
+        &[],
+    )
+    .output()
+    .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let message = doc["error"]["message"].as_str().unwrap();
     assert!(message.contains("COHORT_SERVE_TOKEN"), "{message}");
-    let short = command(d, &["serve", "--listen", "0.0.0.0:0"], db.url())
+    let short = cli::command(d, &["serve", "--listen", "0.0.0.0:0"], db.url(), &[])
         .env("COHORT_SERVE_TOKEN", "short")
         .output()
         .unwrap();
@@ -681,7 +679,7 @@ async fn the_console_and_runs_show_need_no_hash_key() {
     assert!(policy.contains("owner_email = \"hash\"") && policy.contains("category = \"scrub\""));
     std::fs::write(dir.path().join("cohort.toml"), policy).unwrap();
     let d = dir.path();
-    let sweep = command(d, &["sweep", "--tenantless"], db.url())
+    let sweep = cli::command(d, &["sweep", "--tenantless"], db.url(), &[])
         .output()
         .unwrap();
     assert_eq!(sweep.status.code(), Some(2));

@@ -3,22 +3,15 @@
 //! is classified in the written file as a person would (uncommenting
 //! init's proposals) and swept; every other table must be unchanged, by
 //! digest.
+#[path = "support/cli.rs"]
+mod cli;
 
+use cli::cohort;
 use std::collections::BTreeMap;
-use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
 use serde_json::Value;
 use sqlx::{AssertSqlSafe, PgPool, Row};
-
-fn cohort(dir: &Path, args: &[&str], url: &str) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_cohort"));
-    cmd.current_dir(dir).args(args).env("DATABASE_URL", url);
-    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("COHORT_")) {
-        cmd.env_remove(k);
-    }
-    cmd.output().expect("run cohort")
-}
 
 fn json_of(out: &Output) -> Value {
     assert_eq!(

@@ -2,13 +2,16 @@
 //! from a ledger written by real sweeps, erasures and holds (then moved
 //! back in time), checked figure by figure against the ledger, in three
 //! formats that must agree, and opened in a real browser.
+#[path = "support/cli.rs"]
+mod cli;
 
 #[path = "support/chromium.rs"]
 mod chromium;
 
+use cli::cohort;
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
 use cohort_pgtemp::TestDatabase;
 use serde_json::Value;
@@ -70,18 +73,6 @@ const TABLES: &str = "CREATE SCHEMA app;
          RETURN OLD; END $$;
     CREATE TRIGGER refuse BEFORE DELETE ON app.notes FOR EACH ROW EXECUTE FUNCTION app.refuse();";
 
-fn cohort(dir: &Path, url: &str, args: &[&str]) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_cohort"));
-    cmd.current_dir(dir)
-        .args(args)
-        .env("DATABASE_URL", url)
-        .env_remove("RUST_LOG");
-    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("COHORT_")) {
-        cmd.env_remove(k);
-    }
-    cmd.output().expect("run cohort")
-}
-
 fn stdout_json(out: &Output) -> Value {
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
         panic!(
@@ -102,7 +93,7 @@ async fn run_at(
     at: &str,
     seconds: f64,
 ) -> Value {
-    let out = cohort(dir, db.url(), args);
+    let out = cohort(dir, args, db.url());
     assert_eq!(
         out.status.code(),
         Some(code),
@@ -142,7 +133,7 @@ async fn history() -> (TestDatabase, tempfile::TempDir) {
     std::fs::write(dir.path().join("cohort.toml"), POLICY).unwrap();
     let d = dir.path();
     let url = db.url();
-    assert_eq!(cohort(d, url, &["migrate"]).status.code(), Some(0));
+    assert_eq!(cohort(d, &["migrate"], url).status.code(), Some(0));
     let pool = db.pool().clone();
     let rows = |sql: &'static str| {
         let pool = pool.clone();
@@ -204,11 +195,11 @@ async fn history() -> (TestDatabase, tempfile::TempDir) {
           FROM generate_series(30, 32) g").await;
     let hold = cohort(
         d,
-        url,
         &[
             "--json", "holds", "create", "--entity", "Note", "--record", "31", "--tenant", A,
             "--reason", "case 1",
         ],
+        url,
     );
     assert_eq!(
         hold.status.code(),
@@ -244,7 +235,6 @@ async fn history() -> (TestDatabase, tempfile::TempDir) {
 
     let subject = cohort(
         d,
-        url,
         &[
             "--json",
             "holds",
@@ -256,6 +246,7 @@ async fn history() -> (TestDatabase, tempfile::TempDir) {
             "--reason",
             "case 2",
         ],
+        url,
     );
     assert_eq!(
         subject.status.code(),
@@ -267,7 +258,7 @@ async fn history() -> (TestDatabase, tempfile::TempDir) {
         .as_str()
         .unwrap()
         .to_owned();
-    let release = cohort(d, url, &["holds", "release", &subject_id]);
+    let release = cohort(d, &["holds", "release", &subject_id], url);
     assert_eq!(
         release.status.code(),
         Some(0),
@@ -288,7 +279,7 @@ async fn history() -> (TestDatabase, tempfile::TempDir) {
 fn report(dir: &Path, url: &str, extra: &[&str]) -> Output {
     let mut args = vec!["report", "--from", "2026-01-01", "--to", "2026-03-31"];
     args.extend_from_slice(extra);
-    cohort(dir, url, &args)
+    cohort(dir, &args, url)
 }
 
 fn entity<'a>(doc: &'a Value, name: &str) -> &'a Value {
@@ -537,7 +528,6 @@ async fn the_report_states_what_the_ledger_holds_for_the_period() {
     // A period with nothing in it is a report with nothing in it.
     let out = cohort(
         dir.path(),
-        db.url(),
         &[
             "--json",
             "report",
@@ -546,6 +536,7 @@ async fn the_report_states_what_the_ledger_holds_for_the_period() {
             "--to",
             "2024-01-31",
         ],
+        db.url(),
     );
     assert_eq!(out.status.code(), Some(0));
     let empty = stdout_json(&out);
@@ -809,7 +800,7 @@ async fn bad_report_arguments_exit_2_and_write_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     std::fs::write(d.join("cohort.toml"), POLICY).unwrap();
-    assert_eq!(cohort(d, db.url(), &["migrate"]).status.code(), Some(0));
+    assert_eq!(cohort(d, &["migrate"], db.url()).status.code(), Some(0));
     for (args, says) in [
         (
             vec!["--from", "2026-13-01", "--to", "2026-12-31"],
@@ -844,7 +835,7 @@ async fn bad_report_arguments_exit_2_and_write_nothing() {
     ] {
         let mut all = vec!["--json", "report"];
         all.extend(args.iter().copied());
-        let out = cohort(d, db.url(), &all);
+        let out = cohort(d, &all, db.url());
         assert_eq!(
             out.status.code(),
             Some(2),
@@ -859,7 +850,6 @@ async fn bad_report_arguments_exit_2_and_write_nothing() {
     }
     let out = cohort(
         d,
-        db.url(),
         &[
             "report",
             "--from",
@@ -869,6 +859,7 @@ async fn bad_report_arguments_exit_2_and_write_nothing() {
             "--format",
             "pdf",
         ],
+        db.url(),
     );
     assert_eq!(out.status.code(), Some(2));
 
@@ -877,7 +868,6 @@ async fn bad_report_arguments_exit_2_and_write_nothing() {
     std::fs::write(&target, "older report").unwrap();
     let out = cohort(
         d,
-        db.url(),
         &[
             "report",
             "--from",
@@ -887,6 +877,7 @@ async fn bad_report_arguments_exit_2_and_write_nothing() {
             "--output",
             target.to_str().unwrap(),
         ],
+        db.url(),
     );
     assert_eq!(out.status.code(), Some(2));
     assert_eq!(std::fs::read_to_string(&target).unwrap(), "older report");
@@ -915,7 +906,7 @@ async fn csv_cells_a_spreadsheet_would_run_as_formulas_are_made_inert() {
     assert!(policy.contains("=HYPERLINK(1)"));
     std::fs::write(d.join("cohort.toml"), policy).unwrap();
     let url = db.url();
-    assert_eq!(cohort(d, url, &["migrate"]).status.code(), Some(0));
+    assert_eq!(cohort(d, &["migrate"], url).status.code(), Some(0));
     sqlx::raw_sql(
         "INSERT INTO app.notes SELECT g, '11111111-1111-4111-8111-111111111111', now() - interval '40 days', 'u-' || g
          FROM generate_series(1, 3) g",
@@ -923,7 +914,7 @@ async fn csv_cells_a_spreadsheet_would_run_as_formulas_are_made_inert() {
     .execute(db.pool())
     .await
     .unwrap();
-    let swept = cohort(d, url, &["sweep", "--tenant", A]);
+    let swept = cohort(d, &["sweep", "--tenant", A], url);
     assert_eq!(
         swept.status.code(),
         Some(0),
@@ -938,8 +929,8 @@ async fn csv_cells_a_spreadsheet_would_run_as_formulas_are_made_inert() {
     let run = |format: &str| {
         let out = cohort(
             d,
-            url,
             &["report", "--from", &from, "--to", &to, "--format", format],
+            url,
         );
         assert_eq!(
             out.status.code(),

@@ -3,7 +3,10 @@
 //! SIGKILL, stopped with SIGTERM, clocks skewed, the kill switch flipped
 //! from another process.
 #![allow(clippy::type_complexity)] // tuple rows read back from SQL
+#[path = "support/cli.rs"]
+mod cli;
 
+use cli::{cohort_with_env as cohort, command};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
@@ -79,22 +82,6 @@ async fn setup(policy_text: &str) -> (TestDatabase, tempfile::TempDir) {
     (db, dir)
 }
 
-fn command(dir: &Path, args: &[&str], url: &str, env: &[(&str, &str)]) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_cohort"));
-    cmd.current_dir(dir).args(args).env("DATABASE_URL", url);
-    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("COHORT")) {
-        cmd.env_remove(k);
-    }
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    cmd
-}
-
-fn cohort(dir: &Path, args: &[&str], url: &str, env: &[(&str, &str)]) -> Output {
-    command(dir, args, url, env).output().expect("run cohort")
-}
-
 fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
@@ -131,7 +118,7 @@ impl Replicas {
     fn spawn_with(&mut self, name: &str, args: &[&str], env: &[(&str, &str)]) {
         let url = format!("{}&application_name={name}", self.url);
         let log = std::fs::File::create(self.log_path(name)).unwrap();
-        let child = command(&self.dir, args, &url, env)
+        let child = command(&self.dir, args, url.as_str(), env)
             .env("RUST_LOG", "cohort=info")
             .stdout(Stdio::null())
             .stderr(Stdio::from(log))
