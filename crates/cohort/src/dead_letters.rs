@@ -3,7 +3,7 @@
 //! until the `payload_retention` backstop scrubs it; a scrubbed one cannot
 //! be retried.
 
-use sqlx::Row;
+use sqlx::{PgConnection, Row};
 
 use crate::context::Context;
 use crate::error::{Error, Result};
@@ -67,86 +67,18 @@ pub(crate) async fn retry(cx: &Context, selection: &RetrySelection) -> Result<u6
     let mut tx = sqlx::Connection::begin_with(&mut *conn, crate::sql::READ_COMMITTED).await?;
     let ids: Vec<i64> = match selection {
         RetrySelection::All => {
-            statements::lock_retryable(schema)
+            let all = statements::lock_retryable(schema)
                 .query_scalar()
                 .fetch_all(&mut *tx)
-                .await?
+                .await?;
+            // `--all` retries only work some handler here can deliver.
+            deliverable(&mut tx, schema, all, &unknown).await?
         }
         RetrySelection::Ids(ids) => {
-            if ids.is_empty() {
-                return Err(Error::InvalidInput(
-                    "name at least one dead letter to retry".into(),
-                ));
-            }
-            let found = statements::lock_ids(schema, statements::Ids(ids.clone()))
-                .query()
-                .fetch_all(&mut *tx)
-                .await?;
-            for id in ids {
-                let Some(row) = found
-                    .iter()
-                    .find(|r| r.try_get::<i64, _>(0).ok() == Some(*id))
-                else {
-                    return Err(Error::NotFound(format!("no handler work with id {id}")));
-                };
-                let status: String = row.try_get(1)?;
-                if status != "dead_lettered" {
-                    return Err(Error::Conflict(format!(
-                        "work {id} is {status}, not dead-lettered"
-                    )));
-                }
-                if row.try_get::<bool, _>(3)? {
-                    return Err(Error::Refused(format!(
-                        "work {id} cannot be retried: its row was never mutated (a handler's on_before failed for it, so the run left it as it was); the next run tries the row again"
-                    )));
-                }
-                if !row.try_get::<bool, _>(2)? {
-                    return Err(Error::Refused(format!(
-                        "work {id} cannot be retried: its payload was scrubbed after payload_retention"
-                    )));
-                }
-            }
-            let owners: Vec<(i64, uuid::Uuid, String)> =
-                statements::owners(schema, statements::Ids(ids.clone()))
-                    .query_as()
-                    .fetch_all(&mut *tx)
-                    .await?;
-            let mut refused: Vec<String> = owners
-                .iter()
-                .filter(|(_, e, h)| unknown(*e, h))
-                .map(|(id, e, h)| format!("work {id} (handler {h:?} of entity {e})"))
-                .collect();
-            refused.dedup();
-            if !refused.is_empty() {
-                return Err(Error::InvalidInput(format!(
-                    "no handler of that name is registered for its entity, so a retry would dead-letter again: {}; add the handler back (or rename it back), then retry",
-                    refused.join(", ")
-                )));
-            }
+            lock_named(&mut tx, schema, ids).await?;
+            refuse_unregistered(&mut tx, schema, ids, &unknown).await?;
             ids.clone()
         }
-    };
-    // `--all` retries only work some handler here can deliver.
-    let ids: Vec<i64> = if matches!(selection, RetrySelection::All) {
-        let owners: Vec<(i64, uuid::Uuid, String)> =
-            statements::owners(schema, statements::Ids(ids))
-                .query_as()
-                .fetch_all(&mut *tx)
-                .await?;
-        let skipped = owners.iter().filter(|(_, e, h)| unknown(*e, h)).count();
-        if skipped > 0 {
-            tracing::warn!(
-                skipped,
-                "dead letters of handlers not registered here were left as they are"
-            );
-        }
-        owners
-            .into_iter()
-            .filter(|(_, e, h)| !unknown(*e, h))
-            .map(|(id, ..)| id)
-            .collect()
-    } else {
-        ids
     };
     let done = statements::requeue(schema, statements::Ids(ids))
         .query()
@@ -154,6 +86,96 @@ pub(crate) async fn retry(cx: &Context, selection: &RetrySelection) -> Result<u6
         .await?;
     tx.commit().await?;
     Ok(done.rows_affected())
+}
+
+/// Locks the named work; each must be a mutated dead letter that still has its payload.
+async fn lock_named(conn: &mut PgConnection, schema: &str, ids: &[i64]) -> Result<()> {
+    if ids.is_empty() {
+        return Err(Error::InvalidInput(
+            "name at least one dead letter to retry".into(),
+        ));
+    }
+    let found = statements::lock_ids(schema, statements::Ids(ids.to_vec()))
+        .query()
+        .fetch_all(&mut *conn)
+        .await?;
+    for id in ids {
+        let Some(row) = found
+            .iter()
+            .find(|r| r.try_get::<i64, _>(0).ok() == Some(*id))
+        else {
+            return Err(Error::NotFound(format!("no handler work with id {id}")));
+        };
+        let status: String = row.try_get(1)?;
+        if status != "dead_lettered" {
+            return Err(Error::Conflict(format!(
+                "work {id} is {status}, not dead-lettered"
+            )));
+        }
+        if row.try_get::<bool, _>(3)? {
+            return Err(Error::Refused(format!(
+                "work {id} cannot be retried: its row was never mutated (a handler's on_before failed for it, so the run left it as it was); the next run tries the row again"
+            )));
+        }
+        if !row.try_get::<bool, _>(2)? {
+            return Err(Error::Refused(format!(
+                "work {id} cannot be retried: its payload was scrubbed after payload_retention"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Refuses named work whose handler is not registered here, naming each.
+async fn refuse_unregistered(
+    conn: &mut PgConnection,
+    schema: &str,
+    ids: &[i64],
+    unknown: &impl Fn(uuid::Uuid, &str) -> bool,
+) -> Result<()> {
+    let owners: Vec<(i64, uuid::Uuid, String)> =
+        statements::owners(schema, statements::Ids(ids.to_vec()))
+            .query_as()
+            .fetch_all(&mut *conn)
+            .await?;
+    let mut refused: Vec<String> = owners
+        .iter()
+        .filter(|(_, e, h)| unknown(*e, h))
+        .map(|(id, e, h)| format!("work {id} (handler {h:?} of entity {e})"))
+        .collect();
+    refused.dedup();
+    if !refused.is_empty() {
+        return Err(Error::InvalidInput(format!(
+            "no handler of that name is registered for its entity, so a retry would dead-letter again: {}; add the handler back (or rename it back), then retry",
+            refused.join(", ")
+        )));
+    }
+    Ok(())
+}
+
+/// The dead letters `ids` some handler registered here can deliver (the rest: a warning).
+async fn deliverable(
+    conn: &mut PgConnection,
+    schema: &str,
+    ids: Vec<i64>,
+    unknown: &impl Fn(uuid::Uuid, &str) -> bool,
+) -> Result<Vec<i64>> {
+    let owners: Vec<(i64, uuid::Uuid, String)> = statements::owners(schema, statements::Ids(ids))
+        .query_as()
+        .fetch_all(&mut *conn)
+        .await?;
+    let skipped = owners.iter().filter(|(_, e, h)| unknown(*e, h)).count();
+    if skipped > 0 {
+        tracing::warn!(
+            skipped,
+            "dead letters of handlers not registered here were left as they are"
+        );
+    }
+    Ok(owners
+        .into_iter()
+        .filter(|(_, e, h)| !unknown(*e, h))
+        .map(|(id, ..)| id)
+        .collect())
 }
 
 /// Row-handler work by state: pending and in flight through their partial

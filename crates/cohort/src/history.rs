@@ -2,6 +2,7 @@
 
 use chrono::{DateTime, Utc};
 use sqlx::postgres::types::PgInterval;
+use sqlx::postgres::PgRow;
 use sqlx::Row;
 use uuid::Uuid;
 
@@ -107,6 +108,7 @@ pub(crate) fn period_of(i: PgInterval) -> Result<Period> {
     Period::from_parts(i64::from(i.months), seconds).map_err(|e| Error::Migration(e.to_string()))
 }
 
+/// One run as the ledger has it, with its entities' summaries and its failures.
 pub(crate) async fn show(cx: &Context, run_id: Uuid) -> Result<SweepResult> {
     let schema = &cx.config.schema;
     let pool = &cx.pool;
@@ -121,73 +123,11 @@ pub(crate) async fn show(cx: &Context, run_id: Uuid) -> Result<SweepResult> {
         .query()
         .fetch_all(pool)
         .await?;
-    let n = |v: i64| v.max(0) as u64;
     let mut entities = Vec::new();
     for s in &summaries {
-        let strategy: String = s.try_get("strategy")?;
-        let period = |col: &str| -> Result<Option<Period>> {
-            let interval: Option<PgInterval> = s.try_get(col)?;
-            interval.map(period_of).transpose()
-        };
-        entities.push(EntityOutcome {
-            entity_id: s.try_get("retention_entity_id")?,
-            entity: s.try_get("entity_type")?,
-            category: s.try_get("category")?,
-            strategy: strategy
-                .parse::<Strategy>()
-                .map_err(|e| Error::Migration(e.to_string()))?,
-            affected: n(s.try_get("affected_count")?),
-            held: n(s.try_get("held_count")?),
-            held_by_subject: n(s.try_get("held_by_subject_count")?),
-            skipped: n(s.try_get("skipped_count")?),
-            kept_by_legal_min: n(s.try_get("kept_by_legal_min_count")?),
-            kept_by_policy: n(s.try_get("kept_by_policy_count")?),
-            null_anchor: n(s.try_get("null_anchor_count")?),
-            cutoff: s.try_get("cutoff")?,
-            period: period("resolved_period")?.unwrap_or_default(),
-            legal_min: period("legal_min")?,
-            stage: s
-                .try_get::<Option<i16>, _>("stage")?
-                .and_then(|n| u16::try_from(n).ok()),
-            batch_size: s
-                .try_get::<Option<i32>, _>("batch_size")?
-                .and_then(|n| u32::try_from(n).ok()),
-            note: s.try_get("note")?,
-        });
+        entities.push(entity_outcome(s)?);
     }
-    // Failures are stored structurally since schema version 3; runs settled
-    // before it are read from the sanitised text "entity <id>: <diagnostic>; …".
-    let structured: Option<serde_json::Value> = run.try_get("failures")?;
-    let error: Option<String> = run.try_get("error")?;
-    let legacy = || -> Vec<EntityFailure> {
-        error
-            .as_deref()
-            .map(|e| {
-                e.split("; ")
-                    .filter_map(|part| {
-                        let rest = part.strip_prefix("entity ")?;
-                        let (id, diagnostic) = rest.split_once(": ")?;
-                        let entity_id = Uuid::parse_str(id).ok()?;
-                        let entity = entities
-                            .iter()
-                            .find(|o| o.entity_id == entity_id)
-                            .map(|o| o.entity.clone())
-                            .unwrap_or_default();
-                        Some(EntityFailure {
-                            entity_id,
-                            entity,
-                            error: diagnostic.to_owned(),
-                        })
-                    })
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
-    let failures: Vec<EntityFailure> = match structured {
-        Some(v) => serde_json::from_value(v)
-            .map_err(|e| Error::Migration(format!("run {run_id} has unreadable failures: {e}")))?,
-        None => legacy(),
-    };
+    let failures = run_failures(&run, run_id, &entities)?;
     Ok(SweepResult {
         run_id,
         kind: kind(run.try_get("kind")?),
@@ -201,6 +141,84 @@ pub(crate) async fn show(cx: &Context, run_id: Uuid) -> Result<SweepResult> {
         entities,
         failures,
     })
+}
+
+/// One entity's outcome, from its summary row.
+fn entity_outcome(s: &PgRow) -> Result<EntityOutcome> {
+    let n = |v: i64| v.max(0) as u64;
+    let strategy: String = s.try_get("strategy")?;
+    let period = |col: &str| -> Result<Option<Period>> {
+        let interval: Option<PgInterval> = s.try_get(col)?;
+        interval.map(period_of).transpose()
+    };
+    Ok(EntityOutcome {
+        entity_id: s.try_get("retention_entity_id")?,
+        entity: s.try_get("entity_type")?,
+        category: s.try_get("category")?,
+        strategy: strategy
+            .parse::<Strategy>()
+            .map_err(|e| Error::Migration(e.to_string()))?,
+        affected: n(s.try_get("affected_count")?),
+        held: n(s.try_get("held_count")?),
+        held_by_subject: n(s.try_get("held_by_subject_count")?),
+        skipped: n(s.try_get("skipped_count")?),
+        kept_by_legal_min: n(s.try_get("kept_by_legal_min_count")?),
+        kept_by_policy: n(s.try_get("kept_by_policy_count")?),
+        null_anchor: n(s.try_get("null_anchor_count")?),
+        cutoff: s.try_get("cutoff")?,
+        period: period("resolved_period")?.unwrap_or_default(),
+        legal_min: period("legal_min")?,
+        stage: s
+            .try_get::<Option<i16>, _>("stage")?
+            .and_then(|n| u16::try_from(n).ok()),
+        batch_size: s
+            .try_get::<Option<i32>, _>("batch_size")?
+            .and_then(|n| u32::try_from(n).ok()),
+        note: s.try_get("note")?,
+    })
+}
+
+/// The run's failures, as stored or (runs before schema version 3) from its text.
+fn run_failures(
+    run: &PgRow,
+    run_id: Uuid,
+    entities: &[EntityOutcome],
+) -> Result<Vec<EntityFailure>> {
+    // Failures are stored structurally since schema version 3; runs settled
+    // before it are read from the sanitised text "entity <id>: <diagnostic>; …".
+    let structured: Option<serde_json::Value> = run.try_get("failures")?;
+    let error: Option<String> = run.try_get("error")?;
+    let failures: Vec<EntityFailure> = match structured {
+        Some(v) => serde_json::from_value(v)
+            .map_err(|e| Error::Migration(format!("run {run_id} has unreadable failures: {e}")))?,
+        None => legacy_failures(error.as_deref(), entities),
+    };
+    Ok(failures)
+}
+
+/// The failures a run settled before schema version 3 lists in its error text.
+fn legacy_failures(error: Option<&str>, entities: &[EntityOutcome]) -> Vec<EntityFailure> {
+    error
+        .map(|e| {
+            e.split("; ")
+                .filter_map(|part| {
+                    let rest = part.strip_prefix("entity ")?;
+                    let (id, diagnostic) = rest.split_once(": ")?;
+                    let entity_id = Uuid::parse_str(id).ok()?;
+                    let entity = entities
+                        .iter()
+                        .find(|o| o.entity_id == entity_id)
+                        .map(|o| o.entity.clone())
+                        .unwrap_or_default();
+                    Some(EntityFailure {
+                        entity_id,
+                        entity,
+                        error: diagnostic.to_owned(),
+                    })
+                })
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// The run whose id starts with `prefix` (at least 4 hexadecimal characters,

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, NaiveDate, Utc};
 use serde::Serialize;
 use sqlx::postgres::types::PgInterval;
-use sqlx::Row;
+use sqlx::{PgConnection, Row};
 use uuid::Uuid;
 
 use crate::context::Context;
@@ -309,187 +309,291 @@ pub fn seconds_text(s: f64) -> String {
 impl Report {
     /// Every figure of the report, in a fixed order.
     pub fn facts(&self) -> Vec<Fact> {
-        let mut out = Vec::new();
-        let mut push = |section: &'static str,
-                        owner: (&str, &str, String),
-                        item: String,
-                        measure: &str,
-                        value: String| {
-            out.push(Fact {
-                section,
-                entity: owner.0.to_owned(),
-                category: owner.1.to_owned(),
-                stage: owner.2,
-                item,
-                measure: measure.to_owned(),
-                value,
-            })
-        };
-        let none = || ("", "", String::new());
-        push(
+        let mut out = Facts::default();
+        out.period(self);
+        for e in &self.entities {
+            out.entity(e);
+        }
+        out.erasures(&self.erasures);
+        for r in &self.erasures.requests_served {
+            out.erasure(r);
+        }
+        out.holds(&self.holds);
+        out.failures(&self.failures);
+        out.0
+    }
+}
+
+/// Where a figure sits: entity, category and stage (each empty where none).
+type Owner<'a> = (&'a str, &'a str, String);
+
+/// The owner of a figure that belongs to no entity.
+fn no_owner() -> Owner<'static> {
+    ("", "", String::new())
+}
+
+/// The owner of an entity's figures.
+fn entity_owner(e: &EntityReport) -> Owner<'_> {
+    (e.entity.as_str(), e.category.as_str(), opt(&e.stage))
+}
+
+/// Seconds as text, empty when unknown.
+fn seconds_or_empty(v: Option<f64>) -> String {
+    v.map(seconds_text).unwrap_or_default()
+}
+
+/// The figures of a report, in the order [`Report::facts`] lists them.
+#[derive(Default)]
+struct Facts(Vec<Fact>);
+
+impl Facts {
+    /// Adds one figure.
+    fn push(
+        &mut self,
+        section: &'static str,
+        owner: Owner<'_>,
+        item: String,
+        measure: &str,
+        value: String,
+    ) {
+        self.0.push(Fact {
+            section,
+            entity: owner.0.to_owned(),
+            category: owner.1.to_owned(),
+            stage: owner.2,
+            item,
+            measure: measure.to_owned(),
+            value,
+        })
+    }
+
+    /// The period and the tenant the report covers.
+    fn period(&mut self, report: &Report) {
+        self.push(
             "report",
-            none(),
+            no_owner(),
             String::new(),
             "from",
-            self.from.to_string(),
+            report.from.to_string(),
         );
-        push("report", none(), String::new(), "to", self.to.to_string());
-        push("report", none(), String::new(), "tenant", opt(&self.tenant));
-        for e in &self.entities {
-            let owner = || (e.entity.as_str(), e.category.as_str(), opt(&e.stage));
-            for (rank, r) in e.rules.iter().enumerate() {
-                let item = (rank + 1).to_string();
-                push(
-                    "rule",
-                    owner(),
-                    item.clone(),
-                    "strategy",
-                    r.strategy.as_str().into(),
+        self.push(
+            "report",
+            no_owner(),
+            String::new(),
+            "to",
+            report.to.to_string(),
+        );
+        self.push(
+            "report",
+            no_owner(),
+            String::new(),
+            "tenant",
+            opt(&report.tenant),
+        );
+    }
+
+    /// One entity's figures: its rules, runs, rows removed per month and rows kept.
+    fn entity(&mut self, e: &EntityReport) {
+        for (rank, r) in e.rules.iter().enumerate() {
+            self.rule(e, rank, r);
+        }
+        self.runs(e);
+        for m in &e.months {
+            for (measure, n) in [
+                ("purged", m.purged),
+                ("soft_deleted", m.soft_deleted),
+                ("anonymised", m.anonymised),
+                ("archived", m.archived),
+            ] {
+                self.push(
+                    "removed",
+                    entity_owner(e),
+                    m.month.clone(),
+                    measure,
+                    n.to_string(),
                 );
-                push(
-                    "rule",
-                    owner(),
-                    item.clone(),
-                    "period",
-                    r.period.to_string(),
-                );
-                push(
-                    "rule",
-                    owner(),
-                    item.clone(),
-                    "legal_minimum",
-                    opt(&r.legal_minimum),
-                );
-                push("rule", owner(), item.clone(), "source", opt(&r.source));
-                push("rule", owner(), item.clone(), "reason", opt(&r.reason));
-                push("rule", owner(), item.clone(), "runs", r.runs.to_string());
-                push("rule", owner(), item, "last_used", time(&r.last_used));
-            }
-            let runs = &e.runs;
-            push(
-                "runs",
-                owner(),
-                String::new(),
-                "runs",
-                runs.runs.to_string(),
-            );
-            push(
-                "runs",
-                owner(),
-                String::new(),
-                "succeeded",
-                runs.succeeded.to_string(),
-            );
-            push(
-                "runs",
-                owner(),
-                String::new(),
-                "failed",
-                runs.failed.to_string(),
-            );
-            let last = runs.last_success.as_ref().map(time).unwrap_or_default();
-            push("runs", owner(), String::new(), "last_success", last);
-            for m in &e.months {
-                for (measure, n) in [
-                    ("purged", m.purged),
-                    ("soft_deleted", m.soft_deleted),
-                    ("anonymised", m.anonymised),
-                    ("archived", m.archived),
-                ] {
-                    push("removed", owner(), m.month.clone(), measure, n.to_string());
-                }
-            }
-            for (measure, n) in kept_figures(&e.kept) {
-                push("kept", owner(), String::new(), measure, n.to_string());
             }
         }
-        let x = &self.erasures;
-        push(
+        for (measure, n) in kept_figures(&e.kept) {
+            self.push(
+                "kept",
+                entity_owner(e),
+                String::new(),
+                measure,
+                n.to_string(),
+            );
+        }
+    }
+
+    /// One rule an entity's runs resolved, its item the rank (from 1).
+    fn rule(&mut self, e: &EntityReport, rank: usize, r: &RuleInForce) {
+        let owner = || entity_owner(e);
+        let item = (rank + 1).to_string();
+        self.push(
+            "rule",
+            owner(),
+            item.clone(),
+            "strategy",
+            r.strategy.as_str().into(),
+        );
+        self.push(
+            "rule",
+            owner(),
+            item.clone(),
+            "period",
+            r.period.to_string(),
+        );
+        self.push(
+            "rule",
+            owner(),
+            item.clone(),
+            "legal_minimum",
+            opt(&r.legal_minimum),
+        );
+        self.push("rule", owner(), item.clone(), "source", opt(&r.source));
+        self.push("rule", owner(), item.clone(), "reason", opt(&r.reason));
+        self.push("rule", owner(), item.clone(), "runs", r.runs.to_string());
+        self.push("rule", owner(), item, "last_used", time(&r.last_used));
+    }
+
+    /// The sweeps that reached an entity.
+    fn runs(&mut self, e: &EntityReport) {
+        let owner = || entity_owner(e);
+        let runs = &e.runs;
+        self.push(
+            "runs",
+            owner(),
+            String::new(),
+            "runs",
+            runs.runs.to_string(),
+        );
+        self.push(
+            "runs",
+            owner(),
+            String::new(),
+            "succeeded",
+            runs.succeeded.to_string(),
+        );
+        self.push(
+            "runs",
+            owner(),
+            String::new(),
+            "failed",
+            runs.failed.to_string(),
+        );
+        let last = runs.last_success.as_ref().map(time).unwrap_or_default();
+        self.push("runs", owner(), String::new(), "last_success", last);
+    }
+
+    /// The erasure requests served, counted, and their timing.
+    fn erasures(&mut self, x: &ErasureReport) {
+        self.push(
             "erasures",
-            none(),
+            no_owner(),
             String::new(),
             "requests",
             x.requests.to_string(),
         );
-        push(
+        self.push(
             "erasures",
-            none(),
+            no_owner(),
             String::new(),
             "succeeded",
             x.succeeded.to_string(),
         );
-        push(
+        self.push(
             "erasures",
-            none(),
+            no_owner(),
             String::new(),
             "failed",
             x.failed.to_string(),
         );
-        let secs = |v: Option<f64>| v.map(seconds_text).unwrap_or_default();
-        push(
+        self.push(
             "erasures",
-            none(),
+            no_owner(),
             String::new(),
             "median_seconds",
-            secs(x.median_seconds),
+            seconds_or_empty(x.median_seconds),
         );
-        push(
+        self.push(
             "erasures",
-            none(),
+            no_owner(),
             String::new(),
             "p95_seconds",
-            secs(x.p95_seconds),
+            seconds_or_empty(x.p95_seconds),
         );
-        for r in &x.requests_served {
-            let id = r.run_id.to_string();
-            push(
-                "erasure",
-                none(),
-                id.clone(),
-                "status",
-                r.status.as_str().into(),
-            );
-            push(
-                "erasure",
-                none(),
-                id.clone(),
-                "subject_kind",
-                opt(&r.subject_kind),
-            );
-            push(
-                "erasure",
-                none(),
-                id.clone(),
-                "started_at",
-                time(&r.started_at),
-            );
-            let settled = r.settled_at.as_ref().map(time).unwrap_or_default();
-            push("erasure", none(), id.clone(), "settled_at", settled);
-            push("erasure", none(), id.clone(), "seconds", secs(r.seconds));
-            push(
-                "erasure",
-                none(),
-                id.clone(),
-                "removed",
-                r.removed.to_string(),
-            );
-            for (measure, n) in kept_figures(&r.kept) {
-                push("erasure", none(), id.clone(), measure, n.to_string());
-            }
+    }
+
+    /// One erasure request, its item the run id.
+    fn erasure(&mut self, r: &ErasureServed) {
+        let id = r.run_id.to_string();
+        self.push(
+            "erasure",
+            no_owner(),
+            id.clone(),
+            "status",
+            r.status.as_str().into(),
+        );
+        self.push(
+            "erasure",
+            no_owner(),
+            id.clone(),
+            "subject_kind",
+            opt(&r.subject_kind),
+        );
+        self.push(
+            "erasure",
+            no_owner(),
+            id.clone(),
+            "started_at",
+            time(&r.started_at),
+        );
+        let settled = r.settled_at.as_ref().map(time).unwrap_or_default();
+        self.push("erasure", no_owner(), id.clone(), "settled_at", settled);
+        self.push(
+            "erasure",
+            no_owner(),
+            id.clone(),
+            "seconds",
+            seconds_or_empty(r.seconds),
+        );
+        self.push(
+            "erasure",
+            no_owner(),
+            id.clone(),
+            "removed",
+            r.removed.to_string(),
+        );
+        for (measure, n) in kept_figures(&r.kept) {
+            self.push("erasure", no_owner(), id.clone(), measure, n.to_string());
         }
-        for h in &self.holds {
+    }
+
+    /// The holds of each target kind.
+    fn holds(&mut self, holds: &[HoldCounts]) {
+        for h in holds {
             for (measure, n) in [
                 ("placed", h.placed),
                 ("released", h.released),
                 ("expired", h.expired),
                 ("in_force", h.in_force),
             ] {
-                push("holds", none(), h.target.clone(), measure, n.to_string());
+                self.push(
+                    "holds",
+                    no_owner(),
+                    h.target.clone(),
+                    measure,
+                    n.to_string(),
+                );
             }
         }
-        for f in &self.failures {
+    }
+
+    /// The failures, by run kind, entity and code.
+    fn failures(&mut self, failures: &[FailureCount]) {
+        for f in failures {
             let owner = (f.entity.as_deref().unwrap_or(""), "", String::new());
-            push(
+            self.push(
                 "failures",
                 owner,
                 f.kind.as_str().into(),
@@ -497,7 +601,6 @@ impl Report {
                 f.count.to_string(),
             );
         }
-        out
     }
 }
 
@@ -584,6 +687,7 @@ fn group(row: &sqlx::postgres::PgRow) -> Result<Group> {
     ))
 }
 
+/// Reads the report `request` asks for from the ledger, every figure from one snapshot.
 pub(crate) async fn build(cx: &Context, request: &ReportRequest) -> Result<Report> {
     let tenant = match &request.tenant {
         Some(t) => Some(known_tenant(cx, t).await?),
@@ -600,124 +704,234 @@ pub(crate) async fn build(cx: &Context, request: &ReportRequest) -> Result<Repor
         .query_scalar()
         .fetch_one(&mut *tx)
         .await?;
+    let entities = entity_reports(&mut tx, schema, &window).await?;
+    let erasures = erasure_report(erasures_served(&mut tx, schema, &window).await?);
+    let holds = hold_counts(&mut tx, schema, &window).await?;
+    let failures = failure_tally(&mut tx, schema, window).await?;
+    tx.commit().await?;
 
+    Ok(Report {
+        from: request.from,
+        to: request.to,
+        tenant,
+        generated_at,
+        entities,
+        erasures,
+        holds,
+        failures: failure_counts(failures),
+    })
+}
+
+/// Each entity line's place in the report's list, by its group.
+type Index = BTreeMap<Group, usize>;
+
+/// The entity line a per-entity row belongs to (`None`: a line no run reached).
+fn owner(index: &Index, row: &sqlx::postgres::PgRow) -> Result<Option<usize>> {
+    Ok(index.get(&group(row)?).copied())
+}
+
+/// The entity lines, with their rules, rows changed per month and rows kept.
+async fn entity_reports(
+    conn: &mut PgConnection,
+    schema: &str,
+    window: &Window,
+) -> Result<Vec<EntityReport>> {
+    let (mut entities, index) = entity_lines(conn, schema, window).await?;
+    add_rules(conn, schema, window, &mut entities, &index).await?;
+    add_months(conn, schema, window, &mut entities, &index).await?;
+    add_kept(conn, schema, window, &mut entities, &index).await?;
+    Ok(entities)
+}
+
+/// The entity lines with their run counts, and where each sits in the list.
+async fn entity_lines(
+    conn: &mut PgConnection,
+    schema: &str,
+    window: &Window,
+) -> Result<(Vec<EntityReport>, Index)> {
     let mut entities = Vec::new();
-    let mut index: BTreeMap<Group, usize> = BTreeMap::new();
+    let mut index: Index = BTreeMap::new();
     for row in statements::entity_runs(schema, window.clone())
         .query()
-        .fetch_all(&mut *tx)
+        .fetch_all(&mut *conn)
         .await?
     {
         index.insert(group(&row)?, entities.len());
-        entities.push(EntityReport {
-            entity_id: row.try_get("retention_entity_id")?,
-            entity: row.try_get("entity_type")?,
-            category: row.try_get("category")?,
-            stage: row
-                .try_get::<Option<i16>, _>("stage")?
-                .and_then(|n| u16::try_from(n).ok()),
-            rules: Vec::new(),
-            runs: RunCounts {
-                runs: count(&row, "runs")?,
-                succeeded: count(&row, "succeeded")?,
-                failed: count(&row, "failed")?,
-                last_success: row.try_get("last_success")?,
-            },
-            months: Vec::new(),
-            kept: KeptCounts::default(),
-        });
+        entities.push(entity_line(&row)?);
     }
-    let owner = |row: &sqlx::postgres::PgRow| -> Result<Option<usize>> {
-        Ok(index.get(&group(row)?).copied())
-    };
+    Ok((entities, index))
+}
 
+/// One entity line from a row of `entity_runs`.
+fn entity_line(row: &sqlx::postgres::PgRow) -> Result<EntityReport> {
+    Ok(EntityReport {
+        entity_id: row.try_get("retention_entity_id")?,
+        entity: row.try_get("entity_type")?,
+        category: row.try_get("category")?,
+        stage: row
+            .try_get::<Option<i16>, _>("stage")?
+            .and_then(|n| u16::try_from(n).ok()),
+        rules: Vec::new(),
+        runs: RunCounts {
+            runs: count(row, "runs")?,
+            succeeded: count(row, "succeeded")?,
+            failed: count(row, "failed")?,
+            last_success: row.try_get("last_success")?,
+        },
+        months: Vec::new(),
+        kept: KeptCounts::default(),
+    })
+}
+
+/// Adds the rules the runs resolved to each entity line.
+async fn add_rules(
+    conn: &mut PgConnection,
+    schema: &str,
+    window: &Window,
+    entities: &mut [EntityReport],
+    index: &Index,
+) -> Result<()> {
     for row in statements::entity_rules(schema, window.clone())
         .query()
-        .fetch_all(&mut *tx)
+        .fetch_all(&mut *conn)
         .await?
     {
-        let Some(i) = owner(&row)? else { continue };
-        let strategy: String = row.try_get("strategy")?;
-        entities[i].rules.push(RuleInForce {
-            strategy: strategy
-                .parse::<Strategy>()
-                .map_err(|e| Error::Migration(e.to_string()))?,
-            period: period(row.try_get("resolved_period")?)?,
-            legal_minimum: row
-                .try_get::<Option<PgInterval>, _>("legal_min")?
-                .map(period)
-                .transpose()?,
-            source: row.try_get("rule_source")?,
-            reason: row.try_get("rule_reason")?,
-            runs: count(&row, "runs")?,
-            last_used: row.try_get("last_used")?,
-        });
+        let Some(i) = owner(index, &row)? else {
+            continue;
+        };
+        entities[i].rules.push(rule_in_force(&row)?);
     }
+    Ok(())
+}
 
+/// One rule from a row of `entity_rules`.
+fn rule_in_force(row: &sqlx::postgres::PgRow) -> Result<RuleInForce> {
+    let strategy: String = row.try_get("strategy")?;
+    Ok(RuleInForce {
+        strategy: strategy
+            .parse::<Strategy>()
+            .map_err(|e| Error::Migration(e.to_string()))?,
+        period: period(row.try_get("resolved_period")?)?,
+        legal_minimum: row
+            .try_get::<Option<PgInterval>, _>("legal_min")?
+            .map(period)
+            .transpose()?,
+        source: row.try_get("rule_source")?,
+        reason: row.try_get("rule_reason")?,
+        runs: count(row, "runs")?,
+        last_used: row.try_get("last_used")?,
+    })
+}
+
+/// Adds the rows changed per month to each entity line.
+async fn add_months(
+    conn: &mut PgConnection,
+    schema: &str,
+    window: &Window,
+    entities: &mut [EntityReport],
+    index: &Index,
+) -> Result<()> {
     for row in statements::entity_months(schema, window.clone())
         .query()
-        .fetch_all(&mut *tx)
+        .fetch_all(&mut *conn)
         .await?
     {
-        let Some(i) = owner(&row)? else { continue };
-        let month: String = row.try_get("month")?;
-        let months = &mut entities[i].months;
-        if months.last().is_none_or(|m| m.month != month) {
-            months.push(MonthCounts {
-                month,
-                purged: 0,
-                soft_deleted: 0,
-                anonymised: 0,
-                archived: 0,
-            });
-        }
-        let m = months.last_mut().expect("pushed");
-        let n = count(&row, "affected")?;
-        let strategy: String = row.try_get("strategy")?;
-        match strategy.parse::<Strategy>() {
-            Ok(Strategy::Purge) => m.purged += n,
-            Ok(Strategy::SoftDelete) => m.soft_deleted += n,
-            Ok(Strategy::Anonymise) => m.anonymised += n,
-            Ok(Strategy::Archive) => m.archived += n,
-            _ => {}
-        }
+        let Some(i) = owner(index, &row)? else {
+            continue;
+        };
+        add_month(&mut entities[i].months, &row)?;
     }
+    Ok(())
+}
 
+/// Counts a row of `entity_months` into `months` (oldest first; a new month adds a line).
+fn add_month(months: &mut Vec<MonthCounts>, row: &sqlx::postgres::PgRow) -> Result<()> {
+    let month: String = row.try_get("month")?;
+    if months.last().is_none_or(|m| m.month != month) {
+        months.push(MonthCounts {
+            month,
+            purged: 0,
+            soft_deleted: 0,
+            anonymised: 0,
+            archived: 0,
+        });
+    }
+    let m = months.last_mut().expect("pushed");
+    let n = count(row, "affected")?;
+    let strategy: String = row.try_get("strategy")?;
+    match strategy.parse::<Strategy>() {
+        Ok(Strategy::Purge) => m.purged += n,
+        Ok(Strategy::SoftDelete) => m.soft_deleted += n,
+        Ok(Strategy::Anonymise) => m.anonymised += n,
+        Ok(Strategy::Archive) => m.archived += n,
+        _ => {}
+    }
+    Ok(())
+}
+
+/// Sets the rows kept, and why, on each entity line.
+async fn add_kept(
+    conn: &mut PgConnection,
+    schema: &str,
+    window: &Window,
+    entities: &mut [EntityReport],
+    index: &Index,
+) -> Result<()> {
     for row in statements::entity_kept(schema, window.clone())
         .query()
-        .fetch_all(&mut *tx)
+        .fetch_all(&mut *conn)
         .await?
     {
-        let Some(i) = owner(&row)? else { continue };
+        let Some(i) = owner(index, &row)? else {
+            continue;
+        };
         entities[i].kept = kept(&row)?;
     }
+    Ok(())
+}
 
+/// Each erasure request of the period, oldest first.
+async fn erasures_served(
+    conn: &mut PgConnection,
+    schema: &str,
+    window: &Window,
+) -> Result<Vec<ErasureServed>> {
     let mut served = Vec::new();
     for row in statements::erasures(schema, window.clone())
         .query()
-        .fetch_all(&mut *tx)
+        .fetch_all(&mut *conn)
         .await?
     {
-        let status: String = row.try_get("status")?;
-        let status = RunStatus::parse(&status)
-            .ok_or_else(|| Error::Migration(format!("unknown run status {status:?}")))?;
-        let started_at: DateTime<Utc> = row.try_get("started_at")?;
-        let settled_at: Option<DateTime<Utc>> = row.try_get("settled_at")?;
-        served.push(ErasureServed {
-            run_id: row.try_get("run_id")?,
-            status,
-            subject_kind: row.try_get("erasure_subject_kind")?,
-            started_at,
-            settled_at,
-            seconds: settled_at
-                .map(|s| (s - started_at).num_microseconds().unwrap_or(i64::MAX) as f64 / 1e6),
-            removed: count(&row, "affected")?,
-            kept: kept(&row)?,
-        });
+        served.push(erasure_served(&row)?);
     }
+    Ok(served)
+}
+
+/// One erasure request from a row of `erasures`.
+fn erasure_served(row: &sqlx::postgres::PgRow) -> Result<ErasureServed> {
+    let status: String = row.try_get("status")?;
+    let status = RunStatus::parse(&status)
+        .ok_or_else(|| Error::Migration(format!("unknown run status {status:?}")))?;
+    let started_at: DateTime<Utc> = row.try_get("started_at")?;
+    let settled_at: Option<DateTime<Utc>> = row.try_get("settled_at")?;
+    Ok(ErasureServed {
+        run_id: row.try_get("run_id")?,
+        status,
+        subject_kind: row.try_get("erasure_subject_kind")?,
+        started_at,
+        settled_at,
+        seconds: settled_at
+            .map(|s| (s - started_at).num_microseconds().unwrap_or(i64::MAX) as f64 / 1e6),
+        removed: count(row, "affected")?,
+        kept: kept(row)?,
+    })
+}
+
+/// The erasure requests counted by outcome, with the median and p95 of their durations.
+fn erasure_report(served: Vec<ErasureServed>) -> ErasureReport {
     let mut durations: Vec<f64> = served.iter().filter_map(|r| r.seconds).collect();
     durations.sort_by(f64::total_cmp);
-    let erasures = ErasureReport {
+    ErasureReport {
         requests: served.len() as u64,
         succeeded: served
             .iter()
@@ -735,8 +949,15 @@ pub(crate) async fn build(cx: &Context, request: &ReportRequest) -> Result<Repor
         median_seconds: (!durations.is_empty()).then(|| percentile(&durations, 0.5)),
         p95_seconds: (!durations.is_empty()).then(|| percentile(&durations, 0.95)),
         requests_served: served,
-    };
+    }
+}
 
+/// Holds on records and on subjects (a line for each, zero when none).
+async fn hold_counts(
+    conn: &mut PgConnection,
+    schema: &str,
+    window: &Window,
+) -> Result<Vec<HoldCounts>> {
     let mut holds: Vec<HoldCounts> = ["record", "subject"]
         .into_iter()
         .map(|target| HoldCounts {
@@ -749,7 +970,7 @@ pub(crate) async fn build(cx: &Context, request: &ReportRequest) -> Result<Repor
         .collect();
     for row in statements::holds(schema, window.clone())
         .query()
-        .fetch_all(&mut *tx)
+        .fetch_all(&mut *conn)
         .await?
     {
         let target: String = row.try_get("target")?;
@@ -760,61 +981,74 @@ pub(crate) async fn build(cx: &Context, request: &ReportRequest) -> Result<Repor
             h.in_force = count(&row, "in_force")?;
         }
     }
+    Ok(holds)
+}
 
-    let mut failures: BTreeMap<(&'static str, Option<String>, String), u64> = BTreeMap::new();
+/// A failure's run kind (`sweep` or `erasure`), entity and sanitised code.
+type FailureKey = (&'static str, Option<String>, String);
+
+/// How many times each failure occurred in the period.
+async fn failure_tally(
+    conn: &mut PgConnection,
+    schema: &str,
+    window: Window,
+) -> Result<BTreeMap<FailureKey, u64>> {
+    let mut failures: BTreeMap<FailureKey, u64> = BTreeMap::new();
     for row in statements::failures(schema, window)
         .query()
-        .fetch_all(&mut *tx)
+        .fetch_all(&mut *conn)
         .await?
     {
-        let kind: String = row.try_get("kind")?;
-        let kind = if kind == "erasure" {
-            "erasure"
-        } else {
-            "sweep"
-        };
-        let entity: Option<String> = row.try_get("entity")?;
-        let error: String = row.try_get("error")?;
-        let codes: Vec<String> = if entity.is_some() {
-            vec![failure_code(&error)]
-        } else {
-            // A run's own error text lists its entities' failures first
-            // ("entity <id>: …", counted from their summaries), then its
-            // own ("run: …"), or is a single reason.
-            error
-                .split("; ")
-                .filter(|part| !part.starts_with("entity "))
-                .map(|part| failure_code(part.strip_prefix("run: ").unwrap_or(part)))
-                .collect()
-        };
+        let (kind, entity, codes) = failure_codes(&row)?;
         for code in codes {
             *failures.entry((kind, entity.clone(), code)).or_default() += 1;
         }
     }
-    tx.commit().await?;
+    Ok(failures)
+}
 
-    Ok(Report {
-        from: request.from,
-        to: request.to,
-        tenant,
-        generated_at,
-        entities,
-        erasures,
-        holds,
-        failures: failures
-            .into_iter()
-            .map(|((kind, entity, code), count)| FailureCount {
-                kind: if kind == "erasure" {
-                    RunKind::Erasure
-                } else {
-                    RunKind::Sweep
-                },
-                entity,
-                code,
-                count,
-            })
-            .collect(),
-    })
+/// A failure row's run kind, entity (`None`: the run's own error) and failure codes.
+fn failure_codes(
+    row: &sqlx::postgres::PgRow,
+) -> Result<(&'static str, Option<String>, Vec<String>)> {
+    let kind: String = row.try_get("kind")?;
+    let kind = if kind == "erasure" {
+        "erasure"
+    } else {
+        "sweep"
+    };
+    let entity: Option<String> = row.try_get("entity")?;
+    let error: String = row.try_get("error")?;
+    let codes: Vec<String> = if entity.is_some() {
+        vec![failure_code(&error)]
+    } else {
+        // A run's own error text lists its entities' failures first
+        // ("entity <id>: …", counted from their summaries), then its
+        // own ("run: …"), or is a single reason.
+        error
+            .split("; ")
+            .filter(|part| !part.starts_with("entity "))
+            .map(|part| failure_code(part.strip_prefix("run: ").unwrap_or(part)))
+            .collect()
+    };
+    Ok((kind, entity, codes))
+}
+
+/// The tallied failures as the report lists them.
+fn failure_counts(failures: BTreeMap<FailureKey, u64>) -> Vec<FailureCount> {
+    failures
+        .into_iter()
+        .map(|((kind, entity, code), count)| FailureCount {
+            kind: if kind == "erasure" {
+                RunKind::Erasure
+            } else {
+                RunKind::Sweep
+            },
+            entity,
+            code,
+            count,
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -224,45 +224,11 @@ pub(crate) fn resolve(
     let id = parse_entity_id(&decl.id).map_err(|e| problems.push(e)).ok();
 
     if let Some(reason) = &decl.exempt {
-        if decl.category.is_some() {
-            problems.push(format!(
-                "declared both retained (category {:?}) and exempt from retention; choose one",
-                decl.category.as_deref().unwrap_or_default()
-            ));
-        }
-        if reason.trim().is_empty() {
-            problems.push("an exemption needs a non-empty reason".into());
-        }
-        if !decl.not_tenant.is_empty() {
-            problems.push(format!(
-                "not_tenant ({}) has no effect on an exempt entity, which Cohort never sweeps; remove it",
-                decl.not_tenant.join(", ")
-            ));
-        }
-        return match (id, problems.is_empty()) {
-            (Some(id), true) => Ok(Resolved::Exempt(ExemptEntity {
-                id,
-                name: decl.name.clone(),
-                reason: reason.clone(),
-            })),
-            _ => Err(problems),
-        };
+        return resolve_exempt(decl, id, reason, problems);
     }
 
-    let category = match decl.category.as_deref().map(str::trim) {
-        Some(c) if !c.is_empty() => Some(c.to_owned()),
-        _ => {
-            problems.push("no retention category declared".into());
-            None
-        }
-    };
-    let anchor = match decl.anchor.as_deref() {
-        Some(a) if !a.is_empty() => Some(a.to_owned()),
-        _ => {
-            problems.push("no anchor column declared".into());
-            None
-        }
-    };
+    let category = required_category(decl, &mut problems);
+    let anchor = required_anchor(decl, &mut problems);
     let table = QualifiedName::resolve(
         decl.table.as_deref(),
         &heck::ToSnakeCase::to_snake_case(decl.name.as_str()),
@@ -276,8 +242,116 @@ pub(crate) fn resolve(
         Some(cols) => cols.iter().map(|c| c.column.as_str()).collect(),
         None => available.iter().map(String::as_str).collect(),
     };
+    let markers = resolve_markers(decl, conventions, &available, &mut problems);
+    check_record_key_and_tenant(decl, conventions, &available, &markers, &mut problems);
+    check_anonymised_columns(decl, &mut problems);
+    check_subject_columns(decl, &mut problems);
+    let archive = resolve_archive(decl, table.as_ref(), default_schema, &mut problems);
+    check_column_names(decl, anchor.as_deref(), &mut problems);
 
-    // Explicit markers, each at most once.
+    if !problems.is_empty() {
+        return Err(problems);
+    }
+    Ok(Resolved::Retained(Box::new(retained_descriptor(
+        decl, id, category, table, anchor, markers, archive,
+    ))))
+}
+
+/// An exempt declaration: a reason, and neither a category nor `not_tenant`.
+fn resolve_exempt(
+    decl: &EntityDeclaration,
+    id: Option<Uuid>,
+    reason: &str,
+    mut problems: Vec<String>,
+) -> Result<Resolved, Vec<String>> {
+    if decl.category.is_some() {
+        problems.push(format!(
+            "declared both retained (category {:?}) and exempt from retention; choose one",
+            decl.category.as_deref().unwrap_or_default()
+        ));
+    }
+    if reason.trim().is_empty() {
+        problems.push("an exemption needs a non-empty reason".into());
+    }
+    if !decl.not_tenant.is_empty() {
+        problems.push(format!(
+            "not_tenant ({}) has no effect on an exempt entity, which Cohort never sweeps; remove it",
+            decl.not_tenant.join(", ")
+        ));
+    }
+    match (id, problems.is_empty()) {
+        (Some(id), true) => Ok(Resolved::Exempt(ExemptEntity {
+            id,
+            name: decl.name.clone(),
+            reason: reason.to_owned(),
+        })),
+        _ => Err(problems),
+    }
+}
+
+/// The declared retention category, trimmed; `None` (a problem) when missing or blank.
+fn required_category(decl: &EntityDeclaration, problems: &mut Vec<String>) -> Option<String> {
+    match decl.category.as_deref().map(str::trim) {
+        Some(c) if !c.is_empty() => Some(c.to_owned()),
+        _ => {
+            problems.push("no retention category declared".into());
+            None
+        }
+    }
+}
+
+/// The declared anchor column; `None` (a problem) when missing or empty.
+fn required_anchor(decl: &EntityDeclaration, problems: &mut Vec<String>) -> Option<String> {
+    match decl.anchor.as_deref() {
+        Some(a) if !a.is_empty() => Some(a.to_owned()),
+        _ => {
+            problems.push("no anchor column declared".into());
+            None
+        }
+    }
+}
+
+/// The marker columns of one declaration, resolved, and how each was chosen.
+struct MarkerColumns {
+    record_id: Option<String>,
+    tenant: Option<String>,
+    soft_delete: Option<String>,
+    deleted_at: Option<String>,
+    anonymised_at: Option<String>,
+    resolution: Vec<(Marker, Resolution)>,
+}
+
+/// Every marker's column ([`marker_column`]), each marker declared at most once.
+fn resolve_markers(
+    decl: &EntityDeclaration,
+    conventions: &Conventions,
+    available: &[&str],
+    problems: &mut Vec<String>,
+) -> MarkerColumns {
+    let explicit = explicit_markers(decl, problems);
+    let mut resolution = Vec::new();
+    let mut column =
+        |marker: Marker| marker_column(marker, &explicit, conventions, available, &mut resolution);
+    let record_id = column(Marker::RecordId);
+    let tenant = column(Marker::Tenant);
+    let soft_delete = column(Marker::SoftDelete);
+    let deleted_at = column(Marker::DeletedAt);
+    let anonymised_at = column(Marker::AnonymisedAt);
+    MarkerColumns {
+        record_id,
+        tenant,
+        soft_delete,
+        deleted_at,
+        anonymised_at,
+        resolution,
+    }
+}
+
+/// The markers the declaration names, each at most once (a second is a problem).
+fn explicit_markers<'d>(
+    decl: &'d EntityDeclaration,
+    problems: &mut Vec<String>,
+) -> Vec<(Marker, &'d str)> {
     let mut explicit: Vec<(Marker, &str)> = Vec::new();
     for (marker, column) in &decl.markers {
         if let Some((_, first)) = explicit.iter().find(|(m, _)| m == marker) {
@@ -288,40 +362,50 @@ pub(crate) fn resolve(
             explicit.push((*marker, column));
         }
     }
+    explicit
+}
 
-    let mut resolution = Vec::new();
-    let mut resolve_marker = |marker: Marker| -> Option<String> {
-        if let Some((_, col)) = explicit.iter().find(|(m, _)| *m == marker) {
-            resolution.push((marker, Resolution::Declared));
-            return Some((*col).to_owned());
+/// One marker's column: declared, else the convention's, else the default, if available.
+fn marker_column(
+    marker: Marker,
+    explicit: &[(Marker, &str)],
+    conventions: &Conventions,
+    available: &[&str],
+    resolution: &mut Vec<(Marker, Resolution)>,
+) -> Option<String> {
+    if let Some((_, col)) = explicit.iter().find(|(m, _)| *m == marker) {
+        resolution.push((marker, Resolution::Declared));
+        return Some((*col).to_owned());
+    }
+    if let Some(col) = conventions.get(marker) {
+        if available.contains(&col) {
+            resolution.push((marker, Resolution::Convention));
+            return Some(col.to_owned());
         }
-        if let Some(col) = conventions.get(marker) {
-            if available.contains(&col) {
-                resolution.push((marker, Resolution::Convention));
-                return Some(col.to_owned());
-            }
-        }
-        let default = marker.default_column();
-        if available.contains(&default) {
-            resolution.push((marker, Resolution::Default));
-            return Some(default.to_owned());
-        }
-        None
-    };
+    }
+    let default = marker.default_column();
+    if available.contains(&default) {
+        resolution.push((marker, Resolution::Default));
+        return Some(default.to_owned());
+    }
+    None
+}
 
-    let record_id = resolve_marker(Marker::RecordId);
-    let tenant = resolve_marker(Marker::Tenant);
-    let soft_delete = resolve_marker(Marker::SoftDelete);
-    let deleted_at = resolve_marker(Marker::DeletedAt);
-    let anonymised_at = resolve_marker(Marker::AnonymisedAt);
-
-    if record_id.is_none() {
+/// A record key resolved, and a tenant column exactly when the entity is not tenantless.
+fn check_record_key_and_tenant(
+    decl: &EntityDeclaration,
+    conventions: &Conventions,
+    available: &[&str],
+    markers: &MarkerColumns,
+    problems: &mut Vec<String>,
+) {
+    if markers.record_id.is_none() {
         problems.push(format!(
             "no record key column: none declared and the default {:?} does not exist",
             conventions.get(Marker::RecordId).unwrap_or("id")
         ));
     }
-    match (&tenant, decl.tenantless) {
+    match (&markers.tenant, decl.tenantless) {
         (Some(col), true) => problems.push(format!(
             "declared tenantless, but the tenant column {col:?} resolves; remove `tenantless` or map the tenant"
         )),
@@ -335,7 +419,10 @@ pub(crate) fn resolve(
         )),
         _ => {}
     }
+}
 
+/// Each anonymised column has one method.
+fn check_anonymised_columns(decl: &EntityDeclaration, problems: &mut Vec<String>) {
     let mut seen = BTreeSet::new();
     for (column, _) in &decl.anonymise {
         if !seen.insert(column.as_str()) {
@@ -344,6 +431,10 @@ pub(crate) fn resolve(
             ));
         }
     }
+}
+
+/// Each erasure subject column is declared once, its kind (if any) a word.
+fn check_subject_columns(decl: &EntityDeclaration, problems: &mut Vec<String>) {
     let mut seen = BTreeSet::new();
     for s in &decl.subjects {
         if !seen.insert(s.column.as_str()) {
@@ -364,7 +455,15 @@ pub(crate) fn resolve(
             ));
         }
     }
+}
 
+/// The archive target, if declared, with its columns and anonymise-on-archive checked.
+fn resolve_archive(
+    decl: &EntityDeclaration,
+    table: Option<&QualifiedName>,
+    default_schema: &str,
+    problems: &mut Vec<String>,
+) -> Option<ArchiveTarget> {
     let archive = match &decl.archive {
         None => None,
         Some(a) if a.table.trim().is_empty() => {
@@ -380,10 +479,7 @@ pub(crate) fn resolve(
                     problems.push(format!("archive column {c:?} is listed twice"));
                 }
             }
-            let schema = table
-                .as_ref()
-                .map(|t| t.schema.as_str())
-                .unwrap_or(default_schema);
+            let schema = table.map(|t| t.schema.as_str()).unwrap_or(default_schema);
             QualifiedName::parse(&a.table, schema)
                 .map_err(|e| problems.push(format!("archive table: {e}")))
                 .ok()
@@ -401,35 +497,47 @@ pub(crate) fn resolve(
         problems
             .push("anonymise-on-archive is set, but no column is marked for anonymisation".into());
     }
+    archive
+}
 
+/// Every column the declaration names is a valid identifier.
+fn check_column_names(decl: &EntityDeclaration, anchor: Option<&str>, problems: &mut Vec<String>) {
     for name in decl
         .markers
         .iter()
         .map(|(_, c)| c.as_str())
         .chain(decl.anonymise.iter().map(|(c, _)| c.as_str()))
         .chain(decl.subjects.iter().map(|s| s.column.as_str()))
-        .chain(anchor.as_deref())
+        .chain(anchor)
     {
         if let Err(e) = check_identifier(name) {
             problems.push(format!("column name: {e}"));
         }
     }
+}
 
-    if !problems.is_empty() {
-        return Err(problems);
-    }
-    Ok(Resolved::Retained(Box::new(EntityDescriptor {
+/// The descriptor of a retained declaration whose every part resolved without a problem.
+fn retained_descriptor(
+    decl: &EntityDeclaration,
+    id: Option<Uuid>,
+    category: Option<String>,
+    table: Option<QualifiedName>,
+    anchor: Option<String>,
+    markers: MarkerColumns,
+    archive: Option<ArchiveTarget>,
+) -> EntityDescriptor {
+    EntityDescriptor {
         id: id.expect("checked"),
         name: decl.name.clone(),
         category: category.expect("checked"),
         table: table.expect("checked"),
         anchor: anchor.expect("checked"),
-        record_id: record_id.expect("checked"),
-        tenant,
+        record_id: markers.record_id.expect("checked"),
+        tenant: markers.tenant,
         not_tenant: decl.not_tenant.clone(),
-        soft_delete,
-        deleted_at,
-        anonymised_at,
+        soft_delete: markers.soft_delete,
+        deleted_at: markers.deleted_at,
+        anonymised_at: markers.anonymised_at,
         anonymise: decl
             .anonymise
             .iter()
@@ -451,9 +559,9 @@ pub(crate) fn resolve(
         archive,
         audit: decl.audit,
         declared_columns: decl.columns.clone(),
-        marker_resolution: resolution,
+        marker_resolution: markers.resolution,
         origin: decl.origin.clone(),
-    })))
+    }
 }
 
 #[cfg(test)]

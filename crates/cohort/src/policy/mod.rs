@@ -79,14 +79,7 @@ impl PolicyFile {
     pub fn parse(text: &str) -> Result<Self> {
         let value: toml::Value = toml::from_str(text)
             .map_err(|e| Error::Policy(Problems::one(crate::config::toml_problem(text, &e))))?;
-        let mut nul = Vec::new();
-        nul_strings(&value, "", &mut nul);
-        if !nul.is_empty() {
-            return Err(Error::Policy(Problems::one(format!(
-                "NUL characters are not allowed (PostgreSQL text cannot hold them), found in: {}",
-                nul.join(", ")
-            ))));
-        }
+        refuse_nul(&value)?;
         let raw: RawPolicy = toml::from_str(text)
             .map_err(|e| Error::Policy(Problems::one(crate::config::toml_problem(text, &e))))?;
         let mut problems = Vec::new();
@@ -98,56 +91,10 @@ impl PolicyFile {
                     .map(|p| format!("[cohort]: {}", p.message)),
             );
         }
-        let entities: Vec<EntityDeclaration> = raw
-            .entity
-            .iter()
-            .enumerate()
-            .filter_map(|(i, e)| {
-                entity(e)
-                    .map_err(|ps| {
-                        problems.extend(
-                            ps.into_iter()
-                                .map(|p| format!("entity #{} ({}): {p}", i + 1, e.name)),
-                        )
-                    })
-                    .ok()
-            })
-            .collect();
-        let mut command_handlers = Vec::new();
-        for (i, e) in raw.entity.iter().enumerate() {
-            match handlers(e, raw.cohort.dispatch.claim_timeout) {
-                Ok(hs) => command_handlers.extend(hs),
-                Err(ps) => problems.extend(
-                    ps.into_iter()
-                        .map(|p| format!("entity #{} ({}): {p}", i + 1, e.name)),
-                ),
-            }
-        }
-        let mut builder = StaticRuleProvider::builder();
-        for c in &raw.category {
-            match category(c) {
-                Ok(Built::Rules(rule, overrides, caps)) => {
-                    builder = builder.category_with(&c.name, rule, overrides, caps)
-                }
-                Ok(Built::Alias(target)) => builder = builder.alias(&c.name, target),
-                Err(ps) => problems.extend(
-                    ps.into_iter()
-                        .map(|p| format!("category {:?}: {p}", c.name)),
-                ),
-            }
-        }
-        let rules = builder
-            .build()
-            .map_err(|ps| problems.extend(ps.into_iter().map(|p| p.to_string())))
-            .ok();
-        for t in &raw.tenant {
-            if t.tags.iter().any(|tag| tag.trim().is_empty()) {
-                problems.push(format!("[[tenant]] {:?}: a tag must not be empty", t.id));
-            }
-        }
-        if !raw.tenant.is_empty() && raw.tenants_query.is_some() {
-            problems.push("give either [[tenant]] entries or tenants_query, not both".into());
-        }
+        let entities = entity_declarations(&raw, &mut problems);
+        let command_handlers = command_handlers(&raw, &mut problems);
+        let rules = category_rules(&raw, &mut problems);
+        check_tenants(&raw, &mut problems);
         if !problems.is_empty() {
             return Err(Error::Policy(Problems::global(problems)));
         }
@@ -166,6 +113,85 @@ impl PolicyFile {
 impl RawPolicy {
     fn config_check(&self) -> Result<()> {
         self.cohort.validate()
+    }
+}
+
+/// Refuses a document with a NUL character in a string or key, naming each place.
+fn refuse_nul(value: &toml::Value) -> Result<()> {
+    let mut nul = Vec::new();
+    nul_strings(value, "", &mut nul);
+    if !nul.is_empty() {
+        return Err(Error::Policy(Problems::one(format!(
+            "NUL characters are not allowed (PostgreSQL text cannot hold them), found in: {}",
+            nul.join(", ")
+        ))));
+    }
+    Ok(())
+}
+
+/// The `[[entity]]` declarations that convert; each problem names its entity.
+fn entity_declarations(raw: &RawPolicy, problems: &mut Vec<String>) -> Vec<EntityDeclaration> {
+    raw.entity
+        .iter()
+        .enumerate()
+        .filter_map(|(i, e)| {
+            entity(e)
+                .map_err(|ps| {
+                    problems.extend(
+                        ps.into_iter()
+                            .map(|p| format!("entity #{} ({}): {p}", i + 1, e.name)),
+                    )
+                })
+                .ok()
+        })
+        .collect()
+}
+
+/// Every entity's command handlers; each problem names its entity.
+fn command_handlers(raw: &RawPolicy, problems: &mut Vec<String>) -> Vec<PolicyHandler> {
+    let mut command_handlers = Vec::new();
+    for (i, e) in raw.entity.iter().enumerate() {
+        match handlers(e, raw.cohort.dispatch.claim_timeout) {
+            Ok(hs) => command_handlers.extend(hs),
+            Err(ps) => problems.extend(
+                ps.into_iter()
+                    .map(|p| format!("entity #{} ({}): {p}", i + 1, e.name)),
+            ),
+        }
+    }
+    command_handlers
+}
+
+/// The `[[category]]` rules built into a provider; each category's problems name it.
+fn category_rules(raw: &RawPolicy, problems: &mut Vec<String>) -> Option<StaticRuleProvider> {
+    let mut builder = StaticRuleProvider::builder();
+    for c in &raw.category {
+        match category(c) {
+            Ok(Built::Rules(rule, overrides, caps)) => {
+                builder = builder.category_with(&c.name, rule, overrides, caps)
+            }
+            Ok(Built::Alias(target)) => builder = builder.alias(&c.name, target),
+            Err(ps) => problems.extend(
+                ps.into_iter()
+                    .map(|p| format!("category {:?}: {p}", c.name)),
+            ),
+        }
+    }
+    builder
+        .build()
+        .map_err(|ps| problems.extend(ps.into_iter().map(|p| p.to_string())))
+        .ok()
+}
+
+/// Tenant tags are not empty; tenants come from `[[tenant]]` or tenants_query, not both.
+fn check_tenants(raw: &RawPolicy, problems: &mut Vec<String>) {
+    for t in &raw.tenant {
+        if t.tags.iter().any(|tag| tag.trim().is_empty()) {
+            problems.push(format!("[[tenant]] {:?}: a tag must not be empty", t.id));
+        }
+    }
+    if !raw.tenant.is_empty() && raw.tenants_query.is_some() {
+        problems.push("give either [[tenant]] entries or tenants_query, not both".into());
     }
 }
 

@@ -65,7 +65,33 @@ pub async fn move_schema(conn: &mut PgConnection, from: &str, to: &str) -> Resul
     }
 }
 
+/// The move inside the caller's transaction; an error refuses it (the caller rolls back).
 async fn move_in(tx: &mut PgConnection, from: &str, to: &str) -> Result<Vec<String>> {
+    lock_migrations(tx, from, to).await?;
+    check_source(tx, from).await?;
+    let names: Vec<&str> = CohortTable::ALL
+        .iter()
+        .map(|t| t.name())
+        .chain([SQLX_HISTORY])
+        .collect();
+    let owned: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
+    clear_target(tx, to, owned.clone()).await?;
+    refuse_in_flight(tx, from).await?;
+    statements::create_schema(to)
+        .raw()
+        .execute(&mut *tx)
+        .await?;
+    let moved = move_tables(tx, from, to, &names, owned).await?;
+    move_hold_functions(tx, from, to).await?;
+    if moved.iter().any(|t| t == SQLX_HISTORY) {
+        rewrite_sqlx_checksums(tx, from, to).await?;
+    }
+    leave_marker(tx, from, to).await?;
+    Ok(moved)
+}
+
+/// Takes both schemas' migration locks, in a fixed order.
+async fn lock_migrations(tx: &mut PgConnection, from: &str, to: &str) -> Result<()> {
     // Both migration locks, in a fixed order: no migration or other move of
     // either schema runs meanwhile.
     let (first, second) = if from < to { (from, to) } else { (to, from) };
@@ -75,6 +101,11 @@ async fn move_in(tx: &mut PgConnection, from: &str, to: &str) -> Result<Vec<Stri
             .execute(&mut *tx)
             .await?;
     }
+    Ok(())
+}
+
+/// `from` holds a current install of Cohort's tables (not the marker of a move).
+async fn check_source(tx: &mut PgConnection, from: &str) -> Result<()> {
     if is_marker(tx, from).await? {
         return Err(Error::NotFound(format!(
             "Cohort's tables were already moved out of schema {from:?} (its sweep_run says where)"
@@ -94,13 +125,12 @@ async fn move_in(tx: &mut PgConnection, from: &str, to: &str) -> Result<Vec<Stri
         }
         Some(_) => {}
     }
-    let names: Vec<&str> = CohortTable::ALL
-        .iter()
-        .map(|t| t.name())
-        .chain([SQLX_HISTORY])
-        .collect();
-    let owned: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
-    let taken: Vec<String> = statements::taken(to.to_owned(), owned.clone())
+    Ok(())
+}
+
+/// `to` has none of the tables' names, but what a move away left there (dropped).
+async fn clear_target(tx: &mut PgConnection, to: &str, owned: Vec<String>) -> Result<()> {
+    let taken: Vec<String> = statements::taken(to.to_owned(), owned)
         .query_scalar()
         .fetch_all(&mut *tx)
         .await?;
@@ -120,6 +150,11 @@ async fn move_in(tx: &mut PgConnection, from: &str, to: &str) -> Result<Vec<Stri
             taken.join(", ")
         )));
     }
+    Ok(())
+}
+
+/// Refuses the move while a run or a delivery is in flight in `from`.
+async fn refuse_in_flight(tx: &mut PgConnection, from: &str) -> Result<()> {
     // Nothing may be mid-flight: its process would go on writing to names
     // that no longer exist. Locks on both tables keep new work out until
     // the move commits.
@@ -152,10 +187,17 @@ async fn move_in(tx: &mut PgConnection, from: &str, to: &str) -> Result<Vec<Stri
              stop the workers and dispatchers (or wait for them), then move"
         )));
     }
-    statements::create_schema(to)
-        .raw()
-        .execute(&mut *tx)
-        .await?;
+    Ok(())
+}
+
+/// Moves each table of `names` present in `from` to `to`; the names moved, in order.
+async fn move_tables(
+    tx: &mut PgConnection,
+    from: &str,
+    to: &str,
+    names: &[&str],
+    owned: Vec<String>,
+) -> Result<Vec<String>> {
     let present: Vec<String> = statements::present(from.to_owned(), owned)
         .query_scalar()
         .fetch_all(&mut *tx)
@@ -169,6 +211,11 @@ async fn move_in(tx: &mut PgConnection, from: &str, to: &str) -> Result<Vec<Stri
             .await?;
         moved.push((*name).to_owned());
     }
+    Ok(moved)
+}
+
+/// Makes the hold functions in `to` and drops them from `from`.
+async fn move_hold_functions(tx: &mut PgConnection, from: &str, to: &str) -> Result<()> {
     // The hold functions: made again in `to` (the trigger of the moved
     // hold table repointed to them), then dropped from `from`.
     let functions = super::migrate::render(super::migrate::HOLD_FUNCTIONS, to);
@@ -179,9 +226,11 @@ async fn move_in(tx: &mut PgConnection, from: &str, to: &str) -> Result<Vec<Stri
         .raw()
         .execute(&mut *tx)
         .await?;
-    if moved.iter().any(|t| t == SQLX_HISTORY) {
-        rewrite_sqlx_checksums(tx, from, to).await?;
-    }
+    Ok(())
+}
+
+/// Leaves the marker in `from` that says where the tables went.
+async fn leave_marker(tx: &mut PgConnection, from: &str, to: &str) -> Result<()> {
     // The marker: a process still configured with `from` finds this, not
     // an empty schema it would install a fresh ledger into.
     let marker = CohortTable::SweepRun.qualified(from);
@@ -197,7 +246,7 @@ async fn move_in(tx: &mut PgConnection, from: &str, to: &str) -> Result<Vec<Stri
         .raw()
         .execute(&mut *tx)
         .await?;
-    Ok(moved)
+    Ok(())
 }
 
 /// Whether the tables of Cohort's names in `schema` are only what a move

@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 
 use super::catalog::{ColumnInfo, InsertHook, TableInfo};
 use crate::error::Problem;
-use crate::model::{AnonymiseMethod, EntityDescriptor, ARCHIVED_AT, ARCHIVE_RUN_ID};
+use crate::model::{AnonymiseMethod, ArchiveTarget, EntityDescriptor, ARCHIVED_AT, ARCHIVE_RUN_ID};
 use crate::rules::{CategoryCapabilities, Strategy};
 
 /// Whether every value of column `from` is stored unchanged in column
@@ -96,25 +96,48 @@ pub(crate) fn check(
             e.category
         ));
     }
+    let Some(target) = archive_target(e, archive, archive_table, &mut problems) else {
+        return problems;
+    };
+    let name = archive.table.display_plain();
+    check_insert_hooks(&name, hooks, &mut problems);
+    check_archived_keys(e, archive, &mut problems);
+    check_archived_columns(e, archive, source, target, &name, &mut problems);
+    check_archive_bookkeeping(target, &name, &mut problems);
+    check_unfilled_columns(archive, target, &name, &mut problems);
+    problems
+}
+
+/// The live archive table, if usable: not the entity's own table, existing, a table.
+fn archive_target<'t>(
+    e: &EntityDescriptor,
+    archive: &ArchiveTarget,
+    archive_table: Option<&'t TableInfo>,
+    problems: &mut Vec<String>,
+) -> Option<&'t TableInfo> {
     if archive.table == e.table {
         problems.push("the archive table is the entity's own table".into());
-        return problems;
+        return None;
     }
     let Some(target) = archive_table else {
         problems.push(format!(
             "archive table {} does not exist",
             archive.table.display_plain()
         ));
-        return problems;
+        return None;
     };
     if !matches!(target.relkind.as_str(), "r" | "p") {
         problems.push(format!(
             "archive table {} is not a table",
             archive.table.display_plain()
         ));
-        return problems;
+        return None;
     }
-    let name = archive.table.display_plain();
+    Some(target)
+}
+
+/// No INSERT rule or BEFORE row trigger on the archive table can change a copy.
+fn check_insert_hooks(name: &str, hooks: &[InsertHook], problems: &mut Vec<String>) {
     // A row deleted from the source must arrive in the archive as it was
     // copied: a rule can rewrite the INSERT into something else (or
     // nothing), a BEFORE row trigger can change the row or return NULL
@@ -134,6 +157,10 @@ pub(crate) fn check(
             ),
         });
     }
+}
+
+/// The archived columns leave out the bookkeeping columns and include the record key.
+fn check_archived_keys(e: &EntityDescriptor, archive: &ArchiveTarget, problems: &mut Vec<String>) {
     for reserved in [ARCHIVED_AT, ARCHIVE_RUN_ID] {
         if archive.columns.iter().any(|c| c == reserved) {
             problems.push(format!(
@@ -147,47 +174,75 @@ pub(crate) fn check(
             e.record_id
         ));
     }
+}
+
+/// Each archived column, knowing which are anonymised to NULL on the way.
+fn check_archived_columns(
+    e: &EntityDescriptor,
+    archive: &ArchiveTarget,
+    source: &TableInfo,
+    target: &TableInfo,
+    name: &str,
+    problems: &mut Vec<String>,
+) {
     let anonymised: BTreeSet<&str> = if archive.anonymise {
         e.anonymise.iter().map(|a| a.column.as_str()).collect()
     } else {
         BTreeSet::new()
     };
     for column in &archive.columns {
-        let Some(from) = source.column(column) else {
-            problems.push(format!(
-                "archive column {column:?} is not a column of {}",
-                e.table.display_plain()
-            ));
-            continue;
-        };
-        let Some(to) = target.column(column) else {
-            problems.push(format!("archive table {name} has no column {column:?}"));
-            continue;
-        };
-        if to.generated {
-            problems.push(format!(
-                "archive column {column:?} is a generated column of {name}: it cannot be written; leave it out of the archived columns"
-            ));
-            continue;
-        }
-        if !fits(from, to) {
-            problems.push(format!(
-                "archive column {column:?} is {} in {name} but {} in {}: archived values must keep their type, with a modifier at least as wide (a narrower one rounds or cuts values silently)",
-                to.display_type,
-                from.display_type,
-                e.table.display_plain()
-            ));
-        }
         let nulled = anonymised.contains(column.as_str())
             && e.anonymise
                 .iter()
                 .any(|a| a.column == *column && a.method == AnonymiseMethod::Null);
-        if nulled && to.not_null {
-            problems.push(format!(
-                "column {column:?} is anonymised to NULL on archive, but it is NOT NULL in {name}"
-            ));
-        }
+        check_archived_column(e, source, target, name, column, nulled, problems);
     }
+}
+
+/// One archived column: on both sides, writable, its type kept, NULL allowed if nulled.
+fn check_archived_column(
+    e: &EntityDescriptor,
+    source: &TableInfo,
+    target: &TableInfo,
+    name: &str,
+    column: &str,
+    nulled: bool,
+    problems: &mut Vec<String>,
+) {
+    let Some(from) = source.column(column) else {
+        problems.push(format!(
+            "archive column {column:?} is not a column of {}",
+            e.table.display_plain()
+        ));
+        return;
+    };
+    let Some(to) = target.column(column) else {
+        problems.push(format!("archive table {name} has no column {column:?}"));
+        return;
+    };
+    if to.generated {
+        problems.push(format!(
+            "archive column {column:?} is a generated column of {name}: it cannot be written; leave it out of the archived columns"
+        ));
+        return;
+    }
+    if !fits(from, to) {
+        problems.push(format!(
+            "archive column {column:?} is {} in {name} but {} in {}: archived values must keep their type, with a modifier at least as wide (a narrower one rounds or cuts values silently)",
+            to.display_type,
+            from.display_type,
+            e.table.display_plain()
+        ));
+    }
+    if nulled && to.not_null {
+        problems.push(format!(
+            "column {column:?} is anonymised to NULL on archive, but it is NOT NULL in {name}"
+        ));
+    }
+}
+
+/// The archive table has `archived_at` and `run_id` columns of the right types.
+fn check_archive_bookkeeping(target: &TableInfo, name: &str, problems: &mut Vec<String>) {
     for (column, type_name, display) in [
         (ARCHIVED_AT, "timestamptz", "timestamptz"),
         (ARCHIVE_RUN_ID, "uuid", "uuid"),
@@ -203,6 +258,15 @@ pub(crate) fn check(
             Some(_) => {}
         }
     }
+}
+
+/// Every NOT NULL column of the archive table without a default is one the archive fills.
+fn check_unfilled_columns(
+    archive: &ArchiveTarget,
+    target: &TableInfo,
+    name: &str,
+    problems: &mut Vec<String>,
+) {
     for c in &target.columns {
         let filled =
             archive.columns.contains(&c.name) || c.name == ARCHIVED_AT || c.name == ARCHIVE_RUN_ID;
@@ -213,7 +277,6 @@ pub(crate) fn check(
             ));
         }
     }
-    problems
 }
 
 /// Problems of source and archive together: an archive that keeps a

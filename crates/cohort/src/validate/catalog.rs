@@ -171,6 +171,8 @@ pub(crate) async fn did_you_mean_table(
         .unwrap_or_default())
 }
 
+/// The relation `name` with its columns, indexes and foreign keys, both
+/// ways (`None`: there is no such relation).
 pub(crate) async fn load_table(
     conn: &mut PgConnection,
     name: &QualifiedName,
@@ -183,8 +185,28 @@ pub(crate) async fn load_table(
         return Ok(None);
     };
     let oid: Oid = row.try_get("oid")?;
+    let columns = load_columns(conn, oid).await?;
+    let indexes = load_indexes(conn, oid).await?;
+    let foreign_keys = load_foreign_keys(conn, oid).await?;
+    let referenced_by = load_referenced_by(conn, oid).await?;
+    Ok(Some(TableInfo {
+        referenced_by,
+        oid: oid.0,
+        name: name.clone(),
+        relkind: row.try_get("relkind")?,
+        is_partition: row.try_get("relispartition")?,
+        inherits: row.try_get("inherits")?,
+        has_inheritance_children: row.try_get("has_children")?,
+        comment: row.try_get("comment")?,
+        columns,
+        indexes,
+        foreign_keys,
+    }))
+}
 
-    let columns = statements::columns(oid)
+/// The columns of the relation `oid`, in order.
+async fn load_columns(conn: &mut PgConnection, oid: Oid) -> Result<Vec<ColumnInfo>, sqlx::Error> {
+    statements::columns(oid)
         .query()
         .fetch_all(&mut *conn)
         .await?
@@ -205,9 +227,12 @@ pub(crate) async fn load_table(
                 generated: r.try_get("generated")?,
             })
         })
-        .collect::<Result<Vec<_>, sqlx::Error>>()?;
+        .collect()
+}
 
-    let indexes = statements::indexes(oid)
+/// The indexes of the relation `oid`.
+async fn load_indexes(conn: &mut PgConnection, oid: Oid) -> Result<Vec<IndexInfo>, sqlx::Error> {
+    statements::indexes(oid)
         .query()
         .fetch_all(&mut *conn)
         .await?
@@ -223,9 +248,15 @@ pub(crate) async fn load_table(
                 columns: r.try_get("columns")?,
             })
         })
-        .collect::<Result<Vec<_>, sqlx::Error>>()?;
+        .collect()
+}
 
-    let foreign_keys = statements::foreign_keys(oid)
+/// The foreign keys of the relation `oid`.
+async fn load_foreign_keys(
+    conn: &mut PgConnection,
+    oid: Oid,
+) -> Result<Vec<ForeignKeyInfo>, sqlx::Error> {
+    statements::foreign_keys(oid)
         .query()
         .fetch_all(&mut *conn)
         .await?
@@ -237,9 +268,15 @@ pub(crate) async fn load_table(
                 references: QualifiedName::from_columns(&r, "ref_schema", "ref_table")?,
             })
         })
-        .collect::<Result<Vec<_>, sqlx::Error>>()?;
+        .collect()
+}
 
-    let referenced_by = statements::referenced_by(oid)
+/// The foreign keys that reference the relation `oid`.
+async fn load_referenced_by(
+    conn: &mut PgConnection,
+    oid: Oid,
+) -> Result<Vec<IncomingKey>, sqlx::Error> {
+    statements::referenced_by(oid)
         .query()
         .fetch_all(&mut *conn)
         .await?
@@ -254,21 +291,7 @@ pub(crate) async fn load_table(
                 child_indexed: r.try_get("child_indexed")?,
             })
         })
-        .collect::<Result<Vec<_>, sqlx::Error>>()?;
-
-    Ok(Some(TableInfo {
-        referenced_by,
-        oid: oid.0,
-        name: name.clone(),
-        relkind: row.try_get("relkind")?,
-        is_partition: row.try_get("relispartition")?,
-        inherits: row.try_get("inherits")?,
-        has_inheritance_children: row.try_get("has_children")?,
-        comment: row.try_get("comment")?,
-        columns,
-        indexes,
-        foreign_keys,
-    }))
+        .collect()
 }
 
 /// A foreign-key action that a DELETE from a table sets off, directly or

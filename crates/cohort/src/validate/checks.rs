@@ -10,7 +10,9 @@ use std::collections::BTreeMap;
 use super::catalog::{CascadeEdge, ColumnInfo, ServerInfo, TableInfo};
 use crate::error::Problem;
 use crate::ident::QualifiedName;
-use crate::model::{looks_like_tenant, AnonymiseMethod, EntityDescriptor, Marker};
+use crate::model::{
+    looks_like_tenant, AnonymiseMethod, AnonymisedColumn, EntityDescriptor, Marker,
+};
 use crate::rules::{CategoryCapabilities, Strategy};
 use crate::schema::{CohortTable, SCHEMA_VERSION};
 
@@ -426,7 +428,6 @@ fn check_record_key(
     capabilities: Option<&CategoryCapabilities>,
     problems: &mut Vec<String>,
 ) {
-    let t = table.name.display_plain();
     // The record key: one column, unique on its own. On a partitioned
     // table PostgreSQL only allows unique indexes that include the
     // partition key, so for partition purge of a purge-only category
@@ -438,53 +439,54 @@ fn check_record_key(
         !c.allows(crate::rules::Strategy::Anonymise)
             && !c.allows(crate::rules::Strategy::SoftDelete)
     });
-    let partitioned_key = |columns: &[String]| {
-        table.relkind == "p"
-            && entity.partitions == crate::model::Partitions::Drop
-            && purge_only
-            && columns.len() == 2
-            && columns.contains(&entity.record_id)
-            && columns.contains(&entity.anchor)
-    };
     if let Some(col) = table.column(&entity.record_id) {
-        if let Some(pk) = table.indexes.iter().find(|i| i.primary) {
-            if pk.columns.len() > 1 && !partitioned_key(&pk.columns) {
-                problems.push(format!(
-                    "{t} has a composite primary key ({}); Cohort needs a single-column record key{}",
-                    pk.columns.join(", "),
-                    if table.relkind == "p" {
-                        " (on a partitioned table a key unique together with the anchor is accepted only with partitions = \"drop\" and a category that only purges)"
-                    } else {
-                        ""
-                    }
-                ));
-            }
-        }
-        // Only an index that guarantees uniqueness right now counts: a
-        // failed CREATE UNIQUE INDEX CONCURRENTLY leaves an invalid index
-        // over duplicate keys, and a deferrable one allows them mid-transaction.
-        let is_key_index = |i: &&super::catalog::IndexInfo| {
-            (i.primary || i.unique)
-                && !i.partial
-                && (i.columns == [entity.record_id.clone()] || partitioned_key(&i.columns))
-        };
-        let unique_alone = table.indexes.iter().filter(is_key_index).any(|i| i.usable);
-        if !unique_alone && table.indexes.iter().any(|i| is_key_index(&i)) {
+        check_primary_key(entity, table, purge_only, problems);
+        check_key_unique(entity, table, purge_only, col, problems);
+        check_key_column(col, problems);
+    }
+}
+
+/// Whether `columns` are the (record key, anchor) pair a partition purge may key by.
+fn is_partitioned_key(
+    entity: &EntityDescriptor,
+    table: &TableInfo,
+    purge_only: bool,
+    columns: &[String],
+) -> bool {
+    table.relkind == "p"
+        && entity.partitions == crate::model::Partitions::Drop
+        && purge_only
+        && columns.len() == 2
+        && columns.contains(&entity.record_id)
+        && columns.contains(&entity.anchor)
+}
+
+/// Whether index `i` makes the record key unique on its own (the pair counts, too).
+fn is_key_index(
+    entity: &EntityDescriptor,
+    table: &TableInfo,
+    purge_only: bool,
+    i: &super::catalog::IndexInfo,
+) -> bool {
+    (i.primary || i.unique)
+        && !i.partial
+        && (i.columns == [entity.record_id.clone()]
+            || is_partitioned_key(entity, table, purge_only, &i.columns))
+}
+
+/// No primary key of several columns (but the accepted partitioned pair).
+fn check_primary_key(
+    entity: &EntityDescriptor,
+    table: &TableInfo,
+    purge_only: bool,
+    problems: &mut Vec<String>,
+) {
+    let t = table.name.display_plain();
+    if let Some(pk) = table.indexes.iter().find(|i| i.primary) {
+        if pk.columns.len() > 1 && !is_partitioned_key(entity, table, purge_only, &pk.columns) {
             problems.push(format!(
-                "the unique index on record key column {:?} is not valid, ready and immediate (a failed CREATE UNIQUE INDEX CONCURRENTLY, or a DEFERRABLE constraint); duplicate keys would let one batch reach rows it did not select. Rebuild it (REINDEX) or drop and recreate it",
-                col.name
-            ));
-        }
-        if !unique_alone
-            && !table.indexes.iter().any(|i| is_key_index(&i))
-            && !table
-                .indexes
-                .iter()
-                .any(|i| i.primary && i.columns.len() > 1)
-        {
-            problems.push(format!(
-                "record key column {:?} is not a primary key or unique on its own; holds and audit need a unique single-column key{}",
-                col.name,
+                "{t} has a composite primary key ({}); Cohort needs a single-column record key{}",
+                pk.columns.join(", "),
                 if table.relkind == "p" {
                     " (on a partitioned table a key unique together with the anchor is accepted only with partitions = \"drop\" and a category that only purges)"
                 } else {
@@ -492,19 +494,61 @@ fn check_record_key(
                 }
             ));
         }
-        // char(n) is padded: its values would not compare equal to themselves as text.
-        if !KEY_TYPES.contains(&col.type_name.as_str()) || col.type_name == "bpchar" {
-            problems.push(format!(
-                "record key column {:?} is {}; supported key types are uuid, integer types, text and varchar",
-                col.name, col.display_type
-            ));
-        }
-        if !col.not_null {
-            problems.push(format!(
-                "record key column {:?} allows NULL; a record key must be NOT NULL",
-                col.name
-            ));
-        }
+    }
+}
+
+/// The record key has a unique index of its own that is usable now.
+fn check_key_unique(
+    entity: &EntityDescriptor,
+    table: &TableInfo,
+    purge_only: bool,
+    col: &ColumnInfo,
+    problems: &mut Vec<String>,
+) {
+    // Only an index that guarantees uniqueness right now counts: a
+    // failed CREATE UNIQUE INDEX CONCURRENTLY leaves an invalid index
+    // over duplicate keys, and a deferrable one allows them mid-transaction.
+    let key_index = |i: &&super::catalog::IndexInfo| is_key_index(entity, table, purge_only, i);
+    let unique_alone = table.indexes.iter().filter(key_index).any(|i| i.usable);
+    if !unique_alone && table.indexes.iter().any(|i| key_index(&i)) {
+        problems.push(format!(
+            "the unique index on record key column {:?} is not valid, ready and immediate (a failed CREATE UNIQUE INDEX CONCURRENTLY, or a DEFERRABLE constraint); duplicate keys would let one batch reach rows it did not select. Rebuild it (REINDEX) or drop and recreate it",
+            col.name
+        ));
+    }
+    if !unique_alone
+        && !table.indexes.iter().any(|i| key_index(&i))
+        && !table
+            .indexes
+            .iter()
+            .any(|i| i.primary && i.columns.len() > 1)
+    {
+        problems.push(format!(
+            "record key column {:?} is not a primary key or unique on its own; holds and audit need a unique single-column key{}",
+            col.name,
+            if table.relkind == "p" {
+                " (on a partitioned table a key unique together with the anchor is accepted only with partitions = \"drop\" and a category that only purges)"
+            } else {
+                ""
+            }
+        ));
+    }
+}
+
+/// The record key column is of a key type and NOT NULL.
+fn check_key_column(col: &ColumnInfo, problems: &mut Vec<String>) {
+    // char(n) is padded: its values would not compare equal to themselves as text.
+    if !KEY_TYPES.contains(&col.type_name.as_str()) || col.type_name == "bpchar" {
+        problems.push(format!(
+            "record key column {:?} is {}; supported key types are uuid, integer types, text and varchar",
+            col.name, col.display_type
+        ));
+    }
+    if !col.not_null {
+        problems.push(format!(
+            "record key column {:?} allows NULL; a record key must be NOT NULL",
+            col.name
+        ));
     }
 }
 
@@ -588,6 +632,28 @@ fn check_markers_and_anonymise(
     table: &TableInfo,
     problems: &mut Vec<String>,
 ) {
+    check_soft_delete_and_subjects(entity, table, problems);
+    let markers: Vec<&str> = Marker::ALL
+        .iter()
+        .filter_map(|m| entity.marker(*m))
+        .collect();
+    for a in &entity.anonymise {
+        check_anonymised_role(entity, table, &markers, a, problems);
+        check_anonymise_literal(a, problems);
+        let Some(col) = table.column(&a.column) else {
+            continue;
+        };
+        check_anonymised_length(entity, table, a, col, problems);
+        check_anonymise_method(table, a, col, problems);
+    }
+}
+
+/// The soft-delete flag is boolean, and subject columns are of a key type.
+fn check_soft_delete_and_subjects(
+    entity: &EntityDescriptor,
+    table: &TableInfo,
+    problems: &mut Vec<String>,
+) {
     if let Some(col) = entity.soft_delete.as_deref().and_then(|c| table.column(c)) {
         if col.type_name != "bool" {
             problems.push(format!(
@@ -607,107 +673,130 @@ fn check_markers_and_anonymise(
             ));
         }
     }
-    let markers: Vec<&str> = Marker::ALL
+}
+
+/// An anonymised column is no marker or anchor, nor part of a referenced key.
+fn check_anonymised_role(
+    entity: &EntityDescriptor,
+    table: &TableInfo,
+    markers: &[&str],
+    a: &AnonymisedColumn,
+    problems: &mut Vec<String>,
+) {
+    if markers.contains(&a.column.as_str()) || a.column == entity.anchor {
+        problems.push(format!(
+            "column {:?} is both anonymised and a marker or anchor; Cohort will not scrub the columns it relies on",
+            a.column
+        ));
+    }
+    // Rewriting a referenced key would reach the rows that reference it
+    // (ON UPDATE CASCADE rewrites them, held or not) or fail every batch.
+    for k in table
+        .referenced_by
         .iter()
-        .filter_map(|m| entity.marker(*m))
-        .collect();
-    for a in &entity.anonymise {
-        if markers.contains(&a.column.as_str()) || a.column == entity.anchor {
+        .filter(|k| k.parent_columns.contains(&a.column))
+    {
+        problems.push(format!(
+            "column {:?} is anonymised but is part of a key that foreign key {:?} on {} references; scrubbing it would change or break the rows that reference it",
+            a.column,
+            k.name,
+            k.child.display_plain()
+        ));
+    }
+}
+
+/// A literal method's text holds no NUL and renders.
+fn check_anonymise_literal(a: &AnonymisedColumn, problems: &mut Vec<String>) {
+    if let AnonymiseMethod::Literal(v) = &a.method {
+        if v.contains('\0') {
             problems.push(format!(
-                "column {:?} is both anonymised and a marker or anchor; Cohort will not scrub the columns it relies on",
+                "the literal for column {:?} contains a NUL character, which PostgreSQL text cannot store",
                 a.column
             ));
         }
-        // Rewriting a referenced key would reach the rows that reference it
-        // (ON UPDATE CASCADE rewrites them, held or not) or fail every batch.
-        for k in table
-            .referenced_by
-            .iter()
-            .filter(|k| k.parent_columns.contains(&a.column))
-        {
+        if let Err(e) = crate::model::render_literal(v, chrono::DateTime::UNIX_EPOCH, None) {
+            problems.push(format!("the literal for column {:?}: {e}", a.column));
+        }
+    }
+}
+
+/// What the method writes fits the column's length.
+fn check_anonymised_length(
+    entity: &EntityDescriptor,
+    table: &TableInfo,
+    a: &AnonymisedColumn,
+    col: &ColumnInfo,
+    problems: &mut Vec<String>,
+) {
+    // The longest tenant id a `{tenant}` can render, as the tenant
+    // column's type allows (a uuid is 36 characters); `None` when the
+    // type sets no bound (text): then each tenant is as long as it is.
+    let tenant_column = entity.tenant.as_deref().and_then(|t| table.column(t));
+    let longest_tenant = tenant_column.and_then(longest_tenant_id);
+    let uses_tenant = matches!(&a.method, AnonymiseMethod::Literal(v) if v.contains("{tenant}"));
+    let written = match &a.method {
+        AnonymiseMethod::Hash => Some(crate::sql::HASH_HEX_CHARS),
+        // As rendered: a `{now}` is 20 characters, a `{tenant}` as long
+        // as the longest id the tenant column can hold.
+        AnonymiseMethod::Literal(v) => {
+            let tenant = "0".repeat(longest_tenant.unwrap_or(0));
+            crate::model::render_literal(v, chrono::DateTime::UNIX_EPOCH, Some(&tenant))
+                .ok()
+                .map(|r| r.chars().count())
+        }
+        _ => None,
+    };
+    if let (Some(n), Some(max)) = (written, col.max_chars) {
+        if n > usize::try_from(max).unwrap_or(0) {
+            let tenant_note = match (uses_tenant, tenant_column, longest_tenant) {
+                (true, Some(tc), Some(k)) => format!(
+                    ", its {{tenant}} counted as the longest id of the tenant column ({}: {k} characters)",
+                    tc.display_type
+                ),
+                _ => String::new(),
+            };
             problems.push(format!(
-                "column {:?} is anonymised but is part of a key that foreign key {:?} on {} references; scrubbing it would change or break the rows that reference it",
-                a.column,
-                k.name,
-                k.child.display_plain()
+                "column {:?} is {} but the {} anonymise method writes {n} characters{tenant_note}; every batch would fail (value too long). Widen the column or choose another method",
+                col.name,
+                col.display_type,
+                a.method.kind()
             ));
         }
-        if let AnonymiseMethod::Literal(v) = &a.method {
-            if v.contains('\0') {
-                problems.push(format!(
-                    "the literal for column {:?} contains a NUL character, which PostgreSQL text cannot store",
-                    a.column
-                ));
-            }
-            if let Err(e) = crate::model::render_literal(v, chrono::DateTime::UNIX_EPOCH, None) {
-                problems.push(format!("the literal for column {:?}: {e}", a.column));
-            }
+    }
+}
+
+/// The method suits the column: NULL if nullable, one value if not unique, text if text.
+fn check_anonymise_method(
+    table: &TableInfo,
+    a: &AnonymisedColumn,
+    col: &ColumnInfo,
+    problems: &mut Vec<String>,
+) {
+    match &a.method {
+        AnonymiseMethod::Null if col.not_null => problems.push(format!(
+            "column {:?} is anonymised to NULL but is NOT NULL; use empty, a literal or a custom anonymiser",
+            col.name
+        )),
+        AnonymiseMethod::Empty | AnonymiseMethod::Literal(_)
+            if table.indexes.iter().any(|i| {
+                (i.primary || i.unique) && !i.partial && i.columns == [col.name.clone()]
+            }) =>
+        {
+            problems.push(format!(
+                "column {:?} is unique, but the {} anonymise method writes the same value into every row: the second row of a batch would violate the unique index and retention would never happen. Use null, hash or a custom anonymiser",
+                col.name,
+                a.method.kind()
+            ))
         }
-        let Some(col) = table.column(&a.column) else {
-            continue;
-        };
-        // The longest tenant id a `{tenant}` can render, as the tenant
-        // column's type allows (a uuid is 36 characters); `None` when the
-        // type sets no bound (text): then each tenant is as long as it is.
-        let tenant_column = entity.tenant.as_deref().and_then(|t| table.column(t));
-        let longest_tenant = tenant_column.and_then(longest_tenant_id);
-        let uses_tenant =
-            matches!(&a.method, AnonymiseMethod::Literal(v) if v.contains("{tenant}"));
-        let written = match &a.method {
-            AnonymiseMethod::Hash => Some(crate::sql::HASH_HEX_CHARS),
-            // As rendered: a `{now}` is 20 characters, a `{tenant}` as long
-            // as the longest id the tenant column can hold.
-            AnonymiseMethod::Literal(v) => {
-                let tenant = "0".repeat(longest_tenant.unwrap_or(0));
-                crate::model::render_literal(v, chrono::DateTime::UNIX_EPOCH, Some(&tenant))
-                    .ok()
-                    .map(|r| r.chars().count())
-            }
-            _ => None,
-        };
-        if let (Some(n), Some(max)) = (written, col.max_chars) {
-            if n > usize::try_from(max).unwrap_or(0) {
-                let tenant_note = match (uses_tenant, tenant_column, longest_tenant) {
-                    (true, Some(tc), Some(k)) => format!(
-                        ", its {{tenant}} counted as the longest id of the tenant column ({}: {k} characters)",
-                        tc.display_type
-                    ),
-                    _ => String::new(),
-                };
-                problems.push(format!(
-                    "column {:?} is {} but the {} anonymise method writes {n} characters{tenant_note}; every batch would fail (value too long). Widen the column or choose another method",
-                    col.name,
-                    col.display_type,
-                    a.method.kind()
-                ));
-            }
+        AnonymiseMethod::Empty | AnonymiseMethod::Literal(_) | AnonymiseMethod::Hash if !is_text(col) => {
+            problems.push(format!(
+                "column {:?} is {}; the {} anonymise method needs a text column",
+                col.name,
+                col.display_type,
+                a.method.kind()
+            ))
         }
-        match &a.method {
-            AnonymiseMethod::Null if col.not_null => problems.push(format!(
-                "column {:?} is anonymised to NULL but is NOT NULL; use empty, a literal or a custom anonymiser",
-                col.name
-            )),
-            AnonymiseMethod::Empty | AnonymiseMethod::Literal(_)
-                if table.indexes.iter().any(|i| {
-                    (i.primary || i.unique) && !i.partial && i.columns == [col.name.clone()]
-                }) =>
-            {
-                problems.push(format!(
-                    "column {:?} is unique, but the {} anonymise method writes the same value into every row: the second row of a batch would violate the unique index and retention would never happen. Use null, hash or a custom anonymiser",
-                    col.name,
-                    a.method.kind()
-                ))
-            }
-            AnonymiseMethod::Empty | AnonymiseMethod::Literal(_) | AnonymiseMethod::Hash if !is_text(col) => {
-                problems.push(format!(
-                    "column {:?} is {}; the {} anonymise method needs a text column",
-                    col.name,
-                    col.display_type,
-                    a.method.kind()
-                ))
-            }
-            _ => {}
-        }
+        _ => {}
     }
 }
 

@@ -516,7 +516,6 @@ async fn resolve_retained(
         Option<CategoryCapabilities>,
     )>,
 > {
-    let conventions = &config.conventions;
     let table_name = match declared_table(decl, config.table_schema()) {
         Ok(t) => t,
         Err(e) => {
@@ -524,6 +523,45 @@ async fn resolve_retained(
             return Ok(None);
         }
     };
+    check_unqualified_table(conn, config, decl, &table_name, problems).await?;
+    if refuse_ledger_table(conn, config, decl, &table_name, problems).await? {
+        return Ok(None);
+    }
+    let Some(table) = load_declared_table(conn, decl, &table_name, problems).await? else {
+        return Ok(None);
+    };
+    let Some(mut descriptor) = resolve_against(config, decl, &table, problems) else {
+        return Ok(None);
+    };
+    let caps = rules.capabilities(&descriptor.category);
+    check_against_table(
+        rules,
+        &descriptor,
+        &table,
+        caps.as_ref(),
+        tenant_candidates,
+        problems,
+    );
+    check_archive_and_partitions(
+        conn,
+        config,
+        &mut descriptor,
+        &table,
+        caps.as_ref(),
+        problems,
+    )
+    .await?;
+    Ok(Some((descriptor, table, caps)))
+}
+
+/// Refuses an unqualified table name that also exists in Cohort's own schema.
+async fn check_unqualified_table(
+    conn: &mut PgConnection,
+    config: &CohortConfig,
+    decl: &EntityDeclaration,
+    table_name: &QualifiedName,
+    problems: &mut Vec<Problem>,
+) -> Result<()> {
     // Since the default table schema became `public`, an unqualified name
     // that also exists in Cohort's own schema would silently change
     // tables on upgrade: refuse the ambiguity.
@@ -554,6 +592,17 @@ async fn resolve_retained(
             ));
         }
     }
+    Ok(())
+}
+
+/// Refuses one of Cohort's own ledger tables (`true`: refused, the problem added).
+async fn refuse_ledger_table(
+    conn: &mut PgConnection,
+    config: &CohortConfig,
+    decl: &EntityDeclaration,
+    table_name: &QualifiedName,
+    problems: &mut Vec<Problem>,
+) -> Result<bool> {
     if CohortTable::ALL.iter().any(|t| t.name() == table_name.name)
         && (table_name.schema == config.schema
             || catalog::is_cohort_schema(conn, &table_name.schema).await?)
@@ -565,10 +614,20 @@ async fn resolve_retained(
                 table_name.display_plain()
             ),
         ));
-        return Ok(None);
+        return Ok(true);
     }
-    let Some(table) = catalog::load_table(conn, &table_name).await? else {
-        let hint = catalog::did_you_mean_table(conn, &table_name).await?;
+    Ok(false)
+}
+
+/// The declared table; `None` when it does not exist (that problem, and the id's, added).
+async fn load_declared_table(
+    conn: &mut PgConnection,
+    decl: &EntityDeclaration,
+    table_name: &QualifiedName,
+    problems: &mut Vec<Problem>,
+) -> Result<Option<catalog::TableInfo>> {
+    let Some(table) = catalog::load_table(conn, table_name).await? else {
+        let hint = catalog::did_you_mean_table(conn, table_name).await?;
         problems.push(Problem::entity(
             decl.name(),
             format!("table {} does not exist{hint}", table_name.display_plain()),
@@ -578,42 +637,46 @@ async fn resolve_retained(
         }
         return Ok(None);
     };
+    Ok(Some(table))
+}
+
+/// The declaration resolved against the table's columns (`None`: problems added).
+fn resolve_against(
+    config: &CohortConfig,
+    decl: &EntityDeclaration,
+    table: &catalog::TableInfo,
+    problems: &mut Vec<Problem>,
+) -> Option<EntityDescriptor> {
     let available: Vec<String> = table.columns.iter().map(|c| c.name.clone()).collect();
-    let mut descriptor = match resolve(decl, conventions, config.table_schema(), &available) {
-        Ok(Resolved::Retained(d)) => *d,
+    match resolve(decl, &config.conventions, config.table_schema(), &available) {
+        Ok(Resolved::Retained(d)) => Some(*d),
         Ok(Resolved::Exempt(_)) => unreachable!("non-exempt declarations resolve as retained"),
         Err(ps) => {
             problems.extend(ps.into_iter().map(|p| Problem::entity(decl.name(), p)));
-            return Ok(None);
+            None
         }
-    };
-    let caps = rules.capabilities(&descriptor.category);
+    }
+}
+
+/// The entity's checks against its table and its category's capabilities.
+fn check_against_table(
+    rules: &dyn RuleProvider,
+    descriptor: &EntityDescriptor,
+    table: &catalog::TableInfo,
+    caps: Option<&CategoryCapabilities>,
+    tenant_candidates: &[&str],
+    problems: &mut Vec<Problem>,
+) {
     let known = if caps.is_none() {
         rules.known_categories()
     } else {
         Vec::new()
     };
     problems.extend(
-        checks::check_entity(
-            &descriptor,
-            &table,
-            caps.as_ref(),
-            tenant_candidates,
-            &known,
-        )
-        .into_iter()
-        .map(|p| Problem::entity(&descriptor.name, p)),
+        checks::check_entity(descriptor, table, caps, tenant_candidates, &known)
+            .into_iter()
+            .map(|p| Problem::entity(&descriptor.name, p)),
     );
-    check_archive_and_partitions(
-        conn,
-        config,
-        &mut descriptor,
-        &table,
-        caps.as_ref(),
-        problems,
-    )
-    .await?;
-    Ok(Some((descriptor, table, caps)))
 }
 
 /// The entity's archive table (its columns default to every column of
@@ -762,6 +825,28 @@ fn advice(
     capabilities: &BTreeMap<uuid::Uuid, CategoryCapabilities>,
     unkeyed: &[String],
 ) -> Vec<String> {
+    let mut warnings = settings_advice(config, entities, unkeyed);
+    warnings.extend(anchor_index_advice(entities, tables, capabilities));
+    warnings.extend(
+        entities
+            .iter()
+            .zip(tables)
+            .flat_map(|(e, t)| checks::subject_index_advice(e, t)),
+    );
+    // A stage measured from a marker finds its rows by that marker.
+    warnings.extend(marker_index_advice(entities, tables, capabilities));
+    // Soft deletes and anonymisations leave their rows where sweeps look:
+    // by the anchor, or by the marker of the stage they follow.
+    warnings.extend(done_rows_advice(entities, tables, capabilities));
+    warnings
+}
+
+/// Settings without effect, and hash anonymisation without a hash key.
+fn settings_advice(
+    config: &CohortConfig,
+    entities: &[EntityDescriptor],
+    unkeyed: &[String],
+) -> Vec<String> {
     let mut warnings: Vec<String> = config.settings_without_effect();
     if !unkeyed.is_empty() {
         warnings.push(format!(
@@ -779,27 +864,36 @@ fn advice(
                 .into(),
         );
     }
-    warnings.extend(
-        entities
-            .iter()
-            .zip(tables)
-            .filter_map(|(e, t)| {
-                let c = capabilities.get(&e.id)?;
-                if !c.iter().any(|s| s.mutates()) {
-                    return None;
-                }
-                let reads: Vec<_> = c.anchor_reads().collect();
-                checks::index_advice(e, t, &reads)
-            })
-            .collect::<Vec<_>>(),
-    );
-    warnings.extend(
-        entities
-            .iter()
-            .zip(tables)
-            .flat_map(|(e, t)| checks::subject_index_advice(e, t)),
-    );
-    // A stage measured from a marker finds its rows by that marker.
+    warnings
+}
+
+/// The anchor indexes of the entities whose category changes rows.
+fn anchor_index_advice(
+    entities: &[EntityDescriptor],
+    tables: &[catalog::TableInfo],
+    capabilities: &BTreeMap<uuid::Uuid, CategoryCapabilities>,
+) -> Vec<String> {
+    entities
+        .iter()
+        .zip(tables)
+        .filter_map(|(e, t)| {
+            let c = capabilities.get(&e.id)?;
+            if !c.iter().any(|s| s.mutates()) {
+                return None;
+            }
+            let reads: Vec<_> = c.anchor_reads().collect();
+            checks::index_advice(e, t, &reads)
+        })
+        .collect()
+}
+
+/// The indexes the stages measured from a marker need.
+fn marker_index_advice(
+    entities: &[EntityDescriptor],
+    tables: &[catalog::TableInfo],
+    capabilities: &BTreeMap<uuid::Uuid, CategoryCapabilities>,
+) -> Vec<String> {
+    let mut warnings = Vec::new();
     for (e, t) in entities.iter().zip(tables) {
         // Each marker, with the strategies of the stages that read by it.
         let mut markers: BTreeMap<&str, Vec<crate::rules::Strategy>> = BTreeMap::new();
@@ -818,8 +912,16 @@ fn advice(
             warnings.extend(checks::index_advice(&staged, t, &reads));
         }
     }
-    // Soft deletes and anonymisations leave their rows where sweeps look:
-    // by the anchor, or by the marker of the stage they follow.
+    warnings
+}
+
+/// The indexes that let sweeps pass over rows already soft-deleted or anonymised.
+fn done_rows_advice(
+    entities: &[EntityDescriptor],
+    tables: &[catalog::TableInfo],
+    capabilities: &BTreeMap<uuid::Uuid, CategoryCapabilities>,
+) -> Vec<String> {
+    let mut warnings = Vec::new();
     for (e, t) in entities.iter().zip(tables) {
         let Some(c) = capabilities.get(&e.id) else {
             continue;
