@@ -113,13 +113,6 @@ async fn setup(entities: Vec<EntityDeclaration>) -> (cohort_pgtemp::TestDatabase
     (db, cohort)
 }
 
-async fn ids(pool: &sqlx::PgPool, sql: &str) -> Vec<i64> {
-    sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_owned()))
-        .fetch_all(pool)
-        .await
-        .unwrap()
-}
-
 #[tokio::test]
 async fn archive_moves_due_rows_with_their_audit_and_keeps_held_and_referenced_rows() {
     let (db, cohort) = setup(vec![contact(), archive_entity()]).await;

@@ -125,13 +125,6 @@ fn request(subject: &str) -> ErasureRequest {
     )
 }
 
-async fn ids(pool: &sqlx::PgPool, sql: &str) -> Vec<i64> {
-    sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_owned()))
-        .fetch_all(pool)
-        .await
-        .unwrap()
-}
-
 #[tokio::test]
 async fn erasure_acts_at_once_on_every_subject_column_in_the_tenant_only() {
     let (db, cohort) = setup(None).await;

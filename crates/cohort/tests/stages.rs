@@ -96,13 +96,6 @@ async fn setup(policy: &str) -> (cohort_pgtemp::TestDatabase, Cohort) {
     (db, cohort)
 }
 
-async fn ids(pool: &sqlx::PgPool, sql: &str) -> Vec<i64> {
-    sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_owned()))
-        .fetch_all(pool)
-        .await
-        .unwrap()
-}
-
 /// (stage, strategy, affected) of each of an entity's outcomes, in order.
 fn stages(outcomes: &[cohort::EntityOutcome], entity: &str) -> Vec<(Option<u16>, Strategy, u64)> {
     outcomes

@@ -98,13 +98,6 @@ async fn setup() -> (cohort_pgtemp::TestDatabase, Cohort) {
     (db, cohort)
 }
 
-async fn ids(pool: &sqlx::PgPool, sql: &str) -> Vec<i64> {
-    sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_owned()))
-        .fetch_all(pool)
-        .await
-        .unwrap()
-}
-
 /// Message ids whose body is still the original.
 async fn messages_intact(pool: &sqlx::PgPool) -> Vec<i64> {
     ids(

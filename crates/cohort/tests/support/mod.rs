@@ -253,6 +253,14 @@ pub async fn labels(pool: &PgPool, sql: &str) -> Vec<String> {
     v
 }
 
+/// The `int8` values `sql` returns (row ids, say), in its order.
+pub async fn ids(pool: &PgPool, sql: &str) -> Vec<i64> {
+    sqlx::query_scalar(AssertSqlSafe(sql.to_owned()))
+        .fetch_all(pool)
+        .await
+        .unwrap()
+}
+
 /// Counts rows of a query.
 pub async fn count(pool: &PgPool, sql: &str) -> i64 {
     sqlx::query_scalar::<_, i64>(AssertSqlSafe(sql.to_owned()))

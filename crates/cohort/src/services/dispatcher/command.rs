@@ -188,22 +188,7 @@ impl CommandHandler {
         ctx: &AfterContext,
     ) -> Result<(), HandlerError> {
         let (program, args) = argv.split_first().ok_or("the command is empty")?;
-        let resolved: &std::ffi::OsStr = match &self.spec.program {
-            Some(path) => path.as_os_str(),
-            None => program.as_ref(),
-        };
-        let mut command = tokio::process::Command::new(resolved);
-        command
-            .args(args)
-            .env("COHORT_DELIVERY_ID", ctx.work_id.to_string())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        // Its own process group, so a time-out or shutdown ends everything
-        // it started, not only itself.
-        #[cfg(unix)]
-        command.process_group(0);
+        let mut command = self.command(program, args, ctx);
         let mut child = command
             .spawn()
             .map_err(|e| SafeReason(format!("cannot start {program:?}: {}", e.kind())))?;
@@ -265,6 +250,33 @@ impl CommandHandler {
             })
             .into())
         }
+    }
+
+    /// The program with its arguments and the delivery id in its
+    /// environment, the document to go on stdin, stdout discarded, stderr
+    /// piped, in a process group of its own (so a time-out or shutdown
+    /// ends everything it started, not only itself).
+    fn command(
+        &self,
+        program: &str,
+        args: &[String],
+        ctx: &AfterContext,
+    ) -> tokio::process::Command {
+        let resolved: &std::ffi::OsStr = match &self.spec.program {
+            Some(path) => path.as_os_str(),
+            None => program.as_ref(),
+        };
+        let mut command = tokio::process::Command::new(resolved);
+        command
+            .args(args)
+            .env("COHORT_DELIVERY_ID", ctx.work_id.to_string())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        #[cfg(unix)]
+        command.process_group(0);
+        command
     }
 
     async fn post(
