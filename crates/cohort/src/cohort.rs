@@ -423,6 +423,18 @@ impl Cohort {
         crate::history::find_hold(&self.cx, prefix).await
     }
 
+    /// What happened to one record across runs, oldest first: the detail
+    /// rows the ledger holds for it (per-row audit, rows set aside), each
+    /// with its run. An index lookup however large the ledger. The record
+    /// id is read in the entity's key type (`"0042"` finds `42`).
+    pub async fn record_history(
+        &self,
+        entity_id: uuid::Uuid,
+        record_id: &str,
+    ) -> Result<Vec<crate::history::RecordEvent>> {
+        crate::history::record_history(&self.cx, entity_id, record_id).await
+    }
+
     /// One run as recorded in the ledger, with its entity summaries.
     pub async fn show_run(&self, run_id: uuid::Uuid) -> Result<crate::SweepResult> {
         crate::history::show(&self.cx, run_id).await

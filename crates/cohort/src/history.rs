@@ -42,6 +42,70 @@ pub struct RunRecord {
     pub skipped: u64,
 }
 
+/// One thing that happened to a record: a detail row of a run (per-row
+/// audit, or a row set aside by a failing `on_before`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
+pub struct RecordEvent {
+    /// The run that wrote it.
+    pub run_id: Uuid,
+    /// Sweep or erasure.
+    pub kind: RunKind,
+    /// Manual or scheduled.
+    pub trigger: Trigger,
+    /// The run's status now.
+    pub status: RunStatus,
+    /// Whether the run was a dry run (a dry run writes no detail).
+    pub dry_run: bool,
+    /// What was done: `purge`, `soft_delete`, `anonymise`, `archive`, or
+    /// `skipped` (set aside by a failing `on_before`).
+    pub action: String,
+    /// The run's tenant.
+    pub tenant: Option<String>,
+    /// When the detail was written (the batch's transaction).
+    pub recorded_at: DateTime<Utc>,
+}
+
+/// The most details [`record_history`] returns for one record.
+pub const RECORD_HISTORY_LIMIT: i64 = 1_000;
+
+/// What happened to one record of an entity across runs, oldest first,
+/// from its detail rows (written for categories with per-row audit, and
+/// for rows set aside): at most [`RECORD_HISTORY_LIMIT`]. The record id is
+/// taken in the entity's key type and compared canonically.
+pub(crate) async fn record_history(
+    cx: &Context,
+    entity_id: Uuid,
+    record_id: &str,
+) -> Result<Vec<RecordEvent>> {
+    let ready = cx.prepared().await?;
+    let entity = ready.model.requested_entity(entity_id)?;
+    let record = ready.model.facts[&entity.id].record_key(&entity.name, record_id)?;
+    let params = statements::RecordOf {
+        entity_id: entity.id,
+        record_id: record.canonical(),
+        limit: RECORD_HISTORY_LIMIT,
+    };
+    let rows = statements::record_details(&cx.config.schema, params)
+        .query()
+        .fetch_all(&cx.pool)
+        .await?;
+    rows.iter()
+        .map(|r| {
+            Ok(RecordEvent {
+                run_id: r.try_get("run_id")?,
+                kind: kind(r.try_get("kind")?),
+                trigger: trigger(r.try_get("trigger")?),
+                status: status(r.try_get("status")?)?,
+                dry_run: r.try_get("dry_run")?,
+                action: r.try_get("action")?,
+                tenant: r.try_get("tenant_id")?,
+                recorded_at: r.try_get("recorded_at")?,
+            })
+        })
+        .collect()
+}
+
 /// A count the ledger stores as `int8`, never negative.
 fn count(n: i64) -> u64 {
     n.max(0) as u64

@@ -1312,6 +1312,10 @@ fn released_migrations_are_pinned() {
             14,
             "439702dae9baaf9f036fd03b6dc30a9a1b4d0016f75c698023cfcf69215e6130",
         ),
+        (
+            15,
+            "6675ea972d634df6f4936ba01060fbb538f22c2bc15d44232932fcedd162605d",
+        ),
     ];
     assert_eq!(
         pinned.len(),

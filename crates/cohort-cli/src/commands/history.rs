@@ -21,6 +21,14 @@ pub(crate) enum RunsCommand {
         /// The run's id, or a unique prefix of it (the 8 characters tables print).
         run_id: String,
     },
+    /// What happened to one record across runs, oldest first (from the
+    /// details of per-row audit and of rows set aside).
+    Record {
+        /// The entity's name or id.
+        entity: String,
+        /// The record's id, in the entity's key type.
+        record: String,
+    },
 }
 
 pub(crate) async fn runs(cohort: &Cohort, json: bool, cmd: &RunsCommand) -> Result<(), Failure> {
@@ -64,6 +72,48 @@ pub(crate) async fn runs(cohort: &Cohort, json: bool, cmd: &RunsCommand) -> Resu
                             "STARTED (UTC)",
                             "DURATION",
                             "AFFECTED"
+                        ],
+                        &rows
+                    )
+                );
+            }
+            Ok(())
+        }
+        RunsCommand::Record { entity, record } => {
+            let entity_id = super::entity_id(cohort, entity).await?;
+            let events = cohort.record_history(entity_id, record).await?;
+            if json {
+                print_json(&serde_json::to_value(&events).expect("events serialise"));
+            } else if events.is_empty() {
+                outln!(
+                    "no detail of record {record} of {entity} in the ledger (details are written for categories with per-row audit)"
+                );
+            } else {
+                let rows: Vec<Vec<String>> = events
+                    .iter()
+                    .map(|e| {
+                        vec![
+                            e.recorded_at.format("%Y-%m-%d %H:%M:%S").to_string(),
+                            e.action.clone(),
+                            e.run_id.to_string(),
+                            e.kind.as_str().to_string(),
+                            e.trigger.as_str().to_string(),
+                            e.status.as_str().to_string(),
+                            e.tenant.clone().unwrap_or_else(|| "(tenantless)".into()),
+                        ]
+                    })
+                    .collect();
+                outln!(
+                    "{}",
+                    table(
+                        &[
+                            "RECORDED (UTC)",
+                            "ACTION",
+                            "RUN",
+                            "KIND",
+                            "TRIGGER",
+                            "STATUS",
+                            "TENANT"
                         ],
                         &rows
                     )

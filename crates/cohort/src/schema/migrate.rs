@@ -104,6 +104,11 @@ const SOURCES: &[(u32, &str, &str)] = &[
         "summary_note",
         include_str!("../../migrations/0014_summary_note.sql"),
     ),
+    (
+        15,
+        "detail_writes",
+        include_str!("../../migrations/0015_detail_writes.sql"),
+    ),
 ];
 
 /// The hold functions as version 13 installed them, run again where the
@@ -118,6 +123,13 @@ pub(crate) const FUNCTIONS: [&str; 3] = [
     "retention_archive_check",
 ];
 
+/// Indexes a migration names (to drop them), by the name their
+/// placeholders use.
+const INDEXES: [&str; 2] = [
+    "sweep_run_row_detail_run_idx",
+    "sweep_run_row_detail_record_idx",
+];
+
 pub(crate) fn render(template: &'static str, schema: &str) -> SqlText {
     let tables: Vec<(&str, crate::ident::QualifiedName)> = CohortTable::ALL
         .iter()
@@ -125,6 +137,7 @@ pub(crate) fn render(template: &'static str, schema: &str) -> SqlText {
         .chain(
             FUNCTIONS
                 .iter()
+                .chain(INDEXES.iter())
                 .map(|f| (*f, crate::ident::QualifiedName::new(schema, *f))),
         )
         .collect();

@@ -137,3 +137,36 @@ pub(crate) fn rows_per_day(schema: &str, since: Since) -> Statement<Since> {
         );
     Statement::new(sql, since)
 }
+
+/// One record of one entity, as the details name it.
+#[derive(Debug, Clone)]
+pub(crate) struct RecordOf {
+    pub(crate) entity_id: Uuid,
+    /// The record's canonical id.
+    pub(crate) record_id: String,
+    pub(crate) limit: i64,
+}
+
+impl Params for RecordOf {
+    fn bind(self, q: Args) -> Args {
+        q.bind(self.entity_id).bind(self.record_id).bind(self.limit)
+    }
+}
+
+/// What happened to one record across runs, oldest first: each detail
+/// with its run (`run_id, action, tenant_id, recorded_at, kind, trigger,
+/// status, dry_run`). The hash index on `record_id` finds the details;
+/// the entity is checked on the few it finds.
+pub(crate) fn record_details(schema: &str, params: RecordOf) -> Statement<RecordOf> {
+    let mut sql = SqlText::new(
+        "SELECT d.run_id, d.action, d.tenant_id, d.recorded_at, r.kind, r.trigger, r.status, r.dry_run FROM ",
+    );
+    sql.table(&CohortTable::RowDetail.qualified(schema))
+        .push(" d JOIN ")
+        .table(&CohortTable::SweepRun.qualified(schema))
+        .push(
+            " r ON r.run_id = d.run_id WHERE d.record_id = $2 AND d.retention_entity_id = $1 \
+             ORDER BY d.recorded_at, d.row_detail_id LIMIT $3",
+        );
+    Statement::new(sql, params)
+}
