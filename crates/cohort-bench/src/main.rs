@@ -83,12 +83,26 @@ struct Args {
     /// `--repeat` times each).
     #[arg(long, conflicts_with_all = ["json", "auto_batch"])]
     interleaved: bool,
+    /// Every strategy with per-row audit (anonymise has it always): Cohort
+    /// and the in-server references then write one row detail per changed
+    /// row, the plain reference to a table without keys or indexes.
+    #[arg(long, conflicts_with = "interleaved")]
+    per_row: bool,
 }
 
 impl Args {
     /// Whether this scenario was asked for.
     fn runs(&self, scenario: &Scenario) -> bool {
         self.strategies.is_empty() || self.strategies.iter().any(|s| s == scenario.label)
+    }
+
+    /// The scenarios asked for, with per-row audit where `--per-row` asks.
+    fn scenarios(&self) -> Vec<Scenario> {
+        SCENARIOS
+            .iter()
+            .filter(|s| self.runs(s))
+            .map(|s| s.with_per_row(s.per_row || self.per_row))
+            .collect()
     }
 }
 
@@ -238,7 +252,7 @@ async fn bench(args: &Args, rows: u64, db: &TestDatabase) -> Result<Report, BoxE
     let mut reference_conn = db.connect().await?;
 
     let mut measurements = Vec::new();
-    for scenario in SCENARIOS.iter().filter(|s| args.runs(s)) {
+    for scenario in &args.scenarios() {
         eprintln!("cohort-bench: {} ...", scenario.label);
         reference::install(&mut reference_conn, scenario, reference::Details::Ledger).await?;
         reference::install(&mut reference_conn, scenario, reference::Details::Plain).await?;

@@ -175,6 +175,11 @@ pub(crate) struct TableState {
 }
 
 impl Scenario {
+    /// The same scenario, with or without per-row audit.
+    pub(crate) fn with_per_row(self, per_row: bool) -> Self {
+        Scenario { per_row, ..self }
+    }
+
     /// The rule provider with this scenario's single category.
     pub(crate) fn rules(&self) -> Result<StaticRuleProvider, String> {
         let period = Period::from_days(PERIOD_DAYS).map_err(|e| e.to_string())?;
