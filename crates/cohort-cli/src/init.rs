@@ -99,9 +99,9 @@ fn display_name(table: &str) -> String {
 /// names read alike (`order_lines`, `order-lines`, `Order_Lines`) get a
 /// number after the first (`OrderLines`, `OrderLines2`, …), never a name
 /// another table already has.
-fn display_names(tables: &[&TableFacts]) -> Vec<String> {
+fn display_names(tables: &[&TableFacts], taken: &[String]) -> Vec<String> {
     let bases: Vec<String> = tables.iter().map(|t| display_name(&t.name)).collect();
-    let mut taken: std::collections::HashSet<String> = std::collections::HashSet::new();
+    let mut taken: std::collections::HashSet<String> = taken.iter().cloned().collect();
     let mut out = Vec::with_capacity(bases.len());
     for base in &bases {
         let mut name = base.clone();
@@ -247,79 +247,9 @@ pub(crate) fn render(
         }
         out.push('\n');
     }
-    let names = display_names(&with);
+    let names = display_names(&with, &[]);
     for (t, name) in with.iter().zip(&names) {
-        let anchor = anchor(t).expect("partitioned by anchor");
-        let rows = if t.estimate > 0 {
-            format!("about {} rows", t.estimate)
-        } else {
-            "not analysed yet".to_owned()
-        };
-        let _ = writeln!(out, "# {}: {rows}", t.path);
-        out.push_str("[[entity]]\n");
-        let _ = writeln!(out, "name = {}", quoted(name));
-        let _ = writeln!(out, "id = \"{}\"", new_id());
-        let _ = writeln!(out, "table = {}", quoted(&t.path));
-        out.push_str("exempt = \"not yet classified\"\n");
-        out.push_str("# To retain it, remove `exempt` and choose:\n");
-        out.push_str("# category = \"...\"                  # one of the [[category]] names\n");
-        let others: Vec<&str> = t
-            .timestamps
-            .iter()
-            .map(String::as_str)
-            .filter(|c| *c != anchor)
-            .collect();
-        let _ = write!(out, "# anchor = {}", quoted(anchor));
-        if others.is_empty() {
-            out.push('\n');
-        } else {
-            let _ = writeln!(
-                out,
-                "              # other timestamptz columns: {}",
-                others.join(", ")
-            );
-        }
-        match tenant(t) {
-            Some("tenant_id") => out.push_str(
-                "#                                   # tenant column: tenant_id (the default)\n",
-            ),
-            Some(col) => {
-                let _ = writeln!(out, "# tenant = {}", quoted(col));
-            }
-            None => out
-                .push_str("# tenantless = true                 # no column reads as a tenant id\n"),
-        }
-        match t.primary_key.as_slice() {
-            [id] if id == "id" => {}
-            [key] => {
-                let _ = writeln!(out, "# record_id = {}", quoted(key));
-            }
-            [] => match t.unique_not_null.as_slice() {
-                [] => out.push_str(
-                    "# (no primary key: Cohort needs a unique single-column record key)\n",
-                ),
-                [key, rest @ ..] => {
-                    let _ = write!(out, "# record_id = {}", quoted(key));
-                    if rest.is_empty() {
-                        out.push_str("              # unique and not null (no primary key)\n");
-                    } else {
-                        let _ = writeln!(
-                            out,
-                            "              # unique and not null; so are: {}",
-                            rest.join(", ")
-                        );
-                    }
-                }
-            },
-            keys => {
-                let _ = writeln!(
-                    out,
-                    "# (composite primary key {}: Cohort needs a single-column record key)",
-                    keys.join(", ")
-                );
-            }
-        }
-        out.push('\n');
+        entity_block(&mut out, t, name, new_id());
     }
     out.push_str(
         "# [[category]]\n\
@@ -334,6 +264,162 @@ pub(crate) fn render(
             without_timestamp,
         },
     )
+}
+
+/// One table's `[[entity]]`, exempt until classified, with the lines a
+/// person uncomments to retain it (its anchor, tenant and record key as
+/// found). `t` has a timestamptz column.
+fn entity_block(out: &mut String, t: &TableFacts, name: &str, id: uuid::Uuid) {
+    let anchor = anchor(t).expect("partitioned by anchor");
+    let rows = if t.estimate > 0 {
+        format!("about {} rows", t.estimate)
+    } else {
+        "not analysed yet".to_owned()
+    };
+    let _ = writeln!(out, "# {}: {rows}", t.path);
+    out.push_str("[[entity]]\n");
+    let _ = writeln!(out, "name = {}", quoted(name));
+    let _ = writeln!(out, "id = \"{id}\"");
+    let _ = writeln!(out, "table = {}", quoted(&t.path));
+    out.push_str("exempt = \"not yet classified\"\n");
+    out.push_str("# To retain it, remove `exempt` and choose:\n");
+    out.push_str("# category = \"...\"                  # one of the [[category]] names\n");
+    let others: Vec<&str> = t
+        .timestamps
+        .iter()
+        .map(String::as_str)
+        .filter(|c| *c != anchor)
+        .collect();
+    let _ = write!(out, "# anchor = {}", quoted(anchor));
+    if others.is_empty() {
+        out.push('\n');
+    } else {
+        let _ = writeln!(
+            out,
+            "              # other timestamptz columns: {}",
+            others.join(", ")
+        );
+    }
+    match tenant(t) {
+        Some("tenant_id") => out.push_str(
+            "#                                   # tenant column: tenant_id (the default)\n",
+        ),
+        Some(col) => {
+            let _ = writeln!(out, "# tenant = {}", quoted(col));
+        }
+        None => {
+            out.push_str("# tenantless = true                 # no column reads as a tenant id\n")
+        }
+    }
+    match t.primary_key.as_slice() {
+        [id] if id == "id" => {}
+        [key] => {
+            let _ = writeln!(out, "# record_id = {}", quoted(key));
+        }
+        [] => match t.unique_not_null.as_slice() {
+            [] => {
+                out.push_str("# (no primary key: Cohort needs a unique single-column record key)\n")
+            }
+            [key, rest @ ..] => {
+                let _ = write!(out, "# record_id = {}", quoted(key));
+                if rest.is_empty() {
+                    out.push_str("              # unique and not null (no primary key)\n");
+                } else {
+                    let _ = writeln!(
+                        out,
+                        "              # unique and not null; so are: {}",
+                        rest.join(", ")
+                    );
+                }
+            }
+        },
+        keys => {
+            let _ = writeln!(
+                out,
+                "# (composite primary key {}: Cohort needs a single-column record key)",
+                keys.join(", ")
+            );
+        }
+    }
+    out.push('\n');
+}
+
+/// What `init --update` adds to an existing policy: the `[[entity]]`
+/// blocks of the tables of `schema` with a timestamptz column that no
+/// entity names (its table or its archive's) and `ignore_tables` does not
+/// hold, named apart from the entities already there. Returns the text to
+/// append (empty when nothing is new) and the tables added.
+pub(crate) fn render_update(
+    schema: &str,
+    tables: &[TableFacts],
+    policy: &cohort::policy::PolicyFile,
+    mut new_id: impl FnMut() -> uuid::Uuid,
+) -> (String, Vec<String>) {
+    let default_schema = policy.config.table_schema();
+    let mut mentioned: Vec<cohort::QualifiedName> = policy
+        .entities
+        .iter()
+        .flat_map(|e| e.named_tables(default_schema))
+        .collect();
+    mentioned.extend(
+        policy
+            .config
+            .ignore_tables
+            .iter()
+            .filter_map(|t| cohort::QualifiedName::parse(t, default_schema).ok()),
+    );
+    let new: Vec<&TableFacts> = tables
+        .iter()
+        .filter(|t| anchor(t).is_some())
+        .filter(|t| !mentioned.contains(&cohort::QualifiedName::new(schema, t.name.as_str())))
+        .collect();
+    if new.is_empty() {
+        return (String::new(), Vec::new());
+    }
+    let taken: Vec<String> = policy
+        .entities
+        .iter()
+        .map(|e| e.name().to_owned())
+        .collect();
+    let names = display_names(&new, &taken);
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "\n# Added by `cohort init --update` from schema {} on {}: tables that appeared\n\
+         # since this file was written, exempt until you classify them.\n",
+        quoted(schema),
+        chrono::Utc::now().format("%Y-%m-%d")
+    );
+    for (t, name) in new.iter().zip(&names) {
+        entity_block(&mut out, t, name, new_id());
+    }
+    (out, new.iter().map(|t| t.path.clone()).collect())
+}
+
+/// Appends `added` to the policy file at `path`, whose text was `before`:
+/// the new text is written beside it and renamed over it, so the file is
+/// never seen half-written, and what it held stays byte for byte. Refused
+/// when the file changed since it was read.
+pub(crate) fn append(path: &Path, before: &str, added: &str) -> Result<(), Failure> {
+    let refuse = |what: String| Failure::Input(Error::InvalidInput(what));
+    let now = std::fs::read_to_string(path)
+        .map_err(|e| refuse(format!("cannot read {}: {e}", path.display())))?;
+    if now != before {
+        return Err(refuse(format!(
+            "{} changed while it was being updated; nothing written (run again)",
+            path.display()
+        )));
+    }
+    let mut next = path.as_os_str().to_owned();
+    next.push(".cohort-update");
+    let next = std::path::PathBuf::from(next);
+    let text = format!("{before}{added}");
+    std::fs::write(&next, text.as_bytes())
+        .and_then(|()| std::fs::rename(&next, path))
+        .map_err(|e| {
+            let _ = std::fs::remove_file(&next);
+            refuse(format!("cannot write {}: {e}", path.display()))
+        })
 }
 
 /// The refusal to replace an existing file without `--force`.
@@ -413,7 +499,7 @@ mod tests {
         .iter()
         .map(|n| table(n, &[], &[], &[]))
         .collect();
-        let names = display_names(&tables.iter().collect::<Vec<_>>());
+        let names = display_names(&tables.iter().collect::<Vec<_>>(), &[]);
         assert_eq!(
             names,
             [

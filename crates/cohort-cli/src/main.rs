@@ -81,6 +81,10 @@ enum Command {
         /// Replace the file if it exists (by default it is kept).
         #[arg(long)]
         force: bool,
+        /// Add to the existing file the tables that appeared since it was
+        /// written (exempt until classified), changing nothing else in it.
+        #[arg(long, conflicts_with = "force")]
+        update: bool,
     },
     /// Install or upgrade Cohort's tables (or, with --move-from, move them
     /// to --schema with their data).
@@ -303,7 +307,14 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Init {
             schema,
             output,
+            update: true,
+            ..
+        } => init_update(&cli, schema, output).await,
+        Command::Init {
+            schema,
+            output,
             force,
+            update: false,
         } => {
             // Before connecting; `init::write` checks again as it creates.
             if !force && output.exists() {
@@ -593,6 +604,52 @@ fn load_policy(cli: &Cli, required: bool) -> Result<Option<PolicyFile>, Failure>
         .config
         .apply_env(std::env::vars().filter(|(k, _)| k.as_str() != console::TOKEN_VAR))?;
     Ok(Some(policy))
+}
+
+/// `cohort init --update`: appends to the policy file `output` the
+/// tables of `schema` that appeared since it was written, exempt until
+/// classified; what a person wrote stays byte for byte.
+async fn init_update(cli: &Cli, schema: &str, output: &std::path::Path) -> Result<(), Failure> {
+    let before = std::fs::read_to_string(output).map_err(|e| {
+        Failure::Input(Error::InvalidInput(format!(
+            "{} cannot be read ({e}); `cohort init` without --update writes a new one",
+            output.display()
+        )))
+    })?;
+    let policy = cohort::policy::PolicyFile::parse(&before).map_err(|e| {
+        Failure::Input(Error::InvalidInput(format!(
+            "{} is not a valid policy file, so what it mentions is not known; nothing written: {e}",
+            output.display()
+        )))
+    })?;
+    let url = database_url(cli, Some(&policy))?;
+    let mut conn = connect(&url).await?;
+    let tables = init::read_tables(&mut conn, schema)
+        .await
+        .map_err(|e| Failure::Run(e.into()))?;
+    let (added_text, added) = init::render_update(schema, &tables, &policy, uuid::Uuid::new_v4);
+    if !added.is_empty() {
+        init::append(output, &before, &added_text)?;
+    }
+    if cli.json {
+        output::print_json(&serde_json::json!({
+            "output": output.display().to_string(),
+            "added": added,
+        }));
+    } else if added.is_empty() {
+        outln!(
+            "{}: no table of schema {schema:?} with a timestamptz column is missing from it; nothing written",
+            output.display()
+        );
+    } else {
+        outln!(
+            "added {} table(s) of schema {schema:?} to {}, every one exempt until you classify it: {}",
+            added.len(),
+            output.display(),
+            added.join(", ")
+        );
+    }
+    Ok(())
 }
 
 /// `--database-url`, then `DATABASE_URL`, then the policy file.

@@ -3686,3 +3686,185 @@ period = "30d"
         "{preview}"
     );
 }
+
+/// RS-040: a policy follows the schema. `validate` warns of a table with
+/// a timestamptz column the policy does not mention (and stops once it is
+/// added or listed in `ignore_tables`; an entry that silences nothing is
+/// itself a warning); `init --update` appends the tables that appeared
+/// since, exempt, keeping every byte a person wrote; a second update adds
+/// nothing; a file that is missing or does not parse is refused with
+/// nothing written.
+#[tokio::test]
+async fn init_update_adds_new_tables_and_keeps_every_edit() {
+    let db = cohort_pgtemp::fresh_empty_database().await.unwrap();
+    let ddl = |sql: &'static str| {
+        let pool = db.pool().clone();
+        async move { sqlx::raw_sql(sql).execute(&pool).await.unwrap() }
+    };
+    ddl("CREATE SCHEMA shop;
+         CREATE TABLE shop.orders (id bigint PRIMARY KEY, tenant_id uuid NOT NULL, created_at timestamptz NOT NULL);
+         CREATE TABLE shop.settings (key text PRIMARY KEY, value text);")
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let url = Some(db.url());
+    succeeded(&cohort(d, &["migrate", "--schema", "cohort"], url));
+    succeeded(&cohort(
+        d,
+        &["init", "--schema", "shop", "--output", "cohort.toml"],
+        url,
+    ));
+    let path = d.join("cohort.toml");
+    // A person's edits: a reason, a comment of their own, a setting.
+    let edited = std::fs::read_to_string(&path)
+        .unwrap()
+        .replace(
+            "exempt = \"not yet classified\"",
+            "exempt = \"kept for the accounts team\"  # decided 2026-11",
+        )
+        .replace(
+            "[cohort]\n",
+            "[cohort]\n# ours: keep the ledger apart\nsweep_batch_size = 2000\n",
+        );
+    std::fs::write(&path, &edited).unwrap();
+    let advice = |out: &Output| -> Vec<String> {
+        succeeded(out);
+        json(out)["warnings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|w| w.as_str().unwrap().to_owned())
+            .collect()
+    };
+    let validate = || cohort(d, &["--json", "validate"], url);
+    assert!(
+        advice(&validate())
+            .iter()
+            .all(|w| !w.contains("does not mention")),
+        "{:?}",
+        advice(&validate())
+    );
+
+    // Two tables appear; validate names them.
+    ddl("CREATE TABLE shop.chat_messages (id uuid PRIMARY KEY, tenant_id uuid, sent_at timestamptz, body text);
+         CREATE TABLE shop.exports (id bigint PRIMARY KEY, finished_at timestamptz);")
+    .await;
+    let warnings = advice(&validate());
+    for table in ["shop.chat_messages", "shop.exports"] {
+        assert!(
+            warnings.iter().any(
+                |w| w.starts_with(&format!("{table} has timestamptz columns"))
+                    && w.contains("cohort init --update")
+            ),
+            "{table}: {warnings:?}"
+        );
+    }
+
+    // One is left out on purpose; an entry naming no such table is advice.
+    let with_ignore = edited.replace(
+        "sweep_batch_size = 2000\n",
+        "sweep_batch_size = 2000\nignore_tables = [\"shop.exports\", \"shop.gone\"]\n",
+    );
+    std::fs::write(&path, &with_ignore).unwrap();
+    let warnings = advice(&validate());
+    assert!(
+        !warnings.iter().any(|w| w.starts_with("shop.exports ")),
+        "{warnings:?}"
+    );
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.starts_with("ignore_tables lists \"shop.gone\"") && w.contains("no effect")),
+        "{warnings:?}"
+    );
+
+    // --update appends the new table, exempt; every byte before stays.
+    let out = cohort(
+        d,
+        &[
+            "--json",
+            "init",
+            "--update",
+            "--schema",
+            "shop",
+            "--output",
+            "cohort.toml",
+        ],
+        url,
+    );
+    succeeded(&out);
+    assert_eq!(
+        json(&out)["added"],
+        serde_json::json!(["shop.chat_messages"])
+    );
+    let updated = std::fs::read_to_string(&path).unwrap();
+    assert!(updated.starts_with(&with_ignore), "{updated}");
+    let appended = &updated[with_ignore.len()..];
+    for expected in [
+        "name = \"ChatMessages\"",
+        "table = \"shop.chat_messages\"",
+        "exempt = \"not yet classified\"",
+        "# anchor = \"sent_at\"",
+    ] {
+        assert!(appended.contains(expected), "{expected:?} in {appended}");
+    }
+    assert!(!appended.contains("shop.exports"), "{appended}");
+    let warnings = advice(&validate());
+    assert!(
+        !warnings.iter().any(|w| w.contains("does not mention")),
+        "{warnings:?}"
+    );
+
+    // Again: nothing new, nothing written.
+    let out = cohort(
+        d,
+        &[
+            "--json",
+            "init",
+            "--update",
+            "--schema",
+            "shop",
+            "--output",
+            "cohort.toml",
+        ],
+        url,
+    );
+    succeeded(&out);
+    assert_eq!(json(&out)["added"], serde_json::json!([]));
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), updated);
+
+    // Bad input: a missing file, a file that does not parse; nothing written.
+    let out = cohort(
+        d,
+        &[
+            "init",
+            "--update",
+            "--schema",
+            "shop",
+            "--output",
+            "missing.toml",
+        ],
+        url,
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(!d.join("missing.toml").exists());
+    std::fs::write(d.join("broken.toml"), "[cohort\n").unwrap();
+    let out = cohort(
+        d,
+        &[
+            "init",
+            "--update",
+            "--schema",
+            "shop",
+            "--output",
+            "broken.toml",
+        ],
+        url,
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not a valid policy file"));
+    assert_eq!(
+        std::fs::read_to_string(d.join("broken.toml")).unwrap(),
+        "[cohort\n"
+    );
+}

@@ -11,7 +11,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Problems, Result};
-use crate::ident::check_schema_name;
+use crate::ident::{check_schema_name, QualifiedName};
 use crate::model::Conventions;
 use crate::rules::Period;
 
@@ -415,6 +415,12 @@ pub struct CohortConfig {
     /// `COHORT_HASH_KEY` to writing it in a file. Never stored in the
     /// database, never printed.
     pub hash_key: Option<HashKey>,
+    /// Tables `cohort validate` does not warn about when the policy does
+    /// not mention them, left out on purpose (`"schema.table"`; a name
+    /// without a schema is in the default table schema). Validation warns
+    /// of a table with a `timestamptz` column in a schema the policy's
+    /// tables live in that no entity names and this list does not hold.
+    pub ignore_tables: Vec<String>,
 }
 
 /// A secret key. Its `Debug` and serialised forms never show it.
@@ -494,6 +500,7 @@ impl Default for CohortConfig {
             dispatch: DispatchConfig::default(),
             prune: PruneConfig::default(),
             hash_key: None,
+            ignore_tables: Vec::new(),
         }
     }
 }
@@ -602,6 +609,11 @@ impl CohortConfig {
                     "hash_key is {} bytes; a key shorter than {MIN_HASH_KEY_BYTES} bytes can be guessed",
                     k.expose().len()
                 ));
+            }
+        }
+        for table in &self.ignore_tables {
+            if let Err(e) = QualifiedName::parse(table, self.table_schema()) {
+                problems.push(format!("ignore_tables: {table:?}: {e}"));
             }
         }
         let lock_timeout = self.partition_lock_timeout.as_seconds();

@@ -370,6 +370,34 @@ impl EntityDeclaration {
         &self.id
     }
 
+    /// The tables this declaration names, resolved as validation resolves
+    /// them: its table (a name without a schema in `default_schema`; none
+    /// declared: the entity's name in snake case), then its archive table
+    /// (in the entity's schema unless it names one). A name that does not
+    /// parse is left out (validation reports it).
+    ///
+    /// ```
+    /// let e = cohort::EntityDeclaration::new("OrderLine", "5d6c0a3e-0000-4000-8000-000000000001")
+    ///     .archive_to("archive.order_lines");
+    /// let names: Vec<String> = e.named_tables("app").iter().map(|t| t.path()).collect();
+    /// assert_eq!(names, ["app.order_line", "archive.order_lines"]);
+    /// ```
+    pub fn named_tables(&self, default_schema: &str) -> Vec<crate::QualifiedName> {
+        let table = crate::QualifiedName::resolve(
+            self.table.as_deref(),
+            &heck::ToSnakeCase::to_snake_case(self.name.as_str()),
+            self.schema.as_deref(),
+            default_schema,
+        )
+        .ok();
+        let schema = table.as_ref().map_or(default_schema, |t| t.schema.as_str());
+        let archive = self
+            .archive
+            .as_ref()
+            .and_then(|a| crate::QualifiedName::parse(&a.table, schema).ok());
+        table.into_iter().chain(archive).collect()
+    }
+
     /// Whether this entity is explicitly exempt.
     pub fn is_exempt(&self) -> bool {
         self.exempt.is_some()

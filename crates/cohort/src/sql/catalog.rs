@@ -334,3 +334,26 @@ pub(crate) fn clear_probe(name: &'static str) -> Statement<(&'static str,)> {
         (name,),
     )
 }
+
+/// The tables (plain, and partitioned parents; not partitions) of these
+/// schemas that have a `timestamptz` column: `schema, name, timestamps`
+/// (those columns' names, in order), by schema and name.
+pub(crate) fn timestamped_tables(schemas: Vec<String>) -> Statement<(Vec<String>,)> {
+    Statement::new(
+        SqlText::new(
+            "SELECT n.nspname::text AS schema, c.relname::text AS name, \
+               ARRAY(SELECT a.attname::text FROM pg_catalog.pg_attribute a \
+                     WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped \
+                       AND a.atttypid = 'pg_catalog.timestamptz'::pg_catalog.regtype \
+                     ORDER BY a.attnum) AS timestamps \
+             FROM pg_catalog.pg_class c \
+             JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+             WHERE n.nspname = ANY($1) AND c.relkind IN ('r', 'p') AND NOT c.relispartition \
+               AND EXISTS (SELECT 1 FROM pg_catalog.pg_attribute a WHERE a.attrelid = c.oid \
+                 AND a.attnum > 0 AND NOT a.attisdropped \
+                 AND a.atttypid = 'pg_catalog.timestamptz'::pg_catalog.regtype) \
+             ORDER BY 1, 2",
+        ),
+        (schemas,),
+    )
+}

@@ -430,3 +430,34 @@ pub(crate) async fn is_cohort_schema(
         .flatten()
         .is_some_and(|c| crate::schema::parse_version_comment(Some(&c)).is_some()))
 }
+
+/// A table with a `timestamptz` column, as [`timestamped_tables`] lists it.
+#[derive(Debug, Clone)]
+pub(crate) struct TimestampedTable {
+    pub(crate) name: QualifiedName,
+    /// Its `timestamptz` columns, in order.
+    pub(crate) timestamps: Vec<String>,
+}
+
+/// The tables of `schemas` that have a `timestamptz` column (plain and
+/// partitioned parents, not partitions), by schema and name.
+pub(crate) async fn timestamped_tables(
+    conn: &mut PgConnection,
+    schemas: Vec<String>,
+) -> Result<Vec<TimestampedTable>, sqlx::Error> {
+    let rows = statements::timestamped_tables(schemas)
+        .query()
+        .fetch_all(&mut *conn)
+        .await?;
+    rows.iter()
+        .map(|r| {
+            Ok(TimestampedTable {
+                name: QualifiedName::new(
+                    r.try_get::<String, _>("schema")?,
+                    r.try_get::<String, _>("name")?,
+                ),
+                timestamps: r.try_get("timestamps")?,
+            })
+        })
+        .collect()
+}

@@ -8,6 +8,7 @@
 use std::collections::BTreeMap;
 
 use super::catalog::{CascadeEdge, ColumnInfo, ServerInfo, TableInfo};
+use crate::config::CohortConfig;
 use crate::error::Problem;
 use crate::ident::QualifiedName;
 use crate::model::{
@@ -1364,4 +1365,56 @@ pub(crate) fn references_kept_for_good(
         }
     }
     out
+}
+
+/// The warnings of tables the policy does not mention (see
+/// `validate::unmentioned_tables`): each table of `found` that is neither
+/// `mentioned`, nor listed in `ignore_tables`, nor one of Cohort's own;
+/// and each `ignore_tables` entry that names a retained table or no table
+/// `found` holds.
+pub(crate) fn unmentioned_advice(
+    config: &CohortConfig,
+    mentioned: &std::collections::BTreeSet<QualifiedName>,
+    found: &[super::catalog::TimestampedTable],
+) -> Vec<String> {
+    let ignored: Vec<(&str, QualifiedName)> = config
+        .ignore_tables
+        .iter()
+        .filter_map(|t| {
+            Some((
+                t.as_str(),
+                QualifiedName::parse(t, config.table_schema()).ok()?,
+            ))
+        })
+        .collect();
+    let own = |t: &QualifiedName| {
+        t.schema == config.schema
+            && crate::sql::tables::CohortTable::ALL
+                .iter()
+                .any(|c| c.name() == t.name)
+    };
+    let mut warnings = Vec::new();
+    for t in found {
+        if mentioned.contains(&t.name) || own(&t.name) || ignored.iter().any(|(_, i)| *i == t.name)
+        {
+            continue;
+        }
+        warnings.push(format!(
+            "{} has timestamptz columns ({}) and the policy does not mention it: decide about its rows (`cohort init --update` adds it, exempt until classified), or list it in [cohort] ignore_tables",
+            t.name.path(),
+            t.timestamps.join(", ")
+        ));
+    }
+    for (text, i) in &ignored {
+        if mentioned.contains(i) {
+            warnings.push(format!(
+                "ignore_tables lists {text:?}, which an entity names: it has no effect; take it off"
+            ));
+        } else if !found.iter().any(|t| t.name == *i) {
+            warnings.push(format!(
+                "ignore_tables lists {text:?}, which is not a table with a timestamptz column in a schema the policy's tables live in: it has no effect"
+            ));
+        }
+    }
+    warnings
 }

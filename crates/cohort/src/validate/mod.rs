@@ -372,6 +372,7 @@ pub(crate) async fn validate(
         return Err(Error::Validation(Problems(problems)));
     }
     let mut warnings = advice(config, &entities, &tables, &capabilities, &unkeyed);
+    warnings.extend(unmentioned_tables(conn, config, &entities, &exempt_tables).await?);
     let kept_by = kept_by_references(&entities, &tables, &exempt_tables, may_purge, &mut warnings);
     let facts = table_facts(&entities, &tables, kept_by);
     Ok(ValidatedModel {
@@ -839,6 +840,33 @@ fn advice(
     // by the anchor, or by the marker of the stage they follow.
     warnings.extend(done_rows_advice(entities, tables, capabilities));
     warnings
+}
+
+/// Tables with a `timestamptz` column, in the schemas the policy's tables
+/// live in, that no entity names (retained, exempt, or an archive's copy)
+/// and `ignore_tables` does not hold: a table added after the policy was
+/// written holds rows nobody decided about. Also the `ignore_tables`
+/// entries that silence nothing.
+async fn unmentioned_tables(
+    conn: &mut PgConnection,
+    config: &CohortConfig,
+    entities: &[EntityDescriptor],
+    exempt_tables: &[(String, QualifiedName)],
+) -> Result<Vec<String>> {
+    let mentioned: std::collections::BTreeSet<QualifiedName> = entities
+        .iter()
+        .flat_map(|e| {
+            std::iter::once(e.table.clone()).chain(e.archive.as_ref().map(|a| a.table.clone()))
+        })
+        .chain(exempt_tables.iter().map(|(_, t)| t.clone()))
+        .collect();
+    let schemas: std::collections::BTreeSet<String> =
+        mentioned.iter().map(|t| t.schema.clone()).collect();
+    if schemas.is_empty() {
+        return Ok(Vec::new());
+    }
+    let found = catalog::timestamped_tables(conn, schemas.into_iter().collect()).await?;
+    Ok(checks::unmentioned_advice(config, &mentioned, &found))
 }
 
 /// Settings without effect, and hash anonymisation without a hash key.
