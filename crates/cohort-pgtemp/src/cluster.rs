@@ -120,6 +120,9 @@ pub struct Cluster {
     binaries: PgBinaries,
     run_as: Option<RunAs>,
     startup_time: Duration,
+    /// postgresql.conf lines this cluster was started with beside the
+    /// environment's (see [`Cluster::start_with_settings`]).
+    settings: Option<String>,
 }
 
 impl Cluster {
@@ -130,8 +133,24 @@ impl Cluster {
         Self::start_with(binaries).await
     }
 
+    /// Starts a new cluster with these server settings too
+    /// (`name=value;name=value`, as `COHORT_PGTEMP_SETTINGS` takes them):
+    /// for a test that needs what a shared cluster does not have, such as
+    /// `wal_level=logical` for a logical replication slot.
+    pub async fn start_with_settings(settings: &str) -> Result<Cluster> {
+        let lines = parse_settings(settings).map_err(|problem| Error::Settings {
+            variable: "Cluster::start_with_settings",
+            problem,
+        })?;
+        Self::start_inner(PgBinaries::find()?, Some(lines)).await
+    }
+
     /// Starts a new cluster using the given binaries.
     pub async fn start_with(binaries: PgBinaries) -> Result<Cluster> {
+        Self::start_inner(binaries, None).await
+    }
+
+    async fn start_inner(binaries: PgBinaries, settings: Option<String>) -> Result<Cluster> {
         let started = Instant::now();
         let run_as = server_user()?;
         let base = temp_base(run_as.is_some());
@@ -175,6 +194,7 @@ impl Cluster {
             binaries,
             run_as,
             startup_time: Duration::ZERO,
+            settings,
         };
 
         cluster.initdb().await?;
@@ -232,13 +252,19 @@ impl Cluster {
             });
         }
         // Extra server settings (e.g. a bigger `shared_buffers` for a
-        // benchmark), appended to the new cluster's postgresql.conf.
-        if let Some(text) = std::env::var_os(SETTINGS_ENV) {
-            let text = text.to_string_lossy();
-            let lines = parse_settings(&text).map_err(|problem| Error::Settings {
-                variable: SETTINGS_ENV,
-                problem,
-            })?;
+        // benchmark), appended to the new cluster's postgresql.conf: the
+        // environment's, then this cluster's own.
+        let from_env = match std::env::var_os(SETTINGS_ENV) {
+            Some(text) => Some(parse_settings(&text.to_string_lossy()).map_err(|problem| {
+                Error::Settings {
+                    variable: SETTINGS_ENV,
+                    problem,
+                }
+            })?),
+            None => None,
+        };
+        let lines: String = from_env.into_iter().chain(self.settings.clone()).collect();
+        if !lines.is_empty() {
             let conf = self.data_dir.join("postgresql.conf");
             let mut file = std::fs::OpenOptions::new()
                 .append(true)

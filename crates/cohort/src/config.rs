@@ -421,6 +421,12 @@ pub struct CohortConfig {
     /// of a table with a `timestamptz` column in a schema the policy's
     /// tables live in that no entity names and this list does not hold.
     pub ignore_tables: Vec<String>,
+    /// Every mutating batch transaction (sweep, erasure, partition drop)
+    /// carries one transactional logical decoding message, prefix
+    /// `cohort`, content `{"run_id", "entity", "strategy", "rows"}`: a CDC
+    /// consumer can tell retention changes from the application's
+    /// (default false). Validation warns when `wal_level` is not `logical`.
+    pub cdc_marker: bool,
 }
 
 /// A secret key. Its `Debug` and serialised forms never show it.
@@ -501,6 +507,7 @@ impl Default for CohortConfig {
             prune: PruneConfig::default(),
             hash_key: None,
             ignore_tables: Vec::new(),
+            cdc_marker: false,
         }
     }
 }
@@ -559,6 +566,7 @@ impl CohortConfig {
                 "SCHEDULE" => self.schedule = Some(value.clone()).filter(|s| !s.trim().is_empty()),
                 "DRY_RUN" => self.dry_run = boolean()?,
                 "KILL_SWITCH" => self.kill_switch = boolean()?,
+                "CDC_MARKER" => self.cdc_marker = boolean()?,
                 "OBSERVER_TIMEOUT" => self.observer_timeout = period()?,
                 "SHUTDOWN_GRACE_PERIOD" => self.shutdown_grace_period = period()?,
                 "PARTITION_LOCK_TIMEOUT" => self.partition_lock_timeout = period()?,

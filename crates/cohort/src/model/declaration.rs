@@ -382,8 +382,8 @@ impl EntityDeclaration {
     /// let names: Vec<String> = e.named_tables("app").iter().map(|t| t.path()).collect();
     /// assert_eq!(names, ["app.order_line", "archive.order_lines"]);
     /// ```
-    pub fn named_tables(&self, default_schema: &str) -> Vec<crate::QualifiedName> {
-        let table = crate::QualifiedName::resolve(
+    pub fn named_tables(&self, default_schema: &str) -> Vec<crate::ident::QualifiedName> {
+        let table = crate::ident::QualifiedName::resolve(
             self.table.as_deref(),
             &heck::ToSnakeCase::to_snake_case(self.name.as_str()),
             self.schema.as_deref(),
@@ -394,7 +394,7 @@ impl EntityDeclaration {
         let archive = self
             .archive
             .as_ref()
-            .and_then(|a| crate::QualifiedName::parse(&a.table, schema).ok());
+            .and_then(|a| crate::ident::QualifiedName::parse(&a.table, schema).ok());
         table.into_iter().chain(archive).collect()
     }
 

@@ -414,6 +414,7 @@ async fn record_batch(
         .add_affected(ledger::AddAffected {
             summary_id,
             rows: n as i64,
+            marker: ctx.cdc_marker(&l.work.entity.name, l.strategy, n as i64),
         })
         .query()
         .execute(&mut **tx)

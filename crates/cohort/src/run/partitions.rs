@@ -217,7 +217,7 @@ async fn drop_one(
         .map_err(stop_from)?
     {
         let (n, first) = purge_unheld(ctx, &mut tx, work, partition).await?;
-        commit_rows(ctx, summary_id, tx, n).await?;
+        commit_rows(ctx, (summary_id, &work.entity.name), tx, n).await?;
         emit_details(ctx, conn, work, first).await;
         return Ok(Dropped::Purged(n.max(0) as u64));
     }
@@ -233,7 +233,7 @@ async fn drop_one(
         .execute(&mut *tx)
         .await
         .map_err(stop_from)?;
-    commit_rows(ctx, summary_id, tx, n).await?;
+    commit_rows(ctx, (summary_id, &work.entity.name), tx, n).await?;
     emit_details(ctx, conn, work, first_detail).await;
     Ok(Dropped::Rows(n.max(0) as u64))
 }
@@ -364,13 +364,14 @@ async fn count_and_detail(
 /// run was cancelled meanwhile: then nothing of the transaction stays).
 async fn commit_rows(
     ctx: &RunCtx<'_>,
-    summary_id: i64,
+    (summary_id, entity): (i64, &str),
     mut tx: sqlx::Transaction<'_, sqlx::Postgres>,
     n: i64,
 ) -> std::result::Result<(), Stop> {
     let added = crate::sql::ledger::AddAffected {
         summary_id,
         rows: n,
+        marker: ctx.cdc_marker(entity, Strategy::Purge, n),
     };
     ctx.ready
         .ledger

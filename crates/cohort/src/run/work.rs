@@ -94,3 +94,24 @@ pub(crate) struct RunCtx<'a> {
     pub(crate) run_id: Uuid,
     pub(crate) spec: &'a RunSpec,
 }
+
+impl RunCtx<'_> {
+    /// With `cdc_marker`, the content of a batch transaction's logical
+    /// decoding message: `{"run_id", "entity", "strategy", "rows"}`.
+    pub(crate) fn cdc_marker(
+        &self,
+        entity: &str,
+        strategy: crate::rules::Strategy,
+        rows: i64,
+    ) -> Option<String> {
+        self.cx.config.cdc_marker.then(|| {
+            serde_json::json!({
+                "run_id": self.run_id,
+                "entity": entity,
+                "strategy": strategy.as_str(),
+                "rows": rows,
+            })
+            .to_string()
+        })
+    }
+}

@@ -357,3 +357,11 @@ pub(crate) fn timestamped_tables(schemas: Vec<String>) -> Statement<(Vec<String>
         (schemas,),
     )
 }
+
+/// A server setting's current value, as text (`value`).
+pub(crate) fn current_setting(name: String) -> Statement<(String,)> {
+    Statement::new(
+        SqlText::new("SELECT pg_catalog.current_setting($1) AS value"),
+        (name,),
+    )
+}

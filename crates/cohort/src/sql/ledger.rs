@@ -32,6 +32,8 @@ pub(crate) struct LedgerPlan {
     pub(super) insert_summary: SqlText,
     /// `$1` summary id, `$2` affected increment.
     pub(super) add_affected: SqlText,
+    /// `add_affected` emitting `$3` as the transaction's CDC marker.
+    pub(super) add_affected_marked: SqlText,
     /// `$1` summary id, `$2` affected, `$3` held, `$4` skipped, `$5` null
     /// anchor, `$6` error, `$7` kept by legal minimum, `$8` kept by policy,
     /// `$9` held by subject, `$10` batch size, `$11` note.
@@ -80,6 +82,7 @@ impl LedgerPlan {
             settle_run: settle_run(&t),
             insert_summary: insert_summary(&t),
             add_affected: add_affected(&t),
+            add_affected_marked: add_affected_marked(&t),
             finish_summary: finish_summary(&t),
             insert_details: insert_details(&t),
             insert_hold: insert_hold(&t),
@@ -157,6 +160,18 @@ fn add_affected(t: &Tables) -> SqlText {
         " SET affected_count = affected_count + $2, updated_at = pg_catalog.clock_timestamp() WHERE summary_id = $1",
     );
     add_affected
+}
+
+/// The statement of [`LedgerPlan::add_affected_marked`]: the message is
+/// emitted by a one-row subquery the update joins, once per statement.
+fn add_affected_marked(t: &Tables) -> SqlText {
+    let mut s = SqlText::new("UPDATE ");
+    s.table(&t.summary).push(
+        " s SET affected_count = s.affected_count + $2, updated_at = pg_catalog.clock_timestamp() \
+         FROM (SELECT pg_catalog.pg_logical_emit_message(true, 'cohort', $3::text) AS lsn) m \
+         WHERE s.summary_id = $1",
+    );
+    s
 }
 
 /// The statement of [`LedgerPlan::finish_summary`].
@@ -392,15 +407,22 @@ impl Params for InsertSummary {
 }
 
 /// Adds a batch's rows to a summary's affected count.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct AddAffected {
     pub(crate) summary_id: i64,
     pub(crate) rows: i64,
+    /// With `cdc_marker`: the content of the transaction's logical
+    /// decoding message (JSON), emitted by the same statement.
+    pub(crate) marker: Option<String>,
 }
 
 impl Params for AddAffected {
     fn bind(self, q: Args) -> Args {
-        q.bind(self.summary_id).bind(self.rows)
+        let q = q.bind(self.summary_id).bind(self.rows);
+        match self.marker {
+            Some(content) => q.bind(content),
+            None => q,
+        }
     }
 }
 
@@ -486,9 +508,16 @@ impl LedgerPlan {
         Statement::new(self.hold_gate.clone(), ())
     }
 
-    /// Adds a batch's rows to the summary.
+    /// Adds a batch's rows to the summary; with a marker, emits it in the
+    /// same statement as the transaction's one logical decoding message
+    /// (`pg_logical_emit_message`, transactional, prefix `cohort`), so a
+    /// CDC consumer decodes it with the batch's changes, at its commit.
     pub(crate) fn add_affected(&self, p: AddAffected) -> Statement<AddAffected> {
-        Statement::new(self.add_affected.clone(), p)
+        let text = match p.marker {
+            Some(_) => self.add_affected_marked.clone(),
+            None => self.add_affected.clone(),
+        };
+        Statement::new(text, p)
     }
 
     /// Writes a summary's final counts.

@@ -334,6 +334,7 @@ fn ledger_statements() {
         ("settle_run", &l.settle_run),
         ("insert_summary", &l.insert_summary),
         ("add_affected", &l.add_affected),
+        ("add_affected_marked", &l.add_affected_marked),
         ("finish_summary", &l.finish_summary),
         ("insert_details", &l.insert_details),
         ("insert_hold", &l.insert_hold),
@@ -1410,6 +1411,15 @@ fn catalog_partition_and_ledger_statements_bind_exactly_their_placeholders() {
         plan.add_affected(l::AddAffected {
             summary_id: 1,
             rows: 1,
+            marker: None,
+        }),
+    );
+    check(
+        "ledger.add_affected_marked",
+        plan.add_affected(l::AddAffected {
+            summary_id: 1,
+            rows: 1,
+            marker: Some("{}".into()),
         }),
     );
     check(

@@ -461,3 +461,14 @@ pub(crate) async fn timestamped_tables(
         })
         .collect()
 }
+
+/// A server setting's current value.
+pub(crate) async fn current_setting(
+    conn: &mut PgConnection,
+    name: &str,
+) -> Result<String, sqlx::Error> {
+    statements::current_setting(name.to_owned())
+        .query_scalar()
+        .fetch_one(&mut *conn)
+        .await
+}

@@ -373,6 +373,14 @@ pub(crate) async fn validate(
     }
     let mut warnings = advice(config, &entities, &tables, &capabilities, &unkeyed);
     warnings.extend(unmentioned_tables(conn, config, &entities, &exempt_tables).await?);
+    if config.cdc_marker {
+        let level = catalog::current_setting(conn, "wal_level").await?;
+        if level != "logical" {
+            warnings.push(format!(
+                "cdc_marker is on, but wal_level is {level}: the markers are written, and no logical decoding consumer can read them until wal_level = logical (a server restart)"
+            ));
+        }
+    }
     let kept_by = kept_by_references(&entities, &tables, &exempt_tables, may_purge, &mut warnings);
     let facts = table_facts(&entities, &tables, kept_by);
     Ok(ValidatedModel {
