@@ -427,6 +427,54 @@ pub struct CohortConfig {
     /// consumer can tell retention changes from the application's
     /// (default false). Validation warns when `wal_level` is not `logical`.
     pub cdc_marker: bool,
+    /// After an entity's sweep changed at least `vacuum_after_rows` rows:
+    /// `analyze` or `vacuum` (with analyze) its table, outside the batch
+    /// transactions (default `off`). Validation refuses it for a table the
+    /// role does not own (PostgreSQL would skip it with a warning).
+    pub vacuum_after: VacuumAfter,
+    /// The rows an entity's sweep must change for `vacuum_after` to run
+    /// (default 100 000, at least 1).
+    pub vacuum_after_rows: u64,
+}
+
+/// What runs on a table after a sweep changed enough of its rows
+/// (`[cohort] vacuum_after`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum VacuumAfter {
+    /// Nothing: autovacuum's business (the default).
+    #[default]
+    Off,
+    /// `ANALYZE`: fresh statistics for the planner.
+    Analyze,
+    /// `VACUUM (ANALYZE)`: dead tuples reclaimed for reuse, statistics too.
+    Vacuum,
+}
+
+impl VacuumAfter {
+    /// The name as the policy file writes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            VacuumAfter::Off => "off",
+            VacuumAfter::Analyze => "analyze",
+            VacuumAfter::Vacuum => "vacuum",
+        }
+    }
+}
+
+impl std::str::FromStr for VacuumAfter {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s.trim() {
+            "off" => Ok(VacuumAfter::Off),
+            "analyze" => Ok(VacuumAfter::Analyze),
+            "vacuum" => Ok(VacuumAfter::Vacuum),
+            other => Err(format!(
+                "{other:?} is not one of \"off\", \"analyze\", \"vacuum\""
+            )),
+        }
+    }
 }
 
 /// A secret key. Its `Debug` and serialised forms never show it.
@@ -508,6 +556,8 @@ impl Default for CohortConfig {
             hash_key: None,
             ignore_tables: Vec::new(),
             cdc_marker: false,
+            vacuum_after: VacuumAfter::Off,
+            vacuum_after_rows: 100_000,
         }
     }
 }
@@ -567,6 +617,15 @@ impl CohortConfig {
                 "DRY_RUN" => self.dry_run = boolean()?,
                 "KILL_SWITCH" => self.kill_switch = boolean()?,
                 "CDC_MARKER" => self.cdc_marker = boolean()?,
+                "VACUUM_AFTER" => {
+                    self.vacuum_after = value.parse::<VacuumAfter>().map_err(|e| bad(&e))?
+                }
+                "VACUUM_AFTER_ROWS" => {
+                    self.vacuum_after_rows = value
+                        .trim()
+                        .parse::<u64>()
+                        .map_err(|_| bad("expected a whole number"))?
+                }
                 "OBSERVER_TIMEOUT" => self.observer_timeout = period()?,
                 "SHUTDOWN_GRACE_PERIOD" => self.shutdown_grace_period = period()?,
                 "PARTITION_LOCK_TIMEOUT" => self.partition_lock_timeout = period()?,
@@ -618,6 +677,12 @@ impl CohortConfig {
                     k.expose().len()
                 ));
             }
+        }
+        if self.vacuum_after_rows == 0 {
+            problems.push(
+                "vacuum_after_rows = 0: at least 1 (a sweep that changed nothing leaves nothing to vacuum)"
+                    .to_owned(),
+            );
         }
         for table in &self.ignore_tables {
             if let Err(e) = QualifiedName::parse(table, self.table_schema()) {
@@ -676,6 +741,13 @@ impl CohortConfig {
         let p = &self.prune;
         let defaults = PruneConfig::default();
         let mut out = Vec::new();
+        if self.vacuum_after == VacuumAfter::Off
+            && self.vacuum_after_rows != CohortConfig::default().vacuum_after_rows
+        {
+            out.push(
+                "vacuum_after_rows is set, but vacuum_after is \"off\": it has no effect".into(),
+            );
+        }
         if !p.prunes_anything()
             && (p.batch_size != defaults.batch_size || p.interval != defaults.interval)
         {

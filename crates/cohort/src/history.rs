@@ -239,7 +239,31 @@ fn entity_outcome(s: &PgRow) -> Result<EntityOutcome> {
             .try_get::<Option<i32>, _>("batch_size")?
             .and_then(|n| u32::try_from(n).ok()),
         note: s.try_get("note")?,
+        table: table_health(s)?,
     })
+}
+
+/// What the sweep left in the entity's table, when it was recorded
+/// (schema version 16 on, runs that changed rows).
+fn table_health(s: &PgRow) -> Result<Option<crate::outcome::TableHealth>> {
+    let n = |col: &str| -> Result<Option<u64>> {
+        Ok(s.try_get::<Option<i64>, _>(col)?.map(|v| v.max(0) as u64))
+    };
+    let (Some(dead_tuples_before), Some(dead_tuples_after), Some(bytes_before), Some(bytes_after)) = (
+        n("dead_tuples_before")?,
+        n("dead_tuples_after")?,
+        n("table_bytes_before")?,
+        n("table_bytes_after")?,
+    ) else {
+        return Ok(None);
+    };
+    Ok(Some(crate::outcome::TableHealth {
+        dead_tuples_before,
+        dead_tuples_after,
+        bytes_before,
+        bytes_after,
+        vacuumed: s.try_get("vacuumed")?,
+    }))
 }
 
 /// The run's failures, as stored or (runs before schema version 3) from its text.

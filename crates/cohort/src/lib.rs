@@ -49,7 +49,7 @@ pub use run::passes::{
 pub use run::PreviewResult;
 pub use run::{
     EntityFailure, EntityOutcome, ErasureResult, NotReached, PreviewRequest, RunKind, RunStatus,
-    SweepRequest, SweepResult, Trigger,
+    SweepRequest, SweepResult, TableHealth, Trigger,
 };
 
 /// The attribute for implementing Cohort's async traits

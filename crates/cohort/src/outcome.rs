@@ -148,6 +148,30 @@ pub struct EntityOutcome {
     /// serialised when `None`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+    /// What the sweep left in the entity's table: its dead tuples and size
+    /// before the batches and after them, and what `vacuum_after` ran.
+    /// `None` for dry runs, previews, strategies that change nothing and
+    /// runs recorded before schema version 16. Not serialised when `None`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub table: Option<TableHealth>,
+}
+
+/// What a sweep left in a table, as the statistics system reported it
+/// (dead tuples: `pg_stat_user_tables.n_dead_tup`; size:
+/// `pg_table_size`; both summed over a partitioned table's partitions).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct TableHealth {
+    /// Dead tuples before the entity's batches.
+    pub dead_tuples_before: u64,
+    /// Dead tuples after them (before `vacuum_after` ran).
+    pub dead_tuples_after: u64,
+    /// The table's size in bytes before the batches.
+    pub bytes_before: u64,
+    /// Its size after them.
+    pub bytes_after: u64,
+    /// `analyze` or `vacuum` when `vacuum_after` ran, else `None`.
+    pub vacuumed: Option<String>,
 }
 
 /// An entity that failed; the run went on with the others.

@@ -1316,6 +1316,10 @@ fn released_migrations_are_pinned() {
             15,
             "6675ea972d634df6f4936ba01060fbb538f22c2bc15d44232932fcedd162605d",
         ),
+        (
+            16,
+            "bfd487de49cecb62dfafce12a458d74dcff032e09dd35b4d1d1217bb534a3645",
+        ),
     ];
     assert_eq!(
         pinned.len(),

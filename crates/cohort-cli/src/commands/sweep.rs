@@ -28,6 +28,29 @@ pub(super) fn print_preview(result: &cohort::PreviewResult) {
         outln!("\nfailed: {} ({}): {}", f.entity, f.entity_id, f.error);
     }
     print_notes(&result.entities);
+    print_table_health(&result.entities);
+}
+
+/// One line per entity whose run recorded what it left in its table:
+/// dead tuples and size before and after, and what `vacuum_after` ran.
+fn print_table_health(entities: &[cohort::EntityOutcome]) {
+    for e in entities {
+        let Some(t) = &e.table else {
+            continue;
+        };
+        outln!(
+            "table: {}: dead tuples {} -> {}, {} -> {} bytes{}",
+            e.entity,
+            t.dead_tuples_before,
+            t.dead_tuples_after,
+            t.bytes_before,
+            t.bytes_after,
+            t.vacuumed
+                .as_deref()
+                .map(|v| format!(", then {v}"))
+                .unwrap_or_default()
+        );
+    }
 }
 
 /// One line per entity whose rows were left for a reason that will not

@@ -191,6 +191,7 @@ pub(crate) fn outcome(work: &Work<'_>) -> EntityOutcome {
         stage: work.stage,
         batch_size: None,
         note: None,
+        table: None,
     }
 }
 

@@ -238,9 +238,18 @@ async fn run_entity(
     out: &mut EntityOutcome,
 ) -> std::result::Result<(), Stop> {
     let summary_id = recorder.entity_opened(conn, work).await?;
+    let real = work.rule.strategy().mutates() && !ctx.spec.dry_run;
+    let before = if real {
+        super::health::measure(conn, work.entity).await
+    } else {
+        None
+    };
     let (result, measured_after_run) = change_rows(ctx, conn, work, summary_id, out).await;
     if matches!(result, Err(Stop::Run(_))) {
         return result;
+    }
+    if let Some(before) = before {
+        out.table = super::health::after(ctx, conn, work, summary_id, before, out.affected).await;
     }
     // Held and NULL-anchor rows are measured directly, after the batches;
     // what is still eligible only when the loop may have left some (it

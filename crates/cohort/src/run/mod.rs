@@ -9,6 +9,7 @@ pub(crate) mod capture;
 pub(crate) mod counts;
 pub(crate) mod erasure;
 pub(crate) mod executor;
+pub(crate) mod health;
 pub(crate) mod lanes;
 pub(crate) mod partitions;
 pub(crate) mod passes;
@@ -25,7 +26,7 @@ use chrono::{DateTime, TimeZone, Utc};
 pub(crate) use crate::outcome::{failure, logical_now};
 pub use crate::outcome::{
     EntityFailure, EntityOutcome, ErasureResult, NotReached, PreviewResult, RunKind, RunStatus,
-    SweepResult, Trigger,
+    SweepResult, TableHealth, Trigger,
 };
 
 /// A sweep: one tenant's tenant-scoped entities, or the tenantless ones.

@@ -109,6 +109,11 @@ const SOURCES: &[(u32, &str, &str)] = &[
         "detail_writes",
         include_str!("../../migrations/0015_detail_writes.sql"),
     ),
+    (
+        16,
+        "table_health",
+        include_str!("../../migrations/0016_table_health.sql"),
+    ),
 ];
 
 /// The hold functions as version 13 installed them, run again where the

@@ -365,3 +365,61 @@ pub(crate) fn current_setting(name: String) -> Statement<(String,)> {
         (name,),
     )
 }
+
+/// A table's dead tuples and size in bytes (`dead`, `bytes`), summed over
+/// its partitions (`pg_partition_tree` lists nothing for a plain table,
+/// which is then its own only leaf), as the statistics system reports
+/// them now. `$1` the table, quoted and qualified.
+pub(crate) fn table_health(table: String) -> Statement<(String,)> {
+    Statement::new(
+        SqlText::new(
+            "WITH leaves AS (SELECT t.relid FROM pg_catalog.pg_partition_tree($1::pg_catalog.regclass) t \
+               WHERE t.isleaf UNION ALL SELECT $1::pg_catalog.regclass WHERE NOT EXISTS \
+               (SELECT 1 FROM pg_catalog.pg_partition_tree($1::pg_catalog.regclass))) \
+             SELECT COALESCE(sum(s.n_dead_tup), 0)::int8 AS dead, \
+               COALESCE(sum(pg_catalog.pg_table_size(l.relid)), 0)::int8 AS bytes \
+             FROM leaves l LEFT JOIN pg_catalog.pg_stat_user_tables s ON s.relid = l.relid",
+        ),
+        (table,),
+    )
+}
+
+/// Reports this session's pending statistics at its next transaction's
+/// end instead of up to a second later (PostgreSQL 15 and later).
+pub(crate) fn force_stats_flush() -> Statement<()> {
+    Statement::new(
+        SqlText::new("SELECT pg_catalog.pg_stat_force_next_flush()"),
+        (),
+    )
+}
+
+/// `ANALYZE` of a table, or `VACUUM (ANALYZE)` (not in a transaction
+/// block: sent as simple-protocol text).
+pub(crate) fn vacuum(table: &crate::ident::QualifiedName, full_vacuum: bool) -> Statement<()> {
+    let mut s = SqlText::new(if full_vacuum {
+        "VACUUM (ANALYZE) "
+    } else {
+        "ANALYZE "
+    });
+    s.table(table);
+    Statement::new(s, ())
+}
+
+/// The table and every relation of its partition tree the current role
+/// cannot act as owner of: `schema, name, owner` (`pg_partition_tree`
+/// lists nothing for a plain table, so the table is named on its own).
+pub(crate) fn tables_not_owned(table: Oid) -> Statement<(Oid,)> {
+    Statement::new(
+        SqlText::new(
+            "SELECT n.nspname::text AS schema, c.relname::text AS name, \
+                pg_catalog.pg_get_userbyid(c.relowner)::text AS owner \
+             FROM pg_catalog.pg_class c \
+             JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+             WHERE (c.oid = $1 OR c.oid IN (SELECT t.relid FROM \
+                 pg_catalog.pg_partition_tree($1::pg_catalog.regclass) t)) \
+               AND NOT pg_catalog.pg_has_role(c.relowner, 'USAGE') \
+             ORDER BY n.nspname, c.relname",
+        ),
+        (table,),
+    )
+}

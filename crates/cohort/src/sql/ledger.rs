@@ -34,6 +34,8 @@ pub(crate) struct LedgerPlan {
     pub(super) add_affected: SqlText,
     /// `add_affected` emitting `$3` as the transaction's CDC marker.
     pub(super) add_affected_marked: SqlText,
+    /// What the sweep left in the table (see [`TableHealth`]).
+    pub(super) table_health: SqlText,
     /// `$1` summary id, `$2` affected, `$3` held, `$4` skipped, `$5` null
     /// anchor, `$6` error, `$7` kept by legal minimum, `$8` kept by policy,
     /// `$9` held by subject, `$10` batch size, `$11` note.
@@ -83,6 +85,7 @@ impl LedgerPlan {
             insert_summary: insert_summary(&t),
             add_affected: add_affected(&t),
             add_affected_marked: add_affected_marked(&t),
+            table_health: table_health(&t),
             finish_summary: finish_summary(&t),
             insert_details: insert_details(&t),
             insert_hold: insert_hold(&t),
@@ -170,6 +173,16 @@ fn add_affected_marked(t: &Tables) -> SqlText {
         " s SET affected_count = s.affected_count + $2, updated_at = pg_catalog.clock_timestamp() \
          FROM (SELECT pg_catalog.pg_logical_emit_message(true, 'cohort', $3::text) AS lsn) m \
          WHERE s.summary_id = $1",
+    );
+    s
+}
+
+/// The statement of [`LedgerPlan::table_health`].
+fn table_health(t: &Tables) -> SqlText {
+    let mut s = SqlText::new("UPDATE ");
+    s.table(&t.summary).push(
+        " SET dead_tuples_before = $2, dead_tuples_after = $3, table_bytes_before = $4, \
+           table_bytes_after = $5, vacuumed = $6 WHERE summary_id = $1",
     );
     s
 }
@@ -460,6 +473,29 @@ impl Params for FinishSummary {
     }
 }
 
+/// What a sweep left in its table: dead tuples and size (bytes) before
+/// its batches and after them, and what `vacuum_after` ran.
+#[derive(Debug, Clone)]
+pub(crate) struct TableHealth {
+    pub(crate) summary_id: i64,
+    pub(crate) dead_tuples_before: i64,
+    pub(crate) dead_tuples_after: i64,
+    pub(crate) bytes_before: i64,
+    pub(crate) bytes_after: i64,
+    pub(crate) vacuumed: Option<&'static str>,
+}
+
+impl Params for TableHealth {
+    fn bind(self, q: Args) -> Args {
+        q.bind(self.summary_id)
+            .bind(self.dead_tuples_before)
+            .bind(self.dead_tuples_after)
+            .bind(self.bytes_before)
+            .bind(self.bytes_after)
+            .bind(self.vacuumed)
+    }
+}
+
 /// One detail row per changed record of a batch.
 #[derive(Debug)]
 pub(crate) struct InsertDetails {
@@ -523,6 +559,11 @@ impl LedgerPlan {
     /// Writes a summary's final counts.
     pub(crate) fn finish_summary(&self, p: FinishSummary) -> Statement<FinishSummary> {
         Statement::new(self.finish_summary.clone(), p)
+    }
+
+    /// Records what the sweep left in the entity's table.
+    pub(crate) fn table_health(&self, p: TableHealth) -> Statement<TableHealth> {
+        Statement::new(self.table_health.clone(), p)
     }
 
     /// Writes a batch's detail rows; returns `row_detail_id, record_id`.

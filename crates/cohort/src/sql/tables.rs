@@ -6,7 +6,7 @@ use crate::ident::QualifiedName;
 
 /// The schema version the code expects. Migrations record it on
 /// `sweep_run` as the table comment `cohort schema version N`.
-pub const SCHEMA_VERSION: u32 = 15;
+pub const SCHEMA_VERSION: u32 = 16;
 
 /// The prefix of the version comment on `sweep_run`.
 pub(crate) const VERSION_COMMENT_PREFIX: &str = "cohort schema version ";
@@ -169,6 +169,11 @@ const ENTITY_SUMMARY_COLUMNS: &[ColumnContract] = &[
     col!("stage", SMALLINT, true),
     col!("batch_size", INT, true),
     col!("note", TEXT, true),
+    col!("dead_tuples_before", BIGINT, true),
+    col!("dead_tuples_after", BIGINT, true),
+    col!("table_bytes_before", BIGINT, true),
+    col!("table_bytes_after", BIGINT, true),
+    col!("vacuumed", TEXT, true),
 ];
 
 /// The columns of [`CohortTable::RowDetail`] the code relies on.

@@ -472,3 +472,23 @@ pub(crate) async fn current_setting(
         .fetch_one(&mut *conn)
         .await
 }
+
+/// The table `oid` and the relations of its partition tree that the
+/// current role cannot act as owner of: (relation, owner).
+pub(crate) async fn not_owned(
+    conn: &mut PgConnection,
+    oid: u32,
+) -> Result<Vec<(QualifiedName, String)>, sqlx::Error> {
+    statements::tables_not_owned(Oid(oid))
+        .query()
+        .fetch_all(&mut *conn)
+        .await?
+        .into_iter()
+        .map(|r| {
+            Ok((
+                QualifiedName::from_columns(&r, "schema", "name")?,
+                r.try_get("owner")?,
+            ))
+        })
+        .collect()
+}

@@ -334,6 +334,7 @@ pub(crate) async fn validate(
     problems.extend(
         check_across_entities(conn, &entities, &tables, &capabilities, &exempt_tables).await?,
     );
+    problems.extend(vacuum_after_problems(conn, config, &entities, &tables, &capabilities).await?);
     let tenant_key = tenant_identity(&entities, &tables, rules, &mut problems);
 
     // The hash key is a secret only what changes rows needs: sweeps and
@@ -875,6 +876,47 @@ async fn unmentioned_tables(
     }
     let found = catalog::timestamped_tables(conn, schemas.into_iter().collect()).await?;
     Ok(checks::unmentioned_advice(config, &mentioned, &found))
+}
+
+/// `vacuum_after` on a table the role does not own would do nothing
+/// (PostgreSQL skips it with a warning): refused for each entity that
+/// changes rows, naming the relations and their owners.
+async fn vacuum_after_problems(
+    conn: &mut PgConnection,
+    config: &CohortConfig,
+    entities: &[EntityDescriptor],
+    tables: &[catalog::TableInfo],
+    capabilities: &BTreeMap<uuid::Uuid, CategoryCapabilities>,
+) -> Result<Vec<Problem>> {
+    let mut problems = Vec::new();
+    if config.vacuum_after == crate::config::VacuumAfter::Off {
+        return Ok(problems);
+    }
+    for (e, t) in entities.iter().zip(tables) {
+        let mutates = capabilities
+            .get(&e.id)
+            .is_some_and(|c| c.iter().any(|s| s.mutates()));
+        if !mutates {
+            continue;
+        }
+        let not_owned = catalog::not_owned(conn, t.oid).await?;
+        if not_owned.is_empty() {
+            continue;
+        }
+        let list: Vec<String> = not_owned
+            .iter()
+            .map(|(table, owner)| format!("{} (owner {owner:?})", table.display_plain()))
+            .collect();
+        problems.push(Problem::entity(
+            &e.name,
+            format!(
+                "vacuum_after = {:?} needs the owner's rights on the table, and the current role is not a member of the owner of {}; PostgreSQL would skip it with a warning. Run Cohort as (a member of) that owner, or set vacuum_after = \"off\"",
+                config.vacuum_after.as_str(),
+                list.join(", ")
+            ),
+        ));
+    }
+    Ok(problems)
 }
 
 /// Settings without effect, and hash anonymisation without a hash key.
