@@ -4,12 +4,15 @@
 -- and after them, as the statistics system reports them, and whether
 -- `vacuum_after` then ran ANALYZE or VACUUM on it. NULL for dry runs,
 -- strategies that change nothing, and runs written before version 16.
+-- A paced sweep (`max_rows_per_second`) records how long it waited
+-- between batches to stay under the rate (`throttled_ms`).
 ALTER TABLE {sweep_run_entity_summary}
     ADD COLUMN dead_tuples_before bigint,
     ADD COLUMN dead_tuples_after bigint,
     ADD COLUMN table_bytes_before bigint,
     ADD COLUMN table_bytes_after bigint,
     ADD COLUMN vacuumed text,
+    ADD COLUMN throttled_ms bigint,
     ADD CONSTRAINT sweep_run_entity_summary_vacuumed_check
         CHECK (vacuumed IN ('analyze', 'vacuum'));
 

@@ -435,6 +435,11 @@ pub struct CohortConfig {
     /// The rows an entity's sweep must change for `vacuum_after` to run
     /// (default 100 000, at least 1).
     pub vacuum_after_rows: u64,
+    /// At most this many rows changed per second by one entity's sweep
+    /// (its lanes share it), waited for between batches, never inside
+    /// one (default: unpaced). Per process: replicas sharing an occurrence
+    /// each pace their own passes.
+    pub max_rows_per_second: Option<u32>,
 }
 
 /// What runs on a table after a sweep changed enough of its rows
@@ -558,6 +563,7 @@ impl Default for CohortConfig {
             cdc_marker: false,
             vacuum_after: VacuumAfter::Off,
             vacuum_after_rows: 100_000,
+            max_rows_per_second: None,
         }
     }
 }
@@ -620,6 +626,12 @@ impl CohortConfig {
                 "VACUUM_AFTER" => {
                     self.vacuum_after = value.parse::<VacuumAfter>().map_err(|e| bad(&e))?
                 }
+                "MAX_ROWS_PER_SECOND" => {
+                    self.max_rows_per_second = match value.trim() {
+                        "" => None,
+                        _ => Some(int()?),
+                    }
+                }
                 "VACUUM_AFTER_ROWS" => {
                     self.vacuum_after_rows = value
                         .trim()
@@ -677,6 +689,12 @@ impl CohortConfig {
                     k.expose().len()
                 ));
             }
+        }
+        if self.max_rows_per_second == Some(0) {
+            problems.push(
+                "max_rows_per_second = 0: at least 1 (leave it out for an unpaced sweep)"
+                    .to_owned(),
+            );
         }
         if self.vacuum_after_rows == 0 {
             problems.push(

@@ -240,6 +240,9 @@ fn entity_outcome(s: &PgRow) -> Result<EntityOutcome> {
             .and_then(|n| u32::try_from(n).ok()),
         note: s.try_get("note")?,
         table: table_health(s)?,
+        throttled_ms: s
+            .try_get::<Option<i64>, _>("throttled_ms")?
+            .map(|v| v.max(0) as u64),
     })
 }
 

@@ -154,6 +154,12 @@ pub struct EntityOutcome {
     /// runs recorded before schema version 16. Not serialised when `None`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub table: Option<TableHealth>,
+    /// Milliseconds the sweep waited between batches to stay under
+    /// `max_rows_per_second` (every lane's waits). `None` when it was not
+    /// paced, and for runs recorded before schema version 16. Not
+    /// serialised when `None`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub throttled_ms: Option<u64>,
 }
 
 /// What a sweep left in a table, as the statistics system reported it

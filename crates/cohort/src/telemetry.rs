@@ -7,6 +7,7 @@
 //! | `cohort_runs_total` | counter | `kind`, `trigger`, `status` (also runs recorded failed without running: a scheduled pass that could not start, a run recovered after its owner was lost) |
 //! | `cohort_run_duration_seconds` | histogram | `kind` |
 //! | `cohort_batch_duration_seconds` | histogram | |
+//! | `cohort_sweep_throttled_seconds_total` | counter | `entity`, `reason` (`rate`) |
 //! | `cohort_handler_deliveries_total` | counter | `handler`, `outcome` (`delivered`, `failed`, `dead_lettered`) |
 //! | `cohort_handler_queue_depth` | gauge | `state` (`pending`, `in_flight`) |
 //! | `cohort_dead_letters` | gauge | |
@@ -52,6 +53,9 @@ pub const ROWS_TOTAL: &str = "cohort_rows_total";
 pub const RUNS_TOTAL: &str = "cohort_runs_total";
 /// `cohort_run_duration_seconds{kind}`.
 pub const RUN_DURATION_SECONDS: &str = "cohort_run_duration_seconds";
+/// `cohort_sweep_throttled_seconds_total{entity,reason}`: time sweeps
+/// waited between batches (reason `rate`: `max_rows_per_second`).
+pub const SWEEP_THROTTLED_SECONDS_TOTAL: &str = "cohort_sweep_throttled_seconds_total";
 /// `cohort_batch_duration_seconds`.
 pub const BATCH_DURATION_SECONDS: &str = "cohort_batch_duration_seconds";
 /// `cohort_handler_deliveries_total{handler,outcome}`.
@@ -88,6 +92,7 @@ pub const ALL: &[&str] = &[
     RUNS_TOTAL,
     RUN_DURATION_SECONDS,
     BATCH_DURATION_SECONDS,
+    SWEEP_THROTTLED_SECONDS_TOTAL,
     HANDLER_DELIVERIES_TOTAL,
     HANDLER_QUEUE_DEPTH,
     DEAD_LETTERS,
@@ -108,6 +113,11 @@ pub fn describe() {
         "Rows by what a real run did with them: affected, held, skipped, null_anchor."
     );
     describe_counter!(RUNS_TOTAL, "Settled runs by kind, trigger and status.");
+    describe_counter!(
+        SWEEP_THROTTLED_SECONDS_TOTAL,
+        Unit::Seconds,
+        "Time sweeps waited between batches, by entity and reason (rate: max_rows_per_second)."
+    );
     describe_histogram!(
         RUN_DURATION_SECONDS,
         Unit::Seconds,
@@ -344,6 +354,22 @@ pub(crate) fn next_occurrence(at: DateTime<Utc>) {
 
 pub(crate) fn tenant_row_unusable() {
     metrics::counter!(TENANT_ROWS_UNUSABLE_TOTAL).increment(1);
+}
+
+/// Time a sweep waited between batches, by entity and reason (`rate`):
+/// summed in this process to the microsecond, exported in whole seconds
+/// (a counter counts in whole units; a wait is never lost, only shown
+/// once its second is complete).
+pub(crate) fn throttled(entity: &str, reason: &'static str, waited: Duration) {
+    static WAITED_US: Mutex<BTreeMap<(String, &'static str), u64>> = Mutex::new(BTreeMap::new());
+    let total = {
+        let mut all = WAITED_US.lock().unwrap_or_else(|e| e.into_inner());
+        let total = all.entry((entity.to_owned(), reason)).or_default();
+        *total += waited.as_micros() as u64;
+        *total
+    };
+    metrics::counter!(SWEEP_THROTTLED_SECONDS_TOTAL, "entity" => entity.to_owned(), "reason" => reason)
+        .absolute(total / 1_000_000);
 }
 
 pub(crate) fn batch(took: Duration) {

@@ -1318,7 +1318,7 @@ fn released_migrations_are_pinned() {
         ),
         (
             16,
-            "bfd487de49cecb62dfafce12a458d74dcff032e09dd35b4d1d1217bb534a3645",
+            "41c72e36cb1e109778f293314d66e3de11cb0b6de95b0d887cebc75a9ad64e1f",
         ),
     ];
     assert_eq!(

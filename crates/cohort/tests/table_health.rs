@@ -142,3 +142,64 @@ async fn vacuum_after_is_refused_on_a_table_the_role_does_not_own() {
         .await
         .unwrap();
 }
+
+/// RS-027 (pacing): with `max_rows_per_second`, a sweep waits between
+/// batches so its rows stay under the rate, and records how long (the
+/// result, the ledger, `runs show`); without it, it never waits.
+#[tokio::test]
+async fn a_paced_sweep_waits_between_batches_and_records_how_long() {
+    let db = engine_db().await;
+    let with = |rate: Option<u32>| {
+        let pool = db.pool().clone();
+        async move {
+            Cohort::builder(pool)
+                .config(CohortConfig {
+                    max_rows_per_second: rate,
+                    ..batches_of(1)
+                })
+                .rules(rules())
+                .declaration(engine_entities().remove(0))
+                .build()
+                .await
+                .unwrap()
+        }
+    };
+    // Three notes past the cutoff per tenant, one per batch: at 20 rows a
+    // second the second and third batches (and the empty fourth) wait.
+    let paced = with(Some(20)).await;
+    let run = paced
+        .sweep(SweepRequest::tenanted(TENANT_A, now()))
+        .await
+        .unwrap();
+    let notes = &run.entities[0];
+    assert_eq!(notes.affected, 3);
+    let waited = notes.throttled_ms.expect("a paced sweep records its waits");
+    assert!(waited > 0, "{notes:?}");
+    let shown = paced.show_run(run.run_id).await.unwrap();
+    assert_eq!(shown.entities[0].throttled_ms, Some(waited));
+
+    let unpaced = with(None).await;
+    let run = unpaced
+        .sweep(SweepRequest::tenanted(TENANT_B, now()))
+        .await
+        .unwrap();
+    assert_eq!(run.entities[0].affected, 3);
+    assert_eq!(run.entities[0].throttled_ms, None);
+    let shown = unpaced.show_run(run.run_id).await.unwrap();
+    assert_eq!(shown.entities[0].throttled_ms, None);
+
+    // Zero is refused: leave the setting out for an unpaced sweep.
+    let Err(err) = Cohort::builder(db.pool().clone())
+        .config(CohortConfig {
+            max_rows_per_second: Some(0),
+            ..test_config()
+        })
+        .rules(rules())
+        .declaration(engine_entities().remove(0))
+        .build()
+        .await
+    else {
+        panic!("max_rows_per_second = 0 is refused");
+    };
+    assert!(err.to_string().contains("max_rows_per_second = 0"), "{err}");
+}

@@ -45,6 +45,8 @@ pub(super) struct Lane<'l> {
     /// The entity's rows changed so far by every range (the progress
     /// events' total).
     pub(super) total: Option<&'l AtomicU64>,
+    /// `max_rows_per_second`: the entity's budget, shared by its lanes.
+    pub(super) pacer: Option<&'l super::pacing::Pacer>,
 }
 
 impl Lane<'static> {
@@ -54,6 +56,7 @@ impl Lane<'static> {
         until: None,
         halt: None,
         total: None,
+        pacer: None,
     };
 }
 
@@ -142,6 +145,13 @@ pub(super) async fn batches(
             // Another range failed; the entity reports its failure.
             return Ok(Progress::Stalled);
         }
+        // Paced: wait between batches (never inside one) until the rows
+        // changed so far fit the rate.
+        if let Some(pacer) = lane.pacer {
+            if !pacer.before_batch(&e.name, &ctx.spec.cancel).await {
+                return Err(Stop::Cancelled);
+            }
+        }
         let limit = sizer
             .as_ref()
             .map_or(work.batch_size, |s| i64::from(s.limit()));
@@ -153,6 +163,9 @@ pub(super) async fn batches(
             }
             Batch::Committed(done) => {
                 let changed = done.rows;
+                if let Some(pacer) = lane.pacer {
+                    pacer.add(changed);
+                }
                 batch_done(&l, out, sizer.as_mut(), limit, done);
                 if changed == 0 {
                     // Locked rows all became held or changed: no progress, stop here.

@@ -192,6 +192,7 @@ pub(crate) fn outcome(work: &Work<'_>) -> EntityOutcome {
         batch_size: None,
         note: None,
         table: None,
+        throttled_ms: None,
     }
 }
 

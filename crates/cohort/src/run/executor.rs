@@ -249,7 +249,8 @@ async fn run_entity(
         return result;
     }
     if let Some(before) = before {
-        out.table = super::health::after(ctx, conn, work, summary_id, before, out.affected).await;
+        let done = (out.affected, out.throttled_ms);
+        out.table = super::health::after(ctx, conn, work, summary_id, before, done).await;
     }
     // Held and NULL-anchor rows are measured directly, after the batches;
     // what is still eligible only when the loop may have left some (it

@@ -38,14 +38,15 @@ pub(super) async fn measure(conn: &mut PgConnection, e: &EntityDescriptor) -> Op
 /// After the entity's batches: this session's statistics reported at once
 /// (PostgreSQL 15 on; before, they may lag by a second), the table
 /// measured again, `vacuum_after` run when the sweep changed at least
-/// `vacuum_after_rows` rows, and all of it recorded on the summary.
+/// `vacuum_after_rows` rows, and all of it recorded on the summary, with
+/// how long a paced sweep waited.
 pub(super) async fn after(
     ctx: &RunCtx<'_>,
     conn: &mut PgConnection,
     work: &Work<'_>,
     summary_id: i64,
     before: Measured,
-    affected: u64,
+    (affected, throttled_ms): (u64, Option<u64>),
 ) -> Option<TableHealth> {
     let e = work.entity;
     if ctx.ready.model.server_version_num >= 150_000 {
@@ -67,6 +68,7 @@ pub(super) async fn after(
             bytes_before: before.1,
             bytes_after: after.1,
             vacuumed,
+            throttled_ms: throttled_ms.map(|ms| ms as i64),
         })
         .query()
         .execute(&mut *conn)

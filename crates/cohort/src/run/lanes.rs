@@ -25,6 +25,7 @@ use chrono::{DateTime, Utc};
 use sqlx::PgConnection;
 
 use super::batches::{batches, Lane, Progress};
+use super::pacing::Pacer;
 use super::work::{stop_from, RunCtx, Stop, Work};
 use super::EntityOutcome;
 use crate::sql::KeyValue;
@@ -38,8 +39,29 @@ pub(super) async fn sweep_rows(
     summary_id: i64,
     out: &mut EntityOutcome,
 ) -> std::result::Result<Progress, Stop> {
+    let pacer = ctx.cx.config.max_rows_per_second.map(Pacer::new);
+    let result = lanes(ctx, conn, work, summary_id, out, pacer.as_ref()).await;
+    if let Some(p) = &pacer {
+        out.throttled_ms = Some(p.waited().as_millis() as u64);
+    }
+    result
+}
+
+/// The entity's rows on one connection, or in key ranges on several.
+async fn lanes(
+    ctx: &RunCtx<'_>,
+    conn: &mut PgConnection,
+    work: &Work<'_>,
+    summary_id: i64,
+    out: &mut EntityOutcome,
+    pacer: Option<&Pacer>,
+) -> std::result::Result<Progress, Stop> {
     if work.parallelism <= 1 || work.statements.ranges.is_none() {
-        return batches(ctx, conn, work, summary_id, out, &Lane::WHOLE).await;
+        let whole = Lane {
+            pacer,
+            ..Lane::WHOLE
+        };
+        return batches(ctx, conn, work, summary_id, out, &whole).await;
     }
     let mut extra = extra_connections(ctx, work.parallelism as usize - 1).await;
     let bounds = ranges(conn, ctx, work, extra.len() + 1)
@@ -47,7 +69,7 @@ pub(super) async fn sweep_rows(
         .map_err(stop_from)?;
     let halt = AtomicBool::new(false);
     let total = AtomicU64::new(out.affected);
-    let lanes = lanes_of(bounds, &halt, &total);
+    let lanes = lanes_of(bounds, (&halt, &total), pacer);
     tracing::debug!(ranges = lanes.len(), "sweeping the entity in key ranges");
     let mut conns: Vec<&mut PgConnection> = vec![conn];
     conns.extend(extra.iter_mut().map(|c| &mut **c));
@@ -96,8 +118,8 @@ async fn extra_connections(
 /// row and ends at its own (the last lane: at the last candidate).
 fn lanes_of<'l>(
     bounds: Vec<(DateTime<Utc>, KeyValue)>,
-    halt: &'l AtomicBool,
-    total: &'l AtomicU64,
+    (halt, total): (&'l AtomicBool, &'l AtomicU64),
+    pacer: Option<&'l Pacer>,
 ) -> Vec<Lane<'l>> {
     let mut lanes = Vec::with_capacity(bounds.len() + 1);
     let mut after = None;
@@ -107,6 +129,7 @@ fn lanes_of<'l>(
             until: last.clone(),
             halt: Some(halt),
             total: Some(total),
+            pacer,
         });
         after = last;
     }

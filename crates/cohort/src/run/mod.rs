@@ -11,6 +11,7 @@ pub(crate) mod erasure;
 pub(crate) mod executor;
 pub(crate) mod health;
 pub(crate) mod lanes;
+pub(crate) mod pacing;
 pub(crate) mod partitions;
 pub(crate) mod passes;
 pub(crate) mod recorder;

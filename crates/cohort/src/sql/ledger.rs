@@ -182,7 +182,7 @@ fn table_health(t: &Tables) -> SqlText {
     let mut s = SqlText::new("UPDATE ");
     s.table(&t.summary).push(
         " SET dead_tuples_before = $2, dead_tuples_after = $3, table_bytes_before = $4, \
-           table_bytes_after = $5, vacuumed = $6 WHERE summary_id = $1",
+           table_bytes_after = $5, vacuumed = $6, throttled_ms = $7 WHERE summary_id = $1",
     );
     s
 }
@@ -474,7 +474,8 @@ impl Params for FinishSummary {
 }
 
 /// What a sweep left in its table: dead tuples and size (bytes) before
-/// its batches and after them, and what `vacuum_after` ran.
+/// its batches and after them, what `vacuum_after` ran, and how long a
+/// paced sweep waited.
 #[derive(Debug, Clone)]
 pub(crate) struct TableHealth {
     pub(crate) summary_id: i64,
@@ -483,6 +484,8 @@ pub(crate) struct TableHealth {
     pub(crate) bytes_before: i64,
     pub(crate) bytes_after: i64,
     pub(crate) vacuumed: Option<&'static str>,
+    /// Milliseconds a paced sweep waited between batches.
+    pub(crate) throttled_ms: Option<i64>,
 }
 
 impl Params for TableHealth {
@@ -493,6 +496,7 @@ impl Params for TableHealth {
             .bind(self.bytes_before)
             .bind(self.bytes_after)
             .bind(self.vacuumed)
+            .bind(self.throttled_ms)
     }
 }
 

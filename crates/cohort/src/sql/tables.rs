@@ -174,6 +174,7 @@ const ENTITY_SUMMARY_COLUMNS: &[ColumnContract] = &[
     col!("table_bytes_before", BIGINT, true),
     col!("table_bytes_after", BIGINT, true),
     col!("vacuumed", TEXT, true),
+    col!("throttled_ms", BIGINT, true),
 ];
 
 /// The columns of [`CohortTable::RowDetail`] the code relies on.
