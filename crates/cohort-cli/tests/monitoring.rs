@@ -291,8 +291,9 @@ async fn every_metric_in_the_contract_is_served_and_the_examples_use_no_other() 
     }
 
     // A worker that produces every series: a handler that fails (deliveries
-    // and dead letters), a tenant row that cannot be a tenant, and a live
-    // peer with a handler on the notes that this worker lacks (a conflict).
+    // and dead letters), a tenant row that cannot be a tenant, a live peer
+    // with a handler on the notes that this worker lacks (a conflict), and
+    // sweeps paced slowly enough to wait between their batches.
     let db = cohort_pgtemp::fresh_empty_database().await.unwrap();
     sqlx::raw_sql(
         "CREATE SCHEMA app;
@@ -311,6 +312,7 @@ tenants_query = "SELECT t, NULL::text FROM (VALUES ('{T1}'), ('not-a-tenant')) v
 [cohort]
 schema = "retention"
 schedule = "*/2 * * * * *"
+max_rows_per_second = 50
 
 [cohort.dispatch]
 max_attempts = 1
