@@ -3779,19 +3779,22 @@ async fn init_update_adds_new_tables_and_keeps_every_edit() {
     );
 
     // --update appends the new table, exempt; every byte before stays.
-    let out = cohort(
-        d,
-        &[
-            "--json",
-            "init",
-            "--update",
-            "--schema",
-            "shop",
-            "--output",
-            "cohort.toml",
-        ],
-        url,
-    );
+    let update = || {
+        cohort(
+            d,
+            &[
+                "--json",
+                "init",
+                "--update",
+                "--schema",
+                "shop",
+                "--output",
+                "cohort.toml",
+            ],
+            url,
+        )
+    };
+    let out = update();
     succeeded(&out);
     assert_eq!(
         json(&out)["added"],
@@ -3816,19 +3819,7 @@ async fn init_update_adds_new_tables_and_keeps_every_edit() {
     );
 
     // Again: nothing new, nothing written.
-    let out = cohort(
-        d,
-        &[
-            "--json",
-            "init",
-            "--update",
-            "--schema",
-            "shop",
-            "--output",
-            "cohort.toml",
-        ],
-        url,
-    );
+    let out = update();
     succeeded(&out);
     assert_eq!(json(&out)["added"], serde_json::json!([]));
     assert_eq!(std::fs::read_to_string(&path).unwrap(), updated);

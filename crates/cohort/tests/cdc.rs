@@ -72,6 +72,27 @@ async fn decoded(pool: &PgPool) -> Vec<(i64, Decoded)> {
         .collect()
 }
 
+/// A cluster of the test's own that decodes (`wal_level = logical`),
+/// migrated, seeded with `tables`, with the slot `cohort_cdc`
+/// (`test_decoding`) created after the seed.
+async fn decoding_server(tables: &str) -> (Cluster, PgPool) {
+    let cluster =
+        Cluster::start_with_settings("wal_level=logical;max_replication_slots=4;max_wal_senders=4")
+            .await
+            .unwrap();
+    let pool = PgPool::connect(cluster.url()).await.unwrap();
+    cohort::schema::migrate(&mut pool.acquire().await.unwrap(), "public")
+        .await
+        .unwrap();
+    exec(&pool, tables).await;
+    exec(
+        &pool,
+        "SELECT pg_create_logical_replication_slot('cohort_cdc', 'test_decoding')",
+    )
+    .await;
+    (cluster, pool)
+}
+
 async fn handle(pool: &PgPool, cdc_marker: bool) -> Cohort {
     Cohort::builder(pool.clone())
         .config(cohort::CohortConfig {
@@ -88,20 +109,7 @@ async fn handle(pool: &PgPool, cdc_marker: bool) -> Cohort {
 
 #[tokio::test]
 async fn every_retention_transaction_carries_one_marker_and_the_applications_none() {
-    let cluster =
-        Cluster::start_with_settings("wal_level=logical;max_replication_slots=4;max_wal_senders=4")
-            .await
-            .unwrap();
-    let pool = PgPool::connect(cluster.url()).await.unwrap();
-    cohort::schema::migrate(&mut pool.acquire().await.unwrap(), "public")
-        .await
-        .unwrap();
-    exec(&pool, ENGINE_TABLES).await;
-    exec(
-        &pool,
-        "SELECT pg_create_logical_replication_slot('cohort_cdc', 'test_decoding')",
-    )
-    .await;
+    let (_cluster, pool) = decoding_server(ENGINE_TABLES).await;
     let cohort = handle(&pool, true).await;
     assert!(
         cohort
@@ -235,20 +243,7 @@ const PARTITIONED: &str = "CREATE SCHEMA part;
 /// marker counts them).
 #[tokio::test]
 async fn a_partition_purge_marks_each_partition_and_each_batch() {
-    let cluster =
-        Cluster::start_with_settings("wal_level=logical;max_replication_slots=4;max_wal_senders=4")
-            .await
-            .unwrap();
-    let pool = PgPool::connect(cluster.url()).await.unwrap();
-    cohort::schema::migrate(&mut pool.acquire().await.unwrap(), "public")
-        .await
-        .unwrap();
-    exec(&pool, PARTITIONED).await;
-    exec(
-        &pool,
-        "SELECT pg_create_logical_replication_slot('cohort_cdc', 'test_decoding')",
-    )
-    .await;
+    let (_cluster, pool) = decoding_server(PARTITIONED).await;
     let policy = cohort::policy::PolicyFile::parse(
         r#"
 [cohort]

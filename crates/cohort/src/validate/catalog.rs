@@ -479,14 +479,22 @@ pub(crate) async fn not_owned(
     conn: &mut PgConnection,
     oid: u32,
 ) -> Result<Vec<(QualifiedName, String)>, sqlx::Error> {
-    statements::tables_not_owned(Oid(oid))
+    let rows = statements::tables_not_owned(Oid(oid))
         .query()
         .fetch_all(&mut *conn)
-        .await?
-        .into_iter()
+        .await?;
+    owners(&rows)
+}
+
+/// Rows of `schema, name, owner` (the ownership statements') as
+/// (relation, owner).
+pub(crate) fn owners(
+    rows: &[sqlx::postgres::PgRow],
+) -> Result<Vec<(QualifiedName, String)>, sqlx::Error> {
+    rows.iter()
         .map(|r| {
             Ok((
-                QualifiedName::from_columns(&r, "schema", "name")?,
+                QualifiedName::from_columns(r, "schema", "name")?,
                 r.try_get("owner")?,
             ))
         })

@@ -40,18 +40,11 @@ pub(crate) async fn load(
     else {
         return Ok(None);
     };
-    let not_owned = statements::partitions_not_owned(oid)
+    let rows = statements::partitions_not_owned(oid)
         .query()
         .fetch_all(&mut *conn)
-        .await?
-        .into_iter()
-        .map(|r| {
-            Ok((
-                QualifiedName::from_columns(&r, "schema", "name")?,
-                r.try_get("owner")?,
-            ))
-        })
-        .collect::<Result<Vec<_>, sqlx::Error>>()?;
+        .await?;
+    let not_owned = super::catalog::owners(&rows)?;
     let referenced_by = statements::partition_tree_referenced_by(oid)
         .query()
         .fetch_all(&mut *conn)
