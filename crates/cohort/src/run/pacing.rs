@@ -48,14 +48,17 @@ impl Pacer {
         if wait.is_zero() {
             return true;
         }
-        let waited = tokio::select! {
+        let started = Instant::now();
+        let finished = tokio::select! {
             () = tokio::time::sleep(wait) => true,
             () = cancel.cancelled() => false,
         };
+        // What was waited, a cancelled wait included only as far as it went.
+        let waited = started.elapsed().min(wait);
         self.waited_us
-            .fetch_add(wait.as_micros() as u64, Ordering::SeqCst);
-        crate::telemetry::throttled(entity, "rate", wait);
-        waited
+            .fetch_add(waited.as_micros() as u64, Ordering::SeqCst);
+        crate::telemetry::throttled(entity, "rate", waited);
+        finished
     }
 
     /// Counts a committed batch's rows.
