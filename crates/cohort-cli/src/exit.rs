@@ -2,7 +2,9 @@
 //! was cancelled, or the database could not be reached); 2 bad input, bad
 //! configuration or failed validation, with nothing changed; 3 the run
 //! settled `partially_failed` (or, for `sweep --all-tenants`, some passes
-//! did their work and others failed).
+//! did their work and others failed). A run that settled `paused` exits 0:
+//! a pause is an operator's choice, and the JSON says which entities it
+//! stopped.
 
 use std::process::ExitCode;
 
@@ -46,7 +48,7 @@ pub(crate) fn exit_for(statuses: impl IntoIterator<Item = RunStatus>) -> Result<
     let mut code = 0;
     for s in statuses {
         code = code.max(match s {
-            RunStatus::Succeeded => 0,
+            RunStatus::Succeeded | RunStatus::Paused => 0,
             RunStatus::PartiallyFailed => 3,
             _ => 1,
         });
@@ -63,7 +65,7 @@ pub(crate) fn exit_for(statuses: impl IntoIterator<Item = RunStatus>) -> Result<
 pub(crate) fn pass_code(pass: &PassOutcome) -> u8 {
     match pass {
         PassOutcome::Ran(r) => match r.status {
-            RunStatus::Succeeded => 0,
+            RunStatus::Succeeded | RunStatus::Paused => 0,
             RunStatus::PartiallyFailed => 3,
             _ => 1,
         },
@@ -111,6 +113,8 @@ mod tests {
             (&[Failed], 1),
             (&[Cancelled], 1),
             (&[Succeeded, PartiallyFailed], 3),
+            // A pause is an operator's choice, not a failure; the JSON says it.
+            (&[Paused], 0),
             (&[], 0),
         ];
         for (statuses, want) in cases {

@@ -25,6 +25,7 @@ mod exit;
 mod exporter;
 mod init;
 mod output;
+mod pacing;
 mod report;
 mod services;
 
@@ -187,9 +188,22 @@ enum Command {
         #[arg(long, value_name = "ADDR")]
         metrics_addr: Option<std::net::SocketAddr>,
     },
-    /// The live settings every worker replica reads (kill_switch, dry_run).
+    /// The live settings every worker replica reads (kill_switch, dry_run),
+    /// and the live pacing every sweep reads (max_rows_per_second,
+    /// max_replica_lag, pauses).
     #[command(subcommand)]
     Settings(services::SettingsCommand),
+    /// Pause an entity's sweeps on every replica: a sweep skips it, or
+    /// stops before its next batch, and reports it paused.
+    Pause {
+        /// The entity's name or id.
+        entity: String,
+    },
+    /// Resume a paused entity: its next sweep goes on as usual.
+    Resume {
+        /// The entity's name or id.
+        entity: String,
+    },
     /// Serve the read-only operations console (runs, holds, handler queue,
     /// dead letters, settings) until SIGINT/SIGTERM. Off loopback it needs
     /// COHORT_SERVE_TOKEN, and then every request a bearer token.
@@ -501,6 +515,14 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Settings(cmd) => {
             let (cohort, _) = open(&cli).await?;
             services::settings(&cohort, cli.json, cmd).await
+        }
+        Command::Pause { entity } => {
+            let (cohort, _) = open(&cli).await?;
+            pacing::pause(&cohort, cli.json, entity, true).await
+        }
+        Command::Resume { entity } => {
+            let (cohort, _) = open(&cli).await?;
+            pacing::pause(&cohort, cli.json, entity, false).await
         }
         Command::Serve { listen } => {
             let token = console::token(*listen)?;

@@ -4,7 +4,7 @@
 
 use clap::Subcommand;
 use cohort::services::{PruneRequest, PrunerConfig, Services, WorkerConfig};
-use cohort::settings::{LiveSettings, Setting};
+use cohort::settings::{LivePacing, LiveSettings, PacingLimit, Setting};
 use cohort::{Cancel, Cohort, Error};
 use serde_json::json;
 
@@ -186,17 +186,24 @@ pub(crate) async fn dispatch_until_signal(cohort: &Cohort) -> Result<(), Failure
 #[derive(Debug, Subcommand)]
 pub(crate) enum SettingsCommand {
     /// The live settings: this process's value (configuration), the
-    /// database's, and the effective one (their OR).
+    /// database's, and the effective one (their OR); and the live pacing
+    /// rows (pauses and limits, per entity and for every entity).
     Show,
-    /// Set a live setting in the database; every worker replica sees it at
-    /// its next occurrence or between tenant passes.
+    /// Set a live setting in the database. kill_switch and dry_run (on or
+    /// off): every worker replica sees them at its next occurrence or
+    /// between tenant passes. max_rows_per_second (a number) and
+    /// max_replica_lag (a period such as 30s), or off to clear: every
+    /// sweep reads them before its next batch.
     Set {
-        /// kill_switch or dry_run.
-        #[arg(value_parser = ["kill_switch", "dry_run"])]
+        /// kill_switch, dry_run, max_rows_per_second or max_replica_lag.
+        #[arg(value_parser = ["kill_switch", "dry_run", "max_rows_per_second", "max_replica_lag"])]
         name: String,
-        /// on or off.
-        #[arg(value_parser = ["on", "off"])]
+        /// on or off; a number or off; a period or off.
         value: String,
+        /// The pacing limit of one entity (name or id) instead of every
+        /// entity's (max_rows_per_second and max_replica_lag only).
+        #[arg(long)]
+        entity: Option<String>,
     },
 }
 
@@ -207,16 +214,41 @@ pub(crate) async fn settings(
 ) -> Result<(), Failure> {
     let live = match cmd {
         SettingsCommand::Show => cohort.settings().await?,
-        SettingsCommand::Set { name, value } => {
-            let setting: Setting = name.parse()?;
-            cohort.set_setting(setting, value == "on").await?
-        }
+        SettingsCommand::Set {
+            name,
+            value,
+            entity,
+        } => match name.parse::<Setting>() {
+            Ok(setting) => {
+                if entity.is_some() {
+                    return Err(Failure::Input(Error::InvalidInput(format!(
+                        "{name} is one value for every replica: --entity is for max_rows_per_second and max_replica_lag"
+                    ))));
+                }
+                let enabled = match value.as_str() {
+                    "on" => true,
+                    "off" => false,
+                    other => {
+                        return Err(Failure::Input(Error::InvalidInput(format!(
+                            "{name} {other:?}: on or off"
+                        ))))
+                    }
+                };
+                cohort.set_setting(setting, enabled).await?
+            }
+            Err(_) => {
+                let limit = PacingLimit::parse(name, value)?;
+                cohort.set_pacing(entity.as_deref(), limit).await?;
+                cohort.settings().await?
+            }
+        },
     };
-    print_settings(json, &live);
+    let pacing = cohort.pacing().await?;
+    print_settings(json, &live, &pacing, cohort.config());
     Ok(())
 }
 
-fn print_settings(json: bool, live: &LiveSettings) {
+fn print_settings(json: bool, live: &LiveSettings, pacing: &[LivePacing], config: &cohort::CohortConfig) {
     if json {
         let one = |s: Setting| {
             let v = live.get(s);
@@ -235,6 +267,11 @@ fn print_settings(json: bool, live: &LiveSettings) {
                 "kill_switch": one(Setting::KillSwitch),
                 "dry_run": one(Setting::DryRun),
             },
+            "configured_pacing": {
+                "max_rows_per_second": config.max_rows_per_second,
+                "max_replica_lag": config.max_replica_lag.map(|p| p.to_string()),
+            },
+            "pacing": pacing,
         }));
         return;
     }
@@ -270,6 +307,7 @@ fn print_settings(json: bool, live: &LiveSettings) {
             &rows
         )
     );
+    crate::pacing::print_rows(pacing);
 }
 
 /// `cohort prune [--dry-run]`: one pass now with `[cohort.prune]`.

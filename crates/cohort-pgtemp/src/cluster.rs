@@ -152,6 +152,73 @@ impl Cluster {
 
     async fn start_inner(binaries: PgBinaries, settings: Option<String>) -> Result<Cluster> {
         let started = Instant::now();
+        let mut cluster = Self::prepare(binaries, settings)?;
+        cluster.initdb().await?;
+        let initdb_time = started.elapsed();
+        cluster.spawn_server()?;
+        cluster.wait_until_ready().await?;
+        cluster.startup_time = started.elapsed();
+        tracing::info!(
+            dir = %cluster.root.display(),
+            user = cluster.run_as.as_ref().map(|u| u.name.as_str()).unwrap_or("(self)"),
+            initdb_ms = initdb_time.as_millis() as u64,
+            total_ms = cluster.startup_time.as_millis() as u64,
+            "started throw-away PostgreSQL cluster"
+        );
+        Ok(cluster)
+    }
+
+    /// Starts a streaming standby of this cluster: a base backup taken with
+    /// `pg_basebackup -R` (WAL streamed, `standby.signal` and
+    /// `primary_conninfo` written), started in its own directory and socket
+    /// directory, connected to this server over its unix socket. The
+    /// standby's server settings are this cluster's. Dropping it stops it.
+    pub async fn start_standby(&self) -> Result<Cluster> {
+        let started = Instant::now();
+        let mut standby = Self::prepare(self.binaries.clone(), self.settings.clone())?;
+        let mut cmd = tokio::process::Command::new(self.binaries.bin_dir().join("pg_basebackup"));
+        cmd.arg("-D")
+            .arg(&standby.data_dir)
+            .arg("-h")
+            .arg(&self.socket_dir)
+            .args(["-p", &PORT.to_string(), "-U", "postgres", "-R", "-X", "stream", "--no-sync"])
+            .current_dir(&standby.root)
+            .env("LC_ALL", "C")
+            .stdin(Stdio::null())
+            .kill_on_drop(true);
+        if let Some(user) = &standby.run_as {
+            cmd.uid(user.uid).gid(user.gid);
+        }
+        let out = cmd
+            .output()
+            .await
+            .map_err(|e| Error::io("running pg_basebackup", e))?;
+        if !out.status.success() {
+            return Err(Error::CommandFailed {
+                command: format!("pg_basebackup -D {} -R", standby.data_dir.display()),
+                status: out.status.to_string(),
+                output: format!(
+                    "{}{}",
+                    String::from_utf8_lossy(&out.stdout),
+                    String::from_utf8_lossy(&out.stderr)
+                ),
+            });
+        }
+        standby.spawn_server()?;
+        standby.wait_until_ready().await?;
+        standby.startup_time = started.elapsed();
+        tracing::info!(
+            dir = %standby.root.display(),
+            primary = %self.root.display(),
+            total_ms = standby.startup_time.as_millis() as u64,
+            "started a streaming standby"
+        );
+        Ok(standby)
+    }
+
+    /// A cluster's directories and addresses, before its data directory
+    /// exists and its server runs.
+    fn prepare(binaries: PgBinaries, settings: Option<String>) -> Result<Cluster> {
         let run_as = server_user()?;
         let base = temp_base(run_as.is_some());
         let dir = tempfile::Builder::new()
@@ -182,7 +249,7 @@ impl Cluster {
             .database("postgres")
             .ssl_mode(PgSslMode::Disable);
 
-        let mut cluster = Cluster {
+        Ok(Cluster {
             dir: Some(dir),
             root,
             data_dir,
@@ -195,21 +262,7 @@ impl Cluster {
             run_as,
             startup_time: Duration::ZERO,
             settings,
-        };
-
-        cluster.initdb().await?;
-        let initdb_time = started.elapsed();
-        cluster.spawn_server()?;
-        cluster.wait_until_ready().await?;
-        cluster.startup_time = started.elapsed();
-        tracing::info!(
-            dir = %cluster.root.display(),
-            user = cluster.run_as.as_ref().map(|u| u.name.as_str()).unwrap_or("(self)"),
-            initdb_ms = initdb_time.as_millis() as u64,
-            total_ms = cluster.startup_time.as_millis() as u64,
-            "started throw-away PostgreSQL cluster"
-        );
-        Ok(cluster)
+        })
     }
 
     async fn initdb(&self) -> Result<()> {

@@ -9,7 +9,7 @@ use tokio::sync::OnceCell;
 use crate::config::CohortConfig;
 use crate::context::Context;
 use crate::context::ObserverHub;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::model::{EntityDeclaration, Retained};
 use crate::observer::AuditObserver;
 use crate::policy::{PolicyFile, TenantEntry};
@@ -308,6 +308,82 @@ impl Cohort {
     ) -> Result<crate::settings::LiveSettings> {
         self.cx.prepared().await?;
         self.cx.set_setting(setting, enabled).await
+    }
+
+    /// Pauses an entity's sweeps (by name or id), in the database for every
+    /// replica: a sweep skips it, or stops before its next batch (the open
+    /// one commits whole), and reports it `paused`; its run settles
+    /// `paused`. Manual and scheduled sweeps alike; erasures are never
+    /// paused. Returns every live pacing row.
+    pub async fn pause(&self, entity: &str) -> Result<Vec<crate::settings::LivePacing>> {
+        let name = self.entity_name(entity).await?;
+        self.cx
+            .set_pacing(&name, crate::sql::pacing::SetValue::Paused(true))
+            .await
+    }
+
+    /// Resumes a paused entity: its next sweep goes on as usual.
+    pub async fn resume(&self, entity: &str) -> Result<Vec<crate::settings::LivePacing>> {
+        let name = self.entity_name(entity).await?;
+        self.cx
+            .set_pacing(&name, crate::sql::pacing::SetValue::Paused(false))
+            .await
+    }
+
+    /// Sets (or clears) a live pacing limit, for one entity (by name or
+    /// id) or, with `None`, for every entity. Every sweep reads it before
+    /// each batch; the strictest of it, the other live row and the
+    /// configuration applies.
+    pub async fn set_pacing(
+        &self,
+        entity: Option<&str>,
+        limit: crate::settings::PacingLimit,
+    ) -> Result<Vec<crate::settings::LivePacing>> {
+        use crate::settings::PacingLimit;
+        use crate::sql::pacing::SetValue;
+        let scope = match entity {
+            Some(e) => self.entity_name(e).await?,
+            None => {
+                self.cx.prepared().await?;
+                crate::sql::pacing::EVERY_ENTITY.to_owned()
+            }
+        };
+        let value = match limit {
+            PacingLimit::MaxRowsPerSecond(Some(0)) => {
+                return Err(Error::InvalidInput(
+                    "max_rows_per_second 0: at least 1, or off".into(),
+                ))
+            }
+            PacingLimit::MaxRowsPerSecond(n) => SetValue::Rate(
+                n.map(|n| i32::try_from(n).unwrap_or(i32::MAX)),
+            ),
+            PacingLimit::MaxReplicaLag(lag) => {
+                if let Some(lag) = lag {
+                    crate::config::check_replica_lag(lag).map_err(|why| {
+                        Error::InvalidInput(format!("max_replica_lag {lag}: {why}"))
+                    })?;
+                }
+                SetValue::Lag(lag.map(|p| p.as_seconds().saturating_mul(1000)))
+            }
+        };
+        self.cx.set_pacing(&scope, value).await
+    }
+
+    /// Every live pacing row (every entity's first, written `*`).
+    pub async fn pacing(&self) -> Result<Vec<crate::settings::LivePacing>> {
+        self.cx.prepared().await?;
+        self.cx.live_pacing().await
+    }
+
+    /// A declared entity's name, from its name or id (bad input otherwise).
+    async fn entity_name(&self, id_or_name: &str) -> Result<String> {
+        let model = self.ready().await?;
+        model
+            .find_entity(id_or_name)
+            .map(|e| e.name.clone())
+            .ok_or_else(|| {
+                Error::InvalidInput(format!("no retained entity with id or name {id_or_name:?}"))
+            })
     }
 
     /// This process's own values of the live settings, to flip without a

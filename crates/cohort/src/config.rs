@@ -438,8 +438,16 @@ pub struct CohortConfig {
     /// At most this many rows changed per second by one entity's sweep
     /// (its lanes share it), waited for between batches, never inside
     /// one (default: unpaced). Per process: replicas sharing an occurrence
-    /// each pace their own passes.
+    /// each pace their own passes. An entity's own, and the live values in
+    /// the database, apply too: the strictest wins.
     pub max_rows_per_second: Option<u32>,
+    /// Before each batch, wait while a streaming standby's replay is
+    /// further behind than this (a fixed period of at least one second;
+    /// default: not waited for). Reading the lag needs `pg_monitor` or
+    /// `pg_read_all_stats`: validation refuses the setting without it. An
+    /// entity's own, and the live values in the database, apply too: the
+    /// strictest wins.
+    pub max_replica_lag: Option<Period>,
 }
 
 /// What runs on a table after a sweep changed enough of its rows
@@ -564,6 +572,7 @@ impl Default for CohortConfig {
             vacuum_after: VacuumAfter::Off,
             vacuum_after_rows: 100_000,
             max_rows_per_second: None,
+            max_replica_lag: None,
         }
     }
 }
@@ -632,6 +641,12 @@ impl CohortConfig {
                         _ => Some(int()?),
                     }
                 }
+                "MAX_REPLICA_LAG" => {
+                    self.max_replica_lag = match value.trim() {
+                        "" => None,
+                        _ => Some(period()?),
+                    }
+                }
                 "VACUUM_AFTER_ROWS" => {
                     self.vacuum_after_rows = value
                         .trim()
@@ -688,6 +703,11 @@ impl CohortConfig {
                     "hash_key is {} bytes; a key shorter than {MIN_HASH_KEY_BYTES} bytes can be guessed",
                     k.expose().len()
                 ));
+            }
+        }
+        if let Some(lag) = self.max_replica_lag {
+            if let Err(e) = check_replica_lag(lag) {
+                problems.push(format!("max_replica_lag = {lag}: {e}"));
             }
         }
         if self.max_rows_per_second == Some(0) {
@@ -782,6 +802,12 @@ impl CohortConfig {
             }
         }
         out
+    }
+
+    /// `max_replica_lag` as a std duration.
+    pub fn max_replica_lag(&self) -> Option<Duration> {
+        self.max_replica_lag
+            .map(|p| Duration::from_secs(p.as_seconds().max(0) as u64))
     }
 
     /// The shutdown grace period as a std duration.
@@ -963,4 +989,17 @@ mod tests {
         assert!(text.contains("sweep_batch_size = \"auto\""), "{text}");
         assert_eq!(CohortConfig::from_toml(&text).unwrap(), auto);
     }
+}
+
+/// A `max_replica_lag` (global or an entity's) must be a fixed period of at
+/// least a second: a calendar month has no fixed length, and zero would
+/// wait after every batch for every standby to have replayed it.
+pub(crate) fn check_replica_lag(lag: Period) -> std::result::Result<(), &'static str> {
+    if lag.months() != 0 {
+        return Err("a fixed period (s, m, h, d), not calendar months or years");
+    }
+    if lag.as_seconds() < 1 {
+        return Err("at least 1s (leave it out to not wait for standbys)");
+    }
+    Ok(())
 }

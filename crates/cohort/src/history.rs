@@ -243,6 +243,11 @@ fn entity_outcome(s: &PgRow) -> Result<EntityOutcome> {
         throttled_ms: s
             .try_get::<Option<i64>, _>("throttled_ms")?
             .map(|v| v.max(0) as u64),
+        lag_waited_ms: s
+            .try_get::<Option<i64>, _>("lag_waited_ms")?
+            .map(|v| v.max(0) as u64),
+        paused: s.try_get("paused")?,
+        pacing_notes: Vec::new(),
     })
 }
 

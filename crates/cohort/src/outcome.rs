@@ -66,6 +66,10 @@ pub enum RunStatus {
     Failed,
     /// Cancelled by the caller; the open batch was rolled back.
     Cancelled,
+    /// Every entity was processed or paused, at least one paused
+    /// (`cohort pause`), and none failed: not all the work was done, by an
+    /// operator's choice.
+    Paused,
 }
 
 impl RunStatus {
@@ -77,6 +81,7 @@ impl RunStatus {
             RunStatus::PartiallyFailed => "partially_failed",
             RunStatus::Failed => "failed",
             RunStatus::Cancelled => "cancelled",
+            RunStatus::Paused => "paused",
         }
     }
 
@@ -88,6 +93,7 @@ impl RunStatus {
             "partially_failed" => RunStatus::PartiallyFailed,
             "failed" => RunStatus::Failed,
             "cancelled" => RunStatus::Cancelled,
+            "paused" => RunStatus::Paused,
             _ => return None,
         })
     }
@@ -160,6 +166,20 @@ pub struct EntityOutcome {
     /// serialised when `None`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub throttled_ms: Option<u64>,
+    /// Milliseconds the sweep waited between batches for standbys to
+    /// replay (`max_replica_lag`, every lane's waits); 0 when a limit
+    /// applied and nothing was waited for (the note says why, e.g. no
+    /// standby streamed). `None` when no limit applied, and for runs
+    /// recorded before schema version 17. Not serialised when `None`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lag_waited_ms: Option<u64>,
+    /// The entity was paused (`cohort pause`): skipped, or stopped before
+    /// a batch (the batches before it committed). Its run settles
+    /// `paused`, never `succeeded`.
+    pub paused: bool,
+    /// What the throttle has to say, until it is folded into `note`.
+    #[serde(skip)]
+    pub(crate) pacing_notes: Vec<String>,
 }
 
 /// What a sweep left in a table, as the statistics system reported it

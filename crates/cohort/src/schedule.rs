@@ -71,12 +71,18 @@ pub(crate) fn decide(latest: Option<Latest>) -> Decision {
         None => Decision::Run,
         Some(l) => match l.status {
             RunStatus::Started | RunStatus::Cancelled => Decision::Rerun,
-            RunStatus::Succeeded | RunStatus::PartiallyFailed | RunStatus::Failed
+            RunStatus::Succeeded
+            | RunStatus::PartiallyFailed
+            | RunStatus::Failed
+            | RunStatus::Paused
                 if l.pass < l.passes =>
             {
                 Decision::Rerun
             }
-            RunStatus::Succeeded | RunStatus::PartiallyFailed | RunStatus::Failed => Decision::Skip,
+            RunStatus::Succeeded
+            | RunStatus::PartiallyFailed
+            | RunStatus::Failed
+            | RunStatus::Paused => Decision::Skip,
         },
     }
 }
@@ -167,6 +173,9 @@ mod tests {
             (l(Succeeded, 3, 3), Decision::Skip),
             (l(PartiallyFailed, 3, 3), Decision::Skip),
             (l(Failed, 3, 3), Decision::Skip),
+            // A paused entity waits for the next occurrence after resume.
+            (l(Paused, 3, 3), Decision::Skip),
+            (l(Paused, 1, 3), Decision::Rerun),
             (l(Succeeded, 1, 1), Decision::Skip),
         ];
         for (latest, want) in cases {

@@ -1,4 +1,7 @@
-//! Live settings of the background services: `kill_switch` and `dry_run`.
+//! Live settings of the background services: `kill_switch` and `dry_run`;
+//! and the live pacing of sweeps ([`LivePacing`]: pauses,
+//! `max_rows_per_second`, `max_replica_lag`), which every sweep reads
+//! before each batch, manual or scheduled.
 //!
 //! Each has two sources, and the effective value is their OR:
 //! - the process's own value, from configuration at start and flippable at
@@ -133,6 +136,81 @@ impl SettingValue {
     }
 }
 
+/// One row of live pacing, as the database holds it (`retention_pacing`):
+/// for one entity, or for every entity (`entity: None`, written `*`).
+/// A limit set here applies beside the configuration's; where several
+/// are set, the strictest wins. Set with [`crate::Cohort::pause`],
+/// [`crate::Cohort::resume`] and [`crate::Cohort::set_pacing`].
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
+pub struct LivePacing {
+    /// The entity's name, or `None` for every entity.
+    pub entity: Option<String>,
+    /// Paused: sweeps skip the entity, or stop before their next batch.
+    pub paused: bool,
+    /// The live `max_rows_per_second`, when set here.
+    pub max_rows_per_second: Option<u32>,
+    /// The live `max_replica_lag` in milliseconds, when set here.
+    pub max_replica_lag_ms: Option<u64>,
+    /// When the row was last changed.
+    pub updated_at: DateTime<Utc>,
+    /// Which database role last changed it.
+    pub updated_by: String,
+}
+
+/// A live pacing limit to set or clear with [`crate::Cohort::set_pacing`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum PacingLimit {
+    /// `max_rows_per_second` (`None` clears it; at least 1).
+    MaxRowsPerSecond(Option<u32>),
+    /// `max_replica_lag` (`None` clears it; a fixed period of at least 1s).
+    MaxReplicaLag(Option<crate::rules::Period>),
+}
+
+impl PacingLimit {
+    /// The setting's name in the policy file, the database and the CLI.
+    pub fn name(self) -> &'static str {
+        match self {
+            PacingLimit::MaxRowsPerSecond(_) => "max_rows_per_second",
+            PacingLimit::MaxReplicaLag(_) => "max_replica_lag",
+        }
+    }
+
+    /// Parses `NAME VALUE` as the CLI takes them (`off` clears).
+    pub fn parse(name: &str, value: &str) -> Result<Self> {
+        let off = value.trim().eq_ignore_ascii_case("off");
+        match name {
+            "max_rows_per_second" => {
+                if off {
+                    return Ok(PacingLimit::MaxRowsPerSecond(None));
+                }
+                match value.trim().parse::<u32>() {
+                    Ok(n) if n >= 1 => Ok(PacingLimit::MaxRowsPerSecond(Some(n))),
+                    _ => Err(Error::InvalidInput(format!(
+                        "max_rows_per_second {value:?}: a whole number of at least 1, or off"
+                    ))),
+                }
+            }
+            "max_replica_lag" => {
+                if off {
+                    return Ok(PacingLimit::MaxReplicaLag(None));
+                }
+                let lag = value.trim().parse::<crate::rules::Period>().map_err(|e| {
+                    Error::InvalidInput(format!("max_replica_lag {value:?}: {e}"))
+                })?;
+                crate::config::check_replica_lag(lag).map_err(|why| {
+                    Error::InvalidInput(format!("max_replica_lag {value:?}: {why}"))
+                })?;
+                Ok(PacingLimit::MaxReplicaLag(Some(lag)))
+            }
+            other => Err(Error::InvalidInput(format!(
+                "unknown pacing setting {other:?}: the live pacing settings are max_rows_per_second and max_replica_lag"
+            ))),
+        }
+    }
+}
+
 impl LiveSettings {
     /// One setting.
     pub fn get(&self, setting: Setting) -> &SettingValue {
@@ -155,6 +233,33 @@ mod tests {
         let e = "killswitch".parse::<Setting>().unwrap_err();
         assert!(e.to_string().contains("kill_switch and dry_run"), "{e}");
         assert!("KILL_SWITCH".parse::<Setting>().is_err());
+    }
+
+    #[test]
+    fn pacing_limits_parse_as_the_cli_takes_them() {
+        assert_eq!(
+            PacingLimit::parse("max_rows_per_second", "500").unwrap(),
+            PacingLimit::MaxRowsPerSecond(Some(500))
+        );
+        assert_eq!(
+            PacingLimit::parse("max_rows_per_second", "off").unwrap(),
+            PacingLimit::MaxRowsPerSecond(None)
+        );
+        assert_eq!(
+            PacingLimit::parse("max_replica_lag", "30s").unwrap(),
+            PacingLimit::MaxReplicaLag(Some(crate::rules::Period::from_seconds(30).unwrap()))
+        );
+        for (name, value, says) in [
+            ("max_rows_per_second", "0", "at least 1"),
+            ("max_rows_per_second", "fast", "at least 1"),
+            ("max_replica_lag", "1mo", "fixed period"),
+            ("max_replica_lag", "0s", "at least 1s"),
+            ("max_lag", "30s", "unknown pacing setting"),
+        ] {
+            let e = PacingLimit::parse(name, value).unwrap_err();
+            assert!(e.to_string().contains(says), "{name} {value}: {e}");
+            assert!(e.kind().is_bad_input(), "{e}");
+        }
     }
 
     #[test]

@@ -7,7 +7,8 @@
 //! | `cohort_runs_total` | counter | `kind`, `trigger`, `status` (also runs recorded failed without running: a scheduled pass that could not start, a run recovered after its owner was lost) |
 //! | `cohort_run_duration_seconds` | histogram | `kind` |
 //! | `cohort_batch_duration_seconds` | histogram | |
-//! | `cohort_sweep_throttled_seconds_total` | counter | `entity`, `reason` (`rate`) |
+//! | `cohort_sweep_throttled_seconds_total` | counter | `entity`, `reason` (`rate`, `replica_lag`, `paused`) |
+//! | `cohort_replica_lag_seconds` | gauge | |
 //! | `cohort_handler_deliveries_total` | counter | `handler`, `outcome` (`delivered`, `failed`, `dead_lettered`) |
 //! | `cohort_handler_queue_depth` | gauge | `state` (`pending`, `in_flight`) |
 //! | `cohort_dead_letters` | gauge | |
@@ -54,8 +55,14 @@ pub const RUNS_TOTAL: &str = "cohort_runs_total";
 /// `cohort_run_duration_seconds{kind}`.
 pub const RUN_DURATION_SECONDS: &str = "cohort_run_duration_seconds";
 /// `cohort_sweep_throttled_seconds_total{entity,reason}`: time sweeps
-/// waited between batches (reason `rate`: `max_rows_per_second`).
+/// were held back (reason `rate`: waited for `max_rows_per_second`;
+/// `replica_lag`: waited for a standby under `max_replica_lag`; `paused`:
+/// the time an entity stayed paused, counted by each sweep that skipped it).
 pub const SWEEP_THROTTLED_SECONDS_TOTAL: &str = "cohort_sweep_throttled_seconds_total";
+/// `cohort_replica_lag_seconds`: the largest standby replay lag the last
+/// sweep under `max_replica_lag` read (0 when every standby had caught up,
+/// or none was streaming).
+pub const REPLICA_LAG_SECONDS: &str = "cohort_replica_lag_seconds";
 /// `cohort_batch_duration_seconds`.
 pub const BATCH_DURATION_SECONDS: &str = "cohort_batch_duration_seconds";
 /// `cohort_handler_deliveries_total{handler,outcome}`.
@@ -93,6 +100,7 @@ pub const ALL: &[&str] = &[
     RUN_DURATION_SECONDS,
     BATCH_DURATION_SECONDS,
     SWEEP_THROTTLED_SECONDS_TOTAL,
+    REPLICA_LAG_SECONDS,
     HANDLER_DELIVERIES_TOTAL,
     HANDLER_QUEUE_DEPTH,
     DEAD_LETTERS,
@@ -116,7 +124,12 @@ pub fn describe() {
     describe_counter!(
         SWEEP_THROTTLED_SECONDS_TOTAL,
         Unit::Seconds,
-        "Time sweeps waited between batches, by entity and reason (rate: max_rows_per_second)."
+        "Time sweeps were held back, by entity and reason (rate: max_rows_per_second; replica_lag: max_replica_lag; paused: cohort pause)."
+    );
+    describe_gauge!(
+        REPLICA_LAG_SECONDS,
+        Unit::Seconds,
+        "The largest standby replay lag a sweep under max_replica_lag last read."
     );
     describe_histogram!(
         RUN_DURATION_SECONDS,
@@ -370,6 +383,27 @@ pub(crate) fn throttled(entity: &str, reason: &'static str, waited: Duration) {
     };
     metrics::counter!(SWEEP_THROTTLED_SECONDS_TOTAL, "entity" => entity.to_owned(), "reason" => reason)
         .absolute(total / 1_000_000);
+}
+
+/// The largest standby lag a sweep just read.
+pub(crate) fn replica_lag(lag: Duration) {
+    metrics::gauge!(REPLICA_LAG_SECONDS).set(lag.as_secs_f64());
+}
+
+/// An entity found paused by a sweep: the time since its pause began that
+/// this process has not counted yet is added under reason `paused`.
+pub(crate) fn paused(entity: &str, since: DateTime<Utc>, now: DateTime<Utc>) {
+    static COUNTED: Mutex<BTreeMap<String, DateTime<Utc>>> = Mutex::new(BTreeMap::new());
+    let from = {
+        let mut all = COUNTED.lock().unwrap_or_else(|e| e.into_inner());
+        let counted = all.entry(entity.to_owned()).or_insert(since);
+        let from = (*counted).max(since);
+        *counted = now.max(from);
+        from
+    };
+    if let Ok(waited) = (now - from).to_std() {
+        throttled(entity, "paused", waited);
+    }
 }
 
 pub(crate) fn batch(took: Duration) {

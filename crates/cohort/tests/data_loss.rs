@@ -1320,6 +1320,10 @@ fn released_migrations_are_pinned() {
             16,
             "41c72e36cb1e109778f293314d66e3de11cb0b6de95b0d887cebc75a9ad64e1f",
         ),
+        (
+            17,
+            "346ea9aefa8375d62bd71855d7a6646bc48206f6a7da4f5ba838491af5fe2991",
+        ),
     ];
     assert_eq!(
         pinned.len(),

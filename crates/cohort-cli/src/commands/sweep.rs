@@ -59,6 +59,18 @@ fn print_notes(entities: &[cohort::EntityOutcome]) {
     for e in entities.iter().filter(|e| e.note.is_some()) {
         outln!("note: {}: {}", e.entity, e.note.as_deref().unwrap_or(""));
     }
+    for e in entities {
+        let waits: Vec<String> = [
+            ("max_rows_per_second", e.throttled_ms),
+            ("max_replica_lag", e.lag_waited_ms),
+        ]
+        .iter()
+        .filter_map(|(why, ms)| ms.filter(|ms| *ms > 0).map(|ms| format!("{ms} ms for {why}")))
+        .collect();
+        if !waits.is_empty() {
+            outln!("paced: {}: waited {}", e.entity, waits.join(", "));
+        }
+    }
 }
 
 pub(super) fn preview_json(result: &cohort::PreviewResult) -> serde_json::Value {

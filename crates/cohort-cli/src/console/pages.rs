@@ -83,7 +83,7 @@ fn status(s: RunStatus) -> Markup {
     let class = match s {
         RunStatus::Succeeded => "ok",
         RunStatus::Started => "running",
-        RunStatus::Cancelled => "warn",
+        RunStatus::Cancelled | RunStatus::Paused => "warn",
         _ => "bad",
     };
     html! { span class={"status " (class)} { (s.as_str()) } }
@@ -363,7 +363,10 @@ pub(crate) fn run(r: &SweepResult) -> Markup {
                     tbody {
                         @for e in &r.entities {
                             tr {
-                                td { (e.entity) }
+                                td {
+                                    (e.entity)
+                                    @if e.paused { " " span.tag { "paused" } }
+                                }
                                 td { (e.category) }
                                 td { (e.strategy.as_str()) }
                                 td.n { (e.affected) }

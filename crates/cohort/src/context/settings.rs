@@ -1,11 +1,13 @@
-//! Reading and setting the live settings (`settings`) in the database.
+//! Reading and setting the live settings (`settings`) and the live pacing
+//! (`retention_pacing`) in the database.
 
 use chrono::{DateTime, Utc};
 use sqlx::Row;
 
 use super::Context;
 use crate::error::Result;
-use crate::settings::{LiveSettings, Setting, SettingValue};
+use crate::settings::{LivePacing, LiveSettings, Setting, SettingValue};
+use crate::sql::pacing;
 use crate::sql::settings as statements;
 
 impl Context {
@@ -56,5 +58,48 @@ impl Context {
             "live setting changed in the database"
         );
         self.live_settings().await
+    }
+}
+
+impl Context {
+    /// Every live pacing row, `*` first.
+    pub(crate) async fn live_pacing(&self) -> Result<Vec<LivePacing>> {
+        let rows = pacing::all(&self.config.schema)
+            .query()
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter()
+            .map(|r| {
+                let entity: String = r.try_get("entity_type")?;
+                Ok(LivePacing {
+                    entity: (entity != pacing::EVERY_ENTITY).then_some(entity),
+                    paused: r.try_get("paused")?,
+                    max_rows_per_second: r
+                        .try_get::<Option<i32>, _>("max_rows_per_second")?
+                        .map(|n| n.max(1) as u32),
+                    max_replica_lag_ms: r
+                        .try_get::<Option<i64>, _>("lag_ms")?
+                        .map(|ms| ms.max(0) as u64),
+                    updated_at: r.try_get("updated_at")?,
+                    updated_by: r.try_get("updated_by")?,
+                })
+            })
+            .collect()
+    }
+
+    /// Sets one live pacing value for `scope` (an entity's name, or `*`).
+    pub(crate) async fn set_pacing(&self, scope: &str, value: pacing::SetValue) -> Result<Vec<LivePacing>> {
+        pacing::set(
+            &self.config.schema,
+            pacing::Set {
+                scope: scope.to_owned(),
+                value,
+            },
+        )
+        .query()
+        .execute(&self.pool)
+        .await?;
+        tracing::warn!(scope, value = ?value, "live pacing changed in the database");
+        self.live_pacing().await
     }
 }

@@ -160,6 +160,8 @@ pub struct EntityDeclaration {
     pub(crate) exempt: Option<String>,
     pub(crate) partitions: Partitions,
     pub(crate) sweep_parallelism: Option<u32>,
+    pub(crate) max_rows_per_second: Option<u32>,
+    pub(crate) max_replica_lag: Option<crate::rules::Period>,
     pub(crate) audit: Option<crate::model::audit::AuditDetail>,
     pub(crate) columns: Option<Vec<DeclaredColumn>>,
     pub(crate) markers: Vec<(Marker, String)>,
@@ -195,6 +197,8 @@ impl EntityDeclaration {
             exempt: None,
             partitions: Partitions::Rows,
             sweep_parallelism: None,
+            max_rows_per_second: None,
+            max_replica_lag: None,
             audit: None,
             columns: None,
             markers: Vec::new(),
@@ -275,6 +279,23 @@ impl EntityDeclaration {
     /// validation refuses 0, more than 64 and more than the pool can serve.
     pub fn sweep_parallelism(mut self, n: u32) -> Self {
         self.sweep_parallelism = Some(n);
+        self
+    }
+
+    /// Paces this entity's sweeps under `n` changed rows a second, beside
+    /// the global `max_rows_per_second` and the live values in the
+    /// database (the strictest wins). Validation refuses 0.
+    pub fn max_rows_per_second(mut self, n: u32) -> Self {
+        self.max_rows_per_second = Some(n);
+        self
+    }
+
+    /// Waits before each batch of this entity while a standby's replay is
+    /// further behind than `lag`, beside the global `max_replica_lag` and
+    /// the live values (the strictest wins). Validation refuses a
+    /// calendar period and less than a second.
+    pub fn max_replica_lag(mut self, lag: crate::rules::Period) -> Self {
+        self.max_replica_lag = Some(lag);
         self
     }
 

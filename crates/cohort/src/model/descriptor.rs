@@ -124,6 +124,12 @@ pub struct EntityDescriptor {
     /// Connections a sweep of this entity uses at once, when the entity
     /// sets it (`None`: the global `sweep_parallelism`).
     pub sweep_parallelism: Option<u32>,
+    /// The entity's own `max_rows_per_second` (`None`: the global one
+    /// and the live values alone).
+    pub max_rows_per_second: Option<u32>,
+    /// The entity's own `max_replica_lag` (`None`: the global one and the
+    /// live values alone).
+    pub max_replica_lag: Option<crate::rules::Period>,
     /// Where the `archive` strategy moves rows (`None`: nowhere declared).
     pub archive: Option<ArchiveTarget>,
     /// The entity's own audit detail, which wins over its rule's.
@@ -556,6 +562,8 @@ fn retained_descriptor(
             .collect(),
         partitions: decl.partitions,
         sweep_parallelism: decl.sweep_parallelism,
+        max_rows_per_second: decl.max_rows_per_second,
+        max_replica_lag: decl.max_replica_lag,
         archive,
         audit: decl.audit,
         declared_columns: decl.columns.clone(),

@@ -265,6 +265,12 @@ fn with_audit_and_partitions(
     if let Some(n) = e.sweep_parallelism {
         d = d.sweep_parallelism(n);
     }
+    if let Some(n) = e.max_rows_per_second {
+        d = d.max_rows_per_second(n);
+    }
+    if let Some(lag) = e.max_replica_lag {
+        d = d.max_replica_lag(lag);
+    }
     d
 }
 

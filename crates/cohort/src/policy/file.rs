@@ -57,6 +57,8 @@ pub(super) struct RawEntity {
     pub(super) exempt: Option<String>,
     pub(super) partitions: Option<String>,
     pub(super) sweep_parallelism: Option<u32>,
+    pub(super) max_rows_per_second: Option<u32>,
+    pub(super) max_replica_lag: Option<Period>,
     pub(super) audit: Option<String>,
     pub(super) archive_table: Option<String>,
     pub(super) archive_columns: Option<Vec<String>>,

@@ -8,6 +8,7 @@ use chrono::{DateTime, Utc};
 use sqlx::PgConnection;
 
 use super::capture::{capture, custom_values, dead_letter_skipped_rows, enqueue};
+use super::pacing::Gate;
 use super::sizing::Sizer;
 use super::work::{stop_from, RunCtx, Stop, Work};
 use super::EntityOutcome;
@@ -28,6 +29,9 @@ pub(super) enum Progress {
     /// one of them was set aside by a failing `on_before`): the loop
     /// stopped there, and the rows behind it wait for the next run.
     Stalled,
+    /// The entity was paused (`cohort pause`): the loop stopped before its
+    /// next batch.
+    Paused,
 }
 
 /// The share of an entity's candidates one connection sweeps: every
@@ -45,8 +49,9 @@ pub(super) struct Lane<'l> {
     /// The entity's rows changed so far by every range (the progress
     /// events' total).
     pub(super) total: Option<&'l AtomicU64>,
-    /// `max_rows_per_second`: the entity's budget, shared by its lanes.
-    pub(super) pacer: Option<&'l super::pacing::Pacer>,
+    /// The entity's pause and limits, shared by its lanes (`None` for
+    /// work that is never paced).
+    pub(super) throttle: Option<&'l super::pacing::Throttle>,
 }
 
 impl Lane<'static> {
@@ -56,7 +61,7 @@ impl Lane<'static> {
         until: None,
         halt: None,
         total: None,
-        pacer: None,
+        throttle: None,
     };
 }
 
@@ -145,13 +150,19 @@ pub(super) async fn batches(
             // Another range failed; the entity reports its failure.
             return Ok(Progress::Stalled);
         }
-        // Paced: wait between batches (never inside one) until the rows
-        // changed so far fit the rate.
-        if let Some(pacer) = lane.pacer {
-            if !pacer.before_batch(&e.name, &ctx.spec.cancel).await {
-                return Err(Stop::Cancelled);
+        // Paused, or paced: asked between batches, never inside one.
+        if let Some(throttle) = lane.throttle {
+            match throttle
+                .before_batch(conn, &ctx.spec.cancel)
+                .await
+                .map_err(stop_from)?
+            {
+                Gate::Go => {}
+                Gate::Paused => return Ok(Progress::Paused),
+                Gate::Cancelled => return Err(Stop::Cancelled),
             }
         }
+        let started = std::time::Instant::now();
         let limit = sizer
             .as_ref()
             .map_or(work.batch_size, |s| i64::from(s.limit()));
@@ -163,8 +174,8 @@ pub(super) async fn batches(
             }
             Batch::Committed(done) => {
                 let changed = done.rows;
-                if let Some(pacer) = lane.pacer {
-                    pacer.add(changed);
+                if let Some(throttle) = lane.throttle {
+                    throttle.after_batch(changed, started);
                 }
                 batch_done(&l, out, sizer.as_mut(), limit, done);
                 if changed == 0 {

@@ -193,6 +193,9 @@ pub(crate) fn outcome(work: &Work<'_>) -> EntityOutcome {
         note: None,
         table: None,
         throttled_ms: None,
+        lag_waited_ms: None,
+        paused: false,
+        pacing_notes: Vec::new(),
     }
 }
 

@@ -16,6 +16,7 @@ use uuid::Uuid;
 use super::batches::Progress;
 use super::counts::{counts, counts_after_run, outcome, Counts};
 use super::lanes::sweep_rows;
+use super::pacing::{Limits, Throttle};
 use super::partitions::{self, RowPath};
 use super::recorder::RunRecorder;
 use super::work::{stop_from, RunCtx, RunSpec, Stop, Work};
@@ -195,6 +196,9 @@ async fn run_works(
     if ran.status == RunStatus::Succeeded && !ran.failures.is_empty() {
         ran.status = RunStatus::PartiallyFailed;
     }
+    if ran.status == RunStatus::Succeeded && ran.outcomes.iter().any(|o| o.paused) {
+        ran.status = RunStatus::Paused;
+    }
     ran
 }
 
@@ -290,6 +294,58 @@ async fn change_rows(
     summary_id: i64,
     out: &mut EntityOutcome,
 ) -> (std::result::Result<(), Stop>, bool) {
+    let throttle = throttle_of(ctx, work);
+    if let Some(t) = &throttle {
+        match t.paused(conn).await {
+            Ok(true) => {
+                out.paused = true;
+                return (Ok(()), false);
+            }
+            Ok(false) => {}
+            Err(e) => return (Err(stop_from(e)), false),
+        }
+    }
+    let (result, after_run) = change_rows_unpaused(ctx, conn, work, summary_id, out, throttle.as_ref()).await;
+    if let Some(t) = &throttle {
+        out.throttled_ms = t.rate_waited().map(|d| d.as_millis() as u64);
+        out.lag_waited_ms = t.lag_waited().map(|d| d.as_millis() as u64);
+        out.pacing_notes = t.notes();
+    }
+    (result, after_run)
+}
+
+/// A real sweep's pause and limits (erasures, dry runs and strategies that
+/// change nothing are never paced or paused: an erasure answers a request
+/// with a deadline).
+fn throttle_of(ctx: &RunCtx<'_>, work: &Work<'_>) -> Option<Throttle> {
+    let real = work.rule.strategy().mutates() && !ctx.spec.dry_run;
+    if !real || ctx.spec.kind != crate::outcome::RunKind::Sweep {
+        return None;
+    }
+    let config = &ctx.cx.config;
+    let global = Limits {
+        rate: config.max_rows_per_second,
+        lag: config.max_replica_lag(),
+    };
+    let own = Limits {
+        rate: work.entity.max_rows_per_second,
+        lag: work
+            .entity
+            .max_replica_lag
+            .map(|p| std::time::Duration::from_secs(p.as_seconds().max(0) as u64)),
+    };
+    Some(Throttle::new(&work.entity.name, &config.schema, global.strictest(own)))
+}
+
+/// [`change_rows`] once the entity is known not to be paused.
+async fn change_rows_unpaused(
+    ctx: &RunCtx<'_>,
+    conn: &mut PgConnection,
+    work: &Work<'_>,
+    summary_id: i64,
+    out: &mut EntityOutcome,
+    throttle: Option<&Throttle>,
+) -> (std::result::Result<(), Stop>, bool) {
     let real = work.rule.strategy().mutates() && !ctx.spec.dry_run;
     let mut progress = Progress::Drained;
     let mut row_path = RowPath::UpToCutoff;
@@ -305,14 +361,15 @@ async fn change_rows(
         return (Ok(()), false);
     }
     let looped = match row_path {
-        RowPath::UpToCutoff => sweep_rows(ctx, conn, work, summary_id, out).await,
+        RowPath::UpToCutoff => sweep_rows(ctx, conn, work, summary_id, out, throttle).await,
         RowPath::Before(bound) => {
             let earlier = work.with_row_cutoff(bound);
-            sweep_rows(ctx, conn, &earlier, summary_id, out).await
+            sweep_rows(ctx, conn, &earlier, summary_id, out, throttle).await
         }
         RowPath::Nothing => Ok(Progress::Drained),
     };
     let result = looped.map(|p| progress = p);
+    out.paused = progress == Progress::Paused;
     let after_run = row_path == RowPath::UpToCutoff && progress == Progress::Drained;
     (result, after_run)
 }
@@ -334,7 +391,16 @@ fn take_counts(ctx: &RunCtx<'_>, work: &Work<'_>, c: &Counts, out: &mut EntityOu
             (true, false) => out.skipped,
             (false, _) => 0,
         };
-    out.note = super::counts::kept_for_good(ctx.ready, work, out.skipped);
+    let kept = super::counts::kept_for_good(ctx.ready, work, out.skipped);
+    let paused = out.paused.then(|| {
+        "paused (cohort pause): the rows left go after cohort resume".to_owned()
+    });
+    let notes: Vec<String> = kept
+        .into_iter()
+        .chain(paused)
+        .chain(std::mem::take(&mut out.pacing_notes))
+        .collect();
+    out.note = (!notes.is_empty()).then(|| notes.join("; "));
     out.kept_by_legal_min = c.kept_by_legal_min;
     if ctx.spec.dry_run && strategy.mutates() {
         out.affected = c.eligible;

@@ -25,40 +25,25 @@ use chrono::{DateTime, Utc};
 use sqlx::PgConnection;
 
 use super::batches::{batches, Lane, Progress};
-use super::pacing::Pacer;
+use super::pacing::Throttle;
 use super::work::{stop_from, RunCtx, Stop, Work};
 use super::EntityOutcome;
 use crate::sql::KeyValue;
 
 /// Sweeps the rows of one entity: on the run's connection alone, or,
-/// with a parallelism above one, in key ranges on that many connections.
+/// with a parallelism above one, in key ranges on that many connections,
+/// every lane asking `throttle` before each batch.
 pub(super) async fn sweep_rows(
     ctx: &RunCtx<'_>,
     conn: &mut PgConnection,
     work: &Work<'_>,
     summary_id: i64,
     out: &mut EntityOutcome,
-) -> std::result::Result<Progress, Stop> {
-    let pacer = ctx.cx.config.max_rows_per_second.map(Pacer::new);
-    let result = lanes(ctx, conn, work, summary_id, out, pacer.as_ref()).await;
-    if let Some(p) = &pacer {
-        out.throttled_ms = Some(p.waited().as_millis() as u64);
-    }
-    result
-}
-
-/// The entity's rows on one connection, or in key ranges on several.
-async fn lanes(
-    ctx: &RunCtx<'_>,
-    conn: &mut PgConnection,
-    work: &Work<'_>,
-    summary_id: i64,
-    out: &mut EntityOutcome,
-    pacer: Option<&Pacer>,
+    throttle: Option<&Throttle>,
 ) -> std::result::Result<Progress, Stop> {
     if work.parallelism <= 1 || work.statements.ranges.is_none() {
         let whole = Lane {
-            pacer,
+            throttle,
             ..Lane::WHOLE
         };
         return batches(ctx, conn, work, summary_id, out, &whole).await;
@@ -69,7 +54,7 @@ async fn lanes(
         .map_err(stop_from)?;
     let halt = AtomicBool::new(false);
     let total = AtomicU64::new(out.affected);
-    let lanes = lanes_of(bounds, (&halt, &total), pacer);
+    let lanes = lanes_of(bounds, (&halt, &total), throttle);
     tracing::debug!(ranges = lanes.len(), "sweeping the entity in key ranges");
     let mut conns: Vec<&mut PgConnection> = vec![conn];
     conns.extend(extra.iter_mut().map(|c| &mut **c));
@@ -119,7 +104,7 @@ async fn extra_connections(
 fn lanes_of<'l>(
     bounds: Vec<(DateTime<Utc>, KeyValue)>,
     (halt, total): (&'l AtomicBool, &'l AtomicU64),
-    pacer: Option<&'l Pacer>,
+    throttle: Option<&'l Throttle>,
 ) -> Vec<Lane<'l>> {
     let mut lanes = Vec::with_capacity(bounds.len() + 1);
     let mut after = None;
@@ -129,7 +114,7 @@ fn lanes_of<'l>(
             until: last.clone(),
             halt: Some(halt),
             total: Some(total),
-            pacer,
+            throttle,
         });
         after = last;
     }
@@ -151,7 +136,9 @@ fn merge(
         out.skipped += mine.skipped;
         match result {
             Ok(Progress::Drained) => {}
-            Ok(Progress::Stalled) => progress = Progress::Stalled,
+            Ok(Progress::Stalled) if progress != Progress::Paused => progress = Progress::Stalled,
+            Ok(Progress::Stalled) => {}
+            Ok(Progress::Paused) => progress = Progress::Paused,
             Err(Stop::Run(e)) => lost = lost.or(Some(e)),
             Err(Stop::Entity(d)) => failed = failed.or(Some(d)),
             Err(Stop::Cancelled) => cancelled = true,

@@ -1,75 +1,407 @@
-//! `max_rows_per_second`: an entity's sweep spread so that its rows
-//! changed stay under a rate. Before each batch a lane waits until the
-//! rows its entity changed so far (every lane's) fit the rate since the
-//! entity started; it never waits inside a batch, so no row lock is held
-//! while it does. The time waited is counted in
-//! `cohort_sweep_throttled_seconds_total{entity,reason="rate"}` and
-//! recorded in the entity's summary.
+//! Running beside production: before each batch of a sweep, a lane asks
+//! its entity's [`Throttle`] whether and when it may go on.
+//!
+//! - **Paused** (`cohort pause ENTITY`, live in `retention_pacing`): the
+//!   entity stops before its next batch (the open one commits whole) and
+//!   is reported `paused`.
+//! - **`max_rows_per_second`**: the lane waits until the rows its entity
+//!   changed (every lane's) fit the rate: each committed batch of `n` rows
+//!   moves the entity's next start to `n / rate` seconds after the later
+//!   of its previous next start and the batch's own start, so the rate
+//!   holds without credit piling up while batches run slow.
+//! - **`max_replica_lag`**: the lane waits while a streaming standby's
+//!   replay is further behind than the limit ([`lag_of`] says how it is
+//!   measured), polling every [`LAG_POLL`].
+//!
+//! Each limit is the strictest of the configuration (global and the
+//! entity's) and the live rows (`*` and the entity's), read again before
+//! every batch, so a change reaches every replica at its next batch. The
+//! waits happen between batches, never inside one (no row lock is held),
+//! and cancellation cuts them short. Their time is counted in
+//! `cohort_sweep_throttled_seconds_total{entity,reason}` and recorded in
+//! the entity's summary (`throttled_ms`, `lag_waited_ms`).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::collections::{BTreeSet, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::cancel::Cancel;
+use sqlx::{PgConnection, Row};
 
-/// One entity's budget, shared by its lanes.
-#[derive(Debug)]
-pub(crate) struct Pacer {
-    rows_per_second: f64,
-    started: Instant,
-    /// Rows changed so far, by every lane.
-    done: AtomicU64,
-    /// Time waited so far, in microseconds, by every lane.
-    waited_us: AtomicU64,
+use crate::cancel::Cancel;
+use crate::sql::pacing as statements;
+
+/// How often a lane waiting for a standby reads the lag again.
+pub(crate) const LAG_POLL: Duration = Duration::from_millis(200);
+/// The WAL positions kept to measure a stalled standby's lag by.
+const MAX_SAMPLES: usize = 4_096;
+
+/// A limit on an entity's sweep, from wherever it was set.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Limits {
+    pub(crate) rate: Option<u32>,
+    pub(crate) lag: Option<Duration>,
 }
 
-impl Pacer {
-    /// A budget of `rows_per_second` (at least 1), starting now.
-    pub(crate) fn new(rows_per_second: u32) -> Self {
-        Pacer {
-            rows_per_second: f64::from(rows_per_second.max(1)),
-            started: Instant::now(),
-            done: AtomicU64::new(0),
-            waited_us: AtomicU64::new(0),
+impl Limits {
+    /// Both limits: the stricter of each.
+    pub(crate) fn strictest(self, other: Limits) -> Limits {
+        fn min<T: Ord>(a: Option<T>, b: Option<T>) -> Option<T> {
+            match (a, b) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            }
+        }
+        Limits {
+            rate: min(self.rate, other.rate),
+            lag: min(self.lag, other.lag),
+        }
+    }
+}
+
+/// What the live rows say for one entity now.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Live {
+    /// Paused, and since when (the row's `updated_at`).
+    pub(crate) paused: Option<chrono::DateTime<chrono::Utc>>,
+    pub(crate) limits: Limits,
+}
+
+/// Reads the live rows that apply to `entity` (its own and `*`).
+pub(crate) async fn live(
+    conn: &mut PgConnection,
+    schema: &str,
+    entity: &str,
+) -> Result<Live, sqlx::Error> {
+    let rows = statements::for_entity(schema, entity)
+        .query()
+        .fetch_all(conn)
+        .await?;
+    let mut out = Live::default();
+    for r in rows {
+        if r.try_get::<bool, _>("paused")? {
+            out.paused = Some(r.try_get("updated_at")?);
+        }
+        let row = Limits {
+            rate: r
+                .try_get::<Option<i32>, _>("max_rows_per_second")?
+                .map(|n| n.max(1) as u32),
+            lag: r
+                .try_get::<Option<i64>, _>("lag_ms")?
+                .map(|ms| Duration::from_millis(ms.max(0) as u64)),
+        };
+        out.limits = out.limits.strictest(row);
+    }
+    Ok(out)
+}
+
+/// Whether a lane may take its next batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Gate {
+    Go,
+    Paused,
+    Cancelled,
+}
+
+/// One entity's pacing, shared by its lanes.
+#[derive(Debug)]
+pub(crate) struct Throttle {
+    entity: String,
+    schema: String,
+    configured: Limits,
+    state: Mutex<State>,
+    /// Time waited for the rate, in microseconds, by every lane.
+    rate_waited_us: AtomicU64,
+    /// Time waited for standbys, in microseconds, by every lane.
+    lag_waited_us: AtomicU64,
+    /// Whether a rate applied to any batch.
+    rate_applied: AtomicBool,
+    /// Whether a lag limit applied to any batch.
+    lag_applied: AtomicBool,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// When the next batch may start (the rate's clock).
+    next_start: Option<Instant>,
+    /// The rate the last check applied.
+    rate: Option<u32>,
+    /// This server's WAL position as read at each check: (position, when).
+    samples: VecDeque<(i64, Instant)>,
+    /// Standbys a lane waited for.
+    waited_for: BTreeSet<String>,
+    /// Standbys seen streaming at any check.
+    seen: BTreeSet<String>,
+    /// What the run's summary says about the waits.
+    notes: Vec<String>,
+    /// Whether a check under a lag limit has run.
+    lag_checked: bool,
+}
+
+/// One standby as a check reads it.
+#[derive(Debug, Clone)]
+struct Standby {
+    name: String,
+    replay_lsn: Option<i64>,
+    replay_lag: Option<Duration>,
+}
+
+impl Throttle {
+    /// The configured limits for `entity`; the live ones are read at each
+    /// check.
+    pub(crate) fn new(entity: &str, schema: &str, configured: Limits) -> Self {
+        Throttle {
+            entity: entity.to_owned(),
+            schema: schema.to_owned(),
+            configured,
+            state: Mutex::new(State::default()),
+            rate_waited_us: AtomicU64::new(0),
+            lag_waited_us: AtomicU64::new(0),
+            rate_applied: AtomicBool::new(false),
+            lag_applied: AtomicBool::new(false),
         }
     }
 
-    /// How long a lane must wait now for the rows done so far to fit the
-    /// rate (zero when they do).
-    fn due(&self) -> Duration {
-        let done = self.done.load(Ordering::SeqCst) as f64;
-        let due = Duration::from_secs_f64(done / self.rows_per_second);
-        due.saturating_sub(self.started.elapsed())
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Waits, before a batch, until the entity's rows fit the rate; the
-    /// wait is counted for `entity`. `false` when `cancel` fired meanwhile.
-    pub(crate) async fn before_batch(&self, entity: &str, cancel: &Cancel) -> bool {
-        let wait = self.due();
+    /// Whether the entity is paused now (counted under reason `paused`
+    /// when it is).
+    pub(crate) async fn paused(&self, conn: &mut PgConnection) -> Result<bool, sqlx::Error> {
+        let live = live(conn, &self.schema, &self.entity).await?;
+        Ok(self.count_pause(&live))
+    }
+
+    fn count_pause(&self, live: &Live) -> bool {
+        match live.paused {
+            Some(since) => {
+                crate::telemetry::paused(&self.entity, since, chrono::Utc::now());
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Before a batch: paused, or waited for the rate and the standbys.
+    pub(crate) async fn before_batch(
+        &self,
+        conn: &mut PgConnection,
+        cancel: &Cancel,
+    ) -> Result<Gate, sqlx::Error> {
+        let live = live(conn, &self.schema, &self.entity).await?;
+        if self.count_pause(&live) {
+            return Ok(Gate::Paused);
+        }
+        let limits = self.configured.strictest(live.limits);
+        if !self.wait_for_rate(limits.rate, cancel).await {
+            return Ok(Gate::Cancelled);
+        }
+        match limits.lag {
+            Some(lag) => self.wait_for_standbys(conn, lag, cancel).await,
+            None => Ok(Gate::Go),
+        }
+    }
+
+    /// Counts a committed batch of `rows` that started at `started`.
+    pub(crate) fn after_batch(&self, rows: u64, started: Instant) {
+        let mut s = self.state();
+        if let Some(rate) = s.rate {
+            let from = s.next_start.map_or(started, |n| n.max(started));
+            s.next_start = Some(from + Duration::from_secs_f64(rows as f64 / f64::from(rate)));
+        }
+    }
+
+    /// Waits until the rate's clock allows the next batch; `false` when
+    /// cancelled meanwhile.
+    async fn wait_for_rate(&self, rate: Option<u32>, cancel: &Cancel) -> bool {
+        let due = {
+            let mut s = self.state();
+            s.rate = rate;
+            if rate.is_none() {
+                s.next_start = None;
+                return true;
+            }
+            s.next_start
+        };
+        self.rate_applied.store(true, Ordering::SeqCst);
+        let wait = due.map_or(Duration::ZERO, |d| d.saturating_duration_since(Instant::now()));
         if wait.is_zero() {
             return true;
         }
-        let started = Instant::now();
-        let finished = tokio::select! {
-            () = tokio::time::sleep(wait) => true,
-            () = cancel.cancelled() => false,
-        };
-        // What was waited, a cancelled wait included only as far as it went.
-        let waited = started.elapsed().min(wait);
-        self.waited_us
+        let (finished, waited) = sleep(wait, cancel).await;
+        self.rate_waited_us
             .fetch_add(waited.as_micros() as u64, Ordering::SeqCst);
-        crate::telemetry::throttled(entity, "rate", waited);
+        crate::telemetry::throttled(&self.entity, "rate", waited);
         finished
     }
 
-    /// Counts a committed batch's rows.
-    pub(crate) fn add(&self, rows: u64) {
-        self.done.fetch_add(rows, Ordering::SeqCst);
+    /// Waits while a standby is further behind than `lag`, reading the
+    /// live rows again at each poll (a pause or a lifted limit ends it).
+    async fn wait_for_standbys(
+        &self,
+        conn: &mut PgConnection,
+        mut lag: Duration,
+        cancel: &Cancel,
+    ) -> Result<Gate, sqlx::Error> {
+        self.lag_applied.store(true, Ordering::SeqCst);
+        let mut logged = false;
+        loop {
+            let behind = self.standbys_behind(conn, lag).await?;
+            if behind.is_empty() {
+                return Ok(Gate::Go);
+            }
+            if !logged {
+                tracing::info!(
+                    entity = %self.entity,
+                    standbys = %behind.join(", "),
+                    max_replica_lag_ms = lag.as_millis() as u64,
+                    "waiting for standby replay before the next batch"
+                );
+                logged = true;
+            }
+            let (finished, waited) = sleep(LAG_POLL, cancel).await;
+            self.lag_waited_us
+                .fetch_add(waited.as_micros() as u64, Ordering::SeqCst);
+            crate::telemetry::throttled(&self.entity, "replica_lag", waited);
+            if !finished {
+                return Ok(Gate::Cancelled);
+            }
+            let live = live(conn, &self.schema, &self.entity).await?;
+            if self.count_pause(&live) {
+                return Ok(Gate::Paused);
+            }
+            match self.configured.strictest(live.limits).lag {
+                Some(l) => lag = l,
+                None => return Ok(Gate::Go),
+            }
+        }
     }
 
-    /// The time every lane waited so far.
-    pub(crate) fn waited(&self) -> Duration {
-        Duration::from_micros(self.waited_us.load(Ordering::SeqCst))
+    /// The standbys further behind than `lag` now. A standby that was
+    /// waited for and no longer streams is noted and not waited for.
+    async fn standbys_behind(
+        &self,
+        conn: &mut PgConnection,
+        lag: Duration,
+    ) -> Result<Vec<String>, sqlx::Error> {
+        let rows = statements::standbys().query().fetch_all(conn).await?;
+        let now = Instant::now();
+        let mut current = 0i64;
+        let mut standbys = Vec::with_capacity(rows.len());
+        for r in &rows {
+            current = r.try_get("current_lsn")?;
+            standbys.push(Standby {
+                name: r.try_get("name")?,
+                replay_lsn: r.try_get("replay_lsn")?,
+                replay_lag: r
+                    .try_get::<Option<i64>, _>("replay_lag_ms")?
+                    .map(|ms| Duration::from_millis(ms.max(0) as u64)),
+            });
+        }
+        let mut s = self.state();
+        if rows.is_empty() {
+            if !s.lag_checked && s.seen.is_empty() {
+                s.notes.push(
+                    "max_replica_lag: no standby was streaming; nothing was waited for".to_owned(),
+                );
+            }
+            s.lag_checked = true;
+            drop(s);
+            crate::telemetry::replica_lag(Duration::ZERO);
+            return Ok(Vec::new());
+        }
+        s.lag_checked = true;
+        if s.samples.back().is_none_or(|(lsn, _)| *lsn < current) {
+            s.samples.push_back((current, now));
+            if s.samples.len() > MAX_SAMPLES {
+                s.samples.pop_front();
+            }
+        }
+        let present: BTreeSet<String> = standbys.iter().map(|st| st.name.clone()).collect();
+        let gone: Vec<String> = s.waited_for.difference(&present).cloned().collect();
+        for name in gone {
+            tracing::warn!(entity = %self.entity, standby = %name, "a standby the sweep waited for no longer streams; it is not waited for");
+            s.notes.push(format!(
+                "max_replica_lag: standby {name} stopped streaming while the sweep waited for it, and was no longer waited for"
+            ));
+            s.waited_for.remove(&name);
+        }
+        s.seen.extend(present);
+        let mut worst = Duration::ZERO;
+        let mut behind = Vec::new();
+        for st in &standbys {
+            let l = lag_of(&s.samples, current, st, now);
+            worst = worst.max(l);
+            if l > lag {
+                behind.push(format!("{} ({} ms behind)", st.name, l.as_millis()));
+                s.waited_for.insert(st.name.clone());
+            }
+        }
+        let oldest_needed = standbys.iter().filter_map(|st| st.replay_lsn).min();
+        if let Some(floor) = oldest_needed {
+            while s.samples.len() > 1 && s.samples.get(1).is_some_and(|(lsn, _)| *lsn <= floor) {
+                s.samples.pop_front();
+            }
+        }
+        drop(s);
+        crate::telemetry::replica_lag(worst);
+        Ok(behind)
     }
+
+    /// Time waited for the rate (every lane's), when a rate applied.
+    pub(crate) fn rate_waited(&self) -> Option<Duration> {
+        self.rate_applied
+            .load(Ordering::SeqCst)
+            .then(|| Duration::from_micros(self.rate_waited_us.load(Ordering::SeqCst)))
+    }
+
+    /// Time waited for standbys (every lane's), when a lag limit applied.
+    pub(crate) fn lag_waited(&self) -> Option<Duration> {
+        self.lag_applied
+            .load(Ordering::SeqCst)
+            .then(|| Duration::from_micros(self.lag_waited_us.load(Ordering::SeqCst)))
+    }
+
+    /// What the waits leave to say in the entity's summary.
+    pub(crate) fn notes(&self) -> Vec<String> {
+        self.state().notes.clone()
+    }
+}
+
+/// How far behind a standby is, from this server's side:
+/// - 0 when it has replayed everything this server has written;
+/// - otherwise the larger of PostgreSQL's `replay_lag` (NULL counts as 0:
+///   PostgreSQL clears it once an idle standby has caught up) and the time
+///   since the first check that saw this server's WAL past the standby's
+///   replay position. The second part is what catches a stalled replay:
+///   PostgreSQL's `replay_lag` stops changing while replay is paused.
+///
+/// A standby whose replay position cannot be read yet (still starting)
+/// counts as 0.
+fn lag_of(samples: &VecDeque<(i64, Instant)>, current: i64, s: &Standby, now: Instant) -> Duration {
+    let Some(replayed) = s.replay_lsn else {
+        return Duration::ZERO;
+    };
+    if replayed >= current {
+        return Duration::ZERO;
+    }
+    let stalled_since = samples
+        .iter()
+        .find(|(lsn, _)| *lsn > replayed)
+        .map_or(Duration::ZERO, |(_, at)| now.saturating_duration_since(*at));
+    s.replay_lag.unwrap_or(Duration::ZERO).max(stalled_since)
+}
+
+/// Sleeps `wait` unless cancelled: whether it finished, and how long it
+/// slept (a cancelled sleep only as far as it went).
+async fn sleep(wait: Duration, cancel: &Cancel) -> (bool, Duration) {
+    let started = Instant::now();
+    let finished = tokio::select! {
+        () = tokio::time::sleep(wait) => true,
+        () = cancel.cancelled() => false,
+    };
+    (finished, started.elapsed().min(wait))
 }
 
 #[cfg(test)]
@@ -77,19 +409,64 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_wait_is_what_the_rows_done_are_ahead_of_the_rate() {
-        let p = Pacer::new(1_000);
-        assert!(p.due().is_zero(), "nothing done, nothing due");
-        p.add(2_000);
-        let due = p.due();
-        assert!(
-            due > Duration::from_millis(1_900) && due <= Duration::from_secs(2),
-            "{due:?}"
-        );
+    fn the_strictest_limit_wins_and_unset_ones_stay_unset() {
+        let a = Limits {
+            rate: Some(500),
+            lag: None,
+        };
+        let b = Limits {
+            rate: Some(200),
+            lag: Some(Duration::from_secs(30)),
+        };
         assert_eq!(
-            Pacer::new(0).rows_per_second,
-            1.0,
-            "at least one row a second"
+            a.strictest(b),
+            Limits {
+                rate: Some(200),
+                lag: Some(Duration::from_secs(30))
+            }
         );
+        assert_eq!(Limits::default().strictest(Limits::default()), Limits::default());
+    }
+
+    #[test]
+    fn a_batch_moves_the_next_start_by_its_rows_over_the_rate() {
+        let t = Throttle::new("E", "cohort", Limits::default());
+        t.state().rate = Some(1_000);
+        let started = Instant::now();
+        t.after_batch(2_000, started);
+        let next = t.state().next_start.unwrap();
+        assert_eq!(next - started, Duration::from_secs(2));
+        // A slow batch that started after the clock: no credit piles up.
+        let later = next + Duration::from_secs(10);
+        t.after_batch(500, later);
+        assert_eq!(t.state().next_start.unwrap() - later, Duration::from_millis(500));
+    }
+
+    #[test]
+    fn a_stalled_standby_lags_from_the_first_check_past_its_replay() {
+        let t0 = Instant::now();
+        let samples: VecDeque<(i64, Instant)> = [
+            (100, t0),
+            (200, t0 + Duration::from_secs(1)),
+            (300, t0 + Duration::from_secs(2)),
+        ]
+        .into();
+        let now = t0 + Duration::from_secs(5);
+        let standby = |replayed: Option<i64>, lag_ms: Option<u64>| Standby {
+            name: "s".into(),
+            replay_lsn: replayed,
+            replay_lag: lag_ms.map(Duration::from_millis),
+        };
+        // Caught up: 0 whatever PostgreSQL last measured.
+        assert_eq!(lag_of(&samples, 300, &standby(Some(300), Some(4_000)), now), Duration::ZERO);
+        // Replayed 150: behind since the check that saw 200.
+        assert_eq!(lag_of(&samples, 300, &standby(Some(150), None), now), Duration::from_secs(4));
+        // PostgreSQL's own figure wins when larger.
+        assert_eq!(
+            lag_of(&samples, 300, &standby(Some(250), Some(9_000)), now),
+            Duration::from_secs(9)
+        );
+        // Still starting: not measured.
+        assert_eq!(lag_of(&samples, 300, &standby(None, None), now), Duration::ZERO);
     }
 }

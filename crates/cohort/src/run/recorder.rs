@@ -153,6 +153,8 @@ impl<'a> RunRecorder<'a> {
                 kept_by_policy: out.kept_by_policy as i64,
                 batch_size: out.batch_size.and_then(|n| i32::try_from(n).ok()),
                 note: out.note.clone(),
+                paused: out.paused,
+                lag_waited_ms: out.lag_waited_ms.map(|ms| ms as i64),
             })
             .query()
             .execute(&mut *conn)
@@ -290,7 +292,7 @@ impl<'a> RunRecorder<'a> {
                     "run settled"
                 )
             }
-            RunStatus::Cancelled => {
+            RunStatus::Cancelled | RunStatus::Paused => {
                 tracing::warn!(
                     status = status.as_str(),
                     affected,

@@ -114,6 +114,11 @@ const SOURCES: &[(u32, &str, &str)] = &[
         "table_health",
         include_str!("../../migrations/0016_table_health.sql"),
     ),
+    (
+        17,
+        "pacing",
+        include_str!("../../migrations/0017_pacing.sql"),
+    ),
 ];
 
 /// The hold functions as version 13 installed them, run again where the

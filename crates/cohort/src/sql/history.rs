@@ -72,7 +72,7 @@ pub(crate) fn summaries(schema: &str, run: Run) -> Statement<Run> {
          skipped_count, null_anchor_count, kept_by_legal_min_count, kept_by_policy_count, \
          held_by_subject_count, cutoff, \
          resolved_period, legal_min, stage, batch_size, note, dead_tuples_before, dead_tuples_after, \
-         table_bytes_before, table_bytes_after, vacuumed, throttled_ms FROM ",
+         table_bytes_before, table_bytes_after, vacuumed, throttled_ms, paused, lag_waited_ms FROM ",
     );
     sql.table(&CohortTable::EntitySummary.qualified(schema))
         .push(" WHERE run_id = $1 ORDER BY summary_id");

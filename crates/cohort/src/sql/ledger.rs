@@ -193,8 +193,8 @@ fn finish_summary(t: &Tables) -> SqlText {
     finish_summary.table(&t.summary).push(
         " SET affected_count = $2, held_count = $3, skipped_count = $4, null_anchor_count = $5, \
            error = $6, kept_by_legal_min_count = $7, kept_by_policy_count = $8, \
-           held_by_subject_count = $9, batch_size = $10, note = $11, \
-           updated_at = pg_catalog.clock_timestamp() WHERE summary_id = $1",
+           held_by_subject_count = $9, batch_size = $10, note = $11, paused = $12, \
+           lag_waited_ms = $13, updated_at = pg_catalog.clock_timestamp() WHERE summary_id = $1",
     );
     finish_summary
 }
@@ -455,6 +455,10 @@ pub(crate) struct FinishSummary {
     pub(crate) batch_size: Option<i32>,
     /// Why rows left will not go by themselves (`EntityOutcome::note`).
     pub(crate) note: Option<String>,
+    /// A pause stopped the entity.
+    pub(crate) paused: bool,
+    /// Time waited for standbys (`None`: no lag limit applied).
+    pub(crate) lag_waited_ms: Option<i64>,
 }
 
 impl Params for FinishSummary {
@@ -470,6 +474,8 @@ impl Params for FinishSummary {
             .bind(self.held_by_subject)
             .bind(self.batch_size)
             .bind(self.note)
+            .bind(self.paused)
+            .bind(self.lag_waited_ms)
     }
 }
 

@@ -34,6 +34,7 @@ mod key;
 pub(crate) mod ledger;
 pub(crate) mod locks;
 pub(crate) mod occurrences;
+pub(crate) mod pacing;
 pub(crate) mod partitions;
 pub(crate) mod peers;
 pub(crate) mod prune;

@@ -709,6 +709,33 @@ fn settings_statements() {
 }
 
 #[test]
+fn pacing_statements() {
+    use crate::sql::pacing::{all, can_read_lag, for_entity, set, standbys, Set, SetValue};
+    let set_one = |value| {
+        set(
+            "cohort",
+            Set {
+                scope: "Note".into(),
+                value,
+            },
+        )
+        .checked()
+    };
+    insta::assert_snapshot!(
+        "pacing",
+        family(&[
+            ("for_entity", for_entity("cohort", "Note").checked().as_str()),
+            ("all", all("cohort").checked().as_str()),
+            ("set_paused", set_one(SetValue::Paused(true)).as_str()),
+            ("set_rate", set_one(SetValue::Rate(Some(500))).as_str()),
+            ("set_lag", set_one(SetValue::Lag(Some(30_000))).as_str()),
+            ("standbys", standbys().checked().as_str()),
+            ("can_read_lag", can_read_lag().checked().as_str()),
+        ])
+    );
+}
+
+#[test]
 fn worker_statements() {
     use crate::sql::worker::{keepalive, latest_scheduled, started_scheduled, LatestScheduled};
     let latest = latest_scheduled(
@@ -1436,6 +1463,8 @@ fn catalog_partition_and_ledger_statements_bind_exactly_their_placeholders() {
             kept_by_policy: 0,
             batch_size: Some(5000),
             note: None,
+            paused: false,
+            lag_waited_ms: None,
         }),
     );
     check(

@@ -6,7 +6,7 @@ use crate::ident::QualifiedName;
 
 /// The schema version the code expects. Migrations record it on
 /// `sweep_run` as the table comment `cohort schema version N`.
-pub const SCHEMA_VERSION: u32 = 16;
+pub const SCHEMA_VERSION: u32 = 17;
 
 /// The prefix of the version comment on `sweep_run`.
 pub(crate) const VERSION_COMMENT_PREFIX: &str = "cohort schema version ";
@@ -17,7 +17,7 @@ pub(crate) const VERSION_COMMENT_PREFIX: &str = "cohort schema version ";
 /// instead of starting an empty ledger there.
 pub(crate) const MOVED_COMMENT: &str = "cohort tables moved to another schema";
 
-/// One of Cohort's nine tables.
+/// One of Cohort's ten tables.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum CohortTable {
@@ -40,6 +40,8 @@ pub enum CohortTable {
     Occurrence,
     /// The passes of each occurrence, claimed by replicas.
     OccurrencePass,
+    /// Live pacing: pauses and limits per entity (and `*` for all).
+    Pacing,
 }
 
 /// A column of a Cohort table as the catalog reports it.
@@ -74,8 +76,8 @@ const INTERVAL: &str = "interval";
 const JSONB: &str = "jsonb";
 
 impl CohortTable {
-    /// All nine, in creation order (referenced tables first).
-    pub const ALL: [CohortTable; 9] = [
+    /// All ten, in creation order (referenced tables first).
+    pub const ALL: [CohortTable; 10] = [
         CohortTable::SweepRun,
         CohortTable::EntitySummary,
         CohortTable::RowDetail,
@@ -85,6 +87,7 @@ impl CohortTable {
         CohortTable::Peer,
         CohortTable::Occurrence,
         CohortTable::OccurrencePass,
+        CohortTable::Pacing,
     ];
 
     /// The table's name.
@@ -99,6 +102,7 @@ impl CohortTable {
             CohortTable::Peer => "retention_peer",
             CohortTable::Occurrence => "sweep_occurrence",
             CohortTable::OccurrencePass => "sweep_occurrence_pass",
+            CohortTable::Pacing => "retention_pacing",
         }
     }
 
@@ -119,6 +123,7 @@ impl CohortTable {
             CohortTable::Peer => PEER_COLUMNS,
             CohortTable::Occurrence => OCCURRENCE_COLUMNS,
             CohortTable::OccurrencePass => OCCURRENCE_PASS_COLUMNS,
+            CohortTable::Pacing => PACING_COLUMNS,
         }
     }
 }
@@ -175,6 +180,18 @@ const ENTITY_SUMMARY_COLUMNS: &[ColumnContract] = &[
     col!("table_bytes_after", BIGINT, true),
     col!("vacuumed", TEXT, true),
     col!("throttled_ms", BIGINT, true),
+    col!("paused", BOOL, false),
+    col!("lag_waited_ms", BIGINT, true),
+];
+
+/// The columns of [`CohortTable::Pacing`] the code relies on.
+const PACING_COLUMNS: &[ColumnContract] = &[
+    col!("entity_type", TEXT, false),
+    col!("paused", BOOL, false),
+    col!("max_rows_per_second", INT, true),
+    col!("max_replica_lag", INTERVAL, true),
+    col!("updated_at", TSTZ, false),
+    col!("updated_by", TEXT, false),
 ];
 
 /// The columns of [`CohortTable::RowDetail`] the code relies on.
@@ -283,7 +300,7 @@ mod tests {
         let mut names: Vec<_> = CohortTable::ALL.iter().map(|t| t.name()).collect();
         names.sort_unstable();
         names.dedup();
-        assert_eq!(names.len(), 9);
+        assert_eq!(names.len(), 10);
         for t in CohortTable::ALL {
             let mut cols: Vec<_> = t.columns().iter().map(|c| c.name).collect();
             let n = cols.len();

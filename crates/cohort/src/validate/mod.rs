@@ -11,6 +11,7 @@ mod archive;
 mod catalog;
 mod checks;
 mod handle;
+mod pacing;
 mod partitions;
 pub(crate) mod pooling;
 pub(crate) mod requests;
@@ -335,6 +336,9 @@ pub(crate) async fn validate(
         check_across_entities(conn, &entities, &tables, &capabilities, &exempt_tables).await?,
     );
     problems.extend(vacuum_after_problems(conn, config, &entities, &tables, &capabilities).await?);
+    problems.extend(pacing::entity_problems(&entities));
+    let (lag_problems, lag_warnings) = pacing::replica_lag_checks(conn, config, &entities).await?;
+    problems.extend(lag_problems);
     let tenant_key = tenant_identity(&entities, &tables, rules, &mut problems);
 
     // The hash key is a secret only what changes rows needs: sweeps and
@@ -374,6 +378,7 @@ pub(crate) async fn validate(
     }
     let mut warnings = advice(config, &entities, &tables, &capabilities, &unkeyed);
     warnings.extend(unmentioned_tables(conn, config, &entities, &exempt_tables).await?);
+    warnings.extend(lag_warnings);
     if config.cdc_marker {
         let level = catalog::current_setting(conn, "wal_level").await?;
         if level != "logical" {
