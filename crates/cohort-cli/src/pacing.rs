@@ -44,10 +44,15 @@ pub(crate) fn print_rows(rows: &[LivePacing]) {
         .iter()
         .map(|r| {
             vec![
-                r.entity.clone().unwrap_or_else(|| "* (every entity)".into()),
+                r.entity
+                    .clone()
+                    .unwrap_or_else(|| "* (every entity)".into()),
                 if r.paused { "paused" } else { "-" }.to_string(),
                 or_none(r.max_rows_per_second.map(|n| n.to_string())),
-                or_none(r.max_replica_lag_ms.map(|ms| format!("{}s", ms as f64 / 1000.0))),
+                or_none(
+                    r.max_replica_lag_ms
+                        .map(|ms| format!("{}s", ms as f64 / 1000.0)),
+                ),
                 format!(
                     "{} by {}",
                     r.updated_at.format("%Y-%m-%d %H:%M:%S UTC"),

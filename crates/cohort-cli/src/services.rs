@@ -248,7 +248,12 @@ pub(crate) async fn settings(
     Ok(())
 }
 
-fn print_settings(json: bool, live: &LiveSettings, pacing: &[LivePacing], config: &cohort::CohortConfig) {
+fn print_settings(
+    json: bool,
+    live: &LiveSettings,
+    pacing: &[LivePacing],
+    config: &cohort::CohortConfig,
+) {
     if json {
         let one = |s: Setting| {
             let v = live.get(s);

@@ -313,6 +313,7 @@ tenants_query = "SELECT t, NULL::text FROM (VALUES ('{T1}'), ('not-a-tenant')) v
 schema = "retention"
 schedule = "*/2 * * * * *"
 max_rows_per_second = 50
+max_replica_lag = "30s"
 
 [cohort.dispatch]
 max_attempts = 1

@@ -551,6 +551,147 @@ async fn sigterm_mid_sweep_cancels_the_run_and_exits_zero() {
     assert!(left > 0, "the stop landed mid-sweep");
 }
 
+/// RS-027: `cohort pause ENTITY` from another process reaches every
+/// replica without a restart: their scheduled runs skip it and settle
+/// `paused`; `cohort resume` lets the next occurrence sweep it. The live
+/// pacing commands follow the contract (JSON, bad input exits 2).
+#[tokio::test]
+async fn a_pause_reaches_every_replica_until_resume() {
+    let (db, dir) = setup(&policy("*/2 * * * * *", 100, "")).await;
+    let dir = dir.path();
+    insert_rows(db.pool(), 50, 10).await;
+    let out = cohort(dir, &["--json", "pause", "SessionNote"], db.url(), &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(rows[0]["entity"], "SessionNote");
+    assert_eq!(rows[0]["paused"], true);
+    let mut replicas = Replicas::new(dir, db.url());
+    for n in ["w-1", "w-2"] {
+        replicas.spawn(n, &[]);
+    }
+    let paused_runs = || async {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT count(*) FROM retention.sweep_run r JOIN retention.sweep_run_entity_summary s USING (run_id)
+             WHERE r.trigger = 'scheduled' AND r.status = 'paused' AND s.entity_type = 'SessionNote' AND s.paused",
+        )
+        .fetch_one(db.pool())
+        .await
+        .unwrap()
+    };
+    let events_left = || async {
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM app.events")
+            .fetch_one(db.pool())
+            .await
+            .unwrap()
+    };
+    wait_until(
+        "runs that skipped the paused entity, and the other entity swept",
+        Duration::from_secs(30),
+        async || paused_runs().await >= 2 && events_left().await == 0,
+    )
+    .await;
+    let notes: i64 = sqlx::query_scalar("SELECT count(*) FROM app.session_notes")
+        .fetch_one(db.pool())
+        .await
+        .unwrap();
+    assert_eq!(notes, 100, "no paused row changed");
+    assert_eq!(
+        sqlx::query_scalar::<_, i64>(
+            "SELECT count(*) FROM retention.sweep_run WHERE status = 'succeeded' AND tenant_id IS NOT NULL"
+        )
+        .fetch_one(db.pool())
+        .await
+        .unwrap(),
+        0,
+        "a tenant pass with the paused entity never settles succeeded"
+    );
+
+    let out = cohort(dir, &["resume", "SessionNote"], db.url(), &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("resumed SessionNote"));
+    wait_until(
+        "the resumed entity swept",
+        Duration::from_secs(30),
+        async || {
+            sqlx::query_scalar::<_, i64>("SELECT count(*) FROM app.session_notes")
+                .fetch_one(db.pool())
+                .await
+                .unwrap()
+                == 0
+        },
+    )
+    .await;
+    drop(replicas);
+
+    // Live limits through the CLI, for one entity and for every entity.
+    let out = cohort(
+        dir,
+        &[
+            "--json",
+            "settings",
+            "set",
+            "max_rows_per_second",
+            "500",
+            "--entity",
+            "SessionNote",
+        ],
+        db.url(),
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let out = cohort(
+        dir,
+        &["--json", "settings", "set", "max_replica_lag", "30s"],
+        db.url(),
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let shown: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let pacing = shown["pacing"].as_array().unwrap();
+    assert_eq!(
+        pacing[0]["entity"],
+        serde_json::Value::Null,
+        "every entity first"
+    );
+    assert_eq!(pacing[0]["max_replica_lag_ms"], 30_000);
+    assert_eq!(pacing[1]["entity"], "SessionNote");
+    assert_eq!(pacing[1]["max_rows_per_second"], 500);
+    assert_eq!(pacing[1]["paused"], false);
+    let before = pacing.clone();
+    for bad in [
+        vec!["pause", "NoSuchEntity"],
+        vec!["settings", "set", "max_rows_per_second", "0"],
+        vec!["settings", "set", "max_replica_lag", "1mo"],
+        vec![
+            "settings",
+            "set",
+            "kill_switch",
+            "on",
+            "--entity",
+            "SessionNote",
+        ],
+        vec![
+            "settings",
+            "set",
+            "max_rows_per_second",
+            "10",
+            "--entity",
+            "Nope",
+        ],
+    ] {
+        let out = cohort(dir, &bad, db.url(), &[]);
+        assert_eq!(out.status.code(), Some(2), "{bad:?}: {}", stderr(&out));
+    }
+    let out = cohort(dir, &["--json", "settings", "show"], db.url(), &[]);
+    let shown: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        shown["pacing"].as_array().unwrap(),
+        &before,
+        "bad input changed nothing"
+    );
+    assert_eq!(shown["kill_switch"], false);
+}
+
 /// READY-005, RS-010: `cohort settings set kill_switch on` from another
 /// process while replicas are mid-occurrence: the pass in progress
 /// finishes, later passes and occurrences are skipped; switched off, the

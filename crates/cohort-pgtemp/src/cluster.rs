@@ -181,7 +181,16 @@ impl Cluster {
             .arg(&standby.data_dir)
             .arg("-h")
             .arg(&self.socket_dir)
-            .args(["-p", &PORT.to_string(), "-U", "postgres", "-R", "-X", "stream", "--no-sync"])
+            .args([
+                "-p",
+                &PORT.to_string(),
+                "-U",
+                "postgres",
+                "-R",
+                "-X",
+                "stream",
+                "--no-sync",
+            ])
             .current_dir(&standby.root)
             .env("LC_ALL", "C")
             .stdin(Stdio::null())

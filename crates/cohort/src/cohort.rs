@@ -354,9 +354,9 @@ impl Cohort {
                     "max_rows_per_second 0: at least 1, or off".into(),
                 ))
             }
-            PacingLimit::MaxRowsPerSecond(n) => SetValue::Rate(
-                n.map(|n| i32::try_from(n).unwrap_or(i32::MAX)),
-            ),
+            PacingLimit::MaxRowsPerSecond(n) => {
+                SetValue::Rate(n.map(|n| i32::try_from(n).unwrap_or(i32::MAX)))
+            }
             PacingLimit::MaxReplicaLag(lag) => {
                 if let Some(lag) = lag {
                     crate::config::check_replica_lag(lag).map_err(|why| {

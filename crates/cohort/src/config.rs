@@ -826,6 +826,19 @@ impl CohortConfig {
     }
 }
 
+/// A `max_replica_lag` (global or an entity's) must be a fixed period of at
+/// least a second: a calendar month has no fixed length, and zero would
+/// wait after every batch for every standby to have replayed it.
+pub(crate) fn check_replica_lag(lag: Period) -> std::result::Result<(), &'static str> {
+    if lag.months() != 0 {
+        return Err("a fixed period (s, m, h, d), not calendar months or years");
+    }
+    if lag.as_seconds() < 1 {
+        return Err("at least 1s (leave it out to not wait for standbys)");
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -989,17 +1002,4 @@ mod tests {
         assert!(text.contains("sweep_batch_size = \"auto\""), "{text}");
         assert_eq!(CohortConfig::from_toml(&text).unwrap(), auto);
     }
-}
-
-/// A `max_replica_lag` (global or an entity's) must be a fixed period of at
-/// least a second: a calendar month has no fixed length, and zero would
-/// wait after every batch for every standby to have replayed it.
-pub(crate) fn check_replica_lag(lag: Period) -> std::result::Result<(), &'static str> {
-    if lag.months() != 0 {
-        return Err("a fixed period (s, m, h, d), not calendar months or years");
-    }
-    if lag.as_seconds() < 1 {
-        return Err("at least 1s (leave it out to not wait for standbys)");
-    }
-    Ok(())
 }

@@ -54,7 +54,11 @@ async fn a_paused_entity_is_skipped_and_reported_paused_until_it_is_resumed() {
         notes.note.as_deref().unwrap_or("").contains("paused"),
         "{notes:?}"
     );
-    assert_eq!(notes_left(db.pool(), TENANT_A).await, before, "no note changed");
+    assert_eq!(
+        notes_left(db.pool(), TENANT_A).await,
+        before,
+        "no note changed"
+    );
     // The other entity went on.
     let tickets = run.entity("Ticket").unwrap();
     assert!(!tickets.paused);
@@ -119,11 +123,20 @@ async fn a_pause_stops_a_running_sweep_before_its_next_batch() {
         .unwrap();
     let run = sweeping.await.unwrap();
     let notes = run.entity("Note").unwrap();
-    assert_eq!(notes.affected, 1, "the open batch committed whole: {notes:?}");
+    assert_eq!(
+        notes.affected, 1,
+        "the open batch committed whole: {notes:?}"
+    );
     assert!(notes.paused);
     assert_eq!(run.status, RunStatus::Paused);
     assert_eq!(
-        cohort.show_run(run.run_id).await.unwrap().entity("Note").unwrap().affected,
+        cohort
+            .show_run(run.run_id)
+            .await
+            .unwrap()
+            .entity("Note")
+            .unwrap()
+            .affected,
         1
     );
 
@@ -162,7 +175,10 @@ async fn live_limits_pace_every_sweep_and_the_strictest_wins() {
     let notes = run.entity("Note").unwrap();
     assert_eq!(notes.affected, 3);
     let waited = notes.throttled_ms.expect("paced");
-    assert!(waited >= 50, "at 20 rows/s three rows take 100 ms: {notes:?}");
+    assert!(
+        waited >= 50,
+        "at 20 rows/s three rows take 100 ms: {notes:?}"
+    );
 
     // Cleared: the configured limit alone applies, and it is loose.
     let rows = cohort

@@ -65,7 +65,10 @@ fn print_notes(entities: &[cohort::EntityOutcome]) {
             ("max_replica_lag", e.lag_waited_ms),
         ]
         .iter()
-        .filter_map(|(why, ms)| ms.filter(|ms| *ms > 0).map(|ms| format!("{ms} ms for {why}")))
+        .filter_map(|(why, ms)| {
+            ms.filter(|ms| *ms > 0)
+                .map(|ms| format!("{ms} ms for {why}"))
+        })
         .collect();
         if !waits.is_empty() {
             outln!("paced: {}: waited {}", e.entity, waits.join(", "));

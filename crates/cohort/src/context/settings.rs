@@ -88,7 +88,11 @@ impl Context {
     }
 
     /// Sets one live pacing value for `scope` (an entity's name, or `*`).
-    pub(crate) async fn set_pacing(&self, scope: &str, value: pacing::SetValue) -> Result<Vec<LivePacing>> {
+    pub(crate) async fn set_pacing(
+        &self,
+        scope: &str,
+        value: pacing::SetValue,
+    ) -> Result<Vec<LivePacing>> {
         pacing::set(
             &self.config.schema,
             pacing::Set {

@@ -305,7 +305,8 @@ async fn change_rows(
             Err(e) => return (Err(stop_from(e)), false),
         }
     }
-    let (result, after_run) = change_rows_unpaused(ctx, conn, work, summary_id, out, throttle.as_ref()).await;
+    let (result, after_run) =
+        change_rows_unpaused(ctx, conn, work, summary_id, out, throttle.as_ref()).await;
     if let Some(t) = &throttle {
         out.throttled_ms = t.rate_waited().map(|d| d.as_millis() as u64);
         out.lag_waited_ms = t.lag_waited().map(|d| d.as_millis() as u64);
@@ -334,7 +335,11 @@ fn throttle_of(ctx: &RunCtx<'_>, work: &Work<'_>) -> Option<Throttle> {
             .max_replica_lag
             .map(|p| std::time::Duration::from_secs(p.as_seconds().max(0) as u64)),
     };
-    Some(Throttle::new(&work.entity.name, &config.schema, global.strictest(own)))
+    Some(Throttle::new(
+        &work.entity.name,
+        &config.schema,
+        global.strictest(own),
+    ))
 }
 
 /// [`change_rows`] once the entity is known not to be paused.
@@ -392,9 +397,9 @@ fn take_counts(ctx: &RunCtx<'_>, work: &Work<'_>, c: &Counts, out: &mut EntityOu
             (false, _) => 0,
         };
     let kept = super::counts::kept_for_good(ctx.ready, work, out.skipped);
-    let paused = out.paused.then(|| {
-        "paused (cohort pause): the rows left go after cohort resume".to_owned()
-    });
+    let paused = out
+        .paused
+        .then(|| "paused (cohort pause): the rows left go after cohort resume".to_owned());
     let notes: Vec<String> = kept
         .into_iter()
         .chain(paused)

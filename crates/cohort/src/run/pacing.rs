@@ -225,7 +225,9 @@ impl Throttle {
             s.next_start
         };
         self.rate_applied.store(true, Ordering::SeqCst);
-        let wait = due.map_or(Duration::ZERO, |d| d.saturating_duration_since(Instant::now()));
+        let wait = due.map_or(Duration::ZERO, |d| {
+            d.saturating_duration_since(Instant::now())
+        });
         if wait.is_zero() {
             return true;
         }
@@ -264,6 +266,11 @@ impl Throttle {
             self.lag_waited_us
                 .fetch_add(waited.as_micros() as u64, Ordering::SeqCst);
             crate::telemetry::throttled(&self.entity, "replica_lag", waited);
+            tracing::debug!(
+                entity = %self.entity,
+                waited_ms = self.lag_waited_us.load(Ordering::SeqCst) / 1_000,
+                "still waiting for standby replay"
+            );
             if !finished {
                 return Ok(Gate::Cancelled);
             }
@@ -300,6 +307,15 @@ impl Throttle {
             });
         }
         let mut s = self.state();
+        let present: BTreeSet<String> = standbys.iter().map(|st| st.name.clone()).collect();
+        let gone: Vec<String> = s.waited_for.difference(&present).cloned().collect();
+        for name in gone {
+            tracing::warn!(entity = %self.entity, standby = %name, "a standby the sweep waited for no longer streams; it is not waited for");
+            s.notes.push(format!(
+                "max_replica_lag: standby {name} stopped streaming while the sweep waited for it, and was no longer waited for"
+            ));
+            s.waited_for.remove(&name);
+        }
         if rows.is_empty() {
             if !s.lag_checked && s.seen.is_empty() {
                 s.notes.push(
@@ -312,22 +328,13 @@ impl Throttle {
             return Ok(Vec::new());
         }
         s.lag_checked = true;
+        s.seen.extend(present);
         if s.samples.back().is_none_or(|(lsn, _)| *lsn < current) {
             s.samples.push_back((current, now));
             if s.samples.len() > MAX_SAMPLES {
                 s.samples.pop_front();
             }
         }
-        let present: BTreeSet<String> = standbys.iter().map(|st| st.name.clone()).collect();
-        let gone: Vec<String> = s.waited_for.difference(&present).cloned().collect();
-        for name in gone {
-            tracing::warn!(entity = %self.entity, standby = %name, "a standby the sweep waited for no longer streams; it is not waited for");
-            s.notes.push(format!(
-                "max_replica_lag: standby {name} stopped streaming while the sweep waited for it, and was no longer waited for"
-            ));
-            s.waited_for.remove(&name);
-        }
-        s.seen.extend(present);
         let mut worst = Duration::ZERO;
         let mut behind = Vec::new();
         for st in &standbys {
@@ -425,7 +432,10 @@ mod tests {
                 lag: Some(Duration::from_secs(30))
             }
         );
-        assert_eq!(Limits::default().strictest(Limits::default()), Limits::default());
+        assert_eq!(
+            Limits::default().strictest(Limits::default()),
+            Limits::default()
+        );
     }
 
     #[test]
@@ -439,7 +449,10 @@ mod tests {
         // A slow batch that started after the clock: no credit piles up.
         let later = next + Duration::from_secs(10);
         t.after_batch(500, later);
-        assert_eq!(t.state().next_start.unwrap() - later, Duration::from_millis(500));
+        assert_eq!(
+            t.state().next_start.unwrap() - later,
+            Duration::from_millis(500)
+        );
     }
 
     #[test]
@@ -458,15 +471,24 @@ mod tests {
             replay_lag: lag_ms.map(Duration::from_millis),
         };
         // Caught up: 0 whatever PostgreSQL last measured.
-        assert_eq!(lag_of(&samples, 300, &standby(Some(300), Some(4_000)), now), Duration::ZERO);
+        assert_eq!(
+            lag_of(&samples, 300, &standby(Some(300), Some(4_000)), now),
+            Duration::ZERO
+        );
         // Replayed 150: behind since the check that saw 200.
-        assert_eq!(lag_of(&samples, 300, &standby(Some(150), None), now), Duration::from_secs(4));
+        assert_eq!(
+            lag_of(&samples, 300, &standby(Some(150), None), now),
+            Duration::from_secs(4)
+        );
         // PostgreSQL's own figure wins when larger.
         assert_eq!(
             lag_of(&samples, 300, &standby(Some(250), Some(9_000)), now),
             Duration::from_secs(9)
         );
         // Still starting: not measured.
-        assert_eq!(lag_of(&samples, 300, &standby(None, None), now), Duration::ZERO);
+        assert_eq!(
+            lag_of(&samples, 300, &standby(None, None), now),
+            Duration::ZERO
+        );
     }
 }

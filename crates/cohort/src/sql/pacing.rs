@@ -72,10 +72,7 @@ pub(crate) fn set(schema: &str, params: Set) -> Statement<Set> {
     let (column, value) = match params.value {
         SetValue::Paused(_) => ("paused", "$2::boolean"),
         SetValue::Rate(_) => ("max_rows_per_second", "$2::integer"),
-        SetValue::Lag(_) => (
-            "max_replica_lag",
-            "$2::bigint * interval '1 millisecond'",
-        ),
+        SetValue::Lag(_) => ("max_replica_lag", "$2::bigint * interval '1 millisecond'"),
     };
     let mut sql = SqlText::new("INSERT INTO ");
     sql.table(&CohortTable::Pacing.qualified(schema))

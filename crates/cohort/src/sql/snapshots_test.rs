@@ -724,7 +724,10 @@ fn pacing_statements() {
     insta::assert_snapshot!(
         "pacing",
         family(&[
-            ("for_entity", for_entity("cohort", "Note").checked().as_str()),
+            (
+                "for_entity",
+                for_entity("cohort", "Note").checked().as_str()
+            ),
             ("all", all("cohort").checked().as_str()),
             ("set_paused", set_one(SetValue::Paused(true)).as_str()),
             ("set_rate", set_one(SetValue::Rate(Some(500))).as_str()),

@@ -39,8 +39,8 @@ pub(super) async fn replica_lag_checks(
     config: &CohortConfig,
     entities: &[EntityDescriptor],
 ) -> Result<(Vec<Problem>, Vec<String>)> {
-    let wanted = config.max_replica_lag.is_some()
-        || entities.iter().any(|e| e.max_replica_lag.is_some());
+    let wanted =
+        config.max_replica_lag.is_some() || entities.iter().any(|e| e.max_replica_lag.is_some());
     if !wanted {
         return Ok((Vec::new(), Vec::new()));
     }
