@@ -359,7 +359,7 @@ impl Cohort {
             }
             PacingLimit::MaxReplicaLag(lag) => {
                 if let Some(lag) = lag {
-                    crate::config::check_replica_lag(lag).map_err(|why| {
+                    lag.as_replica_lag().map_err(|why| {
                         Error::InvalidInput(format!("max_replica_lag {lag}: {why}"))
                     })?;
                 }

@@ -706,7 +706,7 @@ impl CohortConfig {
             }
         }
         if let Some(lag) = self.max_replica_lag {
-            if let Err(e) = check_replica_lag(lag) {
+            if let Err(e) = lag.as_replica_lag() {
                 problems.push(format!("max_replica_lag = {lag}: {e}"));
             }
         }
@@ -806,8 +806,7 @@ impl CohortConfig {
 
     /// `max_replica_lag` as a std duration.
     pub fn max_replica_lag(&self) -> Option<Duration> {
-        self.max_replica_lag
-            .map(|p| Duration::from_secs(p.as_seconds().max(0) as u64))
+        self.max_replica_lag.and_then(|p| p.as_replica_lag().ok())
     }
 
     /// The shutdown grace period as a std duration.
@@ -824,19 +823,6 @@ impl CohortConfig {
     pub fn observer_timeout(&self) -> Duration {
         Duration::from_secs(self.observer_timeout.as_seconds().unsigned_abs())
     }
-}
-
-/// A `max_replica_lag` (global or an entity's) must be a fixed period of at
-/// least a second: a calendar month has no fixed length, and zero would
-/// wait after every batch for every standby to have replayed it.
-pub(crate) fn check_replica_lag(lag: Period) -> std::result::Result<(), &'static str> {
-    if lag.months() != 0 {
-        return Err("a fixed period (s, m, h, d), not calendar months or years");
-    }
-    if lag.as_seconds() < 1 {
-        return Err("at least 1s (leave it out to not wait for standbys)");
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -199,7 +199,7 @@ impl PacingLimit {
                 let lag = value.trim().parse::<crate::rules::Period>().map_err(|e| {
                     Error::InvalidInput(format!("max_replica_lag {value:?}: {e}"))
                 })?;
-                crate::config::check_replica_lag(lag).map_err(|why| {
+                lag.as_replica_lag().map_err(|why| {
                     Error::InvalidInput(format!("max_replica_lag {value:?}: {why}"))
                 })?;
                 Ok(PacingLimit::MaxReplicaLag(Some(lag)))

@@ -161,7 +161,7 @@ pub struct EntityDeclaration {
     pub(crate) partitions: Partitions,
     pub(crate) sweep_parallelism: Option<u32>,
     pub(crate) max_rows_per_second: Option<u32>,
-    pub(crate) max_replica_lag: Option<crate::rules::Period>,
+    pub(crate) max_replica_lag: Option<std::time::Duration>,
     pub(crate) audit: Option<crate::model::audit::AuditDetail>,
     pub(crate) columns: Option<Vec<DeclaredColumn>>,
     pub(crate) markers: Vec<(Marker, String)>,
@@ -292,9 +292,9 @@ impl EntityDeclaration {
 
     /// Waits before each batch of this entity while a standby's replay is
     /// further behind than `lag`, beside the global `max_replica_lag` and
-    /// the live values (the strictest wins). Validation refuses a
-    /// calendar period and less than a second.
-    pub fn max_replica_lag(mut self, lag: crate::rules::Period) -> Self {
+    /// the live values (the strictest wins). Validation refuses less than
+    /// a second.
+    pub fn max_replica_lag(mut self, lag: std::time::Duration) -> Self {
         self.max_replica_lag = Some(lag);
         self
     }

@@ -129,7 +129,7 @@ pub struct EntityDescriptor {
     pub max_rows_per_second: Option<u32>,
     /// The entity's own `max_replica_lag` (`None`: the global one and the
     /// live values alone).
-    pub max_replica_lag: Option<crate::rules::Period>,
+    pub max_replica_lag: Option<std::time::Duration>,
     /// Where the `archive` strategy moves rows (`None`: nowhere declared).
     pub archive: Option<ArchiveTarget>,
     /// The entity's own audit detail, which wins over its rule's.

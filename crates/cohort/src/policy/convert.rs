@@ -269,7 +269,10 @@ fn with_audit_and_partitions(
         d = d.max_rows_per_second(n);
     }
     if let Some(lag) = e.max_replica_lag {
-        d = d.max_replica_lag(lag);
+        match lag.as_replica_lag() {
+            Ok(lag) => d = d.max_replica_lag(lag),
+            Err(why) => problems.push(format!("max_replica_lag = {lag}: {why}")),
+        }
     }
     d
 }

@@ -78,6 +78,19 @@ impl Period {
         })
     }
 
+    /// As a wait between batches (`max_replica_lag`): a fixed period of
+    /// at least a second. A calendar month has no fixed length, and zero
+    /// would wait after every batch for every standby to replay it.
+    pub(crate) fn as_replica_lag(self) -> Result<std::time::Duration, &'static str> {
+        if self.months != 0 {
+            return Err("a fixed period (s, m, h, d), not calendar months or years");
+        }
+        if self.seconds < 1 {
+            return Err("at least 1s (leave it out to not wait for standbys)");
+        }
+        Ok(std::time::Duration::from_secs(self.seconds as u64))
+    }
+
     /// A duration of whole seconds.
     pub fn from_seconds(seconds: i64) -> Result<Self, PeriodError> {
         Self::checked(0, seconds)

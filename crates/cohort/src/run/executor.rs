@@ -330,10 +330,7 @@ fn throttle_of(ctx: &RunCtx<'_>, work: &Work<'_>) -> Option<Throttle> {
     };
     let own = Limits {
         rate: work.entity.max_rows_per_second,
-        lag: work
-            .entity
-            .max_replica_lag
-            .map(|p| std::time::Duration::from_secs(p.as_seconds().max(0) as u64)),
+        lag: work.entity.max_replica_lag,
     };
     Some(Throttle::new(
         &work.entity.name,

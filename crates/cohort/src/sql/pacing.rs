@@ -112,12 +112,13 @@ pub(crate) fn standbys() -> Statement<()> {
     )
 }
 
-/// Whether the current role can read every standby's positions
+/// The current role, and whether it can read every standby's positions
 /// (`pg_read_all_stats`, which `pg_monitor` includes, or superuser).
 pub(crate) fn can_read_lag() -> Statement<()> {
     Statement::new(
         SqlText::new(
-            "SELECT pg_catalog.pg_has_role(current_user, 'pg_read_all_stats', 'USAGE') \
+            "SELECT current_user::text, \
+                    pg_catalog.pg_has_role(current_user, 'pg_read_all_stats', 'USAGE') \
                  OR (SELECT rolsuper FROM pg_catalog.pg_roles WHERE rolname = current_user)",
         ),
         (),
