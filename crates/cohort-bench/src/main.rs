@@ -17,6 +17,7 @@
 //! preparation are not measured.
 
 mod baseline;
+mod beside;
 mod interleave;
 mod reference;
 mod report;
@@ -88,6 +89,28 @@ struct Args {
     /// row, the plain reference to a table without keys or indexes.
     #[arg(long, conflicts_with = "interleaved")]
     per_row: bool,
+    /// Instead of timing against the references: a pgbench load at a
+    /// fixed rate, alone, beside an unpaced purge of the first `--rows`,
+    /// and beside the same purge paced at `--pace`; p50/p99 latency of
+    /// each phase and the sweep's rows/s, then each strategy's WAL bytes
+    /// per changed row.
+    #[arg(long, conflicts_with_all = ["interleaved", "json", "per_row", "auto_batch"])]
+    beside_load: bool,
+    /// `--beside-load`: the paced sweep's `max_rows_per_second`.
+    #[arg(long, default_value_t = 20_000, value_parser = clap::value_parser!(u32).range(1..))]
+    pace: u32,
+    /// `--beside-load`: pgbench's fixed rate (`-R`, transactions a second).
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..))]
+    load_rate: u32,
+    /// `--beside-load`: pgbench's clients (`-c`).
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=64))]
+    load_clients: u32,
+    /// `--beside-load`: seconds of load alone and beside the unpaced sweep.
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(5..=3600))]
+    load_seconds: u64,
+    /// `--beside-load`: pgbench's scale (`-i -s`; 100 000 accounts each).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pgbench_scale: u32,
 }
 
 impl Args {
@@ -121,7 +144,14 @@ async fn main() -> ExitCode {
     if args.interleaved {
         outcome = interleaved(&args, &db).await;
     }
-    for &rows in args.rows.iter().filter(|_| !args.interleaved) {
+    if args.beside_load {
+        outcome = beside::beside_load(&args, &db).await;
+    }
+    for &rows in args
+        .rows
+        .iter()
+        .filter(|_| !args.interleaved && !args.beside_load)
+    {
         match bench(&args, rows, &db).await {
             Ok(report) => {
                 if !args.json {
