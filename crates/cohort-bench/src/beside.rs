@@ -77,6 +77,7 @@ pub(crate) async fn beside_load(args: &Args, db: &TestDatabase) -> Result<(), Bo
         rate: args.load_rate,
         clients: args.load_clients,
     };
+    settle(pool, None).await?;
     eprintln!("cohort-bench: pgbench alone ...");
     let alone = Phase {
         name: "pgbench alone",
@@ -85,6 +86,7 @@ pub(crate) async fn beside_load(args: &Args, db: &TestDatabase) -> Result<(), Bo
     };
 
     purge.seed(pool, &seed, rows).await?;
+    settle(pool, Some(purge.table)).await?;
     let eligible = purge.state(pool, &seed).await?.eligible;
     eprintln!("cohort-bench: beside an unpaced sweep of {eligible} rows ...");
     let unpaced = beside(
@@ -97,6 +99,7 @@ pub(crate) async fn beside_load(args: &Args, db: &TestDatabase) -> Result<(), Bo
     .await?;
 
     purge.seed(pool, &seed, rows).await?;
+    settle(pool, Some(purge.table)).await?;
     let pace = args.pace;
     let window = (eligible as u64).div_ceil(u64::from(pace)) + 10;
     eprintln!("cohort-bench: beside the sweep paced at {pace} rows/s ({window} s of load) ...");
@@ -104,6 +107,23 @@ pub(crate) async fn beside_load(args: &Args, db: &TestDatabase) -> Result<(), Bo
 
     print_phases(args, rows, eligible, pace, &[alone, unpaced, paced]);
     wal_per_row(args, pool, &seed).await
+}
+
+/// Every phase starts from the same quiet server: the freshly seeded table
+/// and pgbench's tables vacuumed (so no autovacuum of the seed, or of the
+/// last phase's load, runs inside a phase) and a checkpoint taken.
+async fn settle(pool: &PgPool, table: Option<&str>) -> Result<(), BoxError> {
+    let mut sql = String::from(
+        "VACUUM (ANALYZE) pgbench_accounts, pgbench_branches, pgbench_tellers, pgbench_history",
+    );
+    if let Some(table) = table {
+        sql.push_str(&format!(", {table}"));
+    }
+    sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
+        .execute(pool)
+        .await?;
+    sqlx::raw_sql("CHECKPOINT").execute(pool).await?;
+    Ok(())
 }
 
 /// pgbench at a fixed rate on the benchmark's database.
@@ -269,7 +289,7 @@ async fn wal_per_row(args: &Args, pool: &PgPool, seed: &Seed<'_>) -> Result<(), 
             }
         );
     }
-    println!("  (a dropped partition writes a few hundred bytes whatever it held: cohort-partitions-bench)");
+    println!("  (partition purge: cohort-partitions-bench prints its WAL beside the row path's)");
     Ok(())
 }
 

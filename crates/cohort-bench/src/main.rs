@@ -97,7 +97,7 @@ struct Args {
     #[arg(long, conflicts_with_all = ["interleaved", "json", "per_row", "auto_batch"])]
     beside_load: bool,
     /// `--beside-load`: the paced sweep's `max_rows_per_second`.
-    #[arg(long, default_value_t = 20_000, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, default_value_t = 5_000, value_parser = clap::value_parser!(u32).range(1..))]
     pace: u32,
     /// `--beside-load`: pgbench's fixed rate (`-R`, transactions a second).
     #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..))]

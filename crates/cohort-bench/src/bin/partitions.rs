@@ -6,14 +6,18 @@
 //! cargo run --release -p cohort-bench --bin cohort-partitions-bench -- [--rows N] [--batch B]
 //! ```
 //!
-//! Seeds two identical tables of N rows spread evenly over 12 monthly
-//! partitions (plus a default partition), with a unique index on
-//! `(id, created_at)` and an index on `created_at`, and purges rows older
-//! than 90 days (nine partitions wholly expired, a tenth straddling the
-//! cutoff), then, on fresh tables, older than 92 days (the cutoff on a
-//! partition boundary). One table is swept through the row path, the other
-//! with `partitions = "drop"`; both must purge the same number of rows and
-//! keep the same rows, or the program exits non-zero.
+//! Seeds two tables of the same N rows: one spread evenly over 12 monthly
+//! partitions (plus a default partition) with a unique index on
+//! `(id, created_at)`, the other one plain table with the primary key
+//! `id` (the row path needs a single-column key, which a partitioned table
+//! keyed by month cannot have), each with an index on `created_at`. Both
+//! purge rows older than 90 days (nine partitions wholly expired, a tenth
+//! straddling the cutoff), then, on fresh tables, older than 92 days (the
+//! cutoff on a partition boundary). The plain table is swept through the
+//! row path, the partitioned one with `partitions = "drop"`; both must
+//! purge the same number of rows and keep the same rows, or the program
+//! exits non-zero. Each way's WAL (`pg_current_wal_lsn()` before and after)
+//! is printed beside its time.
 
 use std::time::Instant;
 
@@ -40,6 +44,20 @@ struct Args {
 
 /// The logical time of both sweeps: the twelve partitions cover the year before.
 const NOW: &str = "2026-11-01T00:00:00Z";
+
+/// A plain table of the same rows, keyed by `id` alone (the row path).
+fn seed_plain(table: &str, rows: u64) -> String {
+    format!(
+        "CREATE TABLE app.{table} (id bigint PRIMARY KEY, created_at timestamptz NOT NULL, \
+            kind text NOT NULL, body text);
+         INSERT INTO app.{table} (id, created_at, kind, body)
+           SELECT g, '2025-11-01Z'::timestamptz + (g::int8 * 31535999 / {rows}) * interval '1 second',
+                  'kind-' || (g % 7), 'event body ' || g
+           FROM generate_series(1, {rows}) g;
+         CREATE INDEX ON app.{table} (created_at);
+         ANALYZE app.{table};"
+    )
+}
 
 fn seed(table: &str, rows: u64) -> String {
     let mut sql = format!(
@@ -91,14 +109,23 @@ period = "{period}"
     )
 }
 
-/// Sweeps `table`; returns (rows purged, seconds).
+/// The server's WAL position, in bytes.
+async fn wal_lsn(pool: &sqlx::PgPool) -> Result<i64, BoxError> {
+    Ok(
+        sqlx::query_scalar("SELECT (pg_current_wal_lsn() - '0/0'::pg_lsn)::int8")
+            .fetch_one(pool)
+            .await?,
+    )
+}
+
+/// Sweeps `table`; returns (rows purged, seconds, WAL bytes written).
 async fn sweep(
     pool: &sqlx::PgPool,
     table: &str,
     partitions: &str,
     period: &str,
     batch: u32,
-) -> Result<(u64, f64), BoxError> {
+) -> Result<(u64, f64, i64), BoxError> {
     let cohort = Cohort::builder(pool.clone())
         .policy(PolicyFile::parse(&policy(
             table, partitions, period, batch,
@@ -108,9 +135,12 @@ async fn sweep(
     let now = chrono::DateTime::parse_from_rfc3339(NOW)?;
     // Validated and planned before the clock starts, for both ways alike.
     cohort.ready().await?;
+    sqlx::query("CHECKPOINT").execute(pool).await?;
+    let wal_before = wal_lsn(pool).await?;
     let started = Instant::now();
     let result = cohort.sweep(SweepRequest::tenantless(now)).await?;
     let secs = started.elapsed().as_secs_f64();
+    let wal = wal_lsn(pool).await? - wal_before;
     if result.status != RunStatus::Succeeded {
         return Err(format!(
             "{table}: run ended {:?}: {:?}",
@@ -118,7 +148,7 @@ async fn sweep(
         )
         .into());
     }
-    Ok((result.entities[0].affected, secs))
+    Ok((result.entities[0].affected, secs, wal))
 }
 
 async fn digest(pool: &sqlx::PgPool, table: &str) -> Result<(i64, i64), BoxError> {
@@ -133,7 +163,7 @@ async fn compare(pool: &sqlx::PgPool, args: &Args, period: &str) -> Result<(), B
     let started = Instant::now();
     let sql = format!(
         "DROP SCHEMA IF EXISTS app CASCADE; CREATE SCHEMA app;\n{}\n{}",
-        seed("events_rows", args.rows),
+        seed_plain("events_rows", args.rows),
         seed("events_drop", args.rows)
     );
     sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
@@ -144,12 +174,14 @@ async fn compare(pool: &sqlx::PgPool, args: &Args, period: &str) -> Result<(), B
         sqlx::raw_sql(vacuum).execute(pool).await?;
     }
     println!(
-        "seeded 2 tables of {} rows, 12 monthly partitions each, in {:.1} s",
+        "seeded 2 tables of {} rows (one plain, one in 12 monthly partitions) in {:.1} s",
         args.rows,
         started.elapsed().as_secs_f64()
     );
-    let (rows_purged, rows_secs) = sweep(pool, "events_rows", "rows", period, args.batch).await?;
-    let (drop_purged, drop_secs) = sweep(pool, "events_drop", "drop", period, args.batch).await?;
+    let (rows_purged, rows_secs, rows_wal) =
+        sweep(pool, "events_rows", "rows", period, args.batch).await?;
+    let (drop_purged, drop_secs, drop_wal) =
+        sweep(pool, "events_drop", "drop", period, args.batch).await?;
     let kept_rows = digest(pool, "events_rows").await?;
     let kept_drop = digest(pool, "events_drop").await?;
     let left: i64 = sqlx::query_scalar(
@@ -171,13 +203,16 @@ async fn compare(pool: &sqlx::PgPool, args: &Args, period: &str) -> Result<(), B
         args.rows,
         args.batch
     );
+    let per_row = |wal: i64| wal as f64 / rows_purged.max(1) as f64;
     println!(
-        "  row path         {rows_secs:>9.3} s  {:>12.0} rows/s",
-        rows_purged as f64 / rows_secs
+        "  row path         {rows_secs:>9.3} s  {:>12.0} rows/s  {rows_wal:>12} WAL bytes ({:.1} bytes/row)",
+        rows_purged as f64 / rows_secs,
+        per_row(rows_wal)
     );
     println!(
-        "  partition purge  {drop_secs:>9.3} s  {:>12.0} rows/s  ({} of 13 partitions dropped, the rest by the row path)",
+        "  partition purge  {drop_secs:>9.3} s  {:>12.0} rows/s  {drop_wal:>12} WAL bytes ({:.1} bytes/row; {} of 13 partitions dropped, the rest by the row path)",
         drop_purged as f64 / drop_secs,
+        per_row(drop_wal),
         13 - left
     );
     println!("  speed-up         {:>9.1}x\n", rows_secs / drop_secs);
