@@ -701,3 +701,57 @@ async fn the_console_and_runs_show_need_no_hash_key() {
         String::from_utf8_lossy(&shown.stdout)
     );
 }
+
+/// RS-037: a sweep's rows kept by a legal minimum show on its run page,
+/// as the ledger counted them.
+#[tokio::test]
+async fn a_sweeps_run_page_shows_what_the_legal_minimum_kept() {
+    let db = cohort_pgtemp::fresh_empty_database().await.unwrap();
+    // Notes 40 and 90 days old: past the period (30 days), and only the
+    // 90-day ones past the legal minimum (60 days).
+    sqlx::raw_sql(
+        "CREATE SCHEMA app;
+         CREATE TABLE app.session_notes (id bigint PRIMARY KEY, tenant_id uuid NOT NULL, created_at timestamptz, body text);
+         CREATE TABLE app.events (id bigint PRIMARY KEY, created_at timestamptz, owner_email text);
+         INSERT INTO app.session_notes SELECT g, '11111111-1111-1111-1111-111111111111',
+           now() - make_interval(days => CASE WHEN g <= 3 THEN 40 ELSE 90 END), 'body-' || g
+         FROM generate_series(1, 5) g;",
+    )
+    .execute(db.pool())
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let policy = POLICY.replace("period = \"30d\"", "period = \"30d\"\nlegal_min = \"60d\"");
+    assert!(policy.contains("legal_min = \"60d\""));
+    std::fs::write(dir.path().join("cohort.toml"), policy).unwrap();
+    let d = dir.path();
+    cohort(d, &["migrate"], db.url());
+    let out = cohort(d, &["--json", "sweep", "--tenant", T1], db.url());
+    let run: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let run_id = run["run_id"].as_str().unwrap();
+    let stored: i64 = sqlx::query_scalar(
+        "SELECT kept_by_legal_min_count FROM retention.sweep_run_entity_summary
+         WHERE run_id = $1::uuid AND entity_type = 'SessionNote'",
+    )
+    .bind(run_id)
+    .fetch_one(db.pool())
+    .await
+    .unwrap();
+    assert_eq!(stored, 3);
+
+    let console = Console::start(d, db.url(), "127.0.0.1:0", None);
+    let page = console.get(&format!("/runs/{run_id}"), None);
+    assert_eq!(page.status, 200);
+    let row = page
+        .body
+        .split("<tr>")
+        .find(|r| r.contains("<td>SessionNote</td>"))
+        .expect("SessionNote's row");
+    let cells: Vec<&str> = row
+        .split("<td class=\"n\">")
+        .skip(1)
+        .map(|c| c.split('<').next().unwrap())
+        .collect();
+    // affected, held, skipped, NULL anchor, kept: legal minimum, kept: policy.
+    assert_eq!(cells, ["2", "0", "0", "0", "3", "0"], "{row}");
+}

@@ -1004,3 +1004,78 @@ async fn an_unknown_tenant_is_refused_and_a_known_one_in_any_spelling_reports_th
     );
     assert_eq!(as_json(&A.to_uppercase()), own);
 }
+
+/// RS-037: rows a legal minimum keeps past the period are counted for a
+/// sweep as for an erasure: in the preview, the sweep's JSON, `runs show`
+/// and the report, each equal to what PostgreSQL counts in the window.
+#[tokio::test]
+async fn a_sweep_counts_what_the_legal_minimum_keeps_everywhere() {
+    let db = cohort_pgtemp::fresh_empty_database().await.unwrap();
+    sqlx::raw_sql(TABLES).execute(db.pool()).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let policy = POLICY.replace(
+        "period = \"90d\"\nlegal_min = \"20d\"",
+        "period = \"10d\"\nlegal_min = \"45d\"",
+    );
+    assert!(policy.contains("legal_min = \"45d\""));
+    std::fs::write(dir.path().join("cohort.toml"), policy).unwrap();
+    let (d, url) = (dir.path(), db.url());
+    assert_eq!(cohort(d, &["migrate"], url).status.code(), Some(0));
+    // Contacts 5, 20, 30 and 60 days old: past the period (10 days) are
+    // three, past the legal minimum (45 days) one.
+    sqlx::raw_sql(
+        "INSERT INTO app.contacts SELECT g, '11111111-1111-4111-8111-111111111111',
+           now() - make_interval(days => g), NULL, 'c' || g || '@example.org', 'u-' || g
+         FROM unnest(ARRAY[5, 20, 30, 60]) g",
+    )
+    .execute(db.pool())
+    .await
+    .unwrap();
+    let window: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM app.contacts WHERE created_at >= now() - interval '45 days'
+           AND created_at < now() - interval '10 days'",
+    )
+    .fetch_one(db.pool())
+    .await
+    .unwrap();
+    assert_eq!(window, 2);
+
+    let preview = stdout_json(&cohort(d, &["--json", "preview", "--tenant", A], url));
+    let contact = entity(&preview, "Contact");
+    assert_eq!(
+        (&contact["affected"], &contact["kept_by_legal_min"]),
+        (&Value::from(1), &Value::from(window)),
+        "{preview:#}"
+    );
+    let run = run_at(
+        &db,
+        d,
+        &["--json", "sweep", "--tenant", A],
+        0,
+        "2026-02-01 03:00:00+00",
+        1.0,
+    )
+    .await;
+    let contact = entity(&run, "Contact");
+    assert_eq!(contact["affected"], 1);
+    assert_eq!(contact["kept_by_legal_min"], window);
+    let run_id = run["run_id"].as_str().unwrap();
+    let shown = stdout_json(&cohort(d, &["--json", "runs", "show", run_id], url));
+    assert_eq!(entity(&shown, "Contact")["kept_by_legal_min"], window);
+    let out = report(d, url, &["--format", "json"]);
+    assert_eq!(out.status.code(), Some(0));
+    let doc = stdout_json(&out);
+    assert_eq!(
+        entity(&doc, "Contact")["kept"]["legal_minimum"],
+        window,
+        "{doc:#}"
+    );
+    // And the rows are still there, untouched.
+    let untouched: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM app.contacts WHERE anonymised_at IS NULL AND email IS NOT NULL",
+    )
+    .fetch_one(db.pool())
+    .await
+    .unwrap();
+    assert_eq!(untouched, 3);
+}

@@ -279,6 +279,22 @@ async fn the_legal_minimum_holds_at_a_stage_measured_from_a_marker() {
         ids(db.pool(), "SELECT id FROM app.tickets WHERE tenant_id = 'aaaaaaaa-0000-0000-0000-00000000000a' ORDER BY id").await,
         [1, 2, 4, 5, 6]
     );
+    // And says so (RS-037): the purge stage counts ticket 6 as kept by
+    // the legal minimum, in the result and in the ledger.
+    let purge = run
+        .entities
+        .iter()
+        .find(|o| o.entity == "Ticket" && o.stage == Some(2))
+        .unwrap();
+    assert_eq!(purge.kept_by_legal_min, 1);
+    let stored: i64 = sqlx::query_scalar(
+        "SELECT kept_by_legal_min_count FROM public.sweep_run_entity_summary WHERE run_id = $1 AND stage = 2",
+    )
+    .bind(run.run_id)
+    .fetch_one(db.pool())
+    .await
+    .unwrap();
+    assert_eq!(stored, 1);
     // Without it, the same rows go: the floor is what kept ticket 6.
     let (db, cohort) = setup(POLICY).await;
     cohort

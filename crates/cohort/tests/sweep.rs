@@ -332,7 +332,7 @@ async fn preview_counts_and_writes_nothing() {
 }
 
 #[tokio::test]
-async fn legal_minimum_wins_over_a_shorter_period_with_the_exact_boundary_kept() {
+async fn legal_minimum_wins_over_a_shorter_period_with_the_exact_boundary_kept_and_counted() {
     let db = engine_db().await;
     // Period 10 days but legal minimum 45 days: cutoff = now - 45d; the 45d row is exactly on it.
     let rules = cohort::rules::StaticRuleProvider::builder()
@@ -352,10 +352,41 @@ async fn legal_minimum_wins_over_a_shorter_period_with_the_exact_boundary_kept()
         .build()
         .await
         .unwrap();
+    // The rows the period alone would let go but the legal minimum keeps
+    // (RS-037): anchored in [now - 45d, now - 10d), counted by PostgreSQL.
+    let in_window = |pool: sqlx::PgPool| async move {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT count(*) FROM app.notes WHERE tenant_id = 'aaaaaaaa-0000-0000-0000-00000000000a' \
+             AND created_at >= timestamptz '2026-06-01T00:00:00Z' - interval '45 days' \
+             AND created_at < timestamptz '2026-06-01T00:00:00Z' - interval '10 days'",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap() as u64
+    };
+    let kept = in_window(db.pool().clone()).await;
+    assert_eq!(
+        kept, 3,
+        "on-cutoff, past-cutoff and 45d (on the legal cutoff)"
+    );
+    let preview = cohort
+        .preview(cohort::PreviewRequest::tenanted(TENANT_A, now()))
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            preview.entities[0].affected,
+            preview.entities[0].kept_by_legal_min
+        ),
+        (1, kept),
+        "a preview says what the legal minimum keeps"
+    );
     let result = cohort
         .sweep(SweepRequest::tenanted(TENANT_A, now()))
         .await
         .unwrap();
+    assert_eq!(result.entities[0].kept_by_legal_min, kept);
+    assert_eq!(in_window(db.pool().clone()).await, kept, "and kept them");
     let mut expected: Vec<String> = ["1d", "on-cutoff", "past-cutoff", "45d", "null"]
         .iter()
         .map(|s| s.to_string())
@@ -364,6 +395,14 @@ async fn legal_minimum_wins_over_a_shorter_period_with_the_exact_boundary_kept()
     assert_eq!(labels(db.pool(), NOTES_A).await, expected);
     assert_eq!(result.entities[0].affected, 1);
     assert_eq!(result.entities[0].legal_min, Some(days(45)));
+    let stored: i64 = sqlx::query_scalar(
+        "SELECT kept_by_legal_min_count FROM sweep_run_entity_summary WHERE run_id = $1",
+    )
+    .bind(result.run_id)
+    .fetch_one(db.pool())
+    .await
+    .unwrap();
+    assert_eq!(stored as u64, kept, "the ledger counts them");
     let row = sqlx::query("SELECT resolved_period::text, legal_min::text, rule_source, cutoff FROM sweep_run_entity_summary WHERE run_id = $1")
         .bind(result.run_id)
         .fetch_one(db.pool())

@@ -20,7 +20,9 @@ pub(crate) struct Counts {
     /// Past the cutoff, not held, but still referenced by other rows
     /// through a NO ACTION / RESTRICT foreign key (purge leaves them).
     pub(crate) skipped: u64,
-    /// Erasure: kept because the legal minimum has not passed.
+    /// Kept because the legal minimum has not passed: an erasure's rows
+    /// of the subject, a sweep's rows past the period but not past the
+    /// legal minimum.
     pub(crate) kept_by_legal_min: u64,
     /// Whether `eligible` was measured (false: the statement after a run
     /// that drained its candidates, which takes it as 0).
@@ -50,8 +52,32 @@ pub(crate) async fn counts(
     let q = work.statements.counts_query(work.entity.id, &work.scope);
     let mut tx = sqlx::Connection::begin_with(&mut *conn, crate::sql::BATCH_BEGIN).await?;
     let row = q.fetch_one(&mut *tx).await?;
+    let mut c = read_counts(row)?;
+    if let Some(kept) = kept_by_legal_min(&mut tx, work).await? {
+        c.kept_by_legal_min = kept;
+    }
     tx.commit().await?;
-    read_counts(row)
+    Ok(c)
+}
+
+/// The rows of a sweep's `work` a legal minimum keeps past its period
+/// (`None`: the work has no such rows to count, no minimum or one shorter
+/// than the period, or it is an erasure, whose counts have their own).
+async fn kept_by_legal_min(
+    conn: &mut PgConnection,
+    work: &Work<'_>,
+) -> std::result::Result<Option<u64>, sqlx::Error> {
+    let Some(period_cutoff) = work.period_cutoff else {
+        return Ok(None);
+    };
+    let Some(q) =
+        work.statements
+            .kept_by_legal_min_query(work.entity.id, &work.scope, period_cutoff)
+    else {
+        return Ok(None);
+    };
+    let n: i64 = q.fetch_one(conn).await?.try_get("kept_by_legal_min")?;
+    Ok(Some(n.max(0) as u64))
 }
 
 /// The most active holds of one entity whose keys are bound into one
@@ -150,8 +176,11 @@ pub(super) async fn counts_after_run(
         .expect("checked above");
     let mut tx = sqlx::Connection::begin_with(&mut *conn, crate::sql::BATCH_BEGIN).await?;
     let row = q.fetch_one(&mut *tx).await?;
-    tx.commit().await?;
     let mut c = read_counts(row)?;
+    if let Some(kept) = kept_by_legal_min(&mut tx, work).await? {
+        c.kept_by_legal_min = kept;
+    }
+    tx.commit().await?;
     c.eligible_measured = false;
     Ok(c)
 }

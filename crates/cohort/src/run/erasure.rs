@@ -186,6 +186,7 @@ async fn entity_work<'a>(
         entity: e,
         stage: None,
         cutoff,
+        period_cutoff: None,
         statements: std::sync::Arc::new(statements.into_statements()),
         parallelism: 1,
         scope,

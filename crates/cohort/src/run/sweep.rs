@@ -71,11 +71,12 @@ fn stage_of<'a>(
     let position = rule.is_staged().then_some(n as u16);
     let Some((crate::rules::StageAnchor::Previous, previous)) = rule.stage_anchor(n) else {
         let cutoff = stage.sweep_cutoff(now).map_err(out_of_range)?;
+        let by_period = crate::rules::cutoff(now, stage.period()).map_err(out_of_range)?;
         let plan = &ready.plans[&e.id];
         let bounds = (cutoff, None);
-        return Ok(stage_work(
-            plan, e, stage, bounds, position, now, tenant, sizes,
-        ));
+        let mut work = stage_work(plan, e, stage, bounds, position, now, tenant, sizes);
+        work.period_cutoff = (by_period > cutoff).then_some(by_period);
+        return Ok(work);
     };
     let Some((staged, plan)) = ready.stage_plans.get(&(e.id, strategy, previous)) else {
         return Err(undeclared(format!(
@@ -93,9 +94,9 @@ fn stage_of<'a>(
         .min(now);
     let floor = stage.erasure_cutoff(now).map_err(out_of_range)?;
     let bounds = (cutoff, Some(floor));
-    Ok(stage_work(
-        plan, staged, stage, bounds, position, now, tenant, sizes,
-    ))
+    let mut work = stage_work(plan, staged, stage, bounds, position, now, tenant, sizes);
+    work.period_cutoff = floor.is_some().then_some(cutoff);
+    Ok(work)
 }
 
 /// Refuses, before any batch, an anonymisation whose `{tenant}` literal
@@ -144,6 +145,7 @@ fn stage_work<'a>(
         entity: e,
         stage,
         cutoff: Some(cutoff),
+        period_cutoff: None,
         statements: plan
             .statements(strategy)
             .cloned()

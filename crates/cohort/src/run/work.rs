@@ -25,6 +25,13 @@ pub(crate) struct Work<'a> {
     pub(crate) stage: Option<u16>,
     /// The cutoff reported and stored (`None`: erasure without a legal minimum).
     pub(crate) cutoff: Option<DateTime<Utc>>,
+    /// Where a legal minimum keeps rows the period alone would let go:
+    /// the period's own cutoff (the rows anchored between the sweep's
+    /// cutoff and it are counted as kept by the legal minimum), or, in a
+    /// stage measured from a marker with a floor, the stage's cutoff.
+    /// `None`: nothing is kept by a legal minimum (and for erasure, which
+    /// counts its own).
+    pub(crate) period_cutoff: Option<DateTime<Utc>>,
     /// The statements, as the plan built them for the strategy (an
     /// erasure builds its own: `lock`, `lock_after`, `mutate`, `counts`).
     pub(crate) statements: Arc<SweepStatements>,

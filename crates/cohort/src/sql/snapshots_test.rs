@@ -166,6 +166,7 @@ pub(super) struct Kinds {
     pub(super) counts: BTreeMap<Strategy, SqlText>,
     pub(super) counts_after: BTreeMap<Strategy, SqlText>,
     pub(super) backlog: BTreeMap<Strategy, SqlText>,
+    pub(super) kept_by_legal_min: BTreeMap<Strategy, SqlText>,
     pub(super) lock: BTreeMap<Strategy, SqlText>,
     pub(super) lock_after: BTreeMap<Strategy, SqlText>,
     pub(super) lock_until: BTreeMap<Strategy, SqlText>,
@@ -191,6 +192,7 @@ pub(super) fn kinds(plan: &EntityPlan) -> Kinds {
         };
         put(&mut k.counts_after, &s.counts_after);
         put(&mut k.backlog, &s.backlog);
+        put(&mut k.kept_by_legal_min, &s.kept_by_legal_min);
         put(&mut k.lock_after, &s.lock_after);
         put(&mut k.lock_until, &s.lock_until);
         put(&mut k.lock_after_until, &s.lock_after_until);
@@ -219,6 +221,7 @@ fn render(plan: &EntityPlan) -> String {
         ("counts", &k.counts),
         ("counts_after", &k.counts_after),
         ("backlog", &k.backlog),
+        ("kept_by_legal_min", &k.kept_by_legal_min),
         ("lock", &k.lock),
         ("lock_after", &k.lock_after),
         ("lock_until", &k.lock_until),
@@ -231,6 +234,18 @@ fn render(plan: &EntityPlan) -> String {
         for (strategy, sql) in statements {
             out.push_str(&format!("-- {kind} {strategy}\n{}\n\n", sql.as_str()));
         }
+    }
+    // The legal minimum's count binds as the counts, then one more: the
+    // period's cutoff, with no gap.
+    for (strategy, sql) in &k.kept_by_legal_min {
+        let counts = placeholders(k.counts[strategy].as_str());
+        let last = counts.iter().next_back().copied().unwrap_or(0);
+        assert_eq!(
+            placeholders(sql.as_str()),
+            (1..=last + 1).collect(),
+            "{}",
+            sql.as_str()
+        );
     }
     for (strategy, fused) in &k.fused {
         for (kind, sql) in [
@@ -558,6 +573,11 @@ fn entity_stage_statements() {
             after.iter().next_back(),
             Some(&(3 + t + 1 + 2)),
             "record keys, then two subject arrays"
+        );
+        // Kept by the legal minimum: as the counts, then the period's cutoff.
+        assert_eq!(
+            placeholders(kinds(&plan).kept_by_legal_min[&Strategy::Purge].as_str()),
+            (1..=4 + t).collect()
         );
         // Rows other rows reference through a restricting foreign key are
         // deleted with two statements: a reference committed after the

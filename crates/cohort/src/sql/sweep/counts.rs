@@ -5,7 +5,7 @@
 use super::shape::Shape;
 use crate::ident::SqlText;
 use crate::rules::Strategy;
-use crate::sql::fragments::{bound_rows, Blocked};
+use crate::sql::fragments::{bound_rows, tenant_filter, Blocked};
 
 /// Counts in scope: eligible (past cutoff, not held), skipped (still
 /// referenced), held (past cutoff, held), held_by_subject (of those,
@@ -52,6 +52,43 @@ pub(super) fn counts(s: &Shape<'_>, done: &SqlText, blocked: &Blocked) -> SqlTex
         .append(&s.tenant_and_floor(3))
         .append(done);
     c
+}
+
+/// Rows the legal minimum keeps (column `kept_by_legal_min`), in the
+/// tenant, not done: anchored at or after the sweep's cutoff (`$2`, moved
+/// earlier by the legal minimum) and before the period's own cutoff, bound
+/// after the tenant and floor. In a stage measured from a marker: rows
+/// past the stage's cutoff whose own anchor is at or after the legal
+/// minimum's floor (none when the stage has no floor; the period's cutoff
+/// is then bound but only checked for NULL). Held rows count here too: the
+/// legal minimum keeps them first, as an erasure counts them.
+pub(super) fn kept_by_legal_min(s: &Shape<'_>, done: &SqlText) -> SqlText {
+    let e = s.e;
+    let period_cutoff = 3 + s.t() + s.f();
+    let mut k = SqlText::new("SELECT count(*) AS kept_by_legal_min FROM ");
+    k.table(&e.table).push(" t WHERE $1::uuid IS NOT NULL AND ");
+    match s.stage {
+        Some(stage) => {
+            k.col(&e.anchor)
+                .push(" < $2 AND ")
+                .param(period_cutoff)
+                .push("::timestamptz IS NOT NULL AND ")
+                .col(&stage.floor)
+                .push(" >= ")
+                .param(3 + s.t())
+                .append(&tenant_filter(e, s.casts, 3));
+        }
+        None => {
+            k.col(&e.anchor)
+                .push(" >= $2 AND ")
+                .col(&e.anchor)
+                .push(" < ")
+                .param(period_cutoff)
+                .append(&s.tenant_and_floor(3));
+        }
+    }
+    k.append(done);
+    k
 }
 
 /// The backlog: the anchor (column `oldest`) of the oldest row still

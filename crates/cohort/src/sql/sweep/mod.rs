@@ -84,6 +84,10 @@ pub(crate) struct SweepStatements {
     /// The anchor (column `oldest`) of the oldest row still eligible, or
     /// no row; binds as `counts`.
     pub(crate) backlog: Option<SqlText>,
+    /// The rows a legal minimum keeps past the period (column
+    /// `kept_by_legal_min`); binds as `counts`, then the period's own
+    /// cutoff.
+    pub(crate) kept_by_legal_min: Option<SqlText>,
     /// Lock candidates. `$1` entity id, `$2` cutoff, `$3` limit, `$4`
     /// tenant. Returns the record key and the anchor, in (anchor, key)
     /// order, and on a plain table the row's address third.
@@ -236,6 +240,7 @@ fn sweep_statements(
         counts,
         counts_after: Some(counts::counts_after(s, strategy, &done)),
         backlog: Some(counts::backlog(s, &done)),
+        kept_by_legal_min: Some(counts::kept_by_legal_min(s, &done)),
         lock: lock(None, None),
         lock_after: Some(lock(Some(cursor), None)),
         lock_until: Some(lock(None, Some(cursor))),

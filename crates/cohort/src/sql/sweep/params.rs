@@ -528,6 +528,20 @@ impl SweepStatements {
         Some(holds.bind(q, key_type))
     }
 
+    /// The rows the legal minimum keeps past `period_cutoff`, column
+    /// `kept_by_legal_min` (see [`SweepStatements::kept_by_legal_min`]);
+    /// `None` without that statement.
+    pub(crate) fn kept_by_legal_min_query<'q>(
+        &'q self,
+        entity_id: Uuid,
+        scope: &'q Scope,
+        period_cutoff: DateTime<Utc>,
+    ) -> Option<Query<'q>> {
+        let text = self.kept_by_legal_min.as_ref()?;
+        let q = scope.bind_counts(sqlx::query(text.sql()).bind(entity_id));
+        Some(q.bind(period_cutoff))
+    }
+
     /// The oldest eligible row's anchor, column `oldest` (see
     /// [`SweepStatements::backlog`]); `None` without that statement.
     pub(crate) fn backlog_query<'q>(
