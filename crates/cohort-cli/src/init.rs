@@ -28,6 +28,8 @@ pub(crate) struct TableFacts {
     /// Columns that are NOT NULL and alone make an immediate, non-partial
     /// unique index: record keys when there is no primary key.
     pub(crate) unique_not_null: Vec<String>,
+    /// Single-column foreign keys: (column, the referenced table's `path`).
+    pub(crate) references: Vec<(String, String)>,
 }
 
 /// Anchor names, likeliest first.
@@ -66,14 +68,63 @@ pub(crate) fn anchor(t: &TableFacts) -> Option<&str> {
         .or_else(|| candidates.first().copied())
 }
 
+/// Column names (case and every character that is not a letter or digit
+/// ignored) that name a tenant only when a foreign key shows it: an
+/// `account_id` may be the tenant of a B2B schema or a person's account.
+const TENANT_BY_REFERENCE: &[&str] = &["accountid"];
+
+fn folded(column: &str) -> String {
+    column
+        .chars()
+        .filter(|c| c.is_alphanumeric())
+        .flat_map(char::to_lowercase)
+        .collect()
+}
+
+/// The tables a tenant column points at: referenced through a
+/// single-column foreign key named like [`TENANT_BY_REFERENCE`] by most
+/// (more than half) of the other tables listed.
+pub(crate) fn tenant_tables(tables: &[TableFacts]) -> std::collections::BTreeSet<String> {
+    let mut referencing: std::collections::BTreeMap<&str, std::collections::BTreeSet<&str>> =
+        std::collections::BTreeMap::new();
+    for t in tables {
+        for (column, target) in &t.references {
+            if TENANT_BY_REFERENCE.contains(&folded(column).as_str()) && *target != t.path {
+                referencing.entry(target).or_default().insert(&t.path);
+            }
+        }
+    }
+    referencing
+        .into_iter()
+        .filter(|(target, from)| {
+            let others = tables.iter().filter(|t| t.path != *target).count();
+            from.len() * 2 > others
+        })
+        .map(|(target, _)| target.to_owned())
+        .collect()
+}
+
 /// The tenant column: the first whose name reads as a tenant id, by the
 /// rule validation refuses `tenantless` by
-/// ([`cohort::model::looks_like_tenant`]).
-fn tenant(t: &TableFacts) -> Option<&str> {
+/// ([`cohort::model::looks_like_tenant`]); else an `account_id` whose
+/// foreign key points at one of `tenant_tables` (see [`tenant_tables`]).
+fn tenant<'t>(
+    t: &'t TableFacts,
+    tenant_tables: &std::collections::BTreeSet<String>,
+) -> Option<&'t str> {
     t.columns
         .iter()
         .map(String::as_str)
         .find(|c| cohort::model::looks_like_tenant(c))
+        .or_else(|| {
+            t.references
+                .iter()
+                .find(|(column, target)| {
+                    TENANT_BY_REFERENCE.contains(&folded(column).as_str())
+                        && tenant_tables.contains(target)
+                })
+                .map(|(column, _)| column.as_str())
+        })
 }
 
 /// `order_lines` → `OrderLines`, `é` → `É`; a name without letters or
@@ -161,7 +212,17 @@ pub(crate) async fn read_tables(
                   JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0] \
                   WHERE i.indrelid = c.oid AND i.indisunique AND i.indimmediate AND i.indnkeyatts = 1 \
                     AND i.indpred IS NULL AND i.indexprs IS NULL AND a.attnotnull \
-                  ORDER BY 1) AS unique_not_null \
+                  ORDER BY 1) AS unique_not_null, \
+            ARRAY(SELECT a.attname::text FROM pg_catalog.pg_constraint k \
+                  JOIN pg_catalog.pg_attribute a ON a.attrelid = k.conrelid AND a.attnum = k.conkey[1] \
+                  WHERE k.conrelid = c.oid AND k.contype = 'f' AND pg_catalog.cardinality(k.conkey) = 1 \
+                  ORDER BY k.conname) AS fk_columns, \
+            ARRAY(SELECT pg_catalog.quote_ident(tn.nspname) || '.' || pg_catalog.quote_ident(tc.relname) \
+                  FROM pg_catalog.pg_constraint k \
+                  JOIN pg_catalog.pg_class tc ON tc.oid = k.confrelid \
+                  JOIN pg_catalog.pg_namespace tn ON tn.oid = tc.relnamespace \
+                  WHERE k.conrelid = c.oid AND k.contype = 'f' AND pg_catalog.cardinality(k.conkey) = 1 \
+                  ORDER BY k.conname) AS fk_targets \
          FROM pg_catalog.pg_class c \
          JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
          WHERE n.nspname = $1 AND c.relkind IN ('r', 'p') AND NOT c.relispartition \
@@ -180,6 +241,11 @@ pub(crate) async fn read_tables(
                 timestamps: r.try_get("timestamps")?,
                 primary_key: r.try_get("primary_key")?,
                 unique_not_null: r.try_get("unique_not_null")?,
+                references: {
+                    let columns: Vec<String> = r.try_get("fk_columns")?;
+                    let targets: Vec<String> = r.try_get("fk_targets")?;
+                    columns.into_iter().zip(targets).collect()
+                },
             })
         })
         .filter(|t: &Result<TableFacts, sqlx::Error>| {
@@ -248,8 +314,9 @@ pub(crate) fn render(
         out.push('\n');
     }
     let names = display_names(&with, &[]);
+    let tenants = tenant_tables(tables);
     for (t, name) in with.iter().zip(&names) {
-        entity_block(&mut out, t, name, new_id());
+        entity_block(&mut out, t, name, new_id(), &tenants);
     }
     out.push_str(
         "# [[category]]\n\
@@ -269,7 +336,13 @@ pub(crate) fn render(
 /// One table's `[[entity]]`, exempt until classified, with the lines a
 /// person uncomments to retain it (its anchor, tenant and record key as
 /// found). `t` has a timestamptz column.
-fn entity_block(out: &mut String, t: &TableFacts, name: &str, id: uuid::Uuid) {
+fn entity_block(
+    out: &mut String,
+    t: &TableFacts,
+    name: &str,
+    id: uuid::Uuid,
+    tenant_tables: &std::collections::BTreeSet<String>,
+) {
     let anchor = anchor(t).expect("partitioned by anchor");
     let rows = if t.estimate > 0 {
         format!("about {} rows", t.estimate)
@@ -300,7 +373,7 @@ fn entity_block(out: &mut String, t: &TableFacts, name: &str, id: uuid::Uuid) {
             others.join(", ")
         );
     }
-    match tenant(t) {
+    match tenant(t, tenant_tables) {
         Some("tenant_id") => out.push_str(
             "#                                   # tenant column: tenant_id (the default)\n",
         ),
@@ -390,8 +463,9 @@ pub(crate) fn render_update(
         quoted(schema),
         chrono::Utc::now().format("%Y-%m-%d")
     );
+    let tenants = tenant_tables(tables);
     for (t, name) in new.iter().zip(&names) {
-        entity_block(&mut out, t, name, new_id());
+        entity_block(&mut out, t, name, new_id(), &tenants);
     }
     (out, new.iter().map(|t| t.path.clone()).collect())
 }
@@ -463,7 +537,68 @@ mod tests {
             timestamps: v(timestamps),
             primary_key: v(pk),
             unique_not_null: Vec::new(),
+            references: Vec::new(),
         }
+    }
+
+    fn referencing(mut t: TableFacts, column: &str, target: &str) -> TableFacts {
+        t.references.push((column.into(), format!("app.{target}")));
+        t
+    }
+
+    /// An `account_id` is a tenant only when most tables point at the
+    /// same table through it; one table's is a plain column.
+    #[test]
+    fn an_account_id_referenced_from_most_tables_reads_as_the_tenant() {
+        let cols = &["id", "account_id", "created_at"];
+        let ts = &["created_at"];
+        let tables = vec![
+            table("accounts", &["id", "created_at"], ts, &["id"]),
+            referencing(
+                table("projects", cols, ts, &["id"]),
+                "account_id",
+                "accounts",
+            ),
+            referencing(
+                table("invoices", cols, ts, &["id"]),
+                "account_id",
+                "accounts",
+            ),
+            referencing(
+                table("comments", cols, ts, &["id"]),
+                "Account_ID",
+                "accounts",
+            ),
+            table("events", &["id", "created_at"], ts, &["id"]),
+        ];
+        let tenants = tenant_tables(&tables);
+        assert_eq!(tenants.iter().collect::<Vec<_>>(), ["app.accounts"]);
+        assert_eq!(tenant(&tables[1], &tenants), Some("account_id"));
+        assert_eq!(tenant(&tables[3], &tenants), Some("Account_ID"));
+        assert_eq!(tenant(&tables[4], &tenants), None);
+        let (text, _) = render("app", &tables, uuid::Uuid::new_v4);
+        assert_eq!(
+            text.matches("# tenant = \"account_id\"").count(),
+            2,
+            "{text}"
+        );
+        // Two of four other tables is not most: no tenant is proposed.
+        let fewer: Vec<TableFacts> = tables
+            .iter()
+            .cloned()
+            .map(|mut t| {
+                if t.name == "comments" {
+                    t.references.clear();
+                }
+                t
+            })
+            .collect();
+        let tenants = tenant_tables(&fewer);
+        assert!(tenants.is_empty(), "{tenants:?}");
+        assert_eq!(tenant(&fewer[1], &tenants), None);
+        // A name that reads as a tenant needs no reference.
+        let org = table("orders", &["id", "org_id", "created_at"], ts, &["id"]);
+        assert_eq!(tenant(&org, &tenants), Some("org_id"));
     }
 
     #[test]

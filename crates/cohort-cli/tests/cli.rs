@@ -2528,6 +2528,49 @@ async fn url_handlers_post_signed_documents_and_retry() {
     );
 }
 
+/// RS-040: `init` reads an `account_id` as the tenant when most tables
+/// point at one table through it (the catalog's foreign keys), and never
+/// proposes `tenantless` for such a table.
+#[tokio::test]
+async fn init_reads_an_account_id_most_tables_reference_as_the_tenant() {
+    let db = cohort_pgtemp::fresh_empty_database().await.unwrap();
+    sqlx::raw_sql(
+        "CREATE SCHEMA saas;
+         CREATE TABLE saas.accounts (id bigint PRIMARY KEY, created_at timestamptz NOT NULL);
+         CREATE TABLE saas.projects (id bigint PRIMARY KEY,
+             account_id bigint NOT NULL REFERENCES saas.accounts, created_at timestamptz NOT NULL);
+         CREATE TABLE saas.invoices (id bigint PRIMARY KEY,
+             account_id bigint NOT NULL REFERENCES saas.accounts, created_at timestamptz NOT NULL);
+         CREATE TABLE saas.events (id bigint PRIMARY KEY, created_at timestamptz NOT NULL);",
+    )
+    .execute(db.pool())
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let out = cohort(
+        dir.path(),
+        &["init", "--schema", "saas", "--output", "cohort.toml"],
+        Some(db.url()),
+    );
+    succeeded(&out);
+    let text = std::fs::read_to_string(dir.path().join("cohort.toml")).unwrap();
+    let block = |table: &str| -> String {
+        let at = text
+            .find(&format!("table = \"saas.{table}\""))
+            .unwrap_or_else(|| panic!("no {table} in:\n{text}"));
+        text[at..].split("[[entity]]").next().unwrap().to_owned()
+    };
+    for table in ["projects", "invoices"] {
+        let b = block(table);
+        assert!(b.contains("# tenant = \"account_id\""), "{table}:\n{b}");
+        assert!(!b.contains("tenantless"), "{table}:\n{b}");
+    }
+    // Two of three other tables point at accounts; events has no column
+    // that reads as a tenant.
+    assert!(block("events").contains("# tenantless = true"), "{text}");
+    assert!(block("accounts").contains("# tenantless = true"), "{text}");
+}
+
 #[tokio::test]
 async fn init_writes_a_starter_policy_that_validates_and_never_overwrites_without_force() {
     let db = cohort_pgtemp::fresh_empty_database().await.unwrap();
