@@ -251,6 +251,21 @@ async fn runs(db: &TestDatabase) -> Vec<(uuid::Uuid, String, bool, Option<String
 /// The runs page's header and chart: the last successes as the ledger has
 /// them, the schedule's next occurrence by the database clock, the
 /// backlog, and rows per day per category as an inline SVG.
+/// An entity's row of a run page, and its counts in column order:
+/// affected, held, skipped, NULL anchor, kept: legal minimum, kept: policy.
+fn counts_of<'p>(page: &'p str, entity: &str) -> (&'p str, Vec<&'p str>) {
+    let row = page
+        .split("<tr>")
+        .find(|r| r.contains(&format!("<td>{entity}</td>")))
+        .unwrap_or_else(|| panic!("no row for {entity}"));
+    let cells = row
+        .split("<td class=\"n\">")
+        .skip(1)
+        .map(|c| c.split('<').next().unwrap())
+        .collect();
+    (row, cells)
+}
+
 async fn keeps_up_as_the_ledger_says(db: &TestDatabase, page: &str) {
     let fact = |label: &str| -> String {
         let at = page
@@ -388,17 +403,7 @@ async fn the_console_shows_runs_holds_queue_and_settings_as_the_ledger_has_them(
         .unwrap();
     let run = console.get(&format!("/runs/{real}"), None);
     assert_eq!(run.status, 200);
-    let row = run
-        .body
-        .split("<tr>")
-        .find(|r| r.contains("<td>SessionNote</td>"))
-        .expect("SessionNote's row");
-    let cells: Vec<&str> = row
-        .split("<td class=\"n\">")
-        .skip(1)
-        .map(|c| c.split('<').next().unwrap())
-        .collect();
-    // affected, held, skipped, NULL anchor, kept: legal minimum, kept: policy.
+    let (row, cells) = counts_of(&run.body, "SessionNote");
     assert_eq!(cells, ["19", "1", "0", "0", "0", "0"], "{row}");
     assert!(run.body.contains("<dd>19</dd>"), "rows affected");
     assert!(run.body.contains("succeeded"));
@@ -742,16 +747,6 @@ async fn a_sweeps_run_page_shows_what_the_legal_minimum_kept() {
     let console = Console::start(d, db.url(), "127.0.0.1:0", None);
     let page = console.get(&format!("/runs/{run_id}"), None);
     assert_eq!(page.status, 200);
-    let row = page
-        .body
-        .split("<tr>")
-        .find(|r| r.contains("<td>SessionNote</td>"))
-        .expect("SessionNote's row");
-    let cells: Vec<&str> = row
-        .split("<td class=\"n\">")
-        .skip(1)
-        .map(|c| c.split('<').next().unwrap())
-        .collect();
-    // affected, held, skipped, NULL anchor, kept: legal minimum, kept: policy.
+    let (row, cells) = counts_of(&page.body, "SessionNote");
     assert_eq!(cells, ["2", "0", "0", "0", "3", "0"], "{row}");
 }
