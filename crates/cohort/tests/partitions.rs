@@ -467,6 +467,31 @@ async fn validation_names_what_partition_purge_needs() {
         "{err}"
     );
 
+    // The newcomer's audit_log: partitioned by month, a tenant column and
+    // the key (id, created_at). Nothing in this version retains it, and
+    // the message says so instead of pointing at partition purge, which
+    // would be refused next for the tenant column.
+    let tenanted_rows = format!(
+        "{}[[category]]\nname = \"events\"\nstrategy = \"purge\"\nperiod = \"30d\"\n",
+        entity(
+            "Tenanted",
+            "10000000-0000-4000-8000-000000000003",
+            "app.tenanted",
+            ""
+        )
+        .replace("partitions = \"drop\"\n", "")
+    );
+    let err = build(&db, &tenanted_rows).await.unwrap_err().to_string();
+    assert!(
+        err.contains("a partitioned table with a tenant column cannot be retained by this version"),
+        "{err}"
+    );
+    assert!(err.contains("keep it exempt"), "{err}");
+    assert!(
+        !err.contains("accepted only with partitions = \"drop\""),
+        "{err}"
+    );
+
     // Unknown values are refused when the file is read.
     let bad = policy("summary", "").replace("partitions = \"drop\"", "partitions = \"truncate\"");
     let err = PolicyFile::parse(&bad).unwrap_err().to_string();

@@ -475,6 +475,18 @@ fn is_key_index(
             || is_partitioned_key(entity, table, purge_only, &i.columns))
 }
 
+/// What a refused key on a partitioned table can do instead: with a
+/// tenant column nothing yet (partition purge needs a tenantless entity,
+/// and composite record keys are not supported), so it says so rather
+/// than send the reader to a setting that is refused next.
+fn partitioned_key_hint(entity: &EntityDescriptor, table: &TableInfo) -> &'static str {
+    match (table.relkind == "p", entity.tenant.is_some()) {
+        (false, _) => "",
+        (true, false) => " (on a partitioned table a key unique together with the anchor is accepted only with partitions = \"drop\" and a category that only purges)",
+        (true, true) => " (a partitioned table with a tenant column cannot be retained by this version of Cohort: its unique keys must include the partition key, composite record keys are not supported yet, and partitions = \"drop\" needs a tenantless entity; keep it exempt = \"...\" until then)",
+    }
+}
+
 /// No primary key of several columns (but the accepted partitioned pair).
 fn check_primary_key(
     entity: &EntityDescriptor,
@@ -488,11 +500,7 @@ fn check_primary_key(
             problems.push(format!(
                 "{t} has a composite primary key ({}); Cohort needs a single-column record key{}",
                 pk.columns.join(", "),
-                if table.relkind == "p" {
-                    " (on a partitioned table a key unique together with the anchor is accepted only with partitions = \"drop\" and a category that only purges)"
-                } else {
-                    ""
-                }
+                partitioned_key_hint(entity, table)
             ));
         }
     }
@@ -527,11 +535,7 @@ fn check_key_unique(
         problems.push(format!(
             "record key column {:?} is not a primary key or unique on its own; holds and audit need a unique single-column key{}",
             col.name,
-            if table.relkind == "p" {
-                " (on a partitioned table a key unique together with the anchor is accepted only with partitions = \"drop\" and a category that only purges)"
-            } else {
-                ""
-            }
+            partitioned_key_hint(entity, table)
         ));
     }
 }
