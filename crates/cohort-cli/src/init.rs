@@ -73,12 +73,9 @@ pub(crate) fn anchor(t: &TableFacts) -> Option<&str> {
 /// `account_id` may be the tenant of a B2B schema or a person's account.
 const TENANT_BY_REFERENCE: &[&str] = &["accountid"];
 
-fn folded(column: &str) -> String {
-    column
-        .chars()
-        .filter(|c| c.is_alphanumeric())
-        .flat_map(char::to_lowercase)
-        .collect()
+/// Whether `column` is named like [`TENANT_BY_REFERENCE`].
+fn by_reference_only(column: &str) -> bool {
+    TENANT_BY_REFERENCE.contains(&cohort::model::folded_column_name(column).as_str())
 }
 
 /// The tables a tenant column points at: referenced through a
@@ -89,7 +86,7 @@ pub(crate) fn tenant_tables(tables: &[TableFacts]) -> std::collections::BTreeSet
         std::collections::BTreeMap::new();
     for t in tables {
         for (column, target) in &t.references {
-            if TENANT_BY_REFERENCE.contains(&folded(column).as_str()) && *target != t.path {
+            if by_reference_only(column) && *target != t.path {
                 referencing.entry(target).or_default().insert(&t.path);
             }
         }
@@ -97,8 +94,8 @@ pub(crate) fn tenant_tables(tables: &[TableFacts]) -> std::collections::BTreeSet
     referencing
         .into_iter()
         .filter(|(target, from)| {
-            let others = tables.iter().filter(|t| t.path != *target).count();
-            from.len() * 2 > others
+            let listed = tables.iter().any(|t| t.path == *target);
+            from.len() * 2 > tables.len() - usize::from(listed)
         })
         .map(|(target, _)| target.to_owned())
         .collect()
@@ -120,8 +117,7 @@ fn tenant<'t>(
             t.references
                 .iter()
                 .find(|(column, target)| {
-                    TENANT_BY_REFERENCE.contains(&folded(column).as_str())
-                        && tenant_tables.contains(target)
+                    by_reference_only(column) && tenant_tables.contains(target)
                 })
                 .map(|(column, _)| column.as_str())
         })

@@ -463,10 +463,16 @@ const TENANT_NAMES: [&str; 7] = [
 /// unless the entity says the column is not a tenant
 /// ([`EntityDeclaration::not_tenant`]).
 pub fn looks_like_tenant(column: &str) -> bool {
-    let folded: String = column
+    TENANT_NAMES.contains(&folded_column_name(column).as_str())
+}
+
+/// A column's name as the naming conventions compare it: lower case, with
+/// every character that is not a letter or digit left out (`"Tenant_ID"`
+/// and `tenantid` both fold to `tenantid`).
+pub fn folded_column_name(column: &str) -> String {
+    column
         .chars()
         .filter(|c| c.is_alphanumeric())
         .flat_map(char::to_lowercase)
-        .collect();
-    TENANT_NAMES.contains(&folded.as_str())
+        .collect()
 }

@@ -15,8 +15,8 @@ pub use anonymise::{
 #[doc(hidden)]
 pub use anonymise::{ByContextAndValue, ByRun, ByValue};
 pub use declaration::{
-    looks_like_tenant, ArchiveDeclaration, DeclaredColumn, EntityDeclaration, Marker, Origin,
-    Partitions, Retained, SubjectDeclaration,
+    folded_column_name, looks_like_tenant, ArchiveDeclaration, DeclaredColumn, EntityDeclaration,
+    Marker, Origin, Partitions, Retained, SubjectDeclaration,
 };
 pub(crate) use descriptor::{parse_entity_id, resolve, Resolved};
 pub use descriptor::{
