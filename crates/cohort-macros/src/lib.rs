@@ -39,7 +39,8 @@ use proc_macro::TokenStream;
 /// `archive` strategy moves rows) and `anonymise_on_archive` (the
 /// anonymise methods apply to the copy); or
 /// `#[exempt_from_retention("reason")]` for a documented exemption. Field
-/// keys: `column = "..."`, the markers `record_id`, `tenant`,
+/// keys: `column = "..."`, the markers `record_id` (on several fields: a
+/// composite record key, its columns in field order), `tenant`,
 /// `soft_delete`, `deleted_at`, `anonymised_at`, `not_archived` (the
 /// column is left out of the archived copy) and `not_tenant` (its name
 /// reads as a tenant id but it is not one: a `tenantless` type's table

@@ -260,6 +260,12 @@ impl SqlText {
         self
     }
 
+    /// Appends a number (an array subscript, a JSON element's index).
+    pub(crate) fn number(&mut self, n: usize) -> &mut Self {
+        self.0.push_str(&n.to_string());
+        self
+    }
+
     /// Appends another piece of checked SQL text.
     pub(crate) fn append(&mut self, other: &SqlText) -> &mut Self {
         self.0.push_str(&other.0);

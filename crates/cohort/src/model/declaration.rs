@@ -318,9 +318,32 @@ impl EntityDeclaration {
         self
     }
 
-    /// Assigns a marker role to a column explicitly.
+    /// Assigns a marker role to a column explicitly. `record_id` may be
+    /// given to several columns: together, in the order given, they are a
+    /// composite record key ([`EntityDeclaration::record_key`]).
     pub fn marker(mut self, marker: Marker, column: impl Into<String>) -> Self {
         self.markers.push((marker, column.into()));
+        self
+    }
+
+    /// The record key as several columns, in key order (a composite key:
+    /// the table's primary key or a unique index of exactly these NOT NULL
+    /// columns). One column is the same as `marker(Marker::RecordId, c)`.
+    ///
+    /// ```
+    /// use cohort::model::EntityDeclaration;
+    /// let decl = EntityDeclaration::new("AuditLog", "a3f467fe-c5d0-4f17-9897-83c373cc1dc8")
+    ///     .record_key(["id", "logged_at"]);
+    /// assert_eq!(decl.name(), "AuditLog");
+    /// ```
+    pub fn record_key<I, S>(mut self, columns: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        for c in columns {
+            self.markers.push((Marker::RecordId, c.into()));
+        }
         self
     }
 

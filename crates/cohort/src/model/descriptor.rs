@@ -101,8 +101,11 @@ pub struct EntityDescriptor {
     pub table: QualifiedName,
     /// Anchor column.
     pub anchor: String,
-    /// Record key column.
+    /// Record key column: the first of [`EntityDescriptor::record_key`].
     pub record_id: String,
+    /// Every record key column, in key order: one, or several for a
+    /// composite key (shown and taken as a JSON array of its parts).
+    pub record_key: Vec<String>,
     /// Tenant column; `None` for tenantless entities.
     pub tenant: Option<String>,
     /// Columns of a tenantless entity's table that look like a tenant id
@@ -159,6 +162,11 @@ impl EntityDescriptor {
         self.tenant.is_none()
     }
 
+    /// Whether the record key has several columns.
+    pub fn has_composite_key(&self) -> bool {
+        self.record_key.len() > 1
+    }
+
     /// The Rust type declared for a column, when known.
     pub fn rust_type_of(&self, column: &str) -> Option<&str> {
         self.declared_columns
@@ -177,6 +185,7 @@ impl EntityDescriptor {
                 cols.insert(c);
             }
         }
+        cols.extend(self.record_key.iter().map(String::as_str));
         cols.extend(self.anonymise.iter().map(|a| a.column.as_str()));
         cols.extend(self.subjects.iter().map(|s| s.column.as_str()));
         cols
@@ -319,7 +328,8 @@ fn required_anchor(decl: &EntityDeclaration, problems: &mut Vec<String>) -> Opti
 
 /// The marker columns of one declaration, resolved, and how each was chosen.
 struct MarkerColumns {
-    record_id: Option<String>,
+    /// The record key's columns in key order (empty: none resolved).
+    record_key: Vec<String>,
     tenant: Option<String>,
     soft_delete: Option<String>,
     deleted_at: Option<String>,
@@ -336,15 +346,34 @@ fn resolve_markers(
 ) -> MarkerColumns {
     let explicit = explicit_markers(decl, problems);
     let mut resolution = Vec::new();
+    let declared_key: Vec<String> = decl
+        .markers
+        .iter()
+        .filter(|(m, _)| *m == Marker::RecordId)
+        .map(|(_, c)| c.clone())
+        .collect();
+    let record_key = if declared_key.len() > 1 {
+        resolution.push((Marker::RecordId, Resolution::Declared));
+        declared_key
+    } else {
+        marker_column(
+            Marker::RecordId,
+            &explicit,
+            conventions,
+            available,
+            &mut resolution,
+        )
+        .into_iter()
+        .collect()
+    };
     let mut column =
         |marker: Marker| marker_column(marker, &explicit, conventions, available, &mut resolution);
-    let record_id = column(Marker::RecordId);
     let tenant = column(Marker::Tenant);
     let soft_delete = column(Marker::SoftDelete);
     let deleted_at = column(Marker::DeletedAt);
     let anonymised_at = column(Marker::AnonymisedAt);
     MarkerColumns {
-        record_id,
+        record_key,
         tenant,
         soft_delete,
         deleted_at,
@@ -360,6 +389,17 @@ fn explicit_markers<'d>(
 ) -> Vec<(Marker, &'d str)> {
     let mut explicit: Vec<(Marker, &str)> = Vec::new();
     for (marker, column) in &decl.markers {
+        if *marker == Marker::RecordId {
+            // Several record_id columns are a composite key, each once.
+            if explicit.iter().any(|(m, c)| m == marker && c == column) {
+                problems.push(format!(
+                    "the record key lists the column {column:?} twice; each key column appears once"
+                ));
+            } else if !explicit.iter().any(|(m, _)| m == marker) {
+                explicit.push((*marker, column));
+            }
+            continue;
+        }
         if let Some((_, first)) = explicit.iter().find(|(m, _)| m == marker) {
             problems.push(format!(
                 "the {marker} marker is declared twice (columns {first:?} and {column:?}); each marker may be on at most one column"
@@ -405,7 +445,7 @@ fn check_record_key_and_tenant(
     markers: &MarkerColumns,
     problems: &mut Vec<String>,
 ) {
-    if markers.record_id.is_none() {
+    if markers.record_key.is_empty() {
         problems.push(format!(
             "no record key column: none declared and the default {:?} does not exist",
             conventions.get(Marker::RecordId).unwrap_or("id")
@@ -538,7 +578,8 @@ fn retained_descriptor(
         category: category.expect("checked"),
         table: table.expect("checked"),
         anchor: anchor.expect("checked"),
-        record_id: markers.record_id.expect("checked"),
+        record_id: markers.record_key.first().cloned().expect("checked"),
+        record_key: markers.record_key,
         tenant: markers.tenant,
         not_tenant: decl.not_tenant.clone(),
         soft_delete: markers.soft_delete,

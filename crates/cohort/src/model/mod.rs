@@ -4,6 +4,7 @@
 
 mod anonymise;
 pub(crate) mod audit;
+mod composite;
 mod declaration;
 mod descriptor;
 mod key;
@@ -14,6 +15,7 @@ pub use anonymise::{
 };
 #[doc(hidden)]
 pub use anonymise::{ByContextAndValue, ByRun, ByValue};
+pub(crate) use composite::{parse_composite, PartType};
 pub use declaration::{
     folded_column_name, looks_like_tenant, ArchiveDeclaration, DeclaredColumn, EntityDeclaration,
     Marker, Origin, Partitions, Retained, SubjectDeclaration,

@@ -189,6 +189,12 @@ pub(super) fn entity(e: &RawEntity) -> std::result::Result<EntityDeclaration, Ve
     d = with_scope(d, e);
     d = with_audit_and_partitions(d, e, &mut problems);
     d = with_archive(d, e, &mut problems);
+    if matches!(&e.record_id, Some(RawRecordKey::Composite(c)) if c.is_empty()) {
+        problems.push(
+            "record_id = [] names no column: give the key column, or its columns in key order"
+                .into(),
+        );
+    }
     d = with_columns(d, e);
     d = with_anonymise(d, e, &mut problems);
     if problems.is_empty() {
@@ -308,8 +314,12 @@ fn with_archive(
 
 /// The marker columns and the erasure subjects, as given.
 fn with_columns(mut d: EntityDeclaration, e: &RawEntity) -> EntityDeclaration {
+    match &e.record_id {
+        Some(RawRecordKey::One(c)) => d = d.marker(Marker::RecordId, c),
+        Some(RawRecordKey::Composite(cols)) => d = d.record_key(cols.iter().cloned()),
+        None => {}
+    }
     for (marker, column) in [
-        (Marker::RecordId, &e.record_id),
         (Marker::Tenant, &e.tenant),
         (Marker::SoftDelete, &e.soft_delete),
         (Marker::DeletedAt, &e.deleted_at),

@@ -41,7 +41,7 @@ pub(super) struct RawEntity {
     pub(super) schema: Option<String>,
     pub(super) category: Option<String>,
     pub(super) anchor: Option<String>,
-    pub(super) record_id: Option<String>,
+    pub(super) record_id: Option<RawRecordKey>,
     pub(super) tenant: Option<String>,
     #[serde(default)]
     pub(super) tenantless: bool,
@@ -65,6 +65,14 @@ pub(super) struct RawEntity {
     pub(super) archive_anonymise: Option<bool>,
     #[serde(default)]
     pub(super) handler: Vec<RawHandler>,
+}
+
+/// `record_id = "id"`, or a composite key `record_id = ["id", "logged_at"]`.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub(super) enum RawRecordKey {
+    One(String),
+    Composite(Vec<String>),
 }
 
 #[derive(Debug, Deserialize)]

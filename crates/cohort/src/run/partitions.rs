@@ -318,7 +318,7 @@ async fn purge_unheld(
     let row = statements::purge_unheld(
         &ctx.cx.config.schema,
         &partition.table,
-        &e.record_id,
+        &ctx.ready.model.facts[&e.id].casts.key_text(e),
         &ctx.ready.plans[&e.id].held,
         params,
     )
@@ -349,7 +349,10 @@ async fn count_and_detail(
         return Ok((n, None));
     };
     let schema = &ctx.cx.config.schema;
-    let row = statements::insert_details(schema, &partition.table, &work.entity.record_id, details)
+    let key_text = ctx.ready.model.facts[&work.entity.id]
+        .casts
+        .key_text(work.entity);
+    let row = statements::insert_details(schema, &partition.table, &key_text, details)
         .query()
         .fetch_one(&mut *tx)
         .await

@@ -164,7 +164,7 @@ fn locks(r: &Parts<'_>) -> (SqlText, SqlText) {
     let held = &plan.held;
     let lock = |after: Option<usize>| {
         let mut lock = SqlText::new("SELECT ");
-        casts.select(&mut lock, &e.record_id);
+        casts.key_select(&mut lock, e);
         lock.push(" FROM ")
             .table(table)
             .push(" t WHERE TRUE")
@@ -173,13 +173,12 @@ fn locks(r: &Parts<'_>) -> (SqlText, SqlText) {
             .append(done)
             .append(&blocked.unblocked);
         if let Some(n) = after {
-            lock.push(" AND ").col(&e.record_id).push(" > ");
-            casts.param(&mut lock, &e.record_id, n);
+            lock.push(" AND ").append(&casts.key_after(e, n));
         }
         lock.push(" AND NOT ")
             .append(held)
             .push(" ORDER BY ")
-            .col(&e.record_id)
+            .append(&casts.key_columns(e))
             .push(" LIMIT $2 FOR UPDATE");
         lock
     };
@@ -216,8 +215,7 @@ fn mutate(r: &Parts<'_>) -> SqlText {
             .append(&m.tenant_and_subjects(e, casts, subjects))
             .append(&m.anchor(e))
             .push(" RETURNING ")
-            .col(&e.record_id)
-            .push("::text");
+            .append(&casts.key_text(e));
     }
 
     mutate

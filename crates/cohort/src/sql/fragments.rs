@@ -24,10 +24,11 @@ pub(crate) struct HoldKeys<'a> {
 /// tenant stays protected in every tenant's sweep and erasure.
 pub(crate) fn hold_exists(
     e: &EntityDescriptor,
+    casts: &Casts,
     keys: HoldKeys<'_>,
     cohort_schema: &str,
 ) -> SqlText {
-    let record = record_hold(e, cohort_schema, active_hold!("h."));
+    let record = record_hold(e, casts, cohort_schema, active_hold!("h."));
     match subject_hold(e, keys, cohort_schema, active_hold!("h.")) {
         Some(subject) => {
             let mut s = SqlText::new("(");
@@ -41,14 +42,15 @@ pub(crate) fn hold_exists(
 /// A hold on the row's record, alive by `life` (a condition on `h.`).
 pub(crate) fn record_hold(
     e: &EntityDescriptor,
+    casts: &Casts,
     cohort_schema: &str,
     life: &'static str,
 ) -> SqlText {
     let mut s = SqlText::new("EXISTS (SELECT 1 FROM ");
     s.table(&CohortTable::Hold.qualified(cohort_schema))
         .push(" h WHERE h.retention_entity_id = $1 AND h.record_id = ")
-        .col(&e.record_id)
-        .push("::text AND ")
+        .append(&casts.key_text(e))
+        .push(" AND ")
         .push(life)
         .push(")");
     s
@@ -144,7 +146,7 @@ pub(crate) fn subject_hold(
 /// the column's own type, so each arm is an index probe.
 pub(crate) fn bound_rows(e: &EntityDescriptor, casts: &Casts, first: usize) -> SqlText {
     let mut s = SqlText::new("(");
-    s.append(&casts.any(&e.record_id, first));
+    s.append(&casts.key_any(e, first));
     for (i, subject) in e.subjects.iter().enumerate() {
         s.push(" OR ")
             .append(&casts.any(&subject.column, first + 1 + i));
@@ -167,15 +169,28 @@ fn canonical_text(column: &str, ty: KeyType) -> SqlText {
 
 /// Columns whose values must be compared in the column's own type rather
 /// than the bound parameter's (citext: case-insensitive), by column name,
-/// with that type's schema-qualified name.
+/// with that type's schema-qualified name; and a composite record key's
+/// parts (empty for a one-column key: see `sql::record_key`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct Casts(pub(crate) BTreeMap<String, QualifiedName>);
+pub(crate) struct Casts {
+    pub(crate) columns: BTreeMap<String, QualifiedName>,
+    pub(crate) key: Vec<KeyPart>,
+}
+
+/// One part of a composite record key: its column, type, and the type's
+/// schema-qualified name (what a bound part is cast to).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct KeyPart {
+    pub(crate) column: String,
+    pub(crate) ty: crate::model::PartType,
+    pub(crate) sql_type: QualifiedName,
+}
 
 impl Casts {
     /// `$n`, cast to `column`'s type when needed.
     pub(crate) fn param(&self, s: &mut SqlText, column: &str, n: usize) {
         s.param(n);
-        if let Some(ty) = self.0.get(column) {
+        if let Some(ty) = self.columns.get(column) {
             s.push("::").table(ty);
         }
     }
@@ -183,7 +198,7 @@ impl Casts {
     /// `$n` as an array of `column`'s type when needed.
     pub(crate) fn array(&self, s: &mut SqlText, column: &str, n: usize) {
         s.param(n);
-        if let Some(ty) = self.0.get(column) {
+        if let Some(ty) = self.columns.get(column) {
             s.push("::").table(ty).push("[]");
         }
     }
@@ -191,7 +206,7 @@ impl Casts {
     /// The column as selected for decoding (as text when it has a cast).
     pub(crate) fn select(&self, s: &mut SqlText, column: &str) {
         s.col(column);
-        if self.0.contains_key(column) {
+        if self.columns.contains_key(column) {
             s.push("::text");
         }
     }

@@ -39,6 +39,7 @@ pub(crate) mod partitions;
 pub(crate) mod peers;
 pub(crate) mod prune;
 pub(crate) mod queue;
+mod record_key;
 pub(crate) mod report;
 pub(crate) mod schema;
 pub(crate) mod settings;
@@ -48,7 +49,7 @@ pub(crate) mod tables;
 pub(crate) mod worker;
 
 pub(crate) use erasure::ErasurePlan;
-pub(crate) use fragments::{bound_rows, Casts, HoldKeys};
+pub(crate) use fragments::{bound_rows, Casts, HoldKeys, KeyPart};
 pub(crate) use key::{bind_array, BindKey, BoundHolds, DecodeKey, IncomingKey, KeyType, KeyValue};
 pub(crate) use ledger::LedgerPlan;
 pub(crate) use sweep::{

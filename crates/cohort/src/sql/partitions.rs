@@ -121,7 +121,7 @@ impl Params for Details {
 pub(crate) fn insert_details(
     schema: &str,
     partition: &QualifiedName,
-    record_id: &str,
+    key_text: &SqlText,
     params: Details,
 ) -> Statement<Details> {
     let mut sql = SqlText::new("WITH d AS (INSERT INTO ");
@@ -130,8 +130,8 @@ pub(crate) fn insert_details(
             " (run_id, retention_entity_id, entity_type, record_id, tenant_id, action) \
              SELECT $1, $2, $3, ",
         )
-        .col(record_id)
-        .push("::text, NULL, $4 FROM ")
+        .append(key_text)
+        .push(", NULL, $4 FROM ")
         .table(partition)
         .push(
             " t RETURNING row_detail_id) SELECT count(*) AS n, min(row_detail_id) AS first FROM d",
@@ -164,7 +164,7 @@ impl Params for PurgeUnheld {
 pub(crate) fn purge_unheld(
     schema: &str,
     partition: &QualifiedName,
-    record_id: &str,
+    key_text: &SqlText,
     held: &SqlText,
     params: PurgeUnheld,
 ) -> Statement<PurgeUnheld> {
@@ -172,8 +172,8 @@ pub(crate) fn purge_unheld(
     sql.table(partition).push(" t WHERE NOT (").append(held);
     if params.details.is_some() {
         sql.push(") RETURNING ")
-            .col(record_id)
-            .push("::text AS record_id), d AS (INSERT INTO ")
+            .append(key_text)
+            .push(" AS record_id), d AS (INSERT INTO ")
             .table(&CohortTable::RowDetail.qualified(schema))
             .push(
                 " (run_id, retention_entity_id, entity_type, record_id, tenant_id, action) \

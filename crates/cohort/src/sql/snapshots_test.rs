@@ -152,10 +152,13 @@ fn all_strategies() -> CategoryCapabilities {
 }
 
 fn citext() -> Casts {
-    Casts(BTreeMap::from([
-        ("id".to_string(), QualifiedName::new("ext", "citext")),
-        ("tenant_id".to_string(), QualifiedName::new("ext", "citext")),
-    ]))
+    Casts {
+        columns: BTreeMap::from([
+            ("id".to_string(), QualifiedName::new("ext", "citext")),
+            ("tenant_id".to_string(), QualifiedName::new("ext", "citext")),
+        ]),
+        key: Vec::new(),
+    }
 }
 
 /// The plan's statements by kind, then strategy: the layout the entity
@@ -1299,7 +1302,7 @@ fn catalog_partition_and_ledger_statements_bind_exactly_their_placeholders() {
     let part = QualifiedName::new("app", "notes_2020");
     let casts = Casts::default();
     let types = key_types(&e);
-    let hold = super::fragments::hold_exists(&e, hold_keys(&types), "cohort");
+    let hold = super::fragments::hold_exists(&e, &Casts::default(), hold_keys(&types), "cohort");
     let held_keys = p::held(
         &part,
         &e,
@@ -1349,7 +1352,7 @@ fn catalog_partition_and_ledger_statements_bind_exactly_their_placeholders() {
         ("lock_exclusive", p::lock_exclusive(&part).checked()),
         (
             "insert_details",
-            p::insert_details("cohort", &part, &e.record_id, details)
+            p::insert_details("cohort", &part, &Casts::default().key_text(&e), details)
                 .checked()
                 .as_str()
                 .to_owned(),
@@ -1359,7 +1362,7 @@ fn catalog_partition_and_ledger_statements_bind_exactly_their_placeholders() {
             p::purge_unheld(
                 "cohort",
                 &part,
-                &e.record_id,
+                &Casts::default().key_text(&e),
                 &hold,
                 p::PurgeUnheld {
                     entity: id,
@@ -1373,7 +1376,7 @@ fn catalog_partition_and_ledger_statements_bind_exactly_their_placeholders() {
             p::purge_unheld(
                 "cohort",
                 &part,
-                &e.record_id,
+                &Casts::default().key_text(&e),
                 &hold,
                 p::PurgeUnheld {
                     entity: id,

@@ -436,6 +436,10 @@ fn check_record_key(
     // re-checks the cutoff, so rows that shared an id would both be past
     // it, and they would share its holds (never fewer protections).
     // Anonymise and soft delete would have to tell such rows apart.
+    if entity.has_composite_key() {
+        check_composite_key(entity, table, problems);
+        return;
+    }
     let purge_only = capabilities.is_some_and(|c| {
         !c.allows(crate::rules::Strategy::Anonymise)
             && !c.allows(crate::rules::Strategy::SoftDelete)
@@ -444,6 +448,63 @@ fn check_record_key(
         check_primary_key(entity, table, purge_only, problems);
         check_key_unique(entity, table, purge_only, col, problems);
         check_key_column(col, problems);
+    }
+}
+
+/// A composite record key: columns of supported types, NOT NULL, with a
+/// deterministic collation, that are together the primary key or a
+/// valid unique index of exactly these columns.
+fn check_composite_key(entity: &EntityDescriptor, table: &TableInfo, problems: &mut Vec<String>) {
+    let t = table.name.display_plain();
+    let mut all_present = true;
+    for c in &entity.record_key {
+        let Some(col) = table.column(c) else {
+            all_present = false;
+            continue;
+        };
+        if crate::model::PartType::from_type_name(&col.type_name).is_none()
+            || col.type_name == "bpchar"
+        {
+            problems.push(format!(
+                "record key column {:?} is {}; a composite key's parts may be uuid, integer types, text, varchar, citext, timestamptz, timestamp or date",
+                col.name, col.display_type
+            ));
+        }
+        if !col.not_null {
+            problems.push(format!(
+                "record key column {:?} allows NULL; a record key must be NOT NULL",
+                col.name
+            ));
+        }
+        if !col.deterministic {
+            problems.push(format!(
+                "record key column {:?} has a non-deterministic collation: SQL would treat values Cohort tells apart as equal (or the reverse). Use a deterministic collation, or citext for case-insensitive ids",
+                col.name
+            ));
+        }
+    }
+    if !all_present {
+        return;
+    }
+    let same_columns = |i: &&super::catalog::IndexInfo| {
+        (i.primary || i.unique)
+            && !i.partial
+            && i.columns.len() == entity.record_key.len()
+            && entity.record_key.iter().all(|c| i.columns.contains(c))
+    };
+    let key = entity.record_key.join(", ");
+    match table.indexes.iter().filter(same_columns).find(|i| i.usable) {
+        Some(_) => {}
+        None if table.indexes.iter().any(|i| same_columns(&i)) => problems.push(format!(
+            "the unique index on the record key ({key}) is not valid, ready and immediate (a failed CREATE UNIQUE INDEX CONCURRENTLY, or a DEFERRABLE constraint); duplicate keys would let one batch reach rows it did not select. Rebuild it (REINDEX) or drop and recreate it"
+        )),
+        None => problems.push(format!(
+            "the record key ({key}) of {t} is not its primary key or a unique index of exactly these columns; holds and audit need a unique key{}",
+            match table.indexes.iter().find(|i| i.primary) {
+                Some(pk) => format!(" (the primary key is ({}))", pk.columns.join(", ")),
+                None => String::new(),
+            }
+        )),
     }
 }
 
@@ -483,7 +544,7 @@ fn partitioned_key_hint(entity: &EntityDescriptor, table: &TableInfo) -> &'stati
     match (table.relkind == "p", entity.tenant.is_some()) {
         (false, _) => "",
         (true, false) => " (on a partitioned table a key unique together with the anchor is accepted only with partitions = \"drop\" and a category that only purges)",
-        (true, true) => " (a partitioned table with a tenant column cannot be retained by this version of Cohort: its unique keys must include the partition key, composite record keys are not supported yet, and partitions = \"drop\" needs a tenantless entity; keep it exempt = \"...\" until then)",
+        (true, true) => " (on a partitioned table every unique key includes the partition key: declare the primary key as a composite record key, record_id = [\"id\", \"logged_at\"] in its columns' order)",
     }
 }
 
@@ -498,8 +559,10 @@ fn check_primary_key(
     if let Some(pk) = table.indexes.iter().find(|i| i.primary) {
         if pk.columns.len() > 1 && !is_partitioned_key(entity, table, purge_only, &pk.columns) {
             problems.push(format!(
-                "{t} has a composite primary key ({}); Cohort needs a single-column record key{}",
+                "{t} has a composite primary key ({}) and the record key is {:?} alone; declare the key's columns, record_id = [{}], or a column unique on its own{}",
                 pk.columns.join(", "),
+                entity.record_id,
+                pk.columns.iter().map(|c| format!("{c:?}")).collect::<Vec<_>>().join(", "),
                 partitioned_key_hint(entity, table)
             ));
         }
@@ -566,7 +629,9 @@ fn check_keys(
 ) {
     let t = table.name.display_plain();
     // Key-like columns must compare the way Cohort identifies their values.
-    let key_like = std::iter::once(("record key", Some(entity.record_id.as_str())))
+    // A composite key's parts are checked with the key.
+    let record = (!entity.has_composite_key()).then_some(entity.record_id.as_str());
+    let key_like = std::iter::once(("record key", record))
         .chain(std::iter::once(("tenant", entity.tenant.as_deref())))
         .chain(
             entity

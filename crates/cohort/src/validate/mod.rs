@@ -1072,8 +1072,14 @@ fn table_facts(
                 t.column(c)
                     .and_then(|c| KeyType::from_type_name(&c.type_name))
             };
+            // A composite key travels as its JSON text (see `sql::record_key`).
+            let composite = e.has_composite_key();
             let facts = TableFacts {
-                record: key(&e.record_id).expect("validated key type"),
+                record: if composite {
+                    KeyType::Text
+                } else {
+                    key(&e.record_id).expect("validated key type")
+                },
                 tenant: e
                     .tenant
                     .as_deref()
@@ -1107,13 +1113,30 @@ fn table_facts(
                         .filter(|_| template.contains("{tenant}"))
                     })
                     .collect(),
-                casts: Casts(
-                    t.columns
+                casts: Casts {
+                    columns: t
+                        .columns
                         .iter()
                         .filter(|c| KeyType::from_type_name(&c.type_name) == Some(KeyType::CiText))
                         .map(|c| (c.name.clone(), c.qualified_type()))
                         .collect(),
-                ),
+                    key: if composite {
+                        e.record_key
+                            .iter()
+                            .map(|c| {
+                                let col = t.column(c).expect("validated key column");
+                                crate::sql::KeyPart {
+                                    column: c.clone(),
+                                    ty: crate::model::PartType::from_type_name(&col.type_name)
+                                        .expect("validated key type"),
+                                    sql_type: col.qualified_type(),
+                                }
+                            })
+                            .collect()
+                    } else {
+                        Vec::new()
+                    },
+                },
                 plain: t.relkind == "r",
             };
             (e.id, facts)

@@ -107,9 +107,13 @@ impl TableFacts {
     /// A record id a request names, in the key column's type (refused,
     /// naming `entity`, when it cannot be one).
     pub(crate) fn record_key(&self, entity: &str, raw: &str) -> Result<crate::sql::KeyValue> {
-        self.record
-            .parse(raw)
-            .map_err(|msg| Error::InvalidInput(format!("record id for {entity}: {msg}")))
+        let parsed = if self.casts.composite() {
+            let parts: Vec<_> = self.casts.key.iter().map(|p| p.ty).collect();
+            crate::model::parse_composite(&parts, raw).map(crate::sql::KeyValue::Text)
+        } else {
+            self.record.parse(raw)
+        };
+        parsed.map_err(|msg| Error::InvalidInput(format!("record id for {entity}: {msg}")))
     }
 
     /// The tenant a request names, canonical in the tenant column's type:

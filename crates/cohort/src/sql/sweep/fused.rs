@@ -144,9 +144,9 @@ fn statement(
 ) -> SqlText {
     let e = p.e;
     let mut s = SqlText::new("WITH c AS (SELECT ");
-    p.casts.select(&mut s, &e.record_id);
+    p.casts.key_select(&mut s, e);
     s.push(" AS k, ")
-        .col(&e.record_id)
+        .append(&p.casts.key_value(e))
         .push(" AS o, ")
         .col(&e.anchor)
         .push(" AS a, t.ctid AS addr FROM ")
@@ -164,7 +164,7 @@ fn statement(
         .push(" ORDER BY ")
         .col(&e.anchor)
         .push(", ")
-        .col(&e.record_id)
+        .append(&p.casts.key_columns(e))
         .push(" LIMIT $3 FOR UPDATE SKIP LOCKED), n AS (SELECT count(*) AS locked FROM c), r AS (SELECT ")
         .table(&QualifiedName::new(p.cohort_schema, "retention_hold_recent"))
         // The statement's own snapshot is read here; the function's
@@ -188,7 +188,6 @@ fn statement(
 /// `, d AS (INSERT …)`: one row detail per changed row, the run id, the
 /// entity's name, the tenant and the action bound from `$a` on.
 fn details(p: &Parts<'_>, a: usize) -> SqlText {
-    let e = p.e;
     let mut s = SqlText::default();
     s.push(", d AS (INSERT INTO ")
         .table(&crate::sql::tables::CohortTable::RowDetail.qualified(p.cohort_schema))
@@ -196,13 +195,24 @@ fn details(p: &Parts<'_>, a: usize) -> SqlText {
         .param(a)
         .push(", $1, ")
         .param(a + 1)
-        .push(", moved.")
-        .ident(&e.record_id)
-        .push("::text, ")
+        .append(&moved_key(p))
+        .push(", ")
         .param(a + 2)
         .push(", ")
         .param(a + 3)
         .push(" FROM moved RETURNING record_id)");
+    s
+}
+
+/// `, moved."id"::text`: the changed row's key as text, from what the
+/// mutation returns (a composite key returns its text as `cohort_key`).
+fn moved_key(p: &Parts<'_>) -> SqlText {
+    let mut s = SqlText::new(", moved.");
+    if p.casts.composite() {
+        s.push("cohort_key");
+    } else {
+        s.ident(&p.e.record_id).push("::text");
+    }
     s
 }
 

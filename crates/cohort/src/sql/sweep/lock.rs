@@ -36,7 +36,7 @@ pub(super) fn lock(
 ) -> SqlText {
     let e = s.e;
     let mut l = SqlText::new("SELECT ");
-    s.casts.select(&mut l, &e.record_id);
+    s.casts.key_select(&mut l, e);
     l.push(", ").col(&e.anchor);
     if by_address {
         l.push(", t.ctid::text");
@@ -57,7 +57,7 @@ pub(super) fn lock(
         .push(" ORDER BY ")
         .col(&e.anchor)
         .push(", ")
-        .col(&e.record_id)
+        .append(&s.casts.key_columns(e))
         .push(" LIMIT $3 FOR UPDATE SKIP LOCKED");
     l
 }
@@ -70,7 +70,7 @@ pub(super) fn lock(
 pub(super) fn ranges(s: &Shape<'_>, candidates: &SqlText) -> SqlText {
     let e = s.e;
     let mut r = SqlText::new("SELECT s.k, s.a FROM (SELECT r.k, r.a, r.n, r.tile, pg_catalog.lead(r.tile) OVER (ORDER BY r.n) AS next FROM (SELECT ");
-    s.casts.select(&mut r, &e.record_id);
+    s.casts.key_select(&mut r, e);
     r.push(" AS k, ")
         .col(&e.anchor)
         .push(" AS a, pg_catalog.row_number() OVER w AS n, pg_catalog.ntile(")
@@ -84,7 +84,7 @@ pub(super) fn ranges(s: &Shape<'_>, candidates: &SqlText) -> SqlText {
         .push(" WINDOW w AS (ORDER BY ")
         .col(&e.anchor)
         .push(", ")
-        .col(&e.record_id)
+        .append(&s.casts.key_columns(e))
         .push(")) r) s WHERE s.next <> s.tile ORDER BY s.n");
     r
 }
@@ -101,8 +101,11 @@ pub(super) fn keyset_bound(
     n: usize,
 ) {
     l.push(" AND ").col(&e.anchor).push(loose).param(n);
-    l.push(" AND (").col(&e.anchor).push(", ").col(&e.record_id);
+    l.push(" AND (")
+        .col(&e.anchor)
+        .push(", ")
+        .append(&casts.key_columns(e));
     l.push(") ").push(op).push(" (").param(n).push(", ");
-    casts.param(l, &e.record_id, n + 1);
+    l.append(&casts.key_params(e, n + 1));
     l.push(")");
 }

@@ -178,7 +178,7 @@ impl EntityPlan {
             e,
             casts,
             cohort_schema,
-            held: hold_exists(e, keys, cohort_schema),
+            held: hold_exists(e, casts, keys, cohort_schema),
             subject_held: subject_hold(e, keys, cohort_schema, active_hold!("h.")),
             referenced: referenced(blockers),
             stage,

@@ -98,8 +98,7 @@ impl Mutation<'_, '_> {
                             3 + self.plan.literals.len(),
                         ))
                         .push(" WHERE ")
-                        .col(&e.record_id)
-                        .push(" = v.k");
+                        .append(&self.s.casts.key_matches_v(e));
                 }
             }
             Strategy::Exempt => unreachable!("exempt does not mutate"),
@@ -143,7 +142,7 @@ pub(super) fn mutations(
     let after = 3 + plan.params_after_keys(strategy);
     let addressed = plain_table && !plan.computes_per_row(strategy);
     let next = after + 1 + t + f;
-    let by_key = casts.any(&e.record_id, 2);
+    let by_key = casts.key_any(e, 2);
     let head = m.body(&by_key, 3, true);
     // A sweep's rows by address, read where they lie instead of through
     // the key index (see `SweepStatements::by_address`).
@@ -177,8 +176,8 @@ pub(super) fn mutations(
     audited
         .append(&keys)
         .push(" RETURNING ")
-        .col(&e.record_id)
-        .push("::text AS r) INSERT INTO ")
+        .append(&casts.key_text(e))
+        .push(" AS r) INSERT INTO ")
         .table(&crate::sql::tables::CohortTable::RowDetail.qualified(s.cohort_schema))
         .push(" (run_id, retention_entity_id, entity_type, record_id, tenant_id, action) SELECT ")
         .param(next)
@@ -189,7 +188,7 @@ pub(super) fn mutations(
         .push(", ")
         .param(next + 3)
         .push(" FROM m RETURNING row_detail_id, record_id");
-    keys.push(" RETURNING ").col(&e.record_id).push("::text");
+    keys.push(" RETURNING ").append(&casts.key_text(e));
     Mutations {
         keys,
         count,
@@ -219,7 +218,11 @@ fn fused_batch(m: &Mutation<'_, '_>, candidates: &SqlText) -> fused::Fused {
         archive_returning(e)
     } else {
         let mut r = SqlText::default();
-        r.col(&e.record_id);
+        if s.casts.composite() {
+            r.append(&s.casts.key_text(e)).push(" AS cohort_key");
+        } else {
+            r.col(&e.record_id);
+        }
         r
     };
     let parts = fused::Parts {

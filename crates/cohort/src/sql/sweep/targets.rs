@@ -56,18 +56,18 @@ impl Targets {
 
 fn load_rows(e: &EntityDescriptor, casts: &Casts) -> SqlText {
     let mut s = SqlText::new("SELECT ");
-    casts.select(&mut s, &e.record_id);
+    casts.key_select(&mut s, e);
     s.push(", t.* FROM ")
         .table(&e.table)
         .push(" t WHERE ")
-        .append(&casts.any(&e.record_id, 1));
+        .append(&casts.key_any(e, 1));
     s
 }
 
 /// `SELECT key::text AS record, tenant::text AS tenant FROM table t WHERE `
-fn key_and_tenant(e: &EntityDescriptor) -> SqlText {
+fn key_and_tenant(e: &EntityDescriptor, casts: &Casts) -> SqlText {
     let mut s = SqlText::new("SELECT ");
-    s.col(&e.record_id).push("::text AS record, ");
+    s.append(&casts.key_text(e)).push(" AS record, ");
     match &e.tenant {
         Some(t) => {
             s.col(t).push("::text");
@@ -81,33 +81,31 @@ fn key_and_tenant(e: &EntityDescriptor) -> SqlText {
 }
 
 fn lock_target(e: &EntityDescriptor, casts: &Casts) -> SqlText {
-    let mut s = key_and_tenant(e);
-    s.col(&e.record_id).push(" = ");
-    casts.param(&mut s, &e.record_id, 1);
-    s.push(" FOR KEY SHARE");
+    let mut s = key_and_tenant(e, casts);
+    s.append(&casts.key_eq(e, 1)).push(" FOR KEY SHARE");
     s
 }
 
 fn guard_lock(e: &EntityDescriptor, casts: &Casts) -> SqlText {
-    let mut s = key_and_tenant(e);
-    s.append(&casts.any(&e.record_id, 1))
+    let mut s = key_and_tenant(e, casts);
+    s.append(&casts.key_any(e, 1))
         .push(" ORDER BY ")
-        .col(&e.record_id)
+        .append(&casts.key_columns(e))
         .push(" FOR UPDATE");
     s
 }
 
 fn guard_held(e: &EntityDescriptor, casts: &Casts, held: &SqlText) -> SqlText {
     let mut s = SqlText::new("SELECT ");
-    s.col(&e.record_id)
-        .push("::text AS record FROM ")
+    s.append(&casts.key_text(e))
+        .push(" AS record FROM ")
         .table(&e.table)
         .push(" t WHERE ")
-        .append(&casts.any(&e.record_id, 2))
+        .append(&casts.key_any(e, 2))
         .push(" AND ")
         .append(held)
         .push(" ORDER BY ")
-        .col(&e.record_id);
+        .append(&casts.key_columns(e));
     s
 }
 
@@ -115,9 +113,7 @@ fn is_held(e: &EntityDescriptor, casts: &Casts, held: &SqlText, cohort_schema: &
     let mut s = SqlText::new("SELECT EXISTS (SELECT 1 FROM ");
     s.table(&e.table)
         .push(" t WHERE ")
-        .col(&e.record_id)
-        .push(" = ");
-    casts.param(&mut s, &e.record_id, 2);
+        .append(&casts.key_eq(e, 2));
     s.push(" AND ")
         .append(held)
         .push(") OR EXISTS (SELECT 1 FROM ");
@@ -147,11 +143,9 @@ fn is_held_at(
         .push(" t JOIN ")
         .table(&holds)
         .push(" h ON h.retention_entity_id = $1 AND h.record_id = ")
-        .col(&e.record_id)
-        .push("::text WHERE ")
-        .col(&e.record_id)
-        .push(" = ");
-    casts.param(&mut s, &e.record_id, 2);
+        .append(&casts.key_text(e))
+        .push(" WHERE ")
+        .append(&casts.key_eq(e, 2));
     s.push(at)
         .push(" OR EXISTS (SELECT 1 FROM ")
         .table(&holds)
@@ -163,9 +157,7 @@ fn is_held_at(
         s.push(" OR EXISTS (SELECT 1 FROM ")
             .table(&e.table)
             .push(" t WHERE ")
-            .col(&e.record_id)
-            .push(" = ");
-        casts.param(&mut s, &e.record_id, 2);
+            .append(&casts.key_eq(e, 2));
         s.push(" AND ").append(&subject).push(")");
     }
     s

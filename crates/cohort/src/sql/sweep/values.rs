@@ -157,7 +157,7 @@ pub(super) fn anonymised_values(
 /// JSON object of values computed in Rust per key (`$param`).
 pub(super) fn per_row_values(e: &EntityDescriptor, casts: &Casts, param: usize) -> SqlText {
     let mut s = SqlText::new("ROWS FROM (pg_catalog.unnest(");
-    casts.array(&mut s, &e.record_id, 2);
+    casts.key_array(&mut s, e, 2);
     s.push("), pg_catalog.unnest(")
         .param(param)
         .push("::jsonb[])) AS v(k, j)");
