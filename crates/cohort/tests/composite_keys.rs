@@ -1,0 +1,468 @@
+//! Composite record keys (RS-038) on a real server: `record_id = ["a", "b"]`
+//! in a policy file. Every mutating strategy sweeps a table keyed by
+//! `(order_id, line_no)` in batches whose anchors tie, so only the key
+//! orders them; a hold on one key (given in another spelling) keeps
+//! exactly that row; the ledger's details carry the key as a JSON array;
+//! the newcomer's month-partitioned, multi-tenant `audit_log` with the
+//! primary key `(id, logged_at)` is retained on the row path with record
+//! holds, subject holds and erasure; bad keys and keys that are not unique
+//! are refused with nothing written.
+#![allow(clippy::type_complexity)] // tuple rows read back from SQL
+
+mod support;
+
+use std::collections::BTreeSet;
+
+use cohort::erasure::{ErasureRequest, ErasureScope};
+use cohort::guarded::{Guarded, GuardedDeletion};
+use cohort::holds::HoldRequest;
+use cohort::policy::PolicyFile;
+use cohort::{Cohort, Error, SweepRequest};
+use cohort_pgtemp::TestDatabase;
+use support::*;
+use uuid::Uuid;
+
+const LINE_ID: &str = "7a0c4a52-3b1e-4c55-8f0e-6d2b9a1c0e11";
+const LOG_ID: &str = "8b1d5b63-4c2f-4d66-9a1f-7e3cab2d1f22";
+const ACTOR_X: &str = "11111111-1111-4111-8111-111111111111";
+const ACTOR_Y: &str = "22222222-2222-4222-8222-222222222222";
+
+/// `app.order_lines`, keyed by `(order_id, line_no)`. Tenant A has orders
+/// 1 to 3 with lines 1 to 5, every one created at the same instant long
+/// past the cutoff (so batches break anchor ties by the key alone),
+/// except order 3's lines 4 and 5, which are young; tenant B has order 4.
+const LINES: &str = "CREATE SCHEMA app;
+    CREATE TABLE app.order_lines (
+        order_id bigint NOT NULL, line_no int NOT NULL, tenant_id uuid NOT NULL,
+        note text, created_at timestamptz,
+        is_deleted boolean NOT NULL DEFAULT false, deleted_at timestamptz, anonymised_at timestamptz,
+        PRIMARY KEY (order_id, line_no));
+    CREATE INDEX ON app.order_lines (created_at);
+    INSERT INTO app.order_lines (order_id, line_no, tenant_id, note, created_at)
+      SELECT o, l, CASE WHEN o = 4 THEN 'bbbbbbbb-0000-0000-0000-00000000000b'::uuid
+                        ELSE 'aaaaaaaa-0000-0000-0000-00000000000a'::uuid END,
+             'line ' || o || '/' || l,
+             CASE WHEN o = 3 AND l >= 4 THEN timestamptz '2026-05-30T00:00:00Z'
+                  ELSE timestamptz '2026-01-01T00:00:00Z' END
+      FROM generate_series(1, 4) o, generate_series(1, 5) l;";
+
+fn lines_policy(strategy: &str, extra: &str) -> String {
+    format!(
+        r#"
+[cohort]
+sweep_batch_size = 3
+{extra}
+
+[[entity]]
+name = "OrderLine"
+id = "{LINE_ID}"
+table = "app.order_lines"
+category = "lines"
+anchor = "created_at"
+record_id = ["order_id", "line_no"]
+tenant = "tenant_id"
+soft_delete = "is_deleted"
+deleted_at = "deleted_at"
+anonymised_at = "anonymised_at"
+anonymise = {{ note = "null" }}
+
+[[category]]
+name = "lines"
+strategy = "{strategy}"
+period = "30d"
+audit = "per_row"
+"#
+    )
+}
+
+async fn build(db: &TestDatabase, policy: &str) -> Result<Cohort, Error> {
+    Cohort::builder(db.pool().clone())
+        .config(test_config())
+        .policy(PolicyFile::parse(policy)?)
+        .build()
+        .await
+}
+
+fn line_entity() -> Uuid {
+    Uuid::parse_str(LINE_ID).unwrap()
+}
+
+/// `(order_id, line_no)` of tenant A's lines that `strategy` has not changed.
+async fn untouched_lines(pool: &sqlx::PgPool, strategy: &str) -> BTreeSet<(i64, i32)> {
+    let changed = match strategy {
+        "purge" => "FALSE",
+        "soft_delete" => "is_deleted",
+        _ => "anonymised_at IS NOT NULL OR note IS NULL",
+    };
+    sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT order_id, line_no FROM app.order_lines \
+         WHERE tenant_id = 'aaaaaaaa-0000-0000-0000-00000000000a' AND NOT ({changed})"
+    )))
+    .fetch_all(pool)
+    .await
+    .unwrap()
+    .into_iter()
+    .collect()
+}
+
+/// The record ids of a run's row details.
+async fn detail_ids(pool: &sqlx::PgPool, run: Uuid) -> BTreeSet<String> {
+    sqlx::query_scalar("SELECT record_id FROM public.sweep_run_row_detail WHERE run_id = $1")
+        .bind(run)
+        .fetch_all(pool)
+        .await
+        .unwrap()
+        .into_iter()
+        .collect()
+}
+
+#[tokio::test]
+async fn every_strategy_sweeps_a_composite_key_in_tied_batches_and_a_hold_keeps_exactly_its_row() {
+    for (strategy, lanes) in [
+        ("purge", 1),
+        ("soft_delete", 1),
+        ("anonymise", 1),
+        ("purge", 2),
+        ("anonymise", 2),
+    ] {
+        let db = migrated_db().await;
+        exec(db.pool(), LINES).await;
+        let extra = format!("sweep_parallelism = {lanes}");
+        let cohort = build(&db, &lines_policy(strategy, &extra)).await.unwrap();
+        // Held in another spelling of the same key: the order as a string.
+        let hold = cohort
+            .create_hold(HoldRequest::new(line_entity(), r#"["1", 2]"#, "dispute").tenant(TENANT_A))
+            .await
+            .unwrap();
+        assert_eq!(hold.record_id.as_deref(), Some("[1, 2]"), "{strategy}");
+        assert!(cohort.is_held(line_entity(), "[1, 2]").await.unwrap());
+        assert!(!cohort.is_held(line_entity(), "[2, 1]").await.unwrap());
+
+        let result = cohort
+            .sweep(SweepRequest::tenanted(TENANT_A, now()))
+            .await
+            .unwrap();
+        let e = result.entity("OrderLine").unwrap();
+        // 13 old lines of tenant A, one held.
+        assert_eq!((e.affected, e.held), (12, 1), "{strategy} × {lanes}");
+        let expected_left: BTreeSet<(i64, i32)> = [(1, 2), (3, 4), (3, 5)].into();
+        assert_eq!(
+            untouched_lines(db.pool(), strategy).await,
+            expected_left,
+            "{strategy} × {lanes}"
+        );
+        // Tenant B's order is another tenant's: untouched.
+        assert_eq!(
+            count(
+                db.pool(),
+                "SELECT count(*) FROM app.order_lines WHERE order_id = 4 \
+                 AND NOT is_deleted AND anonymised_at IS NULL AND note IS NOT NULL"
+            )
+            .await,
+            5
+        );
+        // One detail per changed row, the key as its JSON array.
+        let expected: BTreeSet<String> = (1..=3)
+            .flat_map(|o| (1..=5).map(move |l| (o, l)))
+            .filter(|k| !expected_left.contains(k))
+            .map(|(o, l)| format!("[{o}, {l}]"))
+            .collect();
+        assert_eq!(detail_ids(db.pool(), result.run_id).await, expected);
+        // A second sweep finds nothing left to do.
+        let again = cohort
+            .sweep(SweepRequest::tenanted(TENANT_A, now()))
+            .await
+            .unwrap();
+        assert_eq!(again.entity("OrderLine").unwrap().affected, 0);
+    }
+}
+
+#[tokio::test]
+async fn a_composite_key_given_badly_is_refused_and_nothing_is_written() {
+    let db = migrated_db().await;
+    exec(db.pool(), LINES).await;
+    let cohort = build(&db, &lines_policy("purge", "")).await.unwrap();
+    for (raw, says) in [
+        ("1", "not a JSON array"),
+        ("[1]", "has 1 part(s); the record key has 2"),
+        ("[1, 2, 3]", "has 3 part(s)"),
+        (r#"[1, "two"]"#, "part 2"),
+        ("[1.5, 2]", "part 1"),
+        ("[null, 2]", "part 1"),
+        ("[1, 99999999999]", "out of range"),
+    ] {
+        let err = cohort
+            .create_hold(HoldRequest::new(line_entity(), raw, "x").tenant(TENANT_A))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, Error::InvalidInput(m) if m.contains(says)),
+            "{raw}: {err}"
+        );
+    }
+    // A well-formed key of no row is refused too.
+    let err = cohort
+        .create_hold(HoldRequest::new(line_entity(), "[9, 9]", "x").tenant(TENANT_A))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("does not exist"), "{err}");
+    assert_eq!(
+        count(db.pool(), "SELECT count(*) FROM public.retention_hold").await,
+        0
+    );
+}
+
+#[tokio::test]
+async fn guarded_deletion_names_held_composite_keys_and_runs_otherwise() {
+    let db = migrated_db().await;
+    exec(db.pool(), LINES).await;
+    let cohort = build(&db, &lines_policy("purge", "")).await.unwrap();
+    cohort
+        .create_hold(HoldRequest::new(line_entity(), "[2, 3]", "dispute").tenant(TENANT_A))
+        .await
+        .unwrap();
+    let outcome = cohort
+        .guarded_delete(
+            GuardedDeletion::new(line_entity(), ["[2, 2]", r#"["2", "3"]"#]).tenant(TENANT_A),
+            |_tx| Box::pin(async { Ok(()) }),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        outcome,
+        Guarded::Protected {
+            held: vec!["[2, 3]".to_owned()]
+        }
+    );
+    let outcome = cohort
+        .guarded_delete(
+            GuardedDeletion::new(line_entity(), ["[2, 2]"]).tenant(TENANT_A),
+            |tx| {
+                Box::pin(async move {
+                    let done = sqlx::query(
+                        "DELETE FROM app.order_lines WHERE order_id = 2 AND line_no = 2",
+                    )
+                    .execute(&mut *tx)
+                    .await?;
+                    Ok(done.rows_affected())
+                })
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(outcome, Guarded::Completed(1));
+}
+
+/// The newcomer's table: month partitions, a tenant column, the primary
+/// key `(id, logged_at)`. Ids repeat across months (the key is the pair).
+const AUDIT_LOG: &str = "CREATE SCHEMA app;
+    CREATE TABLE app.audit_log (
+        id bigint NOT NULL, logged_at timestamptz NOT NULL, tenant_id uuid NOT NULL,
+        actor_id uuid, action text, PRIMARY KEY (id, logged_at))
+      PARTITION BY RANGE (logged_at);
+    CREATE TABLE app.audit_log_2026_01 PARTITION OF app.audit_log FOR VALUES FROM ('2026-01-01Z') TO ('2026-02-01Z');
+    CREATE TABLE app.audit_log_2026_02 PARTITION OF app.audit_log FOR VALUES FROM ('2026-02-01Z') TO ('2026-03-01Z');
+    CREATE TABLE app.audit_log_2026_03 PARTITION OF app.audit_log FOR VALUES FROM ('2026-03-01Z') TO ('2026-04-01Z');
+    CREATE TABLE app.audit_log_2026_04 PARTITION OF app.audit_log FOR VALUES FROM ('2026-04-01Z') TO ('2026-05-01Z');
+    CREATE TABLE app.audit_log_2026_05 PARTITION OF app.audit_log FOR VALUES FROM ('2026-05-01Z') TO ('2026-06-01Z');
+    CREATE TABLE app.audit_log_2026_06 PARTITION OF app.audit_log FOR VALUES FROM ('2026-06-01Z') TO ('2026-07-01Z');
+    CREATE INDEX ON app.audit_log (logged_at);
+    CREATE INDEX ON app.audit_log (actor_id);
+    INSERT INTO app.audit_log
+      SELECT d, make_timestamptz(2026, m, d, 0, 0, 0, 'UTC'),
+             CASE WHEN d % 2 = 0 THEN 'aaaaaaaa-0000-0000-0000-00000000000a'::uuid
+                  ELSE 'bbbbbbbb-0000-0000-0000-00000000000b'::uuid END,
+             CASE WHEN d <= 2 THEN '11111111-1111-4111-8111-111111111111'::uuid
+                  WHEN d <= 4 THEN '22222222-2222-4222-8222-222222222222'::uuid END,
+             'viewed'
+      FROM generate_series(1, 5) m, generate_series(1, 10) d;";
+
+fn audit_log_policy() -> String {
+    format!(
+        r#"
+[cohort]
+sweep_batch_size = 4
+
+[[entity]]
+name = "AuditLog"
+id = "{LOG_ID}"
+table = "app.audit_log"
+category = "audit"
+anchor = "logged_at"
+record_id = ["id", "logged_at"]
+tenant = "tenant_id"
+subjects = [{{ column = "actor_id", kind = "user" }}]
+
+[[category]]
+name = "audit"
+strategy = "purge"
+period = "30d"
+audit = "per_row"
+"#
+    )
+}
+
+fn log_entity() -> Uuid {
+    Uuid::parse_str(LOG_ID).unwrap()
+}
+
+/// `(id, month)` of tenant A's rows left.
+async fn tenant_a_log(pool: &sqlx::PgPool) -> BTreeSet<(i64, i32)> {
+    sqlx::query_as(
+        "SELECT id, extract(month FROM logged_at AT TIME ZONE 'UTC')::int FROM app.audit_log \
+         WHERE tenant_id = 'aaaaaaaa-0000-0000-0000-00000000000a'",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap()
+    .into_iter()
+    .collect()
+}
+
+#[tokio::test]
+async fn the_partitioned_multi_tenant_audit_log_is_retained_on_the_row_path_with_holds_and_erasure()
+{
+    let db = migrated_db().await;
+    exec(db.pool(), AUDIT_LOG).await;
+    let cohort = build(&db, &audit_log_policy()).await.unwrap();
+
+    // Erasure first: actor Y's rows of tenant A (id 4, every month) go,
+    // whatever their age; the details name each by its pair.
+    let erased = cohort
+        .erase(ErasureRequest::tenanted(
+            TENANT_A,
+            ErasureScope::new(ACTOR_Y).kind("user"),
+            now(),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(erased.run.entity("AuditLog").unwrap().affected, 5);
+    let expected: BTreeSet<String> = (1..=5)
+        .map(|m| format!("[4, \"2026-0{m}-04T00:00:00.000000Z\"]"))
+        .collect();
+    assert_eq!(detail_ids(db.pool(), erased.run.run_id).await, expected);
+
+    // A record hold on (6, January), given with another offset, keeps that
+    // row and not (6, February), which shares its id; a subject hold on
+    // actor X keeps X's rows of tenant A (id 2).
+    let hold = cohort
+        .create_hold(
+            HoldRequest::new(log_entity(), r#"[6, "2026-01-06T01:00:00+01:00"]"#, "audit")
+                .tenant(TENANT_A),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        hold.record_id.as_deref(),
+        Some(r#"[6, "2026-01-06T00:00:00.000000Z"]"#)
+    );
+    cohort
+        .create_hold(HoldRequest::subject(ACTOR_X, "litigation").kind("user"))
+        .await
+        .unwrap();
+
+    let result = cohort
+        .sweep(SweepRequest::tenanted(TENANT_A, now()))
+        .await
+        .unwrap();
+    let e = result.entity("AuditLog").unwrap();
+    // Tenant A: ids 2, 6, 8, 10 left in months 1..=4 (past the cutoff of
+    // 2026-05-02) and May's 2, 4 (erased), ... : 4 ids × 4 months = 16
+    // past the cutoff, minus (6, Jan) and X's 4 rows of id 2: 11 purged.
+    assert_eq!((e.affected, e.held, e.held_by_subject), (11, 5, 4));
+    let left = tenant_a_log(db.pool()).await;
+    let mut expected: BTreeSet<(i64, i32)> = [(6, 1), (2, 1), (2, 2), (2, 3), (2, 4)].into();
+    expected.extend([2, 6, 8, 10].map(|d| (d, 5)));
+    assert_eq!(left, expected);
+    // Tenant B is another tenant: its 25 rows are all there.
+    assert_eq!(
+        count(
+            db.pool(),
+            "SELECT count(*) FROM app.audit_log WHERE tenant_id = 'bbbbbbbb-0000-0000-0000-00000000000b'"
+        )
+        .await,
+        25
+    );
+    let details = detail_ids(db.pool(), result.run_id).await;
+    assert_eq!(details.len(), 11);
+    assert!(details.contains(r#"[6, "2026-02-06T00:00:00.000000Z"]"#));
+    assert!(!details.contains(r#"[6, "2026-01-06T00:00:00.000000Z"]"#));
+}
+
+#[tokio::test]
+async fn validation_requires_a_unique_not_null_key_of_supported_types() {
+    let db = migrated_db().await;
+    exec(
+        db.pool(),
+        &format!(
+            "{LINES};
+             CREATE TABLE app.loose (a bigint NOT NULL, b int, c numeric NOT NULL, created_at timestamptz,
+                                     tenant_id uuid NOT NULL);
+             CREATE UNIQUE INDEX ON app.loose (a, b);
+             CREATE UNIQUE INDEX ON app.loose (a, c);"
+        ),
+    )
+    .await;
+    let with_key = |table: &str, key: &str| {
+        lines_policy("purge", "")
+            .replace("app.order_lines", table)
+            .replace(
+                r#"record_id = ["order_id", "line_no"]"#,
+                &format!("record_id = {key}"),
+            )
+            .replace("soft_delete = \"is_deleted\"\n", "")
+            .replace("deleted_at = \"deleted_at\"\n", "")
+            .replace("anonymised_at = \"anonymised_at\"\n", "")
+            .replace("anonymise = { note = \"null\" }\n", "")
+    };
+    for (table, key, says) in [
+        (
+            "app.order_lines",
+            r#"["order_id", "tenant_id"]"#,
+            "is not its primary key or a unique index of exactly these columns",
+        ),
+        (
+            "app.order_lines",
+            r#"["order_id"]"#,
+            "and the record key is \"order_id\" alone",
+        ),
+        ("app.loose", r#"["a", "b"]"#, "\"b\" allows NULL"),
+        (
+            "app.loose",
+            r#"["a", "c"]"#,
+            "a composite key's parts may be",
+        ),
+        ("app.order_lines", "[]", "record_id = [] names no column"),
+        (
+            "app.order_lines",
+            r#"["order_id", "order_id"]"#,
+            "lists the column \"order_id\" twice",
+        ),
+    ] {
+        let err = build(&db, &with_key(table, key)).await.unwrap_err();
+        assert!(err.to_string().contains(says), "{key}: {err}");
+    }
+    // The archive strategy does not take one yet, and says so.
+    let archive = lines_policy("purge", "")
+        .replace("strategy = \"purge\"", "strategy = \"archive\"")
+        .replace(
+            "anonymise = { note = \"null\" }\n",
+            "anonymise = { note = \"null\" }\narchive_table = \"app.order_lines_archive\"\n",
+        );
+    exec(
+        db.pool(),
+        "CREATE TABLE app.order_lines_archive (LIKE app.order_lines, archived_at timestamptz, archive_run_id uuid)",
+    )
+    .await;
+    let err = build(&db, &archive).await.unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("does not support a composite record key"),
+        "{err}"
+    );
+    // Nothing was written: every row is still there.
+    assert_eq!(
+        count(db.pool(), "SELECT count(*) FROM app.order_lines").await,
+        20
+    );
+}
