@@ -38,6 +38,12 @@ const LINES: &str = "CREATE SCHEMA app;
         is_deleted boolean NOT NULL DEFAULT false, deleted_at timestamptz, anonymised_at timestamptz,
         PRIMARY KEY (order_id, line_no));
     CREATE INDEX ON app.order_lines (created_at);
+    CREATE TABLE app.order_lines_archive (
+        order_id bigint NOT NULL, line_no int NOT NULL, tenant_id uuid NOT NULL,
+        note text, created_at timestamptz,
+        is_deleted boolean NOT NULL DEFAULT false, deleted_at timestamptz, anonymised_at timestamptz,
+        archived_at timestamptz NOT NULL, run_id uuid NOT NULL,
+        PRIMARY KEY (order_id, line_no));
     INSERT INTO app.order_lines (order_id, line_no, tenant_id, note, created_at)
       SELECT o, l, CASE WHEN o = 4 THEN 'bbbbbbbb-0000-0000-0000-00000000000b'::uuid
                         ELSE 'aaaaaaaa-0000-0000-0000-00000000000a'::uuid END,
@@ -47,6 +53,11 @@ const LINES: &str = "CREATE SCHEMA app;
       FROM generate_series(1, 4) o, generate_series(1, 5) l;";
 
 fn lines_policy(strategy: &str, extra: &str) -> String {
+    let archive = if strategy == "archive" {
+        "archive_table = \"app.order_lines_archive\""
+    } else {
+        ""
+    };
     format!(
         r#"
 [cohort]
@@ -65,6 +76,7 @@ soft_delete = "is_deleted"
 deleted_at = "deleted_at"
 anonymised_at = "anonymised_at"
 anonymise = {{ note = "null" }}
+{archive}
 
 [[category]]
 name = "lines"
@@ -90,7 +102,7 @@ fn line_entity() -> Uuid {
 /// `(order_id, line_no)` of tenant A's lines that `strategy` has not changed.
 async fn untouched_lines(pool: &sqlx::PgPool, strategy: &str) -> BTreeSet<(i64, i32)> {
     let changed = match strategy {
-        "purge" => "FALSE",
+        "purge" | "archive" => "FALSE",
         "soft_delete" => "is_deleted",
         _ => "anonymised_at IS NOT NULL OR note IS NULL",
     };
@@ -122,8 +134,10 @@ async fn every_strategy_sweeps_a_composite_key_in_tied_batches_and_a_hold_keeps_
         ("purge", 1),
         ("soft_delete", 1),
         ("anonymise", 1),
+        ("archive", 1),
         ("purge", 2),
         ("anonymise", 2),
+        ("archive", 2),
     ] {
         let db = migrated_db().await;
         exec(db.pool(), LINES).await;
@@ -168,6 +182,23 @@ async fn every_strategy_sweeps_a_composite_key_in_tied_batches_and_a_hold_keeps_
             .map(|(o, l)| format!("[{o}, {l}]"))
             .collect();
         assert_eq!(detail_ids(db.pool(), result.run_id).await, expected);
+        // The archive holds an exact copy of each row it took, and no other.
+        let archived: BTreeSet<String> = sqlx::query_scalar(
+            "SELECT '[' || order_id || ', ' || line_no || ']' FROM app.order_lines_archive \
+             WHERE note = 'line ' || order_id || '/' || line_no AND run_id = $1",
+        )
+        .bind(result.run_id)
+        .fetch_all(db.pool())
+        .await
+        .unwrap()
+        .into_iter()
+        .collect();
+        let want = if strategy == "archive" {
+            expected.clone()
+        } else {
+            BTreeSet::new()
+        };
+        assert_eq!(archived, want, "{strategy} × {lanes}");
         // A second sweep finds nothing left to do.
         let again = cohort
             .sweep(SweepRequest::tenanted(TENANT_A, now()))
@@ -442,22 +473,15 @@ async fn validation_requires_a_unique_not_null_key_of_supported_types() {
         let err = build(&db, &with_key(table, key)).await.unwrap_err();
         assert!(err.to_string().contains(says), "{key}: {err}");
     }
-    // The archive strategy does not take one yet, and says so.
-    let archive = lines_policy("purge", "")
-        .replace("strategy = \"purge\"", "strategy = \"archive\"")
-        .replace(
-            "anonymise = { note = \"null\" }\n",
-            "anonymise = { note = \"null\" }\narchive_table = \"app.order_lines_archive\"\n",
-        );
-    exec(
-        db.pool(),
-        "CREATE TABLE app.order_lines_archive (LIKE app.order_lines, archived_at timestamptz, archive_run_id uuid)",
-    )
-    .await;
+    // An archive must copy every key column.
+    let archive = lines_policy("archive", "").replace(
+        "archive_table = \"app.order_lines_archive\"",
+        "archive_table = \"app.order_lines_archive\"\narchive_columns = [\"order_id\", \"tenant_id\", \"note\", \"created_at\"]",
+    );
     let err = build(&db, &archive).await.unwrap_err();
     assert!(
         err.to_string()
-            .contains("does not support a composite record key"),
+            .contains("the archived columns leave out the record key \"line_no\""),
         "{err}"
     );
     // Nothing was written: every row is still there.
@@ -465,4 +489,66 @@ async fn validation_requires_a_unique_not_null_key_of_supported_types() {
         count(db.pool(), "SELECT count(*) FROM app.order_lines").await,
         20
     );
+}
+
+#[tokio::test]
+async fn an_archive_copy_whose_key_part_is_rewritten_fails_the_batch_and_deletes_nothing() {
+    // First without the verdict (the check made to pass): the rewrite
+    // does lose the row's exact copy, so the verdict is what stops it.
+    for verdict in [false, true] {
+        for lanes in [1, 2] {
+            let case = format!("verdict {verdict}, {lanes} lane(s)");
+            let db = migrated_db().await;
+            exec(db.pool(), LINES).await;
+            let extra = format!("sweep_parallelism = {lanes}");
+            let cohort = build(&db, &lines_policy("archive", &extra)).await.unwrap();
+            // Installed after startup, which refuses such a table.
+            exec(
+                db.pool(),
+                "CREATE FUNCTION app.hook() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
+                     IF NEW.order_id = 2 AND NEW.line_no = 3 THEN NEW.line_no := 33; END IF;
+                     RETURN NEW; END $$;
+                 CREATE TRIGGER hook BEFORE INSERT ON app.order_lines_archive
+                     FOR EACH ROW EXECUTE FUNCTION app.hook();",
+            )
+            .await;
+            if !verdict {
+                exec(
+                    db.pool(),
+                    "CREATE OR REPLACE FUNCTION public.retention_archive_check(moved bigint, copied bigint, unmatched bigint)
+                     RETURNS boolean LANGUAGE sql VOLATILE AS 'SELECT true'",
+                )
+                .await;
+            }
+            let result = cohort
+                .sweep(SweepRequest::tenanted(TENANT_A, now()))
+                .await
+                .unwrap();
+            let left = count(
+                db.pool(),
+                "SELECT count(*) FROM app.order_lines WHERE order_id = 2 AND line_no = 3",
+            )
+            .await;
+            let exact = count(
+                db.pool(),
+                "SELECT count(*) FROM app.order_lines_archive WHERE order_id = 2 AND line_no = 3",
+            )
+            .await;
+            if verdict {
+                let failure = result
+                    .failures
+                    .iter()
+                    .find(|f| f.entity == "OrderLine")
+                    .unwrap_or_else(|| panic!("{case}: the batch fails: {result:?}"));
+                assert!(
+                    failure.error.contains("code=archive_copy_mismatch"),
+                    "{case}: {}",
+                    failure.error
+                );
+                assert_eq!((left, exact), (1, 0), "{case}: row kept, nothing copied");
+            } else {
+                assert_eq!((left, exact), (0, 0), "{case}: deleted without its copy");
+            }
+        }
+    }
 }

@@ -117,6 +117,27 @@ impl Casts {
         s
     }
 
+    /// `moved."id" = v.k`: [`Casts::key_matches_v`] for the rows a
+    /// mutation returned as `moved`.
+    pub(crate) fn moved_matches_v(&self, e: &EntityDescriptor) -> SqlText {
+        let mut s = SqlText::default();
+        if !self.composite() {
+            s.push("moved.").ident(&e.record_id).push(" = v.k");
+            return s;
+        }
+        s.push("(");
+        for (i, c) in e.record_key.iter().enumerate() {
+            if i > 0 {
+                s.push(", ");
+            }
+            s.push("moved.").ident(c);
+        }
+        s.push(") = (")
+            .append(&self.parts_of(&SqlText::new("v.k")))
+            .push(")");
+        s
+    }
+
     /// `$n` as an array of keys: of the column's type (when it needs a
     /// cast), or of a composite key's JSON.
     pub(crate) fn key_array(&self, s: &mut SqlText, e: &EntityDescriptor, n: usize) {

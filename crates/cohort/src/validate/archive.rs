@@ -168,17 +168,12 @@ fn check_archived_keys(e: &EntityDescriptor, archive: &ArchiveTarget, problems: 
             ));
         }
     }
-    if e.has_composite_key() {
-        problems.push(format!(
-            "the archive strategy does not support a composite record key ({}) in this version; purge, soft delete or anonymise the entity instead",
-            e.record_key.join(", ")
-        ));
-    }
-    if !archive.columns.contains(&e.record_id) {
-        problems.push(format!(
-            "the archived columns leave out the record key {:?}: the audit and erasure find archived copies by it",
-            e.record_id
-        ));
+    for key in &e.record_key {
+        if !archive.columns.contains(key) {
+            problems.push(format!(
+                "the archived columns leave out the record key {key:?}: the audit and erasure find archived copies by it"
+            ));
+        }
     }
 }
 

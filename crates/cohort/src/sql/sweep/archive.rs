@@ -43,10 +43,11 @@ pub(super) fn archive_statements(
     moved
         .append(delete)
         .push(" RETURNING ")
-        .append(&archive_returning(e))
+        .append(&archive_returning(e, casts))
         .push("), ")
         .append(&archive_checked(
             e,
+            casts,
             &archive_insert(e, plan, casts, 3),
             cohort_schema,
         ));
@@ -59,9 +60,9 @@ pub(super) fn archive_statements(
     };
     let keys = {
         let mut s = moved.clone();
-        s.push(" SELECT moved.")
-            .ident(&e.record_id)
-            .push("::text FROM moved, verdict");
+        s.push(" SELECT ")
+            .append(&moved_key(e, casts))
+            .push(" FROM moved, verdict");
         s
     };
     let mut audited = moved;
@@ -72,9 +73,9 @@ pub(super) fn archive_statements(
         .param(next)
         .push(", $1, ")
         .param(next + 1)
-        .push(", moved.")
-        .ident(&e.record_id)
-        .push("::text, ")
+        .push(", ")
+        .append(&moved_key(e, casts))
+        .push(", ")
         .param(next + 2)
         .push(", ")
         .param(next + 3)
@@ -94,25 +95,47 @@ pub(super) fn archive_statements(
 /// `verdict` deletes nothing unless every deleted row was copied.
 pub(super) fn archive_checked(
     e: &EntityDescriptor,
+    casts: &Casts,
     insert: &SqlText,
     cohort_schema: &str,
 ) -> SqlText {
     let mut s = SqlText::new("archived AS (");
-    s.append(insert)
-        .push(" RETURNING ")
-        .ident(&e.record_id)
-        .push(" AS k), verdict AS (SELECT ")
+    s.append(insert).push(" RETURNING ");
+    // A composite key is compared as its text, read from the copy (the
+    // insert's target is `t`) and from what was deleted.
+    let moved = if casts.composite() {
+        s.append(&casts.key_text(e));
+        SqlText::new("moved.cohort_key")
+    } else {
+        s.ident(&e.record_id);
+        let mut m = SqlText::new("moved.");
+        m.ident(&e.record_id);
+        m
+    };
+    s.push(" AS k), verdict AS (SELECT ")
         .table(&QualifiedName::new(cohort_schema, "retention_archive_check"))
-        .push("((SELECT count(*) FROM moved), (SELECT count(*) FROM archived), (SELECT count(*) FROM moved FULL JOIN archived ON moved.")
-        .ident(&e.record_id)
-        .push(" = archived.k WHERE moved.")
-        .ident(&e.record_id)
+        .push("((SELECT count(*) FROM moved), (SELECT count(*) FROM archived), (SELECT count(*) FROM moved FULL JOIN archived ON ")
+        .append(&moved)
+        .push(" = archived.k WHERE ")
+        .append(&moved)
         .push(" IS NULL OR archived.k IS NULL)) AS ok)");
     s
 }
 
+/// The moved row's key as text: `moved."id"::text`, or a composite
+/// key's text, which the mutation returns as `cohort_key`.
+fn moved_key(e: &EntityDescriptor, casts: &Casts) -> SqlText {
+    if casts.composite() {
+        return SqlText::new("moved.cohort_key");
+    }
+    let mut s = SqlText::new("moved.");
+    s.ident(&e.record_id).push("::text");
+    s
+}
+
 /// What the archive's mutation returns: the columns the copy takes.
-pub(super) fn archive_returning(e: &EntityDescriptor) -> SqlText {
+/// (and a composite key's text, `cohort_key`).
+pub(super) fn archive_returning(e: &EntityDescriptor, casts: &Casts) -> SqlText {
     let archive = e.archive.as_ref().expect("validated: archive has a table");
     let mut s = SqlText::default();
     for (i, c) in archive.columns.iter().enumerate() {
@@ -120,6 +143,11 @@ pub(super) fn archive_returning(e: &EntityDescriptor) -> SqlText {
             s.push(", ");
         }
         s.col(c);
+    }
+    if casts.composite() {
+        s.push(", ")
+            .append(&casts.key_text(e))
+            .push(" AS cohort_key");
     }
     s
 }
@@ -142,7 +170,12 @@ pub(super) fn archive_insert(
         BTreeMap::new()
     };
     let mut insert = SqlText::new("INSERT INTO ");
-    insert.table(&archive.table).push(" (");
+    insert.table(&archive.table);
+    if casts.composite() {
+        // Its RETURNING reads the copy's key as `t` (see `archive_checked`).
+        insert.push(" AS t");
+    }
+    insert.push(" (");
     for c in &archive.columns {
         insert.ident(c).push(", ");
     }
@@ -174,9 +207,8 @@ pub(super) fn archive_insert(
         insert
             .push(" LEFT JOIN ")
             .append(&per_row_values(e, casts, run_id + 1 + plan.literals.len()))
-            .push(" ON moved.")
-            .ident(&e.record_id)
-            .push(" = v.k");
+            .push(" ON ")
+            .append(&casts.moved_matches_v(e));
     }
     insert
 }

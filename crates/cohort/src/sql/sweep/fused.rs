@@ -175,8 +175,12 @@ fn statement(
         .append(&p.returning)
         .push(")");
     if let Some(insert) = &p.archive_insert {
-        s.push(", ")
-            .append(&super::archive::archive_checked(e, insert, p.cohort_schema));
+        s.push(", ").append(&super::archive::archive_checked(
+            e,
+            p.casts,
+            insert,
+            p.cohort_schema,
+        ));
     }
     if let Some(a) = audit {
         s.append(&details(p, a));

@@ -215,7 +215,7 @@ fn fused_batch(m: &Mutation<'_, '_>, candidates: &SqlText) -> fused::Fused {
         .push(" < $2")
         .append(&s.tenant_and_floor(4));
     let returning = if archive {
-        archive_returning(e)
+        archive_returning(e, s.casts)
     } else {
         let mut r = SqlText::default();
         if s.casts.composite() {
