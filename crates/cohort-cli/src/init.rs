@@ -405,8 +405,11 @@ fn entity_block(
         keys => {
             let _ = writeln!(
                 out,
-                "# (composite primary key {}: Cohort needs a single-column record key)",
-                keys.join(", ")
+                "# record_id = [{}]",
+                keys.iter()
+                    .map(|k| quoted(k))
+                    .collect::<Vec<_>>()
+                    .join(", ")
             );
         }
     }

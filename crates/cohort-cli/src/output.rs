@@ -84,6 +84,35 @@ fn method(m: &AnonymiseMethod) -> String {
     }
 }
 
+/// `value` (an object, or an array of them) with each `record_id` of an
+/// entity whose key is composite (`entity_id` names it) as the JSON array
+/// it is, not a string holding one: what scripts read (SPEC §17).
+pub(crate) fn with_record_arrays(model: &ValidatedModel, mut value: Value) -> Value {
+    fn fix(model: &ValidatedModel, v: &mut Value) {
+        match v {
+            Value::Array(items) => items.iter_mut().for_each(|i| fix(model, i)),
+            Value::Object(o) => {
+                let composite = o
+                    .get("entity_id")
+                    .and_then(Value::as_str)
+                    .and_then(|id| id.parse().ok())
+                    .and_then(|id| model.entity(id))
+                    .is_some_and(EntityDescriptor::has_composite_key);
+                if composite {
+                    if let Some(Value::String(text)) = o.get("record_id") {
+                        if let Ok(parsed) = serde_json::from_str::<Value>(text) {
+                            o.insert("record_id".into(), parsed);
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    fix(model, &mut value);
+    value
+}
+
 pub(crate) fn entity_json(e: &EntityDescriptor, model: &ValidatedModel) -> Value {
     json!({
         "entity_id": e.id,
@@ -92,7 +121,7 @@ pub(crate) fn entity_json(e: &EntityDescriptor, model: &ValidatedModel) -> Value
         "category": e.category,
         "strategies": model.capabilities.get(&e.id).map(|c| c.iter().map(|s| s.as_str()).collect::<Vec<_>>()),
         "anchor": e.anchor,
-        "record_id": e.record_id,
+        "record_id": if e.has_composite_key() { json!(e.record_key) } else { json!(e.record_id) },
         "tenant": e.tenant,
         "soft_delete": e.soft_delete,
         "deleted_at": e.deleted_at,

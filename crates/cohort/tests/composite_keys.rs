@@ -552,3 +552,42 @@ async fn an_archive_copy_whose_key_part_is_rewritten_fails_the_batch_and_deletes
         }
     }
 }
+
+#[tokio::test]
+async fn a_command_handler_receives_each_composite_key_as_a_json_array_with_its_snapshot() {
+    let db = migrated_db().await;
+    exec(db.pool(), LINES).await;
+    let dir = tempfile::tempdir().unwrap();
+    // One file per delivery: deliveries run at once.
+    let script = format!("cat > \"$(mktemp -p {})\"", dir.path().display());
+    let handler = format!(
+        "[[entity.handler]]\nname = \"crm\"\ncapture = [\"note\"]\ncommand = [\"sh\", \"-c\", {script:?}]\n"
+    );
+    // The handler belongs to the entity: after its anonymise line.
+    let policy = lines_policy("purge", "").replace(
+        "anonymise = { note = \"null\" }\n",
+        &format!("anonymise = {{ note = \"null\" }}\n\n{handler}"),
+    );
+    let cohort = build(&db, &policy).await.unwrap();
+    let result = cohort
+        .sweep(SweepRequest::tenanted(TENANT_A, now()))
+        .await
+        .unwrap();
+    assert_eq!(result.entity("OrderLine").unwrap().affected, 13);
+    let report = cohort.dispatcher().flush().await.unwrap();
+    assert_eq!((report.delivered, report.dead_lettered), (13, 0));
+    let mut seen = BTreeSet::new();
+    for file in std::fs::read_dir(dir.path()).unwrap() {
+        let text = std::fs::read_to_string(file.unwrap().path()).unwrap();
+        let doc: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let key = doc["record_id"].as_array().expect("a JSON array").clone();
+        let (o, l) = (key[0].as_i64().unwrap(), key[1].as_i64().unwrap());
+        assert_eq!(doc["snapshot"]["note"], format!("line {o}/{l}"), "{doc}");
+        seen.insert((o, l));
+    }
+    let expected: BTreeSet<(i64, i64)> = (1..=3)
+        .flat_map(|o| (1..=5).map(move |l| (o, l)))
+        .filter(|&(o, l)| !(o == 3 && l >= 4))
+        .collect();
+    assert_eq!(seen, expected);
+}

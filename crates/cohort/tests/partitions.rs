@@ -468,9 +468,9 @@ async fn validation_names_what_partition_purge_needs() {
     );
 
     // The newcomer's audit_log: partitioned by month, a tenant column and
-    // the key (id, created_at). Nothing in this version retains it, and
-    // the message says so instead of pointing at partition purge, which
-    // would be refused next for the tenant column.
+    // the key (id, created_at). The message points at the composite record
+    // key that retains it (composite_keys.rs), not at partition purge,
+    // which would be refused next for the tenant column.
     let tenanted_rows = format!(
         "{}[[category]]\nname = \"events\"\nstrategy = \"purge\"\nperiod = \"30d\"\n",
         entity(
@@ -483,10 +483,9 @@ async fn validation_names_what_partition_purge_needs() {
     );
     let err = build(&db, &tenanted_rows).await.unwrap_err().to_string();
     assert!(
-        err.contains("a partitioned table with a tenant column cannot be retained by this version"),
+        err.contains("declare the primary key as a composite record key, record_id = [\"id\", \"logged_at\"]"),
         "{err}"
     );
-    assert!(err.contains("keep it exempt"), "{err}");
     assert!(
         !err.contains("accepted only with partitions = \"drop\""),
         "{err}"

@@ -522,7 +522,7 @@ async fn composite_and_non_unique_keys_are_rejected() {
     let db = migrated_db().await;
     exec(db.pool(), "CREATE TABLE pairs (id uuid, tenant_id uuid, created_at timestamptz, PRIMARY KEY (tenant_id, id));
         CREATE TABLE loose (id uuid, tenant_id uuid, created_at timestamptz);").await;
-    expect_problems(&db, vec![note("pairs")], &["pairs"], &["public.pairs has a composite primary key (tenant_id, id); Cohort needs a single-column record key"]).await;
+    expect_problems(&db, vec![note("pairs")], &["pairs"], &["public.pairs has a composite primary key (tenant_id, id) and the record key is \"id\" alone; declare the key's columns, record_id = [\"tenant_id\", \"id\"]"]).await;
     expect_problems(
         &db,
         vec![note("loose")],

@@ -5,7 +5,7 @@ use cohort::holds::{Hold, HoldFilter, HoldRequest};
 use cohort::Cohort;
 use uuid::Uuid;
 
-use crate::output::{print_json, table};
+use crate::output::{print_json, table, with_record_arrays};
 use crate::Failure;
 
 use super::*;
@@ -157,7 +157,10 @@ pub(crate) async fn holds(cohort: &Cohort, json: bool, cmd: &HoldsCommand) -> Re
             }
             let hold = cohort.create_hold(req).await?;
             if json {
-                print_json(&serde_json::to_value(&hold).expect("hold serialises"));
+                print_json(&with_record_arrays(
+                    &*cohort.ready().await?,
+                    serde_json::to_value(&hold).expect("hold serialises"),
+                ));
             } else {
                 outln!("Hold {} placed.\n", hold.hold_id);
                 outln!(
@@ -180,7 +183,10 @@ pub(crate) async fn holds(cohort: &Cohort, json: bool, cmd: &HoldsCommand) -> Re
             }
             let holds = cohort.list_holds(&filter).await?;
             if json {
-                print_json(&serde_json::to_value(&holds).expect("holds serialise"));
+                print_json(&with_record_arrays(
+                    &*cohort.ready().await?,
+                    serde_json::to_value(&holds).expect("holds serialise"),
+                ));
             } else {
                 outln!(
                     "{}",
@@ -192,7 +198,10 @@ pub(crate) async fn holds(cohort: &Cohort, json: bool, cmd: &HoldsCommand) -> Re
             let hold_id = cohort.find_hold(hold_id).await?;
             let hold = cohort.release_hold(hold_id).await?;
             if json {
-                print_json(&serde_json::to_value(&hold).expect("hold serialises"));
+                print_json(&with_record_arrays(
+                    &*cohort.ready().await?,
+                    serde_json::to_value(&hold).expect("hold serialises"),
+                ));
             } else {
                 outln!("Hold {} released.", hold.hold_id);
             }

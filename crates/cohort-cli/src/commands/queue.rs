@@ -5,7 +5,7 @@ use cohort::policy::PolicyFile;
 use cohort::Cohort;
 use serde_json::json;
 
-use crate::output::{print_json, table};
+use crate::output::{print_json, table, with_record_arrays};
 use crate::Failure;
 
 use super::*;
@@ -101,7 +101,10 @@ pub(crate) async fn dead_letters(
             }
             let letters = cohort.dead_letters(&filter).await?;
             if json {
-                print_json(&serde_json::to_value(&letters).expect("dead letters serialise"));
+                print_json(&with_record_arrays(
+                    &*cohort.ready().await?,
+                    serde_json::to_value(&letters).expect("dead letters serialise"),
+                ));
             } else {
                 let rows: Vec<Vec<String>> = letters
                     .iter()

@@ -100,6 +100,10 @@ pub struct AfterContext {
     pub entity_id: Uuid,
     /// The row's record id (canonical text).
     pub record_id: String,
+    /// The record id as JSON: the string, or for a composite key the
+    /// array of its parts in key order (what a command handler's document
+    /// carries as `record_id`).
+    pub record_key: serde_json::Value,
     /// The row's tenant, if tenant-scoped.
     pub tenant: Option<String>,
     /// The run that mutated the row.

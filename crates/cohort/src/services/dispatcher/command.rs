@@ -89,7 +89,7 @@ impl CommandHandler {
             "handler": self.spec.name,
             "entity_id": ctx.entity_id,
             "entity": self.spec.entity,
-            "record_id": ctx.record_id,
+            "record_id": ctx.record_key,
             "tenant": ctx.tenant,
             "run_id": ctx.run_id,
             "run_kind": ctx.run_kind.as_str(),

@@ -296,7 +296,11 @@ impl Dispatcher {
 
     async fn deliver(&self, prepared: &Prepared, work: Claimed) -> Outcome {
         let attempt = work.attempt.max(1) as u32;
-        let (handler, ctx) = match self.deliverable(&work, attempt) {
+        let composite = prepared
+            .model
+            .entity(work.entity_id)
+            .is_some_and(crate::model::EntityDescriptor::has_composite_key);
+        let (handler, ctx) = match self.deliverable(&work, attempt, composite) {
             Ok(ready) => ready,
             Err(reason) => return self.settle_failure(prepared, &work, &reason, true).await,
         };
@@ -359,6 +363,7 @@ impl Dispatcher {
         &'h self,
         work: &Claimed,
         attempt: u32,
+        composite: bool,
     ) -> std::result::Result<(&'h crate::handlers::Registered, AfterContext), String> {
         if attempt > self.config.max_attempts {
             return Err(
@@ -407,6 +412,7 @@ impl Dispatcher {
             snapshot,
             entity_id: work.entity_id,
             record_id: work.record_id.clone(),
+            record_key: record_key_json(&work.record_id, composite),
             tenant: work.tenant.clone(),
             run_id: work.run_id,
             run_kind: if work.run_kind == "erasure" {
@@ -544,4 +550,12 @@ impl Dispatcher {
             tracing::warn!(row_detail_id, error = %e, "clearing payloads failed; the backstop scrub will");
         }
     }
+}
+
+/// A record id as JSON: a string, or the array a composite key's text is.
+fn record_key_json(record_id: &str, composite: bool) -> serde_json::Value {
+    composite
+        .then(|| serde_json::from_str(record_id).ok())
+        .flatten()
+        .unwrap_or_else(|| serde_json::Value::String(record_id.to_owned()))
 }
