@@ -51,6 +51,23 @@ struct Args {
     /// The `cohort` binary (default: beside this one).
     #[arg(long)]
     cohort_bin: Option<PathBuf>,
+    /// Key the table by `(id, created_at)` (a composite record key) and
+    /// partition it by `created_at`, as a multi-tenant log table is.
+    #[arg(long)]
+    composite_key: bool,
+}
+
+/// How the soak names a row's record key in SQL: `id::text`, or the JSON
+/// array of `(id, created_at)` written out here independently of Cohort's
+/// own code (the invariants compare the two).
+fn key_expr(composite: bool, alias: &str) -> String {
+    if composite {
+        format!(
+            "jsonb_build_array({alias}.id, to_char({alias}.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'))::text"
+        )
+    } else {
+        format!("{alias}.id::text")
+    }
 }
 
 /// What happened, for the report.
@@ -73,23 +90,44 @@ fn subject(i: usize) -> String {
     format!("aaaaaaaa-0000-0000-0000-{i:012}")
 }
 
+/// The application's table: keyed by `id`, or (`composite`) by
+/// `(id, created_at)` and partitioned by `created_at` (30 days back from
+/// now, the cutoff, is a partition bound).
+fn app_schema(composite: bool) -> String {
+    if !composite {
+        return "CREATE SCHEMA app;
+            CREATE TABLE app.items (id bigint PRIMARY KEY, tenant_id uuid NOT NULL, owner_id uuid NOT NULL,
+                created_at timestamptz NOT NULL);
+            CREATE INDEX ON app.items (tenant_id, created_at);"
+            .into();
+    }
+    let bound = (chrono::Utc::now() - chrono::Duration::days(30)).to_rfc3339();
+    format!(
+        "CREATE SCHEMA app;
+         CREATE TABLE app.items (id bigint NOT NULL, tenant_id uuid NOT NULL, owner_id uuid NOT NULL,
+             created_at timestamptz NOT NULL, PRIMARY KEY (id, created_at))
+           PARTITION BY RANGE (created_at);
+         CREATE TABLE app.items_old PARTITION OF app.items FOR VALUES FROM (MINVALUE) TO ('{bound}');
+         CREATE TABLE app.items_new PARTITION OF app.items FOR VALUES FROM ('{bound}') TO (MAXVALUE);
+         CREATE INDEX ON app.items (tenant_id, created_at);
+         CREATE INDEX ON app.items (owner_id);"
+    )
+}
+
 const SCHEMA: &str = "
-CREATE SCHEMA app;
-CREATE TABLE app.items (id bigint PRIMARY KEY, tenant_id uuid NOT NULL, owner_id uuid NOT NULL,
-    created_at timestamptz NOT NULL);
-CREATE INDEX ON app.items (tenant_id, created_at);
 CREATE SCHEMA soak;
--- Every row ever inserted, in the inserting transaction.
-CREATE TABLE soak.inserted (id bigint PRIMARY KEY);
+-- Every row ever inserted, in the inserting transaction, with its key's text.
+CREATE TABLE soak.inserted (id bigint PRIMARY KEY, key text NOT NULL UNIQUE);
 -- Every row the application deleted itself (guarded), in the deleting transaction.
-CREATE TABLE soak.app_deleted (id bigint PRIMARY KEY, at timestamptz NOT NULL DEFAULT now());
+CREATE TABLE soak.app_deleted (id bigint PRIMARY KEY, key text NOT NULL,
+    at timestamptz NOT NULL DEFAULT now());
 -- Holds as the application saw them: acknowledged after creation commits,
 -- release requested before the release starts (database clock both).
 CREATE TABLE soak.holds (hold_id uuid PRIMARY KEY, record_id text NOT NULL,
     acked_at timestamptz NOT NULL, release_requested_at timestamptz);
 ";
 
-fn policy(log: &Path) -> String {
+fn policy(log: &Path, composite: bool) -> String {
     let handler = |name: &str| {
         format!(
             "[[entity.handler]]\nname = \"{name}\"\ncommand = [\"sh\", \"-c\", \"r=$(od -An -N1 -tu1 /dev/urandom); if [ $((r % 6)) -eq 0 ]; then exit 7; fi; d=$(cat); printf '%s\\\\n' \\\"$d\\\" >> '{log}'\"]\n\n",
@@ -123,6 +161,7 @@ table = "app.items"
 category = "items"
 anchor = "created_at"
 subjects = ["owner_id"]
+{key}
 # Two connections per sweep: every invariant below holds under the chaos
 # for parallel sweeps too (RS-022).
 sweep_parallelism = 2
@@ -137,6 +176,11 @@ audit = "per_row"
         t2 = TENANTS[1],
         first = handler("first"),
         second = handler("second"),
+        key = if composite {
+            "record_id = [\"id\", \"created_at\"]"
+        } else {
+            ""
+        },
     )
 }
 
@@ -269,12 +313,15 @@ async fn run(args: Args) -> Result<bool, Box<dyn std::error::Error>> {
         .acquire_timeout(Duration::from_secs(5))
         .connect(&url)
         .await?;
+    sqlx::raw_sql(sqlx::AssertSqlSafe(app_schema(args.composite_key)))
+        .execute(&pool)
+        .await?;
     sqlx::raw_sql(SCHEMA).execute(&pool).await?;
     cohort::schema::migrate(&mut *pool.acquire().await?, "retention").await?;
     let dir = tempfile::tempdir()?;
     let log = dir.path().join("deliveries.log");
     let config = dir.path().join("cohort.toml");
-    let text = policy(&log);
+    let text = policy(&log, args.composite_key);
     std::fs::write(&config, &text)?;
     let cohort = Cohort::builder(pool.clone())
         .policy(PolicyFile::parse(&text)?)
@@ -296,6 +343,7 @@ async fn run(args: Args) -> Result<bool, Box<dyn std::error::Error>> {
     let load = tokio::spawn(load(
         cohort.clone(),
         pool.clone(),
+        args.composite_key,
         StdRng::seed_from_u64(args.seed),
         counts.clone(),
         stop.clone(),
@@ -376,7 +424,7 @@ async fn run(args: Args) -> Result<bool, Box<dyn std::error::Error>> {
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
 
-    let ok = check(&pool, &log, &counts, &codes).await?;
+    let ok = check(&pool, &log, &counts, &codes, args.composite_key).await?;
     if !ok {
         println!(
             "soak: FAILED with seed {} (rerun: cargo run -p cohort-soak -- --seed {} --duration {}); logs in {}",
@@ -395,6 +443,7 @@ async fn run(args: Args) -> Result<bool, Box<dyn std::error::Error>> {
 async fn load(
     cohort: Cohort,
     pool: PgPool,
+    composite: bool,
     mut rng: StdRng,
     counts: Arc<Counts>,
     stop: Arc<AtomicBool>,
@@ -402,6 +451,11 @@ async fn load(
     let entity = Uuid::parse_str(ENTITY).expect("a uuid");
     let mut next_id: i64 = 1;
     let mut holds: Vec<Uuid> = Vec::new();
+    let insert = format!(
+        "WITH i AS (INSERT INTO app.items VALUES ($1, $2::uuid, $3::uuid, now() - make_interval(days => $4)) RETURNING *) \
+         INSERT INTO soak.inserted SELECT i.id, {} FROM i",
+        key_expr(composite, "i")
+    );
     while !stop.load(Ordering::SeqCst) {
         let result: Result<(), Box<dyn std::error::Error + Send + Sync>> = async {
             match rng.random_range(0..100) {
@@ -411,15 +465,11 @@ async fn load(
                     for _ in 0..10 {
                         let age_days = rng.random_range(0..60);
                         let owner = subject(rng.random_range(0..SUBJECTS));
-                        sqlx::query("INSERT INTO app.items VALUES ($1, $2::uuid, $3::uuid, now() - make_interval(days => $4))")
+                        sqlx::query(sqlx::AssertSqlSafe(insert.clone()))
                             .bind(next_id)
                             .bind(tenant)
                             .bind(owner)
                             .bind(age_days)
-                            .execute(&mut *tx)
-                            .await?;
-                        sqlx::query("INSERT INTO soak.inserted VALUES ($1)")
-                            .bind(next_id)
                             .execute(&mut *tx)
                             .await?;
                         next_id += 1;
@@ -428,14 +478,14 @@ async fn load(
                     counts.inserted.fetch_add(10, Ordering::Relaxed);
                 }
                 35..=54 => {
-                    let Some((id, tenant)) = random_row(&pool, &mut rng).await? else { return Ok(()) };
+                    let Some((id, tenant, key)) = random_row(&pool, &mut rng).await? else { return Ok(()) };
                     let outcome = cohort
                         .guarded_delete(
-                            GuardedDeletion::new(entity, [id.to_string()]).tenant(tenant),
+                            GuardedDeletion::new(entity, [key.clone()]).tenant(tenant),
                             move |tx| {
                                 Box::pin(async move {
                                     sqlx::query("DELETE FROM app.items WHERE id = $1").bind(id).execute(&mut *tx).await?;
-                                    sqlx::query("INSERT INTO soak.app_deleted (id) VALUES ($1)").bind(id).execute(&mut *tx).await?;
+                                    sqlx::query("INSERT INTO soak.app_deleted (id, key) VALUES ($1, $2)").bind(id).bind(key).execute(&mut *tx).await?;
                                     Ok(())
                                 })
                             },
@@ -449,15 +499,15 @@ async fn load(
                     };
                 }
                 55..=74 => {
-                    let Some((id, tenant)) = random_row(&pool, &mut rng).await? else { return Ok(()) };
+                    let Some((_, tenant, key)) = random_row(&pool, &mut rng).await? else { return Ok(()) };
                     match cohort
-                        .create_hold(HoldRequest::new(entity, id.to_string(), "soak").tenant(tenant))
+                        .create_hold(HoldRequest::new(entity, key.clone(), "soak").tenant(tenant))
                         .await
                     {
                         Ok(hold) => {
                             sqlx::query("INSERT INTO soak.holds (hold_id, record_id, acked_at) VALUES ($1, $2, clock_timestamp())")
                                 .bind(hold.hold_id)
-                                .bind(id.to_string())
+                                .bind(key)
                                 .execute(&pool)
                                 .await?;
                             holds.push(hold.hold_id);
@@ -503,10 +553,14 @@ async fn load(
     }
 }
 
-async fn random_row(pool: &PgPool, rng: &mut StdRng) -> Result<Option<(i64, String)>, sqlx::Error> {
+/// A row at random: its id, tenant and key text (as `soak.inserted` has it).
+async fn random_row(
+    pool: &PgPool,
+    rng: &mut StdRng,
+) -> Result<Option<(i64, String, String)>, sqlx::Error> {
     let pick: f64 = rng.random();
     sqlx::query_as(
-        "SELECT id, tenant_id::text FROM app.items WHERE id >= (SELECT COALESCE(min(id), 0) + floor($1 * (COALESCE(max(id), 0) - COALESCE(min(id), 0) + 1)) FROM app.items) ORDER BY id LIMIT 1",
+        "SELECT t.id, t.tenant_id::text, i.key FROM app.items t JOIN soak.inserted i USING (id) WHERE t.id >= (SELECT COALESCE(min(id), 0) + floor($1 * (COALESCE(max(id), 0) - COALESCE(min(id), 0) + 1)) FROM app.items) ORDER BY t.id LIMIT 1",
     )
     .bind(pick)
     .fetch_optional(pool)
@@ -519,6 +573,7 @@ async fn check(
     log: &Path,
     counts: &Counts,
     codes: &[Option<i32>],
+    composite: bool,
 ) -> Result<bool, Box<dyn std::error::Error>> {
     println!(
         "soak: counts: inserted {}, deleted by the application {} (protected {}), holds {} (released {}), erasures {}, load errors during outages {}, kill -9 {}, SIGSTOP {}, server crashes {}, backends terminated {}",
@@ -542,18 +597,21 @@ async fn check(
         );
         ok &= holds;
     };
-    let one =
-        |sql: &'static str| async move { sqlx::query_scalar::<_, i64>(sql).fetch_one(pool).await };
+    let one = |sql: String| async move {
+        sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(sql))
+            .fetch_one(pool)
+            .await
+    };
 
     // 1. No row mutated under a hold that was acknowledged before the batch
     //    (or the guarded deletion) began and not yet asked to be released
     //    when it committed.
     let by_cohort = one("SELECT count(*) FROM retention.sweep_run_row_detail d JOIN soak.holds h ON h.record_id = d.record_id
         WHERE h.acked_at < d.recorded_at
-          AND (h.release_requested_at IS NULL OR h.release_requested_at > pg_xact_commit_timestamp(d.xmin))").await?;
-    let by_app = one("SELECT count(*) FROM soak.app_deleted a JOIN soak.holds h ON h.record_id = a.id::text
+          AND (h.release_requested_at IS NULL OR h.release_requested_at > pg_xact_commit_timestamp(d.xmin))".into()).await?;
+    let by_app = one("SELECT count(*) FROM soak.app_deleted a JOIN soak.holds h ON h.record_id = a.key
         WHERE h.acked_at < a.at
-          AND (h.release_requested_at IS NULL OR h.release_requested_at > pg_xact_commit_timestamp(a.xmin))").await?;
+          AND (h.release_requested_at IS NULL OR h.release_requested_at > pg_xact_commit_timestamp(a.xmin))".into()).await?;
     verdict(
         "no row mutated under an active hold",
         by_cohort == 0 && by_app == 0,
@@ -562,33 +620,44 @@ async fn check(
 
     // 2. Every vanished row has exactly one ledger entry or one application
     //    deletion; no ledger entry for a row that still exists.
-    let vanished = one("SELECT count(*) FROM soak.inserted i WHERE NOT EXISTS (SELECT 1 FROM app.items t WHERE t.id = i.id)").await?;
+    let vanished = one("SELECT count(*) FROM soak.inserted i WHERE NOT EXISTS (SELECT 1 FROM app.items t WHERE t.id = i.id)".into()).await?;
     // (Aggregated once and joined: correlated counts are quadratic at the
     // sizes an hour-long soak reaches.)
     let unexplained = one(
         "WITH d AS (SELECT record_id, count(*) AS n FROM retention.sweep_run_row_detail GROUP BY 1),
-             a AS (SELECT id::text AS record_id, count(*) AS n FROM soak.app_deleted GROUP BY 1)
+             a AS (SELECT key AS record_id, count(*) AS n FROM soak.app_deleted GROUP BY 1)
         SELECT count(*) FROM soak.inserted i
         LEFT JOIN app.items t ON t.id = i.id
-        LEFT JOIN d ON d.record_id = i.id::text
-        LEFT JOIN a ON a.record_id = i.id::text
-        WHERE t.id IS NULL AND COALESCE(d.n, 0) + COALESCE(a.n, 0) <> 1",
+        LEFT JOIN d ON d.record_id = i.key
+        LEFT JOIN a ON a.record_id = i.key
+        WHERE t.id IS NULL AND COALESCE(d.n, 0) + COALESCE(a.n, 0) <> 1"
+        .into(),
     )
     .await?;
-    let phantom = one("SELECT count(*) FROM retention.sweep_run_row_detail d JOIN app.items t ON t.id::text = d.record_id").await?;
-    let audited = one("SELECT count(*) FROM retention.sweep_run_row_detail").await?;
-    verdict("every mutation audited once, no audit without its mutation", unexplained == 0 && phantom == 0,
-        format!("{vanished} rows gone: {audited} by Cohort (audited), {} by the application; {unexplained} unexplained, {phantom} phantom", counts.app_deleted.load(Ordering::Relaxed)));
+    let phantom = one(format!(
+        "SELECT count(*) FROM retention.sweep_run_row_detail d JOIN app.items t ON {} = d.record_id",
+        key_expr(composite, "t")
+    ))
+    .await?;
+    // Every detail names a key the application inserted, in the same text.
+    let strangers = one("SELECT count(*) FROM retention.sweep_run_row_detail d
+        WHERE NOT EXISTS (SELECT 1 FROM soak.inserted i WHERE i.key = d.record_id)"
+        .into())
+    .await?;
+    let audited = one("SELECT count(*) FROM retention.sweep_run_row_detail".into()).await?;
+    verdict("every mutation audited once, no audit without its mutation", unexplained == 0 && phantom == 0 && strangers == 0,
+        format!("{vanished} rows gone: {audited} by Cohort (audited), {} by the application; {unexplained} unexplained, {phantom} phantom, {strangers} details naming no inserted key", counts.app_deleted.load(Ordering::Relaxed)));
 
     // 3. Summaries equal their details, run by run.
     let mismatched = one(
         "WITH s AS (SELECT run_id, sum(affected_count) AS n FROM retention.sweep_run_entity_summary GROUP BY 1),
              d AS (SELECT run_id, count(*) AS n FROM retention.sweep_run_row_detail GROUP BY 1)
         SELECT count(*) FROM retention.sweep_run r LEFT JOIN s USING (run_id) LEFT JOIN d USING (run_id)
-        WHERE COALESCE(s.n, 0) <> COALESCE(d.n, 0)",
+        WHERE COALESCE(s.n, 0) <> COALESCE(d.n, 0)"
+        .into(),
     )
     .await?;
-    let runs = one("SELECT count(*) FROM retention.sweep_run").await?;
+    let runs = one("SELECT count(*) FROM retention.sweep_run".into()).await?;
     verdict(
         "summaries equal their row details",
         mismatched == 0,
@@ -603,19 +672,23 @@ async fn check(
         WHERE trigger = 'scheduled' AND kind = 'sweep'
           AND status IN ('succeeded', 'partially_failed', 'failed')
           AND (error IS NULL OR error NOT LIKE 'run: recovered:%')
-        GROUP BY occurrence, dry_run, policy_fingerprint, occurrence_pass HAVING count(*) > 1) x")
+        GROUP BY occurrence, dry_run, policy_fingerprint, occurrence_pass HAVING count(*) > 1) x"
+        .into())
     .await?;
     let occurrences = one(
-        "SELECT count(DISTINCT occurrence) FROM retention.sweep_run WHERE trigger = 'scheduled'",
+        "SELECT count(DISTINCT occurrence) FROM retention.sweep_run WHERE trigger = 'scheduled'"
+            .into(),
     )
     .await?;
     // Every pass of a completed occurrence is done, with its run.
     let incomplete = one("SELECT count(*) FROM retention.sweep_occurrence o
          JOIN retention.sweep_occurrence_pass p USING (occurrence_id)
-         WHERE o.completed_at IS NOT NULL AND p.status <> 'done'")
+         WHERE o.completed_at IS NOT NULL AND p.status <> 'done'"
+        .into())
     .await?;
     let claimers = one(
-        "SELECT count(DISTINCT claimed_by) FROM retention.sweep_occurrence_pass WHERE status = 'done'",
+        "SELECT count(DISTINCT claimed_by) FROM retention.sweep_occurrence_pass WHERE status = 'done'"
+        .into(),
     )
     .await?;
     verdict(
@@ -629,11 +702,12 @@ async fn check(
     // 5. Handler work: every piece terminal, one per handler per audited
     //    row, each delivered one logged at least once, `first` before
     //    `second` for every row.
-    let open = one("SELECT count(*) FROM retention.sweep_row_handler_status WHERE status NOT IN ('succeeded', 'dead_lettered')").await?;
+    let open = one("SELECT count(*) FROM retention.sweep_row_handler_status WHERE status NOT IN ('succeeded', 'dead_lettered')".into()).await?;
     let missing = one(
         "WITH h AS (SELECT row_detail_id, count(*) AS n FROM retention.sweep_row_handler_status GROUP BY 1)
         SELECT count(*) FROM retention.sweep_run_row_detail d LEFT JOIN h USING (row_detail_id)
-        WHERE COALESCE(h.n, 0) <> 2",
+        WHERE COALESCE(h.n, 0) <> 2"
+        .into(),
     )
     .await?;
     let delivered: Vec<(String, String)> = sqlx::query_as(
@@ -642,7 +716,8 @@ async fn check(
     .fetch_all(pool)
     .await?;
     let dead = one(
-        "SELECT count(*) FROM retention.sweep_row_handler_status WHERE status = 'dead_lettered'",
+        "SELECT count(*) FROM retention.sweep_row_handler_status WHERE status = 'dead_lettered'"
+            .into(),
     )
     .await?;
     let text = std::fs::read_to_string(log).unwrap_or_default();
@@ -652,7 +727,7 @@ async fn check(
             continue;
         };
         let key = (
-            doc["record_id"].as_str().unwrap_or("").to_string(),
+            record_text(&doc["record_id"]),
             doc["handler"].as_str().unwrap_or("").to_string(),
         );
         first_seen.entry(key).or_insert(line_no);
@@ -683,4 +758,21 @@ async fn check(
     );
 
     Ok(ok)
+}
+
+/// A handler document's `record_id` as the ledger writes it: the string,
+/// or a composite key's array as `jsonb` prints it (`[1, "…"]`).
+fn record_text(v: &serde_json::Value) -> String {
+    match v {
+        serde_json::Value::String(s) => s.clone(),
+        serde_json::Value::Array(parts) => format!(
+            "[{}]",
+            parts
+                .iter()
+                .map(|p| p.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        _ => String::new(),
+    }
 }
