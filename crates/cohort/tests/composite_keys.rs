@@ -591,3 +591,105 @@ async fn a_command_handler_receives_each_composite_key_as_a_json_array_with_its_
         .collect();
     assert_eq!(seen, expected);
 }
+
+#[tokio::test]
+async fn stages_carry_a_composite_key_from_soft_delete_to_purge_past_a_hold() {
+    let db = migrated_db().await;
+    exec(db.pool(), LINES).await;
+    let policy = lines_policy("soft_delete", "").replace(
+        "audit = \"per_row\"\n",
+        "audit = \"per_row\"\n\n[[category.stage]]\nstrategy = \"purge\"\nperiod = \"60d\"\nafter = \"previous\"\n",
+    );
+    let cohort = build(&db, &policy).await.unwrap();
+    cohort
+        .create_hold(HoldRequest::new(line_entity(), "[2, 5]", "dispute").tenant(TENANT_A))
+        .await
+        .unwrap();
+    let first = cohort
+        .sweep(SweepRequest::tenanted(TENANT_A, now()))
+        .await
+        .unwrap();
+    assert_eq!(
+        count(
+            db.pool(),
+            "SELECT count(*) FROM app.order_lines WHERE is_deleted"
+        )
+        .await,
+        12
+    );
+    // 61 days later the second stage purges what the first soft-deleted.
+    let later = now() + chrono::Duration::days(61);
+    let second = cohort
+        .sweep(SweepRequest::tenanted(TENANT_A, later))
+        .await
+        .unwrap();
+    let left: BTreeSet<(i64, i32)> =
+        sqlx::query_as("SELECT order_id, line_no FROM app.order_lines WHERE order_id < 4")
+            .fetch_all(db.pool())
+            .await
+            .unwrap()
+            .into_iter()
+            .collect();
+    // The held line stays; the young lines were soft-deleted by the
+    // second sweep (now past the first stage) but not yet purged.
+    assert_eq!(left, [(2, 5), (3, 4), (3, 5)].into());
+    let purged = detail_ids(db.pool(), second.run_id).await;
+    assert!(
+        purged.contains("[1, 1]") && !purged.contains("[2, 5]"),
+        "{purged:?}"
+    );
+    assert!(detail_ids(db.pool(), first.run_id).await.contains("[3, 3]"));
+}
+
+/// The derive's composite key: `record_id` on two fields, in field order.
+#[derive(cohort::Retained)]
+#[retain(
+    category = "lines",
+    anchor = "created_at",
+    id = "7a0c4a52-3b1e-4c55-8f0e-6d2b9a1c0e11",
+    table = "app.order_lines",
+    name = "OrderLine"
+)]
+#[allow(dead_code)]
+struct OrderLineRow {
+    #[retain(record_id)]
+    order_id: i64,
+    #[retain(record_id)]
+    line_no: i32,
+    tenant_id: Uuid,
+    note: Option<String>,
+    created_at: chrono::DateTime<chrono::Utc>,
+}
+
+#[tokio::test]
+async fn the_derive_declares_a_composite_key_in_field_order() {
+    use cohort::model::Retained;
+    let decl = OrderLineRow::declaration();
+    assert_eq!(
+        decl.clone().record_key(Vec::<String>::new()),
+        decl,
+        "adding no key column changes nothing"
+    );
+    let db = migrated_db().await;
+    exec(db.pool(), LINES).await;
+    let categories = "[[category]]\nname = \"lines\"\nstrategy = \"purge\"\nperiod = \"30d\"\naudit = \"per_row\"\n";
+    let cohort = Cohort::builder(db.pool().clone())
+        .config(test_config())
+        .policy(PolicyFile::parse(categories).unwrap())
+        .declaration(decl)
+        .build()
+        .await
+        .unwrap();
+    let model = cohort.ready().await.unwrap();
+    let e = model.entity(line_entity()).unwrap();
+    assert_eq!(e.record_key, ["order_id", "line_no"]);
+    assert!(e.has_composite_key());
+    let result = cohort
+        .sweep(SweepRequest::tenanted(TENANT_A, now()))
+        .await
+        .unwrap();
+    assert_eq!(result.entity("OrderLine").unwrap().affected, 13);
+    assert!(detail_ids(db.pool(), result.run_id)
+        .await
+        .contains("[3, 3]"));
+}

@@ -331,10 +331,14 @@ impl Container {
             }
         }
 
-        // Markers: each on at most one field.
+        // Markers: each on at most one field, but `record_id`, which on
+        // several fields is a composite key in field order.
         let mut seen: Vec<(MarkerKind, &str)> = Vec::new();
         for field in &fields {
             for (marker, span) in &field.markers {
+                if *marker == MarkerKind::RecordId {
+                    continue;
+                }
                 if let Some((_, first)) = seen.iter().find(|(m, _)| m == marker) {
                     cx.error_at(
                         *span,
