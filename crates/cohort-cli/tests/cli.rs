@@ -3905,3 +3905,135 @@ async fn init_update_adds_new_tables_and_keeps_every_edit() {
         "[cohort\n"
     );
 }
+
+/// A composite record key on the command line: `--record` takes the key
+/// as a JSON array in any spelling of its parts, every JSON output gives
+/// it back as an array, and a key of the wrong shape exits 2 with nothing
+/// written (RS-038).
+#[tokio::test]
+async fn a_composite_key_is_a_json_array_on_the_command_line() {
+    let db = cohort_pgtemp::fresh_empty_database().await.unwrap();
+    sqlx::raw_sql(
+        "CREATE SCHEMA app;
+         CREATE TABLE app.order_lines (order_id bigint NOT NULL, line_no int NOT NULL,
+             tenant_id uuid NOT NULL, created_at timestamptz, PRIMARY KEY (order_id, line_no));
+         INSERT INTO app.order_lines
+           SELECT o, l, '11111111-1111-1111-1111-111111111111', '2026-01-01Z'
+           FROM generate_series(1, 2) o, generate_series(1, 3) l;",
+    )
+    .execute(db.pool())
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("cohort.toml"),
+        r#"
+[cohort]
+schema = "retention"
+
+[[entity]]
+name = "OrderLine"
+id = "7a0c4a52-3b1e-4c55-8f0e-6d2b9a1c0e11"
+table = "app.order_lines"
+category = "lines"
+anchor = "created_at"
+record_id = ["order_id", "line_no"]
+
+[[category]]
+name = "lines"
+strategy = "purge"
+period = "30d"
+audit = "per_row"
+"#,
+    )
+    .unwrap();
+    let (dir, url) = (dir.path(), Some(db.url()));
+    succeeded(&cohort(dir, &["migrate"], url));
+    let tenant = "11111111-1111-1111-1111-111111111111";
+
+    let validated = json(&cohort(dir, &["--json", "validate"], url));
+    assert!(
+        validated
+            .to_string()
+            .contains(r#""record_id":["order_id","line_no"]"#),
+        "{validated}"
+    );
+    let out = cohort(
+        dir,
+        &[
+            "--json",
+            "holds",
+            "create",
+            "--entity",
+            "OrderLine",
+            "--record",
+            r#"["1", 2]"#,
+            "--tenant",
+            tenant,
+            "--reason",
+            "dispute",
+        ],
+        url,
+    );
+    succeeded(&out);
+    assert_eq!(json(&out)["record_id"], serde_json::json!([1, 2]));
+    let listed = json(&cohort(dir, &["--json", "holds", "list"], url));
+    assert_eq!(listed[0]["record_id"], serde_json::json!([1, 2]));
+
+    for bad in ["[1]", "1", r#"[1, "two"]"#] {
+        let out = cohort(
+            dir,
+            &[
+                "holds",
+                "create",
+                "--entity",
+                "OrderLine",
+                "--record",
+                bad,
+                "--tenant",
+                tenant,
+                "--reason",
+                "r",
+            ],
+            url,
+        );
+        assert_eq!(out.status.code(), Some(2), "{bad}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("record id for OrderLine"),
+            "{bad}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let holds: i64 = sqlx::query_scalar("SELECT count(*) FROM retention.retention_hold")
+        .fetch_one(db.pool())
+        .await
+        .unwrap();
+    assert_eq!(holds, 1);
+
+    let out = cohort(
+        dir,
+        &["--json", "sweep", "--tenant", tenant, "--now", NOW],
+        url,
+    );
+    succeeded(&out);
+    let swept = json(&out);
+    assert_eq!(swept["entities"][0]["affected"], 5);
+    assert_eq!(swept["entities"][0]["held"], 1);
+    let history = json(&cohort(
+        dir,
+        &["--json", "runs", "record", "OrderLine", "[2, 3]"],
+        url,
+    ));
+    assert_eq!(history.as_array().map(Vec::len), Some(1), "{history}");
+    assert_eq!(history[0]["action"], "purge");
+    let none = json(&cohort(
+        dir,
+        &["--json", "runs", "record", "OrderLine", r#"["1", "2"]"#],
+        url,
+    ));
+    assert_eq!(
+        none,
+        serde_json::json!([]),
+        "the held line was never changed"
+    );
+}
