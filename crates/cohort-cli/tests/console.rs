@@ -750,3 +750,49 @@ async fn a_sweeps_run_page_shows_what_the_legal_minimum_kept() {
     let (row, cells) = counts_of(&page.body, "SessionNote");
     assert_eq!(cells, ["2", "0", "0", "0", "3", "0"], "{row}");
 }
+
+/// A hold on a composite key shows the key as its JSON array (RS-038).
+#[tokio::test]
+async fn the_holds_page_shows_a_composite_key_as_its_json_array() {
+    let db = cohort_pgtemp::fresh_empty_database().await.unwrap();
+    sqlx::raw_sql(
+        "CREATE SCHEMA app;
+         CREATE TABLE app.session_notes (id bigint NOT NULL, part int NOT NULL, tenant_id uuid NOT NULL,
+             created_at timestamptz, body text, PRIMARY KEY (id, part));
+         CREATE TABLE app.events (id bigint PRIMARY KEY, created_at timestamptz, owner_email text);
+         INSERT INTO app.session_notes VALUES (41, 2, '11111111-1111-1111-1111-111111111111', now(), 'secret');",
+    )
+    .execute(db.pool())
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let policy = POLICY.replace(
+        "table = \"app.session_notes\"",
+        "table = \"app.session_notes\"\nrecord_id = [\"id\", \"part\"]",
+    );
+    assert!(policy.contains("record_id = [\"id\", \"part\"]"));
+    std::fs::write(dir.path().join("cohort.toml"), policy).unwrap();
+    let d = dir.path();
+    cohort(d, &["migrate"], db.url());
+    cohort(
+        d,
+        &[
+            "holds",
+            "create",
+            "--entity",
+            "SessionNote",
+            "--record",
+            "[41, 2]",
+            "--tenant",
+            T1,
+            "--reason",
+            "dispute",
+        ],
+        db.url(),
+    );
+    let console = Console::start(d, db.url(), "127.0.0.1:0", None);
+    let page = console.get("/holds", None);
+    assert_eq!(page.status, 200);
+    assert!(page.body.contains("<code>[41, 2]</code>"), "{}", page.body);
+    assert!(!page.body.contains("secret"));
+}
