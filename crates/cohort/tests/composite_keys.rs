@@ -693,3 +693,140 @@ async fn the_derive_declares_a_composite_key_in_field_order() {
         .await
         .contains("[3, 3]"));
 }
+
+#[tokio::test]
+async fn a_hold_written_by_sql_with_a_key_that_is_no_json_array_stops_the_sweep_and_deletes_nothing(
+) {
+    let db = migrated_db().await;
+    exec(db.pool(), LINES).await;
+    let cohort = build(&db, &lines_policy("purge", "")).await.unwrap();
+    // A well-formed hold written by SQL protects its row like any other.
+    exec(
+        db.pool(),
+        &format!(
+            "INSERT INTO public.retention_hold (hold_id, retention_entity_id, record_id, tenant_id, reason)
+             VALUES (gen_random_uuid(), '{LINE_ID}', '[1, 1]', '{TENANT_A}', 'by sql')"
+        ),
+    )
+    .await;
+    let result = cohort
+        .sweep(SweepRequest::tenanted(TENANT_A, now()))
+        .await
+        .unwrap();
+    assert_eq!(result.entity("OrderLine").unwrap().held, 1);
+    assert!(untouched_lines(db.pool(), "purge").await.contains(&(1, 1)));
+    // One that names no key in Cohort's form fails the entity's sweep
+    // loudly instead of protecting nothing.
+    exec(
+        db.pool(),
+        LINES
+            .replace(
+                "CREATE SCHEMA app;",
+                "DROP SCHEMA app CASCADE; CREATE SCHEMA app;",
+            )
+            .as_str(),
+    )
+    .await;
+    exec(
+        db.pool(),
+        &format!(
+            "INSERT INTO public.retention_hold (hold_id, retention_entity_id, record_id, tenant_id, reason)
+             VALUES (gen_random_uuid(), '{LINE_ID}', '1,1', '{TENANT_A}', 'by hand')"
+        ),
+    )
+    .await;
+    let before = table_digest(db.pool(), "app.order_lines").await;
+    let result = cohort
+        .sweep(SweepRequest::tenanted(TENANT_A, now()))
+        .await
+        .unwrap();
+    assert!(
+        result.failures.iter().any(|f| f.entity == "OrderLine"),
+        "{result:?}"
+    );
+    assert_eq!(table_digest(db.pool(), "app.order_lines").await, before);
+}
+
+/// Every part type, with values that need escaping: the key text Cohort
+/// writes is exactly the `jsonb` array PostgreSQL prints for the parts,
+/// and what Rust canonicalises from a user's spelling is the same text.
+#[tokio::test]
+async fn the_key_text_is_the_jsonb_array_of_its_parts_for_every_part_type() {
+    let db = migrated_db().await;
+    exec(
+        db.pool(),
+        "CREATE EXTENSION IF NOT EXISTS citext;
+         CREATE SCHEMA app;
+         CREATE TABLE app.tricky (name text NOT NULL, code citext NOT NULL, u uuid NOT NULL,
+             n smallint NOT NULL, at timestamptz NOT NULL, day date NOT NULL, local timestamp NOT NULL,
+             tenant_id uuid NOT NULL, created_at timestamptz,
+             PRIMARY KEY (name, code, u, n, at, day, local));
+         INSERT INTO app.tricky VALUES
+           ('quote \" back \\ tab \t nl \n bell ' || chr(7) || ' é 雪', 'MiXeD', 'A3F467FE-C5D0-4F17-9897-83C373CC1DC8',
+            -7, '2026-01-05T01:02:03.000450+01', '2026-01-05', '2026-01-05 10:00:00.5',
+            'aaaaaaaa-0000-0000-0000-00000000000a', '2026-01-01Z'),
+           ('plain', 'x', '00000000-0000-4000-8000-000000000000', 0, 'infinity', '-infinity', 'infinity',
+            'aaaaaaaa-0000-0000-0000-00000000000a', '2026-01-01Z'),
+           ('young', 'y', '00000000-0000-4000-8000-000000000001', 1, '2026-01-01Z', '2026-01-01', '2026-01-01',
+            'aaaaaaaa-0000-0000-0000-00000000000a', '2026-05-31Z');",
+    )
+    .await;
+    let policy = format!(
+        r#"
+[[entity]]
+name = "Tricky"
+id = "{LOG_ID}"
+table = "app.tricky"
+category = "t"
+anchor = "created_at"
+record_id = ["name", "code", "u", "n", "at", "day", "local"]
+
+[[category]]
+name = "t"
+strategy = "purge"
+period = "30d"
+audit = "per_row"
+"#
+    );
+    let cohort = build(&db, &policy).await.unwrap();
+    // PostgreSQL's own jsonb text of each row's parts, as the contract
+    // has them (timestamps in UTC with six digits, citext lower case).
+    let jsonb: BTreeSet<String> = sqlx::query_scalar(
+        r#"SELECT jsonb_build_array(name, lower(code::text), u, n,
+               CASE WHEN isfinite(at) THEN to_char(at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') ELSE at::text END,
+               CASE WHEN isfinite(day) THEN to_char(day, 'YYYY-MM-DD') ELSE day::text END,
+               CASE WHEN isfinite(local) THEN to_char(local, 'YYYY-MM-DD"T"HH24:MI:SS.US') ELSE local::text END)::text
+           FROM app.tricky WHERE name <> 'young'"#,
+    )
+    .fetch_all(db.pool())
+    .await
+    .unwrap()
+    .into_iter()
+    .collect();
+    // The user's spelling of the tricky row, read by Rust into that text:
+    // a hold on it names the row.
+    let spelled = serde_json::json!([
+        "quote \" back \\ tab \t nl \n bell \u{7} é 雪",
+        "mixed",
+        "a3f467fec5d04f17989783c373cc1dc8",
+        "-7",
+        "2026-01-05T00:02:03.00045Z",
+        "2026-01-05",
+        "2026-01-05T10:00:00.500"
+    ])
+    .to_string();
+    let hold = cohort
+        .create_hold(HoldRequest::new(log_entity(), spelled.as_str(), "check").tenant(TENANT_A))
+        .await
+        .unwrap();
+    let held = hold.record_id.clone().unwrap();
+    assert!(jsonb.contains(&held), "{held} not in {jsonb:?}");
+    assert!(cohort.is_held(log_entity(), &spelled).await.unwrap());
+    cohort.release_hold(hold.hold_id).await.unwrap();
+    let result = cohort
+        .sweep(SweepRequest::tenanted(TENANT_A, now()))
+        .await
+        .unwrap();
+    assert_eq!(result.entity("Tricky").unwrap().affected, 2);
+    assert_eq!(detail_ids(db.pool(), result.run_id).await, jsonb);
+}

@@ -46,6 +46,9 @@ pub(crate) fn record_hold(
     cohort_schema: &str,
     life: &'static str,
 ) -> SqlText {
+    if casts.composite() {
+        return casts.composite_hold(e, cohort_schema, life);
+    }
     let mut s = SqlText::new("EXISTS (SELECT 1 FROM ");
     s.table(&CohortTable::Hold.qualified(cohort_schema))
         .push(" h WHERE h.retention_entity_id = $1 AND h.record_id = ")

@@ -27,14 +27,48 @@ impl Casts {
             s.col(&e.record_id).push("::text");
             return s;
         }
-        s.push("pg_catalog.jsonb_build_array(");
-        for (i, part) in self.key.iter().enumerate() {
+        let columns = self.key.iter().map(|p| {
+            let mut c = SqlText::default();
+            c.col(&p.column);
+            c
+        });
+        self.composite_text(columns)
+    }
+
+    /// A composite key's text from its parts' values, `columns` in key
+    /// order (the row's columns, or what a CTE carried of them).
+    ///
+    /// Written out by concatenation, the text `jsonb` prints for the
+    /// array (`[42, "2026-01-05T00:00:00.000000Z"]`): numbers and the
+    /// fixed-form strings need no escaping, text parts go through
+    /// `to_json`, whose escaping is `jsonb`'s. Half the cost of building
+    /// the `jsonb` and printing it, which per-row audit pays per row.
+    pub(crate) fn composite_text(&self, columns: impl Iterator<Item = SqlText>) -> SqlText {
+        let mut s = SqlText::new("('[' || ");
+        for (i, (part, column)) in self.key.iter().zip(columns).enumerate() {
             if i > 0 {
-                s.push(", ");
+                s.push(" || ', ' || ");
             }
-            s.append(&part_text(part));
+            s.append(&part_text(part, &column));
         }
-        s.push(")::text");
+        s.push(" || ']')");
+        s
+    }
+
+    /// `c.k`, or a composite key's parts as a CTE carries them,
+    /// `c.k0, c.k1`: the key columns of the fused statement's CTEs.
+    pub(crate) fn carried_key(&self, alias: &'static str) -> SqlText {
+        let mut s = SqlText::new(alias);
+        if !self.composite() {
+            s.push(".k");
+            return s;
+        }
+        for i in 0..self.key.len() {
+            if i > 0 {
+                s.push(", ").push(alias);
+            }
+            s.push(".k").number(i);
+        }
         s
     }
 
@@ -57,6 +91,62 @@ impl Casts {
                 s.push(", ");
             }
             s.col(c);
+        }
+        s
+    }
+
+    /// The key's parts a sweep orders by after the anchor: every part but
+    /// the anchor itself when the key includes it (a partitioned table's
+    /// `(id, created_at)`), so the order is `(anchor, id)` and no bound
+    /// timestamp is re-read per row. `(anchor, parts)` stays unique.
+    fn after_anchor<'k>(&'k self, e: &'k EntityDescriptor) -> Vec<(usize, &'k str)> {
+        let all: Vec<(usize, &str)> = e
+            .record_key
+            .iter()
+            .map(String::as_str)
+            .enumerate()
+            .collect();
+        if !self.composite() {
+            return all;
+        }
+        let rest: Vec<(usize, &str)> = all
+            .iter()
+            .copied()
+            .filter(|(_, c)| *c != e.anchor)
+            .collect();
+        if rest.is_empty() {
+            all
+        } else {
+            rest
+        }
+    }
+
+    /// [`Casts::key_columns`] after the anchor (see `after_anchor`), for
+    /// `ORDER BY anchor, …` and the keyset's row comparison.
+    pub(crate) fn order_columns(&self, e: &EntityDescriptor) -> SqlText {
+        let mut s = SqlText::default();
+        for (i, (_, c)) in self.after_anchor(e).into_iter().enumerate() {
+            if i > 0 {
+                s.push(", ");
+            }
+            s.col(c);
+        }
+        s
+    }
+
+    /// The key bound as `$n`, as values matching [`Casts::order_columns`].
+    pub(crate) fn order_params(&self, e: &EntityDescriptor, n: usize) -> SqlText {
+        if !self.composite() {
+            return self.key_params(e, n);
+        }
+        let mut json = SqlText::new("(");
+        json.param(n).push("::pg_catalog.jsonb)");
+        let mut s = SqlText::default();
+        for (i, (part, _)) in self.after_anchor(e).into_iter().enumerate() {
+            if i > 0 {
+                s.push(", ");
+            }
+            s.append(&unpack(&json, part, &self.key[part]));
         }
         s
     }
@@ -164,6 +254,46 @@ impl Casts {
         s
     }
 
+    /// A record hold on the row of a composite key, alive by `life`: the
+    /// entity's live holds are read once per statement (the `OFFSET 0`
+    /// keeps the subquery whole), their keys unpacked into typed parts,
+    /// and the row's own columns compared with them. The row's key text is
+    /// never built: built per row and per hold, as a nested loop would,
+    /// it halved a sweep's speed (`cohort-keys-bench`). A hold whose
+    /// stored key is not a JSON array fails the statement rather than
+    /// protect nothing (Cohort writes only canonical keys; docs/holds.md).
+    pub(crate) fn composite_hold(
+        &self,
+        e: &EntityDescriptor,
+        cohort_schema: &str,
+        life: &'static str,
+    ) -> SqlText {
+        let mut s = SqlText::new("EXISTS (SELECT 1 FROM (SELECT ");
+        s.append(&self.parts_of(&SqlText::new("x.j")))
+            .push(" FROM (SELECT h.record_id::pg_catalog.jsonb AS j FROM ")
+            .table(&crate::sql::tables::CohortTable::Hold.qualified(cohort_schema))
+            .push(" h WHERE h.retention_entity_id = $1 AND ")
+            .push(life)
+            .push(" OFFSET 0) x) AS k(");
+        for i in 0..self.key.len() {
+            if i > 0 {
+                s.push(", ");
+            }
+            s.push("k").number(i);
+        }
+        s.push(") WHERE (")
+            .append(&self.key_columns(e))
+            .push(") = (");
+        for i in 0..self.key.len() {
+            if i > 0 {
+                s.push(", ");
+            }
+            s.push("k.k").number(i);
+        }
+        s.push("))");
+        s
+    }
+
     /// `t.key > $n` in the key's own types (a composite key compared as
     /// a row, part by part).
     pub(crate) fn key_after(&self, e: &EntityDescriptor, n: usize) -> SqlText {
@@ -209,46 +339,53 @@ fn unpack(json: &SqlText, i: usize, part: &KeyPart) -> SqlText {
     s
 }
 
-/// A part as the JSON array holds it (see `model::composite`).
-fn part_text(part: &KeyPart) -> SqlText {
+/// A part as the JSON array holds it (see `model::composite`), from the
+/// part's value `c`, as JSON text.
+fn part_text(part: &KeyPart, c: &SqlText) -> SqlText {
     let mut s = SqlText::default();
-    let c = &part.column;
+    // '"' || shown || '"', or the infinity's own text, quoted too.
+    let quoted_finite = |s: &mut SqlText, shown: &SqlText| {
+        s.push("('\"' || CASE WHEN pg_catalog.isfinite(")
+            .append(c)
+            .push(") THEN ")
+            .append(shown)
+            .push(" ELSE ")
+            .append(c)
+            .push("::text END || '\"')");
+    };
     match part.ty {
-        PartType::Key(KeyType::Int2 | KeyType::Int4 | KeyType::Int8 | KeyType::Uuid) => {
-            s.col(c);
+        PartType::Key(KeyType::Int2 | KeyType::Int4 | KeyType::Int8) => {
+            s.append(c).push("::text");
+        }
+        PartType::Key(KeyType::Uuid) => {
+            s.push("('\"' || ").append(c).push("::text || '\"')");
         }
         PartType::Key(KeyType::Text) => {
-            s.col(c).push("::text");
+            s.push("pg_catalog.to_json(")
+                .append(c)
+                .push("::text)::text");
         }
         PartType::Key(KeyType::CiText) => {
-            s.push("pg_catalog.lower(").col(c).push("::text)");
+            s.push("pg_catalog.to_json(pg_catalog.lower(")
+                .append(c)
+                .push("::text))::text");
         }
         PartType::Timestamptz => {
-            s.push("CASE WHEN pg_catalog.isfinite(")
-                .col(c)
-                .push(") THEN pg_catalog.to_char(")
-                .col(c)
-                .push(" AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') ELSE ")
-                .col(c)
-                .push("::text END");
+            let mut shown = SqlText::new("pg_catalog.to_char(");
+            shown
+                .append(c)
+                .push(" AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')");
+            quoted_finite(&mut s, &shown);
         }
         PartType::Timestamp => {
-            s.push("CASE WHEN pg_catalog.isfinite(")
-                .col(c)
-                .push(") THEN pg_catalog.to_char(")
-                .col(c)
-                .push(", 'YYYY-MM-DD\"T\"HH24:MI:SS.US') ELSE ")
-                .col(c)
-                .push("::text END");
+            let mut shown = SqlText::new("pg_catalog.to_char(");
+            shown.append(c).push(", 'YYYY-MM-DD\"T\"HH24:MI:SS.US')");
+            quoted_finite(&mut s, &shown);
         }
         PartType::Date => {
-            s.push("CASE WHEN pg_catalog.isfinite(")
-                .col(c)
-                .push(") THEN pg_catalog.to_char(")
-                .col(c)
-                .push(", 'YYYY-MM-DD') ELSE ")
-                .col(c)
-                .push("::text END");
+            let mut shown = SqlText::new("pg_catalog.to_char(");
+            shown.append(c).push(", 'YYYY-MM-DD')");
+            quoted_finite(&mut s, &shown);
         }
     }
     s

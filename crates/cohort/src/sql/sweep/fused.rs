@@ -114,6 +114,9 @@ pub(super) struct Parts<'a> {
     pub(super) mutation: SqlText,
     /// What the mutation returns (the key, or the archive's columns).
     pub(super) returning: SqlText,
+    /// What the count-only forms return instead, when `returning` is
+    /// costly and unread there (a composite key's text).
+    pub(super) count_returning: Option<SqlText>,
     /// Archive: the copy, `INSERT … SELECT … FROM moved`.
     pub(super) archive_insert: Option<SqlText>,
 }
@@ -144,9 +147,17 @@ fn statement(
 ) -> SqlText {
     let e = p.e;
     let mut s = SqlText::new("WITH c AS (SELECT ");
-    p.casts.key_select(&mut s, e);
-    s.push(" AS k, ")
-        .append(&p.casts.key_value(e))
+    if p.casts.composite() {
+        // The parts as they are: the key's text is built for the rows
+        // returned only (see `last_or_all`).
+        for (i, part) in p.casts.key.iter().enumerate() {
+            s.col(&part.column).push(" AS k").number(i).push(", ");
+        }
+    } else {
+        p.casts.key_select(&mut s, e);
+        s.push(" AS k, ");
+    }
+    s.append(&p.casts.key_value(e))
         .push(" AS o, ")
         .col(&e.anchor)
         .push(" AS a, t.ctid AS addr FROM ")
@@ -164,7 +175,7 @@ fn statement(
         .push(" ORDER BY ")
         .col(&e.anchor)
         .push(", ")
-        .append(&p.casts.key_columns(e))
+        .append(&p.casts.order_columns(e))
         .push(" LIMIT $3 FOR UPDATE SKIP LOCKED), n AS (SELECT count(*) AS locked FROM c), r AS (SELECT ")
         .table(&QualifiedName::new(p.cohort_schema, "retention_hold_recent"))
         // The statement's own snapshot is read here; the function's
@@ -172,7 +183,11 @@ fn statement(
         .push("($1, pg_catalog.pg_current_snapshot(), (SELECT n.locked FROM n)) AS recent), moved AS (")
         .append(&p.mutation)
         .push(" RETURNING ")
-        .append(&p.returning)
+        .append(match (&p.count_returning, audit) {
+            // Counted only: a composite key's text is not built per row.
+            (Some(cheap), None) => cheap,
+            _ => &p.returning,
+        })
         .push(")");
     if let Some(insert) = &p.archive_insert {
         s.push(", ").append(&super::archive::archive_checked(
@@ -229,11 +244,21 @@ fn last_or_all(p: &Parts<'_>, audited: bool) -> SqlText {
     // them all) alone, or every locked row when fewer were changed: each
     // branch gated by a one-time filter, so a complete batch does not read
     // its locked rows again.
-    s.push(
-        ", l AS (SELECT c.k, c.a, c.o, c.addr FROM c ORDER BY c.a DESC, c.o DESC LIMIT 1), \
-         m AS (SELECT count(*) AS changed FROM moved) \
-         SELECT x.k, x.a, x.addr::text AS addr, n.locked, m.changed",
-    );
+    let casts = p.casts;
+    s.push(", l AS (SELECT ")
+        .append(&casts.carried_key("c"))
+        .push(", c.a, c.o, c.addr FROM c ORDER BY c.a DESC, c.o DESC LIMIT 1), m AS (SELECT count(*) AS changed FROM moved) SELECT ");
+    if casts.composite() {
+        let parts = (0..casts.key.len()).map(|i| {
+            let mut c = SqlText::new("x.k");
+            c.number(i);
+            c
+        });
+        s.append(&casts.composite_text(parts)).push(" AS k");
+    } else {
+        s.push("x.k");
+    }
+    s.push(", x.a, x.addr::text AS addr, n.locked, m.changed");
     if audited {
         s.push(", CASE WHEN x.a = l.a AND x.o = l.o THEN (SELECT pg_catalog.array_agg(d.record_id) FROM d) END AS ids");
     }
@@ -244,10 +269,10 @@ fn last_or_all(p: &Parts<'_>, audited: bool) -> SqlText {
     } else {
         " FROM n, m, l"
     });
-    s.push(
-        ", LATERAL (SELECT c.k, c.a, c.o, c.addr FROM c WHERE n.locked > m.changed \
-         UNION ALL SELECT l.k, l.a, l.o, l.addr WHERE n.locked <= m.changed) x \
-         ORDER BY x.a, x.o",
-    );
+    s.push(", LATERAL (SELECT ")
+        .append(&casts.carried_key("c"))
+        .push(", c.a, c.o, c.addr FROM c WHERE n.locked > m.changed UNION ALL SELECT ")
+        .append(&casts.carried_key("l"))
+        .push(", l.a, l.o, l.addr WHERE n.locked <= m.changed) x ORDER BY x.a, x.o");
     s
 }

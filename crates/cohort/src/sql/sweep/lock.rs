@@ -57,7 +57,7 @@ pub(super) fn lock(
         .push(" ORDER BY ")
         .col(&e.anchor)
         .push(", ")
-        .append(&s.casts.key_columns(e))
+        .append(&s.casts.order_columns(e))
         .push(" LIMIT $3 FOR UPDATE SKIP LOCKED");
     l
 }
@@ -84,7 +84,7 @@ pub(super) fn ranges(s: &Shape<'_>, candidates: &SqlText) -> SqlText {
         .push(" WINDOW w AS (ORDER BY ")
         .col(&e.anchor)
         .push(", ")
-        .append(&s.casts.key_columns(e))
+        .append(&s.casts.order_columns(e))
         .push(")) r) s WHERE s.next <> s.tile ORDER BY s.n");
     r
 }
@@ -104,8 +104,8 @@ pub(super) fn keyset_bound(
     l.push(" AND (")
         .col(&e.anchor)
         .push(", ")
-        .append(&casts.key_columns(e));
+        .append(&casts.order_columns(e));
     l.push(") ").push(op).push(" (").param(n).push(", ");
-    l.append(&casts.key_params(e, n + 1));
+    l.append(&casts.order_params(e, n + 1));
     l.push(")");
 }

@@ -234,6 +234,7 @@ fn fused_batch(m: &Mutation<'_, '_>, candidates: &SqlText) -> fused::Fused {
         head,
         extras,
         mutation,
+        count_returning: (s.casts.composite() && !archive).then(|| SqlText::new("1 AS cohort_key")),
         returning,
         archive_insert: archive.then(|| archive_insert(e, m.plan, s.casts, head + 1)),
     };
