@@ -830,3 +830,93 @@ audit = "per_row"
     assert_eq!(result.entity("Tricky").unwrap().affected, 2);
     assert_eq!(detail_ids(db.pool(), result.run_id).await, jsonb);
 }
+
+/// Partition purge of a tenantless table keyed by `(id, created_at)`: the
+/// expired partitions go whole, the one holding a held key stays with
+/// that row alone, and every row gone has its detail under its JSON key.
+#[tokio::test]
+async fn partition_purge_drops_whole_partitions_of_a_composite_key_and_keeps_a_held_one() {
+    let db = migrated_db().await;
+    exec(
+        db.pool(),
+        "CREATE SCHEMA app;
+         CREATE TABLE app.events (id bigint NOT NULL, created_at timestamptz NOT NULL, body text,
+             PRIMARY KEY (id, created_at)) PARTITION BY RANGE (created_at);
+         CREATE TABLE app.events_2026_01 PARTITION OF app.events FOR VALUES FROM ('2026-01-01Z') TO ('2026-02-01Z');
+         CREATE TABLE app.events_2026_02 PARTITION OF app.events FOR VALUES FROM ('2026-02-01Z') TO ('2026-03-01Z');
+         CREATE TABLE app.events_2026_03 PARTITION OF app.events FOR VALUES FROM ('2026-03-01Z') TO ('2026-04-01Z');
+         CREATE TABLE app.events_2026_06 PARTITION OF app.events FOR VALUES FROM ('2026-06-01Z') TO ('2026-07-01Z');
+         INSERT INTO app.events
+           SELECT d, make_timestamptz(2026, m, d, 0, 0, 0, 'UTC'), 'event'
+           FROM unnest(ARRAY[1, 2, 3, 6]) m, generate_series(1, 5) d;",
+    )
+    .await;
+    let policy = format!(
+        r#"
+[cohort]
+partition_lock_timeout = "1s"
+
+[[entity]]
+name = "Event"
+id = "{LOG_ID}"
+table = "app.events"
+category = "events"
+anchor = "created_at"
+tenantless = true
+partitions = "drop"
+record_id = ["id", "created_at"]
+
+[[category]]
+name = "events"
+strategy = "purge"
+period = "30d"
+audit = "per_row"
+"#
+    );
+    let cohort = build(&db, &policy).await.unwrap();
+    cohort
+        .create_hold(HoldRequest::new(
+            log_entity(),
+            r#"[3, "2026-02-03T00:00:00Z"]"#,
+            "audit",
+        ))
+        .await
+        .unwrap();
+    let result = cohort.sweep(SweepRequest::tenantless(now())).await.unwrap();
+    let e = result.entity("Event").unwrap();
+    assert_eq!((e.affected, e.held), (14, 1), "{result:?}");
+    let partitions: BTreeSet<String> = sqlx::query_scalar(
+        "SELECT c.relname::text FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid \
+         WHERE i.inhparent = 'app.events'::regclass",
+    )
+    .fetch_all(db.pool())
+    .await
+    .unwrap()
+    .into_iter()
+    .collect();
+    assert_eq!(
+        partitions,
+        ["events_2026_02", "events_2026_06"]
+            .map(String::from)
+            .into()
+    );
+    let left: BTreeSet<(i64, i32)> = sqlx::query_as(
+        "SELECT id, extract(month FROM created_at AT TIME ZONE 'UTC')::int FROM app.events",
+    )
+    .fetch_all(db.pool())
+    .await
+    .unwrap()
+    .into_iter()
+    .collect();
+    let mut expected: BTreeSet<(i64, i32)> = (1..=5).map(|d| (d, 6)).collect();
+    expected.insert((3, 2));
+    assert_eq!(left, expected);
+    let details = detail_ids(db.pool(), result.run_id).await;
+    let want: BTreeSet<String> = [1, 2, 3]
+        .into_iter()
+        .flat_map(|m| (1..=5).map(move |d| (m, d)))
+        .filter(|&(m, d)| (m, d) != (2, 3))
+        .map(|(m, d)| format!("[{d}, \"2026-0{m}-0{d}T00:00:00.000000Z\"]"))
+        .collect();
+    assert_eq!(details, want);
+}
