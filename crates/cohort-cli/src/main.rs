@@ -21,6 +21,7 @@ mod console;
 mod demo;
 #[cfg(test)]
 mod docs;
+mod evidence;
 mod exit;
 mod exporter;
 mod init;
@@ -232,12 +233,47 @@ enum Command {
         /// Write here (replacing the file whole) instead of stdout.
         #[arg(long, value_name = "FILE")]
         output: Option<PathBuf>,
+        /// Sign the report with this Ed25519 private key (`cohort keys
+        /// generate`): writes FILE.manifest.json and FILE.sig beside it.
+        #[arg(long, value_name = "KEY_FILE", requires = "output")]
+        sign: Option<PathBuf>,
+    },
+    /// Key pairs for signed reports.
+    Keys {
+        #[command(subcommand)]
+        command: KeysCommand,
+    },
+    /// Verify a signed report offline (no database, no policy file):
+    /// exit 0 when the signature and the report's digest hold, 1 when
+    /// they do not, naming what changed, 2 on bad input.
+    Verify {
+        /// The report file (its FILE.manifest.json beside it).
+        #[arg(long, value_name = "FILE", requires_all = ["signature", "public_key"])]
+        report: Option<PathBuf>,
+        /// The detached signature (FILE.sig).
+        #[arg(long, value_name = "SIG", requires = "report")]
+        signature: Option<PathBuf>,
+        /// The signer's public key (PREFIX.pub of `cohort keys generate`).
+        #[arg(long, value_name = "KEY", requires = "report")]
+        public_key: Option<PathBuf>,
     },
     /// One history-pruning pass now, with the policy's [cohort.prune] limits.
     Prune {
         /// Count what would be deleted; delete nothing.
         #[arg(long)]
         dry_run: bool,
+    },
+}
+
+/// `cohort keys`.
+#[derive(Debug, Subcommand)]
+enum KeysCommand {
+    /// Write a new Ed25519 key pair: PREFIX.key (private, mode 0600) and
+    /// PREFIX.pub. Existing files are never overwritten.
+    Generate {
+        /// Path prefix of the two files.
+        #[arg(long, value_name = "PREFIX")]
+        out: PathBuf,
     },
 }
 
@@ -535,6 +571,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             tenant,
             format,
             output,
+            sign,
         } => {
             let cohort = open_ledger(&cli).await?;
             let format = if cli.json {
@@ -542,15 +579,67 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             } else {
                 *format
             };
+            let policy = cli
+                .config
+                .clone()
+                .unwrap_or_else(|| PathBuf::from("cohort.toml"));
             let args = report::Args {
                 from,
                 to,
                 tenant: tenant.as_deref(),
                 format,
                 output: output.as_deref(),
+                sign: sign.as_deref().map(|key| (key, policy.as_path())),
             };
             report::run(&cohort, args).await
         }
+        Command::Keys {
+            command: KeysCommand::Generate { out },
+        } => {
+            let (private, public) = evidence::generate(out)?;
+            if cli.json {
+                output::print_json(&serde_json::json!({
+                    "private_key": private.display().to_string(),
+                    "public_key": public.display().to_string(),
+                }));
+            } else {
+                outln!(
+                    "Wrote {} (private: keep it secret) and {} (public: give it to whoever verifies).",
+                    private.display(),
+                    public.display()
+                );
+            }
+            Ok(())
+        }
+        Command::Verify {
+            report: Some(report),
+            signature: Some(signature),
+            public_key: Some(public_key),
+        } => {
+            let verified = evidence::verify(report, signature, public_key)?;
+            if cli.json {
+                output::print_json(&serde_json::to_value(&verified).expect("serialises"));
+            } else if verified.valid {
+                outln!(
+                    "{}: the signature and the report's digest hold ({}).",
+                    report.display(),
+                    verified.manifest
+                );
+            } else {
+                eprintln!(
+                    "cohort: {}",
+                    verified.problem.as_deref().unwrap_or("not valid")
+                );
+            }
+            if verified.valid {
+                Ok(())
+            } else {
+                Err(Failure::Status(1))
+            }
+        }
+        Command::Verify { .. } => Err(Failure::Input(cohort::Error::InvalidInput(
+            "this version verifies signed reports only (--report FILE --signature SIG --public-key KEY); the ledger's hash chain is not built yet".into(),
+        ))),
         Command::Prune { dry_run } => {
             let (cohort, _) = open(&cli).await?;
             services::prune(&cohort, cli.json, *dry_run).await

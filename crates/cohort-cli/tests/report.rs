@@ -1079,3 +1079,195 @@ async fn a_sweep_counts_what_the_legal_minimum_keeps_everywhere() {
     .unwrap();
     assert_eq!(untouched, 3);
 }
+
+/// RS-036: a signed report and its manifest verify offline, with no
+/// database and no policy file; a byte changed in the report, in the
+/// manifest or in the signature, or another key, fails verification,
+/// naming what changed; keys are never overwritten; a bad key writes no
+/// report.
+#[tokio::test]
+async fn a_signed_report_verifies_offline_and_a_changed_byte_fails_it() {
+    let (db, dir) = history().await;
+    let d = dir.path();
+    let keys = d.join("auditor");
+    let out = cohort(
+        d,
+        &["keys", "generate", "--out", keys.to_str().unwrap()],
+        None,
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (private, public) = (d.join("auditor.key"), d.join("auditor.pub"));
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(&private).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    let again = cohort(
+        d,
+        &["keys", "generate", "--out", keys.to_str().unwrap()],
+        None,
+    );
+    assert_eq!(again.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&again.stderr).contains("never overwritten"));
+
+    for format in ["html", "json", "csv"] {
+        let file = d.join(format!("q1.{format}"));
+        let out = report(
+            d,
+            db.url(),
+            &[
+                "--format",
+                format,
+                "--output",
+                file.to_str().unwrap(),
+                "--sign",
+                private.to_str().unwrap(),
+            ],
+        );
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let (manifest, sig) = (
+            d.join(format!("q1.{format}.manifest.json")),
+            d.join(format!("q1.{format}.sig")),
+        );
+        let attests: Value = serde_json::from_slice(&std::fs::read(&manifest).unwrap()).unwrap();
+        assert_eq!(attests["format"], "cohort-report-manifest/1");
+        assert_eq!(attests["period"]["from"], "2026-01-01");
+        assert_eq!(attests["report_format"], format);
+        // What it attests is what the report says.
+        let doc = stdout_json(&report(d, db.url(), &["--format", "json"]));
+        let purged: u64 = entity(&doc, "Note")["months"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["purged"].as_u64().unwrap())
+            .sum();
+        let signed = attests["changed"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["entity"] == "Note" && c["strategy"] == "purge")
+            .unwrap();
+        assert_eq!(signed["rows"], purged);
+
+        // Offline: another directory, no policy file, no database URL.
+        let elsewhere = tempfile::tempdir().unwrap();
+        let verify = |report: &Path, sig: &Path, key: &Path| {
+            cohort(
+                elsewhere.path(),
+                &[
+                    "--json",
+                    "verify",
+                    "--report",
+                    report.to_str().unwrap(),
+                    "--signature",
+                    sig.to_str().unwrap(),
+                    "--public-key",
+                    key.to_str().unwrap(),
+                ],
+                None,
+            )
+        };
+        let ok = verify(&file, &sig, &public);
+        assert_eq!(
+            ok.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&ok.stderr)
+        );
+        assert_eq!(stdout_json(&ok)["valid"], true);
+
+        // One byte of the report changed.
+        let original = std::fs::read(&file).unwrap();
+        let mut changed = original.clone();
+        let at = changed.len() / 2;
+        changed[at] ^= 0x01;
+        std::fs::write(&file, &changed).unwrap();
+        let broken = verify(&file, &sig, &public);
+        assert_eq!(broken.status.code(), Some(1), "{format}");
+        let why = stdout_json(&broken);
+        assert_eq!(why["valid"], false);
+        assert!(
+            why["problem"]
+                .as_str()
+                .unwrap()
+                .contains("was changed after signing"),
+            "{why}"
+        );
+        std::fs::write(&file, &original).unwrap();
+
+        // One byte of the manifest changed (a count raised by one).
+        let signed_manifest = std::fs::read(&manifest).unwrap();
+        let text = String::from_utf8(signed_manifest.clone()).unwrap();
+        let pos = text.find("\"rows\": ").unwrap() + "\"rows\": ".len();
+        let mut tampered = signed_manifest.clone();
+        tampered[pos] = if tampered[pos] == b'9' {
+            b'8'
+        } else {
+            tampered[pos] + 1
+        };
+        std::fs::write(&manifest, &tampered).unwrap();
+        let broken = verify(&file, &sig, &public);
+        assert_eq!(broken.status.code(), Some(1));
+        assert!(stdout_json(&broken)["problem"]
+            .as_str()
+            .unwrap()
+            .contains("the signature does not verify"));
+        std::fs::write(&manifest, &signed_manifest).unwrap();
+
+        // Another key does not verify it.
+        let other = elsewhere.path().join("other");
+        assert_eq!(
+            cohort(
+                elsewhere.path(),
+                &["keys", "generate", "--out", other.to_str().unwrap()],
+                None
+            )
+            .status
+            .code(),
+            Some(0)
+        );
+        let broken = verify(&file, &sig, &elsewhere.path().join("other.pub"));
+        assert_eq!(broken.status.code(), Some(1));
+
+        // Restored, it verifies again.
+        assert_eq!(verify(&file, &sig, &public).status.code(), Some(0));
+        // A signature file that is no signature is bad input.
+        assert_eq!(
+            verify(&file, &public.with_extension("nope"), &public)
+                .status
+                .code(),
+            Some(2)
+        );
+    }
+
+    // A key that cannot sign writes no report.
+    let bogus = d.join("bogus.key");
+    std::fs::write(&bogus, "not a key\n").unwrap();
+    let file = d.join("never.html");
+    let out = report(
+        d,
+        db.url(),
+        &[
+            "--output",
+            file.to_str().unwrap(),
+            "--sign",
+            bogus.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(!file.exists());
+    // `verify` without a report names what this version verifies.
+    let out = cohort(d, &["verify"], None);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("signed reports only"));
+}

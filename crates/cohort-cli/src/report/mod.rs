@@ -30,6 +30,9 @@ pub(crate) struct Args<'a> {
     pub(crate) tenant: Option<&'a str>,
     pub(crate) format: Format,
     pub(crate) output: Option<&'a Path>,
+    /// Sign with this private key; the policy file whose digest the
+    /// manifest carries.
+    pub(crate) sign: Option<(&'a Path, &'a Path)>,
 }
 
 fn date(flag: &str, text: &str) -> Result<NaiveDate, Failure> {
@@ -48,7 +51,28 @@ pub(crate) async fn run(cohort: &Cohort, args: Args<'_>) -> Result<(), Failure> 
     let report = cohort.report(&request).await?;
     let bytes = render(&report, args.format)?;
     match args.output {
-        Some(path) => write_file(path, &bytes),
+        Some(path) => {
+            // A key that cannot sign is refused before the report is written.
+            if let Some((key, _)) = args.sign {
+                crate::evidence::check_key(key)?;
+            }
+            write_file(path, &bytes)?;
+            if let Some((key, policy)) = args.sign {
+                crate::evidence::sign(&crate::evidence::Signing {
+                    report: &report,
+                    format: match args.format {
+                        Format::Html => "html",
+                        Format::Csv => "csv",
+                        Format::Json => "json",
+                    },
+                    path,
+                    bytes: &bytes,
+                    policy,
+                    key,
+                })?;
+            }
+            Ok(())
+        }
         None => {
             let mut out = std::io::stdout().lock();
             match out.write_all(&bytes).and_then(|()| out.flush()) {

@@ -1,0 +1,291 @@
+//! Signed reports (RS-036): `cohort keys generate`, `cohort report … --sign
+//! KEY_FILE` and `cohort verify --report FILE --signature SIG --public-key
+//! KEY`, which needs no database.
+//!
+//! Beside the report `FILE`, signing writes `FILE.manifest.json` (the
+//! report's SHA-256 and what it attests: period, tenant, policy, rows
+//! changed per entity and strategy, what was kept, erasures served) and
+//! `FILE.sig`, a detached Ed25519 signature over the manifest's bytes as
+//! written. Verification checks the signature with the public key, then
+//! the report's digest against the manifest's: a byte changed in either
+//! file fails it. Keys and signatures come from `ring`; nothing here is
+//! cryptography of its own.
+
+use std::path::{Path, PathBuf};
+
+use cohort::report::Report;
+use cohort::Error;
+use ring::rand::SystemRandom;
+use ring::signature::{Ed25519KeyPair, KeyPair, UnparsedPublicKey, ED25519};
+use serde_json::json;
+use sha2::{Digest, Sha256};
+
+use crate::Failure;
+
+/// The manifest's format name, first in every manifest.
+pub(crate) const MANIFEST_FORMAT: &str = "cohort-report-manifest/1";
+
+fn bad(msg: String) -> Failure {
+    Failure::Input(Error::InvalidInput(msg))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex(text: &str, what: &str, path: &Path) -> Result<Vec<u8>, Failure> {
+    let text = text.trim();
+    if text.len() % 2 != 0 || !text.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(bad(format!(
+            "{} is not a {what} (hexadecimal text)",
+            path.display()
+        )));
+    }
+    Ok((0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&text[i..i + 2], 16).expect("checked hex digits"))
+        .collect())
+}
+
+fn read(path: &Path, what: &str) -> Result<Vec<u8>, Failure> {
+    std::fs::read(path).map_err(|e| bad(format!("cannot read the {what} {}: {e}", path.display())))
+}
+
+/// `PATH` with `suffix` appended to its file name (`r.html` → `r.html.sig`).
+pub(crate) fn beside(path: &Path, suffix: &str) -> PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(suffix);
+    path.with_file_name(name)
+}
+
+/// Writes a new file, refusing to replace one (a key is never overwritten).
+fn create_new(path: &Path, bytes: &[u8], private: bool) -> Result<(), Failure> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    if private {
+        options.mode(0o600);
+    }
+    let mut file = options.open(path).map_err(|e| {
+        bad(if e.kind() == std::io::ErrorKind::AlreadyExists {
+            format!(
+                "{} exists; keys are never overwritten: move it away or choose another --out",
+                path.display()
+            )
+        } else {
+            format!("cannot write {}: {e}", path.display())
+        })
+    })?;
+    file.write_all(bytes)
+        .and_then(|()| file.sync_all())
+        .map_err(|e| bad(format!("cannot write {}: {e}", path.display())))
+}
+
+/// `cohort keys generate --out PREFIX`: `PREFIX.key` (the PKCS#8 private
+/// key as hexadecimal, readable by its owner only) and `PREFIX.pub` (the
+/// 32-byte public key as hexadecimal). Returns both paths.
+pub(crate) fn generate(prefix: &Path) -> Result<(PathBuf, PathBuf), Failure> {
+    let private = beside(prefix, ".key");
+    let public = beside(prefix, ".pub");
+    for p in [&private, &public] {
+        if p.exists() {
+            return Err(bad(format!(
+                "{} exists; keys are never overwritten: move it away or choose another --out",
+                p.display()
+            )));
+        }
+    }
+    let rng = SystemRandom::new();
+    let pkcs8 = Ed25519KeyPair::generate_pkcs8(&rng)
+        .map_err(|_| Failure::Run(Error::InvalidInput("generating a key pair failed".into())))?;
+    let pair = Ed25519KeyPair::from_pkcs8(pkcs8.as_ref()).expect("a key just generated");
+    create_new(
+        &private,
+        format!("{}\n", hex(pkcs8.as_ref())).as_bytes(),
+        true,
+    )?;
+    create_new(
+        &public,
+        format!("{}\n", hex(pair.public_key().as_ref())).as_bytes(),
+        false,
+    )?;
+    Ok((private, public))
+}
+
+/// What a signed report attests, besides its digest.
+pub(crate) struct Signing<'a> {
+    pub(crate) report: &'a Report,
+    pub(crate) format: &'a str,
+    /// The report file as written.
+    pub(crate) path: &'a Path,
+    pub(crate) bytes: &'a [u8],
+    /// The policy file the command read, for its digest.
+    pub(crate) policy: &'a Path,
+    pub(crate) key: &'a Path,
+}
+
+/// Reads a private key file written by [`generate`].
+fn private_key(path: &Path) -> Result<Ed25519KeyPair, Failure> {
+    let text = String::from_utf8(read(path, "private key")?)
+        .map_err(|_| bad(format!("{} is not a private key file", path.display())))?;
+    let der = unhex(&text, "private key", path)?;
+    Ed25519KeyPair::from_pkcs8(&der).map_err(|_| {
+        bad(format!(
+            "{} is not an Ed25519 private key (cohort keys generate writes one)",
+            path.display()
+        ))
+    })
+}
+
+/// Refuses a private key file that cannot sign (read before a report is
+/// written, so a bad key changes nothing).
+pub(crate) fn check_key(path: &Path) -> Result<(), Failure> {
+    private_key(path).map(drop)
+}
+
+/// Writes `FILE.manifest.json` and `FILE.sig` beside the report; returns
+/// their paths. The key is read before anything is written.
+pub(crate) fn sign(s: &Signing<'_>) -> Result<(PathBuf, PathBuf), Failure> {
+    let pair = private_key(s.key)?;
+    let policy = read(s.policy, "policy file")?;
+    let r = s.report;
+    let mut changed = Vec::new();
+    for e in &r.entities {
+        let sum = |f: fn(&cohort::report::MonthCounts) -> u64| e.months.iter().map(f).sum::<u64>();
+        for (strategy, rows) in [
+            ("purge", sum(|m| m.purged)),
+            ("soft_delete", sum(|m| m.soft_deleted)),
+            ("anonymise", sum(|m| m.anonymised)),
+            ("archive", sum(|m| m.archived)),
+        ] {
+            if rows > 0 {
+                changed.push(json!({
+                    "entity": e.entity, "entity_id": e.entity_id, "category": e.category,
+                    "stage": e.stage, "strategy": strategy, "rows": rows,
+                }));
+            }
+        }
+    }
+    let kept: Vec<_> = r
+        .entities
+        .iter()
+        .map(|e| json!({"entity": e.entity, "category": e.category, "stage": e.stage, "kept": e.kept}))
+        .collect();
+    let manifest = json!({
+        "format": MANIFEST_FORMAT,
+        "report_file": s.path.file_name().map(|n| n.to_string_lossy().into_owned()),
+        "report_format": s.format,
+        "report_sha256": hex(&Sha256::digest(s.bytes)),
+        "period": {"from": r.from, "to": r.to},
+        "tenant": r.tenant,
+        "generated_at": r.generated_at,
+        "policy_file_sha256": hex(&Sha256::digest(&policy)),
+        "cohort_version": env!("CARGO_PKG_VERSION"),
+        "public_key_sha256": hex(&Sha256::digest(pair.public_key().as_ref())),
+        "changed": changed,
+        "kept": kept,
+        "erasures": {
+            "requests": r.erasures.requests,
+            "succeeded": r.erasures.succeeded,
+            "failed": r.erasures.failed,
+            "median_seconds": r.erasures.median_seconds,
+        },
+        "failures": r.failures,
+    });
+    let mut bytes = serde_json::to_vec_pretty(&manifest).expect("a manifest serialises");
+    bytes.push(b'\n');
+    let signature = pair.sign(&bytes);
+    let manifest_path = beside(s.path, ".manifest.json");
+    let sig_path = beside(s.path, ".sig");
+    std::fs::write(&manifest_path, &bytes)
+        .and_then(|()| std::fs::write(&sig_path, format!("{}\n", hex(signature.as_ref()))))
+        .map_err(|e| {
+            bad(format!(
+                "cannot write the signature beside {}: {e}",
+                s.path.display()
+            ))
+        })?;
+    Ok((manifest_path, sig_path))
+}
+
+/// What `cohort verify --report` checked.
+#[derive(Debug, serde::Serialize)]
+pub(crate) struct Verified {
+    pub(crate) valid: bool,
+    /// Why not, when not valid.
+    pub(crate) problem: Option<String>,
+    pub(crate) report: String,
+    pub(crate) manifest: String,
+    /// The manifest, when its signature verified.
+    pub(crate) attests: Option<serde_json::Value>,
+}
+
+/// Checks a signed report offline: the signature over the manifest with
+/// the public key, then the report's digest against the manifest's.
+/// `Err` only for bad input (a file missing or not what it should be).
+pub(crate) fn verify(
+    report: &Path,
+    signature: &Path,
+    public_key: &Path,
+) -> Result<Verified, Failure> {
+    let manifest_path = beside(report, ".manifest.json");
+    let report_bytes = read(report, "report")?;
+    let manifest = read(&manifest_path, "manifest")?;
+    let sig_text = String::from_utf8(read(signature, "signature")?)
+        .map_err(|_| bad(format!("{} is not a signature file", signature.display())))?;
+    let sig = unhex(&sig_text, "signature", signature)?;
+    let key_text = String::from_utf8(read(public_key, "public key")?)
+        .map_err(|_| bad(format!("{} is not a public key file", public_key.display())))?;
+    let key = unhex(&key_text, "public key", public_key)?;
+    if key.len() != 32 {
+        return Err(bad(format!(
+            "{} is not an Ed25519 public key (32 bytes; cohort keys generate writes one)",
+            public_key.display()
+        )));
+    }
+    let mut out = Verified {
+        valid: false,
+        problem: None,
+        report: report.display().to_string(),
+        manifest: manifest_path.display().to_string(),
+        attests: None,
+    };
+    if UnparsedPublicKey::new(&ED25519, &key)
+        .verify(&manifest, &sig)
+        .is_err()
+    {
+        out.problem = Some(format!(
+            "the signature does not verify: {} was changed after signing, or was signed with another key",
+            manifest_path.display()
+        ));
+        return Ok(out);
+    }
+    let attests: serde_json::Value = serde_json::from_slice(&manifest).map_err(|e| {
+        bad(format!(
+            "{} is signed but not JSON: {e}",
+            manifest_path.display()
+        ))
+    })?;
+    if attests["format"] != MANIFEST_FORMAT {
+        return Err(bad(format!(
+            "{} is signed but not a {MANIFEST_FORMAT} manifest",
+            manifest_path.display()
+        )));
+    }
+    let digest = hex(&Sha256::digest(&report_bytes));
+    let signed = attests["report_sha256"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    out.attests = Some(attests);
+    if digest != signed {
+        out.problem = Some(format!(
+            "{} was changed after signing: its SHA-256 is {digest}, the signed manifest's {signed}",
+            report.display()
+        ));
+        return Ok(out);
+    }
+    out.valid = true;
+    Ok(out)
+}
