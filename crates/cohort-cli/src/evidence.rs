@@ -30,21 +30,16 @@ fn bad(msg: String) -> Failure {
 }
 
 fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    hex::encode(bytes)
 }
 
 fn unhex(text: &str, what: &str, path: &Path) -> Result<Vec<u8>, Failure> {
-    let text = text.trim();
-    if text.len() % 2 != 0 || !text.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return Err(bad(format!(
+    hex::decode(text.trim()).map_err(|_| {
+        bad(format!(
             "{} is not a {what} (hexadecimal text)",
             path.display()
-        )));
-    }
-    Ok((0..text.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&text[i..i + 2], 16).expect("checked hex digits"))
-        .collect())
+        ))
+    })
 }
 
 fn read(path: &Path, what: &str) -> Result<Vec<u8>, Failure> {
