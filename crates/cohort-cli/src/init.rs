@@ -659,13 +659,25 @@ mod tests {
             ),
             table("settings", &["key", "value"], &[], &["key"]),
             table("we\"ird", &["id", "at"], &["at"], &[]),
+            table(
+                "audit_log",
+                &["id", "logged_at", "tenant_id"],
+                &["logged_at"],
+                &["id", "logged_at"],
+            ),
         ];
         let (text, written) = render("app", &tables, uuid::Uuid::new_v4);
-        assert_eq!(written.entities, 2);
+        assert_eq!(written.entities, 3);
         assert_eq!(written.without_timestamp, vec!["settings".to_string()]);
         let policy = cohort::policy::PolicyFile::parse(&text).unwrap();
-        assert_eq!(policy.entities.len(), 2);
+        assert_eq!(policy.entities.len(), 3);
         assert!(policy.entities.iter().all(|e| e.is_exempt()));
+        // A composite primary key is proposed as the composite record key
+        // (the newcomer's partitioned audit_log), a line that parses.
+        assert!(
+            text.contains(r#"# record_id = ["id", "logged_at"]"#),
+            "{text}"
+        );
         // Cohort's ledger goes to a schema of its own, not the application's.
         assert_eq!(policy.config.schema, "cohort", "{text}");
         let (text, _) = render("cohort", &tables, uuid::Uuid::new_v4);
