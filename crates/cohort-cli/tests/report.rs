@@ -1271,3 +1271,122 @@ async fn a_signed_report_verifies_offline_and_a_changed_byte_fails_it() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("signed reports only"));
 }
+
+/// The report's first section states the period's totals, each the sum of
+/// the figures below it, and the page fits a 1280-pixel window: measured
+/// in Chromium by a page that frames the report at that width.
+#[tokio::test]
+async fn the_first_section_sums_the_report_and_the_page_fits_1280_pixels() {
+    let (db, dir) = history().await;
+    let d = dir.path();
+    let page = d.join("q1.html");
+    let out = report(d, db.url(), &["--output", page.to_str().unwrap()]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc = stdout_json(&report(d, db.url(), &["--format", "json"]));
+    let html = std::fs::read_to_string(&page).unwrap();
+    let glance = |name: &str| -> u64 {
+        let at = html
+            .find(&format!("data-glance=\"{name}\">"))
+            .unwrap_or_else(|| panic!("{name} not on the page"));
+        let rest = &html[at..];
+        let value = &rest[rest.find('>').unwrap() + 1..rest.find('<').unwrap()];
+        value.parse().unwrap()
+    };
+    let entities = doc["entities"].as_array().unwrap();
+    let months = |measure: &str| -> u64 {
+        entities
+            .iter()
+            .flat_map(|e| e["months"].as_array().unwrap())
+            .map(|m| m[measure].as_u64().unwrap())
+            .sum()
+    };
+    let kept = |measure: &str| -> u64 {
+        entities
+            .iter()
+            .map(|e| e["kept"][measure].as_u64().unwrap())
+            .sum()
+    };
+    assert_eq!(glance("removed"), months("purged") + months("archived"));
+    assert!(glance("removed") > 0, "the seeded history removed rows");
+    assert_eq!(glance("anonymised"), months("anonymised"));
+    assert_eq!(glance("soft_deleted"), months("soft_deleted"));
+    for measure in [
+        "held",
+        "legal_minimum",
+        "null_anchor",
+        "skipped",
+        "kept_by_policy",
+    ] {
+        assert_eq!(glance(measure), kept(measure), "{measure}");
+    }
+    assert_eq!(
+        glance("erasures"),
+        doc["erasures"]["requests"].as_u64().unwrap()
+    );
+    let failures: u64 = doc["failures"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["count"].as_u64().unwrap())
+        .sum();
+    assert_eq!(glance("failures"), failures);
+    // It comes first, before the chart and the entities.
+    assert!(html.find("At a glance").unwrap() < html.find("Rows changed per month").unwrap());
+
+    // In a 1280-pixel frame the page scrolls down, never sideways.
+    let frame = d.join("frame.html");
+    std::fs::write(
+        &frame,
+        "<!doctype html><body style=\"margin:0\"><iframe id=\"f\" src=\"q1.html\" \
+         style=\"width:1280px;height:720px;border:0\"></iframe><script>\
+         document.getElementById('f').onload = function () {\
+           var e = this.contentDocument.documentElement;\
+           document.body.setAttribute('data-scroll-width', String(e.scrollWidth));\
+           document.body.setAttribute('data-client-width', String(e.clientWidth));\
+           var wide = Array.prototype.filter.call(this.contentDocument.querySelectorAll('body *'),\
+             function (x) { return x.getBoundingClientRect().right > e.clientWidth; });\
+           document.body.setAttribute('data-wide', wide.slice(0, 3).map(function (x) {\
+             return x.tagName + ':' + (x.textContent || '').slice(0, 60); }).join(' / '));\
+         };</script></body>",
+    )
+    .unwrap();
+    let profile = tempfile::tempdir().unwrap();
+    let dom = chromium::run(
+        profile.path(),
+        &[
+            "--allow-file-access-from-files",
+            "--virtual-time-budget=5000",
+            "--dump-dom",
+            &format!("file://{}", frame.display()),
+        ],
+    );
+    assert!(
+        dom.status.success(),
+        "{}",
+        String::from_utf8_lossy(&dom.stderr)
+    );
+    let body = String::from_utf8_lossy(&dom.stdout);
+    let attr = |name: &str| -> u64 {
+        let at = body
+            .find(&format!("{name}=\""))
+            .unwrap_or_else(|| panic!("{name} not measured: {body}"));
+        let rest = &body[at + name.len() + 2..];
+        rest[..rest.find('"').unwrap()].parse().unwrap()
+    };
+    let (scroll, client) = (attr("data-scroll-width"), attr("data-client-width"));
+    assert!(client >= 1200, "the frame is 1280 px wide: {client}");
+    let wide = body
+        .find("data-wide=\"")
+        .map(|at| &body[at + 11..])
+        .map(|rest| &rest[..rest.find('"').unwrap_or(0)])
+        .unwrap_or_default();
+    assert!(
+        scroll <= client,
+        "horizontal scroll: {scroll} > {client}: {wide}"
+    );
+}

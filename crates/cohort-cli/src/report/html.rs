@@ -19,7 +19,10 @@ h3 { font-size: 1rem; margin: 1.4rem 0 .4rem; }
 table { border-collapse: collapse; margin: .4rem 0 1rem; font-variant-numeric: tabular-nums; }
 th, td { border: 1px solid #d0d7de; padding: .25rem .55rem; text-align: left; vertical-align: top; }
 th { background: #f6f8fa; font-weight: 600; }
-td.n { text-align: right; }
+td.n, th.n { text-align: right; }
+table.glance td:last-child { color: #57606a; }
+table.wide { font-size: .9em; }
+table.wide th, table.wide td { padding: .2rem .35rem; }
 .none { color: #57606a; font-style: italic; }
 .entity { break-inside: avoid; }
 svg text { font: 11px system-ui, sans-serif; fill: #1b1f24; }
@@ -82,6 +85,8 @@ pub(super) fn page(report: &Report) -> Markup {
                         td data-fact=(key("report", none, "", "tenant")) data-value=(opt(&report.tenant)) { (scope) }
                     }
                 }
+
+                (glance(report))
 
                 h2 { "Rows changed per month, by category" }
                 (chart(report))
@@ -178,6 +183,59 @@ fn kept_table(
     }
 }
 
+/// The first thing an auditor reads: the period's totals over every
+/// entity, what was kept and why, erasures and failures, in one table
+/// each. Its figures are sums of the facts below (the cells carry no
+/// `data-fact`: the CSV has the parts, not the sums).
+fn glance(report: &Report) -> Markup {
+    let sum = |f: fn(&cohort::report::MonthCounts) -> u64| -> u64 {
+        report
+            .entities
+            .iter()
+            .flat_map(|e| e.months.iter())
+            .map(f)
+            .sum()
+    };
+    let removed = sum(|m| m.purged) + sum(|m| m.archived);
+    let archived = sum(|m| m.archived);
+    let anonymised = sum(|m| m.anonymised);
+    let soft_deleted = sum(|m| m.soft_deleted);
+    let kept = |f: fn(&cohort::report::KeptCounts) -> u64| -> u64 {
+        report.entities.iter().map(|e| f(&e.kept)).sum()
+    };
+    let failed_runs: u64 = report.failures.iter().map(|f| f.count).sum();
+    let x = &report.erasures;
+    html! {
+        h2 id="at-a-glance" { "At a glance" }
+        table.glance {
+            tr { th { "Removed" } td.n data-glance="removed" { (removed) }
+                 td { "rows deleted (" (archived) " of them moved to an archive)" } }
+            tr { th { "Anonymised" } td.n data-glance="anonymised" { (anonymised) } td { "rows scrubbed in place" } }
+            tr { th { "Soft-deleted" } td.n data-glance="soft_deleted" { (soft_deleted) } td { "rows marked deleted, still stored" } }
+        }
+        table.glance {
+            tr { th { "Kept, and why" } th.n { "Rows" } th { "Meaning" } }
+            tr { td { "Held" } td.n data-glance="held" { (kept(|k| k.held)) }
+                 td { "under a legal hold (" (kept(|k| k.held_by_subject)) " by a hold on a person)" } }
+            tr { td { "Legal minimum" } td.n data-glance="legal_minimum" { (kept(|k| k.legal_minimum)) }
+                 td { "past the period, inside a minimum retention the law sets" } }
+            tr { td { "No anchor" } td.n data-glance="null_anchor" { (kept(|k| k.null_anchor)) }
+                 td { "no date to measure age from" } }
+            tr { td { "Still referenced" } td.n data-glance="skipped" { (kept(|k| k.skipped)) }
+                 td { "another row refers to it; deleting it would fail" } }
+            tr { td { "By policy" } td.n data-glance="kept_by_policy" { (kept(|k| k.kept_by_policy)) }
+                 td { "the rule keeps it (exempt)" } }
+        }
+        p {
+            "Erasure requests served: " strong data-glance="erasures" { (x.requests) }
+            " (" (x.failed) " failed"
+            @if let Some(m) = x.median_seconds { ", median " (seconds_text(m)) " s" }
+            "). Failures: " strong data-glance="failures" { (failed_runs) } "."
+            " Kept counts are each entity's last run in the period, per tenant."
+        }
+    }
+}
+
 fn erasures(report: &Report) -> Markup {
     let x = &report.erasures;
     let none = ("", "", "");
@@ -195,7 +253,7 @@ fn erasures(report: &Report) -> Markup {
             }
         }
         @if !x.requests_served.is_empty() {
-            table {
+            table.wide {
                 tr { th { "Run" } th { "Status" } th { "Subject kind" } th { "Started" } th { "Settled" }
                      th { "Seconds" } th { "Erased" }
                      th { "Held" } th { "Of which by a subject hold" } th { "Legal minimum" } th { "NULL anchor" }
@@ -203,7 +261,9 @@ fn erasures(report: &Report) -> Markup {
                 @for r in &x.requests_served {
                     @let id = r.run_id.to_string();
                     tr {
-                        td { code { (id) } }
+                        // The run's first 8 characters (as `runs show`
+                        // takes them), the whole id on hover and in the CSV.
+                        td { code title=(id) { (id.get(..8).unwrap_or(&id)) } }
                         (fact(key("erasure", none, &id, "status"), r.status.as_str().into(), false))
                         (fact(key("erasure", none, &id, "subject_kind"), opt(&r.subject_kind), false))
                         (fact(key("erasure", none, &id, "started_at"), time(&r.started_at), false))
