@@ -78,7 +78,7 @@ pub(crate) fn check(
     let prefix = "partitions = \"drop\"";
     if let Some(tenant) = &entity.tenant {
         problems.push(format!(
-            "{prefix} needs a tenantless entity (a partition holds every tenant's rows, so dropping it would reach past one tenant's sweep); this one has the tenant column {tenant:?}"
+            "{prefix} needs a tenantless entity (a partition holds every tenant's rows, so dropping it would reach past one tenant's sweep); this one has the tenant column {tenant:?}; remove partitions = \"drop\": the table is then swept per tenant on the row path (with its primary key as a composite record_id on a partitioned table)"
         ));
     }
     if capabilities.is_some_and(|c| !c.allows(Strategy::Purge)) {
