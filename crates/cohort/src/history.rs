@@ -248,6 +248,7 @@ fn entity_outcome(s: &PgRow) -> Result<EntityOutcome> {
             .map(|v| v.max(0) as u64),
         paused: s.try_get("paused")?,
         pacing_notes: Vec::new(),
+        partition_notes: Vec::new(),
     })
 }
 

@@ -180,6 +180,10 @@ pub struct EntityOutcome {
     /// What the throttle has to say, until it is folded into `note`.
     #[serde(skip)]
     pub(crate) pacing_notes: Vec<String>,
+    /// The partitions of several tenants dropped whole, with the
+    /// tenants they held; they join `note` when the entity settles.
+    #[serde(skip)]
+    pub(crate) partition_notes: Vec<String>,
 }
 
 /// What a sweep left in a table, as the statistics system reported it

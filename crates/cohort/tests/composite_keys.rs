@@ -920,3 +920,190 @@ audit = "per_row"
         .collect();
     assert_eq!(details, want);
 }
+
+const TENANT_C: &str = "cccccccc-0000-0000-0000-00000000000c";
+
+/// The newcomer's audit_log with `partitions = "drop"`: months January to
+/// May (and June), tenants A and B (4 rows each a month, ids `m*100+d` and
+/// `m*100+50+d`, day `d` of the month).
+fn multi_tenant_log(extra_rows: &str) -> String {
+    format!(
+        "CREATE SCHEMA app;
+         CREATE TABLE app.audit_log (
+             id bigint NOT NULL, logged_at timestamptz NOT NULL, tenant_id uuid NOT NULL,
+             action text, PRIMARY KEY (id, logged_at))
+           PARTITION BY RANGE (logged_at);
+         CREATE TABLE app.audit_log_2026_01 PARTITION OF app.audit_log FOR VALUES FROM ('2026-01-01Z') TO ('2026-02-01Z');
+         CREATE TABLE app.audit_log_2026_02 PARTITION OF app.audit_log FOR VALUES FROM ('2026-02-01Z') TO ('2026-03-01Z');
+         CREATE TABLE app.audit_log_2026_03 PARTITION OF app.audit_log FOR VALUES FROM ('2026-03-01Z') TO ('2026-04-01Z');
+         CREATE TABLE app.audit_log_2026_04 PARTITION OF app.audit_log FOR VALUES FROM ('2026-04-01Z') TO ('2026-05-01Z');
+         CREATE TABLE app.audit_log_2026_05 PARTITION OF app.audit_log FOR VALUES FROM ('2026-05-01Z') TO ('2026-06-01Z');
+         CREATE TABLE app.audit_log_2026_06 PARTITION OF app.audit_log FOR VALUES FROM ('2026-06-01Z') TO ('2026-07-01Z');
+         CREATE INDEX ON app.audit_log (tenant_id, logged_at);
+         INSERT INTO app.audit_log
+           SELECT m * 100 + d + CASE WHEN t = 'b' THEN 50 ELSE 0 END,
+                  make_timestamptz(2026, m, d, 0, 0, 0, 'UTC'),
+                  CASE WHEN t = 'a' THEN '{TENANT_A}'::uuid ELSE '{TENANT_B}'::uuid END, 'viewed'
+           FROM generate_series(1, 5) m, generate_series(1, 4) d, unnest(ARRAY['a', 'b']) t;
+         {extra_rows}"
+    )
+}
+
+fn multi_tenant_policy(b_override: bool) -> String {
+    let over = if b_override {
+        format!("\n[[category.override]]\ntenant = \"{TENANT_B}\"\nperiod = \"120d\"\nstrategy = \"purge\"\n")
+    } else {
+        String::new()
+    };
+    format!(
+        r#"
+[cohort]
+partition_lock_timeout = "1s"
+
+[[tenant]]
+id = "{TENANT_A}"
+
+[[tenant]]
+id = "{TENANT_B}"
+
+[[entity]]
+name = "AuditLog"
+id = "{LOG_ID}"
+table = "app.audit_log"
+category = "audit"
+anchor = "logged_at"
+record_id = ["id", "logged_at"]
+tenant = "tenant_id"
+partitions = "drop"
+
+[[category]]
+name = "audit"
+strategy = "purge"
+period = "30d"
+audit = "per_row"
+{over}"#
+    )
+}
+
+async fn log_partitions(pool: &sqlx::PgPool) -> BTreeSet<String> {
+    sqlx::query_scalar(
+        "SELECT c.relname::text FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid \
+         WHERE i.inhparent = 'app.audit_log'::regclass",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap()
+    .into_iter()
+    .collect()
+}
+
+async fn log_ids(pool: &sqlx::PgPool) -> BTreeSet<i64> {
+    sqlx::query_scalar("SELECT id FROM app.audit_log")
+        .fetch_all(pool)
+        .await
+        .unwrap()
+        .into_iter()
+        .collect()
+}
+
+/// RS-039: a partition of several tenants goes whole only when every row
+/// in it is due for its own tenant. First with every tenant on 30 days
+/// (and a hold): January to April go (April's held row stays with its
+/// partition, alone); then B's 120-day override keeps February to April,
+/// and a row of a tenant Cohort does not sweep keeps March, while A's rows
+/// in them go by the row path.
+#[tokio::test]
+async fn a_partition_of_several_tenants_goes_only_when_every_tenants_rows_in_it_are_due() {
+    // Every tenant on 30 days: A's pass drops January to April whole,
+    // B's rows with them; a held B row keeps April with it alone.
+    let db = migrated_db().await;
+    exec(db.pool(), &multi_tenant_log("")).await;
+    let cohort = build(&db, &multi_tenant_policy(false)).await.unwrap();
+    cohort
+        .create_hold(
+            HoldRequest::new(log_entity(), r#"[452, "2026-04-02T00:00:00Z"]"#, "audit")
+                .tenant(TENANT_B),
+        )
+        .await
+        .unwrap();
+    let result = cohort
+        .sweep(SweepRequest::tenanted(TENANT_A, now()))
+        .await
+        .unwrap();
+    assert_eq!(result.status, cohort::RunStatus::Succeeded, "{result:?}");
+    let e = result.entity("AuditLog").unwrap();
+    // Jan-Mar: 8 rows each; April: 7 unheld; May 1st of A by the row path.
+    assert_eq!(e.affected, 8 * 3 + 7 + 1, "{result:?}");
+    assert_eq!(
+        log_partitions(db.pool()).await,
+        [
+            "audit_log_2026_04",
+            "audit_log_2026_05",
+            "audit_log_2026_06"
+        ]
+        .map(String::from)
+        .into()
+    );
+    let mut left: BTreeSet<i64> = [452].into();
+    left.extend((1..=4).map(|d| 550 + d));
+    left.extend([502, 503, 504]);
+    assert_eq!(log_ids(db.pool()).await, left);
+    let note = e.note.clone().unwrap_or_default();
+    assert!(
+        note.contains("audit_log_2026_01 dropped") && note.contains(TENANT_B),
+        "{note}"
+    );
+    // Each row gone has its detail, with its own tenant.
+    let b_details: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM public.sweep_run_row_detail WHERE run_id = $1 AND tenant_id = $2",
+    )
+    .bind(result.run_id)
+    .bind(TENANT_B)
+    .fetch_one(db.pool())
+    .await
+    .unwrap();
+    assert_eq!(b_details, 4 * 3 + 3);
+
+    // B keeps 120 days, and C (a tenant Cohort does not sweep) has a row
+    // in March: only January goes whole; A's rows of February to April
+    // go one by one; B's and C's stay.
+    let db = migrated_db().await;
+    exec(
+        db.pool(),
+        &multi_tenant_log(&format!(
+            "INSERT INTO app.audit_log VALUES (399, '2026-03-09Z', '{TENANT_C}', 'viewed');"
+        )),
+    )
+    .await;
+    let cohort = build(&db, &multi_tenant_policy(true)).await.unwrap();
+    let result = cohort
+        .sweep(SweepRequest::tenanted(TENANT_A, now()))
+        .await
+        .unwrap();
+    let e = result.entity("AuditLog").unwrap();
+    assert_eq!(e.affected, 8 + 4 * 3 + 1, "{result:?}");
+    assert_eq!(
+        log_partitions(db.pool()).await,
+        [
+            "audit_log_2026_02",
+            "audit_log_2026_03",
+            "audit_log_2026_04",
+            "audit_log_2026_05",
+            "audit_log_2026_06"
+        ]
+        .map(String::from)
+        .into()
+    );
+    let mut left: BTreeSet<i64> = (2..=5)
+        .flat_map(|m| (1..=4).map(move |d| m * 100 + 50 + d))
+        .collect();
+    left.insert(399);
+    left.extend([502, 503, 504]);
+    assert_eq!(log_ids(db.pool()).await, left);
+    // B's own pass, on B's 120 days, has nothing left that is due.
+    let b = cohort
+        .sweep(SweepRequest::tenanted(TENANT_B, now()))
+        .await
+        .unwrap();
+    assert_eq!(b.entity("AuditLog").unwrap().affected, 0);
+}

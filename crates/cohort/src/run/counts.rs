@@ -225,6 +225,7 @@ pub(crate) fn outcome(work: &Work<'_>) -> EntityOutcome {
         lag_waited_ms: None,
         paused: false,
         pacing_notes: Vec::new(),
+        partition_notes: Vec::new(),
     }
 }
 

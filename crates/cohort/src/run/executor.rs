@@ -401,6 +401,7 @@ fn take_counts(ctx: &RunCtx<'_>, work: &Work<'_>, c: &Counts, out: &mut EntityOu
         .into_iter()
         .chain(paused)
         .chain(std::mem::take(&mut out.pacing_notes))
+        .chain(std::mem::take(&mut out.partition_notes))
         .collect();
     out.note = (!notes.is_empty()).then(|| notes.join("; "));
     out.kept_by_legal_min = c.kept_by_legal_min;

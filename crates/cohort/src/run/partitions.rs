@@ -50,6 +50,7 @@ pub(crate) enum RowPath {
 struct Expired {
     table: QualifiedName,
     lower: Option<DateTime<Utc>>,
+    upper: DateTime<Utc>,
 }
 
 /// Whether partition purge applies to this work: a sweep's purge (not a
@@ -58,12 +59,14 @@ struct Expired {
 pub(crate) fn applies(ctx: &RunCtx<'_>, work: &Work<'_>) -> bool {
     let e = work.entity;
     // Never for erasure: a partition holds every subject's rows.
+    // A tenant-scoped entity in its tenant's pass: a partition goes only
+    // when every tenant's rows in it are due (`tenants_due`).
     ctx.spec.kind == crate::run::RunKind::Sweep
         && e.partitions == crate::model::Partitions::Drop
         && work.rule.strategy() == Strategy::Purge
         && !ctx.spec.dry_run
-        && e.tenant.is_none()
-        && ctx.spec.tenant.is_none()
+        && e.tenant.is_some() == ctx.spec.tenant.is_some()
+        && work.stage.is_none()
         && work.cutoff.is_some()
         && ctx.cx.handlers.get(&e.id).is_none_or(|h| h.is_empty())
 }
@@ -101,6 +104,24 @@ pub(crate) async fn drop_expired(
                 });
             }
             Dropped::Gone => {}
+            Dropped::Kept => {}
+            Dropped::Tenants(n, tenants) => {
+                out.affected += n;
+                crate::telemetry::rows(&e.name, Strategy::Purge, "affected", n);
+                tracing::info!(entity = %e.name, partition = %partition.table.display_plain(), rows = n, tenants = %tenants, "expired partition of several tenants dropped");
+                let line = format!(
+                    "partition {} dropped with its rows of every tenant: {tenants}",
+                    partition.table.display_plain()
+                );
+                out.partition_notes.push(line);
+                ctx.cx.observers.emit(AuditEvent::EntityProgress {
+                    run_id: ctx.run_id,
+                    entity_id: e.id,
+                    strategy: Strategy::Purge,
+                    batch: n,
+                    total: out.affected,
+                });
+            }
             Dropped::LockTimeout => {
                 tracing::warn!(
                     entity = %e.name,
@@ -138,6 +159,7 @@ async fn expired_partitions(
             Ok(Expired {
                 table: QualifiedName::from_columns(r, "schema", "name")?,
                 lower: r.try_get("lower")?,
+                upper: r.try_get("upper")?,
             })
         })
         .collect()
@@ -180,6 +202,12 @@ enum Dropped {
     Purged(u64),
     /// Another run dropped it first.
     Gone,
+    /// Some rows of it are not due for their own tenant (see
+    /// `tenants_due`): it stays, and the row path takes this tenant's.
+    Kept,
+    /// A partition of several tenants dropped whole, with this many rows
+    /// (of every tenant, named with their counts).
+    Tenants(u64, String),
     LockTimeout,
 }
 
@@ -206,6 +234,20 @@ async fn drop_one(
         tx.rollback().await.map_err(stop_from)?;
         return Ok(outcome);
     }
+    // A tenant-scoped entity: every row of the partition must be due for
+    // its own tenant before any of them goes with it (the held path below
+    // purges every unheld row too).
+    let tenants = if work.entity.tenant.is_some() {
+        match tenants_due(ctx, &mut tx, work, partition).await? {
+            Some(t) => Some(t),
+            None => {
+                tx.rollback().await.map_err(stop_from)?;
+                return Ok(Dropped::Kept);
+            }
+        }
+    } else {
+        None
+    };
     // The lock is held: a hold committed before it was granted is visible
     // to this new statement; any later one waits for the commit and then
     // finds no row to hold.
@@ -235,7 +277,87 @@ async fn drop_one(
         .map_err(stop_from)?;
     commit_rows(ctx, (summary_id, &work.entity.name), tx, n).await?;
     emit_details(ctx, conn, work, first_detail).await;
-    Ok(Dropped::Rows(n.max(0) as u64))
+    Ok(match tenants {
+        Some(t) => Dropped::Tenants(n.max(0) as u64, t),
+        None => Dropped::Rows(n.max(0) as u64),
+    })
+}
+
+/// The row's tenant as Cohort stores tenants (`None`: tenantless).
+fn tenant_text(
+    ctx: &RunCtx<'_>,
+    e: &crate::model::EntityDescriptor,
+) -> Option<crate::ident::SqlText> {
+    let column = e.tenant.as_deref()?;
+    let ty = ctx.ready.model.facts[&e.id]
+        .tenant
+        .expect("tenanted entity");
+    Some(crate::sql::fragments_canonical_text(column, ty))
+}
+
+/// Whether every row of a locked partition of a tenant-scoped entity is
+/// due for its own tenant: each tenant present is in the tenant directory
+/// (`[[tenant]]`; a row of a tenant Cohort does not sweep keeps the
+/// partition), its rule for the entity purges, and the partition's upper
+/// bound is at or before that rule's cutoff (so no tenant's override or
+/// legal minimum keeps a row of it). `Some`: the tenants with their row
+/// counts, for the run's note; `None`: it stays.
+async fn tenants_due(
+    ctx: &RunCtx<'_>,
+    tx: &mut PgConnection,
+    work: &Work<'_>,
+    partition: &Expired,
+) -> std::result::Result<Option<String>, Stop> {
+    let e = work.entity;
+    let text = tenant_text(ctx, e).expect("tenanted entity");
+    let rows = statements::tenants_in(&partition.table, &text)
+        .query()
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(stop_from)?;
+    let identity = ctx.ready.model.tenant_identity();
+    let mut named = Vec::with_capacity(rows.len());
+    for r in rows {
+        let tenant: Option<String> = r.try_get("tenant").map_err(stop_from)?;
+        let n: i64 = r.try_get("n").map_err(stop_from)?;
+        let keeps = |why: &str| {
+            tracing::info!(entity = %e.name, partition = %partition.table.display_plain(), why, "partition of several tenants kept: its rows go by the row path");
+        };
+        let Some(tenant) = tenant else {
+            keeps("a row has no tenant");
+            return Ok(None);
+        };
+        let listed = ctx
+            .ready
+            .tenants
+            .iter()
+            .find(|t| identity.canonical(&t.id).as_deref() == Some(tenant.as_str()));
+        let Some(listed) = listed else {
+            keeps("a row's tenant is not in the tenant directory");
+            return Ok(None);
+        };
+        let facts = ctx
+            .ready
+            .tenant_facts(Some(&listed.id), None, None)
+            .map_err(|e| Stop::Entity(crate::diagnostic::Diagnostic::capture("rule", None, &e)))?;
+        let Ok(rule) =
+            super::resolve::rule_for(ctx.cx, ctx.ready, e, Some(&tenant), &facts, ctx.spec.now)
+                .await
+        else {
+            keeps("a tenant's rule does not resolve");
+            return Ok(None);
+        };
+        let due = rule.strategy() == Strategy::Purge
+            && rule
+                .sweep_cutoff(ctx.spec.now)
+                .is_ok_and(|cutoff| partition.upper <= cutoff);
+        if !due {
+            keeps("a tenant's rule keeps some of its rows");
+            return Ok(None);
+        }
+        named.push(format!("{tenant} ({n} rows)"));
+    }
+    Ok(Some(named.join(", ")))
 }
 
 /// Locks the partition against writes and locks (waiting
@@ -319,6 +441,7 @@ async fn purge_unheld(
         &ctx.cx.config.schema,
         &partition.table,
         &ctx.ready.model.facts[&e.id].casts.key_text(e),
+        tenant_text(ctx, e).as_ref(),
         &ctx.ready.plans[&e.id].held,
         params,
     )
@@ -352,11 +475,18 @@ async fn count_and_detail(
     let key_text = ctx.ready.model.facts[&work.entity.id]
         .casts
         .key_text(work.entity);
-    let row = statements::insert_details(schema, &partition.table, &key_text, details)
-        .query()
-        .fetch_one(&mut *tx)
-        .await
-        .map_err(stop_from)?;
+    let tenant = tenant_text(ctx, work.entity);
+    let row = statements::insert_details(
+        schema,
+        &partition.table,
+        &key_text,
+        tenant.as_ref(),
+        details,
+    )
+    .query()
+    .fetch_one(&mut *tx)
+    .await
+    .map_err(stop_from)?;
     Ok((
         row.try_get("n").map_err(stop_from)?,
         row.try_get("first").map_err(stop_from)?,

@@ -160,7 +160,7 @@ pub(crate) fn bound_rows(e: &EntityDescriptor, casts: &Casts, first: usize) -> S
 
 /// A key-like column's canonical text, as Cohort stores keys: `::text`,
 /// lower-cased for citext.
-fn canonical_text(column: &str, ty: KeyType) -> SqlText {
+pub(crate) fn canonical_text(column: &str, ty: KeyType) -> SqlText {
     let mut s = SqlText::default();
     if ty == KeyType::CiText {
         s.push("pg_catalog.lower(").col(column).push("::text)");

@@ -13,7 +13,7 @@ use crate::sql::tables::CohortTable;
 use crate::sql::{bound_rows, BoundHolds, Casts};
 
 /// The partitions of a parent (by schema and name) whose upper bound is at
-/// or before `cutoff`, oldest first: `schema, name, lower` (a `-infinity`
+/// or before `cutoff`, oldest first: `schema, name, lower, upper` (a `-infinity`
 /// lower bound reads as NULL). Partitions being detached concurrently,
 /// `DEFAULT` and `MAXVALUE` ones, and trees holding a foreign table never
 /// qualify.
@@ -23,7 +23,7 @@ pub(crate) fn expired(
     cutoff: DateTime<Utc>,
 ) -> Statement<(String, String, DateTime<Utc>)> {
     let sql = SqlText::new(
-        "SELECT n.nspname::text AS schema, c.relname::text AS name, b.lower \
+        "SELECT n.nspname::text AS schema, c.relname::text AS name, b.lower, b.upper \
          FROM pg_catalog.pg_inherits i \
          JOIN pg_catalog.pg_class c ON c.oid = i.inhrelid \
          JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
@@ -122,6 +122,7 @@ pub(crate) fn insert_details(
     schema: &str,
     partition: &QualifiedName,
     key_text: &SqlText,
+    tenant_text: Option<&SqlText>,
     params: Details,
 ) -> Statement<Details> {
     let mut sql = SqlText::new("WITH d AS (INSERT INTO ");
@@ -131,7 +132,9 @@ pub(crate) fn insert_details(
              SELECT $1, $2, $3, ",
         )
         .append(key_text)
-        .push(", NULL, $4 FROM ")
+        .push(", ")
+        .append(&tenant_or_null(tenant_text))
+        .push(", $4 FROM ")
         .table(partition)
         .push(
             " t RETURNING row_detail_id) SELECT count(*) AS n, min(row_detail_id) AS first FROM d",
@@ -165,6 +168,7 @@ pub(crate) fn purge_unheld(
     schema: &str,
     partition: &QualifiedName,
     key_text: &SqlText,
+    tenant_text: Option<&SqlText>,
     held: &SqlText,
     params: PurgeUnheld,
 ) -> Statement<PurgeUnheld> {
@@ -173,17 +177,39 @@ pub(crate) fn purge_unheld(
     if params.details.is_some() {
         sql.push(") RETURNING ")
             .append(key_text)
-            .push(" AS record_id), d AS (INSERT INTO ")
+            .push(" AS record_id, ")
+            .append(&tenant_or_null(tenant_text))
+            .push(" AS tenant_id), d AS (INSERT INTO ")
             .table(&CohortTable::RowDetail.qualified(schema))
             .push(
                 " (run_id, retention_entity_id, entity_type, record_id, tenant_id, action) \
-                 SELECT $2, $1, $3, record_id, NULL, $4 FROM gone RETURNING row_detail_id) \
+                 SELECT $2, $1, $3, record_id, tenant_id, $4 FROM gone RETURNING row_detail_id) \
                  SELECT count(*) AS n, min(row_detail_id) AS first FROM d",
             );
     } else {
         sql.push(") RETURNING 1) SELECT count(*) AS n, NULL::int8 AS first FROM gone");
     }
     Statement::new(sql, params).not_persistent()
+}
+
+/// The row's tenant as text (`NULL` for a tenantless entity).
+fn tenant_or_null(tenant_text: Option<&SqlText>) -> SqlText {
+    match tenant_text {
+        Some(t) => t.clone(),
+        None => SqlText::new("NULL::text"),
+    }
+}
+
+/// The tenants whose rows a partition holds, canonical (`tenant_text`
+/// over `t`), with how many rows each: `tenant, n` (a NULL tenant is a
+/// row of no tenant).
+pub(crate) fn tenants_in(partition: &QualifiedName, tenant_text: &SqlText) -> Statement<()> {
+    let mut sql = SqlText::new("SELECT ");
+    sql.append(tenant_text)
+        .push(" AS tenant, count(*) AS n FROM ")
+        .table(partition)
+        .push(" t GROUP BY 1 ORDER BY 1");
+    Statement::new(sql, ()).not_persistent()
 }
 
 /// The partition's row count.

@@ -1352,10 +1352,16 @@ fn catalog_partition_and_ledger_statements_bind_exactly_their_placeholders() {
         ("lock_exclusive", p::lock_exclusive(&part).checked()),
         (
             "insert_details",
-            p::insert_details("cohort", &part, &Casts::default().key_text(&e), details)
-                .checked()
-                .as_str()
-                .to_owned(),
+            p::insert_details(
+                "cohort",
+                &part,
+                &Casts::default().key_text(&e),
+                None,
+                details,
+            )
+            .checked()
+            .as_str()
+            .to_owned(),
         ),
         (
             "purge_unheld",
@@ -1363,6 +1369,7 @@ fn catalog_partition_and_ledger_statements_bind_exactly_their_placeholders() {
                 "cohort",
                 &part,
                 &Casts::default().key_text(&e),
+                None,
                 &hold,
                 p::PurgeUnheld {
                     entity: id,
@@ -1377,6 +1384,7 @@ fn catalog_partition_and_ledger_statements_bind_exactly_their_placeholders() {
                 "cohort",
                 &part,
                 &Casts::default().key_text(&e),
+                None,
                 &hold,
                 p::PurgeUnheld {
                     entity: id,

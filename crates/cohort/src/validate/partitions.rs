@@ -76,11 +76,8 @@ pub(crate) fn check(
     let mut problems = Vec::new();
     let t = table.name.display_plain();
     let prefix = "partitions = \"drop\"";
-    if let Some(tenant) = &entity.tenant {
-        problems.push(format!(
-            "{prefix} needs a tenantless entity (a partition holds every tenant's rows, so dropping it would reach past one tenant's sweep); this one has the tenant column {tenant:?}; remove partitions = \"drop\": the table is then swept per tenant on the row path (with its primary key as a composite record_id on a partitioned table)"
-        ));
-    }
+    // A tenant column is allowed: a partition then goes only when every
+    // tenant's rows in it are due (`run::partitions::tenants_due`).
     if capabilities.is_some_and(|c| !c.allows(Strategy::Purge)) {
         problems.push(format!(
             "{prefix} has no effect: category {:?} never purges (partition purge only replaces purge's row path)",
@@ -211,12 +208,7 @@ mod tests {
             &[&str],
         )> = vec![
             (entity(true), Some(good.clone()), &purge, &[]),
-            (
-                entity(false),
-                Some(good.clone()),
-                &purge,
-                &["needs a tenantless entity"],
-            ),
+            (entity(false), Some(good.clone()), &purge, &[]),
             (
                 entity(true),
                 Some(good.clone()),
