@@ -263,7 +263,8 @@ async fn drop_one(
         emit_details(ctx, conn, work, first).await;
         return Ok(Dropped::Purged(n.max(0) as u64));
     }
-    let (n, first_detail) = count_and_detail(ctx, &mut tx, work, partition).await?;
+    let counted = tenants.as_ref().map(|(_, n)| *n);
+    let (n, first_detail) = count_and_detail(ctx, &mut tx, work, partition, counted).await?;
     let detach = statements::detach(&work.entity.table, &partition.table).raw();
     if let Err(err) = detach.execute(&mut *tx).await {
         let outcome = not_now(&err).ok_or_else(|| stop_from(err))?;
@@ -278,7 +279,7 @@ async fn drop_one(
     commit_rows(ctx, (summary_id, &work.entity.name), tx, n).await?;
     emit_details(ctx, conn, work, first_detail).await;
     Ok(match tenants {
-        Some(t) => Dropped::Tenants(n.max(0) as u64, t),
+        Some((t, _)) => Dropped::Tenants(n.max(0) as u64, t),
         None => Dropped::Rows(n.max(0) as u64),
     })
 }
@@ -301,13 +302,14 @@ fn tenant_text(
 /// partition), its rule for the entity purges, and the partition's upper
 /// bound is at or before that rule's cutoff (so no tenant's override or
 /// legal minimum keeps a row of it). `Some`: the tenants with their row
-/// counts, for the run's note; `None`: it stays.
+/// counts, for the run's note, and the partition's row count; `None`: it
+/// stays.
 async fn tenants_due(
     ctx: &RunCtx<'_>,
     tx: &mut PgConnection,
     work: &Work<'_>,
     partition: &Expired,
-) -> std::result::Result<Option<String>, Stop> {
+) -> std::result::Result<Option<(String, i64)>, Stop> {
     let e = work.entity;
     let text = tenant_text(ctx, e).expect("tenanted entity");
     let rows = statements::tenants_in(&partition.table, &text)
@@ -317,6 +319,7 @@ async fn tenants_due(
         .map_err(stop_from)?;
     let identity = ctx.ready.model.tenant_identity();
     let mut named = Vec::with_capacity(rows.len());
+    let mut total = 0;
     for r in rows {
         let tenant: Option<String> = r.try_get("tenant").map_err(stop_from)?;
         let n: i64 = r.try_get("n").map_err(stop_from)?;
@@ -356,8 +359,9 @@ async fn tenants_due(
             return Ok(None);
         }
         named.push(format!("{tenant} ({n} rows)"));
+        total += n;
     }
-    Ok(Some(named.join(", ")))
+    Ok(Some((named.join(", "), total)))
 }
 
 /// Locks the partition against writes and locks (waiting
@@ -462,8 +466,13 @@ async fn count_and_detail(
     tx: &mut PgConnection,
     work: &Work<'_>,
     partition: &Expired,
+    counted: Option<i64>,
 ) -> std::result::Result<(i64, Option<i64>), Stop> {
     let Some(details) = partition_details(ctx, work) else {
+        // Counted already, under the same lock, tenant by tenant.
+        if let Some(n) = counted {
+            return Ok((n, None));
+        }
         let n = statements::count(&partition.table)
             .query_scalar()
             .fetch_one(&mut *tx)
