@@ -90,38 +90,10 @@ pub(crate) async fn drop_expired(
         if ctx.spec.cancel.is_cancelled() {
             return Err(Stop::Cancelled);
         }
-        match drop_one(ctx, conn, work, summary_id, &partition).await? {
-            Dropped::Rows(n) | Dropped::Purged(n) => {
-                out.affected += n;
-                crate::telemetry::rows(&e.name, Strategy::Purge, "affected", n);
-                tracing::info!(entity = %e.name, partition = %partition.table.display_plain(), rows = n, "expired partition purged");
-                ctx.cx.observers.emit(AuditEvent::EntityProgress {
-                    run_id: ctx.run_id,
-                    entity_id: e.id,
-                    strategy: Strategy::Purge,
-                    batch: n,
-                    total: out.affected,
-                });
-            }
-            Dropped::Gone => {}
-            Dropped::Kept => {}
-            Dropped::Tenants(n, tenants) => {
-                out.affected += n;
-                crate::telemetry::rows(&e.name, Strategy::Purge, "affected", n);
-                tracing::info!(entity = %e.name, partition = %partition.table.display_plain(), rows = n, tenants = %tenants, "expired partition of several tenants dropped");
-                let line = format!(
-                    "partition {} dropped with its rows of every tenant: {tenants}",
-                    partition.table.display_plain()
-                );
-                out.partition_notes.push(line);
-                ctx.cx.observers.emit(AuditEvent::EntityProgress {
-                    run_id: ctx.run_id,
-                    entity_id: e.id,
-                    strategy: Strategy::Purge,
-                    batch: n,
-                    total: out.affected,
-                });
-            }
+        let (n, tenants) = match drop_one(ctx, conn, work, summary_id, &partition).await? {
+            Dropped::Rows(n) | Dropped::Purged(n) => (n, None),
+            Dropped::Tenants(n, tenants) => (n, Some(tenants)),
+            Dropped::Gone | Dropped::Kept => continue,
             Dropped::LockTimeout => {
                 tracing::warn!(
                     entity = %e.name,
@@ -134,7 +106,23 @@ pub(crate) async fn drop_expired(
                     None => RowPath::Nothing,
                 });
             }
+        };
+        out.affected += n;
+        crate::telemetry::rows(&e.name, Strategy::Purge, "affected", n);
+        tracing::info!(entity = %e.name, partition = %partition.table.display_plain(), rows = n, tenants = tenants.as_deref().unwrap_or("-"), "expired partition purged");
+        if let Some(tenants) = tenants {
+            out.partition_notes.push(format!(
+                "partition {} dropped with its rows of every tenant: {tenants}",
+                partition.table.display_plain()
+            ));
         }
+        ctx.cx.observers.emit(AuditEvent::EntityProgress {
+            run_id: ctx.run_id,
+            entity_id: e.id,
+            strategy: Strategy::Purge,
+            batch: n,
+            total: out.affected,
+        });
     }
     Ok(RowPath::UpToCutoff)
 }
