@@ -118,6 +118,48 @@ pub(crate) struct Signing<'a> {
     /// The policy file the command read, for its digest.
     pub(crate) policy: &'a Path,
     pub(crate) key: &'a Path,
+    /// The policy's `[evidence]`.
+    pub(crate) evidence: &'a cohort::policy::Evidence,
+    /// Handler work not done when the report was written.
+    pub(crate) queue: cohort::telemetry::QueueDepth,
+}
+
+/// What the database alone cannot erase and Cohort knows about: handler
+/// work not done (a blob, an index, a CRM not yet told), and, when the
+/// policy states it, how long backups keep copies of what was removed.
+fn residual_copies(s: &Signing<'_>) -> serde_json::Value {
+    let end = s
+        .report
+        .to
+        .succ_opt()
+        .and_then(|d| d.and_hms_opt(0, 0, 0))
+        .map(|t| t.and_utc());
+    let backups = match (s.evidence.backup_retention, end) {
+        (Some(retention), Some(end)) => {
+            let until = retention.after(end);
+            json!({
+                "retention": retention.to_string(),
+                "until": until,
+                "statement": format!(
+                    "copies of rows removed up to {} may remain in base backups and the WAL archive until {}",
+                    s.report.to,
+                    until.map(|u| u.date_naive().to_string()).unwrap_or_else(|| "beyond the calendar".into())
+                ),
+            })
+        }
+        _ => json!({
+            "statement": "not stated: set [evidence] backup_retention in the policy file to state how long backups keep copies"
+        }),
+    };
+    json!({
+        "handler_work": {
+            "pending": s.queue.pending,
+            "in_flight": s.queue.in_flight,
+            "dead_lettered": s.queue.dead_lettered,
+            "statement": "handler work not done when the report was written (every period): what handlers still have to tell other systems",
+        },
+        "backups": backups,
+    })
 }
 
 /// Reads a private key file written by [`generate`].
@@ -187,6 +229,7 @@ pub(crate) fn sign(s: &Signing<'_>) -> Result<(PathBuf, PathBuf), Failure> {
             "median_seconds": r.erasures.median_seconds,
         },
         "failures": r.failures,
+        "residual_copies": residual_copies(s),
     });
     let mut bytes = serde_json::to_vec_pretty(&manifest).expect("a manifest serialises");
     bytes.push(b'\n');

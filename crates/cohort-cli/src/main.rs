@@ -573,7 +573,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             output,
             sign,
         } => {
-            let cohort = open_ledger(&cli).await?;
+            let (cohort, loaded) = open_ledger(&cli).await?;
             let format = if cli.json {
                 report::Format::Json
             } else {
@@ -590,6 +590,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 format,
                 output: output.as_deref(),
                 sign: sign.as_deref().map(|key| (key, policy.as_path())),
+                evidence: &loaded.evidence,
             };
             report::run(&cohort, args).await
         }
@@ -656,11 +657,14 @@ async fn open(cli: &Cli) -> Result<(Cohort, PolicyFile), Failure> {
 /// policy names the database and Cohort's schema, and is not validated
 /// against the catalog, so evidence stays readable after the retained
 /// tables have changed.
-async fn open_ledger(cli: &Cli) -> Result<Cohort, Failure> {
+async fn open_ledger(cli: &Cli) -> Result<(Cohort, PolicyFile), Failure> {
     let policy = load_policy(cli, true)?.expect("required");
     let url = database_url(cli, Some(&policy))?;
     let pool = pool(&url, 2).await?;
-    Ok(Cohort::builder(pool).policy(policy).build_unvalidated()?)
+    let cohort = Cohort::builder(pool)
+        .policy(policy.clone())
+        .build_unvalidated()?;
+    Ok((cohort, policy))
 }
 
 /// [`open`] for a command that runs services: its pool also has room for

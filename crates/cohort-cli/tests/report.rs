@@ -1250,6 +1250,77 @@ async fn a_signed_report_verifies_offline_and_a_changed_byte_fails_it() {
         );
     }
 
+    // Residual copies: handler work not done, and, once the policy states
+    // it, how long backups keep copies of what the period removed.
+    let attests: Value =
+        serde_json::from_slice(&std::fs::read(d.join("q1.json.manifest.json")).unwrap()).unwrap();
+    let residual = &attests["residual_copies"];
+    assert!(
+        residual["handler_work"]["dead_lettered"].is_u64(),
+        "{residual}"
+    );
+    assert!(
+        residual["backups"]["statement"]
+            .as_str()
+            .unwrap()
+            .starts_with("not stated"),
+        "{residual}"
+    );
+    let policy = d.join("cohort.toml");
+    let plain = std::fs::read_to_string(&policy).unwrap();
+    std::fs::write(
+        &policy,
+        format!("{plain}\n[evidence]\nbackup_retention = \"35d\"\n"),
+    )
+    .unwrap();
+    let file = d.join("q1b.json");
+    let out = report(
+        d,
+        db.url(),
+        &[
+            "--format",
+            "json",
+            "--output",
+            file.to_str().unwrap(),
+            "--sign",
+            private.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let attests: Value =
+        serde_json::from_slice(&std::fs::read(d.join("q1b.json.manifest.json")).unwrap()).unwrap();
+    let backups = &attests["residual_copies"]["backups"];
+    assert_eq!(backups["retention"], "35d", "{backups}");
+    assert_eq!(backups["until"], "2026-05-06T00:00:00Z", "{backups}");
+    assert!(
+        backups["statement"]
+            .as_str()
+            .unwrap()
+            .contains("removed up to 2026-03-31")
+            && backups["statement"]
+                .as_str()
+                .unwrap()
+                .contains("until 2026-05-06"),
+        "{backups}"
+    );
+    // A retention of nothing is refused, as any bad policy is.
+    std::fs::write(
+        &policy,
+        format!("{plain}\n[evidence]\nbackup_retention = \"0d\"\n"),
+    )
+    .unwrap();
+    let out = report(d, db.url(), &["--format", "json"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("backup_retention must be longer than zero")
+    );
+    std::fs::write(&policy, &plain).unwrap();
+
     // A key that cannot sign writes no report.
     let bogus = d.join("bogus.key");
     std::fs::write(&bogus, "not a key\n").unwrap();

@@ -291,12 +291,15 @@ fn the_policy_key_table_matches_the_loader() {
         "[[category.override]]",
         "[[category.stage]]",
         "[[tenant]]",
+        "[evidence]",
     ];
     let mut problems = Vec::new();
     for section in sections {
         let mut accepted = loader_keys(section);
         // Tables of their own, each with its own rows.
-        for sub in ["entity", "category", "tenant", "database", "cohort"] {
+        for sub in [
+            "entity", "category", "tenant", "database", "cohort", "evidence",
+        ] {
             if section == "(top level)" {
                 accepted.remove(sub);
             }

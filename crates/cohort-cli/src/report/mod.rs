@@ -33,6 +33,8 @@ pub(crate) struct Args<'a> {
     /// Sign with this private key; the policy file whose digest the
     /// manifest carries.
     pub(crate) sign: Option<(&'a Path, &'a Path)>,
+    /// The policy's `[evidence]`, which a signed manifest states.
+    pub(crate) evidence: &'a cohort::policy::Evidence,
 }
 
 fn date(flag: &str, text: &str) -> Result<NaiveDate, Failure> {
@@ -58,7 +60,10 @@ pub(crate) async fn run(cohort: &Cohort, args: Args<'_>) -> Result<(), Failure> 
             }
             write_file(path, &bytes)?;
             if let Some((key, policy)) = args.sign {
+                let queue = cohort.queue_depth().await?;
                 crate::evidence::sign(&crate::evidence::Signing {
+                    evidence: args.evidence,
+                    queue,
                     report: &report,
                     format: match args.format {
                         Format::Html => "html",

@@ -24,6 +24,15 @@ pub(super) struct RawPolicy {
     #[serde(default)]
     pub(super) tenant: Vec<TenantEntry>,
     pub(super) tenants_query: Option<String>,
+    #[serde(default)]
+    pub(super) evidence: RawEvidence,
+}
+
+/// `[evidence]`: what a signed report's manifest states beyond the ledger.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawEvidence {
+    pub(super) backup_retention: Option<Period>,
 }
 
 #[derive(Debug, Default, Deserialize)]

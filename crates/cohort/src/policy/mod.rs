@@ -35,6 +35,20 @@ pub struct PolicyFile {
     pub tenants_query: Option<String>,
     /// `[[entity.handler]]` command handlers.
     pub handlers: Vec<PolicyHandler>,
+    /// `[evidence]`: what signed reports state beyond the ledger.
+    pub evidence: Evidence,
+}
+
+/// `[evidence]` of a policy file: facts about the system around the
+/// database that a signed report's manifest states (`cohort report
+/// --sign`), since the ledger cannot know them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Evidence {
+    /// How long base backups and the WAL archive are kept: copies of rows
+    /// removed in a period may remain in them until the period's end plus
+    /// this (`None`: not stated).
+    pub backup_retention: Option<crate::rules::Period>,
 }
 
 impl PolicyFile {
@@ -95,6 +109,11 @@ impl PolicyFile {
         let command_handlers = command_handlers(&raw, &mut problems);
         let rules = category_rules(&raw, &mut problems);
         check_tenants(&raw, &mut problems);
+        if raw.evidence.backup_retention.is_some_and(|p| p.is_zero()) {
+            problems.push(
+                "[evidence] backup_retention must be longer than zero (how long backups and the WAL archive keep copies); leave it out if you do not state it".into(),
+            );
+        }
         if !problems.is_empty() {
             return Err(Error::Policy(Problems::global(problems)));
         }
@@ -106,6 +125,9 @@ impl PolicyFile {
             tenants: raw.tenant,
             tenants_query: raw.tenants_query,
             handlers: command_handlers,
+            evidence: Evidence {
+                backup_retention: raw.evidence.backup_retention,
+            },
         })
     }
 }

@@ -171,6 +171,24 @@ impl Period {
     }
 }
 
+impl Period {
+    /// `time + self`, the mirror of [`Period::before`]: the calendar
+    /// months first, then the fixed seconds. `None` when outside chrono's
+    /// range.
+    ///
+    /// ```
+    /// use cohort::rules::Period;
+    /// let at = chrono::DateTime::parse_from_rfc3339("2026-04-01T00:00:00Z").unwrap().to_utc();
+    /// let later = "35d".parse::<Period>().unwrap().after(at).unwrap();
+    /// assert_eq!(later.to_rfc3339(), "2026-05-06T00:00:00+00:00");
+    /// ```
+    pub fn after(self, time: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        let months = u32::try_from(self.months).ok()?;
+        time.checked_add_months(Months::new(months))?
+            .checked_add_signed(TimeDelta::seconds(self.seconds))
+    }
+}
+
 impl FromStr for Period {
     type Err = PeriodError;
 
