@@ -42,6 +42,14 @@ fn unhex(text: &str, what: &str, path: &Path) -> Result<Vec<u8>, Failure> {
     })
 }
 
+/// The refusal of a key file that exists.
+fn kept_key(path: &Path) -> Failure {
+    bad(format!(
+        "{} exists; keys are never overwritten: move it away or choose another --out",
+        path.display()
+    ))
+}
+
 fn read(path: &Path, what: &str) -> Result<Vec<u8>, Failure> {
     std::fs::read(path).map_err(|e| bad(format!("cannot read the {what} {}: {e}", path.display())))
 }
@@ -83,13 +91,9 @@ fn create_new(path: &Path, bytes: &[u8], private: bool) -> Result<(), Failure> {
 pub(crate) fn generate(prefix: &Path) -> Result<(PathBuf, PathBuf), Failure> {
     let private = beside(prefix, ".key");
     let public = beside(prefix, ".pub");
-    for p in [&private, &public] {
-        if p.exists() {
-            return Err(bad(format!(
-                "{} exists; keys are never overwritten: move it away or choose another --out",
-                p.display()
-            )));
-        }
+    // Both checked first, so a pair is never half written.
+    if let Some(p) = [&private, &public].into_iter().find(|p| p.exists()) {
+        return Err(kept_key(p));
     }
     let rng = SystemRandom::new();
     let pkcs8 = Ed25519KeyPair::generate_pkcs8(&rng)

@@ -951,7 +951,11 @@ fn multi_tenant_log(extra_rows: &str) -> String {
 
 fn multi_tenant_policy(b_override: bool) -> String {
     let over = if b_override {
-        format!("\n[[category.override]]\ntenant = \"{TENANT_B}\"\nperiod = \"120d\"\nstrategy = \"purge\"\n")
+        // Spelled in capitals: the same tenant as the rows' uuid.
+        format!(
+            "\n[[category.override]]\ntenant = \"{}\"\nperiod = \"120d\"\nstrategy = \"purge\"\n",
+            TENANT_B.to_uppercase()
+        )
     } else {
         String::new()
     };
@@ -964,7 +968,7 @@ partition_lock_timeout = "1s"
 id = "{TENANT_A}"
 
 [[tenant]]
-id = "{TENANT_B}"
+id = "{tenant_b}"
 
 [[entity]]
 name = "AuditLog"
@@ -981,7 +985,9 @@ name = "audit"
 strategy = "purge"
 period = "30d"
 audit = "per_row"
-{over}"#
+{over}"#,
+        // The directory in another spelling of B's uuid: still B.
+        tenant_b = TENANT_B.to_uppercase()
     )
 }
 

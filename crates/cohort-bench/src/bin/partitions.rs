@@ -66,10 +66,29 @@ fn seed_plain(table: &str, rows: u64) -> String {
     )
 }
 
-fn seed(table: &str, rows: u64) -> String {
+/// The table in 12 monthly partitions (and a default). `tenants`: with a
+/// tenant column (row `g` is tenant `g % 4`'s) and the primary key
+/// `(id, created_at)`; otherwise unique on `(id, created_at)`.
+fn seed(table: &str, rows: u64, tenants: bool) -> String {
+    let (tenant_column, tenant_value, key) = if tenants {
+        (
+            "tenant_id uuid NOT NULL, ",
+            "('00000000-0000-4000-8000-00000000000' || (g % 4 + 1))::uuid, ",
+            format!(
+                "ALTER TABLE app.{table} ADD PRIMARY KEY (id, created_at);\n         CREATE INDEX ON app.{table} (tenant_id, created_at);"
+            ),
+        )
+    } else {
+        (
+            "",
+            "",
+            format!("CREATE UNIQUE INDEX ON app.{table} (id, created_at);"),
+        )
+    };
+    let tenant_name = if tenants { "tenant_id, " } else { "" };
     let mut sql = format!(
         "CREATE TABLE app.{table} (id bigint NOT NULL, created_at timestamptz NOT NULL, \
-            kind text NOT NULL, body text) PARTITION BY RANGE (created_at);\n"
+            {tenant_column}kind text NOT NULL, body text) PARTITION BY RANGE (created_at);\n"
     );
     // November 2025 to October 2026.
     let month = |i: u32| (2025 + (10 + i) / 12, (10 + i) % 12 + 1);
@@ -82,11 +101,11 @@ fn seed(table: &str, rows: u64) -> String {
     }
     sql.push_str(&format!(
         "CREATE TABLE app.{table}_default PARTITION OF app.{table} DEFAULT;
-         INSERT INTO app.{table} (id, created_at, kind, body)
+         INSERT INTO app.{table} (id, created_at, {tenant_name}kind, body)
            SELECT g, '2025-11-01Z'::timestamptz + (g::int8 * 31535999 / {rows}) * interval '1 second',
-                  'kind-' || (g % 7), 'event body ' || g
+                  {tenant_value}'kind-' || (g % 7), 'event body ' || g
            FROM generate_series(1, {rows}) g;
-         CREATE UNIQUE INDEX ON app.{table} (id, created_at);
+         {key}
          CREATE INDEX ON app.{table} (created_at);
          ANALYZE app.{table};"
     ));
@@ -100,28 +119,6 @@ const TENANTS: [&str; 4] = [
     "00000000-0000-4000-8000-000000000003",
     "00000000-0000-4000-8000-000000000004",
 ];
-
-/// [`seed`] with a tenant column (row `g` is tenant `g % 4`'s) and the
-/// primary key `(id, created_at)`.
-fn seed_tenants(table: &str, rows: u64) -> String {
-    seed(table, rows)
-        .replace(
-            "(id bigint NOT NULL, created_at timestamptz NOT NULL,",
-            "(id bigint NOT NULL, created_at timestamptz NOT NULL, tenant_id uuid NOT NULL,",
-        )
-        .replace(
-            "INSERT INTO app.{table} (id, created_at, kind, body)".replace("{table}", table).as_str(),
-            &format!("INSERT INTO app.{table} (id, created_at, tenant_id, kind, body)"),
-        )
-        .replace(
-            "* interval '1 second',\n                  'kind-'",
-            "* interval '1 second',\n                  ('00000000-0000-4000-8000-00000000000' || (g % 4 + 1))::uuid, 'kind-'",
-        )
-        .replace(
-            &format!("CREATE UNIQUE INDEX ON app.{table} (id, created_at);"),
-            &format!("ALTER TABLE app.{table} ADD PRIMARY KEY (id, created_at);\n         CREATE INDEX ON app.{table} (tenant_id, created_at);"),
-        )
-}
 
 fn policy_tenants(table: &str, period: &str, batch: u32) -> String {
     let directory: String = TENANTS
@@ -168,62 +165,30 @@ async fn wal_lsn(pool: &sqlx::PgPool) -> Result<i64, BoxError> {
     )
 }
 
-/// Sweeps `table`; returns (rows purged, seconds, WAL bytes written).
+/// Sweeps `table` under `policy`, once per request in turn (the
+/// tenantless pass, or every tenant's); returns (rows purged, seconds, WAL
+/// bytes written), summed.
 async fn sweep(
     pool: &sqlx::PgPool,
     table: &str,
-    partitions: &str,
-    period: &str,
-    batch: u32,
+    policy: &str,
+    requests: Vec<SweepRequest>,
 ) -> Result<(u64, f64, i64), BoxError> {
     let cohort = Cohort::builder(pool.clone())
-        .policy(PolicyFile::parse(&policy(
-            table, partitions, period, batch,
-        ))?)
+        .policy(PolicyFile::parse(policy)?)
         .build()
         .await?;
-    let now = chrono::DateTime::parse_from_rfc3339(NOW)?;
-    // Validated and planned before the clock starts, for both ways alike.
-    cohort.ready().await?;
-    sqlx::query("CHECKPOINT").execute(pool).await?;
-    let wal_before = wal_lsn(pool).await?;
-    let started = Instant::now();
-    let result = cohort.sweep(SweepRequest::tenantless(now)).await?;
-    let secs = started.elapsed().as_secs_f64();
-    let wal = wal_lsn(pool).await? - wal_before;
-    if result.status != RunStatus::Succeeded {
-        return Err(format!(
-            "{table}: run ended {:?}: {:?}",
-            result.status, result.failures
-        )
-        .into());
-    }
-    Ok((result.entities[0].affected, secs, wal))
-}
-
-/// Every tenant's pass over the multi-tenant table in turn; returns (rows
-/// purged, seconds, WAL bytes written), summed.
-async fn sweep_tenants(
-    pool: &sqlx::PgPool,
-    table: &str,
-    period: &str,
-    batch: u32,
-) -> Result<(u64, f64, i64), BoxError> {
-    let cohort = Cohort::builder(pool.clone())
-        .policy(PolicyFile::parse(&policy_tenants(table, period, batch))?)
-        .build()
-        .await?;
-    let now = chrono::DateTime::parse_from_rfc3339(NOW)?;
+    // Validated and planned before the clock starts, for every way alike.
     cohort.ready().await?;
     sqlx::query("CHECKPOINT").execute(pool).await?;
     let wal_before = wal_lsn(pool).await?;
     let started = Instant::now();
     let mut purged = 0;
-    for tenant in TENANTS {
-        let result = cohort.sweep(SweepRequest::tenanted(tenant, now)).await?;
+    for request in requests {
+        let result = cohort.sweep(request).await?;
         if result.status != RunStatus::Succeeded {
             return Err(format!(
-                "{table}, tenant {tenant}: run ended {:?}: {:?}",
+                "{table}: run ended {:?}: {:?}",
                 result.status, result.failures
             )
             .into());
@@ -247,8 +212,8 @@ async fn compare(pool: &sqlx::PgPool, args: &Args, period: &str) -> Result<(), B
     let sql = format!(
         "DROP SCHEMA IF EXISTS app CASCADE; CREATE SCHEMA app;\n{}\n{}\n{}",
         seed_plain("events_rows", args.rows),
-        seed("events_drop", args.rows),
-        seed_tenants("events_tenants", args.rows)
+        seed("events_drop", args.rows, false),
+        seed("events_tenants", args.rows, true)
     );
     sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
         .execute(pool)
@@ -266,12 +231,32 @@ async fn compare(pool: &sqlx::PgPool, args: &Args, period: &str) -> Result<(), B
         args.rows,
         started.elapsed().as_secs_f64()
     );
-    let (rows_purged, rows_secs, rows_wal) =
-        sweep(pool, "events_rows", "rows", period, args.batch).await?;
-    let (drop_purged, drop_secs, drop_wal) =
-        sweep(pool, "events_drop", "drop", period, args.batch).await?;
-    let (tenants_purged, tenants_secs, tenants_wal) =
-        sweep_tenants(pool, "events_tenants", period, args.batch).await?;
+    let now = chrono::DateTime::parse_from_rfc3339(NOW)?;
+    let tenantless = || vec![SweepRequest::tenantless(now)];
+    let (rows_purged, rows_secs, rows_wal) = sweep(
+        pool,
+        "events_rows",
+        &policy("events_rows", "rows", period, args.batch),
+        tenantless(),
+    )
+    .await?;
+    let (drop_purged, drop_secs, drop_wal) = sweep(
+        pool,
+        "events_drop",
+        &policy("events_drop", "drop", period, args.batch),
+        tenantless(),
+    )
+    .await?;
+    let (tenants_purged, tenants_secs, tenants_wal) = sweep(
+        pool,
+        "events_tenants",
+        &policy_tenants("events_tenants", period, args.batch),
+        TENANTS
+            .iter()
+            .map(|t| SweepRequest::tenanted(*t, now))
+            .collect(),
+    )
+    .await?;
     let kept_rows = digest(pool, "events_rows").await?;
     let kept_drop = digest(pool, "events_drop").await?;
     let kept_tenants = digest(pool, "events_tenants").await?;
@@ -297,8 +282,7 @@ async fn compare(pool: &sqlx::PgPool, args: &Args, period: &str) -> Result<(), B
         )
         .into());
     }
-    let cutoff = chrono::DateTime::parse_from_rfc3339(NOW)?
-        - chrono::TimeDelta::days(period.trim_end_matches('d').parse()?);
+    let cutoff = now - chrono::TimeDelta::days(period.trim_end_matches('d').parse()?);
     println!(
         "purge older than {period} (cutoff {}) of {rows_purged} of {} rows, batch {}:",
         cutoff.format("%Y-%m-%d"),

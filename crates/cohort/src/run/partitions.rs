@@ -14,11 +14,21 @@
 //! must have no row handlers (they need each row's capture); validation
 //! checks the table's partitioning, foreign keys and ownership at start-up.
 //!
+//! A tenant-scoped entity's partitions are looked at in each tenant's
+//! pass, and one goes only when every row in it is due for its own tenant
+//! (`tenants_due`). That relies on the same `EXCLUSIVE` lock (no row can
+//! be written into the partition between reading its tenants and the
+//! drop) and on the policy's tenant directory and rules as the run
+//! resolved them at its `now`; a tenant outside the directory keeps the
+//! partition.
+//!
 //! The locks are waited for `partition_lock_timeout` at most. When a
 //! partition's locks are not granted in time (a long query on the table,
 //! say), it and every row from its lower bound up are left for the next
 //! run: the row path of this run stops below that bound, so those rows are
 //! not deleted one by one just because a report was running.
+
+use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, Row};
@@ -86,11 +96,14 @@ pub(crate) async fn drop_expired(
     let expired = expired_partitions(conn, &e.table, cutoff)
         .await
         .map_err(stop_from)?;
+    let mut cutoffs = TenantCutoffs::default();
     for partition in expired {
         if ctx.spec.cancel.is_cancelled() {
             return Err(Stop::Cancelled);
         }
-        let (n, tenants) = match drop_one(ctx, conn, work, summary_id, &partition).await? {
+        let (n, tenants) = match drop_one(ctx, conn, work, summary_id, &partition, &mut cutoffs)
+            .await?
+        {
             Dropped::Rows(n) | Dropped::Purged(n) => (n, None),
             Dropped::Tenants(n, tenants) => (n, Some(tenants)),
             Dropped::Gone | Dropped::Kept => continue,
@@ -214,6 +227,7 @@ async fn drop_one(
     work: &Work<'_>,
     summary_id: i64,
     partition: &Expired,
+    cutoffs: &mut TenantCutoffs,
 ) -> std::result::Result<Dropped, Stop> {
     let mut tx = sqlx::Connection::begin_with(&mut *conn, crate::sql::READ_COMMITTED)
         .await
@@ -226,7 +240,7 @@ async fn drop_one(
     // its own tenant before any of them goes with it (the held path below
     // purges every unheld row too).
     let tenants = if work.entity.tenant.is_some() {
-        match tenants_due(ctx, &mut tx, work, partition).await? {
+        match tenants_due(ctx, &mut tx, work, partition, cutoffs).await? {
             Some(t) => Some(t),
             None => {
                 tx.rollback().await.map_err(stop_from)?;
@@ -281,7 +295,58 @@ fn tenant_text(
     let ty = ctx.ready.model.facts[&e.id]
         .tenant
         .expect("tenanted entity");
-    Some(crate::sql::fragments_canonical_text(column, ty))
+    Some(crate::sql::canonical_text(column, ty))
+}
+
+/// Each tenant's cutoff for the entity, resolved once per sweep of it
+/// (whatever the number of partitions), or why its rows never go with a
+/// partition: not in the tenant directory, a rule that does not resolve
+/// or does not purge. A tenant's own bad entry keeps the partitions that
+/// hold its rows; it never fails the entity.
+#[derive(Default)]
+struct TenantCutoffs(BTreeMap<String, Result<DateTime<Utc>, &'static str>>);
+
+impl TenantCutoffs {
+    async fn of(
+        &mut self,
+        ctx: &RunCtx<'_>,
+        e: &crate::model::EntityDescriptor,
+        tenant: &str,
+    ) -> Result<DateTime<Utc>, &'static str> {
+        if let Some(known) = self.0.get(tenant) {
+            return *known;
+        }
+        let cutoff = Self::resolve(ctx, e, tenant).await;
+        self.0.insert(tenant.to_owned(), cutoff);
+        cutoff
+    }
+
+    async fn resolve(
+        ctx: &RunCtx<'_>,
+        e: &crate::model::EntityDescriptor,
+        tenant: &str,
+    ) -> Result<DateTime<Utc>, &'static str> {
+        let identity = ctx.ready.model.tenant_identity();
+        let listed = ctx
+            .ready
+            .tenants
+            .iter()
+            .find(|t| identity.canonical(&t.id).as_deref() == Some(tenant))
+            .ok_or("a row's tenant is not in the tenant directory")?;
+        let facts = ctx
+            .ready
+            .tenant_facts(Some(&listed.id), None, None)
+            .map_err(|_| "a tenant's directory entry does not resolve")?;
+        let rule =
+            super::resolve::rule_for(ctx.cx, ctx.ready, e, Some(tenant), &facts, ctx.spec.now)
+                .await
+                .map_err(|_| "a tenant's rule does not resolve")?;
+        if rule.strategy() != Strategy::Purge {
+            return Err("a tenant's rule does not purge");
+        }
+        rule.sweep_cutoff(ctx.spec.now)
+            .map_err(|_| "a tenant's cutoff is out of range")
+    }
 }
 
 /// Whether every row of a locked partition of a tenant-scoped entity is
@@ -297,6 +362,7 @@ async fn tenants_due(
     tx: &mut PgConnection,
     work: &Work<'_>,
     partition: &Expired,
+    cutoffs: &mut TenantCutoffs,
 ) -> std::result::Result<Option<(String, i64)>, Stop> {
     let e = work.entity;
     let text = tenant_text(ctx, e).expect("tenanted entity");
@@ -305,7 +371,6 @@ async fn tenants_due(
         .fetch_all(&mut *tx)
         .await
         .map_err(stop_from)?;
-    let identity = ctx.ready.model.tenant_identity();
     let mut named = Vec::with_capacity(rows.len());
     let mut total = 0;
     for r in rows {
@@ -318,33 +383,16 @@ async fn tenants_due(
             keeps("a row has no tenant");
             return Ok(None);
         };
-        let listed = ctx
-            .ready
-            .tenants
-            .iter()
-            .find(|t| identity.canonical(&t.id).as_deref() == Some(tenant.as_str()));
-        let Some(listed) = listed else {
-            keeps("a row's tenant is not in the tenant directory");
-            return Ok(None);
-        };
-        let facts = ctx
-            .ready
-            .tenant_facts(Some(&listed.id), None, None)
-            .map_err(|e| Stop::Entity(crate::diagnostic::Diagnostic::capture("rule", None, &e)))?;
-        let Ok(rule) =
-            super::resolve::rule_for(ctx.cx, ctx.ready, e, Some(&tenant), &facts, ctx.spec.now)
-                .await
-        else {
-            keeps("a tenant's rule does not resolve");
-            return Ok(None);
-        };
-        let due = rule.strategy() == Strategy::Purge
-            && rule
-                .sweep_cutoff(ctx.spec.now)
-                .is_ok_and(|cutoff| partition.upper <= cutoff);
-        if !due {
-            keeps("a tenant's rule keeps some of its rows");
-            return Ok(None);
+        match cutoffs.of(ctx, e, &tenant).await {
+            Ok(cutoff) if partition.upper <= cutoff => {}
+            Ok(_) => {
+                keeps("a tenant's rule keeps some of its rows");
+                return Ok(None);
+            }
+            Err(why) => {
+                keeps(why);
+                return Ok(None);
+            }
         }
         named.push(format!("{tenant} ({n} rows)"));
         total += n;

@@ -49,9 +49,7 @@ pub(crate) mod tables;
 pub(crate) mod worker;
 
 pub(crate) use erasure::ErasurePlan;
-pub(crate) use fragments::{
-    bound_rows, canonical_text as fragments_canonical_text, Casts, HoldKeys, KeyPart,
-};
+pub(crate) use fragments::{bound_rows, canonical_text, Casts, HoldKeys, KeyPart};
 pub(crate) use key::{bind_array, BindKey, BoundHolds, DecodeKey, IncomingKey, KeyType, KeyValue};
 pub(crate) use ledger::LedgerPlan;
 pub(crate) use sweep::{
