@@ -2,7 +2,8 @@
 //! the `metrics-exporter-prometheus` recorder (so every metric Cohort
 //! records in this process is kept) and serves `/metrics` in the
 //! Prometheus text format and `/healthz`, on its own small HTTP server.
-//! Before each scrape the queue gauges and the last successful runs are
+//! Before each scrape the queue gauges, the erasure requests per state and
+//! the last successful runs are
 //! read from the database (at most once per [`GAUGE_REFRESH`]; a scrape
 //! never waits longer than [`GAUGE_TIMEOUT`] for them, and serves the last
 //! values if the database does not answer). The last successful runs are
@@ -106,6 +107,7 @@ async fn metrics(State(x): State<Arc<Exporter>>) -> impl IntoResponse {
         if last.is_none_or(|at| at.elapsed() >= GAUGE_REFRESH) {
             let read = async {
                 x.cohort.queue_depth().await?;
+                x.cohort.erasure_request_counts().await?;
                 x.cohort.last_success().await
             };
             match tokio::time::timeout(GAUGE_TIMEOUT, read).await {

@@ -164,7 +164,26 @@ enum Command {
         /// (refused by default: it moves every cutoff forward).
         #[arg(long)]
         allow_future_now: bool,
+        /// Open an erasure request with this reference (unique), followed
+        /// until it completes; an existing request not completed, for the
+        /// same subject, runs again. Needs the hash key.
+        #[arg(long, conflicts_with = "dry_run")]
+        reference: Option<String>,
+        /// When the request is due: a period after --now (60d, 2mo), a date
+        /// (its end, UTC) or an RFC 3339 time (default: 30 days).
+        #[arg(long, requires = "reference")]
+        due: Option<String>,
+        /// Why the request has this due date.
+        #[arg(long, requires = "due")]
+        due_reason: Option<String>,
+        /// The requester's note, kept with the request.
+        #[arg(long, requires = "reference")]
+        note: Option<String>,
     },
+    /// Erasure requests: list them, show one with its history, move a due
+    /// date.
+    #[command(subcommand)]
+    EraseRequests(commands::RequestsCommand),
     /// Legal holds.
     #[command(subcommand)]
     Holds(commands::HoldsCommand),
@@ -508,7 +527,12 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             dry_run,
             now,
             allow_future_now,
+            reference,
+            due,
+            due_reason,
+            note,
         } => {
+            let terms = commands::RequestTerms::new(reference, due, due_reason, note)?;
             let (cohort, _) = open(&cli).await?;
             let mut scope =
                 cohort::erasure::ErasureScope::new(subject).allow_soft_delete(*allow_soft_delete);
@@ -525,8 +549,13 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 scope,
                 now.as_deref(),
                 (*dry_run, *allow_future_now),
+                terms,
             )
             .await
+        }
+        Command::EraseRequests(cmd) => {
+            let (cohort, _) = open(&cli).await?;
+            commands::requests(&cohort, cli.json, cmd).await
         }
         Command::Holds(cmd) => {
             let (cohort, _) = open(&cli).await?;

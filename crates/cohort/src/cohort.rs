@@ -105,7 +105,72 @@ impl Cohort {
         mut request: crate::erasure::ErasureRequest,
     ) -> Result<crate::ErasureResult> {
         crate::run::passes::scoped(&self.cx, &mut request.tenancy, "erasure").await?;
+        if request.terms.is_some() {
+            return crate::erasure_requests::open(&self.cx, request).await;
+        }
         crate::run::erasure::erase(&self.cx, request).await
+    }
+
+    /// Erasure requests as `filter` selects them, oldest received first
+    /// (see [`crate::erasure_requests`]).
+    pub async fn erasure_requests(
+        &self,
+        filter: crate::erasure_requests::RequestFilter,
+    ) -> Result<Vec<crate::erasure_requests::RequestRecord>> {
+        self.cx.prepared().await?;
+        crate::erasure_requests::list(&self.cx, filter).await
+    }
+
+    /// One erasure request by its reference, with its history; an unknown
+    /// reference is [`crate::Error::NotFound`].
+    pub async fn erasure_request(
+        &self,
+        reference: &str,
+    ) -> Result<crate::erasure_requests::RequestHistory> {
+        self.cx.prepared().await?;
+        crate::erasure_requests::show(&self.cx, reference).await
+    }
+
+    /// Moves an erasure request's due date, recording why (a line of its
+    /// history). Refused for a completed request and for a date in the
+    /// past.
+    pub async fn extend_erasure_request(
+        &self,
+        reference: &str,
+        due: crate::erasure_requests::Due,
+        reason: &str,
+    ) -> Result<crate::erasure_requests::RequestRecord> {
+        self.cx.prepared().await?;
+        crate::erasure_requests::extend(&self.cx, reference, due, reason).await
+    }
+
+    /// Runs again, at `now`, every erasure request that may have something
+    /// left to do: waiting ones whose legal minimum has passed or for which
+    /// a hold was released or expired since their last attempt, and
+    /// attempts a lost process left in progress. The maintenance service
+    /// calls it every pass with the clock's `now`; `allow_future_now` as
+    /// for an erasure (a later `now` erases rows whose legal minimum has
+    /// not passed yet).
+    pub async fn resume_erasure_requests<Tz: chrono::TimeZone>(
+        &self,
+        now: chrono::DateTime<Tz>,
+        allow_future_now: bool,
+    ) -> Result<crate::erasure_requests::ResumeReport> {
+        self.cx.prepared().await?;
+        let now = crate::outcome::logical_now(now);
+        crate::run::resolve::check_now(&self.cx, now, true, allow_future_now).await?;
+        crate::erasure_requests::resume(&self.cx, now, allow_future_now, &crate::Cancel::new())
+            .await
+    }
+
+    /// Erasure requests per state and those overdue, read now; also sets
+    /// `cohort_erasure_requests{state}` and `cohort_erasure_requests_overdue`
+    /// (see [`crate::telemetry`]).
+    pub async fn erasure_request_counts(&self) -> Result<crate::erasure_requests::RequestCounts> {
+        self.cx.prepared().await?;
+        let counts = crate::erasure_requests::counts(&self.cx).await?;
+        counts.record();
+        Ok(counts)
     }
 
     /// Runs the application's own deletion of `request.record_ids` inside a
@@ -407,7 +472,9 @@ impl Cohort {
     /// One maintenance pass now (what the always-running maintenance
     /// service does every interval): settle runs left `started` by a lost
     /// process, dead-letter work no registered handler can deliver, scrub
-    /// payloads past `payload_retention`.
+    /// payloads past `payload_retention`, and run again the erasure
+    /// requests that may finish ([`Self::resume_erasure_requests`] at the
+    /// clock's `now`).
     pub async fn maintain(
         &self,
         config: &crate::services::MaintenanceConfig,

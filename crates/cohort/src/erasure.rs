@@ -72,6 +72,7 @@ pub struct ErasureRequest {
     pub(crate) dry_run: bool,
     pub(crate) cancel: Cancel,
     pub(crate) allow_future_now: bool,
+    pub(crate) terms: Option<crate::erasure_requests::Terms>,
 }
 
 impl ErasureRequest {
@@ -97,7 +98,40 @@ impl ErasureRequest {
             dry_run: false,
             cancel: Cancel::new(),
             allow_future_now: false,
+            terms: None,
         }
+    }
+
+    /// Opens an erasure request with this reference (unique) and runs it:
+    /// the request is followed until it completes (see
+    /// [`crate::erasure_requests`]). Due [`DEFAULT_DUE_DAYS`] days after
+    /// `now` unless [`due`](Self::due) says otherwise. A reference that
+    /// names a request not yet completed, for the same subject, tenant and
+    /// kind, runs that request again. Needs the hash key; refused for a dry
+    /// run.
+    ///
+    /// [`DEFAULT_DUE_DAYS`]: crate::erasure_requests::DEFAULT_DUE_DAYS
+    pub fn reference(mut self, reference: impl Into<String>) -> Self {
+        self.terms.get_or_insert_with(Default::default).reference = reference.into();
+        self
+    }
+
+    /// When the request is due (with [`reference`](Self::reference)).
+    pub fn due(mut self, due: crate::erasure_requests::Due) -> Self {
+        self.terms.get_or_insert_with(Default::default).due = Some(due);
+        self
+    }
+
+    /// Why the request has the due date it has (an extension, a statute).
+    pub fn due_reason(mut self, reason: impl Into<String>) -> Self {
+        self.terms.get_or_insert_with(Default::default).due_reason = Some(reason.into());
+        self
+    }
+
+    /// The requester's note, kept with the request.
+    pub fn note(mut self, note: impl Into<String>) -> Self {
+        self.terms.get_or_insert_with(Default::default).note = Some(note.into());
+        self
     }
 
     crate::tenants::tenancy_builders!();

@@ -227,6 +227,7 @@ fn entity_outcome(s: &PgRow) -> Result<EntityOutcome> {
         held_by_subject: n(s.try_get("held_by_subject_count")?),
         skipped: n(s.try_get("skipped_count")?),
         kept_by_legal_min: n(s.try_get("kept_by_legal_min_count")?),
+        kept_by_legal_min_until: None,
         kept_by_policy: n(s.try_get("kept_by_policy_count")?),
         null_anchor: n(s.try_get("null_anchor_count")?),
         cutoff: s.try_get("cutoff")?,

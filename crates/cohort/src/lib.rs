@@ -10,6 +10,7 @@ pub mod observer;
 pub mod peers;
 
 pub mod erasure;
+pub mod erasure_requests;
 mod error;
 pub mod guarded;
 pub mod handlers;

@@ -25,6 +25,10 @@ pub(crate) enum LockKey<'a> {
     /// until it is settled: a claimed pass whose lock can be taken lost its
     /// replica.
     Pass(Uuid, i32),
+    /// Held on a dedicated connection by whoever runs an attempt at an
+    /// erasure request, for the attempt: a request left in progress whose
+    /// lock can be taken lost its process.
+    Request(Uuid),
 }
 
 impl LockKey<'_> {
@@ -35,6 +39,7 @@ impl LockKey<'_> {
             LockKey::Migrate(schema) => format!("cohort.migrate:{schema}"),
             LockKey::Worker(table) => format!("cohort.worker:{table}"),
             LockKey::Pass(occurrence, pass) => format!("{}{pass}", pass_prefix(*occurrence)),
+            LockKey::Request(id) => format!("cohort.erasure-request:{id}"),
         }
     }
 }

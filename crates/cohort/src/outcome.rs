@@ -127,6 +127,13 @@ pub struct EntityOutcome {
     /// Erasure: the subject's rows kept because the legal minimum has not
     /// passed yet (anchor on or after `now - legal_min`). 0 for sweeps.
     pub kept_by_legal_min: u64,
+    /// Erasure: when the oldest of the rows the legal minimum kept can go
+    /// (its anchor plus the legal minimum), the time an erasure request
+    /// waits for. `None` when none was kept, for sweeps, and when read back
+    /// from the ledger (which does not store it). Not serialised when
+    /// `None`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kept_by_legal_min_until: Option<DateTime<Utc>>,
     /// Rows the policy keeps: past the cutoff (sweep) or the subject's
     /// (erasure), not held, but the resolved strategy is `exempt`.
     pub kept_by_policy: u64,
@@ -263,6 +270,11 @@ pub struct ErasureResult {
     /// empty; not stored in the ledger.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub not_reached: Vec<NotReached>,
+    /// The erasure request this run served, as it stands after the run,
+    /// when the erasure was opened with a reference. Not serialised when
+    /// `None`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub request: Option<crate::erasure_requests::RequestRecord>,
 }
 
 impl std::ops::Deref for ErasureResult {

@@ -18,6 +18,8 @@
 //! | `cohort_last_success_timestamp_seconds` | gauge | `kind` (`sweep`, `erasure`) |
 //! | `cohort_entity_backlog_age_seconds` | gauge | `entity` |
 //! | `cohort_next_occurrence_timestamp_seconds` | gauge | |
+//! | `cohort_erasure_requests` | gauge | `state` (`open`, `in_progress`, `waiting`, `completed`, `failed`) |
+//! | `cohort_erasure_requests_overdue` | gauge | |
 //!
 //! The whole contract, with each series' meaning, is `docs/metrics.md`.
 //!
@@ -48,6 +50,12 @@ use chrono::{DateTime, Utc};
 use crate::outcome::{EntityOutcome, RunKind, RunStatus, Trigger};
 use crate::rules::Strategy;
 
+/// `cohort_erasure_requests{state}`: erasure requests in each state, read
+/// by [`crate::Cohort::erasure_request_counts`].
+pub const ERASURE_REQUESTS: &str = "cohort_erasure_requests";
+/// `cohort_erasure_requests_overdue`: erasure requests not completed and
+/// past their due date.
+pub const ERASURE_REQUESTS_OVERDUE: &str = "cohort_erasure_requests_overdue";
 /// `cohort_rows_total{entity,strategy,outcome}`.
 pub const ROWS_TOTAL: &str = "cohort_rows_total";
 /// `cohort_runs_total{kind,trigger,status}`.
@@ -175,6 +183,14 @@ pub fn describe() {
         NEXT_OCCURRENCE_TIMESTAMP_SECONDS,
         Unit::Seconds,
         "The next occurrence (Unix seconds) of the worker's schedule."
+    );
+    describe_gauge!(
+        ERASURE_REQUESTS,
+        "Erasure requests in each state (open, in_progress, waiting, completed, failed)."
+    );
+    describe_gauge!(
+        ERASURE_REQUESTS_OVERDUE,
+        "Erasure requests not completed and past their due date."
     );
     describe_counter!(
         TENANT_ROWS_UNUSABLE_TOTAL,

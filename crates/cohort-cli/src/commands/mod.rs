@@ -1,18 +1,20 @@
 //! The commands that work on a policy's data: `preview`, `sweep`, `erase`
-//! (sweep.rs), `holds` (holds.rs), `runs` (history.rs), `dispatch` and
-//! `dead-letters` (queue.rs); the progress bar (progress.rs) and what they
+//! (sweep.rs), `erase-requests` (requests.rs), `holds` (holds.rs), `runs`
+//! (history.rs), `dispatch` and `dead-letters` (queue.rs); the progress bar (progress.rs) and what they
 //! share (here). Exit codes are mapped in one place, `crate::exit`.
 
 mod history;
 mod holds;
 mod progress;
 mod queue;
+mod requests;
 mod sweep;
 
 pub(crate) use history::{runs, RunsCommand};
 pub(crate) use holds::{holds, HoldsCommand};
 pub(crate) use progress::{finish_progress, progress_wanted, Progress};
 pub(crate) use queue::{dead_letters, dispatch, DeadLettersCommand};
+pub(crate) use requests::{requests, RequestTerms, RequestsCommand};
 pub(crate) use sweep::{erase, preview, sweep};
 
 use chrono::{DateTime, FixedOffset, Utc};

@@ -280,18 +280,22 @@ pub(crate) async fn erase(
     scope: cohort::erasure::ErasureScope,
     now: Option<&str>,
     (dry_run, allow_future_now): (bool, bool),
+    terms: Option<super::RequestTerms>,
 ) -> Result<(), Failure> {
     let now = parse_time(now, "--now")?;
     note_worker_settings(cohort, dry_run).await?;
     let cancel = Cancel::new();
     crate::services::cancel_on_signal(&cancel, "cancelling; the open batch will be rolled back");
-    let req = match tenant {
+    let mut req = match tenant {
         Some(t) => cohort::erasure::ErasureRequest::tenanted(t, scope, now),
         None => cohort::erasure::ErasureRequest::tenantless(scope, now),
     }
     .dry_run(dry_run)
     .allow_future_now(allow_future_now)
     .cancellation(cancel);
+    if let Some(terms) = terms {
+        req = terms.apply(req);
+    }
     let result = cohort.erase(req).await?;
     if json {
         print_json(&serde_json::to_value(&result).expect("result serialises"));
@@ -299,6 +303,9 @@ pub(crate) async fn erase(
         print_result(&result.run);
         for n in &result.not_reached {
             outln!("not reached: {} ({}): {}", n.entity, n.entity_id, n.reason);
+        }
+        if let Some(r) = &result.request {
+            super::requests::print_request(r);
         }
     }
     exit_for([result.status])

@@ -24,6 +24,9 @@ pub(crate) struct Counts {
     /// of the subject, a sweep's rows past the period but not past the
     /// legal minimum.
     pub(crate) kept_by_legal_min: u64,
+    /// The anchor of the oldest row an erasure's legal minimum keeps
+    /// (only an erasure's counts measure it).
+    pub(crate) legal_min_oldest: Option<chrono::DateTime<chrono::Utc>>,
     /// Whether `eligible` was measured (false: the statement after a run
     /// that drained its candidates, which takes it as 0).
     pub(crate) eligible_measured: bool,
@@ -196,6 +199,11 @@ pub(super) fn read_counts(row: sqlx::postgres::PgRow) -> std::result::Result<Cou
         null_anchor: n("null_anchor")?,
         skipped: n("skipped")?,
         kept_by_legal_min: n("kept_by_legal_min")?,
+        legal_min_oldest: match row.try_get("legal_min_oldest") {
+            Ok(oldest) => oldest,
+            Err(sqlx::Error::ColumnNotFound(_)) => None,
+            Err(e) => return Err(e),
+        },
         eligible_measured: true,
     })
 }
@@ -213,6 +221,7 @@ pub(crate) fn outcome(work: &Work<'_>) -> EntityOutcome {
         skipped: 0,
         null_anchor: 0,
         kept_by_legal_min: 0,
+        kept_by_legal_min_until: None,
         kept_by_policy: 0,
         cutoff: work.cutoff,
         period: work.rule.period(),

@@ -67,7 +67,11 @@ pub(crate) async fn erase(cx: &Context, req: ErasureRequest) -> Result<ErasureRe
         works,
     )
     .await?;
-    Ok(ErasureResult { run, not_reached })
+    Ok(ErasureResult {
+        run,
+        not_reached,
+        request: None,
+    })
 }
 
 /// Whether a subject column holds the request's kind of subject: one of

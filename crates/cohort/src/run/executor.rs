@@ -405,6 +405,10 @@ fn take_counts(ctx: &RunCtx<'_>, work: &Work<'_>, c: &Counts, out: &mut EntityOu
         .collect();
     out.note = (!notes.is_empty()).then(|| notes.join("; "));
     out.kept_by_legal_min = c.kept_by_legal_min;
+    out.kept_by_legal_min_until = match (c.legal_min_oldest, out.legal_min) {
+        (Some(oldest), Some(min)) if c.kept_by_legal_min > 0 => min.after(oldest),
+        _ => None,
+    };
     if ctx.spec.dry_run && strategy.mutates() {
         out.affected = c.eligible;
     }

@@ -119,6 +119,11 @@ const SOURCES: &[(u32, &str, &str)] = &[
         "pacing",
         include_str!("../../migrations/0017_pacing.sql"),
     ),
+    (
+        18,
+        "erasure_requests",
+        include_str!("../../migrations/0018_erasure_requests.sql"),
+    ),
 ];
 
 /// The hold functions as version 13 installed them, run again where the

@@ -138,6 +138,8 @@ fn cohort_tables(schema: &str, access: Access) -> Vec<Need> {
             (SweepRun, &["SELECT", "UPDATE"]),
             (RowDetail, &["SELECT"]),
             (HandlerStatus, &["SELECT", "UPDATE"]),
+            (ErasureRequest, &["SELECT", "UPDATE"]),
+            (ErasureRequestEvent, &["SELECT", "INSERT"]),
         ],
         Access::Pruner => &[
             (SweepRun, &["SELECT", "DELETE"]),
@@ -160,6 +162,8 @@ fn cohort_tables(schema: &str, access: Access) -> Vec<Need> {
             (Pacing, &["SELECT"]),
             (Occurrence, &["SELECT"]),
             (OccurrencePass, &["SELECT"]),
+            (ErasureRequest, &["SELECT"]),
+            (ErasureRequestEvent, &["SELECT"]),
         ],
     };
     list.iter()

@@ -48,4 +48,10 @@ pub struct MaintenanceReport {
     pub orphaned_work: u64,
     /// Captured payloads cleared past `payload_retention`.
     pub scrubbed: u64,
+    /// Erasure requests run again: waiting ones a released or expired
+    /// hold or a passed legal minimum may let finish, and attempts a lost
+    /// process left in progress.
+    pub erasure_requests_resumed: u64,
+    /// Of those, the ones that completed.
+    pub erasure_requests_completed: u64,
 }

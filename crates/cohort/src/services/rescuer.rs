@@ -123,8 +123,20 @@ pub(crate) async fn pass(cx: &Context, config: &MaintenanceConfig) -> Result<Mai
             .execute(&cx.pool)
             .await?
             .rows_affected(),
+        ..MaintenanceReport::default()
     };
-    Ok(report)
+    let resumed = crate::erasure_requests::resume(
+        cx,
+        chrono::Utc::now(),
+        false,
+        &crate::cancel::Cancel::new(),
+    )
+    .await?;
+    Ok(MaintenanceReport {
+        erasure_requests_resumed: resumed.resumed,
+        erasure_requests_completed: resumed.completed,
+        ..report
+    })
 }
 
 /// Settles as failed each run left started whose run lock no one has

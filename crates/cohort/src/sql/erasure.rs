@@ -282,9 +282,18 @@ fn counts(r: &Parts<'_>) -> SqlText {
             .col(&e.anchor)
             .push(" >= ")
             .param(cutoff)
-            .push(") AS kept_by_legal_min");
+            .push(") AS kept_by_legal_min, min(")
+            .col(&e.anchor)
+            .push(") FILTER (WHERE ")
+            .col(&e.anchor)
+            .push(" >= ")
+            .param(cutoff)
+            .push(") AS legal_min_oldest");
     } else {
-        counts.push("0::int8 AS null_anchor, 0::int8 AS kept_by_legal_min");
+        counts.push(
+            "0::int8 AS null_anchor, 0::int8 AS kept_by_legal_min, \
+             NULL::timestamptz AS legal_min_oldest",
+        );
     }
     counts
         .push(" FROM ")

@@ -41,6 +41,7 @@ pub(crate) mod prune;
 pub(crate) mod queue;
 mod record_key;
 pub(crate) mod report;
+pub(crate) mod requests;
 pub(crate) mod schema;
 pub(crate) mod settings;
 pub(crate) mod statement;

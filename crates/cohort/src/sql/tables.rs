@@ -6,7 +6,7 @@ use crate::ident::QualifiedName;
 
 /// The schema version the code expects. Migrations record it on
 /// `sweep_run` as the table comment `cohort schema version N`.
-pub const SCHEMA_VERSION: u32 = 17;
+pub const SCHEMA_VERSION: u32 = 18;
 
 /// The prefix of the version comment on `sweep_run`.
 pub(crate) const VERSION_COMMENT_PREFIX: &str = "cohort schema version ";
@@ -17,7 +17,7 @@ pub(crate) const VERSION_COMMENT_PREFIX: &str = "cohort schema version ";
 /// instead of starting an empty ledger there.
 pub(crate) const MOVED_COMMENT: &str = "cohort tables moved to another schema";
 
-/// One of Cohort's ten tables.
+/// One of Cohort's twelve tables.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum CohortTable {
@@ -42,6 +42,11 @@ pub enum CohortTable {
     OccurrencePass,
     /// Live pacing: pauses and limits per entity (and `*` for all).
     Pacing,
+    /// Erasure requests: reference, subject (until completed), state, due
+    /// date and the parts still waiting.
+    ErasureRequest,
+    /// Every state change of an erasure request.
+    ErasureRequestEvent,
 }
 
 /// A column of a Cohort table as the catalog reports it.
@@ -76,8 +81,8 @@ const INTERVAL: &str = "interval";
 const JSONB: &str = "jsonb";
 
 impl CohortTable {
-    /// All ten, in creation order (referenced tables first).
-    pub const ALL: [CohortTable; 10] = [
+    /// All twelve, in creation order (referenced tables first).
+    pub const ALL: [CohortTable; 12] = [
         CohortTable::SweepRun,
         CohortTable::EntitySummary,
         CohortTable::RowDetail,
@@ -88,6 +93,8 @@ impl CohortTable {
         CohortTable::Occurrence,
         CohortTable::OccurrencePass,
         CohortTable::Pacing,
+        CohortTable::ErasureRequest,
+        CohortTable::ErasureRequestEvent,
     ];
 
     /// The table's name.
@@ -103,6 +110,8 @@ impl CohortTable {
             CohortTable::Occurrence => "sweep_occurrence",
             CohortTable::OccurrencePass => "sweep_occurrence_pass",
             CohortTable::Pacing => "retention_pacing",
+            CohortTable::ErasureRequest => "erasure_request",
+            CohortTable::ErasureRequestEvent => "erasure_request_event",
         }
     }
 
@@ -124,6 +133,8 @@ impl CohortTable {
             CohortTable::Occurrence => OCCURRENCE_COLUMNS,
             CohortTable::OccurrencePass => OCCURRENCE_PASS_COLUMNS,
             CohortTable::Pacing => PACING_COLUMNS,
+            CohortTable::ErasureRequest => ERASURE_REQUEST_COLUMNS,
+            CohortTable::ErasureRequestEvent => ERASURE_REQUEST_EVENT_COLUMNS,
         }
     }
 }
@@ -192,6 +203,41 @@ const PACING_COLUMNS: &[ColumnContract] = &[
     col!("max_replica_lag", INTERVAL, true),
     col!("updated_at", TSTZ, false),
     col!("updated_by", TEXT, false),
+];
+
+/// The columns of [`CohortTable::ErasureRequest`] the code relies on.
+const ERASURE_REQUEST_COLUMNS: &[ColumnContract] = &[
+    col!("request_id", UUID, false),
+    col!("reference", TEXT, false),
+    col!("tenant_id", TEXT, true),
+    col!("subject_kind", TEXT, true),
+    col!("subject_text", TEXT, true),
+    col!("subject_hash", TEXT, false),
+    col!("allow_soft_delete", BOOL, false),
+    col!("stage", INT, true),
+    col!("note", TEXT, true),
+    col!("state", TEXT, false),
+    col!("received_at", TSTZ, false),
+    col!("due_at", TSTZ, false),
+    col!("due_reason", TEXT, true),
+    col!("attempted_at", TSTZ, true),
+    col!("resume_at", TSTZ, true),
+    col!("completed_at", TSTZ, true),
+    col!("last_run_id", UUID, true),
+    col!("waiting", JSONB, false),
+    col!("error", TEXT, true),
+    col!("updated_at", TSTZ, false),
+];
+
+/// The columns of [`CohortTable::ErasureRequestEvent`] the code relies on.
+const ERASURE_REQUEST_EVENT_COLUMNS: &[ColumnContract] = &[
+    col!("event_id", BIGINT, false),
+    col!("request_id", UUID, false),
+    col!("state", TEXT, false),
+    col!("at", TSTZ, false),
+    col!("run_id", UUID, true),
+    col!("detail", TEXT, false),
+    col!("recorded_by", TEXT, false),
 ];
 
 /// The columns of [`CohortTable::RowDetail`] the code relies on.
@@ -300,7 +346,7 @@ mod tests {
         let mut names: Vec<_> = CohortTable::ALL.iter().map(|t| t.name()).collect();
         names.sort_unstable();
         names.dedup();
-        assert_eq!(names.len(), 10);
+        assert_eq!(names.len(), 12);
         for t in CohortTable::ALL {
             let mut cols: Vec<_> = t.columns().iter().map(|c| c.name).collect();
             let n = cols.len();
