@@ -1328,6 +1328,10 @@ fn released_migrations_are_pinned() {
             17,
             "346ea9aefa8375d62bd71855d7a6646bc48206f6a7da4f5ba838491af5fe2991",
         ),
+        (
+            18,
+            "49c58b0a5990045a70fd54a8d73099706540de5a6349532281ab71a567a2eae4",
+        ),
     ];
     assert_eq!(
         pinned.len(),

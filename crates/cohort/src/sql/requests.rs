@@ -243,7 +243,7 @@ pub(crate) fn to_resume(
                OR h.expires_at > r.attempted_at AND h.expires_at <= pg_catalog.clock_timestamp()) \
              AND (h.retention_entity_id IS NULL OR h.retention_entity_id::text IN \
                (SELECT p->>'entity_id' FROM pg_catalog.jsonb_array_elements(r.waiting) p \
-                WHERE p->>'reason' = 'held')))))\
+                WHERE p->>'reason' = 'held'))))) \
              ORDER BY r.due_at, r.reference LIMIT $2",
         );
     Statement::new(sql, (now, limit))

@@ -762,6 +762,107 @@ fn pacing_statements() {
 }
 
 #[test]
+fn request_statements() {
+    use crate::sql::requests as r;
+    let t = chrono::Utc::now();
+    let id = uuid::Uuid::nil();
+    insta::assert_snapshot!(
+        "requests",
+        family(&[
+            (
+                "insert",
+                r::insert(
+                    "cohort",
+                    r::Insert {
+                        request_id: id,
+                        reference: "SAR-1".into(),
+                        tenant: None,
+                        kind: None,
+                        subject: "s".into(),
+                        subject_hash: "h".into(),
+                        allow_soft_delete: false,
+                        stage: None,
+                        note: None,
+                        received_at: t,
+                        due_at: t,
+                        due_reason: None,
+                    },
+                )
+                .checked()
+                .as_str()
+            ),
+            (
+                "by_reference",
+                r::by_reference("cohort", "SAR-1".into()).checked().as_str()
+            ),
+            ("by_id", r::by_id("cohort", id).checked().as_str()),
+            ("lock", r::lock("cohort", id).checked().as_str()),
+            (
+                "set_state",
+                r::set_state(
+                    "cohort",
+                    r::SetState {
+                        request_id: id,
+                        state: "waiting",
+                        now: t,
+                        resume_at: None,
+                        waiting: serde_json::json!([]),
+                        run_id: None,
+                        error: None,
+                        starting: false,
+                    },
+                )
+                .checked()
+                .as_str()
+            ),
+            (
+                "event",
+                r::event(
+                    "cohort",
+                    r::Event {
+                        request_id: id,
+                        state: "open",
+                        run_id: None,
+                        detail: "opened".into(),
+                    },
+                )
+                .checked()
+                .as_str()
+            ),
+            ("events", r::events("cohort", id).checked().as_str()),
+            (
+                "set_due",
+                r::set_due(
+                    "cohort",
+                    r::SetDue {
+                        request_id: id,
+                        due_at: t,
+                        reason: "why".into(),
+                    },
+                )
+                .checked()
+                .as_str()
+            ),
+            (
+                "list",
+                r::list(
+                    "cohort",
+                    r::List {
+                        state: Some("waiting"),
+                        overdue_at: None,
+                        limit: 10,
+                    },
+                )
+                .checked()
+                .as_str()
+            ),
+            ("to_resume", r::to_resume("cohort", t, 100).checked().as_str()),
+            ("by_state", r::by_state("cohort", t).checked().as_str()),
+        ])
+    );
+}
+
+#[test]
 fn worker_statements() {
     use crate::sql::worker::{keepalive, latest_scheduled, started_scheduled, LatestScheduled};
     let latest = latest_scheduled(
