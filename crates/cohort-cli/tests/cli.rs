@@ -4037,3 +4037,215 @@ audit = "per_row"
         "the held line was never changed"
     );
 }
+
+/// `erase --reference` opens an erasure request; `erase-requests` lists,
+/// shows and extends them, with the documented JSON and exit codes.
+#[tokio::test]
+async fn erasure_requests_follow_the_cli_contract() {
+    let (db, dir) = setup().await;
+    sqlx::raw_sql(ROWS).execute(db.pool()).await.unwrap();
+    let dir = dir.path();
+    let url = db.url();
+    let key = [("COHORT_HASH_KEY", "an-example-hash-key-0123456789")];
+    let run = |args: &[&str]| cli::cohort_with_env(dir, args, url, &key);
+    succeeded(&run(&["migrate"]));
+    let subject = |id: i64| {
+        let pool = db.pool().clone();
+        async move {
+            sqlx::query_scalar::<_, String>(
+                "SELECT user_id::text FROM app.case_contacts WHERE id = $1",
+            )
+            .bind(id)
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+        }
+    };
+    let (one, two) = (subject(1).await, subject(2).await);
+    let tenant = "11111111-1111-1111-1111-111111111111";
+    let erase = |subject: &str, reference: &str, extra: &[&str]| {
+        let mut args = vec![
+            "--json",
+            "erase",
+            "--tenant",
+            tenant,
+            "--subject",
+            subject,
+            "--now",
+            NOW,
+            "--reference",
+            reference,
+        ];
+        args.extend_from_slice(extra);
+        run(&args)
+    };
+
+    // Nothing kept: completed at once, the subject replaced by its hash.
+    let out = erase(&one, "SAR-CLI-1", &["--note", "by post"]);
+    succeeded(&out);
+    let done = json(&out);
+    assert_eq!(done["entities"][0]["affected"].as_u64(), Some(1));
+    let request = &done["request"];
+    assert_eq!(request["reference"], "SAR-CLI-1");
+    assert_eq!(request["state"], "completed");
+    assert_eq!(request["subject"], Value::Null);
+    assert_eq!(request["note"], "by post");
+    assert_eq!(request["due_at"], "2026-07-01T00:00:00Z");
+    assert_eq!(request["subject_hash"].as_str().unwrap().len(), 64);
+
+    // A held row: the request waits, names the part, and is overdue by
+    // the clock (due 30 days after 2026-06-01).
+    succeeded(&run(&[
+        "holds",
+        "create",
+        "--entity",
+        "CaseContact",
+        "--record",
+        "2",
+        "--tenant",
+        tenant,
+        "--reason",
+        "claim",
+    ]));
+    let out = erase(&two, "SAR-CLI-2", &[]);
+    succeeded(&out);
+    let waiting = json(&out);
+    assert_eq!(waiting["request"]["state"], "waiting");
+    assert_eq!(waiting["request"]["waiting"][0]["reason"], "held");
+    assert_eq!(waiting["request"]["waiting"][0]["entity"], "CaseContact");
+    assert_eq!(waiting["request"]["subject"].as_str(), Some(two.as_str()));
+
+    let list = |extra: &[&str]| {
+        let mut args = vec!["--json", "erase-requests", "list"];
+        args.extend_from_slice(extra);
+        let out = run(&args);
+        succeeded(&out);
+        json(&out)
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["reference"].as_str().unwrap().to_owned())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(list(&[]), ["SAR-CLI-1", "SAR-CLI-2"]);
+    assert_eq!(list(&["--state", "waiting"]), ["SAR-CLI-2"]);
+    assert_eq!(list(&["--overdue"]), ["SAR-CLI-2"]);
+    let text = cli::cohort_with_env(dir, &["erase-requests", "list"], url, &key);
+    succeeded(&text);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("REFERENCE") && text.contains("SAR-CLI-2"),
+        "{text}"
+    );
+
+    let out = run(&["--json", "erase-requests", "show", "SAR-CLI-2"]);
+    succeeded(&out);
+    let shown = json(&out);
+    let states: Vec<&str> = shown["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["state"].as_str().unwrap())
+        .collect();
+    assert_eq!(states, ["open", "in_progress", "waiting"]);
+
+    let out = run(&[
+        "--json",
+        "erase-requests",
+        "extend",
+        "SAR-CLI-2",
+        "--due",
+        "2099-01-01",
+        "--reason",
+        "extended under Art. 12(3)",
+    ]);
+    succeeded(&out);
+    let extended = json(&out);
+    assert_eq!(extended["due_at"], "2099-01-02T00:00:00Z");
+    assert_eq!(extended["overdue"], false);
+    assert_eq!(list(&["--overdue"]), Vec::<String>::new());
+
+    // Bad input exits 2 and writes nothing.
+    let before: i64 = sqlx::query_scalar("SELECT count(*) FROM retention.erasure_request_event")
+        .fetch_one(db.pool())
+        .await
+        .unwrap();
+    for args in [
+        vec!["--json", "erase-requests", "show", "SAR-NOPE"],
+        vec!["--json", "erase-requests", "list", "--state", "done"],
+        vec![
+            "--json",
+            "erase-requests",
+            "extend",
+            "SAR-CLI-2",
+            "--due",
+            "2020-01-01",
+            "--reason",
+            "late",
+        ],
+        vec![
+            "--json",
+            "erase-requests",
+            "extend",
+            "SAR-CLI-1",
+            "--due",
+            "2099-01-01",
+            "--reason",
+            "completed",
+        ],
+        vec![
+            "--json",
+            "erase",
+            "--tenant",
+            tenant,
+            "--subject",
+            &two,
+            "--reference",
+            "SAR-CLI-3",
+            "--due",
+            "soon",
+        ],
+        vec![
+            "--json",
+            "erase",
+            "--tenant",
+            tenant,
+            "--subject",
+            &two,
+            "--reference",
+            "SAR-CLI-3",
+            "--dry-run",
+        ],
+    ] {
+        let out = run(&args);
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    // Without the hash key a request is refused, naming it.
+    let out = cohort(
+        dir,
+        &[
+            "--json",
+            "erase",
+            "--tenant",
+            tenant,
+            "--subject",
+            &two,
+            "--reference",
+            "SAR-CLI-4",
+        ],
+        url,
+    );
+    assert_eq!(out.status.code(), Some(2));
+    let message = json(&out)["error"]["message"].as_str().unwrap().to_owned();
+    assert!(message.contains("COHORT_HASH_KEY"), "{message}");
+    let after: i64 = sqlx::query_scalar("SELECT count(*) FROM retention.erasure_request_event")
+        .fetch_one(db.pool())
+        .await
+        .unwrap();
+    assert_eq!(before, after, "nothing was written");
+}

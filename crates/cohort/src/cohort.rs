@@ -106,7 +106,7 @@ impl Cohort {
     ) -> Result<crate::ErasureResult> {
         crate::run::passes::scoped(&self.cx, &mut request.tenancy, "erasure").await?;
         if request.terms.is_some() {
-            return crate::erasure_requests::open(&self.cx, request).await;
+            return crate::run::requests::open(&self.cx, request).await;
         }
         crate::run::erasure::erase(&self.cx, request).await
     }
@@ -118,7 +118,7 @@ impl Cohort {
         filter: crate::erasure_requests::RequestFilter,
     ) -> Result<Vec<crate::erasure_requests::RequestRecord>> {
         self.cx.prepared().await?;
-        crate::erasure_requests::list(&self.cx, filter).await
+        crate::run::requests::list(&self.cx, filter).await
     }
 
     /// One erasure request by its reference, with its history; an unknown
@@ -128,7 +128,7 @@ impl Cohort {
         reference: &str,
     ) -> Result<crate::erasure_requests::RequestHistory> {
         self.cx.prepared().await?;
-        crate::erasure_requests::show(&self.cx, reference).await
+        crate::run::requests::show(&self.cx, reference).await
     }
 
     /// Moves an erasure request's due date, recording why (a line of its
@@ -141,7 +141,7 @@ impl Cohort {
         reason: &str,
     ) -> Result<crate::erasure_requests::RequestRecord> {
         self.cx.prepared().await?;
-        crate::erasure_requests::extend(&self.cx, reference, due, reason).await
+        crate::run::requests::extend(&self.cx, reference, due, reason).await
     }
 
     /// Runs again, at `now`, every erasure request that may have something
@@ -159,8 +159,7 @@ impl Cohort {
         self.cx.prepared().await?;
         let now = crate::outcome::logical_now(now);
         crate::run::resolve::check_now(&self.cx, now, true, allow_future_now).await?;
-        crate::erasure_requests::resume(&self.cx, now, allow_future_now, &crate::Cancel::new())
-            .await
+        crate::run::requests::resume(&self.cx, now, allow_future_now, &crate::Cancel::new()).await
     }
 
     /// Erasure requests per state and those overdue, read now; also sets
@@ -168,7 +167,7 @@ impl Cohort {
     /// (see [`crate::telemetry`]).
     pub async fn erasure_request_counts(&self) -> Result<crate::erasure_requests::RequestCounts> {
         self.cx.prepared().await?;
-        let counts = crate::erasure_requests::counts(&self.cx).await?;
+        let counts = crate::run::requests::counts(&self.cx).await?;
         counts.record();
         Ok(counts)
     }

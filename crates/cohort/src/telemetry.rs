@@ -431,6 +431,17 @@ pub(crate) fn delivery(handler: &str, outcome: &'static str) {
         .increment(1);
 }
 
+impl crate::erasure_requests::RequestCounts {
+    /// Sets `cohort_erasure_requests{state}` and
+    /// `cohort_erasure_requests_overdue`.
+    pub fn record(&self) {
+        for (state, n) in &self.by_state {
+            metrics::gauge!(ERASURE_REQUESTS, "state" => state.as_str()).set(*n as f64);
+        }
+        metrics::gauge!(ERASURE_REQUESTS_OVERDUE).set(self.overdue as f64);
+    }
+}
+
 /// Row-handler work by state, read from the queue table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
 #[non_exhaustive]

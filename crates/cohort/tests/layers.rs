@@ -30,6 +30,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "tenants",
             "outcome",
             "erasure",
+            "erasure_requests",
             "settings",
             "handlers",
             "observer",

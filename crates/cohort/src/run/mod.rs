@@ -15,6 +15,7 @@ pub(crate) mod pacing;
 pub(crate) mod partitions;
 pub(crate) mod passes;
 pub(crate) mod recorder;
+pub(crate) mod requests;
 pub(crate) mod resolve;
 pub(crate) mod sizing;
 pub(crate) mod status;

@@ -125,13 +125,9 @@ pub(crate) async fn pass(cx: &Context, config: &MaintenanceConfig) -> Result<Mai
             .rows_affected(),
         ..MaintenanceReport::default()
     };
-    let resumed = crate::erasure_requests::resume(
-        cx,
-        chrono::Utc::now(),
-        false,
-        &crate::cancel::Cancel::new(),
-    )
-    .await?;
+    let resumed =
+        crate::run::requests::resume(cx, chrono::Utc::now(), false, &crate::cancel::Cancel::new())
+            .await?;
     Ok(MaintenanceReport {
         erasure_requests_resumed: resumed.resumed,
         erasure_requests_completed: resumed.completed,

@@ -856,7 +856,10 @@ fn request_statements() {
                 .checked()
                 .as_str()
             ),
-            ("to_resume", r::to_resume("cohort", t, 100).checked().as_str()),
+            (
+                "to_resume",
+                r::to_resume("cohort", t, 100).checked().as_str()
+            ),
             ("by_state", r::by_state("cohort", t).checked().as_str()),
         ])
     );
