@@ -796,3 +796,73 @@ async fn the_holds_page_shows_a_composite_key_as_its_json_array() {
     assert!(page.body.contains("<code>[41, 2]</code>"), "{}", page.body);
     assert!(!page.body.contains("secret"));
 }
+
+/// The erasure requests page lists each request with its state, deadline
+/// and what it waits for, and never the person or the requester's note
+/// (RS-031).
+#[tokio::test]
+async fn the_erasure_requests_page_shows_deadlines_and_parts_but_not_the_person() {
+    let db = cohort_pgtemp::fresh_empty_database().await.unwrap();
+    sqlx::raw_sql(
+        "CREATE SCHEMA app;
+         CREATE TABLE app.session_notes (id bigint PRIMARY KEY, tenant_id uuid NOT NULL, created_at timestamptz, body text);
+         CREATE TABLE app.events (id bigint PRIMARY KEY, created_at timestamptz, owner_email text);
+         INSERT INTO app.events SELECT g, now() - interval '90 days', 'ann@example.com' FROM generate_series(1, 3) g;",
+    )
+    .execute(db.pool())
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("cohort.toml"), POLICY).unwrap();
+    let d = dir.path();
+    cohort(d, &["migrate"], db.url());
+    cohort(
+        d,
+        &[
+            "holds", "create", "--entity", "Event", "--record", "2", "--reason", "claim",
+        ],
+        db.url(),
+    );
+    let out = cli::cohort_with_env(
+        d,
+        &[
+            "--json",
+            "erase",
+            "--tenantless",
+            "--subject",
+            "ann@example.com",
+            "--reference",
+            "SAR-9",
+            "--note",
+            "Ann's letter of 1 December",
+        ],
+        db.url(),
+        &[("COHORT_HASH_KEY", "an-example-hash-key-0123456789")],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let console = Console::start(d, db.url(), "127.0.0.1:0", None);
+    let page = console.get("/erasure-requests", None);
+    assert_eq!(page.status, 200);
+    assert!(page.body.contains("<code>SAR-9</code>"), "{}", page.body);
+    assert!(page.body.contains("Event: 1 row(s), held"), "{}", page.body);
+    assert!(page.body.contains("<dt>waiting</dt><dd>1</dd>"));
+    assert!(page.body.contains("<dt>Overdue</dt><dd>0</dd>"));
+    assert!(
+        !page.body.contains("ann@example.com"),
+        "the subject was shown"
+    );
+    assert!(
+        !page.body.contains("letter"),
+        "the requester's note was shown"
+    );
+    let runs = console.get("/runs", None);
+    assert!(
+        runs.body.contains("href=\"/erasure-requests\""),
+        "in the navigation"
+    );
+}

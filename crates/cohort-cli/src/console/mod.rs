@@ -125,6 +125,7 @@ fn router(state: Arc<Console>) -> Router {
         .route("/runs", get(runs))
         .route("/runs/{id}", get(run))
         .route("/holds", get(holds))
+        .route("/erasure-requests", get(requests))
         .route("/queue", get(queue))
         .route("/settings", get(settings))
         .route("/style.css", get(style))
@@ -341,6 +342,22 @@ async fn holds(State(c): State<Arc<Console>>, Query(q): Query<Limit>) -> Respons
     };
     match c.cohort.list_holds(&filter).await {
         Ok(holds) => Html(pages::holds(&holds, &model, n).into_string()).into_response(),
+        Err(e) => failed(e),
+    }
+}
+
+async fn requests(State(c): State<Arc<Console>>, Query(q): Query<Limit>) -> Response {
+    let n = match limit(&q) {
+        Ok(n) => n,
+        Err(r) => return *r,
+    };
+    let counts = match c.cohort.erasure_request_counts().await {
+        Ok(counts) => counts,
+        Err(e) => return failed(e),
+    };
+    let filter = cohort::erasure_requests::RequestFilter::new().limit(n);
+    match c.cohort.erasure_requests(filter).await {
+        Ok(list) => Html(pages::requests(&list, &counts, n).into_string()).into_response(),
         Err(e) => failed(e),
     }
 }

@@ -15,6 +15,7 @@ use maud::{html, Markup, DOCTYPE};
 enum Tab {
     Runs,
     Holds,
+    Requests,
     Queue,
     Settings,
     None,
@@ -42,6 +43,7 @@ fn layout(title: &str, tab: Tab, body: Markup) -> Markup {
                     nav {
                         (link("/runs", "Runs", Tab::Runs))
                         (link("/holds", "Holds", Tab::Holds))
+                        (link("/erasure-requests", "Erasure requests", Tab::Requests))
                         (link("/queue", "Handler queue", Tab::Queue))
                         (link("/settings", "Settings", Tab::Settings))
                     }
@@ -455,6 +457,79 @@ pub(crate) fn holds(holds: &[Hold], model: &ValidatedModel, limit: i64) -> Marku
                                 }
                                 td { (time(h.created_at)) }
                                 td { (h.expires_at.map(time).unwrap_or_else(|| "never".into())) }
+                            }
+                        }
+                    }
+                }
+            }
+        },
+    )
+}
+
+pub(crate) fn requests(
+    requests: &[cohort::erasure_requests::RequestRecord],
+    counts: &cohort::erasure_requests::RequestCounts,
+    limit: i64,
+) -> Markup {
+    use cohort::erasure_requests::PartReason;
+    layout(
+        "Erasure requests",
+        Tab::Requests,
+        html! {
+            p.muted {
+                "Erasure requests opened with " code { "cohort erase --reference" } ", followed until they complete. "
+                "The subject and the requester's note are personal data, so they are not shown here: "
+                code { "cohort erase-requests show REF" } " prints them."
+            }
+            dl.facts {
+                @for (state, n) in &counts.by_state {
+                    dt { (state.as_str()) } dd { (n) }
+                }
+                dt { "Overdue" } dd { (counts.overdue) }
+            }
+            @if requests.is_empty() {
+                p.empty { "No erasure requests." }
+            } @else {
+                @if requests.len() as i64 == limit {
+                    p.muted { "The first " (limit) " by receipt (" code { "?limit=" } " up to 1000)." }
+                }
+                table {
+                    thead { tr { th { "Reference" } th { "State" } th { "Tenant" } th { "Received" } th { "Due" } th { "Completed" } th { "Waiting for" } } }
+                    tbody {
+                        @for r in requests {
+                            tr {
+                                td { code { (r.reference) } }
+                                td {
+                                    (r.state.as_str())
+                                    @if r.overdue { " " span.status.bad { "overdue" } }
+                                }
+                                td {
+                                    @match &r.tenant {
+                                        Some(t) => code { (t) },
+                                        None => span.muted { "tenantless" },
+                                    }
+                                }
+                                td { (time(r.received_at)) }
+                                td { (time(r.due_at)) }
+                                td { (opt_time(r.completed_at)) }
+                                td {
+                                    @if let Some(e) = &r.error {
+                                        span.error { "failed: " (e) }
+                                    }
+                                    @for p in &r.waiting {
+                                        div {
+                                            (p.entity) ": " (p.rows) " row(s), "
+                                            @match p.reason {
+                                                PartReason::Held => "held",
+                                                PartReason::LegalMinimum => "legal minimum",
+                                                PartReason::NullAnchor => "no anchor (needs a person)",
+                                                PartReason::Referenced => "still referenced (needs a person)",
+                                                _ => "kept",
+                                            }
+                                            @if let Some(u) = p.until { ", until " (time(u)) }
+                                        }
+                                    }
+                                }
                             }
                         }
                     }
