@@ -231,6 +231,7 @@ pub(crate) fn sign(s: &Signing<'_>) -> Result<(PathBuf, PathBuf), Failure> {
             "succeeded": r.erasures.succeeded,
             "failed": r.erasures.failed,
             "median_seconds": r.erasures.median_seconds,
+            "requests_with_due_date": r.erasures.timeliness,
         },
         "failures": r.failures,
         "residual_copies": residual_copies(s),

@@ -623,6 +623,23 @@ fn json_facts(doc: &Value) -> BTreeMap<String, String> {
     ] {
         put(["erasures", "", "", "", "", m], text(&x[m]));
     }
+    for (m, k) in [
+        ("requests_on_time", "on_time"),
+        ("requests_late", "late"),
+        ("requests_overdue", "overdue"),
+        ("requests_not_yet_due", "not_yet_due"),
+    ] {
+        put(["erasures", "", "", "", "", m], text(&x["timeliness"][k]));
+    }
+    for d in x["deadlines"].as_array().unwrap() {
+        let reference = text(&d["reference"]);
+        for m in ["state", "timely"] {
+            put(["erasure_request", "", "", "", &reference, m], text(&d[m]));
+        }
+        for m in ["received_at", "due_at", "completed_at"] {
+            put(["erasure_request", "", "", "", &reference, m], time(&d[m]));
+        }
+    }
     for r in x["requests_served"].as_array().unwrap() {
         let id = text(&r["run_id"]);
         for m in ["status", "subject_kind", "seconds", "removed"] {
@@ -1460,4 +1477,125 @@ async fn the_first_section_sums_the_report_and_the_page_fits_1280_pixels() {
         scroll <= client,
         "horizontal scroll: {scroll} > {client}: {wide}"
     );
+}
+
+/// RS-031: the report lists the erasure requests live in the period, each
+/// judged against its due date, with the four counts on the first page
+/// and in the JSON; a request completed before the period is not in it.
+#[tokio::test]
+async fn the_report_says_whether_each_erasure_request_met_its_due_date() {
+    let db = cohort_pgtemp::fresh_empty_database().await.unwrap();
+    sqlx::raw_sql(TABLES).execute(db.pool()).await.unwrap();
+    sqlx::raw_sql(
+        "INSERT INTO app.notes SELECT g, '11111111-1111-4111-8111-111111111111', timestamptz '2025-06-01', 'u-' || g
+         FROM generate_series(1, 5) g",
+    )
+    .execute(db.pool())
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("cohort.toml"), POLICY).unwrap();
+    let d = dir.path();
+    let url = db.url();
+    let key = [("COHORT_HASH_KEY", "an-example-hash-key-0123456789")];
+    let ok = |out: Output| {
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out
+    };
+    ok(cohort(d, &["migrate"], url));
+    let erase = |subject: &str, reference: &str, now: &str| {
+        ok(cli::cohort_with_env(
+            d,
+            &[
+                "erase",
+                "--tenant",
+                A,
+                "--subject",
+                subject,
+                "--kind",
+                "user",
+                "--reference",
+                reference,
+                "--now",
+                now,
+            ],
+            url,
+            &key,
+        ))
+    };
+    for record in ["3", "4", "5"] {
+        ok(cohort(
+            d,
+            &[
+                "holds", "create", "--entity", "Note", "--record", record, "--tenant", A,
+                "--reason", "claim",
+            ],
+            url,
+        ));
+    }
+    erase("u-1", "SAR-BEFORE", "2025-11-01T00:00:00Z");
+    erase("u-2", "SAR-ON", "2026-01-05T00:00:00Z");
+    erase("u-3", "SAR-LATE", "2026-01-02T00:00:00Z");
+    erase("u-4", "SAR-OVERDUE", "2026-01-10T00:00:00Z");
+    erase("u-5", "SAR-LATER", "2026-03-20T00:00:00Z");
+    // SAR-LATE completed on 1 March, as a resumed attempt at that time
+    // would have left it (its due date was 1 February).
+    sqlx::raw_sql(
+        "UPDATE retention.erasure_request SET state = 'completed', completed_at = '2026-03-01',
+           subject_text = NULL, waiting = '[]' WHERE reference = 'SAR-LATE'",
+    )
+    .execute(db.pool())
+    .await
+    .unwrap();
+
+    let out = ok(report(d, url, &["--format", "json"]));
+    let doc = stdout_json(&out);
+    let x = &doc["erasures"];
+    let judged: Vec<(String, String)> = x["deadlines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["reference"].as_str().unwrap().to_owned(),
+                r["timely"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        judged,
+        [
+            ("SAR-LATE".into(), "late".into()),
+            ("SAR-ON".into(), "on_time".into()),
+            ("SAR-OVERDUE".into(), "overdue".into()),
+            ("SAR-LATER".into(), "not_yet_due".into()),
+        ]
+    );
+    assert_eq!(
+        x["timeliness"],
+        serde_json::json!({"on_time": 1, "late": 1, "overdue": 1, "not_yet_due": 1})
+    );
+    assert!(
+        !out.stdout.windows(3).any(|w| w == b"u-2"),
+        "a subject in the report"
+    );
+    let html = String::from_utf8(ok(report(d, url, &["--format", "html"])).stdout).unwrap();
+    for (glance, n) in [
+        ("requests_on_time", 1),
+        ("requests_late", 1),
+        ("requests_overdue", 1),
+    ] {
+        assert!(
+            html.contains(&format!("data-glance=\"{glance}\">{n}</strong>")),
+            "{glance}"
+        );
+    }
+    // Another tenant's report has none of them.
+    let other = stdout_json(&ok(report(d, url, &["--format", "json", "--tenant", B])));
+    assert_eq!(other["erasures"]["deadlines"], serde_json::json!([]));
 }

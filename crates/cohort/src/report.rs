@@ -200,6 +200,61 @@ pub struct ErasureReport {
     pub p95_seconds: Option<f64>,
     /// Each request, oldest first.
     pub requests_served: Vec<ErasureServed>,
+    /// The erasure requests with a reference live during the period
+    /// (received before its end, not completed before its start), oldest
+    /// first, each with whether it met its due date.
+    pub deadlines: Vec<RequestDeadline>,
+    /// Of those, how many met, missed, are past or are not yet at their
+    /// due date.
+    pub timeliness: Timeliness,
+}
+
+/// Whether an erasure request met its due date.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Timely {
+    /// Completed on or before its due date.
+    OnTime,
+    /// Completed after its due date.
+    Late,
+    /// Not completed, and its due date passed before the period's end (or
+    /// before the report, for a period not over yet).
+    Overdue,
+    /// Not completed, not yet due.
+    NotYetDue,
+}
+
+/// One erasure request's deadline, as the report shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct RequestDeadline {
+    /// Its reference.
+    pub reference: String,
+    /// Its state when the report was written.
+    pub state: String,
+    /// Received.
+    pub received_at: DateTime<Utc>,
+    /// Due.
+    pub due_at: DateTime<Utc>,
+    /// Completed.
+    pub completed_at: Option<DateTime<Utc>>,
+    /// Whether it met its due date.
+    pub timely: Timely,
+}
+
+/// The requests of [`ErasureReport::deadlines`] by [`Timely`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct Timeliness {
+    /// Completed on time.
+    pub on_time: u64,
+    /// Completed late.
+    pub late: u64,
+    /// Past due, not completed.
+    pub overdue: u64,
+    /// Not yet due.
+    pub not_yet_due: u64,
 }
 
 /// One erasure request. The subject is never in the ledger: its kind is.
@@ -317,6 +372,9 @@ impl Report {
         out.erasures(&self.erasures);
         for r in &self.erasures.requests_served {
             out.erasure(r);
+        }
+        for d in &self.erasures.deadlines {
+            out.deadline(d);
         }
         out.holds(&self.holds);
         out.failures(&self.failures);
@@ -522,6 +580,47 @@ impl Facts {
             "p95_seconds",
             seconds_or_empty(x.p95_seconds),
         );
+        let t = &x.timeliness;
+        for (measure, n) in [
+            ("requests_on_time", t.on_time),
+            ("requests_late", t.late),
+            ("requests_overdue", t.overdue),
+            ("requests_not_yet_due", t.not_yet_due),
+        ] {
+            self.push(
+                "erasures",
+                no_owner(),
+                String::new(),
+                measure,
+                n.to_string(),
+            );
+        }
+    }
+
+    /// One erasure request with a reference, its item the reference.
+    fn deadline(&mut self, d: &RequestDeadline) {
+        let timely = match d.timely {
+            Timely::OnTime => "on_time",
+            Timely::Late => "late",
+            Timely::Overdue => "overdue",
+            Timely::NotYetDue => "not_yet_due",
+        };
+        let completed = d.completed_at.as_ref().map(time).unwrap_or_default();
+        for (measure, value) in [
+            ("state", d.state.clone()),
+            ("received_at", time(&d.received_at)),
+            ("due_at", time(&d.due_at)),
+            ("completed_at", completed),
+            ("timely", timely.to_owned()),
+        ] {
+            self.push(
+                "erasure_request",
+                no_owner(),
+                d.reference.clone(),
+                measure,
+                value,
+            );
+        }
     }
 
     /// One erasure request, its item the run id.
@@ -705,7 +804,10 @@ pub(crate) async fn build(cx: &Context, request: &ReportRequest) -> Result<Repor
         .fetch_one(&mut *tx)
         .await?;
     let entities = entity_reports(&mut tx, schema, &window).await?;
-    let erasures = erasure_report(erasures_served(&mut tx, schema, &window).await?);
+    let mut erasures = erasure_report(erasures_served(&mut tx, schema, &window).await?);
+    erasures.deadlines =
+        request_deadlines(&mut tx, schema, &window, window.until.min(generated_at)).await?;
+    erasures.timeliness = timeliness(&erasures.deadlines);
     let holds = hold_counts(&mut tx, schema, &window).await?;
     let failures = failure_tally(&mut tx, schema, window).await?;
     tx.commit().await?;
@@ -927,6 +1029,51 @@ fn erasure_served(row: &sqlx::postgres::PgRow) -> Result<ErasureServed> {
     })
 }
 
+/// The erasure requests with a reference live in the period, each judged
+/// against its due date at `end` (the period's end, or the report's time
+/// when that is earlier).
+async fn request_deadlines(
+    conn: &mut PgConnection,
+    schema: &str,
+    window: &Window,
+    end: DateTime<Utc>,
+) -> Result<Vec<RequestDeadline>> {
+    let mut out = Vec::new();
+    for row in statements::request_deadlines(schema, window.clone())
+        .query()
+        .fetch_all(&mut *conn)
+        .await?
+    {
+        let due_at: DateTime<Utc> = row.try_get("due_at")?;
+        let completed_at: Option<DateTime<Utc>> = row.try_get("completed_at")?;
+        let timely = match completed_at {
+            Some(done) if done <= due_at => Timely::OnTime,
+            Some(_) => Timely::Late,
+            None if due_at < end => Timely::Overdue,
+            None => Timely::NotYetDue,
+        };
+        out.push(RequestDeadline {
+            reference: row.try_get("reference")?,
+            state: row.try_get("state")?,
+            received_at: row.try_get("received_at")?,
+            due_at,
+            completed_at,
+            timely,
+        });
+    }
+    Ok(out)
+}
+
+fn timeliness(deadlines: &[RequestDeadline]) -> Timeliness {
+    let n = |t: Timely| deadlines.iter().filter(|d| d.timely == t).count() as u64;
+    Timeliness {
+        on_time: n(Timely::OnTime),
+        late: n(Timely::Late),
+        overdue: n(Timely::Overdue),
+        not_yet_due: n(Timely::NotYetDue),
+    }
+}
+
 /// The erasure requests counted by outcome, with the median and p95 of their durations.
 fn erasure_report(served: Vec<ErasureServed>) -> ErasureReport {
     let mut durations: Vec<f64> = served.iter().filter_map(|r| r.seconds).collect();
@@ -949,6 +1096,8 @@ fn erasure_report(served: Vec<ErasureServed>) -> ErasureReport {
         median_seconds: (!durations.is_empty()).then(|| percentile(&durations, 0.5)),
         p95_seconds: (!durations.is_empty()).then(|| percentile(&durations, 0.95)),
         requests_served: served,
+        deadlines: Vec::new(),
+        timeliness: Timeliness::default(),
     }
 }
 

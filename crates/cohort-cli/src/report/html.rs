@@ -233,6 +233,14 @@ fn glance(report: &Report) -> Markup {
             "). Failures: " strong data-glance="failures" { (failed_runs) } "."
             " Kept counts are each entity's last run in the period, per tenant."
         }
+        @let t = &x.timeliness;
+        p {
+            "Erasure requests with a due date: "
+            strong data-glance="requests_on_time" { (t.on_time) } " completed on time, "
+            strong data-glance="requests_late" { (t.late) } " late, "
+            strong data-glance="requests_overdue" { (t.overdue) } " overdue, "
+            (t.not_yet_due) " not yet due."
+        }
     }
 }
 
@@ -274,6 +282,41 @@ fn erasures(report: &Report) -> Markup {
                         @for (measure, n) in kept_figures(&r.kept) {
                             (fact(key("erasure", none, &id, measure), n.to_string(), true))
                         }
+                    }
+                }
+            }
+        }
+        h2 { "Erasure requests and their due dates" }
+        @let t = &x.timeliness;
+        table {
+            tr { th { "On time" } th { "Late" } th { "Overdue" } th { "Not yet due" } }
+            tr {
+                (fact(key("erasures", none, "", "requests_on_time"), t.on_time.to_string(), true))
+                (fact(key("erasures", none, "", "requests_late"), t.late.to_string(), true))
+                (fact(key("erasures", none, "", "requests_overdue"), t.overdue.to_string(), true))
+                (fact(key("erasures", none, "", "requests_not_yet_due"), t.not_yet_due.to_string(), true))
+            }
+        }
+        @if !x.deadlines.is_empty() {
+            p.meta { "Requests opened with a reference (cohort erase --reference) and live in the period; the subject stays in the database." }
+            table.wide {
+                tr { th { "Reference" } th { "State" } th { "Received" } th { "Due" } th { "Completed" } th { "Met its due date" } }
+                @for d in &x.deadlines {
+                    @let r = d.reference.as_str();
+                    @let timely = match d.timely {
+                        cohort::report::Timely::OnTime => "on_time",
+                        cohort::report::Timely::Late => "late",
+                        cohort::report::Timely::Overdue => "overdue",
+                        _ => "not_yet_due",
+                    };
+                    tr {
+                        td { code { (r) } }
+                        (fact(key("erasure_request", none, r, "state"), d.state.clone(), false))
+                        (fact(key("erasure_request", none, r, "received_at"), time(&d.received_at), false))
+                        (fact(key("erasure_request", none, r, "due_at"), time(&d.due_at), false))
+                        (fact(key("erasure_request", none, r, "completed_at"),
+                            d.completed_at.as_ref().map(time).unwrap_or_default(), false))
+                        (fact(key("erasure_request", none, r, "timely"), timely.to_owned(), false))
                     }
                 }
             }

@@ -29,7 +29,7 @@ impl Params for Window {
     }
 }
 
-fn tables(schema: &str) -> [(&'static str, QualifiedName); 3] {
+fn tables(schema: &str) -> [(&'static str, QualifiedName); 4] {
     [
         ("sweep_run", CohortTable::SweepRun.qualified(schema)),
         (
@@ -37,6 +37,10 @@ fn tables(schema: &str) -> [(&'static str, QualifiedName); 3] {
             CohortTable::EntitySummary.qualified(schema),
         ),
         ("retention_hold", CohortTable::Hold.qualified(schema)),
+        (
+            "erasure_request",
+            CohortTable::ErasureRequest.qualified(schema),
+        ),
     ]
 }
 
@@ -186,6 +190,17 @@ pub(crate) fn erasures(schema: &str, window: Window) -> Statement<Window> {
          WHERE r.kind = 'erasure' AND NOT r.dry_run AND r.started_at >= $1 AND r.started_at < $2 \
            AND ($3::text IS NULL OR r.tenant_id = $3) \
          GROUP BY r.run_id ORDER BY r.started_at, r.run_id",
+        window,
+    )
+}
+
+/// The erasure requests live during the period (received before its end,
+/// not completed before its start), with their deadlines: never the
+/// subject or the requester's note.
+pub(crate) fn request_deadlines(schema: &str, window: Window) -> Statement<Window> {
+    statement(
+        schema,
+        "SELECT q.reference, q.state, q.received_at, q.due_at, q.completed_at          FROM {erasure_request} q          WHERE q.received_at < $2 AND (q.completed_at IS NULL OR q.completed_at >= $1)            AND ($3::text IS NULL OR q.tenant_id = $3)          ORDER BY q.received_at, q.reference",
         window,
     )
 }
