@@ -28,6 +28,7 @@ mod init;
 mod output;
 mod pacing;
 mod report;
+mod restore;
 mod services;
 
 use std::path::PathBuf;
@@ -207,6 +208,20 @@ enum Command {
         /// check at /healthz (e.g. 127.0.0.1:9464; port 0 picks a free one).
         #[arg(long, value_name = "ADDR")]
         metrics_addr: Option<std::net::SocketAddr>,
+        /// Start even though the database lacks what the journal holds (a
+        /// restored backup not yet replayed). Refused by default.
+        #[arg(long)]
+        ignore_restore_gap: bool,
+    },
+    /// Compare the database with the journal: the erasure requests and
+    /// holds it holds that the database lacks (exit 0 none, 1 some).
+    RestoreCheck,
+    /// Bring the database back to the journal after a restore: place and
+    /// release its holds, restore and run again its erasure requests.
+    Replay {
+        /// Say what would be done, and do nothing.
+        #[arg(long)]
+        dry_run: bool,
     },
     /// The live settings every worker replica reads (kill_switch, dry_run),
     /// and the live pacing every sweep reads (max_rows_per_second,
@@ -573,9 +588,21 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             let (cohort, _) = open(&cli).await?;
             commands::dead_letters(&cohort, cli.json, cmd).await
         }
-        Command::Worker { metrics_addr } => {
+        Command::Worker {
+            metrics_addr,
+            ignore_restore_gap,
+        } => {
             let (cohort, _) = open_with(&cli, true, metrics_addr.is_some()).await?;
+            restore::refuse_gap(&cohort, *ignore_restore_gap).await?;
             services::worker(&cohort, *metrics_addr).await
+        }
+        Command::RestoreCheck => {
+            let (cohort, _) = open(&cli).await?;
+            restore::check(&cohort, cli.json).await
+        }
+        Command::Replay { dry_run } => {
+            let (cohort, _) = open(&cli).await?;
+            restore::replay(&cohort, cli.json, *dry_run).await
         }
         Command::Settings(cmd) => {
             let (cohort, _) = open(&cli).await?;

@@ -4089,7 +4089,7 @@ async fn erasure_requests_follow_the_cli_contract() {
     assert_eq!(request["reference"], "SAR-CLI-1");
     assert_eq!(request["state"], "completed");
     assert_eq!(request["subject"], Value::Null);
-    assert_eq!(request["note"], "by post");
+    assert_eq!(request["note"], Value::Null, "cleared with the subject");
     assert_eq!(request["due_at"], "2026-07-01T00:00:00Z");
     assert_eq!(request["subject_hash"].as_str().unwrap().len(), 64);
 

@@ -225,6 +225,184 @@ impl Cluster {
         Ok(standby)
     }
 
+    /// Starts a new cluster that archives its WAL (`archive_mode = on`,
+    /// each segment copied into [`Cluster::archive_dir`], never
+    /// overwritten): with [`Cluster::base_backup`] and
+    /// [`Cluster::recover_to_restore_point`], a real point-in-time
+    /// recovery.
+    pub async fn start_archiving() -> Result<Cluster> {
+        let started = Instant::now();
+        let mut cluster = Self::prepare(PgBinaries::find()?, None)?;
+        let archive = cluster.archive_dir();
+        cluster.owned_dir(&archive)?;
+        let a = archive.display();
+        cluster.settings = Some(format!(
+            "\n# archiving\nwal_level = 'replica'\narchive_mode = 'on'\narchive_command = 'test ! -f {a}/%f && cp %p {a}/%f'\n"
+        ));
+        cluster.initdb().await?;
+        cluster.spawn_server()?;
+        cluster.wait_until_ready().await?;
+        cluster.startup_time = started.elapsed();
+        Ok(cluster)
+    }
+
+    /// Where an archiving cluster copies its WAL segments.
+    pub fn archive_dir(&self) -> PathBuf {
+        self.root.join("archive")
+    }
+
+    /// A directory under this cluster's root, owned by the server's user.
+    fn owned_dir(&self, dir: &Path) -> Result<()> {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
+        if let Some(user) = &self.run_as {
+            std::os::unix::fs::chown(dir, Some(user.uid), Some(user.gid))
+                .map_err(|e| Error::io(format!("chown {} to {}", dir.display(), user.name), e))?;
+        }
+        Ok(())
+    }
+
+    /// Takes a base backup of this running cluster with `pg_basebackup`
+    /// (WAL streamed with it) into a new directory under its root, and
+    /// returns that directory.
+    pub async fn base_backup(&self) -> Result<PathBuf> {
+        let mut n = 1;
+        while self.root.join(format!("backup-{n}")).exists() {
+            n += 1;
+        }
+        let target = self.root.join(format!("backup-{n}"));
+        let mut cmd = tokio::process::Command::new(self.binaries.bin_dir().join("pg_basebackup"));
+        cmd.arg("-D")
+            .arg(&target)
+            .arg("-h")
+            .arg(&self.socket_dir)
+            .args([
+                "-p",
+                &PORT.to_string(),
+                "-U",
+                "postgres",
+                "-X",
+                "stream",
+                "--no-sync",
+            ])
+            .current_dir(&self.root)
+            .env("LC_ALL", "C")
+            .stdin(Stdio::null())
+            .kill_on_drop(true);
+        self.run_checked(cmd, format!("pg_basebackup -D {}", target.display()))
+            .await?;
+        Ok(target)
+    }
+
+    async fn run_checked(&self, mut cmd: tokio::process::Command, what: String) -> Result<()> {
+        if let Some(user) = &self.run_as {
+            cmd.uid(user.uid).gid(user.gid);
+        }
+        let out = cmd
+            .output()
+            .await
+            .map_err(|e| Error::io(format!("running {what}"), e))?;
+        if !out.status.success() {
+            return Err(Error::CommandFailed {
+                command: what,
+                status: out.status.to_string(),
+                output: format!(
+                    "{}{}",
+                    String::from_utf8_lossy(&out.stdout),
+                    String::from_utf8_lossy(&out.stderr)
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// A point-in-time recovery: a new cluster, in its own directory,
+    /// started from `backup` (a [`Cluster::base_backup`] of this cluster)
+    /// and this cluster's WAL archive, recovered up to the restore point
+    /// `name` (`pg_create_restore_point`) and promoted. It does not archive.
+    /// Returns once recovery has ended and it accepts writes.
+    pub async fn recover_to_restore_point(&self, backup: &Path, name: &str) -> Result<Cluster> {
+        if !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+        {
+            return Err(Error::Settings {
+                variable: "recover_to_restore_point",
+                problem: format!(
+                    "{name:?}: a restore point's name here takes letters, digits, '_' and '-'"
+                ),
+            });
+        }
+        let started = Instant::now();
+        let mut restored = Self::prepare(self.binaries.clone(), self.settings.clone())?;
+        let mut copy = tokio::process::Command::new("cp");
+        copy.arg("-a")
+            .arg(backup)
+            .arg(&restored.data_dir)
+            .stdin(Stdio::null())
+            .kill_on_drop(true);
+        restored
+            .run_checked(
+                copy,
+                format!("cp -a {} {}", backup.display(), restored.data_dir.display()),
+            )
+            .await?;
+        let a = self.archive_dir();
+        let conf = format!(
+            "\n# point-in-time recovery\nrestore_command = 'cp {a}/%f %p'\nrecovery_target_name = '{name}'\nrecovery_target_action = 'promote'\narchive_mode = 'off'\n",
+            a = a.display()
+        );
+        let auto = restored.data_dir.join("postgresql.auto.conf");
+        let mut file = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&auto)
+            .map_err(|e| Error::io(format!("opening {}", auto.display()), e))?;
+        std::io::Write::write_all(&mut file, conf.as_bytes())
+            .map_err(|e| Error::io(format!("writing {}", auto.display()), e))?;
+        let signal = restored.data_dir.join("recovery.signal");
+        std::fs::write(&signal, b"")
+            .map_err(|e| Error::io(format!("writing {}", signal.display()), e))?;
+        if let Some(user) = &restored.run_as {
+            std::os::unix::fs::chown(&signal, Some(user.uid), Some(user.gid))
+                .map_err(|e| Error::io(format!("chown {}", signal.display()), e))?;
+        }
+        restored.spawn_server()?;
+        restored.wait_until_ready().await?;
+        // Ready for reads during recovery; wait for the promotion.
+        loop {
+            let mut conn = restored.options.clone().connect().await.map_err(|e| {
+                Error::io(
+                    "connecting to the recovered cluster",
+                    std::io::Error::other(e),
+                )
+            })?;
+            let in_recovery: bool = sqlx::query_scalar("SELECT pg_catalog.pg_is_in_recovery()")
+                .fetch_one(&mut conn)
+                .await
+                .map_err(|e| Error::io("asking the recovered cluster", std::io::Error::other(e)))?;
+            let _ = sqlx::Connection::close(conn).await;
+            if !in_recovery {
+                break;
+            }
+            if started.elapsed() > START_TIMEOUT {
+                return Err(Error::StartTimeout {
+                    waited: started.elapsed(),
+                    last_error: "still in recovery".into(),
+                    log_tail: restored.log_tail(),
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        restored.startup_time = started.elapsed();
+        tracing::info!(
+            dir = %restored.root.display(),
+            target = name,
+            total_ms = restored.startup_time.as_millis() as u64,
+            "recovered a cluster to a restore point"
+        );
+        Ok(restored)
+    }
+
     /// A cluster's directories and addresses, before its data directory
     /// exists and its server runs.
     fn prepare(binaries: PgBinaries, settings: Option<String>) -> Result<Cluster> {

@@ -50,6 +50,7 @@ pub struct CohortBuilder {
     tenant_source: Option<crate::TenantSource>,
     handlers: Vec<crate::handlers::Registered>,
     backlog_gauge: bool,
+    journal: Option<crate::journal::JournalConfig>,
 }
 
 impl std::fmt::Debug for CohortBuilder {
@@ -75,6 +76,7 @@ impl Cohort {
             tenant_source: None,
             handlers: Vec::new(),
             backlog_gauge: true,
+            journal: None,
         }
     }
 
@@ -160,6 +162,27 @@ impl Cohort {
         let now = crate::outcome::logical_now(now);
         crate::run::resolve::check_now(&self.cx, now, true, allow_future_now).await?;
         crate::run::requests::resume(&self.cx, now, allow_future_now, &crate::Cancel::new()).await
+    }
+
+    /// Compares the database with the journal (see [`crate::restore`]):
+    /// the erasure requests and holds it holds that the database lacks.
+    /// Reads only. Refused without a journal, and when the journal's chain
+    /// is broken (naming the entry).
+    pub async fn restore_check(&self) -> Result<crate::restore::RestoreCheck> {
+        self.cx.prepared().await?;
+        crate::restore::check(&self.cx).await
+    }
+
+    /// Brings the database back to the journal after a restore (see
+    /// [`crate::restore`]); with `dry_run`, only says what it would do.
+    pub async fn replay(&self, dry_run: bool) -> Result<crate::restore::ReplayReport> {
+        self.cx.prepared().await?;
+        crate::restore::replay(&self.cx, dry_run).await
+    }
+
+    /// Whether a journal is configured.
+    pub fn has_journal(&self) -> bool {
+        self.cx.journal.is_some()
     }
 
     /// Erasure requests per state and those overdue, read now; also sets
@@ -684,6 +707,17 @@ impl CohortBuilder {
                 .into_iter()
                 .map(crate::services::dispatcher::command::registered),
         );
+        if policy.journal.is_some() {
+            self.journal = policy.journal;
+        }
+        self
+    }
+
+    /// Journals erasure requests and the holds placed and released through
+    /// Cohort outside the retained database (see [`crate::journal`]): an
+    /// erasure request is then never run without its entry.
+    pub fn journal(mut self, journal: crate::journal::JournalConfig) -> Self {
+        self.journal = Some(journal);
         self
     }
 
@@ -763,6 +797,7 @@ impl CohortBuilder {
                 },
                 ready: OnceCell::new(),
                 backlog_gauge: self.backlog_gauge,
+                journal: self.journal,
             }),
         })
     }

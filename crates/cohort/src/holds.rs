@@ -273,6 +273,17 @@ impl HoldFilter {
 }
 
 pub(crate) async fn create(cx: &Context, req: HoldRequest) -> Result<Hold> {
+    create_journaled(cx, req, true).await
+}
+
+/// Places a hold; with `journal` (and a journal configured) it is
+/// journaled first, so that a restore cannot lose it (replay places the
+/// journal's holds without journaling them again).
+pub(crate) async fn create_journaled(
+    cx: &Context,
+    req: HoldRequest,
+    journal: bool,
+) -> Result<Hold> {
     let ready = cx.prepared().await?;
     if req.reason.trim().is_empty() {
         return Err(Error::InvalidInput("a hold needs a reason".into()));
@@ -281,6 +292,9 @@ pub(crate) async fn create(cx: &Context, req: HoldRequest) -> Result<Hold> {
         return Err(Error::InvalidInput(
             "a hold must expire after it is created".into(),
         ));
+    }
+    if journal {
+        journal_placed(cx, &req).await?;
     }
     // A subject hold waits at the hold gate for the batches past their
     // re-check; one of them may wait in turn for a row the hold has
@@ -379,6 +393,40 @@ async fn create_once(
     let hold = Hold::from_row(&row)?;
     tx.commit().await?;
     Ok(hold)
+}
+
+/// Journals a hold before it is placed (when a journal is configured).
+async fn journal_placed(cx: &Context, req: &HoldRequest) -> Result<()> {
+    let Some(config) = &cx.journal else {
+        return Ok(());
+    };
+    let journal = crate::run::journal::Journal::open(config)?;
+    let seal = |field: &str, text: &str| {
+        journal
+            .key()
+            .seal(&crate::journal::Record::context(req.hold_id, field), text)
+    };
+    let (entity_id, record_id, subject) = match &req.target {
+        Target::Record {
+            retention_entity_id,
+            record_id,
+        } => (Some(*retention_entity_id), Some(record_id.clone()), None),
+        Target::Subject { subject } => (None, None, Some(seal("subject", subject))),
+    };
+    journal
+        .append(crate::journal::Record::HoldPlaced {
+            hold_id: req.hold_id,
+            entity_id,
+            record_id,
+            subject,
+            kind: req.kind.clone(),
+            tenant: req.tenant_id.clone(),
+            reason: seal("reason", req.reason.trim()),
+            created_at: req.created_at,
+            expires_at: req.expires_at,
+        })
+        .await?;
+    Ok(())
 }
 
 /// What an insert stores about the target, beyond the tenant.
@@ -557,6 +605,13 @@ pub(crate) async fn list(cx: &Context, filter: &HoldFilter) -> Result<Vec<Hold>>
 }
 
 pub(crate) async fn release(cx: &Context, hold_id: Uuid) -> Result<Hold> {
+    release_journaled(cx, hold_id, true).await
+}
+
+/// Releases a hold; with `journal` (and a journal configured) the release
+/// is journaled once the database has it (a release the journal misses
+/// only keeps the hold after a restore).
+pub(crate) async fn release_journaled(cx: &Context, hold_id: Uuid, journal: bool) -> Result<Hold> {
     let ready = cx.prepared().await?;
     let pool = &cx.pool;
     if let Some(row) = ready
@@ -566,7 +621,24 @@ pub(crate) async fn release(cx: &Context, hold_id: Uuid) -> Result<Hold> {
         .fetch_optional(pool)
         .await?
     {
-        return Ok(Hold::from_row(&row)?);
+        let hold = Hold::from_row(&row)?;
+        if let (true, Some(config), Some(at)) = (journal, &cx.journal, hold.released_at) {
+            let appended = match crate::run::journal::Journal::open(config) {
+                Ok(j) => {
+                    j.append(crate::journal::Record::HoldReleased {
+                        hold_id,
+                        released_at: at,
+                    })
+                    .await
+                }
+                Err(e) => Err(e),
+            };
+            if let Err(e) = appended {
+                tracing::error!(%hold_id, error = %e, "journaling a hold's release failed; after a restore the hold would stay");
+                return Err(e);
+            }
+        }
+        return Ok(hold);
     }
     let existing = ready
         .ledger

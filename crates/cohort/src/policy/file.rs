@@ -26,6 +26,16 @@ pub(super) struct RawPolicy {
     pub(super) tenants_query: Option<String>,
     #[serde(default)]
     pub(super) evidence: RawEvidence,
+    pub(super) journal: Option<RawJournal>,
+}
+
+/// `[journal]`: where erasure requests and holds are journaled, outside
+/// the retained database (one of `dir` and `url`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawJournal {
+    pub(super) dir: Option<std::path::PathBuf>,
+    pub(super) url: Option<String>,
 }
 
 /// `[evidence]`: what a signed report's manifest states beyond the ledger.

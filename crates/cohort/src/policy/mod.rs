@@ -37,6 +37,9 @@ pub struct PolicyFile {
     pub handlers: Vec<PolicyHandler>,
     /// `[evidence]`: what signed reports state beyond the ledger.
     pub evidence: Evidence,
+    /// `[journal]`: where erasure requests and holds are journaled (the
+    /// key comes from `COHORT_JOURNAL_KEY` when the journal is used).
+    pub journal: Option<crate::journal::JournalConfig>,
 }
 
 /// `[evidence]` of a policy file: facts about the system around the
@@ -114,6 +117,34 @@ impl PolicyFile {
                 "[evidence] backup_retention must be longer than zero (how long backups and the WAL archive keep copies); leave it out if you do not state it".into(),
             );
         }
+        let journal = match &raw.journal {
+            None => None,
+            Some(j) => {
+                match (&j.dir, &j.url) {
+                    (Some(d), None) if d.as_os_str().is_empty() => {
+                        problems.push("[journal] dir must not be empty".into());
+                        None
+                    }
+                    (Some(d), None) => Some(crate::journal::JournalConfig::dir(d.clone())),
+                    (None, Some(u))
+                        if u.starts_with("postgres://") || u.starts_with("postgresql://") =>
+                    {
+                        Some(crate::journal::JournalConfig::url(u.clone()))
+                    }
+                    (None, Some(_)) => {
+                        problems.push("[journal] url must be a postgres:// URL (of a database on another server)".into());
+                        None
+                    }
+                    _ => {
+                        problems.push(
+                            "[journal] takes one of dir = \"PATH\" and url = \"postgres://…\""
+                                .into(),
+                        );
+                        None
+                    }
+                }
+            }
+        };
         if !problems.is_empty() {
             return Err(Error::Policy(Problems::global(problems)));
         }
@@ -128,6 +159,7 @@ impl PolicyFile {
             evidence: Evidence {
                 backup_retention: raw.evidence.backup_retention,
             },
+            journal,
         })
     }
 }

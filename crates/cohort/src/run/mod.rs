@@ -10,6 +10,7 @@ pub(crate) mod counts;
 pub(crate) mod erasure;
 pub(crate) mod executor;
 pub(crate) mod health;
+pub(crate) mod journal;
 pub(crate) mod lanes;
 pub(crate) mod pacing;
 pub(crate) mod partitions;

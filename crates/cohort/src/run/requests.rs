@@ -7,6 +7,7 @@ use sqlx::postgres::PgRow;
 use sqlx::Row;
 use uuid::Uuid;
 
+use super::journal::{check_apart, Journal};
 use crate::cancel::Cancel;
 use crate::context::Context;
 use crate::erasure::{ErasureRequest, ErasureScope};
@@ -16,6 +17,7 @@ use crate::erasure_requests::{
     MAX_REFERENCE_CHARS,
 };
 use crate::error::{Error, Problems, Result};
+use crate::journal::Record;
 use crate::locks::LockKey;
 use crate::outcome::{ErasureResult, RunStatus};
 use crate::rules::Period;
@@ -83,8 +85,40 @@ pub(crate) async fn open(cx: &Context, mut req: ErasureRequest) -> Result<Erasur
     let schema = &cx.config.schema;
     let scope = &req.scope;
     let hash = subject_hash(&key, &scope.subject);
-    let mut conn = Held::new(cx.pool.acquire().await?);
     let request_id = Uuid::new_v4();
+    // A new request is journaled before the database knows it: an erasure
+    // never runs without its entry.
+    if let Some(config) = &cx.journal {
+        let journal = Journal::open(config)?;
+        check_apart(config, &cx.pool).await?;
+        let known = sql::by_reference(schema, terms.reference.clone())
+            .query()
+            .fetch_optional(&cx.pool)
+            .await?;
+        if known.is_none() {
+            let seal = |field: &str, text: &str| {
+                journal
+                    .key()
+                    .seal(&Record::context(request_id, field), text)
+            };
+            journal
+                .append(Record::RequestOpened {
+                    request_id,
+                    reference: terms.reference.clone(),
+                    tenant: req.tenancy.tenant.clone(),
+                    kind: scope.kind.clone(),
+                    subject: seal("subject", &scope.subject),
+                    allow_soft_delete: scope.allow_soft_delete,
+                    stage: scope.stage,
+                    note: terms.note.as_deref().map(|n| seal("note", n)),
+                    received_at: now,
+                    due_at,
+                    due_reason: terms.due_reason.clone(),
+                })
+                .await?;
+        }
+    }
+    let mut conn = Held::new(cx.pool.acquire().await?);
     try_lock(&mut conn, LockKey::Request(request_id)).await?;
     let mut tx = sqlx::Connection::begin(&mut *conn).await?;
     let inserted: Option<Uuid> = sql::insert(
@@ -110,18 +144,13 @@ pub(crate) async fn open(cx: &Context, mut req: ErasureRequest) -> Result<Erasur
     let id = match inserted {
         Some(id) => {
             let detail = format!(
-                "opened: due {}{}{}",
+                "opened: due {}{}",
                 due_at.to_rfc3339(),
                 terms
                     .due_reason
                     .as_deref()
                     .map(|r| format!(" ({r})"))
                     .unwrap_or_default(),
-                terms
-                    .note
-                    .as_deref()
-                    .map(|n| format!("; note: {n}"))
-                    .unwrap_or_default()
             );
             event(&mut tx, schema, id, RequestState::Open, None, detail).await?;
             tx.commit().await?;
@@ -187,7 +216,7 @@ fn same_request(
 /// progress, the erasure, then waiting, completed or failed, each change
 /// with its line of history. The erasure's own error (a refusal, a lost
 /// connection) fails the request and is returned.
-async fn attempt(
+pub(crate) async fn attempt(
     cx: &Context,
     id: Uuid,
     now: DateTime<Utc>,
@@ -224,6 +253,7 @@ async fn attempt(
     )
     .await?;
     tx.commit().await?;
+    journal_state(cx, id, &current.reference, RequestState::InProgress, None).await;
 
     let mut scope = ErasureScope::new(subject).allow_soft_delete(current.allow_soft_delete);
     if let Some(k) = &current.kind {
@@ -269,6 +299,7 @@ async fn attempt(
             )
             .await?;
             tx.commit().await?;
+            journal_state(cx, id, &current.reference, RequestState::Failed, None).await;
             return Err(e);
         }
         Ok(r) => r,
@@ -324,7 +355,39 @@ async fn attempt(
     .await?;
     event(&mut tx, schema, id, state, run_id, detail).await?;
     tx.commit().await?;
+    journal_state(cx, id, &current.reference, state, run_id).await;
     Ok(result)
+}
+
+/// Journals a request's new state once the database has it. A failure is
+/// logged, not returned: the journal is then behind the database, which
+/// after a restore only runs the request once more.
+pub(crate) async fn journal_state(
+    cx: &Context,
+    id: Uuid,
+    reference: &str,
+    state: RequestState,
+    run_id: Option<Uuid>,
+) {
+    let Some(config) = &cx.journal else {
+        return;
+    };
+    let appended = match Journal::open(config) {
+        Ok(journal) => {
+            journal
+                .append(Record::RequestState {
+                    request_id: id,
+                    reference: reference.to_owned(),
+                    state: state.as_str().to_owned(),
+                    run_id,
+                })
+                .await
+        }
+        Err(e) => Err(e),
+    };
+    if let Err(e) = appended {
+        tracing::error!(request_id = %id, %state, error = %e, "journaling an erasure request's state failed; the journal is behind the database");
+    }
 }
 
 /// What an attempt kept, per entity and reason.
@@ -669,4 +732,90 @@ pub(crate) async fn counts(cx: &Context) -> Result<RequestCounts> {
         counts.overdue += overdue.max(0) as u64;
     }
     Ok(counts)
+}
+
+/// A request the journal holds and the database lacks (after a restore),
+/// inserted as the journal opened it, in state `open`, with a line of
+/// history saying so. `false` when its reference is taken by another
+/// request (nothing is written then).
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn restore_opened(
+    cx: &Context,
+    request_id: Uuid,
+    reference: &str,
+    tenant: Option<String>,
+    kind: Option<String>,
+    subject: String,
+    (allow_soft_delete, stage): (bool, Option<u16>),
+    note: Option<String>,
+    (received_at, due_at, due_reason): (DateTime<Utc>, DateTime<Utc>, Option<String>),
+    entry: u64,
+) -> Result<bool> {
+    let key = cx.config.hash_key.as_ref().ok_or_else(|| {
+        Error::Config(Problems::one(
+            "replaying an erasure request needs the hash key (COHORT_HASH_KEY or [cohort] hash_key) it keeps a keyed hash of the subject with".to_owned(),
+        ))
+    })?;
+    let schema = &cx.config.schema;
+    let mut tx = cx.pool.begin().await?;
+    let inserted: Option<Uuid> = sql::insert(
+        schema,
+        sql::Insert {
+            request_id,
+            reference: reference.to_owned(),
+            tenant,
+            kind,
+            subject_hash: subject_hash(key.expose(), &subject),
+            subject,
+            allow_soft_delete,
+            stage: stage.map(i32::from),
+            note,
+            received_at,
+            due_at,
+            due_reason,
+        },
+    )
+    .query_scalar()
+    .fetch_optional(&mut *tx)
+    .await?;
+    if inserted.is_none() {
+        tx.rollback().await?;
+        return Ok(false);
+    }
+    event(
+        &mut tx,
+        schema,
+        request_id,
+        RequestState::Open,
+        None,
+        format!("restored from the journal (entry {entry}) after the database lost it to a restore; due {}", due_at.to_rfc3339()),
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(true)
+}
+
+/// Runs request `id` again now, under its lock, after a line of history
+/// saying why (`why`); its state afterwards. A request another process is
+/// running is refused as a conflict.
+pub(crate) async fn rerun(cx: &Context, id: Uuid, why: String) -> Result<RequestState> {
+    let now = crate::sql::database_now(&cx.pool).await?;
+    let mut conn = Held::new(cx.pool.acquire().await?);
+    if !try_lock(&mut conn, LockKey::Request(id)).await? {
+        conn.into_inner();
+        return Err(Error::Conflict(format!(
+            "erasure request {id} is being run by another process"
+        )));
+    }
+    let current = read(cx, id, now).await?;
+    let mut tx = cx.pool.begin().await?;
+    event(&mut tx, &cx.config.schema, id, current.state, None, why).await?;
+    tx.commit().await?;
+    let outcome = attempt(cx, id, now, false, Cancel::new()).await;
+    unlock(&mut conn, LockKey::Request(id)).await?;
+    conn.into_inner();
+    match outcome {
+        Ok(_) | Err(Error::Conflict(_)) => Ok(read(cx, id, now).await?.state),
+        Err(e) => Err(e),
+    }
 }

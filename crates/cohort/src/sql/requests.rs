@@ -114,7 +114,8 @@ impl Params for SetState {
 }
 
 /// Moves a request to a state. Completed, it forgets the subject's
-/// identifier (its keyed hash stays) and records when; an attempt that
+/// identifier (its keyed hash stays) and the requester's note, and records
+/// when; an attempt that
 /// starts records the database clock, so that a hold released while it
 /// runs is seen as released after it.
 pub(crate) fn set_state(schema: &str, params: SetState) -> Statement<SetState> {
@@ -126,6 +127,7 @@ pub(crate) fn set_state(schema: &str, params: SetState) -> Statement<SetState> {
          attempted_at = CASE WHEN $8 THEN pg_catalog.clock_timestamp() ELSE attempted_at END, \
          completed_at = CASE WHEN $2::text = 'completed' THEN $3 END, \
          subject_text = CASE WHEN $2::text = 'completed' THEN NULL ELSE subject_text END, \
+         note = CASE WHEN $2::text = 'completed' THEN NULL ELSE note END, \
          updated_at = pg_catalog.clock_timestamp() \
          WHERE request_id = $1",
         );
@@ -258,4 +260,21 @@ pub(crate) fn by_state(schema: &str, now: DateTime<Utc>) -> Statement<(DateTime<
     sql.table(&CohortTable::ErasureRequest.qualified(schema))
         .push(" r GROUP BY r.state ORDER BY r.state");
     Statement::new(sql, (now,))
+}
+
+/// Every request's id, reference and state: what `restore-check` compares
+/// with the journal.
+pub(crate) fn states(schema: &str) -> Statement<()> {
+    let mut sql = SqlText::new("SELECT r.request_id, r.reference, r.state FROM ");
+    sql.table(&CohortTable::ErasureRequest.qualified(schema))
+        .push(" r ORDER BY r.received_at, r.reference");
+    Statement::new(sql, ())
+}
+
+/// Every hold's id and whether (when) it was released.
+pub(crate) fn hold_states(schema: &str) -> Statement<()> {
+    let mut sql = SqlText::new("SELECT h.hold_id, h.released_at FROM ");
+    sql.table(&CohortTable::Hold.qualified(schema))
+        .push(" h ORDER BY h.created_at, h.hold_id");
+    Statement::new(sql, ())
 }

@@ -1,0 +1,476 @@
+//! After a restore: what the journal holds that the database lacks
+//! ([`crate::Cohort::restore_check`]), and bringing the database back to it
+//! ([`crate::Cohort::replay`]).
+//!
+//! A restored base backup, or a point-in-time recovery, takes the database
+//! back to before some erasures: the people they erased are back. The
+//! journal (see [`crate::journal`]) is outside the database and still has
+//! them. `restore_check` reads it from its first entry (a broken chain is
+//! refused, naming the entry) and compares:
+//!
+//! - erasure requests the database does not know, or knows in an earlier
+//!   state (`open` < `in_progress`, `failed` < `waiting` < `completed`);
+//! - holds placed through Cohort that the database lacks (and the journal
+//!   has not released or seen expire): a restore must not lose a hold and
+//!   then erase what it kept;
+//! - holds the journal released that the database has in force.
+//!
+//! `replay` places those holds, releases those, restores the missing
+//! requests as the journal opened them, then runs each missing or behind
+//! request again (holds first, so an erasure sees the holds the journal
+//! says were there), and checks again. A second replay finds nothing to do.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use sqlx::Row;
+use uuid::Uuid;
+
+use crate::context::Context;
+use crate::error::{Error, Result};
+use crate::journal::Record;
+use crate::run::journal::Journal;
+
+/// A request the database lacks or knows in an earlier state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct RequestGap {
+    /// Its id.
+    pub request_id: Uuid,
+    /// Its reference.
+    pub reference: String,
+    /// Its last state in the journal.
+    pub journal_state: String,
+    /// Its state in the database (`None`: unknown there).
+    pub database_state: Option<String>,
+}
+
+/// What the journal holds that the database lacks.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct RestoreCheck {
+    /// Entries read (every one checked).
+    pub entries: u64,
+    /// The last entry's hash.
+    pub head: Option<String>,
+    /// Requests the database does not know.
+    pub missing_requests: Vec<RequestGap>,
+    /// Requests the database knows in an earlier state.
+    pub behind_requests: Vec<RequestGap>,
+    /// Holds placed through Cohort that the database lacks (not released
+    /// and not expired by the journal's account).
+    pub holds_to_place: Vec<Uuid>,
+    /// Holds the journal released that the database has in force.
+    pub holds_to_release: Vec<Uuid>,
+}
+
+impl RestoreCheck {
+    /// Nothing is missing.
+    pub fn is_clean(&self) -> bool {
+        self.missing_requests.is_empty()
+            && self.behind_requests.is_empty()
+            && self.holds_to_place.is_empty()
+            && self.holds_to_release.is_empty()
+    }
+
+    /// One line per gap, for messages.
+    pub fn describe(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for r in &self.missing_requests {
+            out.push(format!(
+                "erasure request {} ({}) is not in the database",
+                r.reference, r.journal_state
+            ));
+        }
+        for r in &self.behind_requests {
+            out.push(format!(
+                "erasure request {} is {} in the database and {} in the journal",
+                r.reference,
+                r.database_state.as_deref().unwrap_or("-"),
+                r.journal_state
+            ));
+        }
+        for h in &self.holds_to_place {
+            out.push(format!("hold {h} is not in the database"));
+        }
+        for h in &self.holds_to_release {
+            out.push(format!(
+                "hold {h} was released, and is in force in the database"
+            ));
+        }
+        out
+    }
+}
+
+/// What a replay did (or, dry, would do).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct ReplayReport {
+    /// Whether nothing was changed.
+    pub dry_run: bool,
+    /// Holds placed again.
+    pub holds_placed: Vec<Uuid>,
+    /// Holds released again.
+    pub holds_released: Vec<Uuid>,
+    /// Requests restored from the journal.
+    pub requests_restored: Vec<String>,
+    /// Requests run again, with their state afterwards.
+    pub requests_run: Vec<(String, String)>,
+    /// What could not be replayed, and why.
+    pub skipped: Vec<String>,
+    /// The check after the replay (before it, for a dry run).
+    pub check: RestoreCheck,
+}
+
+/// A request as the journal has it.
+struct Journaled {
+    reference: String,
+    state: String,
+    opened: Option<(u64, Record)>,
+}
+
+/// A hold as the journal has it.
+#[derive(Default)]
+struct JournaledHold {
+    placed: Option<Record>,
+    released: bool,
+}
+
+/// The journal folded: requests and holds in the order it first names them.
+struct Folded {
+    entries: u64,
+    head: Option<String>,
+    requests: Vec<(Uuid, Journaled)>,
+    holds: Vec<(Uuid, JournaledHold)>,
+}
+
+fn fold(entries: Vec<crate::journal::Entry>) -> Folded {
+    let mut requests: Vec<(Uuid, Journaled)> = Vec::new();
+    let mut holds: Vec<(Uuid, JournaledHold)> = Vec::new();
+    let n = entries.len() as u64;
+    let head = entries.last().map(|e| e.hash.clone());
+    for e in entries {
+        match &e.record {
+            Record::RequestOpened {
+                request_id,
+                reference,
+                ..
+            } => {
+                requests.push((
+                    *request_id,
+                    Journaled {
+                        reference: reference.clone(),
+                        state: "open".into(),
+                        opened: Some((e.seq, e.record.clone())),
+                    },
+                ));
+            }
+            Record::RequestState {
+                request_id,
+                reference,
+                state,
+                ..
+            } => match requests.iter_mut().find(|(id, _)| id == request_id) {
+                Some((_, r)) => r.state = state.clone(),
+                None => requests.push((
+                    *request_id,
+                    Journaled {
+                        reference: reference.clone(),
+                        state: state.clone(),
+                        opened: None,
+                    },
+                )),
+            },
+            Record::HoldPlaced { hold_id, .. } => {
+                match holds.iter_mut().find(|(id, _)| id == hold_id) {
+                    Some((_, h)) => h.placed = Some(e.record.clone()),
+                    None => holds.push((
+                        *hold_id,
+                        JournaledHold {
+                            placed: Some(e.record.clone()),
+                            released: false,
+                        },
+                    )),
+                }
+            }
+            Record::HoldReleased { hold_id, .. } => {
+                match holds.iter_mut().find(|(id, _)| id == hold_id) {
+                    Some((_, h)) => h.released = true,
+                    None => holds.push((
+                        *hold_id,
+                        JournaledHold {
+                            placed: None,
+                            released: true,
+                        },
+                    )),
+                }
+            }
+        }
+    }
+    Folded {
+        entries: n,
+        head,
+        requests,
+        holds,
+    }
+}
+
+/// How far along a state is: `open` < `in_progress`, `failed` < `waiting`
+/// < `completed`.
+fn rank(state: &str) -> u8 {
+    match state {
+        "open" => 0,
+        "in_progress" | "failed" => 1,
+        "waiting" => 2,
+        "completed" => 3,
+        _ => 0,
+    }
+}
+
+fn configured(cx: &Context) -> Result<&crate::journal::JournalConfig> {
+    cx.journal.as_ref().ok_or_else(|| {
+        Error::InvalidInput(
+            "no journal is configured: restore-check and replay compare the database with [journal] (dir = \"…\" or url = \"postgres://…\")".into(),
+        )
+    })
+}
+
+/// Compares the database with the journal.
+pub(crate) async fn check(cx: &Context) -> Result<RestoreCheck> {
+    let config = configured(cx)?;
+    let journal = Journal::open(config)?;
+    let folded = fold(journal.read().await?);
+    compare(cx, &folded).await
+}
+
+async fn compare(cx: &Context, folded: &Folded) -> Result<RestoreCheck> {
+    let schema = &cx.config.schema;
+    let now = crate::sql::database_now(&cx.pool).await?;
+    let db_requests: BTreeMap<Uuid, String> = crate::sql::requests::states(schema)
+        .query()
+        .fetch_all(&cx.pool)
+        .await?
+        .iter()
+        .map(|r| Ok((r.try_get("request_id")?, r.try_get("state")?)))
+        .collect::<std::result::Result<_, sqlx::Error>>()?;
+    let db_holds: BTreeMap<Uuid, Option<DateTime<Utc>>> = crate::sql::requests::hold_states(schema)
+        .query()
+        .fetch_all(&cx.pool)
+        .await?
+        .iter()
+        .map(|r| Ok((r.try_get("hold_id")?, r.try_get("released_at")?)))
+        .collect::<std::result::Result<_, sqlx::Error>>()?;
+    let mut out = RestoreCheck {
+        entries: folded.entries,
+        head: folded.head.clone(),
+        ..RestoreCheck::default()
+    };
+    for (id, r) in &folded.requests {
+        let gap = RequestGap {
+            request_id: *id,
+            reference: r.reference.clone(),
+            journal_state: r.state.clone(),
+            database_state: db_requests.get(id).cloned(),
+        };
+        match db_requests.get(id) {
+            None => out.missing_requests.push(gap),
+            Some(db) if rank(db) < rank(&r.state) => out.behind_requests.push(gap),
+            Some(_) => {}
+        }
+    }
+    for (id, h) in &folded.holds {
+        match (db_holds.get(id), h.released) {
+            (None, false) => {
+                let expired = matches!(
+                    &h.placed,
+                    Some(Record::HoldPlaced { expires_at: Some(e), .. }) if *e <= now
+                );
+                if h.placed.is_some() && !expired {
+                    out.holds_to_place.push(*id);
+                }
+            }
+            (Some(None), true) => out.holds_to_release.push(*id),
+            _ => {}
+        }
+    }
+    Ok(out)
+}
+
+/// Brings the database back to the journal (see the module documentation).
+pub(crate) async fn replay(cx: &Context, dry_run: bool) -> Result<ReplayReport> {
+    let config = configured(cx)?;
+    let journal = Journal::open(config)?;
+    let folded = fold(journal.read().await?);
+    let before = compare(cx, &folded).await?;
+    let mut report = ReplayReport {
+        dry_run,
+        ..ReplayReport::default()
+    };
+    if dry_run {
+        report.holds_placed = before.holds_to_place.clone();
+        report.holds_released = before.holds_to_release.clone();
+        report.requests_restored = before
+            .missing_requests
+            .iter()
+            .map(|r| r.reference.clone())
+            .collect();
+        report.check = before;
+        return Ok(report);
+    }
+    let key = journal.key();
+    // 1. Holds first: an erasure run again must see every hold the journal
+    //    says was there.
+    for id in &before.holds_to_place {
+        let Some((_, h)) = folded.holds.iter().find(|(h, _)| h == id) else {
+            continue;
+        };
+        let Some(Record::HoldPlaced {
+            hold_id,
+            entity_id,
+            record_id,
+            subject,
+            kind,
+            tenant,
+            reason,
+            created_at,
+            expires_at,
+        }) = &h.placed
+        else {
+            continue;
+        };
+        let open = |field: &str, sealed: &crate::journal::Sealed| {
+            key.open(&Record::context(*hold_id, field), sealed)
+                .ok_or_else(|| {
+                    Error::InvalidInput(format!(
+                        "hold {hold_id}: its {field} does not open with this COHORT_JOURNAL_KEY"
+                    ))
+                })
+        };
+        let reason = open("reason", reason)?;
+        let mut req = match (entity_id, record_id, subject) {
+            (Some(e), Some(r), _) => crate::holds::HoldRequest::new(*e, r.clone(), reason),
+            (_, _, Some(s)) => crate::holds::HoldRequest::subject(open("subject", s)?, reason),
+            _ => {
+                report
+                    .skipped
+                    .push(format!("hold {hold_id}: the journal names no target"));
+                continue;
+            }
+        };
+        req = req.hold_id(*hold_id).created_at(*created_at);
+        if let Some(k) = kind {
+            req = req.kind(k.clone());
+        }
+        if let Some(t) = tenant {
+            req = req.tenant(t.clone());
+        }
+        if let Some(e) = expires_at {
+            req = req.expires_at(*e);
+        }
+        match crate::holds::create_journaled(cx, req, false).await {
+            Ok(_) => report.holds_placed.push(*hold_id),
+            Err(e) if e.kind().is_bad_input() => report
+                .skipped
+                .push(format!("hold {hold_id} could not be placed again: {e}")),
+            Err(e) => return Err(e),
+        }
+    }
+    for id in &before.holds_to_release {
+        match crate::holds::release_journaled(cx, *id, false).await {
+            Ok(_) | Err(Error::Conflict(_)) => report.holds_released.push(*id),
+            Err(e) => return Err(e),
+        }
+    }
+    // 2. Requests the database lost, as the journal opened them.
+    let mut to_run: Vec<(Uuid, String, String)> = Vec::new();
+    for gap in &before.missing_requests {
+        let Some((
+            seq,
+            Record::RequestOpened {
+                request_id,
+                reference,
+                tenant,
+                kind,
+                subject,
+                allow_soft_delete,
+                stage,
+                note,
+                received_at,
+                due_at,
+                due_reason,
+            },
+        )) = folded
+            .requests
+            .iter()
+            .find(|(id, _)| *id == gap.request_id)
+            .and_then(|(_, r)| r.opened.clone())
+        else {
+            report.skipped.push(format!(
+                "erasure request {}: the journal has its changes of state but not its opening",
+                gap.reference
+            ));
+            continue;
+        };
+        let open = |field: &str, sealed: &crate::journal::Sealed| {
+            key.open(&Record::context(request_id, field), sealed)
+                .ok_or_else(|| {
+                    Error::InvalidInput(format!(
+                        "erasure request {reference}: its {field} (entry {seq}) does not open with this COHORT_JOURNAL_KEY"
+                    ))
+                })
+        };
+        let subject = open("subject", &subject)?;
+        let note = note.as_ref().map(|n| open("note", n)).transpose()?;
+        let restored = crate::run::requests::restore_opened(
+            cx,
+            request_id,
+            &reference,
+            tenant,
+            kind,
+            subject,
+            (allow_soft_delete, stage),
+            note,
+            (received_at, due_at, due_reason),
+            seq,
+        )
+        .await?;
+        if !restored {
+            report.skipped.push(format!(
+                "erasure request {reference}: another request has its reference in the database"
+            ));
+            continue;
+        }
+        report.requests_restored.push(reference.clone());
+        to_run.push((
+            request_id,
+            reference,
+            format!(
+                "replay: the journal holds this request {}; the database had lost it",
+                gap.journal_state
+            ),
+        ));
+    }
+    for gap in &before.behind_requests {
+        to_run.push((
+            gap.request_id,
+            gap.reference.clone(),
+            format!(
+                "replay: the journal holds this request {}; the database had it {}",
+                gap.journal_state,
+                gap.database_state.as_deref().unwrap_or("-")
+            ),
+        ));
+    }
+    // 3. Each of them run again, now.
+    for (id, reference, why) in to_run {
+        match crate::run::requests::rerun(cx, id, why).await {
+            Ok(state) => report.requests_run.push((reference, state.as_str().into())),
+            Err(e) => report
+                .requests_run
+                .push((reference, format!("failed: {e}"))),
+        }
+    }
+    report.check = compare(cx, &fold(journal.read().await?)).await?;
+    Ok(report)
+}
