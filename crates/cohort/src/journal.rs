@@ -533,7 +533,9 @@ mod tests {
     fn every_break_of_the_chain_is_named_at_its_entry() {
         let k = key(3);
         let good = lines(&chain(&k, 5));
-        let refs = |v: &[String]| v.iter().map(String::as_str).collect::<Vec<_>>();
+        fn refs(v: &[String]) -> Vec<&str> {
+            v.iter().map(String::as_str).collect()
+        }
         assert_eq!(verify_lines(refs(&good), &k).unwrap().len(), 5);
 
         // Changed: entry 3's record edited.
@@ -570,17 +572,25 @@ mod tests {
                 ..
             }
         ));
-        // Inserted: a well-formed entry of another chain.
+        // Inserted: an entry forged to follow entry 2 breaks the link of
+        // the entry after it.
+        let entries = chain(&k, 5);
+        let forged = Entry::next(
+            (2, &entries[1].hash),
+            DateTime::from_timestamp(1_800_000_100, 0).unwrap(),
+            k.id(),
+            released(99),
+        );
         let mut inserted = good.clone();
-        inserted.insert(2, lines(&chain(&k, 3))[2].clone());
-        assert!(matches!(
+        inserted.insert(2, forged.to_line());
+        assert_eq!(
             verify_lines(refs(&inserted), &k).unwrap_err(),
             ChainBreak::Unlinked {
                 seq: 3,
-                after: 2,
-                ..
+                after: 3,
+                expected: 4
             }
-        ));
+        );
         // Another key.
         assert!(matches!(
             verify_lines(refs(&good), &key(4)).unwrap_err(),
