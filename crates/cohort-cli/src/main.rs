@@ -771,9 +771,9 @@ fn load_policy(cli: &Cli, required: bool) -> Result<Option<PolicyFile>, Failure>
     let mut policy = PolicyFile::load(&path)?;
     // The console's token is the command's own, not library configuration
     // (it is refused where it does nothing: see `console::token`).
-    policy
-        .config
-        .apply_env(std::env::vars().filter(|(k, _)| k.as_str() != console::TOKEN_VAR))?;
+    policy.config.apply_env(std::env::vars().filter(|(k, _)| {
+        k.as_str() != console::TOKEN_VAR && k.as_str() != cohort::journal::KEY_ENV
+    }))?;
     Ok(Some(policy))
 }
 

@@ -4249,3 +4249,160 @@ async fn erasure_requests_follow_the_cli_contract() {
         .unwrap();
     assert_eq!(before, after, "nothing was written");
 }
+
+/// `[journal]`, `restore-check`, `replay` and the worker's refusal, as
+/// users script them: a database that lost an erasure the journal holds
+/// (a copy of the data from before it, standing for a restored backup; the
+/// real point-in-time recovery is `cohort/tests/restore.rs`).
+#[tokio::test]
+async fn restore_check_replay_and_the_worker_follow_the_cli_contract() {
+    let (db, dir) = setup().await;
+    sqlx::raw_sql(ROWS).execute(db.pool()).await.unwrap();
+    let restored = cohort_pgtemp::fresh_empty_database().await.unwrap();
+    sqlx::raw_sql(TABLES)
+        .execute(restored.pool())
+        .await
+        .unwrap();
+    sqlx::raw_sql(ROWS).execute(restored.pool()).await.unwrap();
+    sqlx::query("UPDATE app.case_contacts c SET user_id = o.user_id FROM (VALUES (1, $1::uuid)) o(id, user_id) WHERE c.id = o.id")
+        .bind(
+            sqlx::query_scalar::<_, uuid::Uuid>("SELECT user_id FROM app.case_contacts WHERE id = 1")
+                .fetch_one(db.pool())
+                .await
+                .unwrap(),
+        )
+        .execute(restored.pool())
+        .await
+        .unwrap();
+    let dir = dir.path();
+    let journal = tempfile::tempdir().unwrap();
+    let policy = std::fs::read_to_string(dir.join("cohort.toml")).unwrap()
+        + &format!(
+            "\n[journal]\ndir = {:?}\n",
+            journal.path().display().to_string()
+        );
+    std::fs::write(dir.join("cohort.toml"), policy).unwrap();
+    let keys = [
+        ("COHORT_HASH_KEY", "an-example-hash-key-0123456789"),
+        (
+            "COHORT_JOURNAL_KEY",
+            "7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a",
+        ),
+    ];
+    let on = |url: &str, args: &[&str]| cli::cohort_with_env(dir, args, url, &keys);
+    for url in [db.url(), restored.url()] {
+        succeeded(&on(url, &["migrate"]));
+    }
+    let subject: String =
+        sqlx::query_scalar("SELECT user_id::text FROM app.case_contacts WHERE id = 1")
+            .fetch_one(db.pool())
+            .await
+            .unwrap();
+    let tenant = "11111111-1111-1111-1111-111111111111";
+    succeeded(&on(
+        db.url(),
+        &[
+            "erase",
+            "--tenant",
+            tenant,
+            "--subject",
+            &subject,
+            "--reference",
+            "SAR-R1",
+        ],
+    ));
+    succeeded(&on(db.url(), &["restore-check"]));
+    let anonymised = |pool: sqlx::PgPool| async move {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT count(*) FROM app.case_contacts WHERE id = 1 AND anonymised_at IS NOT NULL",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap()
+    };
+    assert_eq!(anonymised(db.pool().clone()).await, 1);
+
+    // The "restored" database lacks the request: exit 1, naming it.
+    let gap = on(restored.url(), &["--json", "restore-check"]);
+    assert_eq!(
+        gap.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&gap.stderr)
+    );
+    let gap = json(&gap);
+    assert_eq!(gap["missing_requests"][0]["reference"], "SAR-R1");
+    assert_eq!(gap["missing_requests"][0]["journal_state"], "completed");
+    // The worker refuses to start on it, and says what to do.
+    let refused = on(restored.url(), &["worker"]);
+    assert_eq!(refused.status.code(), Some(2));
+    let message = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        message.contains("cohort replay") && message.contains("SAR-R1"),
+        "{message}"
+    );
+    // Told otherwise, it starts (and stops on SIGTERM).
+    let log = dir.join("worker-ignoring.log");
+    let mut child = cli::command(
+        dir,
+        &["worker", "--ignore-restore-gap"],
+        restored.url(),
+        &keys,
+    )
+    .env("RUST_LOG", "cohort=info")
+    .stderr(std::fs::File::create(&log).unwrap())
+    .spawn()
+    .unwrap();
+    wait_until_blocking(
+        "the worker to start anyway",
+        Duration::from_secs(30),
+        || {
+            std::fs::read_to_string(&log)
+                .unwrap_or_default()
+                .contains("starting anyway (--ignore-restore-gap)")
+        },
+    );
+    assert!(Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap()
+        .success());
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+
+    // A dry replay changes nothing and exits 1; the replay brings the
+    // request back and erases again; a second one has nothing to do.
+    let dry = on(restored.url(), &["--json", "replay", "--dry-run"]);
+    assert_eq!(dry.status.code(), Some(1));
+    assert_eq!(
+        json(&dry)["requests_restored"],
+        serde_json::json!(["SAR-R1"])
+    );
+    assert_eq!(anonymised(restored.pool().clone()).await, 0);
+    let done = on(restored.url(), &["--json", "replay"]);
+    succeeded(&done);
+    assert_eq!(
+        json(&done)["requests_run"],
+        serde_json::json!([["SAR-R1", "completed"]])
+    );
+    assert_eq!(anonymised(restored.pool().clone()).await, 1);
+    succeeded(&on(restored.url(), &["restore-check"]));
+    let again = on(restored.url(), &["--json", "replay"]);
+    succeeded(&again);
+    assert_eq!(json(&again)["requests_run"], serde_json::json!([]));
+
+    // Without the key, or with a journal cut short: exit 2, named.
+    let no_key = cli::cohort_with_env(dir, &["restore-check"], restored.url(), &keys[..1]);
+    assert_eq!(no_key.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&no_key.stderr).contains("COHORT_JOURNAL_KEY"));
+    let file = journal.path().join("cohort-journal.jsonl");
+    let text = std::fs::read_to_string(&file).unwrap();
+    let cut: String = text.lines().skip(1).map(|l| format!("{l}\n")).collect();
+    std::fs::write(&file, cut).unwrap();
+    let broken = on(restored.url(), &["restore-check"]);
+    assert_eq!(broken.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&broken.stderr).contains("entry 2 does not follow entry 0"),
+        "{}",
+        String::from_utf8_lossy(&broken.stderr)
+    );
+}

@@ -292,13 +292,14 @@ fn the_policy_key_table_matches_the_loader() {
         "[[category.stage]]",
         "[[tenant]]",
         "[evidence]",
+        "[journal]",
     ];
     let mut problems = Vec::new();
     for section in sections {
         let mut accepted = loader_keys(section);
         // Tables of their own, each with its own rows.
         for sub in [
-            "entity", "category", "tenant", "database", "cohort", "evidence",
+            "entity", "category", "tenant", "database", "cohort", "evidence", "journal",
         ] {
             if section == "(top level)" {
                 accepted.remove(sub);
