@@ -196,7 +196,7 @@ fn example_alert_rules_pass_promtool_check_and_their_unit_tests() {
         "{out}{}",
         String::from_utf8_lossy(&check.stderr)
     );
-    assert!(out.contains("SUCCESS: 6 rules found"), "{out}");
+    assert!(out.contains("SUCCESS: 7 rules found"), "{out}");
     let test = Command::new(&promtool)
         .current_dir(&dir)
         .args(["test", "rules", "alerts.test.yml"])
@@ -217,7 +217,7 @@ fn example_alert_rules_pass_promtool_check_and_their_unit_tests() {
         .lines()
         .filter_map(|l| l.trim().strip_prefix("- alert: "))
         .collect();
-    assert_eq!(alerts.len(), 6, "{alerts:?}");
+    assert_eq!(alerts.len(), 7, "{alerts:?}");
     for alert in alerts {
         let cases: Vec<&str> = tests
             .split("- eval_time:")

@@ -118,6 +118,8 @@ pub const ALL: &[&str] = &[
     LAST_SUCCESS_TIMESTAMP_SECONDS,
     ENTITY_BACKLOG_AGE_SECONDS,
     NEXT_OCCURRENCE_TIMESTAMP_SECONDS,
+    ERASURE_REQUESTS,
+    ERASURE_REQUESTS_OVERDUE,
 ];
 
 /// Registers the help text of every metric with the installed recorder.

@@ -16,15 +16,13 @@ use crate::journal::{
     check_next, verify_lines, Entry, JournalConfig, JournalKey, JournalTarget, Record, FILE_NAME,
     GENESIS,
 };
+use crate::sql::journal as sql;
 
 /// How long a journal database may take to accept a connection.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How much of a journal file's end is read to find its last entry.
 const TAIL_BYTES: u64 = 64 * 1024;
-
-/// The journal table in another database.
-const TABLE: &str = "\"public\".\"cohort_journal\"";
 
 /// A journal ready to be written or read: where, and its key.
 pub(crate) struct Journal<'a> {
@@ -213,39 +211,28 @@ async fn connect(url: &str) -> std::result::Result<PgConnection, String> {
 async fn append_db(url: &str, key_id: &str, record: Record) -> std::result::Result<Entry, String> {
     let mut conn = connect(url).await?;
     let step = |e: sqlx::Error| e.to_string();
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-        "CREATE TABLE IF NOT EXISTS {TABLE} (seq bigint PRIMARY KEY, entry text NOT NULL, \
-         written_at timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp())"
-    )))
-    .execute(&mut conn)
-    .await
-    .map_err(step)?;
+    sql::create()
+        .query()
+        .execute(&mut conn)
+        .await
+        .map_err(step)?;
     let mut tx = conn.begin().await.map_err(step)?;
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-        "LOCK TABLE {TABLE} IN EXCLUSIVE MODE"
-    )))
-    .execute(&mut *tx)
-    .await
-    .map_err(step)?;
-    let last: Option<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-        "SELECT entry FROM {TABLE} ORDER BY seq DESC LIMIT 1"
-    )))
-    .fetch_optional(&mut *tx)
-    .await
-    .map_err(step)?;
+    sql::lock().query().execute(&mut *tx).await.map_err(step)?;
+    let last: Option<String> = sql::last()
+        .query_scalar()
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(step)?;
     let last: Option<Entry> = last
         .map(|l| serde_json::from_str(&l))
         .transpose()
         .map_err(|e| format!("its last entry is not a journal entry ({e})"))?;
     let entry = next_entry(last.as_ref(), key_id, record)?;
-    sqlx::query(sqlx::AssertSqlSafe(format!(
-        "INSERT INTO {TABLE} (seq, entry) VALUES ($1, $2)"
-    )))
-    .bind(entry.seq as i64)
-    .bind(entry.to_line())
-    .execute(&mut *tx)
-    .await
-    .map_err(step)?;
+    sql::append(entry.seq as i64, entry.to_line())
+        .query()
+        .execute(&mut *tx)
+        .await
+        .map_err(step)?;
     tx.commit().await.map_err(step)?;
     let _ = conn.close().await;
     Ok(entry)
@@ -253,20 +240,19 @@ async fn append_db(url: &str, key_id: &str, record: Record) -> std::result::Resu
 
 async fn read_db(url: &str) -> std::result::Result<Vec<String>, String> {
     let mut conn = connect(url).await?;
-    let exists: bool = sqlx::query_scalar("SELECT pg_catalog.to_regclass($1) IS NOT NULL")
-        .bind(TABLE)
+    let exists: bool = sql::exists()
+        .query_scalar()
         .fetch_one(&mut conn)
         .await
         .map_err(|e| e.to_string())?;
     if !exists {
         return Ok(Vec::new());
     }
-    let lines: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-        "SELECT entry FROM {TABLE} ORDER BY seq"
-    )))
-    .fetch_all(&mut conn)
-    .await
-    .map_err(|e| e.to_string())?;
+    let lines: Vec<String> = sql::all()
+        .query_scalar()
+        .fetch_all(&mut conn)
+        .await
+        .map_err(|e| e.to_string())?;
     let _ = conn.close().await;
     Ok(lines)
 }
@@ -277,15 +263,13 @@ pub(crate) async fn check_apart(config: &JournalConfig, retained: &sqlx::PgPool)
     let JournalTarget::Url(url) = &config.target else {
         return Ok(());
     };
-    let identity = "SELECT pg_catalog.current_database()::text, \
-         (SELECT d.oid::int8 FROM pg_catalog.pg_database d WHERE d.datname = pg_catalog.current_database()), \
-         pg_catalog.pg_postmaster_start_time()";
     type Identity = (String, i64, chrono::DateTime<Utc>);
-    let ours: Identity = sqlx::query_as(identity).fetch_one(retained).await?;
+    let ours: Identity = sql::identity().query_as().fetch_one(retained).await?;
     let mut conn = connect(url)
         .await
         .map_err(|why| Error::Refused(format!("{}: {why}", config.describe())))?;
-    let theirs: Identity = sqlx::query_as(identity)
+    let theirs: Identity = sql::identity()
+        .query_as()
         .fetch_one(&mut conn)
         .await
         .map_err(|e| Error::Refused(format!("{}: {e}", config.describe())))?;

@@ -30,6 +30,7 @@ mod erasure;
 mod fragments;
 pub(crate) mod grants;
 pub(crate) mod history;
+pub(crate) mod journal;
 mod key;
 pub(crate) mod ledger;
 pub(crate) mod locks;
