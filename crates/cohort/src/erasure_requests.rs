@@ -324,12 +324,22 @@ pub struct ResumeReport {
     pub busy: u64,
 }
 
-/// The keyed hash a request keeps of its subject.
+/// The keyed hash a request keeps of its subject, over one spelling of
+/// it: a uuid in its lowercase hyphenated form, an integer in decimal,
+/// other text exactly as given (text subject columns compare exactly).
 pub(crate) fn subject_hash(key: &[u8], subject: &str) -> String {
     use hmac::{KeyInit, Mac};
+    let canonical = match (
+        Uuid::parse_str(subject.trim()),
+        subject.trim().parse::<i64>(),
+    ) {
+        (Ok(u), _) => u.to_string(),
+        (_, Ok(n)) => n.to_string(),
+        _ => subject.to_owned(),
+    };
     let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(key).expect("any key length");
     mac.update(b"cohort erasure subject:");
-    mac.update(subject.as_bytes());
+    mac.update(canonical.as_bytes());
     mac.finalize()
         .into_bytes()
         .iter()
@@ -373,6 +383,25 @@ mod tests {
             .map(|b| format!("{b:02x}"))
             .collect();
         assert_ne!(a, plain);
+    }
+
+    #[test]
+    fn the_subject_hash_is_the_same_for_every_spelling_of_a_uuid_or_integer() {
+        let k = b"0123456789abcdef";
+        let u = "7d0e5c1a-9f4b-4b8e-a0c2-3d5f6e7a8b9c";
+        for other in [
+            "7D0E5C1A-9F4B-4B8E-A0C2-3D5F6E7A8B9C",
+            "7d0e5c1a9f4b4b8ea0c23d5f6e7a8b9c",
+            " 7d0e5c1a-9f4b-4b8e-a0c2-3d5f6e7a8b9c ",
+        ] {
+            assert_eq!(subject_hash(k, u), subject_hash(k, other), "{other}");
+        }
+        assert_eq!(subject_hash(k, "42"), subject_hash(k, "042"));
+        assert_ne!(
+            subject_hash(k, "Ann"),
+            subject_hash(k, "ann"),
+            "text is exact"
+        );
     }
 
     #[test]

@@ -495,8 +495,17 @@ async fn a_due_date_is_moved_with_its_reason_and_bad_requests_write_nothing() {
         ids(db.pool(), "SELECT id FROM app.contacts ORDER BY id").await,
         vec![3]
     );
-    // The same request again runs it again (one more attempt).
-    let again = cohort.erase(erase("SAR-5")).await.unwrap().request.unwrap();
+    // The same request again (its subject spelled in capitals) runs it
+    // again (one more attempt).
+    let again = cohort
+        .erase(
+            ErasureRequest::tenantless(ErasureScope::new(S.to_uppercase()), now())
+                .reference("SAR-5"),
+        )
+        .await
+        .unwrap()
+        .request
+        .unwrap();
     assert_eq!(again.state, RequestState::Waiting);
     assert_eq!(
         states(&cohort, "SAR-5").await,

@@ -44,7 +44,8 @@ fn key() -> JournalKey {
     JournalKey::from_hex(&"5e".repeat(32)).unwrap()
 }
 
-async fn handle(pool: &PgPool, journal: &std::path::Path) -> Cohort {
+/// The contacts' handle on `pool`, journaling to `journal`.
+fn builder(pool: &PgPool, journal: JournalConfig) -> cohort::CohortBuilder {
     Cohort::builder(pool.clone())
         .config(test_config())
         .rules(
@@ -61,7 +62,11 @@ async fn handle(pool: &PgPool, journal: &std::path::Path) -> Cohort {
                 .subject("user_id", None)
                 .tenantless(),
         )
-        .journal(JournalConfig::dir(journal).key(key()))
+        .journal(journal)
+}
+
+async fn handle(pool: &PgPool, journal: &std::path::Path) -> Cohort {
+    builder(pool, JournalConfig::dir(journal).key(key()))
         .build()
         .await
         .unwrap()
@@ -278,28 +283,13 @@ async fn an_erasure_never_runs_without_its_journal_entry() {
     // refused, naming the key.
     let good = handle(db.pool(), dir.path()).await;
     good.erase(erase(S1, "SAR-9")).await.unwrap();
-    let other = Cohort::builder(db.pool().clone())
-        .config(test_config())
-        .rules(
-            StaticRuleProvider::builder()
-                .category("contacts", RetentionRule::new(days(3650), Strategy::Purge))
-                .build()
-                .unwrap(),
-        )
-        .declaration(
-            EntityDeclaration::new("Contact", CONTACT_ID)
-                .category("contacts")
-                .anchor("created_at")
-                .table("app.contacts")
-                .subject("user_id", None)
-                .tenantless(),
-        )
-        .journal(
-            JournalConfig::dir(dir.path()).key(JournalKey::from_hex(&"11".repeat(32)).unwrap()),
-        )
-        .build()
-        .await
-        .unwrap();
+    let other = builder(
+        db.pool(),
+        JournalConfig::dir(dir.path()).key(JournalKey::from_hex(&"11".repeat(32)).unwrap()),
+    )
+    .build()
+    .await
+    .unwrap();
     let e = other.erase(erase(S2, "SAR-10")).await.unwrap_err();
     assert!(e.to_string().contains("another key"), "{e}");
     assert_eq!(contacts(db.pool()).await, [1, 2, 5, 6, 7]);
@@ -337,25 +327,7 @@ async fn a_journal_in_a_database_on_another_server_is_written_and_one_on_the_sam
     let db = migrated_db().await;
     exec(db.pool(), TABLES).await;
     let other = Cluster::start().await.unwrap();
-    let with_url = |url: String| {
-        Cohort::builder(db.pool().clone())
-            .config(test_config())
-            .rules(
-                StaticRuleProvider::builder()
-                    .category("contacts", RetentionRule::new(days(3650), Strategy::Purge))
-                    .build()
-                    .unwrap(),
-            )
-            .declaration(
-                EntityDeclaration::new("Contact", CONTACT_ID)
-                    .category("contacts")
-                    .anchor("created_at")
-                    .table("app.contacts")
-                    .subject("user_id", None)
-                    .tenantless(),
-            )
-            .journal(JournalConfig::url(url).key(key()))
-    };
+    let with_url = |url: String| builder(db.pool(), JournalConfig::url(url).key(key()));
     // On the retained database's own server: refused before anything runs.
     let same = with_url(db.url().to_owned()).build().await.unwrap();
     let e = same.erase(erase(S1, "SAR-20")).await.unwrap_err();

@@ -125,9 +125,14 @@ pub(crate) async fn pass(cx: &Context, config: &MaintenanceConfig) -> Result<Mai
             .rows_affected(),
         ..MaintenanceReport::default()
     };
-    let resumed =
-        crate::run::requests::resume(cx, chrono::Utc::now(), false, &crate::cancel::Cancel::new())
-            .await?;
+    let resumed = crate::run::requests::resume(
+        cx,
+        // One clock with the holds' release times: the database's.
+        crate::sql::database_now(&cx.pool).await?,
+        false,
+        &crate::cancel::Cancel::new(),
+    )
+    .await?;
     Ok(MaintenanceReport {
         erasure_requests_resumed: resumed.resumed,
         erasure_requests_completed: resumed.completed,
