@@ -617,6 +617,47 @@ impl Cohort {
         crate::report::build(&self.cx, request).await
     }
 
+    /// Walks the ledger's hash chain (see [`crate::verify`]) in one
+    /// read-only snapshot: every link in order, every record it stands for
+    /// against the ledger's rows now, every run settled since the chain
+    /// started. With `expected`, a head recorded earlier (`N:HASH`, as a
+    /// report prints it), the chain must still hold it. Reads with
+    /// `SELECT` only; needs no hash key and no valid policy. Refused
+    /// before schema 19 (run `cohort migrate`).
+    pub async fn verify_chain(
+        &self,
+        expected: Option<crate::chain::ExpectedHead>,
+    ) -> Result<crate::chain::ChainReport> {
+        self.require_chain().await?;
+        crate::verify::verify(&self.cx, expected).await
+    }
+
+    /// The newest link of the ledger's hash chain linked at or before
+    /// `at` (the newest of all with `None`): the head a report carries.
+    pub async fn chain_head(
+        &self,
+        at: Option<chrono::DateTime<chrono::Utc>>,
+    ) -> Result<Option<crate::chain::ChainHead>> {
+        self.require_chain().await?;
+        crate::verify::head(&self.cx, at).await
+    }
+
+    async fn require_chain(&self) -> Result<()> {
+        let mut conn = self.cx.pool.acquire().await?;
+        let installed = crate::schema::installed_version(&mut conn, &self.cx.config.schema).await?;
+        match installed {
+            Some(v) if v >= 19 => Ok(()),
+            Some(v) => Err(crate::Error::InvalidInput(format!(
+                "the ledger in schema {:?} is at version {v}; its hash chain starts at version 19: run `cohort migrate`",
+                self.cx.config.schema
+            ))),
+            None => Err(crate::Error::InvalidInput(format!(
+                "no Cohort ledger in schema {:?}: run `cohort migrate`",
+                self.cx.config.schema
+            ))),
+        }
+    }
+
     /// Whether validation has already succeeded.
     pub fn is_ready(&self) -> bool {
         self.cx.is_ready()

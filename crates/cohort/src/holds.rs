@@ -391,6 +391,7 @@ async fn create_once(
         Err(e) => return Err(e.into()),
     };
     let hold = Hold::from_row(&row)?;
+    crate::run::chain::link_hold_placed(&mut tx, &cx.config.schema, hold.hold_id).await?;
     tx.commit().await?;
     Ok(hold)
 }
@@ -614,14 +615,20 @@ pub(crate) async fn release(cx: &Context, hold_id: Uuid) -> Result<Hold> {
 pub(crate) async fn release_journaled(cx: &Context, hold_id: Uuid, journal: bool) -> Result<Hold> {
     let ready = cx.prepared().await?;
     let pool = &cx.pool;
-    if let Some(row) = ready
+    let mut conn = pool.acquire().await?;
+    let mut tx = sqlx::Connection::begin_with(&mut *conn, crate::sql::READ_COMMITTED).await?;
+    let released = ready
         .ledger
         .release_hold(hold_id)
         .query()
-        .fetch_optional(pool)
-        .await?
-    {
+        .fetch_optional(&mut *tx)
+        .await?;
+    if let Some(row) = released {
         let hold = Hold::from_row(&row)?;
+        if let Some(at) = hold.released_at {
+            crate::run::chain::link_hold_released(&mut tx, &cx.config.schema, hold_id, at).await?;
+        }
+        tx.commit().await?;
         if let (true, Some(config), Some(at)) = (journal, &cx.journal, hold.released_at) {
             let appended = match crate::run::journal::Journal::open(config) {
                 Ok(j) => {
@@ -640,6 +647,7 @@ pub(crate) async fn release_journaled(cx: &Context, hold_id: Uuid, journal: bool
         }
         return Ok(hold);
     }
+    drop(tx);
     let existing = ready
         .ledger
         .get_hold(hold_id)

@@ -1,6 +1,7 @@
 #![doc = include_str!("../../../README.md")]
 
 mod cancel;
+pub mod chain;
 mod cohort;
 pub mod config;
 mod context;
@@ -37,6 +38,7 @@ mod suggest;
 pub mod telemetry;
 mod tenants;
 pub mod validate;
+pub mod verify;
 
 pub use cancel::Cancel;
 pub use cohort::{Cohort, CohortBuilder};

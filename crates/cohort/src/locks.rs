@@ -29,6 +29,10 @@ pub(crate) enum LockKey<'a> {
     /// erasure request, for the attempt: a request left in progress whose
     /// lock can be taken lost its process.
     Request(Uuid),
+    /// Held (for its transaction) by whoever appends a link to the ledger's
+    /// hash chain, keyed on the install's `ledger_link` table: one appender
+    /// at a time, so links follow each other without gaps or forks.
+    Chain(&'a crate::ident::QualifiedName),
 }
 
 impl LockKey<'_> {
@@ -40,6 +44,7 @@ impl LockKey<'_> {
             LockKey::Worker(table) => format!("cohort.worker:{table}"),
             LockKey::Pass(occurrence, pass) => format!("{}{pass}", pass_prefix(*occurrence)),
             LockKey::Request(id) => format!("cohort.erasure-request:{id}"),
+            LockKey::Chain(table) => format!("cohort.chain:{table}"),
         }
     }
 }

@@ -58,9 +58,7 @@ impl<'a> RunRecorder<'a> {
             occurrence: spec.occurrence.map(|o| o.at),
             pass: spec.occurrence.map(|o| o.pass),
             passes: spec.occurrence.map(|o| o.passes),
-            policy_fingerprint: spec
-                .occurrence
-                .map(|_| crate::peers::fingerprint(self.cx, self.ready)),
+            policy_fingerprint: Some(crate::peers::fingerprint(self.cx, self.ready)),
             erasure_subject_kind: spec.erasure_kind.clone(),
         };
         let started_at = self
@@ -326,7 +324,8 @@ impl<'a> RunRecorder<'a> {
         Ok(at)
     }
 
-    /// The settled row itself.
+    /// The settled row itself, and its link in the ledger's hash chain,
+    /// in one transaction.
     async fn settle_row(
         &self,
         conn: &mut PgConnection,
@@ -335,25 +334,37 @@ impl<'a> RunRecorder<'a> {
         failures: &[EntityFailure],
     ) -> Result<DateTime<Utc>> {
         let structured = serde_json::to_value(failures).expect("failures serialise");
-        let q = || {
-            self.ready
-                .ledger
-                .settle_run(ledger::SettleRun {
-                    run_id: self.run_id,
-                    status: status.as_str(),
-                    error: error.map(str::to_owned),
-                    failures: structured.clone(),
-                })
-                .query()
+        let settle = ledger::SettleRun {
+            run_id: self.run_id,
+            status: status.as_str(),
+            error: error.map(str::to_owned),
+            failures: structured,
         };
-        let row = match q().fetch_one(&mut *conn).await {
-            Ok(row) => row,
+        match self.settle_once(&mut *conn, settle.clone()).await {
+            Ok(at) => Ok(at),
             Err(first) => {
                 tracing::warn!(run_id = %self.run_id, error = %first, "settling on the run connection failed; retrying on a new connection");
                 let mut fresh = self.cx.pool.acquire().await?;
-                q().fetch_one(&mut *fresh).await?
+                Ok(self.settle_once(&mut fresh, settle).await?)
             }
-        };
-        Ok(row.try_get("settled_at")?)
+        }
+    }
+
+    async fn settle_once(
+        &self,
+        conn: &mut PgConnection,
+        settle: ledger::SettleRun,
+    ) -> std::result::Result<DateTime<Utc>, sqlx::Error> {
+        let mut tx = sqlx::Connection::begin_with(&mut *conn, crate::sql::READ_COMMITTED).await?;
+        let row = self
+            .ready
+            .ledger
+            .settle_run(settle)
+            .query()
+            .fetch_one(&mut *tx)
+            .await?;
+        super::chain::link_run(&mut tx, &self.cx.config.schema, self.run_id).await?;
+        tx.commit().await?;
+        row.try_get("settled_at")
     }
 }

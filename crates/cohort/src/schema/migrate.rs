@@ -124,6 +124,11 @@ const SOURCES: &[(u32, &str, &str)] = &[
         "erasure_requests",
         include_str!("../../migrations/0018_erasure_requests.sql"),
     ),
+    (
+        19,
+        "ledger_chain",
+        include_str!("../../migrations/0019_ledger_chain.sql"),
+    ),
 ];
 
 /// The hold functions as version 13 installed them, run again where the

@@ -172,7 +172,14 @@ async fn delete_batches(
         if stop.stop(cx).await? {
             return Ok(false);
         }
-        let done = statement().query().execute(&cx.pool).await?.rows_affected();
+        // The deleted rows' ids, and in the same transaction a checkpoint
+        // standing for their links in the hash chain (holds have them).
+        let mut conn = cx.pool.acquire().await?;
+        let mut tx = sqlx::Connection::begin_with(&mut *conn, crate::sql::READ_COMMITTED).await?;
+        let ids: Vec<uuid::Uuid> = statement().query_scalar().fetch_all(&mut *tx).await?;
+        crate::run::chain::checkpoint(&mut tx, &cx.config.schema, &ids).await?;
+        tx.commit().await?;
+        let done = ids.len() as u64;
         *deleted += done;
         if done < limit {
             return Ok(true);
@@ -362,12 +369,14 @@ async fn delete_runs(
     ids: Vec<uuid::Uuid>,
     report: &mut PruneReport,
 ) -> Result<u64> {
-    let mut tx = cx.pool.begin().await?;
+    let mut conn = cx.pool.acquire().await?;
+    let mut tx = sqlx::Connection::begin_with(&mut *conn, crate::sql::READ_COMMITTED).await?;
     let victims: Vec<uuid::Uuid> = st
         .lock_runs(Runs(ids))
         .query_scalar()
         .fetch_all(&mut *tx)
         .await?;
+    crate::run::chain::checkpoint(&mut tx, &cx.config.schema, &victims).await?;
     report.summaries += st
         .delete_summaries(Runs(victims.clone()))
         .query()

@@ -297,6 +297,32 @@ pub(crate) async fn run(
     }
 }
 
+/// Settles the run `failed` and links it in the ledger's hash chain, in
+/// one transaction; no row when it had settled meanwhile.
+async fn recover_linked(
+    cx: &Context,
+    prepared: &crate::context::Prepared,
+    conn: &mut sqlx::PgConnection,
+    run_id: Uuid,
+    reason: &str,
+) -> std::result::Result<Option<sqlx::postgres::PgRow>, sqlx::Error> {
+    let mut tx = sqlx::Connection::begin_with(&mut *conn, crate::sql::READ_COMMITTED).await?;
+    let row = prepared
+        .queue
+        .recover_run(queue::Recover {
+            run_id,
+            reason: reason.to_owned(),
+        })
+        .query()
+        .fetch_optional(&mut *tx)
+        .await?;
+    if row.is_some() {
+        crate::run::chain::link_run(&mut tx, &cx.config.schema, run_id).await?;
+    }
+    tx.commit().await?;
+    Ok(row)
+}
+
 /// What [`recover_run`] found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Recovery {
@@ -317,15 +343,7 @@ pub(crate) async fn recover_run(cx: &Context, run_id: Uuid, reason: &str) -> Res
     if !locks::try_lock(&mut conn, LockKey::Run(run_id)).await? {
         return Ok(Recovery::Live);
     }
-    let done = prepared
-        .queue
-        .recover_run(queue::Recover {
-            run_id,
-            reason: reason.to_owned(),
-        })
-        .query()
-        .fetch_optional(&mut *conn)
-        .await;
+    let done = recover_linked(cx, &prepared, &mut conn, run_id, reason).await;
     if locks::unlock(&mut conn, LockKey::Run(run_id))
         .await
         .is_err()

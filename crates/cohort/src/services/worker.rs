@@ -944,12 +944,16 @@ async fn record_not_started(
             passes: position.passes,
             policy_fingerprint: crate::peers::fingerprint(cx, &prepared),
         };
+        let mut conn = cx.pool.acquire().await?;
+        let mut tx = sqlx::Connection::begin_with(&mut *conn, crate::sql::READ_COMMITTED).await?;
         prepared
             .ledger
             .insert_not_started(failed)
             .query()
-            .execute(&cx.pool)
+            .execute(&mut *tx)
             .await?;
+        crate::run::chain::link_run(&mut tx, &cx.config.schema, run_id).await?;
+        tx.commit().await?;
         crate::telemetry::run_recorded_failed("sweep", "scheduled");
         Ok::<_, Error>(())
     };

@@ -352,7 +352,7 @@ impl Params for InsertNotStarted {
 }
 
 /// Settles a run still `started`.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct SettleRun {
     pub(crate) run_id: Uuid,
     pub(crate) status: &'static str,

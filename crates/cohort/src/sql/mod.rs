@@ -25,6 +25,7 @@ macro_rules! active_hold {
 }
 
 pub(crate) mod catalog;
+pub(crate) mod chain;
 pub(crate) mod dead_letters;
 mod erasure;
 mod fragments;
@@ -65,6 +66,10 @@ pub(crate) use sweep::{
 /// isolation level: under REPEATABLE READ the re-check would reuse the
 /// first statement's snapshot and miss a hold committed in between.
 pub(crate) const READ_COMMITTED: &str = "BEGIN ISOLATION LEVEL READ COMMITTED";
+
+/// One consistent snapshot that changes nothing: `cohort verify` reads the
+/// chain and the records it covers as of one instant.
+pub(crate) const SNAPSHOT: &str = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY";
 
 /// The transaction of one sweep or erasure batch, and of an entity's
 /// counts: [`READ_COMMITTED`], with JIT compilation off for its statements

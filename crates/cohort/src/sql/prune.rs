@@ -240,7 +240,7 @@ fn inactive_holds(hold: &QualifiedName) -> (SqlText, SqlText) {
         .push(" WHERE hold_id IN (SELECT hold_id FROM ")
         .table(hold)
         .push(inactive)
-        .push(" ORDER BY hold_id LIMIT $2 FOR UPDATE SKIP LOCKED)");
+        .push(" ORDER BY hold_id LIMIT $2 FOR UPDATE SKIP LOCKED) RETURNING hold_id");
     let mut count_holds = SqlText::new("SELECT count(*)::int8 FROM ");
     count_holds.table(hold).push(inactive);
     (delete_holds, count_holds)
@@ -262,7 +262,8 @@ fn old_occurrences(occurrence: &QualifiedName) -> (SqlText, SqlText) {
         .table(occurrence)
         .push(" WHERE occurrence_id IN (SELECT o.occurrence_id FROM ");
     old_occurrences(&mut delete_occurrences);
-    delete_occurrences.push(" ORDER BY o.occurrence LIMIT $2 FOR UPDATE SKIP LOCKED)");
+    delete_occurrences
+        .push(" ORDER BY o.occurrence LIMIT $2 FOR UPDATE SKIP LOCKED) RETURNING occurrence_id");
     let mut count_occurrences = SqlText::new("SELECT count(*)::int8 FROM ");
     old_occurrences(&mut count_occurrences);
     (delete_occurrences, count_occurrences)

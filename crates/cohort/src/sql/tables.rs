@@ -6,7 +6,7 @@ use crate::ident::QualifiedName;
 
 /// The schema version the code expects. Migrations record it on
 /// `sweep_run` as the table comment `cohort schema version N`.
-pub const SCHEMA_VERSION: u32 = 18;
+pub const SCHEMA_VERSION: u32 = 19;
 
 /// The prefix of the version comment on `sweep_run`.
 pub(crate) const VERSION_COMMENT_PREFIX: &str = "cohort schema version ";
@@ -17,7 +17,7 @@ pub(crate) const VERSION_COMMENT_PREFIX: &str = "cohort schema version ";
 /// instead of starting an empty ledger there.
 pub(crate) const MOVED_COMMENT: &str = "cohort tables moved to another schema";
 
-/// One of Cohort's twelve tables.
+/// One of Cohort's thirteen tables.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum CohortTable {
@@ -47,6 +47,9 @@ pub enum CohortTable {
     ErasureRequest,
     /// Every state change of an erasure request.
     ErasureRequestEvent,
+    /// The ledger's hash chain: one link per settled run, hold placed or
+    /// released, and pruning checkpoint.
+    LedgerLink,
 }
 
 /// A column of a Cohort table as the catalog reports it.
@@ -81,8 +84,8 @@ const INTERVAL: &str = "interval";
 const JSONB: &str = "jsonb";
 
 impl CohortTable {
-    /// All twelve, in creation order (referenced tables first).
-    pub const ALL: [CohortTable; 12] = [
+    /// All thirteen, in creation order (referenced tables first).
+    pub const ALL: [CohortTable; 13] = [
         CohortTable::SweepRun,
         CohortTable::EntitySummary,
         CohortTable::RowDetail,
@@ -95,6 +98,7 @@ impl CohortTable {
         CohortTable::Pacing,
         CohortTable::ErasureRequest,
         CohortTable::ErasureRequestEvent,
+        CohortTable::LedgerLink,
     ];
 
     /// The table's name.
@@ -112,6 +116,7 @@ impl CohortTable {
             CohortTable::Pacing => "retention_pacing",
             CohortTable::ErasureRequest => "erasure_request",
             CohortTable::ErasureRequestEvent => "erasure_request_event",
+            CohortTable::LedgerLink => "ledger_link",
         }
     }
 
@@ -135,6 +140,7 @@ impl CohortTable {
             CohortTable::Pacing => PACING_COLUMNS,
             CohortTable::ErasureRequest => ERASURE_REQUEST_COLUMNS,
             CohortTable::ErasureRequestEvent => ERASURE_REQUEST_EVENT_COLUMNS,
+            CohortTable::LedgerLink => LEDGER_LINK_COLUMNS,
         }
     }
 }
@@ -238,6 +244,19 @@ const ERASURE_REQUEST_EVENT_COLUMNS: &[ColumnContract] = &[
     col!("run_id", UUID, true),
     col!("detail", TEXT, false),
     col!("recorded_by", TEXT, false),
+];
+
+/// The columns of [`CohortTable::LedgerLink`] the code relies on.
+const LEDGER_LINK_COLUMNS: &[ColumnContract] = &[
+    col!("link_id", BIGINT, false),
+    col!("kind", TEXT, false),
+    col!("subject_id", UUID, true),
+    col!("record", TEXT, false),
+    col!("digest", TEXT, false),
+    col!("prev", TEXT, false),
+    col!("link", TEXT, false),
+    col!("covers", "bigint[]", false),
+    col!("linked_at", TSTZ, false),
 ];
 
 /// The columns of [`CohortTable::RowDetail`] the code relies on.
@@ -346,7 +365,7 @@ mod tests {
         let mut names: Vec<_> = CohortTable::ALL.iter().map(|t| t.name()).collect();
         names.sort_unstable();
         names.dedup();
-        assert_eq!(names.len(), 12);
+        assert_eq!(names.len(), 13);
         for t in CohortTable::ALL {
             let mut cols: Vec<_> = t.columns().iter().map(|c| c.name).collect();
             let n = cols.len();

@@ -1,0 +1,284 @@
+//! Appending to the ledger's hash chain ([`crate::chain`]), in the
+//! transaction that writes what the link stands for: a run's settled row,
+//! a hold placed or released, the pruner's deletions. And reading the
+//! records back, the same way for the writer and for `verify`, so that a
+//! record rebuilt from unchanged rows is the text that was linked.
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, Utc};
+use sqlx::postgres::types::PgInterval;
+use sqlx::postgres::PgRow;
+use sqlx::{PgConnection, Row};
+use uuid::Uuid;
+
+use crate::chain::{
+    self, CheckpointRecord, HoldRecord, Interval, LinkKind, PrunedLink, ReleaseRecord, RunRecord,
+    SummaryRecord,
+};
+use crate::sql::chain as statements;
+
+fn interval(i: PgInterval) -> Interval {
+    [i64::from(i.months), i64::from(i.days), i.microseconds]
+}
+
+fn micros(t: Option<DateTime<Utc>>) -> Option<i64> {
+    t.map(chain::micros)
+}
+
+fn summary(r: &PgRow) -> Result<SummaryRecord, sqlx::Error> {
+    Ok(SummaryRecord {
+        summary_id: r.try_get("summary_id")?,
+        retention_entity_id: r.try_get("retention_entity_id")?,
+        entity_type: r.try_get("entity_type")?,
+        category: r.try_get("category")?,
+        tenant_id: r.try_get("tenant_id")?,
+        strategy: r.try_get("strategy")?,
+        stage: r.try_get("stage")?,
+        affected_count: r.try_get("affected_count")?,
+        held_count: r.try_get("held_count")?,
+        held_by_subject_count: r.try_get("held_by_subject_count")?,
+        skipped_count: r.try_get("skipped_count")?,
+        null_anchor_count: r.try_get("null_anchor_count")?,
+        kept_by_legal_min_count: r.try_get("kept_by_legal_min_count")?,
+        kept_by_policy_count: r.try_get("kept_by_policy_count")?,
+        cutoff: micros(r.try_get("cutoff")?),
+        resolved_period: interval(r.try_get("resolved_period")?),
+        legal_min: r
+            .try_get::<Option<PgInterval>, _>("legal_min")?
+            .map(interval),
+        rule_source: r.try_get("rule_source")?,
+        rule_reason: r.try_get("rule_reason")?,
+        error: r.try_get("error")?,
+        batch_size: r.try_get("batch_size")?,
+        note: r.try_get("note")?,
+        paused: r.try_get("paused")?,
+        throttled_ms: r.try_get("throttled_ms")?,
+        lag_waited_ms: r.try_get("lag_waited_ms")?,
+        dead_tuples_before: r.try_get("dead_tuples_before")?,
+        dead_tuples_after: r.try_get("dead_tuples_after")?,
+        table_bytes_before: r.try_get("table_bytes_before")?,
+        table_bytes_after: r.try_get("table_bytes_after")?,
+        vacuumed: r.try_get("vacuumed")?,
+    })
+}
+
+fn run(r: &PgRow, summaries: Vec<SummaryRecord>) -> Result<RunRecord, sqlx::Error> {
+    Ok(RunRecord {
+        run_id: r.try_get("run_id")?,
+        kind: r.try_get("kind")?,
+        trigger: r.try_get("trigger")?,
+        dry_run: r.try_get("dry_run")?,
+        tenant_id: r.try_get("tenant_id")?,
+        status: r.try_get("status")?,
+        logical_now: chain::micros(r.try_get("logical_now")?),
+        started_at: chain::micros(r.try_get("started_at")?),
+        settled_at: micros(r.try_get("settled_at")?),
+        error: r.try_get("error")?,
+        failures: r.try_get("failures")?,
+        occurrence: micros(r.try_get("occurrence")?),
+        occurrence_pass: r.try_get("occurrence_pass")?,
+        occurrence_passes: r.try_get("occurrence_passes")?,
+        policy_fingerprint: r.try_get("policy_fingerprint")?,
+        erasure_subject_kind: r.try_get("erasure_subject_kind")?,
+        summaries,
+    })
+}
+
+/// A hold as read: its placing's record and, when released, the time.
+pub(crate) struct HoldRows {
+    pub(crate) placed: HoldRecord,
+    pub(crate) released_at: Option<DateTime<Utc>>,
+}
+
+fn hold(r: &PgRow) -> Result<HoldRows, sqlx::Error> {
+    let hold_id: Uuid = r.try_get("hold_id")?;
+    let reason: String = r.try_get("reason")?;
+    let subject: Option<String> = r.try_get("subject_text")?;
+    Ok(HoldRows {
+        placed: HoldRecord {
+            hold_id,
+            retention_entity_id: r.try_get("retention_entity_id")?,
+            record_id: r.try_get("record_id")?,
+            tenant_id: r.try_get("tenant_id")?,
+            reason: chain::salted(hold_id, &reason),
+            created_at: chain::micros(r.try_get("created_at")?),
+            expires_at: micros(r.try_get("expires_at")?),
+            subject_kind: r.try_get("subject_kind")?,
+            subject: subject.map(|s| chain::salted(hold_id, &s)),
+        },
+        released_at: r.try_get("released_at")?,
+    })
+}
+
+/// The runs of `ids` as records, with their summaries.
+pub(crate) async fn read_runs(
+    conn: &mut PgConnection,
+    schema: &str,
+    ids: &[Uuid],
+) -> Result<HashMap<Uuid, RunRecord>, sqlx::Error> {
+    let mut by_run: HashMap<Uuid, Vec<SummaryRecord>> = HashMap::new();
+    for r in statements::summaries(schema, ids.to_vec())
+        .query()
+        .fetch_all(&mut *conn)
+        .await?
+    {
+        by_run
+            .entry(r.try_get("run_id")?)
+            .or_default()
+            .push(summary(&r)?);
+    }
+    let mut out = HashMap::new();
+    for r in statements::runs(schema, ids.to_vec())
+        .query()
+        .fetch_all(&mut *conn)
+        .await?
+    {
+        let id: Uuid = r.try_get("run_id")?;
+        out.insert(id, run(&r, by_run.remove(&id).unwrap_or_default())?);
+    }
+    Ok(out)
+}
+
+/// The holds of `ids`.
+pub(crate) async fn read_holds(
+    conn: &mut PgConnection,
+    schema: &str,
+    ids: &[Uuid],
+) -> Result<HashMap<Uuid, HoldRows>, sqlx::Error> {
+    let mut out = HashMap::new();
+    for r in statements::holds(schema, ids.to_vec())
+        .query()
+        .fetch_all(&mut *conn)
+        .await?
+    {
+        let h = hold(&r)?;
+        out.insert(h.placed.hold_id, h);
+    }
+    Ok(out)
+}
+
+/// Appends one link under the chain's lock; `conn` is inside a READ
+/// COMMITTED transaction the caller commits (the lock is held until then).
+async fn append(
+    conn: &mut PgConnection,
+    schema: &str,
+    kind: LinkKind,
+    subject: Option<Uuid>,
+    record: String,
+    covers: Vec<i64>,
+) -> Result<i64, sqlx::Error> {
+    statements::lock(schema).query().execute(&mut *conn).await?;
+    let digest = chain::digest(&record);
+    let values = statements::Append {
+        kind: kind.as_str(),
+        subject,
+        record,
+        digest,
+        covers,
+    };
+    statements::append(schema, values)
+        .query_scalar::<i64>()
+        .fetch_optional(&mut *conn)
+        .await?
+        .ok_or_else(|| {
+            sqlx::Error::Protocol(
+                "the ledger's hash chain has no link to follow (its start link is gone): run `cohort verify`".into(),
+            )
+        })
+}
+
+/// Links a settled run (read back in this transaction, as settled).
+pub(crate) async fn link_run(
+    conn: &mut PgConnection,
+    schema: &str,
+    run_id: Uuid,
+) -> Result<(), sqlx::Error> {
+    let record = read_runs(&mut *conn, schema, &[run_id])
+        .await?
+        .remove(&run_id)
+        .ok_or(sqlx::Error::RowNotFound)?;
+    append(
+        conn,
+        schema,
+        LinkKind::Run,
+        Some(run_id),
+        chain::canonical(&record),
+        Vec::new(),
+    )
+    .await
+    .map(drop)
+}
+
+/// Links a hold just placed (read back in this transaction).
+pub(crate) async fn link_hold_placed(
+    conn: &mut PgConnection,
+    schema: &str,
+    hold_id: Uuid,
+) -> Result<(), sqlx::Error> {
+    let rows = read_holds(&mut *conn, schema, &[hold_id])
+        .await?
+        .remove(&hold_id)
+        .ok_or(sqlx::Error::RowNotFound)?;
+    append(
+        conn,
+        schema,
+        LinkKind::HoldPlaced,
+        Some(hold_id),
+        chain::canonical(&rows.placed),
+        Vec::new(),
+    )
+    .await
+    .map(drop)
+}
+
+/// Links a hold's release.
+pub(crate) async fn link_hold_released(
+    conn: &mut PgConnection,
+    schema: &str,
+    hold_id: Uuid,
+    released_at: DateTime<Utc>,
+) -> Result<(), sqlx::Error> {
+    let record = ReleaseRecord {
+        hold_id,
+        released_at: chain::micros(released_at),
+    };
+    append(
+        conn,
+        schema,
+        LinkKind::HoldReleased,
+        Some(hold_id),
+        chain::canonical(&record),
+        Vec::new(),
+    )
+    .await
+    .map(drop)
+}
+
+/// Before the records of `subjects` (runs or holds) are deleted, in the
+/// same transaction: a checkpoint link standing for their links. Nothing
+/// when none of them was linked.
+pub(crate) async fn checkpoint(
+    conn: &mut PgConnection,
+    schema: &str,
+    subjects: &[Uuid],
+) -> Result<(), sqlx::Error> {
+    if subjects.is_empty() {
+        return Ok(());
+    }
+    let pruned: Vec<PrunedLink> = statements::links_of(schema, subjects.to_vec())
+        .query_as::<(i64, String)>()
+        .fetch_all(&mut *conn)
+        .await?
+        .into_iter()
+        .map(|(link_id, digest)| PrunedLink { link_id, digest })
+        .collect();
+    if pruned.is_empty() {
+        return Ok(());
+    }
+    let covers = pruned.iter().map(|p| p.link_id).collect();
+    let record = chain::canonical(&CheckpointRecord { pruned });
+    append(conn, schema, LinkKind::Checkpoint, None, record, covers)
+        .await
+        .map(drop)
+}

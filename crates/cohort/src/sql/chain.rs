@@ -1,0 +1,192 @@
+//! Statements of the ledger's hash chain ([`crate::chain`]): the records a
+//! link covers, read back; the append under the chain's lock; the walk of
+//! `cohort verify`.
+
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use super::statement::Statement;
+use super::tables::CohortTable;
+use crate::ident::SqlText;
+use crate::locks::LockKey;
+
+/// The run columns a run's record covers.
+pub(crate) const RUN_COLUMNS: &str =
+    "run_id, kind, trigger, dry_run, tenant_id, status, logical_now, \
+     started_at, settled_at, error, failures, occurrence, occurrence_pass, occurrence_passes, \
+     policy_fingerprint, erasure_subject_kind";
+
+/// The summary columns a run's record covers (and `run_id`).
+pub(crate) const SUMMARY_COLUMNS: &str = "summary_id, run_id, retention_entity_id, entity_type, \
+     category, tenant_id, strategy, stage, affected_count, held_count, held_by_subject_count, \
+     skipped_count, null_anchor_count, kept_by_legal_min_count, kept_by_policy_count, cutoff, \
+     resolved_period, legal_min, rule_source, rule_reason, error, batch_size, note, paused, \
+     throttled_ms, lag_waited_ms, dead_tuples_before, dead_tuples_after, table_bytes_before, \
+     table_bytes_after, vacuumed";
+
+/// The hold columns a hold's records cover.
+pub(crate) const HOLD_COLUMNS: &str =
+    "hold_id, retention_entity_id, record_id, tenant_id, reason, \
+     created_at, expires_at, released_at, subject_kind, subject_text";
+
+/// The link columns `verify` reads.
+const LINK_COLUMNS: &str =
+    "link_id, kind, subject_id, record, digest, prev, link, covers, linked_at";
+
+fn table(schema: &str, t: CohortTable) -> crate::ident::QualifiedName {
+    t.qualified(schema)
+}
+
+/// One appender at a time, for the rest of the transaction (which must be
+/// READ COMMITTED, so the head read after it is the newest committed).
+pub(crate) fn lock(schema: &str) -> Statement<(String,)> {
+    super::locks::xact_lock(LockKey::Chain(&table(schema, CohortTable::LedgerLink)))
+}
+
+/// The runs of `$1`.
+pub(crate) fn runs(schema: &str, ids: Vec<Uuid>) -> Statement<(Vec<Uuid>,)> {
+    let mut sql = SqlText::new("SELECT ");
+    sql.push(RUN_COLUMNS)
+        .push(" FROM ")
+        .table(&table(schema, CohortTable::SweepRun))
+        .push(" WHERE run_id = ANY($1::uuid[])");
+    Statement::new(sql, (ids,))
+}
+
+/// The summaries of the runs of `$1`, by run and summary.
+pub(crate) fn summaries(schema: &str, ids: Vec<Uuid>) -> Statement<(Vec<Uuid>,)> {
+    let mut sql = SqlText::new("SELECT ");
+    sql.push(SUMMARY_COLUMNS)
+        .push(" FROM ")
+        .table(&table(schema, CohortTable::EntitySummary))
+        .push(" WHERE run_id = ANY($1::uuid[]) ORDER BY run_id, summary_id");
+    Statement::new(sql, (ids,))
+}
+
+/// The holds of `$1`.
+pub(crate) fn holds(schema: &str, ids: Vec<Uuid>) -> Statement<(Vec<Uuid>,)> {
+    let mut sql = SqlText::new("SELECT ");
+    sql.push(HOLD_COLUMNS)
+        .push(" FROM ")
+        .table(&table(schema, CohortTable::Hold))
+        .push(" WHERE hold_id = ANY($1::uuid[])");
+    Statement::new(sql, (ids,))
+}
+
+/// The values of [`append`].
+#[derive(Debug)]
+pub(crate) struct Append {
+    /// `$1`: the link's kind.
+    pub(crate) kind: &'static str,
+    /// `$2`: the run or hold it stands for.
+    pub(crate) subject: Option<Uuid>,
+    /// `$3`: the record's canonical text.
+    pub(crate) record: String,
+    /// `$4`: its digest.
+    pub(crate) digest: String,
+    /// `$5`: the links a checkpoint covers.
+    pub(crate) covers: Vec<i64>,
+}
+
+impl super::statement::Params for Append {
+    fn bind(self, q: super::statement::Args) -> super::statement::Args {
+        q.bind(self.kind)
+            .bind(self.subject)
+            .bind(self.record)
+            .bind(self.digest)
+            .bind(self.covers)
+    }
+}
+
+/// Appends a link after the newest (under [`lock`]). The link's hash is
+/// computed here by the formula of [`crate::chain::link_hash`] (the tests
+/// hold the two to each other). Returns `link_id`; no row when the chain
+/// has no link to follow.
+pub(crate) fn append(schema: &str, values: Append) -> Statement<Append> {
+    let link = table(schema, CohortTable::LedgerLink);
+    let mut sql = SqlText::new("INSERT INTO ");
+    sql.table(&link)
+        .push(
+            " (link_id, kind, subject_id, record, digest, prev, link, covers) \
+             SELECT h.link_id + 1, $1::text, $2::uuid, $3::text, $4::text, h.link, \
+               pg_catalog.encode(pg_catalog.sha256(pg_catalog.convert_to(\
+                 h.link || E'\\n' || (h.link_id + 1)::text || E'\\n' || $1::text || E'\\n' \
+                 || COALESCE($2::uuid::text, '') || E'\\n' || $4::text, 'UTF8')), 'hex'), \
+               $5::int8[] \
+             FROM (SELECT link_id, link FROM ",
+        )
+        .table(&link)
+        .push(" ORDER BY link_id DESC LIMIT 1) h RETURNING link_id");
+    Statement::new(sql, values)
+}
+
+/// The links of the records of `$1` (runs, holds placed and released),
+/// in link order: what a checkpoint stands for when they are deleted.
+pub(crate) fn links_of(schema: &str, subjects: Vec<Uuid>) -> Statement<(Vec<Uuid>,)> {
+    let mut sql = SqlText::new("SELECT link_id, digest FROM ");
+    sql.table(&table(schema, CohortTable::LedgerLink)).push(
+        " WHERE subject_id = ANY($1::uuid[]) \
+           AND kind IN ('run', 'hold_placed', 'hold_released') ORDER BY link_id",
+    );
+    Statement::new(sql, (subjects,))
+}
+
+/// A page of links after `$1`, `$2` of them, in order.
+pub(crate) fn links_after(schema: &str, after: i64, limit: i64) -> Statement<(i64, i64)> {
+    let mut sql = SqlText::new("SELECT ");
+    sql.push(LINK_COLUMNS)
+        .push(" FROM ")
+        .table(&table(schema, CohortTable::LedgerLink))
+        .push(" WHERE link_id > $1 ORDER BY link_id LIMIT $2");
+    Statement::new(sql, (after, limit))
+}
+
+/// The newest link linked at or before `$1` (any, when NULL): columns
+/// `link_id`, `link`, `linked_at`.
+pub(crate) fn head(schema: &str, at: Option<DateTime<Utc>>) -> Statement<(Option<DateTime<Utc>>,)> {
+    let mut sql = SqlText::new("SELECT link_id, link, linked_at FROM ");
+    sql.table(&table(schema, CohortTable::LedgerLink)).push(
+        " WHERE $1::timestamptz IS NULL OR linked_at <= $1::timestamptz \
+         ORDER BY link_id DESC LIMIT 1",
+    );
+    Statement::new(sql, (at,))
+}
+
+/// Settled runs since `$1` (the chain's start) without a link of their
+/// own, oldest first, at most `$2`: columns `run_id`, `settled_at`.
+pub(crate) fn unlinked_runs(
+    schema: &str,
+    since: DateTime<Utc>,
+    limit: i64,
+) -> Statement<(DateTime<Utc>, i64)> {
+    let mut sql = SqlText::new("SELECT r.run_id, r.settled_at FROM ");
+    sql.table(&table(schema, CohortTable::SweepRun))
+        .push(
+            " r WHERE r.settled_at IS NOT NULL AND r.settled_at >= $1 \
+               AND NOT EXISTS (SELECT 1 FROM ",
+        )
+        .table(&table(schema, CohortTable::LedgerLink))
+        .push(
+            " l WHERE l.subject_id = r.run_id AND l.kind = 'run') \
+             ORDER BY r.settled_at, r.run_id LIMIT $2",
+        );
+    Statement::new(sql, (since, limit))
+}
+
+/// How many runs were settled before `$1` (the chain's start).
+pub(crate) fn runs_before(schema: &str, start: DateTime<Utc>) -> Statement<(DateTime<Utc>,)> {
+    let mut sql = SqlText::new("SELECT count(*)::int8 FROM ");
+    sql.table(&table(schema, CohortTable::SweepRun))
+        .push(" WHERE settled_at IS NOT NULL AND settled_at < $1");
+    Statement::new(sql, (start,))
+}
+
+/// Holds without a link of their placing (one column, a count).
+pub(crate) fn holds_outside(schema: &str) -> Statement<()> {
+    let mut sql = SqlText::new("SELECT count(*)::int8 FROM ");
+    sql.table(&table(schema, CohortTable::Hold))
+        .push(" h WHERE NOT EXISTS (SELECT 1 FROM ")
+        .table(&table(schema, CohortTable::LedgerLink))
+        .push(" l WHERE l.subject_id = h.hold_id AND l.kind = 'hold_placed')");
+    Statement::new(sql, ())
+}
