@@ -298,11 +298,11 @@ pub struct ExpectedHead {
 }
 
 impl std::str::FromStr for ExpectedHead {
-    type Err = crate::Error;
+    type Err = crate::error::Error;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let bad = || {
-            crate::Error::InvalidInput(format!(
+            crate::error::Error::InvalidInput(format!(
                 "{s:?} is not a chain head: write N:HASH, the link's number and its 64 hex digits (as the report prints it)"
             ))
         };

@@ -647,11 +647,11 @@ impl Cohort {
         let installed = crate::schema::installed_version(&mut conn, &self.cx.config.schema).await?;
         match installed {
             Some(v) if v >= 19 => Ok(()),
-            Some(v) => Err(crate::Error::InvalidInput(format!(
+            Some(v) => Err(crate::error::Error::InvalidInput(format!(
                 "the ledger in schema {:?} is at version {v}; its hash chain starts at version 19: run `cohort migrate`",
                 self.cx.config.schema
             ))),
-            None => Err(crate::Error::InvalidInput(format!(
+            None => Err(crate::error::Error::InvalidInput(format!(
                 "no Cohort ledger in schema {:?}: run `cohort migrate`",
                 self.cx.config.schema
             ))),

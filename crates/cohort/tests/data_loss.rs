@@ -1332,6 +1332,10 @@ fn released_migrations_are_pinned() {
             18,
             "49c58b0a5990045a70fd54a8d73099706540de5a6349532281ab71a567a2eae4",
         ),
+        (
+            19,
+            "8747c88981cb2dff681e795a4db0f779f494ed23c66c4797456063ead5620518",
+        ),
     ];
     assert_eq!(
         pinned.len(),

@@ -100,7 +100,7 @@ async fn tables_land_exactly_in_the_named_schema_whatever_the_search_path() {
     .into_iter()
     .map(|r| (r.get("s"), r.get("n")))
     .collect();
-    assert_eq!(counts, vec![("Retention Ledger".to_string(), 12)]);
+    assert_eq!(counts, vec![("Retention Ledger".to_string(), 13)]);
 }
 
 #[tokio::test]

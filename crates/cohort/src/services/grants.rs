@@ -127,6 +127,7 @@ fn cohort_tables(schema: &str, access: Access) -> Vec<Need> {
             (Pacing, &["SELECT"]),
             (Occurrence, &["SELECT", "INSERT", "UPDATE"]),
             (OccurrencePass, &["SELECT", "INSERT", "UPDATE", "DELETE"]),
+            (LedgerLink, &["SELECT", "INSERT"]),
         ],
         Access::Dispatcher => &[
             (SweepRun, &["SELECT", "UPDATE"]),
@@ -140,6 +141,7 @@ fn cohort_tables(schema: &str, access: Access) -> Vec<Need> {
             (HandlerStatus, &["SELECT", "UPDATE"]),
             (ErasureRequest, &["SELECT", "UPDATE"]),
             (ErasureRequestEvent, &["SELECT", "INSERT"]),
+            (LedgerLink, &["SELECT", "INSERT"]),
         ],
         Access::Pruner => &[
             (SweepRun, &["SELECT", "DELETE"]),
@@ -150,6 +152,7 @@ fn cohort_tables(schema: &str, access: Access) -> Vec<Need> {
             (Setting, &["SELECT"]),
             (Occurrence, &["SELECT", "DELETE"]),
             (OccurrencePass, &["SELECT", "DELETE"]),
+            (LedgerLink, &["SELECT", "INSERT"]),
         ],
         Access::Console => &[
             (Peer, &["SELECT"]),
@@ -164,6 +167,7 @@ fn cohort_tables(schema: &str, access: Access) -> Vec<Need> {
             (OccurrencePass, &["SELECT"]),
             (ErasureRequest, &["SELECT"]),
             (ErasureRequestEvent, &["SELECT"]),
+            (LedgerLink, &["SELECT"]),
         ],
     };
     list.iter()

@@ -762,6 +762,58 @@ fn pacing_statements() {
 }
 
 #[test]
+fn chain_statements() {
+    use crate::sql::chain as c;
+    let id = uuid::Uuid::nil();
+    let t = chrono::Utc::now();
+    let append = c::append(
+        "cohort",
+        c::Append {
+            kind: "run",
+            subject: Some(id),
+            record: "{}".into(),
+            digest: "d".into(),
+            covers: Vec::new(),
+        },
+    )
+    .checked();
+    insta::assert_snapshot!(
+        "chain",
+        family(&[
+            ("lock", c::lock("cohort").checked().as_str()),
+            ("runs", c::runs("cohort", vec![id]).checked().as_str()),
+            (
+                "summaries",
+                c::summaries("cohort", vec![id]).checked().as_str()
+            ),
+            ("holds", c::holds("cohort", vec![id]).checked().as_str()),
+            ("append", append.as_str()),
+            (
+                "links_of",
+                c::links_of("cohort", vec![id]).checked().as_str()
+            ),
+            (
+                "links_after",
+                c::links_after("cohort", 0, 1000).checked().as_str()
+            ),
+            ("head", c::head("cohort", Some(t)).checked().as_str()),
+            (
+                "unlinked_runs",
+                c::unlinked_runs("cohort", t, 10).checked().as_str()
+            ),
+            (
+                "runs_before",
+                c::runs_before("cohort", t).checked().as_str()
+            ),
+            (
+                "holds_outside",
+                c::holds_outside("cohort").checked().as_str()
+            ),
+        ])
+    );
+}
+
+#[test]
 fn request_statements() {
     use crate::sql::requests as r;
     let t = chrono::Utc::now();
