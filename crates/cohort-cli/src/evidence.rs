@@ -234,6 +234,12 @@ pub(crate) fn sign(s: &Signing<'_>) -> Result<(PathBuf, PathBuf), Failure> {
             "requests_with_due_date": r.erasures.timeliness,
         },
         "failures": r.failures,
+        "chain": r.chain.as_ref().map(|c| json!({
+            "head": c.head.as_ref().map(|h| h.spelling()),
+            "head_at_period_end": c.head_at_period_end.as_ref().map(|h| h.spelling()),
+            "verified_at_generation": c.verified,
+            "breaks": c.breaks,
+        })),
         "residual_copies": residual_copies(s),
     });
     let mut bytes = serde_json::to_vec_pretty(&manifest).expect("a manifest serialises");
@@ -331,4 +337,59 @@ pub(crate) fn verify(
     }
     out.valid = true;
     Ok(out)
+}
+
+/// `cohort verify` (no `--report`): walks the ledger's hash chain; exit 0
+/// intact, 1 broken (the first broken record named), 2 bad input.
+pub(crate) async fn verify_chain(
+    cohort: &cohort::Cohort,
+    json: bool,
+    expected: Option<cohort::chain::ExpectedHead>,
+) -> Result<(), Failure> {
+    let report = cohort.verify_chain(expected).await?;
+    if json {
+        crate::output::print_json(&serde_json::to_value(&report).expect("the report serialises"));
+    } else {
+        let head = report
+            .head
+            .as_ref()
+            .map(|h| h.spelling())
+            .unwrap_or_else(|| "-".into());
+        outln!(
+            "{} links walked, {} records compared, {} pruned under a checkpoint; head {head}.",
+            report.links,
+            report.records_checked,
+            report.records_pruned
+        );
+        if report.runs_before_chain > 0 {
+            outln!(
+                "{} runs were settled before the chain started: they are outside it.",
+                report.runs_before_chain
+            );
+        }
+        if report.holds_outside_chain > 0 {
+            outln!(
+                "{} holds were written outside the library (raw SQL, COPY) or before the chain started: they keep rows, and are not in the chain.",
+                report.holds_outside_chain
+            );
+        }
+        match report.first_break() {
+            None => outln!("The chain is intact."),
+            Some(first) => {
+                eprintln!("cohort: the chain is broken at {first}");
+                let more = report.breaks.len() - 1;
+                if more > 0 || report.more_breaks {
+                    eprintln!(
+                        "cohort: {}{more} more after it (--json lists them)",
+                        if report.more_breaks { "over " } else { "" }
+                    );
+                }
+            }
+        }
+    }
+    if report.intact {
+        Ok(())
+    } else {
+        Err(Failure::Status(1))
+    }
 }

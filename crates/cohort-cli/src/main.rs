@@ -277,10 +277,15 @@ enum Command {
         #[command(subcommand)]
         command: KeysCommand,
     },
-    /// Verify a signed report offline (no database, no policy file):
-    /// exit 0 when the signature and the report's digest hold, 1 when
-    /// they do not, naming what changed, 2 on bad input.
+    /// Verify the ledger's hash chain (reads with SELECT only), or with
+    /// --report a signed report offline (no database, no policy file):
+    /// exit 0 when it holds, 1 when it does not, naming the first record
+    /// that differs, 2 on bad input.
     Verify {
+        /// A chain head recorded earlier (N:HASH, as a report prints it):
+        /// the chain must still hold it.
+        #[arg(long, value_name = "N:HASH", conflicts_with = "report")]
+        head: Option<String>,
         /// The report file (its FILE.manifest.json beside it).
         #[arg(long, value_name = "FILE", requires_all = ["signature", "public_key"])]
         report: Option<PathBuf>,
@@ -672,6 +677,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             report: Some(report),
             signature: Some(signature),
             public_key: Some(public_key),
+            ..
         } => {
             let verified = evidence::verify(report, signature, public_key)?;
             if cli.json {
@@ -694,8 +700,18 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 Err(Failure::Status(1))
             }
         }
+        Command::Verify {
+            report: None, head, ..
+        } => {
+            let expected = head
+                .as_deref()
+                .map(str::parse::<cohort::chain::ExpectedHead>)
+                .transpose()?;
+            let (cohort, _) = open_ledger(&cli).await?;
+            evidence::verify_chain(&cohort, cli.json, expected).await
+        }
         Command::Verify { .. } => Err(Failure::Input(cohort::Error::InvalidInput(
-            "this version verifies signed reports only (--report FILE --signature SIG --public-key KEY); the ledger's hash chain is not built yet".into(),
+            "--report needs --signature SIG and --public-key KEY".into(),
         ))),
         Command::Prune { dry_run } => {
             let (cohort, _) = open(&cli).await?;

@@ -8,6 +8,9 @@ mod cli;
 #[path = "support/chromium.rs"]
 mod chromium;
 
+#[path = "support/relink.rs"]
+mod relink;
+
 use cli::cohort;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -273,6 +276,8 @@ async fn history() -> (TestDatabase, tempfile::TempDir) {
     .execute(db.pool())
     .await
     .unwrap();
+    // The hash chain as if recorded on those days.
+    relink::relink(db.pool(), "retention").await;
     (db, dir)
 }
 
@@ -671,6 +676,18 @@ fn json_facts(doc: &Value) -> BTreeMap<String, String> {
         ];
         put(key, text(&f["count"]));
     }
+    let chain = &doc["chain"];
+    let head = |h: &Value| match h {
+        Value::Null => String::new(),
+        h => format!("{}:{}", h["link_id"], text(&h["link"])),
+    };
+    put(["chain", "", "", "", "", "head"], head(&chain["head"]));
+    put(
+        ["chain", "", "", "", "", "head_at_period_end"],
+        head(&chain["head_at_period_end"]),
+    );
+    put(["chain", "", "", "", "", "verified"], text(&chain["verified"]));
+    put(["chain", "", "", "", "", "breaks"], text(&chain["breaks"]));
     out
 }
 
@@ -1354,10 +1371,9 @@ async fn a_signed_report_verifies_offline_and_a_changed_byte_fails_it() {
     );
     assert_eq!(out.status.code(), Some(2));
     assert!(!file.exists());
-    // `verify` without a report names what this version verifies.
-    let out = cohort(d, &["verify"], None);
+    // `verify --report` without its signature and key is refused.
+    let out = cohort(d, &["verify", "--report", file.to_str().unwrap()], None);
     assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("signed reports only"));
 }
 
 /// The report's first section states the period's totals, each the sum of
@@ -1598,4 +1614,128 @@ async fn the_report_says_whether_each_erasure_request_met_its_due_date() {
     // Another tenant's report has none of them.
     let other = stdout_json(&ok(report(d, url, &["--format", "json", "--tenant", B])));
     assert_eq!(other["erasures"]["deadlines"], serde_json::json!([]));
+}
+
+/// RS-035: `cohort verify` walks the ledger's hash chain (exit 0 intact, 1
+/// broken with the first broken record named, 2 on bad input), and the
+/// report carries the chain's heads and whether it verified when read.
+#[tokio::test]
+async fn verify_names_a_changed_count_and_the_report_states_the_chain() {
+    let (db, dir) = history().await;
+    let d = dir.path();
+    let url = db.url();
+    let out = cohort(d, &["--json", "verify"], url);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let walked = stdout_json(&out);
+    assert_eq!(walked["intact"], true);
+    assert!(
+        walked["records_checked"].as_u64().unwrap() >= 7,
+        "{walked:#}"
+    );
+    let head = format!(
+        "{}:{}",
+        walked["head"]["link_id"],
+        walked["head"]["link"].as_str().unwrap()
+    );
+    let text = cohort(d, &["verify"], url);
+    assert_eq!(text.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&text.stdout).contains("The chain is intact."));
+
+    // The report states the chain: its head now, its head at the end of
+    // the period, and that it verified.
+    let doc = stdout_json(&report(d, url, &["--format", "json"]));
+    assert_eq!(doc["chain"]["verified"], true, "{:#}", doc["chain"]);
+    assert_eq!(doc["chain"]["head"]["link_id"], walked["head"]["link_id"]);
+    let at_end = doc["chain"]["head_at_period_end"]["link_id"]
+        .as_i64()
+        .unwrap();
+    assert!(at_end > 1 && at_end <= walked["head"]["link_id"].as_i64().unwrap());
+    let html = String::from_utf8(report(d, url, &["--format", "html"]).stdout).unwrap();
+    assert!(html.contains("verified: intact when this report was read"));
+    assert!(html.contains(&head));
+    // Signed, the manifest carries the head.
+    let keys = d.join("auditor");
+    assert_eq!(
+        cohort(
+            d,
+            &["keys", "generate", "--out", keys.to_str().unwrap()],
+            None
+        )
+        .status
+        .code(),
+        Some(0)
+    );
+    let file = d.join("q1.json");
+    let signed = report(
+        d,
+        url,
+        &[
+            "--format",
+            "json",
+            "--output",
+            file.to_str().unwrap(),
+            "--sign",
+            d.join("auditor.key").to_str().unwrap(),
+        ],
+    );
+    assert_eq!(signed.status.code(), Some(0));
+    let manifest: Value =
+        serde_json::from_slice(&std::fs::read(d.join("q1.json.manifest.json")).unwrap()).unwrap();
+    assert_eq!(manifest["chain"]["head"], head.as_str());
+    assert_eq!(manifest["chain"]["verified_at_generation"], true);
+    // The head recorded, checked again.
+    assert_eq!(
+        cohort(d, &["verify", "--head", &head], url).status.code(),
+        Some(0)
+    );
+
+    // One count changed by hand: exit 1, the run and the field named.
+    let run_id: String = sqlx::query_scalar(
+        "UPDATE retention.sweep_run_entity_summary SET affected_count = affected_count + 5 \
+         WHERE summary_id = (SELECT min(summary_id) FROM retention.sweep_run_entity_summary \
+                             WHERE affected_count > 0) RETURNING run_id::text",
+    )
+    .fetch_one(db.pool())
+    .await
+    .unwrap();
+    let broken = cohort(d, &["verify"], url);
+    assert_eq!(broken.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&broken.stderr);
+    assert!(
+        err.contains(&format!("run {run_id} (link "))
+            && err.contains("changed")
+            && err.contains("affected_count"),
+        "{err}"
+    );
+    let json = stdout_json(&cohort(d, &["--json", "verify"], url));
+    assert_eq!(json["intact"], false);
+    assert_eq!(json["breaks"][0]["kind"], "changed");
+    assert_eq!(json["breaks"][0]["record"], format!("run {run_id}"));
+    let doc = stdout_json(&report(d, url, &["--format", "json"]));
+    assert_eq!(doc["chain"]["verified"], false);
+    let html = String::from_utf8(report(d, url, &["--format", "html"]).stdout).unwrap();
+    assert!(html.contains("NOT intact"));
+
+    // Bad input: exit 2, nothing read.
+    for args in [
+        &["verify", "--head", "12"][..],
+        &["verify", "--head", "3:xyz"],
+        &["verify", "--head", &head, "--report", "x.html"],
+    ] {
+        let out = cohort(d, args, url);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+    }
+    let empty = cohort_pgtemp::fresh_empty_database().await.unwrap();
+    let out = cohort(d, &["verify"], empty.url());
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("cohort migrate"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -88,6 +88,28 @@ pub struct Report {
     pub holds: Vec<HoldCounts>,
     /// Failures, by sanitised code.
     pub failures: Vec<FailureCount>,
+    /// The ledger's hash chain when the report was read: its heads and
+    /// whether `verify` passed (`None` on a ledger older than schema 19).
+    pub chain: Option<ChainEvidence>,
+}
+
+/// The ledger's hash chain as a report states it: the head an auditor
+/// writes down (and later gives `cohort verify --head`), and whether the
+/// chain verified when the report was read.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[non_exhaustive]
+pub struct ChainEvidence {
+    /// The newest link when the report was read: it stands for every
+    /// record linked before it, the period's included.
+    pub head: Option<crate::chain::ChainHead>,
+    /// The newest link linked by the end of the period.
+    pub head_at_period_end: Option<crate::chain::ChainHead>,
+    /// `cohort verify` found the chain intact when the report was read.
+    pub verified: bool,
+    /// Breaks found (none when verified).
+    pub breaks: usize,
+    /// The first break, in words.
+    pub first_break: Option<String>,
 }
 
 /// One entity, category and stage over the period.
@@ -378,6 +400,9 @@ impl Report {
         }
         out.holds(&self.holds);
         out.failures(&self.failures);
+        if let Some(c) = &self.chain {
+            out.chain(c);
+        }
         out.0
     }
 }
@@ -448,6 +473,21 @@ impl Facts {
             "tenant",
             opt(&report.tenant),
         );
+    }
+
+    /// The chain's heads and whether it verified.
+    fn chain(&mut self, c: &ChainEvidence) {
+        let head = |h: &Option<crate::chain::ChainHead>| {
+            h.as_ref().map(|h| h.spelling()).unwrap_or_default()
+        };
+        for (measure, value) in [
+            ("head", head(&c.head)),
+            ("head_at_period_end", head(&c.head_at_period_end)),
+            ("verified", c.verified.to_string()),
+            ("breaks", c.breaks.to_string()),
+        ] {
+            self.push("chain", no_owner(), String::new(), measure, value);
+        }
     }
 
     /// One entity's figures: its rules, runs, rows removed per month and rows kept.
@@ -809,8 +849,9 @@ pub(crate) async fn build(cx: &Context, request: &ReportRequest) -> Result<Repor
         request_deadlines(&mut tx, schema, &window, window.until.min(generated_at)).await?;
     erasures.timeliness = timeliness(&erasures.deadlines);
     let holds = hold_counts(&mut tx, schema, &window).await?;
-    let failures = failure_tally(&mut tx, schema, window).await?;
+    let failures = failure_tally(&mut tx, schema, window.clone()).await?;
     tx.commit().await?;
+    let chain = chain_evidence(cx, &window).await?;
 
     Ok(Report {
         from: request.from,
@@ -821,7 +862,28 @@ pub(crate) async fn build(cx: &Context, request: &ReportRequest) -> Result<Repor
         erasures,
         holds,
         failures: failure_counts(failures),
+        chain,
     })
+}
+
+/// The chain's heads (now, and at the period's end) and a walk of it.
+async fn chain_evidence(cx: &Context, window: &Window) -> Result<Option<ChainEvidence>> {
+    let mut conn = cx.pool.acquire().await?;
+    let installed = crate::schema::installed_version(&mut conn, &cx.config.schema).await?;
+    drop(conn);
+    if installed.is_none_or(|v| v < 19) {
+        return Ok(None);
+    }
+    let walked = crate::verify::verify(cx, None).await?;
+    let last_instant = window.until - chrono::Duration::microseconds(1);
+    let at_end = crate::verify::head(cx, Some(last_instant)).await?;
+    Ok(Some(ChainEvidence {
+        head: walked.head.clone(),
+        head_at_period_end: at_end,
+        verified: walked.intact,
+        breaks: walked.breaks.len(),
+        first_break: walked.first_break().map(|b| b.to_string()),
+    }))
 }
 
 /// Each entity line's place in the report's list, by its group.

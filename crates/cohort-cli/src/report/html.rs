@@ -21,6 +21,7 @@ th, td { border: 1px solid #d0d7de; padding: .25rem .55rem; text-align: left; ve
 th { background: #f6f8fa; font-weight: 600; }
 td.n, th.n { text-align: right; }
 table.glance td:last-child { color: #57606a; }
+td.hash { font-family: ui-monospace, monospace; font-size: 0.85em; word-break: break-all; }
 table.wide { font-size: .9em; }
 table.wide th, table.wide td { padding: .2rem .35rem; }
 .none { color: #57606a; font-style: italic; }
@@ -240,6 +241,33 @@ fn glance(report: &Report) -> Markup {
             strong data-glance="requests_late" { (t.late) } " late, "
             strong data-glance="requests_overdue" { (t.overdue) } " overdue, "
             (t.not_yet_due) " not yet due."
+        }
+        (chain(report))
+    }
+}
+
+/// The ledger's hash chain: whether `cohort verify` passed when the report
+/// was read, and the heads to write down (see docs/report.md, "How an
+/// auditor checks this report").
+fn chain(report: &Report) -> Markup {
+    let none = ("", "", "");
+    let Some(c) = &report.chain else {
+        return html! { p { "The ledger has no hash chain (schema older than 19): nothing here can be checked against it." } };
+    };
+    let head =
+        |h: &Option<cohort::chain::ChainHead>| h.as_ref().map(|h| h.spelling()).unwrap_or_default();
+    html! {
+        table.glance.chain {
+            tr {
+                th { "Ledger chain" }
+                td data-fact=(key("chain", none, "", "verified")) data-value=(c.verified) {
+                    @if c.verified { "verified: intact when this report was read" }
+                    @else { strong { "NOT intact" } ": " (c.breaks) " break(s); first: " (c.first_break.as_deref().unwrap_or("")) }
+                }
+            }
+            tr { th { "Breaks" } (fact(key("chain", none, "", "breaks"), c.breaks.to_string(), true)) }
+            tr { th { "Head now" } td.hash data-fact=(key("chain", none, "", "head")) { (head(&c.head)) } }
+            tr { th { "Head at the period's end" } td.hash data-fact=(key("chain", none, "", "head_at_period_end")) { (head(&c.head_at_period_end)) } }
         }
     }
 }
