@@ -686,7 +686,10 @@ fn json_facts(doc: &Value) -> BTreeMap<String, String> {
         ["chain", "", "", "", "", "head_at_period_end"],
         head(&chain["head_at_period_end"]),
     );
-    put(["chain", "", "", "", "", "verified"], text(&chain["verified"]));
+    put(
+        ["chain", "", "", "", "", "verified"],
+        text(&chain["verified"]),
+    );
     put(["chain", "", "", "", "", "breaks"], text(&chain["breaks"]));
     out
 }
@@ -1735,6 +1738,96 @@ async fn verify_names_a_changed_count_and_the_report_states_the_chain() {
     assert_eq!(out.status.code(), Some(2));
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("cohort migrate"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// docs/report.md, "How an auditor checks this report": its shell blocks,
+/// run as written (one `sh -e` script, `cohort` on the PATH) on a real
+/// ledger; then the same steps fail when the ledger is changed.
+#[tokio::test]
+async fn the_auditors_steps_in_the_guide_run_as_written() {
+    let guide =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/report.md"))
+            .unwrap();
+    let section = guide
+        .split("## How an auditor checks this report")
+        .nth(1)
+        .expect("the section")
+        .split("\n## ")
+        .next()
+        .unwrap();
+    let mut script = String::from("set -e\n");
+    for block in section.split("```sh\n").skip(1) {
+        let code = block.split("```").next().unwrap();
+        for line in code.lines() {
+            script.push_str(line.trim_start());
+            script.push('\n');
+        }
+    }
+    assert!(script.contains("cohort verify --head"), "{script}");
+    let (db, dir) = history().await;
+    let d = dir.path();
+    let bin = Path::new(env!("CARGO_BIN_EXE_cohort")).parent().unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let run = || {
+        std::process::Command::new("sh")
+            .arg("-c")
+            .arg(&script)
+            .current_dir(d)
+            .env_clear()
+            .env("PATH", &path)
+            .env("DATABASE_URL", db.url())
+            .env("HOME", d)
+            .output()
+            .unwrap()
+    };
+    let out = run();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{script}\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for f in [
+        "q1.html",
+        "q1.html.sig",
+        "q1.html.manifest.json",
+        "auditor.pub",
+    ] {
+        assert!(d.join(f).exists(), "{f}");
+    }
+    // A count changed afterwards: the last step fails, naming the run.
+    sqlx::query(
+        "UPDATE retention.sweep_run_entity_summary SET held_count = held_count + 1 \
+         WHERE summary_id = (SELECT max(summary_id) FROM retention.sweep_run_entity_summary)",
+    )
+    .execute(db.pool())
+    .await
+    .unwrap();
+    let head = script
+        .lines()
+        .skip_while(|l| !l.starts_with("HEAD="))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!("set -e\n{head}"))
+        .current_dir(d)
+        .env_clear()
+        .env("PATH", &path)
+        .env("DATABASE_URL", db.url())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("held_count"),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
