@@ -373,6 +373,23 @@ pub(crate) async fn verify_chain(
                 report.holds_outside_chain
             );
         }
+        for c in &report.checkpoints {
+            let cut = |t: &Option<chrono::DateTime<chrono::Utc>>| {
+                t.map(|t| t.to_rfc3339()).unwrap_or_else(|| "-".into())
+            };
+            outln!(
+                "checkpoint link {} at {}: {} links pruned (succeeded runs before {}, failed runs before {}, inactive holds before {}).",
+                c.link_id,
+                c.linked_at.to_rfc3339(),
+                c.links,
+                cut(&c.succeeded_before),
+                cut(&c.failed_before),
+                cut(&c.holds_before)
+            );
+        }
+        for w in &report.warnings {
+            eprintln!("cohort: warning: {w}");
+        }
         match report.first_break() {
             None => outln!("The chain is intact."),
             Some(first) => {

@@ -188,11 +188,45 @@ pub struct ReleaseRecord {
     pub released_at: i64,
 }
 
-/// What the pruner deleted: each link whose record went, with its digest.
+/// What the pruner deleted: the cutoffs it deleted under, and each link
+/// whose record went, with its digest.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CheckpointRecord {
+    /// The pass's cutoffs.
+    pub cutoffs: PruneCutoffs,
     /// The links whose records were deleted, in link order.
     pub pruned: Vec<PrunedLink>,
+}
+
+/// The cutoffs of one pruning pass, as microseconds since the Unix epoch:
+/// what it could delete. `None`: it deleted nothing of that kind.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PruneCutoffs {
+    /// Succeeded runs settled before this.
+    pub succeeded_before: Option<i64>,
+    /// Failed, partially failed and cancelled runs settled before this.
+    pub failed_before: Option<i64>,
+    /// Holds released or expired before this.
+    pub holds_before: Option<i64>,
+}
+
+/// A checkpoint as `verify` found it: when, under which cutoffs, and how
+/// many records it stands for. An auditor compares the cutoffs with how
+/// long the policy keeps history (`[cohort.prune]`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CheckpointSeen {
+    /// Its link.
+    pub link_id: i64,
+    /// When it was linked.
+    pub linked_at: DateTime<Utc>,
+    /// Succeeded runs settled before this could go.
+    pub succeeded_before: Option<DateTime<Utc>>,
+    /// Failed runs settled before this could go.
+    pub failed_before: Option<DateTime<Utc>>,
+    /// Holds inactive before this could go.
+    pub holds_before: Option<DateTime<Utc>>,
+    /// Links it stands for.
+    pub links: usize,
 }
 
 /// One link a checkpoint stands for.
@@ -403,6 +437,12 @@ pub struct ChainReport {
     pub holds_outside_chain: u64,
     /// The newest link.
     pub head: Option<ChainHead>,
+    /// The pruner's checkpoints, in order.
+    pub checkpoints: Vec<CheckpointSeen>,
+    /// What does not break the chain but an auditor should read: a
+    /// checkpoint that pruned newer history than the policy `verify` runs
+    /// with keeps (forged, or written under another policy).
+    pub warnings: Vec<String>,
     /// Every break found, in chain order (at most [`ChainReport::LIMIT`]);
     /// the first is the one to look at.
     pub breaks: Vec<ChainBreak>,
@@ -425,6 +465,8 @@ impl ChainReport {
             runs_before_chain: 0,
             holds_outside_chain: 0,
             head: None,
+            checkpoints: Vec::new(),
+            warnings: Vec::new(),
             breaks: Vec::new(),
             more_breaks: false,
         }

@@ -19,8 +19,8 @@ use sqlx::Row;
 use uuid::Uuid;
 
 use crate::chain::{
-    self, BreakKind, ChainBreak, ChainHead, ChainReport, CheckpointRecord, ExpectedHead, LinkKind,
-    ReleaseRecord,
+    self, BreakKind, ChainBreak, ChainHead, ChainReport, CheckpointRecord, CheckpointSeen,
+    ExpectedHead, LinkKind, PruneCutoffs, ReleaseRecord,
 };
 use crate::context::Context;
 use crate::error::Result;
@@ -53,9 +53,11 @@ struct LinkRow {
 struct Walk {
     breaks: Vec<ChainBreak>,
     more: bool,
-    /// Linked records found gone, waiting for a checkpoint: link → (label,
-    /// digest).
-    gone: BTreeMap<i64, (String, String)>,
+    /// Linked records found gone, waiting for a checkpoint, by link.
+    gone: BTreeMap<i64, Gone>,
+    /// Gone holds' expiry and release times (from their links), to check
+    /// a checkpoint's cutoff reached them.
+    gone_holds: HashMap<Uuid, (Option<i64>, Option<i64>)>,
     /// Each hold's latest release link: hold → (link, record).
     releases: HashMap<Uuid, (i64, ReleaseRecord)>,
     /// Holds in the chain that carry a release time: hold → placing link.
@@ -64,7 +66,80 @@ struct Walk {
     records_pruned: u64,
 }
 
+/// A linked record no longer in the ledger.
+struct Gone {
+    name: String,
+    kind: LinkKind,
+    subject: Uuid,
+    record: String,
+}
+
 impl Walk {
+    fn gone(&mut self, link_id: i64, kind: LinkKind, subject: Uuid, record: String) {
+        let name = label(kind, Some(subject), link_id);
+        if matches!(kind, LinkKind::HoldPlaced | LinkKind::HoldReleased) {
+            let times = self.gone_holds.entry(subject).or_default();
+            if let Ok(h) = serde_json::from_str::<chain::HoldRecord>(&record) {
+                times.0 = h.expires_at;
+            }
+            if let Ok(r) = serde_json::from_str::<ReleaseRecord>(&record) {
+                times.1 = Some(r.released_at);
+            }
+        }
+        self.gone.insert(
+            link_id,
+            Gone {
+                name,
+                kind,
+                subject,
+                record,
+            },
+        );
+    }
+
+    /// Why the cutoffs of a checkpoint could not have deleted a record
+    /// (`None`: they could).
+    fn out_of_reach(&self, g: &Gone, cut: &PruneCutoffs) -> Option<String> {
+        let shown = |m: i64| {
+            DateTime::<Utc>::from_timestamp_micros(m)
+                .map(|t| t.to_rfc3339())
+                .unwrap_or_else(|| m.to_string())
+        };
+        let reached = |at: Option<i64>, before: Option<i64>, what: &str| match (at, before) {
+            (_, None) => Some(format!("the checkpoint pruned no {what}")),
+            (Some(at), Some(c)) if at < c => None,
+            (Some(at), Some(c)) => Some(format!(
+                "{what} up to {} only, and this one is of {}",
+                shown(c),
+                shown(at)
+            )),
+            (None, Some(_)) => Some(format!(
+                "this one never ended, so no {what} cutoff reaches it"
+            )),
+        };
+        match g.kind {
+            LinkKind::Run => {
+                let r: chain::RunRecord = serde_json::from_str(&g.record).ok()?;
+                match r.status.as_str() {
+                    "succeeded" => reached(r.settled_at, cut.succeeded_before, "succeeded runs"),
+                    "failed" | "partially_failed" | "cancelled" => {
+                        reached(r.settled_at, cut.failed_before, "failed runs")
+                    }
+                    other => Some(format!("a {other} run is never pruned")),
+                }
+            }
+            _ => {
+                let (expires, released) =
+                    self.gone_holds.get(&g.subject).copied().unwrap_or_default();
+                let inactive = match (expires, released) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                };
+                reached(inactive, cut.holds_before, "inactive holds")
+            }
+        }
+    }
+
     fn broken(&mut self, link_id: Option<i64>, record: String, kind: BreakKind, detail: String) {
         if self.breaks.len() < KEEP {
             self.breaks.push(ChainBreak {
@@ -96,10 +171,17 @@ pub(crate) async fn verify(cx: &Context, expected: Option<ExpectedHead>) -> Resu
     let mut conn = cx.pool.acquire().await?;
     let mut tx = sqlx::Connection::begin_with(&mut *conn, crate::sql::SNAPSHOT).await?;
     let mut report = ChainReport::new();
+    // The history limits of the policy verify runs with, to hold each
+    // checkpoint's cutoffs to (a warning, not a break: the policy may
+    // have changed since).
+    let policy = crate::services::PrunerConfig::from_config(&cx.config)
+        .ok()
+        .flatten();
     let mut walk = Walk {
         breaks: Vec::new(),
         more: false,
         gone: BTreeMap::new(),
+        gone_holds: HashMap::new(),
         releases: HashMap::new(),
         released_holds: HashMap::new(),
         records_checked: 0,
@@ -133,7 +215,7 @@ pub(crate) async fn verify(cx: &Context, expected: Option<ExpectedHead>) -> Resu
         let last_id = last.link_id;
         let mut runs: Vec<(i64, Uuid, String)> = Vec::new();
         let mut holds: Vec<(i64, LinkKind, Uuid, String)> = Vec::new();
-        let mut checkpoints: Vec<(i64, CheckpointRecord)> = Vec::new();
+        let mut checkpoints: Vec<(i64, DateTime<Utc>, CheckpointRecord)> = Vec::new();
         for l in &page {
             report.links += 1;
             let kind = LinkKind::parse(&l.kind);
@@ -229,7 +311,7 @@ pub(crate) async fn verify(cx: &Context, expected: Option<ExpectedHead>) -> Resu
                             if c.pruned.iter().map(|p| p.link_id).collect::<Vec<_>>()
                                 == l.covers =>
                         {
-                            checkpoints.push((l.link_id, c))
+                            checkpoints.push((l.link_id, l.linked_at, c))
                         }
                         _ => walk.broken(
                             Some(l.link_id),
@@ -249,36 +331,24 @@ pub(crate) async fn verify(cx: &Context, expected: Option<ExpectedHead>) -> Resu
         }
         check_runs(&mut tx, schema, runs, &mut walk).await?;
         check_holds(&mut tx, schema, holds, &mut walk).await?;
-        for (link_id, c) in checkpoints {
-            for p in c.pruned {
-                match walk.gone.get(&p.link_id) {
-                    Some((_, digest)) if *digest == p.digest => {
-                        walk.gone.remove(&p.link_id);
-                        walk.records_pruned += 1;
-                    }
-                    Some((name, _)) => {
-                        let name = name.clone();
-                        walk.gone.remove(&p.link_id);
-                        walk.broken(
-                            Some(p.link_id),
-                            name,
-                            BreakKind::Missing,
-                            format!("it is gone, and checkpoint link {link_id} stands for another record in its place"),
-                        );
-                    }
-                    None => {}
-                }
-            }
+        for (link_id, linked_at, c) in checkpoints {
+            checkpoint(
+                &mut walk,
+                &mut report,
+                (link_id, linked_at),
+                c,
+                policy.as_ref(),
+            );
         }
         if (page.len() as i64) < PAGE {
             break;
         }
         next_id = last_id + 1;
     }
-    for (link_id, (name, _)) in std::mem::take(&mut walk.gone) {
+    for (link_id, g) in std::mem::take(&mut walk.gone) {
         walk.broken(
             Some(link_id),
-            name,
+            g.name,
             BreakKind::Missing,
             "its record was deleted, and no checkpoint of the pruner stands for it".into(),
         );
@@ -351,9 +421,7 @@ async fn check_runs(
     for (link_id, run_id, linked) in runs {
         let name = format!("run {run_id}");
         match current.get(&run_id) {
-            None => {
-                walk.gone.insert(link_id, (name, chain::digest(&linked)));
-            }
+            None => walk.gone(link_id, LinkKind::Run, run_id, linked),
             Some(now) => {
                 walk.records_checked += 1;
                 let now = chain::canonical(now);
@@ -386,7 +454,7 @@ async fn check_holds(
     for (link_id, kind, hold_id, linked) in holds {
         let name = format!("hold {hold_id}");
         let Some(now) = current.get(&hold_id) else {
-            walk.gone.insert(link_id, (name, chain::digest(&linked)));
+            walk.gone(link_id, kind, hold_id, linked);
             continue;
         };
         if kind == LinkKind::HoldReleased {
@@ -488,4 +556,82 @@ pub(crate) async fn head(cx: &Context, at: Option<DateTime<Utc>>) -> Result<Opti
         }),
         None => None,
     })
+}
+
+/// A checkpoint against the records it stands for: each must be gone with
+/// the digest it was linked with, and within the checkpoint's cutoffs,
+/// which cannot be after the checkpoint itself; the cutoffs are held to
+/// the policy's history limits as a warning.
+fn checkpoint(
+    walk: &mut Walk,
+    report: &mut ChainReport,
+    (link_id, linked_at): (i64, DateTime<Utc>),
+    c: CheckpointRecord,
+    policy: Option<&crate::services::PrunerConfig>,
+) {
+    let at = |m: Option<i64>| m.and_then(DateTime::<Utc>::from_timestamp_micros);
+    let cut = c.cutoffs;
+    report.checkpoints.push(CheckpointSeen {
+        link_id,
+        linked_at,
+        succeeded_before: at(cut.succeeded_before),
+        failed_before: at(cut.failed_before),
+        holds_before: at(cut.holds_before),
+        links: c.pruned.len(),
+    });
+    let now = chain::micros(linked_at);
+    if [cut.succeeded_before, cut.failed_before, cut.holds_before]
+        .iter()
+        .flatten()
+        .any(|c| *c > now)
+    {
+        walk.broken(
+            Some(link_id),
+            "checkpoint".into(),
+            BreakKind::Changed,
+            "its cutoffs are after the checkpoint itself: no pruning pass writes that".into(),
+        );
+    }
+    if let Some(policy) = policy {
+        if let Ok((runs, holds)) = crate::services::pruner::cutoffs(policy, linked_at) {
+            for (what, claimed, allowed) in [
+                ("succeeded runs", cut.succeeded_before, runs.succeeded),
+                ("failed runs", cut.failed_before, runs.failed),
+                ("inactive holds", cut.holds_before, holds),
+            ] {
+                let Some(claimed) = at(claimed) else { continue };
+                match allowed {
+                    None => report.warnings.push(format!(
+                        "checkpoint link {link_id} ({linked_at}) pruned {what} before {claimed}; the policy verify ran with does not prune {what}"
+                    )),
+                    Some(allowed) if claimed > allowed => report.warnings.push(format!(
+                        "checkpoint link {link_id} ({linked_at}) pruned {what} before {claimed}; the policy verify ran with keeps them until {allowed} at that time: it was written under another policy, or forged"
+                    )),
+                    Some(_) => {}
+                }
+            }
+        }
+    }
+    for p in c.pruned {
+        let Some(g) = walk.gone.remove(&p.link_id) else {
+            continue;
+        };
+        if chain::digest(&g.record) != p.digest {
+            walk.broken(
+                Some(p.link_id),
+                g.name,
+                BreakKind::Missing,
+                format!("it is gone, and checkpoint link {link_id} stands for another record in its place"),
+            );
+        } else if let Some(why) = walk.out_of_reach(&g, &cut) {
+            walk.broken(
+                Some(p.link_id),
+                g.name,
+                BreakKind::Missing,
+                format!("it is gone under checkpoint link {link_id}, whose cutoffs do not reach it: {why}"),
+            );
+        } else {
+            walk.records_pruned += 1;
+        }
+    }
 }

@@ -420,6 +420,10 @@ async fn pruning_writes_a_checkpoint_and_a_recorded_head_catches_a_rewrite() {
     let after = verify(&cohort).await;
     assert!(after.intact, "{:?}", after.breaks);
     assert_eq!((after.records_pruned, after.records_checked), (4, 0));
+    assert_eq!(after.checkpoints.len(), 2);
+    assert!(after.checkpoints[0].succeeded_before.is_some());
+    assert!(after.checkpoints[1].holds_before.is_some());
+    assert!(after.warnings.is_empty(), "{:?}", after.warnings);
     let _ = (runs, hold);
 
     // A checkpoint cannot be dropped to hide a deletion.
@@ -539,4 +543,123 @@ async fn verify_reads_with_select_only_and_refuses_a_ledger_before_the_chain() {
     let e = c.verify_chain(None).await.unwrap_err();
     assert!(e.to_string().contains("version 18"), "{e}");
     assert!(e.to_string().contains("cohort migrate"), "{e}");
+}
+
+/// Appends a link by hand, as someone with write access could: the next
+/// number, the head's hash as `prev`.
+async fn append(pool: &PgPool, kind: LinkKind, record: &str, covers: &[i64]) {
+    let head = links(pool).await.pop().unwrap();
+    let id = head.link_id + 1;
+    let digest = chain::digest(record);
+    let link = chain::link_hash(&head.link, id, kind, None, &digest);
+    sqlx::query(
+        "INSERT INTO public.ledger_link (link_id, kind, record, digest, prev, link, covers) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7)",
+    )
+    .bind(id)
+    .bind(kind.as_str())
+    .bind(record)
+    .bind(&digest)
+    .bind(&head.link)
+    .bind(&link)
+    .bind(covers)
+    .execute(pool)
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn a_forged_checkpoint_is_named_when_its_cutoffs_miss_and_warned_of_against_the_policy() {
+    let db = engine_db().await;
+    let (_, runs, _) = history(&db).await;
+    // Run 2 deleted by hand, and a checkpoint appended for it that claims
+    // a cutoff from before the run settled: the cutoff does not reach it.
+    let victim = links(db.pool()).await[2].clone();
+    exec(
+        db.pool(),
+        &format!(
+            "DELETE FROM public.sweep_row_handler_status WHERE run_id = '{r}';
+             DELETE FROM public.sweep_run_row_detail WHERE run_id = '{r}';
+             DELETE FROM public.sweep_run_entity_summary WHERE run_id = '{r}';
+             DELETE FROM public.sweep_run WHERE run_id = '{r}';",
+            r = runs[1]
+        ),
+    )
+    .await;
+    let old = chrono::Utc::now() - Duration::days(400);
+    let record = |before: chrono::DateTime<chrono::Utc>| {
+        chain::canonical(&chain::CheckpointRecord {
+            cutoffs: chain::PruneCutoffs {
+                succeeded_before: Some(before.timestamp_micros()),
+                ..Default::default()
+            },
+            pruned: vec![chain::PrunedLink {
+                link_id: victim.link_id,
+                digest: victim.digest.clone(),
+            }],
+        })
+    };
+    append(
+        db.pool(),
+        LinkKind::Checkpoint,
+        &record(old),
+        &[victim.link_id],
+    )
+    .await;
+    let mut config = test_config();
+    config.prune.runs_older_than = Some(days(90));
+    let cohort = engine_cohort_on(db.pool().clone(), config).await;
+    let r = verify(&cohort).await;
+    let b = r.first_break().unwrap();
+    assert_eq!(
+        (b.link_id, b.kind, b.record.clone()),
+        (Some(3), BreakKind::Missing, format!("run {}", runs[1]))
+    );
+    assert!(b.detail.contains("cutoffs do not reach it"), "{}", b.detail);
+    assert_eq!(r.checkpoints.len(), 1);
+
+    // A cutoff that reaches it, newer than the policy allows: the chain
+    // holds, and verify warns.
+    exec(
+        db.pool(),
+        "DELETE FROM public.ledger_link WHERE kind = 'checkpoint'",
+    )
+    .await;
+    append(
+        db.pool(),
+        LinkKind::Checkpoint,
+        &record(chrono::Utc::now()),
+        &[victim.link_id],
+    )
+    .await;
+    let r = verify(&cohort).await;
+    assert!(r.intact, "{:?}", r.breaks);
+    assert_eq!(r.records_pruned, 1);
+    assert_eq!(r.warnings.len(), 1, "{:?}", r.warnings);
+    assert!(
+        r.warnings[0].contains("keeps them until"),
+        "{}",
+        r.warnings[0]
+    );
+    // A cutoff after the checkpoint itself: no pass writes that.
+    exec(
+        db.pool(),
+        "DELETE FROM public.ledger_link WHERE kind = 'checkpoint'",
+    )
+    .await;
+    append(
+        db.pool(),
+        LinkKind::Checkpoint,
+        &record(chrono::Utc::now() + Duration::days(30)),
+        &[victim.link_id],
+    )
+    .await;
+    let r = verify(&cohort).await;
+    assert!(
+        r.breaks
+            .iter()
+            .any(|b| b.record == "checkpoint" && b.detail.contains("after the checkpoint itself")),
+        "{:?}",
+        r.breaks
+    );
 }

@@ -13,8 +13,8 @@ use sqlx::{PgConnection, Row};
 use uuid::Uuid;
 
 use crate::chain::{
-    self, CheckpointRecord, HoldRecord, Interval, LinkKind, PrunedLink, ReleaseRecord, RunRecord,
-    SummaryRecord,
+    self, CheckpointRecord, HoldRecord, Interval, LinkKind, PruneCutoffs, PrunedLink,
+    ReleaseRecord, RunRecord, SummaryRecord,
 };
 use crate::sql::chain as statements;
 
@@ -256,12 +256,13 @@ pub(crate) async fn link_hold_released(
 }
 
 /// Before the records of `subjects` (runs or holds) are deleted, in the
-/// same transaction: a checkpoint link standing for their links. Nothing
-/// when none of them was linked.
+/// same transaction: a checkpoint link standing for their links, with the
+/// pass's cutoffs. Nothing when none of them was linked.
 pub(crate) async fn checkpoint(
     conn: &mut PgConnection,
     schema: &str,
     subjects: &[Uuid],
+    cutoffs: PruneCutoffs,
 ) -> Result<(), sqlx::Error> {
     if subjects.is_empty() {
         return Ok(());
@@ -277,7 +278,7 @@ pub(crate) async fn checkpoint(
         return Ok(());
     }
     let covers = pruned.iter().map(|p| p.link_id).collect();
-    let record = chain::canonical(&CheckpointRecord { pruned });
+    let record = chain::canonical(&CheckpointRecord { cutoffs, pruned });
     append(conn, schema, LinkKind::Checkpoint, None, record, covers)
         .await
         .map(drop)

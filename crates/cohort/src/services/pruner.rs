@@ -166,7 +166,7 @@ async fn delete_batches(
     stop: &StopCheck<'_>,
     limit: u64,
     deleted: &mut u64,
-    statement: impl Fn() -> Statement<Batch>,
+    (statement, holds_before): (impl Fn() -> Statement<Batch>, Option<DateTime<Utc>>),
 ) -> Result<bool> {
     loop {
         if stop.stop(cx).await? {
@@ -177,7 +177,11 @@ async fn delete_batches(
         let mut conn = cx.pool.acquire().await?;
         let mut tx = sqlx::Connection::begin_with(&mut *conn, crate::sql::READ_COMMITTED).await?;
         let ids: Vec<uuid::Uuid> = statement().query_scalar().fetch_all(&mut *tx).await?;
-        crate::run::chain::checkpoint(&mut tx, &cx.config.schema, &ids).await?;
+        let cutoffs = crate::chain::PruneCutoffs {
+            holds_before: holds_before.map(crate::chain::micros),
+            ..Default::default()
+        };
+        crate::run::chain::checkpoint(&mut tx, &cx.config.schema, &ids, cutoffs).await?;
         tx.commit().await?;
         let done = ids.len() as u64;
         *deleted += done;
@@ -223,21 +227,23 @@ pub(crate) async fn pass(
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
     };
-    let tables: [(Option<DateTime<Utc>>, Counted, Deleted, Counter); 2] = [
+    let tables: [OtherTable; 2] = [
         (
             occurrences_before,
             PrunePlan::count_occurrences,
             PrunePlan::delete_occurrences,
             |r| &mut r.occurrences,
+            false,
         ),
         (
             holds_before,
             PrunePlan::count_holds,
             PrunePlan::delete_holds,
             |r| &mut r.holds,
+            true,
         ),
     ];
-    for (before, count_of, delete_of, counter) in tables {
+    for (before, count_of, delete_of, counter, linked) in tables {
         let Some(before) = before else {
             continue;
         };
@@ -255,13 +261,21 @@ pub(crate) async fn pass(
             )
         };
         let deleted = counter(&mut report);
-        if !delete_batches(cx, &stop, batch as u64, deleted, delete).await? {
+        // Holds are linked in the hash chain: their checkpoint says the
+        // cutoff they went under.
+        let linked = linked.then_some(before);
+        if !delete_batches(cx, &stop, batch as u64, deleted, (delete, linked)).await? {
             report.stopped = true;
             return Ok(report);
         }
     }
     Ok(report)
 }
+
+/// A table pruned by time: its cutoff, its statements, its counter, and
+/// whether its rows are linked in the hash chain (their checkpoint then
+/// says the cutoff).
+type OtherTable = (Option<DateTime<Utc>>, Counted, Deleted, Counter, bool);
 
 /// Counts a table's rows before a time.
 type Counted = fn(&PrunePlan, Before) -> Statement<Before>;
@@ -323,7 +337,7 @@ async fn prune_runs(
             limit: batch,
         };
         prune_what_hangs(cx, st, of_runs, report).await?;
-        let runs = delete_runs(cx, st, ids.clone(), report).await?;
+        let runs = delete_runs(cx, st, (ids.clone(), runs_before), report).await?;
         if runs < ids.len() as u64 {
             // Some runs gained work meanwhile, or another pruner holds
             // them: not taken again in this pass.
@@ -366,7 +380,7 @@ async fn prune_what_hangs(
 async fn delete_runs(
     cx: &Context,
     st: &PrunePlan,
-    ids: Vec<uuid::Uuid>,
+    (ids, runs_before): (Vec<uuid::Uuid>, RunCutoffs),
     report: &mut PruneReport,
 ) -> Result<u64> {
     let mut conn = cx.pool.acquire().await?;
@@ -376,7 +390,12 @@ async fn delete_runs(
         .query_scalar()
         .fetch_all(&mut *tx)
         .await?;
-    crate::run::chain::checkpoint(&mut tx, &cx.config.schema, &victims).await?;
+    let cutoffs = crate::chain::PruneCutoffs {
+        succeeded_before: runs_before.succeeded.map(crate::chain::micros),
+        failed_before: runs_before.failed.map(crate::chain::micros),
+        holds_before: None,
+    };
+    crate::run::chain::checkpoint(&mut tx, &cx.config.schema, &victims, cutoffs).await?;
     report.summaries += st
         .delete_summaries(Runs(victims.clone()))
         .query()
