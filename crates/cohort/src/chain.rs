@@ -472,27 +472,6 @@ impl ChainReport {
         }
     }
 
-    /// Records a break.
-    pub(crate) fn broken(
-        &mut self,
-        link_id: Option<i64>,
-        record: String,
-        kind: BreakKind,
-        detail: String,
-    ) {
-        self.intact = false;
-        if self.breaks.len() < Self::LIMIT {
-            self.breaks.push(ChainBreak {
-                link_id,
-                record,
-                kind,
-                detail,
-            });
-        } else {
-            self.more_breaks = true;
-        }
-    }
-
     /// The first break, the one `verify` names.
     pub fn first_break(&self) -> Option<&ChainBreak> {
         self.breaks.first()

@@ -400,10 +400,10 @@ pub(crate) async fn verify(cx: &Context, expected: Option<ExpectedHead>) -> Resu
     report.records_pruned = walk.records_pruned;
     walk.breaks
         .sort_by_key(|b| (b.link_id.is_none(), b.link_id.unwrap_or(0)));
-    report.more_breaks = walk.more;
-    for b in walk.breaks {
-        report.broken(b.link_id, b.record, b.kind, b.detail);
-    }
+    report.more_breaks = walk.more || walk.breaks.len() > ChainReport::LIMIT;
+    walk.breaks.truncate(ChainReport::LIMIT);
+    report.intact = walk.breaks.is_empty();
+    report.breaks = walk.breaks;
     Ok(report)
 }
 
@@ -419,7 +419,7 @@ async fn check_runs(
     let ids: Vec<Uuid> = runs.iter().map(|r| r.1).collect();
     let current = records::read_runs(conn, schema, &ids).await?;
     for (link_id, run_id, linked) in runs {
-        let name = format!("run {run_id}");
+        let name = label(LinkKind::Run, Some(run_id), link_id);
         match current.get(&run_id) {
             None => walk.gone(link_id, LinkKind::Run, run_id, linked),
             Some(now) => {
@@ -452,7 +452,7 @@ async fn check_holds(
     let ids: Vec<Uuid> = holds.iter().map(|h| h.2).collect();
     let current = records::read_holds(conn, schema, &ids).await?;
     for (link_id, kind, hold_id, linked) in holds {
-        let name = format!("hold {hold_id}");
+        let name = label(kind, Some(hold_id), link_id);
         let Some(now) = current.get(&hold_id) else {
             walk.gone(link_id, kind, hold_id, linked);
             continue;

@@ -51,6 +51,21 @@ async fn links(pool: &PgPool) -> Vec<Link> {
     .collect()
 }
 
+/// Deletes a run and everything hanging from it, as a person with write
+/// access could (not the pruner: no checkpoint).
+async fn delete_run_by_hand(pool: &PgPool, run_id: Uuid) {
+    exec(
+        pool,
+        &format!(
+            "DELETE FROM public.sweep_row_handler_status WHERE run_id = '{run_id}';
+             DELETE FROM public.sweep_run_row_detail WHERE run_id = '{run_id}';
+             DELETE FROM public.sweep_run_entity_summary WHERE run_id = '{run_id}';
+             DELETE FROM public.sweep_run WHERE run_id = '{run_id}';"
+        ),
+    )
+    .await;
+}
+
 async fn verify(cohort: &Cohort) -> ChainReport {
     cohort.verify_chain(None).await.unwrap()
 }
@@ -252,17 +267,7 @@ async fn a_deleted_run_is_missing_and_an_inserted_run_is_named() {
     let db = engine_db().await;
     let (cohort, runs, _) = history(&db).await;
     assert!(verify(&cohort).await.intact);
-    exec(
-        db.pool(),
-        &format!(
-            "DELETE FROM public.sweep_row_handler_status WHERE run_id = '{r}';
-             DELETE FROM public.sweep_run_row_detail WHERE run_id = '{r}';
-             DELETE FROM public.sweep_run_entity_summary WHERE run_id = '{r}';
-             DELETE FROM public.sweep_run WHERE run_id = '{r}';",
-            r = runs[1]
-        ),
-    )
-    .await;
+    delete_run_by_hand(db.pool(), runs[1]).await;
     let r = verify(&cohort).await;
     let b = r.first_break().unwrap();
     assert_eq!(
@@ -575,17 +580,7 @@ async fn a_forged_checkpoint_is_named_when_its_cutoffs_miss_and_warned_of_agains
     // Run 2 deleted by hand, and a checkpoint appended for it that claims
     // a cutoff from before the run settled: the cutoff does not reach it.
     let victim = links(db.pool()).await[2].clone();
-    exec(
-        db.pool(),
-        &format!(
-            "DELETE FROM public.sweep_row_handler_status WHERE run_id = '{r}';
-             DELETE FROM public.sweep_run_row_detail WHERE run_id = '{r}';
-             DELETE FROM public.sweep_run_entity_summary WHERE run_id = '{r}';
-             DELETE FROM public.sweep_run WHERE run_id = '{r}';",
-            r = runs[1]
-        ),
-    )
-    .await;
+    delete_run_by_hand(db.pool(), runs[1]).await;
     let old = chrono::Utc::now() - Duration::days(400);
     let record = |before: chrono::DateTime<chrono::Utc>| {
         chain::canonical(&chain::CheckpointRecord {

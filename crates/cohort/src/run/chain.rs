@@ -3,6 +3,15 @@
 //! a hold placed or released, the pruner's deletions. And reading the
 //! records back, the same way for the writer and for `verify`, so that a
 //! record rebuilt from unchanged rows is the text that was linked.
+//!
+//! What the chain relies on: every appender takes the chain's advisory
+//! lock (`LockKey::Chain`) inside a READ COMMITTED transaction (set
+//! explicitly, whatever the role's default), so the head it reads after
+//! the lock is the newest committed and links never fork or skip a number
+//! (`ledger_link_pkey` refuses a duplicate). Nothing relies on writers
+//! being honest: a run settled, a hold released or a record changed by
+//! anyone else (raw SQL, a restore, an older binary) is what `verify`
+//! reports, not something the chain can prevent.
 
 use std::collections::HashMap;
 

@@ -166,22 +166,21 @@ async fn delete_batches(
     stop: &StopCheck<'_>,
     limit: u64,
     deleted: &mut u64,
-    (statement, holds_before): (impl Fn() -> Statement<Batch>, Option<DateTime<Utc>>),
+    statement: impl Fn() -> Statement<Batch>,
+    chained: Option<crate::chain::PruneCutoffs>,
 ) -> Result<bool> {
     loop {
         if stop.stop(cx).await? {
             return Ok(false);
         }
-        // The deleted rows' ids, and in the same transaction a checkpoint
-        // standing for their links in the hash chain (holds have them).
+        // The deleted rows' ids, and, for rows linked in the hash chain, a
+        // checkpoint standing for their links in the same transaction.
         let mut conn = cx.pool.acquire().await?;
         let mut tx = sqlx::Connection::begin_with(&mut *conn, crate::sql::READ_COMMITTED).await?;
         let ids: Vec<uuid::Uuid> = statement().query_scalar().fetch_all(&mut *tx).await?;
-        let cutoffs = crate::chain::PruneCutoffs {
-            holds_before: holds_before.map(crate::chain::micros),
-            ..Default::default()
-        };
-        crate::run::chain::checkpoint(&mut tx, &cx.config.schema, &ids, cutoffs).await?;
+        if let Some(cutoffs) = chained {
+            crate::run::chain::checkpoint(&mut tx, &cx.config.schema, &ids, cutoffs).await?;
+        }
         tx.commit().await?;
         let done = ids.len() as u64;
         *deleted += done;
@@ -263,8 +262,11 @@ pub(crate) async fn pass(
         let deleted = counter(&mut report);
         // Holds are linked in the hash chain: their checkpoint says the
         // cutoff they went under.
-        let linked = linked.then_some(before);
-        if !delete_batches(cx, &stop, batch as u64, deleted, (delete, linked)).await? {
+        let chained = linked.then(|| crate::chain::PruneCutoffs {
+            holds_before: Some(crate::chain::micros(before)),
+            ..Default::default()
+        });
+        if !delete_batches(cx, &stop, batch as u64, deleted, delete, chained).await? {
             report.stopped = true;
             return Ok(report);
         }
@@ -337,7 +339,7 @@ async fn prune_runs(
             limit: batch,
         };
         prune_what_hangs(cx, st, of_runs, report).await?;
-        let runs = delete_runs(cx, st, (ids.clone(), runs_before), report).await?;
+        let runs = delete_runs(cx, st, ids.clone(), runs_before, report).await?;
         if runs < ids.len() as u64 {
             // Some runs gained work meanwhile, or another pruner holds
             // them: not taken again in this pass.
@@ -380,7 +382,8 @@ async fn prune_what_hangs(
 async fn delete_runs(
     cx: &Context,
     st: &PrunePlan,
-    (ids, runs_before): (Vec<uuid::Uuid>, RunCutoffs),
+    ids: Vec<uuid::Uuid>,
+    runs_before: RunCutoffs,
     report: &mut PruneReport,
 ) -> Result<u64> {
     let mut conn = cx.pool.acquire().await?;
