@@ -178,6 +178,11 @@ pub struct HoldRecord {
     pub expires_at: Option<i64>,
     pub subject_kind: Option<String>,
     pub subject: Option<String>,
+    /// The subject's other stored forms (folded text, uuid, integer: what
+    /// a sweep matches rows by), as one [`salted`] digest. Holds linked
+    /// before schema 20 have none, and are compared without it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forms: Option<String>,
 }
 
 /// A hold's release.

@@ -293,7 +293,8 @@ pub(crate) async fn create_journaled(
             "a hold must expire after it is created".into(),
         ));
     }
-    if journal {
+    let journaled = journal && cx.journal.is_some();
+    if journaled {
         journal_placed(cx, &req).await?;
     }
     // A subject hold waits at the hold gate for the batches past their
@@ -301,7 +302,7 @@ pub(crate) async fn create_journaled(
     // locked (a cascade reaching a row of the subject), which PostgreSQL
     // breaks as a deadlock. The hold is then simply placed again.
     let mut attempts = 0;
-    loop {
+    let placed = loop {
         match create_once(cx, &ready, &req).await {
             Err(Error::Database(e))
                 if attempts < 3
@@ -310,8 +311,38 @@ pub(crate) async fn create_journaled(
                 attempts += 1;
                 tracing::info!(hold = %req.hold_id, attempts, "placing the hold met a deadlock with a batch; placing it again");
             }
-            other => return other,
+            other => break other,
         }
+    };
+    match placed {
+        // Refused (no such record, a subject no column holds, …): nothing
+        // was written, and the journal says so, so its entry is no gap
+        // for restore-check, replay or the worker. A lost connection
+        // says nothing: the hold may have been placed.
+        Err(e) if journaled && e.kind().is_bad_input() => {
+            journal_not_placed(cx, req.hold_id, &e).await;
+            Err(e)
+        }
+        other => other,
+    }
+}
+
+/// Journals that a hold journaled as placed was refused. Logged, not
+/// returned: the caller returns the refusal itself.
+async fn journal_not_placed(cx: &Context, hold_id: Uuid, refusal: &Error) {
+    let Some(config) = &cx.journal else { return };
+    let appended = match crate::run::journal::Journal::open(config) {
+        Ok(j) => j
+            .append(crate::journal::Record::HoldNotPlaced {
+                hold_id,
+                why: format!("the database refused it: {refusal}"),
+            })
+            .await
+            .map(drop),
+        Err(e) => Err(e),
+    };
+    if let Err(e) = appended {
+        tracing::error!(%hold_id, error = %e, "journaling that a hold was refused failed; restore-check will name its entry until replay resolves it");
     }
 }
 

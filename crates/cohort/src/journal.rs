@@ -292,6 +292,25 @@ pub enum Record {
         /// When.
         released_at: DateTime<Utc>,
     },
+    /// A hold journaled as placed that the database refused (no such
+    /// record, a subject no column holds, …), or that `replay` could not
+    /// place again: it never came to exist, and no restore lost it.
+    HoldNotPlaced {
+        /// Its id.
+        hold_id: Uuid,
+        /// Why.
+        why: String,
+    },
+    /// A request journaled as opened that the database never took (another
+    /// request won its reference): it never came to exist.
+    RequestNotOpened {
+        /// Its id.
+        request_id: Uuid,
+        /// Its reference.
+        reference: String,
+        /// Why.
+        why: String,
+    },
 }
 
 impl Record {

@@ -63,6 +63,10 @@ pub struct RestoreCheck {
     pub holds_to_place: Vec<Uuid>,
     /// Holds the journal released that the database has in force.
     pub holds_to_release: Vec<Uuid>,
+    /// Entries for holds and requests that never came to exist (the
+    /// database refused them when they were made, or replay could not
+    /// make them again): resolved, not gaps, each with why.
+    pub resolved: Vec<String>,
 }
 
 impl RestoreCheck {
@@ -128,6 +132,8 @@ struct Journaled {
     reference: String,
     state: String,
     opened: Option<(u64, Record)>,
+    /// Why it never came to exist, when the journal says so.
+    not_opened: Option<String>,
 }
 
 /// A hold as the journal has it.
@@ -135,6 +141,8 @@ struct Journaled {
 struct JournaledHold {
     placed: Option<Record>,
     released: bool,
+    /// Why it never came to exist, when the journal says so.
+    not_placed: Option<String>,
 }
 
 /// The journal folded: requests and holds in the order it first names them.
@@ -163,6 +171,7 @@ fn fold(entries: Vec<crate::journal::Entry>) -> Folded {
                         reference: reference.clone(),
                         state: "open".into(),
                         opened: Some((e.seq, e.record.clone())),
+                        not_opened: None,
                     },
                 ));
             }
@@ -179,9 +188,22 @@ fn fold(entries: Vec<crate::journal::Entry>) -> Folded {
                         reference: reference.clone(),
                         state: state.clone(),
                         opened: None,
+                        not_opened: None,
                     },
                 )),
             },
+            Record::RequestNotOpened {
+                request_id, why, ..
+            } => {
+                if let Some((_, r)) = requests.iter_mut().find(|(id, _)| id == request_id) {
+                    r.not_opened = Some(why.clone());
+                }
+            }
+            Record::HoldNotPlaced { hold_id, why } => {
+                if let Some((_, h)) = holds.iter_mut().find(|(id, _)| id == hold_id) {
+                    h.not_placed = Some(why.clone());
+                }
+            }
             Record::HoldPlaced { hold_id, .. } => {
                 match holds.iter_mut().find(|(id, _)| id == hold_id) {
                     Some((_, h)) => h.placed = Some(e.record.clone()),
@@ -189,7 +211,7 @@ fn fold(entries: Vec<crate::journal::Entry>) -> Folded {
                         *hold_id,
                         JournaledHold {
                             placed: Some(e.record.clone()),
-                            released: false,
+                            ..JournaledHold::default()
                         },
                     )),
                 }
@@ -200,8 +222,8 @@ fn fold(entries: Vec<crate::journal::Entry>) -> Folded {
                     None => holds.push((
                         *hold_id,
                         JournaledHold {
-                            placed: None,
                             released: true,
+                            ..JournaledHold::default()
                         },
                     )),
                 }
@@ -274,6 +296,11 @@ async fn compare(cx: &Context, folded: &Folded) -> Result<RestoreCheck> {
             database_state: db_requests.get(id).cloned(),
         };
         match db_requests.get(id) {
+            None if r.not_opened.is_some() => out.resolved.push(format!(
+                "erasure request {} (entry for {id}) was journaled but never opened: {}",
+                r.reference,
+                r.not_opened.as_deref().unwrap_or_default()
+            )),
             None => out.missing_requests.push(gap),
             Some(db) if rank(db) < rank(&r.state) => out.behind_requests.push(gap),
             Some(_) => {}
@@ -281,6 +308,10 @@ async fn compare(cx: &Context, folded: &Folded) -> Result<RestoreCheck> {
     }
     for (id, h) in &folded.holds {
         match (db_holds.get(id), h.released) {
+            (None, false) if h.not_placed.is_some() => out.resolved.push(format!(
+                "hold {id} was journaled but never placed: {}",
+                h.not_placed.as_deref().unwrap_or_default()
+            )),
             (None, false) => {
                 let expired = matches!(
                     &h.placed,
@@ -370,9 +401,19 @@ pub(crate) async fn replay(cx: &Context, dry_run: bool) -> Result<ReplayReport> 
         }
         match crate::holds::create_journaled(cx, req, false).await {
             Ok(_) => report.holds_placed.push(*hold_id),
-            Err(e) if e.kind().is_bad_input() => report
-                .skipped
-                .push(format!("hold {hold_id} could not be placed again: {e}")),
+            Err(e) if e.kind().is_bad_input() => {
+                // Refused as it stands (its record is gone, say): it cannot
+                // come to exist, so the journal says so and it no longer
+                // blocks restore-check, replay or the worker.
+                let why = format!("replay could not place it again: {e}");
+                journal
+                    .append(Record::HoldNotPlaced {
+                        hold_id: *hold_id,
+                        why: why.clone(),
+                    })
+                    .await?;
+                report.skipped.push(format!("hold {hold_id}: {why}"));
+            }
             Err(e) => return Err(e),
         }
     }

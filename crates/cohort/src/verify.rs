@@ -62,6 +62,10 @@ struct Walk {
     releases: HashMap<Uuid, (i64, ReleaseRecord)>,
     /// Holds in the chain that carry a release time: hold → placing link.
     released_holds: HashMap<Uuid, i64>,
+    /// Each hold's placing time as linked: hold → (link, created_at).
+    placed_at: HashMap<Uuid, (i64, i64)>,
+    /// Each hold's release time as linked: hold → (link, released_at).
+    released_at: HashMap<Uuid, (i64, i64)>,
     records_checked: u64,
     records_pruned: u64,
 }
@@ -184,6 +188,8 @@ pub(crate) async fn verify(cx: &Context, expected: Option<ExpectedHead>) -> Resu
         gone_holds: HashMap::new(),
         releases: HashMap::new(),
         released_holds: HashMap::new(),
+        placed_at: HashMap::new(),
+        released_at: HashMap::new(),
         records_checked: 0,
         records_pruned: 0,
     };
@@ -303,6 +309,7 @@ pub(crate) async fn verify(cx: &Context, expected: Option<ExpectedHead>) -> Resu
                 }
                 (LinkKind::Run, Some(s)) => runs.push((l.link_id, s, l.record.clone())),
                 (LinkKind::HoldPlaced | LinkKind::HoldReleased, Some(s)) => {
+                    release_in_time(&mut walk, l, kind, s);
                     holds.push((l.link_id, kind, s, l.record.clone()))
                 }
                 (LinkKind::Checkpoint, _) => {
@@ -354,6 +361,7 @@ pub(crate) async fn verify(cx: &Context, expected: Option<ExpectedHead>) -> Resu
         );
     }
     check_releases(&mut tx, schema, &mut walk).await?;
+    released_after_placed(&mut walk);
     if let Some(e) = &expected {
         if !head_seen {
             walk.broken(
@@ -475,7 +483,12 @@ async fn check_holds(
         if now.released_at.is_some() {
             walk.released_holds.insert(hold_id, link_id);
         }
-        let now = chain::canonical(&now.placed);
+        let mut now = now.placed.clone();
+        if serde_json::from_str::<chain::HoldRecord>(&linked).is_ok_and(|l| l.forms.is_none()) {
+            // Linked before schema 20, which added the subject's forms.
+            now.forms = None;
+        }
+        let now = chain::canonical(&now);
         if now != linked {
             let fields = chain::differences(&linked, &now, FIELDS).join("; ");
             walk.broken(
@@ -487,6 +500,67 @@ async fn check_holds(
         }
     }
     Ok(())
+}
+
+/// A release link's time against the link itself: a release is linked in
+/// the transaction that sets it, so its `released_at` (that transaction's
+/// start) is never after the link's `linked_at`. Records the linked
+/// placing and release times for [`released_after_placed`].
+fn release_in_time(walk: &mut Walk, l: &LinkRow, kind: LinkKind, hold: Uuid) {
+    if kind == LinkKind::HoldPlaced {
+        if let Ok(h) = serde_json::from_str::<chain::HoldRecord>(&l.record) {
+            walk.placed_at.insert(hold, (l.link_id, h.created_at));
+        }
+        return;
+    }
+    let Ok(r) = serde_json::from_str::<ReleaseRecord>(&l.record) else {
+        return;
+    };
+    walk.released_at.insert(hold, (l.link_id, r.released_at));
+    if r.released_at > chain::micros(l.linked_at) {
+        walk.broken(
+            Some(l.link_id),
+            label(kind, Some(hold), l.link_id),
+            BreakKind::Changed,
+            format!(
+                "its release time {} is after the link that records it ({}): no release writes that",
+                shown(r.released_at),
+                l.linked_at.to_rfc3339()
+            ),
+        );
+    }
+}
+
+/// Each linked release against its hold's linked placing: a hold is never
+/// released before it was placed (a release back-dated to make a pruning
+/// checkpoint reach a hold that was active).
+fn released_after_placed(walk: &mut Walk) {
+    let mut found = Vec::new();
+    for (hold, (link_id, released)) in &walk.released_at {
+        if let Some((_, created)) = walk.placed_at.get(hold) {
+            if released < created {
+                found.push((
+                    *link_id,
+                    format!("hold {hold}"),
+                    format!(
+                        "its release at {} is before the hold was placed ({}): back-dated",
+                        shown(*released),
+                        shown(*created)
+                    ),
+                ));
+            }
+        }
+    }
+    for (link_id, name, detail) in found {
+        walk.broken(Some(link_id), name, BreakKind::Changed, detail);
+    }
+}
+
+/// A chain time (microseconds) as RFC 3339.
+fn shown(m: i64) -> String {
+    DateTime::<Utc>::from_timestamp_micros(m)
+        .map(|t| t.to_rfc3339())
+        .unwrap_or_else(|| m.to_string())
 }
 
 /// Each hold's release time against its latest release link; a hold in
@@ -592,24 +666,30 @@ fn checkpoint(
             "its cutoffs are after the checkpoint itself: no pruning pass writes that".into(),
         );
     }
-    if let Some(policy) = policy {
-        if let Ok((runs, holds)) = crate::services::pruner::cutoffs(policy, linked_at) {
-            for (what, claimed, allowed) in [
-                ("succeeded runs", cut.succeeded_before, runs.succeeded),
-                ("failed runs", cut.failed_before, runs.failed),
-                ("inactive holds", cut.holds_before, holds),
-            ] {
-                let Some(claimed) = at(claimed) else { continue };
-                match allowed {
+    // A policy with no history limits prunes nothing, so it allows no
+    // checkpoint at all: every cutoff one claims is named.
+    let limits = match policy {
+        Some(policy) => crate::services::pruner::cutoffs(policy, linked_at)
+            .ok()
+            .map(|(runs, holds)| [runs.succeeded, runs.failed, holds]),
+        None => Some([None, None, None]),
+    };
+    if let Some([succeeded, failed, holds]) = limits {
+        for (what, claimed, allowed) in [
+            ("succeeded runs", cut.succeeded_before, succeeded),
+            ("failed runs", cut.failed_before, failed),
+            ("inactive holds", cut.holds_before, holds),
+        ] {
+            let Some(claimed) = at(claimed) else { continue };
+            match allowed {
                     None => report.warnings.push(format!(
-                        "checkpoint link {link_id} ({linked_at}) pruned {what} before {claimed}; the policy verify ran with does not prune {what}"
+                        "checkpoint link {link_id} ({linked_at}) pruned {what} before {claimed}; the policy verify ran with does not prune {what}: it was written under another policy, or forged"
                     )),
                     Some(allowed) if claimed > allowed => report.warnings.push(format!(
                         "checkpoint link {link_id} ({linked_at}) pruned {what} before {claimed}; the policy verify ran with keeps them until {allowed} at that time: it was written under another policy, or forged"
                     )),
                     Some(_) => {}
                 }
-            }
         }
     }
     for p in c.pruned {

@@ -519,3 +519,82 @@ async fn a_due_date_is_moved_with_its_reason_and_bad_requests_write_nothing() {
         ]
     );
 }
+
+/// Advisory locks some session is waiting for.
+async fn advisory_waiters(pool: &sqlx::PgPool) -> i64 {
+    count(
+        pool,
+        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted",
+    )
+    .await
+}
+
+#[tokio::test]
+async fn a_release_committed_after_the_attempt_looked_resumes_the_request_whatever_the_clocks_say()
+{
+    let (db, cohort) = setup().await;
+    let pool = db.pool();
+    let hold = hold_contact_1(&cohort).await;
+    // The chain's lock, held by the test. The release sets `released_at`
+    // (its transaction's start) and waits at the lock to link it.
+    let mut gate = pool.begin().await.unwrap();
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1))")
+        .bind(r#"cohort.chain:"public"."ledger_link""#)
+        .execute(&mut *gate)
+        .await
+        .unwrap();
+    let c = cohort.clone();
+    let release = tokio::spawn(async move { c.release_hold(hold).await.unwrap() });
+    wait_until(
+        "the release to wait at the chain's lock",
+        std::time::Duration::from_secs(30),
+        async || advisory_waiters(pool).await == 1,
+    )
+    .await;
+    // The attempt starts after the release's transaction began, finds
+    // contact 1 still held (the release has not committed), and its run
+    // waits at the same lock to settle.
+    let c = cohort.clone();
+    let attempt = tokio::spawn(async move { c.erase(erase("SAR-RACE")).await.unwrap() });
+    wait_until(
+        "the attempt's run to wait at the chain's lock",
+        std::time::Duration::from_secs(30),
+        async || advisory_waiters(pool).await == 2,
+    )
+    .await;
+    gate.rollback().await.unwrap();
+    release.await.unwrap();
+    let r = attempt.await.unwrap();
+    let req = r.request.unwrap();
+    assert_eq!(req.state, RequestState::Waiting);
+    assert!(req.waiting.iter().any(|p| p.reason == PartReason::Held));
+    // The trap: by the clocks the hold was released before the attempt.
+    assert_eq!(
+        count(
+            pool,
+            "SELECT count(*) FROM public.retention_hold h, public.erasure_request r \
+             WHERE h.released_at < r.attempted_at",
+        )
+        .await,
+        1
+    );
+    assert_eq!(
+        ids(pool, "SELECT id FROM app.contacts ORDER BY id").await,
+        vec![1, 3]
+    );
+
+    // No hold is active: the pass resumes it, and contact 1 goes. Bill 2
+    // still waits for its legal minimum at this logical `now`.
+    let resumed = cohort.resume_erasure_requests(now(), false).await.unwrap();
+    assert_eq!(resumed.resumed, 1);
+    assert_eq!(
+        ids(pool, "SELECT id FROM app.contacts ORDER BY id").await,
+        vec![3]
+    );
+    let after = cohort.erasure_request("SAR-RACE").await.unwrap().request;
+    let reasons: Vec<_> = after.waiting.iter().map(|p| p.reason).collect();
+    assert_eq!(reasons, vec![PartReason::LegalMinimum]);
+    // And once is enough: the release is now one the attempt saw.
+    let again = cohort.resume_erasure_requests(now(), false).await.unwrap();
+    assert_eq!(again.resumed, 0);
+}

@@ -264,11 +264,15 @@ impl Bypass {
             .unwrap();
         let sql = match self {
             Bypass::ExtendedAsReplica => {
-                "UPDATE public.retention_hold SET created_at = timestamptz '1999-01-01', expires_at = timestamptz '2000-01-01'"
+                "ALTER TABLE public.retention_hold DISABLE TRIGGER retention_hold_reach;
+                 UPDATE public.retention_hold SET created_at = timestamptz '1999-01-01', expires_at = timestamptz '2000-01-01';
+                 ALTER TABLE public.retention_hold ENABLE ALWAYS TRIGGER retention_hold_reach"
             }
             Bypass::ReinsertedAsReplica => {
                 "CREATE TABLE public.saved_hold AS SELECT * FROM public.retention_hold;
-                 DELETE FROM public.retention_hold"
+                 ALTER TABLE public.retention_hold DISABLE TRIGGER retention_hold_reach;
+                 DELETE FROM public.retention_hold;
+                 ALTER TABLE public.retention_hold ENABLE ALWAYS TRIGGER retention_hold_reach"
             }
             _ => "UPDATE public.retention_hold SET released_at = now()",
         };
@@ -281,11 +285,15 @@ impl Bypass {
         let sql = match self {
             Bypass::ReactivatedAsReplica => {
                 "BEGIN; SET LOCAL session_replication_role = replica;
-                 UPDATE public.retention_hold SET released_at = NULL; COMMIT"
+                 ALTER TABLE public.retention_hold DISABLE TRIGGER retention_hold_reach;
+                 UPDATE public.retention_hold SET released_at = NULL;
+                 ALTER TABLE public.retention_hold ENABLE ALWAYS TRIGGER retention_hold_reach; COMMIT"
             }
             Bypass::ExtendedAsReplica => {
                 "BEGIN; SET LOCAL session_replication_role = replica;
-                 UPDATE public.retention_hold SET expires_at = NULL; COMMIT"
+                 ALTER TABLE public.retention_hold DISABLE TRIGGER retention_hold_reach;
+                 UPDATE public.retention_hold SET expires_at = NULL;
+                 ALTER TABLE public.retention_hold ENABLE ALWAYS TRIGGER retention_hold_reach; COMMIT"
             }
             Bypass::ReinsertedAsReplica => {
                 "BEGIN; SET LOCAL session_replication_role = replica;
@@ -293,17 +301,23 @@ impl Bypass {
             }
             Bypass::ReactivatedTriggerDisabled => {
                 "ALTER TABLE public.retention_hold DISABLE TRIGGER retention_hold_stamp;
-                 UPDATE public.retention_hold SET released_at = NULL"
+                 ALTER TABLE public.retention_hold DISABLE TRIGGER retention_hold_reach;
+                 UPDATE public.retention_hold SET released_at = NULL;
+                 ALTER TABLE public.retention_hold ENABLE ALWAYS TRIGGER retention_hold_reach"
             }
             Bypass::ReactivatedTriggerToggled => {
                 "ALTER TABLE public.retention_hold DISABLE TRIGGER retention_hold_stamp;
+                 ALTER TABLE public.retention_hold DISABLE TRIGGER retention_hold_reach;
                  UPDATE public.retention_hold SET released_at = NULL;
+                 ALTER TABLE public.retention_hold ENABLE ALWAYS TRIGGER retention_hold_reach;
                  ALTER TABLE public.retention_hold ENABLE ALWAYS TRIGGER retention_hold_stamp"
             }
             Bypass::ReactivatedFunctionSwapped => {
                 "CREATE OR REPLACE FUNCTION public.retention_hold_stamp() RETURNS trigger
                      LANGUAGE plpgsql AS $$ BEGIN RETURN NEW; END $$;
+                 ALTER TABLE public.retention_hold DISABLE TRIGGER retention_hold_reach;
                  UPDATE public.retention_hold SET released_at = NULL;
+                 ALTER TABLE public.retention_hold ENABLE ALWAYS TRIGGER retention_hold_reach;
                  CREATE OR REPLACE FUNCTION public.retention_hold_stamp() RETURNS trigger
                      LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
                      AS $$ BEGIN NEW.written_xid := pg_catalog.pg_current_xact_id(); RETURN NEW; END $$;"

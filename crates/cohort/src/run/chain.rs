@@ -104,6 +104,19 @@ fn hold(r: &PgRow) -> Result<HoldRows, sqlx::Error> {
     let hold_id: Uuid = r.try_get("hold_id")?;
     let reason: String = r.try_get("reason")?;
     let subject: Option<String> = r.try_get("subject_text")?;
+    let forms: [Option<String>; 3] = [
+        r.try_get("subject_citext")?,
+        r.try_get("subject_uuid")?,
+        r.try_get("subject_int")?,
+    ];
+    let forms = subject.as_ref().map(|_| {
+        let text = forms
+            .iter()
+            .map(|f| f.as_deref().unwrap_or("\u{0}"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        chain::salted(hold_id, &text)
+    });
     Ok(HoldRows {
         placed: HoldRecord {
             hold_id,
@@ -115,6 +128,7 @@ fn hold(r: &PgRow) -> Result<HoldRows, sqlx::Error> {
             expires_at: micros(r.try_get("expires_at")?),
             subject_kind: r.try_get("subject_kind")?,
             subject: subject.map(|s| chain::salted(hold_id, &s)),
+            forms,
         },
         released_at: r.try_get("released_at")?,
     })

@@ -5,6 +5,7 @@
 //! checks it (its hash, its key) and links the new one to it.
 
 use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -129,10 +130,13 @@ fn append_file(dir: &Path, key_id: &str, record: Record) -> std::result::Result<
     }
     let path: PathBuf = dir.join(FILE_NAME);
     let created = !path.exists();
+    // Created readable and writable by its owner alone: its entries are
+    // sealed, but their order and times are nobody else's to read.
     let mut file = std::fs::OpenOptions::new()
         .read(true)
         .append(true)
         .create(true)
+        .mode(0o600)
         .open(&path)
         .map_err(|e| format!("{}: {e}", path.display()))?;
     file.lock()

@@ -88,6 +88,7 @@ pub(crate) async fn open(cx: &Context, mut req: ErasureRequest) -> Result<Erasur
     let request_id = Uuid::new_v4();
     // A new request is journaled before the database knows it: an erasure
     // never runs without its entry.
+    let mut opened_here = false;
     if let Some(config) = &cx.journal {
         let journal = Journal::open(config)?;
         check_apart(config, &cx.pool).await?;
@@ -96,6 +97,7 @@ pub(crate) async fn open(cx: &Context, mut req: ErasureRequest) -> Result<Erasur
             .fetch_optional(&cx.pool)
             .await?;
         if known.is_none() {
+            opened_here = true;
             let seal = |field: &str, text: &str| {
                 journal
                     .key()
@@ -159,6 +161,11 @@ pub(crate) async fn open(cx: &Context, mut req: ErasureRequest) -> Result<Erasur
         None => {
             tx.rollback().await?;
             unlock(&mut conn, LockKey::Request(request_id)).await?;
+            if opened_here {
+                // Another request took the reference between the look-up
+                // and the insert: this one's entry never came to exist.
+                not_opened(cx, request_id, &terms.reference).await;
+            }
             let existing = by_reference(cx, &terms.reference).await?;
             same_request(&existing, &req, &hash, &terms)?;
             if !try_lock(&mut conn, LockKey::Request(existing.request_id)).await? {
@@ -176,6 +183,26 @@ pub(crate) async fn open(cx: &Context, mut req: ErasureRequest) -> Result<Erasur
     let mut result = outcome?;
     result.request = Some(read(cx, id, now).await?);
     Ok(result)
+}
+
+/// Journals that a request journaled as opened was never inserted.
+/// Logged, not returned.
+async fn not_opened(cx: &Context, request_id: Uuid, reference: &str) {
+    let Some(config) = &cx.journal else { return };
+    let appended = match Journal::open(config) {
+        Ok(j) => j
+            .append(Record::RequestNotOpened {
+                request_id,
+                reference: reference.to_owned(),
+                why: "another request took its reference first".into(),
+            })
+            .await
+            .map(drop),
+        Err(e) => Err(e),
+    };
+    if let Err(e) = appended {
+        tracing::error!(%request_id, error = %e, "journaling that a request was not opened failed; restore-check will name its entry");
+    }
 }
 
 /// Whether the reference's existing request is the one `req` asks for
@@ -338,11 +365,7 @@ pub(crate) async fn attempt(
             None,
         )
     };
-    let resume_at = parts
-        .iter()
-        .filter(|p| p.reason == PartReason::LegalMinimum)
-        .filter_map(|p| p.until)
-        .min();
+    let resume_at = resume_at(&parts, now);
     set_state(
         &mut tx,
         schema,
@@ -416,6 +439,29 @@ fn parts_of(result: &ErasureResult) -> Vec<WaitingPart> {
     }
     parts
 }
+
+/// When the maintenance pass tries a waiting request again by the clock:
+/// a legal minimum's part when it passes; a part kept by a NULL anchor or
+/// a reference (which someone must fix, and Cohort cannot watch) a day
+/// after this attempt, and every day after that until it goes. A held
+/// part needs no time: the pass resumes it when a hold is released that
+/// the attempt could not see released (see `sql::requests::to_resume`).
+fn resume_at(parts: &[WaitingPart], now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+    let recheck = parts
+        .iter()
+        .any(|p| matches!(p.reason, PartReason::NullAnchor | PartReason::Referenced))
+        .then(|| now + RECHECK_AFTER);
+    parts
+        .iter()
+        .filter(|p| p.reason == PartReason::LegalMinimum)
+        .filter_map(|p| p.until)
+        .chain(recheck)
+        .min()
+}
+
+/// How long a part kept by a NULL anchor or a reference waits before the
+/// maintenance pass looks again.
+const RECHECK_AFTER: chrono::Duration = chrono::Duration::days(1);
 
 fn describe_parts(parts: &[WaitingPart]) -> String {
     parts

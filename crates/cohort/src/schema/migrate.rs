@@ -129,16 +129,28 @@ const SOURCES: &[(u32, &str, &str)] = &[
         "ledger_chain",
         include_str!("../../migrations/0019_ledger_chain.sql"),
     ),
+    (
+        20,
+        "hold_reach",
+        concat!(
+            include_str!("../../migrations/0020_hold_reach.sql"),
+            include_str!("../../migrations/0020_hold_functions.sql")
+        ),
+    ),
 ];
 
-/// The hold functions as version 13 installed them, run again where the
-/// tables move to (see [`super::relocate`]). A later version that changes
-/// them appends a migration and points this at its file.
-pub(crate) const HOLD_FUNCTIONS: &str = include_str!("../../migrations/0013_hold_functions.sql");
+/// The hold functions and triggers as versions 13 and 20 installed them,
+/// run again where the tables move to (see [`super::relocate`]). A later
+/// version that changes them appends a migration and adds its file here.
+pub(crate) const HOLD_FUNCTIONS: &str = concat!(
+    include_str!("../../migrations/0013_hold_functions.sql"),
+    include_str!("../../migrations/0020_hold_functions.sql")
+);
 
 /// Cohort's functions, by the name their placeholders use.
-pub(crate) const FUNCTIONS: [&str; 3] = [
+pub(crate) const FUNCTIONS: [&str; 4] = [
     "retention_hold_stamp",
+    "retention_hold_reach",
     "retention_hold_recent",
     "retention_archive_check",
 ];
@@ -401,6 +413,17 @@ async fn apply(
                 Error::Migration(format!("migration {} ({}) failed: {e}", m.version, m.name))
             })?;
         applied.push(m.version);
+    }
+    if applied.is_empty() {
+        // Already current: the hold triggers and their functions are made
+        // again as the newest version has them, which puts back any that
+        // were dropped, disabled or replaced (what startup validation
+        // tells the operator to run). Idempotent when nothing changed.
+        let functions = render(HOLD_FUNCTIONS, schema);
+        sqlx::raw_sql(sqlx::AssertSqlSafe(functions.as_str().to_owned()))
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| Error::Migration(format!("reinstalling the hold triggers failed: {e}")))?;
     }
     Ok(plan.report(from, applied))
 }

@@ -212,11 +212,15 @@ pub(crate) fn insert_hooks(table: Oid) -> Statement<(Oid,)> {
     )
 }
 
-/// The hold stamp trigger of the hold table in schema `$1`, if it exists:
+/// The trigger `$2` of the hold table in schema `$1` (the stamp trigger,
+/// the reach triggers), if it exists:
 /// how it fires (`enabled`, `pg_trigger.tgenabled`: `A` always, `O`
 /// origin, `R` replica, `D` disabled), when (`tgtype`) and what its
 /// function runs (`source`).
-pub(crate) fn hold_stamp_trigger(schema: String) -> Statement<(String,)> {
+pub(crate) fn hold_trigger(
+    schema: String,
+    name: &'static str,
+) -> Statement<(String, &'static str)> {
     Statement::new(
         SqlText::new(
             "SELECT t.tgenabled::text AS enabled, t.tgtype::int4 AS tgtype, p.prosrc AS source \
@@ -225,9 +229,9 @@ pub(crate) fn hold_stamp_trigger(schema: String) -> Statement<(String,)> {
          JOIN pg_catalog.pg_class c ON c.oid = t.tgrelid \
          JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
          WHERE n.nspname = $1 AND c.relname = 'retention_hold' \
-           AND t.tgname = 'retention_hold_stamp'",
+           AND t.tgname = $2",
         ),
-        (schema,),
+        (schema, name),
     )
 }
 

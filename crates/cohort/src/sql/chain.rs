@@ -27,7 +27,8 @@ pub(crate) const SUMMARY_COLUMNS: &str = "summary_id, run_id, retention_entity_i
 /// The hold columns a hold's records cover.
 pub(crate) const HOLD_COLUMNS: &str =
     "hold_id, retention_entity_id, record_id, tenant_id, reason, \
-     created_at, expires_at, released_at, subject_kind, subject_text";
+     created_at, expires_at, released_at, subject_kind, subject_text, subject_citext, \
+     subject_uuid::text AS subject_uuid, subject_int::text AS subject_int";
 
 /// The link columns `verify` reads.
 const LINK_COLUMNS: &str =

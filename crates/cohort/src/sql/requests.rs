@@ -115,9 +115,10 @@ impl Params for SetState {
 
 /// Moves a request to a state. Completed, it forgets the subject's
 /// identifier (its keyed hash stays) and the requester's note, and records
-/// when; an attempt that
-/// starts records the database clock, so that a hold released while it
-/// runs is seen as released after it.
+/// when. An attempt that starts records the database clock (for people)
+/// and its snapshot: a hold released by a transaction that snapshot could
+/// not see was released after the attempt looked, whatever its
+/// `released_at` says (see [`to_resume`]).
 pub(crate) fn set_state(schema: &str, params: SetState) -> Statement<SetState> {
     let mut sql = SqlText::new("UPDATE ");
     sql.table(&CohortTable::ErasureRequest.qualified(schema))
@@ -125,6 +126,7 @@ pub(crate) fn set_state(schema: &str, params: SetState) -> Statement<SetState> {
             " SET state = $2::text, resume_at = $4, waiting = $5, \
          last_run_id = coalesce($6, last_run_id), error = $7, \
          attempted_at = CASE WHEN $8 THEN pg_catalog.clock_timestamp() ELSE attempted_at END, \
+         attempt_snapshot = CASE WHEN $8 THEN pg_catalog.pg_current_snapshot() ELSE attempt_snapshot END, \
          completed_at = CASE WHEN $2::text = 'completed' THEN $3 END, \
          subject_text = CASE WHEN $2::text = 'completed' THEN NULL ELSE subject_text END, \
          note = CASE WHEN $2::text = 'completed' THEN NULL ELSE note END, \
@@ -222,12 +224,20 @@ pub(crate) fn list(schema: &str, params: List) -> Statement<List> {
 }
 
 /// Requests the maintenance service should run again at `$1` (a logical
-/// `now`), at most `$2`: waiting ones whose legal minimum has passed, or
-/// for which a hold was released or expired since their last attempt
-/// began (an entity-wide or record hold of an entity a part waits in, or
-/// any hold not tied to an entity: subject and tenant holds); and open or
-/// in-progress ones (their run lock, taken by the caller, tells a live
+/// `now`), at most `$2`: waiting ones whose `resume_at` has come (a legal
+/// minimum passed, a NULL anchor or reference to look at again), or for
+/// which a hold was released that their last attempt could not see
+/// released, or expired since it began (a record hold of an entity a part
+/// waits in, or any hold not tied to an entity: subject holds); and open
+/// or in-progress ones (their run lock, taken by the caller, tells a live
 /// attempt from one a lost process left).
+///
+/// A release is judged by transaction, never by comparing its
+/// `released_at` (its transaction's start) with the attempt's clock: the
+/// release's transaction stamped `written_xid` (the stamp trigger), and a
+/// transaction the attempt's snapshot could not see committed after the
+/// attempt began looking, so it may have kept a row the release frees.
+/// At worst a request is tried once more and waits again.
 pub(crate) fn to_resume(
     schema: &str,
     now: DateTime<Utc>,
@@ -241,7 +251,9 @@ pub(crate) fn to_resume(
         )
         .table(&CohortTable::Hold.qualified(schema))
         .push(
-            " h WHERE (h.released_at > r.attempted_at AND h.released_at <= pg_catalog.clock_timestamp() \
+            " h WHERE (h.released_at IS NOT NULL AND h.released_at <= pg_catalog.clock_timestamp() \
+                    AND (r.attempt_snapshot IS NULL \
+                         OR NOT pg_catalog.pg_visible_in_snapshot(h.written_xid, r.attempt_snapshot)) \
                OR h.expires_at > r.attempted_at AND h.expires_at <= pg_catalog.clock_timestamp()) \
              AND (h.retention_entity_id IS NULL OR h.retention_entity_id::text IN \
                (SELECT p->>'entity_id' FROM pg_catalog.jsonb_array_elements(r.waiting) p \

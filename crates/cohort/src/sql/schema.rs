@@ -111,6 +111,8 @@ pub(crate) fn drop_hold_functions(schema: &str) -> Statement<()> {
     let mut sql = SqlText::new("DROP FUNCTION IF EXISTS ");
     sql.table(&QualifiedName::new(schema, "retention_hold_stamp"))
         .push("(), ")
+        .table(&QualifiedName::new(schema, "retention_hold_reach"))
+        .push("(), ")
         .table(&QualifiedName::new(schema, "retention_hold_recent"))
         .push("(uuid, pg_snapshot, int8), ")
         .table(&QualifiedName::new(schema, "retention_archive_check"))

@@ -6,7 +6,7 @@ use crate::ident::QualifiedName;
 
 /// The schema version the code expects. Migrations record it on
 /// `sweep_run` as the table comment `cohort schema version N`.
-pub const SCHEMA_VERSION: u32 = 19;
+pub const SCHEMA_VERSION: u32 = 20;
 
 /// The prefix of the version comment on `sweep_run`.
 pub(crate) const VERSION_COMMENT_PREFIX: &str = "cohort schema version ";
@@ -233,6 +233,7 @@ const ERASURE_REQUEST_COLUMNS: &[ColumnContract] = &[
     col!("waiting", JSONB, false),
     col!("error", TEXT, true),
     col!("updated_at", TSTZ, false),
+    col!("attempt_snapshot", "pg_snapshot", true),
 ];
 
 /// The columns of [`CohortTable::ErasureRequestEvent`] the code relies on.

@@ -385,7 +385,7 @@ pub(crate) async fn insert_hooks(
         .collect()
 }
 
-/// The hold stamp trigger as the catalog has it.
+/// A trigger on the hold table as the catalog has it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct StampTrigger {
     /// `pg_trigger.tgenabled` (`A` always, `O` origin, `R` replica, `D`
@@ -397,12 +397,15 @@ pub(crate) struct StampTrigger {
     pub(crate) source: String,
 }
 
-/// The hold stamp trigger in `schema`, or `None` when it does not exist.
-pub(crate) async fn hold_stamp_trigger(
+/// The hold trigger `name` in `schema` (`retention_hold_stamp`,
+/// `retention_hold_reach`, `retention_hold_reach_truncate`), or `None`
+/// when it does not exist.
+pub(crate) async fn hold_trigger(
     conn: &mut PgConnection,
     schema: &str,
+    name: &'static str,
 ) -> Result<Option<StampTrigger>, sqlx::Error> {
-    let row = statements::hold_stamp_trigger(schema.to_owned())
+    let row = statements::hold_trigger(schema.to_owned(), name)
         .query()
         .fetch_optional(conn)
         .await?;

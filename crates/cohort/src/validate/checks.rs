@@ -196,6 +196,65 @@ pub(crate) fn check_hold_stamp_trigger(
     vec![Problem::global(why)]
 }
 
+/// The reach triggers' function body as version 20 installed it (the
+/// text between `AS $reach$` and `$reach$` in
+/// `migrations/0020_hold_functions.sql`). The batch's recent-hold check
+/// compares the function with the md5 of the same text.
+fn reach_source() -> &'static str {
+    const FILE: &str = include_str!("../../migrations/0020_hold_functions.sql");
+    const OPEN: &str = "AS $reach$";
+    let start = FILE.find(OPEN).map_or(0, |i| i + OPEN.len());
+    let len = FILE[start..].find("$reach$").unwrap_or(0);
+    &FILE[start..start + len]
+}
+
+/// Checks that the triggers keeping a hold's reach (RS-042) are in force:
+/// `retention_hold_reach` before every update and delete of a hold row,
+/// `retention_hold_reach_truncate` before a truncate, both firing always
+/// and running Cohort's function unchanged. Without them a writer could
+/// narrow a hold (another subject, an earlier expiry) and the next batch
+/// would delete what it kept; every batch also refuses to run without
+/// them (see `migrations/0020_hold_functions.sql`).
+pub(crate) fn check_hold_reach_triggers(
+    schema: &str,
+    row: Option<&super::catalog::StampTrigger>,
+    truncate: Option<&super::catalog::StampTrigger>,
+) -> Vec<Problem> {
+    let table = CohortTable::Hold.qualified(schema);
+    let function = QualifiedName::new(schema, "retention_hold_reach");
+    // FOR EACH ROW (1), BEFORE (2), DELETE (8), UPDATE (16); TRUNCATE (32)
+    // is a statement trigger (no ROW bit).
+    const ROW_BEFORE_UPDATE_OR_DELETE: i32 = 1 | 2 | 8 | 16;
+    const BEFORE_TRUNCATE: i32 = 2 | 32;
+    let ours = |t: &super::catalog::StampTrigger, tgtype: i32| {
+        t.tgtype == tgtype && t.source == reach_source()
+    };
+    let fix = "run `cohort migrate`: on a current schema it makes the hold triggers and their functions again";
+    let mut problems = Vec::new();
+    for (name, trigger, tgtype) in [
+        ("retention_hold_reach", row, ROW_BEFORE_UPDATE_OR_DELETE),
+        ("retention_hold_reach_truncate", truncate, BEFORE_TRUNCATE),
+    ] {
+        let why = match trigger {
+            None => "is missing",
+            Some(t) if !ours(t, tgtype) => {
+                "was changed (it or its function is not the one Cohort installed)"
+            }
+            Some(t) if t.enabled != "A" => {
+                "does not fire always (it was disabled, or enabled only for some sessions)"
+            }
+            Some(_) => continue,
+        };
+        problems.push(Problem::global(format!(
+            "the trigger {name} on {} {why}: a hold's reach (its subject, record, tenant, expiry) could be narrowed \
+             in place and a sweep would then delete rows it keeps; no batch runs until it is restored (function {}): {fix}",
+            table.display_plain(),
+            function.display_plain(),
+        )));
+    }
+    problems
+}
+
 /// Column type families Cohort accepts per role (base `typname`s).
 const TEXT_TYPES: &[&str] = &["text", "varchar", "bpchar", "citext"];
 const KEY_TYPES: &[&str] = &[

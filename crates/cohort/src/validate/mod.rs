@@ -430,10 +430,18 @@ async fn check_server_and_schema(
     }
     let schema_problems = checks::check_cohort_schema(&config.schema, &cohort_tables);
     if schema_problems.is_empty() {
-        let trigger = catalog::hold_stamp_trigger(conn, &config.schema).await?;
+        let trigger = catalog::hold_trigger(conn, &config.schema, "retention_hold_stamp").await?;
         problems.extend(checks::check_hold_stamp_trigger(
             &config.schema,
             trigger.as_ref(),
+        ));
+        let row = catalog::hold_trigger(conn, &config.schema, "retention_hold_reach").await?;
+        let truncate =
+            catalog::hold_trigger(conn, &config.schema, "retention_hold_reach_truncate").await?;
+        problems.extend(checks::check_hold_reach_triggers(
+            &config.schema,
+            row.as_ref(),
+            truncate.as_ref(),
         ));
     }
     problems.extend(schema_problems);
