@@ -387,6 +387,16 @@ pub(crate) async fn verify_chain(
                 cut(&c.holds_before)
             );
         }
+        if let Some(from) = report.keyed_from {
+            outln!(
+                "Keyed from link {from}: {}.",
+                if report.macs_checked {
+                    "every link's MAC was checked"
+                } else {
+                    "MACs not checked (no COHORT_LEDGER_KEY)"
+                }
+            );
+        }
         for w in &report.warnings {
             eprintln!("cohort: warning: {w}");
         }

@@ -222,6 +222,12 @@ enum Command {
         /// Say what would be done, and do nothing.
         #[arg(long)]
         dry_run: bool,
+        /// Replay onto a copy of the journal in this directory (copied
+        /// there first): a restore drill on another cluster leaves the
+        /// production journal as it was. Required on a cluster other than
+        /// the one the journal was written for.
+        #[arg(long, value_name = "DIR")]
+        journal_copy: Option<PathBuf>,
     },
     /// The live settings every worker replica reads (kill_switch, dry_run),
     /// and the live pacing every sweep reads (max_rows_per_second,
@@ -470,6 +476,42 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             }
             let report = cohort::schema::migrate(&mut conn, &schema).await?;
             output::migration(cli.json, &report);
+            // The chain's key: keyed now when this process has it, else
+            // the way to key it is said (on stderr with --json).
+            let key = match policy.as_ref() {
+                Some(p) => p.config.ledger_key.clone(),
+                None => std::env::var(cohort::chain::LEDGER_KEY_ENV)
+                    .ok()
+                    .map(|k| cohort::chain::LedgerKey::from_hex(&k))
+                    .transpose()
+                    .map_err(|e| Failure::Input(cohort::Error::Config(cohort::Problems::one(e))))?,
+            };
+            let say = |line: String| {
+                if cli.json {
+                    eprintln!("cohort: {line}");
+                } else {
+                    outln!("{line}");
+                }
+            };
+            match key {
+                Some(key) => match cohort::schema::key_chain(&mut conn, &schema, &key).await? {
+                    Some(link) => say(format!(
+                        "Keyed the ledger's hash chain with key {} (link {link}): every process that settles runs or changes holds now needs {}.",
+                        key.id(),
+                        cohort::chain::LEDGER_KEY_ENV
+                    )),
+                    None => say(format!("The ledger's hash chain is keyed with key {}.", key.id())),
+                },
+                None => match cohort::schema::chain_key_id(&mut conn, &schema).await? {
+                    Some(id) => say(format!("The ledger's hash chain is keyed with key {id}.")),
+                    None => say(format!(
+                        "The ledger's hash chain is not keyed: anyone who can write the database can extend it. \
+                         Key it: put a key the database never sees in {} (openssl rand -hex 32) and run `cohort migrate` again; \
+                         then give the same key to every process that sweeps, erases or changes holds.",
+                        cohort::chain::LEDGER_KEY_ENV
+                    )),
+                },
+            }
             Ok(())
         }
         Command::Validate => {
@@ -605,9 +647,12 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             let (cohort, _) = open(&cli).await?;
             restore::check(&cohort, cli.json).await
         }
-        Command::Replay { dry_run } => {
+        Command::Replay {
+            dry_run,
+            journal_copy,
+        } => {
             let (cohort, _) = open(&cli).await?;
-            restore::replay(&cohort, cli.json, *dry_run).await
+            restore::replay(&cohort, cli.json, *dry_run, journal_copy.as_deref()).await
         }
         Command::Settings(cmd) => {
             let (cohort, _) = open(&cli).await?;

@@ -19,6 +19,15 @@ pub(crate) async fn check(cohort: &Cohort, json: bool) -> Result<(), Failure> {
             check.entries,
             check.head.as_deref().unwrap_or("-")
         );
+        if check.entries_without_mac > 0 {
+            outln!(
+                "{} entries were written before entries carried MACs: a writer without the key could have written those.",
+                check.entries_without_mac
+            );
+        }
+        for r in &check.resolved {
+            eprintln!("cohort: warning: resolved: {r}");
+        }
         if check.is_clean() {
             outln!("The database knows everything the journal holds.");
         } else {
@@ -35,10 +44,25 @@ pub(crate) async fn check(cohort: &Cohort, json: bool) -> Result<(), Failure> {
     }
 }
 
-/// `replay [--dry-run]`: exit 0 once nothing is missing, 1 while
-/// something still is (a dry run exits 1 when there is work to do).
-pub(crate) async fn replay(cohort: &Cohort, json: bool, dry_run: bool) -> Result<(), Failure> {
-    let report = cohort.replay(dry_run).await?;
+/// `replay [--dry-run] [--journal-copy DIR]`: exit 0 once nothing is
+/// missing, 1 while something still is (a dry run exits 1 when there is
+/// work to do), 2 when refused (another cluster's journal without a copy).
+pub(crate) async fn replay(
+    cohort: &Cohort,
+    json: bool,
+    dry_run: bool,
+    journal_copy: Option<&std::path::Path>,
+) -> Result<(), Failure> {
+    let report = match journal_copy {
+        Some(dir) => cohort.replay_onto_copy(dry_run, dir).await?,
+        None => cohort.replay(dry_run).await?,
+    };
+    if let (Some(dir), false) = (journal_copy, json) {
+        outln!(
+            "Replaying onto the journal's copy in {} (the configured journal is not written).",
+            dir.display()
+        );
+    }
     if json {
         print_json(&serde_json::to_value(&report).expect("the report serialises"));
     } else {

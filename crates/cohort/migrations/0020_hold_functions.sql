@@ -30,11 +30,13 @@ BEGIN
     END IF;
     IF ROW(NEW.hold_id, NEW.retention_entity_id, NEW.record_id, NEW.tenant_id, NEW.reason,
            NEW.created_at, NEW.expires_at, NEW.subject_kind, NEW.subject_text,
-           NEW.subject_citext, NEW.subject_uuid, NEW.subject_int)
+           NEW.subject_citext, NEW.subject_uuid, NEW.subject_int, NEW.journal_entry,
+           NEW.journal_hash)
        IS DISTINCT FROM
        ROW(OLD.hold_id, OLD.retention_entity_id, OLD.record_id, OLD.tenant_id, OLD.reason,
            OLD.created_at, OLD.expires_at, OLD.subject_kind, OLD.subject_text,
-           OLD.subject_citext, OLD.subject_uuid, OLD.subject_int) THEN
+           OLD.subject_citext, OLD.subject_uuid, OLD.subject_int, OLD.journal_entry,
+           OLD.journal_hash) THEN
         RAISE EXCEPTION 'cohort: hold % cannot change what it keeps once placed', OLD.hold_id
             USING ERRCODE = 'CH002',
                   HINT = 'place a new hold, and release this one if it is no longer wanted';
@@ -95,7 +97,7 @@ BEGIN
        AND t.tgname IN ('retention_hold_reach', 'retention_hold_reach_truncate')
        AND t.tgenabled = 'A'
        AND p.prolang = (SELECT l.oid FROM pg_catalog.pg_language l WHERE l.lanname = 'plpgsql')
-       AND pg_catalog.md5(p.prosrc) = '3e46e3ce88fe2de2893f497f5a923a71';
+       AND pg_catalog.md5(p.prosrc) = '06582cdbefab0531a22a204e35d4efd8';
     IF reach IS DISTINCT FROM 2 THEN
         RAISE EXCEPTION 'cohort: the triggers retention_hold_reach on % are missing, disabled or changed: a hold''s reach could be narrowed, so no batch runs', {retention_hold:regclass}
             USING ERRCODE = 'CH002',

@@ -16,6 +16,30 @@
 --    from (`attempt_snapshot`): a release committed after it is one the
 --    attempt could not see, so the request resumes, whatever the release's
 --    `released_at` says.
+-- 3. The ledger's chain can be keyed, and 4. the database records the
+--    journal (below).
 ALTER TABLE {erasure_request} ADD COLUMN attempt_snapshot pg_snapshot;
+
+-- 4. The database records the journal (see `cohort restore-check`): a
+--    hold or request journaled before it was written keeps the place and
+--    hash of the entry that recorded it. A journal that no longer holds
+--    that entry, or holds another there, was cut short, rolled back or
+--    rewritten. A hold's are fixed like its reach.
+ALTER TABLE {retention_hold}
+    ADD COLUMN journal_entry bigint,
+    ADD COLUMN journal_hash text;
+ALTER TABLE {erasure_request}
+    ADD COLUMN journal_entry bigint,
+    ADD COLUMN journal_hash text;
+
+-- 3. The chain can be keyed: from a `key` link on, every link carries
+--    `mac`, an HMAC-SHA256 of its hash under COHORT_LEDGER_KEY, a key the
+--    database never holds, and its hash covers its own `linked_at`. The
+--    library computes both; a writer without the key cannot append a link
+--    that `cohort verify` accepts.
+ALTER TABLE {ledger_link} ADD COLUMN mac text;
+ALTER TABLE {ledger_link} DROP CONSTRAINT ledger_link_kind_check;
+ALTER TABLE {ledger_link} ADD CONSTRAINT ledger_link_kind_check
+    CHECK (kind IN ('start', 'run', 'hold_placed', 'hold_released', 'checkpoint', 'key'));
 
 COMMENT ON TABLE {sweep_run} IS 'cohort schema version 20';

@@ -42,6 +42,9 @@ pub enum LinkKind {
     HoldReleased,
     /// The pruner's account of the linked records it deleted.
     Checkpoint,
+    /// From here on every link carries a MAC under the ledger's key
+    /// (`COHORT_LEDGER_KEY`); its record names the key by its id.
+    Key,
 }
 
 impl LinkKind {
@@ -54,6 +57,7 @@ impl LinkKind {
             LinkKind::HoldPlaced => "hold_placed",
             LinkKind::HoldReleased => "hold_released",
             LinkKind::Checkpoint => "checkpoint",
+            LinkKind::Key => "key",
         }
     }
 
@@ -65,6 +69,7 @@ impl LinkKind {
             "hold_placed" => LinkKind::HoldPlaced,
             "hold_released" => LinkKind::HoldReleased,
             "checkpoint" => LinkKind::Checkpoint,
+            "key" => LinkKind::Key,
             _ => return None,
         })
     }
@@ -86,6 +91,87 @@ pub fn link_hash(
     let subject = subject.map(|s| s.to_string()).unwrap_or_default();
     let text = format!("{prev}\n{link_id}\n{}\n{subject}\n{digest}", kind.as_str());
     hex::encode(Sha256::digest(text.as_bytes()))
+}
+
+/// The hash of a keyed link (one with a MAC, written under the ledger's
+/// key): the formula of [`link_hash`] with the link's own time, in
+/// microseconds since the Unix epoch, as a sixth line, so a link cannot be
+/// re-dated either.
+pub fn keyed_link_hash(
+    prev: &str,
+    link_id: i64,
+    kind: LinkKind,
+    subject: Option<Uuid>,
+    digest: &str,
+    linked_at: i64,
+) -> String {
+    let subject = subject.map(|s| s.to_string()).unwrap_or_default();
+    let text = format!(
+        "{prev}\n{link_id}\n{}\n{subject}\n{digest}\n{linked_at}",
+        kind.as_str()
+    );
+    hex::encode(Sha256::digest(text.as_bytes()))
+}
+
+/// The environment variable that holds the ledger's key.
+pub const LEDGER_KEY_ENV: &str = "COHORT_LEDGER_KEY";
+
+/// The ledger's key: 32 bytes the database never holds. Every link of a
+/// keyed chain carries `mac = hex(HMAC-SHA256(key, "cohort ledger link\n"
+/// || link))`; a writer of the database without it can delete links but
+/// cannot write one `cohort verify` accepts. Its `Debug` never shows it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct LedgerKey([u8; 32]);
+
+impl std::fmt::Debug for LedgerKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LedgerKey(<redacted>)")
+    }
+}
+
+impl LedgerKey {
+    /// Reads 64 hexadecimal characters (surrounding spaces ignored).
+    pub fn from_hex(text: &str) -> Result<Self, String> {
+        let bytes = hex::decode(text.trim()).map_err(|e| {
+            format!("{LEDGER_KEY_ENV} is not hexadecimal ({e}): give 32 bytes as 64 hexadecimal characters (openssl rand -hex 32)")
+        })?;
+        let key: [u8; 32] = bytes.as_slice().try_into().map_err(|_| {
+            format!(
+                "{LEDGER_KEY_ENV} is {} bytes; the ledger's key is 32 bytes (64 hexadecimal characters: openssl rand -hex 32)",
+                bytes.len()
+            )
+        })?;
+        Ok(Self(key))
+    }
+
+    fn hmac(&self, context: &str, text: &str) -> String {
+        use hmac::{KeyInit, Mac};
+        let mut mac = hmac::Hmac::<Sha256>::new_from_slice(&self.0).expect("any key length");
+        mac.update(context.as_bytes());
+        mac.update(b"\n");
+        mac.update(text.as_bytes());
+        hex::encode(mac.finalize().into_bytes())
+    }
+
+    /// The key's public name (16 hexadecimal characters of a MAC over a
+    /// fixed text): the chain's `key` link records it, so a process given
+    /// another key is refused before it writes a link.
+    pub fn id(&self) -> String {
+        self.hmac("cohort ledger key id", "")[..16].to_owned()
+    }
+
+    /// The MAC of a link's hash.
+    pub fn mac(&self, link: &str) -> String {
+        self.hmac("cohort ledger link", link)
+    }
+}
+
+/// What a `key` link records: which key the chain is keyed with from
+/// there on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyRecord {
+    /// [`LedgerKey::id`].
+    pub key_id: String,
 }
 
 /// A text a link must not keep (a hold's reason, a subject's identifier)
@@ -183,6 +269,11 @@ pub struct HoldRecord {
     /// before schema 20 have none, and are compared without it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub forms: Option<String>,
+    /// The journal entry that recorded the hold first (`SEQ:HASH`), when
+    /// it was journaled: the chain keeps the database's record of the
+    /// journal even where the hold's row is gone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub journal: Option<String>,
 }
 
 /// A hold's release.
@@ -448,6 +539,14 @@ pub struct ChainReport {
     /// checkpoint that pruned newer history than the policy `verify` runs
     /// with keeps (forged, or written under another policy).
     pub warnings: Vec<String>,
+    /// The link from which the chain is keyed (its first `key` link);
+    /// `None`: not keyed, and anyone who can write the database can
+    /// extend it.
+    pub keyed_from: Option<i64>,
+    /// Whether every keyed link's MAC was checked (`verify` was given the
+    /// ledger's key). Without it, a keyed link's hash is still checked but
+    /// a forged link with a well-formed MAC cannot be told apart.
+    pub macs_checked: bool,
     /// Every break found, in chain order (at most [`ChainReport::LIMIT`]);
     /// the first is the one to look at.
     pub breaks: Vec<ChainBreak>,
@@ -472,6 +571,8 @@ impl ChainReport {
             head: None,
             checkpoints: Vec::new(),
             warnings: Vec::new(),
+            keyed_from: None,
+            macs_checked: false,
             breaks: Vec::new(),
             more_breaks: false,
         }

@@ -177,7 +177,21 @@ impl Cohort {
     /// [`crate::restore`]); with `dry_run`, only says what it would do.
     pub async fn replay(&self, dry_run: bool) -> Result<crate::restore::ReplayReport> {
         self.cx.prepared().await?;
-        crate::restore::replay(&self.cx, dry_run).await
+        crate::restore::replay(&self.cx, dry_run, None).await
+    }
+
+    /// [`Cohort::replay`] onto a copy of the journal in `dir` (copied
+    /// there first, unless a copy is there already): what a restore drill
+    /// on another cluster runs, so that the production journal gains no
+    /// entry. A replay without a copy is refused on a cluster other than
+    /// the one the journal was written for (its system identifier).
+    pub async fn replay_onto_copy(
+        &self,
+        dry_run: bool,
+        dir: &std::path::Path,
+    ) -> Result<crate::restore::ReplayReport> {
+        self.cx.prepared().await?;
+        crate::restore::replay(&self.cx, dry_run, Some(dir)).await
     }
 
     /// Whether a journal is configured.
@@ -630,6 +644,25 @@ impl Cohort {
     ) -> Result<crate::chain::ChainReport> {
         self.require_chain().await?;
         crate::verify::verify(&self.cx, expected).await
+    }
+
+    /// Keys the ledger's hash chain with this handle's ledger key
+    /// ([`crate::CohortConfig::ledger_key`], `COHORT_LEDGER_KEY`): appends
+    /// a `key` link, after which every link carries a MAC under it and
+    /// `verify` refuses one without. Returns the key link's number, or
+    /// `None` when the chain is already keyed with this key; refused
+    /// without a key, and when the chain is keyed with another.
+    /// `cohort migrate` calls it when the key is in its environment.
+    pub async fn key_chain(&self) -> Result<Option<i64>> {
+        self.require_chain().await?;
+        let key = self.cx.config.ledger_key.as_ref().ok_or_else(|| {
+            Error::Config(crate::error::Problems::one(format!(
+                "keying the ledger's chain needs {} (32 bytes as 64 hexadecimal characters: openssl rand -hex 32)",
+                crate::chain::LEDGER_KEY_ENV
+            )))
+        })?;
+        let mut conn = self.cx.pool.acquire().await?;
+        crate::run::chain::key_chain(&mut conn, &self.cx.config.schema, key).await
     }
 
     /// The newest link of the ledger's hash chain linked at or before

@@ -415,6 +415,13 @@ pub struct CohortConfig {
     /// `COHORT_HASH_KEY` to writing it in a file. Never stored in the
     /// database, never printed.
     pub hash_key: Option<HashKey>,
+    /// The ledger's key (`COHORT_LEDGER_KEY`, 64 hexadecimal characters):
+    /// with it every link of the hash chain carries a MAC the database
+    /// cannot forge (see [`crate::chain`]). Never read from a file, never
+    /// stored, never printed. Once the chain is keyed, a process that
+    /// settles runs or changes holds refuses to start without it.
+    #[serde(skip)]
+    pub ledger_key: Option<crate::chain::LedgerKey>,
     /// Tables `cohort validate` does not warn about when the policy does
     /// not mention them, left out on purpose (`"schema.table"`; a name
     /// without a schema is in the default table schema). Validation warns
@@ -567,6 +574,7 @@ impl Default for CohortConfig {
             dispatch: DispatchConfig::default(),
             prune: PruneConfig::default(),
             hash_key: None,
+            ledger_key: None,
             ignore_tables: Vec::new(),
             cdc_marker: false,
             vacuum_after: VacuumAfter::Off,
@@ -602,7 +610,7 @@ impl CohortConfig {
                 continue;
             };
             let bad = |what: &str| {
-                let shown = if name == "HASH_KEY" {
+                let shown = if name == "HASH_KEY" || name == "LEDGER_KEY" {
                     "<redacted>"
                 } else {
                     value.as_str()
@@ -624,6 +632,10 @@ impl CohortConfig {
             match name {
                 "SCHEMA" => self.schema = value.clone(),
                 "HASH_KEY" => self.hash_key = Some(HashKey::new(value.clone())),
+                "LEDGER_KEY" => {
+                    self.ledger_key =
+                        Some(crate::chain::LedgerKey::from_hex(&value).map_err(|e| bad(&e))?)
+                }
                 "SWEEP_BATCH_SIZE" => {
                     self.sweep_batch_size = value.parse::<BatchSize>().map_err(|e| bad(&e))?
                 }

@@ -294,16 +294,18 @@ pub(crate) async fn create_journaled(
         ));
     }
     let journaled = journal && cx.journal.is_some();
-    if journaled {
-        journal_placed(cx, &req).await?;
-    }
+    let entry = if journaled {
+        journal_placed(cx, &req).await?
+    } else {
+        None
+    };
     // A subject hold waits at the hold gate for the batches past their
     // re-check; one of them may wait in turn for a row the hold has
     // locked (a cascade reaching a row of the subject), which PostgreSQL
     // breaks as a deadlock. The hold is then simply placed again.
     let mut attempts = 0;
     let placed = loop {
-        match create_once(cx, &ready, &req).await {
+        match create_once(cx, &ready, &req, entry.clone()).await {
             Err(Error::Database(e))
                 if attempts < 3
                     && e.as_database_error().and_then(|d| d.code()).as_deref() == Some("40P01") =>
@@ -333,10 +335,13 @@ async fn journal_not_placed(cx: &Context, hold_id: Uuid, refusal: &Error) {
     let Some(config) = &cx.journal else { return };
     let appended = match crate::run::journal::Journal::open(config) {
         Ok(j) => j
-            .append(crate::journal::Record::HoldNotPlaced {
-                hold_id,
-                why: format!("the database refused it: {refusal}"),
-            })
+            .append(
+                cx,
+                crate::journal::Record::HoldNotPlaced {
+                    hold_id,
+                    why: format!("the database refused it: {refusal}"),
+                },
+            )
             .await
             .map(drop),
         Err(e) => Err(e),
@@ -350,6 +355,7 @@ async fn create_once(
     cx: &Context,
     ready: &crate::context::Prepared,
     req: &HoldRequest,
+    journal: Option<(i64, String)>,
 ) -> Result<Hold> {
     let mut conn = cx.pool.acquire().await?;
     let mut tx = sqlx::Connection::begin_with(&mut *conn, crate::sql::READ_COMMITTED).await?;
@@ -398,6 +404,7 @@ async fn create_once(
         reason: req.reason.trim().to_owned(),
         created_at: req.created_at,
         expires_at: req.expires_at,
+        journal,
     };
     let inserted = ready
         .ledger
@@ -422,15 +429,22 @@ async fn create_once(
         Err(e) => return Err(e.into()),
     };
     let hold = Hold::from_row(&row)?;
-    crate::run::chain::link_hold_placed(&mut tx, &cx.config.schema, hold.hold_id).await?;
+    crate::run::chain::link_hold_placed(
+        &mut tx,
+        &cx.config.schema,
+        cx.config.ledger_key.as_ref(),
+        hold.hold_id,
+    )
+    .await?;
     tx.commit().await?;
     Ok(hold)
 }
 
-/// Journals a hold before it is placed (when a journal is configured).
-async fn journal_placed(cx: &Context, req: &HoldRequest) -> Result<()> {
+/// Journals a hold before it is placed (when a journal is configured);
+/// the entry's place and hash, which the hold's row records.
+async fn journal_placed(cx: &Context, req: &HoldRequest) -> Result<Option<(i64, String)>> {
     let Some(config) = &cx.journal else {
-        return Ok(());
+        return Ok(None);
     };
     let journal = crate::run::journal::Journal::open(config)?;
     let seal = |field: &str, text: &str| {
@@ -445,20 +459,23 @@ async fn journal_placed(cx: &Context, req: &HoldRequest) -> Result<()> {
         } => (Some(*retention_entity_id), Some(record_id.clone()), None),
         Target::Subject { subject } => (None, None, Some(seal("subject", subject))),
     };
-    journal
-        .append(crate::journal::Record::HoldPlaced {
-            hold_id: req.hold_id,
-            entity_id,
-            record_id,
-            subject,
-            kind: req.kind.clone(),
-            tenant: req.tenant_id.clone(),
-            reason: seal("reason", req.reason.trim()),
-            created_at: req.created_at,
-            expires_at: req.expires_at,
-        })
+    let entry = journal
+        .append(
+            cx,
+            crate::journal::Record::HoldPlaced {
+                hold_id: req.hold_id,
+                entity_id,
+                record_id,
+                subject,
+                kind: req.kind.clone(),
+                tenant: req.tenant_id.clone(),
+                reason: seal("reason", req.reason.trim()),
+                created_at: req.created_at,
+                expires_at: req.expires_at,
+            },
+        )
         .await?;
-    Ok(())
+    Ok(Some((entry.seq as i64, entry.hash)))
 }
 
 /// What an insert stores about the target, beyond the tenant.
@@ -657,16 +674,26 @@ pub(crate) async fn release_journaled(cx: &Context, hold_id: Uuid, journal: bool
     if let Some(row) = released {
         let hold = Hold::from_row(&row)?;
         if let Some(at) = hold.released_at {
-            crate::run::chain::link_hold_released(&mut tx, &cx.config.schema, hold_id, at).await?;
+            crate::run::chain::link_hold_released(
+                &mut tx,
+                &cx.config.schema,
+                cx.config.ledger_key.as_ref(),
+                hold_id,
+                at,
+            )
+            .await?;
         }
         tx.commit().await?;
         if let (true, Some(config), Some(at)) = (journal, &cx.journal, hold.released_at) {
             let appended = match crate::run::journal::Journal::open(config) {
                 Ok(j) => {
-                    j.append(crate::journal::Record::HoldReleased {
-                        hold_id,
-                        released_at: at,
-                    })
+                    j.append(
+                        cx,
+                        crate::journal::Record::HoldReleased {
+                            hold_id,
+                            released_at: at,
+                        },
+                    )
                     .await
                 }
                 Err(e) => Err(e),

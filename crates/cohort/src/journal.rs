@@ -87,6 +87,19 @@ impl JournalKey {
         hex::encode(&digest[..8])
     }
 
+    /// The MAC of an entry's hash: HMAC-SHA256 under this key, apart
+    /// from the sealing by its context. A writer of the journal's storage
+    /// without the key can remove entries from its end (the database's
+    /// record of the journal names that), but cannot add, change or move
+    /// one.
+    pub(crate) fn mac(&self, hash: &str) -> String {
+        use hmac::{KeyInit, Mac};
+        let mut mac = hmac::Hmac::<Sha256>::new_from_slice(&self.0).expect("any key length");
+        mac.update(b"cohort journal entry\n");
+        mac.update(hash.as_bytes());
+        hex::encode(mac.finalize().into_bytes())
+    }
+
     /// Seals `plain`, bound to `context` (its entry and field).
     pub(crate) fn seal(&self, context: &str, plain: &str) -> Sealed {
         use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, CHACHA20_POLY1305};
@@ -301,6 +314,17 @@ pub enum Record {
         /// Why.
         why: String,
     },
+    /// A replay brought the database back to the journal (its entry's
+    /// chain head is the database's after it): the journal's record of
+    /// the chain starts again from there.
+    Replayed {
+        /// Holds it placed again.
+        holds_placed: u64,
+        /// Holds it released again.
+        holds_released: u64,
+        /// Requests it restored.
+        requests_restored: u64,
+    },
     /// A request journaled as opened that the database never took (another
     /// request won its reference): it never came to exist.
     RequestNotOpened {
@@ -335,11 +359,25 @@ pub struct Entry {
     pub prev: String,
     /// What it records.
     pub record: Record,
-    /// SHA-256 over `prev` and this entry without `hash`.
+    /// The retained database's system identifier when it was written
+    /// (`pg_control_system()`): a replay on another cluster does not
+    /// append to this journal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system: Option<String>,
+    /// The ledger's chain head (`N:HASH`) when it was written: the
+    /// database's chain must still hold it, or it was cut short or
+    /// restored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chain: Option<String>,
+    /// SHA-256 over `prev` and this entry without `hash` and `mac`.
     pub hash: String,
+    /// [`JournalKey::mac`] of `hash`. Entries written before MACs have
+    /// none; after the first entry with one, every entry must have one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mac: Option<String>,
 }
 
-/// What [`Entry::hash`] covers: the entry without its hash.
+/// What [`Entry::hash`] covers: the entry without its hash and MAC.
 #[derive(Serialize)]
 struct Unhashed<'a> {
     seq: u64,
@@ -347,6 +385,21 @@ struct Unhashed<'a> {
     key_id: &'a str,
     prev: &'a str,
     record: &'a Record,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    system: &'a Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    chain: &'a Option<String>,
+}
+
+/// Where the retained database stood when an entry was written: its
+/// system identifier and the ledger's chain head (each `None` when it
+/// could not be read).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Stamp {
+    /// The database system identifier.
+    pub system: Option<String>,
+    /// The chain head, `N:HASH`.
+    pub chain: Option<String>,
 }
 
 impl Entry {
@@ -354,18 +407,23 @@ impl Entry {
     pub(crate) fn next(
         after: (u64, &str),
         at: DateTime<Utc>,
-        key_id: String,
+        key: &JournalKey,
         record: Record,
+        stamp: Stamp,
     ) -> Entry {
         let mut e = Entry {
             seq: after.0 + 1,
             at,
-            key_id,
+            key_id: key.id(),
             prev: after.1.to_owned(),
             record,
+            system: stamp.system,
+            chain: stamp.chain,
             hash: String::new(),
+            mac: None,
         };
         e.hash = e.computed_hash();
+        e.mac = Some(key.mac(&e.hash));
         e
     }
 
@@ -377,6 +435,8 @@ impl Entry {
             key_id: &self.key_id,
             prev: &self.prev,
             record: &self.record,
+            system: &self.system,
+            chain: &self.chain,
         })
         .expect("an entry serialises");
         hex::encode(
@@ -423,6 +483,19 @@ pub enum ChainBreak {
         /// The place it should have.
         expected: u64,
     },
+    /// An entry's MAC does not hold under the key: it was written, or
+    /// rewritten, by someone without the key.
+    #[error("entry {seq} was not written with the journal's key: its MAC does not hold (forged, or rewritten)")]
+    Forged {
+        /// Its place.
+        seq: u64,
+    },
+    /// An entry without a MAC after one with a MAC.
+    #[error("entry {seq} has no MAC, and entries before it have one: it was written without the journal's key")]
+    Unsigned {
+        /// Its place.
+        seq: u64,
+    },
     /// An entry was sealed with another key.
     #[error("entry {seq} was written with another key (key id {found}, {KEY_ENV} is {expected}): set the key this journal was written with")]
     OtherKey {
@@ -436,13 +509,13 @@ pub enum ChainBreak {
 }
 
 /// Reads and checks a journal's lines: every entry readable, hashed as
-/// written, linked to the one before, in order from 1, sealed with `key`.
-/// The first break is returned, naming its entry.
+/// written, linked to the one before, in order from 1, sealed with `key`,
+/// its MAC holding under `key` (after the first entry with one, every
+/// entry has one). The first break is returned, naming its entry.
 pub fn verify_lines<'a>(
     lines: impl IntoIterator<Item = &'a str>,
     key: &JournalKey,
 ) -> std::result::Result<Vec<Entry>, ChainBreak> {
-    let key_id = key.id();
     let mut out: Vec<Entry> = Vec::new();
     for (i, line) in lines.into_iter().enumerate() {
         if line.trim().is_empty() {
@@ -452,7 +525,7 @@ pub fn verify_lines<'a>(
             line: i + 1,
             why: e.to_string(),
         })?;
-        check_next(out.last(), &entry, &key_id)?;
+        check_next(out.last(), &entry, key)?;
         out.push(entry);
     }
     Ok(out)
@@ -462,8 +535,10 @@ pub fn verify_lines<'a>(
 pub fn check_next(
     last: Option<&Entry>,
     entry: &Entry,
-    key_id: &str,
+    key: &JournalKey,
 ) -> std::result::Result<(), ChainBreak> {
+    let key_id = key.id();
+    let key_id = key_id.as_str();
     if entry.computed_hash() != entry.hash {
         return Err(ChainBreak::Changed { seq: entry.seq });
     }
@@ -484,7 +559,13 @@ pub fn check_next(
             expected: key_id.to_owned(),
         });
     }
-    Ok(())
+    match &entry.mac {
+        Some(mac) if *mac != key.mac(&entry.hash) => Err(ChainBreak::Forged { seq: entry.seq }),
+        None if last.is_some_and(|l| l.mac.is_some()) => {
+            Err(ChainBreak::Unsigned { seq: entry.seq })
+        }
+        _ => Ok(()),
+    }
 }
 
 #[cfg(test)]
@@ -512,8 +593,9 @@ mod tests {
             out.push(Entry::next(
                 (after.0, &after.1),
                 DateTime::from_timestamp(1_800_000_000 + i as i64, 0).unwrap(),
-                k.id(),
+                k,
                 released(i),
+                Stamp::default(),
             ));
         }
         out
@@ -597,8 +679,9 @@ mod tests {
         let forged = Entry::next(
             (2, &entries[1].hash),
             DateTime::from_timestamp(1_800_000_100, 0).unwrap(),
-            k.id(),
+            &k,
             released(99),
+            Stamp::default(),
         );
         let mut inserted = good.clone();
         inserted.insert(2, forged.to_line());
@@ -622,6 +705,47 @@ mod tests {
             verify_lines(refs(&junk), &k).unwrap_err(),
             ChainBreak::Unreadable { line: 2, .. }
         ));
+    }
+
+    #[test]
+    fn an_entry_appended_without_the_key_is_named_whatever_its_hash() {
+        let k = key(3);
+        let mut entries = chain(&k, 3);
+        fn refs(v: &[String]) -> Vec<&str> {
+            v.iter().map(String::as_str).collect()
+        }
+        // Appended by someone with the journal's file but not its key:
+        // hashed and linked correctly, with no MAC, or one under another
+        // key (the key id copied).
+        let last = entries.last().unwrap().clone();
+        let mut forged = Entry::next(
+            (last.seq, &last.hash),
+            DateTime::from_timestamp(1_800_000_200, 0).unwrap(),
+            &key(9),
+            released(42),
+            Stamp::default(),
+        );
+        forged.key_id = k.id();
+        forged.hash = forged.computed_hash();
+        forged.mac = Some(key(9).mac(&forged.hash));
+        entries.push(forged.clone());
+        assert_eq!(
+            verify_lines(refs(&lines(&entries)), &k).unwrap_err(),
+            ChainBreak::Forged { seq: 4 }
+        );
+        entries.last_mut().unwrap().mac = None;
+        assert_eq!(
+            verify_lines(refs(&lines(&entries)), &k).unwrap_err(),
+            ChainBreak::Unsigned { seq: 4 }
+        );
+        // The stamp is covered: a chain head or system identifier changed
+        // no longer gives the entry's hash.
+        let mut stamped = chain(&k, 1);
+        stamped[0].chain = Some("7:abc".into());
+        assert_eq!(
+            verify_lines(refs(&lines(&stamped)), &k).unwrap_err(),
+            ChainBreak::Changed { seq: 1 }
+        );
     }
 
     #[test]

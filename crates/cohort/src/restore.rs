@@ -21,6 +21,7 @@
 //! says were there), and checks again. A second replay finds nothing to do.
 
 use std::collections::BTreeMap;
+use std::os::unix::fs::OpenOptionsExt;
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -63,6 +64,19 @@ pub struct RestoreCheck {
     pub holds_to_place: Vec<Uuid>,
     /// Holds the journal released that the database has in force.
     pub holds_to_release: Vec<Uuid>,
+    /// Holds and requests whose row records a journal entry the journal
+    /// no longer holds as it was: the journal was cut short, rolled back
+    /// with the database's storage, or rewritten. Each names the row and
+    /// the entry.
+    pub journal_behind: Vec<String>,
+    /// The ledger's chain head the journal's newest entry recorded, when
+    /// the database's chain no longer holds it: the database was restored
+    /// to before it (replay, and the next entry records the new head) or
+    /// its chain was cut short.
+    pub chain_behind: Option<String>,
+    /// Entries written before entries carried MACs (they are hashed and
+    /// linked, but a writer without the key could have written them).
+    pub entries_without_mac: u64,
     /// Entries for holds and requests that never came to exist (the
     /// database refused them when they were made, or replay could not
     /// make them again): resolved, not gaps, each with why.
@@ -76,6 +90,8 @@ impl RestoreCheck {
             && self.behind_requests.is_empty()
             && self.holds_to_place.is_empty()
             && self.holds_to_release.is_empty()
+            && self.journal_behind.is_empty()
+            && self.chain_behind.is_none()
     }
 
     /// One line per gap, for messages.
@@ -103,6 +119,8 @@ impl RestoreCheck {
                 "hold {h} was released, and is in force in the database"
             ));
         }
+        out.extend(self.journal_behind.iter().cloned());
+        out.extend(self.chain_behind.iter().cloned());
         out
     }
 }
@@ -149,6 +167,12 @@ struct JournaledHold {
 struct Folded {
     entries: u64,
     head: Option<String>,
+    /// Each entry's hash, by place.
+    hashes: Vec<String>,
+    /// The newest entry's record of the chain head, and of the database.
+    chain: Option<String>,
+    system: Option<String>,
+    without_mac: u64,
     requests: Vec<(Uuid, Journaled)>,
     holds: Vec<(Uuid, JournaledHold)>,
 }
@@ -158,6 +182,10 @@ fn fold(entries: Vec<crate::journal::Entry>) -> Folded {
     let mut holds: Vec<(Uuid, JournaledHold)> = Vec::new();
     let n = entries.len() as u64;
     let head = entries.last().map(|e| e.hash.clone());
+    let hashes = entries.iter().map(|e| e.hash.clone()).collect();
+    let chain = entries.iter().rev().find_map(|e| e.chain.clone());
+    let system = entries.iter().rev().find_map(|e| e.system.clone());
+    let without_mac = entries.iter().filter(|e| e.mac.is_none()).count() as u64;
     for e in entries {
         match &e.record {
             Record::RequestOpened {
@@ -199,6 +227,7 @@ fn fold(entries: Vec<crate::journal::Entry>) -> Folded {
                     r.not_opened = Some(why.clone());
                 }
             }
+            Record::Replayed { .. } => {}
             Record::HoldNotPlaced { hold_id, why } => {
                 if let Some((_, h)) = holds.iter_mut().find(|(id, _)| id == hold_id) {
                     h.not_placed = Some(why.clone());
@@ -233,6 +262,10 @@ fn fold(entries: Vec<crate::journal::Entry>) -> Folded {
     Folded {
         entries: n,
         head,
+        hashes,
+        chain,
+        system,
+        without_mac,
         requests,
         holds,
     }
@@ -286,8 +319,71 @@ async fn compare(cx: &Context, folded: &Folded) -> Result<RestoreCheck> {
     let mut out = RestoreCheck {
         entries: folded.entries,
         head: folded.head.clone(),
+        entries_without_mac: folded.without_mac,
         ..RestoreCheck::default()
     };
+    // The database's record of the journal: every entry a row, or a
+    // hold's link in the chain (which outlives its row), recorded must
+    // still be there, as it was.
+    let mut recorded: BTreeMap<String, (i64, Option<String>)> = BTreeMap::new();
+    for r in crate::sql::requests::journal_records(schema)
+        .query()
+        .fetch_all(&cx.pool)
+        .await?
+    {
+        recorded.insert(
+            r.try_get("what")?,
+            (r.try_get("entry")?, r.try_get("hash")?),
+        );
+    }
+    for r in crate::sql::chain::journal_links(schema)
+        .query()
+        .fetch_all(&cx.pool)
+        .await?
+    {
+        let hold: Option<Uuid> = r.try_get("hold")?;
+        let journal: String = r.try_get("journal")?;
+        let Some((entry, hash)) = journal.split_once(':') else {
+            continue;
+        };
+        let Ok(entry) = entry.parse::<i64>() else {
+            continue;
+        };
+        let what = format!("hold {}", hold.map(|h| h.to_string()).unwrap_or_default());
+        recorded
+            .entry(what)
+            .or_insert((entry, Some(hash.to_owned())));
+    }
+    for (what, (entry, hash)) in recorded {
+        let found = usize::try_from(entry - 1)
+            .ok()
+            .and_then(|i| folded.hashes.get(i));
+        match found {
+            Some(h) if Some(h) == hash.as_ref() => {}
+            Some(_) => out.journal_behind.push(format!(
+                "{what} was recorded by journal entry {entry}, and the journal holds another entry there: it was rewritten"
+            )),
+            None => out.journal_behind.push(format!(
+                "{what} was recorded by journal entry {entry}, and the journal ends at entry {}: it was cut short or rolled back",
+                folded.entries
+            )),
+        }
+    }
+    // The journal's record of the database's chain.
+    if let Some(spelled) = &folded.chain {
+        if let Ok(expected) = spelled.parse::<crate::chain::ExpectedHead>() {
+            let link: Option<String> = crate::sql::chain::link_hash_of(schema, expected.link_id)
+                .query_scalar()
+                .fetch_optional(&cx.pool)
+                .await?;
+            if link.as_deref() != Some(expected.link.as_str()) {
+                out.chain_behind = Some(format!(
+                    "the journal's newest entry recorded the ledger's chain at link {spelled}, and the database's chain {}: the database was restored to before it, or its chain was cut short",
+                    if link.is_some() { "holds another link there" } else { "no longer reaches it" }
+                ));
+            }
+        }
+    }
     for (id, r) in &folded.requests {
         let gap = RequestGap {
             request_id: *id,
@@ -329,10 +425,44 @@ async fn compare(cx: &Context, folded: &Folded) -> Result<RestoreCheck> {
 }
 
 /// Brings the database back to the journal (see the module documentation).
-pub(crate) async fn replay(cx: &Context, dry_run: bool) -> Result<ReplayReport> {
-    let config = configured(cx)?;
+/// With `journal_copy`, a directory, the journal is first copied there
+/// (unless a copy is there already) and the replay reads and appends to
+/// the copy: a drill on another cluster leaves the production journal as
+/// it was. Without it, a replay on a database whose system identifier is
+/// not the one the journal's entries recorded is refused.
+pub(crate) async fn replay(
+    cx: &Context,
+    dry_run: bool,
+    journal_copy: Option<&std::path::Path>,
+) -> Result<ReplayReport> {
+    let configured = configured(cx)?;
+    let copied;
+    let config = match journal_copy {
+        Some(dir) => {
+            copied = copy_journal(configured, dir).await?;
+            &copied
+        }
+        None => configured,
+    };
     let journal = Journal::open(config)?;
     let folded = fold(journal.read().await?);
+    if journal_copy.is_none() && !dry_run {
+        let ours: Option<String> = crate::sql::journal::system_identifier()
+            .query_scalar()
+            .fetch_optional(&cx.pool)
+            .await
+            .ok()
+            .flatten();
+        if let (Some(ours), Some(theirs)) = (&ours, &folded.system) {
+            if ours != theirs {
+                return Err(Error::Refused(format!(
+                    "this database's cluster (system identifier {ours}) is not the one {} was written for ({theirs}): \
+                     a replay here would append to another cluster's journal; a drill replays onto a copy with --journal-copy DIR",
+                    config.describe()
+                )));
+            }
+        }
+    }
     let before = compare(cx, &folded).await?;
     let mut report = ReplayReport {
         dry_run,
@@ -407,10 +537,13 @@ pub(crate) async fn replay(cx: &Context, dry_run: bool) -> Result<ReplayReport> 
                 // blocks restore-check, replay or the worker.
                 let why = format!("replay could not place it again: {e}");
                 journal
-                    .append(Record::HoldNotPlaced {
-                        hold_id: *hold_id,
-                        why: why.clone(),
-                    })
+                    .append(
+                        cx,
+                        Record::HoldNotPlaced {
+                            hold_id: *hold_id,
+                            why: why.clone(),
+                        },
+                    )
                     .await?;
                 report.skipped.push(format!("hold {hold_id}: {why}"));
             }
@@ -463,6 +596,11 @@ pub(crate) async fn replay(cx: &Context, dry_run: bool) -> Result<ReplayReport> 
         };
         let subject = open("subject", &subject)?;
         let note = note.as_ref().map(|n| open("note", n)).transpose()?;
+        let opened_hash = folded
+            .hashes
+            .get((seq as usize).saturating_sub(1))
+            .cloned()
+            .unwrap_or_default();
         let restored = crate::run::requests::restore_opened(
             cx,
             request_id,
@@ -473,7 +611,7 @@ pub(crate) async fn replay(cx: &Context, dry_run: bool) -> Result<ReplayReport> 
             (allow_soft_delete, stage),
             note,
             (received_at, due_at, due_reason),
-            seq,
+            (seq, opened_hash),
         )
         .await?;
         if !restored {
@@ -512,6 +650,53 @@ pub(crate) async fn replay(cx: &Context, dry_run: bool) -> Result<ReplayReport> 
                 .push((reference, format!("failed: {e}"))),
         }
     }
+    // The journal records where the database stands now: its chain head
+    // after the replay, so the head an older entry recorded (from before
+    // the restore) is no longer the one held against the chain.
+    if !before.is_clean() {
+        journal
+            .append(
+                cx,
+                Record::Replayed {
+                    holds_placed: report.holds_placed.len() as u64,
+                    holds_released: report.holds_released.len() as u64,
+                    requests_restored: report.requests_restored.len() as u64,
+                },
+            )
+            .await?;
+    }
     report.check = compare(cx, &fold(journal.read().await?)).await?;
     Ok(report)
+}
+
+/// A copy of the configured journal in `dir` (made once: a second drill
+/// goes on from the first's copy), for a replay that must not write to
+/// the journal it was given.
+async fn copy_journal(
+    config: &crate::journal::JournalConfig,
+    dir: &std::path::Path,
+) -> Result<crate::journal::JournalConfig> {
+    let key = config.resolved_key()?;
+    let copy = crate::journal::JournalConfig::dir(dir).key(key);
+    let target = dir.join(crate::journal::FILE_NAME);
+    if !target.exists() {
+        let lines = Journal::open(config)?.lines().await?;
+        std::fs::create_dir_all(dir)
+            .map_err(|e| Error::InvalidInput(format!("--journal-copy {}: {e}", dir.display())))?;
+        let mut text = lines.join("\n");
+        if !text.is_empty() {
+            text.push('\n');
+        }
+        use std::io::Write;
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&target)
+            .and_then(|mut f| f.write_all(text.as_bytes()).and_then(|()| f.sync_all()))
+            .map_err(|e| {
+                Error::InvalidInput(format!("--journal-copy {}: {e}", target.display()))
+            })?;
+    }
+    Ok(copy)
 }

@@ -20,7 +20,7 @@ use uuid::Uuid;
 
 use crate::chain::{
     self, BreakKind, ChainBreak, ChainHead, ChainReport, CheckpointRecord, CheckpointSeen,
-    ExpectedHead, LinkKind, PruneCutoffs, ReleaseRecord,
+    ExpectedHead, LedgerKey, LinkKind, PruneCutoffs, ReleaseRecord,
 };
 use crate::context::Context;
 use crate::error::Result;
@@ -47,6 +47,7 @@ struct LinkRow {
     link: String,
     covers: Vec<i64>,
     linked_at: DateTime<Utc>,
+    mac: Option<String>,
 }
 
 /// The walk's state between pages.
@@ -164,6 +165,7 @@ fn label(kind: LinkKind, subject: Option<Uuid>, link_id: i64) -> String {
         (LinkKind::HoldPlaced | LinkKind::HoldReleased, Some(s)) => format!("hold {s}"),
         (LinkKind::Checkpoint, _) => "checkpoint".into(),
         (LinkKind::Start, _) => "the chain's start".into(),
+        (LinkKind::Key, _) => format!("key link {link_id}"),
         _ => format!("link {link_id}"),
     }
 }
@@ -197,6 +199,8 @@ pub(crate) async fn verify(cx: &Context, expected: Option<ExpectedHead>) -> Resu
     let mut prev = chain::GENESIS.to_string();
     let mut start: Option<DateTime<Utc>> = None;
     let mut head_seen = false;
+    let key = cx.config.ledger_key.as_ref();
+    let mut keyed = Keyed::default();
     loop {
         let page: Vec<LinkRow> = statements::links_after(schema, next_id - 1, PAGE)
             .query()
@@ -214,6 +218,7 @@ pub(crate) async fn verify(cx: &Context, expected: Option<ExpectedHead>) -> Resu
                     link: r.try_get("link")?,
                     covers: r.try_get("covers")?,
                     linked_at: r.try_get("linked_at")?,
+                    mac: r.try_get("mac")?,
                 })
             })
             .collect::<std::result::Result<_, sqlx::Error>>()?;
@@ -292,16 +297,12 @@ pub(crate) async fn verify(cx: &Context, expected: Option<ExpectedHead>) -> Resu
                 );
                 continue;
             }
-            if chain::link_hash(&l.prev, l.link_id, kind, l.subject, &l.digest) != l.link {
-                walk.broken(
-                    Some(l.link_id),
-                    name,
-                    BreakKind::Changed,
-                    "the link was edited: its hash no longer matches its contents".into(),
-                );
+            if let Some(why) = keyed.check(l, kind, key) {
+                walk.broken(Some(l.link_id), name, BreakKind::Changed, why);
                 continue;
             }
             match (kind, l.subject) {
+                (LinkKind::Key, _) => {}
                 (LinkKind::Start, _) => {
                     if l.link_id == 1 {
                         start = Some(l.linked_at);
@@ -362,6 +363,22 @@ pub(crate) async fn verify(cx: &Context, expected: Option<ExpectedHead>) -> Resu
     }
     check_releases(&mut tx, schema, &mut walk).await?;
     released_after_placed(&mut walk);
+    journal_head(cx, &mut tx, &mut walk, &mut report.warnings).await?;
+    report.keyed_from = keyed.from;
+    report.macs_checked = keyed.from.is_some() && key.is_some();
+    match (keyed.from, key) {
+        (None, _) => report.warnings.push(format!(
+            "the chain is not keyed: anyone who can write the database can append links that verify; \
+             key it with {} set for `cohort migrate`, and compare its head with one recorded outside the database",
+            chain::LEDGER_KEY_ENV
+        )),
+        (Some(from), None) => report.warnings.push(format!(
+            "the chain is keyed from link {from}, but verify ran without {}: the links' hashes were checked, their MACs were not, \
+             so a link written without the key would not be named",
+            chain::LEDGER_KEY_ENV
+        )),
+        (Some(_), Some(_)) => {}
+    }
     if let Some(e) = &expected {
         if !head_seen {
             walk.broken(
@@ -500,6 +517,123 @@ async fn check_holds(
         }
     }
     Ok(())
+}
+
+/// The journal's record of the chain (when a journal is configured): the
+/// head its newest entry recorded must still be in the chain, or links
+/// were removed from the chain's end (the newest included, which nothing
+/// else inside the database can show), or the database was restored.
+async fn journal_head(
+    cx: &Context,
+    tx: &mut sqlx::PgConnection,
+    walk: &mut Walk,
+    warnings: &mut Vec<String>,
+) -> Result<()> {
+    let Some(config) = &cx.journal else {
+        return Ok(());
+    };
+    let entries = match crate::run::journal::Journal::open(config) {
+        Ok(j) => j.read().await,
+        Err(e) => Err(e),
+    };
+    let entries = match entries {
+        Ok(e) => e,
+        Err(e) => {
+            warnings.push(format!(
+                "{} was not compared with the chain: {e}",
+                config.describe()
+            ));
+            return Ok(());
+        }
+    };
+    let Some((seq, spelled)) = entries
+        .iter()
+        .rev()
+        .find_map(|e| e.chain.clone().map(|c| (e.seq, c)))
+    else {
+        return Ok(());
+    };
+    let Ok(expected) = spelled.parse::<ExpectedHead>() else {
+        return Ok(());
+    };
+    let link: Option<String> = statements::link_hash_of(&cx.config.schema, expected.link_id)
+        .query_scalar()
+        .fetch_optional(&mut *tx)
+        .await?;
+    if link.as_deref() != Some(expected.link.as_str()) {
+        walk.broken(
+            Some(expected.link_id),
+            format!("link {}", expected.link_id),
+            BreakKind::Missing,
+            format!(
+                "journal entry {seq} recorded the chain at link {spelled}, and the chain {}: links were removed from its end, or the database was restored (run `cohort restore-check`)",
+                if link.is_some() { "holds another link there" } else { "no longer reaches it" }
+            ),
+        );
+    }
+    Ok(())
+}
+
+/// The chain's keyed part, as the walk meets it: from the first `key`
+/// link on, every link carries a MAC and is hashed over its own time.
+#[derive(Default)]
+struct Keyed {
+    /// The first `key` link.
+    from: Option<i64>,
+    /// The key id its newest `key` link names.
+    key_id: Option<String>,
+}
+
+impl Keyed {
+    /// Why link `l` does not hold (its hash, its MAC, its place in the
+    /// keyed part), or `None` when it holds. A `key` link starts the keyed
+    /// part; a link without a MAC after it was written without the key.
+    fn check(&mut self, l: &LinkRow, kind: LinkKind, key: Option<&LedgerKey>) -> Option<String> {
+        let Some(mac) = &l.mac else {
+            if chain::link_hash(&l.prev, l.link_id, kind, l.subject, &l.digest) != l.link {
+                return Some("the link was edited: its hash no longer matches its contents".into());
+            }
+            return self.from.map(|from| {
+                format!(
+                    "it has no MAC, and the chain is keyed from link {from}: it was written without the ledger's key"
+                )
+            });
+        };
+        let hash = chain::keyed_link_hash(
+            &l.prev,
+            l.link_id,
+            kind,
+            l.subject,
+            &l.digest,
+            chain::micros(l.linked_at),
+        );
+        if hash != l.link {
+            return Some(
+                "the link was edited: its hash no longer matches its contents and time".into(),
+            );
+        }
+        if kind == LinkKind::Key {
+            self.from.get_or_insert(l.link_id);
+            self.key_id = serde_json::from_str::<chain::KeyRecord>(&l.record)
+                .ok()
+                .map(|k| k.key_id);
+        } else if self.from.is_none() {
+            return Some(
+                "it carries a MAC before any key link: the chain's keyed part does not start with a key".into(),
+            );
+        }
+        let key = key?;
+        if self.key_id.as_deref() != Some(key.id().as_str()) {
+            return Some(format!(
+                "the chain is keyed here with key {}, and verify was given key {}",
+                self.key_id.as_deref().unwrap_or("?"),
+                key.id()
+            ));
+        }
+        (key.mac(&l.link) != *mac).then(|| {
+            "its MAC does not hold under the ledger's key: it was written, or rewritten, without the key".into()
+        })
+    }
 }
 
 /// A release link's time against the link itself: a release is linked in

@@ -360,3 +360,65 @@ async fn a_journal_in_a_database_on_another_server_is_written_and_one_on_the_sam
     assert!(e.to_string().contains("unreachable"), "{e}");
     assert_eq!(contacts(db.pool()).await, [1, 2, 5, 6, 7]);
 }
+
+#[tokio::test]
+async fn entries_for_a_hold_and_a_request_that_never_came_to_exist_are_resolved_not_gaps() {
+    let db = migrated_db().await;
+    let pool = db.pool();
+    exec(pool, TABLES).await;
+    let dir = tempfile::tempdir().unwrap();
+    let cohort = handle(pool, dir.path()).await;
+
+    // A hold on a record that does not exist: journaled, then refused.
+    let err = cohort
+        .create_hold(HoldRequest::new(
+            Uuid::parse_str(CONTACT_ID).unwrap(),
+            "999",
+            "claim of 2026-12",
+        ))
+        .await
+        .unwrap_err();
+    assert!(err.kind().is_bad_input(), "{err}");
+
+    // A request whose reference another transaction takes between the
+    // look-up and the insert: the test's uncommitted row holds it, so the
+    // request's insert waits for it, then finds it taken.
+    let mut gate = pool.begin().await.unwrap();
+    sqlx::query(
+        "INSERT INTO public.erasure_request (request_id, reference, subject_text, subject_hash, \
+         state, received_at, due_at) VALUES (gen_random_uuid(), 'SAR-SAME', 'someone', 'h', 'open', \
+         now(), now() + interval '30 days')",
+    )
+    .execute(&mut *gate)
+    .await
+    .unwrap();
+    let c = cohort.clone();
+    let lost = tokio::spawn(async move { c.erase(erase(S0, "SAR-SAME")).await });
+    wait_for_lock_wait(pool).await;
+    gate.commit().await.unwrap();
+    let err = lost.await.unwrap().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Conflict, "{err}");
+
+    // Both were journaled before the database refused them...
+    let text = std::fs::read_to_string(dir.path().join(cohort::journal::FILE_NAME)).unwrap();
+    assert!(text.contains(r#""type":"hold_placed""#), "{text}");
+    assert!(text.contains(r#""type":"request_opened""#), "{text}");
+    // ...and neither is a gap: restore-check is clean, says why, and a
+    // replay has nothing to do.
+    let check = cohort.restore_check().await.unwrap();
+    assert!(check.is_clean(), "{:?}", check.describe());
+    assert_eq!(check.resolved.len(), 2, "{:?}", check.resolved);
+    assert!(
+        check.resolved[0].contains("never opened") || check.resolved[1].contains("never opened")
+    );
+    let replay = cohort.replay(false).await.unwrap();
+    assert!(replay.holds_placed.is_empty() && replay.requests_restored.is_empty());
+    assert!(replay.check.is_clean());
+    // The journal file is its owner's alone.
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(dir.path().join(cohort::journal::FILE_NAME))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
+}

@@ -146,6 +146,12 @@ impl Context {
                     tenants: &self.tenants,
                 };
                 let (model, tenants) = crate::validate::handle(&mut conn, inputs).await?;
+                crate::run::chain::check_key(
+                    &mut conn,
+                    &self.config.schema,
+                    self.config.ledger_key.as_ref(),
+                )
+                .await?;
                 // Without a key (a read-only process), the plans still need
                 // a hasher; sweeps and erasures that would use it are
                 // refused before they start (`validate::hash_key_missing`).

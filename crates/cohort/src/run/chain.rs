@@ -22,7 +22,7 @@ use sqlx::{PgConnection, Row};
 use uuid::Uuid;
 
 use crate::chain::{
-    self, CheckpointRecord, HoldRecord, Interval, LinkKind, PruneCutoffs, PrunedLink,
+    self, CheckpointRecord, HoldRecord, Interval, LedgerKey, LinkKind, PruneCutoffs, PrunedLink,
     ReleaseRecord, RunRecord, SummaryRecord,
 };
 use crate::sql::chain as statements;
@@ -129,6 +129,13 @@ fn hold(r: &PgRow) -> Result<HoldRows, sqlx::Error> {
             subject_kind: r.try_get("subject_kind")?,
             subject: subject.map(|s| chain::salted(hold_id, &s)),
             forms,
+            journal: match (
+                r.try_get::<Option<i64>, _>("journal_entry")?,
+                r.try_get::<Option<String>, _>("journal_hash")?,
+            ) {
+                (Some(seq), Some(hash)) => Some(format!("{seq}:{hash}")),
+                _ => None,
+            },
         },
         released_at: r.try_get("released_at")?,
     })
@@ -183,31 +190,188 @@ pub(crate) async fn read_holds(
 
 /// Appends one link under the chain's lock; `conn` is inside a READ
 /// COMMITTED transaction the caller commits (the lock is held until then).
+///
+/// With the ledger's key the library computes the link (its hash over its
+/// own time too) and its MAC; without it the server hashes it as schema
+/// 19 did, and a chain whose newest link is keyed refuses the append: a
+/// process started before the chain was keyed must be restarted with the
+/// key (startup refuses it without one).
 async fn append(
     conn: &mut PgConnection,
     schema: &str,
-    kind: LinkKind,
-    subject: Option<Uuid>,
-    record: String,
-    covers: Vec<i64>,
+    key: Option<&LedgerKey>,
+    link: NewLink,
 ) -> Result<i64, sqlx::Error> {
     statements::lock(schema).query().execute(&mut *conn).await?;
-    let digest = chain::digest(&record);
-    let values = statements::Append {
-        kind: kind.as_str(),
-        subject,
-        record,
-        digest,
-        covers,
-    };
-    statements::append(schema, values)
-        .query_scalar::<i64>()
+    let digest = chain::digest(&link.record);
+    let head = statements::keyed_head(schema)
+        .query()
         .fetch_optional(&mut *conn)
         .await?
         .ok_or_else(|| {
             sqlx::Error::Protocol(
                 "the ledger's hash chain has no link to follow (its start link is gone): run `cohort verify`".into(),
             )
+        })?;
+    let (head_id, prev, keyed, now): (i64, String, bool, DateTime<Utc>) = (
+        head.try_get("link_id")?,
+        head.try_get("link")?,
+        head.try_get("keyed")?,
+        head.try_get("now")?,
+    );
+    let Some(key) = key else {
+        if keyed {
+            return Err(sqlx::Error::Protocol(format!(
+                "the ledger's hash chain is keyed: this process has no {} and cannot link what it did; restart it with the key",
+                chain::LEDGER_KEY_ENV
+            )));
+        }
+        let values = statements::Append {
+            kind: link.kind.as_str(),
+            subject: link.subject,
+            record: link.record,
+            digest,
+            covers: link.covers,
+        };
+        return statements::append(schema, values)
+            .query_scalar::<i64>()
+            .fetch_optional(&mut *conn)
+            .await?
+            .ok_or(sqlx::Error::RowNotFound);
+    };
+    let link_id = head_id + 1;
+    // The hash covers the time in microseconds, as stored.
+    let linked_at = DateTime::<Utc>::from_timestamp_micros(chain::micros(now)).unwrap_or(now);
+    let hash = chain::keyed_link_hash(
+        &prev,
+        link_id,
+        link.kind,
+        link.subject,
+        &digest,
+        chain::micros(linked_at),
+    );
+    let values = statements::AppendKeyed {
+        link_id,
+        kind: link.kind.as_str(),
+        subject: link.subject,
+        record: link.record,
+        digest,
+        prev,
+        mac: key.mac(&hash),
+        link: hash,
+        covers: link.covers,
+        linked_at,
+    };
+    statements::append_keyed(schema, values)
+        .query()
+        .execute(&mut *conn)
+        .await?;
+    Ok(link_id)
+}
+
+/// A link to append: what it stands for and its record.
+struct NewLink {
+    kind: LinkKind,
+    subject: Option<Uuid>,
+    record: String,
+    covers: Vec<i64>,
+}
+
+impl NewLink {
+    fn of(kind: LinkKind, subject: Option<Uuid>, record: String) -> Self {
+        Self {
+            kind,
+            subject,
+            record,
+            covers: Vec::new(),
+        }
+    }
+}
+
+/// Keys the chain: appends a `key` link naming `key`, signed with it, in
+/// its own transaction. Nothing when the newest `key` link already names
+/// it; refused when the chain is keyed with another key.
+pub(crate) async fn key_chain(
+    conn: &mut PgConnection,
+    schema: &str,
+    key: &LedgerKey,
+) -> Result<Option<i64>, crate::error::Error> {
+    let mut tx = sqlx::Connection::begin_with(&mut *conn, crate::sql::READ_COMMITTED).await?;
+    statements::lock(schema).query().execute(&mut *tx).await?;
+    if let Some(id) = keyed_with(&mut tx, schema).await? {
+        tx.rollback().await?;
+        return if id == key.id() {
+            Ok(None)
+        } else {
+            Err(crate::error::Error::Config(crate::error::Problems::one(format!(
+                "the ledger's chain is keyed with key {id}, and {} is key {}: a chain keeps one key",
+                chain::LEDGER_KEY_ENV,
+                key.id()
+            ))))
+        };
+    }
+    let record = chain::canonical(&chain::KeyRecord { key_id: key.id() });
+    let link_id = append(
+        &mut tx,
+        schema,
+        Some(key),
+        NewLink::of(LinkKind::Key, None, record),
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(Some(link_id))
+}
+
+/// What a process that links runs and holds needs of its ledger key,
+/// checked when it starts: the key the chain is keyed with, once it is;
+/// and no key for a chain not yet keyed (`cohort migrate` keys it, with
+/// the key in its environment), so that a key given is never ignored.
+pub(crate) async fn check_key(
+    conn: &mut PgConnection,
+    schema: &str,
+    key: Option<&LedgerKey>,
+) -> Result<(), crate::error::Error> {
+    let env = chain::LEDGER_KEY_ENV;
+    let problem = match (keyed_with(conn, schema).await?, key) {
+        (None, None) => return Ok(()),
+        (Some(id), Some(k)) if id == k.id() => return Ok(()),
+        (Some(id), None) => format!(
+            "the ledger's hash chain is keyed (key {id}): a process that settles runs or changes holds needs {env}, the key it was keyed with, or what it did could not be linked"
+        ),
+        (Some(id), Some(k)) => format!(
+            "{env} is key {}, and the ledger's hash chain is keyed with key {id}: give this process the chain's key",
+            k.id()
+        ),
+        (None, Some(_)) => format!(
+            "{env} is set but the ledger's hash chain is not keyed yet: run `cohort migrate` with {env} in its environment (it keys the chain), then start this process again"
+        ),
+    };
+    Err(crate::error::Error::Config(crate::error::Problems::one(
+        problem,
+    )))
+}
+
+/// The id of the key the chain is keyed with (its newest `key` link's),
+/// or `None` when it was never keyed.
+pub(crate) async fn keyed_with(
+    conn: &mut PgConnection,
+    schema: &str,
+) -> Result<Option<String>, sqlx::Error> {
+    let Some(row) = statements::key_link(schema)
+        .query()
+        .fetch_optional(&mut *conn)
+        .await?
+    else {
+        return Ok(None);
+    };
+    let record: String = row.try_get("record")?;
+    let link_id: i64 = row.try_get("link_id")?;
+    serde_json::from_str::<chain::KeyRecord>(&record)
+        .map(|k| Some(k.key_id))
+        .map_err(|_| {
+            sqlx::Error::Protocol(format!(
+                "the chain's key link {link_id} does not name a key: run `cohort verify`"
+            ))
         })
 }
 
@@ -215,6 +379,7 @@ async fn append(
 pub(crate) async fn link_run(
     conn: &mut PgConnection,
     schema: &str,
+    key: Option<&LedgerKey>,
     run_id: Uuid,
 ) -> Result<(), sqlx::Error> {
     let record = read_runs(&mut *conn, schema, &[run_id])
@@ -224,10 +389,8 @@ pub(crate) async fn link_run(
     append(
         conn,
         schema,
-        LinkKind::Run,
-        Some(run_id),
-        chain::canonical(&record),
-        Vec::new(),
+        key,
+        NewLink::of(LinkKind::Run, Some(run_id), chain::canonical(&record)),
     )
     .await
     .map(drop)
@@ -237,6 +400,7 @@ pub(crate) async fn link_run(
 pub(crate) async fn link_hold_placed(
     conn: &mut PgConnection,
     schema: &str,
+    key: Option<&LedgerKey>,
     hold_id: Uuid,
 ) -> Result<(), sqlx::Error> {
     let rows = read_holds(&mut *conn, schema, &[hold_id])
@@ -246,10 +410,12 @@ pub(crate) async fn link_hold_placed(
     append(
         conn,
         schema,
-        LinkKind::HoldPlaced,
-        Some(hold_id),
-        chain::canonical(&rows.placed),
-        Vec::new(),
+        key,
+        NewLink::of(
+            LinkKind::HoldPlaced,
+            Some(hold_id),
+            chain::canonical(&rows.placed),
+        ),
     )
     .await
     .map(drop)
@@ -259,6 +425,7 @@ pub(crate) async fn link_hold_placed(
 pub(crate) async fn link_hold_released(
     conn: &mut PgConnection,
     schema: &str,
+    key: Option<&LedgerKey>,
     hold_id: Uuid,
     released_at: DateTime<Utc>,
 ) -> Result<(), sqlx::Error> {
@@ -269,10 +436,12 @@ pub(crate) async fn link_hold_released(
     append(
         conn,
         schema,
-        LinkKind::HoldReleased,
-        Some(hold_id),
-        chain::canonical(&record),
-        Vec::new(),
+        key,
+        NewLink::of(
+            LinkKind::HoldReleased,
+            Some(hold_id),
+            chain::canonical(&record),
+        ),
     )
     .await
     .map(drop)
@@ -284,6 +453,7 @@ pub(crate) async fn link_hold_released(
 pub(crate) async fn checkpoint(
     conn: &mut PgConnection,
     schema: &str,
+    key: Option<&LedgerKey>,
     subjects: &[Uuid],
     cutoffs: PruneCutoffs,
 ) -> Result<(), sqlx::Error> {
@@ -302,7 +472,9 @@ pub(crate) async fn checkpoint(
     }
     let covers = pruned.iter().map(|p| p.link_id).collect();
     let record = chain::canonical(&CheckpointRecord { cutoffs, pruned });
-    append(conn, schema, LinkKind::Checkpoint, None, record, covers)
-        .await
-        .map(drop)
+    let link = NewLink {
+        covers,
+        ..NewLink::of(LinkKind::Checkpoint, None, record)
+    };
+    append(conn, schema, key, link).await.map(drop)
 }

@@ -14,8 +14,8 @@ use sqlx::{Connection, PgConnection};
 
 use crate::error::{Error, Result};
 use crate::journal::{
-    check_next, verify_lines, Entry, JournalConfig, JournalKey, JournalTarget, Record, FILE_NAME,
-    GENESIS,
+    check_next, verify_lines, Entry, JournalConfig, JournalKey, JournalTarget, Record, Stamp,
+    FILE_NAME, GENESIS,
 };
 use crate::sql::journal as sql;
 
@@ -49,16 +49,24 @@ impl<'a> Journal<'a> {
     /// Refused when the store cannot be reached or written, or its last
     /// entry is broken or sealed with another key: the caller then does
     /// not do what the entry records.
-    pub(crate) async fn append(&self, record: Record) -> Result<Entry> {
+    ///
+    /// The entry records where the retained database stands (its system
+    /// identifier, the ledger's chain head), read through `cx` first.
+    pub(crate) async fn append(
+        &self,
+        cx: &crate::context::Context,
+        record: Record,
+    ) -> Result<Entry> {
+        let stamp = stamp(cx).await;
         let result = match &self.config.target {
             JournalTarget::Dir(dir) => {
                 let dir = dir.clone();
-                let key_id = self.key.id();
-                tokio::task::spawn_blocking(move || append_file(&dir, &key_id, record))
+                let key = self.key.clone();
+                tokio::task::spawn_blocking(move || append_file(&dir, &key, record, stamp))
                     .await
                     .map_err(|e| Error::Refused(format!("the journal's writer stopped: {e}")))?
             }
-            JournalTarget::Url(url) => append_db(url, &self.key.id(), record).await,
+            JournalTarget::Url(url) => append_db(url, &self.key, record, stamp).await,
         };
         result.map_err(|why| {
             Error::Refused(format!(
@@ -71,7 +79,18 @@ impl<'a> Journal<'a> {
     /// Every entry, checked from the first: an entry changed, removed,
     /// inserted or moved, or sealed with another key, is named.
     pub(crate) async fn read(&self) -> Result<Vec<Entry>> {
-        let lines = match &self.config.target {
+        let lines = self.lines().await?;
+        verify_lines(lines.iter().map(String::as_str), &self.key).map_err(|b| {
+            Error::InvalidInput(format!(
+                "{} is broken: {b}; nothing was replayed",
+                self.config.describe()
+            ))
+        })
+    }
+
+    /// Every line, as stored, unchecked.
+    pub(crate) async fn lines(&self) -> Result<Vec<String>> {
+        match &self.config.target {
             JournalTarget::Dir(dir) => {
                 let path = dir.join(FILE_NAME);
                 tokio::task::spawn_blocking(move || read_file(&path))
@@ -80,15 +99,7 @@ impl<'a> Journal<'a> {
             }
             JournalTarget::Url(url) => read_db(url).await,
         }
-        .map_err(|why| {
-            Error::Refused(format!("{} cannot be read ({why})", self.config.describe()))
-        })?;
-        verify_lines(lines.iter().map(String::as_str), &self.key).map_err(|b| {
-            Error::InvalidInput(format!(
-                "{} is broken: {b}; nothing was replayed",
-                self.config.describe()
-            ))
-        })
+        .map_err(|why| Error::Refused(format!("{} cannot be read ({why})", self.config.describe())))
     }
 }
 
@@ -121,7 +132,12 @@ fn last_in_file(file: &mut std::fs::File) -> std::result::Result<Option<Entry>, 
     }
 }
 
-fn append_file(dir: &Path, key_id: &str, record: Record) -> std::result::Result<Entry, String> {
+fn append_file(
+    dir: &Path,
+    key: &JournalKey,
+    record: Record,
+    stamp: Stamp,
+) -> std::result::Result<Entry, String> {
     if !dir.is_dir() {
         return Err(format!(
             "{} is not a directory (create it, on storage apart from the database's)",
@@ -142,7 +158,7 @@ fn append_file(dir: &Path, key_id: &str, record: Record) -> std::result::Result<
     file.lock()
         .map_err(|e| format!("locking {}: {e}", path.display()))?;
     let last = last_in_file(&mut file)?;
-    let entry = next_entry(last.as_ref(), key_id, record)?;
+    let entry = next_entry(last.as_ref(), key, record, stamp)?;
     let mut line = entry.to_line();
     line.push('\n');
     file.write_all(line.as_bytes())
@@ -161,9 +177,12 @@ fn append_file(dir: &Path, key_id: &str, record: Record) -> std::result::Result<
 /// key it was sealed with: a journal is written with one key).
 fn next_entry(
     last: Option<&Entry>,
-    key_id: &str,
+    key: &JournalKey,
     record: Record,
+    stamp: Stamp,
 ) -> std::result::Result<Entry, String> {
+    let key_id = key.id();
+    let key_id = key_id.as_str();
     if let Some(l) = last {
         if l.computed_hash() != l.hash {
             return Err(format!(
@@ -181,8 +200,8 @@ fn next_entry(
     let after = last
         .map(|l| (l.seq, l.hash.as_str()))
         .unwrap_or((0, GENESIS));
-    let entry = Entry::next(after, Utc::now(), key_id.to_owned(), record);
-    check_next(last, &entry, key_id).map_err(|b| b.to_string())?;
+    let entry = Entry::next(after, Utc::now(), key, record, stamp);
+    check_next(last, &entry, key).map_err(|b| b.to_string())?;
     Ok(entry)
 }
 
@@ -212,7 +231,12 @@ async fn connect(url: &str) -> std::result::Result<PgConnection, String> {
     }
 }
 
-async fn append_db(url: &str, key_id: &str, record: Record) -> std::result::Result<Entry, String> {
+async fn append_db(
+    url: &str,
+    key: &JournalKey,
+    record: Record,
+    stamp: Stamp,
+) -> std::result::Result<Entry, String> {
     let mut conn = connect(url).await?;
     let step = |e: sqlx::Error| e.to_string();
     sql::create()
@@ -231,7 +255,7 @@ async fn append_db(url: &str, key_id: &str, record: Record) -> std::result::Resu
         .map(|l| serde_json::from_str(&l))
         .transpose()
         .map_err(|e| format!("its last entry is not a journal entry ({e})"))?;
-    let entry = next_entry(last.as_ref(), key_id, record)?;
+    let entry = next_entry(last.as_ref(), key, record, stamp)?;
     sql::append(entry.seq as i64, entry.to_line())
         .query()
         .execute(&mut *tx)
@@ -259,6 +283,36 @@ async fn read_db(url: &str) -> std::result::Result<Vec<String>, String> {
         .map_err(|e| e.to_string())?;
     let _ = conn.close().await;
     Ok(lines)
+}
+
+/// Where the retained database stands, for an entry: its system
+/// identifier and the ledger's chain head. What cannot be read (a role
+/// not allowed `pg_control_system()`, a schema before the chain) is left
+/// out, with a log line: the entry is still written.
+pub(crate) async fn stamp(cx: &crate::context::Context) -> Stamp {
+    let system = match crate::sql::journal::system_identifier()
+        .query_scalar::<String>()
+        .fetch_one(&cx.pool)
+        .await
+    {
+        Ok(s) => Some(s),
+        Err(e) => {
+            tracing::warn!(error = %e, "the database's system identifier could not be read for the journal");
+            None
+        }
+    };
+    let chain = match crate::sql::chain::head(&cx.config.schema, None)
+        .query_as::<(i64, String, chrono::DateTime<Utc>)>()
+        .fetch_optional(&cx.pool)
+        .await
+    {
+        Ok(head) => head.map(|(id, link, _)| format!("{id}:{link}")),
+        Err(e) => {
+            tracing::warn!(error = %e, "the ledger's chain head could not be read for the journal");
+            None
+        }
+    };
+    Stamp { system, chain }
 }
 
 /// Refuses a journal URL on the retained database's own server: the

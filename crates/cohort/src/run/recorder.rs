@@ -363,7 +363,13 @@ impl<'a> RunRecorder<'a> {
             .query()
             .fetch_one(&mut *tx)
             .await?;
-        super::chain::link_run(&mut tx, &self.cx.config.schema, self.run_id).await?;
+        super::chain::link_run(
+            &mut tx,
+            &self.cx.config.schema,
+            self.cx.config.ledger_key.as_ref(),
+            self.run_id,
+        )
+        .await?;
         tx.commit().await?;
         row.try_get("settled_at")
     }

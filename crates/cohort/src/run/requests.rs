@@ -89,6 +89,7 @@ pub(crate) async fn open(cx: &Context, mut req: ErasureRequest) -> Result<Erasur
     // A new request is journaled before the database knows it: an erasure
     // never runs without its entry.
     let mut opened_here = false;
+    let mut journaled: Option<(i64, String)> = None;
     if let Some(config) = &cx.journal {
         let journal = Journal::open(config)?;
         check_apart(config, &cx.pool).await?;
@@ -103,21 +104,25 @@ pub(crate) async fn open(cx: &Context, mut req: ErasureRequest) -> Result<Erasur
                     .key()
                     .seal(&Record::context(request_id, field), text)
             };
-            journal
-                .append(Record::RequestOpened {
-                    request_id,
-                    reference: terms.reference.clone(),
-                    tenant: req.tenancy.tenant.clone(),
-                    kind: scope.kind.clone(),
-                    subject: seal("subject", &scope.subject),
-                    allow_soft_delete: scope.allow_soft_delete,
-                    stage: scope.stage,
-                    note: terms.note.as_deref().map(|n| seal("note", n)),
-                    received_at: now,
-                    due_at,
-                    due_reason: terms.due_reason.clone(),
-                })
+            let entry = journal
+                .append(
+                    cx,
+                    Record::RequestOpened {
+                        request_id,
+                        reference: terms.reference.clone(),
+                        tenant: req.tenancy.tenant.clone(),
+                        kind: scope.kind.clone(),
+                        subject: seal("subject", &scope.subject),
+                        allow_soft_delete: scope.allow_soft_delete,
+                        stage: scope.stage,
+                        note: terms.note.as_deref().map(|n| seal("note", n)),
+                        received_at: now,
+                        due_at,
+                        due_reason: terms.due_reason.clone(),
+                    },
+                )
                 .await?;
+            journaled = Some((entry.seq as i64, entry.hash));
         }
     }
     let mut conn = Held::new(cx.pool.acquire().await?);
@@ -138,6 +143,7 @@ pub(crate) async fn open(cx: &Context, mut req: ErasureRequest) -> Result<Erasur
             received_at: now,
             due_at,
             due_reason: terms.due_reason.clone(),
+            journal: journaled,
         },
     )
     .query_scalar()
@@ -191,11 +197,14 @@ async fn not_opened(cx: &Context, request_id: Uuid, reference: &str) {
     let Some(config) = &cx.journal else { return };
     let appended = match Journal::open(config) {
         Ok(j) => j
-            .append(Record::RequestNotOpened {
-                request_id,
-                reference: reference.to_owned(),
-                why: "another request took its reference first".into(),
-            })
+            .append(
+                cx,
+                Record::RequestNotOpened {
+                    request_id,
+                    reference: reference.to_owned(),
+                    why: "another request took its reference first".into(),
+                },
+            )
             .await
             .map(drop),
         Err(e) => Err(e),
@@ -398,12 +407,15 @@ pub(crate) async fn journal_state(
     let appended = match Journal::open(config) {
         Ok(journal) => {
             journal
-                .append(Record::RequestState {
-                    request_id: id,
-                    reference: reference.to_owned(),
-                    state: state.as_str().to_owned(),
-                    run_id,
-                })
+                .append(
+                    cx,
+                    Record::RequestState {
+                        request_id: id,
+                        reference: reference.to_owned(),
+                        state: state.as_str().to_owned(),
+                        run_id,
+                    },
+                )
                 .await
         }
         Err(e) => Err(e),
@@ -795,7 +807,7 @@ pub(crate) async fn restore_opened(
     (allow_soft_delete, stage): (bool, Option<u16>),
     note: Option<String>,
     (received_at, due_at, due_reason): (DateTime<Utc>, DateTime<Utc>, Option<String>),
-    entry: u64,
+    (entry, entry_hash): (u64, String),
 ) -> Result<bool> {
     let key = cx.config.hash_key.as_ref().ok_or_else(|| {
         Error::Config(Problems::one(
@@ -819,6 +831,7 @@ pub(crate) async fn restore_opened(
             received_at,
             due_at,
             due_reason,
+            journal: Some((entry as i64, entry_hash)),
         },
     )
     .query_scalar()

@@ -179,7 +179,14 @@ async fn delete_batches(
         let mut tx = sqlx::Connection::begin_with(&mut *conn, crate::sql::READ_COMMITTED).await?;
         let ids: Vec<uuid::Uuid> = statement().query_scalar().fetch_all(&mut *tx).await?;
         if let Some(cutoffs) = chained {
-            crate::run::chain::checkpoint(&mut tx, &cx.config.schema, &ids, cutoffs).await?;
+            crate::run::chain::checkpoint(
+                &mut tx,
+                &cx.config.schema,
+                cx.config.ledger_key.as_ref(),
+                &ids,
+                cutoffs,
+            )
+            .await?;
         }
         tx.commit().await?;
         let done = ids.len() as u64;
@@ -398,7 +405,14 @@ async fn delete_runs(
         failed_before: runs_before.failed.map(crate::chain::micros),
         holds_before: None,
     };
-    crate::run::chain::checkpoint(&mut tx, &cx.config.schema, &victims, cutoffs).await?;
+    crate::run::chain::checkpoint(
+        &mut tx,
+        &cx.config.schema,
+        cx.config.ledger_key.as_ref(),
+        &victims,
+        cutoffs,
+    )
+    .await?;
     report.summaries += st
         .delete_summaries(Runs(victims.clone()))
         .query()

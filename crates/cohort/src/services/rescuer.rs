@@ -317,7 +317,13 @@ async fn recover_linked(
         .fetch_optional(&mut *tx)
         .await?;
     if row.is_some() {
-        crate::run::chain::link_run(&mut tx, &cx.config.schema, run_id).await?;
+        crate::run::chain::link_run(
+            &mut tx,
+            &cx.config.schema,
+            cx.config.ledger_key.as_ref(),
+            run_id,
+        )
+        .await?;
     }
     tx.commit().await?;
     Ok(row)

@@ -952,7 +952,13 @@ async fn record_not_started(
             .query()
             .execute(&mut *tx)
             .await?;
-        crate::run::chain::link_run(&mut tx, &cx.config.schema, run_id).await?;
+        crate::run::chain::link_run(
+            &mut tx,
+            &cx.config.schema,
+            cx.config.ledger_key.as_ref(),
+            run_id,
+        )
+        .await?;
         tx.commit().await?;
         crate::telemetry::run_recorded_failed("sweep", "scheduled");
         Ok::<_, Error>(())

@@ -28,11 +28,12 @@ pub(crate) const SUMMARY_COLUMNS: &str = "summary_id, run_id, retention_entity_i
 pub(crate) const HOLD_COLUMNS: &str =
     "hold_id, retention_entity_id, record_id, tenant_id, reason, \
      created_at, expires_at, released_at, subject_kind, subject_text, subject_citext, \
-     subject_uuid::text AS subject_uuid, subject_int::text AS subject_int";
+     subject_uuid::text AS subject_uuid, subject_int::text AS subject_int, journal_entry, \
+     journal_hash";
 
 /// The link columns `verify` reads.
 const LINK_COLUMNS: &str =
-    "link_id, kind, subject_id, record, digest, prev, link, covers, linked_at";
+    "link_id, kind, subject_id, record, digest, prev, link, covers, linked_at, mac";
 
 fn table(schema: &str, t: CohortTable) -> crate::ident::QualifiedName {
     t.qualified(schema)
@@ -121,6 +122,78 @@ pub(crate) fn append(schema: &str, values: Append) -> Statement<Append> {
     Statement::new(sql, values)
 }
 
+/// The newest link, read under [`lock`] by a keyed append: columns
+/// `link_id`, `link`, `keyed` (it carries a MAC) and `now`, the database
+/// clock the new link is dated with.
+pub(crate) fn keyed_head(schema: &str) -> Statement<()> {
+    let mut sql = SqlText::new(
+        "SELECT link_id, link, mac IS NOT NULL AS keyed, pg_catalog.clock_timestamp() AS now FROM ",
+    );
+    sql.table(&table(schema, CohortTable::LedgerLink))
+        .push(" ORDER BY link_id DESC LIMIT 1");
+    Statement::new(sql, ())
+}
+
+/// The values of [`append_keyed`]: a link the library hashed and signed.
+#[derive(Debug)]
+pub(crate) struct AppendKeyed {
+    /// `$1`: its number.
+    pub(crate) link_id: i64,
+    /// `$2`: its kind.
+    pub(crate) kind: &'static str,
+    /// `$3`: the run or hold it stands for.
+    pub(crate) subject: Option<Uuid>,
+    /// `$4`: the record's canonical text.
+    pub(crate) record: String,
+    /// `$5`: its digest.
+    pub(crate) digest: String,
+    /// `$6`: the link before's hash.
+    pub(crate) prev: String,
+    /// `$7`: its hash ([`crate::chain::keyed_link_hash`]).
+    pub(crate) link: String,
+    /// `$8`: the links a checkpoint covers.
+    pub(crate) covers: Vec<i64>,
+    /// `$9`: when it was linked (the time its hash covers).
+    pub(crate) linked_at: DateTime<Utc>,
+    /// `$10`: its MAC.
+    pub(crate) mac: String,
+}
+
+impl super::statement::Params for AppendKeyed {
+    fn bind(self, q: super::statement::Args) -> super::statement::Args {
+        q.bind(self.link_id)
+            .bind(self.kind)
+            .bind(self.subject)
+            .bind(self.record)
+            .bind(self.digest)
+            .bind(self.prev)
+            .bind(self.link)
+            .bind(self.covers)
+            .bind(self.linked_at)
+            .bind(self.mac)
+    }
+}
+
+/// Appends a keyed link as the library computed it (under [`lock`], after
+/// [`keyed_head`]); `ledger_link_pkey` refuses a number taken meanwhile.
+pub(crate) fn append_keyed(schema: &str, values: AppendKeyed) -> Statement<AppendKeyed> {
+    let mut sql = SqlText::new("INSERT INTO ");
+    sql.table(&table(schema, CohortTable::LedgerLink)).push(
+        " (link_id, kind, subject_id, record, digest, prev, link, covers, linked_at, mac) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8::int8[], $9, $10)",
+    );
+    Statement::new(sql, values)
+}
+
+/// The newest `key` link's record (which key the chain is keyed with),
+/// or no row when the chain was never keyed.
+pub(crate) fn key_link(schema: &str) -> Statement<()> {
+    let mut sql = SqlText::new("SELECT link_id, record FROM ");
+    sql.table(&table(schema, CohortTable::LedgerLink))
+        .push(" WHERE kind = 'key' ORDER BY link_id DESC LIMIT 1");
+    Statement::new(sql, ())
+}
+
 /// The links of the records of `$1` (runs, holds placed and released),
 /// in link order: what a checkpoint stands for when they are deleted.
 pub(crate) fn links_of(schema: &str, subjects: Vec<Uuid>) -> Statement<(Vec<Uuid>,)> {
@@ -189,5 +262,28 @@ pub(crate) fn holds_outside(schema: &str) -> Statement<()> {
         .push(" h WHERE NOT EXISTS (SELECT 1 FROM ")
         .table(&table(schema, CohortTable::LedgerLink))
         .push(" l WHERE l.subject_id = h.hold_id AND l.kind = 'hold_placed')");
+    Statement::new(sql, ())
+}
+
+/// Link `$1`'s hash (one column), no row when the chain has no such link.
+pub(crate) fn link_hash_of(schema: &str, link_id: i64) -> Statement<(i64,)> {
+    let mut sql = SqlText::new("SELECT link FROM ");
+    sql.table(&table(schema, CohortTable::LedgerLink))
+        .push(" WHERE link_id = $1");
+    Statement::new(sql, (link_id,))
+}
+
+/// The journal entries the chain's hold links recorded: columns `hold`
+/// and `journal` (`SEQ:HASH`), for `restore-check`.
+pub(crate) fn journal_links(schema: &str) -> Statement<()> {
+    let mut sql = SqlText::new(
+        "SELECT l.subject_id AS hold, \
+         pg_catalog.jsonb_extract_path_text(l.record::jsonb, 'journal') AS journal FROM ",
+    );
+    sql.table(&table(schema, CohortTable::LedgerLink)).push(
+        " l WHERE l.kind = 'hold_placed' \
+           AND pg_catalog.jsonb_extract_path_text(l.record::jsonb, 'journal') IS NOT NULL \
+         ORDER BY l.link_id",
+    );
     Statement::new(sql, ())
 }

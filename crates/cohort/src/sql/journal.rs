@@ -73,3 +73,11 @@ pub(crate) fn identity() -> Statement<()> {
         (),
     )
 }
+
+/// The server's system identifier (`pg_control_system()`), as text.
+pub(crate) fn system_identifier() -> Statement<()> {
+    Statement::new(
+        SqlText::new("SELECT s.system_identifier::text FROM pg_catalog.pg_control_system() s"),
+        (),
+    )
+}

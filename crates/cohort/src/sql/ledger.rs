@@ -217,8 +217,9 @@ fn insert_hold(t: &Tables) -> SqlText {
         .table(&t.hold)
         .push(
             " (hold_id, retention_entity_id, record_id, tenant_id, reason, created_at, expires_at, \
-               subject_kind, subject_text, subject_citext, subject_uuid, subject_int) \
-             SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11::uuid, $12::int8 \
+               subject_kind, subject_text, subject_citext, subject_uuid, subject_int, \
+               journal_entry, journal_hash) \
+             SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11::uuid, $12::int8, $13::int8, $14::text \
              WHERE $7::timestamptz IS NULL OR $7::timestamptz > pg_catalog.now() RETURNING",
         )
         .push(HOLD_COLUMNS);
@@ -596,6 +597,9 @@ pub(crate) struct InsertHold {
     pub(crate) reason: String,
     pub(crate) created_at: DateTime<Utc>,
     pub(crate) expires_at: Option<DateTime<Utc>>,
+    /// The journal entry that recorded the hold first (its place and
+    /// hash), when it was journaled: the database's record of the journal.
+    pub(crate) journal: Option<(i64, String)>,
 }
 
 impl Params for InsertHold {
@@ -612,6 +616,8 @@ impl Params for InsertHold {
             .bind(self.subject_forms[1].clone())
             .bind(self.subject_forms[2].clone())
             .bind(self.subject_forms[3].clone())
+            .bind(self.journal.as_ref().map(|j| j.0))
+            .bind(self.journal.map(|j| j.1))
     }
 }
 

@@ -29,6 +29,9 @@ pub(crate) struct Insert {
     pub(crate) received_at: DateTime<Utc>,
     pub(crate) due_at: DateTime<Utc>,
     pub(crate) due_reason: Option<String>,
+    /// The journal entry that opened it (its place and hash), when it
+    /// was journaled: the database's record of the journal.
+    pub(crate) journal: Option<(i64, String)>,
 }
 
 impl Params for Insert {
@@ -45,6 +48,8 @@ impl Params for Insert {
             .bind(self.received_at)
             .bind(self.due_at)
             .bind(self.due_reason)
+            .bind(self.journal.as_ref().map(|j| j.0))
+            .bind(self.journal.map(|j| j.1))
     }
 }
 
@@ -54,8 +59,9 @@ pub(crate) fn insert(schema: &str, params: Insert) -> Statement<Insert> {
     sql.table(&CohortTable::ErasureRequest.qualified(schema))
         .push(
             " (request_id, reference, tenant_id, subject_kind, subject_text, subject_hash, \
-         allow_soft_delete, stage, note, state, received_at, due_at, due_reason) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'open', $10, $11, $12) \
+         allow_soft_delete, stage, note, state, received_at, due_at, due_reason, \
+         journal_entry, journal_hash) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'open', $10, $11, $12, $13, $14) \
          ON CONFLICT (reference) DO NOTHING RETURNING request_id",
         );
     Statement::new(sql, params)
@@ -288,5 +294,22 @@ pub(crate) fn hold_states(schema: &str) -> Statement<()> {
     let mut sql = SqlText::new("SELECT h.hold_id, h.released_at FROM ");
     sql.table(&CohortTable::Hold.qualified(schema))
         .push(" h ORDER BY h.created_at, h.hold_id");
+    Statement::new(sql, ())
+}
+
+/// Every journal entry the database recorded (holds and requests that
+/// were journaled first): columns `what` (`hold …` or `erasure request
+/// …`), `entry` and `hash`, by entry.
+pub(crate) fn journal_records(schema: &str) -> Statement<()> {
+    let mut sql = SqlText::new(
+        "SELECT 'hold ' || h.hold_id::text AS what, h.journal_entry AS entry, h.journal_hash AS hash FROM ",
+    );
+    sql.table(&CohortTable::Hold.qualified(schema))
+        .push(
+            " h WHERE h.journal_entry IS NOT NULL UNION ALL \
+             SELECT 'erasure request ' || r.reference, r.journal_entry, r.journal_hash FROM ",
+        )
+        .table(&CohortTable::ErasureRequest.qualified(schema))
+        .push(" r WHERE r.journal_entry IS NOT NULL ORDER BY 2");
     Statement::new(sql, ())
 }

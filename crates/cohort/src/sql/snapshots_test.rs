@@ -777,9 +777,36 @@ fn chain_statements() {
         },
     )
     .checked();
+    let keyed = c::append_keyed(
+        "cohort",
+        c::AppendKeyed {
+            link_id: 2,
+            kind: "key",
+            subject: None,
+            record: "{}".into(),
+            digest: "d".into(),
+            prev: "p".into(),
+            link: "l".into(),
+            covers: Vec::new(),
+            linked_at: t,
+            mac: "m".into(),
+        },
+    )
+    .checked();
     insta::assert_snapshot!(
         "chain",
         family(&[
+            ("keyed_head", c::keyed_head("cohort").checked().as_str()),
+            ("append_keyed", keyed.as_str()),
+            ("key_link", c::key_link("cohort").checked().as_str()),
+            (
+                "link_hash_of",
+                c::link_hash_of("cohort", 2).checked().as_str()
+            ),
+            (
+                "journal_links",
+                c::journal_links("cohort").checked().as_str()
+            ),
             ("lock", c::lock("cohort").checked().as_str()),
             ("runs", c::runs("cohort", vec![id]).checked().as_str()),
             (
@@ -838,6 +865,7 @@ fn request_statements() {
                         received_at: t,
                         due_at: t,
                         due_reason: None,
+                        journal: Some((1, "h".into())),
                     },
                 )
                 .checked()
@@ -913,6 +941,14 @@ fn request_statements() {
                 r::to_resume("cohort", t, 100).checked().as_str()
             ),
             ("by_state", r::by_state("cohort", t).checked().as_str()),
+            (
+                "journal_records",
+                r::journal_records("cohort").checked().as_str()
+            ),
+            (
+                "system_identifier",
+                crate::sql::journal::system_identifier().checked().as_str()
+            ),
         ])
     );
 }
@@ -1680,6 +1716,7 @@ fn catalog_partition_and_ledger_statements_bind_exactly_their_placeholders() {
             reason: "r".into(),
             created_at: now,
             expires_at: None,
+            journal: None,
         }),
     );
     check(

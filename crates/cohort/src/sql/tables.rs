@@ -234,6 +234,8 @@ const ERASURE_REQUEST_COLUMNS: &[ColumnContract] = &[
     col!("error", TEXT, true),
     col!("updated_at", TSTZ, false),
     col!("attempt_snapshot", "pg_snapshot", true),
+    col!("journal_entry", BIGINT, true),
+    col!("journal_hash", TEXT, true),
 ];
 
 /// The columns of [`CohortTable::ErasureRequestEvent`] the code relies on.
@@ -258,6 +260,7 @@ const LEDGER_LINK_COLUMNS: &[ColumnContract] = &[
     col!("link", TEXT, false),
     col!("covers", "bigint[]", false),
     col!("linked_at", TSTZ, false),
+    col!("mac", TEXT, true),
 ];
 
 /// The columns of [`CohortTable::RowDetail`] the code relies on.
@@ -310,6 +313,8 @@ const HOLD_COLUMNS: &[ColumnContract] = &[
     col!("subject_uuid", UUID, true),
     col!("subject_int", BIGINT, true),
     col!("written_xid", "xid8", false),
+    col!("journal_entry", BIGINT, true),
+    col!("journal_hash", TEXT, true),
 ];
 
 /// The columns of [`CohortTable::Setting`] the code relies on.
