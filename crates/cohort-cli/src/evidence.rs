@@ -126,6 +126,8 @@ pub(crate) struct Signing<'a> {
     pub(crate) evidence: &'a cohort::policy::Evidence,
     /// Handler work not done when the report was written.
     pub(crate) queue: cohort::telemetry::QueueDepth,
+    /// Signed although the chain did not verify (`--sign-broken-chain`).
+    pub(crate) broken_chain: bool,
 }
 
 /// What the database alone cannot erase and Cohort knows about: handler
@@ -239,7 +241,9 @@ pub(crate) fn sign(s: &Signing<'_>) -> Result<(PathBuf, PathBuf), Failure> {
             "head_at_period_end": c.head_at_period_end.as_ref().map(|h| h.spelling()),
             "verified_at_generation": c.verified,
             "breaks": c.breaks,
+            "first_break": c.first_break,
         })),
+        "signed_broken_chain": s.broken_chain,
         "residual_copies": residual_copies(s),
     });
     let mut bytes = serde_json::to_vec_pretty(&manifest).expect("a manifest serialises");
@@ -270,6 +274,71 @@ pub(crate) struct Verified {
     pub(crate) attests: Option<serde_json::Value>,
 }
 
+impl Verified {
+    /// What the report is, as its signed manifest binds it: the lines a
+    /// person reads after "the signature holds".
+    pub(crate) fn summary(&self) -> Vec<String> {
+        let Some(a) = &self.attests else {
+            return Vec::new();
+        };
+        let text =
+            |v: &serde_json::Value| v.as_str().map(str::to_owned).unwrap_or_else(|| "-".into());
+        let mut out = vec![
+            format!("file: {}", text(&a["report_file"])),
+            format!(
+                "period: {} to {}",
+                text(&a["period"]["from"]),
+                text(&a["period"]["to"])
+            ),
+            format!("tenant: {}", a["tenant"].as_str().unwrap_or("all tenants")),
+            format!("policy file sha256: {}", text(&a["policy_file_sha256"])),
+            format!("chain head: {}", text(&a["chain"]["head"])),
+        ];
+        if a["signed_broken_chain"] == true {
+            out.push(format!(
+                "signed although the ledger's chain did not verify ({} break(s); first: {})",
+                a["chain"]["breaks"],
+                text(&a["chain"]["first_break"])
+            ));
+        }
+        out
+    }
+}
+
+/// What the verifier expects the report to be (`--period`, `--tenant`).
+#[derive(Debug, Default)]
+pub(crate) struct Expected {
+    period: Option<(chrono::NaiveDate, chrono::NaiveDate)>,
+    tenant: Option<String>,
+}
+
+impl Expected {
+    /// `--period FROM..TO` (dates) and `--tenant T`.
+    pub(crate) fn parse(period: Option<&str>, tenant: Option<&str>) -> Result<Self, Failure> {
+        let period = period
+            .map(|p| {
+                let (from, to) = p.split_once("..").ok_or_else(|| {
+                    bad(format!(
+                        "--period {p:?}: write it FROM..TO, as 2026-01-01..2026-03-31"
+                    ))
+                })?;
+                let day = |d: &str| {
+                    chrono::NaiveDate::parse_from_str(d.trim(), "%Y-%m-%d").map_err(|e| {
+                        bad(format!(
+                            "--period {p:?}: {d:?} is not a date (YYYY-MM-DD): {e}"
+                        ))
+                    })
+                };
+                Ok::<_, Failure>((day(from)?, day(to)?))
+            })
+            .transpose()?;
+        Ok(Self {
+            period,
+            tenant: tenant.map(str::to_owned),
+        })
+    }
+}
+
 /// Checks a signed report offline: the signature over the manifest with
 /// the public key, then the report's digest against the manifest's.
 /// `Err` only for bad input (a file missing or not what it should be).
@@ -277,6 +346,7 @@ pub(crate) fn verify(
     report: &Path,
     signature: &Path,
     public_key: &Path,
+    expected: &Expected,
 ) -> Result<Verified, Failure> {
     let manifest_path = beside(report, ".manifest.json");
     let report_bytes = read(report, "report")?;
@@ -327,6 +397,12 @@ pub(crate) fn verify(
         .as_str()
         .unwrap_or_default()
         .to_owned();
+    let named = attests["report_file"].as_str().map(str::to_owned);
+    let period = (
+        attests["period"]["from"].as_str().map(str::to_owned),
+        attests["period"]["to"].as_str().map(str::to_owned),
+    );
+    let tenant = attests["tenant"].as_str().map(str::to_owned);
     out.attests = Some(attests);
     if digest != signed {
         out.problem = Some(format!(
@@ -334,6 +410,40 @@ pub(crate) fn verify(
             report.display()
         ));
         return Ok(out);
+    }
+    // The manifest binds the file's name: a report signed as q2.html and
+    // presented as q1.html is another report.
+    let file = report.file_name().map(|n| n.to_string_lossy().into_owned());
+    if named != file {
+        out.problem = Some(format!(
+            "the signed manifest is of {}, not {}: this is another report presented under its name",
+            named.as_deref().unwrap_or("no file"),
+            file.as_deref().unwrap_or("-")
+        ));
+        return Ok(out);
+    }
+    if let Some((from, to)) = expected.period {
+        let signed_period = (Some(from.to_string()), Some(to.to_string()));
+        if signed_period != period {
+            out.problem = Some(format!(
+                "the report is of {} to {}, not {from} to {to}",
+                period.0.as_deref().unwrap_or("-"),
+                period.1.as_deref().unwrap_or("-")
+            ));
+            return Ok(out);
+        }
+    }
+    if let Some(t) = &expected.tenant {
+        if tenant.as_deref() != Some(t.as_str()) {
+            out.problem = Some(format!(
+                "the report is of {}, not of tenant {t}",
+                tenant
+                    .as_deref()
+                    .map(|t| format!("tenant {t}"))
+                    .unwrap_or_else(|| "all tenants".into())
+            ));
+            return Ok(out);
+        }
     }
     out.valid = true;
     Ok(out)

@@ -277,6 +277,10 @@ enum Command {
         /// generate`): writes FILE.manifest.json and FILE.sig beside it.
         #[arg(long, value_name = "KEY_FILE", requires = "output")]
         sign: Option<PathBuf>,
+        /// Sign even though the ledger's chain does not verify (refused
+        /// otherwise, exit 1); the manifest records that it was broken.
+        #[arg(long, requires = "sign")]
+        sign_broken_chain: bool,
     },
     /// Key pairs for signed reports.
     Keys {
@@ -301,6 +305,14 @@ enum Command {
         /// The signer's public key (PREFIX.pub of `cohort keys generate`).
         #[arg(long, value_name = "KEY", requires = "report")]
         public_key: Option<PathBuf>,
+        /// The period the report must be of (FROM..TO, as given to
+        /// `cohort report`): a report of another period fails.
+        #[arg(long, value_name = "FROM..TO", requires = "report")]
+        period: Option<String>,
+        /// The tenant the report must be of: a report of another tenant
+        /// (or of all) fails.
+        #[arg(long, value_name = "TENANT", requires = "report")]
+        tenant: Option<String>,
     },
     /// One history-pruning pass now, with the policy's [cohort.prune] limits.
     Prune {
@@ -678,6 +690,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             format,
             output,
             sign,
+            sign_broken_chain,
         } => {
             let (cohort, loaded) = open_ledger(&cli).await?;
             let format = if cli.json {
@@ -696,6 +709,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 format,
                 output: output.as_deref(),
                 sign: sign.as_deref().map(|key| (key, policy.as_path())),
+                sign_broken_chain: *sign_broken_chain,
                 evidence: &loaded.evidence,
             };
             report::run(&cohort, args).await
@@ -722,9 +736,12 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             report: Some(report),
             signature: Some(signature),
             public_key: Some(public_key),
+            period,
+            tenant,
             ..
         } => {
-            let verified = evidence::verify(report, signature, public_key)?;
+            let expect = evidence::Expected::parse(period.as_deref(), tenant.as_deref())?;
+            let verified = evidence::verify(report, signature, public_key, &expect)?;
             if cli.json {
                 output::print_json(&serde_json::to_value(&verified).expect("serialises"));
             } else if verified.valid {
@@ -733,6 +750,9 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                     report.display(),
                     verified.manifest
                 );
+                for line in verified.summary() {
+                    outln!("  {line}");
+                }
             } else {
                 eprintln!(
                     "cohort: {}",

@@ -1433,7 +1433,21 @@ async fn the_first_section_sums_the_report_and_the_page_fits_1280_pixels() {
     }
     assert_eq!(
         glance("erasures"),
-        doc["erasures"]["requests"].as_u64().unwrap()
+        doc["erasures"]["requests"].as_u64().unwrap(),
+        "erasure runs, named as runs"
+    );
+    // Every removal is on the first page: the erasures' rows on a line of
+    // their own, and requests counted as requests.
+    let erased: u64 = doc["erasures"]["requests_served"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["removed"].as_u64().unwrap())
+        .sum();
+    assert_eq!(glance("erased"), erased);
+    assert_eq!(
+        glance("requests"),
+        doc["erasures"]["deadlines"].as_array().unwrap().len() as u64
     );
     let failures: u64 = doc["failures"]
         .as_array()
@@ -1831,4 +1845,178 @@ async fn the_auditors_steps_in_the_guide_run_as_written() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// RS-044: a signed report binds its file name, period, tenant and policy
+/// digest: `verify --report` prints them, and fails another period's
+/// report renamed to this one, a report of another period or tenant than
+/// asked, and `report --sign` refuses a broken chain unless told to sign
+/// it anyway, which the manifest then says.
+#[tokio::test]
+async fn a_signed_report_is_bound_to_its_name_period_and_tenant_and_a_broken_chain_is_not_signed_silently(
+) {
+    let (db, dir) = history().await;
+    let d = dir.path();
+    let url = db.url();
+    let keys = d.join("auditor");
+    assert_eq!(
+        cohort(
+            d,
+            &["keys", "generate", "--out", keys.to_str().unwrap()],
+            None
+        )
+        .status
+        .code(),
+        Some(0)
+    );
+    let private = d.join("auditor.key");
+    let public = d.join("auditor.pub");
+    let sign = |name: &str, from: &str, to: &str| {
+        let file = d.join(name);
+        let out = cohort(
+            d,
+            &[
+                "report",
+                "--from",
+                from,
+                "--to",
+                to,
+                "--format",
+                "json",
+                "--output",
+                file.to_str().unwrap(),
+                "--sign",
+                private.to_str().unwrap(),
+            ],
+            url,
+        );
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        file
+    };
+    let q1 = sign("q1.json", "2026-01-01", "2026-03-31");
+    let verify = |file: &Path, extra: &[&str]| {
+        let mut args = vec!["verify", "--report", file.to_str().unwrap(), "--signature"];
+        let sig = format!("{}.sig", file.display());
+        args.push(&sig);
+        args.push("--public-key");
+        args.push(public.to_str().unwrap());
+        args.extend_from_slice(extra);
+        cohort(d, &args, None)
+    };
+    let ok = verify(&q1, &["--period", "2026-01-01..2026-03-31"]);
+    assert_eq!(
+        ok.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    let said = String::from_utf8_lossy(&ok.stdout);
+    for line in [
+        "file: q1.json",
+        "period: 2026-01-01 to 2026-03-31",
+        "tenant: all tenants",
+        "policy file sha256: ",
+        "chain head: ",
+    ] {
+        assert!(said.contains(line), "{line} in {said}");
+    }
+    // Asked for another period or a tenant: exit 1, the difference named.
+    let other = verify(&q1, &["--period", "2026-04-01..2026-06-30"]);
+    assert_eq!(other.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&other.stderr).contains("not 2026-04-01 to 2026-06-30"));
+    let tenant = verify(&q1, &["--tenant", "aaaaaaaa-0000-0000-0000-00000000000a"]);
+    assert_eq!(tenant.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&tenant.stderr).contains("all tenants"));
+    assert_eq!(
+        verify(&q1, &["--period", "2026-01-01"]).status.code(),
+        Some(2)
+    );
+
+    // Another period's three files renamed to q1's name.
+    let q2 = sign("q2.json", "2026-04-01", "2026-06-30");
+    let fake = tempfile::tempdir().unwrap();
+    let renamed = fake.path().join("q1.json");
+    for (from, to) in [
+        ("", ""),
+        (".sig", ".sig"),
+        (".manifest.json", ".manifest.json"),
+    ] {
+        std::fs::copy(
+            format!("{}{from}", q2.display()),
+            format!("{}{to}", renamed.display()),
+        )
+        .unwrap();
+    }
+    let presented = verify(&renamed, &[]);
+    assert_eq!(presented.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&presented.stderr);
+    assert!(err.contains("of q2.json, not q1.json"), "{err}");
+
+    // A broken chain: not signed (exit 1, nothing written) unless asked,
+    // and then the manifest says so and verify repeats it.
+    sqlx::query(
+        "UPDATE retention.sweep_run_entity_summary SET affected_count = affected_count + 5 \
+         WHERE summary_id = (SELECT min(summary_id) FROM retention.sweep_run_entity_summary \
+                             WHERE affected_count > 0)",
+    )
+    .execute(db.pool())
+    .await
+    .unwrap();
+    let broken = d.join("broken.json");
+    let args = [
+        "report",
+        "--from",
+        "2026-01-01",
+        "--to",
+        "2026-03-31",
+        "--format",
+        "json",
+        "--output",
+        broken.to_str().unwrap(),
+        "--sign",
+        private.to_str().unwrap(),
+    ];
+    let refused = cohort(d, &args, url);
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("--sign-broken-chain"));
+    assert!(!broken.exists() && !d.join("broken.json.sig").exists());
+    let mut anyway = args.to_vec();
+    anyway.push("--sign-broken-chain");
+    let signed = cohort(d, &anyway, url);
+    assert_eq!(
+        signed.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&signed.stderr)
+    );
+    let manifest: Value =
+        serde_json::from_slice(&std::fs::read(d.join("broken.json.manifest.json")).unwrap())
+            .unwrap();
+    assert_eq!(manifest["signed_broken_chain"], true);
+    assert_eq!(manifest["chain"]["verified_at_generation"], false);
+    let checked = verify(&broken, &[]);
+    assert_eq!(checked.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&checked.stdout).contains("did not verify"));
+
+    // A period without runs says so.
+    let empty = cohort(
+        d,
+        &[
+            "report",
+            "--from",
+            "2020-01-01",
+            "--to",
+            "2020-01-31",
+            "--format",
+            "json",
+        ],
+        url,
+    );
+    assert_eq!(empty.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&empty.stderr).contains("no run settled"));
 }

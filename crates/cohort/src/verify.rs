@@ -451,7 +451,8 @@ async fn check_runs(
                 walk.records_checked += 1;
                 let now = chain::canonical(now);
                 if now != linked {
-                    let fields = chain::differences(&linked, &now, FIELDS).join("; ");
+                    let fields = name_summaries(&linked, chain::differences(&linked, &now, FIELDS))
+                        .join("; ");
                     walk.broken(
                         Some(link_id),
                         name,
@@ -463,6 +464,41 @@ async fn check_runs(
         }
     }
     Ok(())
+}
+
+/// Differences as a person reads them: `summaries[3].affected_count`
+/// becomes `summaries[3] (Invoice, tenant aaaa…).affected_count`, the
+/// entity (and tenant) the linked record gives that summary.
+fn name_summaries(linked: &str, fields: Vec<String>) -> Vec<String> {
+    let Ok(run) = serde_json::from_str::<chain::RunRecord>(linked) else {
+        return fields;
+    };
+    fields
+        .into_iter()
+        .map(|f| {
+            let Some(rest) = f.strip_prefix("summaries[") else {
+                return f;
+            };
+            let Some((index, tail)) = rest.split_once(']') else {
+                return f;
+            };
+            match index
+                .parse::<usize>()
+                .ok()
+                .and_then(|i| run.summaries.get(i))
+            {
+                Some(s) => format!(
+                    "summaries[{index}] ({}{}){tail}",
+                    s.entity_type,
+                    s.tenant_id
+                        .as_deref()
+                        .map(|t| format!(", tenant {t}"))
+                        .unwrap_or_default()
+                ),
+                None => f,
+            }
+        })
+        .collect()
 }
 
 async fn check_holds(

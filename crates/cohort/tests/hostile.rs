@@ -318,3 +318,112 @@ fn hostile_identifiers_in_a_policy_are_refused_at_load() {
         assert!(!err.to_string().is_empty(), "{what}");
     }
 }
+
+/// Built-in functions shadowed by a schema ahead of `pg_catalog` in the
+/// connection's `search_path`, each with an exact overload that would make
+/// an unqualified call lie: the clocks far in the future (every hold
+/// expired), advisory locks that lock nothing, a snapshot test that hides
+/// every recent hold, counts and hashes that are wrong. Holds, a sweep and
+/// an erasure driven through that connection keep exactly what the same
+/// work keeps on an ordinary one: every statement calls `pg_catalog.`.
+#[tokio::test]
+async fn shadowed_built_in_functions_change_nothing_a_sweep_or_erasure_keeps() {
+    const CONTACT: &str = "5a5a5a5a-0000-4000-8000-0000000000e1";
+    const S: &str = "dddddddd-0000-0000-0000-00000000000d";
+    let db = migrated_db().await;
+    exec(
+        db.pool(),
+        "CREATE SCHEMA app;
+         CREATE TABLE app.contacts (id bigint PRIMARY KEY, created_at timestamptz, user_id uuid);
+         INSERT INTO app.contacts VALUES
+           (1, '2026-01-10', 'dddddddd-0000-0000-0000-00000000000d'),
+           (2, '2026-01-11', 'eeeeeeee-0000-0000-0000-00000000000e'),
+           (3, '2026-01-12', 'eeeeeeee-0000-0000-0000-00000000000e'),
+           (4, '2026-05-30', 'eeeeeeee-0000-0000-0000-00000000000e');
+         CREATE SCHEMA evil;
+         CREATE FUNCTION evil.now() RETURNS timestamptz LANGUAGE sql AS $$ SELECT timestamptz '2999-01-01' $$;
+         CREATE FUNCTION evil.clock_timestamp() RETURNS timestamptz LANGUAGE sql AS $$ SELECT timestamptz '2999-01-01' $$;
+         CREATE FUNCTION evil.statement_timestamp() RETURNS timestamptz LANGUAGE sql AS $$ SELECT timestamptz '2999-01-01' $$;
+         CREATE FUNCTION evil.transaction_timestamp() RETURNS timestamptz LANGUAGE sql AS $$ SELECT timestamptz '2999-01-01' $$;
+         CREATE FUNCTION evil.pg_advisory_xact_lock(bigint) RETURNS void LANGUAGE sql AS $$ SELECT $$;
+         CREATE FUNCTION evil.pg_advisory_xact_lock(integer, integer) RETURNS void LANGUAGE sql AS $$ SELECT $$;
+         CREATE FUNCTION evil.pg_advisory_xact_lock_shared(integer, integer) RETURNS void LANGUAGE sql AS $$ SELECT $$;
+         CREATE FUNCTION evil.pg_try_advisory_lock(bigint) RETURNS boolean LANGUAGE sql AS $$ SELECT true $$;
+         CREATE FUNCTION evil.hashtext(text) RETURNS integer LANGUAGE sql AS $$ SELECT 0 $$;
+         CREATE FUNCTION evil.pg_visible_in_snapshot(xid8, pg_snapshot) RETURNS boolean LANGUAGE sql AS $$ SELECT true $$;
+         CREATE FUNCTION evil.pg_current_xact_id() RETURNS xid8 LANGUAGE sql AS $$ SELECT '3'::xid8 $$;
+         CREATE FUNCTION evil.lower(text) RETURNS text LANGUAGE sql AS $$ SELECT 'nobody' $$;
+         CREATE FUNCTION evil.unnest(anyarray) RETURNS SETOF anyelement LANGUAGE sql AS $$ SELECT NULL::anyelement WHERE false $$;
+         CREATE FUNCTION evil.count_sf(bigint) RETURNS bigint LANGUAGE sql AS $$ SELECT 0::bigint $$;
+         CREATE AGGREGATE evil.count(*) (SFUNC = evil.count_sf, STYPE = bigint, INITCOND = '0');
+         GRANT USAGE ON SCHEMA evil TO PUBLIC;",
+    )
+    .await;
+    let options = db
+        .connect_options()
+        .options([("search_path", "evil, pg_catalog, public")]);
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(4)
+        .connect_with(options)
+        .await
+        .unwrap();
+    // Control: on this pool an unqualified call is the impostor.
+    let shadowed: (chrono::DateTime<chrono::Utc>, i64) =
+        sqlx::query_as("SELECT now(), (SELECT count(*) FROM app.contacts)")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(shadowed.0.to_rfc3339(), "2999-01-01T00:00:00+00:00");
+    assert_eq!(shadowed.1, 0);
+
+    let cohort = cohort::Cohort::builder(pool.clone())
+        .config(test_config())
+        .rules(
+            cohort::rules::StaticRuleProvider::builder()
+                .category(
+                    "contacts",
+                    cohort::rules::RetentionRule::new(days(30), cohort::rules::Strategy::Purge),
+                )
+                .build()
+                .unwrap(),
+        )
+        .declaration(
+            cohort::EntityDeclaration::new("Contact", CONTACT)
+                .category("contacts")
+                .anchor("created_at")
+                .table("app.contacts")
+                .subject("user_id", None)
+                .tenantless(),
+        )
+        .build()
+        .await
+        .unwrap();
+    // A record hold that expires next year, and a hold on the person S.
+    let next_year = chrono::Utc::now() + chrono::Duration::days(365);
+    cohort
+        .create_hold(
+            HoldRequest::new(Uuid::parse_str(CONTACT).unwrap(), "2", "claim").expires_at(next_year),
+        )
+        .await
+        .unwrap();
+    cohort
+        .create_hold(HoldRequest::subject(S, "litigation"))
+        .await
+        .unwrap();
+    let swept = cohort.sweep(SweepRequest::tenantless(now())).await.unwrap();
+    assert_eq!(swept.affected(), 1, "only contact 3 was due and free");
+    let held = &swept.entities[0];
+    assert_eq!((held.held, held.affected), (2, 1));
+    let erased = cohort
+        .erase(ErasureRequest::tenantless(ErasureScope::new(S), now()))
+        .await
+        .unwrap();
+    assert_eq!(erased.affected(), 0, "S's row is under a hold");
+    assert_eq!(
+        ids(db.pool(), "SELECT id FROM app.contacts ORDER BY id").await,
+        vec![1, 2, 4]
+    );
+    // The ledger reads back true: the chain verifies through the same pool.
+    let r = cohort.verify_chain(None).await.unwrap();
+    assert!(r.intact, "{:?}", r.breaks);
+}

@@ -206,13 +206,18 @@ fn glance(report: &Report) -> Markup {
     };
     let failed_runs: u64 = report.failures.iter().map(|f| f.count).sum();
     let x = &report.erasures;
+    let erased: u64 = x.requests_served.iter().map(|r| r.removed).sum();
+    let t = &x.timeliness;
+    let requests = t.on_time + t.late + t.overdue + t.not_yet_due;
     html! {
         h2 id="at-a-glance" { "At a glance" }
         table.glance {
-            tr { th { "Removed" } td.n data-glance="removed" { (removed) }
+            tr { th { "Removed by sweeps" } td.n data-glance="removed" { (removed) }
                  td { "rows deleted (" (archived) " of them moved to an archive)" } }
-            tr { th { "Anonymised" } td.n data-glance="anonymised" { (anonymised) } td { "rows scrubbed in place" } }
-            tr { th { "Soft-deleted" } td.n data-glance="soft_deleted" { (soft_deleted) } td { "rows marked deleted, still stored" } }
+            tr { th { "Anonymised by sweeps" } td.n data-glance="anonymised" { (anonymised) } td { "rows scrubbed in place" } }
+            tr { th { "Soft-deleted by sweeps" } td.n data-glance="soft_deleted" { (soft_deleted) } td { "rows marked deleted, still stored" } }
+            tr { th { "Erased on request" } td.n data-glance="erased" { (erased) }
+                 td { "rows deleted or anonymised by erasures, not counted in the three lines above" } }
         }
         table.glance {
             tr { th { "Kept, and why" } th.n { "Rows" } th { "Meaning" } }
@@ -228,15 +233,15 @@ fn glance(report: &Report) -> Markup {
                  td { "the rule keeps it (exempt)" } }
         }
         p {
-            "Erasure requests served: " strong data-glance="erasures" { (x.requests) }
-            " (" (x.failed) " failed"
+            "Erasure runs: " strong data-glance="erasures" { (x.requests) }
+            " (each attempt at an erasure, requested or not; " (x.failed) " failed"
             @if let Some(m) = x.median_seconds { ", median " (seconds_text(m)) " s" }
-            "). Failures: " strong data-glance="failures" { (failed_runs) } "."
+            "). Failed runs: " strong data-glance="failures" { (failed_runs) } "."
             " Kept counts are each entity's last run in the period, per tenant."
         }
-        @let t = &x.timeliness;
         p {
-            "Erasure requests with a due date: "
+            "Erasure requests (with a reference and a due date, live in the period): "
+            strong data-glance="requests" { (requests) } ": "
             strong data-glance="requests_on_time" { (t.on_time) } " completed on time, "
             strong data-glance="requests_late" { (t.late) } " late, "
             strong data-glance="requests_overdue" { (t.overdue) } " overdue, "
@@ -277,7 +282,7 @@ fn erasures(report: &Report) -> Markup {
     let none = ("", "", "");
     let secs = |v: Option<f64>| v.map(seconds_text).unwrap_or_default();
     html! {
-        h2 { "Erasure requests served" }
+        h2 { "Erasure runs" }
         table {
             tr { th { "Requests" } th { "Succeeded" } th { "Failed" } th { "Median (s)" } th { "95th percentile (s)" } }
             tr {

@@ -33,6 +33,8 @@ pub(crate) struct Args<'a> {
     /// Sign with this private key; the policy file whose digest the
     /// manifest carries.
     pub(crate) sign: Option<(&'a Path, &'a Path)>,
+    /// Sign even when the chain does not verify (recorded in the manifest).
+    pub(crate) sign_broken_chain: bool,
     /// The policy's `[evidence]`, which a signed manifest states.
     pub(crate) evidence: &'a cohort::policy::Evidence,
 }
@@ -52,11 +54,37 @@ pub(crate) async fn run(cohort: &Cohort, args: Args<'_>) -> Result<(), Failure> 
     }
     let report = cohort.report(&request).await?;
     let bytes = render(&report, args.format)?;
+    let runs: u64 =
+        report.entities.iter().map(|e| e.runs.runs).sum::<u64>() + report.erasures.requests;
+    if runs == 0 {
+        eprintln!(
+            "cohort: warning: no run settled from {} to {}{}: the report attests that nothing was removed, and nothing more",
+            report.from,
+            report.to,
+            report
+                .tenant
+                .as_deref()
+                .map(|t| format!(" for tenant {t}"))
+                .unwrap_or_default()
+        );
+    }
     match args.output {
         Some(path) => {
             // A key that cannot sign is refused before the report is written.
             if let Some((key, _)) = args.sign {
                 crate::evidence::check_key(key)?;
+                // A broken chain is not signed unless asked: the signature
+                // would vouch for figures the ledger no longer backs.
+                if let Some(c) = report.chain.as_ref().filter(|c| !c.verified) {
+                    if !args.sign_broken_chain {
+                        eprintln!(
+                            "cohort: the ledger's chain does not verify ({} break(s); first: {}): nothing was written or signed; run `cohort verify`, or sign anyway with --sign-broken-chain (the manifest records it)",
+                            c.breaks,
+                            c.first_break.as_deref().unwrap_or("-")
+                        );
+                        return Err(Failure::Status(1));
+                    }
+                }
             }
             write_file(path, &bytes)?;
             if let Some((key, policy)) = args.sign {
@@ -74,6 +102,7 @@ pub(crate) async fn run(cohort: &Cohort, args: Args<'_>) -> Result<(), Failure> 
                     bytes: &bytes,
                     policy,
                     key,
+                    broken_chain: report.chain.as_ref().is_some_and(|c| !c.verified),
                 })?;
             }
             Ok(())

@@ -380,8 +380,8 @@ pub(crate) fn table_health(table: String) -> Statement<(String,)> {
             "WITH leaves AS (SELECT t.relid FROM pg_catalog.pg_partition_tree($1::pg_catalog.regclass) t \
                WHERE t.isleaf UNION ALL SELECT $1::pg_catalog.regclass WHERE NOT EXISTS \
                (SELECT 1 FROM pg_catalog.pg_partition_tree($1::pg_catalog.regclass))) \
-             SELECT COALESCE(sum(s.n_dead_tup), 0)::int8 AS dead, \
-               COALESCE(sum(pg_catalog.pg_table_size(l.relid)), 0)::int8 AS bytes \
+             SELECT COALESCE(pg_catalog.sum(s.n_dead_tup), 0)::int8 AS dead, \
+               COALESCE(pg_catalog.sum(pg_catalog.pg_table_size(l.relid)), 0)::int8 AS bytes \
              FROM leaves l LEFT JOIN pg_catalog.pg_stat_user_tables s ON s.relid = l.relid",
         ),
         (table,),

@@ -249,7 +249,7 @@ pub(crate) fn unlinked_runs(
 
 /// How many runs were settled before `$1` (the chain's start).
 pub(crate) fn runs_before(schema: &str, start: DateTime<Utc>) -> Statement<(DateTime<Utc>,)> {
-    let mut sql = SqlText::new("SELECT count(*)::int8 FROM ");
+    let mut sql = SqlText::new("SELECT pg_catalog.count(*)::int8 FROM ");
     sql.table(&table(schema, CohortTable::SweepRun))
         .push(" WHERE settled_at IS NOT NULL AND settled_at < $1");
     Statement::new(sql, (start,))
@@ -257,7 +257,7 @@ pub(crate) fn runs_before(schema: &str, start: DateTime<Utc>) -> Statement<(Date
 
 /// Holds without a link of their placing (one column, a count).
 pub(crate) fn holds_outside(schema: &str) -> Statement<()> {
-    let mut sql = SqlText::new("SELECT count(*)::int8 FROM ");
+    let mut sql = SqlText::new("SELECT pg_catalog.count(*)::int8 FROM ");
     sql.table(&table(schema, CohortTable::Hold))
         .push(" h WHERE NOT EXISTS (SELECT 1 FROM ")
         .table(&table(schema, CohortTable::LedgerLink))

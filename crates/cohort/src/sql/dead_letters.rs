@@ -114,11 +114,11 @@ pub(crate) fn requeue(schema: &str, ids: Ids) -> Statement<Ids> {
 /// Counts of pending, in-flight and dead-lettered work (three columns).
 pub(crate) fn depth(schema: &str) -> Statement<()> {
     let (hs, _) = tables(schema);
-    let mut sql = SqlText::new("SELECT (SELECT count(*) FROM ");
+    let mut sql = SqlText::new("SELECT (SELECT pg_catalog.count(*) FROM ");
     sql.table(&hs)
-        .push(" WHERE status = 'pending'), (SELECT count(*) FROM ")
+        .push(" WHERE status = 'pending'), (SELECT pg_catalog.count(*) FROM ")
         .table(&hs)
-        .push(" WHERE status = 'in_flight'), (SELECT count(*) FROM ")
+        .push(" WHERE status = 'in_flight'), (SELECT pg_catalog.count(*) FROM ")
         .table(&hs)
         .push(" WHERE status = 'dead_lettered')");
     Statement::new(sql, ())

@@ -237,7 +237,7 @@ fn counts(r: &Parts<'_>) -> SqlText {
     let table = &e.table;
     let held = &plan.held;
     let anchor_ok = p.anchor(e);
-    let mut counts = SqlText::new("SELECT count(*) FILTER (WHERE NOT ");
+    let mut counts = SqlText::new("SELECT pg_catalog.count(*) FILTER (WHERE NOT ");
     counts
         .append(held)
         .append(&anchor_ok)
@@ -246,7 +246,7 @@ fn counts(r: &Parts<'_>) -> SqlText {
     match (strategy, &plan.referenced) {
         (Strategy::Purge, Some(r)) => {
             counts
-                .push("count(*) FILTER (WHERE NOT ")
+                .push("pg_catalog.count(*) FILTER (WHERE NOT ")
                 .append(held)
                 .append(&anchor_ok)
                 .push(" AND ")
@@ -258,14 +258,14 @@ fn counts(r: &Parts<'_>) -> SqlText {
         }
     }
     counts
-        .push("count(*) FILTER (WHERE ")
+        .push("pg_catalog.count(*) FILTER (WHERE ")
         .append(held)
         .append(&anchor_ok)
         .push(") AS held, ");
     match &plan.subject_held {
         Some(subject) => {
             counts
-                .push("count(*) FILTER (WHERE ")
+                .push("pg_catalog.count(*) FILTER (WHERE ")
                 .append(subject)
                 .append(&anchor_ok)
                 .push(") AS held_by_subject, ");
@@ -276,13 +276,13 @@ fn counts(r: &Parts<'_>) -> SqlText {
     }
     if let Some(cutoff) = p.cutoff {
         counts
-            .push("count(*) FILTER (WHERE ")
+            .push("pg_catalog.count(*) FILTER (WHERE ")
             .col(&e.anchor)
-            .push(" IS NULL) AS null_anchor, count(*) FILTER (WHERE ")
+            .push(" IS NULL) AS null_anchor, pg_catalog.count(*) FILTER (WHERE ")
             .col(&e.anchor)
             .push(" >= ")
             .param(cutoff)
-            .push(") AS kept_by_legal_min, min(")
+            .push(") AS kept_by_legal_min, pg_catalog.min(")
             .col(&e.anchor)
             .push(") FILTER (WHERE ")
             .col(&e.anchor)

@@ -295,7 +295,7 @@ impl Blocked {
         let mut s = SqlText::default();
         match &self.referenced {
             Some(r) => {
-                s.push("count(*) FILTER (WHERE ")
+                s.push("pg_catalog.count(*) FILTER (WHERE ")
                     .col(anchor)
                     .push(" < ")
                     .push(cutoff)

@@ -46,8 +46,8 @@ pub(crate) fn recent_runs(schema: &str, limit: Limit) -> Statement<Limit> {
     );
     sql.table(&CohortTable::SweepRun.qualified(schema))
         .push(
-            " r CROSS JOIN LATERAL (SELECT sum(s.affected_count) AS affected, \
-             sum(s.held_count) AS held, sum(s.skipped_count) AS skipped FROM ",
+            " r CROSS JOIN LATERAL (SELECT pg_catalog.sum(s.affected_count) AS affected, \
+             pg_catalog.sum(s.held_count) AS held, pg_catalog.sum(s.skipped_count) AS skipped FROM ",
         )
         .table(&CohortTable::EntitySummary.qualified(schema))
         .push(" s WHERE s.run_id = r.run_id) c ORDER BY r.started_at DESC, r.run_id LIMIT $1");
@@ -127,7 +127,7 @@ impl Params for Since {
 pub(crate) fn rows_per_day(schema: &str, since: Since) -> Statement<Since> {
     let mut sql = SqlText::new(
         "SELECT (r.settled_at AT TIME ZONE 'UTC')::date AS day, s.category, \
-         sum(s.affected_count)::int8 AS rows FROM ",
+         pg_catalog.sum(s.affected_count)::int8 AS rows FROM ",
     );
     sql.table(&CohortTable::SweepRun.qualified(schema))
         .push(" r JOIN ")

@@ -106,4 +106,6 @@ pub(crate) const HASH_HEX_CHARS: usize = 64;
 #[cfg(test)]
 mod plans_test;
 #[cfg(test)]
+mod qualified_test;
+#[cfg(test)]
 mod snapshots_test;

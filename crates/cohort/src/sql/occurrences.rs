@@ -196,7 +196,7 @@ pub(crate) fn claimed(schema: &str, params: Of) -> Statement<Of> {
 
 /// Passes not yet done (one column, bigint).
 pub(crate) fn remaining(schema: &str, params: Of) -> Statement<Of> {
-    let mut sql = SqlText::new("SELECT count(*) FROM ");
+    let mut sql = SqlText::new("SELECT pg_catalog.count(*) FROM ");
     sql.table(&CohortTable::OccurrencePass.qualified(schema))
         .push(" WHERE occurrence_id = $1 AND status <> 'done'");
     Statement::new(sql, params)
@@ -274,7 +274,7 @@ pub(crate) fn settle(schema: &str, params: Settle) -> Statement<Settle> {
            claim_token = CASE WHEN $5 THEN claim_token END \
          WHERE occurrence_id = $1 AND pass = $2 AND claim_token = $3 AND status = 'claimed' \
          RETURNING 1) \
-         SELECT (SELECT count(*) FROM s) AS settled, \
+         SELECT (SELECT pg_catalog.count(*) FROM s) AS settled, \
            pg_catalog.pg_advisory_unlock(pg_catalog.hashtextextended($6, 0)) AS unlocked",
         );
     Statement::new(sql, params)

@@ -137,7 +137,7 @@ pub(crate) fn insert_details(
         .push(", $4 FROM ")
         .table(partition)
         .push(
-            " t RETURNING row_detail_id) SELECT count(*) AS n, min(row_detail_id) AS first FROM d",
+            " t RETURNING row_detail_id) SELECT pg_catalog.count(*) AS n, pg_catalog.min(row_detail_id) AS first FROM d",
         );
     Statement::new(sql, params).not_persistent()
 }
@@ -184,10 +184,10 @@ pub(crate) fn purge_unheld(
             .push(
                 " (run_id, retention_entity_id, entity_type, record_id, tenant_id, action) \
                  SELECT $2, $1, $3, record_id, tenant_id, $4 FROM gone RETURNING row_detail_id) \
-                 SELECT count(*) AS n, min(row_detail_id) AS first FROM d",
+                 SELECT pg_catalog.count(*) AS n, pg_catalog.min(row_detail_id) AS first FROM d",
             );
     } else {
-        sql.push(") RETURNING 1) SELECT count(*) AS n, NULL::int8 AS first FROM gone");
+        sql.push(") RETURNING 1) SELECT pg_catalog.count(*) AS n, NULL::int8 AS first FROM gone");
     }
     Statement::new(sql, params).not_persistent()
 }
@@ -206,7 +206,7 @@ fn tenant_or_null(tenant_text: Option<&SqlText>) -> SqlText {
 pub(crate) fn tenants_in(partition: &QualifiedName, tenant_text: &SqlText) -> Statement<()> {
     let mut sql = SqlText::new("SELECT ");
     sql.append(tenant_text)
-        .push(" AS tenant, count(*) AS n FROM ")
+        .push(" AS tenant, pg_catalog.count(*) AS n FROM ")
         .table(partition)
         .push(" t GROUP BY 1 ORDER BY 1");
     Statement::new(sql, ()).not_persistent()
@@ -214,7 +214,7 @@ pub(crate) fn tenants_in(partition: &QualifiedName, tenant_text: &SqlText) -> St
 
 /// The partition's row count.
 pub(crate) fn count(partition: &QualifiedName) -> Statement<()> {
-    let mut sql = SqlText::new("SELECT count(*) FROM ");
+    let mut sql = SqlText::new("SELECT pg_catalog.count(*) FROM ");
     sql.table(partition);
     Statement::new(sql, ()).not_persistent()
 }

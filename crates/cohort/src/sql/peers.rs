@@ -99,9 +99,9 @@ impl Params for Census {
 
 pub(crate) fn census(schema: &str, params: Census) -> Statement<Census> {
     let mut sql = SqlText::new(
-        "SELECT count(*) FILTER (WHERE heartbeat_at > pg_catalog.clock_timestamp() \
+        "SELECT pg_catalog.count(*) FILTER (WHERE heartbeat_at > pg_catalog.clock_timestamp() \
            - pg_catalog.make_interval(secs => $1)) AS alive, \
-         count(*) FILTER (WHERE heartbeat_at <= pg_catalog.clock_timestamp() \
+         pg_catalog.count(*) FILTER (WHERE heartbeat_at <= pg_catalog.clock_timestamp() \
            - pg_catalog.make_interval(secs => $1)) AS stale FROM ",
     );
     sql.table(&CohortTable::Peer.qualified(schema));

@@ -22,8 +22,8 @@ CREATE TABLE app.contacts (id bigint PRIMARY KEY, tenant_id text NOT NULL,
 CREATE INDEX ON app.contacts (tenant_id, created_at);
 INSERT INTO app.contacts (id, tenant_id, created_at, email, full_name, phone, reference, user_id)
 SELECT g, CASE WHEN g % 2 = 0 THEN 'a' ELSE 'b' END,
-       timestamptz '2026-01-01' + make_interval(mins => g), 'x@example.com', 'X', '+1', 'R', gen_random_uuid()
-FROM generate_series(1, 40000) g;
+       timestamptz '2026-01-01' + pg_catalog.make_interval(mins => g), 'x@example.com', 'X', '+1', 'R', pg_catalog.gen_random_uuid()
+FROM pg_catalog.generate_series(1, 40000) g;
 ANALYZE app.contacts;
 ";
 
@@ -272,7 +272,7 @@ async fn a_claim_takes_one_pass_whatever_the_plan() {
             .await
             .unwrap();
         let locks: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM pg_catalog.pg_locks WHERE locktype = 'advisory' \
+            "SELECT pg_catalog.count(*) FROM pg_catalog.pg_locks WHERE locktype = 'advisory' \
              AND pid = pg_catalog.pg_backend_pid()",
         )
         .fetch_one(&mut *tx)

@@ -163,7 +163,7 @@ fn old_runs(t: &Tables) -> (SqlText, SqlText, SqlText) {
                 " r WHERE ((r.status = 'succeeded' AND r.settled_at < $1::timestamptz) \
                OR (r.status IN ('failed', 'partially_failed', 'cancelled') \
                    AND r.settled_at < $2::timestamptz)) \
-             AND (r.occurrence IS NULL OR r.occurrence < (SELECT max(o.occurrence) FROM ",
+             AND (r.occurrence IS NULL OR r.occurrence < (SELECT pg_catalog.max(o.occurrence) FROM ",
             )
             .table(run)
             .push(" o)) AND ")
@@ -180,14 +180,14 @@ fn old_runs(t: &Tables) -> (SqlText, SqlText, SqlText) {
     let mut count_runs = SqlText::new("WITH doomed AS (SELECT r.run_id FROM ");
     old_runs(&mut count_runs, "NOT EXISTS");
     count_runs
-    .push(") SELECT (SELECT count(*) FROM doomed)::int8 AS runs, (SELECT count(*) FROM ")
+    .push(") SELECT (SELECT pg_catalog.count(*) FROM doomed)::int8 AS runs, (SELECT pg_catalog.count(*) FROM ")
     .table(summary)
-    .push(" s WHERE s.run_id IN (SELECT run_id FROM doomed))::int8 AS summaries, (SELECT count(*) FROM ")
+    .push(" s WHERE s.run_id IN (SELECT run_id FROM doomed))::int8 AS summaries, (SELECT pg_catalog.count(*) FROM ")
     .table(detail)
-    .push(" d WHERE d.run_id IN (SELECT run_id FROM doomed))::int8 AS details, (SELECT count(*) FROM ")
+    .push(" d WHERE d.run_id IN (SELECT run_id FROM doomed))::int8 AS details, (SELECT pg_catalog.count(*) FROM ")
     .table(hs)
     .push(" h WHERE h.run_id IN (SELECT run_id FROM doomed))::int8 AS work");
-    let mut kept_runs = SqlText::new("SELECT count(*)::int8 FROM ");
+    let mut kept_runs = SqlText::new("SELECT pg_catalog.count(*)::int8 FROM ");
     old_runs(&mut kept_runs, "EXISTS");
     (select_runs, count_runs, kept_runs)
 }
@@ -241,7 +241,7 @@ fn inactive_holds(hold: &QualifiedName) -> (SqlText, SqlText) {
         .table(hold)
         .push(inactive)
         .push(" ORDER BY hold_id LIMIT $2 FOR UPDATE SKIP LOCKED) RETURNING hold_id");
-    let mut count_holds = SqlText::new("SELECT count(*)::int8 FROM ");
+    let mut count_holds = SqlText::new("SELECT pg_catalog.count(*)::int8 FROM ");
     count_holds.table(hold).push(inactive);
     (delete_holds, count_holds)
 }
@@ -253,7 +253,7 @@ fn old_occurrences(occurrence: &QualifiedName) -> (SqlText, SqlText) {
     // them (ON DELETE CASCADE).
     let old_occurrences = |s: &mut SqlText| {
         s.table(occurrence)
-            .push(" o WHERE o.created_at < $1 AND o.occurrence < (SELECT max(n.occurrence) FROM ")
+            .push(" o WHERE o.created_at < $1 AND o.occurrence < (SELECT pg_catalog.max(n.occurrence) FROM ")
             .table(occurrence)
             .push(" n)");
     };
@@ -264,7 +264,7 @@ fn old_occurrences(occurrence: &QualifiedName) -> (SqlText, SqlText) {
     old_occurrences(&mut delete_occurrences);
     delete_occurrences
         .push(" ORDER BY o.occurrence LIMIT $2 FOR UPDATE SKIP LOCKED) RETURNING occurrence_id");
-    let mut count_occurrences = SqlText::new("SELECT count(*)::int8 FROM ");
+    let mut count_occurrences = SqlText::new("SELECT pg_catalog.count(*)::int8 FROM ");
     old_occurrences(&mut count_occurrences);
     (delete_occurrences, count_occurrences)
 }

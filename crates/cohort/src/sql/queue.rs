@@ -275,8 +275,8 @@ fn recover_run(t: &Tables) -> SqlText {
 /// The statement of [`QueuePlan::outstanding`].
 fn outstanding(t: &Tables) -> SqlText {
     let mut outstanding = SqlText::new(
-        "SELECT count(*) FILTER (WHERE status = 'pending') AS pending, \
-                count(*) FILTER (WHERE status = 'in_flight') AS in_flight FROM ",
+        "SELECT pg_catalog.count(*) FILTER (WHERE status = 'pending') AS pending, \
+                pg_catalog.count(*) FILTER (WHERE status = 'in_flight') AS in_flight FROM ",
     );
     outstanding.table(&t.hs);
     outstanding

@@ -96,11 +96,11 @@ pub(crate) fn entity_runs(schema: &str, window: Window) -> Statement<Window> {
         schema,
         concat_runs!(
             "SELECT s.retention_entity_id, s.entity_type, s.category, s.stage, \
-               count(DISTINCT s.run_id) AS runs, \
-               count(DISTINCT s.run_id) FILTER (WHERE s.error IS NULL \
+               pg_catalog.count(DISTINCT s.run_id) AS runs, \
+               pg_catalog.count(DISTINCT s.run_id) FILTER (WHERE s.error IS NULL \
                  AND r.status IN ('succeeded', 'partially_failed')) AS succeeded, \
-               count(DISTINCT s.run_id) FILTER (WHERE s.error IS NOT NULL) AS failed, \
-               max(r.settled_at) FILTER (WHERE s.error IS NULL \
+               pg_catalog.count(DISTINCT s.run_id) FILTER (WHERE s.error IS NOT NULL) AS failed, \
+               pg_catalog.max(r.settled_at) FILTER (WHERE s.error IS NULL \
                  AND r.status IN ('succeeded', 'partially_failed')) AS last_success \
              FROM {sweep_run_entity_summary} s JOIN runs r ON r.run_id = s.run_id \
              GROUP BY s.retention_entity_id, s.entity_type, s.category, s.stage \
@@ -119,12 +119,12 @@ pub(crate) fn entity_rules(schema: &str, window: Window) -> Statement<Window> {
         concat_runs!(
             "SELECT s.retention_entity_id, s.category, s.stage, s.strategy, \
                s.resolved_period, s.legal_min, s.rule_source, s.rule_reason, \
-               count(DISTINCT s.run_id) AS runs, max(r.started_at) AS last_used \
+               pg_catalog.count(DISTINCT s.run_id) AS runs, pg_catalog.max(r.started_at) AS last_used \
              FROM {sweep_run_entity_summary} s JOIN runs r ON r.run_id = s.run_id \
              GROUP BY s.retention_entity_id, s.category, s.stage, s.strategy, \
                s.resolved_period, s.legal_min, s.rule_source, s.rule_reason \
              ORDER BY s.retention_entity_id, s.category, s.stage NULLS FIRST, \
-               max(r.started_at) DESC, s.strategy"
+               pg_catalog.max(r.started_at) DESC, s.strategy"
         ),
         window,
     )
@@ -138,9 +138,9 @@ pub(crate) fn entity_months(schema: &str, window: Window) -> Statement<Window> {
         concat_runs!(
             "SELECT s.retention_entity_id, s.category, s.stage, \
                pg_catalog.to_char(r.started_at AT TIME ZONE 'UTC', 'YYYY-MM') AS month, \
-               s.strategy, sum(s.affected_count)::int8 AS affected \
+               s.strategy, pg_catalog.sum(s.affected_count)::int8 AS affected \
              FROM {sweep_run_entity_summary} s JOIN runs r ON r.run_id = s.run_id \
-             GROUP BY 1, 2, 3, 4, 5 HAVING sum(s.affected_count) > 0 \
+             GROUP BY 1, 2, 3, 4, 5 HAVING pg_catalog.sum(s.affected_count) > 0 \
              ORDER BY 1, 2, 3 NULLS FIRST, 4, 5"
         ),
         window,
@@ -162,10 +162,10 @@ pub(crate) fn entity_kept(schema: &str, window: Window) -> Statement<Window> {
                ORDER BY s.retention_entity_id, s.category, s.stage, COALESCE(s.tenant_id, ''), \
                  r.started_at DESC, s.summary_id DESC) \
              SELECT retention_entity_id, category, stage, \
-               sum(held_count)::int8 AS held, sum(held_by_subject_count)::int8 AS held_by_subject, \
-               sum(kept_by_legal_min_count)::int8 AS legal_minimum, \
-               sum(null_anchor_count)::int8 AS null_anchor, sum(skipped_count)::int8 AS skipped, \
-               sum(kept_by_policy_count)::int8 AS kept_by_policy \
+               pg_catalog.sum(held_count)::int8 AS held, pg_catalog.sum(held_by_subject_count)::int8 AS held_by_subject, \
+               pg_catalog.sum(kept_by_legal_min_count)::int8 AS legal_minimum, \
+               pg_catalog.sum(null_anchor_count)::int8 AS null_anchor, pg_catalog.sum(skipped_count)::int8 AS skipped, \
+               pg_catalog.sum(kept_by_policy_count)::int8 AS kept_by_policy \
              FROM last GROUP BY 1, 2, 3"
         ),
         window,
@@ -179,13 +179,13 @@ pub(crate) fn erasures(schema: &str, window: Window) -> Statement<Window> {
     statement(
         schema,
         "SELECT r.run_id, r.status, r.erasure_subject_kind, r.started_at, r.settled_at, \
-           COALESCE(sum(s.affected_count), 0)::int8 AS affected, \
-           COALESCE(sum(s.held_count), 0)::int8 AS held, \
-           COALESCE(sum(s.held_by_subject_count), 0)::int8 AS held_by_subject, \
-           COALESCE(sum(s.kept_by_legal_min_count), 0)::int8 AS legal_minimum, \
-           COALESCE(sum(s.kept_by_policy_count), 0)::int8 AS kept_by_policy, \
-           COALESCE(sum(s.null_anchor_count), 0)::int8 AS null_anchor, \
-           COALESCE(sum(s.skipped_count), 0)::int8 AS skipped \
+           COALESCE(pg_catalog.sum(s.affected_count), 0)::int8 AS affected, \
+           COALESCE(pg_catalog.sum(s.held_count), 0)::int8 AS held, \
+           COALESCE(pg_catalog.sum(s.held_by_subject_count), 0)::int8 AS held_by_subject, \
+           COALESCE(pg_catalog.sum(s.kept_by_legal_min_count), 0)::int8 AS legal_minimum, \
+           COALESCE(pg_catalog.sum(s.kept_by_policy_count), 0)::int8 AS kept_by_policy, \
+           COALESCE(pg_catalog.sum(s.null_anchor_count), 0)::int8 AS null_anchor, \
+           COALESCE(pg_catalog.sum(s.skipped_count), 0)::int8 AS skipped \
          FROM {sweep_run} r LEFT JOIN {sweep_run_entity_summary} s ON s.run_id = r.run_id \
          WHERE r.kind = 'erasure' AND NOT r.dry_run AND r.started_at >= $1 AND r.started_at < $2 \
            AND ($3::text IS NULL OR r.tenant_id = $3) \
@@ -213,11 +213,11 @@ pub(crate) fn holds(schema: &str, window: Window) -> Statement<Window> {
     statement(
         schema,
         "SELECT CASE WHEN subject_text IS NULL THEN 'record' ELSE 'subject' END AS target, \
-           count(*) FILTER (WHERE created_at >= $1 AND created_at < $2) AS placed, \
-           count(*) FILTER (WHERE released_at >= $1 AND released_at < $2) AS released, \
-           count(*) FILTER (WHERE expires_at >= $1 AND expires_at < $2 \
+           pg_catalog.count(*) FILTER (WHERE created_at >= $1 AND created_at < $2) AS placed, \
+           pg_catalog.count(*) FILTER (WHERE released_at >= $1 AND released_at < $2) AS released, \
+           pg_catalog.count(*) FILTER (WHERE expires_at >= $1 AND expires_at < $2 \
              AND (released_at IS NULL OR released_at > expires_at)) AS expired, \
-           count(*) FILTER (WHERE created_at < $2 AND (released_at IS NULL OR released_at >= $2) \
+           pg_catalog.count(*) FILTER (WHERE created_at < $2 AND (released_at IS NULL OR released_at >= $2) \
              AND (expires_at IS NULL OR expires_at >= $2)) AS in_force \
          FROM {retention_hold} \
          WHERE $3::text IS NULL OR tenant_id = $3 OR tenant_id IS NULL \

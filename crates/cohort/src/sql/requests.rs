@@ -272,8 +272,8 @@ pub(crate) fn to_resume(
 /// Requests per state, and how many not completed are past due at `$1`.
 pub(crate) fn by_state(schema: &str, now: DateTime<Utc>) -> Statement<(DateTime<Utc>,)> {
     let mut sql = SqlText::new(
-        "SELECT r.state, count(*)::int8 AS requests, \
-         count(*) FILTER (WHERE r.state <> 'completed' AND r.due_at < $1)::int8 AS overdue FROM ",
+        "SELECT r.state, pg_catalog.count(*)::int8 AS requests, \
+         pg_catalog.count(*) FILTER (WHERE r.state <> 'completed' AND r.due_at < $1)::int8 AS overdue FROM ",
     );
     sql.table(&CohortTable::ErasureRequest.qualified(schema))
         .push(" r GROUP BY r.state ORDER BY r.state");

@@ -92,7 +92,7 @@ pub(crate) fn try_run_lock(run_id: Uuid) -> Statement<(String,)> {
 
 /// Deliveries in flight whose claim has not expired (one count).
 pub(crate) fn open_deliveries(schema: &str) -> Statement<()> {
-    let mut sql = SqlText::new("SELECT count(*) FROM ");
+    let mut sql = SqlText::new("SELECT pg_catalog.count(*) FROM ");
     sql.table(&CohortTable::HandlerStatus.qualified(schema))
         .push(" WHERE status = 'in_flight' AND claim_expires_at > pg_catalog.now()");
     Statement::new(sql, ())
@@ -147,7 +147,7 @@ pub(crate) fn comment_marker(marker: &QualifiedName) -> Statement<()> {
 
 /// A table's row count.
 pub(crate) fn count_rows(table: &QualifiedName) -> Statement<()> {
-    let mut sql = SqlText::new("SELECT count(*) FROM ");
+    let mut sql = SqlText::new("SELECT pg_catalog.count(*) FROM ");
     sql.table(table);
     Statement::new(sql, ())
 }

@@ -114,7 +114,7 @@ pub(super) fn archive_checked(
     };
     s.push(" AS k), verdict AS (SELECT ")
         .table(&QualifiedName::new(cohort_schema, "retention_archive_check"))
-        .push("((SELECT count(*) FROM moved), (SELECT count(*) FROM archived), (SELECT count(*) FROM moved FULL JOIN archived ON ")
+        .push("((SELECT pg_catalog.count(*) FROM moved), (SELECT pg_catalog.count(*) FROM archived), (SELECT pg_catalog.count(*) FROM moved FULL JOIN archived ON ")
         .append(&moved)
         .push(" = archived.k WHERE ")
         .append(&moved)

@@ -13,21 +13,21 @@ use crate::sql::fragments::{bound_rows, tenant_filter, Blocked};
 /// `$3` tenant (then the stage floor).
 pub(super) fn counts(s: &Shape<'_>, done: &SqlText, blocked: &Blocked) -> SqlText {
     let e = s.e;
-    let mut c = SqlText::new("SELECT count(*) FILTER (WHERE ");
+    let mut c = SqlText::new("SELECT pg_catalog.count(*) FILTER (WHERE ");
     c.col(&e.anchor)
         .push(" < $2 AND NOT ")
         .append(&s.held)
         .append(&blocked.unblocked)
         .push(") AS eligible, ");
     c.append(&blocked.skipped_column(&e.anchor, "$2", &s.held))
-        .push(", count(*) FILTER (WHERE ")
+        .push(", pg_catalog.count(*) FILTER (WHERE ")
         .col(&e.anchor)
         .push(" < $2 AND ")
         .append(&s.held)
         .push(") AS held, ");
     match &s.subject_held {
         Some(subject) => {
-            c.push("count(*) FILTER (WHERE ")
+            c.push("pg_catalog.count(*) FILTER (WHERE ")
                 .col(&e.anchor)
                 .push(" < $2 AND ")
                 .append(subject)
@@ -37,7 +37,7 @@ pub(super) fn counts(s: &Shape<'_>, done: &SqlText, blocked: &Blocked) -> SqlTex
             c.push("0::int8 AS held_by_subject, ");
         }
     }
-    c.push("count(*) FILTER (WHERE ")
+    c.push("pg_catalog.count(*) FILTER (WHERE ")
         .col(&e.anchor)
         .push(" IS NULL) AS null_anchor, 0::int8 AS kept_by_legal_min FROM ")
         .table(&e.table)
@@ -65,7 +65,7 @@ pub(super) fn counts(s: &Shape<'_>, done: &SqlText, blocked: &Blocked) -> SqlTex
 pub(super) fn kept_by_legal_min(s: &Shape<'_>, done: &SqlText) -> SqlText {
     let e = s.e;
     let period_cutoff = 3 + s.t() + s.f();
-    let mut k = SqlText::new("SELECT count(*) AS kept_by_legal_min FROM ");
+    let mut k = SqlText::new("SELECT pg_catalog.count(*) AS kept_by_legal_min FROM ");
     k.table(&e.table).push(" t WHERE $1::uuid IS NOT NULL AND ");
     match s.stage {
         Some(stage) => {
@@ -127,7 +127,7 @@ pub(super) fn counts_after(s: &Shape<'_>, strategy: Strategy, done: &SqlText) ->
     let table = &e.table;
     let keys = 3 + s.t() + s.f();
     let tenant_and_floor = s.tenant_and_floor(3);
-    let mut a = SqlText::new("SELECT 0::int8 AS eligible, (SELECT count(*) FROM ");
+    let mut a = SqlText::new("SELECT 0::int8 AS eligible, (SELECT pg_catalog.count(*) FROM ");
     a.table(table)
         .push(" t WHERE ")
         .append(&bound_rows(e, s.casts, keys))
@@ -138,7 +138,7 @@ pub(super) fn counts_after(s: &Shape<'_>, strategy: Strategy, done: &SqlText) ->
         .append(done)
         .push(" AND ")
         .append(&s.held)
-        .push(") AS held, (SELECT count(*) FROM ")
+        .push(") AS held, (SELECT pg_catalog.count(*) FROM ")
         .table(table)
         .push(" t WHERE ")
         .col(&e.anchor)
@@ -148,7 +148,7 @@ pub(super) fn counts_after(s: &Shape<'_>, strategy: Strategy, done: &SqlText) ->
         .push(") AS null_anchor, ");
     match (strategy.deletes(), &s.referenced) {
         (true, Some(r)) => {
-            a.push("(SELECT count(*) FROM ")
+            a.push("(SELECT pg_catalog.count(*) FROM ")
                 .table(table)
                 .push(" t WHERE ")
                 .col(&e.anchor)
@@ -176,7 +176,7 @@ pub(super) fn counts_after(s: &Shape<'_>, strategy: Strategy, done: &SqlText) ->
                 arms.append(&s.casts.any(&e.subjects[i].column, keys + 1 + i));
             }
             arms.push(")");
-            a.push("(SELECT count(*) FROM ")
+            a.push("(SELECT pg_catalog.count(*) FROM ")
                 .table(table)
                 .push(" t WHERE ")
                 .append(&arms)

@@ -176,7 +176,7 @@ fn statement(
         .col(&e.anchor)
         .push(", ")
         .append(&p.casts.order_columns(e))
-        .push(" LIMIT $3 FOR UPDATE SKIP LOCKED), n AS (SELECT count(*) AS locked FROM c), r AS (SELECT ")
+        .push(" LIMIT $3 FOR UPDATE SKIP LOCKED), n AS (SELECT pg_catalog.count(*) AS locked FROM c), r AS (SELECT ")
         .table(&QualifiedName::new(p.cohort_schema, "retention_hold_recent"))
         // The statement's own snapshot is read here; the function's
         // queries run in new ones.
@@ -247,7 +247,7 @@ fn last_or_all(p: &Parts<'_>, audited: bool) -> SqlText {
     let casts = p.casts;
     s.push(", l AS (SELECT ")
         .append(&casts.carried_key("c"))
-        .push(", c.a, c.o, c.addr FROM c ORDER BY c.a DESC, c.o DESC LIMIT 1), m AS (SELECT count(*) AS changed FROM moved) SELECT ");
+        .push(", c.a, c.o, c.addr FROM c ORDER BY c.a DESC, c.o DESC LIMIT 1), m AS (SELECT pg_catalog.count(*) AS changed FROM moved) SELECT ");
     if casts.composite() {
         let parts = (0..casts.key.len()).map(|i| {
             let mut c = SqlText::new("x.k");

@@ -193,7 +193,7 @@ pub(crate) fn lock_subject_rows(
     columns: Vec<(&str, KeyValue)>,
     tenant: Option<KeyValue>,
 ) -> Statement<SubjectRows> {
-    let mut s = SqlText::new("SELECT count(*) FROM (SELECT 1 FROM ");
+    let mut s = SqlText::new("SELECT pg_catalog.count(*) FROM (SELECT 1 FROM ");
     s.table(&e.table).push(" t WHERE (");
     for (i, (column, _)) in columns.iter().enumerate() {
         if i > 0 {
