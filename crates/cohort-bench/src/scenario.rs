@@ -272,6 +272,7 @@ impl Scenario {
             "DROP TABLE IF EXISTS {table}; \
              CREATE TABLE {table} (id uuid PRIMARY KEY DEFAULT gen_random_uuid(), seq bigint NOT NULL, \
              tenant_id uuid NOT NULL, created_at timestamptz, {extra}); \
+             UPDATE public.retention_hold SET released_at = now() WHERE released_at IS NULL; \
              TRUNCATE public.retention_hold",
             extra = self.extra_columns,
         );

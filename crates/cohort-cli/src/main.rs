@@ -505,8 +505,15 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                     outln!("{line}");
                 }
             };
+            let ledger = Cohort::builder(pool(&url, 1).await?)
+                .config(CohortConfig {
+                    schema: schema.clone(),
+                    ledger_key: key.clone(),
+                    ..CohortConfig::default()
+                })
+                .build_unvalidated()?;
             match key {
-                Some(key) => match cohort::schema::key_chain(&mut conn, &schema, &key).await? {
+                Some(key) => match ledger.key_chain().await? {
                     Some(link) => say(format!(
                         "Keyed the ledger's hash chain with key {} (link {link}): every process that settles runs or changes holds now needs {}.",
                         key.id(),
@@ -514,7 +521,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                     )),
                     None => say(format!("The ledger's hash chain is keyed with key {}.", key.id())),
                 },
-                None => match cohort::schema::chain_key_id(&mut conn, &schema).await? {
+                None => match ledger.chain_key_id().await? {
                     Some(id) => say(format!("The ledger's hash chain is keyed with key {id}.")),
                     None => say(format!(
                         "The ledger's hash chain is not keyed: anyone who can write the database can extend it. \

@@ -36,10 +36,12 @@ ALTER TABLE {erasure_request}
 --    `mac`, an HMAC-SHA256 of its hash under COHORT_LEDGER_KEY, a key the
 --    database never holds, and its hash covers its own `linked_at`. The
 --    library computes both; a writer without the key cannot append a link
---    that `cohort verify` accepts.
+--    that `cohort verify` accepts. Every line of an erasure request's
+--    history is linked too (`request`), with the request's dates after it.
 ALTER TABLE {ledger_link} ADD COLUMN mac text;
 ALTER TABLE {ledger_link} DROP CONSTRAINT ledger_link_kind_check;
 ALTER TABLE {ledger_link} ADD CONSTRAINT ledger_link_kind_check
-    CHECK (kind IN ('start', 'run', 'hold_placed', 'hold_released', 'checkpoint', 'key'));
+    CHECK (kind IN ('start', 'run', 'hold_placed', 'hold_released', 'checkpoint', 'key',
+                    'request'));
 
 COMMENT ON TABLE {sweep_run} IS 'cohort schema version 20';

@@ -45,6 +45,9 @@ pub enum LinkKind {
     /// From here on every link carries a MAC under the ledger's key
     /// (`COHORT_LEDGER_KEY`); its record names the key by its id.
     Key,
+    /// A change of an erasure request's state (a line of its history):
+    /// the line, and the request's dates and state after it.
+    Request,
 }
 
 impl LinkKind {
@@ -58,6 +61,7 @@ impl LinkKind {
             LinkKind::HoldReleased => "hold_released",
             LinkKind::Checkpoint => "checkpoint",
             LinkKind::Key => "key",
+            LinkKind::Request => "request",
         }
     }
 
@@ -70,6 +74,7 @@ impl LinkKind {
             "hold_released" => LinkKind::HoldReleased,
             "checkpoint" => LinkKind::Checkpoint,
             "key" => LinkKind::Key,
+            "request" => LinkKind::Request,
             _ => return None,
         })
     }
@@ -211,6 +216,62 @@ pub struct RunRecord {
     pub policy_fingerprint: Option<String>,
     pub erasure_subject_kind: Option<String>,
     pub summaries: Vec<SummaryRecord>,
+    /// The run's per-row audit details: how many, and a digest over them
+    /// in order (entity, record, tenant, action). Runs linked before
+    /// schema 20 have none, and are compared without it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub details: Option<DetailsDigest>,
+}
+
+/// A digest of a run's per-row audit details: SHA-256 over the SHA-256 of
+/// each consecutive block of 100,000 of them (`entity \t record \t
+/// tenant \t action`, one a line, in the order written), computed by the
+/// server.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DetailsDigest {
+    /// How many details.
+    pub rows: i64,
+    /// The digest (of the empty text when there are none).
+    pub sha256: String,
+}
+
+/// A line of an erasure request's history as its link records it, with
+/// the request's dates and state once the line was written: what the
+/// signed report's "on time" figures are computed from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RequestRecord {
+    /// The line.
+    pub event: RequestEventPart,
+    /// The request after it.
+    pub request: RequestPart,
+}
+
+/// A line of a request's history (`erasure_request_event`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[allow(missing_docs)]
+pub struct RequestEventPart {
+    pub event_id: i64,
+    pub state: String,
+    pub at: i64,
+    pub run_id: Option<Uuid>,
+    /// The line's text, as a digest.
+    pub detail: String,
+    pub recorded_by: String,
+}
+
+/// What decides a request's deadline figures (`erasure_request`); no
+/// subject and no note (the subject only as its keyed hash).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[allow(missing_docs)]
+pub struct RequestPart {
+    pub request_id: Uuid,
+    pub reference: String,
+    pub tenant_id: Option<String>,
+    pub subject_hash: String,
+    pub state: String,
+    pub received_at: i64,
+    pub due_at: i64,
+    pub completed_at: Option<i64>,
 }
 
 /// One entity summary of a [`RunRecord`]: its counts, the rule it applied

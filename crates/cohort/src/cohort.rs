@@ -665,6 +665,14 @@ impl Cohort {
         crate::run::chain::key_chain(&mut conn, &self.cx.config.schema, key).await
     }
 
+    /// The id of the key the ledger's hash chain is keyed with
+    /// ([`crate::chain::LedgerKey::id`]), or `None` when it is not keyed.
+    pub async fn chain_key_id(&self) -> Result<Option<String>> {
+        self.require_chain().await?;
+        let mut conn = self.cx.pool.acquire().await?;
+        Ok(crate::validate::chain_key::keyed_with(&mut conn, &self.cx.config.schema).await?)
+    }
+
     /// The newest link of the ledger's hash chain linked at or before
     /// `at` (the newest of all with `None`): the head a report carries.
     pub async fn chain_head(

@@ -67,6 +67,8 @@ struct Walk {
     placed_at: HashMap<Uuid, (i64, i64)>,
     /// Each hold's release time as linked: hold → (link, released_at).
     released_at: HashMap<Uuid, (i64, i64)>,
+    /// Each request's newest link: request → (link, the request as linked).
+    requests: HashMap<Uuid, (i64, chain::RequestPart)>,
     records_checked: u64,
     records_pruned: u64,
 }
@@ -166,6 +168,7 @@ fn label(kind: LinkKind, subject: Option<Uuid>, link_id: i64) -> String {
         (LinkKind::Checkpoint, _) => "checkpoint".into(),
         (LinkKind::Start, _) => "the chain's start".into(),
         (LinkKind::Key, _) => format!("key link {link_id}"),
+        (LinkKind::Request, Some(s)) => format!("erasure request {s}"),
         _ => format!("link {link_id}"),
     }
 }
@@ -192,6 +195,7 @@ pub(crate) async fn verify(cx: &Context, expected: Option<ExpectedHead>) -> Resu
         released_holds: HashMap::new(),
         placed_at: HashMap::new(),
         released_at: HashMap::new(),
+        requests: HashMap::new(),
         records_checked: 0,
         records_pruned: 0,
     };
@@ -227,6 +231,7 @@ pub(crate) async fn verify(cx: &Context, expected: Option<ExpectedHead>) -> Resu
         let mut runs: Vec<(i64, Uuid, String)> = Vec::new();
         let mut holds: Vec<(i64, LinkKind, Uuid, String)> = Vec::new();
         let mut checkpoints: Vec<(i64, DateTime<Utc>, CheckpointRecord)> = Vec::new();
+        let mut events: Vec<(i64, Uuid, String)> = Vec::new();
         for l in &page {
             report.links += 1;
             let kind = LinkKind::parse(&l.kind);
@@ -303,6 +308,7 @@ pub(crate) async fn verify(cx: &Context, expected: Option<ExpectedHead>) -> Resu
             }
             match (kind, l.subject) {
                 (LinkKind::Key, _) => {}
+                (LinkKind::Request, Some(s)) => events.push((l.link_id, s, l.record.clone())),
                 (LinkKind::Start, _) => {
                     if l.link_id == 1 {
                         start = Some(l.linked_at);
@@ -338,6 +344,7 @@ pub(crate) async fn verify(cx: &Context, expected: Option<ExpectedHead>) -> Resu
             }
         }
         check_runs(&mut tx, schema, runs, &mut walk).await?;
+        check_request_events(&mut tx, schema, events, &mut walk).await?;
         check_holds(&mut tx, schema, holds, &mut walk).await?;
         for (link_id, linked_at, c) in checkpoints {
             checkpoint(
@@ -363,6 +370,7 @@ pub(crate) async fn verify(cx: &Context, expected: Option<ExpectedHead>) -> Resu
     }
     check_releases(&mut tx, schema, &mut walk).await?;
     released_after_placed(&mut walk);
+    check_requests(&mut tx, schema, &mut walk).await?;
     journal_head(cx, &mut tx, &mut walk, &mut report.warnings).await?;
     report.keyed_from = keyed.from;
     report.macs_checked = keyed.from.is_some() && key.is_some();
@@ -449,7 +457,14 @@ async fn check_runs(
             None => walk.gone(link_id, LinkKind::Run, run_id, linked),
             Some(now) => {
                 walk.records_checked += 1;
-                let now = chain::canonical(now);
+                let mut now = now.clone();
+                if serde_json::from_str::<chain::RunRecord>(&linked)
+                    .is_ok_and(|l| l.details.is_none())
+                {
+                    // Linked before schema 20, which added the details' digest.
+                    now.details = None;
+                }
+                let now = chain::canonical(&now);
                 if now != linked {
                     let fields = name_summaries(&linked, chain::differences(&linked, &now, FIELDS))
                         .join("; ");
@@ -731,6 +746,126 @@ fn shown(m: i64) -> String {
     DateTime::<Utc>::from_timestamp_micros(m)
         .map(|t| t.to_rfc3339())
         .unwrap_or_else(|| m.to_string())
+}
+
+/// Each request history line's link against the line now; the request
+/// part of each request's newest link is compared with the request after
+/// the walk ([`check_requests`]).
+async fn check_request_events(
+    conn: &mut sqlx::PgConnection,
+    schema: &str,
+    events: Vec<(i64, Uuid, String)>,
+    walk: &mut Walk,
+) -> Result<()> {
+    if events.is_empty() {
+        return Ok(());
+    }
+    let mut linked = Vec::new();
+    for (link_id, request_id, record) in events {
+        match serde_json::from_str::<chain::RequestRecord>(&record) {
+            Ok(r) => linked.push((link_id, request_id, r)),
+            Err(_) => walk.broken(
+                Some(link_id),
+                format!("erasure request {request_id}"),
+                BreakKind::Changed,
+                "its record is not a request's history line".into(),
+            ),
+        }
+    }
+    let ids: Vec<i64> = linked.iter().map(|l| l.2.event.event_id).collect();
+    let now = records::read_request_events(conn, schema, &ids).await?;
+    for (link_id, request_id, r) in linked {
+        let name = format!(
+            "erasure request {} (history line {})",
+            r.request.reference, r.event.event_id
+        );
+        walk.records_checked += 1;
+        match now.get(&r.event.event_id) {
+            None => walk.broken(
+                Some(link_id),
+                name,
+                BreakKind::Missing,
+                "its history line was deleted".into(),
+            ),
+            Some((owner, line)) => {
+                if *owner != request_id || *line != r.event {
+                    let fields = chain::differences(
+                        &chain::canonical(&r.event),
+                        &chain::canonical(line),
+                        FIELDS,
+                    )
+                    .join("; ");
+                    walk.broken(
+                        Some(link_id),
+                        name,
+                        BreakKind::Changed,
+                        format!("the history line differs from the linked one: {fields}"),
+                    );
+                }
+            }
+        }
+        walk.requests.insert(request_id, (link_id, r.request));
+    }
+    Ok(())
+}
+
+/// Each linked request as it stands now against its newest link (its
+/// state, due date, completion: what the report's deadline figures count),
+/// and every history line since the first linked one has a link.
+async fn check_requests(
+    conn: &mut sqlx::PgConnection,
+    schema: &str,
+    walk: &mut Walk,
+) -> Result<()> {
+    let requests = std::mem::take(&mut walk.requests);
+    if requests.is_empty() {
+        return Ok(());
+    }
+    let ids: Vec<Uuid> = requests.keys().copied().collect();
+    let now = records::read_requests(conn, schema, &ids).await?;
+    let mut found = Vec::new();
+    for (request_id, (link_id, linked)) in &requests {
+        let name = format!("erasure request {}", linked.reference);
+        match now.get(request_id) {
+            None => found.push((
+                *link_id,
+                name,
+                BreakKind::Missing,
+                "it was deleted".to_owned(),
+            )),
+            Some(current) if current != linked => {
+                let fields = chain::differences(
+                    &chain::canonical(linked),
+                    &chain::canonical(current),
+                    FIELDS,
+                )
+                .join("; ");
+                found.push((
+                    *link_id,
+                    name,
+                    BreakKind::Changed,
+                    format!("the request differs from its newest linked history line: {fields}"),
+                ));
+            }
+            Some(_) => {}
+        }
+    }
+    for (link_id, name, kind, detail) in found {
+        walk.broken(Some(link_id), name, kind, detail);
+    }
+    let unlinked: Vec<(i64, Uuid)> = statements::unlinked_events(schema, KEEP as i64)
+        .query_as()
+        .fetch_all(&mut *conn)
+        .await?;
+    for (event_id, request_id) in unlinked {
+        walk.broken(
+            None,
+            format!("erasure request {request_id} (history line {event_id})"),
+            BreakKind::Inserted,
+            "written after the chain linked request histories, and has no link".into(),
+        );
+    }
+    Ok(())
 }
 
 /// Each hold's release time against its latest release link; a hold in

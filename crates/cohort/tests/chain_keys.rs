@@ -55,11 +55,8 @@ async fn head(pool: &PgPool) -> (i64, String) {
 /// A keyed chain with two sweeps and a hold placed and released on it;
 /// the handle and the runs.
 async fn keyed_history(db: &cohort_pgtemp::TestDatabase) -> (Cohort, Vec<Uuid>) {
-    let mut conn = db.pool().acquire().await.unwrap();
     assert_eq!(
-        cohort::schema::key_chain(&mut conn, "public", &key())
-            .await
-            .unwrap(),
+        keyer(db.pool(), key()).key_chain().await.unwrap(),
         Some(2),
         "the key link follows the start"
     );
@@ -96,24 +93,15 @@ async fn a_process_is_refused_before_it_links_anything_without_the_chains_key() 
     // Control: no key, no keyed chain: a process starts.
     build(db.pool(), None).await.unwrap();
 
-    let mut conn = db.pool().acquire().await.unwrap();
-    cohort::schema::key_chain(&mut conn, "public", &key())
-        .await
-        .unwrap();
+    keyer(db.pool(), key()).key_chain().await.unwrap();
     assert_eq!(
-        cohort::schema::key_chain(&mut conn, "public", &key())
-            .await
-            .unwrap(),
+        keyer(db.pool(), key()).key_chain().await.unwrap(),
         None,
         "keyed once"
     );
-    assert!(cohort::schema::key_chain(&mut conn, "public", &other_key())
-        .await
-        .is_err());
+    assert!(keyer(db.pool(), other_key()).key_chain().await.is_err());
     assert_eq!(
-        cohort::schema::chain_key_id(&mut conn, "public")
-            .await
-            .unwrap(),
+        build_unvalidated(db.pool()).chain_key_id().await.unwrap(),
         Some(key().id())
     );
     let err = build(db.pool(), None).await.unwrap_err();
@@ -262,6 +250,15 @@ fn forged_break(r: &cohort::chain::ChainReport, link: i64) -> &cohort::chain::Ch
         .unwrap_or_else(|| panic!("link {link} not named: {:?}", r.breaks));
     assert_eq!(b.kind, BreakKind::Changed, "{b}");
     b
+}
+
+/// What `cohort migrate` keys the chain with: a handle with the key and
+/// nothing else.
+fn keyer(pool: &PgPool, key: LedgerKey) -> Cohort {
+    Cohort::builder(pool.clone())
+        .config(keyed_config(Some(key)))
+        .build_unvalidated()
+        .unwrap()
 }
 
 fn build_unvalidated(pool: &PgPool) -> Cohort {

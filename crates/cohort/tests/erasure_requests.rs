@@ -520,51 +520,28 @@ async fn a_due_date_is_moved_with_its_reason_and_bad_requests_write_nothing() {
     );
 }
 
-/// Advisory locks some session is waiting for.
-async fn advisory_waiters(pool: &sqlx::PgPool) -> i64 {
-    count(
-        pool,
-        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted",
-    )
-    .await
-}
-
 #[tokio::test]
 async fn a_release_committed_after_the_attempt_looked_resumes_the_request_whatever_the_clocks_say()
 {
     let (db, cohort) = setup().await;
     let pool = db.pool();
     let hold = hold_contact_1(&cohort).await;
-    // The chain's lock, held by the test. The release sets `released_at`
-    // (its transaction's start) and waits at the lock to link it.
+    // The hold's row, locked by the test. The release's transaction
+    // starts (its `released_at` is that start) and waits for the row.
     let mut gate = pool.begin().await.unwrap();
-    sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1))")
-        .bind(r#"cohort.chain:"public"."ledger_link""#)
+    sqlx::query("SELECT 1 FROM public.retention_hold WHERE hold_id = $1 FOR UPDATE")
+        .bind(hold)
         .execute(&mut *gate)
         .await
         .unwrap();
     let c = cohort.clone();
     let release = tokio::spawn(async move { c.release_hold(hold).await.unwrap() });
-    wait_until(
-        "the release to wait at the chain's lock",
-        std::time::Duration::from_secs(30),
-        async || advisory_waiters(pool).await == 1,
-    )
-    .await;
-    // The attempt starts after the release's transaction began, finds
-    // contact 1 still held (the release has not committed), and its run
-    // waits at the same lock to settle.
-    let c = cohort.clone();
-    let attempt = tokio::spawn(async move { c.erase(erase("SAR-RACE")).await.unwrap() });
-    wait_until(
-        "the attempt's run to wait at the chain's lock",
-        std::time::Duration::from_secs(30),
-        async || advisory_waiters(pool).await == 2,
-    )
-    .await;
+    wait_for_lock_wait(pool).await;
+    // The attempt starts after the release's transaction began, and finds
+    // contact 1 still held: the release has not committed.
+    let r = cohort.erase(erase("SAR-RACE")).await.unwrap();
     gate.rollback().await.unwrap();
     release.await.unwrap();
-    let r = attempt.await.unwrap();
     let req = r.request.unwrap();
     assert_eq!(req.state, RequestState::Waiting);
     assert!(req.waiting.iter().any(|p| p.reason == PartReason::Held));
@@ -597,4 +574,108 @@ async fn a_release_committed_after_the_attempt_looked_resumes_the_request_whatev
     // And once is enough: the release is now one the attempt saw.
     let again = cohort.resume_erasure_requests(now(), false).await.unwrap();
     assert_eq!(again.resumed, 0);
+}
+
+#[tokio::test]
+async fn request_histories_and_row_details_are_in_the_chain() {
+    let db = migrated_db().await;
+    let pool = db.pool();
+    exec(pool, TABLES).await;
+    let cohort = Cohort::builder(pool.clone())
+        .config(test_config())
+        .rules(
+            StaticRuleProvider::builder()
+                .category(
+                    "contacts",
+                    RetentionRule::new(days(30), Strategy::Purge)
+                        .with_audit(cohort::AuditDetail::PerRow)
+                        .unwrap(),
+                )
+                .build()
+                .unwrap(),
+        )
+        .declaration(
+            EntityDeclaration::new("Contact", CONTACT_ID)
+                .category("contacts")
+                .anchor("created_at")
+                .table("app.contacts")
+                .subject("user_id", None)
+                .tenantless(),
+        )
+        .build()
+        .await
+        .unwrap();
+    hold_contact_1(&cohort).await;
+    let r = cohort.erase(erase("SAR-CHAIN")).await.unwrap();
+    assert_eq!(r.request.unwrap().state, RequestState::Waiting);
+    let clean = cohort.verify_chain(None).await.unwrap();
+    assert!(clean.intact, "{:?}", clean.breaks);
+    let linked = count(
+        pool,
+        "SELECT count(*) FROM public.ledger_link WHERE kind = 'request'",
+    )
+    .await;
+    assert_eq!(linked, 3, "opened, in progress, waiting: each line linked");
+    let named = |needle: &'static str| {
+        let cohort = cohort.clone();
+        async move {
+            let r = cohort.verify_chain(None).await.unwrap();
+            assert!(
+                r.breaks.iter().any(|b| b.to_string().contains(needle)),
+                "{needle} not in {:?}",
+                r.breaks
+            );
+        }
+    };
+
+    // The due date moved by hand: the report's "on time" would follow it.
+    exec(
+        pool,
+        "UPDATE public.erasure_request SET due_at = due_at + interval '60 days'",
+    )
+    .await;
+    named("due_at").await;
+    exec(
+        pool,
+        "UPDATE public.erasure_request SET due_at = due_at - interval '60 days'",
+    )
+    .await;
+    // A history line rewritten, and one written by hand.
+    exec(
+        pool,
+        "UPDATE public.erasure_request_event SET state = 'completed' \
+         WHERE event_id = (SELECT max(event_id) FROM public.erasure_request_event)",
+    )
+    .await;
+    named("history line differs").await;
+    exec(
+        pool,
+        "UPDATE public.erasure_request_event SET state = 'waiting' \
+         WHERE event_id = (SELECT max(event_id) FROM public.erasure_request_event)",
+    )
+    .await;
+    exec(
+        pool,
+        "INSERT INTO public.erasure_request_event (request_id, state, detail) \
+         SELECT request_id, 'completed', 'by hand' FROM public.erasure_request",
+    )
+    .await;
+    named("has no link").await;
+    exec(
+        pool,
+        "DELETE FROM public.erasure_request_event WHERE detail = 'by hand'",
+    )
+    .await;
+    assert!(cohort.verify_chain(None).await.unwrap().intact);
+
+    // The erasure's per-row audit: a record id rewritten.
+    let details = count(pool, "SELECT count(*) FROM public.sweep_run_row_detail").await;
+    assert!(details > 0);
+    exec(
+        pool,
+        "UPDATE public.sweep_run_row_detail SET record_id = '99' \
+         WHERE row_detail_id = (SELECT min(row_detail_id) FROM public.sweep_run_row_detail)",
+    )
+    .await;
+    named("details.sha256").await;
 }

@@ -514,10 +514,10 @@ async fn moving_cohorts_tables_keeps_data_indexes_constraints_and_behaviour() {
     let functions_in = |schema: &'static str| {
         format!(
             "SELECT count(*) FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace \
-             WHERE n.nspname = '{schema}' AND p.proname IN ('retention_hold_stamp', 'retention_hold_recent')"
+             WHERE n.nspname = '{schema}' AND p.proname IN ('retention_hold_stamp', 'retention_hold_recent', 'retention_hold_reach')"
         )
     };
-    assert_eq!(count(db.pool(), &functions_in("ledger")).await, 2);
+    assert_eq!(count(db.pool(), &functions_in("ledger")).await, 3);
     assert_eq!(count(db.pool(), &functions_in("public")).await, 0);
     assert_eq!(
         count(
@@ -527,7 +527,7 @@ async fn moving_cohorts_tables_keeps_data_indexes_constraints_and_behaviour() {
              WHERE tg.tgrelid = 'ledger.retention_hold'::regclass AND NOT tg.tgisinternal AND n.nspname = 'ledger'"
         )
         .await,
-        1
+        3
     );
     let shown = moved.show_run(first.run_id).await.unwrap();
     assert_eq!(shown.affected(), first.affected());

@@ -59,6 +59,7 @@ async fn seed(pool: &sqlx::PgPool, side: &str, rows: u64) -> Result<(), BoxError
     };
     let sql = format!(
         "DROP TABLE IF EXISTS public.keys_{side};
+         UPDATE public.retention_hold SET released_at = now() WHERE released_at IS NULL;
          TRUNCATE public.retention_hold;
          CREATE TABLE public.keys_{side} (id bigint NOT NULL, tenant_id uuid NOT NULL,
              created_at timestamptz NOT NULL, is_deleted boolean NOT NULL DEFAULT false,

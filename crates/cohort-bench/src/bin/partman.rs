@@ -99,7 +99,9 @@ async fn compare(pool: &sqlx::PgPool, rows: u64, hold: bool) -> Result<(), BoxEr
     let t = Instant::now();
     sqlx::raw_sql(
         "DROP SCHEMA IF EXISTS app CASCADE; CREATE SCHEMA app;
-         DELETE FROM partman.part_config; DELETE FROM public.retention_hold;",
+         DELETE FROM partman.part_config;
+         UPDATE public.retention_hold SET released_at = now() WHERE released_at IS NULL;
+         DELETE FROM public.retention_hold;",
     )
     .execute(pool)
     .await?;

@@ -146,7 +146,7 @@ impl Context {
                     tenants: &self.tenants,
                 };
                 let (model, tenants) = crate::validate::handle(&mut conn, inputs).await?;
-                crate::run::chain::check_key(
+                crate::validate::chain_key::check_key(
                     &mut conn,
                     &self.config.schema,
                     self.config.ledger_key.as_ref(),

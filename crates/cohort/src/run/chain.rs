@@ -22,8 +22,9 @@ use sqlx::{PgConnection, Row};
 use uuid::Uuid;
 
 use crate::chain::{
-    self, CheckpointRecord, HoldRecord, Interval, LedgerKey, LinkKind, PruneCutoffs, PrunedLink,
-    ReleaseRecord, RunRecord, SummaryRecord,
+    self, CheckpointRecord, DetailsDigest, HoldRecord, Interval, LedgerKey, LinkKind, PruneCutoffs,
+    PrunedLink, ReleaseRecord, RequestEventPart, RequestPart, RequestRecord, RunRecord,
+    SummaryRecord,
 };
 use crate::sql::chain as statements;
 
@@ -72,7 +73,11 @@ fn summary(r: &PgRow) -> Result<SummaryRecord, sqlx::Error> {
     })
 }
 
-fn run(r: &PgRow, summaries: Vec<SummaryRecord>) -> Result<RunRecord, sqlx::Error> {
+fn run(
+    r: &PgRow,
+    summaries: Vec<SummaryRecord>,
+    details: DetailsDigest,
+) -> Result<RunRecord, sqlx::Error> {
     Ok(RunRecord {
         run_id: r.try_get("run_id")?,
         kind: r.try_get("kind")?,
@@ -91,6 +96,7 @@ fn run(r: &PgRow, summaries: Vec<SummaryRecord>) -> Result<RunRecord, sqlx::Erro
         policy_fingerprint: r.try_get("policy_fingerprint")?,
         erasure_subject_kind: r.try_get("erasure_subject_kind")?,
         summaries,
+        details: Some(details),
     })
 }
 
@@ -158,6 +164,20 @@ pub(crate) async fn read_runs(
             .or_default()
             .push(summary(&r)?);
     }
+    let mut digests: HashMap<Uuid, DetailsDigest> = HashMap::new();
+    for r in statements::details_digests(schema, ids.to_vec())
+        .query()
+        .fetch_all(&mut *conn)
+        .await?
+    {
+        digests.insert(
+            r.try_get("run_id")?,
+            DetailsDigest {
+                rows: r.try_get("rows")?,
+                sha256: r.try_get("sha256")?,
+            },
+        );
+    }
     let mut out = HashMap::new();
     for r in statements::runs(schema, ids.to_vec())
         .query()
@@ -165,7 +185,14 @@ pub(crate) async fn read_runs(
         .await?
     {
         let id: Uuid = r.try_get("run_id")?;
-        out.insert(id, run(&r, by_run.remove(&id).unwrap_or_default())?);
+        let details = digests.remove(&id).unwrap_or_else(|| DetailsDigest {
+            rows: 0,
+            sha256: chain::digest(""),
+        });
+        out.insert(
+            id,
+            run(&r, by_run.remove(&id).unwrap_or_default(), details)?,
+        );
     }
     Ok(out)
 }
@@ -298,7 +325,7 @@ pub(crate) async fn key_chain(
 ) -> Result<Option<i64>, crate::error::Error> {
     let mut tx = sqlx::Connection::begin_with(&mut *conn, crate::sql::READ_COMMITTED).await?;
     statements::lock(schema).query().execute(&mut *tx).await?;
-    if let Some(id) = keyed_with(&mut tx, schema).await? {
+    if let Some(id) = crate::validate::chain_key::keyed_with(&mut tx, schema).await? {
         tx.rollback().await?;
         return if id == key.id() {
             Ok(None)
@@ -320,59 +347,6 @@ pub(crate) async fn key_chain(
     .await?;
     tx.commit().await?;
     Ok(Some(link_id))
-}
-
-/// What a process that links runs and holds needs of its ledger key,
-/// checked when it starts: the key the chain is keyed with, once it is;
-/// and no key for a chain not yet keyed (`cohort migrate` keys it, with
-/// the key in its environment), so that a key given is never ignored.
-pub(crate) async fn check_key(
-    conn: &mut PgConnection,
-    schema: &str,
-    key: Option<&LedgerKey>,
-) -> Result<(), crate::error::Error> {
-    let env = chain::LEDGER_KEY_ENV;
-    let problem = match (keyed_with(conn, schema).await?, key) {
-        (None, None) => return Ok(()),
-        (Some(id), Some(k)) if id == k.id() => return Ok(()),
-        (Some(id), None) => format!(
-            "the ledger's hash chain is keyed (key {id}): a process that settles runs or changes holds needs {env}, the key it was keyed with, or what it did could not be linked"
-        ),
-        (Some(id), Some(k)) => format!(
-            "{env} is key {}, and the ledger's hash chain is keyed with key {id}: give this process the chain's key",
-            k.id()
-        ),
-        (None, Some(_)) => format!(
-            "{env} is set but the ledger's hash chain is not keyed yet: run `cohort migrate` with {env} in its environment (it keys the chain), then start this process again"
-        ),
-    };
-    Err(crate::error::Error::Config(crate::error::Problems::one(
-        problem,
-    )))
-}
-
-/// The id of the key the chain is keyed with (its newest `key` link's),
-/// or `None` when it was never keyed.
-pub(crate) async fn keyed_with(
-    conn: &mut PgConnection,
-    schema: &str,
-) -> Result<Option<String>, sqlx::Error> {
-    let Some(row) = statements::key_link(schema)
-        .query()
-        .fetch_optional(&mut *conn)
-        .await?
-    else {
-        return Ok(None);
-    };
-    let record: String = row.try_get("record")?;
-    let link_id: i64 = row.try_get("link_id")?;
-    serde_json::from_str::<chain::KeyRecord>(&record)
-        .map(|k| Some(k.key_id))
-        .map_err(|_| {
-            sqlx::Error::Protocol(format!(
-                "the chain's key link {link_id} does not name a key: run `cohort verify`"
-            ))
-        })
 }
 
 /// Links a settled run (read back in this transaction, as settled).
@@ -442,6 +416,87 @@ pub(crate) async fn link_hold_released(
             Some(hold_id),
             chain::canonical(&record),
         ),
+    )
+    .await
+    .map(drop)
+}
+
+/// The history lines of `ids`, by event id, each with its request.
+pub(crate) async fn read_request_events(
+    conn: &mut PgConnection,
+    schema: &str,
+    ids: &[i64],
+) -> Result<HashMap<i64, (Uuid, RequestEventPart)>, sqlx::Error> {
+    let mut out = HashMap::new();
+    for r in statements::request_events(schema, ids.to_vec())
+        .query()
+        .fetch_all(&mut *conn)
+        .await?
+    {
+        let detail: String = r.try_get("detail")?;
+        let part = RequestEventPart {
+            event_id: r.try_get("event_id")?,
+            state: r.try_get("state")?,
+            at: chain::micros(r.try_get("at")?),
+            run_id: r.try_get("run_id")?,
+            detail: chain::digest(&detail),
+            recorded_by: r.try_get("recorded_by")?,
+        };
+        out.insert(part.event_id, (r.try_get("request_id")?, part));
+    }
+    Ok(out)
+}
+
+/// The requests of `ids`, as their links record them.
+pub(crate) async fn read_requests(
+    conn: &mut PgConnection,
+    schema: &str,
+    ids: &[Uuid],
+) -> Result<HashMap<Uuid, RequestPart>, sqlx::Error> {
+    let mut out = HashMap::new();
+    for r in statements::requests(schema, ids.to_vec())
+        .query()
+        .fetch_all(&mut *conn)
+        .await?
+    {
+        let part = RequestPart {
+            request_id: r.try_get("request_id")?,
+            reference: r.try_get("reference")?,
+            tenant_id: r.try_get("tenant_id")?,
+            subject_hash: r.try_get("subject_hash")?,
+            state: r.try_get("state")?,
+            received_at: chain::micros(r.try_get("received_at")?),
+            due_at: chain::micros(r.try_get("due_at")?),
+            completed_at: micros(r.try_get("completed_at")?),
+        };
+        out.insert(part.request_id, part);
+    }
+    Ok(out)
+}
+
+/// Links a line of a request's history just written (and the request as
+/// it stands after it), in the same transaction, which must be READ
+/// COMMITTED.
+pub(crate) async fn link_request_event(
+    conn: &mut PgConnection,
+    schema: &str,
+    key: Option<&LedgerKey>,
+    event_id: i64,
+) -> Result<(), sqlx::Error> {
+    let (request_id, event) = read_request_events(&mut *conn, schema, &[event_id])
+        .await?
+        .remove(&event_id)
+        .ok_or(sqlx::Error::RowNotFound)?;
+    let request = read_requests(&mut *conn, schema, &[request_id])
+        .await?
+        .remove(&request_id)
+        .ok_or(sqlx::Error::RowNotFound)?;
+    let record = chain::canonical(&RequestRecord { event, request });
+    append(
+        conn,
+        schema,
+        key,
+        NewLink::of(LinkKind::Request, Some(request_id), record),
     )
     .await
     .map(drop)

@@ -127,7 +127,7 @@ pub(crate) async fn open(cx: &Context, mut req: ErasureRequest) -> Result<Erasur
     }
     let mut conn = Held::new(cx.pool.acquire().await?);
     try_lock(&mut conn, LockKey::Request(request_id)).await?;
-    let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+    let mut tx = sqlx::Connection::begin_with(&mut *conn, crate::sql::READ_COMMITTED).await?;
     let inserted: Option<Uuid> = sql::insert(
         schema,
         sql::Insert {
@@ -160,7 +160,15 @@ pub(crate) async fn open(cx: &Context, mut req: ErasureRequest) -> Result<Erasur
                     .map(|r| format!(" ({r})"))
                     .unwrap_or_default(),
             );
-            event(&mut tx, schema, id, RequestState::Open, None, detail).await?;
+            event(
+                &mut tx,
+                (schema, cx.config.ledger_key.as_ref()),
+                id,
+                RequestState::Open,
+                None,
+                detail,
+            )
+            .await?;
             tx.commit().await?;
             id
         }
@@ -260,7 +268,7 @@ pub(crate) async fn attempt(
     cancel: Cancel,
 ) -> Result<ErasureResult> {
     let schema = &cx.config.schema;
-    let mut tx = cx.pool.begin().await?;
+    let mut tx = cx.pool.begin_with(crate::sql::READ_COMMITTED).await?;
     let row = sql::lock(schema, id).query().fetch_one(&mut *tx).await?;
     let current = record(&row, now)?;
     let subject = current.subject.clone().ok_or_else(|| {
@@ -281,7 +289,7 @@ pub(crate) async fn attempt(
     .await?;
     event(
         &mut tx,
-        schema,
+        (schema, cx.config.ledger_key.as_ref()),
         id,
         RequestState::InProgress,
         None,
@@ -310,7 +318,7 @@ pub(crate) async fn attempt(
     }
     .await;
 
-    let mut tx = cx.pool.begin().await?;
+    let mut tx = cx.pool.begin_with(crate::sql::READ_COMMITTED).await?;
     sql::lock(schema, id).query().fetch_one(&mut *tx).await?;
     let result = match ran {
         Err(e) => {
@@ -327,7 +335,7 @@ pub(crate) async fn attempt(
             .await?;
             event(
                 &mut tx,
-                schema,
+                (schema, cx.config.ledger_key.as_ref()),
                 id,
                 RequestState::Failed,
                 None,
@@ -385,7 +393,15 @@ pub(crate) async fn attempt(
         false,
     )
     .await?;
-    event(&mut tx, schema, id, state, run_id, detail).await?;
+    event(
+        &mut tx,
+        (schema, cx.config.ledger_key.as_ref()),
+        id,
+        state,
+        run_id,
+        detail,
+    )
+    .await?;
     tx.commit().await?;
     journal_state(cx, id, &current.reference, state, run_id).await;
     Ok(result)
@@ -529,13 +545,13 @@ async fn set_state(
 
 async fn event(
     tx: &mut sqlx::PgConnection,
-    schema: &str,
+    (schema, key): (&str, Option<&crate::chain::LedgerKey>),
     id: Uuid,
     state: RequestState,
     run_id: Option<Uuid>,
     detail: String,
 ) -> Result<()> {
-    sql::event(
+    let event_id: i64 = sql::event(
         schema,
         sql::Event {
             request_id: id,
@@ -544,9 +560,10 @@ async fn event(
             detail,
         },
     )
-    .query()
-    .execute(tx)
+    .query_scalar()
+    .fetch_one(&mut *tx)
     .await?;
+    crate::run::chain::link_request_event(tx, schema, key, event_id).await?;
     Ok(())
 }
 
@@ -675,7 +692,7 @@ pub(crate) async fn extend(
     let now = crate::sql::database_now(&cx.pool).await?;
     let current = by_reference(cx, reference).await?;
     let schema = &cx.config.schema;
-    let mut tx = cx.pool.begin().await?;
+    let mut tx = cx.pool.begin_with(crate::sql::READ_COMMITTED).await?;
     let row = sql::lock(schema, current.request_id)
         .query()
         .fetch_one(&mut *tx)
@@ -707,7 +724,7 @@ pub(crate) async fn extend(
     .await?;
     event(
         &mut tx,
-        schema,
+        (schema, cx.config.ledger_key.as_ref()),
         current.request_id,
         current.state,
         None,
@@ -815,7 +832,7 @@ pub(crate) async fn restore_opened(
         ))
     })?;
     let schema = &cx.config.schema;
-    let mut tx = cx.pool.begin().await?;
+    let mut tx = cx.pool.begin_with(crate::sql::READ_COMMITTED).await?;
     let inserted: Option<Uuid> = sql::insert(
         schema,
         sql::Insert {
@@ -843,7 +860,7 @@ pub(crate) async fn restore_opened(
     }
     event(
         &mut tx,
-        schema,
+        (schema, cx.config.ledger_key.as_ref()),
         request_id,
         RequestState::Open,
         None,
@@ -867,8 +884,16 @@ pub(crate) async fn rerun(cx: &Context, id: Uuid, why: String) -> Result<Request
         )));
     }
     let current = read(cx, id, now).await?;
-    let mut tx = cx.pool.begin().await?;
-    event(&mut tx, &cx.config.schema, id, current.state, None, why).await?;
+    let mut tx = cx.pool.begin_with(crate::sql::READ_COMMITTED).await?;
+    event(
+        &mut tx,
+        (&cx.config.schema, cx.config.ledger_key.as_ref()),
+        id,
+        current.state,
+        None,
+        why,
+    )
+    .await?;
     tx.commit().await?;
     let outcome = attempt(cx, id, now, false, Cancel::new()).await;
     unlock(&mut conn, LockKey::Request(id)).await?;

@@ -287,3 +287,66 @@ pub(crate) fn journal_links(schema: &str) -> Statement<()> {
     );
     Statement::new(sql, ())
 }
+
+/// The details of the runs of `$1`, digested per run as
+/// [`crate::chain::DetailsDigest`] says: columns `run_id`, `rows`,
+/// `sha256` (runs without details have no row).
+pub(crate) fn details_digests(schema: &str, ids: Vec<Uuid>) -> Statement<(Vec<Uuid>,)> {
+    let mut sql = SqlText::new(
+        "SELECT b.run_id, pg_catalog.sum(b.rows)::int8 AS rows, \
+           pg_catalog.encode(pg_catalog.sha256(pg_catalog.convert_to(\
+             pg_catalog.string_agg(b.h, '' ORDER BY b.n), 'UTF8')), 'hex') AS sha256 \
+         FROM (SELECT x.run_id, x.n, pg_catalog.count(*) AS rows, \
+                 pg_catalog.encode(pg_catalog.sha256(pg_catalog.convert_to(\
+                   pg_catalog.string_agg(x.line, E'\\n' ORDER BY x.row_detail_id), 'UTF8')), 'hex') AS h \
+               FROM (SELECT d.run_id, d.row_detail_id, \
+                       (pg_catalog.row_number() OVER (PARTITION BY d.run_id ORDER BY d.row_detail_id) - 1) / 100000 AS n, \
+                       d.retention_entity_id::text || E'\\t' || d.record_id || E'\\t' \
+                         || COALESCE(d.tenant_id, '') || E'\\t' || d.action AS line \
+                     FROM ",
+    );
+    sql.table(&table(schema, CohortTable::RowDetail))
+        .push(" d WHERE d.run_id = ANY($1::uuid[])) x GROUP BY x.run_id, x.n) b GROUP BY b.run_id");
+    Statement::new(sql, (ids,))
+}
+
+/// The history lines of `$1` (event ids): columns of
+/// [`crate::chain::RequestEventPart`] and `request_id`.
+pub(crate) fn request_events(schema: &str, ids: Vec<i64>) -> Statement<(Vec<i64>,)> {
+    let mut sql = SqlText::new(
+        "SELECT e.event_id, e.request_id, e.state, e.at, e.run_id, e.detail, e.recorded_by FROM ",
+    );
+    sql.table(&table(schema, CohortTable::ErasureRequestEvent))
+        .push(" e WHERE e.event_id = ANY($1::int8[])");
+    Statement::new(sql, (ids,))
+}
+
+/// The requests of `$1`: columns of [`crate::chain::RequestPart`].
+pub(crate) fn requests(schema: &str, ids: Vec<Uuid>) -> Statement<(Vec<Uuid>,)> {
+    let mut sql = SqlText::new(
+        "SELECT r.request_id, r.reference, r.tenant_id, r.subject_hash, r.state, r.received_at, \
+         r.due_at, r.completed_at FROM ",
+    );
+    sql.table(&table(schema, CohortTable::ErasureRequest))
+        .push(" r WHERE r.request_id = ANY($1::uuid[])");
+    Statement::new(sql, (ids,))
+}
+
+/// History lines written after the first linked one and without a link
+/// of their own (written by hand, or by a binary older than schema 20),
+/// oldest first, at most `$1`: columns `event_id`, `request_id`.
+pub(crate) fn unlinked_events(schema: &str, limit: i64) -> Statement<(i64,)> {
+    let link = table(schema, CohortTable::LedgerLink);
+    let mut sql = SqlText::new("SELECT e.event_id, e.request_id FROM ");
+    sql.table(&table(schema, CohortTable::ErasureRequestEvent))
+        .push(" e WHERE e.event_id > (SELECT pg_catalog.min(pg_catalog.jsonb_extract_path_text(l.record::jsonb, 'event', 'event_id')::int8) FROM ")
+        .table(&link)
+        .push(" l WHERE l.kind = 'request') AND NOT EXISTS (SELECT 1 FROM ")
+        .table(&link)
+        .push(
+            " l WHERE l.kind = 'request' AND l.subject_id = e.request_id \
+               AND pg_catalog.jsonb_extract_path_text(l.record::jsonb, 'event', 'event_id')::int8 = e.event_id) \
+             ORDER BY e.event_id LIMIT $1",
+        );
+    Statement::new(sql, (limit,))
+}

@@ -164,7 +164,7 @@ impl Params for Event {
 pub(crate) fn event(schema: &str, params: Event) -> Statement<Event> {
     let mut sql = SqlText::new("INSERT INTO ");
     sql.table(&CohortTable::ErasureRequestEvent.qualified(schema))
-        .push(" (request_id, state, run_id, detail) VALUES ($1, $2, $3, $4)");
+        .push(" (request_id, state, run_id, detail) VALUES ($1, $2, $3, $4) RETURNING event_id");
     Statement::new(sql, params)
 }
 

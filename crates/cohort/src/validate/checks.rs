@@ -229,28 +229,31 @@ pub(crate) fn check_hold_reach_triggers(
     let ours = |t: &super::catalog::StampTrigger, tgtype: i32| {
         t.tgtype == tgtype && t.source == reach_source()
     };
-    let fix = "run `cohort migrate`: on a current schema it makes the hold triggers and their functions again";
     let mut problems = Vec::new();
     for (name, trigger, tgtype) in [
         ("retention_hold_reach", row, ROW_BEFORE_UPDATE_OR_DELETE),
         ("retention_hold_reach_truncate", truncate, BEFORE_TRUNCATE),
     ] {
-        let why = match trigger {
-            None => "is missing",
-            Some(t) if !ours(t, tgtype) => {
-                "was changed (it or its function is not the one Cohort installed)"
-            }
-            Some(t) if t.enabled != "A" => {
-                "does not fire always (it was disabled, or enabled only for some sessions)"
-            }
+        let (table, function) = (table.display_plain(), function.display_plain());
+        let message = match trigger {
+            None => format!(
+                "the trigger {name} on {table} is missing: a hold's reach (its subject, record, tenant, expiry) \
+                 could be narrowed in place and a sweep would then delete rows it keeps; no batch runs until \
+                 `cohort migrate` makes it again (with its function {function})"
+            ),
+            Some(t) if !ours(t, tgtype) => format!(
+                "the trigger {name} on {table} or its function {function} is not the one Cohort installed: a hold's \
+                 reach could be narrowed in place and a sweep would then delete rows it keeps; no batch runs until \
+                 `cohort migrate` makes both again"
+            ),
+            Some(t) if t.enabled != "A" => format!(
+                "the trigger {name} on {table} does not fire always (it was disabled, or enabled only for some \
+                 sessions): a hold's reach could be narrowed in place and a sweep would then delete rows it keeps; \
+                 no batch runs until `cohort migrate` enables it again"
+            ),
             Some(_) => continue,
         };
-        problems.push(Problem::global(format!(
-            "the trigger {name} on {} {why}: a hold's reach (its subject, record, tenant, expiry) could be narrowed \
-             in place and a sweep would then delete rows it keeps; no batch runs until it is restored (function {}): {fix}",
-            table.display_plain(),
-            function.display_plain(),
-        )));
+        problems.push(Problem::global(message));
     }
     problems
 }

@@ -9,6 +9,7 @@
 
 mod archive;
 mod catalog;
+pub(crate) mod chain_key;
 mod checks;
 mod handle;
 mod pacing;
