@@ -1336,6 +1336,10 @@ fn released_migrations_are_pinned() {
             19,
             "8747c88981cb2dff681e795a4db0f779f494ed23c66c4797456063ead5620518",
         ),
+        (
+            20,
+            "ddc2bcff47a5c41746414a6ec672e6942a0d59ff605c2db9594d5277f58b909e",
+        ),
     ];
     assert_eq!(
         pinned.len(),
