@@ -442,6 +442,16 @@ async fn pruning_writes_a_checkpoint_and_a_recorded_head_catches_a_rewrite() {
     assert!(after.checkpoints[1].holds_before.is_some());
     assert!(after.warnings.is_empty(), "{:?}", after.warnings);
     let _ = (runs, hold);
+    // Verified under a policy that prunes nothing (the handle without
+    // [cohort.prune]): it allows no checkpoint, so each cutoff is warned of.
+    let strict = verify(&cohort).await;
+    assert!(strict.intact);
+    let unexpected = strict
+        .warnings
+        .iter()
+        .filter(|w| w.contains("does not prune"))
+        .count();
+    assert!(unexpected >= 2, "{:?}", strict.warnings);
 
     // A checkpoint cannot be dropped to hide a deletion.
     exec(

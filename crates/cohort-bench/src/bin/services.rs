@@ -1,7 +1,7 @@
 //! `cohort-services-bench`: what the background services cost.
 //!
 //! ```text
-//! cargo run --release -p cohort-bench --bin cohort-services-bench -- [--runs N] [--details D] [--tenants T] [--replicas 1,2,3] [--discover K]
+//! cargo run --release -p cohort-bench --bin cohort-services-bench -- [--runs N] [--details D] [--tenants T] [--replicas 1,2,3] [--discover K] [--keyed]
 //! ```
 //!
 //! 1. History pruner: a fresh database with N old settled runs, each with
@@ -49,6 +49,10 @@ struct Args {
     /// Worker replicas sharing each occurrence, one measurement per count.
     #[arg(long, value_delimiter = ',', default_value = "1,2,3", value_parser = clap::value_parser!(u64).range(1..=16))]
     replicas: Vec<u64>,
+    /// Key the ledger's chain (`COHORT_LEDGER_KEY`) before the worker
+    /// runs, so every settle writes a MAC'd link, as a keyed install does.
+    #[arg(long)]
+    keyed: bool,
     /// Rows of the tenants query for the discovery benchmark.
     #[arg(long, default_value_t = 1_000_000, value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
     discover: u64,
@@ -142,14 +146,26 @@ async fn prune(runs: u64, details: u64) -> Result<(), BoxError> {
     Ok(())
 }
 
-async fn worker(tenants: u64, replicas: u64) -> Result<f64, BoxError> {
+async fn worker(tenants: u64, replicas: u64, keyed: bool) -> Result<f64, BoxError> {
     let db = fresh().await?;
+    let config = cohort::CohortConfig {
+        ledger_key: keyed
+            .then(|| cohort::chain::LedgerKey::from_hex(&"4c".repeat(32)).expect("64 hex")),
+        ..cohort::CohortConfig::default()
+    };
+    if keyed {
+        Cohort::builder(db.pool().clone())
+            .config(config.clone())
+            .build_unvalidated()?
+            .key_chain()
+            .await?;
+    }
     let list: Vec<TenantEntry> = (0..tenants)
         .map(|i| TenantEntry::new(format!("00000000-0000-4000-8000-{i:012}")))
         .collect();
     let mut running = Vec::new();
     for _ in 0..replicas {
-        let cohort = cohort_on(&db, cohort::CohortConfig::default(), list.clone()).await?;
+        let cohort = cohort_on(&db, config.clone(), list.clone()).await?;
         let services = Services::new(&cohort)?
             .worker(Some(WorkerConfig::new("* * * * * *")?))
             .try_spawn()?;
@@ -260,7 +276,7 @@ async fn main() -> Result<(), BoxError> {
     prune(args.runs, args.details).await?;
     let mut first = None;
     for replicas in args.replicas {
-        let secs = worker(args.tenants, replicas).await?;
+        let secs = worker(args.tenants, replicas, args.keyed).await?;
         let (base_replicas, base) = *first.get_or_insert((replicas, secs));
         println!(
             "worker: {replicas} replica(s): {:.2}x the speed of {base_replicas}",
