@@ -231,28 +231,7 @@ async fn append(
 ) -> Result<i64, sqlx::Error> {
     statements::lock(schema).query().execute(&mut *conn).await?;
     let digest = chain::digest(&link.record);
-    let head = statements::keyed_head(schema)
-        .query()
-        .fetch_optional(&mut *conn)
-        .await?
-        .ok_or_else(|| {
-            sqlx::Error::Protocol(
-                "the ledger's hash chain has no link to follow (its start link is gone): run `cohort verify`".into(),
-            )
-        })?;
-    let (head_id, prev, keyed, now): (i64, String, bool, DateTime<Utc>) = (
-        head.try_get("link_id")?,
-        head.try_get("link")?,
-        head.try_get("keyed")?,
-        head.try_get("now")?,
-    );
     let Some(key) = key else {
-        if keyed {
-            return Err(sqlx::Error::Protocol(format!(
-                "the ledger's hash chain is keyed: this process has no {} and cannot link what it did; restart it with the key",
-                chain::LEDGER_KEY_ENV
-            )));
-        }
         let values = statements::Append {
             kind: link.kind.as_str(),
             subject: link.subject,
@@ -264,8 +243,27 @@ async fn append(
             .query_scalar::<i64>()
             .fetch_optional(&mut *conn)
             .await?
-            .ok_or(sqlx::Error::RowNotFound);
+            .ok_or_else(|| {
+                sqlx::Error::Protocol(format!(
+                    "the ledger's hash chain has no unkeyed link to follow: it is keyed (this process has no {}: restart it with the key), or its start link is gone (run `cohort verify`)",
+                    chain::LEDGER_KEY_ENV
+                ))
+            });
     };
+    let head = statements::keyed_head(schema)
+        .query()
+        .fetch_optional(&mut *conn)
+        .await?
+        .ok_or_else(|| {
+            sqlx::Error::Protocol(
+                "the ledger's hash chain has no link to follow (its start link is gone): run `cohort verify`".into(),
+            )
+        })?;
+    let (head_id, prev, now): (i64, String, DateTime<Utc>) = (
+        head.try_get("link_id")?,
+        head.try_get("link")?,
+        head.try_get("now")?,
+    );
     let link_id = head_id + 1;
     // The hash covers the time in microseconds, as stored.
     let linked_at = DateTime::<Utc>::from_timestamp_micros(chain::micros(now)).unwrap_or(now);

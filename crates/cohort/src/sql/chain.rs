@@ -103,7 +103,8 @@ impl super::statement::Params for Append {
 /// Appends a link after the newest (under [`lock`]). The link's hash is
 /// computed here by the formula of [`crate::chain::link_hash`] (the tests
 /// hold the two to each other). Returns `link_id`; no row when the chain
-/// has no link to follow.
+/// has no link to follow, or its newest link is keyed (a MAC'd link is
+/// only ever followed by another, written by [`append_keyed`]).
 pub(crate) fn append(schema: &str, values: Append) -> Statement<Append> {
     let link = table(schema, CohortTable::LedgerLink);
     let mut sql = SqlText::new("INSERT INTO ");
@@ -115,20 +116,18 @@ pub(crate) fn append(schema: &str, values: Append) -> Statement<Append> {
                  h.link || E'\\n' || (h.link_id + 1)::text || E'\\n' || $1::text || E'\\n' \
                  || COALESCE($2::uuid::text, '') || E'\\n' || $4::text, 'UTF8')), 'hex'), \
                $5::int8[] \
-             FROM (SELECT link_id, link FROM ",
+             FROM (SELECT link_id, link, mac FROM ",
         )
         .table(&link)
-        .push(" ORDER BY link_id DESC LIMIT 1) h RETURNING link_id");
+        .push(" ORDER BY link_id DESC LIMIT 1) h WHERE h.mac IS NULL RETURNING link_id");
     Statement::new(sql, values)
 }
 
 /// The newest link, read under [`lock`] by a keyed append: columns
-/// `link_id`, `link`, `keyed` (it carries a MAC) and `now`, the database
-/// clock the new link is dated with.
+/// `link_id`, `link` and `now`, the database clock the new link is dated
+/// with.
 pub(crate) fn keyed_head(schema: &str) -> Statement<()> {
-    let mut sql = SqlText::new(
-        "SELECT link_id, link, mac IS NOT NULL AS keyed, pg_catalog.clock_timestamp() AS now FROM ",
-    );
+    let mut sql = SqlText::new("SELECT link_id, link, pg_catalog.clock_timestamp() AS now FROM ");
     sql.table(&table(schema, CohortTable::LedgerLink))
         .push(" ORDER BY link_id DESC LIMIT 1");
     Statement::new(sql, ())
