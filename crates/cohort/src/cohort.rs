@@ -463,6 +463,10 @@ impl Cohort {
                     lag.as_replica_lag().map_err(|why| {
                         Error::InvalidInput(format!("max_replica_lag {lag}: {why}"))
                     })?;
+                    // The check the policy file's form passes: a lag this
+                    // role cannot read is refused, not read as no lag.
+                    // (A sweep checks its own role again before it waits.)
+                    self.cx.lag_readable().await?;
                 }
                 SetValue::Lag(lag.map(|p| p.as_seconds().saturating_mul(1000)))
             }

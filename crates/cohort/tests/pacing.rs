@@ -261,3 +261,115 @@ async fn an_entity_of_its_own_pace_is_paced_and_a_zero_is_refused() {
     };
     assert!(e.to_string().contains("max_rows_per_second = 0"), "{e}");
 }
+
+/// `n` more notes of tenant A past every cutoff.
+async fn late_notes(pool: &sqlx::PgPool, n: u32) {
+    exec(
+        pool,
+        &format!(
+            "INSERT INTO app.notes (tenant_id, created_at, body)
+             SELECT '{TENANT_A}', timestamptz '2025-01-01T00:00:00Z', 'late ' || n
+             FROM generate_series(1, {n}) n"
+        ),
+    )
+    .await;
+}
+
+/// Waits until tenant A has `left` late notes (a batch committed; the
+/// late notes are older than the fixture's, so they go first).
+async fn late_notes_left(pool: &sqlx::PgPool, left: i64) {
+    wait_until(
+        "a committed batch",
+        std::time::Duration::from_secs(60),
+        async || {
+            count(
+                pool,
+                &format!(
+                    "SELECT count(*) FROM app.notes WHERE tenant_id = '{TENANT_A}' AND body LIKE 'late%'"
+                ),
+            )
+            .await
+                == left
+        },
+    )
+    .await;
+}
+
+/// E2 of issue 55: a wait for the rate ends as soon as what caused it
+/// changes. At one row a second, a batch of 100 rows is followed by a
+/// wait of 100 s; a pause, a lifted limit or a raised one each end it
+/// within the bound (far under the wait it replaces).
+#[tokio::test]
+async fn a_pause_or_a_lifted_or_raised_limit_ends_a_rate_wait_at_once() {
+    let db = engine_db().await;
+    let cohort = notes_and_tickets(db.pool(), batches_of(100)).await;
+    let other = notes_and_tickets(db.pool(), test_config()).await;
+    let bound = std::time::Duration::from_secs(30);
+    let sweep = || {
+        let cohort = cohort.clone();
+        tokio::spawn(async move {
+            cohort
+                .sweep(SweepRequest::tenanted(TENANT_A, now()))
+                .await
+                .unwrap()
+        })
+    };
+    other
+        .set_pacing(Some("Note"), PacingLimit::MaxRowsPerSecond(Some(1)))
+        .await
+        .unwrap();
+
+    // A pause: the wait ends paused, the batch before it stays.
+    late_notes(db.pool(), 150).await;
+    let sweeping = sweep();
+    late_notes_left(db.pool(), 50).await;
+    assert!(!sweeping.is_finished(), "waiting out 100 s for the rate");
+    other.pause("Note").await.unwrap();
+    let run = tokio::time::timeout(bound, sweeping)
+        .await
+        .expect("the pause ended the wait")
+        .unwrap();
+    let notes = run.entity("Note").unwrap();
+    assert!(notes.paused, "{notes:?}");
+    assert_eq!(notes.affected, 100, "{notes:?}");
+    assert_eq!(run.status, RunStatus::Paused);
+    assert!(notes.throttled_ms.unwrap() < 30_000, "{notes:?}");
+
+    // A lifted limit: the wait ends and the sweep goes on.
+    other.resume("Note").await.unwrap();
+    late_notes(db.pool(), 100).await;
+    let sweeping = sweep();
+    late_notes_left(db.pool(), 50).await;
+    assert!(!sweeping.is_finished(), "waiting out 100 s for the rate");
+    other
+        .set_pacing(Some("Note"), PacingLimit::MaxRowsPerSecond(None))
+        .await
+        .unwrap();
+    let run = tokio::time::timeout(bound, sweeping)
+        .await
+        .expect("lifting the limit ended the wait")
+        .unwrap();
+    assert_eq!(run.status, RunStatus::Succeeded);
+    assert_eq!(run.entity("Note").unwrap().affected, 153);
+    late_notes_left(db.pool(), 0).await;
+
+    // A raised limit: what is left of the wait is paid at the new rate.
+    other
+        .set_pacing(Some("Note"), PacingLimit::MaxRowsPerSecond(Some(1)))
+        .await
+        .unwrap();
+    late_notes(db.pool(), 150).await;
+    let sweeping = sweep();
+    late_notes_left(db.pool(), 50).await;
+    assert!(!sweeping.is_finished(), "waiting out 100 s for the rate");
+    other
+        .set_pacing(Some("Note"), PacingLimit::MaxRowsPerSecond(Some(1_000_000)))
+        .await
+        .unwrap();
+    let run = tokio::time::timeout(bound, sweeping)
+        .await
+        .expect("raising the limit shortened the wait")
+        .unwrap();
+    assert_eq!(run.status, RunStatus::Succeeded);
+    assert_eq!(run.entity("Note").unwrap().affected, 150);
+}

@@ -15,7 +15,8 @@ mod support;
 use std::time::{Duration, Instant};
 
 use cohort::rules::Period;
-use cohort::{Cohort, CohortConfig, RunStatus, SweepRequest};
+use cohort::settings::PacingLimit;
+use cohort::{Cohort, CohortConfig, ErrorKind, RunStatus, SweepRequest};
 use cohort_pgtemp::Cluster;
 use sqlx::PgPool;
 use support::*;
@@ -244,6 +245,69 @@ async fn the_setting_is_refused_without_the_grant_and_noted_without_a_standby() 
         e.to_string().contains("GRANT pg_monitor TO \"lag_blind\""),
         "{e}"
     );
+    // Set live, the same check holds (issue 55, E1). The role cannot set
+    // it, and nothing is written.
+    let blind_handle = Cohort::builder(blind.clone())
+        .config(test_config())
+        .rules(rules())
+        .declaration(engine_entities().remove(0))
+        .build()
+        .await
+        .unwrap();
+    let e = blind_handle
+        .set_pacing(
+            None,
+            PacingLimit::MaxReplicaLag(Some(Period::from_seconds(2).unwrap())),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidInput, "{e}");
+    assert!(e.to_string().contains("GRANT pg_monitor TO \"lag_blind\""), "{e}");
+    assert!(blind_handle.pacing().await.unwrap().is_empty());
+    // Without a lag limit, the role's sweep of tenant B changes rows ...
+    let b_notes = format!("SELECT count(*) FROM app.notes WHERE tenant_id = '{TENANT_B}'");
+    let before = count(db.pool(), &b_notes).await;
+    let run = blind_handle
+        .sweep(SweepRequest::tenanted(TENANT_B, now()).dry_run(true))
+        .await
+        .unwrap();
+    assert_eq!(run.entities[0].affected, 3, "it would, unwaited");
+    // ... but with one set live by a role that can read the lag, the
+    // blind role's sweep fails before its first batch: a lag it cannot
+    // read is never read as no lag.
+    let seeing = build(db.pool().clone()).await.unwrap();
+    seeing
+        .set_pacing(
+            None,
+            PacingLimit::MaxReplicaLag(Some(Period::from_seconds(2).unwrap())),
+        )
+        .await
+        .unwrap();
+    let run = blind_handle
+        .sweep(SweepRequest::tenanted(TENANT_B, now()))
+        .await
+        .unwrap();
+    assert_ne!(run.status, RunStatus::Succeeded, "{run:?}");
+    assert_eq!(run.failures.len(), 1, "{run:?}");
+    assert!(
+        run.failures[0].error.contains("code=replica_lag_unreadable"),
+        "{run:?}"
+    );
+    assert_eq!(run.entities[0].affected, 0);
+    assert!(
+        run.entities[0]
+            .note
+            .as_deref()
+            .unwrap_or("")
+            .contains("GRANT pg_monitor TO \"lag_blind\""),
+        "{run:?}"
+    );
+    assert_eq!(count(db.pool(), &b_notes).await, before, "no row changed");
+    seeing
+        .set_pacing(None, PacingLimit::MaxReplicaLag(None))
+        .await
+        .unwrap();
+
     // Given the grant, it validates.
     exec(db.pool(), "GRANT pg_monitor TO lag_blind").await;
     build(blind).await.unwrap();

@@ -87,6 +87,21 @@ impl Context {
             .collect()
     }
 
+    /// Refuses (bad input, naming the grant) when this role cannot read
+    /// every standby's replay position, which a `max_replica_lag` needs.
+    pub(crate) async fn lag_readable(&self) -> Result<()> {
+        let (role, can_read): (String, bool) = pacing::can_read_lag()
+            .query_as()
+            .fetch_one(&self.pool)
+            .await?;
+        if can_read {
+            return Ok(());
+        }
+        Err(crate::error::Error::InvalidInput(format!(
+            "max_replica_lag needs to read every standby's replay position, and role {role:?} cannot (PostgreSQL hides other roles' replication rows): GRANT pg_monitor TO \"{role}\" (or pg_read_all_stats), or leave max_replica_lag off; nothing was set"
+        )))
+    }
+
     /// Sets one live pacing value for `scope` (an entity's name, or `*`).
     pub(crate) async fn set_pacing(
         &self,

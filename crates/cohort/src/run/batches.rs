@@ -160,6 +160,13 @@ pub(super) async fn batches(
                 Gate::Go => {}
                 Gate::Paused => return Ok(Progress::Paused),
                 Gate::Cancelled => return Err(Stop::Cancelled),
+                Gate::Refused(why) => {
+                    return Err(Stop::Entity(crate::diagnostic::Diagnostic::capture(
+                        "pacing",
+                        Some("replica_lag_unreadable".into()),
+                        &why,
+                    )))
+                }
             }
         }
         let started = std::time::Instant::now();

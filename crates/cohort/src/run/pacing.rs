@@ -11,13 +11,23 @@
 //!   holds without credit piling up while batches run slow.
 //! - **`max_replica_lag`**: the lane waits while a streaming standby's
 //!   replay is further behind than the limit ([`lag_of`] says how it is
-//!   measured), polling every [`LAG_POLL`].
+//!   measured), polling every [`POLL`].
 //!
 //! Each limit is the strictest of the configuration (global and the
 //! entity's) and the live rows (`*` and the entity's), read again before
-//! every batch, so a change reaches every replica at its next batch. The
-//! waits happen between batches, never inside one (no row lock is held),
-//! and cancellation cuts them short. Their time is counted in
+//! every batch and at every poll of a wait ([`POLL`]), so a change
+//! reaches every replica at its next batch and ends a wait it makes moot:
+//! a pause ends the wait as paused, a lifted or raised limit shortens it.
+//! The waits happen between batches, never inside one (no row lock is
+//! held), and cancellation cuts them short.
+//!
+//! A lag limit is only as good as the lag it reads: PostgreSQL shows a
+//! role without `pg_read_all_stats` other roles' standbys with no replay
+//! position, which would read as "caught up". Before its first wait under
+//! a lag limit (whether from the configuration or set live) the throttle
+//! asks whether its role can read every standby's position, and when it
+//! cannot the entity fails before its next batch ([`Gate::Refused`]),
+//! never sweeping unwaited. Their time is counted in
 //! `cohort_sweep_throttled_seconds_total{entity,reason}` and recorded in
 //! the entity's summary (`throttled_ms`, `lag_waited_ms`).
 
@@ -31,8 +41,9 @@ use sqlx::{PgConnection, Row};
 use crate::cancel::Cancel;
 use crate::sql::pacing as statements;
 
-/// How often a lane waiting for a standby reads the lag again.
-pub(crate) const LAG_POLL: Duration = Duration::from_millis(200);
+/// How often a waiting lane reads the live rows (and the standbys' lag)
+/// again.
+pub(crate) const POLL: Duration = Duration::from_millis(200);
 /// The WAL positions kept to measure a stalled standby's lag by.
 const MAX_SAMPLES: usize = 4_096;
 
@@ -96,11 +107,20 @@ pub(crate) async fn live(
 }
 
 /// Whether a lane may take its next batch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Gate {
     Go,
     Paused,
     Cancelled,
+    /// A limit applies that this process cannot honour (why, for the
+    /// log): the entity fails before its next batch.
+    Refused(String),
+}
+
+/// How a rate wait ended: go on under the limits read last, or stop.
+enum Paced {
+    Go(Limits),
+    Stop(Gate),
 }
 
 /// One entity's pacing, shared by its lanes.
@@ -136,6 +156,9 @@ struct State {
     notes: Vec<String>,
     /// Whether a check under a lag limit has run.
     lag_checked: bool,
+    /// Whether this role can read every standby's replay position, once
+    /// asked (the first time a lag limit applies).
+    lag_readable: Option<bool>,
 }
 
 /// One standby as a check reads it.
@@ -194,9 +217,10 @@ impl Throttle {
             return Ok(Gate::Paused);
         }
         let limits = self.configured.strictest(live.limits);
-        if !self.wait_for_rate(limits.rate, cancel).await {
-            return Ok(Gate::Cancelled);
-        }
+        let limits = match self.wait_for_rate(conn, limits, cancel).await? {
+            Paced::Go(limits) => limits,
+            Paced::Stop(gate) => return Ok(gate),
+        };
         match limits.lag {
             Some(lag) => self.wait_for_standbys(conn, lag, cancel).await,
             None => Ok(Gate::Go),
@@ -212,30 +236,90 @@ impl Throttle {
         }
     }
 
-    /// Waits until the rate's clock allows the next batch; `false` when
-    /// cancelled meanwhile.
-    async fn wait_for_rate(&self, rate: Option<u32>, cancel: &Cancel) -> bool {
-        let due = {
-            let mut s = self.state();
-            s.rate = rate;
-            if rate.is_none() {
-                s.next_start = None;
-                return true;
+    /// Waits until the rate's clock allows the next batch, reading the
+    /// live rows at every [`POLL`]: a pause ends the wait as paused, a
+    /// lifted limit ends it, a changed one rescales what is left of it
+    /// (the rows the wait is owed for, at the new rate). Returns the limits
+    /// read last.
+    async fn wait_for_rate(
+        &self,
+        conn: &mut PgConnection,
+        mut limits: Limits,
+        cancel: &Cancel,
+    ) -> Result<Paced, sqlx::Error> {
+        loop {
+            let due = {
+                let mut s = self.state();
+                match (s.rate, limits.rate) {
+                    (_, None) => {
+                        s.rate = None;
+                        s.next_start = None;
+                        return Ok(Paced::Go(limits));
+                    }
+                    (Some(was), Some(now)) if was != now => {
+                        // What is owed at the old rate, paid at the new one.
+                        if let Some(next) = s.next_start {
+                            let left = next.saturating_duration_since(Instant::now());
+                            s.next_start = Some(
+                                Instant::now()
+                                    + left.mul_f64(f64::from(was) / f64::from(now)),
+                            );
+                        }
+                        s.rate = Some(now);
+                    }
+                    (_, rate) => s.rate = rate,
+                }
+                s.next_start
+            };
+            self.rate_applied.store(true, Ordering::SeqCst);
+            let wait = due.map_or(Duration::ZERO, |d| {
+                d.saturating_duration_since(Instant::now())
+            });
+            if wait.is_zero() {
+                return Ok(Paced::Go(limits));
             }
-            s.next_start
-        };
-        self.rate_applied.store(true, Ordering::SeqCst);
-        let wait = due.map_or(Duration::ZERO, |d| {
-            d.saturating_duration_since(Instant::now())
-        });
-        if wait.is_zero() {
-            return true;
+            let (finished, waited) = sleep(wait.min(POLL), cancel).await;
+            self.rate_waited_us
+                .fetch_add(waited.as_micros() as u64, Ordering::SeqCst);
+            crate::telemetry::throttled(&self.entity, "rate", waited);
+            if !finished {
+                return Ok(Paced::Stop(Gate::Cancelled));
+            }
+            let live = live(conn, &self.schema, &self.entity).await?;
+            if self.count_pause(&live) {
+                return Ok(Paced::Stop(Gate::Paused));
+            }
+            limits = self.configured.strictest(live.limits);
         }
-        let (finished, waited) = sleep(wait, cancel).await;
-        self.rate_waited_us
-            .fetch_add(waited.as_micros() as u64, Ordering::SeqCst);
-        crate::telemetry::throttled(&self.entity, "rate", waited);
-        finished
+    }
+
+    /// Whether this role can read every standby's replay position (asked
+    /// once per throttle); the refusal to log when it cannot.
+    async fn lag_unreadable(&self, conn: &mut PgConnection) -> Result<Option<String>, sqlx::Error> {
+        let known = self.state().lag_readable;
+        let (role, readable) = match known {
+            Some(true) => return Ok(None),
+            Some(false) => (None, false),
+            None => {
+                let (role, readable): (String, bool) =
+                    statements::can_read_lag().query_as().fetch_one(conn).await?;
+                self.state().lag_readable = Some(readable);
+                (Some(role), readable)
+            }
+        };
+        if readable {
+            return Ok(None);
+        }
+        let role = role.unwrap_or_else(|| "this role".to_owned());
+        let why = format!(
+            "max_replica_lag applies to {}, and role {role:?} cannot read every standby's replay position (PostgreSQL hides other roles' replication rows): GRANT pg_monitor TO \"{role}\" (or pg_read_all_stats), or clear the limit (cohort settings set max_replica_lag off); the entity's sweep stopped before its next batch",
+            self.entity
+        );
+        let mut s = self.state();
+        if !s.notes.iter().any(|n| n.starts_with("max_replica_lag applies")) {
+            s.notes.push(why.clone());
+        }
+        Ok(Some(why))
     }
 
     /// Waits while a standby is further behind than `lag`, reading the
@@ -247,6 +331,10 @@ impl Throttle {
         cancel: &Cancel,
     ) -> Result<Gate, sqlx::Error> {
         self.lag_applied.store(true, Ordering::SeqCst);
+        if let Some(why) = self.lag_unreadable(conn).await? {
+            tracing::error!(entity = %self.entity, "{why}");
+            return Ok(Gate::Refused(why));
+        }
         let mut logged = false;
         loop {
             let behind = self.standbys_behind(conn, lag).await?;
@@ -262,7 +350,7 @@ impl Throttle {
                 );
                 logged = true;
             }
-            let (finished, waited) = sleep(LAG_POLL, cancel).await;
+            let (finished, waited) = sleep(POLL, cancel).await;
             self.lag_waited_us
                 .fetch_add(waited.as_micros() as u64, Ordering::SeqCst);
             crate::telemetry::throttled(&self.entity, "replica_lag", waited);
