@@ -75,9 +75,10 @@ enum Command {
     /// Write a starter policy file from the live catalog: every table with
     /// a timestamptz column, exempt until you classify it.
     Init {
-        /// The schema whose tables to list.
-        #[arg(long, default_value = "public")]
-        schema: String,
+        /// The schema whose tables to list (default public; with --update,
+        /// the schemas the file was made from).
+        #[arg(long)]
+        schema: Option<String>,
         /// Where to write the policy file.
         #[arg(long, default_value = "cohort.toml", value_name = "FILE")]
         output: PathBuf,
@@ -416,13 +417,14 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             output,
             update: true,
             ..
-        } => init_update(&cli, schema, output).await,
+        } => init::update(&cli, schema.as_deref(), output).await,
         Command::Init {
             schema,
             output,
             force,
             update: false,
         } => {
+            let schema = schema.as_deref().unwrap_or(init::DEFAULT_SCHEMA);
             // Before connecting; `init::write` checks again as it creates.
             if !force && output.exists() {
                 return Err(init::kept(output));
@@ -863,52 +865,6 @@ fn load_policy(cli: &Cli, required: bool) -> Result<Option<PolicyFile>, Failure>
         k.as_str() != console::TOKEN_VAR && k.as_str() != cohort::journal::KEY_ENV
     }))?;
     Ok(Some(policy))
-}
-
-/// `cohort init --update`: appends to the policy file `output` the
-/// tables of `schema` that appeared since it was written, exempt until
-/// classified; what a person wrote stays byte for byte.
-async fn init_update(cli: &Cli, schema: &str, output: &std::path::Path) -> Result<(), Failure> {
-    let before = std::fs::read_to_string(output).map_err(|e| {
-        Failure::Input(Error::InvalidInput(format!(
-            "{} cannot be read ({e}); `cohort init` without --update writes a new one",
-            output.display()
-        )))
-    })?;
-    let policy = cohort::policy::PolicyFile::parse(&before).map_err(|e| {
-        Failure::Input(Error::InvalidInput(format!(
-            "{} is not a valid policy file, so what it mentions is not known; nothing written: {e}",
-            output.display()
-        )))
-    })?;
-    let url = database_url(cli, Some(&policy))?;
-    let mut conn = connect(&url).await?;
-    let tables = init::read_tables(&mut conn, schema)
-        .await
-        .map_err(|e| Failure::Run(e.into()))?;
-    let (added_text, added) = init::render_update(schema, &tables, &policy, uuid::Uuid::new_v4);
-    if !added.is_empty() {
-        init::append(output, &before, &added_text)?;
-    }
-    if cli.json {
-        output::print_json(&serde_json::json!({
-            "output": output.display().to_string(),
-            "added": added,
-        }));
-    } else if added.is_empty() {
-        outln!(
-            "{}: no table of schema {schema:?} with a timestamptz column is missing from it; nothing written",
-            output.display()
-        );
-    } else {
-        outln!(
-            "added {} table(s) of schema {schema:?} to {}, every one exempt until you classify it: {}",
-            added.len(),
-            output.display(),
-            added.join(", ")
-        );
-    }
-    Ok(())
 }
 
 /// `--database-url`, then `DATABASE_URL`, then the policy file.

@@ -3906,6 +3906,425 @@ async fn init_update_adds_new_tables_and_keeps_every_edit() {
     );
 }
 
+/// `text` (a file `init` wrote) with the block of `table` classified as a
+/// person does it: `exempt` replaced by `category`, the proposed lines
+/// uncommented (as the README's `sed` line does, with `subjects` and
+/// `partitions` too).
+fn init_classified(text: &str, table: &str, category: &str) -> String {
+    let start = text
+        .find(&format!("table = \"{table}\"\n"))
+        .unwrap_or_else(|| panic!("no {table} in:\n{text}"));
+    let end = start + text[start..].find("\n\n").expect("a blank line after it");
+    let keys = [
+        "anchor",
+        "tenant",
+        "tenantless",
+        "record_id",
+        "subjects",
+        "partitions",
+    ];
+    let block: Vec<String> = text[start..end]
+        .lines()
+        .map(|l| {
+            if l.starts_with("exempt = ") {
+                format!("category = \"{category}\"")
+            } else if let Some(rest) = l
+                .strip_prefix("# ")
+                .filter(|r| keys.iter().any(|k| r.starts_with(&format!("{k} = "))))
+            {
+                rest.to_owned()
+            } else {
+                l.to_owned()
+            }
+        })
+        .collect();
+    format!("{}{}{}", &text[..start], block.join("\n"), &text[end..])
+}
+
+/// Issue 40 D2: besides the anchor, tenant and record key, `init` proposes
+/// erasure subjects for person-like columns, `partitions = "drop"` for a
+/// table range partitioned on its anchor (and says what is missing when
+/// validation would refuse it), a `tenants_query` on the table the tenant
+/// columns point at, and an `archive` category; a table's header says
+/// when the planner has no statistics for it. The file validates as
+/// written and with every proposal taken, and the proposals work: the
+/// tenants query lists both tenants, an erasure reaches the subject.
+#[tokio::test]
+async fn init_proposes_subjects_partition_purge_tenants_and_archive_that_validate() {
+    let db = cohort_pgtemp::fresh_empty_database().await.unwrap();
+    sqlx::raw_sql(
+        "CREATE SCHEMA app; CREATE SCHEMA vault;
+         CREATE TABLE app.tenants (id uuid PRIMARY KEY, name text NOT NULL,
+             created_at timestamptz NOT NULL DEFAULT now());
+         CREATE TABLE app.orders (id bigint PRIMARY KEY, tenant_id uuid NOT NULL REFERENCES app.tenants,
+             user_id uuid NOT NULL, created_at timestamptz NOT NULL);
+         CREATE INDEX ON app.orders (user_id);
+         CREATE TABLE app.events (id bigint NOT NULL, tenant_id uuid NOT NULL REFERENCES app.tenants,
+             author_user_id bigint, created_at timestamptz NOT NULL, PRIMARY KEY (id, created_at))
+             PARTITION BY RANGE (created_at);
+         CREATE INDEX ON app.events (author_user_id);
+         CREATE TABLE app.events_2026_01 PARTITION OF app.events
+             FOR VALUES FROM ('2026-01-01Z') TO ('2026-02-01Z');
+         CREATE TABLE app.notes (id bigint PRIMARY KEY, tenant_id uuid NOT NULL REFERENCES app.tenants,
+             body text, created_at timestamptz NOT NULL);
+         CREATE TABLE vault.notes (id bigint PRIMARY KEY, tenant_id uuid NOT NULL, body text,
+             created_at timestamptz NOT NULL, archived_at timestamptz NOT NULL, run_id uuid NOT NULL);
+         CREATE TABLE app.audit_log (id bigint NOT NULL, logged_at timestamptz NOT NULL,
+             PRIMARY KEY (id, logged_at)) PARTITION BY RANGE (logged_at);
+         CREATE TABLE app.audit_refs (id bigint PRIMARY KEY, log_id bigint, log_at timestamptz,
+             FOREIGN KEY (log_id, log_at) REFERENCES app.audit_log);
+         INSERT INTO app.tenants (id, name) VALUES
+             ('11111111-1111-4111-8111-111111111111', 'one'), ('22222222-2222-4222-8222-222222222222', 'two');
+         INSERT INTO app.orders VALUES
+             (1, '11111111-1111-4111-8111-111111111111', '7d0e0000-0000-4000-8000-000000000001', '2026-01-05Z'),
+             (2, '11111111-1111-4111-8111-111111111111', '7d0e0000-0000-4000-8000-000000000002', '2026-01-06Z'),
+             (3, '22222222-2222-4222-8222-222222222222', '7d0e0000-0000-4000-8000-000000000001', '2026-01-07Z');
+         ANALYZE app.orders;",
+    )
+    .execute(db.pool())
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let url = Some(db.url());
+    succeeded(&cohort(d, &["migrate", "--schema", "cohort"], url));
+    succeeded(&cohort(
+        d,
+        &["init", "--schema", "app", "--output", "cohort.toml"],
+        url,
+    ));
+    let path = d.join("cohort.toml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let block = |table: &str| -> String {
+        let at = text
+            .find(&format!("table = \"app.{table}\""))
+            .unwrap_or_else(|| panic!("no {table} in:\n{text}"));
+        text[at..].split("\n\n").next().unwrap().to_owned()
+    };
+    let header = |table: &str| -> &str {
+        text.lines()
+            .find(|l| l.starts_with(&format!("# app.{table}: ")))
+            .unwrap_or_else(|| panic!("no header of {table} in:\n{text}"))
+    };
+    // What the planner knows, said as such.
+    assert_eq!(header("orders"), "# app.orders: about 3 rows");
+    assert!(
+        header("notes")
+            .ends_with("the planner has no statistics for it yet (no row estimate before ANALYZE)"),
+        "{text}"
+    );
+    assert!(!text.contains("not analysed"), "{text}");
+    // Erasure subjects: person-like columns of a key type.
+    assert!(
+        block("orders").contains("# subjects = [\"user_id\"]"),
+        "{text}"
+    );
+    assert!(
+        block("events").contains("# subjects = [\"author_user_id\"]"),
+        "{text}"
+    );
+    assert!(!block("notes").contains("subjects"), "{text}");
+    // Partition purge where validation accepts it; what is missing where not.
+    for expected in [
+        "# anchor = \"created_at\"",
+        "# record_id = [\"id\", \"created_at\"]",
+        "# partitions = \"drop\" ",
+    ] {
+        assert!(block("events").contains(expected), "{expected}:\n{text}");
+    }
+    assert!(
+        block("audit_log").contains(
+            "partitions = \"drop\" would need no foreign key referencing the table or a partition"
+        ),
+        "{text}"
+    );
+    assert!(
+        !block("audit_log").contains("# partitions = \"drop\" "),
+        "{text}"
+    );
+    assert!(!block("orders").contains("partitions"), "{text}");
+    // The tenants, a top-level key before the first table.
+    let query = "# tenants_query = \"SELECT id FROM app.tenants\"\n";
+    let at = text.find(query).unwrap_or_else(|| panic!("{text}"));
+    assert!(at < text.find("\n[cohort]\n").unwrap(), "{text}");
+    // Every strategy in the template, an archive category among them.
+    assert!(text.contains("| anonymise | archive | exempt"), "{text}");
+    assert!(text.contains("\n# strategy = \"archive\""), "{text}");
+
+    let validate = || {
+        let out = cohort(d, &["--json", "validate"], url);
+        succeeded(&out);
+        json(&out)
+    };
+    assert_eq!(validate()["valid"], true);
+
+    // Every proposal taken: the entities classified, the tenants query and
+    // the templates uncommented, an archive table for the archived entity.
+    let mut taken = init_classified(&text, "app.orders", "...");
+    taken = init_classified(&taken, "app.events", "...");
+    taken = init_classified(&taken, "app.notes", "archived").replace(
+        "category = \"archived\"",
+        "category = \"archived\"\narchive_table = \"vault.notes\"",
+    );
+    taken = taken.replace(query, &query[2..]);
+    let templates = taken.find("# [[category]]").expect("the templates");
+    let uncommented: String = taken[templates..]
+        .lines()
+        .map(|l| format!("{}\n", l.strip_prefix("# ").unwrap_or(l)))
+        .collect();
+    taken = format!("{}{uncommented}", &taken[..templates]);
+    std::fs::write(&path, &taken).unwrap();
+    let report = validate();
+    assert_eq!(report["valid"], true, "{taken}");
+    assert_eq!(
+        report["unusable_tenants"],
+        serde_json::json!([]),
+        "{report}"
+    );
+    let policy = cohort::policy::PolicyFile::parse(&taken).unwrap();
+    assert_eq!(policy.entities.iter().filter(|e| !e.is_exempt()).count(), 3);
+
+    // The proposals at work: both tenants from the query, and an erasure
+    // reaching the subject's order in its tenant.
+    let out = cohort(d, &["--json", "preview", "--all-tenants"], url);
+    succeeded(&out);
+    let previews = out_text(&out);
+    for tenant in [
+        "11111111-1111-4111-8111-111111111111",
+        "22222222-2222-4222-8222-222222222222",
+    ] {
+        assert!(previews.contains(tenant), "{tenant}: {previews}");
+    }
+    let out = cohort(
+        d,
+        &[
+            "--json",
+            "erase",
+            "--tenant",
+            "11111111-1111-4111-8111-111111111111",
+            "--subject",
+            "7d0e0000-0000-4000-8000-000000000001",
+            "--dry-run",
+        ],
+        url,
+    );
+    succeeded(&out);
+    let erasure = json(&out);
+    let orders = erasure["entities"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["entity"] == "Orders")
+        .unwrap_or_else(|| panic!("{erasure}"));
+    assert_eq!(orders["affected"], 1, "{erasure}");
+}
+
+/// Issue 40 D1: `validate` advises `cohort init --update`, and it works as
+/// advised: without `--schema` it reads the schema the file was made from
+/// (the line `init` writes at its top and the ones `--update` adds; else
+/// the schemas its entities' tables name), while an explicit `--schema`
+/// wins. A file that does not say which schema, whose `init` line cannot
+/// be read, or names a schema without tables is refused (exit 2) with the
+/// reason, and nothing is written.
+#[tokio::test]
+async fn init_update_reads_the_schema_the_file_was_made_from() {
+    let db = cohort_pgtemp::fresh_empty_database().await.unwrap();
+    let ddl = |sql: &'static str| {
+        let pool = db.pool().clone();
+        async move { sqlx::raw_sql(sql).execute(&pool).await.unwrap() }
+    };
+    // `public` has a table too: the old default schema, read by mistake.
+    ddl("CREATE SCHEMA app;
+         CREATE TABLE app.orders (id bigint PRIMARY KEY, tenant_id uuid NOT NULL, created_at timestamptz NOT NULL);
+         CREATE TABLE public.stray (id bigint PRIMARY KEY, created_at timestamptz);")
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let url = Some(db.url());
+    succeeded(&cohort(d, &["migrate", "--schema", "cohort"], url));
+    succeeded(&cohort(
+        d,
+        &["init", "--schema", "app", "--output", "cohort.toml"],
+        url,
+    ));
+    let path = d.join("cohort.toml");
+    ddl("CREATE TABLE app.messages (id bigint PRIMARY KEY, tenant_id uuid, sent_at timestamptz);")
+        .await;
+    let warnings = || -> Vec<String> {
+        let out = cohort(d, &["--json", "validate"], url);
+        succeeded(&out);
+        json(&out)["warnings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|w| w.as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert!(
+        warnings()
+            .iter()
+            .any(|w| w.starts_with("app.messages has timestamptz columns")
+                && w.contains("`cohort init --update`")),
+        "{:?}",
+        warnings()
+    );
+    let update = |file: &str, schema: Option<&str>| {
+        let mut args = vec!["--json", "init", "--update", "--output", file];
+        args.extend(schema.map(|s| ["--schema", s]).into_iter().flatten());
+        cohort(d, &args, url)
+    };
+
+    // As advised, with no --schema: the header's schema, not `public`.
+    let before = std::fs::read_to_string(&path).unwrap();
+    let out = update("cohort.toml", None);
+    succeeded(&out);
+    assert_eq!(json(&out)["schemas"], serde_json::json!(["app"]));
+    assert_eq!(json(&out)["added"], serde_json::json!(["app.messages"]));
+    let updated = std::fs::read_to_string(&path).unwrap();
+    assert!(updated.starts_with(&before));
+    assert!(!updated.contains("public.stray"), "{updated}");
+    assert!(
+        !warnings().iter().any(|w| w.contains("does not mention")),
+        "{:?}",
+        warnings()
+    );
+    let out = cohort(d, &["init", "--update"], url);
+    succeeded(&out);
+    assert!(
+        out_text(&out).contains("no table of schema \"app\" with a timestamptz column is missing"),
+        "{}",
+        out_text(&out)
+    );
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), updated);
+
+    // An explicit --schema wins.
+    let out = update("cohort.toml", Some("public"));
+    succeeded(&out);
+    assert_eq!(json(&out)["schemas"], serde_json::json!(["public"]));
+    assert_eq!(json(&out)["added"], serde_json::json!(["public.stray"]));
+    let updated = std::fs::read_to_string(&path).unwrap();
+    assert_eq!(warnings(), Vec::<String>::new());
+
+    // Without any `init` line, the entities' tables name the schemas.
+    let bare: String = updated
+        .lines()
+        .filter(|l| !l.contains("`cohort init"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(d.join("bare.toml"), &bare).unwrap();
+    ddl(
+        "CREATE TABLE app.invoices (id bigint PRIMARY KEY, tenant_id uuid, issued_at timestamptz);",
+    )
+    .await;
+    let out = update("bare.toml", None);
+    succeeded(&out);
+    assert_eq!(json(&out)["schemas"], serde_json::json!(["app", "public"]));
+    assert_eq!(json(&out)["added"], serde_json::json!(["app.invoices"]));
+
+    // Refused, the file unchanged: it cannot tell which schema …
+    let refused = |file: &str, text: &str, schema: Option<&str>, reason: &str| {
+        std::fs::write(d.join(file), text).unwrap();
+        let out = update(file, schema);
+        assert_eq!(out.status.code(), Some(2), "{file}: {}", out_text(&out));
+        let error = &json(&out)["error"];
+        assert_eq!(error["kind"], "invalid_input", "{file}: {error}");
+        let message = error["message"].as_str().unwrap();
+        assert!(message.contains(reason), "{file}: {message}");
+        assert!(message.contains("nothing written"), "{file}: {message}");
+        assert_eq!(std::fs::read_to_string(d.join(file)).unwrap(), text);
+        assert!(!d.join(format!("{file}.cohort-update")).exists());
+    };
+    refused(
+        "nameless.toml",
+        "[cohort]\nschema = \"cohort\"\n",
+        None,
+        "does not say which schema it was made from",
+    );
+    // … its `init` line was edited past reading …
+    refused(
+        "edited.toml",
+        &updated.replacen("from schema \"app\"", "from schema app", 1),
+        None,
+        "line 1 says which schema `cohort init` read",
+    );
+    // … or the schema it names (or is given) has no tables.
+    refused(
+        "gone.toml",
+        "# Cohort policy file, started by `cohort init` from schema \"gone\" on 2026-01-01.\n[cohort]\n",
+        None,
+        "schema \"gone\" has no tables",
+    );
+    refused(
+        "typo.toml",
+        &updated,
+        Some("App"),
+        "schema \"App\" has no tables",
+    );
+}
+
+/// Issue 40 E4: `init --update` on a file with CRLF line endings appends
+/// CRLF lines (an LF file stays LF), keeps every byte before and the
+/// file's permissions, and the result validates.
+#[tokio::test]
+async fn init_update_keeps_the_files_line_endings() {
+    let db = cohort_pgtemp::fresh_empty_database().await.unwrap();
+    let ddl = |sql: &'static str| {
+        let pool = db.pool().clone();
+        async move { sqlx::raw_sql(sql).execute(&pool).await.unwrap() }
+    };
+    ddl("CREATE SCHEMA shop;
+         CREATE TABLE shop.orders (id bigint PRIMARY KEY, tenant_id uuid NOT NULL, created_at timestamptz NOT NULL);")
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let url = Some(db.url());
+    succeeded(&cohort(d, &["migrate", "--schema", "cohort"], url));
+    succeeded(&cohort(
+        d,
+        &["init", "--schema", "shop", "--output", "lf.toml"],
+        url,
+    ));
+    let lf = std::fs::read_to_string(d.join("lf.toml")).unwrap();
+    let crlf = lf.replace('\n', "\r\n");
+    let path = d.join("cohort.toml");
+    std::fs::write(&path, &crlf).unwrap();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    ddl("CREATE TABLE shop.returns (id bigint PRIMARY KEY, tenant_id uuid, received_at timestamptz);")
+        .await;
+
+    for (file, before) in [("cohort.toml", &crlf), ("lf.toml", &lf)] {
+        let out = cohort(d, &["--json", "init", "--update", "--output", file], url);
+        succeeded(&out);
+        assert_eq!(json(&out)["added"], serde_json::json!(["shop.returns"]));
+        let after = std::fs::read_to_string(d.join(file)).unwrap();
+        assert!(after.starts_with(before.as_str()), "{file}: {after:?}");
+        let added = &after[before.len()..];
+        assert!(added.contains("table = \"shop.returns\""), "{added:?}");
+        if file == "cohort.toml" {
+            assert!(
+                !added.replace("\r\n", "").contains('\n'),
+                "a line ending without CR: {added:?}"
+            );
+            assert!(added.ends_with("\r\n"), "{added:?}");
+        } else {
+            assert!(!added.contains('\r'), "{added:?}");
+        }
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "{mode:o}");
+    }
+    let out = cohort(d, &["--json", "validate"], url);
+    succeeded(&out);
+    assert_eq!(json(&out)["valid"], true);
+}
+
 /// A composite record key on the command line: `--record` takes the key
 /// as a JSON array in any spelling of its parts, every JSON output gives
 /// it back as an array, and a key of the wrong shape exits 2 with nothing

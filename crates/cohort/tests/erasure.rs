@@ -569,3 +569,42 @@ async fn the_subject_kind_is_stored_on_the_run() {
         Some("23514")
     );
 }
+
+/// Issue 55, E3: a request retried under its reference with another
+/// spelling of its tenant (braced, upper case) is the same request, and
+/// is recorded with the tenant's canonical form; another tenant is still
+/// refused, and nothing of it is written.
+#[tokio::test]
+async fn a_request_retried_with_another_spelling_of_its_tenant_is_the_same_request() {
+    let (db, cohort) = setup(None).await;
+    let asked = |tenant: String| {
+        ErasureRequest::tenanted(
+            tenant,
+            ErasureScope::new(S).kind("user").allow_soft_delete(true),
+            now(),
+        )
+        .reference("R-SPELLED")
+    };
+    let braced = format!("{{{}}}", TENANT_A.to_uppercase());
+    // The ledger's legal minimum keeps two of the subject's entries: the
+    // request waits, so it may be run again.
+    let first = cohort.erase(asked(braced.clone())).await.unwrap();
+    let first = first.request.expect("a request");
+    assert_eq!(first.tenant.as_deref(), Some(TENANT_A), "canonical");
+    assert_eq!(first.state.as_str(), "waiting", "{first:?}");
+    for spelling in [TENANT_A.to_owned(), braced, TENANT_A.to_uppercase()] {
+        let again = cohort.erase(asked(spelling.clone())).await.unwrap();
+        assert_eq!(
+            again.request.expect("a request").request_id,
+            first.request_id,
+            "{spelling} is the same tenant"
+        );
+    }
+    let requests = "SELECT count(*) FROM public.erasure_request";
+    assert_eq!(count(db.pool(), requests).await, 1);
+    let Err(Error::Conflict(why)) = cohort.erase(asked(TENANT_B.to_owned())).await else {
+        panic!("another tenant under the same reference is refused")
+    };
+    assert!(why.contains("another subject, tenant or kind"), "{why}");
+    assert_eq!(count(db.pool(), requests).await, 1);
+}

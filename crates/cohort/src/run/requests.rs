@@ -67,6 +67,11 @@ fn check_terms(cx: &Context, req: &ErasureRequest, terms: &Terms) -> Result<Vec<
 pub(crate) async fn open(cx: &Context, mut req: ErasureRequest) -> Result<ErasureResult> {
     let terms = req.terms.take().expect("a request's terms");
     let key = check_terms(cx, &req, &terms)?;
+    // One tenant, however it is spelled (`{uuid}`, upper case): the
+    // request records, journals and compares its canonical form.
+    if let Some(t) = &req.tenancy.tenant {
+        req.tenancy.tenant = Some(cx.canonical_tenant(t).await?);
+    }
     let now = req.now;
     let due_at = terms
         .due
@@ -181,7 +186,8 @@ pub(crate) async fn open(cx: &Context, mut req: ErasureRequest) -> Result<Erasur
                 not_opened(cx, request_id, &terms.reference).await;
             }
             let existing = by_reference(cx, &terms.reference).await?;
-            same_request(&existing, &req, &hash, &terms)?;
+            let identity = cx.prepared().await?.model.tenant_identity();
+            same_request(&existing, &req, &hash, &terms, |t| identity.canonical(t))?;
             if !try_lock(&mut conn, LockKey::Request(existing.request_id)).await? {
                 return Err(Error::Conflict(format!(
                     "erasure request {:?} is being run by another process",
@@ -229,6 +235,7 @@ fn same_request(
     req: &ErasureRequest,
     hash: &str,
     terms: &Terms,
+    canonical: impl Fn(&str) -> Option<String>,
 ) -> Result<()> {
     let r = &existing.reference;
     if existing.state == RequestState::Completed {
@@ -241,7 +248,10 @@ fn same_request(
         )));
     }
     if existing.subject_hash != hash
-        || existing.tenant != req.tenancy.tenant
+        // Requests opened before tenants were recorded canonically may
+        // hold another spelling of the same tenant.
+        || existing.tenant.as_deref().map(|t| canonical(t).unwrap_or_else(|| t.to_owned()))
+            != req.tenancy.tenant
         || existing.kind != req.scope.kind
     {
         return Err(Error::Conflict(format!(
