@@ -455,8 +455,13 @@ pub(crate) async fn verify_chain(
     cohort: &cohort::Cohort,
     json: bool,
     expected: Option<cohort::chain::ExpectedHead>,
+    with_policy: bool,
 ) -> Result<(), Failure> {
-    let report = cohort.verify_chain(expected).await?;
+    let report = if with_policy {
+        cohort.verify_chain(expected).await?
+    } else {
+        cohort.verify_chain_without_policy(expected).await?
+    };
     if json {
         crate::output::print_json(&serde_json::to_value(&report).expect("the report serialises"));
     } else {

@@ -199,6 +199,18 @@ enum Command {
         #[arg(long)]
         once: bool,
     },
+    /// One maintenance pass, as the worker runs every minute: resume the
+    /// erasure requests that may finish (a hold released or expired, a
+    /// legal minimum passed), settle runs a lost process left started,
+    /// dead-letter handler work no registered handler (of this policy or
+    /// a live peer) can deliver, and scrub old payloads. With or without
+    /// handlers; for cron and for the person on call.
+    Maintain {
+        /// Run one pass and exit (the only mode: the continuous service
+        /// runs inside `cohort worker`).
+        #[arg(long)]
+        once: bool,
+    },
     /// Row-handler work that will not be delivered without an operator.
     #[command(subcommand, name = "dead-letters")]
     DeadLetters(commands::DeadLettersCommand),
@@ -291,8 +303,13 @@ enum Command {
     /// Verify the ledger's hash chain (reads with SELECT only), or with
     /// --report a signed report offline (no database, no policy file):
     /// exit 0 when it holds, 1 when it does not, naming the first record
-    /// that differs, 2 on bad input.
+    /// that differs, 2 on bad input. The chain needs no policy file: a
+    /// database URL and --schema are enough.
     Verify {
+        /// Cohort's schema, for verifying without a policy file (default:
+        /// COHORT_SCHEMA, else public). With a policy file, its own.
+        #[arg(long, value_name = "SCHEMA", conflicts_with = "report")]
+        schema: Option<String>,
         /// A chain head recorded earlier (N:HASH, as a report prints it):
         /// the chain must still hold it.
         #[arg(long, value_name = "N:HASH", conflicts_with = "report")]
@@ -652,6 +669,15 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             let (cohort, policy) = open_with(&cli, true, false).await?;
             commands::dispatch(&cohort, &policy, cli.json, *once).await
         }
+        Command::Maintain { once } => {
+            if !once {
+                return Err(Failure::Input(Error::InvalidInput(
+                    "cohort maintain runs one pass with --once; the maintenance service runs continuously inside `cohort worker`".into(),
+                )));
+            }
+            let (cohort, _) = open_with(&cli, true, false).await?;
+            services::maintain_once(&cohort, cli.json).await
+        }
         Command::DeadLetters(cmd) => {
             let (cohort, _) = open(&cli).await?;
             commands::dead_letters(&cohort, cli.json, cmd).await
@@ -775,14 +801,29 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             }
         }
         Command::Verify {
-            report: None, head, ..
+            report: None,
+            head,
+            schema,
+            ..
         } => {
             let expected = head
                 .as_deref()
                 .map(str::parse::<cohort::chain::ExpectedHead>)
                 .transpose()?;
-            let (cohort, _) = open_ledger(&cli).await?;
-            evidence::verify_chain(&cohort, cli.json, expected).await
+            if cli.config.is_some() && schema.is_some() {
+                return Err(Failure::Input(Error::InvalidInput(
+                    "--schema is for verifying without a policy file; with --config the policy file names the schema".into(),
+                )));
+            }
+            let policy_file = cli.config.is_some()
+                || (schema.is_none() && std::path::Path::new("cohort.toml").exists());
+            if policy_file {
+                let (cohort, _) = open_ledger(&cli).await?;
+                evidence::verify_chain(&cohort, cli.json, expected, true).await
+            } else {
+                let cohort = open_auditor(&cli, schema.as_deref()).await?;
+                evidence::verify_chain(&cohort, cli.json, expected, false).await
+            }
         }
         Command::Verify { .. } => Err(Failure::Input(cohort::Error::InvalidInput(
             "--report needs --signature SIG and --public-key KEY".into(),
@@ -811,6 +852,28 @@ async fn open_ledger(cli: &Cli) -> Result<(Cohort, PolicyFile), Failure> {
         .policy(policy.clone())
         .build_unvalidated()?;
     Ok((cohort, policy))
+}
+
+/// A handle on the ledger as an auditor has it: a database URL (flag or
+/// `DATABASE_URL`) and Cohort's schema (`--schema`, else `COHORT_SCHEMA`,
+/// else public), with the keys and journal the environment gives; no
+/// policy file, and nothing validated against the retained tables.
+async fn open_auditor(cli: &Cli, schema: Option<&str>) -> Result<Cohort, Failure> {
+    let mut config = CohortConfig::default();
+    config.apply_env(std::env::vars().filter(|(k, _)| {
+        k.as_str() != console::TOKEN_VAR && k.as_str() != cohort::journal::KEY_ENV
+    }))?;
+    if let Some(s) = schema {
+        config.schema = s.to_owned();
+    }
+    let url = database_url(cli, None).map_err(|_| {
+        Failure::Input(Error::Config(
+            "no database URL: pass --database-url or set DATABASE_URL (verifying without a policy file, with --schema naming Cohort's schema)".into(),
+        ))
+    })?;
+    Ok(Cohort::builder(pool(&url, 2).await?)
+        .config(config)
+        .build_unvalidated()?)
 }
 
 /// [`open`] for a command that runs services: its pool also has room for

@@ -80,6 +80,38 @@ impl Signals {
     }
 }
 
+/// What the maintenance service (and `cohort maintain --once`) does, as
+/// the worker's startup line says it.
+const MAINTENANCE_DOES: &str = "every minute: resumes waiting erasure requests (a hold released or expired, a legal minimum passed), settles runs a lost process left started, dead-letters handler work nothing registered can deliver, scrubs old payloads";
+
+/// `cohort maintain --once`: one maintenance pass, what it did on stdout;
+/// exit 0 whatever it found (an erasure request still waiting is not a
+/// failure of the pass).
+pub(crate) async fn maintain_once(cohort: &Cohort, json: bool) -> Result<(), Failure> {
+    // Resuming a request runs its erasure: the grants of runs too.
+    cohort
+        .check_grants(&[
+            cohort::services::Access::Maintenance,
+            cohort::services::Access::Runs,
+        ])
+        .await?;
+    let config = cohort::services::MaintenanceConfig::from_config(cohort.config())?;
+    let r = cohort.maintain(&config).await?;
+    if json {
+        crate::output::print_json(&serde_json::to_value(r).expect("serialises"));
+    } else {
+        outln!(
+            "Erasure requests resumed {}, completed {}; runs a lost process left settled {}; orphaned handler work dead-lettered {}; payloads scrubbed {}.",
+            r.erasure_requests_resumed,
+            r.erasure_requests_completed,
+            r.recovered_runs,
+            r.orphaned_work,
+            r.scrubbed
+        );
+    }
+    Ok(())
+}
+
 /// Runs services until SIGINT/SIGTERM, then stops them gracefully; exit 0.
 /// `ended` is kept up to date with the services that stopped by
 /// themselves (read by `/healthz`).
@@ -92,7 +124,11 @@ async fn run_until_signal(
     // Every grant the services need, before anything starts.
     services.check_grants().await?;
     let handle = services.try_spawn()?;
-    tracing::info!(services = %names, "started; stop with SIGINT or SIGTERM");
+    tracing::info!(
+        services = %names,
+        maintenance = MAINTENANCE_DOES,
+        "started; stop with SIGINT or SIGTERM"
+    );
     // Until a signal, or a service ending by itself (it panicked).
     let signalled = tokio::select! {
         _ = signals.recv() => true,

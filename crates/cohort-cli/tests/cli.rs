@@ -4514,7 +4514,8 @@ async fn erasure_requests_follow_the_cli_contract() {
 
     // A held row: the request waits, names the part, and is overdue by
     // the clock (due 30 days after 2026-06-01).
-    succeeded(&run(&[
+    let held = run(&[
+        "--json",
         "holds",
         "create",
         "--entity",
@@ -4525,7 +4526,9 @@ async fn erasure_requests_follow_the_cli_contract() {
         tenant,
         "--reason",
         "claim",
-    ]));
+    ]);
+    succeeded(&held);
+    let hold_id = json(&held)["hold_id"].as_str().unwrap().to_owned();
     let out = erase(&two, "SAR-CLI-2", &[]);
     succeeded(&out);
     let waiting = json(&out);
@@ -4667,6 +4670,61 @@ async fn erasure_requests_follow_the_cli_contract() {
         .await
         .unwrap();
     assert_eq!(before, after, "nothing was written");
+
+    // Retried with the braced, upper-case spelling of its tenant, it is
+    // the same request (issue 55, E3), still waiting.
+    let braced = format!("{{{}}}", tenant.to_uppercase());
+    let out = run(&[
+        "--json",
+        "erase",
+        "--tenant",
+        &braced,
+        "--subject",
+        &two,
+        "--reference",
+        "SAR-CLI-2",
+    ]);
+    succeeded(&out);
+    assert_eq!(json(&out)["request"]["state"], "waiting");
+    assert_eq!(list(&[]), ["SAR-CLI-1", "SAR-CLI-2"]);
+
+    // RS-046: once the hold is released, one maintenance pass completes
+    // the request, without a worker and without handlers; before the
+    // release, the same pass leaves it waiting.
+    let maintain = |json_out: bool| {
+        let mut args = vec!["maintain", "--once"];
+        if json_out {
+            args.insert(0, "--json");
+        }
+        run(&args)
+    };
+    let out = maintain(true);
+    succeeded(&out);
+    let pass = json(&out);
+    assert_eq!(pass["erasure_requests_resumed"], 0, "{pass}");
+    assert_eq!(list(&["--state", "waiting"]), ["SAR-CLI-2"]);
+    succeeded(&run(&["holds", "release", &hold_id]));
+    let out = maintain(true);
+    succeeded(&out);
+    let pass = json(&out);
+    assert_eq!(pass["erasure_requests_resumed"], 1, "{pass}");
+    assert_eq!(pass["erasure_requests_completed"], 1, "{pass}");
+    assert_eq!(list(&["--state", "completed"]), ["SAR-CLI-1", "SAR-CLI-2"]);
+    let out = maintain(false);
+    succeeded(&out);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("Erasure requests resumed 0, completed 0"),
+        "{text}"
+    );
+    // Without --once it is refused (the continuous service is the worker's).
+    let out = run(&["maintain"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("cohort worker"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// `[journal]`, `restore-check`, `replay` and the worker's refusal, as

@@ -1761,8 +1761,12 @@ async fn verify_names_a_changed_count_and_the_report_states_the_chain() {
 }
 
 /// docs/report.md, "How an auditor checks this report": its shell blocks,
-/// run as written (one `sh -e` script, `cohort` on the PATH) on a real
-/// ledger; then the same steps fail when the ledger is changed.
+/// run as written (`sh -e` scripts, `cohort` on the PATH) on a real
+/// ledger: the operator's (steps 1 and 2) beside the policy file, the
+/// auditor's (3 and 5) in a directory of their own holding only what the
+/// auditor receives, as a role that can only read Cohort's tables, with
+/// no policy file and no key (RS-046); then the same steps fail when the
+/// ledger is changed.
 #[tokio::test]
 async fn the_auditors_steps_in_the_guide_run_as_written() {
     let guide =
@@ -1775,51 +1779,80 @@ async fn the_auditors_steps_in_the_guide_run_as_written() {
         .split("\n## ")
         .next()
         .unwrap();
-    let mut script = String::from("set -e\n");
-    for block in section.split("```sh\n").skip(1) {
-        let code = block.split("```").next().unwrap();
-        for line in code.lines() {
-            script.push_str(line.trim_start());
-            script.push('\n');
-        }
-    }
-    assert!(script.contains("cohort verify --head"), "{script}");
+    let blocks: Vec<String> = section
+        .split("```sh\n")
+        .skip(1)
+        .map(|block| {
+            let code = block.split("```").next().unwrap();
+            code.lines()
+                .map(|l| format!("{}\n", l.trim_start()))
+                .collect()
+        })
+        .collect();
+    assert_eq!(blocks.len(), 4, "{blocks:?}");
+    assert!(blocks[0].contains("cohort keys generate"), "{}", blocks[0]);
+    assert!(blocks[1].contains("--sign auditor.key"), "{}", blocks[1]);
+    let operator = format!("set -e\n{}{}", blocks[0], blocks[1]);
+    let auditor = format!("set -e\n{}{}", blocks[2], blocks[3]);
+    assert!(auditor.contains("cohort verify --report"), "{auditor}");
+    assert!(auditor.contains("cohort verify --schema"), "{auditor}");
     let (db, dir) = history().await;
     let d = dir.path();
+    // The auditor's role reads Cohort's tables and nothing else.
+    sqlx::raw_sql(
+        "CREATE ROLE auditor LOGIN PASSWORD 'auditor-pw';
+         GRANT USAGE ON SCHEMA retention TO auditor;
+         GRANT SELECT ON ALL TABLES IN SCHEMA retention TO auditor;",
+    )
+    .execute(db.pool())
+    .await
+    .unwrap();
+    assert!(db.url().contains('?'), "{}", db.url());
+    let auditor_url = format!("{}&user=auditor&password=auditor-pw", db.url());
     let bin = Path::new(env!("CARGO_BIN_EXE_cohort")).parent().unwrap();
     let path = format!(
         "{}:{}",
         bin.display(),
         std::env::var("PATH").unwrap_or_default()
     );
-    let run = || {
+    let sh = |script: &str, dir: &Path, url: &str| {
         std::process::Command::new("sh")
             .arg("-c")
-            .arg(&script)
-            .current_dir(d)
+            .arg(script)
+            .current_dir(dir)
             .env_clear()
             .env("PATH", &path)
-            .env("DATABASE_URL", db.url())
-            .env("HOME", d)
+            .env("DATABASE_URL", url)
+            .env("HOME", dir)
             .output()
             .unwrap()
     };
-    let out = run();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{script}\n{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let ran = |what: &str, script: &str, out: &std::process::Output| {
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{what}:\n{script}\n{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let out = sh(&operator, d, db.url());
+    ran("the operator's steps", &operator, &out);
+    let away = tempfile::tempdir().unwrap();
+    let a = away.path();
     for f in [
         "q1.html",
         "q1.html.sig",
         "q1.html.manifest.json",
         "auditor.pub",
     ] {
-        assert!(d.join(f).exists(), "{f}");
+        std::fs::copy(d.join(f), a.join(f)).unwrap_or_else(|e| panic!("{f}: {e}"));
     }
+    let out = sh(&auditor, a, &auditor_url);
+    ran("the auditor's steps", &auditor, &out);
+    assert!(!a.join("cohort.toml").exists());
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains("The chain is intact."), "{said}");
     // A count changed afterwards: the last step fails, naming the run.
     sqlx::query(
         "UPDATE retention.sweep_run_entity_summary SET held_count = held_count + 1 \
@@ -1828,20 +1861,7 @@ async fn the_auditors_steps_in_the_guide_run_as_written() {
     .execute(db.pool())
     .await
     .unwrap();
-    let head = script
-        .lines()
-        .skip_while(|l| !l.starts_with("HEAD="))
-        .collect::<Vec<_>>()
-        .join("\n");
-    let out = std::process::Command::new("sh")
-        .arg("-c")
-        .arg(format!("set -e\n{head}"))
-        .current_dir(d)
-        .env_clear()
-        .env("PATH", &path)
-        .env("DATABASE_URL", db.url())
-        .output()
-        .unwrap();
+    let out = sh(&format!("set -e\n{}", blocks[3]), a, &auditor_url);
     assert_eq!(out.status.code(), Some(1));
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("held_count"),

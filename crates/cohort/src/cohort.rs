@@ -647,7 +647,20 @@ impl Cohort {
         expected: Option<crate::chain::ExpectedHead>,
     ) -> Result<crate::chain::ChainReport> {
         self.require_chain().await?;
-        crate::verify::verify(&self.cx, expected).await
+        crate::verify::verify(&self.cx, expected, true).await
+    }
+
+    /// [`Self::verify_chain`] as an auditor has it: a database URL and
+    /// Cohort's schema, no policy file. Every link, MAC (with the ledger
+    /// key in this handle's configuration), record and head is checked as
+    /// by `verify_chain`; only the checkpoints' cutoffs are not held to a
+    /// policy's history limits (the report says so when there are any).
+    pub async fn verify_chain_without_policy(
+        &self,
+        expected: Option<crate::chain::ExpectedHead>,
+    ) -> Result<crate::chain::ChainReport> {
+        self.require_chain().await?;
+        crate::verify::verify(&self.cx, expected, false).await
     }
 
     /// Keys the ledger's hash chain with this handle's ledger key

@@ -874,7 +874,7 @@ async fn chain_evidence(cx: &Context, window: &Window) -> Result<Option<ChainEvi
     if installed.is_none_or(|v| v < 19) {
         return Ok(None);
     }
-    let walked = crate::verify::verify(cx, None).await?;
+    let walked = crate::verify::verify(cx, None, true).await?;
     let last_instant = window.until - chrono::Duration::microseconds(1);
     let at_end = crate::verify::head(cx, Some(last_instant)).await?;
     Ok(Some(ChainEvidence {

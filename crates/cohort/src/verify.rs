@@ -175,7 +175,14 @@ fn label(kind: LinkKind, subject: Option<Uuid>, link_id: i64) -> String {
 
 /// Walks the chain; `expected`, a head recorded earlier, must still be in
 /// it with the same hash.
-pub(crate) async fn verify(cx: &Context, expected: Option<ExpectedHead>) -> Result<ChainReport> {
+/// With `policy_known` false (an auditor's verify, without the policy
+/// file), checkpoints are not held to any history limits, and the report
+/// says so once.
+pub(crate) async fn verify(
+    cx: &Context,
+    expected: Option<ExpectedHead>,
+    policy_known: bool,
+) -> Result<ChainReport> {
     let schema = cx.config.schema.as_str();
     let mut conn = cx.pool.acquire().await?;
     let mut tx = sqlx::Connection::begin_with(&mut *conn, crate::sql::SNAPSHOT).await?;
@@ -183,9 +190,11 @@ pub(crate) async fn verify(cx: &Context, expected: Option<ExpectedHead>) -> Resu
     // The history limits of the policy verify runs with, to hold each
     // checkpoint's cutoffs to (a warning, not a break: the policy may
     // have changed since).
-    let policy = crate::services::PrunerConfig::from_config(&cx.config)
-        .ok()
-        .flatten();
+    let policy = policy_known.then(|| {
+        crate::services::PrunerConfig::from_config(&cx.config)
+            .ok()
+            .flatten()
+    });
     let mut walk = Walk {
         breaks: Vec::new(),
         more: false,
@@ -352,13 +361,19 @@ pub(crate) async fn verify(cx: &Context, expected: Option<ExpectedHead>) -> Resu
                 &mut report,
                 (link_id, linked_at),
                 c,
-                policy.as_ref(),
+                policy.as_ref().map(Option::as_ref),
             );
         }
         if (page.len() as i64) < PAGE {
             break;
         }
         next_id = last_id + 1;
+    }
+    if !policy_known && !report.checkpoints.is_empty() {
+        report.warnings.push(format!(
+            "{} checkpoint(s) were checked against the records they stand for, but not against a policy's history limits: verified without the policy file",
+            report.checkpoints.len()
+        ));
     }
     for (link_id, g) in std::mem::take(&mut walk.gone) {
         walk.broken(
@@ -940,13 +955,14 @@ pub(crate) async fn head(cx: &Context, at: Option<DateTime<Utc>>) -> Result<Opti
 /// A checkpoint against the records it stands for: each must be gone with
 /// the digest it was linked with, and within the checkpoint's cutoffs,
 /// which cannot be after the checkpoint itself; the cutoffs are held to
-/// the policy's history limits as a warning.
+/// the policy's history limits as a warning (`policy`: `None` when no
+/// policy is known, `Some(None)` for one that prunes nothing).
 fn checkpoint(
     walk: &mut Walk,
     report: &mut ChainReport,
     (link_id, linked_at): (i64, DateTime<Utc>),
     c: CheckpointRecord,
-    policy: Option<&crate::services::PrunerConfig>,
+    policy: Option<Option<&crate::services::PrunerConfig>>,
 ) {
     let at = |m: Option<i64>| m.and_then(DateTime::<Utc>::from_timestamp_micros);
     let cut = c.cutoffs;
@@ -974,10 +990,11 @@ fn checkpoint(
     // A policy with no history limits prunes nothing, so it allows no
     // checkpoint at all: every cutoff one claims is named.
     let limits = match policy {
-        Some(policy) => crate::services::pruner::cutoffs(policy, linked_at)
+        Some(Some(policy)) => crate::services::pruner::cutoffs(policy, linked_at)
             .ok()
             .map(|(runs, holds)| [runs.succeeded, runs.failed, holds]),
-        None => Some([None, None, None]),
+        Some(None) => Some([None, None, None]),
+        None => None,
     };
     if let Some([succeeded, failed, holds]) = limits {
         for (what, claimed, allowed) in [
