@@ -4698,10 +4698,34 @@ async fn erasure_requests_follow_the_cli_contract() {
         }
         run(&args)
     };
+    // Work of a handler neither this policy nor a live peer registers,
+    // queued two hours ago, is dead-lettered by the same pass.
+    sqlx::raw_sql(
+        "INSERT INTO retention.sweep_run (run_id, kind, trigger, dry_run, status, logical_now, started_at, settled_at)
+         VALUES ('00000000-0000-0000-0000-0000000000b1', 'sweep', 'manual', false, 'succeeded', now(), now() - interval '3 hours', now() - interval '3 hours');
+         INSERT INTO retention.sweep_run_row_detail (run_id, retention_entity_id, entity_type, record_id, action)
+         VALUES ('00000000-0000-0000-0000-0000000000b1', '00000000-0000-0000-0000-0000000000e1', 'Gone', 'r1', 'purge');
+         INSERT INTO retention.sweep_row_handler_status (row_detail_id, run_id, handler_id, phase, status, created_at)
+         SELECT row_detail_id, run_id, 'crm-forget', 'immediate', 'pending', now() - interval '2 hours'
+         FROM retention.sweep_run_row_detail WHERE record_id = 'r1';",
+    )
+    .execute(db.pool())
+    .await
+    .unwrap();
     let out = maintain(true);
     succeeded(&out);
     let pass = json(&out);
     assert_eq!(pass["erasure_requests_resumed"], 0, "{pass}");
+    assert_eq!(pass["orphaned_work"], 1, "{pass}");
+    assert_eq!(
+        sqlx::query_scalar::<_, String>(
+            "SELECT status FROM retention.sweep_row_handler_status WHERE handler_id = 'crm-forget'"
+        )
+        .fetch_one(db.pool())
+        .await
+        .unwrap(),
+        "dead_lettered"
+    );
     assert_eq!(list(&["--state", "waiting"]), ["SAR-CLI-2"]);
     succeeded(&run(&["holds", "release", &hold_id]));
     let out = maintain(true);
