@@ -218,10 +218,13 @@ pub(crate) fn outcome_rows(result_entities: &[cohort::EntityOutcome]) -> Vec<Vec
             vec![
                 e.entity.clone(),
                 e.category.clone(),
-                // A category in stages shows each stage's position.
-                match e.stage {
-                    Some(n) => format!("{} (stage {n})", e.strategy),
-                    None => e.strategy.to_string(),
+                // A category in stages shows each stage's position; a
+                // paused entity says so (its rows left are not skipped).
+                match (e.stage, e.paused) {
+                    (Some(n), false) => format!("{} (stage {n})", e.strategy),
+                    (Some(n), true) => format!("{} (stage {n}, paused)", e.strategy),
+                    (None, false) => e.strategy.to_string(),
+                    (None, true) => format!("{} (paused)", e.strategy),
                 },
                 e.affected.to_string(),
                 e.held.to_string(),

@@ -595,6 +595,29 @@ async fn a_pause_reaches_every_replica_until_resume() {
         .await
         .unwrap();
     assert_eq!(notes, 100, "no paused row changed");
+    // A pause is counted as a pause, not as skipped rows (issue 55, C2),
+    // in the ledger and in the text of `runs show`, which also has the
+    // swept table's `table:` line (C3).
+    let (skipped, note, run_id): (i64, String, uuid::Uuid) = sqlx::query_as(
+        "SELECT s.skipped_count, s.note, r.run_id FROM retention.sweep_run r
+         JOIN retention.sweep_run_entity_summary s USING (run_id)
+         WHERE r.status = 'paused' AND s.entity_type = 'SessionNote' AND s.paused
+         ORDER BY r.started_at DESC LIMIT 1",
+    )
+    .fetch_one(db.pool())
+    .await
+    .unwrap();
+    assert_eq!(skipped, 0, "{note}");
+    assert!(
+        note.contains("eligible rows left by the pause, not skipped"),
+        "{note}"
+    );
+    let shown = cohort(dir, &["runs", "show", &run_id.to_string()], db.url(), &[]);
+    assert_eq!(shown.status.code(), Some(0), "{}", stderr(&shown));
+    let text = String::from_utf8_lossy(&shown.stdout);
+    assert!(text.contains("(paused)"), "{text}");
+    assert!(text.contains("left by the pause"), "{text}");
+    assert!(text.contains("table: "), "{text}");
     assert_eq!(
         sqlx::query_scalar::<_, i64>(
             "SELECT count(*) FROM retention.sweep_run WHERE status = 'succeeded' AND tenant_id IS NOT NULL"

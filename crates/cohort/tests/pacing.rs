@@ -50,8 +50,14 @@ async fn a_paused_entity_is_skipped_and_reported_paused_until_it_is_resumed() {
     let notes = run.entity("Note").unwrap();
     assert!(notes.paused);
     assert_eq!(notes.affected, 0);
+    // Its eligible rows are left by the pause, not skipped.
+    assert_eq!(notes.skipped, 0, "{notes:?}");
     assert!(
-        notes.note.as_deref().unwrap_or("").contains("paused"),
+        notes
+            .note
+            .as_deref()
+            .unwrap_or("")
+            .contains("paused (cohort pause): 3 eligible rows left by the pause, not skipped"),
         "{notes:?}"
     );
     assert_eq!(

@@ -262,7 +262,10 @@ async fn the_setting_is_refused_without_the_grant_and_noted_without_a_standby() 
         .await
         .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::InvalidInput, "{e}");
-    assert!(e.to_string().contains("GRANT pg_monitor TO \"lag_blind\""), "{e}");
+    assert!(
+        e.to_string().contains("GRANT pg_monitor TO \"lag_blind\""),
+        "{e}"
+    );
     assert!(blind_handle.pacing().await.unwrap().is_empty());
     // Without a lag limit, the role's sweep of tenant B changes rows ...
     let b_notes = format!("SELECT count(*) FROM app.notes WHERE tenant_id = '{TENANT_B}'");
@@ -290,7 +293,9 @@ async fn the_setting_is_refused_without_the_grant_and_noted_without_a_standby() 
     assert_ne!(run.status, RunStatus::Succeeded, "{run:?}");
     assert_eq!(run.failures.len(), 1, "{run:?}");
     assert!(
-        run.failures[0].error.contains("code=replica_lag_unreadable"),
+        run.failures[0]
+            .error
+            .contains("code=replica_lag_unreadable"),
         "{run:?}"
     );
     assert_eq!(run.entities[0].affected, 0);

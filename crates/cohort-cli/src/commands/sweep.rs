@@ -28,7 +28,6 @@ pub(super) fn print_preview(result: &cohort::PreviewResult) {
         outln!("\nfailed: {} ({}): {}", f.entity, f.entity_id, f.error);
     }
     print_notes(&result.entities);
-    print_table_health(&result.entities);
 }
 
 /// One line per entity whose run recorded what it left in its table:
@@ -183,6 +182,7 @@ pub(super) fn print_result(result: &SweepResult) {
         outln!("failed: {} ({}): {}", f.entity, f.entity_id, f.error);
     }
     print_notes(&result.entities);
+    print_table_health(&result.entities);
 }
 
 pub(crate) async fn sweep(

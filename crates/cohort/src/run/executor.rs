@@ -387,16 +387,20 @@ fn take_counts(ctx: &RunCtx<'_>, work: &Work<'_>, c: &Counts, out: &mut EntityOu
     // still eligible (when measured: it includes every row a failing
     // `on_before` set aside, and, past a partition that could not be
     // locked, the rows left with it) or the rows the batches set aside.
-    out.skipped = c.skipped
-        + match (real, c.eligible_measured) {
-            (true, true) => c.eligible,
-            (true, false) => out.skipped,
-            (false, _) => 0,
-        };
+    let left = match (real, c.eligible_measured) {
+        (true, true) => c.eligible,
+        (true, false) => out.skipped,
+        (false, _) => 0,
+    };
+    // A paused entity's eligible rows are left by the pause, not skipped:
+    // they are counted apart, with the pause as their reason.
+    out.skipped = c.skipped + if out.paused { 0 } else { left };
     let kept = super::counts::kept_for_good(ctx.ready, work, out.skipped);
-    let paused = out
-        .paused
-        .then(|| "paused (cohort pause): the rows left go after cohort resume".to_owned());
+    let paused = out.paused.then(|| {
+        format!(
+            "paused (cohort pause): {left} eligible rows left by the pause, not skipped; they go after cohort resume"
+        )
+    });
     let notes: Vec<String> = kept
         .into_iter()
         .chain(paused)

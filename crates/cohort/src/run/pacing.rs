@@ -261,8 +261,7 @@ impl Throttle {
                         if let Some(next) = s.next_start {
                             let left = next.saturating_duration_since(Instant::now());
                             s.next_start = Some(
-                                Instant::now()
-                                    + left.mul_f64(f64::from(was) / f64::from(now)),
+                                Instant::now() + left.mul_f64(f64::from(was) / f64::from(now)),
                             );
                         }
                         s.rate = Some(now);
@@ -301,8 +300,10 @@ impl Throttle {
             Some(true) => return Ok(None),
             Some(false) => (None, false),
             None => {
-                let (role, readable): (String, bool) =
-                    statements::can_read_lag().query_as().fetch_one(conn).await?;
+                let (role, readable): (String, bool) = statements::can_read_lag()
+                    .query_as()
+                    .fetch_one(conn)
+                    .await?;
                 self.state().lag_readable = Some(readable);
                 (Some(role), readable)
             }
@@ -316,7 +317,11 @@ impl Throttle {
             self.entity
         );
         let mut s = self.state();
-        if !s.notes.iter().any(|n| n.starts_with("max_replica_lag applies")) {
+        if !s
+            .notes
+            .iter()
+            .any(|n| n.starts_with("max_replica_lag applies"))
+        {
             s.notes.push(why.clone());
         }
         Ok(Some(why))

@@ -207,6 +207,12 @@ impl<'a> RunRecorder<'a> {
             ),
             Err(Stop::Cancelled) => tracing::warn!(affected, "entity cancelled"),
             Err(Stop::Run(_)) => tracing::error!(affected, "run failed during this entity"),
+            Ok(()) if out.paused => tracing::warn!(
+                affected,
+                skipped,
+                note = out.note.as_deref().unwrap_or_default(),
+                "entity paused (cohort pause): its eligible rows are left until cohort resume"
+            ),
             Ok(()) if skipped > 0 => tracing::warn!(
                 affected,
                 held,
