@@ -286,8 +286,8 @@ enum Command {
         /// Write here (replacing the file whole) instead of stdout.
         #[arg(long, value_name = "FILE")]
         output: Option<PathBuf>,
-        /// Sign the report with this Ed25519 private key (`cohort keys
-        /// generate`): writes FILE.manifest.json and FILE.sig beside it.
+        /// Sign the report with this signing key (PREFIX.key of `cohort
+        /// keys generate`): writes FILE.manifest.json and FILE.sig beside it.
         #[arg(long, value_name = "KEY_FILE", requires = "output")]
         sign: Option<PathBuf>,
         /// Sign even though the ledger's chain does not verify (refused
@@ -760,7 +760,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 }));
             } else {
                 outln!(
-                    "Wrote {} (private: keep it secret) and {} (public: give it to whoever verifies).",
+                    "Wrote {} (the signing key: keep it secret) and {} (its public key: give it to whoever verifies).",
                     private.display(),
                     public.display()
                 );

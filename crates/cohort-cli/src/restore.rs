@@ -66,7 +66,8 @@ pub(crate) async fn replay(
     if json {
         print_json(&serde_json::to_value(&report).expect("the report serialises"));
     } else {
-        let verb = if dry_run { "would be" } else { "were" };
+        // One hold or request a line.
+        let verb = if dry_run { "would be" } else { "was" };
         for h in &report.holds_placed {
             outln!("hold {h} {verb} placed again");
         }

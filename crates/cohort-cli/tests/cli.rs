@@ -4559,6 +4559,8 @@ async fn erasure_requests_follow_the_cli_contract() {
         text.contains("REFERENCE") && text.contains("SAR-CLI-2"),
         "{text}"
     );
+    // The part's reason as the JSON spells it, the entity as declared.
+    assert!(text.contains("CaseContact 1 (held)"), "{text}");
 
     let out = run(&["--json", "erase-requests", "show", "SAR-CLI-2"]);
     succeeded(&out);
@@ -4570,6 +4572,29 @@ async fn erasure_requests_follow_the_cli_contract() {
         .map(|e| e["state"].as_str().unwrap())
         .collect();
     assert_eq!(states, ["open", "in_progress", "waiting"]);
+    // Run again, in text: the waiting part says what it waits for.
+    let out = cli::cohort_with_env(
+        dir,
+        &[
+            "erase",
+            "--tenant",
+            tenant,
+            "--subject",
+            &two,
+            "--now",
+            NOW,
+            "--reference",
+            "SAR-CLI-2",
+        ],
+        url,
+        &key,
+    );
+    succeeded(&out);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("waiting: CaseContact 1 row(s): under a hold"),
+        "{said}"
+    );
 
     let out = run(&[
         "--json",
@@ -4879,11 +4904,22 @@ async fn restore_check_replay_and_the_worker_follow_the_cli_contract() {
         serde_json::json!(["SAR-R1"])
     );
     assert_eq!(anonymised(restored.pool().clone()).await, 0);
-    let done = on(restored.url(), &["--json", "replay"]);
+    let dry = on(restored.url(), &["replay", "--dry-run"]);
+    assert_eq!(dry.status.code(), Some(1));
+    let said = String::from_utf8_lossy(&dry.stdout);
+    assert!(
+        said.contains("erasure request SAR-R1 would be restored from the journal"),
+        "{said}"
+    );
+    // One request a line: "was", never "were" (issue 55, A3 and E5).
+    let done = on(restored.url(), &["replay"]);
     succeeded(&done);
-    assert_eq!(
-        json(&done)["requests_run"],
-        serde_json::json!([["SAR-R1", "completed"]])
+    let said = String::from_utf8_lossy(&done.stdout);
+    assert!(
+        said.contains("erasure request SAR-R1 was restored from the journal\n")
+            && said.contains("erasure request SAR-R1 was run again: completed\n")
+            && !said.contains("were"),
+        "{said}"
     );
     assert_eq!(anonymised(restored.pool().clone()).await, 1);
     succeeded(&on(restored.url(), &["restore-check"]));

@@ -1791,7 +1791,7 @@ async fn the_auditors_steps_in_the_guide_run_as_written() {
         .collect();
     assert_eq!(blocks.len(), 4, "{blocks:?}");
     assert!(blocks[0].contains("cohort keys generate"), "{}", blocks[0]);
-    assert!(blocks[1].contains("--sign auditor.key"), "{}", blocks[1]);
+    assert!(blocks[1].contains("--sign signing.key"), "{}", blocks[1]);
     let operator = format!("set -e\n{}{}", blocks[0], blocks[1]);
     let auditor = format!("set -e\n{}{}", blocks[2], blocks[3]);
     assert!(auditor.contains("cohort verify --report"), "{auditor}");
@@ -1844,7 +1844,7 @@ async fn the_auditors_steps_in_the_guide_run_as_written() {
         "q1.html",
         "q1.html.sig",
         "q1.html.manifest.json",
-        "auditor.pub",
+        "signing.pub",
     ] {
         std::fs::copy(d.join(f), a.join(f)).unwrap_or_else(|e| panic!("{f}: {e}"));
     }
@@ -2042,4 +2042,26 @@ async fn a_signed_report_is_bound_to_its_name_period_and_tenant_and_a_broken_cha
     );
     assert_eq!(empty.status.code(), Some(0));
     assert!(String::from_utf8_lossy(&empty.stderr).contains("no run settled"));
+    // Written to a file, stdout says what the file holds (issue 55, B2).
+    let file = d.join("empty.html");
+    let empty = cohort(
+        d,
+        &[
+            "report",
+            "--from",
+            "2020-01-01",
+            "--to",
+            "2020-01-31",
+            "--output",
+            file.to_str().unwrap(),
+        ],
+        url,
+    );
+    assert_eq!(empty.status.code(), Some(0));
+    let said = String::from_utf8_lossy(&empty.stdout);
+    assert!(
+        said.contains("empty.html (html, 2020-01-01 to 2020-01-31, all tenants): no run settled in the period"),
+        "{said}"
+    );
+    assert!(file.exists());
 }

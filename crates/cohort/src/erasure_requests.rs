@@ -173,6 +173,35 @@ pub enum PartReason {
     Referenced,
 }
 
+impl PartReason {
+    /// The reason as the JSON spells it (`held`, `legal_minimum`,
+    /// `null_anchor`, `referenced`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PartReason::Held => "held",
+            PartReason::LegalMinimum => "legal_minimum",
+            PartReason::NullAnchor => "null_anchor",
+            PartReason::Referenced => "referenced",
+        }
+    }
+
+    /// What it means, for people: what the part waits for.
+    pub fn describe(self) -> &'static str {
+        match self {
+            PartReason::Held => "under a hold (goes when it is released or expires)",
+            PartReason::LegalMinimum => "kept by the legal minimum",
+            PartReason::NullAnchor => "no anchor while a legal minimum applies (someone must look)",
+            PartReason::Referenced => "still referenced by other rows (someone must look)",
+        }
+    }
+}
+
+impl std::fmt::Display for PartReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// A part of a request that was kept.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[non_exhaustive]

@@ -126,7 +126,7 @@ fn waiting(r: &RequestRecord) -> String {
                 .until
                 .map(|t| format!(" until {}", t.format("%Y-%m-%d")))
                 .unwrap_or_default();
-            format!("{} {} ({:?}{until})", p.entity, p.rows, p.reason).to_lowercase()
+            format!("{} {} ({}{until})", p.entity, p.rows, p.reason)
         })
         .collect::<Vec<_>>()
         .join("; ")
@@ -147,10 +147,10 @@ pub(super) fn print_request(r: &RequestRecord) {
             .map(|t| format!(", can go from {}", t.to_rfc3339()))
             .unwrap_or_default();
         outln!(
-            "  waiting: {} {} row(s): {:?}{until}",
+            "  waiting: {} {} row(s): {}{until}",
             p.entity,
             p.rows,
-            p.reason
+            p.reason.describe()
         );
     }
     if let Some(e) = &r.error {

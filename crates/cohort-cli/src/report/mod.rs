@@ -23,6 +23,17 @@ pub(crate) enum Format {
     Json,
 }
 
+impl Format {
+    /// The format's name, as the manifest and `--format` spell it.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Format::Html => "html",
+            Format::Csv => "csv",
+            Format::Json => "json",
+        }
+    }
+}
+
 /// What `cohort report` was asked for.
 pub(crate) struct Args<'a> {
     pub(crate) from: &'a str,
@@ -87,17 +98,14 @@ pub(crate) async fn run(cohort: &Cohort, args: Args<'_>) -> Result<(), Failure> 
                 }
             }
             write_file(path, &bytes)?;
+            let signed = args.sign.is_some();
             if let Some((key, policy)) = args.sign {
                 let queue = cohort.queue_depth().await?;
                 crate::evidence::sign(&crate::evidence::Signing {
                     evidence: args.evidence,
                     queue,
                     report: &report,
-                    format: match args.format {
-                        Format::Html => "html",
-                        Format::Csv => "csv",
-                        Format::Json => "json",
-                    },
+                    format: args.format.name(),
                     path,
                     bytes: &bytes,
                     policy,
@@ -105,6 +113,35 @@ pub(crate) async fn run(cohort: &Cohort, args: Args<'_>) -> Result<(), Failure> 
                     broken_chain: report.chain.as_ref().is_some_and(|c| !c.verified),
                 })?;
             }
+            // The file went where it was asked: say what it holds, so a
+            // period with nothing in it is never mistaken for a full one.
+            let said = format!(
+                "Wrote {} ({}, {} to {}, {}): {}{}.",
+                path.display(),
+                args.format.name(),
+                report.from,
+                report.to,
+                report
+                    .tenant
+                    .as_deref()
+                    .map(|t| format!("tenant {t}"))
+                    .unwrap_or_else(|| "all tenants".into()),
+                if runs == 0 {
+                    "no run settled in the period: it attests that nothing was removed, and nothing more".to_owned()
+                } else {
+                    format!(
+                        "{} sweep run(s) and {} erasure request(s)",
+                        report.entities.iter().map(|e| e.runs.runs).sum::<u64>(),
+                        report.erasures.requests
+                    )
+                },
+                if signed {
+                    format!("; signed: {0}.manifest.json, {0}.sig", path.display())
+                } else {
+                    String::new()
+                }
+            );
+            outln!("{said}");
             Ok(())
         }
         None => {
