@@ -17,7 +17,7 @@ use cohort::erasure::{ErasureRequest, ErasureScope};
 use cohort::guarded::{Guarded, GuardedDeletion};
 use cohort::holds::HoldRequest;
 use cohort::policy::PolicyFile;
-use cohort::{Cohort, Error, SweepRequest};
+use cohort::{Cohort, Error, PreviewRequest, SweepRequest};
 use cohort_pgtemp::TestDatabase;
 use support::*;
 use uuid::Uuid;
@@ -1022,9 +1022,27 @@ async fn log_ids(pool: &sqlx::PgPool) -> BTreeSet<i64> {
 async fn a_partition_of_several_tenants_goes_only_when_every_tenants_rows_in_it_are_due() {
     // Every tenant on 30 days: A's pass drops January to April whole,
     // B's rows with them; a held B row keeps April with it alone.
+    // An empty partition before them all (issue 55, D3: noted once as
+    // empty, never as rows of every tenant).
     let db = migrated_db().await;
-    exec(db.pool(), &multi_tenant_log("")).await;
+    exec(
+        db.pool(),
+        &multi_tenant_log(
+            "CREATE TABLE app.audit_log_2025_12 PARTITION OF app.audit_log FOR VALUES FROM ('2025-12-01Z') TO ('2026-01-01Z');",
+        ),
+    )
+    .await;
     let cohort = build(&db, &multi_tenant_policy(false)).await.unwrap();
+    // The preview names the partitions a sweep would drop.
+    let preview = cohort
+        .preview(PreviewRequest::tenanted(TENANT_A, now()))
+        .await
+        .unwrap();
+    let note = preview.entities[0].note.clone().unwrap_or_default();
+    assert!(
+        note.contains("5 partition(s) wholly before the cutoff would be dropped whole: app.audit_log_2025_12, app.audit_log_2026_01, app.audit_log_2026_02, app.audit_log_2026_03, app.audit_log_2026_04"),
+        "{note}"
+    );
     cohort
         .create_hold(
             HoldRequest::new(log_entity(), r#"[452, "2026-04-02T00:00:00Z"]"#, "audit")
@@ -1056,7 +1074,13 @@ async fn a_partition_of_several_tenants_goes_only_when_every_tenants_rows_in_it_
     assert_eq!(log_ids(db.pool()).await, left);
     let note = e.note.clone().unwrap_or_default();
     assert!(
-        note.contains("audit_log_2026_01 dropped") && note.contains(TENANT_B),
+        note.contains("partition app.audit_log_2026_01 dropped whole with 8 rows, each due under its own tenant's rule")
+            && note.contains(&format!("{TENANT_B} (4 rows)")),
+        "{note}"
+    );
+    assert!(
+        note.contains("1 empty partition(s) dropped (no row in them): app.audit_log_2025_12")
+            && !note.contains(": ;"),
         "{note}"
     );
     // Each row gone has its detail, with its own tenant.

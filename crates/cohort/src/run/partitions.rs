@@ -81,6 +81,45 @@ pub(crate) fn applies(ctx: &RunCtx<'_>, work: &Work<'_>) -> bool {
         && ctx.cx.handlers.get(&e.id).is_none_or(|h| h.is_empty())
 }
 
+/// What a preview says of the partitions a sweep would drop for this
+/// work (the same conditions as [`applies`], for a sweep that is not a dry
+/// run): `None` when partition purge would not apply or no partition has
+/// expired. Reads the catalog only.
+pub(crate) async fn preview_note(
+    cx: &crate::context::Context,
+    conn: &mut PgConnection,
+    work: &Work<'_>,
+    tenant_pass: bool,
+) -> Result<Option<String>, sqlx::Error> {
+    let e = work.entity;
+    let would = e.partitions == crate::model::Partitions::Drop
+        && work.rule.strategy() == Strategy::Purge
+        && e.tenant.is_some() == tenant_pass
+        && work.stage.is_none()
+        && cx.handlers.get(&e.id).is_none_or(|h| h.is_empty());
+    let Some(cutoff) = work.cutoff.filter(|_| would) else {
+        return Ok(None);
+    };
+    let expired = expired_partitions(conn, &e.table, cutoff).await?;
+    if expired.is_empty() {
+        return Ok(None);
+    }
+    let names: Vec<String> = expired
+        .iter()
+        .map(|p| p.table.display_plain().to_string())
+        .collect();
+    Ok(Some(format!(
+        "partitions = \"drop\": {} partition(s) wholly before the cutoff would be dropped whole: {} (one with a held row stays, and its other rows are purged{})",
+        names.len(),
+        names.join(", "),
+        if e.tenant.is_some() {
+            "; one holding rows a tenant's rule keeps stays, and its due rows go by the row path"
+        } else {
+            ""
+        }
+    )))
+}
+
 /// Drops every expired partition without a held row, and purges the other
 /// rows of those with one; returns what the row path must still do. Rows
 /// purged are added to `out.affected`.
@@ -97,6 +136,8 @@ pub(crate) async fn drop_expired(
         .await
         .map_err(stop_from)?;
     let mut cutoffs = TenantCutoffs::default();
+    // Empty partitions dropped are named once, together.
+    let mut empty: Vec<String> = Vec::new();
     for partition in expired {
         if ctx.spec.cancel.is_cancelled() {
             return Err(Stop::Cancelled);
@@ -123,11 +164,13 @@ pub(crate) async fn drop_expired(
         out.affected += n;
         crate::telemetry::rows(&e.name, Strategy::Purge, "affected", n);
         tracing::info!(entity = %e.name, partition = %partition.table.display_plain(), rows = n, tenants = tenants.as_deref().unwrap_or("-"), "expired partition purged");
-        if let Some(tenants) = tenants {
-            out.partition_notes.push(format!(
-                "partition {} dropped with its rows of every tenant: {tenants}",
+        match tenants {
+            Some(_) if n == 0 => empty.push(partition.table.display_plain().to_string()),
+            Some(tenants) => out.partition_notes.push(format!(
+                "partition {} dropped whole with {n} rows, each due under its own tenant's rule: {tenants}",
                 partition.table.display_plain()
-            ));
+            )),
+            None => {}
         }
         ctx.cx.observers.emit(AuditEvent::EntityProgress {
             run_id: ctx.run_id,
@@ -136,6 +179,13 @@ pub(crate) async fn drop_expired(
             batch: n,
             total: out.affected,
         });
+    }
+    if !empty.is_empty() {
+        out.partition_notes.push(format!(
+            "{} empty partition(s) dropped (no row in them): {}",
+            empty.len(),
+            empty.join(", ")
+        ));
     }
     Ok(RowPath::UpToCutoff)
 }

@@ -231,7 +231,14 @@ pub(crate) async fn preview(cx: &Context, req: PreviewRequest) -> Result<Preview
             o.held_by_subject = c.held_by_subject;
             o.null_anchor = c.null_anchor;
             o.skipped = c.skipped;
-            o.note = kept_for_good(&ready, &work, o.skipped);
+            let partitions =
+                super::partitions::preview_note(cx, &mut conn, &work, result.tenant.is_some())
+                    .await?;
+            let notes: Vec<String> = kept_for_good(&ready, &work, o.skipped)
+                .into_iter()
+                .chain(partitions)
+                .collect();
+            o.note = (!notes.is_empty()).then(|| notes.join("; "));
             o.kept_by_legal_min = c.kept_by_legal_min;
             if !work.rule.strategy().mutates() {
                 o.kept_by_policy = c.eligible;
