@@ -4779,7 +4779,7 @@ async fn erasure_requests_follow_the_cli_contract() {
 /// `[journal]`, `restore-check`, `replay` and the worker's refusal, as
 /// users script them: a database that lost an erasure the journal holds
 /// (a copy of the data from before it, standing for a restored backup; the
-/// real point-in-time recovery is `cohort/tests/restore.rs`).
+/// real point-in-time recovery is `cohort/tests/engine/restore.rs`).
 #[tokio::test]
 async fn restore_check_replay_and_the_worker_follow_the_cli_contract() {
     let (db, dir) = setup().await;

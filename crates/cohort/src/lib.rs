@@ -77,7 +77,7 @@ pub mod __private {
 }
 
 /// The guide's pages in `docs/`, their Rust examples compiled as doctests
-/// (every page: `crates/cohort/tests/docs.rs` checks that none is missing).
+/// (every page: `crates/cohort/tests/engine/docs.rs` checks that none is missing).
 #[cfg(doctest)]
 mod guide {
     #[doc = include_str!("../../../docs/README.md")]

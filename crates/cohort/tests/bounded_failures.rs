@@ -8,6 +8,7 @@
 //! batch's rows only (run/batches.rs carries nothing but a cursor from one
 //! batch to the next).
 
+#[path = "engine/support/mod.rs"]
 mod support;
 
 use std::sync::atomic::{AtomicU64, Ordering};

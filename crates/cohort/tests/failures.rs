@@ -2,6 +2,7 @@
 //! observers and sanitised diagnostics.
 #![allow(clippy::type_complexity)] // tuple rows read back from SQL
 
+#[path = "engine/support/mod.rs"]
 mod support;
 
 use std::sync::{Arc, Mutex};

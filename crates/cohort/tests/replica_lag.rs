@@ -10,6 +10,7 @@
 //! primary's unix socket; its replay is paused with
 //! `pg_wal_replay_pause()`, so its lag grows for real.
 
+#[path = "engine/support/mod.rs"]
 mod support;
 
 use std::time::{Duration, Instant};

@@ -2,6 +2,7 @@
 //! run, entity, batch and delivery with the SPEC's fields, events at the
 //! right levels, and no row value anywhere.
 
+#[path = "engine/support/mod.rs"]
 mod support;
 
 use cohort::handlers::{
