@@ -4,7 +4,7 @@
 #[path = "support/cli.rs"]
 mod cli;
 
-#[path = "../../cohort/tests/support/wait.rs"]
+#[path = "../../cohort/tests/engine/support/wait.rs"]
 mod wait;
 
 use cli::cohort;

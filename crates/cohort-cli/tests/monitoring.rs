@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-#[path = "../../cohort/tests/support/wait.rs"]
+#[path = "../../cohort/tests/engine/support/wait.rs"]
 mod wait;
 use wait::wait_until;
 

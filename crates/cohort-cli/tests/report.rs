@@ -1980,6 +1980,45 @@ async fn a_signed_report_is_bound_to_its_name_period_and_tenant_and_a_broken_cha
     let err = String::from_utf8_lossy(&presented.stderr);
     assert!(err.contains("of q2.json, not q1.json"), "{err}");
 
+    // A tenant's report: --tenant in any spelling of that tenant holds
+    // (braced, upper case), another tenant does not.
+    let of_a = d.join("q1-a.json");
+    let out = cohort(
+        d,
+        &[
+            "report",
+            "--from",
+            "2026-01-01",
+            "--to",
+            "2026-03-31",
+            "--tenant",
+            A,
+            "--format",
+            "json",
+            "--output",
+            of_a.to_str().unwrap(),
+            "--sign",
+            private.to_str().unwrap(),
+        ],
+        url,
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let braced = format!("{{{}}}", A.to_uppercase());
+    let same = verify(&of_a, &["--tenant", &braced]);
+    assert_eq!(
+        same.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&same.stderr)
+    );
+    let other = verify(&of_a, &["--tenant", B]);
+    assert_eq!(other.status.code(), Some(1));
+
     // A broken chain: not signed (exit 1, nothing written) unless asked,
     // and then the manifest says so and verify repeats it.
     sqlx::query(

@@ -12,7 +12,7 @@ use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-#[path = "../../cohort/tests/support/wait.rs"]
+#[path = "../../cohort/tests/engine/support/wait.rs"]
 mod wait;
 use wait::{wait_until, wait_until_blocking};
 
