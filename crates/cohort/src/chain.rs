@@ -21,7 +21,6 @@
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
 /// The `prev` of the first link: 64 zeros.
@@ -82,7 +81,7 @@ impl LinkKind {
 
 /// The hex SHA-256 of a record's canonical text.
 pub fn digest(record: &str) -> String {
-    hex::encode(Sha256::digest(record.as_bytes()))
+    crate::digest::sha256_hex(&[record.as_bytes()])
 }
 
 /// The hash of link `link_id` (see the module's formula).
@@ -95,7 +94,7 @@ pub fn link_hash(
 ) -> String {
     let subject = subject.map(|s| s.to_string()).unwrap_or_default();
     let text = format!("{prev}\n{link_id}\n{}\n{subject}\n{digest}", kind.as_str());
-    hex::encode(Sha256::digest(text.as_bytes()))
+    crate::digest::sha256_hex(&[text.as_bytes()])
 }
 
 /// The hash of a keyed link (one with a MAC, written under the ledger's
@@ -115,7 +114,7 @@ pub fn keyed_link_hash(
         "{prev}\n{link_id}\n{}\n{subject}\n{digest}\n{linked_at}",
         kind.as_str()
     );
-    hex::encode(Sha256::digest(text.as_bytes()))
+    crate::digest::sha256_hex(&[text.as_bytes()])
 }
 
 /// The environment variable that holds the ledger's key.
@@ -150,12 +149,7 @@ impl LedgerKey {
     }
 
     fn hmac(&self, context: &str, text: &str) -> String {
-        use hmac::{KeyInit, Mac};
-        let mut mac = hmac::Hmac::<Sha256>::new_from_slice(&self.0).expect("any key length");
-        mac.update(context.as_bytes());
-        mac.update(b"\n");
-        mac.update(text.as_bytes());
-        hex::encode(mac.finalize().into_bytes())
+        crate::digest::hmac_hex(&self.0, &[context.as_bytes(), b"\n", text.as_bytes()])
     }
 
     /// The key's public name (16 hexadecimal characters of a MAC over a
@@ -182,7 +176,7 @@ pub struct KeyRecord {
 /// A text a link must not keep (a hold's reason, a subject's identifier)
 /// as a digest salted with the hold's id: `verify` still sees it change.
 pub fn salted(hold_id: Uuid, text: &str) -> String {
-    hex::encode(Sha256::digest(format!("{hold_id}\n{text}").as_bytes()))
+    crate::digest::sha256_hex(&[hold_id.to_string().as_bytes(), b"\n", text.as_bytes()])
 }
 
 /// A time as the chain writes it: microseconds since the Unix epoch.
@@ -658,6 +652,7 @@ mod tests {
         assert_eq!(d.len(), 64);
         let l = link_hash(GENESIS, 1, LinkKind::Start, None, &d);
         let text = format!("{GENESIS}\n1\nstart\n\n{d}");
+        use sha2::{Digest, Sha256};
         assert_eq!(l, hex::encode(Sha256::digest(text.as_bytes())));
         assert_ne!(l, link_hash(GENESIS, 2, LinkKind::Start, None, &d));
     }

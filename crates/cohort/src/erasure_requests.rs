@@ -357,7 +357,6 @@ pub struct ResumeReport {
 /// it: a uuid in its lowercase hyphenated form, an integer in decimal,
 /// other text exactly as given (text subject columns compare exactly).
 pub(crate) fn subject_hash(key: &[u8], subject: &str) -> String {
-    use hmac::{KeyInit, Mac};
     let canonical = match (
         Uuid::parse_str(subject.trim()),
         subject.trim().parse::<i64>(),
@@ -366,14 +365,7 @@ pub(crate) fn subject_hash(key: &[u8], subject: &str) -> String {
         (_, Ok(n)) => n.to_string(),
         _ => subject.to_owned(),
     };
-    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(key).expect("any key length");
-    mac.update(b"cohort erasure subject:");
-    mac.update(canonical.as_bytes());
-    mac.finalize()
-        .into_bytes()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    crate::digest::hmac_hex(key, &[b"cohort erasure subject:", canonical.as_bytes()])
 }
 
 #[cfg(test)]

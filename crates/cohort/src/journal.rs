@@ -25,7 +25,6 @@ use std::path::PathBuf;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
 use crate::error::{Error, Problems, Result};
@@ -80,11 +79,7 @@ impl JournalKey {
     /// of a SHA-256 over it), written on every entry: a journal written
     /// with another key is named as such instead of failing to open.
     pub fn id(&self) -> String {
-        let digest = Sha256::new()
-            .chain_update(b"cohort journal key id:")
-            .chain_update(self.0)
-            .finalize();
-        hex::encode(&digest[..8])
+        crate::digest::sha256_hex(&[b"cohort journal key id:", &self.0])[..16].to_owned()
     }
 
     /// The MAC of an entry's hash: HMAC-SHA256 under this key, apart
@@ -93,11 +88,7 @@ impl JournalKey {
     /// record of the journal names that), but cannot add, change or move
     /// one.
     pub(crate) fn mac(&self, hash: &str) -> String {
-        use hmac::{KeyInit, Mac};
-        let mut mac = hmac::Hmac::<Sha256>::new_from_slice(&self.0).expect("any key length");
-        mac.update(b"cohort journal entry\n");
-        mac.update(hash.as_bytes());
-        hex::encode(mac.finalize().into_bytes())
+        crate::digest::hmac_hex(&self.0, &[b"cohort journal entry\n", hash.as_bytes()])
     }
 
     /// Seals `plain`, bound to `context` (its entry and field).
@@ -439,13 +430,7 @@ impl Entry {
             chain: &self.chain,
         })
         .expect("an entry serialises");
-        hex::encode(
-            Sha256::new()
-                .chain_update(self.prev.as_bytes())
-                .chain_update(b"\n")
-                .chain_update(&body)
-                .finalize(),
-        )
+        crate::digest::sha256_hex(&[self.prev.as_bytes(), b"\n", &body])
     }
 
     /// The entry as one line of JSON (no newline).

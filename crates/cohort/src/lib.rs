@@ -7,6 +7,7 @@ pub mod config;
 mod context;
 mod dead_letters;
 mod diagnostic;
+mod digest;
 pub mod observer;
 pub mod peers;
 

@@ -17,7 +17,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use chrono::{DateTime, Utc};
-use sha2::Digest;
 use uuid::Uuid;
 
 use crate::context::{Context, Prepared};
@@ -93,8 +92,7 @@ pub(crate) fn fingerprint(cx: &Context, prepared: &Prepared) -> String {
         })
         .collect();
     entities.sort();
-    let digest = sha2::Sha256::digest(entities.join("\n").as_bytes());
-    digest.iter().take(8).map(|b| format!("{b:02x}")).collect()
+    crate::digest::sha256_hex(&[entities.join("\n").as_bytes()])[..16].to_owned()
 }
 
 /// A `retention_peer` row as read.

@@ -76,7 +76,7 @@ impl HmacPads {
         use sha2::Digest;
         let inner = sha2::Sha256::digest([&self.inner[..], message].concat());
         let outer = sha2::Sha256::digest([&self.outer[..], &inner[..]].concat());
-        outer.iter().map(|b| format!("{b:02x}")).collect()
+        hex::encode(outer)
     }
 
     /// The `hash` anonymiser for this key: NULL stays NULL.

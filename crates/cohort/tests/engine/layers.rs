@@ -19,7 +19,15 @@ use std::path::{Path, PathBuf};
 const LAYERS: &[(&str, &[&str])] = &[
     (
         "leaves",
-        &["ident", "error", "cancel", "diagnostic", "locks", "suggest"],
+        &[
+            "ident",
+            "error",
+            "cancel",
+            "diagnostic",
+            "digest",
+            "locks",
+            "suggest",
+        ],
     ),
     (
         "domain (no database)",

@@ -348,15 +348,7 @@ fn classify(e: &ureq::Error) -> &'static str {
 
 /// The `v1` signature: hex HMAC-SHA256 of `"<t>.<body>"` under `secret`.
 pub(crate) fn sign(secret: &[u8], t: i64, body: &[u8]) -> String {
-    use hmac::{KeyInit, Mac};
-    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(secret).expect("any key length");
-    mac.update(format!("{t}.").as_bytes());
-    mac.update(body);
-    mac.finalize()
-        .into_bytes()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    crate::digest::hmac_hex(secret, &[format!("{t}.").as_bytes(), body])
 }
 
 #[cfg(test)]
