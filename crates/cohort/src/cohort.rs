@@ -704,10 +704,11 @@ impl Cohort {
         let mut conn = self.cx.pool.acquire().await?;
         let installed = crate::schema::installed_version(&mut conn, &self.cx.config.schema).await?;
         match installed {
-            Some(v) if v >= 19 => Ok(()),
+            Some(v) if v >= crate::sql::tables::CHAIN_SINCE_VERSION => Ok(()),
             Some(v) => Err(crate::error::Error::InvalidInput(format!(
-                "the ledger in schema {:?} is at version {v}; its hash chain starts at version 19: run `cohort migrate`",
-                self.cx.config.schema
+                "the ledger in schema {:?} is at version {v}; its hash chain starts at version {}: run `cohort migrate`",
+                self.cx.config.schema,
+                crate::sql::tables::CHAIN_SINCE_VERSION
             ))),
             None => Err(crate::error::Error::InvalidInput(format!(
                 "no Cohort ledger in schema {:?}: run `cohort migrate`",

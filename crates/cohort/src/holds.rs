@@ -24,7 +24,7 @@
 //! hold's lock statement is either re-checked after the hold commits or
 //! changed by a batch the hold waited for. And every batch finds holds
 //! written while it ran through `written_xid`, stamped by a trigger that
-//! fires for every writer and is checked at startup (see `sql::fused`).
+//! fires for every writer and is checked at startup (see `sql::sweep::fused`).
 
 use chrono::{DateTime, TimeZone, Utc};
 use sqlx::postgres::PgRow;

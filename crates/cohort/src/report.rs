@@ -871,7 +871,7 @@ async fn chain_evidence(cx: &Context, window: &Window) -> Result<Option<ChainEvi
     let mut conn = cx.pool.acquire().await?;
     let installed = crate::schema::installed_version(&mut conn, &cx.config.schema).await?;
     drop(conn);
-    if installed.is_none_or(|v| v < 19) {
+    if installed.is_none_or(|v| v < crate::sql::tables::CHAIN_SINCE_VERSION) {
         return Ok(None);
     }
     let walked = crate::verify::verify(cx, None, true).await?;

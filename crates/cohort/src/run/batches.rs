@@ -496,7 +496,7 @@ async fn lock_batch(
         until: l.lane.until.as_ref(),
     };
     // One statement locks and changes the batch when nothing is read
-    // into the process (see `sql::fused`).
+    // into the process (see `sql::sweep::fused`).
     let fused = match l.handlers {
         None => statements.fused_batch(&bounds, &l.change, l.audit()),
         Some(_) => None,

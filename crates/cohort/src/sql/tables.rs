@@ -8,6 +8,10 @@ use crate::ident::QualifiedName;
 /// `sweep_run` as the table comment `cohort schema version N`.
 pub const SCHEMA_VERSION: u32 = 20;
 
+/// The schema version the ledger's hash chain starts at (migration 19):
+/// `verify`, `report` and the chain's operations need at least it.
+pub(crate) const CHAIN_SINCE_VERSION: u32 = 19;
+
 /// The prefix of the version comment on `sweep_run`.
 pub(crate) const VERSION_COMMENT_PREFIX: &str = "cohort schema version ";
 
