@@ -2,15 +2,19 @@
 //!
 //! Server-rendered HTML (maud templates compiled into the binary; no
 //! JavaScript at all): recent runs, one run's per-entity outcomes and
-//! failures, active holds, the handler queue and dead letters, the live and
-//! effective settings. The runs page's header says whether retention keeps
+//! failures, active holds, the handler queue and dead letters, and the
+//! settings page: every live setting (configuration, database, effective),
+//! the live pacing (pauses first) beside the configured, and whether the
+//! database lacks what the journal holds (the last restore check, reused
+//! for a few minutes). The runs page's header says whether retention keeps
 //! up: the last successful runs and the next occurrence (the ledger, the
 //! schedule), each entity's backlog (one indexed read of each retained
 //! table: the role needs SELECT on them for it, and without it the header
 //! says so) and rows per day per category as an inline SVG. It only reads
 //! (the ledger, the queue, the settings, the retained tables' oldest
-//! eligible anchors), and shows nothing personal beyond record ids: no row
-//! values, no hold reasons (free text that may name people), no secrets.
+//! eligible anchors, the journal), and shows nothing personal beyond record
+//! ids and request references: no row values, no hold reasons (free text
+//! that may name people), no secrets.
 //!
 //! Access: it listens on loopback unless told otherwise. On any other
 //! address it refuses to start without `COHORT_SERVE_TOKEN`; when the token
@@ -47,12 +51,22 @@ const CSP: &str = "default-src 'none'; style-src 'self'; img-src 'self'; base-ur
 /// operators costs one such read per interval, not one per load.
 const BACKLOG_REUSE: std::time::Duration = std::time::Duration::from_secs(30);
 
+/// How long the settings page reuses a restore check. The check reads the
+/// whole journal (every entry hashed, its MAC checked; from another server
+/// when the journal is a database) and every request's and hold's state:
+/// a cost that grows with the journal, too much for every load, and a gap
+/// it finds lasts until someone replays.
+const RESTORE_CHECK_REUSE: std::time::Duration =
+    std::time::Duration::from_secs(pages::RESTORE_CHECK_MINUTES * 60);
+
 struct Console {
     cohort: Cohort,
     token: Option<String>,
     /// The last backlog read. Behind an async mutex so that concurrent
     /// loads wait for one read instead of each starting its own.
     backlog: tokio::sync::Mutex<Option<BacklogRead>>,
+    /// The last restore check, and when it ran (the same way).
+    restore: tokio::sync::Mutex<Option<(std::time::Instant, pages::Journal)>>,
 }
 
 /// One backlog read and when it happened.
@@ -92,6 +106,7 @@ pub(crate) async fn serve(
         cohort,
         token,
         backlog: tokio::sync::Mutex::new(None),
+        restore: tokio::sync::Mutex::new(None),
     }));
     tracing::info!(%bound, token_required = protected, "console at http://{bound}/ (read-only; stop with SIGINT or SIGTERM)");
     axum::serve(listener, app)
@@ -378,17 +393,64 @@ async fn queue(State(c): State<Arc<Console>>, Query(q): Query<Limit>) -> Respons
     }
 }
 
+/// Everything `cohort settings show` prints, the journal's state, the
+/// peers and the configuration.
 async fn settings(State(c): State<Arc<Console>>) -> Response {
-    let peers = match c.cohort.peers().await {
-        Ok(peers) => peers,
+    let cohort = &c.cohort;
+    let read = async {
+        let peers = cohort.peers().await?;
+        let live = cohort.settings().await?;
+        let pacing = cohort.pacing().await?;
+        let model = cohort.ready().await?;
+        Ok::<_, Error>((peers, live, pacing, model))
+    };
+    let (peers, live, pacing, model) = match read.await {
+        Ok(read) => read,
         Err(e) => return failed(e),
     };
-    match c.cohort.settings().await {
-        Ok(live) => {
-            Html(pages::settings(&live, c.cohort.config(), &peers).into_string()).into_response()
-        }
-        Err(e) => failed(e),
+    let restore = journal(&c).await;
+    let page = pages::SettingsPage {
+        live: &live,
+        pacing: &pacing,
+        config: cohort.config(),
+        model: &model,
+        journal: &restore,
+        peers: &peers,
+    };
+    Html(pages::settings(&page).into_string()).into_response()
+}
+
+/// The journal's state: the last restore check, run again only when it is
+/// older than [`RESTORE_CHECK_REUSE`]. A check that cannot run (no key in
+/// the console's environment, a broken chain, a journal out of reach) is
+/// shown with why; a failed read of this database is logged, shown as
+/// such, and tried again at the next load.
+async fn journal(c: &Console) -> pages::Journal {
+    if !c.cohort.has_journal() {
+        return pages::Journal::NotConfigured;
     }
+    let mut last = c.restore.lock().await;
+    if let Some((_, journal)) = last
+        .as_ref()
+        .filter(|(taken, _)| taken.elapsed() < RESTORE_CHECK_REUSE)
+    {
+        return journal.clone();
+    }
+    let at = chrono::Utc::now();
+    let (check, retry) = match c.cohort.restore_check().await {
+        Ok(check) => (Ok(Box::new(check)), false),
+        Err(Error::Database(e)) => {
+            tracing::error!(error = %e, "the console's restore check could not read the database");
+            (
+                Err("the database could not be read for the check; see the console's log".into()),
+                true,
+            )
+        }
+        Err(e) => (Err(e.to_string()), false),
+    };
+    let journal = pages::Journal::Checked { at, check };
+    *last = (!retry).then(|| (std::time::Instant::now(), journal.clone()));
+    journal
 }
 
 async fn style() -> impl IntoResponse {

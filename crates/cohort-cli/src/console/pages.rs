@@ -5,7 +5,8 @@ use chrono::{DateTime, Utc};
 use cohort::handlers::DeadLetter;
 use cohort::history::{CategoryDay, RunRecord};
 use cohort::holds::Hold;
-use cohort::settings::{LiveSettings, SettingValue};
+use cohort::restore::RestoreCheck;
+use cohort::settings::{LivePacing, LiveSettings, Setting, SettingValue};
 use cohort::telemetry::{EntityBacklog, LastSuccess, QueueDepth};
 use cohort::validate::ValidatedModel;
 use cohort::{CohortConfig, RunStatus, SweepResult};
@@ -581,11 +582,20 @@ pub(crate) fn queue(depth: &QueueDepth, dead: &[DeadLetter], limit: i64) -> Mark
     )
 }
 
-fn switch(name: &str, v: &SettingValue) -> Markup {
-    let on = |b: bool| if b { "on" } else { "off" };
+fn on(b: bool) -> &'static str {
+    if b {
+        "on"
+    } else {
+        "off"
+    }
+}
+
+/// One live setting as `cohort settings show` has it: effective, this
+/// process's value (its configuration), the database's, and who set that.
+fn switch(setting: Setting, v: &SettingValue) -> Markup {
     html! {
         tr {
-            td { code { (name) } }
+            td { code { (setting.name()) } }
             td { span class={"status " (if v.effective { "warn" } else { "ok" })} { (on(v.effective)) } }
             td { (on(v.process)) }
             td { (on(v.database)) }
@@ -595,17 +605,191 @@ fn switch(name: &str, v: &SettingValue) -> Markup {
     }
 }
 
-pub(crate) fn settings(
-    live: &LiveSettings,
-    config: &CohortConfig,
-    peers: &[cohort::peers::Peer],
-) -> Markup {
+/// A live `max_replica_lag`, as `cohort settings show` prints it.
+fn lag_ms(ms: u64) -> String {
+    format!("{}s", ms as f64 / 1000.0)
+}
+
+fn or_dash(v: Option<String>) -> Markup {
+    html! {
+        @match v {
+            Some(v) => (v),
+            None => span.muted { "—" },
+        }
+    }
+}
+
+fn scope(entity: Option<&str>) -> Markup {
+    html! {
+        @match entity {
+            Some(e) => (e),
+            None => { code { "*" } " " span.muted { "(every entity)" } },
+        }
+    }
+}
+
+/// The settings page's journal section: whether a `[journal]` is
+/// configured, and the console's last restore check.
+#[derive(Clone)]
+pub(crate) enum Journal {
+    /// No `[journal]`: nothing outside the database records requests and
+    /// holds.
+    NotConfigured,
+    /// The last check (reused for a while: see `RESTORE_CHECK_REUSE`).
+    Checked {
+        /// When it ran.
+        at: DateTime<Utc>,
+        /// What it found (boxed: a check is large), or why it could not
+        /// run.
+        check: Result<Box<RestoreCheck>, String>,
+    },
+}
+
+/// Minutes the console reuses a restore check (see `RESTORE_CHECK_REUSE`).
+pub(crate) const RESTORE_CHECK_MINUTES: u64 = 5;
+
+/// The pauses first, where nobody misses them; then the live pacing rows
+/// as `cohort settings show` prints them; then the configured limits.
+fn pacing(live: &[LivePacing], config: &CohortConfig, model: &ValidatedModel) -> Markup {
+    let paused: Vec<&LivePacing> = live.iter().filter(|p| p.paused).collect();
+    let own: Vec<_> = model
+        .ordered()
+        .filter(|e| e.max_rows_per_second.is_some() || e.max_replica_lag.is_some())
+        .collect();
+    html! {
+        h2 { "Pacing" }
+        @if paused.is_empty() {
+            p { span.status.ok { "No entity is paused." } }
+        } @else {
+            @for p in &paused {
+                p {
+                    span.status.bad { "Paused: " (p.entity.as_deref().unwrap_or("every entity")) }
+                    " since " (time(p.updated_at)) " (by " (p.updated_by) "). Every sweep skips it, or stops "
+                    "before its next batch, until "
+                    code { "cohort resume " (p.entity.as_deref().unwrap_or("*")) } "."
+                }
+            }
+        }
+        p.muted {
+            "Live pacing, in the database: every sweep reads it before each batch. Set with "
+            code { "cohort pause" } ", " code { "cohort resume" } " and "
+            code { "cohort settings set max_rows_per_second|max_replica_lag" } ". "
+            "A live limit applies beside the configured ones; where several are set, the strictest wins."
+        }
+        @if live.is_empty() {
+            p.empty { "No live pacing: no entity paused, no limit set in the database." }
+        } @else {
+            table {
+                thead { tr {
+                    th { "Entity" } th { "Paused" } th.n { "max_rows_per_second" } th.n { "max_replica_lag" }
+                    th { "Set at" } th { "Set by" }
+                } }
+                tbody {
+                    @for p in live {
+                        tr {
+                            td { (scope(p.entity.as_deref())) }
+                            td {
+                                @if p.paused { span.status.bad { "paused" } } @else { span.muted { "no" } }
+                            }
+                            td.n { (or_dash(p.max_rows_per_second.map(|n| n.to_string()))) }
+                            td.n { (or_dash(p.max_replica_lag_ms.map(lag_ms))) }
+                            td { (time(p.updated_at)) }
+                            td { (p.updated_by) }
+                        }
+                    }
+                }
+            }
+        }
+        p.muted { "Configured pacing, from the policy file and the environment (an entity's own beside the global)." }
+        table {
+            thead { tr { th { "Entity" } th.n { "max_rows_per_second" } th.n { "max_replica_lag" } } }
+            tbody {
+                tr {
+                    td { (scope(None)) }
+                    td.n { (or_dash(config.max_rows_per_second.map(|n| n.to_string()))) }
+                    td.n { (or_dash(config.max_replica_lag.map(|p| p.to_string()))) }
+                }
+                @for e in &own {
+                    tr {
+                        td { (e.name) }
+                        td.n { (or_dash(e.max_rows_per_second.map(|n| n.to_string()))) }
+                        td.n { (or_dash(e.max_replica_lag.map(|d| format!("{}s", d.as_secs_f64())))) }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Whether the database lacks what the journal holds, as the console's
+/// last `restore-check` found it.
+fn journal(j: &Journal) -> Markup {
+    html! {
+        h2 { "Journal" }
+        @match j {
+            Journal::NotConfigured => {
+                p {
+                    span.status.warn { "No [journal] is configured." }
+                    " Erasure requests and holds are recorded in this database only: after a restore from a "
+                    "backup, nothing outside it says what it lost."
+                }
+            }
+            Journal::Checked { at, check } => {
+                p.muted {
+                    "A " code { "[journal]" } " is configured. The console compares the database with it as "
+                    code { "cohort restore-check" } " does: the check reads every journal entry and every "
+                    "request's and hold's state, so a result is reused for "
+                    (RESTORE_CHECK_MINUTES) " minutes. " code { "cohort restore-check" } " checks now."
+                }
+                @match check {
+                    Err(why) => {
+                        p {
+                            span.status.bad { "Not checked: " } (why)
+                        }
+                    }
+                    Ok(c) if c.is_clean() => {
+                        p { span.status.ok { "The database knows everything the journal holds." } }
+                    }
+                    Ok(c) => {
+                        p {
+                            span.status.bad { "The database lacks what the journal holds." }
+                            " Leave the workers stopped (they refuse to start) and run "
+                            code { "cohort replay" } " (docs/erasure.md, \"After a restore\")."
+                        }
+                        ul {
+                            @for line in c.describe() { li { "missing: " (line) } }
+                        }
+                    }
+                }
+                dl.facts {
+                    dt { "Checked" } dd.checked-at { (time(*at)) }
+                    @if let Ok(c) = check {
+                        dt { "Entries" } dd { (c.entries) " (every one checked)" }
+                        dt { "Head" } dd { code { (c.head.as_deref().unwrap_or("—")) } }
+                        @if c.entries_without_mac > 0 {
+                            dt { "Without a MAC" } dd {
+                                (c.entries_without_mac) " entries were written before entries carried MACs: "
+                                "a writer without the key could have written those."
+                            }
+                        }
+                        @for r in &c.resolved {
+                            dt { "Resolved" } dd { (r) }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The console's own configuration, one row per setting.
+fn configuration(config: &CohortConfig) -> Vec<(&'static str, String)> {
     let d = &config.dispatch;
     let p = &config.prune;
     let period = |p: Option<cohort::rules::Period>| {
         p.map(|p| p.to_string()).unwrap_or_else(|| "not set".into())
     };
-    let rows: Vec<(&str, String)> = vec![
+    vec![
         ("schema", config.schema.clone()),
         (
             "schedule",
@@ -654,7 +838,55 @@ pub(crate) fn settings(
         ),
         ("prune.batch_size", p.batch_size.to_string()),
         ("prune.interval", p.interval.to_string()),
-    ];
+    ]
+}
+
+fn peers(peers: &[cohort::peers::Peer]) -> Markup {
+    html! {
+        h2 { "Peers" }
+        p.muted {
+            "Processes running Cohort's services on this database, with a heartbeat in the last minute. "
+            "A peer with another policy runs its own occurrences; an entity for which a peer has a handler "
+            "another process lacks is left alone by that process."
+        }
+        @if peers.is_empty() {
+            p { "No live peers." }
+        } @else {
+            table {
+                thead { tr { th { "Host" } th.n { "PID" } th { "Started" } th { "Heartbeat" } th { "Policy" } th.n { "Entities with handlers" } } }
+                tbody {
+                    @for peer in peers {
+                        tr {
+                            td { (peer.host) }
+                            td.n { (peer.pid) }
+                            td { (time(peer.started_at)) }
+                            td { (time(peer.heartbeat_at)) }
+                            td {
+                                code { (peer.policy_fingerprint) }
+                                @if peer.same_policy { " (this console's)" } @else { strong { " differs from this console's" } }
+                            }
+                            td.n { (peer.handlers.len()) }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// What the settings page shows: everything `cohort settings show` prints,
+/// the journal's state, the peers and the configuration.
+pub(crate) struct SettingsPage<'a> {
+    pub(crate) live: &'a LiveSettings,
+    pub(crate) pacing: &'a [LivePacing],
+    pub(crate) config: &'a CohortConfig,
+    pub(crate) model: &'a ValidatedModel,
+    pub(crate) journal: &'a Journal,
+    pub(crate) peers: &'a [cohort::peers::Peer],
+}
+
+pub(crate) fn settings(s: &SettingsPage<'_>) -> Markup {
+    let rows = configuration(s.config);
     layout(
         "Settings",
         Tab::Settings,
@@ -662,44 +894,23 @@ pub(crate) fn settings(
             h2 { "Live settings" }
             p.muted {
                 "Every worker replica reads these at each occurrence and between tenant passes. "
-                "Effective = this process's value OR the database's. Set with "
+                "Effective = the configuration's value (this process's) OR the database's. Set with "
                 code { "cohort settings set" } "."
             }
             table {
-                thead { tr { th { "Setting" } th { "Effective" } th { "This process" } th { "Database" } th { "Set at" } th { "Set by" } } }
+                thead { tr {
+                    th { "Setting" } th { "Effective" } th { "Configuration" } th { "Database" }
+                    th { "Database value set at" } th { "Set by" }
+                } }
                 tbody {
-                    (switch("kill_switch", &live.kill_switch))
-                    (switch("dry_run", &live.dry_run))
-                }
-            }
-            h2 { "Peers" }
-            p.muted {
-                "Processes running Cohort's services on this database, with a heartbeat in the last minute. "
-                "A peer with another policy runs its own occurrences; an entity for which a peer has a handler "
-                "another process lacks is left alone by that process."
-            }
-            @if peers.is_empty() {
-                p { "No live peers." }
-            } @else {
-                table {
-                    thead { tr { th { "Host" } th.n { "PID" } th { "Started" } th { "Heartbeat" } th { "Policy" } th.n { "Entities with handlers" } } }
-                    tbody {
-                        @for peer in peers {
-                            tr {
-                                td { (peer.host) }
-                                td.n { (peer.pid) }
-                                td { (peer.started_at.format("%Y-%m-%d %H:%M:%S UTC")) }
-                                td { (peer.heartbeat_at.format("%Y-%m-%d %H:%M:%S UTC")) }
-                                td {
-                                    code { (peer.policy_fingerprint) }
-                                    @if peer.same_policy { " (this console's)" } @else { strong { " differs from this console's" } }
-                                }
-                                td.n { (peer.handlers.len()) }
-                            }
-                        }
+                    @for setting in Setting::ALL {
+                        (switch(setting, s.live.get(setting)))
                     }
                 }
             }
+            (pacing(s.pacing, s.config, s.model))
+            (journal(s.journal))
+            (peers(s.peers))
             h2 { "Configuration" }
             p.muted { "As this console loaded it from the policy file and the environment." }
             table {
@@ -807,6 +1018,54 @@ mod tests {
             svg.contains("</svg> notes: 50</li>"),
             "the legend's total: {svg}"
         );
+    }
+
+    #[test]
+    fn the_journal_section_says_what_the_check_found_escaped() {
+        let at = DateTime::parse_from_rfc3339("2026-03-14T09:30:00Z")
+            .unwrap()
+            .to_utc();
+        let render = |check: Result<Box<RestoreCheck>, String>| {
+            journal(&Journal::Checked { at, check }).into_string()
+        };
+        let none = journal(&Journal::NotConfigured).into_string();
+        assert!(none.contains("No [journal] is configured."), "{none}");
+
+        let mut clean = RestoreCheck::default();
+        clean.entries = 3;
+        let text = render(Ok(Box::new(clean.clone())));
+        assert!(
+            text.contains("The database knows everything the journal holds."),
+            "{text}"
+        );
+        assert!(text.contains("2026-03-14 09:30:00 UTC"), "{text}");
+        assert!(!text.contains("lacks"), "{text}");
+
+        let mut gap = clean;
+        let hold = uuid::Uuid::nil();
+        gap.holds_to_place.push(hold);
+        gap.journal_behind
+            .push("hold <script>x</script> was recorded by journal entry 9".into());
+        let text = render(Ok(Box::new(gap)));
+        assert!(
+            text.contains("The database lacks what the journal holds."),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!(
+                "<li>missing: hold {hold} is not in the database</li>"
+            )),
+            "{text}"
+        );
+        assert!(!text.contains("<script>"), "{text}");
+        assert!(text.contains("&lt;script&gt;x&lt;/script&gt;"), "{text}");
+
+        let text = render(Err("the journal in /j is broken: <entry 4>".into()));
+        assert!(
+            text.contains("Not checked: </span>the journal in /j is broken: &lt;entry 4&gt;"),
+            "{text}"
+        );
+        assert!(!text.contains("<dt>Entries</dt>"), "{text}");
     }
 
     #[test]
