@@ -6,7 +6,7 @@ mod cli;
 
 #[path = "support/chromium.rs"]
 mod chromium;
-#[path = "../../cohort/tests/support/wait.rs"]
+#[path = "../../cohort/tests/engine/support/wait.rs"]
 mod wait;
 
 use std::path::{Path, PathBuf};
@@ -127,11 +127,23 @@ struct Console {
 
 impl Console {
     fn start(dir: &Path, url: &str, listen: &str, token: Option<&str>) -> Console {
+        Console::start_with_env(dir, url, listen, token, &[])
+    }
+
+    /// [`Console::start`] with these variables set too (a key).
+    fn start_with_env(
+        dir: &Path,
+        url: &str,
+        listen: &str,
+        token: Option<&str>,
+        env: &[(&str, &str)],
+    ) -> Console {
         let log = dir.join(format!(
-            "serve-{}.log",
-            listen.replace([':', '.', '[', ']'], "_")
+            "serve-{}-{}.log",
+            listen.replace([':', '.', '[', ']'], "_"),
+            uuid::Uuid::new_v4().simple()
         ));
-        let mut cmd = cli::command(dir, &["serve", "--listen", listen], url, &[]);
+        let mut cmd = cli::command(dir, &["serve", "--listen", listen], url, env);
         if let Some(t) = token {
             cmd.env("COHORT_SERVE_TOKEN", t);
         }
@@ -865,4 +877,274 @@ async fn the_erasure_requests_page_shows_deadlines_and_parts_but_not_the_person(
         runs.body.contains("href=\"/erasure-requests\""),
         "in the navigation"
     );
+}
+
+/// The journal's key, for the commands that write the journal and the
+/// console that reads it.
+const JOURNAL_KEY: (&str, &str) = (
+    "COHORT_JOURNAL_KEY",
+    "7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a",
+);
+
+/// The page's text from `from` to the end of its table (or the page).
+fn section<'p>(page: &'p str, from: &str) -> &'p str {
+    let at = page
+        .find(from)
+        .unwrap_or_else(|| panic!("{from:?} not on the page: {page}"));
+    let rest = &page[at..];
+    rest.find("</table>").map_or(rest, |end| &rest[..end])
+}
+
+/// Issue 55 C1: the settings page shows what `cohort settings show`
+/// prints: both live settings with their configuration, database and
+/// effective values; the live pacing set through the CLI (a paused entity,
+/// called out before anything else, one entity's max_rows_per_second and
+/// every entity's max_replica_lag, each with who set it and when) beside
+/// the configured pacing; and the journal's state: none configured, then
+/// a clean restore check, then a hold the database lost, named, in a
+/// real browser too, and a check the console cannot run, with why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_settings_page_shows_live_pacing_and_the_journals_state() {
+    let (db, dir) = setup().await;
+    let d = dir.path();
+
+    // No [journal], nothing paused.
+    let console = Console::start(d, db.url(), "127.0.0.1:0", None);
+    let page = console.get("/settings", None);
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert!(
+        page.body.contains("No [journal] is configured."),
+        "{}",
+        page.body
+    );
+    assert!(page.body.contains("No entity is paused."), "{}", page.body);
+    assert!(page.body.contains("No live pacing"), "{}", page.body);
+    drop(console);
+
+    // A journal, configured pacing (global and one entity's own), then
+    // live pacing and a journaled hold through the CLI.
+    let journal = tempfile::tempdir().unwrap();
+    let policy = POLICY
+        .replace(
+            "schedule = \"0 2 * * *\"",
+            "schedule = \"0 2 * * *\"\nmax_rows_per_second = 1000",
+        )
+        .replace(
+            "tenantless = true",
+            "tenantless = true\nmax_replica_lag = \"1m\"",
+        )
+        + &format!(
+            "\n[journal]\ndir = {:?}\n",
+            journal.path().display().to_string()
+        );
+    std::fs::write(d.join("cohort.toml"), policy).unwrap();
+    let keyed = |args: &[&str]| {
+        let out = cli::cohort_with_env(d, args, db.url(), &[JOURNAL_KEY]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "cohort {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    keyed(&["pause", "SessionNote"]);
+    keyed(&[
+        "settings",
+        "set",
+        "max_rows_per_second",
+        "500",
+        "--entity",
+        "SessionNote",
+    ]);
+    keyed(&["settings", "set", "max_replica_lag", "30s"]);
+    keyed(&["settings", "set", "dry_run", "on"]);
+    sqlx::raw_sql(
+        "INSERT INTO app.session_notes VALUES (100, '11111111-1111-1111-1111-111111111111', now(), 'secret-body-100')",
+    )
+    .execute(db.pool())
+    .await
+    .unwrap();
+    keyed(&[
+        "holds",
+        "create",
+        "--entity",
+        "SessionNote",
+        "--record",
+        "100",
+        "--tenant",
+        T1,
+        "--reason",
+        "Litigation: Jane Roe v. Example Ltd",
+    ]);
+    let set = |entity: &'static str| {
+        let pool = db.pool().clone();
+        async move {
+            sqlx::query_as::<_, (String, String)>(
+                "SELECT to_char(updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') || ' UTC', updated_by \
+                 FROM retention.retention_pacing WHERE entity_type = $1",
+            )
+            .bind(entity)
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+        }
+    };
+    let (paused_at, paused_by) = set("SessionNote").await;
+    let (every_at, every_by) = set("*").await;
+
+    let console = Console::start_with_env(d, db.url(), "127.0.0.1:0", None, &[JOURNAL_KEY]);
+    let page = console.get("/settings", None);
+    assert_eq!(page.status, 200, "{}", page.body);
+    let body = &page.body;
+
+    // Every live setting, with its three values.
+    let live = section(body, "<h2>Live settings</h2>");
+    assert!(
+        live.contains(
+            "<td><code>kill_switch</code></td><td><span class=\"status ok\">off</span></td><td>off</td><td>off</td>"
+        ),
+        "{live}"
+    );
+    assert!(
+        live.contains(
+            "<td><code>dry_run</code></td><td><span class=\"status warn\">on</span></td><td>off</td><td>on</td>"
+        ),
+        "{live}"
+    );
+
+    // The pause stands out before the tables, then the live rows.
+    let pacing = &body[body.find("<h2>Pacing</h2>").expect("a pacing section")..];
+    let callout = pacing
+        .find("Paused: SessionNote")
+        .expect("the pause called out");
+    assert!(callout < pacing.find("<table>").unwrap(), "{pacing}");
+    assert!(
+        pacing.contains(&format!(
+            "Paused: SessionNote</span> since {paused_at} (by {paused_by})"
+        )),
+        "{pacing}"
+    );
+    assert!(pacing.contains("cohort resume SessionNote"), "{pacing}");
+    let rows = section(pacing, "<table>");
+    assert!(
+        rows.contains(&format!(
+            "<td>SessionNote</td><td><span class=\"status bad\">paused</span></td><td class=\"n\">500</td>\
+             <td class=\"n\"><span class=\"muted\">—</span></td><td>{paused_at}</td><td>{paused_by}</td>"
+        )),
+        "{rows}"
+    );
+    assert!(
+        rows.contains(&format!(
+            "<td><code>*</code> <span class=\"muted\">(every entity)</span></td><td><span class=\"muted\">no</span></td>\
+             <td class=\"n\"><span class=\"muted\">—</span></td><td class=\"n\">30s</td><td>{every_at}</td><td>{every_by}</td>"
+        )),
+        "{rows}"
+    );
+    // The configured pacing beside it: the global rate, Event's own lag.
+    let configured = section(pacing, "Configured pacing");
+    assert!(
+        configured.contains(
+            "(every entity)</span></td><td class=\"n\">1000</td><td class=\"n\"><span class=\"muted\">—</span></td>"
+        ),
+        "{configured}"
+    );
+    assert!(
+        configured.contains(
+            "<td>Event</td><td class=\"n\"><span class=\"muted\">—</span></td><td class=\"n\">60s</td>"
+        ),
+        "{configured}"
+    );
+    assert!(!configured.contains("SessionNote"), "{configured}");
+
+    // The journal: one entry (the hold), and the database has it.
+    let journal_part = &body[body.find("<h2>Journal</h2>").expect("a journal section")..];
+    assert!(
+        journal_part.contains("The database knows everything the journal holds."),
+        "{journal_part}"
+    );
+    assert!(
+        journal_part.contains("<dt>Entries</dt><dd>1 (every one checked)</dd>"),
+        "{journal_part}"
+    );
+    assert!(!body.contains("Jane Roe"), "a hold reason was shown");
+
+    // The database loses the hold, as a restore to before it would (the
+    // reach trigger set aside for it, as `pg_restore` would not meet it).
+    // The check is reused for a while, so this console still shows the one
+    // it ran; a console started now checks, and names the hold.
+    let hold: uuid::Uuid =
+        sqlx::query_scalar("SELECT hold_id FROM retention.retention_hold WHERE record_id = '100'")
+            .fetch_one(db.pool())
+            .await
+            .unwrap();
+    sqlx::raw_sql(
+        "ALTER TABLE retention.retention_hold DISABLE TRIGGER retention_hold_reach;
+         DELETE FROM retention.retention_hold WHERE record_id = '100';
+         ALTER TABLE retention.retention_hold ENABLE ALWAYS TRIGGER retention_hold_reach;",
+    )
+    .execute(db.pool())
+    .await
+    .unwrap();
+    let checked_at = |body: &str| section(body, "<dt>Checked</dt>")[..60].to_string();
+    let again = console.get("/settings", None);
+    assert_eq!(checked_at(&again.body), checked_at(body));
+    assert!(again
+        .body
+        .contains("The database knows everything the journal holds."));
+    drop(console);
+    let console = Console::start_with_env(d, db.url(), "127.0.0.1:0", None, &[JOURNAL_KEY]);
+    let page = console.get("/settings", None);
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert!(
+        page.body
+            .contains("The database lacks what the journal holds."),
+        "{}",
+        page.body
+    );
+    assert!(
+        page.body.contains(&format!(
+            "<li>missing: hold {hold} is not in the database</li>"
+        )),
+        "{}",
+        page.body
+    );
+    assert!(page.body.contains("cohort replay"), "{}", page.body);
+
+    // In a real browser: the page renders without a console error, and
+    // the pause and the gap are there.
+    let profile = tempfile::tempdir().unwrap();
+    let url = format!("http://{}/settings", console.addr);
+    let dom = chromium::run(profile.path(), &["--dump-dom", &url]);
+    assert!(
+        dom.status.success(),
+        "{}",
+        String::from_utf8_lossy(&dom.stderr)
+    );
+    let html = String::from_utf8_lossy(&dom.stdout);
+    for expect in [
+        "Paused: SessionNote",
+        "paused</span></td><td class=\"n\">500</td>",
+        "<td class=\"n\">30s</td>",
+        "The database lacks what the journal holds.",
+        &format!("missing: hold {hold} is not in the database"),
+    ] {
+        assert!(html.contains(expect), "{expect:?} not in {html}");
+    }
+    let errors = chromium::console_errors(&dom.stderr);
+    assert!(errors.is_empty(), "{errors:#?}");
+    drop(console);
+
+    // Without the key the console cannot check the journal, and says why
+    // (the rest of the page is served as before).
+    let console = Console::start(d, db.url(), "127.0.0.1:0", None);
+    let page = console.get("/settings", None);
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert!(
+        page.body.contains(
+            "Not checked: </span>invalid configuration: [journal] is configured but COHORT_JOURNAL_KEY is not set"
+        ),
+        "{}",
+        page.body
+    );
+    assert!(page.body.contains("Paused: SessionNote"), "{}", page.body);
 }
