@@ -532,6 +532,9 @@ async fn the_guides_restore_drill_recovers_a_second_cluster_and_replays_what_it_
         restored,
         "restore-check only reads"
     );
+    // Production's journal, which the drill must leave as it was.
+    let production_journal = drill.dir("journal").join("cohort-journal.jsonl");
+    let journal_before = std::fs::read(&production_journal).unwrap();
     let replayed = drill.ok("the replay", replay, &[]);
     assert!(
         replayed
@@ -554,6 +557,11 @@ async fn the_guides_restore_drill_recovers_a_second_cluster_and_replays_what_it_
         checked.show("the drill's check")
     );
     recovered.close().await.unwrap();
+    assert_eq!(
+        std::fs::read(&production_journal).unwrap(),
+        journal_before,
+        "the drill replayed onto its copy: production's journal is unchanged"
+    );
 
     // Thrown away: the drill's server stopped, its directory gone.
     drill.ok("throwing the drill away", throw_away, &[]);

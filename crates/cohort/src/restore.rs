@@ -643,7 +643,9 @@ pub(crate) async fn replay(
     }
     // 3. Each of them run again, now.
     for (id, reference, why) in to_run {
-        match crate::run::requests::rerun(cx, id, why).await {
+        // Journaled where this replay reads: a drill's copy stays apart
+        // from the production journal it was copied from.
+        match crate::run::requests::rerun(cx, Some(config), id, why).await {
             Ok(state) => report.requests_run.push((reference, state.as_str().into())),
             Err(e) => report
                 .requests_run

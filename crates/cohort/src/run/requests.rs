@@ -197,7 +197,15 @@ pub(crate) async fn open(cx: &Context, mut req: ErasureRequest) -> Result<Erasur
             existing.request_id
         }
     };
-    let outcome = attempt(cx, id, now, req.allow_future_now, req.cancel.clone()).await;
+    let outcome = attempt(
+        cx,
+        cx.journal.as_ref(),
+        id,
+        now,
+        req.allow_future_now,
+        req.cancel.clone(),
+    )
+    .await;
     unlock(&mut conn, LockKey::Request(id)).await?;
     conn.into_inner();
     let mut result = outcome?;
@@ -272,6 +280,7 @@ fn same_request(
 /// connection) fails the request and is returned.
 pub(crate) async fn attempt(
     cx: &Context,
+    journal: Option<&crate::journal::JournalConfig>,
     id: Uuid,
     now: DateTime<Utc>,
     allow_future_now: bool,
@@ -307,7 +316,15 @@ pub(crate) async fn attempt(
     )
     .await?;
     tx.commit().await?;
-    journal_state(cx, id, &current.reference, RequestState::InProgress, None).await;
+    journal_state(
+        cx,
+        journal,
+        id,
+        &current.reference,
+        RequestState::InProgress,
+        None,
+    )
+    .await;
 
     let mut scope = ErasureScope::new(subject).allow_soft_delete(current.allow_soft_delete);
     if let Some(k) = &current.kind {
@@ -353,7 +370,15 @@ pub(crate) async fn attempt(
             )
             .await?;
             tx.commit().await?;
-            journal_state(cx, id, &current.reference, RequestState::Failed, None).await;
+            journal_state(
+                cx,
+                journal,
+                id,
+                &current.reference,
+                RequestState::Failed,
+                None,
+            )
+            .await;
             return Err(e);
         }
         Ok(r) => r,
@@ -413,7 +438,7 @@ pub(crate) async fn attempt(
     )
     .await?;
     tx.commit().await?;
-    journal_state(cx, id, &current.reference, state, run_id).await;
+    journal_state(cx, journal, id, &current.reference, state, run_id).await;
     Ok(result)
 }
 
@@ -422,12 +447,13 @@ pub(crate) async fn attempt(
 /// after a restore only runs the request once more.
 pub(crate) async fn journal_state(
     cx: &Context,
+    journal: Option<&crate::journal::JournalConfig>,
     id: Uuid,
     reference: &str,
     state: RequestState,
     run_id: Option<Uuid>,
 ) {
-    let Some(config) = &cx.journal else {
+    let Some(config) = journal else {
         return;
     };
     let appended = match Journal::open(config) {
@@ -772,7 +798,15 @@ pub(crate) async fn resume(
             conn.into_inner();
             continue;
         }
-        let outcome = attempt(cx, id, now, allow_future_now, cancel.clone()).await;
+        let outcome = attempt(
+            cx,
+            cx.journal.as_ref(),
+            id,
+            now,
+            allow_future_now,
+            cancel.clone(),
+        )
+        .await;
         unlock(&mut conn, LockKey::Request(id)).await?;
         conn.into_inner();
         report.resumed += 1;
@@ -884,7 +918,16 @@ pub(crate) async fn restore_opened(
 /// Runs request `id` again now, under its lock, after a line of history
 /// saying why (`why`); its state afterwards. A request another process is
 /// running is refused as a conflict.
-pub(crate) async fn rerun(cx: &Context, id: Uuid, why: String) -> Result<RequestState> {
+///
+/// `journal` is where its states are journaled: the journal a replay
+/// reads (a drill's copy, never the production journal it was copied
+/// from).
+pub(crate) async fn rerun(
+    cx: &Context,
+    journal: Option<&crate::journal::JournalConfig>,
+    id: Uuid,
+    why: String,
+) -> Result<RequestState> {
     let now = crate::sql::database_now(&cx.pool).await?;
     let mut conn = Held::new(cx.pool.acquire().await?);
     if !try_lock(&mut conn, LockKey::Request(id)).await? {
@@ -905,7 +948,7 @@ pub(crate) async fn rerun(cx: &Context, id: Uuid, why: String) -> Result<Request
     )
     .await?;
     tx.commit().await?;
-    let outcome = attempt(cx, id, now, false, Cancel::new()).await;
+    let outcome = attempt(cx, journal, id, now, false, Cancel::new()).await;
     unlock(&mut conn, LockKey::Request(id)).await?;
     conn.into_inner();
     match outcome {

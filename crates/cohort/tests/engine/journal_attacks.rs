@@ -7,6 +7,7 @@
 
 use crate::support;
 
+use cohort::erasure::{ErasureRequest, ErasureScope};
 use cohort::holds::HoldRequest;
 use cohort::journal::{JournalConfig, JournalKey, FILE_NAME};
 use cohort::rules::{RetentionRule, StaticRuleProvider, Strategy};
@@ -199,6 +200,19 @@ async fn a_drill_on_another_cluster_replays_onto_a_copy_and_never_into_the_journ
     let dir = tempfile::tempdir().unwrap();
     let production = handle(db.pool(), dir.path()).await;
     let held = hold(&production, "1").await;
+    // And an erasure request, journaled too: a replay runs it again, and
+    // journals that attempt's states where it reads (the copy).
+    let erased = production
+        .erase(
+            ErasureRequest::tenantless(
+                ErasureScope::new("00000000-0000-4000-8000-0000000000a1"),
+                now(),
+            )
+            .reference("SAR-D1"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(erased.run.entities[0].affected, 1);
     let before = journal_lines(dir.path());
 
     // The drill: another cluster (its own system identifier), the same
@@ -221,6 +235,10 @@ async fn a_drill_on_another_cluster_replays_onto_a_copy_and_never_into_the_journ
     let copy_dir = copy.path().join("journal");
     let replayed = drill.replay_onto_copy(false, &copy_dir).await.unwrap();
     assert_eq!(replayed.holds_placed, vec![held]);
+    assert_eq!(
+        replayed.requests_run,
+        vec![("SAR-D1".to_owned(), "completed".to_owned())]
+    );
     assert!(replayed.check.is_clean(), "{:?}", replayed.check.describe());
     assert_eq!(
         journal_lines(dir.path()),
