@@ -750,9 +750,11 @@ async fn html_csv_and_json_agree_and_the_page_renders_in_chromium() {
             "{format}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
+        // The report went to the file; stdout says only what it holds.
+        let said = String::from_utf8_lossy(&out.stdout);
         assert!(
-            out.stdout.is_empty(),
-            "{format}: --output writes nothing on stdout"
+            said.starts_with(&format!("Wrote {}", path.display())) && said.lines().count() == 1,
+            "{format}: {said}"
         );
     }
     let read = |i: usize| std::fs::read_to_string(&files[i].1).unwrap();
@@ -1799,16 +1801,18 @@ async fn the_auditors_steps_in_the_guide_run_as_written() {
     let (db, dir) = history().await;
     let d = dir.path();
     // The auditor's role reads Cohort's tables and nothing else.
-    sqlx::raw_sql(
-        "CREATE ROLE auditor LOGIN PASSWORD 'auditor-pw';
-         GRANT USAGE ON SCHEMA retention TO auditor;
-         GRANT SELECT ON ALL TABLES IN SCHEMA retention TO auditor;",
-    )
+    // Roles are the cluster's: a name of this test's own.
+    let role = format!("auditor_{}", uuid::Uuid::new_v4().simple());
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "CREATE ROLE {role} LOGIN PASSWORD 'auditor-pw';
+         GRANT USAGE ON SCHEMA retention TO {role};
+         GRANT SELECT ON ALL TABLES IN SCHEMA retention TO {role};"
+    )))
     .execute(db.pool())
     .await
     .unwrap();
     assert!(db.url().contains('?'), "{}", db.url());
-    let auditor_url = format!("{}&user=auditor&password=auditor-pw", db.url());
+    let auditor_url = format!("{}&user={role}&password=auditor-pw", db.url());
     let bin = Path::new(env!("CARGO_BIN_EXE_cohort")).parent().unwrap();
     let path = format!(
         "{}:{}",

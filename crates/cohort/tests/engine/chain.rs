@@ -539,12 +539,12 @@ async fn verify_reads_with_select_only_and_refuses_a_ledger_before_the_chain() {
     let (_, _, _) = history(&db).await;
     exec(
         db.pool(),
-        "CREATE ROLE auditor LOGIN PASSWORD 'a';
-         GRANT USAGE ON SCHEMA public TO auditor;
-         GRANT SELECT ON ALL TABLES IN SCHEMA public TO auditor;",
+        "CREATE ROLE chain_auditor LOGIN PASSWORD 'a';
+         GRANT USAGE ON SCHEMA public TO chain_auditor;
+         GRANT SELECT ON ALL TABLES IN SCHEMA public TO chain_auditor;",
     )
     .await;
-    let pool = pool_as(&db, "auditor", "a", 2).await;
+    let pool = pool_as(&db, "chain_auditor", "a", 2).await;
     let reader = Cohort::builder(pool)
         .config(test_config())
         .build_unvalidated()
