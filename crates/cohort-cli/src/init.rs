@@ -838,8 +838,8 @@ pub(crate) async fn update(cli: &Cli, schema: Option<&str>, output: &Path) -> Re
             output.display()
         ))
     })?;
-    let url = crate::database_url(cli, Some(&policy))?;
-    let mut conn = crate::connect(&url).await?;
+    let url = crate::open::database_url(cli, Some(&policy))?;
+    let mut conn = crate::open::connect(&url).await?;
     let mut tables = Vec::new();
     for s in &schemas {
         let found = read_tables(&mut conn, s)

@@ -25,6 +25,7 @@ mod evidence;
 mod exit;
 mod exporter;
 mod init;
+mod open;
 mod output;
 mod pacing;
 mod report;
@@ -35,10 +36,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use cohort::policy::PolicyFile;
-use cohort::{Cohort, CohortConfig, Error};
+use cohort::Error;
 
 pub(crate) use exit::Failure;
+use open::{open, open_with};
 
 /// Annotation-driven data retention for PostgreSQL.
 #[derive(Debug, Parser)]
@@ -74,34 +75,10 @@ enum Command {
     NewId,
     /// Write a starter policy file from the live catalog: every table with
     /// a timestamptz column, exempt until you classify it.
-    Init {
-        /// The schema whose tables to list (default public; with --update,
-        /// the schemas the file was made from).
-        #[arg(long)]
-        schema: Option<String>,
-        /// Where to write the policy file.
-        #[arg(long, default_value = "cohort.toml", value_name = "FILE")]
-        output: PathBuf,
-        /// Replace the file if it exists (by default it is kept).
-        #[arg(long)]
-        force: bool,
-        /// Add to the existing file the tables that appeared since it was
-        /// written (exempt until classified), changing nothing else in it.
-        #[arg(long, conflicts_with = "force")]
-        update: bool,
-    },
+    Init(commands::setup::InitArgs),
     /// Install or upgrade Cohort's tables (or, with --move-from, move them
     /// to --schema with their data).
-    Migrate {
-        /// Schema for Cohort's tables (default: the policy file's, else public).
-        #[arg(long)]
-        schema: Option<String>,
-        /// Move Cohort's tables from this schema to --schema instead (rows,
-        /// indexes, constraints and grants kept; refused while a run is
-        /// started or a delivery in flight).
-        #[arg(long, value_name = "OLD_SCHEMA")]
-        move_from: Option<String>,
-    },
+    Migrate(commands::setup::MigrateArgs),
     /// Validate the policy against the live database; exit 2 listing every problem.
     Validate,
     /// Count what a sweep would change now; writes nothing.
@@ -269,32 +246,7 @@ enum Command {
     /// The evidence of retention for a period, read from the ledger alone:
     /// rules in force, runs, rows removed per month and kept and why,
     /// erasure requests served, holds and failures.
-    Report {
-        /// First day of the period (YYYY-MM-DD, UTC).
-        #[arg(long, value_name = "DATE")]
-        from: String,
-        /// Last day of the period, included (YYYY-MM-DD, UTC).
-        #[arg(long, value_name = "DATE")]
-        to: String,
-        /// Only this tenant's runs, and the holds that reach it.
-        #[arg(long, value_name = "TENANT")]
-        tenant: Option<String>,
-        /// html (one self-contained page), csv (one row per figure) or json.
-        /// The global --json flag means json.
-        #[arg(long, value_enum, default_value_t = report::Format::Html)]
-        format: report::Format,
-        /// Write here (replacing the file whole) instead of stdout.
-        #[arg(long, value_name = "FILE")]
-        output: Option<PathBuf>,
-        /// Sign the report with this signing key (PREFIX.key of `cohort
-        /// keys generate`): writes FILE.manifest.json and FILE.sig beside it.
-        #[arg(long, value_name = "KEY_FILE", requires = "output")]
-        sign: Option<PathBuf>,
-        /// Sign even though the ledger's chain does not verify (refused
-        /// otherwise, exit 1); the manifest records that it was broken.
-        #[arg(long, requires = "sign")]
-        sign_broken_chain: bool,
-    },
+    Report(commands::audit::ReportArgs),
     /// Key pairs for signed reports.
     Keys {
         #[command(subcommand)]
@@ -305,33 +257,7 @@ enum Command {
     /// exit 0 when it holds, 1 when it does not, naming the first record
     /// that differs, 2 on bad input. The chain needs no policy file: a
     /// database URL and --schema are enough.
-    Verify {
-        /// Cohort's schema, for verifying without a policy file (default:
-        /// COHORT_SCHEMA, else public). With a policy file, its own.
-        #[arg(long, value_name = "SCHEMA", conflicts_with = "report")]
-        schema: Option<String>,
-        /// A chain head recorded earlier (N:HASH, as a report prints it):
-        /// the chain must still hold it.
-        #[arg(long, value_name = "N:HASH", conflicts_with = "report")]
-        head: Option<String>,
-        /// The report file (its FILE.manifest.json beside it).
-        #[arg(long, value_name = "FILE", requires_all = ["signature", "public_key"])]
-        report: Option<PathBuf>,
-        /// The detached signature (FILE.sig).
-        #[arg(long, value_name = "SIG", requires = "report")]
-        signature: Option<PathBuf>,
-        /// The signer's public key (PREFIX.pub of `cohort keys generate`).
-        #[arg(long, value_name = "KEY", requires = "report")]
-        public_key: Option<PathBuf>,
-        /// The period the report must be of (FROM..TO, as given to
-        /// `cohort report`): a report of another period fails.
-        #[arg(long, value_name = "FROM..TO", requires = "report")]
-        period: Option<String>,
-        /// The tenant the report must be of: a report of another tenant
-        /// (or of all) fails.
-        #[arg(long, value_name = "TENANT", requires = "report")]
-        tenant: Option<String>,
-    },
+    Verify(commands::audit::VerifyArgs),
     /// One history-pruning pass now, with the policy's [cohort.prune] limits.
     Prune {
         /// Count what would be deleted; delete nothing.
@@ -429,174 +355,12 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             }
             Ok(())
         }
-        Command::Init {
-            schema,
-            output,
-            update: true,
-            ..
-        } => init::update(&cli, schema.as_deref(), output).await,
-        Command::Init {
-            schema,
-            output,
-            force,
-            update: false,
-        } => {
-            let schema = schema.as_deref().unwrap_or(init::DEFAULT_SCHEMA);
-            // Before connecting; `init::write` checks again as it creates.
-            if !force && output.exists() {
-                return Err(init::kept(output));
-            }
-            let policy = load_policy(&cli, false).ok().flatten();
-            let url = database_url(&cli, policy.as_ref())?;
-            let mut conn = connect(&url).await?;
-            let tables = init::read_tables(&mut conn, schema)
-                .await
-                .map_err(|e| Failure::Run(e.into()))?;
-            if tables.is_empty() {
-                return Err(Failure::Input(Error::InvalidInput(format!(
-                    "schema {schema:?} has no tables (names are case-sensitive); nothing written"
-                ))));
-            }
-            let (text, written) = init::render(schema, &tables, uuid::Uuid::new_v4);
-            init::write(output, &text, *force)?;
-            if cli.json {
-                output::print_json(&serde_json::json!({
-                    "output": output.display().to_string(),
-                    "entities": written.entities,
-                    "without_timestamp": written.without_timestamp,
-                }));
-            } else {
-                outln!(
-                    "wrote {}: {} table(s) of schema {schema:?}, every one exempt until you classify it{}",
-                    output.display(),
-                    written.entities,
-                    if written.without_timestamp.is_empty() {
-                        String::new()
-                    } else {
-                        format!(
-                            "; {} without a timestamptz column left out",
-                            written.without_timestamp.len()
-                        )
-                    }
-                );
-            }
-            Ok(())
+        Command::Init(args) if args.update => {
+            init::update(&cli, args.schema.as_deref(), &args.output).await
         }
-        Command::Migrate { schema, move_from } => {
-            let policy = load_policy(&cli, false)?;
-            let schema = schema
-                .clone()
-                .or_else(|| policy.as_ref().map(|p| p.config.schema.clone()))
-                .unwrap_or_else(|| CohortConfig::default().schema);
-            let url = database_url(&cli, policy.as_ref())?;
-            let mut conn = connect(&url).await?;
-            if let Some(from) = move_from {
-                let report = cohort::schema::move_schema(&mut conn, from, &schema).await?;
-                if cli.json {
-                    output::print_json(&serde_json::to_value(&report).expect("serialises"));
-                } else {
-                    outln!(
-                        "Moved Cohort's tables from schema {:?} to {:?} ({}). Set schema = {:?} for every process now.",
-                        report.from,
-                        report.to,
-                        report.tables.join(", "),
-                        report.to
-                    );
-                }
-                return Ok(());
-            }
-            let report = cohort::schema::migrate(&mut conn, &schema).await?;
-            output::migration(cli.json, &report);
-            // The chain's key: keyed now when this process has it, else
-            // the way to key it is said (on stderr with --json).
-            let key = match policy.as_ref() {
-                Some(p) => p.config.ledger_key.clone(),
-                None => std::env::var(cohort::chain::LEDGER_KEY_ENV)
-                    .ok()
-                    .map(|k| cohort::chain::LedgerKey::from_hex(&k))
-                    .transpose()
-                    .map_err(|e| Failure::Input(cohort::Error::Config(cohort::Problems::one(e))))?,
-            };
-            let say = |line: String| {
-                if cli.json {
-                    eprintln!("cohort: {line}");
-                } else {
-                    outln!("{line}");
-                }
-            };
-            let ledger = Cohort::builder(pool(&url, 1).await?)
-                .config(CohortConfig {
-                    schema: schema.clone(),
-                    ledger_key: key.clone(),
-                    ..CohortConfig::default()
-                })
-                .build_unvalidated()?;
-            match key {
-                Some(key) => match ledger.key_chain().await? {
-                    Some(link) => say(format!(
-                        "Keyed the ledger's hash chain with key {} (link {link}): every process that settles runs or changes holds now needs {}.",
-                        key.id(),
-                        cohort::chain::LEDGER_KEY_ENV
-                    )),
-                    None => say(format!("The ledger's hash chain is keyed with key {}.", key.id())),
-                },
-                None => match ledger.chain_key_id().await? {
-                    Some(id) => say(format!("The ledger's hash chain is keyed with key {id}.")),
-                    None => say(format!(
-                        "The ledger's hash chain is not keyed: anyone who can write the database can extend it. \
-                         Key it: put a key the database never sees in {} (openssl rand -hex 32) and run `cohort migrate` again; \
-                         then give the same key to every process that sweeps, erases or changes holds.",
-                        cohort::chain::LEDGER_KEY_ENV
-                    )),
-                },
-            }
-            Ok(())
-        }
-        Command::Validate => {
-            let policy = load_policy(&cli, true)?.expect("required");
-            let url = database_url(&cli, Some(&policy))?;
-            let pool = pool(&url, 2).await?;
-            let query = policy.tenants_query.clone();
-            let cohort = Cohort::builder(pool).policy(policy).build().await?;
-            let model = cohort.ready().await?;
-            // The grants a sweep, an erasure and the worker need, for the
-            // role connected: a set-up that validates but cannot run is
-            // refused here, not by every run (exit 2, each grant named).
-            cohort
-                .check_grants(&[cohort::services::Access::Runs])
-                .await?;
-            // A tenants query is run (read-only) and its shape checked too;
-            // rows that cannot be tenants are warned about, not refused
-            // (each fails only its own pass when sweeping).
-            let unusable = match query {
-                Some(q) => {
-                    cohort
-                        .tenants(&cohort::TenantSource::Query(q))
-                        .await?
-                        .unusable
-                }
-                None => Vec::new(),
-            };
-            for u in &unusable {
-                eprintln!("cohort: warning: tenants_query {u}; its pass will fail, the others run");
-            }
-            // Replicas sweeping this database with another policy.
-            let others: Vec<cohort::peers::Peer> = match cohort.peers().await {
-                Ok(peers) => peers.into_iter().filter(|p| !p.same_policy).collect(),
-                Err(e) => {
-                    eprintln!("cohort: warning: the peer records could not be read: {e}");
-                    Vec::new()
-                }
-            };
-            for p in &others {
-                eprintln!(
-                    "cohort: warning: a live peer ({} pid {}) sweeps this database with another policy (fingerprint {}); each policy runs its own occurrences, and an entity whose handlers differ is left alone by the process that lacks them",
-                    p.host, p.pid, p.policy_fingerprint
-                );
-            }
-            output::validated(cli.json, cohort.config(), &model, &unusable, &others);
-            Ok(())
-        }
+        Command::Init(args) => commands::setup::init(&cli, args).await,
+        Command::Migrate(args) => commands::setup::migrate(&cli, args).await,
+        Command::Validate => commands::setup::validate(&cli).await,
         Command::Preview { scope, now } => {
             let (cohort, _) = open(&cli).await?;
             commands::preview(&cohort, cli.json, scope, now.as_deref()).await
@@ -718,278 +482,14 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             let (cohort, _) = open(&cli).await?;
             console::serve(cohort, *listen, token).await
         }
-        Command::Report {
-            from,
-            to,
-            tenant,
-            format,
-            output,
-            sign,
-            sign_broken_chain,
-        } => {
-            let (cohort, loaded) = open_ledger(&cli).await?;
-            let format = if cli.json {
-                report::Format::Json
-            } else {
-                *format
-            };
-            let policy = cli
-                .config
-                .clone()
-                .unwrap_or_else(|| PathBuf::from("cohort.toml"));
-            let args = report::Args {
-                from,
-                to,
-                tenant: tenant.as_deref(),
-                format,
-                output: output.as_deref(),
-                sign: sign.as_deref().map(|key| (key, policy.as_path())),
-                sign_broken_chain: *sign_broken_chain,
-                evidence: &loaded.evidence,
-            };
-            report::run(&cohort, args).await
-        }
+        Command::Report(args) => commands::audit::report(&cli, args).await,
         Command::Keys {
             command: KeysCommand::Generate { out },
-        } => {
-            let (private, public) = evidence::generate(out)?;
-            if cli.json {
-                output::print_json(&serde_json::json!({
-                    "private_key": private.display().to_string(),
-                    "public_key": public.display().to_string(),
-                }));
-            } else {
-                outln!(
-                    "Wrote {} (the signing key: keep it secret) and {} (its public key: give it to whoever verifies).",
-                    private.display(),
-                    public.display()
-                );
-            }
-            Ok(())
-        }
-        Command::Verify {
-            report: Some(report),
-            signature: Some(signature),
-            public_key: Some(public_key),
-            period,
-            tenant,
-            ..
-        } => {
-            let expect = evidence::Expected::parse(period.as_deref(), tenant.as_deref())?;
-            let verified = evidence::verify(report, signature, public_key, &expect)?;
-            if cli.json {
-                output::print_json(&serde_json::to_value(&verified).expect("serialises"));
-            } else if verified.valid {
-                outln!(
-                    "{}: the signature and the report's digest hold ({}).",
-                    report.display(),
-                    verified.manifest
-                );
-                for line in verified.summary() {
-                    outln!("  {line}");
-                }
-            } else {
-                eprintln!(
-                    "cohort: {}",
-                    verified.problem.as_deref().unwrap_or("not valid")
-                );
-            }
-            if verified.valid {
-                Ok(())
-            } else {
-                Err(Failure::Status(1))
-            }
-        }
-        Command::Verify {
-            report: None,
-            head,
-            schema,
-            ..
-        } => {
-            let expected = head
-                .as_deref()
-                .map(str::parse::<cohort::chain::ExpectedHead>)
-                .transpose()?;
-            if cli.config.is_some() && schema.is_some() {
-                return Err(Failure::Input(Error::InvalidInput(
-                    "--schema is for verifying without a policy file; with --config the policy file names the schema".into(),
-                )));
-            }
-            let policy_file = cli.config.is_some()
-                || (schema.is_none() && std::path::Path::new("cohort.toml").exists());
-            if policy_file {
-                let (cohort, _) = open_ledger(&cli).await?;
-                evidence::verify_chain(&cohort, cli.json, expected, true).await
-            } else {
-                let cohort = open_auditor(&cli, schema.as_deref()).await?;
-                evidence::verify_chain(&cohort, cli.json, expected, false).await
-            }
-        }
-        Command::Verify { .. } => Err(Failure::Input(cohort::Error::InvalidInput(
-            "--report needs --signature SIG and --public-key KEY".into(),
-        ))),
+        } => commands::audit::keys_generate(&cli, out),
+        Command::Verify(args) => commands::audit::verify(&cli, args).await,
         Command::Prune { dry_run } => {
             let (cohort, _) = open(&cli).await?;
             services::prune(&cohort, cli.json, *dry_run).await
         }
     }
-}
-
-/// Loads the policy, connects, and builds a validated handle.
-async fn open(cli: &Cli) -> Result<(Cohort, PolicyFile), Failure> {
-    open_with(cli, false, false).await
-}
-
-/// A handle for a command that reads only the ledger (`report`): the
-/// policy names the database and Cohort's schema, and is not validated
-/// against the catalog, so evidence stays readable after the retained
-/// tables have changed.
-async fn open_ledger(cli: &Cli) -> Result<(Cohort, PolicyFile), Failure> {
-    let policy = load_policy(cli, true)?.expect("required");
-    let url = database_url(cli, Some(&policy))?;
-    let pool = pool(&url, 2).await?;
-    let cohort = Cohort::builder(pool)
-        .policy(policy.clone())
-        .build_unvalidated()?;
-    Ok((cohort, policy))
-}
-
-/// A handle on the ledger as an auditor has it: a database URL (flag or
-/// `DATABASE_URL`) and Cohort's schema (`--schema`, else `COHORT_SCHEMA`,
-/// else public), with the keys and journal the environment gives; no
-/// policy file, and nothing validated against the retained tables.
-async fn open_auditor(cli: &Cli, schema: Option<&str>) -> Result<Cohort, Failure> {
-    let mut config = CohortConfig::default();
-    config.apply_env(std::env::vars().filter(|(k, _)| {
-        k.as_str() != console::TOKEN_VAR && k.as_str() != cohort::journal::KEY_ENV
-    }))?;
-    if let Some(s) = schema {
-        config.schema = s.to_owned();
-    }
-    let url = database_url(cli, None).map_err(|_| {
-        Failure::Input(Error::Config(
-            "no database URL: pass --database-url or set DATABASE_URL (verifying without a policy file, with --schema naming Cohort's schema)".into(),
-        ))
-    })?;
-    Ok(Cohort::builder(pool(&url, 2).await?)
-        .config(config)
-        .build_unvalidated()?)
-}
-
-/// [`open`] for a command that runs services: its pool also has room for
-/// the worker's pass lock, a run's lock and batch, the pruner, and one
-/// connection per parallel handler delivery. Either pool has room for the
-/// extra connections of a parallel sweep (`sweep_parallelism`). Sweeps
-/// read the backlog for its gauge only in a process that `exports` metrics
-/// (`cohort worker --metrics-addr`): elsewhere nothing would show it.
-async fn open_with(
-    cli: &Cli,
-    services: bool,
-    exports: bool,
-) -> Result<(Cohort, PolicyFile), Failure> {
-    let policy = load_policy(cli, true)?.expect("required");
-    let url = database_url(cli, Some(&policy))?;
-    let lanes = policy.max_sweep_parallelism().min(64) - 1;
-    let connections = lanes
-        + if services {
-            6 + policy.config.dispatch.max_parallelism.min(100)
-        } else {
-            4
-        };
-    let pool = pool(&url, connections).await?;
-    let mut builder = Cohort::builder(pool)
-        .policy(policy.clone())
-        .backlog_gauge(exports);
-    let progress = commands::progress_wanted(cli.json).then(commands::Progress::install);
-    if let Some(p) = &progress {
-        builder = builder.observer(p.clone());
-    }
-    let cohort = builder.build().await?;
-    if let Some(p) = &progress {
-        p.names(&*cohort.ready().await?);
-    }
-    Ok((cohort, policy))
-}
-
-/// Loads `--config` (default `./cohort.toml`). When not `required`, a
-/// missing default file is fine; an explicitly named one must exist.
-fn load_policy(cli: &Cli, required: bool) -> Result<Option<PolicyFile>, Failure> {
-    let path = cli
-        .config
-        .clone()
-        .unwrap_or_else(|| PathBuf::from("cohort.toml"));
-    if cli.config.is_none() && !required && !path.exists() {
-        return Ok(None);
-    }
-    let mut policy = PolicyFile::load(&path)?;
-    // The console's token is the command's own, not library configuration
-    // (it is refused where it does nothing: see `console::token`).
-    policy.config.apply_env(std::env::vars().filter(|(k, _)| {
-        k.as_str() != console::TOKEN_VAR && k.as_str() != cohort::journal::KEY_ENV
-    }))?;
-    Ok(Some(policy))
-}
-
-/// `--database-url`, then `DATABASE_URL`, then the policy file.
-fn database_url(cli: &Cli, policy: Option<&PolicyFile>) -> Result<String, Failure> {
-    cli.database_url
-        .clone()
-        .or_else(|| std::env::var("DATABASE_URL").ok().filter(|s| !s.is_empty()))
-        .or_else(|| policy.and_then(|p| p.database_url.clone()))
-        .ok_or_else(|| {
-            Failure::Input(Error::Config(
-                "no database URL: pass --database-url, set DATABASE_URL, or set [database] url in the policy file".into(),
-            ))
-        })
-}
-
-/// How long the first connection may take before the command gives up.
-const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
-
-/// Connects once, failing fast (within [`CONNECT_TIMEOUT`]) with the
-/// underlying cause and where it tried to connect (never the password).
-async fn connect(url: &str) -> Result<sqlx::PgConnection, Failure> {
-    use sqlx::ConnectOptions;
-    let options: sqlx::postgres::PgConnectOptions = url.parse().map_err(|e| {
-        Failure::Input(Error::Config(
-            format!("the database URL is not valid: {e}").into(),
-        ))
-    })?;
-    let place = format!(
-        "{}:{} (database {:?}, user {:?})",
-        options.get_host(),
-        options.get_port(),
-        options.get_database().unwrap_or("(default)"),
-        options.get_username()
-    );
-    let unreachable = |cause: String| {
-        Failure::Run(Error::Database(sqlx::Error::Io(std::io::Error::other(
-            format!("cannot reach PostgreSQL at {place}: {cause}"),
-        ))))
-    };
-    match tokio::time::timeout(CONNECT_TIMEOUT, options.connect()).await {
-        Ok(Ok(conn)) => Ok(conn),
-        Ok(Err(e)) => Err(unreachable(e.to_string())),
-        Err(_) => Err(unreachable(format!(
-            "no answer within {} s",
-            CONNECT_TIMEOUT.as_secs()
-        ))),
-    }
-}
-
-/// A pool whose first connection is made (and checked) by [`connect`], so
-/// an unreachable server fails fast with its cause.
-async fn pool(url: &str, max: u32) -> Result<sqlx::PgPool, Failure> {
-    use sqlx::Connection;
-    // Closing the probe connection politely; a failure to close changes nothing.
-    let _ = connect(url).await?.close().await;
-    let options: sqlx::postgres::PgConnectOptions = url.parse().map_err(|e| {
-        Failure::Input(Error::Config(
-            format!("the database URL is not valid: {e}").into(),
-        ))
-    })?;
-    Ok(sqlx::postgres::PgPoolOptions::new()
-        .max_connections(max)
-        .acquire_timeout(CONNECT_TIMEOUT)
-        .connect_lazy_with(options))
 }

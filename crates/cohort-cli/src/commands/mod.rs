@@ -3,11 +3,13 @@
 //! (history.rs), `dispatch` and `dead-letters` (queue.rs); the progress bar (progress.rs) and what they
 //! share (here). Exit codes are mapped in one place, `crate::exit`.
 
+pub(crate) mod audit;
 mod history;
 mod holds;
 mod progress;
 mod queue;
 mod requests;
+pub(crate) mod setup;
 mod sweep;
 
 pub(crate) use history::{runs, RunsCommand};
