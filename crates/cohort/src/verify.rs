@@ -37,6 +37,7 @@ const FIELDS: usize = 5;
 const KEEP: usize = 10_000;
 
 /// One link as read.
+#[derive(Clone)]
 struct LinkRow {
     link_id: i64,
     kind: String,
@@ -51,6 +52,7 @@ struct LinkRow {
 }
 
 /// The walk's state between pages.
+#[derive(Default)]
 struct Walk {
     breaks: Vec<ChainBreak>,
     more: bool,
@@ -173,6 +175,28 @@ fn label(kind: LinkKind, subject: Option<Uuid>, link_id: i64) -> String {
     }
 }
 
+/// Where the walk stands between links: the next link expected and the
+/// hash it must follow, the chain's start, whether the recorded head was
+/// seen, and the keyed part's state.
+struct Cursor<'a> {
+    next_id: i64,
+    prev: String,
+    start: Option<DateTime<Utc>>,
+    head_seen: bool,
+    expected: Option<&'a ExpectedHead>,
+    key: Option<&'a LedgerKey>,
+    keyed: Keyed,
+}
+
+/// One page's links that hold, by what their records are compared with.
+#[derive(Default)]
+struct Page {
+    runs: Vec<(i64, Uuid, String)>,
+    holds: Vec<(i64, LinkKind, Uuid, String)>,
+    checkpoints: Vec<(i64, DateTime<Utc>, CheckpointRecord)>,
+    events: Vec<(i64, Uuid, String)>,
+}
+
 /// Walks the chain; `expected`, a head recorded earlier, must still be in
 /// it with the same hash.
 /// With `policy_known` false (an auditor's verify, without the policy
@@ -195,167 +219,29 @@ pub(crate) async fn verify(
             .ok()
             .flatten()
     });
-    let mut walk = Walk {
-        breaks: Vec::new(),
-        more: false,
-        gone: BTreeMap::new(),
-        gone_holds: HashMap::new(),
-        releases: HashMap::new(),
-        released_holds: HashMap::new(),
-        placed_at: HashMap::new(),
-        released_at: HashMap::new(),
-        requests: HashMap::new(),
-        records_checked: 0,
-        records_pruned: 0,
+    let mut walk = Walk::default();
+    let mut at = Cursor {
+        next_id: 1,
+        prev: chain::GENESIS.to_string(),
+        start: None,
+        head_seen: false,
+        expected: expected.as_ref(),
+        key: cx.config.ledger_key.as_ref(),
+        keyed: Keyed::default(),
     };
-    let mut next_id = 1i64;
-    let mut prev = chain::GENESIS.to_string();
-    let mut start: Option<DateTime<Utc>> = None;
-    let mut head_seen = false;
-    let key = cx.config.ledger_key.as_ref();
-    let mut keyed = Keyed::default();
     loop {
-        let page: Vec<LinkRow> = statements::links_after(schema, next_id - 1, PAGE)
-            .query()
-            .fetch_all(&mut *tx)
-            .await?
-            .iter()
-            .map(|r| {
-                Ok(LinkRow {
-                    link_id: r.try_get("link_id")?,
-                    kind: r.try_get("kind")?,
-                    subject: r.try_get("subject_id")?,
-                    record: r.try_get("record")?,
-                    digest: r.try_get("digest")?,
-                    prev: r.try_get("prev")?,
-                    link: r.try_get("link")?,
-                    covers: r.try_get("covers")?,
-                    linked_at: r.try_get("linked_at")?,
-                    mac: r.try_get("mac")?,
-                })
-            })
-            .collect::<std::result::Result<_, sqlx::Error>>()?;
-        let Some(last) = page.last() else { break };
-        let last_id = last.link_id;
-        let mut runs: Vec<(i64, Uuid, String)> = Vec::new();
-        let mut holds: Vec<(i64, LinkKind, Uuid, String)> = Vec::new();
-        let mut checkpoints: Vec<(i64, DateTime<Utc>, CheckpointRecord)> = Vec::new();
-        let mut events: Vec<(i64, Uuid, String)> = Vec::new();
-        for l in &page {
-            report.links += 1;
-            let kind = LinkKind::parse(&l.kind);
-            let name = kind
-                .map(|k| label(k, l.subject, l.link_id))
-                .unwrap_or_else(|| format!("link {}", l.link_id));
-            if l.link_id > next_id {
-                let gap = if l.link_id - next_id == 1 {
-                    format!("link {next_id} is gone")
-                } else {
-                    format!("links {next_id} to {} are gone", l.link_id - 1)
-                };
-                walk.broken(
-                    Some(next_id),
-                    format!("link {next_id}"),
-                    BreakKind::Missing,
-                    format!("{gap}: deleted from the chain"),
-                );
-            } else if l.prev != prev {
-                walk.broken(
-                    Some(l.link_id),
-                    name.clone(),
-                    BreakKind::Reordered,
-                    format!(
-                        "it does not follow link {}: its prev is not that link's hash (links moved, or one before it was replaced)",
-                        l.link_id - 1
-                    ),
-                );
-            }
-            next_id = l.link_id + 1;
-            prev = l.link.clone();
-            report.head = Some(ChainHead {
-                link_id: l.link_id,
-                link: l.link.clone(),
-                linked_at: l.linked_at,
-            });
-            if let Some(e) = &expected {
-                if e.link_id == l.link_id {
-                    head_seen = true;
-                    if e.link != l.link {
-                        walk.broken(
-                            Some(l.link_id),
-                            name.clone(),
-                            BreakKind::Changed,
-                            format!(
-                                "the chain no longer holds the head you recorded ({}:{}); it is now {}: the chain was rewritten up to here",
-                                e.link_id, e.link, l.link
-                            ),
-                        );
-                    }
-                }
-            }
-            let Some(kind) = kind else {
-                walk.broken(
-                    Some(l.link_id),
-                    name,
-                    BreakKind::Changed,
-                    format!("its kind {:?} is not one Cohort writes", l.kind),
-                );
-                continue;
-            };
-            if chain::digest(&l.record) != l.digest {
-                walk.broken(
-                    Some(l.link_id),
-                    name,
-                    BreakKind::Changed,
-                    "its record was edited: it no longer matches its digest".into(),
-                );
-                continue;
-            }
-            if let Some(why) = keyed.check(l, kind, key) {
-                walk.broken(Some(l.link_id), name, BreakKind::Changed, why);
-                continue;
-            }
-            match (kind, l.subject) {
-                (LinkKind::Key, _) => {}
-                (LinkKind::Request, Some(s)) => events.push((l.link_id, s, l.record.clone())),
-                (LinkKind::Start, _) => {
-                    if l.link_id == 1 {
-                        start = Some(l.linked_at);
-                    }
-                }
-                (LinkKind::Run, Some(s)) => runs.push((l.link_id, s, l.record.clone())),
-                (LinkKind::HoldPlaced | LinkKind::HoldReleased, Some(s)) => {
-                    release_in_time(&mut walk, l, kind, s);
-                    holds.push((l.link_id, kind, s, l.record.clone()))
-                }
-                (LinkKind::Checkpoint, _) => {
-                    match serde_json::from_str::<CheckpointRecord>(&l.record) {
-                        Ok(c)
-                            if c.pruned.iter().map(|p| p.link_id).collect::<Vec<_>>()
-                                == l.covers =>
-                        {
-                            checkpoints.push((l.link_id, l.linked_at, c))
-                        }
-                        _ => walk.broken(
-                            Some(l.link_id),
-                            name,
-                            BreakKind::Changed,
-                            "its record does not list the links it covers".into(),
-                        ),
-                    }
-                }
-                _ => walk.broken(
-                    Some(l.link_id),
-                    name,
-                    BreakKind::Changed,
-                    "a run or hold link without its subject".into(),
-                ),
-            }
+        let links = read_page(&mut tx, schema, at.next_id - 1).await?;
+        let Some(last_id) = links.last().map(|l| l.link_id) else {
+            break;
+        };
+        let mut page = Page::default();
+        for l in &links {
+            check_link(&mut walk, &mut report, &mut at, &mut page, l);
         }
-        check_runs(&mut tx, schema, runs, &mut walk).await?;
-        check_request_events(&mut tx, schema, events, &mut walk).await?;
-        check_holds(&mut tx, schema, holds, &mut walk).await?;
-        for (link_id, linked_at, c) in checkpoints {
+        check_runs(&mut tx, schema, page.runs, &mut walk).await?;
+        check_request_events(&mut tx, schema, page.events, &mut walk).await?;
+        check_holds(&mut tx, schema, page.holds, &mut walk).await?;
+        for (link_id, linked_at, c) in page.checkpoints {
             checkpoint(
                 &mut walk,
                 &mut report,
@@ -364,10 +250,10 @@ pub(crate) async fn verify(
                 policy.as_ref().map(Option::as_ref),
             );
         }
-        if (page.len() as i64) < PAGE {
+        if (links.len() as i64) < PAGE {
             break;
         }
-        next_id = last_id + 1;
+        at.next_id = last_id + 1;
     }
     if !policy_known && !report.checkpoints.is_empty() {
         report.warnings.push(format!(
@@ -387,9 +273,178 @@ pub(crate) async fn verify(
     released_after_placed(&mut walk);
     check_requests(&mut tx, schema, &mut walk).await?;
     journal_head(cx, &mut tx, &mut walk, &mut report.warnings).await?;
-    report.keyed_from = keyed.from;
-    report.macs_checked = keyed.from.is_some() && key.is_some();
-    match (keyed.from, key) {
+    key_warnings(&at, &mut report);
+    recorded_head_seen(&at, &mut walk);
+    outside_the_chain(&mut tx, schema, at.start, &mut report, &mut walk).await?;
+    tx.rollback().await?;
+    Ok(walk.into_report(report))
+}
+
+/// One page of links after `after`, in order.
+async fn read_page(tx: &mut sqlx::PgConnection, schema: &str, after: i64) -> Result<Vec<LinkRow>> {
+    Ok(statements::links_after(schema, after, PAGE)
+        .query()
+        .fetch_all(&mut *tx)
+        .await?
+        .iter()
+        .map(|r| {
+            Ok(LinkRow {
+                link_id: r.try_get("link_id")?,
+                kind: r.try_get("kind")?,
+                subject: r.try_get("subject_id")?,
+                record: r.try_get("record")?,
+                digest: r.try_get("digest")?,
+                prev: r.try_get("prev")?,
+                link: r.try_get("link")?,
+                covers: r.try_get("covers")?,
+                linked_at: r.try_get("linked_at")?,
+                mac: r.try_get("mac")?,
+            })
+        })
+        .collect::<std::result::Result<_, sqlx::Error>>()?)
+}
+
+/// One link against the walk so far, without the database: its place
+/// (nothing missing before it, following its predecessor's hash), the
+/// head recorded outside, its kind, its record's digest, its hash and MAC;
+/// a link that holds is put in `page` by what its record is compared
+/// with.
+fn check_link(
+    walk: &mut Walk,
+    report: &mut ChainReport,
+    at: &mut Cursor<'_>,
+    page: &mut Page,
+    l: &LinkRow,
+) {
+    report.links += 1;
+    let kind = LinkKind::parse(&l.kind);
+    let name = kind
+        .map(|k| label(k, l.subject, l.link_id))
+        .unwrap_or_else(|| format!("link {}", l.link_id));
+    in_place(walk, at, l, &name);
+    at.next_id = l.link_id + 1;
+    at.prev = l.link.clone();
+    report.head = Some(ChainHead {
+        link_id: l.link_id,
+        link: l.link.clone(),
+        linked_at: l.linked_at,
+    });
+    if let Some(e) = at.expected.filter(|e| e.link_id == l.link_id) {
+        at.head_seen = true;
+        if e.link != l.link {
+            walk.broken(
+                Some(l.link_id),
+                name.clone(),
+                BreakKind::Changed,
+                format!(
+                    "the chain no longer holds the head you recorded ({}:{}); it is now {}: the chain was rewritten up to here",
+                    e.link_id, e.link, l.link
+                ),
+            );
+        }
+    }
+    let Some(kind) = kind else {
+        walk.broken(
+            Some(l.link_id),
+            name,
+            BreakKind::Changed,
+            format!("its kind {:?} is not one Cohort writes", l.kind),
+        );
+        return;
+    };
+    if chain::digest(&l.record) != l.digest {
+        walk.broken(
+            Some(l.link_id),
+            name,
+            BreakKind::Changed,
+            "its record was edited: it no longer matches its digest".into(),
+        );
+        return;
+    }
+    if let Some(why) = at.keyed.check(l, kind, at.key) {
+        walk.broken(Some(l.link_id), name, BreakKind::Changed, why);
+        return;
+    }
+    sort_link(walk, at, page, l, kind, name);
+}
+
+/// Whether link `l` comes where the walk expects it: none missing before
+/// it, and following the previous link's hash.
+fn in_place(walk: &mut Walk, at: &Cursor<'_>, l: &LinkRow, name: &str) {
+    let next_id = at.next_id;
+    if l.link_id > next_id {
+        let gap = if l.link_id - next_id == 1 {
+            format!("link {next_id} is gone")
+        } else {
+            format!("links {next_id} to {} are gone", l.link_id - 1)
+        };
+        walk.broken(
+            Some(next_id),
+            format!("link {next_id}"),
+            BreakKind::Missing,
+            format!("{gap}: deleted from the chain"),
+        );
+    } else if l.prev != at.prev {
+        walk.broken(
+            Some(l.link_id),
+            name.to_owned(),
+            BreakKind::Reordered,
+            format!(
+                "it does not follow link {}: its prev is not that link's hash (links moved, or one before it was replaced)",
+                l.link_id - 1
+            ),
+        );
+    }
+}
+
+/// A link that holds, put where its record is compared.
+fn sort_link(
+    walk: &mut Walk,
+    at: &mut Cursor<'_>,
+    page: &mut Page,
+    l: &LinkRow,
+    kind: LinkKind,
+    name: String,
+) {
+    match (kind, l.subject) {
+        (LinkKind::Key, _) => {}
+        (LinkKind::Request, Some(s)) => page.events.push((l.link_id, s, l.record.clone())),
+        (LinkKind::Start, _) => {
+            if l.link_id == 1 {
+                at.start = Some(l.linked_at);
+            }
+        }
+        (LinkKind::Run, Some(s)) => page.runs.push((l.link_id, s, l.record.clone())),
+        (LinkKind::HoldPlaced | LinkKind::HoldReleased, Some(s)) => {
+            release_in_time(walk, l, kind, s);
+            page.holds.push((l.link_id, kind, s, l.record.clone()))
+        }
+        (LinkKind::Checkpoint, _) => match serde_json::from_str::<CheckpointRecord>(&l.record) {
+            Ok(c) if c.pruned.iter().map(|p| p.link_id).collect::<Vec<_>>() == l.covers => {
+                page.checkpoints.push((l.link_id, l.linked_at, c))
+            }
+            _ => walk.broken(
+                Some(l.link_id),
+                name,
+                BreakKind::Changed,
+                "its record does not list the links it covers".into(),
+            ),
+        },
+        _ => walk.broken(
+            Some(l.link_id),
+            name,
+            BreakKind::Changed,
+            "a run or hold link without its subject".into(),
+        ),
+    }
+}
+
+/// What the report says of the chain's key: not keyed, or keyed and
+/// verified without the key.
+fn key_warnings(at: &Cursor<'_>, report: &mut ChainReport) {
+    report.keyed_from = at.keyed.from;
+    report.macs_checked = at.keyed.from.is_some() && at.key.is_some();
+    match (at.keyed.from, at.key) {
         (None, _) => report.warnings.push(format!(
             "the chain is not keyed: anyone who can write the database can append links that verify; \
              key it with {} set for `cohort migrate`, and compare its head with one recorded outside the database",
@@ -402,21 +457,35 @@ pub(crate) async fn verify(
         )),
         (Some(_), Some(_)) => {}
     }
-    if let Some(e) = &expected {
-        if !head_seen {
-            walk.broken(
-                Some(e.link_id),
-                format!("link {}", e.link_id),
-                BreakKind::Missing,
-                format!(
-                    "the head you recorded ({}:{}) is not in the chain, which ends at link {}",
-                    e.link_id,
-                    e.link,
-                    next_id - 1
-                ),
-            );
-        }
+}
+
+/// A head recorded outside the database that the walk never reached.
+fn recorded_head_seen(at: &Cursor<'_>, walk: &mut Walk) {
+    if let Some(e) = at.expected.filter(|_| !at.head_seen) {
+        walk.broken(
+            Some(e.link_id),
+            format!("link {}", e.link_id),
+            BreakKind::Missing,
+            format!(
+                "the head you recorded ({}:{}) is not in the chain, which ends at link {}",
+                e.link_id,
+                e.link,
+                at.next_id - 1
+            ),
+        );
     }
+}
+
+/// What is outside the chain: runs settled before it started (counted),
+/// runs settled after it started without a link (each a break), and holds
+/// written outside the library (counted).
+async fn outside_the_chain(
+    tx: &mut sqlx::PgConnection,
+    schema: &str,
+    start: Option<DateTime<Utc>>,
+    report: &mut ChainReport,
+    walk: &mut Walk,
+) -> Result<()> {
     if let Some(start) = start {
         report.started_at = Some(start);
         let n: i64 = statements::runs_before(schema, start)
@@ -443,16 +512,23 @@ pub(crate) async fn verify(
         .fetch_one(&mut *tx)
         .await?;
     report.holds_outside_chain = outside.max(0) as u64;
-    tx.rollback().await?;
-    report.records_checked = walk.records_checked;
-    report.records_pruned = walk.records_pruned;
-    walk.breaks
-        .sort_by_key(|b| (b.link_id.is_none(), b.link_id.unwrap_or(0)));
-    report.more_breaks = walk.more || walk.breaks.len() > ChainReport::LIMIT;
-    walk.breaks.truncate(ChainReport::LIMIT);
-    report.intact = walk.breaks.is_empty();
-    report.breaks = walk.breaks;
-    Ok(report)
+    Ok(())
+}
+
+impl Walk {
+    /// The report with the walk's findings: breaks in link order, at most
+    /// [`ChainReport::LIMIT`] of them.
+    fn into_report(mut self, mut report: ChainReport) -> ChainReport {
+        report.records_checked = self.records_checked;
+        report.records_pruned = self.records_pruned;
+        self.breaks
+            .sort_by_key(|b| (b.link_id.is_none(), b.link_id.unwrap_or(0)));
+        report.more_breaks = self.more || self.breaks.len() > ChainReport::LIMIT;
+        self.breaks.truncate(ChainReport::LIMIT);
+        report.intact = self.breaks.is_empty();
+        report.breaks = self.breaks;
+        report
+    }
 }
 
 async fn check_runs(
@@ -1035,5 +1111,100 @@ fn checkpoint(
         } else {
             walk.records_pruned += 1;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A run link `link_id` after `prev`, whose hash holds.
+    fn run_link(link_id: i64, prev: &str, record: &str) -> LinkRow {
+        let subject = Some(Uuid::from_u128(link_id as u128));
+        let digest = chain::digest(record);
+        LinkRow {
+            link_id,
+            kind: LinkKind::Run.as_str().into(),
+            subject,
+            record: record.into(),
+            link: chain::link_hash(prev, link_id, LinkKind::Run, subject, &digest),
+            digest,
+            prev: prev.into(),
+            covers: Vec::new(),
+            linked_at: DateTime::<Utc>::from_timestamp(1_800_000_000, 0).unwrap(),
+            mac: None,
+        }
+    }
+
+    /// The breaks `check_link` finds walking `links` from the start.
+    fn walked(links: &[LinkRow]) -> (Vec<(Option<i64>, BreakKind)>, usize) {
+        let mut walk = Walk::default();
+        let mut report = ChainReport::new();
+        let mut at = Cursor {
+            next_id: 1,
+            prev: chain::GENESIS.to_string(),
+            start: None,
+            head_seen: false,
+            expected: None,
+            key: None,
+            keyed: Keyed::default(),
+        };
+        let mut page = Page::default();
+        for l in links {
+            check_link(&mut walk, &mut report, &mut at, &mut page, l);
+        }
+        (
+            walk.breaks.iter().map(|b| (b.link_id, b.kind)).collect(),
+            page.runs.len(),
+        )
+    }
+
+    #[test]
+    fn check_link_names_each_way_a_link_fails() {
+        let one = run_link(1, chain::GENESIS, "{\"a\":1}");
+        let two = run_link(2, &one.link, "{\"a\":2}");
+        let three = run_link(3, &two.link, "{\"a\":3}");
+        // Whole: every run sorted for its record's check, nothing broken.
+        assert_eq!(
+            walked(&[one.clone(), two.clone(), three.clone()]),
+            (vec![], 3)
+        );
+        // A link deleted: the gap, at the first missing link.
+        assert_eq!(
+            walked(&[one.clone(), three.clone()]).0,
+            vec![(Some(2), BreakKind::Missing)]
+        );
+        // Two links swapped: each names where it does not follow.
+        let (breaks, _) = walked(&[one.clone(), three.clone(), two.clone()]);
+        assert!(
+            breaks.contains(&(Some(2), BreakKind::Missing)),
+            "{breaks:?}"
+        );
+        assert!(
+            breaks.contains(&(Some(2), BreakKind::Reordered)),
+            "{breaks:?}"
+        );
+        // A record edited after it was linked.
+        let mut edited = two.clone();
+        edited.record = "{\"a\":20}".into();
+        assert_eq!(
+            walked(&[one.clone(), edited, three.clone()]).0,
+            vec![(Some(2), BreakKind::Changed)]
+        );
+        // A record and its digest rewritten together: the hash says so.
+        let mut forged = two.clone();
+        forged.record = "{\"a\":20}".into();
+        forged.digest = chain::digest(&forged.record);
+        assert_eq!(
+            walked(&[one.clone(), forged, three.clone()]).0,
+            vec![(Some(2), BreakKind::Changed)]
+        );
+        // A kind Cohort never writes.
+        let mut strange = two;
+        strange.kind = "note".into();
+        assert_eq!(
+            walked(&[one, strange, three]).0,
+            vec![(Some(2), BreakKind::Changed)]
+        );
     }
 }
