@@ -447,21 +447,7 @@ pub(crate) async fn replay(
     let journal = Journal::open(config)?;
     let folded = fold(journal.read().await?);
     if journal_copy.is_none() && !dry_run {
-        let ours: Option<String> = crate::sql::journal::system_identifier()
-            .query_scalar()
-            .fetch_optional(&cx.pool)
-            .await
-            .ok()
-            .flatten();
-        if let (Some(ours), Some(theirs)) = (&ours, &folded.system) {
-            if ours != theirs {
-                return Err(Error::Refused(format!(
-                    "this database's cluster (system identifier {ours}) is not the one {} was written for ({theirs}): \
-                     a replay here would append to another cluster's journal; a drill replays onto a copy with --journal-copy DIR",
-                    config.describe()
-                )));
-            }
-        }
+        refuse_another_cluster(cx, config, &folded).await?;
     }
     let before = compare(cx, &folded).await?;
     let mut report = ReplayReport {
@@ -479,9 +465,82 @@ pub(crate) async fn replay(
         report.check = before;
         return Ok(report);
     }
-    let key = journal.key();
     // 1. Holds first: an erasure run again must see every hold the journal
     //    says was there.
+    place_holds(cx, &journal, &folded, &before, &mut report).await?;
+    for id in &before.holds_to_release {
+        match crate::holds::release_journaled(cx, *id, false).await {
+            Ok(_) | Err(Error::Conflict(_)) => report.holds_released.push(*id),
+            Err(e) => return Err(e),
+        }
+    }
+    // 2. Requests the database lost, as the journal opened them, and
+    // 3. each of them run again, now, journaled where this replay reads:
+    //    a drill's copy stays apart from the production journal.
+    let to_run = restore_requests(cx, &journal, &folded, &before, &mut report).await?;
+    for (id, reference, why) in to_run {
+        match crate::run::requests::rerun(cx, Some(config), id, why).await {
+            Ok(state) => report.requests_run.push((reference, state.as_str().into())),
+            Err(e) => report
+                .requests_run
+                .push((reference, format!("failed: {e}"))),
+        }
+    }
+    // The journal records where the database stands now: its chain head
+    // after the replay, so the head an older entry recorded (from before
+    // the restore) is no longer the one held against the chain.
+    if !before.is_clean() {
+        journal
+            .append(
+                cx,
+                Record::Replayed {
+                    holds_placed: report.holds_placed.len() as u64,
+                    holds_released: report.holds_released.len() as u64,
+                    requests_restored: report.requests_restored.len() as u64,
+                },
+            )
+            .await?;
+    }
+    report.check = compare(cx, &fold(journal.read().await?)).await?;
+    Ok(report)
+}
+
+/// Refuses a replay into a journal another cluster wrote (its entries'
+/// system identifier is not this database's): a drill replays onto a copy.
+async fn refuse_another_cluster(
+    cx: &Context,
+    config: &crate::journal::JournalConfig,
+    folded: &Folded,
+) -> Result<()> {
+    let ours: Option<String> = crate::sql::journal::system_identifier()
+        .query_scalar()
+        .fetch_optional(&cx.pool)
+        .await
+        .ok()
+        .flatten();
+    if let (Some(ours), Some(theirs)) = (&ours, &folded.system) {
+        if ours != theirs {
+            return Err(Error::Refused(format!(
+                "this database's cluster (system identifier {ours}) is not the one {} was written for ({theirs}): \
+                 a replay here would append to another cluster's journal; a drill replays onto a copy with --journal-copy DIR",
+                config.describe()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Places again the holds the journal placed and the database lacks,
+/// without journaling them again; one that is refused as it stands (its
+/// record is gone, say) is journaled as never to be placed.
+async fn place_holds(
+    cx: &Context,
+    journal: &Journal<'_>,
+    folded: &Folded,
+    before: &RestoreCheck,
+    report: &mut ReplayReport,
+) -> Result<()> {
+    let key = journal.key();
     for id in &before.holds_to_place {
         let Some((_, h)) = folded.holds.iter().find(|(h, _)| h == id) else {
             continue;
@@ -550,13 +609,20 @@ pub(crate) async fn replay(
             Err(e) => return Err(e),
         }
     }
-    for id in &before.holds_to_release {
-        match crate::holds::release_journaled(cx, *id, false).await {
-            Ok(_) | Err(Error::Conflict(_)) => report.holds_released.push(*id),
-            Err(e) => return Err(e),
-        }
-    }
-    // 2. Requests the database lost, as the journal opened them.
+    Ok(())
+}
+
+/// Restores the requests the database lost, as the journal opened them;
+/// returns them and the ones the database has behind the journal, each
+/// with the line of history its run again starts with.
+async fn restore_requests(
+    cx: &Context,
+    journal: &Journal<'_>,
+    folded: &Folded,
+    before: &RestoreCheck,
+    report: &mut ReplayReport,
+) -> Result<Vec<(Uuid, String, String)>> {
+    let key = journal.key();
     let mut to_run: Vec<(Uuid, String, String)> = Vec::new();
     for gap in &before.missing_requests {
         let Some((
@@ -641,34 +707,7 @@ pub(crate) async fn replay(
             ),
         ));
     }
-    // 3. Each of them run again, now.
-    for (id, reference, why) in to_run {
-        // Journaled where this replay reads: a drill's copy stays apart
-        // from the production journal it was copied from.
-        match crate::run::requests::rerun(cx, Some(config), id, why).await {
-            Ok(state) => report.requests_run.push((reference, state.as_str().into())),
-            Err(e) => report
-                .requests_run
-                .push((reference, format!("failed: {e}"))),
-        }
-    }
-    // The journal records where the database stands now: its chain head
-    // after the replay, so the head an older entry recorded (from before
-    // the restore) is no longer the one held against the chain.
-    if !before.is_clean() {
-        journal
-            .append(
-                cx,
-                Record::Replayed {
-                    holds_placed: report.holds_placed.len() as u64,
-                    holds_released: report.holds_released.len() as u64,
-                    requests_restored: report.requests_restored.len() as u64,
-                },
-            )
-            .await?;
-    }
-    report.check = compare(cx, &fold(journal.read().await?)).await?;
-    Ok(report)
+    Ok(to_run)
 }
 
 /// A copy of the configured journal in `dir` (made once: a second drill
