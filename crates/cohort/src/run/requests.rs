@@ -296,35 +296,8 @@ pub(crate) async fn attempt(
             current.reference
         ))
     })?;
-    set_state(
-        &mut tx,
-        schema,
-        id,
-        RequestState::InProgress,
-        now,
-        (None, Vec::new(), None, None),
-        true,
-    )
-    .await?;
-    event(
-        &mut tx,
-        (schema, cx.config.ledger_key.as_ref()),
-        id,
-        RequestState::InProgress,
-        None,
-        "attempt started".into(),
-    )
-    .await?;
-    tx.commit().await?;
-    journal_state(
-        cx,
-        journal,
-        id,
-        &current.reference,
-        RequestState::InProgress,
-        None,
-    )
-    .await;
+    let on = (journal, id, current.reference.as_str(), now);
+    transition(cx, on, tx, Transition::started()).await?;
 
     let mut scope = ErasureScope::new(subject).allow_soft_delete(current.allow_soft_delete);
     if let Some(k) = &current.kind {
@@ -347,99 +320,147 @@ pub(crate) async fn attempt(
 
     let mut tx = cx.pool.begin_with(crate::sql::READ_COMMITTED).await?;
     sql::lock(schema, id).query().fetch_one(&mut *tx).await?;
-    let result = match ran {
+    match ran {
         Err(e) => {
-            let why = e.to_string();
-            set_state(
-                &mut tx,
-                schema,
-                id,
-                RequestState::Failed,
-                now,
-                (None, Vec::new(), None, Some(why.clone())),
-                false,
-            )
-            .await?;
-            event(
-                &mut tx,
-                (schema, cx.config.ledger_key.as_ref()),
-                id,
-                RequestState::Failed,
-                None,
-                format!("failed: {why}"),
-            )
-            .await?;
-            tx.commit().await?;
-            journal_state(
-                cx,
-                journal,
-                id,
-                &current.reference,
-                RequestState::Failed,
-                None,
-            )
-            .await;
-            return Err(e);
+            transition(cx, on, tx, Transition::failed(e.to_string())).await?;
+            Err(e)
         }
-        Ok(r) => r,
-    };
-    let run_id = Some(result.run_id);
-    let parts = parts_of(&result);
-    let (state, detail, error) = if result.status != RunStatus::Succeeded {
-        let why = format!(
-            "run {} settled {}{}",
-            result.run_id,
-            result.status.as_str(),
-            result
-                .failures
-                .iter()
-                .map(|f| format!("; {}: {}", f.entity, f.error))
-                .collect::<String>()
-        );
-        (RequestState::Failed, format!("failed: {why}"), Some(why))
-    } else if parts.is_empty() {
-        (
-            RequestState::Completed,
-            format!(
-                "completed: {} row(s) changed by this attempt; the subject's identifier is cleared",
-                result.entities.iter().map(|e| e.affected).sum::<u64>()
-            ),
-            None,
-        )
-    } else {
-        (
-            RequestState::Waiting,
-            format!(
-                "waiting: {} row(s) changed by this attempt; kept: {}",
-                result.entities.iter().map(|e| e.affected).sum::<u64>(),
-                describe_parts(&parts)
-            ),
-            None,
-        )
-    };
-    let resume_at = resume_at(&parts, now);
+        Ok(result) => {
+            transition(cx, on, tx, Transition::after(&result, now)).await?;
+            Ok(result)
+        }
+    }
+}
+
+/// A change of a request's state, with what the request row and its line
+/// of history record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Transition {
+    state: RequestState,
+    resume_at: Option<DateTime<Utc>>,
+    parts: Vec<WaitingPart>,
+    run_id: Option<Uuid>,
+    error: Option<String>,
+    /// The line of history.
+    detail: String,
+    /// An attempt starting (it records the attempt's snapshot).
+    starting: bool,
+}
+
+impl Transition {
+    /// An attempt starts.
+    fn started() -> Self {
+        Transition {
+            state: RequestState::InProgress,
+            resume_at: None,
+            parts: Vec::new(),
+            run_id: None,
+            error: None,
+            detail: "attempt started".into(),
+            starting: true,
+        }
+    }
+
+    /// The attempt's erasure failed (refused, or its connection lost).
+    fn failed(why: String) -> Self {
+        Transition {
+            state: RequestState::Failed,
+            detail: format!("failed: {why}"),
+            error: Some(why),
+            starting: false,
+            ..Transition::started()
+        }
+    }
+
+    /// What an attempt's erasure leaves the request in: failed when the
+    /// run did not succeed, completed when nothing was kept, else waiting
+    /// for its kept parts (from the earliest time one can go).
+    fn after(result: &ErasureResult, now: DateTime<Utc>) -> Self {
+        let parts = parts_of(result);
+        let changed: u64 = result.entities.iter().map(|e| e.affected).sum();
+        let run_id = Some(result.run_id);
+        if result.status != RunStatus::Succeeded {
+            let why = format!(
+                "run {} settled {}{}",
+                result.run_id,
+                result.status.as_str(),
+                result
+                    .failures
+                    .iter()
+                    .map(|f| format!("; {}: {}", f.entity, f.error))
+                    .collect::<String>()
+            );
+            return Transition {
+                run_id,
+                resume_at: resume_at(&parts, now),
+                parts,
+                ..Transition::failed(why)
+            };
+        }
+        let (state, detail) = if parts.is_empty() {
+            (
+                RequestState::Completed,
+                format!(
+                    "completed: {changed} row(s) changed by this attempt; the subject's identifier is cleared"
+                ),
+            )
+        } else {
+            (
+                RequestState::Waiting,
+                format!(
+                    "waiting: {changed} row(s) changed by this attempt; kept: {}",
+                    describe_parts(&parts)
+                ),
+            )
+        };
+        Transition {
+            state,
+            resume_at: resume_at(&parts, now),
+            parts,
+            run_id,
+            error: None,
+            detail,
+            starting: false,
+        }
+    }
+}
+
+/// Moves request `id` (locked in `tx`) to `t`: its row, its line of
+/// history (linked in the chain), the commit, then the journal.
+async fn transition(
+    cx: &Context,
+    (journal, id, reference, now): (
+        Option<&crate::journal::JournalConfig>,
+        Uuid,
+        &str,
+        DateTime<Utc>,
+    ),
+    mut tx: sqlx::Transaction<'_, sqlx::Postgres>,
+    t: Transition,
+) -> Result<()> {
+    let schema = &cx.config.schema;
     set_state(
         &mut tx,
         schema,
         id,
-        state,
+        t.state,
         now,
-        (resume_at, parts, run_id, error),
-        false,
+        (t.resume_at, t.parts, t.run_id, t.error),
+        t.starting,
     )
     .await?;
     event(
         &mut tx,
         (schema, cx.config.ledger_key.as_ref()),
         id,
-        state,
-        run_id,
-        detail,
+        t.state,
+        t.run_id,
+        t.detail,
     )
     .await?;
     tx.commit().await?;
-    journal_state(cx, journal, id, &current.reference, state, run_id).await;
-    Ok(result)
+    journal_state(cx, journal, id, reference, t.state, t.run_id).await;
+    Ok(())
 }
 
 /// Journals a request's new state once the database has it. A failure is
