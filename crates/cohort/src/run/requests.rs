@@ -73,63 +73,15 @@ pub(crate) async fn open(cx: &Context, mut req: ErasureRequest) -> Result<Erasur
         req.tenancy.tenant = Some(cx.canonical_tenant(t).await?);
     }
     let now = req.now;
-    let due_at = terms
-        .due
-        .unwrap_or(Due::After(
-            Period::from_days(DEFAULT_DUE_DAYS).expect("30 days"),
-        ))
-        .at(now)?;
-    if due_at <= now {
-        return Err(Error::InvalidInput(format!(
-            "erasure request {:?}: due {} is not after the request's time {}",
-            terms.reference,
-            due_at.to_rfc3339(),
-            now.to_rfc3339()
-        )));
-    }
+    let due_at = due_at(&terms, now)?;
     let schema = &cx.config.schema;
     let scope = &req.scope;
     let hash = subject_hash(&key, &scope.subject);
     let request_id = Uuid::new_v4();
     // A new request is journaled before the database knows it: an erasure
     // never runs without its entry.
-    let mut opened_here = false;
-    let mut journaled: Option<(i64, String)> = None;
-    if let Some(config) = &cx.journal {
-        let journal = Journal::open(config)?;
-        check_apart(config, &cx.pool).await?;
-        let known = sql::by_reference(schema, terms.reference.clone())
-            .query()
-            .fetch_optional(&cx.pool)
-            .await?;
-        if known.is_none() {
-            opened_here = true;
-            let seal = |field: &str, text: &str| {
-                journal
-                    .key()
-                    .seal(&Record::context(request_id, field), text)
-            };
-            let entry = journal
-                .append(
-                    cx,
-                    Record::RequestOpened {
-                        request_id,
-                        reference: terms.reference.clone(),
-                        tenant: req.tenancy.tenant.clone(),
-                        kind: scope.kind.clone(),
-                        subject: seal("subject", &scope.subject),
-                        allow_soft_delete: scope.allow_soft_delete,
-                        stage: scope.stage,
-                        note: terms.note.as_deref().map(|n| seal("note", n)),
-                        received_at: now,
-                        due_at,
-                        due_reason: terms.due_reason.clone(),
-                    },
-                )
-                .await?;
-            journaled = Some((entry.seq as i64, entry.hash));
-        }
-    }
+    let journaled = journal_opening(cx, &req, &terms, request_id, due_at).await?;
+    let opened_here = journaled.is_some();
     let mut conn = Held::new(cx.pool.acquire().await?);
     try_lock(&mut conn, LockKey::Request(request_id)).await?;
     let mut tx = sqlx::Connection::begin_with(&mut *conn, crate::sql::READ_COMMITTED).await?;
@@ -211,6 +163,75 @@ pub(crate) async fn open(cx: &Context, mut req: ErasureRequest) -> Result<Erasur
     let mut result = outcome?;
     result.request = Some(read(cx, id, now).await?);
     Ok(result)
+}
+
+/// When a request is due: its terms' due date (30 days after it was
+/// received by default), which must be after it was received.
+fn due_at(terms: &Terms, now: DateTime<Utc>) -> Result<DateTime<Utc>> {
+    let due_at = terms
+        .due
+        .unwrap_or(Due::After(
+            Period::from_days(DEFAULT_DUE_DAYS).expect("30 days"),
+        ))
+        .at(now)?;
+    if due_at <= now {
+        return Err(Error::InvalidInput(format!(
+            "erasure request {:?}: due {} is not after the request's time {}",
+            terms.reference,
+            due_at.to_rfc3339(),
+            now.to_rfc3339()
+        )));
+    }
+    Ok(due_at)
+}
+
+/// With a journal, and a reference the database does not know yet: the
+/// request's opening journaled (subject and note sealed); its entry's
+/// number and hash. `None` without a journal, or for a known reference.
+async fn journal_opening(
+    cx: &Context,
+    req: &ErasureRequest,
+    terms: &Terms,
+    request_id: Uuid,
+    due_at: DateTime<Utc>,
+) -> Result<Option<(i64, String)>> {
+    let Some(config) = &cx.journal else {
+        return Ok(None);
+    };
+    let journal = Journal::open(config)?;
+    check_apart(config, &cx.pool).await?;
+    let known = sql::by_reference(&cx.config.schema, terms.reference.clone())
+        .query()
+        .fetch_optional(&cx.pool)
+        .await?;
+    if known.is_some() {
+        return Ok(None);
+    }
+    let scope = &req.scope;
+    let seal = |field: &str, text: &str| {
+        journal
+            .key()
+            .seal(&Record::context(request_id, field), text)
+    };
+    let entry = journal
+        .append(
+            cx,
+            Record::RequestOpened {
+                request_id,
+                reference: terms.reference.clone(),
+                tenant: req.tenancy.tenant.clone(),
+                kind: scope.kind.clone(),
+                subject: seal("subject", &scope.subject),
+                allow_soft_delete: scope.allow_soft_delete,
+                stage: scope.stage,
+                note: terms.note.as_deref().map(|n| seal("note", n)),
+                received_at: req.now,
+                due_at,
+                due_reason: terms.due_reason.clone(),
+            },
+        )
+        .await?;
+    Ok(Some((entry.seq as i64, entry.hash)))
 }
 
 /// Journals that a request journaled as opened was never inserted.
