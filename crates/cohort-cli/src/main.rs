@@ -106,59 +106,7 @@ enum Command {
     },
     /// Erase one data subject's rows in a tenant, or in the tenantless
     /// entities (right to erasure).
-    Erase {
-        /// The tenant (a negative number is a value).
-        #[arg(
-            long,
-            required_unless_present = "tenantless",
-            conflicts_with = "tenantless",
-            allow_negative_numbers = true
-        )]
-        tenant: Option<String>,
-        /// Erase from the tenantless entities instead of a tenant's.
-        #[arg(long)]
-        tenantless: bool,
-        /// The subject id (compared exactly with each subject column, in its
-        /// type). A negative number is a value (`--subject -42`); other text
-        /// starting with `-` needs `--subject=-x`.
-        #[arg(long, allow_negative_numbers = true)]
-        subject: String,
-        /// Only subject columns of this kind.
-        #[arg(long)]
-        kind: Option<String>,
-        /// Accept soft deletion as erasure for categories that soft-delete.
-        #[arg(long)]
-        allow_soft_delete: bool,
-        /// For categories in stages: erase as stage N does (1 first)
-        /// instead of the last stage.
-        #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
-        stage: Option<u16>,
-        /// Count and audit without changing rows.
-        #[arg(long)]
-        dry_run: bool,
-        /// Logical time (RFC 3339; default now).
-        #[arg(long)]
-        now: Option<String>,
-        /// Accept a --now later than the database clock for a mutating run
-        /// (refused by default: it moves every cutoff forward).
-        #[arg(long)]
-        allow_future_now: bool,
-        /// Open an erasure request with this reference (unique), followed
-        /// until it completes; an existing request not completed, for the
-        /// same subject, runs again. Needs the hash key.
-        #[arg(long, conflicts_with = "dry_run")]
-        reference: Option<String>,
-        /// When the request is due: a period after --now (60d, 2mo), a date
-        /// (its end, UTC) or an RFC 3339 time (default: 30 days).
-        #[arg(long, requires = "reference")]
-        due: Option<String>,
-        /// Why the request has this due date.
-        #[arg(long, requires = "due")]
-        due_reason: Option<String>,
-        /// The requester's note, kept with the request.
-        #[arg(long, requires = "reference")]
-        note: Option<String>,
-    },
+    Erase(commands::EraseArgs),
     /// Erasure requests: list them, show one with its history, move a due
     /// date.
     #[command(subcommand)]
@@ -381,41 +329,15 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             )
             .await
         }
-        Command::Erase {
-            tenant,
-            tenantless: _,
-            subject,
-            kind,
-            allow_soft_delete,
-            stage,
-            dry_run,
-            now,
-            allow_future_now,
-            reference,
-            due,
-            due_reason,
-            note,
-        } => {
-            let terms = commands::RequestTerms::new(reference, due, due_reason, note)?;
+        Command::Erase(args) => {
+            let terms = commands::RequestTerms::new(
+                &args.reference,
+                &args.due,
+                &args.due_reason,
+                &args.note,
+            )?;
             let (cohort, _) = open(&cli).await?;
-            let mut scope =
-                cohort::erasure::ErasureScope::new(subject).allow_soft_delete(*allow_soft_delete);
-            if let Some(k) = kind {
-                scope = scope.kind(k);
-            }
-            if let Some(n) = stage {
-                scope = scope.stage(*n);
-            }
-            commands::erase(
-                &cohort,
-                cli.json,
-                tenant.as_deref(),
-                scope,
-                now.as_deref(),
-                (*dry_run, *allow_future_now),
-                terms,
-            )
-            .await
+            commands::erase_with(&cohort, cli.json, args, terms).await
         }
         Command::EraseRequests(cmd) => {
             let (cohort, _) = open(&cli).await?;

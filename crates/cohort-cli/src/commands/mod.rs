@@ -17,7 +17,7 @@ pub(crate) use holds::{holds, HoldsCommand};
 pub(crate) use progress::{finish_progress, progress_wanted, Progress};
 pub(crate) use queue::{dead_letters, dispatch, DeadLettersCommand};
 pub(crate) use requests::{requests, RequestTerms, RequestsCommand};
-pub(crate) use sweep::{erase, preview, sweep};
+pub(crate) use sweep::{erase_with, preview, sweep, EraseArgs};
 
 use chrono::{DateTime, FixedOffset, Utc};
 use clap::Args;

@@ -273,6 +273,90 @@ pub(crate) async fn sweep(
     exit_for([result.status])
 }
 
+/// `cohort erase`'s arguments.
+#[derive(Debug, clap::Args)]
+pub(crate) struct EraseArgs {
+    /// The tenant (a negative number is a value).
+    #[arg(
+        long,
+        required_unless_present = "tenantless",
+        conflicts_with = "tenantless",
+        allow_negative_numbers = true
+    )]
+    pub(crate) tenant: Option<String>,
+    /// Erase from the tenantless entities instead of a tenant's.
+    #[arg(long)]
+    pub(crate) tenantless: bool,
+    /// The subject id (compared exactly with each subject column, in its
+    /// type). A negative number is a value (`--subject -42`); other text
+    /// starting with `-` needs `--subject=-x`.
+    #[arg(long, allow_negative_numbers = true)]
+    pub(crate) subject: String,
+    /// Only subject columns of this kind.
+    #[arg(long)]
+    pub(crate) kind: Option<String>,
+    /// Accept soft deletion as erasure for categories that soft-delete.
+    #[arg(long)]
+    pub(crate) allow_soft_delete: bool,
+    /// For categories in stages: erase as stage N does (1 first)
+    /// instead of the last stage.
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
+    pub(crate) stage: Option<u16>,
+    /// Count and audit without changing rows.
+    #[arg(long)]
+    pub(crate) dry_run: bool,
+    /// Logical time (RFC 3339; default now).
+    #[arg(long)]
+    pub(crate) now: Option<String>,
+    /// Accept a --now later than the database clock for a mutating run
+    /// (refused by default: it moves every cutoff forward).
+    #[arg(long)]
+    pub(crate) allow_future_now: bool,
+    /// Open an erasure request with this reference (unique), followed
+    /// until it completes; an existing request not completed, for the
+    /// same subject, runs again. Needs the hash key.
+    #[arg(long, conflicts_with = "dry_run")]
+    pub(crate) reference: Option<String>,
+    /// When the request is due: a period after --now (60d, 2mo), a date
+    /// (its end, UTC) or an RFC 3339 time (default: 30 days).
+    #[arg(long, requires = "reference")]
+    pub(crate) due: Option<String>,
+    /// Why the request has this due date.
+    #[arg(long, requires = "due")]
+    pub(crate) due_reason: Option<String>,
+    /// The requester's note, kept with the request.
+    #[arg(long, requires = "reference")]
+    pub(crate) note: Option<String>,
+}
+
+/// `cohort erase`: the scope its arguments describe, erased (or, with
+/// `--reference`, a request opened or taken up and run).
+pub(crate) async fn erase_with(
+    cohort: &Cohort,
+    json: bool,
+    args: &EraseArgs,
+    terms: Option<super::RequestTerms>,
+) -> Result<(), Failure> {
+    let mut scope =
+        cohort::erasure::ErasureScope::new(&args.subject).allow_soft_delete(args.allow_soft_delete);
+    if let Some(k) = &args.kind {
+        scope = scope.kind(k);
+    }
+    if let Some(n) = args.stage {
+        scope = scope.stage(n);
+    }
+    erase(
+        cohort,
+        json,
+        args.tenant.as_deref(),
+        scope,
+        args.now.as_deref(),
+        (args.dry_run, args.allow_future_now),
+        terms,
+    )
+    .await
+}
+
 pub(crate) async fn erase(
     cohort: &Cohort,
     json: bool,
