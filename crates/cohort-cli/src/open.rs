@@ -35,9 +35,7 @@ pub(crate) async fn open_ledger(cli: &Cli) -> Result<(Cohort, PolicyFile), Failu
 /// policy file, and nothing validated against the retained tables.
 pub(crate) async fn open_auditor(cli: &Cli, schema: Option<&str>) -> Result<Cohort, Failure> {
     let mut config = CohortConfig::default();
-    config.apply_env(std::env::vars().filter(|(k, _)| {
-        k.as_str() != console::TOKEN_VAR && k.as_str() != cohort::journal::KEY_ENV
-    }))?;
+    config.apply_env(cohort_env())?;
     if let Some(s) = schema {
         config.schema = s.to_owned();
     }
@@ -99,9 +97,7 @@ pub(crate) fn load_policy(cli: &Cli, required: bool) -> Result<Option<PolicyFile
     let mut policy = PolicyFile::load(&path)?;
     // The console's token is the command's own, not library configuration
     // (it is refused where it does nothing: see `console::token`).
-    policy.config.apply_env(std::env::vars().filter(|(k, _)| {
-        k.as_str() != console::TOKEN_VAR && k.as_str() != cohort::journal::KEY_ENV
-    }))?;
+    policy.config.apply_env(cohort_env())?;
     Ok(Some(policy))
 }
 
@@ -167,4 +163,13 @@ pub(crate) async fn pool(url: &str, max: u32) -> Result<sqlx::PgPool, Failure> {
         .max_connections(max)
         .acquire_timeout(CONNECT_TIMEOUT)
         .connect_lazy_with(options))
+}
+
+/// The environment's `COHORT_*` settings for the library's configuration:
+/// all but the console's token (the command's own, refused where it does
+/// nothing: see `console::token`) and the journal's key (read by the
+/// journal itself).
+fn cohort_env() -> impl Iterator<Item = (String, String)> {
+    std::env::vars()
+        .filter(|(k, _)| k.as_str() != console::TOKEN_VAR && k.as_str() != cohort::journal::KEY_ENV)
 }

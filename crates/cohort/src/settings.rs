@@ -221,6 +221,17 @@ impl LiveSettings {
     }
 }
 
+/// Why a `max_replica_lag` cannot be kept by `role`: PostgreSQL shows it
+/// other roles' standbys without a replay position, which would read as
+/// caught up. The grant that fixes it, in one wording for the live
+/// setting and a sweep (validation writes the same words out, so that
+/// docs/validation.md's test reads its message).
+pub(crate) fn lag_unreadable(role: &str) -> String {
+    format!(
+        "max_replica_lag needs to read every standby's replay position, and role {role:?} cannot (PostgreSQL hides other roles' replication rows): GRANT pg_monitor TO \"{role}\" (or pg_read_all_stats)"
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

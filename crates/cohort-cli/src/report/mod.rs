@@ -65,8 +65,8 @@ pub(crate) async fn run(cohort: &Cohort, args: Args<'_>) -> Result<(), Failure> 
     }
     let report = cohort.report(&request).await?;
     let bytes = render(&report, args.format)?;
-    let runs: u64 =
-        report.entities.iter().map(|e| e.runs.runs).sum::<u64>() + report.erasures.requests;
+    let sweeps: u64 = report.entities.iter().map(|e| e.runs.runs).sum();
+    let runs = sweeps + report.erasures.requests;
     if runs == 0 {
         eprintln!(
             "cohort: warning: no run settled from {} to {}{}: the report attests that nothing was removed, and nothing more",
@@ -131,8 +131,7 @@ pub(crate) async fn run(cohort: &Cohort, args: Args<'_>) -> Result<(), Failure> 
                 } else {
                     format!(
                         "{} sweep run(s) and {} erasure request(s)",
-                        report.entities.iter().map(|e| e.runs.runs).sum::<u64>(),
-                        report.erasures.requests
+                        sweeps, report.erasures.requests
                     )
                 },
                 if signed {

@@ -98,7 +98,8 @@ impl Context {
             return Ok(());
         }
         Err(crate::error::Error::InvalidInput(format!(
-            "max_replica_lag needs to read every standby's replay position, and role {role:?} cannot (PostgreSQL hides other roles' replication rows): GRANT pg_monitor TO \"{role}\" (or pg_read_all_stats), or leave max_replica_lag off; nothing was set"
+            "{}, or leave max_replica_lag off; nothing was set",
+            crate::settings::lag_unreadable(&role)
         )))
     }
 

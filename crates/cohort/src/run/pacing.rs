@@ -156,9 +156,9 @@ struct State {
     notes: Vec<String>,
     /// Whether a check under a lag limit has run.
     lag_checked: bool,
-    /// Whether this role can read every standby's replay position, once
-    /// asked (the first time a lag limit applies).
-    lag_readable: Option<bool>,
+    /// Whether this role can read every standby's replay position (`Err`:
+    /// why not), once asked (the first time a lag limit applies).
+    lag_readable: Option<Result<(), String>>,
 }
 
 /// One standby as a check reads it.
@@ -293,38 +293,35 @@ impl Throttle {
     }
 
     /// Whether this role can read every standby's replay position (asked
-    /// once per throttle); the refusal to log when it cannot.
+    /// once per throttle); the refusal to log when it cannot, also noted
+    /// in the run's summary.
     async fn lag_unreadable(&self, conn: &mut PgConnection) -> Result<Option<String>, sqlx::Error> {
-        let known = self.state().lag_readable;
-        let (role, readable) = match known {
-            Some(true) => return Ok(None),
-            Some(false) => (None, false),
+        let known = self.state().lag_readable.clone();
+        let verdict = match known {
+            Some(v) => v,
             None => {
                 let (role, readable): (String, bool) = statements::can_read_lag()
                     .query_as()
                     .fetch_one(conn)
                     .await?;
-                self.state().lag_readable = Some(readable);
-                (Some(role), readable)
+                let v = if readable {
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "{}, or clear the limit (cohort settings set max_replica_lag off): {}'s sweep stopped before its next batch",
+                        crate::settings::lag_unreadable(&role),
+                        self.entity
+                    ))
+                };
+                let mut s = self.state();
+                if let Err(why) = &v {
+                    s.notes.push(why.clone());
+                }
+                s.lag_readable = Some(v.clone());
+                v
             }
         };
-        if readable {
-            return Ok(None);
-        }
-        let role = role.unwrap_or_else(|| "this role".to_owned());
-        let why = format!(
-            "max_replica_lag applies to {}, and role {role:?} cannot read every standby's replay position (PostgreSQL hides other roles' replication rows): GRANT pg_monitor TO \"{role}\" (or pg_read_all_stats), or clear the limit (cohort settings set max_replica_lag off); the entity's sweep stopped before its next batch",
-            self.entity
-        );
-        let mut s = self.state();
-        if !s
-            .notes
-            .iter()
-            .any(|n| n.starts_with("max_replica_lag applies"))
-        {
-            s.notes.push(why.clone());
-        }
-        Ok(Some(why))
+        Ok(verdict.err())
     }
 
     /// Waits while a standby is further behind than `lag`, reading the
