@@ -9,11 +9,11 @@ use tokio::sync::OnceCell;
 use crate::config::CohortConfig;
 use crate::context::Context;
 use crate::context::ObserverHub;
+use crate::domain::model::{EntityDeclaration, Retained};
+use crate::domain::observer::AuditObserver;
+use crate::domain::rules::{RuleProvider, StaticRuleProvider};
 use crate::error::{Error, Result};
-use crate::model::{EntityDeclaration, Retained};
-use crate::observer::AuditObserver;
 use crate::policy::{PolicyFile, TenantEntry};
-use crate::rules::{RuleProvider, StaticRuleProvider};
 use crate::validate::ValidatedModel;
 
 /// A configured Cohort. Cheap to clone; all clones share one readiness state.
@@ -48,9 +48,9 @@ pub struct CohortBuilder {
     observers: Vec<Arc<dyn AuditObserver>>,
     tenants: Vec<TenantEntry>,
     tenant_source: Option<crate::TenantSource>,
-    handlers: Vec<crate::handlers::Registered>,
+    handlers: Vec<crate::domain::handlers::Registered>,
     backlog_gauge: bool,
-    journal: Option<crate::journal::JournalConfig>,
+    journal: Option<crate::domain::journal::JournalConfig>,
 }
 
 impl std::fmt::Debug for CohortBuilder {
@@ -100,11 +100,11 @@ impl Cohort {
         crate::run::sweep::sweep(&self.cx, request).await
     }
 
-    /// Erases one data subject's rows (see [`crate::erasure`]). Returns the
+    /// Erases one data subject's rows (see [`crate::domain::erasure`]). Returns the
     /// settled run; a bad request is refused before anything is written.
     pub async fn erase(
         &self,
-        mut request: crate::erasure::ErasureRequest,
+        mut request: crate::domain::erasure::ErasureRequest,
     ) -> Result<crate::ErasureResult> {
         crate::run::passes::scoped(&self.cx, &mut request.tenancy, "erasure").await?;
         if request.terms.is_some() {
@@ -114,11 +114,11 @@ impl Cohort {
     }
 
     /// Erasure requests as `filter` selects them, oldest received first
-    /// (see [`crate::erasure_requests`]).
+    /// (see [`crate::domain::erasure_requests`]).
     pub async fn erasure_requests(
         &self,
-        filter: crate::erasure_requests::RequestFilter,
-    ) -> Result<Vec<crate::erasure_requests::RequestRecord>> {
+        filter: crate::domain::erasure_requests::RequestFilter,
+    ) -> Result<Vec<crate::domain::erasure_requests::RequestRecord>> {
         self.cx.prepared().await?;
         crate::run::requests::list(&self.cx, filter).await
     }
@@ -128,7 +128,7 @@ impl Cohort {
     pub async fn erasure_request(
         &self,
         reference: &str,
-    ) -> Result<crate::erasure_requests::RequestHistory> {
+    ) -> Result<crate::domain::erasure_requests::RequestHistory> {
         self.cx.prepared().await?;
         crate::run::requests::show(&self.cx, reference).await
     }
@@ -139,9 +139,9 @@ impl Cohort {
     pub async fn extend_erasure_request(
         &self,
         reference: &str,
-        due: crate::erasure_requests::Due,
+        due: crate::domain::erasure_requests::Due,
         reason: &str,
-    ) -> Result<crate::erasure_requests::RequestRecord> {
+    ) -> Result<crate::domain::erasure_requests::RequestRecord> {
         self.cx.prepared().await?;
         crate::run::requests::extend(&self.cx, reference, due, reason).await
     }
@@ -157,27 +157,27 @@ impl Cohort {
         &self,
         now: chrono::DateTime<Tz>,
         allow_future_now: bool,
-    ) -> Result<crate::erasure_requests::ResumeReport> {
+    ) -> Result<crate::domain::erasure_requests::ResumeReport> {
         self.cx.prepared().await?;
-        let now = crate::outcome::logical_now(now);
+        let now = crate::domain::outcome::logical_now(now);
         crate::run::resolve::check_now(&self.cx, now, true, allow_future_now).await?;
         crate::run::requests::resume(&self.cx, now, allow_future_now, &crate::Cancel::new()).await
     }
 
-    /// Compares the database with the journal (see [`crate::restore`]):
+    /// Compares the database with the journal (see [`crate::ops::restore`]):
     /// the erasure requests and holds it holds that the database lacks.
     /// Reads only. Refused without a journal, and when the journal's chain
     /// is broken (naming the entry).
-    pub async fn restore_check(&self) -> Result<crate::restore::RestoreCheck> {
+    pub async fn restore_check(&self) -> Result<crate::ops::restore::RestoreCheck> {
         self.cx.prepared().await?;
-        crate::restore::check(&self.cx).await
+        crate::ops::restore::check(&self.cx).await
     }
 
     /// Brings the database back to the journal after a restore (see
-    /// [`crate::restore`]); with `dry_run`, only says what it would do.
-    pub async fn replay(&self, dry_run: bool) -> Result<crate::restore::ReplayReport> {
+    /// [`crate::ops::restore`]); with `dry_run`, only says what it would do.
+    pub async fn replay(&self, dry_run: bool) -> Result<crate::ops::restore::ReplayReport> {
         self.cx.prepared().await?;
-        crate::restore::replay(&self.cx, dry_run, None).await
+        crate::ops::restore::replay(&self.cx, dry_run, None).await
     }
 
     /// [`Cohort::replay`] onto a copy of the journal in `dir` (copied
@@ -189,9 +189,9 @@ impl Cohort {
         &self,
         dry_run: bool,
         dir: &std::path::Path,
-    ) -> Result<crate::restore::ReplayReport> {
+    ) -> Result<crate::ops::restore::ReplayReport> {
         self.cx.prepared().await?;
-        crate::restore::replay(&self.cx, dry_run, Some(dir)).await
+        crate::ops::restore::replay(&self.cx, dry_run, Some(dir)).await
     }
 
     /// Whether a journal is configured.
@@ -201,8 +201,10 @@ impl Cohort {
 
     /// Erasure requests per state and those overdue, read now; also sets
     /// `cohort_erasure_requests{state}` and `cohort_erasure_requests_overdue`
-    /// (see [`crate::telemetry`]).
-    pub async fn erasure_request_counts(&self) -> Result<crate::erasure_requests::RequestCounts> {
+    /// (see [`crate::domain::telemetry`]).
+    pub async fn erasure_request_counts(
+        &self,
+    ) -> Result<crate::domain::erasure_requests::RequestCounts> {
         self.cx.prepared().await?;
         let counts = crate::run::requests::counts(&self.cx).await?;
         counts.record();
@@ -211,7 +213,7 @@ impl Cohort {
 
     /// Runs the application's own deletion of `request.record_ids` inside a
     /// Cohort transaction, unless a target is under an active legal hold
-    /// (see [`crate::guarded`]).
+    /// (see [`crate::ops::guarded`]).
     ///
     /// ```no_run
     /// # async fn f(cohort: cohort::Cohort, entity: uuid::Uuid) -> Result<(), cohort::Error> {
@@ -230,21 +232,21 @@ impl Cohort {
     /// ```
     pub async fn guarded_delete<T, F>(
         &self,
-        request: crate::guarded::GuardedDeletion,
+        request: crate::ops::guarded::GuardedDeletion,
         callback: F,
-    ) -> Result<crate::guarded::Guarded<T>>
+    ) -> Result<crate::ops::guarded::Guarded<T>>
     where
-        F: for<'c> FnOnce(&'c mut sqlx::PgConnection) -> crate::guarded::CallbackFuture<'c, T>,
+        F: for<'c> FnOnce(&'c mut sqlx::PgConnection) -> crate::ops::guarded::CallbackFuture<'c, T>,
     {
-        crate::guarded::delete(&self.cx, request, callback).await
+        crate::ops::guarded::delete(&self.cx, request, callback).await
     }
 
     /// Guards a deletion the application makes in its **own** transaction
     /// (sqlx here; see docs/derive.md for SeaORM): locks the target rows
     /// `FOR UPDATE` in that transaction and checks for active holds after
-    /// the locks. [`Guarded::Completed`](crate::guarded::Guarded) means no
+    /// the locks. [`Guarded::Completed`](crate::ops::guarded::Guarded) means no
     /// target is held: delete them in the same transaction and commit (the
-    /// locks keep any new hold waiting until then). [`Guarded::Protected`](crate::guarded::Guarded)
+    /// locks keep any new hold waiting until then). [`Guarded::Protected`](crate::ops::guarded::Guarded)
     /// names the held ids: do not delete them; the transaction stays yours
     /// (the rows stay locked until it ends). Refused unless the transaction
     /// is READ COMMITTED (PostgreSQL's default). Errors leave the
@@ -271,9 +273,9 @@ impl Cohort {
     pub async fn guard_deletion(
         &self,
         tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
-        request: crate::guarded::GuardedDeletion,
-    ) -> Result<crate::guarded::Guarded<()>> {
-        crate::guarded::guard_in(&self.cx, tx, request).await
+        request: crate::ops::guarded::GuardedDeletion,
+    ) -> Result<crate::ops::guarded::Guarded<()>> {
+        crate::ops::guarded::guard_in(&self.cx, tx, request).await
     }
 
     /// Sweeps every tenant of `request`'s source, one pass each in
@@ -319,20 +321,20 @@ impl Cohort {
         crate::run::sweep::preview(&self.cx, request).await
     }
 
-    /// Places a legal hold (see [`crate::holds`] for every check it makes).
+    /// Places a legal hold (see [`crate::ops::holds`] for every check it makes).
     pub async fn create_hold(
         &self,
-        request: crate::holds::HoldRequest,
-    ) -> Result<crate::holds::Hold> {
-        crate::holds::create(&self.cx, request).await
+        request: crate::ops::holds::HoldRequest,
+    ) -> Result<crate::ops::holds::Hold> {
+        crate::ops::holds::create(&self.cx, request).await
     }
 
     /// Dead-lettered handler work, most recent first.
     pub async fn dead_letters(
         &self,
-        filter: &crate::handlers::DeadLetterFilter,
-    ) -> Result<Vec<crate::handlers::DeadLetter>> {
-        crate::dead_letters::list(&self.cx, filter).await
+        filter: &crate::domain::handlers::DeadLetterFilter,
+    ) -> Result<Vec<crate::domain::handlers::DeadLetter>> {
+        crate::ops::dead_letters::list(&self.cx, filter).await
     }
 
     /// Requeues dead letters (due now, attempts reset); returns how many.
@@ -340,24 +342,24 @@ impl Cohort {
     /// whole request and change nothing.
     pub async fn retry_dead_letters(
         &self,
-        selection: &crate::handlers::RetrySelection,
+        selection: &crate::domain::handlers::RetrySelection,
     ) -> Result<u64> {
-        crate::dead_letters::retry(&self.cx, selection).await
+        crate::ops::dead_letters::retry(&self.cx, selection).await
     }
 
     /// Row-handler work by state (pending, in flight, dead-lettered), read
     /// now; also sets the `cohort_handler_queue_depth` and
-    /// `cohort_dead_letters` gauges (see [`crate::telemetry`]).
-    pub async fn queue_depth(&self) -> Result<crate::telemetry::QueueDepth> {
-        let depth = crate::dead_letters::depth(&self.cx).await?;
+    /// `cohort_dead_letters` gauges (see [`crate::domain::telemetry`]).
+    pub async fn queue_depth(&self) -> Result<crate::domain::telemetry::QueueDepth> {
+        let depth = crate::ops::dead_letters::depth(&self.cx).await?;
         depth.record();
         Ok(depth)
     }
 
     /// The settle time of the last successful real (not dry) run of each
     /// kind, read from the ledger now; also sets
-    /// `cohort_last_success_timestamp_seconds` (see [`crate::telemetry`]).
-    pub async fn last_success(&self) -> Result<crate::telemetry::LastSuccess> {
+    /// `cohort_last_success_timestamp_seconds` (see [`crate::domain::telemetry`]).
+    pub async fn last_success(&self) -> Result<crate::domain::telemetry::LastSuccess> {
         self.cx.prepared().await?;
         crate::run::status::last_success(&self.cx).await
     }
@@ -368,7 +370,7 @@ impl Cohort {
     /// past the cutoff, for the worst tenant. One indexed `LIMIT 1` read
     /// per entity and pass; nothing is written and no gauge is set (the
     /// worker's gauge is measured after each of its runs).
-    pub async fn backlog(&self) -> Result<Vec<crate::telemetry::EntityBacklog>> {
+    pub async fn backlog(&self) -> Result<Vec<crate::domain::telemetry::EntityBacklog>> {
         self.cx.prepared().await?;
         let now = crate::sql::database_now(&self.cx.pool).await?;
         crate::run::status::backlog(&self.cx, &self.cx.tenant_source, now).await
@@ -376,7 +378,7 @@ impl Cohort {
 
     /// Rows real sweeps changed per UTC day and category over the last
     /// `days` days (today included), oldest first.
-    pub async fn rows_per_day(&self, days: u32) -> Result<Vec<crate::history::CategoryDay>> {
+    pub async fn rows_per_day(&self, days: u32) -> Result<Vec<crate::ops::history::CategoryDay>> {
         self.cx.prepared().await?;
         crate::run::status::rows_per_day(&self.cx, days).await
     }
@@ -394,8 +396,8 @@ impl Cohort {
 
     /// The live settings (`kill_switch`, `dry_run`) as this process sees
     /// them: its own values, the database's, and their OR (see
-    /// [`crate::settings`]).
-    pub async fn settings(&self) -> Result<crate::settings::LiveSettings> {
+    /// [`crate::domain::settings`]).
+    pub async fn settings(&self) -> Result<crate::domain::settings::LiveSettings> {
         self.cx.prepared().await?;
         self.cx.live_settings().await
     }
@@ -404,9 +406,9 @@ impl Cohort {
     /// at its next occurrence or between tenant passes.
     pub async fn set_setting(
         &self,
-        setting: crate::settings::Setting,
+        setting: crate::domain::settings::Setting,
         enabled: bool,
-    ) -> Result<crate::settings::LiveSettings> {
+    ) -> Result<crate::domain::settings::LiveSettings> {
         self.cx.prepared().await?;
         self.cx.set_setting(setting, enabled).await
     }
@@ -416,7 +418,7 @@ impl Cohort {
     /// one commits whole), and reports it `paused`; its run settles
     /// `paused`. Manual and scheduled sweeps alike; erasures are never
     /// paused. Returns every live pacing row.
-    pub async fn pause(&self, entity: &str) -> Result<Vec<crate::settings::LivePacing>> {
+    pub async fn pause(&self, entity: &str) -> Result<Vec<crate::domain::settings::LivePacing>> {
         let name = self.entity_name(entity).await?;
         self.cx
             .set_pacing(&name, crate::sql::pacing::SetValue::Paused(true))
@@ -424,7 +426,7 @@ impl Cohort {
     }
 
     /// Resumes a paused entity: its next sweep goes on as usual.
-    pub async fn resume(&self, entity: &str) -> Result<Vec<crate::settings::LivePacing>> {
+    pub async fn resume(&self, entity: &str) -> Result<Vec<crate::domain::settings::LivePacing>> {
         let name = self.entity_name(entity).await?;
         self.cx
             .set_pacing(&name, crate::sql::pacing::SetValue::Paused(false))
@@ -438,9 +440,9 @@ impl Cohort {
     pub async fn set_pacing(
         &self,
         entity: Option<&str>,
-        limit: crate::settings::PacingLimit,
-    ) -> Result<Vec<crate::settings::LivePacing>> {
-        use crate::settings::PacingLimit;
+        limit: crate::domain::settings::PacingLimit,
+    ) -> Result<Vec<crate::domain::settings::LivePacing>> {
+        use crate::domain::settings::PacingLimit;
         use crate::sql::pacing::SetValue;
         let scope = match entity {
             Some(e) => self.entity_name(e).await?,
@@ -475,7 +477,7 @@ impl Cohort {
     }
 
     /// Every live pacing row (every entity's first, written `*`).
-    pub async fn pacing(&self) -> Result<Vec<crate::settings::LivePacing>> {
+    pub async fn pacing(&self) -> Result<Vec<crate::domain::settings::LivePacing>> {
         self.cx.prepared().await?;
         self.cx.live_pacing().await
     }
@@ -493,7 +495,7 @@ impl Cohort {
 
     /// This process's own values of the live settings, to flip without a
     /// restart (the database's are set with [`Cohort::set_setting`]).
-    pub fn switches(&self) -> &crate::settings::Switches {
+    pub fn switches(&self) -> &crate::domain::settings::Switches {
         &self.cx.switches
     }
 
@@ -505,8 +507,8 @@ impl Cohort {
     /// The live peers: processes running Cohort's services on this
     /// database, with their policy fingerprint (`same_policy` when it is
     /// this handle's) and handlers per entity.
-    pub async fn peers(&self) -> Result<Vec<crate::peers::Peer>> {
-        crate::peers::live(&self.cx, None).await
+    pub async fn peers(&self) -> Result<Vec<crate::store::peers::Peer>> {
+        crate::store::peers::live(&self.cx, None).await
     }
 
     /// One maintenance pass now (what the always-running maintenance
@@ -557,7 +559,7 @@ impl Cohort {
     /// whatever tenant it belongs to. An unknown entity is `NotFound`, a
     /// malformed record id `InvalidInput`.
     pub async fn is_held(&self, entity_id: uuid::Uuid, record_id: &str) -> Result<bool> {
-        crate::holds::is_held(&self.cx, entity_id, record_id, None).await
+        crate::ops::holds::is_held(&self.cx, entity_id, record_id, None).await
     }
 
     /// Whether a record was (or, for a time to come, will still be) under
@@ -571,39 +573,39 @@ impl Cohort {
         as_of: chrono::DateTime<Tz>,
     ) -> Result<bool> {
         let at = as_of.with_timezone(&chrono::Utc);
-        crate::holds::is_held(&self.cx, entity_id, record_id, Some(at)).await
+        crate::ops::holds::is_held(&self.cx, entity_id, record_id, Some(at)).await
     }
 
     /// Lists holds.
     pub async fn list_holds(
         &self,
-        filter: &crate::holds::HoldFilter,
-    ) -> Result<Vec<crate::holds::Hold>> {
-        crate::holds::list(&self.cx, filter).await
+        filter: &crate::ops::holds::HoldFilter,
+    ) -> Result<Vec<crate::ops::holds::Hold>> {
+        crate::ops::holds::list(&self.cx, filter).await
     }
 
     /// Releases an active hold now.
-    pub async fn release_hold(&self, hold_id: uuid::Uuid) -> Result<crate::holds::Hold> {
-        crate::holds::release(&self.cx, hold_id).await
+    pub async fn release_hold(&self, hold_id: uuid::Uuid) -> Result<crate::ops::holds::Hold> {
+        crate::ops::holds::release(&self.cx, hold_id).await
     }
 
     /// The most recent runs, newest first.
-    pub async fn list_runs(&self, limit: i64) -> Result<Vec<crate::history::RunRecord>> {
-        crate::history::list(&self.cx, limit).await
+    pub async fn list_runs(&self, limit: i64) -> Result<Vec<crate::ops::history::RunLine>> {
+        crate::ops::history::list(&self.cx, limit).await
     }
 
     /// The id of the run whose id starts with `prefix` (the 8 characters the
     /// tables print are usually enough); an ambiguous prefix is refused,
     /// naming the matches.
     pub async fn find_run(&self, prefix: &str) -> Result<uuid::Uuid> {
-        crate::history::find_run(&self.cx, prefix).await
+        crate::ops::history::find_run(&self.cx, prefix).await
     }
 
     /// The id of the hold whose id starts with `prefix` (the 8 characters
     /// the console and `holds list` print are usually enough); an
     /// ambiguous prefix is refused, naming the matches.
     pub async fn find_hold(&self, prefix: &str) -> Result<uuid::Uuid> {
-        crate::history::find_hold(&self.cx, prefix).await
+        crate::ops::history::find_hold(&self.cx, prefix).await
     }
 
     /// What happened to one record across runs, oldest first: the detail
@@ -614,13 +616,13 @@ impl Cohort {
         &self,
         entity_id: uuid::Uuid,
         record_id: &str,
-    ) -> Result<Vec<crate::history::RecordEvent>> {
-        crate::history::record_history(&self.cx, entity_id, record_id).await
+    ) -> Result<Vec<crate::ops::history::RecordEvent>> {
+        crate::ops::history::record_history(&self.cx, entity_id, record_id).await
     }
 
     /// One run as recorded in the ledger, with its entity summaries.
     pub async fn show_run(&self, run_id: uuid::Uuid) -> Result<crate::SweepResult> {
-        crate::history::show(&self.cx, run_id).await
+        crate::ops::history::show(&self.cx, run_id).await
     }
 
     /// The evidence of retention for a period, read from the ledger alone
@@ -630,12 +632,12 @@ impl Cohort {
     /// failures. Runs the pruner removed are not in it.
     pub async fn report(
         &self,
-        request: &crate::report::ReportRequest,
-    ) -> Result<crate::report::Report> {
-        crate::report::build(&self.cx, request).await
+        request: &crate::ops::report::ReportRequest,
+    ) -> Result<crate::ops::report::Report> {
+        crate::ops::report::build(&self.cx, request).await
     }
 
-    /// Walks the ledger's hash chain (see [`crate::verify`]) in one
+    /// Walks the ledger's hash chain (see [`crate::ops::verify`]) in one
     /// read-only snapshot: every link in order, every record it stands for
     /// against the ledger's rows now, every run settled since the chain
     /// started. With `expected`, a head recorded earlier (`N:HASH`, as a
@@ -644,10 +646,10 @@ impl Cohort {
     /// before schema 19 (run `cohort migrate`).
     pub async fn verify_chain(
         &self,
-        expected: Option<crate::chain::ExpectedHead>,
-    ) -> Result<crate::chain::ChainReport> {
+        expected: Option<crate::domain::chain::ExpectedHead>,
+    ) -> Result<crate::domain::chain::ChainReport> {
         self.require_chain().await?;
-        crate::verify::verify(&self.cx, expected, true).await
+        crate::ops::verify::verify(&self.cx, expected, true).await
     }
 
     /// [`Self::verify_chain`] as an auditor has it: a database URL and
@@ -657,10 +659,10 @@ impl Cohort {
     /// policy's history limits (the report says so when there are any).
     pub async fn verify_chain_without_policy(
         &self,
-        expected: Option<crate::chain::ExpectedHead>,
-    ) -> Result<crate::chain::ChainReport> {
+        expected: Option<crate::domain::chain::ExpectedHead>,
+    ) -> Result<crate::domain::chain::ChainReport> {
         self.require_chain().await?;
-        crate::verify::verify(&self.cx, expected, false).await
+        crate::ops::verify::verify(&self.cx, expected, false).await
     }
 
     /// Keys the ledger's hash chain with this handle's ledger key
@@ -675,7 +677,7 @@ impl Cohort {
         let key = self.cx.config.ledger_key.as_ref().ok_or_else(|| {
             Error::Config(crate::error::Problems::one(format!(
                 "keying the ledger's chain needs {} (32 bytes as 64 hexadecimal characters: openssl rand -hex 32)",
-                crate::chain::LEDGER_KEY_ENV
+                crate::domain::chain::LEDGER_KEY_ENV
             )))
         })?;
         let mut conn = self.cx.pool.acquire().await?;
@@ -683,7 +685,7 @@ impl Cohort {
     }
 
     /// The id of the key the ledger's hash chain is keyed with
-    /// ([`crate::chain::LedgerKey::id`]), or `None` when it is not keyed.
+    /// ([`crate::domain::chain::LedgerKey::id`]), or `None` when it is not keyed.
     pub async fn chain_key_id(&self) -> Result<Option<String>> {
         self.require_chain().await?;
         let mut conn = self.cx.pool.acquire().await?;
@@ -695,9 +697,9 @@ impl Cohort {
     pub async fn chain_head(
         &self,
         at: Option<chrono::DateTime<chrono::Utc>>,
-    ) -> Result<Option<crate::chain::ChainHead>> {
+    ) -> Result<Option<crate::domain::chain::ChainHead>> {
         self.require_chain().await?;
-        crate::verify::head(&self.cx, at).await
+        crate::ops::verify::head(&self.cx, at).await
     }
 
     async fn require_chain(&self) -> Result<()> {
@@ -738,7 +740,7 @@ impl Cohort {
     }
 
     /// The canonical form of a tenant id, by the tenant columns' type (see
-    /// [`crate::rules::TenantIdentity`]): what runs, holds and the ledger use.
+    /// [`crate::domain::rules::TenantIdentity`]): what runs, holds and the ledger use.
     pub async fn canonical_tenant(&self, tenant: &str) -> Result<String> {
         self.cx.canonical_tenant(tenant).await
     }
@@ -814,29 +816,30 @@ impl CohortBuilder {
     }
 
     /// Journals erasure requests and the holds placed and released through
-    /// Cohort outside the retained database (see [`crate::journal`]): an
+    /// Cohort outside the retained database (see [`crate::domain::journal`]): an
     /// erasure request is then never run without its entry.
-    pub fn journal(mut self, journal: crate::journal::JournalConfig) -> Self {
+    pub fn journal(mut self, journal: crate::domain::journal::JournalConfig) -> Self {
         self.journal = Some(journal);
         self
     }
 
     /// Registers a row handler for the rows of entity `T` (decoded with
     /// `sqlx::FromRow`) under `registration`'s entity id, identity,
-    /// priority and phase (see [`crate::handlers`]).
+    /// priority and phase (see [`crate::domain::handlers`]).
     pub fn handler<T, H>(
         mut self,
-        registration: crate::handlers::HandlerRegistration,
+        registration: crate::domain::handlers::HandlerRegistration,
         handler: H,
     ) -> Self
     where
         T: for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow> + Send + Sync + 'static,
-        H: crate::handlers::RowHandler<T>,
+        H: crate::domain::handlers::RowHandler<T>,
     {
-        self.handlers.push(crate::handlers::Registered::new::<T, H>(
-            registration,
-            handler,
-        ));
+        self.handlers
+            .push(crate::domain::handlers::Registered::new::<T, H>(
+                registration,
+                handler,
+            ));
         self
     }
 
@@ -870,7 +873,8 @@ impl CohortBuilder {
         let rules = self
             .rules
             .unwrap_or_else(|| Arc::new(StaticRuleProvider::default()));
-        let switches = crate::settings::Switches::new(self.config.kill_switch, self.config.dry_run);
+        let switches =
+            crate::domain::settings::Switches::new(self.config.kill_switch, self.config.dry_run);
         Ok(Cohort {
             cx: Arc::new(Context {
                 observers: ObserverHub::new(self.observers, self.config.observer_timeout()),
@@ -892,7 +896,7 @@ impl CohortBuilder {
                     }
                     by_entity
                         .into_iter()
-                        .map(|(id, list)| (id, crate::handlers::ordered(list)))
+                        .map(|(id, list)| (id, crate::domain::handlers::ordered(list)))
                         .collect()
                 },
                 ready: OnceCell::new(),

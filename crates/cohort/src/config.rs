@@ -10,10 +10,10 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::base::ident::{check_schema_name, QualifiedName};
+use crate::domain::model::Conventions;
+use crate::domain::rules::Period;
 use crate::error::{Error, Problems, Result};
-use crate::ident::{check_schema_name, QualifiedName};
-use crate::model::Conventions;
-use crate::rules::Period;
 
 /// Default batch size of sweeps and erasure.
 pub const DEFAULT_SWEEP_BATCH_SIZE: u32 = 5000;
@@ -417,11 +417,11 @@ pub struct CohortConfig {
     pub hash_key: Option<HashKey>,
     /// The ledger's key (`COHORT_LEDGER_KEY`, 64 hexadecimal characters):
     /// with it every link of the hash chain carries a MAC the database
-    /// cannot forge (see [`crate::chain`]). Never read from a file, never
+    /// cannot forge (see [`crate::domain::chain`]). Never read from a file, never
     /// stored, never printed. Once the chain is keyed, a process that
     /// settles runs or changes holds refuses to start without it.
     #[serde(skip)]
-    pub ledger_key: Option<crate::chain::LedgerKey>,
+    pub ledger_key: Option<crate::domain::chain::LedgerKey>,
     /// Tables `cohort validate` does not warn about when the policy does
     /// not mention them, left out on purpose (`"schema.table"`; a name
     /// without a schema is in the default table schema). Validation warns
@@ -535,10 +535,10 @@ pub(crate) fn toml_problem(text: &str, e: &toml::de::Error) -> String {
             let before = &text[..span.start.min(text.len())];
             let line = before.matches('\n').count() + 1;
             let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
-            let message = crate::suggest::serde_message(e.message());
+            let message = crate::base::suggest::serde_message(e.message());
             format!("line {line}, column {column}: {message}")
         }
-        None => crate::suggest::serde_message(e.message()),
+        None => crate::base::suggest::serde_message(e.message()),
     }
 }
 
@@ -633,8 +633,9 @@ impl CohortConfig {
                 "SCHEMA" => self.schema = value.clone(),
                 "HASH_KEY" => self.hash_key = Some(HashKey::new(value.clone())),
                 "LEDGER_KEY" => {
-                    self.ledger_key =
-                        Some(crate::chain::LedgerKey::from_hex(&value).map_err(|e| bad(&e))?)
+                    self.ledger_key = Some(
+                        crate::domain::chain::LedgerKey::from_hex(&value).map_err(|e| bad(&e))?,
+                    )
                 }
                 "SWEEP_BATCH_SIZE" => {
                     self.sweep_batch_size = value.parse::<BatchSize>().map_err(|e| bad(&e))?
@@ -773,7 +774,7 @@ impl CohortConfig {
         problems.extend(self.dispatch.problems());
         problems.extend(self.prune.problems());
         if let Some(schedule) = &self.schedule {
-            if let Err(e) = crate::schedule::parse_schedule(schedule) {
+            if let Err(e) = crate::domain::schedule::parse_schedule(schedule) {
                 problems.push(e);
             }
         }

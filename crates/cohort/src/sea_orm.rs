@@ -16,9 +16,9 @@ use sea_orm::{
 };
 use uuid::Uuid;
 
+use crate::base::ident::SqlText;
 use crate::error::{Error, Problems, Result};
-use crate::guarded::{GuardSession, Guarded, GuardedDeletion};
-use crate::ident::SqlText;
+use crate::ops::guarded::{GuardSession, Guarded, GuardedDeletion};
 use crate::schema::MigrationReport;
 use crate::sql::{KeyType, KeyValue};
 use crate::{Cohort, CohortBuilder};
@@ -49,7 +49,7 @@ impl Cohort {
         txn: &DatabaseTransaction,
         request: GuardedDeletion,
     ) -> Result<Guarded<()>> {
-        crate::guarded::guard_on(&self.context(), &mut SeaSession(txn), request).await
+        crate::ops::guarded::guard_on(&self.context(), &mut SeaSession(txn), request).await
     }
 }
 
@@ -224,7 +224,9 @@ async fn apply<T: ConnectionTrait>(
 ) -> Result<MigrationReport> {
     conn.execute_raw(statement(
         crate::sql::locks::XACT_LOCK_SQL,
-        vec![Value::from(crate::locks::LockKey::Migrate(schema).text())],
+        vec![Value::from(
+            crate::base::locks::LockKey::Migrate(schema).text(),
+        )],
     ))
     .await
     .map_err(db_err)?;

@@ -3,7 +3,7 @@
 
 use chrono::{DateTime, Utc};
 use cohort::handlers::DeadLetter;
-use cohort::history::{CategoryDay, RunRecord};
+use cohort::history::{CategoryDay, RunLine};
 use cohort::holds::Hold;
 use cohort::restore::RestoreCheck;
 use cohort::settings::{LivePacing, LiveSettings, Setting, SettingValue};
@@ -296,7 +296,7 @@ fn rows_chart(rows: &[CategoryDay], today: chrono::NaiveDate) -> Markup {
     }
 }
 
-pub(crate) fn runs(runs: &[RunRecord], limit: i64, keeping: &Keeping) -> Markup {
+pub(crate) fn runs(runs: &[RunLine], limit: i64, keeping: &Keeping) -> Markup {
     layout(
         "Recent runs",
         Tab::Runs,

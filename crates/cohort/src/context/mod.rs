@@ -13,11 +13,11 @@ use sqlx::postgres::PgPool;
 use tokio::sync::OnceCell;
 
 use crate::config::CohortConfig;
+use crate::domain::model::{EntityDeclaration, EntityDescriptor};
+use crate::domain::rules::RuleProvider;
+use crate::domain::tenants::{TenantEntry, TenantFacts, TenantSource};
 use crate::error::{Error, Result};
-use crate::model::{EntityDeclaration, EntityDescriptor};
-use crate::rules::RuleProvider;
 use crate::sql::{EntityPlan, LedgerPlan};
-use crate::tenants::{TenantEntry, TenantFacts, TenantSource};
 use crate::validate::ValidatedModel;
 pub(crate) use observers::ObserverHub;
 
@@ -31,16 +31,16 @@ pub(crate) struct Context {
     /// Where the scheduled worker's tenants come from.
     pub(crate) tenant_source: TenantSource,
     /// This process's values of the live settings.
-    pub(crate) switches: crate::settings::Switches,
+    pub(crate) switches: crate::domain::settings::Switches,
     /// Row handlers by entity id, in delivery order.
-    pub(crate) handlers: BTreeMap<uuid::Uuid, Vec<crate::handlers::Registered>>,
+    pub(crate) handlers: BTreeMap<uuid::Uuid, Vec<crate::domain::handlers::Registered>>,
     pub(crate) ready: OnceCell<Arc<Prepared>>,
     pub(crate) observers: ObserverHub,
     /// Whether a sweep reads each entity's backlog after its batches, for
     /// the backlog gauge ([`crate::CohortBuilder::backlog_gauge`]).
     pub(crate) backlog_gauge: bool,
     /// Where erasure requests and holds are journaled, if anywhere.
-    pub(crate) journal: Option<crate::journal::JournalConfig>,
+    pub(crate) journal: Option<crate::domain::journal::JournalConfig>,
 }
 
 /// A validated model with its SQL plans, built once.
@@ -59,7 +59,11 @@ pub(crate) struct Prepared {
 }
 
 /// A stage measured from a marker: (entity, stage strategy, previous strategy).
-pub(crate) type StageKey = (uuid::Uuid, crate::rules::Strategy, crate::rules::Strategy);
+pub(crate) type StageKey = (
+    uuid::Uuid,
+    crate::domain::rules::Strategy,
+    crate::domain::rules::Strategy,
+);
 
 /// The two padded forms of an HMAC-SHA256 key (RFC 2104), from which the
 /// `hash` anonymise method computes `sha256(outer || sha256(inner ||
@@ -80,9 +84,9 @@ impl HmacPads {
     }
 
     /// The `hash` anonymiser for this key: NULL stays NULL.
-    pub(crate) fn anonymiser(key: &[u8]) -> crate::model::CustomAnonymiser {
+    pub(crate) fn anonymiser(key: &[u8]) -> crate::domain::model::CustomAnonymiser {
         let pads = HmacPads::new(key);
-        crate::model::CustomAnonymiser::new::<Option<String>, _, _>(
+        crate::domain::model::CustomAnonymiser::new::<Option<String>, _, _>(
             "hash (HMAC-SHA256)",
             move |v: &Option<String>| v.as_ref().map(|s| pads.hex(s.as_bytes())),
         )
@@ -162,7 +166,7 @@ impl Context {
                     None => HmacPads::anonymiser(uuid::Uuid::new_v4().as_bytes()),
                 });
                 let build = |e: &EntityDescriptor,
-                             caps: &crate::rules::CategoryCapabilities,
+                             caps: &crate::domain::rules::CategoryCapabilities,
                              stage: Option<&crate::sql::StageScope>| {
                     let facts = &model.facts[&e.id];
                     EntityPlan::build(
@@ -192,7 +196,7 @@ impl Context {
                             .expect("validated: the previous stage writes a marker the entity has");
                         let plan = build(
                             &staged,
-                            &crate::rules::CategoryCapabilities::only(strategy),
+                            &crate::domain::rules::CategoryCapabilities::only(strategy),
                             Some(&scope),
                         );
                         stage_plans.insert((e.id, strategy, previous), (staged, plan));

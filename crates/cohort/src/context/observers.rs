@@ -1,14 +1,14 @@
 //! The audit observers' delivery: each observer gets its own queue and
 //! task, with its own time limit, so one that fails, hangs or is slow is
 //! logged and skipped without blocking the others or the run (see
-//! [`crate::observer`]).
+//! [`crate::domain::observer`]).
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use tokio::sync::mpsc;
 
-use crate::observer::{AuditEvent, AuditObserver};
+use crate::domain::observer::{AuditEvent, AuditObserver};
 
 /// Fans events out to observers, one queue and task each.
 pub(crate) struct ObserverHub {

@@ -5,8 +5,8 @@ use chrono::{DateTime, Utc};
 use sqlx::Row;
 
 use super::Context;
+use crate::domain::settings::{LivePacing, LiveSettings, Setting, SettingValue};
 use crate::error::Result;
-use crate::settings::{LivePacing, LiveSettings, Setting, SettingValue};
 use crate::sql::pacing;
 use crate::sql::settings as statements;
 
@@ -99,7 +99,7 @@ impl Context {
         }
         Err(crate::error::Error::InvalidInput(format!(
             "{}, or leave max_replica_lag off; nothing was set",
-            crate::settings::lag_unreadable(&role)
+            crate::domain::settings::lag_unreadable(&role)
         )))
     }
 

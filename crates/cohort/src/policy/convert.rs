@@ -3,9 +3,9 @@
 //! handlers. Every problem is collected, with its place in the file.
 
 use super::file::*;
-use crate::handlers::{HandlerTarget, Phase, PolicyHandler};
-use crate::model::{AnonymiseMethod, EntityDeclaration, Marker, Origin, Partitions};
-use crate::rules::{
+use crate::domain::handlers::{HandlerTarget, Phase, PolicyHandler};
+use crate::domain::model::{AnonymiseMethod, EntityDeclaration, Marker, Origin, Partitions};
+use crate::domain::rules::{
     AuditDetail, CategoryCapabilities, Period, RetentionRule, RuleOverride, Stage, StageAnchor,
     Strategy,
 };
@@ -111,7 +111,7 @@ fn command_target(
     if argv.is_empty() || argv[0].trim().is_empty() {
         problems.push(format!("{at}: command must name a program"));
     } else {
-        match crate::handlers::command::resolve_program(&argv[0]) {
+        match crate::domain::handlers::command::resolve_program(&argv[0]) {
             Ok(path) => program = Some(path),
             Err(e) => problems.push(format!("{at}: command: {e}")),
         }
@@ -126,7 +126,7 @@ fn command_target(
 
 /// A webhook handler's target: a url Cohort accepts, and a `secret_env` that is set.
 fn url_target(at: &str, url: &str, h: &RawHandler, problems: &mut Vec<String>) -> HandlerTarget {
-    if let Err(e) = crate::handlers::command::check_url(url) {
+    if let Err(e) = crate::domain::handlers::command::check_url(url) {
         problems.push(format!("{at}: {e}"));
     }
     if let Some(var) = &h.secret_env {
@@ -160,7 +160,7 @@ fn check_capture_and_timeout(
     }
     if let Some(t) = h.timeout {
         if t.as_seconds() as f64
-            > claim_timeout.as_seconds() as f64 * crate::handlers::DELIVERY_SOFT_DEADLINE
+            > claim_timeout.as_seconds() as f64 * crate::domain::handlers::DELIVERY_SOFT_DEADLINE
         {
             problems.push(format!(
                 "{at}: timeout {t} exceeds the delivery deadline (85% of dispatch.claim_timeout {claim_timeout}); past it the work could be reclaimed and run twice at once"
@@ -172,9 +172,9 @@ fn check_capture_and_timeout(
 /// A handler's timeout: 30 s when unset, never past the delivery deadline.
 fn handler_timeout(h: &RawHandler, claim_timeout: Period) -> std::time::Duration {
     std::time::Duration::from_secs_f64(
-        h.timeout
-            .map_or(30.0, |p| p.as_seconds() as f64)
-            .min(claim_timeout.as_seconds() as f64 * crate::handlers::DELIVERY_SOFT_DEADLINE),
+        h.timeout.map_or(30.0, |p| p.as_seconds() as f64).min(
+            claim_timeout.as_seconds() as f64 * crate::domain::handlers::DELIVERY_SOFT_DEADLINE,
+        ),
     )
 }
 
@@ -211,10 +211,10 @@ fn with_table(
     problems: &mut Vec<String>,
 ) -> EntityDeclaration {
     if let Some(t) = &e.table {
-        if let Some(problem) = crate::ident::policy_table_problem(t) {
+        if let Some(problem) = crate::base::ident::policy_table_problem(t) {
             problems.push(problem);
         } else if let Err(problem) =
-            crate::ident::QualifiedName::resolve(Some(t), t, e.schema.as_deref(), "public")
+            crate::base::ident::QualifiedName::resolve(Some(t), t, e.schema.as_deref(), "public")
         {
             problems.push(problem);
         }
@@ -376,7 +376,7 @@ pub(super) enum Built {
 pub(super) fn strategy(text: &Option<String>, problems: &mut Vec<String>) -> Option<Strategy> {
     text.as_deref().and_then(|s| {
         s.parse()
-            .map_err(|e: crate::rules::UnknownStrategy| problems.push(e.to_string()))
+            .map_err(|e: crate::domain::rules::UnknownStrategy| problems.push(e.to_string()))
             .ok()
     })
 }
@@ -594,7 +594,7 @@ fn category_capabilities(
         .iter()
         .filter_map(|s| {
             s.parse()
-                .map_err(|e: crate::rules::UnknownStrategy| problems.push(e.to_string()))
+                .map_err(|e: crate::domain::rules::UnknownStrategy| problems.push(e.to_string()))
                 .ok()
         })
         .collect();

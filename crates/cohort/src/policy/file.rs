@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 
 use crate::config::CohortConfig;
-use crate::rules::Period;
-pub(super) use crate::tenants::TenantEntry;
+use crate::domain::rules::Period;
+pub(super) use crate::domain::tenants::TenantEntry;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

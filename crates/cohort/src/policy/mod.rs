@@ -6,11 +6,11 @@
 use std::path::Path;
 
 use crate::config::CohortConfig;
+use crate::domain::handlers::PolicyHandler;
+use crate::domain::model::EntityDeclaration;
+use crate::domain::rules::StaticRuleProvider;
+pub use crate::domain::tenants::TenantEntry;
 use crate::error::{Error, Problems, Result};
-use crate::handlers::PolicyHandler;
-use crate::model::EntityDeclaration;
-use crate::rules::StaticRuleProvider;
-pub use crate::tenants::TenantEntry;
 
 mod convert;
 mod file;
@@ -39,7 +39,7 @@ pub struct PolicyFile {
     pub evidence: Evidence,
     /// `[journal]`: where erasure requests and holds are journaled (the
     /// key comes from `COHORT_JOURNAL_KEY` when the journal is used).
-    pub journal: Option<crate::journal::JournalConfig>,
+    pub journal: Option<crate::domain::journal::JournalConfig>,
 }
 
 /// `[evidence]` of a policy file: facts about the system around the
@@ -51,7 +51,7 @@ pub struct Evidence {
     /// How long base backups and the WAL archive are kept: copies of rows
     /// removed in a period may remain in them until the period's end plus
     /// this (`None`: not stated).
-    pub backup_retention: Option<crate::rules::Period>,
+    pub backup_retention: Option<crate::domain::rules::Period>,
 }
 
 impl PolicyFile {
@@ -125,11 +125,11 @@ impl PolicyFile {
                         problems.push("[journal] dir must not be empty".into());
                         None
                     }
-                    (Some(d), None) => Some(crate::journal::JournalConfig::dir(d.clone())),
+                    (Some(d), None) => Some(crate::domain::journal::JournalConfig::dir(d.clone())),
                     (None, Some(u))
                         if u.starts_with("postgres://") || u.starts_with("postgresql://") =>
                     {
-                        Some(crate::journal::JournalConfig::url(u.clone()))
+                        Some(crate::domain::journal::JournalConfig::url(u.clone()))
                     }
                     (None, Some(_)) => {
                         problems.push("[journal] url must be a postgres:// URL (of a database on another server)".into());
@@ -280,8 +280,10 @@ fn nul_strings(value: &toml::Value, path: &str, found: &mut Vec<String>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::AnonymiseMethod;
-    use crate::rules::{AuditDetail, ResolutionContext, RuleProvider, Strategy, TenantContext};
+    use crate::domain::model::AnonymiseMethod;
+    use crate::domain::rules::{
+        AuditDetail, ResolutionContext, RuleProvider, Strategy, TenantContext,
+    };
 
     /// The example of the specification, verbatim in its keys.
     pub(crate) const EXAMPLE: &str = r#"
@@ -385,7 +387,7 @@ jurisdiction = "UK"
         let t3 = ResolutionContext::new(
             "case-contacts",
             TenantContext::tenant("33333333-3333-4333-a333-333333333333")
-                .with_identity(crate::rules::TenantIdentity::Uuid),
+                .with_identity(crate::domain::rules::TenantIdentity::Uuid),
             now,
         );
         assert_eq!(

@@ -13,10 +13,10 @@ use super::sizing::Sizer;
 use super::work::{stop_from, RunCtx, Stop, Work};
 use super::EntityOutcome;
 use crate::config::{AUTO_BATCH_MAX, AUTO_BATCH_MAX_LOADED};
-use crate::model::AnonymiseContext;
-use crate::observer::AuditEvent;
-use crate::rules::AuditDetail;
-use crate::rules::Strategy;
+use crate::domain::model::AnonymiseContext;
+use crate::domain::observer::AuditEvent;
+use crate::domain::rules::AuditDetail;
+use crate::domain::rules::Strategy;
 use crate::sql::ledger;
 use crate::sql::{Audit, Batch as Bounds, Change, Changed, Cursor, KeyValue, Rows};
 
@@ -73,7 +73,7 @@ struct Loop<'l, 'w> {
     plan: &'l crate::sql::EntityPlan,
     strategy: Strategy,
     key_type: crate::sql::KeyType,
-    handlers: Option<&'l Vec<crate::handlers::Registered>>,
+    handlers: Option<&'l Vec<crate::domain::handlers::Registered>>,
     /// Handler work needs a detail row per mutated row to hang from;
     /// without either, only the count comes back.
     wants_ids: bool,
@@ -161,7 +161,7 @@ pub(super) async fn batches(
                 Gate::Paused => return Ok(Progress::Paused),
                 Gate::Cancelled => return Err(Stop::Cancelled),
                 Gate::Refused(why) => {
-                    return Err(Stop::Entity(crate::diagnostic::Diagnostic::capture(
+                    return Err(Stop::Entity(crate::base::diagnostic::Diagnostic::capture(
                         "pacing",
                         Some("replica_lag_unreadable".into()),
                         &why,
@@ -234,8 +234,8 @@ fn batch_done(
         sizer.observe(done.locked, done.took);
     }
     out.batch_size = out.batch_size.max(u32::try_from(limit).ok());
-    crate::telemetry::batch(done.took);
-    crate::telemetry::rows(&e.name, l.strategy, "affected", done.rows);
+    crate::domain::telemetry::batch(done.took);
+    crate::domain::telemetry::rows(&e.name, l.strategy, "affected", done.rows);
     out.affected += done.rows;
     out.skipped += done.left;
     let total = match l.lane.total {
@@ -287,7 +287,7 @@ async fn one_batch(
     if let Some(next) = locked.next_cursor.take() {
         *cursor = Some(next);
     }
-    let Prepared {
+    let BatchRows {
         captured,
         left,
         custom,
@@ -338,7 +338,7 @@ const EVERY_ROW_SET_ASIDE: &str = "every row of a batch was set aside by a faili
 
 /// A batch changed a row it had not locked (and was rolled back).
 fn unlocked_row_changed() -> Stop {
-    Stop::Entity(crate::diagnostic::Diagnostic::capture(
+    Stop::Entity(crate::base::diagnostic::Diagnostic::capture(
         "engine",
         Some("unlocked_row_changed".into()),
         &"a batch changed a row it had not locked; the batch was rolled back",
@@ -348,7 +348,7 @@ fn unlocked_row_changed() -> Stop {
 /// What a batch's rows need before the mutation: their capture for row
 /// handlers (rows a handler fails for set aside), and the values computed
 /// in Rust.
-struct Prepared {
+struct BatchRows {
     captured: Option<super::capture::Captured>,
     /// Rows set aside by a failing `on_before`.
     left: u64,
@@ -362,7 +362,7 @@ async fn prepare(
     l: &Loop<'_, '_>,
     tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
     locked: &mut Locked,
-) -> std::result::Result<Prepared, Stop> {
+) -> std::result::Result<BatchRows, Stop> {
     let (ctx, work) = (l.ctx, l.work);
     // The locked rows are read into Rust (once) only when something
     // needs them: row handlers' capture, or values computed in Rust.
@@ -394,7 +394,7 @@ async fn prepare(
     } else {
         None
     };
-    Ok(Prepared {
+    Ok(BatchRows {
         captured,
         left,
         custom,

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use sqlx::{Postgres, Row};
 
 use super::work::{stop_from, RunCtx, Stop, Work};
-use crate::diagnostic::Diagnostic;
+use crate::base::diagnostic::Diagnostic;
 use crate::sql::{DecodeKey, EntityPlan, KeyValue};
 
 /// What the handlers' `on_before` made of one batch's locked rows.
@@ -45,7 +45,7 @@ impl Captured {
 pub(super) async fn capture(
     ctx: &RunCtx<'_>,
     work: &Work<'_>,
-    handlers: &[crate::handlers::Registered],
+    handlers: &[crate::domain::handlers::Registered],
     rows: &[sqlx::postgres::PgRow],
 ) -> std::result::Result<Captured, Stop> {
     let key_type = ctx.ready.model.facts[&work.entity.id].record;
@@ -57,14 +57,14 @@ pub(super) async fn capture(
     // lock, so that not even recovery could step in.
     let limit = std::time::Duration::from_secs_f64(
         ctx.cx.config.dispatch.claim_timeout.as_seconds() as f64
-            * crate::handlers::DELIVERY_HARD_DEADLINE,
+            * crate::domain::handlers::DELIVERY_HARD_DEADLINE,
     );
     'rows: for row in rows {
         let record_id = key_type.decode(row, 0).map_err(stop_from)?.canonical();
         let mut payloads = Vec::with_capacity(handlers.len());
         for (position, h) in handlers.iter().enumerate() {
-            let mut before = crate::handlers::BeforeContext {
-                snapshot: crate::handlers::Snapshot::new(),
+            let mut before = crate::domain::handlers::BeforeContext {
+                snapshot: crate::domain::handlers::Snapshot::new(),
                 record_id: record_id.clone(),
                 tenant: ctx.spec.tenant.clone(),
                 run_id: ctx.run_id,
@@ -110,7 +110,7 @@ pub(super) async fn dead_letter_skipped_rows(
     ctx: &RunCtx<'_>,
     tx: &mut sqlx::Transaction<'_, Postgres>,
     work: &Work<'_>,
-    handlers: &[crate::handlers::Registered],
+    handlers: &[crate::domain::handlers::Registered],
     failed: Vec<FailedRow>,
 ) -> std::result::Result<(), Stop> {
     let mut rows = crate::sql::queue::DeadLetterSkipped {
@@ -149,7 +149,7 @@ pub(super) async fn dead_letter_skipped_rows(
 pub(super) async fn enqueue(
     ctx: &RunCtx<'_>,
     tx: &mut sqlx::Transaction<'_, Postgres>,
-    handlers: &[crate::handlers::Registered],
+    handlers: &[crate::domain::handlers::Registered],
     captured: &HashMap<String, Vec<serde_json::Value>>,
     details: &[sqlx::postgres::PgRow],
 ) -> std::result::Result<(), Stop> {
@@ -202,7 +202,7 @@ pub(super) async fn enqueue(
 /// new values by column.
 pub(super) fn custom_values(
     plan: &EntityPlan,
-    scope: &crate::model::AnonymiseContext<'_>,
+    scope: &crate::domain::model::AnonymiseContext<'_>,
     key_type: crate::sql::KeyType,
     rows: &[sqlx::postgres::PgRow],
     left: impl Fn(&str) -> bool,
@@ -218,7 +218,7 @@ pub(super) fn custom_values(
         ordered.push(key);
         let mut object = serde_json::Map::new();
         for (column, anonymiser) in &plan.values.custom {
-            let cx = crate::model::AnonymiseContext {
+            let cx = crate::domain::model::AnonymiseContext {
                 column,
                 record_id: Some(&record),
                 ..*scope

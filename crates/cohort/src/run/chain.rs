@@ -1,4 +1,4 @@
-//! Appending to the ledger's hash chain ([`crate::chain`]), in the
+//! Appending to the ledger's hash chain ([`crate::domain::chain`]), in the
 //! transaction that writes what the link stands for: a run's settled row,
 //! a hold placed or released, the pruner's deletions. And reading the
 //! records back, the same way for the writer and for `verify`, so that a
@@ -21,7 +21,7 @@ use sqlx::postgres::PgRow;
 use sqlx::{PgConnection, Row};
 use uuid::Uuid;
 
-use crate::chain::{
+use crate::domain::chain::{
     self, CheckpointRecord, DetailsDigest, HoldRecord, Interval, LedgerKey, LinkKind, PruneCutoffs,
     PrunedLink, ReleaseRecord, RequestEventPart, RequestPart, RequestRecord, RunRecord,
     SummaryRecord,

@@ -7,7 +7,7 @@ use sqlx::{PgConnection, Row};
 use super::work::Work;
 use super::EntityOutcome;
 use crate::context::Prepared;
-use crate::model::EntityDescriptor;
+use crate::domain::model::EntityDescriptor;
 use crate::sql::ledger;
 use crate::sql::BoundHolds;
 

@@ -2,16 +2,16 @@
 //! built for the subject columns that apply.
 
 use super::executor::execute;
-use super::resolve::{check_now, pass_of, rule_for, Pass};
+use super::resolve::{check_now, pass_of, rule_for, PassScope};
 use super::work::{RunSpec, Work};
 use super::{failure, EntityFailure, ErasureResult, NotReached, RunKind, Trigger};
 use crate::context::{Context, Prepared};
-use crate::erasure::ErasureRequest;
+use crate::domain::erasure::ErasureRequest;
+use crate::domain::model::EntityDescriptor;
+use crate::domain::rules::{RetentionRule, Strategy};
+use crate::domain::tenants::TenantFacts;
 use crate::error::{Error, Result};
-use crate::model::EntityDescriptor;
-use crate::rules::{RetentionRule, Strategy};
 use crate::sql::{ErasurePlan, KeyValue, Scope};
-use crate::tenants::TenantFacts;
 use chrono::{DateTime, Utc};
 
 pub(crate) async fn erase(cx: &Context, req: ErasureRequest) -> Result<ErasureResult> {
@@ -77,12 +77,15 @@ pub(crate) async fn erase(cx: &Context, req: ErasureRequest) -> Result<ErasureRe
 /// Whether a subject column holds the request's kind of subject: one of
 /// its kind, or one that declares no kind (it holds the subject whatever
 /// its kind).
-fn reaches(s: &crate::model::SubjectColumn, scope: &crate::erasure::ErasureScope) -> bool {
+fn reaches(
+    s: &crate::domain::model::SubjectColumn,
+    scope: &crate::domain::erasure::ErasureScope,
+) -> bool {
     crate::validate::requests::reaches(s, scope.kind.as_deref())
 }
 
 /// Whether the entity holds the request's kind of subject.
-fn in_request(e: &EntityDescriptor, scope: &crate::erasure::ErasureScope) -> bool {
+fn in_request(e: &EntityDescriptor, scope: &crate::domain::erasure::ErasureScope) -> bool {
     e.subjects.iter().any(|s| reaches(s, scope))
 }
 
@@ -90,8 +93,8 @@ fn in_request(e: &EntityDescriptor, scope: &crate::erasure::ErasureScope) -> boo
 /// reach for its tenancy: reported, never passed over in silence.
 fn outside_tenancy(
     ready: &Prepared,
-    pass: &Pass<'_>,
-    scope: &crate::erasure::ErasureScope,
+    pass: &PassScope<'_>,
+    scope: &crate::domain::erasure::ErasureScope,
 ) -> Vec<NotReached> {
     ready
         .model
@@ -116,7 +119,7 @@ fn outside_tenancy(
 fn subject_columns(
     ready: &Prepared,
     e: &EntityDescriptor,
-    scope: &crate::erasure::ErasureScope,
+    scope: &crate::domain::erasure::ErasureScope,
 ) -> std::result::Result<Vec<(String, KeyValue)>, NotReached> {
     let facts = &ready.model.facts[&e.id];
     let columns: Vec<(String, KeyValue)> = e
@@ -157,7 +160,7 @@ async fn entity_work<'a>(
     ready: &'a Prepared,
     e: &'a EntityDescriptor,
     req: &ErasureRequest,
-    pass: &Pass<'a>,
+    pass: &PassScope<'a>,
     tenant_facts: &TenantFacts,
     columns: Vec<(String, KeyValue)>,
 ) -> Result<std::result::Result<Work<'a>, EntityFailure>> {
@@ -214,7 +217,7 @@ async fn entity_work<'a>(
 fn erasure_rule(
     e: &EntityDescriptor,
     rule: RetentionRule,
-    scope: &crate::erasure::ErasureScope,
+    scope: &crate::domain::erasure::ErasureScope,
     now: DateTime<Utc>,
 ) -> Result<(RetentionRule, Option<DateTime<Utc>>)> {
     // A category in stages is erased the way its last stage leaves a
@@ -255,7 +258,7 @@ fn erasure_rule(
 /// given, is not empty; with kinds on either side, the subject's kind is
 /// one the subject columns declare. (Without kinds, a subject no column
 /// can hold is reported per entity: the pass decides which entities count.)
-fn check_scope(ready: &Prepared, scope: &crate::erasure::ErasureScope) -> Result<()> {
+fn check_scope(ready: &Prepared, scope: &crate::domain::erasure::ErasureScope) -> Result<()> {
     if scope.subject.trim().is_empty() {
         return Err(Error::InvalidInput("an erasure needs a subject".into()));
     }

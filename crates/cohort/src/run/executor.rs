@@ -21,10 +21,10 @@ use super::partitions::{self, RowPath};
 use super::recorder::RunRecorder;
 use super::work::{stop_from, RunCtx, RunSpec, Stop, Work};
 use super::{failure, EntityFailure, EntityOutcome, RunStatus, SweepResult};
+use crate::base::diagnostic::Diagnostic;
+use crate::base::locks::LockKey;
 use crate::context::{Context, Prepared};
-use crate::diagnostic::Diagnostic;
 use crate::error::Result;
-use crate::locks::LockKey;
 use crate::sql::locks;
 
 /// Runs the works of one run: lock, Started, entities, settle.
@@ -143,7 +143,7 @@ async fn run_works(
     let peers = if spec.dry_run {
         Ok(Vec::new())
     } else {
-        crate::peers::live(ctx.cx, None).await
+        crate::store::peers::live(ctx.cx, None).await
     };
     for work in works {
         if spec.cancel.is_cancelled() {
@@ -206,15 +206,15 @@ async fn run_works(
 /// that this process lacks, or the peers could not be read.
 fn refused_by_peers(
     ctx: &RunCtx<'_>,
-    peers: &std::result::Result<Vec<crate::peers::Peer>, crate::error::Error>,
+    peers: &std::result::Result<Vec<crate::store::peers::Peer>, crate::error::Error>,
     work: &Work<'_>,
 ) -> Option<Diagnostic> {
     if ctx.spec.dry_run || !work.rule.strategy().mutates() {
         return None;
     }
     match peers {
-        Ok(peers) => crate::peers::conflict(ctx.cx, peers, work.entity.id).map(|why| {
-            crate::telemetry::peer_conflict(&work.entity.name);
+        Ok(peers) => crate::store::peers::conflict(ctx.cx, peers, work.entity.id).map(|why| {
+            crate::domain::telemetry::peer_conflict(&work.entity.name);
             Diagnostic::capture(
                 "peer",
                 Some("handler_missing_here".into()),
@@ -320,7 +320,7 @@ async fn change_rows(
 /// with a deadline).
 fn throttle_of(ctx: &RunCtx<'_>, work: &Work<'_>) -> Option<Throttle> {
     let real = work.rule.strategy().mutates() && !ctx.spec.dry_run;
-    if !real || ctx.spec.kind != crate::outcome::RunKind::Sweep {
+    if !real || ctx.spec.kind != crate::domain::outcome::RunKind::Sweep {
         return None;
     }
     let config = &ctx.cx.config;

@@ -7,8 +7,8 @@ use sqlx::{PgConnection, Row};
 
 use super::work::{RunCtx, Work};
 use crate::config::VacuumAfter;
-use crate::model::EntityDescriptor;
-use crate::outcome::TableHealth;
+use crate::domain::model::EntityDescriptor;
+use crate::domain::outcome::TableHealth;
 use crate::sql::catalog as statements;
 use crate::sql::ledger;
 

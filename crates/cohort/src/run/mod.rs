@@ -11,7 +11,6 @@ pub(crate) mod counts;
 pub(crate) mod erasure;
 pub(crate) mod executor;
 pub(crate) mod health;
-pub(crate) mod journal;
 pub(crate) mod lanes;
 pub(crate) mod pacing;
 pub(crate) mod partitions;
@@ -24,11 +23,11 @@ pub(crate) mod status;
 pub(crate) mod sweep;
 pub(crate) mod work;
 
-use crate::cancel::Cancel;
+use crate::base::cancel::Cancel;
 use chrono::{DateTime, TimeZone, Utc};
 
-pub(crate) use crate::outcome::{failure, logical_now};
-pub use crate::outcome::{
+pub(crate) use crate::domain::outcome::{failure, logical_now};
+pub use crate::domain::outcome::{
     EntityFailure, EntityOutcome, ErasureResult, NotReached, PreviewResult, RunKind, RunStatus,
     SweepResult, TableHealth, Trigger,
 };
@@ -36,7 +35,7 @@ pub use crate::outcome::{
 /// A sweep: one tenant's tenant-scoped entities, or the tenantless ones.
 #[derive(Debug, Clone)]
 pub struct SweepRequest {
-    pub(crate) tenancy: crate::tenants::TenantScope,
+    pub(crate) tenancy: crate::domain::tenants::TenantScope,
     pub(crate) now: DateTime<Utc>,
     pub(crate) dry_run: bool,
     pub(crate) trigger: Trigger,
@@ -71,7 +70,7 @@ impl SweepRequest {
 
     fn new(tenant: Option<String>, now: DateTime<Utc>) -> Self {
         Self {
-            tenancy: crate::tenants::TenantScope::of(tenant),
+            tenancy: crate::domain::tenants::TenantScope::of(tenant),
             now,
             dry_run: false,
             trigger: Trigger::Manual,
@@ -81,14 +80,14 @@ impl SweepRequest {
         }
     }
 
-    crate::tenants::tenancy_builders!();
-    crate::outcome::run_builders!();
+    crate::domain::tenants::tenancy_builders!();
+    crate::domain::outcome::run_builders!();
 }
 
 /// A preview: counts only, nothing written.
 #[derive(Debug, Clone)]
 pub struct PreviewRequest {
-    pub(crate) tenancy: crate::tenants::TenantScope,
+    pub(crate) tenancy: crate::domain::tenants::TenantScope,
     pub(crate) now: DateTime<Utc>,
 }
 
@@ -96,7 +95,7 @@ impl PreviewRequest {
     /// Previews `tenant`'s tenant-scoped entities.
     pub fn tenanted<Tz: TimeZone>(tenant: impl Into<String>, now: DateTime<Tz>) -> Self {
         Self {
-            tenancy: crate::tenants::TenantScope::of(Some(tenant.into())),
+            tenancy: crate::domain::tenants::TenantScope::of(Some(tenant.into())),
             now: crate::run::logical_now(now),
         }
     }
@@ -104,10 +103,10 @@ impl PreviewRequest {
     /// Previews the tenantless entities.
     pub fn tenantless<Tz: TimeZone>(now: DateTime<Tz>) -> Self {
         Self {
-            tenancy: crate::tenants::TenantScope::of(None),
+            tenancy: crate::domain::tenants::TenantScope::of(None),
             now: crate::run::logical_now(now),
         }
     }
 
-    crate::tenants::tenancy_builders!();
+    crate::domain::tenants::tenancy_builders!();
 }

@@ -38,7 +38,7 @@ use std::time::{Duration, Instant};
 
 use sqlx::{PgConnection, Row};
 
-use crate::cancel::Cancel;
+use crate::base::cancel::Cancel;
 use crate::sql::pacing as statements;
 
 /// How often a waiting lane reads the live rows (and the standbys' lag)
@@ -199,7 +199,7 @@ impl Throttle {
     fn count_pause(&self, live: &Live) -> bool {
         match live.paused {
             Some(since) => {
-                crate::telemetry::paused(&self.entity, since, chrono::Utc::now());
+                crate::domain::telemetry::paused(&self.entity, since, chrono::Utc::now());
                 true
             }
             None => false,
@@ -280,7 +280,7 @@ impl Throttle {
             let (finished, waited) = sleep(wait.min(POLL), cancel).await;
             self.rate_waited_us
                 .fetch_add(waited.as_micros() as u64, Ordering::SeqCst);
-            crate::telemetry::throttled(&self.entity, "rate", waited);
+            crate::domain::telemetry::throttled(&self.entity, "rate", waited);
             if !finished {
                 return Ok(Paced::Stop(Gate::Cancelled));
             }
@@ -309,7 +309,7 @@ impl Throttle {
                 } else {
                     Err(format!(
                         "{}, or clear the limit (cohort settings set max_replica_lag off): {}'s sweep stopped before its next batch",
-                        crate::settings::lag_unreadable(&role),
+                        crate::domain::settings::lag_unreadable(&role),
                         self.entity
                     ))
                 };
@@ -355,7 +355,7 @@ impl Throttle {
             let (finished, waited) = sleep(POLL, cancel).await;
             self.lag_waited_us
                 .fetch_add(waited.as_micros() as u64, Ordering::SeqCst);
-            crate::telemetry::throttled(&self.entity, "replica_lag", waited);
+            crate::domain::telemetry::throttled(&self.entity, "replica_lag", waited);
             tracing::debug!(
                 entity = %self.entity,
                 waited_ms = self.lag_waited_us.load(Ordering::SeqCst) / 1_000,
@@ -414,7 +414,7 @@ impl Throttle {
             }
             s.lag_checked = true;
             drop(s);
-            crate::telemetry::replica_lag(Duration::ZERO);
+            crate::domain::telemetry::replica_lag(Duration::ZERO);
             return Ok(Vec::new());
         }
         s.lag_checked = true;
@@ -442,7 +442,7 @@ impl Throttle {
             }
         }
         drop(s);
-        crate::telemetry::replica_lag(worst);
+        crate::domain::telemetry::replica_lag(worst);
         Ok(behind)
     }
 

@@ -35,10 +35,10 @@ use sqlx::{PgConnection, Row};
 
 use super::counts::active_hold_keys;
 use super::work::{stop_from, RunCtx, Stop, Work};
-use crate::ident::QualifiedName;
-use crate::observer::AuditEvent;
-use crate::rules::AuditDetail;
-use crate::rules::Strategy;
+use crate::base::ident::QualifiedName;
+use crate::domain::observer::AuditEvent;
+use crate::domain::rules::AuditDetail;
+use crate::domain::rules::Strategy;
 use crate::sql::partitions as statements;
 use crate::sql::BoundHolds;
 
@@ -72,7 +72,7 @@ pub(crate) fn applies(ctx: &RunCtx<'_>, work: &Work<'_>) -> bool {
     // A tenant-scoped entity in its tenant's pass: a partition goes only
     // when every tenant's rows in it are due (`tenants_due`).
     ctx.spec.kind == crate::run::RunKind::Sweep
-        && e.partitions == crate::model::Partitions::Drop
+        && e.partitions == crate::domain::model::Partitions::Drop
         && work.rule.strategy() == Strategy::Purge
         && !ctx.spec.dry_run
         && e.tenant.is_some() == ctx.spec.tenant.is_some()
@@ -92,7 +92,7 @@ pub(crate) async fn preview_note(
     tenant_pass: bool,
 ) -> Result<Option<String>, sqlx::Error> {
     let e = work.entity;
-    let would = e.partitions == crate::model::Partitions::Drop
+    let would = e.partitions == crate::domain::model::Partitions::Drop
         && work.rule.strategy() == Strategy::Purge
         && e.tenant.is_some() == tenant_pass
         && work.stage.is_none()
@@ -162,7 +162,7 @@ pub(crate) async fn drop_expired(
             }
         };
         out.affected += n;
-        crate::telemetry::rows(&e.name, Strategy::Purge, "affected", n);
+        crate::domain::telemetry::rows(&e.name, Strategy::Purge, "affected", n);
         tracing::info!(entity = %e.name, partition = %partition.table.display_plain(), rows = n, tenants = tenants.as_deref().unwrap_or("-"), "expired partition purged");
         match tenants {
             Some(_) if n == 0 => empty.push(partition.table.display_plain().to_string()),
@@ -339,8 +339,8 @@ async fn drop_one(
 /// The row's tenant as Cohort stores tenants (`None`: tenantless).
 fn tenant_text(
     ctx: &RunCtx<'_>,
-    e: &crate::model::EntityDescriptor,
-) -> Option<crate::ident::SqlText> {
+    e: &crate::domain::model::EntityDescriptor,
+) -> Option<crate::base::ident::SqlText> {
     let column = e.tenant.as_deref()?;
     let ty = ctx.ready.model.facts[&e.id]
         .tenant
@@ -360,7 +360,7 @@ impl TenantCutoffs {
     async fn of(
         &mut self,
         ctx: &RunCtx<'_>,
-        e: &crate::model::EntityDescriptor,
+        e: &crate::domain::model::EntityDescriptor,
         tenant: &str,
     ) -> Result<DateTime<Utc>, &'static str> {
         if let Some(known) = self.0.get(tenant) {
@@ -373,7 +373,7 @@ impl TenantCutoffs {
 
     async fn resolve(
         ctx: &RunCtx<'_>,
-        e: &crate::model::EntityDescriptor,
+        e: &crate::domain::model::EntityDescriptor,
         tenant: &str,
     ) -> Result<DateTime<Utc>, &'static str> {
         let identity = ctx.ready.model.tenant_identity();

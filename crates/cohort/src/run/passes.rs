@@ -10,11 +10,11 @@ use chrono::{DateTime, Utc};
 use sqlx::Row;
 
 use super::{SweepRequest, SweepResult, Trigger};
-use crate::cancel::Cancel;
+use crate::base::cancel::Cancel;
 use crate::context::Context;
+use crate::domain::tenants::TenantEntry;
+pub use crate::domain::tenants::TenantSource;
 use crate::error::{Error, ErrorKind, Result};
-use crate::tenants::TenantEntry;
-pub use crate::tenants::TenantSource;
 
 /// A sweep of every tenant and then the tenantless entities.
 #[derive(Debug, Clone)]
@@ -41,7 +41,7 @@ impl SweepAllRequest {
         }
     }
 
-    crate::outcome::run_builders!();
+    crate::domain::outcome::run_builders!();
 }
 
 /// A pass that failed before its run existed (e.g. a tenant id that cannot
@@ -143,7 +143,7 @@ pub struct TenantDiscovery {
 /// De-duplicates as entries arrive, in one pass with a hash map: linear
 /// in the number of rows.
 struct Dedup {
-    identity: crate::rules::TenantIdentity,
+    identity: crate::domain::rules::TenantIdentity,
     first: std::collections::HashMap<String, usize>,
     /// Tenants already reported as conflicting (one warning each).
     warned: std::collections::HashSet<String>,
@@ -151,7 +151,7 @@ struct Dedup {
 }
 
 impl Dedup {
-    fn new(identity: crate::rules::TenantIdentity) -> Self {
+    fn new(identity: crate::domain::rules::TenantIdentity) -> Self {
         Self {
             identity,
             first: std::collections::HashMap::new(),
@@ -169,7 +169,8 @@ impl Dedup {
         };
         // However the entry was built (its fields are public), its tags
         // compare as a tenant carries them.
-        entry.tags = crate::tenants::normalise_tags(std::mem::take(&mut entry.tags).into_iter());
+        entry.tags =
+            crate::domain::tenants::normalise_tags(std::mem::take(&mut entry.tags).into_iter());
         let Some(canonical) = self.identity.canonical(&entry.id) else {
             let reason = format!(
                 "its id is not a valid tenant id for the tenant columns ({})",
@@ -196,7 +197,7 @@ impl Dedup {
 
     fn unusable(&mut self, position: u64, reason: String) {
         tracing::warn!(position, reason = %reason, "a row of the tenant source cannot be a tenant; only its pass fails");
-        crate::telemetry::tenant_row_unusable();
+        crate::domain::telemetry::tenant_row_unusable();
         self.out.unusable.push(UnusableTenant { position, reason });
     }
 }
@@ -355,7 +356,7 @@ pub(crate) fn pass_request(pass: &Pass, now: DateTime<Utc>) -> Option<SweepReque
     match pass {
         Pass::Tenant(t) => {
             let mut r = SweepRequest::tenanted(t.id.clone(), now);
-            r.tenancy = crate::tenants::TenantScope::listed(t);
+            r.tenancy = crate::domain::tenants::TenantScope::listed(t);
             Some(r)
         }
         Pass::Tenantless => Some(SweepRequest::tenantless(now)),
@@ -485,7 +486,7 @@ pub(crate) async fn preview_all(cx: &Context, req: PreviewAllRequest) -> Result<
         let preview = match &pass {
             Pass::Tenant(t) => {
                 let mut r = super::PreviewRequest::tenanted(t.id.clone(), req.now);
-                r.tenancy = crate::tenants::TenantScope::listed(t);
+                r.tenancy = crate::domain::tenants::TenantScope::listed(t);
                 r
             }
             Pass::Tenantless => super::PreviewRequest::tenantless(req.now),
@@ -516,7 +517,7 @@ pub(crate) async fn preview_all(cx: &Context, req: PreviewAllRequest) -> Result<
 /// ([`listing`]).
 pub(crate) async fn scoped(
     cx: &Context,
-    tenancy: &mut crate::tenants::TenantScope,
+    tenancy: &mut crate::domain::tenants::TenantScope,
     what: &str,
 ) -> Result<()> {
     super::resolve::in_scope(cx, tenancy.tenant.is_some(), what).await?;
@@ -547,7 +548,8 @@ async fn listing(
 ) -> Result<(Option<String>, Option<Vec<String>>)> {
     let (
         Some(tenant),
-        crate::tenants::TenantSource::Query(_) | crate::tenants::TenantSource::List(_),
+        crate::domain::tenants::TenantSource::Query(_)
+        | crate::domain::tenants::TenantSource::List(_),
     ) = (tenant, &cx.tenant_source)
     else {
         return Ok((jurisdiction, tags));
@@ -563,12 +565,12 @@ async fn listing(
         return Err(Error::InvalidInput(format!(
             "tenant {tenant:?} is not among the tenants {} returns; its jurisdiction is unknown, so its rules cannot be resolved safely",
             match &cx.tenant_source {
-                crate::tenants::TenantSource::Query(_) => "tenants_query",
+                crate::domain::tenants::TenantSource::Query(_) => "tenants_query",
                 _ => "the tenant list",
             }
         )));
     };
-    let facts = crate::tenants::TenantFacts::merged(
+    let facts = crate::domain::tenants::TenantFacts::merged(
         &wanted,
         Some(&listed),
         jurisdiction.as_deref(),

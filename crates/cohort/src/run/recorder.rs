@@ -11,8 +11,8 @@ use uuid::Uuid;
 use super::work::{stop_from, RunSpec, Stop, Work};
 use super::{EntityFailure, EntityOutcome, RunKind, RunStatus};
 use crate::context::{Context, Prepared};
+use crate::domain::observer::AuditEvent;
 use crate::error::Result;
-use crate::observer::AuditEvent;
 use crate::sql::ledger;
 
 /// Records one run.
@@ -58,7 +58,7 @@ impl<'a> RunRecorder<'a> {
             occurrence: spec.occurrence.map(|o| o.at),
             pass: spec.occurrence.map(|o| o.pass),
             passes: spec.occurrence.map(|o| o.passes),
-            policy_fingerprint: Some(crate::peers::fingerprint(self.cx, self.ready)),
+            policy_fingerprint: Some(crate::store::peers::fingerprint(self.cx, self.ready)),
             erasure_subject_kind: spec.erasure_kind.clone(),
         };
         let started_at = self
@@ -85,7 +85,10 @@ impl<'a> RunRecorder<'a> {
     /// is not measured this pass.
     pub(crate) fn entity_not_run(&self, work: &Work<'_>) {
         if self.spec.kind == RunKind::Sweep {
-            crate::telemetry::backlog_unmeasured(&work.entity.name, self.backlog_scope(work));
+            crate::domain::telemetry::backlog_unmeasured(
+                &work.entity.name,
+                self.backlog_scope(work),
+            );
         }
     }
 
@@ -96,7 +99,7 @@ impl<'a> RunRecorder<'a> {
         work: &Work<'_>,
     ) -> std::result::Result<i64, Stop> {
         let e = work.entity;
-        let split = |p: crate::rules::Period| ledger::IntervalParts {
+        let split = |p: crate::domain::rules::Period| ledger::IntervalParts {
             months: p.months(),
             days: (p.fixed_seconds() / 86_400) as i32,
             secs: (p.fixed_seconds() % 86_400) as f64,
@@ -195,7 +198,7 @@ impl<'a> RunRecorder<'a> {
         let spec = self.spec;
         if !spec.dry_run {
             // `affected` was counted as each batch committed.
-            crate::telemetry::entity_settled(out);
+            crate::domain::telemetry::entity_settled(out);
         }
         let (affected, held, skipped, null_anchor) =
             (out.affected, out.held, out.skipped, out.null_anchor);
@@ -245,10 +248,10 @@ impl<'a> RunRecorder<'a> {
             return;
         };
         match super::counts::oldest_eligible(conn, work).await {
-            Ok(oldest) => crate::telemetry::backlog(
+            Ok(oldest) => crate::domain::telemetry::backlog(
                 &work.entity.name,
                 self.backlog_scope(work),
-                crate::telemetry::backlog_age(cutoff, oldest),
+                crate::domain::telemetry::backlog_age(cutoff, oldest),
             ),
             Err(e) => {
                 tracing::warn!(error = %e, "reading the entity's backlog failed; its gauge keeps its last value");
@@ -281,9 +284,9 @@ impl<'a> RunRecorder<'a> {
         let spec = self.spec;
         let at = self.settle_row(conn, status, error, failures).await?;
         let took = self.clock.elapsed();
-        crate::telemetry::run_settled(spec.kind, spec.trigger, status, took);
+        crate::domain::telemetry::run_settled(spec.kind, spec.trigger, status, took);
         if status == RunStatus::Succeeded && !spec.dry_run {
-            crate::telemetry::last_success(spec.kind, at);
+            crate::domain::telemetry::last_success(spec.kind, at);
         }
         let affected: u64 = outcomes.iter().map(|o| o.affected).sum();
         let duration_ms = took.as_millis() as u64;

@@ -1,28 +1,28 @@
 //! Erasure requests' work: opening one and running its attempts, the
 //! maintenance pass that resumes them, and reading them back (the types
-//! and their rules are [`crate::erasure_requests`]).
+//! and their rules are [`crate::domain::erasure_requests`]).
 
 use chrono::{DateTime, Utc};
 use sqlx::postgres::PgRow;
 use sqlx::Row;
 use uuid::Uuid;
 
-use super::journal::{check_apart, Journal};
-use crate::cancel::Cancel;
+use crate::base::cancel::Cancel;
+use crate::base::locks::LockKey;
 use crate::context::Context;
-use crate::erasure::{ErasureRequest, ErasureScope};
-use crate::erasure_requests::{
+use crate::domain::erasure::{ErasureRequest, ErasureScope};
+use crate::domain::erasure_requests::{
     subject_hash, Due, PartReason, RequestCounts, RequestEvent, RequestFilter, RequestHistory,
     RequestRecord, RequestState, ResumeReport, Terms, WaitingPart, DEFAULT_DUE_DAYS,
     MAX_REFERENCE_CHARS,
 };
+use crate::domain::journal::Record;
+use crate::domain::outcome::{ErasureResult, RunStatus};
+use crate::domain::rules::Period;
 use crate::error::{Error, Problems, Result};
-use crate::journal::Record;
-use crate::locks::LockKey;
-use crate::outcome::{ErasureResult, RunStatus};
-use crate::rules::Period;
 use crate::sql::locks::{try_lock, unlock, Held};
 use crate::sql::requests as sql;
+use crate::store::journal::{check_apart, Journal};
 
 /// How many requests one maintenance pass runs again, at most.
 const RESUME_BATCH: i64 = 100;
@@ -301,7 +301,7 @@ fn same_request(
 /// connection) fails the request and is returned.
 pub(crate) async fn attempt(
     cx: &Context,
-    journal: Option<&crate::journal::JournalConfig>,
+    journal: Option<&crate::domain::journal::JournalConfig>,
     id: Uuid,
     now: DateTime<Utc>,
     allow_future_now: bool,
@@ -451,7 +451,7 @@ impl Transition {
 async fn transition(
     cx: &Context,
     (journal, id, reference, now): (
-        Option<&crate::journal::JournalConfig>,
+        Option<&crate::domain::journal::JournalConfig>,
         Uuid,
         &str,
         DateTime<Utc>,
@@ -489,7 +489,7 @@ async fn transition(
 /// after a restore only runs the request once more.
 pub(crate) async fn journal_state(
     cx: &Context,
-    journal: Option<&crate::journal::JournalConfig>,
+    journal: Option<&crate::domain::journal::JournalConfig>,
     id: Uuid,
     reference: &str,
     state: RequestState,
@@ -623,7 +623,7 @@ async fn set_state(
 
 async fn event(
     tx: &mut sqlx::PgConnection,
-    (schema, key): (&str, Option<&crate::chain::LedgerKey>),
+    (schema, key): (&str, Option<&crate::domain::chain::LedgerKey>),
     id: Uuid,
     state: RequestState,
     run_id: Option<Uuid>,
@@ -966,7 +966,7 @@ pub(crate) async fn restore_opened(
 /// from).
 pub(crate) async fn rerun(
     cx: &Context,
-    journal: Option<&crate::journal::JournalConfig>,
+    journal: Option<&crate::domain::journal::JournalConfig>,
     id: Uuid,
     why: String,
 ) -> Result<RequestState> {

@@ -6,15 +6,15 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
+use crate::base::diagnostic::Diagnostic;
 use crate::context::{Context, Prepared};
-use crate::diagnostic::Diagnostic;
+use crate::domain::model::EntityDescriptor;
+use crate::domain::rules::{ResolutionContext, ResolveError, RetentionRule, TenantContext};
 use crate::error::{Error, Result};
-use crate::model::EntityDescriptor;
-use crate::rules::{ResolutionContext, ResolveError, RetentionRule, TenantContext};
 use crate::sql::KeyValue;
 
 /// The entities of one pass with their canonical tenant keys.
-pub(crate) struct Pass<'a> {
+pub(crate) struct PassScope<'a> {
     pub(crate) entities: Vec<&'a EntityDescriptor>,
     pub(crate) keys: BTreeMap<Uuid, KeyValue>,
     /// The tenant's canonical text (as stored in the ledger).
@@ -27,8 +27,8 @@ pub(crate) struct Pass<'a> {
 /// request's, checked against the directory's listing).
 pub(crate) fn pass_of<'a>(
     ready: &'a Prepared,
-    tenancy: &crate::tenants::TenantScope,
-) -> Result<(Pass<'a>, crate::tenants::TenantFacts)> {
+    tenancy: &crate::domain::tenants::TenantScope,
+) -> Result<(PassScope<'a>, crate::domain::tenants::TenantFacts)> {
     let pass = tenant_keys(ready, tenancy.tenant.as_deref())?;
     let facts = ready.tenant_facts(
         pass.tenant.as_deref(),
@@ -42,7 +42,7 @@ pub(crate) fn pass_of<'a>(
 /// is written. The tenant is canonicalised once, by the tenant columns' type
 /// (validation makes them agree): uuid spellings become one uuid, text is
 /// kept exactly as written, citext is compared case-insensitively.
-pub(crate) fn tenant_keys<'a>(ready: &'a Prepared, tenant: Option<&str>) -> Result<Pass<'a>> {
+pub(crate) fn tenant_keys<'a>(ready: &'a Prepared, tenant: Option<&str>) -> Result<PassScope<'a>> {
     let entities: Vec<&EntityDescriptor> = ready
         .model
         .ordered()
@@ -67,7 +67,7 @@ pub(crate) fn tenant_keys<'a>(ready: &'a Prepared, tenant: Option<&str>) -> Resu
             keys.insert(e.id, key);
         }
     }
-    Ok(Pass {
+    Ok(PassScope {
         entities,
         keys,
         tenant: canonical,
@@ -112,7 +112,7 @@ pub(crate) async fn rule_for(
     ready: &Prepared,
     e: &EntityDescriptor,
     tenant: Option<&str>,
-    facts: &crate::tenants::TenantFacts,
+    facts: &crate::domain::tenants::TenantFacts,
     now: DateTime<Utc>,
 ) -> std::result::Result<RetentionRule, Diagnostic> {
     let mut tenant_ctx = match tenant {

@@ -7,10 +7,10 @@
 use chrono::{DateTime, Utc};
 
 use crate::context::Context;
+use crate::domain::telemetry::{EntityBacklog, LastSuccess};
+use crate::domain::tenants::TenantSource;
 use crate::error::{Error, Result};
 use crate::sql::history as statements;
-use crate::telemetry::{EntityBacklog, LastSuccess};
-use crate::tenants::TenantSource;
 
 /// The last successful real run of each kind, as the ledger has it; also
 /// sets `cohort_last_success_timestamp_seconds`.
@@ -50,7 +50,7 @@ pub(crate) async fn backlog(
         let request = match &pass {
             super::passes::Pass::Tenant(t) => {
                 let mut r = super::PreviewRequest::tenanted(t.id.clone(), now);
-                r.tenancy = crate::tenants::TenantScope::listed(t);
+                r.tenancy = crate::domain::tenants::TenantScope::listed(t);
                 r
             }
             super::passes::Pass::Tenantless => super::PreviewRequest::tenantless(now),
@@ -119,8 +119,8 @@ pub(crate) async fn next_occurrence(cx: &Context) -> Result<Option<DateTime<Utc>
     let Some(schedule) = cx.config.schedule.as_deref() else {
         return Ok(None);
     };
-    let cron = crate::schedule::parse_schedule(schedule)
+    let cron = crate::domain::schedule::parse_schedule(schedule)
         .map_err(|e| Error::Config(crate::error::Problems::one(e)))?;
     let now = crate::sql::database_now(&cx.pool).await?;
-    Ok(crate::schedule::next_occurrence(&cron, now, None))
+    Ok(crate::domain::schedule::next_occurrence(&cron, now, None))
 }

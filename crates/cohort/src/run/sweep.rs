@@ -8,11 +8,11 @@ use super::executor::execute;
 use super::resolve::{check_now, pass_of, rule_for};
 use super::work::{RunSpec, Work};
 use super::{failure, PreviewRequest, PreviewResult, RunKind, SweepRequest, SweepResult};
+use crate::base::diagnostic::Diagnostic;
 use crate::context::{Context, Prepared};
-use crate::diagnostic::Diagnostic;
+use crate::domain::model::EntityDescriptor;
+use crate::domain::rules::RetentionRule;
 use crate::error::Result;
-use crate::model::EntityDescriptor;
-use crate::rules::RetentionRule;
 use crate::sql::{KeyValue, RunParam, RunValue, Scope};
 
 /// The sweep's work for one entity: one per stage of its rule (one for a
@@ -48,7 +48,7 @@ fn stage_of<'a>(
     tenant: Option<&KeyValue>,
     sizes: (i64, u32),
 ) -> std::result::Result<Work<'a>, Diagnostic> {
-    let out_of_range = |err: crate::rules::CutoffOutOfRange| {
+    let out_of_range = |err: crate::domain::rules::CutoffOutOfRange| {
         Diagnostic::capture("rule", Some("cutoff_out_of_range".into()), &err)
     };
     let undeclared = |what: String| {
@@ -69,9 +69,9 @@ fn stage_of<'a>(
     literal_fits(ready, e, strategy, tenant)?;
     // A rule without stages is its own single stage, unnumbered.
     let position = rule.is_staged().then_some(n as u16);
-    let Some((crate::rules::StageAnchor::Previous, previous)) = rule.stage_anchor(n) else {
+    let Some((crate::domain::rules::StageAnchor::Previous, previous)) = rule.stage_anchor(n) else {
         let cutoff = stage.sweep_cutoff(now).map_err(out_of_range)?;
-        let by_period = crate::rules::cutoff(now, stage.period()).map_err(out_of_range)?;
+        let by_period = crate::domain::rules::cutoff(now, stage.period()).map_err(out_of_range)?;
         let plan = &ready.plans[&e.id];
         let bounds = (cutoff, None);
         let mut work = stage_work(plan, e, stage, bounds, position, now, tenant, sizes);
@@ -89,7 +89,7 @@ fn stage_of<'a>(
     // cutoff, which is never after `now`: a row marked in this run is
     // never taken by a later stage of the same run, however far `now` is
     // from the database clock.
-    let cutoff = crate::rules::cutoff(now, stage.period())
+    let cutoff = crate::domain::rules::cutoff(now, stage.period())
         .map_err(out_of_range)?
         .min(now);
     let floor = stage.erasure_cutoff(now).map_err(out_of_range)?;
@@ -107,7 +107,7 @@ fn stage_of<'a>(
 pub(super) fn literal_fits(
     ready: &Prepared,
     e: &EntityDescriptor,
-    strategy: crate::rules::Strategy,
+    strategy: crate::domain::rules::Strategy,
     tenant: Option<&KeyValue>,
 ) -> std::result::Result<(), Diagnostic> {
     let Some(tenant) = tenant else {
@@ -168,7 +168,7 @@ fn stage_work<'a>(
 /// called, once each.
 pub(super) fn render_literals(
     plan: &crate::sql::EntityPlan,
-    e: &crate::model::EntityDescriptor,
+    e: &crate::domain::model::EntityDescriptor,
     now: DateTime<Utc>,
     tenant: Option<&str>,
 ) -> Vec<RunParam> {
@@ -177,10 +177,10 @@ pub(super) fn render_literals(
         .iter()
         .map(|v| match v {
             RunValue::Template(t) => RunParam::Text(
-                crate::model::render_literal(t, now, tenant).unwrap_or_else(|_| t.clone()),
+                crate::domain::model::render_literal(t, now, tenant).unwrap_or_else(|_| t.clone()),
             ),
             RunValue::PerRun(column, anonymiser) => {
-                let cx = crate::model::AnonymiseContext {
+                let cx = crate::domain::model::AnonymiseContext {
                     entity: &e.name,
                     entity_id: e.id,
                     column,
@@ -312,7 +312,7 @@ pub(crate) async fn sweep(cx: &Context, req: SweepRequest) -> Result<SweepResult
 pub(crate) async fn backlog(
     cx: &Context,
     req: PreviewRequest,
-) -> Result<Vec<crate::telemetry::EntityBacklog>> {
+) -> Result<Vec<crate::domain::telemetry::EntityBacklog>> {
     let ready = cx.prepared().await?;
     let (pass, facts) = pass_of(&ready, &req.tenancy)?;
     let mut conn = cx.pool.acquire().await?;
@@ -323,7 +323,7 @@ pub(crate) async fn backlog(
         else {
             continue;
         };
-        let mut worst = crate::telemetry::EntityBacklog {
+        let mut worst = crate::domain::telemetry::EntityBacklog {
             entity: e.name.clone(),
             age_seconds: 0.0,
             oldest: None,
@@ -337,7 +337,7 @@ pub(crate) async fn backlog(
                 continue;
             };
             let oldest = super::counts::oldest_eligible(&mut conn, &work).await?;
-            let age = crate::telemetry::backlog_age(cutoff, oldest);
+            let age = crate::domain::telemetry::backlog_age(cutoff, oldest);
             if oldest.is_some() && (worst.oldest.is_none() || age > worst.age_seconds) {
                 worst.age_seconds = age;
                 worst.oldest = oldest;

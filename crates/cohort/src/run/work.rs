@@ -2,16 +2,16 @@
 //! planned statements with their bound values), what a run is, why an
 //! entity stopped, and the run's context.
 
-use crate::cancel::Cancel;
+use crate::base::cancel::Cancel;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use super::{RunKind, Trigger};
+use crate::base::diagnostic::Diagnostic;
 use crate::context::{Context, Prepared};
-use crate::diagnostic::Diagnostic;
+use crate::domain::model::EntityDescriptor;
+use crate::domain::rules::RetentionRule;
 use crate::error::is_connection_error;
-use crate::model::EntityDescriptor;
-use crate::rules::RetentionRule;
 use crate::sql::{RunParam, Scope, SweepStatements};
 use std::sync::Arc;
 
@@ -108,7 +108,7 @@ impl RunCtx<'_> {
     pub(crate) fn cdc_marker(
         &self,
         entity: &str,
-        strategy: crate::rules::Strategy,
+        strategy: crate::domain::rules::Strategy,
         rows: i64,
     ) -> Option<String> {
         self.cx.config.cdc_marker.then(|| {

@@ -8,9 +8,9 @@
 
 use sqlx::{Connection, PgConnection, Row};
 
+use crate::base::ident::check_schema_name;
+use crate::base::ident::{from_template, SqlText};
 use crate::error::{Error, Problems, Result};
-use crate::ident::check_schema_name;
-use crate::ident::{from_template, SqlText};
 use crate::sql::schema as statements;
 use crate::sql::tables::{CohortTable, MOVED_COMMENT, SCHEMA_VERSION, VERSION_COMMENT_PREFIX};
 
@@ -163,14 +163,14 @@ const INDEXES: [&str; 2] = [
 ];
 
 pub(crate) fn render(template: &'static str, schema: &str) -> SqlText {
-    let tables: Vec<(&str, crate::ident::QualifiedName)> = CohortTable::ALL
+    let tables: Vec<(&str, crate::base::ident::QualifiedName)> = CohortTable::ALL
         .iter()
         .map(|t| (t.name(), t.qualified(schema)))
         .chain(
             FUNCTIONS
                 .iter()
                 .chain(INDEXES.iter())
-                .map(|f| (*f, crate::ident::QualifiedName::new(schema, *f))),
+                .map(|f| (*f, crate::base::ident::QualifiedName::new(schema, *f))),
         )
         .collect();
     from_template(template, &tables)
@@ -388,7 +388,7 @@ async fn apply(
     plan: &MigrationPlan,
     schema: &str,
 ) -> Result<MigrationReport> {
-    crate::sql::locks::xact_lock(crate::locks::LockKey::Migrate(schema))
+    crate::sql::locks::xact_lock(crate::base::locks::LockKey::Migrate(schema))
         .query()
         .execute(&mut *tx)
         .await?;

@@ -6,8 +6,8 @@
 use sqlx::{Connection, PgConnection};
 
 use super::migrate::installed_version;
+use crate::base::ident::check_schema_name;
 use crate::error::{Error, Problems, Result};
-use crate::ident::check_schema_name;
 use crate::sql::schema as statements;
 use crate::sql::tables::{CohortTable, MOVED_COMMENT, SCHEMA_VERSION};
 
@@ -96,7 +96,7 @@ async fn lock_migrations(tx: &mut PgConnection, from: &str, to: &str) -> Result<
     // either schema runs meanwhile.
     let (first, second) = if from < to { (from, to) } else { (to, from) };
     for schema in [first, second] {
-        crate::sql::locks::xact_lock(crate::locks::LockKey::Migrate(schema))
+        crate::sql::locks::xact_lock(crate::base::locks::LockKey::Migrate(schema))
             .query()
             .execute(&mut *tx)
             .await?;
@@ -138,7 +138,7 @@ async fn clear_target(tx: &mut PgConnection, to: &str, owned: Vec<String>) -> Re
         // Moving back to a schema the tables once left: its marker goes
         // (with the empty sqlx history a stale migrator run left there).
         for name in &taken {
-            let table = crate::ident::QualifiedName::new(to, name.as_str());
+            let table = crate::base::ident::QualifiedName::new(to, name.as_str());
             statements::drop_table(&table)
                 .raw()
                 .execute(&mut *tx)
@@ -204,7 +204,7 @@ async fn move_tables(
         .await?;
     let mut moved = Vec::new();
     for name in names.iter().filter(|n| present.iter().any(|p| p == *n)) {
-        let table = crate::ident::QualifiedName::new(from, *name);
+        let table = crate::base::ident::QualifiedName::new(from, *name);
         statements::set_schema(&table, to)
             .raw()
             .execute(&mut *tx)
@@ -260,7 +260,7 @@ async fn leftovers_only(tx: &mut PgConnection, schema: &str, taken: &[String]) -
         if name != SQLX_HISTORY {
             return Ok(false);
         }
-        let history = crate::ident::QualifiedName::new(schema, SQLX_HISTORY);
+        let history = crate::base::ident::QualifiedName::new(schema, SQLX_HISTORY);
         let n: i64 = statements::count_rows(&history)
             .query_scalar()
             .fetch_one(&mut *tx)
@@ -288,7 +288,7 @@ async fn is_marker(tx: &mut PgConnection, schema: &str) -> Result<bool> {
 async fn rewrite_sqlx_checksums(tx: &mut PgConnection, from: &str, to: &str) -> Result<()> {
     let old = super::sqlx_migrator(from)?;
     let new = super::sqlx_migrator(to)?;
-    let history = crate::ident::QualifiedName::new(to, SQLX_HISTORY);
+    let history = crate::base::ident::QualifiedName::new(to, SQLX_HISTORY);
     for (o, n) in old.iter().zip(new.iter()) {
         debug_assert_eq!(o.version, n.version);
         let checksum = statements::Checksum {

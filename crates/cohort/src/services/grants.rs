@@ -4,10 +4,10 @@
 //! error listing every missing grant, not a failure in the middle of a run
 //! or a delivery.
 
+use crate::base::ident::QualifiedName;
 use crate::context::{Context, Prepared};
+use crate::domain::rules::Strategy;
 use crate::error::{Error, Problems, Result};
-use crate::ident::QualifiedName;
-use crate::rules::Strategy;
 use crate::schema::CohortTable;
 use crate::sql::grants as statements;
 

@@ -35,7 +35,7 @@ use std::time::Duration;
 
 use tokio::task::JoinHandle;
 
-use crate::cancel::Cancel;
+use crate::base::cancel::Cancel;
 use crate::context::Context;
 use crate::error::Result;
 

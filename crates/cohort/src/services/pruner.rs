@@ -23,11 +23,11 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use crate::cancel::Cancel;
+use crate::base::cancel::Cancel;
 use crate::config::CohortConfig;
 use crate::context::Context;
+use crate::domain::rules::Period;
 use crate::error::{Error, Problems, Result};
-use crate::rules::Period;
 use crate::sql::prune::{Batch, Before, OfRuns, PrunePlan, RunBatch, RunCutoffs, Runs};
 use crate::sql::statement::Statement;
 
@@ -167,7 +167,7 @@ async fn delete_batches(
     limit: u64,
     deleted: &mut u64,
     statement: impl Fn() -> Statement<Batch>,
-    chained: Option<crate::chain::PruneCutoffs>,
+    chained: Option<crate::domain::chain::PruneCutoffs>,
 ) -> Result<bool> {
     loop {
         if stop.stop(cx).await? {
@@ -269,8 +269,8 @@ pub(crate) async fn pass(
         let deleted = counter(&mut report);
         // Holds are linked in the hash chain: their checkpoint says the
         // cutoff they went under.
-        let chained = linked.then(|| crate::chain::PruneCutoffs {
-            holds_before: Some(crate::chain::micros(before)),
+        let chained = linked.then(|| crate::domain::chain::PruneCutoffs {
+            holds_before: Some(crate::domain::chain::micros(before)),
             ..Default::default()
         });
         if !delete_batches(cx, &stop, batch as u64, deleted, delete, chained).await? {
@@ -400,9 +400,9 @@ async fn delete_runs(
         .query_scalar()
         .fetch_all(&mut *tx)
         .await?;
-    let cutoffs = crate::chain::PruneCutoffs {
-        succeeded_before: runs_before.succeeded.map(crate::chain::micros),
-        failed_before: runs_before.failed.map(crate::chain::micros),
+    let cutoffs = crate::domain::chain::PruneCutoffs {
+        succeeded_before: runs_before.succeeded.map(crate::domain::chain::micros),
+        failed_before: runs_before.failed.map(crate::domain::chain::micros),
         holds_before: None,
     };
     crate::run::chain::checkpoint(

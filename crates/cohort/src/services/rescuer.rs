@@ -13,7 +13,7 @@
 //!    `payload_retention`, whatever became of their work.
 //!
 //! Between passes it keeps this process's peer record (see
-//! [`crate::peers`]), every ten seconds.
+//! [`crate::store::peers`]), every ten seconds.
 
 pub use super::reports::MaintenanceReport;
 use std::sync::Arc;
@@ -22,11 +22,11 @@ use std::time::Duration;
 use sqlx::Row;
 use uuid::Uuid;
 
-use crate::cancel::Cancel;
+use crate::base::cancel::Cancel;
+use crate::base::locks::LockKey;
 use crate::context::Context;
+use crate::domain::rules::Period;
 use crate::error::{Error, Result};
-use crate::locks::LockKey;
-use crate::rules::Period;
 use crate::sql::locks;
 use crate::sql::queue;
 
@@ -130,7 +130,7 @@ pub(crate) async fn pass(cx: &Context, config: &MaintenanceConfig) -> Result<Mai
         // One clock with the holds' release times: the database's.
         crate::sql::database_now(&cx.pool).await?,
         false,
-        &crate::cancel::Cancel::new(),
+        &crate::base::cancel::Cancel::new(),
     )
     .await?;
     Ok(MaintenanceReport {
@@ -176,8 +176,8 @@ async fn recover_stale_runs(
 async fn dead_letter_orphans(cx: &Context, settle: f64) -> Result<u64> {
     // Handlers this process registers, and those of live peers: work a
     // live peer can deliver is not orphaned (a rolling deploy).
-    let mut known = crate::peers::own_handlers(cx);
-    for peer in crate::peers::live(cx, None).await? {
+    let mut known = crate::store::peers::own_handlers(cx);
+    for peer in crate::store::peers::live(cx, None).await? {
         for (entity, hs) in peer.handlers {
             known.entry(entity).or_default().extend(hs);
         }
@@ -215,7 +215,7 @@ async fn dead_letter_orphans(cx: &Context, settle: f64) -> Result<u64> {
         .await?,
     );
     for handler in &orphaned {
-        crate::telemetry::delivery(handler, "dead_lettered");
+        crate::domain::telemetry::delivery(handler, "dead_lettered");
     }
     if !orphaned.is_empty() {
         tracing::warn!(
@@ -227,7 +227,7 @@ async fn dead_letter_orphans(cx: &Context, settle: f64) -> Result<u64> {
 }
 
 /// Keeps this process's peer record (a heartbeat every
-/// [`crate::peers::PEER_HEARTBEAT_INTERVAL`], reporting peers whose policy
+/// [`crate::store::peers::PEER_HEARTBEAT_INTERVAL`], reporting peers whose policy
 /// differs) and runs a pass every interval until `cancel` fires; then it
 /// removes the peer record. A failed pass or heartbeat is logged and tried
 /// again at the next.
@@ -245,18 +245,18 @@ pub(crate) async fn run(
     let mut next_pass = tokio::time::Instant::now();
     let mut reported_other: Option<usize> = None;
     while !cancel.is_cancelled() {
-        match crate::peers::heartbeat(&cx, peer_id).await {
-            Ok(()) => match crate::peers::live(&cx, Some(peer_id)).await {
+        match crate::store::peers::heartbeat(&cx, peer_id).await {
+            Ok(()) => match crate::store::peers::live(&cx, Some(peer_id)).await {
                 Ok(peers) => {
                     let other = peers.iter().filter(|p| !p.same_policy).count();
-                    crate::telemetry::peers(peers.len() - other, other);
+                    crate::domain::telemetry::peers(peers.len() - other, other);
                     if other > 0 && reported_other != Some(other) {
                         for p in peers.iter().filter(|p| !p.same_policy) {
                             tracing::warn!(host = %p.host, pid = p.pid, fingerprint = %p.policy_fingerprint, "a live peer sweeps this database with another policy (other entities or handlers): each policy runs its own occurrences, and entities whose handlers differ are left alone until the replicas agree");
                         }
                     }
                     reported_other = Some(other);
-                    if let Err(e) = crate::peers::census(&cx).await {
+                    if let Err(e) = crate::store::peers::census(&cx).await {
                         tracing::warn!(error = %e, "counting the peer records failed");
                     }
                 }
@@ -285,14 +285,14 @@ pub(crate) async fn run(
             }
             next_pass = tokio::time::Instant::now() + config.interval;
         }
-        let wait = crate::peers::PEER_HEARTBEAT_INTERVAL
+        let wait = crate::store::peers::PEER_HEARTBEAT_INTERVAL
             .min(next_pass.saturating_duration_since(tokio::time::Instant::now()));
         tokio::select! {
             _ = cancel.cancelled() => break,
             _ = tokio::time::sleep(wait) => {}
         }
     }
-    if let Err(e) = crate::peers::leave(&cx, peer_id).await {
+    if let Err(e) = crate::store::peers::leave(&cx, peer_id).await {
         tracing::warn!(error = %e, "removing this process's peer record failed; it expires by itself");
     }
 }
@@ -361,7 +361,7 @@ pub(crate) async fn recover_run(cx: &Context, run_id: Uuid, reason: &str) -> Res
         Some(row) => {
             let kind: String = row.try_get("kind")?;
             let trigger: String = row.try_get("trigger")?;
-            crate::telemetry::run_recorded_failed(&kind, &trigger);
+            crate::domain::telemetry::run_recorded_failed(&kind, &trigger);
             Recovery::Recovered
         }
         None => Recovery::Settled,

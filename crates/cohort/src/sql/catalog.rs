@@ -6,7 +6,7 @@
 use sqlx::postgres::types::Oid;
 
 use super::statement::Statement;
-use crate::ident::SqlText;
+use crate::base::ident::SqlText;
 
 /// The server's version number (`num`) and banner (`version`).
 pub(crate) fn server_info() -> Statement<()> {
@@ -399,7 +399,10 @@ pub(crate) fn force_stats_flush() -> Statement<()> {
 
 /// `ANALYZE` of a table, or `VACUUM (ANALYZE)` (not in a transaction
 /// block: sent as simple-protocol text).
-pub(crate) fn vacuum(table: &crate::ident::QualifiedName, full_vacuum: bool) -> Statement<()> {
+pub(crate) fn vacuum(
+    table: &crate::base::ident::QualifiedName,
+    full_vacuum: bool,
+) -> Statement<()> {
     let mut s = SqlText::new(if full_vacuum {
         "VACUUM (ANALYZE) "
     } else {

@@ -1,4 +1,4 @@
-//! Statements of the ledger's hash chain ([`crate::chain`]): the records a
+//! Statements of the ledger's hash chain ([`crate::domain::chain`]): the records a
 //! link covers, read back; the append under the chain's lock; the walk of
 //! `cohort verify`.
 
@@ -7,8 +7,8 @@ use uuid::Uuid;
 
 use super::statement::Statement;
 use super::tables::CohortTable;
-use crate::ident::SqlText;
-use crate::locks::LockKey;
+use crate::base::ident::SqlText;
+use crate::base::locks::LockKey;
 
 /// The run columns a run's record covers.
 pub(crate) const RUN_COLUMNS: &str =
@@ -35,7 +35,7 @@ pub(crate) const HOLD_COLUMNS: &str =
 const LINK_COLUMNS: &str =
     "link_id, kind, subject_id, record, digest, prev, link, covers, linked_at, mac";
 
-fn table(schema: &str, t: CohortTable) -> crate::ident::QualifiedName {
+fn table(schema: &str, t: CohortTable) -> crate::base::ident::QualifiedName {
     t.qualified(schema)
 }
 
@@ -101,7 +101,7 @@ impl super::statement::Params for Append {
 }
 
 /// Appends a link after the newest (under [`lock`]). The link's hash is
-/// computed here by the formula of [`crate::chain::link_hash`] (the tests
+/// computed here by the formula of [`crate::domain::chain::link_hash`] (the tests
 /// hold the two to each other). Returns `link_id`; no row when the chain
 /// has no link to follow, or its newest link is keyed (a MAC'd link is
 /// only ever followed by another, written by [`append_keyed`]).
@@ -148,7 +148,7 @@ pub(crate) struct AppendKeyed {
     pub(crate) digest: String,
     /// `$6`: the link before's hash.
     pub(crate) prev: String,
-    /// `$7`: its hash ([`crate::chain::keyed_link_hash`]).
+    /// `$7`: its hash ([`crate::domain::chain::keyed_link_hash`]).
     pub(crate) link: String,
     /// `$8`: the links a checkpoint covers.
     pub(crate) covers: Vec<i64>,
@@ -288,7 +288,7 @@ pub(crate) fn journal_links(schema: &str) -> Statement<()> {
 }
 
 /// The details of the runs of `$1`, digested per run as
-/// [`crate::chain::DetailsDigest`] says: columns `run_id`, `rows`,
+/// [`crate::domain::chain::DetailsDigest`] says: columns `run_id`, `rows`,
 /// `sha256` (runs without details have no row).
 pub(crate) fn details_digests(schema: &str, ids: Vec<Uuid>) -> Statement<(Vec<Uuid>,)> {
     let mut sql = SqlText::new(
@@ -310,7 +310,7 @@ pub(crate) fn details_digests(schema: &str, ids: Vec<Uuid>) -> Statement<(Vec<Uu
 }
 
 /// The history lines of `$1` (event ids): columns of
-/// [`crate::chain::RequestEventPart`] and `request_id`.
+/// [`crate::domain::chain::RequestEventPart`] and `request_id`.
 pub(crate) fn request_events(schema: &str, ids: Vec<i64>) -> Statement<(Vec<i64>,)> {
     let mut sql = SqlText::new(
         "SELECT e.event_id, e.request_id, e.state, e.at, e.run_id, e.detail, e.recorded_by FROM ",
@@ -320,7 +320,7 @@ pub(crate) fn request_events(schema: &str, ids: Vec<i64>) -> Statement<(Vec<i64>
     Statement::new(sql, (ids,))
 }
 
-/// The requests of `$1`: columns of [`crate::chain::RequestPart`].
+/// The requests of `$1`: columns of [`crate::domain::chain::RequestPart`].
 pub(crate) fn requests(schema: &str, ids: Vec<Uuid>) -> Statement<(Vec<Uuid>,)> {
     let mut sql = SqlText::new(
         "SELECT r.request_id, r.reference, r.tenant_id, r.subject_hash, r.state, r.received_at, \

@@ -2,9 +2,9 @@
 
 use super::fragments::{blocked, not_done, Blocked, Casts};
 use super::EntityPlan;
-use crate::ident::SqlText;
-use crate::model::EntityDescriptor;
-use crate::rules::Strategy;
+use crate::base::ident::SqlText;
+use crate::domain::model::EntityDescriptor;
+use crate::domain::rules::Strategy;
 
 /// Erasure statements for one entity, strategy and set of subject columns,
 /// built per request (they depend on which subject columns apply).

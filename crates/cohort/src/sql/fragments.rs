@@ -4,9 +4,9 @@
 
 use std::collections::BTreeMap;
 
-use crate::ident::{QualifiedName, SqlText};
-use crate::model::EntityDescriptor;
-use crate::rules::Strategy;
+use crate::base::ident::{QualifiedName, SqlText};
+use crate::domain::model::EntityDescriptor;
+use crate::domain::rules::Strategy;
 use crate::sql::tables::CohortTable;
 use crate::sql::{IncomingKey, KeyType};
 
@@ -185,7 +185,7 @@ pub(crate) struct Casts {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct KeyPart {
     pub(crate) column: String,
-    pub(crate) ty: crate::model::PartType,
+    pub(crate) ty: crate::domain::model::PartType,
     pub(crate) sql_type: QualifiedName,
 }
 

@@ -1,7 +1,7 @@
 //! Statements that check the connected role's privileges.
 
 use super::statement::{Args, Params, Statement};
-use crate::ident::SqlText;
+use crate::base::ident::SqlText;
 
 /// Privileges to check, as four arrays of one length: the object's
 /// schema and name, the privilege, and for a function its argument types

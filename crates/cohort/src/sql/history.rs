@@ -4,7 +4,7 @@
 use uuid::Uuid;
 
 use super::statement::{Args, Params, Statement};
-use crate::ident::SqlText;
+use crate::base::ident::SqlText;
 use crate::sql::tables::CohortTable;
 
 /// A row limit.
@@ -37,7 +37,7 @@ impl Params for Prefix {
     }
 }
 
-/// The newest runs with their totals (columns named as in `RunRecord`).
+/// The newest runs with their totals (columns named as in `history::RunLine`).
 pub(crate) fn recent_runs(schema: &str, limit: Limit) -> Statement<Limit> {
     let mut sql = SqlText::new(
         "SELECT r.run_id, r.kind, r.trigger, r.status, r.dry_run, r.tenant_id, r.started_at, r.settled_at, \

@@ -1,9 +1,9 @@
 //! Statements of the journal's table in another database
-//! (`"public"."cohort_journal"`, see [`crate::journal`]): one row per
+//! (`"public"."cohort_journal"`, see [`crate::domain::journal`]): one row per
 //! entry, its place and its line.
 
 use super::statement::Statement;
-use crate::ident::SqlText;
+use crate::base::ident::SqlText;
 
 /// The journal's table, in the journal's own database.
 pub(crate) const TABLE: &str = "\"public\".\"cohort_journal\"";

@@ -7,8 +7,8 @@ use sqlx::postgres::{PgArguments, PgRow};
 use sqlx::query::Query;
 use sqlx::{Postgres, Row};
 
-use crate::ident::QualifiedName;
-pub(crate) use crate::model::{KeyType, KeyValue};
+use crate::base::ident::QualifiedName;
+pub(crate) use crate::domain::model::{KeyType, KeyValue};
 
 /// A foreign key of another table (or this one) referencing this table.
 #[derive(Debug, Clone, PartialEq, Eq)]

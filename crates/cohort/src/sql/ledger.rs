@@ -5,7 +5,7 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use super::statement::{Args, Params, Statement};
-use crate::ident::{QualifiedName, SqlText};
+use crate::base::ident::{QualifiedName, SqlText};
 use crate::sql::tables::CohortTable;
 
 /// Fixed ledger statements for Cohort's schema, built once.

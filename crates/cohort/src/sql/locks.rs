@@ -5,8 +5,8 @@ use sqlx::pool::PoolConnection;
 use sqlx::{PgConnection, Postgres};
 
 use super::statement::Statement;
-use crate::ident::SqlText;
-use crate::locks::LockKey;
+use crate::base::ident::SqlText;
+use crate::base::locks::LockKey;
 
 /// [`XACT_LOCK_SQL`] for `key`, as a statement.
 pub(crate) fn xact_lock(key: LockKey<'_>) -> Statement<(String,)> {
@@ -20,7 +20,7 @@ pub(crate) fn xact_lock(key: LockKey<'_>) -> Statement<(String,)> {
 pub(crate) const XACT_LOCK_SQL: &str =
     "SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext($1))";
 
-/// Takes the hold gate ([`crate::locks::HOLD_GATE_CLASS`]) of the install
+/// Takes the hold gate ([`crate::base::locks::HOLD_GATE_CLASS`]) of the install
 /// in `schema` for the transaction, waiting for it: shared (a batch, after
 /// locking its rows and before re-checking holds) or exclusive (a subject
 /// hold's creation, after locking the subject's rows and before its
@@ -36,7 +36,7 @@ pub(crate) fn hold_gate_sql(schema: &str, shared: bool) -> SqlText {
     } else {
         "SELECT pg_catalog.pg_advisory_xact_lock("
     });
-    sql.push(crate::locks::HOLD_GATE_CLASS)
+    sql.push(crate::base::locks::HOLD_GATE_CLASS)
         .push(", ")
         .regclass(&crate::sql::tables::CohortTable::Hold.qualified(schema))
         .push("::pg_catalog.oid::int4)");

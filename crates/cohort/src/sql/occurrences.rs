@@ -5,7 +5,7 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use super::statement::{Args, Params, Statement};
-use crate::ident::SqlText;
+use crate::base::ident::SqlText;
 use crate::sql::tables::CohortTable;
 
 /// One occurrence of one kind (dry or real) under one policy.

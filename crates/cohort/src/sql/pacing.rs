@@ -2,7 +2,7 @@
 //! standbys' replay, which a paced sweep reads before each batch.
 
 use super::statement::{Args, Params, Statement};
-use crate::ident::SqlText;
+use crate::base::ident::SqlText;
 use crate::sql::tables::CohortTable;
 
 /// The scope of a live value: one entity type, or every entity.

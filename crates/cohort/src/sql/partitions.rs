@@ -7,8 +7,8 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use super::statement::{Args, Params, Statement};
-use crate::ident::{QualifiedName, SqlText};
-use crate::model::{EntityDescriptor, KeyType};
+use crate::base::ident::{QualifiedName, SqlText};
+use crate::domain::model::{EntityDescriptor, KeyType};
 use crate::sql::tables::CohortTable;
 use crate::sql::{bound_rows, BoundHolds, Casts};
 

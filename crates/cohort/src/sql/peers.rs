@@ -3,7 +3,7 @@
 use uuid::Uuid;
 
 use super::statement::{Args, Params, Statement};
-use crate::ident::SqlText;
+use crate::base::ident::SqlText;
 use crate::sql::tables::CohortTable;
 
 /// This process's record, created or renewed.

@@ -9,7 +9,7 @@
 use sqlx::{Connection, Executor, Row};
 
 use super::snapshots_test::{descriptor, kinds, plain_plan};
-use crate::rules::{CategoryCapabilities, Strategy};
+use crate::domain::rules::{CategoryCapabilities, Strategy};
 
 /// `app.contacts` as the snapshot descriptor reads it: 40,000 rows in two
 /// tenants, a quarter of tenant `a`'s past the cutoff, analysed.
@@ -257,7 +257,7 @@ async fn a_claim_takes_one_pass_whatever_the_plan() {
                 occurrence_id: new,
                 token: uuid::Uuid::new_v4(),
                 by: "test".into(),
-                lock_prefix: crate::locks::pass_prefix(new),
+                lock_prefix: crate::base::locks::pass_prefix(new),
             },
         )
     };

@@ -5,7 +5,7 @@
 use uuid::Uuid;
 
 use super::statement::{Args, Params, Statement};
-use crate::ident::{QualifiedName, SqlText};
+use crate::base::ident::{QualifiedName, SqlText};
 use crate::sql::tables::CohortTable;
 
 /// The queue's statements.

@@ -9,8 +9,8 @@
 //! (or a `text[]` of them), unpacked in SQL into each part's own type,
 //! so the comparisons use the key's index and never compare text.
 
-use crate::ident::SqlText;
-use crate::model::{EntityDescriptor, KeyType, PartType};
+use crate::base::ident::SqlText;
+use crate::domain::model::{EntityDescriptor, KeyType, PartType};
 use crate::sql::fragments::{Casts, KeyPart};
 
 impl Casts {

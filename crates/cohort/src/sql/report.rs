@@ -9,7 +9,7 @@
 use chrono::{DateTime, Utc};
 
 use super::statement::{Args, Params, Statement};
-use crate::ident::{from_template, QualifiedName};
+use crate::base::ident::{from_template, QualifiedName};
 use crate::sql::tables::CohortTable;
 
 /// The period and tenant a report covers.
@@ -52,14 +52,19 @@ fn statement(schema: &str, template: &'static str, window: Window) -> Statement<
 /// figure agrees with every other even while runs settle.
 pub(crate) fn snapshot() -> Statement<()> {
     Statement::new(
-        crate::ident::SqlText::new("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"),
+        crate::base::ident::SqlText::new(
+            "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY",
+        ),
         (),
     )
 }
 
 /// The database's clock in that snapshot: when the report was generated.
 pub(crate) fn generated_at() -> Statement<()> {
-    Statement::new(crate::ident::SqlText::new("SELECT pg_catalog.now()"), ())
+    Statement::new(
+        crate::base::ident::SqlText::new("SELECT pg_catalog.now()"),
+        (),
+    )
 }
 
 /// Whether tenant `$1` (canonical text) appears in the ledger at all: a

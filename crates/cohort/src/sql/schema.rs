@@ -6,7 +6,7 @@
 use uuid::Uuid;
 
 use super::statement::{Args, Params, Statement};
-use crate::ident::{QualifiedName, SqlText};
+use crate::base::ident::{QualifiedName, SqlText};
 use crate::sql::tables::{CohortTable, MOVED_COMMENT};
 
 /// The comment of `sweep_run` in `schema` (column `comment`): a version
@@ -87,7 +87,7 @@ pub(crate) fn try_run_lock(run_id: Uuid) -> Statement<(String,)> {
     let sql = SqlText::new(
         "SELECT pg_catalog.pg_try_advisory_xact_lock(pg_catalog.hashtextextended($1, 0))",
     );
-    Statement::new(sql, (crate::locks::LockKey::Run(run_id).text(),))
+    Statement::new(sql, (crate::base::locks::LockKey::Run(run_id).text(),))
 }
 
 /// Deliveries in flight whose claim has not expired (one count).

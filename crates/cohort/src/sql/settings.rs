@@ -1,7 +1,7 @@
 //! Statements of `retention_setting`, the database's live settings.
 
 use super::statement::{Args, Params, Statement};
-use crate::ident::SqlText;
+use crate::base::ident::SqlText;
 use crate::sql::tables::CohortTable;
 
 /// Every setting the database holds.

@@ -4,16 +4,16 @@
 //! the erasure statements with and without a legal minimum. A change to any
 //! SQL text shows up as a reviewed snapshot diff.
 
-use crate::ident::SqlText;
+use crate::base::ident::SqlText;
 use std::collections::BTreeMap;
 
 use super::{Casts, EntityPlan, ErasurePlan, HoldKeys, KeyType, LedgerPlan};
-use crate::ident::QualifiedName;
-use crate::model::{
+use crate::base::ident::QualifiedName;
+use crate::domain::model::{
     resolve, AnonymiseMethod, Conventions, CustomAnonymiser, EntityDeclaration, EntityDescriptor,
     Resolved,
 };
-use crate::rules::{CategoryCapabilities, Strategy};
+use crate::domain::rules::{CategoryCapabilities, Strategy};
 use crate::sql::IncomingKey;
 
 #[allow(clippy::ptr_arg)] // the anonymiser signature takes the column's Rust type by reference
@@ -50,7 +50,7 @@ pub(super) fn descriptor(tenanted: bool, custom: bool) -> EntityDescriptor {
     descriptor_with(tenanted, custom, false)
 }
 
-fn stamp(cx: &crate::model::AnonymiseContext<'_>) -> String {
+fn stamp(cx: &crate::domain::model::AnonymiseContext<'_>) -> String {
     format!("erased {}", cx.now)
 }
 
@@ -445,7 +445,7 @@ fn archiving(tenanted: bool, custom: bool, anonymise: bool) -> EntityDescriptor 
     if custom {
         columns.extend(["nickname", "badge"]);
     }
-    e.archive = Some(crate::model::ArchiveTarget {
+    e.archive = Some(crate::domain::model::ArchiveTarget {
         table: QualifiedName::new("vault", "contacts_archive"),
         columns: columns.into_iter().map(str::to_owned).collect(),
         anonymise,
@@ -1038,7 +1038,7 @@ fn occurrence_statements() {
                         occurrence_id: id,
                         token: id,
                         by: "host:1".into(),
-                        lock_prefix: crate::locks::pass_prefix(id),
+                        lock_prefix: crate::base::locks::pass_prefix(id),
                     }
                 )
                 .checked()
@@ -1070,7 +1070,7 @@ fn occurrence_statements() {
                         token: id,
                         run_id: None,
                         done: true,
-                        lock: Some(crate::locks::LockKey::Pass(id, 1).text()),
+                        lock: Some(crate::base::locks::LockKey::Pass(id, 1).text()),
                     }
                 )
                 .checked()
@@ -1503,7 +1503,7 @@ fn catalog_partition_and_ledger_statements_bind_exactly_their_placeholders() {
         p::Held {
             entity: id,
             keys: Some((
-                crate::model::KeyType::Uuid,
+                crate::domain::model::KeyType::Uuid,
                 crate::sql::BoundHolds {
                     records: Vec::new(),
                     subjects: vec![(KeyType::Uuid, Vec::new()), (KeyType::CiText, Vec::new())],
@@ -1776,7 +1776,7 @@ fn schema_statements() {
         ),
         (
             "xact_lock",
-            crate::sql::locks::xact_lock(crate::locks::LockKey::Migrate("cohort"))
+            crate::sql::locks::xact_lock(crate::base::locks::LockKey::Migrate("cohort"))
                 .checked()
                 .as_str()
                 .to_owned(),

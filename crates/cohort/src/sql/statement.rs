@@ -12,7 +12,7 @@ use sqlx::postgres::{PgArguments, PgRow};
 use sqlx::query::{Map, Query};
 use sqlx::{FromRow, Postgres, Row};
 
-use crate::ident::SqlText;
+use crate::base::ident::SqlText;
 
 /// A query being bound: each parameter struct binds its values onto it,
 /// `$1` first (a value that fails to encode is reported when it runs).

@@ -2,7 +2,7 @@
 //! schema version. Migrations create exactly this; validation checks exactly
 //! this; runtime SQL names tables through [`CohortTable`].
 
-use crate::ident::QualifiedName;
+use crate::base::ident::QualifiedName;
 
 /// The schema version the code expects. Migrations record it on
 /// `sweep_run` as the table comment `cohort schema version N`.

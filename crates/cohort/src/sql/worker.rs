@@ -5,7 +5,7 @@
 use chrono::{DateTime, Utc};
 
 use super::statement::{Args, Params, Statement};
-use crate::ident::SqlText;
+use crate::base::ident::SqlText;
 use crate::sql::tables::CohortTable;
 
 /// The latest Scheduled sweep of one kind (`dry_run`) for an occurrence at

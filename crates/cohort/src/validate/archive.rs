@@ -8,9 +8,11 @@
 use std::collections::BTreeSet;
 
 use super::catalog::{ColumnInfo, InsertHook, TableInfo};
+use crate::domain::model::{
+    AnonymiseMethod, ArchiveTarget, EntityDescriptor, ARCHIVED_AT, ARCHIVE_RUN_ID,
+};
+use crate::domain::rules::{CategoryCapabilities, Strategy};
 use crate::error::Problem;
-use crate::model::{AnonymiseMethod, ArchiveTarget, EntityDescriptor, ARCHIVED_AT, ARCHIVE_RUN_ID};
-use crate::rules::{CategoryCapabilities, Strategy};
 
 /// Whether every value of column `from` is stored unchanged in column
 /// `to`: the same base type, and a type modifier at least as wide (see
@@ -148,7 +150,7 @@ fn check_insert_hooks(name: &str, hooks: &[InsertHook], problems: &mut Vec<Strin
             "rule" => format!(
                 "archive table {name} has the INSERT rule {:?}: it can rewrite or swallow the copy of rows the archive deletes; drop it (`DROP RULE {} ON {}`) or archive to a table without one",
                 hook.name,
-                crate::ident::quote_ident(&hook.name),
+                crate::base::ident::quote_ident(&hook.name),
                 hook.relation
             ),
             _ => format!(
@@ -286,7 +288,7 @@ fn check_unfilled_columns(
 /// retention rule ends them; archives must not lead back to their source.
 pub(crate) fn check_pairs(entities: &[EntityDescriptor]) -> Vec<Problem> {
     let mut problems = Vec::new();
-    let by_table = |t: &crate::ident::QualifiedName| entities.iter().find(|e| e.table == *t);
+    let by_table = |t: &crate::base::ident::QualifiedName| entities.iter().find(|e| e.table == *t);
     for e in entities {
         let Some(archive) = &e.archive else {
             continue;

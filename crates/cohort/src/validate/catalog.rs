@@ -6,7 +6,7 @@
 use sqlx::postgres::types::Oid;
 use sqlx::{PgConnection, Row};
 
-use crate::ident::QualifiedName;
+use crate::base::ident::QualifiedName;
 use crate::sql::catalog as statements;
 pub(crate) use crate::sql::IncomingKey;
 
@@ -161,7 +161,7 @@ pub(crate) async fn did_you_mean_table(
         .filter(|n| n.schema == missing.schema)
         .map(|n| n.name.as_str())
         .collect();
-    Ok(crate::suggest::closest(&missing.name, same_schema)
+    Ok(crate::base::suggest::closest(&missing.name, same_schema)
         .map(|c| {
             format!(
                 "; did you mean {}?",

@@ -1,10 +1,10 @@
 //! The ledger key a process brings against the key the chain is keyed
-//! with (see [`crate::chain::LedgerKey`]): checked when a process that
+//! with (see [`crate::domain::chain::LedgerKey`]): checked when a process that
 //! links runs and holds starts, before it writes anything.
 
 use sqlx::{PgConnection, Row};
 
-use crate::chain::{self, LedgerKey};
+use crate::domain::chain::{self, LedgerKey};
 use crate::error::{Error, Problems};
 use crate::sql::chain as statements;
 

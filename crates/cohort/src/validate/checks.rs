@@ -8,13 +8,13 @@
 use std::collections::BTreeMap;
 
 use super::catalog::{CascadeEdge, ColumnInfo, ServerInfo, TableInfo};
+use crate::base::ident::QualifiedName;
 use crate::config::CohortConfig;
-use crate::error::Problem;
-use crate::ident::QualifiedName;
-use crate::model::{
+use crate::domain::model::{
     looks_like_tenant, AnonymiseMethod, AnonymisedColumn, EntityDescriptor, Marker,
 };
-use crate::rules::{CategoryCapabilities, Strategy};
+use crate::domain::rules::{CategoryCapabilities, Strategy};
+use crate::error::Problem;
 use crate::schema::{CohortTable, SCHEMA_VERSION};
 
 /// The oldest PostgreSQL Cohort supports (13).
@@ -357,7 +357,7 @@ fn marker_problems(
             problems.push(format!(
                 "{marker} marker column {column:?} is NOT NULL: every row would carry a marker Cohort never wrote \
                  (rows it never changed would look done); allow NULL with `ALTER TABLE {t} ALTER COLUMN {} DROP NOT NULL`",
-                crate::ident::quote_ident(column)
+                crate::base::ident::quote_ident(column)
             ));
         }
         if col.has_default {
@@ -365,7 +365,7 @@ fn marker_problems(
                 "{marker} marker column {column:?} has a default ({}): new rows would carry a marker Cohort never wrote \
                  (they would look done); remove it with `ALTER TABLE {t} ALTER COLUMN {} DROP DEFAULT`",
                 col.default_expr.as_deref().unwrap_or("?"),
-                crate::ident::quote_ident(column)
+                crate::base::ident::quote_ident(column)
             ));
         }
     }
@@ -380,7 +380,7 @@ fn marker_problems(
                     "soft-delete flag column {:?} defaults to true: new rows would look soft deleted already; \
                      default it to false (`ALTER TABLE {t} ALTER COLUMN {} SET DEFAULT false`)",
                     col.name,
-                    crate::ident::quote_ident(&col.name)
+                    crate::base::ident::quote_ident(&col.name)
                 ));
             }
         }
@@ -503,8 +503,8 @@ fn check_record_key(
         return;
     }
     let purge_only = capabilities.is_some_and(|c| {
-        !c.allows(crate::rules::Strategy::Anonymise)
-            && !c.allows(crate::rules::Strategy::SoftDelete)
+        !c.allows(crate::domain::rules::Strategy::Anonymise)
+            && !c.allows(crate::domain::rules::Strategy::SoftDelete)
     });
     if let Some(col) = table.column(&entity.record_id) {
         check_primary_key(entity, table, purge_only, problems);
@@ -524,7 +524,7 @@ fn check_composite_key(entity: &EntityDescriptor, table: &TableInfo, problems: &
             all_present = false;
             continue;
         };
-        if crate::model::PartType::from_type_name(&col.type_name).is_none()
+        if crate::domain::model::PartType::from_type_name(&col.type_name).is_none()
             || col.type_name == "bpchar"
         {
             problems.push(format!(
@@ -578,7 +578,7 @@ fn is_partitioned_key(
     columns: &[String],
 ) -> bool {
     table.relkind == "p"
-        && entity.partitions == crate::model::Partitions::Drop
+        && entity.partitions == crate::domain::model::Partitions::Drop
         && purge_only
         && columns.len() == 2
         && columns.contains(&entity.record_id)
@@ -846,7 +846,8 @@ fn check_anonymise_literal(a: &AnonymisedColumn, problems: &mut Vec<String>) {
                 a.column
             ));
         }
-        if let Err(e) = crate::model::render_literal(v, chrono::DateTime::UNIX_EPOCH, None) {
+        if let Err(e) = crate::domain::model::render_literal(v, chrono::DateTime::UNIX_EPOCH, None)
+        {
             problems.push(format!("the literal for column {:?}: {e}", a.column));
         }
     }
@@ -872,7 +873,7 @@ fn check_anonymised_length(
         // as the longest id the tenant column can hold.
         AnonymiseMethod::Literal(v) => {
             let tenant = "0".repeat(longest_tenant.unwrap_or(0));
-            crate::model::render_literal(v, chrono::DateTime::UNIX_EPOCH, Some(&tenant))
+            crate::domain::model::render_literal(v, chrono::DateTime::UNIX_EPOCH, Some(&tenant))
                 .ok()
                 .map(|r| r.chars().count())
         }
@@ -971,7 +972,7 @@ fn check_strategies(
             problems.push(format!(
                 "category {:?} is not known to the rule provider{listed}{}",
                 entity.category,
-                crate::suggest::did_you_mean(&entity.category, known.iter().copied())
+                crate::base::suggest::did_you_mean(&entity.category, known.iter().copied())
             ))
         }
         Some(caps) => {
@@ -1165,7 +1166,7 @@ fn indexes_on<'t>(
 fn quoted_list(columns: &[&str]) -> String {
     columns
         .iter()
-        .map(|c| crate::ident::quote_ident(c))
+        .map(|c| crate::base::ident::quote_ident(c))
         .collect::<Vec<_>>()
         .join(", ")
 }
@@ -1251,7 +1252,7 @@ pub(crate) fn done_rows_index_advice(
         wanted.join(", "),
         table.name,
         quoted_list(&wanted),
-        crate::ident::quote_ident(column),
+        crate::base::ident::quote_ident(column),
     ))
 }
 
@@ -1275,7 +1276,7 @@ pub(crate) fn subject_index_advice(entity: &EntityDescriptor, table: &TableInfo)
                 s.column,
                 table.name.display_plain(),
                 table.name,
-                crate::ident::quote_ident(&s.column)
+                crate::base::ident::quote_ident(&s.column)
             )
         })
         .collect()
@@ -1330,7 +1331,7 @@ mod tests {
     #[test]
     fn sweep_parallelism_table() {
         let entity = |n: Option<u32>| {
-            let mut d = crate::model::EntityDeclaration::new(
+            let mut d = crate::domain::model::EntityDeclaration::new(
                 "Note",
                 "a3f467fe-c5d0-4f17-9897-83c373cc1dc8",
             )
@@ -1342,13 +1343,13 @@ mod tests {
                 d = d.sweep_parallelism(n);
             }
             let columns = ["id", "created_at"].map(String::from);
-            match crate::model::resolve(
+            match crate::domain::model::resolve(
                 &d,
-                &crate::model::Conventions::default(),
+                &crate::domain::model::Conventions::default(),
                 "public",
                 &columns,
             ) {
-                Ok(crate::model::Resolved::Retained(e)) => *e,
+                Ok(crate::domain::model::Resolved::Retained(e)) => *e,
                 other => panic!("{other:?}"),
             }
         };
@@ -1464,7 +1465,7 @@ pub(crate) fn references_kept_for_good(
                 key.child,
                 key.child_columns
                     .iter()
-                    .map(|c| crate::ident::quote_ident(c))
+                    .map(|c| crate::base::ident::quote_ident(c))
                     .collect::<Vec<_>>()
                     .join(", "),
             ));

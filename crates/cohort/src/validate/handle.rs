@@ -12,11 +12,11 @@ use sqlx::{PgConnection, PgPool};
 
 use super::ValidatedModel;
 use crate::config::CohortConfig;
+use crate::domain::handlers::Registered;
+use crate::domain::model::EntityDeclaration;
+use crate::domain::rules::RuleProvider;
+use crate::domain::tenants::TenantEntry;
 use crate::error::{Error, Problem, Problems, Result};
-use crate::handlers::Registered;
-use crate::model::EntityDeclaration;
-use crate::rules::RuleProvider;
-use crate::tenants::TenantEntry;
 
 /// What a handle validates.
 pub(crate) struct Inputs<'a> {
@@ -208,7 +208,7 @@ fn tenant_directory(model: &ValidatedModel, entries: &[TenantEntry]) -> Result<V
         let listed = TenantEntry {
             id,
             jurisdiction: entry.jurisdiction.clone(),
-            tags: crate::tenants::normalise_tags(entry.tags.iter().cloned()),
+            tags: crate::domain::tenants::normalise_tags(entry.tags.iter().cloned()),
         };
         // The directory is configuration the operator wrote: a tenant
         // listed twice that disagrees with itself is refused, not guessed.

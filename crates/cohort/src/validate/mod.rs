@@ -17,7 +17,7 @@ mod partitions;
 pub(crate) mod pooling;
 pub(crate) mod requests;
 
-use crate::rules::TenantIdentity;
+use crate::domain::rules::TenantIdentity;
 use crate::sql::Casts;
 
 use std::collections::BTreeMap;
@@ -27,13 +27,13 @@ use sqlx::PgConnection;
 pub use checks::MIN_SERVER_VERSION_NUM;
 pub(crate) use handle::{handle, Inputs};
 
+use crate::base::ident::QualifiedName;
 use crate::config::CohortConfig;
-use crate::error::{Error, Problem, Problems, Result};
-use crate::ident::QualifiedName;
-use crate::model::{
+use crate::domain::model::{
     parse_entity_id, resolve, EntityDeclaration, EntityDescriptor, ExemptEntity, Marker, Resolved,
 };
-use crate::rules::{CategoryCapabilities, RuleProvider};
+use crate::domain::rules::{CategoryCapabilities, RuleProvider};
+use crate::error::{Error, Problem, Problems, Result};
 use crate::schema::CohortTable;
 use crate::sql::KeyType;
 
@@ -98,7 +98,7 @@ impl TenantLiteral {
     /// Why the literal cannot be written for `tenant` (its id as the run
     /// renders it), or `None` when it fits.
     pub(crate) fn misfit(&self, tenant: &str) -> Option<String> {
-        let written = crate::model::render_literal(
+        let written = crate::domain::model::render_literal(
             &self.template,
             chrono::DateTime::UNIX_EPOCH,
             Some(tenant),
@@ -135,8 +135,11 @@ impl TableFacts {
 impl ValidatedModel {
     /// Whether `strategy` writes `e`'s anonymise methods: an anonymisation,
     /// or an archive whose copy is anonymised.
-    pub(crate) fn writes_literals(e: &EntityDescriptor, strategy: crate::rules::Strategy) -> bool {
-        use crate::rules::Strategy;
+    pub(crate) fn writes_literals(
+        e: &EntityDescriptor,
+        strategy: crate::domain::rules::Strategy,
+    ) -> bool {
+        use crate::domain::rules::Strategy;
         strategy == Strategy::Anonymise
             || (strategy == Strategy::Archive && e.archive.as_ref().is_some_and(|a| a.anonymise))
     }
@@ -455,7 +458,7 @@ struct Declared {
     entities: Vec<EntityDescriptor>,
     /// Each retained entity's table, in `entities`' order.
     tables: Vec<catalog::TableInfo>,
-    exempt: Vec<crate::model::ExemptEntity>,
+    exempt: Vec<crate::domain::model::ExemptEntity>,
     /// The tables of exempt declarations, by display name.
     exempt_tables: Vec<(String, QualifiedName)>,
     capabilities: BTreeMap<uuid::Uuid, CategoryCapabilities>,
@@ -745,7 +748,7 @@ async fn check_archive_and_partitions(
             .into_iter()
             .map(|p| Problem::entity(&descriptor.name, p)),
     );
-    if descriptor.partitions == crate::model::Partitions::Drop {
+    if descriptor.partitions == crate::domain::model::Partitions::Drop {
         let partitioning = partitions::load(conn, table.oid).await?;
         problems.extend(
             partitions::check(descriptor, table, partitioning.as_ref(), caps)
@@ -949,7 +952,7 @@ fn settings_advice(
     if config.partition_lock_timeout != CohortConfig::default().partition_lock_timeout
         && !entities
             .iter()
-            .any(|e| e.partitions == crate::model::Partitions::Drop)
+            .any(|e| e.partitions == crate::domain::model::Partitions::Drop)
     {
         warnings.push(
             "partition_lock_timeout is set, but no entity has partitions = \"drop\": it has no effect"
@@ -988,7 +991,7 @@ fn marker_index_advice(
     let mut warnings = Vec::new();
     for (e, t) in entities.iter().zip(tables) {
         // Each marker, with the strategies of the stages that read by it.
-        let mut markers: BTreeMap<&str, Vec<crate::rules::Strategy>> = BTreeMap::new();
+        let mut markers: BTreeMap<&str, Vec<crate::domain::rules::Strategy>> = BTreeMap::new();
         for (stage, previous) in capabilities
             .get(&e.id)
             .into_iter()
@@ -1019,7 +1022,7 @@ fn done_rows_advice(
             continue;
         };
         let mut advised = std::collections::BTreeSet::new();
-        let from_markers: Vec<(crate::rules::Strategy, &str)> = c
+        let from_markers: Vec<(crate::domain::rules::Strategy, &str)> = c
             .marker_stages()
             .filter_map(|(stage, previous)| Some((stage, e.marker(previous.marker()?)?)))
             .collect();
@@ -1109,7 +1112,8 @@ fn table_facts(
                     .anonymise
                     .iter()
                     .filter_map(|a| {
-                        let crate::model::AnonymiseMethod::Literal(template) = &a.method else {
+                        let crate::domain::model::AnonymiseMethod::Literal(template) = &a.method
+                        else {
                             return None;
                         };
                         let col = t.column(&a.column)?;
@@ -1136,8 +1140,10 @@ fn table_facts(
                                 let col = t.column(c).expect("validated key column");
                                 crate::sql::KeyPart {
                                     column: c.clone(),
-                                    ty: crate::model::PartType::from_type_name(&col.type_name)
-                                        .expect("validated key type"),
+                                    ty: crate::domain::model::PartType::from_type_name(
+                                        &col.type_name,
+                                    )
+                                    .expect("validated key type"),
                                     sql_type: col.qualified_type(),
                                 }
                             })
@@ -1157,7 +1163,7 @@ fn table_facts(
 pub(crate) fn uses_hash(e: &EntityDescriptor) -> bool {
     e.anonymise
         .iter()
-        .any(|a| a.method == crate::model::AnonymiseMethod::Hash)
+        .any(|a| a.method == crate::domain::model::AnonymiseMethod::Hash)
 }
 
 /// The refusal of a run that would change rows of entities using `hash`

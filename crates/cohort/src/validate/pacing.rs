@@ -5,8 +5,8 @@
 use sqlx::PgConnection;
 
 use crate::config::CohortConfig;
+use crate::domain::model::EntityDescriptor;
 use crate::error::{Problem, Result};
-use crate::model::EntityDescriptor;
 
 /// Each entity's own limits in range (the global ones are checked with
 /// the configuration).

@@ -7,9 +7,9 @@ use sqlx::postgres::types::Oid;
 use sqlx::{PgConnection, Row};
 
 use super::catalog::TableInfo;
-use crate::ident::QualifiedName;
-use crate::model::EntityDescriptor;
-use crate::rules::{CategoryCapabilities, Strategy};
+use crate::base::ident::QualifiedName;
+use crate::domain::model::EntityDescriptor;
+use crate::domain::rules::{CategoryCapabilities, Strategy};
 
 /// The partitioning of a table, as partition purge sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -139,7 +139,7 @@ pub(crate) fn check(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{EntityDeclaration, Partitions};
+    use crate::domain::model::{EntityDeclaration, Partitions};
 
     fn entity(tenantless: bool) -> EntityDescriptor {
         let mut d = EntityDeclaration::new("Event", "b7316df4-7db5-46ad-aea7-f65c4b430f73")
@@ -153,8 +153,8 @@ mod tests {
         } else {
             cols.push("tenant_id".into());
         }
-        match crate::model::resolve(&d, &Default::default(), "public", &cols) {
-            Ok(crate::model::Resolved::Retained(e)) => *e,
+        match crate::domain::model::resolve(&d, &Default::default(), "public", &cols) {
+            Ok(crate::domain::model::Resolved::Retained(e)) => *e,
             other => panic!("{other:?}"),
         }
     }

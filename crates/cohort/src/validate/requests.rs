@@ -3,8 +3,8 @@
 //! every request: holds, guarded deletion, erasure and the hold check.
 
 use super::{TableFacts, ValidatedModel};
+use crate::domain::model::{EntityDescriptor, SubjectColumn};
 use crate::error::{Error, Result};
-use crate::model::{EntityDescriptor, SubjectColumn};
 
 /// Whether a request for subjects of `kind` reaches `column`: a column of
 /// that kind, or one that declares no kind (it holds the subject whatever
@@ -109,7 +109,7 @@ impl TableFacts {
     pub(crate) fn record_key(&self, entity: &str, raw: &str) -> Result<crate::sql::KeyValue> {
         let parsed = if self.casts.composite() {
             let parts: Vec<_> = self.casts.key.iter().map(|p| p.ty).collect();
-            crate::model::parse_composite(&parts, raw).map(crate::sql::KeyValue::Text)
+            crate::domain::model::parse_composite(&parts, raw).map(crate::sql::KeyValue::Text)
         } else {
             self.record.parse(raw)
         };

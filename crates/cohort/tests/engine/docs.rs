@@ -789,7 +789,7 @@ fn validation_sources() -> Vec<PathBuf> {
         .filter(|p| p.extension().is_some_and(|e| e == "rs"))
         .collect();
     files.sort();
-    files.push(root().join("crates/cohort/src/model/descriptor.rs"));
+    files.push(root().join("crates/cohort/src/domain/model/descriptor.rs"));
     files
 }
 

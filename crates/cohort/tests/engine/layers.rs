@@ -1,8 +1,10 @@
 //! The library's layers, checked from its source.
 //!
-//! Each top-level module of `crates/cohort/src` belongs to one layer, and a
-//! module may import only from its own layer or the layers below it; within
-//! a layer the imports must not form a cycle. The list below is the picture
+//! The folders of `crates/cohort/src` are the layers. Each module (a
+//! top-level module, or `folder/module` in a folder of modules such as
+//! `domain/`) belongs to one layer, and a module may import only from its
+//! own layer or the layers below it; within a layer the imports must not
+//! form a cycle. The list below is the picture
 //! of the crate (STYLE.md, "Shape to grow into"): a new module must be
 //! placed in it, and an import that points up fails with the edge named.
 //!
@@ -15,60 +17,80 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-/// Bottom up. Each entry: the layer's name and its top-level modules.
+/// Bottom up. Each entry: the layer's name and its modules. A layer named
+/// for a folder (`base/`, `domain/`, …) is that folder: its modules are
+/// `folder/module`, and the folder holds no other layer's module
+/// (`every_folder_is_one_layer`). The root keeps `lib.rs`, the facade's
+/// `cohort.rs` and `sea_orm.rs`, `error.rs` (a leaf) and `config.rs`
+/// (loading).
 const LAYERS: &[(&str, &[&str])] = &[
     (
-        "leaves",
+        "base/ (leaves)",
         &[
-            "ident",
             "error",
-            "cancel",
-            "diagnostic",
-            "digest",
-            "locks",
-            "suggest",
+            "base/ident",
+            "base/cancel",
+            "base/diagnostic",
+            "base/digest",
+            "base/locks",
+            "base/suggest",
         ],
     ),
     (
-        "domain (no database)",
+        "domain/ (no database)",
         &[
-            "model",
-            "rules",
-            "schedule",
-            "tenants",
-            "outcome",
-            "erasure",
-            "erasure_requests",
-            "journal",
-            "chain",
-            "settings",
-            "handlers",
-            "observer",
-            "telemetry",
+            "domain/model",
+            "domain/rules",
+            "domain/schedule",
+            "domain/tenants",
+            "domain/outcome",
+            "domain/erasure",
+            "domain/erasure_requests",
+            "domain/journal",
+            "domain/chain",
+            "domain/settings",
+            "domain/handlers",
+            "domain/observer",
+            "domain/telemetry",
         ],
     ),
     ("loading", &["config", "policy"]),
-    ("sql (statement text and typed binds)", &["sql"]),
-    ("schema (Cohort's own tables)", &["schema"]),
-    ("validate", &["validate"]),
-    ("context", &["context"]),
-    ("run", &["run", "peers"]),
-    ("services", &["services"]),
+    ("sql/ (statement text and typed binds)", &["sql"]),
+    ("schema/ (Cohort's own tables)", &["schema"]),
+    ("validate/", &["validate"]),
+    ("context/", &["context"]),
     (
-        "facade",
+        "store/ (the journal's stores, the peer registry)",
+        &["store/journal", "store/peers"],
+    ),
+    ("run/", &["run"]),
+    ("services/", &["services"]),
+    (
+        "ops/ (operations that are not sweeps)",
         &[
-            "cohort",
-            "guarded",
-            "holds",
-            "history",
-            "report",
-            "restore",
-            "verify",
-            "dead_letters",
-            "sea_orm",
+            "ops/holds",
+            "ops/guarded",
+            "ops/history",
+            "ops/report",
+            "ops/verify",
+            "ops/restore",
+            "ops/dead_letters",
         ],
     ),
+    ("facade", &["cohort", "sea_orm"]),
 ];
+
+/// Folders whose files are modules of their own (`domain/model`), not one
+/// module (`run`).
+fn is_group(folder: &str) -> bool {
+    LAYERS
+        .iter()
+        .flat_map(|(_, modules)| modules.iter())
+        .any(|m| {
+            m.strip_prefix(folder)
+                .is_some_and(|rest| rest.starts_with('/'))
+        })
+}
 
 fn src_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
@@ -85,12 +107,24 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// The top-level module a file belongs to (`None` for `lib.rs`).
+/// The module a file belongs to: its top-level module, or `folder/module`
+/// in a folder that groups modules (`None` for `lib.rs` and the groups'
+/// own `mod.rs`).
 fn module_of(path: &Path) -> Option<String> {
     let rel = path.strip_prefix(src_root()).expect("under src");
-    let first = rel.components().next()?.as_os_str().to_str()?.to_owned();
+    let mut parts = rel
+        .components()
+        .map(|c| c.as_os_str().to_str().unwrap_or(""));
+    let first = parts.next()?;
     if first == "lib.rs" {
         return None;
+    }
+    if is_group(first) {
+        let second = parts.next()?;
+        if second == "mod.rs" {
+            return None;
+        }
+        return Some(format!("{first}/{}", second.trim_end_matches(".rs")));
     }
     Some(first.trim_end_matches(".rs").to_owned())
 }
@@ -134,7 +168,33 @@ fn ident_at(s: &str) -> &str {
     &s[..end]
 }
 
-/// The top-level modules `text` names through `crate::`, and bare root names.
+/// Where each entry of a path's next segment starts: one place for
+/// `a::…`, one per top-level entry for `{a::X, b::{Y, Z}, c}`.
+fn entries(s: &str) -> Vec<&str> {
+    let Some(group) = s.strip_prefix('{') else {
+        return vec![s];
+    };
+    let mut found = Vec::new();
+    let mut depth = 0;
+    let mut start = true;
+    for (j, c) in group.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' if depth == 0 => break,
+            '}' => depth -= 1,
+            ',' if depth == 0 => start = true,
+            c if start && !c.is_whitespace() => {
+                start = false;
+                found.push(&group[j..]);
+            }
+            _ => {}
+        }
+    }
+    found
+}
+
+/// The modules `text` names through `crate::` (`folder/module` in a
+/// folder of modules), and bare root names.
 fn imports(text: &str) -> (BTreeSet<String>, BTreeSet<String>) {
     let mut modules = BTreeSet::new();
     let mut roots = BTreeSet::new();
@@ -145,27 +205,16 @@ fn imports(text: &str) -> (BTreeSet<String>, BTreeSet<String>) {
         if before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_' || c == '$') {
             continue;
         }
-        if let Some(group) = rest.strip_prefix('{') {
-            // `crate::{a::X, b::{Y, Z}, c}`: the first segment of each
-            // top-level entry.
-            let mut depth = 0;
-            let mut start = true;
-            for (j, c) in group.char_indices() {
-                match c {
-                    '{' => depth += 1,
-                    '}' if depth == 0 => break,
-                    '}' => depth -= 1,
-                    ',' if depth == 0 => start = true,
-                    c if start && !c.is_whitespace() => {
-                        start = false;
-                        let name = ident_at(&group[j..]);
-                        classify(name, &mut modules, &mut roots);
+        for entry in entries(rest) {
+            let name = ident_at(entry);
+            match entry[name.len()..].strip_prefix("::") {
+                Some(inner) if is_group(name) => {
+                    for e in entries(inner) {
+                        classify(&format!("{name}/{}", ident_at(e)), &mut modules, &mut roots);
                     }
-                    _ => {}
                 }
+                _ => classify(name, &mut modules, &mut roots),
             }
-        } else {
-            classify(ident_at(rest), &mut modules, &mut roots);
         }
     }
     (modules, roots)
@@ -244,6 +293,43 @@ fn every_module_is_placed_in_one_layer() {
     );
 }
 
+/// The folders are the layers: a folder named by a layer holds that
+/// layer's modules and no other's, and the crate's root keeps at most six
+/// loose files.
+#[test]
+fn every_folder_is_one_layer() {
+    let (edges, _) = graph();
+    let mut problems = Vec::new();
+    for (name, modules) in LAYERS {
+        let Some(folder) = name
+            .split_whitespace()
+            .next()
+            .and_then(|w| w.strip_suffix('/'))
+        else {
+            continue;
+        };
+        for m in edges.keys() {
+            let inside = m == folder || m.starts_with(&format!("{folder}/"));
+            if inside && !modules.contains(&m.as_str()) {
+                problems.push(format!(
+                    "`{m}` lives in {folder}/ but is not of layer `{name}`"
+                ));
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    let loose: Vec<String> = std::fs::read_dir(src_root())
+        .expect("read src")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.is_file())
+        .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        loose.len() <= 6,
+        "loose files at crates/cohort/src/: {loose:?}"
+    );
+}
+
 #[test]
 fn no_module_imports_from_a_higher_layer() {
     let (edges, mut problems) = graph();
@@ -311,6 +397,14 @@ fn the_checker_sees_grouped_and_nested_imports() {
     );
     assert_eq!(m.into_iter().collect::<Vec<_>>(), ["a", "b", "c", "d"]);
     assert_eq!(r.into_iter().collect::<Vec<_>>(), ["Root"]);
+    // A folder of modules: its modules are named with it, in any form.
+    let (m, _) = imports(
+        "use crate::domain::model::X;\nuse crate::{ops::{holds, verify::V}, domain::rules::{R, S}};\n",
+    );
+    assert_eq!(
+        m.into_iter().collect::<Vec<_>>(),
+        ["domain/model", "domain/rules", "ops/holds", "ops/verify"]
+    );
     let text = production_text(
         "use crate::a;\n// crate::commented\n#[cfg(test)]\nmod tests {\n    use crate::hidden;\n}\nuse crate::b;\n",
     );
@@ -485,7 +579,7 @@ fn the_pure_layers_do_no_io() {
         .flat_map(|(_, modules)| modules.iter().copied())
         .collect();
     assert!(
-        pure.contains(&"model") && pure.contains(&"policy"),
+        pure.contains(&"domain/model") && pure.contains(&"policy"),
         "{pure:?}"
     );
     let mut files = Vec::new();
@@ -599,7 +693,7 @@ fn no_statement_of_an_entity_plan_is_bound_outside_sql() {
     // values are bound there, by typed structs (`sql/sweep/params.rs`),
     // and what they return is read there. Elsewhere, taking a plan
     // statement's text to bind it by hand would count placeholders again.
-    // `guarded.rs` hands text to its driver seam (`GuardSession`: sqlx or
+    // `ops/guarded.rs` hands text to its driver seam (`GuardSession`: sqlx or
     // SeaORM, each binding the same typed keys).
     const BY_HAND: &[&str] = &[".sql())", "bind_array(", "bind_all("];
     let mut files = Vec::new();
@@ -615,7 +709,7 @@ fn no_statement_of_an_entity_plan_is_bound_outside_sql() {
             .unwrap()
             .to_string_lossy()
             .replace('\\', "/");
-        if module == "sql" || rel == "guarded.rs" || rel.ends_with("_test.rs") {
+        if module == "sql" || rel == "ops/guarded.rs" || rel.ends_with("_test.rs") {
             continue;
         }
         let text = production_text(&std::fs::read_to_string(file).expect("read source"));
@@ -666,12 +760,18 @@ fn the_architecture_page_draws_these_layers() {
     let labels: Vec<&str> = sections.iter().map(|(l, _)| l.as_str()).collect();
     let wanted: Vec<&str> = LAYERS
         .iter()
-        .map(|(name, _)| name.split_whitespace().next().unwrap_or(""))
+        .map(|(name, _)| {
+            name.split_whitespace()
+                .next()
+                .unwrap_or("")
+                .trim_end_matches('/')
+        })
         .collect();
     assert_eq!(labels, wanted, "the page's sections, bottom up");
     let mut missing = Vec::new();
     for ((_, modules), (label, text)) in LAYERS.iter().zip(&sections) {
         for m in *modules {
+            let m = m.rsplit('/').next().unwrap_or(m);
             let named = text.contains(&format!("{m}.rs")) || text.contains(&format!("{m}/"));
             if !named {
                 missing.push(format!("{label}: {m}"));

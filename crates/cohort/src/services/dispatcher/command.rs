@@ -11,7 +11,7 @@ use sqlx::postgres::PgRow;
 use sqlx::Row;
 use tokio::io::AsyncWriteExt;
 
-use crate::handlers::{
+use crate::domain::handlers::{
     AfterContext, BeforeContext, ErasedHandler, HandlerError, HandlerRegistration, HandlerTarget,
     PolicyHandler, Registered, SafeReason, SnapshotValue,
 };
@@ -348,7 +348,7 @@ fn classify(e: &ureq::Error) -> &'static str {
 
 /// The `v1` signature: hex HMAC-SHA256 of `"<t>.<body>"` under `secret`.
 pub(crate) fn sign(secret: &[u8], t: i64, body: &[u8]) -> String {
-    crate::digest::hmac_hex(secret, &[format!("{t}.").as_bytes(), body])
+    crate::base::digest::hmac_hex(secret, &[format!("{t}.").as_bytes(), body])
 }
 
 #[cfg(test)]

@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use crate::config::{CohortConfig, DispatchConfig};
+use crate::domain::handlers::{DELIVERY_HARD_DEADLINE, DELIVERY_SOFT_DEADLINE};
 use crate::error::{Error, Problems, Result};
-use crate::handlers::{DELIVERY_HARD_DEADLINE, DELIVERY_SOFT_DEADLINE};
 
 pub use crate::config::{
     DEFAULT_DISPATCH_BASE_BACKOFF_SECS, DEFAULT_DISPATCH_BATCH_SIZE,
@@ -73,7 +73,7 @@ pub(super) fn backoff_secs(base: f64, attempt: i32) -> f64 {
     (base * 2f64.powi(exponent)).clamp(0.0, MAX_BACKOFF_SECS)
 }
 
-fn secs(p: crate::rules::Period) -> f64 {
+fn secs(p: crate::domain::rules::Period) -> f64 {
     p.as_seconds() as f64
 }
 
@@ -159,7 +159,7 @@ mod tests {
         );
         config.dispatch.batch_size = 0;
         config.dispatch.max_attempts = MAX_DISPATCH_MAX_ATTEMPTS + 1;
-        config.dispatch.claim_timeout = crate::rules::Period::ZERO;
+        config.dispatch.claim_timeout = crate::domain::rules::Period::ZERO;
         let Err(Error::Config(problems)) = DispatcherConfig::from_config(&config) else {
             panic!("accepted")
         };

@@ -18,12 +18,12 @@ pub use config::{
     MAX_DISPATCH_MAX_ATTEMPTS, MAX_DISPATCH_MAX_PARALLELISM,
 };
 
-use crate::cancel::Cancel;
+use crate::base::cancel::Cancel;
+use crate::base::diagnostic::Diagnostic;
 use crate::context::{Context, Prepared};
-use crate::diagnostic::Diagnostic;
+use crate::domain::handlers::{AfterContext, Snapshot};
+use crate::domain::rules::Strategy;
 use crate::error::Result;
-use crate::handlers::{AfterContext, Snapshot};
-use crate::rules::Strategy;
 use crate::sql::queue;
 
 /// What one [`Dispatcher::flush`] did, and what it left.
@@ -57,7 +57,7 @@ pub struct FlushReport {
     pub in_flight: u64,
 }
 
-/// Delivers queued handler work (see [`crate::handlers`]). Cheap to clone;
+/// Delivers queued handler work (see [`crate::domain::handlers`]). Cheap to clone;
 /// any number may run at once, in one process or many.
 #[derive(Clone)]
 pub struct Dispatcher {
@@ -197,9 +197,9 @@ impl Dispatcher {
     /// deploy), so never claimed here and never dead-lettered as unknown.
     /// Read once per flush, not per claimed batch.
     async fn foreign_handlers(&self) -> Result<Vec<String>> {
-        let own = crate::peers::own_handlers(&self.cx);
+        let own = crate::store::peers::own_handlers(&self.cx);
         let mut foreign: Vec<String> = Vec::new();
-        for peer in crate::peers::live(&self.cx, None).await? {
+        for peer in crate::store::peers::live(&self.cx, None).await? {
             for (entity, theirs) in &peer.handlers {
                 if let Some(ours) = own.get(entity) {
                     foreign.extend(theirs.difference(ours).map(|h| format!("{entity}|{h}")));
@@ -267,10 +267,12 @@ impl Dispatcher {
                     let handler = work.handler.clone();
                     let outcome = this.deliver(&prepared, work).await;
                     match outcome {
-                        Outcome::Delivered => crate::telemetry::delivery(&handler, "delivered"),
-                        Outcome::Failed => crate::telemetry::delivery(&handler, "failed"),
+                        Outcome::Delivered => {
+                            crate::domain::telemetry::delivery(&handler, "delivered")
+                        }
+                        Outcome::Failed => crate::domain::telemetry::delivery(&handler, "failed"),
                         Outcome::DeadLettered => {
-                            crate::telemetry::delivery(&handler, "dead_lettered")
+                            crate::domain::telemetry::delivery(&handler, "dead_lettered")
                         }
                         // Not recorded by this dispatcher: nothing to count.
                         Outcome::Superseded | Outcome::Unrecorded | Outcome::Released => {}
@@ -299,7 +301,7 @@ impl Dispatcher {
         let composite = prepared
             .model
             .entity(work.entity_id)
-            .is_some_and(crate::model::EntityDescriptor::has_composite_key);
+            .is_some_and(crate::domain::model::EntityDescriptor::has_composite_key);
         let (handler, ctx) = match self.deliverable(&work, attempt, composite) {
             Ok(ready) => ready,
             Err(reason) => return self.settle_failure(prepared, &work, &reason, true).await,
@@ -332,12 +334,13 @@ impl Dispatcher {
         };
         let error = match result {
             Ok(Ok(())) => None,
-            Ok(Err(e)) => Some(match e.downcast_ref::<crate::handlers::SafeReason>() {
-                Some(safe) => safe.0.clone(),
-                None => {
-                    Diagnostic::capture("handler", Some("on_after_failed".into()), &e).to_string()
-                }
-            }),
+            Ok(Err(e)) => Some(
+                match e.downcast_ref::<crate::domain::handlers::SafeReason>() {
+                    Some(safe) => safe.0.clone(),
+                    None => Diagnostic::capture("handler", Some("on_after_failed".into()), &e)
+                        .to_string(),
+                },
+            ),
             Err(_) => {
                 cancel.cancel();
                 Some(format!(
@@ -364,7 +367,7 @@ impl Dispatcher {
         work: &Claimed,
         attempt: u32,
         composite: bool,
-    ) -> std::result::Result<(&'h crate::handlers::Registered, AfterContext), String> {
+    ) -> std::result::Result<(&'h crate::domain::handlers::Registered, AfterContext), String> {
         if attempt > self.config.max_attempts {
             return Err(
                 "attempts exhausted: the last claim expired before the delivery settled".into(),
@@ -416,9 +419,9 @@ impl Dispatcher {
             tenant: work.tenant.clone(),
             run_id: work.run_id,
             run_kind: if work.run_kind == "erasure" {
-                crate::outcome::RunKind::Erasure
+                crate::domain::outcome::RunKind::Erasure
             } else {
-                crate::outcome::RunKind::Sweep
+                crate::domain::outcome::RunKind::Sweep
             },
             strategy,
             work_id: work.id,

@@ -5,9 +5,9 @@
 use std::collections::BTreeMap;
 
 use super::values::{anonymised_values, per_row_values, Values};
-use crate::ident::{QualifiedName, SqlText};
-use crate::model::EntityDescriptor;
-use crate::rules::Strategy;
+use crate::base::ident::{QualifiedName, SqlText};
+use crate::domain::model::EntityDescriptor;
+use crate::domain::rules::Strategy;
 use crate::sql::fragments::Casts;
 
 /// The archive strategy's three statements.
@@ -180,9 +180,9 @@ pub(super) fn archive_insert(
         insert.ident(c).push(", ");
     }
     insert
-        .ident(crate::model::ARCHIVED_AT)
+        .ident(crate::domain::model::ARCHIVED_AT)
         .push(", ")
-        .ident(crate::model::ARCHIVE_RUN_ID)
+        .ident(crate::domain::model::ARCHIVE_RUN_ID)
         // An identity column of the archive keeps the source's value.
         .push(") OVERRIDING SYSTEM VALUE SELECT ");
     for c in &archive.columns {

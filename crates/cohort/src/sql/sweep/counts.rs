@@ -3,8 +3,8 @@
 //! rows) and the backlog's oldest eligible row.
 
 use super::shape::Shape;
-use crate::ident::SqlText;
-use crate::rules::Strategy;
+use crate::base::ident::SqlText;
+use crate::domain::rules::Strategy;
 use crate::sql::fragments::{bound_rows, tenant_filter, Blocked};
 
 /// Counts in scope: eligible (past cutoff, not held), skipped (still

@@ -43,8 +43,8 @@
 //! are fused; the rest keep the two statements.
 
 use super::lock::keyset_bound;
-use crate::ident::{QualifiedName, SqlText};
-use crate::model::EntityDescriptor;
+use crate::base::ident::{QualifiedName, SqlText};
+use crate::domain::model::EntityDescriptor;
 use crate::sql::fragments::Casts;
 
 /// The rows of a fused statement's mutation: the locked rows, by address,

@@ -3,8 +3,8 @@
 //! within a key range), and the key ranges of a parallel sweep.
 
 use super::shape::Shape;
-use crate::ident::SqlText;
-use crate::model::EntityDescriptor;
+use crate::base::ident::SqlText;
+use crate::domain::model::EntityDescriptor;
 use crate::sql::fragments::{Blocked, Casts};
 
 /// The candidates' conditions, shared by the lock statements and the key

@@ -41,9 +41,9 @@ pub(crate) use targets::{lock_subject_rows, Targets};
 pub(crate) use values::{marks, RunValue, Values};
 
 use super::fragments::{blocked, hold_exists, referenced, subject_hold, Casts, HoldKeys};
-use crate::ident::SqlText;
-use crate::model::{CustomAnonymiser, EntityDescriptor};
-use crate::rules::{CategoryCapabilities, Strategy};
+use crate::base::ident::SqlText;
+use crate::domain::model::{CustomAnonymiser, EntityDescriptor};
+use crate::domain::rules::{CategoryCapabilities, Strategy};
 use crate::sql::IncomingKey;
 use shape::Shape;
 

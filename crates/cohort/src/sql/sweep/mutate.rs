@@ -8,8 +8,8 @@ use super::archive::{archive_insert, archive_returning, archive_statements};
 use super::fused;
 use super::shape::Shape;
 use super::values::{anonymised_values, per_row_values, Values};
-use crate::ident::SqlText;
-use crate::rules::Strategy;
+use crate::base::ident::SqlText;
+use crate::domain::rules::Strategy;
 use crate::sql::fragments::Blocked;
 
 /// One strategy's mutations of locked rows.

@@ -13,7 +13,7 @@ use sqlx::{PgConnection, Postgres, Row};
 use uuid::Uuid;
 
 use super::{marks, SweepStatements, Targets, Values};
-use crate::rules::Strategy;
+use crate::domain::rules::Strategy;
 use crate::sql::{bind_array, BindKey, BoundHolds, DecodeKey, KeyType, KeyValue};
 
 /// A query being bound.

@@ -2,9 +2,9 @@
 //! from: the entity, its casts, the hold and reference checks, and, for a
 //! stage measured from a marker, the stage's scope.
 
-use crate::ident::SqlText;
-use crate::model::EntityDescriptor;
-use crate::rules::Strategy;
+use crate::base::ident::SqlText;
+use crate::domain::model::EntityDescriptor;
+use crate::domain::rules::Strategy;
 use crate::sql::fragments::{not_done, tenant_filter, Casts};
 
 /// How a stage measured from a previous stage's marker narrows an
@@ -39,7 +39,7 @@ impl StageScope {
         }
         let mut staged = e.clone();
         staged.anchor = marker.to_owned();
-        staged.partitions = crate::model::Partitions::Rows;
+        staged.partitions = crate::domain::model::Partitions::Rows;
         Some((
             staged,
             StageScope {

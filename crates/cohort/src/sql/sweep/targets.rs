@@ -2,8 +2,8 @@
 //! anonymisers' reads, hold creation's lock of its target, guarded
 //! deletion, and whether a record is held (now, or at a given time).
 
-use crate::ident::SqlText;
-use crate::model::EntityDescriptor;
+use crate::base::ident::SqlText;
+use crate::domain::model::EntityDescriptor;
 use crate::sql::fragments::{subject_hold, tenant_filter, Casts, HoldKeys};
 use crate::sql::statement::{Args, Params, Statement};
 use crate::sql::tables::CohortTable;

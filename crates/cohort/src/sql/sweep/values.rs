@@ -3,9 +3,9 @@
 //! values computed in Rust per row (custom anonymisers, hashed columns),
 //! archive's run id, and the run's `now` for the marker.
 
-use crate::ident::SqlText;
-use crate::model::{AnonymiseMethod, CustomAnonymiser, EntityDescriptor};
-use crate::rules::Strategy;
+use crate::base::ident::SqlText;
+use crate::domain::model::{AnonymiseMethod, CustomAnonymiser, EntityDescriptor};
+use crate::domain::rules::Strategy;
 use crate::sql::fragments::Casts;
 
 /// A value of the anonymise statement computed once per run.

@@ -1,0 +1,720 @@
+//! Legal holds: create, list, release; expiry by `expires_at`. A hold is
+//! active while it is neither released nor expired, judged by the
+//! database clock (not a run's logical time).
+//!
+//! The tenant is checked when a hold is created (only the row's own tenant
+//! may hold it); from then on the hold protects the record — entity and
+//! record id — whatever happens to the row: moved to another tenant, it is
+//! still counted held, and left alone, by every tenant's sweep and erasure.
+//!
+//! Creation validates everything that would make a hold silently protect
+//! nothing: the entity must be registered, the record id is parsed and
+//! canonicalised with the key column's type, the tenant must own the row
+//! (tenantless entities take no tenant), and the row must exist. The
+//! existence check and the insert happen under a row lock on the target
+//! (`FOR KEY SHARE`), which conflicts with the sweep's `FOR UPDATE`: either
+//! the hold commits first and every later mutation sees it, or the hold
+//! waits for the batch holding the row and then finds it gone (purged) or
+//! changed.
+//!
+//! A subject hold relies on two more things. After locking the subject's
+//! rows it takes the hold gate exclusive before its insert
+//! (`locks::HOLD_GATE_CLASS`), which every batch takes shared between its
+//! row locks and its re-check: a row that became the subject's after the
+//! hold's lock statement is either re-checked after the hold commits or
+//! changed by a batch the hold waited for. And every batch finds holds
+//! written while it ran through `written_xid`, stamped by a trigger that
+//! fires for every writer and is checked at startup (see `sql::sweep::fused`).
+
+use chrono::{DateTime, TimeZone, Utc};
+use sqlx::postgres::PgRow;
+use sqlx::Row;
+use uuid::Uuid;
+
+use crate::context::Context;
+use crate::domain::model::SubjectForm;
+use crate::error::{Error, Result};
+use crate::sql::{ledger, lock_subject_rows, KeyValue};
+use crate::validate::requests::reaches;
+
+/// A request to place a hold: on one record, or on a subject (a person)
+/// and everything that holds them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HoldRequest {
+    /// The hold's id (choose one to make creation idempotent to retry).
+    pub(crate) hold_id: Uuid,
+    /// What it protects.
+    pub(crate) target: Target,
+    /// A subject hold's kind (refused on a record hold).
+    pub(crate) kind: Option<String>,
+    /// Record holds: the owning tenant (`None` for tenantless entities).
+    /// Subject holds: the tenant whose rows it protects (`None`: every
+    /// tenant's, and the tenantless entities').
+    pub(crate) tenant_id: Option<String>,
+    /// Why (e.g. "Litigation hold - case #12345"). Required.
+    pub(crate) reason: String,
+    /// When the hold was placed (normally now).
+    pub(crate) created_at: DateTime<Utc>,
+    /// When it lapses by itself, if ever.
+    pub(crate) expires_at: Option<DateTime<Utc>>,
+}
+
+/// What a hold request names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Target {
+    /// One record: the retained entity's durable id and the record id as
+    /// text (canonicalised with the key column's type).
+    Record {
+        retention_entity_id: Uuid,
+        record_id: String,
+    },
+    /// A subject (a person's identifier, as given).
+    Subject { subject: String },
+}
+
+impl HoldRequest {
+    /// A hold on one record, created now, with a new id, no tenant and no
+    /// expiry.
+    pub fn new(
+        retention_entity_id: Uuid,
+        record_id: impl Into<String>,
+        reason: impl Into<String>,
+    ) -> Self {
+        Self::on(
+            Target::Record {
+                retention_entity_id,
+                record_id: record_id.into(),
+            },
+            reason.into(),
+        )
+    }
+
+    /// A hold on a subject: it protects every row of every entity whose
+    /// subject columns (of the hold's kind, or of none) equal `subject`,
+    /// rows created later included, from sweeps, erasure, guarded deletion
+    /// and partition purge, until it is released or expires. Created now,
+    /// with a new id, every tenant and no expiry; name the kind with
+    /// [`kind`](Self::kind) when subject columns declare kinds.
+    ///
+    /// ```
+    /// use cohort::holds::HoldRequest;
+    ///
+    /// let hold = HoldRequest::subject("4b0a6c56-4b7e-4a53-9d4f-1f2d1a3c5e77", "Litigation hold - case #12345")
+    ///     .kind("user")
+    ///     .tenant("acme");
+    /// # let _ = hold;
+    /// ```
+    pub fn subject(subject: impl Into<String>, reason: impl Into<String>) -> Self {
+        Self::on(
+            Target::Subject {
+                subject: subject.into(),
+            },
+            reason.into(),
+        )
+    }
+
+    fn on(target: Target, reason: String) -> Self {
+        Self {
+            hold_id: Uuid::new_v4(),
+            target,
+            kind: None,
+            tenant_id: None,
+            reason,
+            created_at: Utc::now(),
+            expires_at: None,
+        }
+    }
+
+    /// A subject hold's kind (`user`, `email`, ...). Refused at creation on
+    /// a record hold.
+    pub fn kind(mut self, kind: impl Into<String>) -> Self {
+        self.kind = Some(kind.into());
+        self
+    }
+
+    /// Sets the owning tenant (record hold) or the tenant whose rows the
+    /// hold protects (subject hold).
+    pub fn tenant(mut self, tenant: impl Into<String>) -> Self {
+        self.tenant_id = Some(tenant.into());
+        self
+    }
+
+    /// Sets the expiry (any offset; stored as UTC).
+    pub fn expires_at<Tz: TimeZone>(mut self, at: DateTime<Tz>) -> Self {
+        self.expires_at = Some(at.with_timezone(&Utc));
+        self
+    }
+
+    /// Sets the hold id.
+    pub fn hold_id(mut self, id: Uuid) -> Self {
+        self.hold_id = id;
+        self
+    }
+
+    /// Sets the creation time (any offset; stored as UTC).
+    pub fn created_at<Tz: TimeZone>(mut self, at: DateTime<Tz>) -> Self {
+        self.created_at = at.with_timezone(&Utc);
+        self
+    }
+}
+
+/// What a stored hold protects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum HoldTarget {
+    /// One record of one entity.
+    Record,
+    /// Every row holding a subject.
+    Subject,
+}
+
+/// A stored hold.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
+pub struct Hold {
+    /// Hold id.
+    pub hold_id: Uuid,
+    /// What it protects: a record or a subject.
+    pub target: HoldTarget,
+    /// Record holds: the retained entity's id.
+    #[serde(rename = "entity_id")]
+    pub retention_entity_id: Option<Uuid>,
+    /// Record holds: the canonical record id.
+    pub record_id: Option<String>,
+    /// Subject holds: the subject as it was given (personal data: the
+    /// console never shows it).
+    pub subject: Option<String>,
+    /// Subject holds: the subject's kind, when it has one.
+    pub subject_kind: Option<String>,
+    /// Record holds: the owning tenant. Subject holds: the tenant whose
+    /// rows it protects (`None`: every tenant's).
+    #[serde(rename = "tenant")]
+    pub tenant_id: Option<String>,
+    /// Why.
+    pub reason: String,
+    /// When it was placed.
+    pub created_at: DateTime<Utc>,
+    /// When it lapses.
+    pub expires_at: Option<DateTime<Utc>>,
+    /// When it was released.
+    pub released_at: Option<DateTime<Utc>>,
+    /// Whether it protects its rows now (database clock).
+    pub active: bool,
+}
+
+impl Hold {
+    fn from_row(r: &PgRow) -> std::result::Result<Self, sqlx::Error> {
+        let subject: Option<String> = r.try_get("subject_text")?;
+        Ok(Hold {
+            hold_id: r.try_get("hold_id")?,
+            target: if subject.is_some() {
+                HoldTarget::Subject
+            } else {
+                HoldTarget::Record
+            },
+            retention_entity_id: r.try_get("retention_entity_id")?,
+            record_id: r.try_get("record_id")?,
+            subject,
+            subject_kind: r.try_get("subject_kind")?,
+            tenant_id: r.try_get("tenant_id")?,
+            reason: r.try_get("reason")?,
+            created_at: r.try_get("created_at")?,
+            expires_at: r.try_get("expires_at")?,
+            released_at: r.try_get("released_at")?,
+            active: r.try_get("active")?,
+        })
+    }
+}
+
+/// Which holds to list.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HoldFilter {
+    /// Only this entity's holds.
+    pub(crate) entity_id: Option<Uuid>,
+    /// Only this tenant's holds (canonical text).
+    pub(crate) tenant: Option<String>,
+    /// Only holds active now.
+    pub(crate) active_only: bool,
+    /// At most this many (oldest first); `None`: all.
+    pub(crate) limit: Option<i64>,
+}
+
+impl HoldFilter {
+    /// Every hold.
+    pub fn all() -> Self {
+        Self::default()
+    }
+
+    /// Only this entity's holds.
+    pub fn entity(mut self, entity_id: Uuid) -> Self {
+        self.entity_id = Some(entity_id);
+        self
+    }
+
+    /// Only holds placed for this tenant (any spelling of its id).
+    pub fn tenant(mut self, tenant: impl Into<String>) -> Self {
+        self.tenant = Some(tenant.into());
+        self
+    }
+
+    /// Only holds active now (database clock).
+    pub fn active_only(mut self, active_only: bool) -> Self {
+        self.active_only = active_only;
+        self
+    }
+
+    /// At most `limit` holds (1..=10000; the oldest first). Unlimited by
+    /// default.
+    pub fn limit(mut self, limit: i64) -> Self {
+        self.limit = Some(limit);
+        self
+    }
+}
+
+pub(crate) async fn create(cx: &Context, req: HoldRequest) -> Result<Hold> {
+    create_journaled(cx, req, true).await
+}
+
+/// Places a hold; with `journal` (and a journal configured) it is
+/// journaled first, so that a restore cannot lose it (replay places the
+/// journal's holds without journaling them again).
+pub(crate) async fn create_journaled(
+    cx: &Context,
+    req: HoldRequest,
+    journal: bool,
+) -> Result<Hold> {
+    let ready = cx.prepared().await?;
+    if req.reason.trim().is_empty() {
+        return Err(Error::InvalidInput("a hold needs a reason".into()));
+    }
+    if req.expires_at.is_some_and(|e| e <= req.created_at) {
+        return Err(Error::InvalidInput(
+            "a hold must expire after it is created".into(),
+        ));
+    }
+    let journaled = journal && cx.journal.is_some();
+    let entry = if journaled {
+        journal_placed(cx, &req).await?
+    } else {
+        None
+    };
+    // A subject hold waits at the hold gate for the batches past their
+    // re-check; one of them may wait in turn for a row the hold has
+    // locked (a cascade reaching a row of the subject), which PostgreSQL
+    // breaks as a deadlock. The hold is then simply placed again.
+    let mut attempts = 0;
+    let placed = loop {
+        match create_once(cx, &ready, &req, entry.clone()).await {
+            Err(Error::Database(e))
+                if attempts < 3
+                    && e.as_database_error().and_then(|d| d.code()).as_deref() == Some("40P01") =>
+            {
+                attempts += 1;
+                tracing::info!(hold = %req.hold_id, attempts, "placing the hold met a deadlock with a batch; placing it again");
+            }
+            other => break other,
+        }
+    };
+    match placed {
+        // Refused (no such record, a subject no column holds, …): nothing
+        // was written, and the journal says so, so its entry is no gap
+        // for restore-check, replay or the worker. A lost connection
+        // says nothing: the hold may have been placed.
+        Err(e) if journaled && e.kind().is_bad_input() => {
+            journal_not_placed(cx, req.hold_id, &e).await;
+            Err(e)
+        }
+        other => other,
+    }
+}
+
+/// Journals that a hold journaled as placed was refused. Logged, not
+/// returned: the caller returns the refusal itself.
+async fn journal_not_placed(cx: &Context, hold_id: Uuid, refusal: &Error) {
+    let Some(config) = &cx.journal else { return };
+    let appended = match crate::store::journal::Journal::open(config) {
+        Ok(j) => j
+            .append(
+                cx,
+                crate::domain::journal::Record::HoldNotPlaced {
+                    hold_id,
+                    why: format!("the database refused it: {refusal}"),
+                },
+            )
+            .await
+            .map(drop),
+        Err(e) => Err(e),
+    };
+    if let Err(e) = appended {
+        tracing::error!(%hold_id, error = %e, "journaling that a hold was refused failed; restore-check will name its entry until replay resolves it");
+    }
+}
+
+async fn create_once(
+    cx: &Context,
+    ready: &crate::context::Prepared,
+    req: &HoldRequest,
+    journal: Option<(i64, String)>,
+) -> Result<Hold> {
+    let mut conn = cx.pool.acquire().await?;
+    let mut tx = sqlx::Connection::begin_with(&mut *conn, crate::sql::READ_COMMITTED).await?;
+    let (target, tenant) = match &req.target {
+        Target::Record {
+            retention_entity_id,
+            record_id,
+        } => {
+            if req.kind.is_some() {
+                return Err(Error::InvalidInput(
+                    "a kind names a subject's kind; a hold on a record takes none".into(),
+                ));
+            }
+            let entity = ready.model.requested_entity(*retention_entity_id)?;
+            lock_record(ready, &mut tx, entity, record_id, req.tenant_id.as_deref()).await?
+        }
+        Target::Subject { subject } => {
+            let locked = lock_subject(
+                ready,
+                &mut tx,
+                subject,
+                req.kind.as_deref(),
+                req.tenant_id.as_deref(),
+            )
+            .await?;
+            // The hold gate, exclusive, after the subject's rows are
+            // locked and before the insert: a batch that locked a row
+            // which became the subject's after the lock statement above
+            // (and so was not locked by it) has either re-checked holds
+            // already, and this waits for it to commit, or re-checks
+            // after this commits, and sees the hold.
+            crate::sql::locks::hold_gate(&cx.config.schema, false)
+                .query()
+                .execute(&mut *tx)
+                .await?;
+            locked
+        }
+    };
+    let insert = ledger::InsertHold {
+        hold_id: req.hold_id,
+        entity_id: target.entity_id,
+        record_id: target.record_id,
+        subject_kind: target.subject_kind,
+        subject_forms: target.subject_forms,
+        tenant,
+        reason: req.reason.trim().to_owned(),
+        created_at: req.created_at,
+        expires_at: req.expires_at,
+        journal,
+    };
+    let inserted = ready
+        .ledger
+        .insert_hold(insert)
+        .query()
+        .fetch_optional(&mut *tx)
+        .await;
+    let row = match inserted {
+        Ok(Some(row)) => row,
+        Ok(None) => {
+            return Err(Error::InvalidInput(
+                "the hold's expiry is already past by the database clock; it would protect nothing"
+                    .into(),
+            ));
+        }
+        Err(e) if e.as_database_error().and_then(|d| d.code()).as_deref() == Some("23505") => {
+            return Err(Error::Conflict(format!(
+                "a hold with id {} already exists",
+                req.hold_id
+            )));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let hold = Hold::from_row(&row)?;
+    crate::run::chain::link_hold_placed(
+        &mut tx,
+        &cx.config.schema,
+        cx.config.ledger_key.as_ref(),
+        hold.hold_id,
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(hold)
+}
+
+/// Journals a hold before it is placed (when a journal is configured);
+/// the entry's place and hash, which the hold's row records.
+async fn journal_placed(cx: &Context, req: &HoldRequest) -> Result<Option<(i64, String)>> {
+    let Some(config) = &cx.journal else {
+        return Ok(None);
+    };
+    let journal = crate::store::journal::Journal::open(config)?;
+    let seal = |field: &str, text: &str| {
+        journal.key().seal(
+            &crate::domain::journal::Record::context(req.hold_id, field),
+            text,
+        )
+    };
+    let (entity_id, record_id, subject) = match &req.target {
+        Target::Record {
+            retention_entity_id,
+            record_id,
+        } => (Some(*retention_entity_id), Some(record_id.clone()), None),
+        Target::Subject { subject } => (None, None, Some(seal("subject", subject))),
+    };
+    let entry = journal
+        .append(
+            cx,
+            crate::domain::journal::Record::HoldPlaced {
+                hold_id: req.hold_id,
+                entity_id,
+                record_id,
+                subject,
+                kind: req.kind.clone(),
+                tenant: req.tenant_id.clone(),
+                reason: seal("reason", req.reason.trim()),
+                created_at: req.created_at,
+                expires_at: req.expires_at,
+            },
+        )
+        .await?;
+    Ok(Some((entry.seq as i64, entry.hash)))
+}
+
+/// What an insert stores about the target, beyond the tenant.
+struct Stored {
+    entity_id: Option<Uuid>,
+    record_id: Option<String>,
+    subject_kind: Option<String>,
+    subject_forms: [Option<String>; 4],
+}
+
+/// A record hold: the row must exist and belong to the tenant; it is
+/// locked (`FOR KEY SHARE`) until the hold commits.
+async fn lock_record(
+    ready: &crate::context::Prepared,
+    tx: &mut sqlx::PgConnection,
+    entity: &crate::domain::model::EntityDescriptor,
+    record_id: &str,
+    tenant: Option<&str>,
+) -> Result<(Stored, Option<String>)> {
+    let facts = &ready.model.facts[&entity.id];
+    let record = facts.record_key(&entity.name, record_id)?;
+    let tenant = facts.request_tenant(&entity.name, tenant)?;
+    let plan = &ready.plans[&entity.id];
+    let row = plan
+        .targets
+        .lock_target_query(&record)
+        .fetch_optional(&mut *tx)
+        .await?;
+    let Some(row) = row else {
+        return Err(Error::NotFound(format!(
+            "record {} of {} does not exist",
+            record.canonical(),
+            entity.name
+        )));
+    };
+    // The tenant authorises the hold; protection then follows the record.
+    let stored_record: String = row.try_get("record")?;
+    let owner: Option<String> = row.try_get("tenant")?;
+    let owner = facts.canonical_owner(owner);
+    if owner != tenant {
+        return Err(Error::InvalidInput(format!(
+            "record {} of {} does not belong to tenant {}",
+            record.canonical(),
+            entity.name,
+            tenant.as_deref().unwrap_or("(none)")
+        )));
+    }
+    let stored = Stored {
+        entity_id: Some(entity.id),
+        record_id: Some(stored_record),
+        subject_kind: None,
+        subject_forms: Default::default(),
+    };
+    Ok((stored, tenant))
+}
+
+/// A subject hold: the subject and kind are checked against the model as
+/// an erasure's are, the tenant (if any) against the tenant columns' type;
+/// then every row that holds the subject now is locked (`FOR KEY SHARE`,
+/// in the model's order) until the hold commits. A sweep or erasure batch
+/// holding one of them finishes first; one that starts later skips them
+/// (sweeps lock with `SKIP LOCKED`) or waits and then sees the hold in its
+/// mutation's re-check. Rows written later are protected by the check
+/// itself: it compares the hold with every row, not a list of rows.
+async fn lock_subject(
+    ready: &crate::context::Prepared,
+    tx: &mut sqlx::PgConnection,
+    subject: &str,
+    kind: Option<&str>,
+    tenant: Option<&str>,
+) -> Result<(Stored, Option<String>)> {
+    let model = &ready.model;
+    model.check_subject(
+        subject,
+        kind,
+        "HoldRequest::kind, `cohort holds create --kind KIND`",
+    )?;
+    // The tenant, parsed once: bound in its column's type, stored canonical.
+    let tenant_key = match tenant {
+        None => None,
+        Some(t) => {
+            let Some(ty) = model.tenant_key else {
+                return Err(Error::InvalidInput(
+                    "no retained entity is tenant-scoped: a subject hold takes no tenant".into(),
+                ));
+            };
+            Some(
+                ty.parse(t)
+                    .map_err(|msg| Error::InvalidInput(format!("tenant: {msg}")))?,
+            )
+        }
+    };
+    let tenant = tenant_key.as_ref().map(KeyValue::canonical);
+    for e in model.ordered() {
+        // A tenant's hold protects that tenant's rows only.
+        if tenant.is_some() && e.tenant.is_none() {
+            continue;
+        }
+        let facts = &model.facts[&e.id];
+        let columns: Vec<(&str, KeyValue)> = e
+            .subjects
+            .iter()
+            .filter(|s| reaches(s, kind))
+            .filter_map(|s| {
+                let ty = facts.subjects[&s.column];
+                ty.parse(subject).ok().map(|v| (s.column.as_str(), v))
+            })
+            .collect();
+        if columns.is_empty() {
+            continue;
+        }
+        lock_subject_rows(e, &facts.casts, columns, tenant_key.clone())
+            .query()
+            .execute(&mut *tx)
+            .await?;
+    }
+    let stored = Stored {
+        entity_id: None,
+        record_id: None,
+        subject_kind: kind.map(str::to_owned),
+        subject_forms: SubjectForm::ALL.map(|f| f.canonical(subject)),
+    };
+    Ok((stored, tenant))
+}
+
+/// Whether the record is held now (`as_of` `None`, database clock) or was
+/// (will be) held at `as_of`.
+pub(crate) async fn is_held(
+    cx: &Context,
+    entity_id: Uuid,
+    record_id: &str,
+    as_of: Option<chrono::DateTime<chrono::Utc>>,
+) -> Result<bool> {
+    let ready = cx.prepared().await?;
+    let entity = ready.model.requested_entity(entity_id)?;
+    let record = ready.model.facts[&entity.id].record_key(&entity.name, record_id)?;
+    let plan = &ready.plans[&entity.id];
+    let row = plan
+        .targets
+        .is_held_query(entity.id, &record, as_of)
+        .fetch_one(&cx.pool)
+        .await?;
+    Ok(crate::sql::Targets::read_is_held(&row)?)
+}
+
+pub(crate) async fn list(cx: &Context, filter: &HoldFilter) -> Result<Vec<Hold>> {
+    if let Some(n) = filter.limit.filter(|n| !(1..=10_000).contains(n)) {
+        return Err(Error::InvalidInput(format!(
+            "a hold list limit must be between 1 and 10000, not {n}"
+        )));
+    }
+    let ready = cx.prepared().await?;
+    let tenant = filter.tenant.as_deref().map(|t| {
+        ready
+            .model
+            .tenant_identity()
+            .canonical(t)
+            .unwrap_or_else(|| t.to_owned())
+    });
+    let listed = ledger::ListHolds {
+        entity_id: filter.entity_id,
+        tenant,
+        active_only: filter.active_only,
+        limit: filter.limit,
+    };
+    let rows = ready
+        .ledger
+        .list_holds(listed)
+        .query()
+        .fetch_all(&cx.pool)
+        .await?;
+    Ok(rows
+        .iter()
+        .map(Hold::from_row)
+        .collect::<std::result::Result<_, _>>()?)
+}
+
+pub(crate) async fn release(cx: &Context, hold_id: Uuid) -> Result<Hold> {
+    release_journaled(cx, hold_id, true).await
+}
+
+/// Releases a hold; with `journal` (and a journal configured) the release
+/// is journaled once the database has it (a release the journal misses
+/// only keeps the hold after a restore).
+pub(crate) async fn release_journaled(cx: &Context, hold_id: Uuid, journal: bool) -> Result<Hold> {
+    let ready = cx.prepared().await?;
+    let pool = &cx.pool;
+    let mut conn = pool.acquire().await?;
+    let mut tx = sqlx::Connection::begin_with(&mut *conn, crate::sql::READ_COMMITTED).await?;
+    let released = ready
+        .ledger
+        .release_hold(hold_id)
+        .query()
+        .fetch_optional(&mut *tx)
+        .await?;
+    if let Some(row) = released {
+        let hold = Hold::from_row(&row)?;
+        if let Some(at) = hold.released_at {
+            crate::run::chain::link_hold_released(
+                &mut tx,
+                &cx.config.schema,
+                cx.config.ledger_key.as_ref(),
+                hold_id,
+                at,
+            )
+            .await?;
+        }
+        tx.commit().await?;
+        if let (true, Some(config), Some(at)) = (journal, &cx.journal, hold.released_at) {
+            let appended = match crate::store::journal::Journal::open(config) {
+                Ok(j) => {
+                    j.append(
+                        cx,
+                        crate::domain::journal::Record::HoldReleased {
+                            hold_id,
+                            released_at: at,
+                        },
+                    )
+                    .await
+                }
+                Err(e) => Err(e),
+            };
+            if let Err(e) = appended {
+                tracing::error!(%hold_id, error = %e, "journaling a hold's release failed; after a restore the hold would stay");
+                return Err(e);
+            }
+        }
+        return Ok(hold);
+    }
+    drop(tx);
+    let existing = ready
+        .ledger
+        .get_hold(hold_id)
+        .query()
+        .fetch_optional(pool)
+        .await?;
+    Err(match existing {
+        Some(_) => Error::Conflict(format!("hold {hold_id} is already released")),
+        None => Error::NotFound(format!("no hold with id {hold_id}")),
+    })
+}
