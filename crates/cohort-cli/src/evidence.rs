@@ -170,9 +170,7 @@ fn residual_copies(s: &Signing<'_>) -> serde_json::Value {
 
 /// Reads a private key file written by [`generate`].
 fn private_key(path: &Path) -> Result<Ed25519KeyPair, Failure> {
-    let text = String::from_utf8(read(path, "private key")?)
-        .map_err(|_| bad(format!("{} is not a private key file", path.display())))?;
-    let der = unhex(&text, "private key", path)?;
+    let der = read_hex(path, "private key")?;
     Ed25519KeyPair::from_pkcs8(&der).map_err(|_| {
         bad(format!(
             "{} is not an Ed25519 private key (cohort keys generate writes one)",
@@ -347,6 +345,101 @@ impl Expected {
             tenant: tenant.map(str::to_owned),
         })
     }
+
+    /// Why a signed manifest is not of the period and tenant expected.
+    /// `None` when it is, or when nothing is expected.
+    fn unlike(&self, attests: &serde_json::Value) -> Option<String> {
+        if let Some((from, to)) = self.period {
+            let period = (
+                attests["period"]["from"].as_str().map(str::to_owned),
+                attests["period"]["to"].as_str().map(str::to_owned),
+            );
+            let signed_period = (Some(from.to_string()), Some(to.to_string()));
+            if signed_period != period {
+                return Some(format!(
+                    "the report is of {} to {}, not {from} to {to}",
+                    period.0.as_deref().unwrap_or("-"),
+                    period.1.as_deref().unwrap_or("-")
+                ));
+            }
+        }
+        if let Some(t) = &self.tenant {
+            let tenant = attests["tenant"].as_str();
+            if tenant.map(same_spelling) != Some(same_spelling(t)) {
+                return Some(format!(
+                    "the report is of {}, not of tenant {t}",
+                    tenant
+                        .map(|t| format!("tenant {t}"))
+                        .unwrap_or_else(|| "all tenants".into())
+                ));
+            }
+        }
+        None
+    }
+}
+
+/// Reads a file of hexadecimal text (a signature, a key): its bytes.
+fn read_hex(path: &Path, what: &str) -> Result<Vec<u8>, Failure> {
+    let text = String::from_utf8(read(path, what)?)
+        .map_err(|_| bad(format!("{} is not a {what} file", path.display())))?;
+    unhex(&text, what, path)
+}
+
+/// The signature and the public key `cohort verify --report` is given,
+/// read and checked for form.
+fn signature_and_key(signature: &Path, public_key: &Path) -> Result<(Vec<u8>, Vec<u8>), Failure> {
+    let sig = read_hex(signature, "signature")?;
+    let key = read_hex(public_key, "public key")?;
+    if key.len() != 32 {
+        return Err(bad(format!(
+            "{} is not an Ed25519 public key (32 bytes; cohort keys generate writes one)",
+            public_key.display()
+        )));
+    }
+    Ok((sig, key))
+}
+
+/// A manifest whose signature holds, parsed: `Err` when it is not JSON or
+/// not a [`MANIFEST_FORMAT`] manifest.
+fn signed_manifest(manifest: &[u8], manifest_path: &Path) -> Result<serde_json::Value, Failure> {
+    let attests: serde_json::Value = serde_json::from_slice(manifest).map_err(|e| {
+        bad(format!(
+            "{} is signed but not JSON: {e}",
+            manifest_path.display()
+        ))
+    })?;
+    if attests["format"] != MANIFEST_FORMAT {
+        return Err(bad(format!(
+            "{} is signed but not a {MANIFEST_FORMAT} manifest",
+            manifest_path.display()
+        )));
+    }
+    Ok(attests)
+}
+
+/// Why a report is not the one its signed manifest names: its SHA-256
+/// differs, or it is presented under another file name. `None` when it is.
+fn unlike_signed(report: &Path, bytes: &[u8], attests: &serde_json::Value) -> Option<String> {
+    let digest = hex(&Sha256::digest(bytes));
+    let signed = attests["report_sha256"].as_str().unwrap_or_default();
+    if digest != signed {
+        return Some(format!(
+            "{} was changed after signing: its SHA-256 is {digest}, the signed manifest's {signed}",
+            report.display()
+        ));
+    }
+    // The manifest binds the file's name: a report signed as q2.html and
+    // presented as q1.html is another report.
+    let named = attests["report_file"].as_str().map(str::to_owned);
+    let file = report.file_name().map(|n| n.to_string_lossy().into_owned());
+    if named != file {
+        return Some(format!(
+            "the signed manifest is of {}, not {}: this is another report presented under its name",
+            named.as_deref().unwrap_or("no file"),
+            file.as_deref().unwrap_or("-")
+        ));
+    }
+    None
 }
 
 /// Checks a signed report offline: the signature over the manifest with
@@ -361,18 +454,7 @@ pub(crate) fn verify(
     let manifest_path = beside(report, ".manifest.json");
     let report_bytes = read(report, "report")?;
     let manifest = read(&manifest_path, "manifest")?;
-    let sig_text = String::from_utf8(read(signature, "signature")?)
-        .map_err(|_| bad(format!("{} is not a signature file", signature.display())))?;
-    let sig = unhex(&sig_text, "signature", signature)?;
-    let key_text = String::from_utf8(read(public_key, "public key")?)
-        .map_err(|_| bad(format!("{} is not a public key file", public_key.display())))?;
-    let key = unhex(&key_text, "public key", public_key)?;
-    if key.len() != 32 {
-        return Err(bad(format!(
-            "{} is not an Ed25519 public key (32 bytes; cohort keys generate writes one)",
-            public_key.display()
-        )));
-    }
+    let (sig, key) = signature_and_key(signature, public_key)?;
     let mut out = Verified {
         valid: false,
         problem: None,
@@ -390,72 +472,11 @@ pub(crate) fn verify(
         ));
         return Ok(out);
     }
-    let attests: serde_json::Value = serde_json::from_slice(&manifest).map_err(|e| {
-        bad(format!(
-            "{} is signed but not JSON: {e}",
-            manifest_path.display()
-        ))
-    })?;
-    if attests["format"] != MANIFEST_FORMAT {
-        return Err(bad(format!(
-            "{} is signed but not a {MANIFEST_FORMAT} manifest",
-            manifest_path.display()
-        )));
-    }
-    let digest = hex(&Sha256::digest(&report_bytes));
-    let signed = attests["report_sha256"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned();
-    let named = attests["report_file"].as_str().map(str::to_owned);
-    let period = (
-        attests["period"]["from"].as_str().map(str::to_owned),
-        attests["period"]["to"].as_str().map(str::to_owned),
-    );
-    let tenant = attests["tenant"].as_str().map(str::to_owned);
+    let attests = signed_manifest(&manifest, &manifest_path)?;
+    out.problem =
+        unlike_signed(report, &report_bytes, &attests).or_else(|| expected.unlike(&attests));
+    out.valid = out.problem.is_none();
     out.attests = Some(attests);
-    if digest != signed {
-        out.problem = Some(format!(
-            "{} was changed after signing: its SHA-256 is {digest}, the signed manifest's {signed}",
-            report.display()
-        ));
-        return Ok(out);
-    }
-    // The manifest binds the file's name: a report signed as q2.html and
-    // presented as q1.html is another report.
-    let file = report.file_name().map(|n| n.to_string_lossy().into_owned());
-    if named != file {
-        out.problem = Some(format!(
-            "the signed manifest is of {}, not {}: this is another report presented under its name",
-            named.as_deref().unwrap_or("no file"),
-            file.as_deref().unwrap_or("-")
-        ));
-        return Ok(out);
-    }
-    if let Some((from, to)) = expected.period {
-        let signed_period = (Some(from.to_string()), Some(to.to_string()));
-        if signed_period != period {
-            out.problem = Some(format!(
-                "the report is of {} to {}, not {from} to {to}",
-                period.0.as_deref().unwrap_or("-"),
-                period.1.as_deref().unwrap_or("-")
-            ));
-            return Ok(out);
-        }
-    }
-    if let Some(t) = &expected.tenant {
-        if tenant.as_deref().map(same_spelling) != Some(same_spelling(t)) {
-            out.problem = Some(format!(
-                "the report is of {}, not of tenant {t}",
-                tenant
-                    .as_deref()
-                    .map(|t| format!("tenant {t}"))
-                    .unwrap_or_else(|| "all tenants".into())
-            ));
-            return Ok(out);
-        }
-    }
-    out.valid = true;
     Ok(out)
 }
 
@@ -475,73 +496,90 @@ pub(crate) async fn verify_chain(
     if json {
         crate::output::print_json(&serde_json::to_value(&report).expect("the report serialises"));
     } else {
-        let head = report
-            .head
-            .as_ref()
-            .map(|h| h.spelling())
-            .unwrap_or_else(|| "-".into());
-        outln!(
-            "{} links walked, {} records compared, {} pruned under a checkpoint; head {head}.",
-            report.links,
-            report.records_checked,
-            report.records_pruned
-        );
-        if report.runs_before_chain > 0 {
-            outln!(
-                "{} runs were settled before the chain started: they are outside it.",
-                report.runs_before_chain
-            );
-        }
-        if report.holds_outside_chain > 0 {
-            outln!(
-                "{} holds were written outside the library (raw SQL, COPY) or before the chain started: they keep rows, and are not in the chain.",
-                report.holds_outside_chain
-            );
-        }
-        for c in &report.checkpoints {
-            let cut = |t: &Option<chrono::DateTime<chrono::Utc>>| {
-                t.map(|t| t.to_rfc3339()).unwrap_or_else(|| "-".into())
-            };
-            outln!(
-                "checkpoint link {} at {}: {} links pruned (succeeded runs before {}, failed runs before {}, inactive holds before {}).",
-                c.link_id,
-                c.linked_at.to_rfc3339(),
-                c.links,
-                cut(&c.succeeded_before),
-                cut(&c.failed_before),
-                cut(&c.holds_before)
-            );
-        }
-        if let Some(from) = report.keyed_from {
-            outln!(
-                "Keyed from link {from}: {}.",
-                if report.macs_checked {
-                    "every link's MAC was checked"
-                } else {
-                    "MACs not checked (no COHORT_LEDGER_KEY)"
-                }
-            );
-        }
-        for w in &report.warnings {
-            eprintln!("cohort: warning: {w}");
-        }
-        match report.first_break() {
-            None => outln!("The chain is intact."),
-            Some(first) => {
-                eprintln!("cohort: the chain is broken at {first}");
-                let more = report.breaks.len() - 1;
-                if more > 0 || report.more_breaks {
-                    eprintln!(
-                        "cohort: {}{more} more after it (--json lists them)",
-                        if report.more_breaks { "over " } else { "" }
-                    );
-                }
-            }
-        }
+        print_chain(&report);
     }
     if report.intact {
         Ok(())
     } else {
         Err(Failure::Status(1))
+    }
+}
+
+/// `cohort verify`'s text: what was walked, then the verdict (a break on
+/// standard error).
+fn print_chain(report: &cohort::chain::ChainReport) {
+    let head = report
+        .head
+        .as_ref()
+        .map(|h| h.spelling())
+        .unwrap_or_else(|| "-".into());
+    outln!(
+        "{} links walked, {} records compared, {} pruned under a checkpoint; head {head}.",
+        report.links,
+        report.records_checked,
+        report.records_pruned
+    );
+    if report.runs_before_chain > 0 {
+        outln!(
+            "{} runs were settled before the chain started: they are outside it.",
+            report.runs_before_chain
+        );
+    }
+    if report.holds_outside_chain > 0 {
+        outln!(
+            "{} holds were written outside the library (raw SQL, COPY) or before the chain started: they keep rows, and are not in the chain.",
+            report.holds_outside_chain
+        );
+    }
+    print_checkpoints(report);
+    if let Some(from) = report.keyed_from {
+        outln!(
+            "Keyed from link {from}: {}.",
+            if report.macs_checked {
+                "every link's MAC was checked"
+            } else {
+                "MACs not checked (no COHORT_LEDGER_KEY)"
+            }
+        );
+    }
+    for w in &report.warnings {
+        eprintln!("cohort: warning: {w}");
+    }
+    print_verdict(report);
+}
+
+/// One line per pruner's checkpoint: its link and what it pruned.
+fn print_checkpoints(report: &cohort::chain::ChainReport) {
+    for c in &report.checkpoints {
+        let cut = |t: &Option<chrono::DateTime<chrono::Utc>>| {
+            t.map(|t| t.to_rfc3339()).unwrap_or_else(|| "-".into())
+        };
+        outln!(
+            "checkpoint link {} at {}: {} links pruned (succeeded runs before {}, failed runs before {}, inactive holds before {}).",
+            c.link_id,
+            c.linked_at.to_rfc3339(),
+            c.links,
+            cut(&c.succeeded_before),
+            cut(&c.failed_before),
+            cut(&c.holds_before)
+        );
+    }
+}
+
+/// "The chain is intact.", or the first break and how many follow it on
+/// standard error.
+fn print_verdict(report: &cohort::chain::ChainReport) {
+    match report.first_break() {
+        None => outln!("The chain is intact."),
+        Some(first) => {
+            eprintln!("cohort: the chain is broken at {first}");
+            let more = report.breaks.len() - 1;
+            if more > 0 || report.more_breaks {
+                eprintln!(
+                    "cohort: {}{more} more after it (--json lists them)",
+                    if report.more_breaks { "over " } else { "" }
+                );
+            }
+        }
     }
 }
