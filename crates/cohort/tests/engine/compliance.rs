@@ -134,7 +134,7 @@ fn every_end_to_end_test_is_named_by_a_requirement() {
     for dir in [
         "crates/cohort/tests",
         "crates/cohort/tests/engine",
-        "crates/cohort-cli/tests",
+        "crates/cohort-cli/tests/cli",
         "examples/seaorm-notes/tests",
         "examples/axum-notes/tests",
     ] {
@@ -184,7 +184,7 @@ fn every_test_the_guarantees_name_exists() {
         // Cohort's own tests live in its one test binary (`engine/`), but
         // for the few with binaries of their own.
         let path = match file.strip_prefix("cli/") {
-            Some(f) => format!("crates/cohort-cli/tests/{f}.rs"),
+            Some(f) => format!("crates/cohort-cli/tests/cli/{f}.rs"),
             None if root()
                 .join(format!("crates/cohort/tests/engine/{file}.rs"))
                 .exists() =>

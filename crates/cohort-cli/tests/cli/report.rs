@@ -2,14 +2,11 @@
 //! from a ledger written by real sweeps, erasures and holds (then moved
 //! back in time), checked figure by figure against the ledger, in three
 //! formats that must agree, and opened in a real browser.
-#[path = "support/cli.rs"]
-mod cli;
+use crate::support::cli;
 
-#[path = "support/chromium.rs"]
-mod chromium;
+use crate::support::chromium;
 
-#[path = "support/relink.rs"]
-mod relink;
+use crate::support::relink;
 
 use cli::cohort;
 use std::collections::BTreeMap;

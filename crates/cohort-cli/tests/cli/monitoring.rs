@@ -8,8 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-#[path = "../../cohort/tests/engine/support/wait.rs"]
-mod wait;
+use crate::support::wait;
 use wait::wait_until;
 
 use chrono::{DateTime, Datelike, Timelike, Utc};

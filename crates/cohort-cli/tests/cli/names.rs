@@ -3,8 +3,7 @@
 //! is classified in the written file as a person would (uncommenting
 //! init's proposals) and swept; every other table must be unchanged, by
 //! digest.
-#[path = "support/cli.rs"]
-mod cli;
+use crate::support::cli;
 
 use cli::cohort;
 use std::collections::BTreeMap;

@@ -1,11 +1,9 @@
 //! The `cohort` binary as users script it: exit codes, JSON on stdout,
 //! database-URL precedence, and a real database behind every command.
 #![allow(clippy::type_complexity)] // tuple rows read back from SQL
-#[path = "support/cli.rs"]
-mod cli;
+use crate::support::cli;
 
-#[path = "../../cohort/tests/engine/support/wait.rs"]
-mod wait;
+use crate::support::wait;
 
 use cli::cohort;
 use std::path::Path;

@@ -3,8 +3,7 @@
 //! SIGKILL, stopped with SIGTERM, clocks skewed, the kill switch flipped
 //! from another process.
 #![allow(clippy::type_complexity)] // tuple rows read back from SQL
-#[path = "support/cli.rs"]
-mod cli;
+use crate::support::cli;
 
 use cli::{cohort_with_env as cohort, command};
 use std::collections::BTreeMap;
@@ -12,8 +11,7 @@ use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-#[path = "../../cohort/tests/engine/support/wait.rs"]
-mod wait;
+use crate::support::wait;
 use wait::{wait_until, wait_until_blocking};
 
 use chrono::{DateTime, Utc};

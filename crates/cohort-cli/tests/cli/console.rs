@@ -1,13 +1,10 @@
 //! `cohort serve`: the read-only operations console, as a real process on a
 //! real database with real runs, holds and dead letters, read over HTTP
 //! and in headless Chromium.
-#[path = "support/cli.rs"]
-mod cli;
+use crate::support::cli;
 
-#[path = "support/chromium.rs"]
-mod chromium;
-#[path = "../../cohort/tests/engine/support/wait.rs"]
-mod wait;
+use crate::support::chromium;
+use crate::support::wait;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Output, Stdio};
