@@ -298,6 +298,59 @@ fn commented(text: &str) -> String {
         .collect()
 }
 
+/// The catalog query behind [`read_tables`]: one row per table of the
+/// schema `$1` (plain and partitioned parents, not partitions), with what
+/// [`TableFacts`] holds.
+const TABLES_SQL: &str = "SELECT n.nspname::text AS schema, c.relname::text AS name, c.reltuples::int8 AS estimate, \
+        pg_catalog.quote_ident(n.nspname) || '.' || pg_catalog.quote_ident(c.relname) AS path, \
+        ARRAY(SELECT a.attname::text FROM pg_catalog.pg_attribute a \
+              WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped \
+              ORDER BY a.attnum) AS columns, \
+        ARRAY(SELECT COALESCE(bt.typname, t.typname)::text FROM pg_catalog.pg_attribute a \
+              JOIN pg_catalog.pg_type t ON t.oid = a.atttypid \
+              LEFT JOIN pg_catalog.pg_type bt ON t.typtype = 'd' AND bt.oid = t.typbasetype \
+              WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped \
+              ORDER BY a.attnum) AS types, \
+        ARRAY(SELECT a.attname::text FROM pg_catalog.pg_attribute a \
+              WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped \
+                AND a.atttypid = 'pg_catalog.timestamptz'::pg_catalog.regtype \
+              ORDER BY a.attnum) AS timestamps, \
+        ARRAY(SELECT a.attname::text FROM pg_catalog.pg_index i \
+              JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey) \
+              WHERE i.indrelid = c.oid AND i.indisprimary ORDER BY a.attnum) AS primary_key, \
+        ARRAY(SELECT DISTINCT a.attname::text FROM pg_catalog.pg_index i \
+              JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0] \
+              WHERE i.indrelid = c.oid AND i.indisunique AND i.indimmediate AND i.indnkeyatts = 1 \
+                AND i.indpred IS NULL AND i.indexprs IS NULL AND a.attnotnull \
+              ORDER BY 1) AS unique_not_null, \
+        ARRAY(SELECT a.attname::text FROM pg_catalog.pg_constraint k \
+              JOIN pg_catalog.pg_attribute a ON a.attrelid = k.conrelid AND a.attnum = k.conkey[1] \
+              WHERE k.conrelid = c.oid AND k.contype = 'f' AND pg_catalog.cardinality(k.conkey) = 1 \
+              ORDER BY k.conname) AS fk_columns, \
+        ARRAY(SELECT pg_catalog.quote_ident(tn.nspname) || '.' || pg_catalog.quote_ident(tc.relname) \
+              FROM pg_catalog.pg_constraint k \
+              JOIN pg_catalog.pg_class tc ON tc.oid = k.confrelid \
+              JOIN pg_catalog.pg_namespace tn ON tn.oid = tc.relnamespace \
+              WHERE k.conrelid = c.oid AND k.contype = 'f' AND pg_catalog.cardinality(k.conkey) = 1 \
+              ORDER BY k.conname) AS fk_targets, \
+        ARRAY(SELECT pg_catalog.quote_ident(ta.attname) FROM pg_catalog.pg_constraint k \
+              JOIN pg_catalog.pg_attribute ta ON ta.attrelid = k.confrelid AND ta.attnum = k.confkey[1] \
+              WHERE k.conrelid = c.oid AND k.contype = 'f' AND pg_catalog.cardinality(k.conkey) = 1 \
+              ORDER BY k.conname) AS fk_target_keys, \
+        (SELECT a.attname::text FROM pg_catalog.pg_partitioned_table p \
+              JOIN pg_catalog.pg_attribute a ON a.attrelid = p.partrelid AND a.attnum = p.partattrs[0] \
+              WHERE p.partrelid = c.oid AND p.partstrat = 'r' AND p.partnatts = 1) AS range_key, \
+        c.relkind = 'p' AND EXISTS (SELECT 1 FROM pg_catalog.pg_partition_tree(c.oid) pt \
+              JOIN pg_catalog.pg_constraint k ON k.confrelid = pt.relid \
+                AND k.contype = 'f' AND k.conparentid = 0) AS referenced, \
+        c.relkind <> 'p' OR NOT EXISTS (SELECT 1 FROM pg_catalog.pg_partition_tree(c.oid) pt \
+              JOIN pg_catalog.pg_class pc ON pc.oid = pt.relid \
+              WHERE NOT pg_catalog.pg_has_role(pc.relowner, 'USAGE')) AS owned \
+     FROM pg_catalog.pg_class c \
+     JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+     WHERE n.nspname = $1 AND c.relkind IN ('r', 'p') AND NOT c.relispartition \
+     ORDER BY c.relname";
+
 /// Reads the schema's tables (plain and partitioned parents, not
 /// partitions), leaving out Cohort's own.
 pub(crate) async fn read_tables(
@@ -308,96 +361,46 @@ pub(crate) async fn read_tables(
         .iter()
         .map(|t| t.name())
         .collect();
-    let rows = sqlx::query(
-        "SELECT n.nspname::text AS schema, c.relname::text AS name, c.reltuples::int8 AS estimate, \
-            pg_catalog.quote_ident(n.nspname) || '.' || pg_catalog.quote_ident(c.relname) AS path, \
-            ARRAY(SELECT a.attname::text FROM pg_catalog.pg_attribute a \
-                  WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped \
-                  ORDER BY a.attnum) AS columns, \
-            ARRAY(SELECT COALESCE(bt.typname, t.typname)::text FROM pg_catalog.pg_attribute a \
-                  JOIN pg_catalog.pg_type t ON t.oid = a.atttypid \
-                  LEFT JOIN pg_catalog.pg_type bt ON t.typtype = 'd' AND bt.oid = t.typbasetype \
-                  WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped \
-                  ORDER BY a.attnum) AS types, \
-            ARRAY(SELECT a.attname::text FROM pg_catalog.pg_attribute a \
-                  WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped \
-                    AND a.atttypid = 'pg_catalog.timestamptz'::pg_catalog.regtype \
-                  ORDER BY a.attnum) AS timestamps, \
-            ARRAY(SELECT a.attname::text FROM pg_catalog.pg_index i \
-                  JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey) \
-                  WHERE i.indrelid = c.oid AND i.indisprimary ORDER BY a.attnum) AS primary_key, \
-            ARRAY(SELECT DISTINCT a.attname::text FROM pg_catalog.pg_index i \
-                  JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0] \
-                  WHERE i.indrelid = c.oid AND i.indisunique AND i.indimmediate AND i.indnkeyatts = 1 \
-                    AND i.indpred IS NULL AND i.indexprs IS NULL AND a.attnotnull \
-                  ORDER BY 1) AS unique_not_null, \
-            ARRAY(SELECT a.attname::text FROM pg_catalog.pg_constraint k \
-                  JOIN pg_catalog.pg_attribute a ON a.attrelid = k.conrelid AND a.attnum = k.conkey[1] \
-                  WHERE k.conrelid = c.oid AND k.contype = 'f' AND pg_catalog.cardinality(k.conkey) = 1 \
-                  ORDER BY k.conname) AS fk_columns, \
-            ARRAY(SELECT pg_catalog.quote_ident(tn.nspname) || '.' || pg_catalog.quote_ident(tc.relname) \
-                  FROM pg_catalog.pg_constraint k \
-                  JOIN pg_catalog.pg_class tc ON tc.oid = k.confrelid \
-                  JOIN pg_catalog.pg_namespace tn ON tn.oid = tc.relnamespace \
-                  WHERE k.conrelid = c.oid AND k.contype = 'f' AND pg_catalog.cardinality(k.conkey) = 1 \
-                  ORDER BY k.conname) AS fk_targets, \
-            ARRAY(SELECT pg_catalog.quote_ident(ta.attname) FROM pg_catalog.pg_constraint k \
-                  JOIN pg_catalog.pg_attribute ta ON ta.attrelid = k.confrelid AND ta.attnum = k.confkey[1] \
-                  WHERE k.conrelid = c.oid AND k.contype = 'f' AND pg_catalog.cardinality(k.conkey) = 1 \
-                  ORDER BY k.conname) AS fk_target_keys, \
-            (SELECT a.attname::text FROM pg_catalog.pg_partitioned_table p \
-                  JOIN pg_catalog.pg_attribute a ON a.attrelid = p.partrelid AND a.attnum = p.partattrs[0] \
-                  WHERE p.partrelid = c.oid AND p.partstrat = 'r' AND p.partnatts = 1) AS range_key, \
-            c.relkind = 'p' AND EXISTS (SELECT 1 FROM pg_catalog.pg_partition_tree(c.oid) pt \
-                  JOIN pg_catalog.pg_constraint k ON k.confrelid = pt.relid \
-                    AND k.contype = 'f' AND k.conparentid = 0) AS referenced, \
-            c.relkind <> 'p' OR NOT EXISTS (SELECT 1 FROM pg_catalog.pg_partition_tree(c.oid) pt \
-                  JOIN pg_catalog.pg_class pc ON pc.oid = pt.relid \
-                  WHERE NOT pg_catalog.pg_has_role(pc.relowner, 'USAGE')) AS owned \
-         FROM pg_catalog.pg_class c \
-         JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
-         WHERE n.nspname = $1 AND c.relkind IN ('r', 'p') AND NOT c.relispartition \
-         ORDER BY c.relname",
-    )
-    .bind(schema)
-    .fetch_all(conn)
-    .await?;
+    let rows = sqlx::query(TABLES_SQL).bind(schema).fetch_all(conn).await?;
     rows.iter()
-        .map(|r| {
-            Ok(TableFacts {
-                schema: r.try_get("schema")?,
-                name: r.try_get("name")?,
-                path: r.try_get("path")?,
-                estimate: r.try_get("estimate")?,
-                columns: r.try_get("columns")?,
-                types: r.try_get("types")?,
-                timestamps: r.try_get("timestamps")?,
-                primary_key: r.try_get("primary_key")?,
-                unique_not_null: r.try_get("unique_not_null")?,
-                references: {
-                    let columns: Vec<String> = r.try_get("fk_columns")?;
-                    let targets: Vec<String> = r.try_get("fk_targets")?;
-                    let keys: Vec<String> = r.try_get("fk_target_keys")?;
-                    columns
-                        .into_iter()
-                        .zip(targets)
-                        .zip(keys)
-                        .map(|((column, target), target_key)| Reference {
-                            column,
-                            target,
-                            target_key,
-                        })
-                        .collect()
-                },
-                range_key: r.try_get("range_key")?,
-                referenced: r.try_get("referenced")?,
-                owned: r.try_get("owned")?,
-            })
-        })
+        .map(table_facts)
         .filter(|t: &Result<TableFacts, sqlx::Error>| {
             t.as_ref().map_or(true, |t| !own.contains(&t.name.as_str()))
         })
         .collect()
+}
+
+/// One row of [`TABLES_SQL`] as a table's facts.
+fn table_facts(r: &sqlx::postgres::PgRow) -> Result<TableFacts, sqlx::Error> {
+    Ok(TableFacts {
+        schema: r.try_get("schema")?,
+        name: r.try_get("name")?,
+        path: r.try_get("path")?,
+        estimate: r.try_get("estimate")?,
+        columns: r.try_get("columns")?,
+        types: r.try_get("types")?,
+        timestamps: r.try_get("timestamps")?,
+        primary_key: r.try_get("primary_key")?,
+        unique_not_null: r.try_get("unique_not_null")?,
+        references: {
+            let columns: Vec<String> = r.try_get("fk_columns")?;
+            let targets: Vec<String> = r.try_get("fk_targets")?;
+            let keys: Vec<String> = r.try_get("fk_target_keys")?;
+            columns
+                .into_iter()
+                .zip(targets)
+                .zip(keys)
+                .map(|((column, target), target_key)| Reference {
+                    column,
+                    target,
+                    target_key,
+                })
+                .collect()
+        },
+        range_key: r.try_get("range_key")?,
+        referenced: r.try_get("referenced")?,
+        owned: r.try_get("owned")?,
+    })
 }
 
 /// The schema `init` proposes for Cohort's own tables: `cohort`, or
