@@ -58,6 +58,8 @@ fn date(flag: &str, text: &str) -> Result<NaiveDate, Failure> {
     })
 }
 
+/// `cohort report`: the report for the period, written to `--output`
+/// (and signed when asked) or to standard output.
 pub(crate) async fn run(cohort: &Cohort, args: Args<'_>) -> Result<(), Failure> {
     let mut request = ReportRequest::new(date("--from", args.from)?, date("--to", args.to)?);
     if let Some(t) = args.tenant {
@@ -66,8 +68,7 @@ pub(crate) async fn run(cohort: &Cohort, args: Args<'_>) -> Result<(), Failure> 
     let report = cohort.report(&request).await?;
     let bytes = render(&report, args.format)?;
     let sweeps: u64 = report.entities.iter().map(|e| e.runs.runs).sum();
-    let runs = sweeps + report.erasures.requests;
-    if runs == 0 {
+    if sweeps + report.erasures.requests == 0 {
         eprintln!(
             "cohort: warning: no run settled from {} to {}{}: the report attests that nothing was removed, and nothing more",
             report.from,
@@ -80,69 +81,7 @@ pub(crate) async fn run(cohort: &Cohort, args: Args<'_>) -> Result<(), Failure> 
         );
     }
     match args.output {
-        Some(path) => {
-            // A key that cannot sign is refused before the report is written.
-            if let Some((key, _)) = args.sign {
-                crate::evidence::check_key(key)?;
-                // A broken chain is not signed unless asked: the signature
-                // would vouch for figures the ledger no longer backs.
-                if let Some(c) = report.chain.as_ref().filter(|c| !c.verified) {
-                    if !args.sign_broken_chain {
-                        eprintln!(
-                            "cohort: the ledger's chain does not verify ({} break(s); first: {}): nothing was written or signed; run `cohort verify`, or sign anyway with --sign-broken-chain (the manifest records it)",
-                            c.breaks,
-                            c.first_break.as_deref().unwrap_or("-")
-                        );
-                        return Err(Failure::Status(1));
-                    }
-                }
-            }
-            write_file(path, &bytes)?;
-            let signed = args.sign.is_some();
-            if let Some((key, policy)) = args.sign {
-                let queue = cohort.queue_depth().await?;
-                crate::evidence::sign(&crate::evidence::Signing {
-                    evidence: args.evidence,
-                    queue,
-                    report: &report,
-                    format: args.format.name(),
-                    path,
-                    bytes: &bytes,
-                    policy,
-                    key,
-                    broken_chain: report.chain.as_ref().is_some_and(|c| !c.verified),
-                })?;
-            }
-            // The file went where it was asked: say what it holds, so a
-            // period with nothing in it is never mistaken for a full one.
-            let said = format!(
-                "Wrote {} ({}, {} to {}, {}): {}{}.",
-                path.display(),
-                args.format.name(),
-                report.from,
-                report.to,
-                report
-                    .tenant
-                    .as_deref()
-                    .map(|t| format!("tenant {t}"))
-                    .unwrap_or_else(|| "all tenants".into()),
-                if runs == 0 {
-                    "no run settled in the period: it attests that nothing was removed, and nothing more".to_owned()
-                } else {
-                    format!(
-                        "{} sweep run(s) and {} erasure request(s)",
-                        sweeps, report.erasures.requests
-                    )
-                },
-                if signed {
-                    format!("; signed: {0}.manifest.json, {0}.sig", path.display())
-                } else {
-                    String::new()
-                }
-            );
-            outln!("{said}");
-            Ok(())
-        }
+        Some(path) => write_output(cohort, &args, path, &report, &bytes, sweeps).await,
         None => {
             let mut out = std::io::stdout().lock();
             match out.write_all(&bytes).and_then(|()| out.flush()) {
@@ -152,6 +91,92 @@ pub(crate) async fn run(cohort: &Cohort, args: Args<'_>) -> Result<(), Failure> 
             }
         }
     }
+}
+
+/// Writes the report to `--output`, signs it when asked, and says what
+/// the file holds. `sweeps`: the sweep runs the report counts.
+async fn write_output(
+    cohort: &Cohort,
+    args: &Args<'_>,
+    path: &Path,
+    report: &Report,
+    bytes: &[u8],
+    sweeps: u64,
+) -> Result<(), Failure> {
+    check_signable(args, report)?;
+    write_file(path, bytes)?;
+    if let Some((key, policy)) = args.sign {
+        let queue = cohort.queue_depth().await?;
+        crate::evidence::sign(&crate::evidence::Signing {
+            evidence: args.evidence,
+            queue,
+            report,
+            format: args.format.name(),
+            path,
+            bytes,
+            policy,
+            key,
+            broken_chain: report.chain.as_ref().is_some_and(|c| !c.verified),
+        })?;
+    }
+    // The file went where it was asked: say what it holds, so a period
+    // with nothing in it is never mistaken for a full one.
+    outln!("{}", wrote(args, path, report, sweeps));
+    Ok(())
+}
+
+/// With `--sign`, refuses before the report is written a key that cannot
+/// sign, and a chain that does not verify unless `--sign-broken-chain`
+/// (exit 1).
+fn check_signable(args: &Args<'_>, report: &Report) -> Result<(), Failure> {
+    let Some((key, _)) = args.sign else {
+        return Ok(());
+    };
+    crate::evidence::check_key(key)?;
+    // A broken chain is not signed unless asked: the signature would
+    // vouch for figures the ledger no longer backs.
+    if let Some(c) = report.chain.as_ref().filter(|c| !c.verified) {
+        if !args.sign_broken_chain {
+            eprintln!(
+                "cohort: the ledger's chain does not verify ({} break(s); first: {}): nothing was written or signed; run `cohort verify`, or sign anyway with --sign-broken-chain (the manifest records it)",
+                c.breaks,
+                c.first_break.as_deref().unwrap_or("-")
+            );
+            return Err(Failure::Status(1));
+        }
+    }
+    Ok(())
+}
+
+/// The line saying what a report written to `path` holds: its format,
+/// period and tenant, the runs it counts, and its signature files.
+fn wrote(args: &Args<'_>, path: &Path, report: &Report, sweeps: u64) -> String {
+    format!(
+        "Wrote {} ({}, {} to {}, {}): {}{}.",
+        path.display(),
+        args.format.name(),
+        report.from,
+        report.to,
+        report
+            .tenant
+            .as_deref()
+            .map(|t| format!("tenant {t}"))
+            .unwrap_or_else(|| "all tenants".into()),
+        if sweeps + report.erasures.requests == 0 {
+            "no run settled in the period: it attests that nothing was removed, and nothing more"
+                .to_owned()
+        } else {
+            format!(
+                "{} sweep run(s) and {} erasure request(s)",
+                sweeps, report.erasures.requests
+            )
+        },
+        if args.sign.is_some() {
+            format!("; signed: {0}.manifest.json, {0}.sig", path.display())
+        } else {
+            String::new()
+        }
+    )
 }
 
 /// The report in one format.
