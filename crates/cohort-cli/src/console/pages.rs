@@ -202,39 +202,74 @@ const PALETTE: &[&str] = &[
 /// One category's part of a day's bar: y, height, fill, its title.
 type Segment<'a> = (f64, f64, &'a str, String);
 
-/// Rows changed per day, stacked by category: an inline SVG (no script,
-/// presentation attributes only, every text escaped), each bar segment
-/// titled with its figures.
-fn rows_chart(rows: &[CategoryDay], today: chrono::NaiveDate) -> Markup {
-    let days: Vec<chrono::NaiveDate> = (0..CHART_DAYS)
-        .rev()
-        .map(|back| today - chrono::Days::new(u64::from(back)))
-        .collect();
-    let rows: Vec<&CategoryDay> = rows.iter().filter(|r| days.contains(&r.day)).collect();
+/// One day's bar: its place among the days, the day, its x, and its
+/// segments stacked from the axis up.
+type Bar = (usize, chrono::NaiveDate, f64, Vec<Segment<'static>>);
+
+/// The chart's size and margins, in SVG units.
+struct ChartBox {
+    width: f64,
+    height: f64,
+    left: f64,
+    bottom: f64,
+    top: f64,
+}
+
+impl ChartBox {
+    /// Each day's share of the width right of the axis.
+    fn slot(&self) -> f64 {
+        (self.width - self.left) / f64::from(CHART_DAYS)
+    }
+
+    /// A bar's width: most of its day's slot.
+    fn bar(&self) -> f64 {
+        self.slot() * 0.7
+    }
+}
+
+/// The rows chart's box.
+const CHART: ChartBox = ChartBox {
+    width: 720.0,
+    height: 180.0,
+    left: 48.0,
+    bottom: 24.0,
+    top: 8.0,
+};
+
+/// The categories of `rows`, in order of first appearance.
+fn chart_categories<'a>(rows: &[&'a CategoryDay]) -> Vec<&'a str> {
     let mut categories: Vec<&str> = Vec::new();
-    for r in &rows {
+    for r in rows {
         if !categories.contains(&r.category.as_str()) {
             categories.push(&r.category);
         }
     }
-    let colour = |c: &str| {
-        let i = categories.iter().position(|x| *x == c).unwrap_or(0);
-        PALETTE[i % PALETTE.len()]
-    };
-    let total = |d: chrono::NaiveDate| {
-        rows.iter()
-            .filter(|r| r.day == d)
-            .map(|r| r.rows)
-            .sum::<i64>()
-    };
-    let max = days.iter().map(|d| total(*d)).max().unwrap_or(0).max(1);
-    let (width, height, left, bottom, top) = (720.0, 180.0, 48.0, 24.0, 8.0);
+    categories
+}
+
+/// A category's fill: its place among `categories` in the palette.
+fn chart_colour(categories: &[&str], c: &str) -> &'static str {
+    let i = categories.iter().position(|x| *x == c).unwrap_or(0);
+    PALETTE[i % PALETTE.len()]
+}
+
+/// Each day's bar, scaled so that `max` rows fill the plot's height.
+fn chart_bars(
+    days: &[chrono::NaiveDate],
+    rows: &[&CategoryDay],
+    categories: &[&str],
+    max: i64,
+) -> Vec<Bar> {
+    let ChartBox {
+        height,
+        left,
+        bottom,
+        top,
+        ..
+    } = CHART;
     let plot = height - bottom - top;
-    let slot = (width - left) / f64::from(CHART_DAYS);
-    let bar = slot * 0.7;
-    // Each day's bar: its x, and its segments stacked from the axis up.
-    let bars: Vec<(usize, chrono::NaiveDate, f64, Vec<Segment<'_>>)> = days
-        .iter()
+    let (slot, bar) = (CHART.slot(), CHART.bar());
+    days.iter()
         .enumerate()
         .map(|(i, day)| {
             let x = left + slot * i as f64 + (slot - bar) / 2.0;
@@ -248,14 +283,63 @@ fn rows_chart(rows: &[CategoryDay], today: chrono::NaiveDate) -> Markup {
                     (
                         y,
                         h,
-                        colour(&r.category),
+                        chart_colour(categories, &r.category),
                         format!("{}: {} rows on {day}", r.category, r.rows),
                     )
                 })
                 .collect();
             (i, *day, x, segments)
         })
+        .collect()
+}
+
+/// The chart's legend: each category's colour and rows in total, or a
+/// line saying no real sweep changed a row.
+fn chart_legend(rows: &[&CategoryDay], categories: &[&str]) -> Markup {
+    html! {
+        @if categories.is_empty() {
+            p.empty { "No rows changed by a real sweep in these days." }
+        } @else {
+            ul.legend {
+                @for c in categories {
+                    li {
+                        svg xmlns="http://www.w3.org/2000/svg" width="10" height="10" viewBox="0 0 10 10" aria-hidden="true" {
+                            rect width="10" height="10" fill=(chart_colour(categories, c)) {}
+                        }
+                        " " (c) ": " (rows.iter().filter(|r| r.category == *c).map(|r| r.rows).sum::<i64>())
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Rows changed per day, stacked by category: an inline SVG (no script,
+/// presentation attributes only, every text escaped), each bar segment
+/// titled with its figures.
+fn rows_chart(rows: &[CategoryDay], today: chrono::NaiveDate) -> Markup {
+    let days: Vec<chrono::NaiveDate> = (0..CHART_DAYS)
+        .rev()
+        .map(|back| today - chrono::Days::new(u64::from(back)))
         .collect();
+    let rows: Vec<&CategoryDay> = rows.iter().filter(|r| days.contains(&r.day)).collect();
+    let categories = chart_categories(&rows);
+    let total = |d: chrono::NaiveDate| {
+        rows.iter()
+            .filter(|r| r.day == d)
+            .map(|r| r.rows)
+            .sum::<i64>()
+    };
+    let max = days.iter().map(|d| total(*d)).max().unwrap_or(0).max(1);
+    let bars = chart_bars(&days, &rows, &categories, max);
+    let ChartBox {
+        width,
+        height,
+        left,
+        bottom,
+        top,
+    } = CHART;
+    let bar = CHART.bar();
     html! {
         figure.chart {
             figcaption { "Rows changed per day by category (real sweeps, last " (CHART_DAYS) " days, UTC)" }
@@ -278,20 +362,7 @@ fn rows_chart(rows: &[CategoryDay], today: chrono::NaiveDate) -> Markup {
                     }
                 }
             }
-            @if categories.is_empty() {
-                p.empty { "No rows changed by a real sweep in these days." }
-            } @else {
-                ul.legend {
-                    @for c in &categories {
-                        li {
-                            svg xmlns="http://www.w3.org/2000/svg" width="10" height="10" viewBox="0 0 10 10" aria-hidden="true" {
-                                rect width="10" height="10" fill=(colour(c)) {}
-                            }
-                            " " (c) ": " (rows.iter().filter(|r| r.category == *c).map(|r| r.rows).sum::<i64>())
-                        }
-                    }
-                }
-            }
+            (chart_legend(&rows, &categories))
         }
     }
 }
