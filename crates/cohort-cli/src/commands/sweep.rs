@@ -185,6 +185,8 @@ pub(super) fn print_result(result: &SweepResult) {
     print_table_health(&result.entities);
 }
 
+/// `cohort sweep`: one run for a tenant or the tenantless entities, or
+/// one pass per tenant with `--all-tenants`; exit as its runs settled.
 pub(crate) async fn sweep(
     cohort: &Cohort,
     json: bool,
@@ -197,65 +199,7 @@ pub(crate) async fn sweep(
     let cancel = Cancel::new();
     crate::services::cancel_on_signal(&cancel, "cancelling; the open batch will be rolled back");
     if scope.all_tenants {
-        let source = cohort.tenant_source().clone();
-        let cancelled = cancel.clone();
-        let result = cohort
-            .sweep_all(
-                SweepAllRequest::new(source, now)
-                    .dry_run(dry_run)
-                    .allow_future_now(allow_future_now)
-                    .cancellation(cancel),
-            )
-            .await?;
-        warn_conflicting_duplicates(&result.conflicting_duplicates);
-        if json {
-            let docs: Vec<serde_json::Value> = result
-                .passes
-                .iter()
-                .map(|p| match p {
-                    PassOutcome::Ran(r) => serde_json::to_value(r).expect("result serialises"),
-                    PassOutcome::NotStarted(f) => json!({
-                        "run_id": null,
-                        "status": "not_started",
-                        "tenant": f.tenant,
-                        "position": f.position,
-                        "error": {"kind": f.kind.as_str(), "message": f.error},
-                    }),
-                    _ => json!(null),
-                })
-                .collect();
-            print_json(&serde_json::Value::Array(docs));
-        } else {
-            for p in &result.passes {
-                match p {
-                    PassOutcome::Ran(r) => {
-                        print_result(r);
-                        outln!();
-                    }
-                    PassOutcome::NotStarted(f) => match (&f.tenant, f.position) {
-                        (Some(t), _) => outln!("Pass for {t} did not start: {}\n", f.error),
-                        (None, Some(_)) => outln!("A pass did not start: {}\n", f.error),
-                        (None, None) if f.kind.is_bad_input() => {
-                            outln!("Not swept: {}\n", f.error)
-                        }
-                        (None, None) => outln!(
-                            "Pass for the tenantless entities did not start: {}\n",
-                            f.error
-                        ),
-                    },
-                    _ => {}
-                }
-            }
-        }
-        // A cancelled command did not sweep every tenant: it failed.
-        if cancelled.is_cancelled() {
-            eprintln!("cohort: cancelled; later passes were not run");
-            return Err(Failure::Status(1));
-        }
-        return match all_tenants_code(&result.passes) {
-            0 => Ok(()),
-            code => Err(Failure::Status(code)),
-        };
+        return sweep_all_tenants(cohort, json, now, (dry_run, allow_future_now), cancel).await;
     }
     let req = match &scope.tenant {
         Some(t) => SweepRequest::tenanted(t, now),
@@ -271,6 +215,88 @@ pub(crate) async fn sweep(
         print_result(&result);
     }
     exit_for([result.status])
+}
+
+/// `cohort sweep --all-tenants`: a pass per tenant of the policy's tenant
+/// source, each printed; exit 1 when cancelled, else as
+/// [`all_tenants_code`] reads the passes.
+async fn sweep_all_tenants(
+    cohort: &Cohort,
+    json: bool,
+    now: chrono::DateTime<chrono::FixedOffset>,
+    (dry_run, allow_future_now): (bool, bool),
+    cancel: Cancel,
+) -> Result<(), Failure> {
+    let source = cohort.tenant_source().clone();
+    let cancelled = cancel.clone();
+    let result = cohort
+        .sweep_all(
+            SweepAllRequest::new(source, now)
+                .dry_run(dry_run)
+                .allow_future_now(allow_future_now)
+                .cancellation(cancel),
+        )
+        .await?;
+    warn_conflicting_duplicates(&result.conflicting_duplicates);
+    if json {
+        print_json(&passes_json(&result.passes));
+    } else {
+        print_passes(&result.passes);
+    }
+    // A cancelled command did not sweep every tenant: it failed.
+    if cancelled.is_cancelled() {
+        eprintln!("cohort: cancelled; later passes were not run");
+        return Err(Failure::Status(1));
+    }
+    match all_tenants_code(&result.passes) {
+        0 => Ok(()),
+        code => Err(Failure::Status(code)),
+    }
+}
+
+/// An all-tenants sweep's passes as one JSON array: each run's result, or
+/// a pass that did not start with its error.
+fn passes_json(passes: &[PassOutcome]) -> serde_json::Value {
+    let docs: Vec<serde_json::Value> = passes
+        .iter()
+        .map(|p| match p {
+            PassOutcome::Ran(r) => serde_json::to_value(r).expect("result serialises"),
+            PassOutcome::NotStarted(f) => json!({
+                "run_id": null,
+                "status": "not_started",
+                "tenant": f.tenant,
+                "position": f.position,
+                "error": {"kind": f.kind.as_str(), "message": f.error},
+            }),
+            _ => json!(null),
+        })
+        .collect();
+    serde_json::Value::Array(docs)
+}
+
+/// An all-tenants sweep's passes as text: each run's result, or why a
+/// pass did not start.
+fn print_passes(passes: &[PassOutcome]) {
+    for p in passes {
+        match p {
+            PassOutcome::Ran(r) => {
+                print_result(r);
+                outln!();
+            }
+            PassOutcome::NotStarted(f) => match (&f.tenant, f.position) {
+                (Some(t), _) => outln!("Pass for {t} did not start: {}\n", f.error),
+                (None, Some(_)) => outln!("A pass did not start: {}\n", f.error),
+                (None, None) if f.kind.is_bad_input() => {
+                    outln!("Not swept: {}\n", f.error)
+                }
+                (None, None) => outln!(
+                    "Pass for the tenantless entities did not start: {}\n",
+                    f.error
+                ),
+            },
+            _ => {}
+        }
+    }
 }
 
 /// `cohort erase`'s arguments.
