@@ -124,6 +124,8 @@ pub(super) const HOLD_HEADERS: [&str; 7] = [
     "REASON",
 ];
 
+/// `cohort holds`: places, lists or releases holds, printed as a table
+/// or as JSON.
 pub(crate) async fn holds(cohort: &Cohort, json: bool, cmd: &HoldsCommand) -> Result<(), Failure> {
     match cmd {
         HoldsCommand::Create {
@@ -155,19 +157,7 @@ pub(crate) async fn holds(cohort: &Cohort, json: bool, cmd: &HoldsCommand) -> Re
             if let Some(id) = hold_id {
                 req = req.hold_id(*id);
             }
-            let hold = cohort.create_hold(req).await?;
-            if json {
-                print_json(&with_record_arrays(
-                    &*cohort.ready().await?,
-                    serde_json::to_value(&hold).expect("hold serialises"),
-                ));
-            } else {
-                outln!("Hold {} placed.\n", hold.hold_id);
-                outln!(
-                    "{}",
-                    table(&HOLD_HEADERS, &hold_rows(cohort, &[hold]).await?)
-                );
-            }
+            create(cohort, json, req).await
         }
         HoldsCommand::List {
             entity,
@@ -181,31 +171,69 @@ pub(crate) async fn holds(cohort: &Cohort, json: bool, cmd: &HoldsCommand) -> Re
             if let Some(t) = tenant {
                 filter = filter.tenant(t);
             }
-            let holds = cohort.list_holds(&filter).await?;
-            if json {
-                print_json(&with_record_arrays(
-                    &*cohort.ready().await?,
-                    serde_json::to_value(&holds).expect("holds serialise"),
-                ));
-            } else {
-                outln!(
-                    "{}",
-                    table(&HOLD_HEADERS, &hold_rows(cohort, &holds).await?)
-                );
-            }
+            list(cohort, json, &filter).await
         }
-        HoldsCommand::Release { hold_id } => {
-            let hold_id = cohort.find_hold(hold_id).await?;
-            let hold = cohort.release_hold(hold_id).await?;
-            if json {
-                print_json(&with_record_arrays(
-                    &*cohort.ready().await?,
-                    serde_json::to_value(&hold).expect("hold serialises"),
-                ));
-            } else {
-                outln!("Hold {} released.", hold.hold_id);
-            }
-        }
+        HoldsCommand::Release { hold_id } => release(cohort, json, hold_id).await,
     }
+}
+
+/// Prints holds as JSON, each record id as its entity's key reads it
+/// ([`with_record_arrays`]).
+async fn print_holds_json(cohort: &Cohort, holds: serde_json::Value) -> Result<(), Failure> {
+    print_json(&with_record_arrays(&*cohort.ready().await?, holds));
     Ok(())
+}
+
+/// `cohort holds create`: places the hold and prints it.
+async fn create(cohort: &Cohort, json: bool, req: HoldRequest) -> Result<(), Failure> {
+    let hold = cohort.create_hold(req).await?;
+    if json {
+        print_holds_json(
+            cohort,
+            serde_json::to_value(&hold).expect("hold serialises"),
+        )
+        .await
+    } else {
+        outln!("Hold {} placed.\n", hold.hold_id);
+        outln!(
+            "{}",
+            table(&HOLD_HEADERS, &hold_rows(cohort, &[hold]).await?)
+        );
+        Ok(())
+    }
+}
+
+/// `cohort holds list`: the holds the filter keeps.
+async fn list(cohort: &Cohort, json: bool, filter: &HoldFilter) -> Result<(), Failure> {
+    let holds = cohort.list_holds(filter).await?;
+    if json {
+        print_holds_json(
+            cohort,
+            serde_json::to_value(&holds).expect("holds serialise"),
+        )
+        .await
+    } else {
+        outln!(
+            "{}",
+            table(&HOLD_HEADERS, &hold_rows(cohort, &holds).await?)
+        );
+        Ok(())
+    }
+}
+
+/// `cohort holds release`: releases the hold (its id or a unique prefix)
+/// now.
+async fn release(cohort: &Cohort, json: bool, hold_id: &str) -> Result<(), Failure> {
+    let hold_id = cohort.find_hold(hold_id).await?;
+    let hold = cohort.release_hold(hold_id).await?;
+    if json {
+        print_holds_json(
+            cohort,
+            serde_json::to_value(&hold).expect("hold serialises"),
+        )
+        .await
+    } else {
+        outln!("Hold {} released.", hold.hold_id);
+        Ok(())
+    }
 }
