@@ -17,6 +17,13 @@ pub(crate) struct ServerInfo {
     pub(crate) version: String,
 }
 
+/// Column type families Cohort accepts per role (base `typname`s).
+pub(super) const TEXT_TYPES: &[&str] = &["text", "varchar", "bpchar", "citext"];
+/// The base types of a record key, a tenant or an erasure subject.
+pub(super) const KEY_TYPES: &[&str] = &[
+    "uuid", "int2", "int4", "int8", "text", "varchar", "bpchar", "citext",
+];
+
 /// A column as the catalog reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ColumnInfo {
