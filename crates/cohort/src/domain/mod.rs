@@ -8,6 +8,7 @@ pub mod journal;
 pub mod model;
 pub mod observer;
 pub(crate) mod outcome;
+pub(crate) mod request_rules;
 pub mod rules;
 pub(crate) mod schedule;
 pub mod settings;

@@ -46,6 +46,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "domain/outcome",
             "domain/erasure",
             "domain/erasure_requests",
+            "domain/request_rules",
             "domain/journal",
             "domain/chain",
             "domain/settings",
@@ -683,10 +684,6 @@ fn no_sql_text_outside_sql_and_schema() {
     );
 }
 
-/// docs/architecture.md draws the same picture: its `crates/cohort/src/`
-/// block has one section per layer, in this order (a section starts with
-/// the layer's first word, or its folder: `sql/`), and each section names
-/// every module of its layer (`name.rs` or `name/`).
 #[test]
 fn no_statement_of_an_entity_plan_is_bound_outside_sql() {
     // A plan's statements number their parameters in `sql/`; their
@@ -735,6 +732,10 @@ fn no_statement_of_an_entity_plan_is_bound_outside_sql() {
     );
 }
 
+/// docs/architecture.md draws the same picture: its `crates/cohort/src/`
+/// block has one section per layer, in this order (a section starts with
+/// the layer's first word, or its folder: `sql/`), and each section names
+/// every module of its layer (`name.rs` or `name/`).
 #[test]
 fn the_architecture_page_draws_these_layers() {
     let page = std::fs::read_to_string(
