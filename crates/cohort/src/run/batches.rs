@@ -81,7 +81,44 @@ struct Loop<'l, 'w> {
     change: Change,
 }
 
-impl<'l> Loop<'l, '_> {
+impl<'l, 'w> Loop<'l, 'w> {
+    /// The loop of `work` on `lane`.
+    fn new(ctx: &'l RunCtx<'l>, work: &'l Work<'w>, lane: &'l Lane<'l>) -> Self {
+        let e = work.entity;
+        let handlers = ctx.cx.handlers.get(&e.id).filter(|h| !h.is_empty());
+        let plan = &ctx.ready.plans[&e.id];
+        Loop {
+            ctx,
+            work,
+            lane,
+            plan,
+            strategy: work.rule.strategy(),
+            key_type: ctx.ready.model.facts[&e.id].record,
+            handlers,
+            wants_ids: work.rule.audit() == AuditDetail::PerRow || handlers.is_some(),
+            change: Change::of(
+                work.rule.strategy(),
+                &plan.values,
+                ctx.run_id,
+                work.literals.clone(),
+                ctx.spec.now,
+            ),
+        }
+    }
+
+    /// `"auto"`: each batch's limit from the time of the ones before,
+    /// smaller when the rows are read into the process.
+    fn sizer(&self) -> Option<Sizer> {
+        let loaded = self.handlers.is_some() || self.plan.values.computes_per_row(self.strategy);
+        self.work.auto_batch.then(|| {
+            Sizer::new(if loaded {
+                AUTO_BATCH_MAX_LOADED
+            } else {
+                AUTO_BATCH_MAX
+            })
+        })
+    }
+
     /// The row details the batch's statements write, when wanted.
     fn audit(&self) -> Option<Audit<'l>> {
         self.wants_ids.then(|| Audit {
@@ -104,25 +141,7 @@ pub(super) async fn batches(
     out: &mut EntityOutcome,
     lane: &Lane<'_>,
 ) -> std::result::Result<Progress, Stop> {
-    let e = work.entity;
-    let handlers = ctx.cx.handlers.get(&e.id).filter(|h| !h.is_empty());
-    let l = Loop {
-        ctx,
-        work,
-        lane,
-        plan: &ctx.ready.plans[&e.id],
-        strategy: work.rule.strategy(),
-        key_type: ctx.ready.model.facts[&e.id].record,
-        handlers,
-        wants_ids: work.rule.audit() == AuditDetail::PerRow || handlers.is_some(),
-        change: Change::of(
-            work.rule.strategy(),
-            &ctx.ready.plans[&e.id].values,
-            ctx.run_id,
-            work.literals.clone(),
-            ctx.spec.now,
-        ),
-    };
+    let l = Loop::new(ctx, work, lane);
     // Each batch continues after the previous one's last row, so no batch
     // walks again past the rows earlier ones finished (anonymised or
     // flagged rows stay in the anchor index range). Rows passed over
@@ -131,43 +150,10 @@ pub(super) async fn batches(
     // nothing about them is carried from batch to batch. A key range
     // starts after the previous range's last row.
     let mut cursor: Option<Cursor> = lane.after.clone().map(|(anchor, key)| (Some(anchor), key));
-    // `"auto"`: each batch's limit from the time of the ones before,
-    // smaller when the rows are read into the process.
-    let mut sizer = work.auto_batch.then(|| {
-        Sizer::new(
-            if handlers.is_some() || l.plan.values.computes_per_row(l.strategy) {
-                AUTO_BATCH_MAX_LOADED
-            } else {
-                AUTO_BATCH_MAX
-            },
-        )
-    });
+    let mut sizer = l.sizer();
     loop {
-        if ctx.spec.cancel.is_cancelled() {
-            return Err(Stop::Cancelled);
-        }
-        if lane.halt.is_some_and(|h| h.load(Ordering::SeqCst)) {
-            // Another range failed; the entity reports its failure.
-            return Ok(Progress::Stalled);
-        }
-        // Paused, or paced: asked between batches, never inside one.
-        if let Some(throttle) = lane.throttle {
-            match throttle
-                .before_batch(conn, &ctx.spec.cancel)
-                .await
-                .map_err(stop_from)?
-            {
-                Gate::Go => {}
-                Gate::Paused => return Ok(Progress::Paused),
-                Gate::Cancelled => return Err(Stop::Cancelled),
-                Gate::Refused(why) => {
-                    return Err(Stop::Entity(crate::base::diagnostic::Diagnostic::capture(
-                        "pacing",
-                        Some("replica_lag_unreadable".into()),
-                        &why,
-                    )))
-                }
-            }
+        if let Some(progress) = before_batch(ctx, lane, conn).await? {
+            return Ok(progress);
         }
         let started = std::time::Instant::now();
         let limit = sizer
@@ -191,6 +177,40 @@ pub(super) async fn batches(
                 }
             }
         }
+    }
+}
+
+/// What is asked between batches, never inside one: the run cancelled,
+/// another range failed, the entity paused or paced. `Some` ends the
+/// loop with that progress.
+async fn before_batch(
+    ctx: &RunCtx<'_>,
+    lane: &Lane<'_>,
+    conn: &mut PgConnection,
+) -> std::result::Result<Option<Progress>, Stop> {
+    if ctx.spec.cancel.is_cancelled() {
+        return Err(Stop::Cancelled);
+    }
+    if lane.halt.is_some_and(|h| h.load(Ordering::SeqCst)) {
+        // Another range failed; the entity reports its failure.
+        return Ok(Some(Progress::Stalled));
+    }
+    let Some(throttle) = lane.throttle else {
+        return Ok(None);
+    };
+    match throttle
+        .before_batch(conn, &ctx.spec.cancel)
+        .await
+        .map_err(stop_from)?
+    {
+        Gate::Go => Ok(None),
+        Gate::Paused => Ok(Some(Progress::Paused)),
+        Gate::Cancelled => Err(Stop::Cancelled),
+        Gate::Refused(why) => Err(Stop::Entity(crate::base::diagnostic::Diagnostic::capture(
+            "pacing",
+            Some("replica_lag_unreadable".into()),
+            &why,
+        ))),
     }
 }
 
