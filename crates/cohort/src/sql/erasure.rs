@@ -274,7 +274,20 @@ fn counts(r: &Parts<'_>) -> SqlText {
             counts.push("0::int8 AS held_by_subject, ");
         }
     }
-    if let Some(cutoff) = p.cutoff {
+    legal_min_counts(&mut counts, e, p.cutoff);
+    counts
+        .push(" FROM ")
+        .table(table)
+        .push(" t WHERE $2::int8 IS NOT NULL")
+        .append(&p.tenant_and_subjects(e, casts, subjects))
+        .append(done);
+    counts
+}
+
+/// The counts' last columns: rows with a NULL anchor, rows kept by the
+/// legal minimum (`cutoff`) and the oldest of them; zeros without one.
+fn legal_min_counts(counts: &mut SqlText, e: &EntityDescriptor, cutoff: Option<usize>) {
+    if let Some(cutoff) = cutoff {
         counts
             .push("pg_catalog.count(*) FILTER (WHERE ")
             .col(&e.anchor)
@@ -295,11 +308,4 @@ fn counts(r: &Parts<'_>) -> SqlText {
              NULL::timestamptz AS legal_min_oldest",
         );
     }
-    counts
-        .push(" FROM ")
-        .table(table)
-        .push(" t WHERE $2::int8 IS NOT NULL")
-        .append(&p.tenant_and_subjects(e, casts, subjects))
-        .append(done);
-    counts
 }

@@ -21,8 +21,8 @@ use std::path::{Path, PathBuf};
 /// for a folder (`base/`, `domain/`, …) is that folder: its modules are
 /// `folder/module`, and the folder holds no other layer's module
 /// (`every_folder_is_one_layer`). The root keeps `lib.rs`, the facade's
-/// `cohort.rs` and `sea_orm.rs`, `error.rs` (a leaf) and `config.rs`
-/// (loading).
+/// `cohort.rs` and `sea_orm.rs` and `error.rs` (a leaf); `config/` and
+/// `policy/` are the loading layer's two folders.
 const LAYERS: &[(&str, &[&str])] = &[
     (
         "base/ (leaves)",

@@ -2,9 +2,9 @@
 //! a TOML file and from `COHORT_…` environment variables (environment wins
 //! over the file; code can build it directly).
 //!
-//! Why one file of about 640 lines: it is the one place every setting, its
-//! default, its range and its environment name are declared (about 110 of
-//! the lines are its unit tests); split, a setting's parts would live apart.
+//! [`CohortConfig`] and its checks are here; the batch size and
+//! parallelism in `batch.rs`, the dispatcher's and the pruner's settings in
+//! `services.rs`, the `COHORT_…` environment names in `env.rs`.
 
 use std::time::Duration;
 
@@ -15,358 +15,25 @@ use crate::domain::model::Conventions;
 use crate::domain::rules::Period;
 use crate::error::{Error, Problems, Result};
 
-/// Default batch size of sweeps and erasure.
-pub const DEFAULT_SWEEP_BATCH_SIZE: u32 = 5000;
-/// Largest accepted sweep batch size.
-pub const MAX_SWEEP_BATCH_SIZE: u32 = 100_000;
-/// Rows per sweep batch: a fixed number, or `"auto"`.
-///
-/// `Auto` sizes each batch of a sweep from the ones before it: it starts at
-/// [`DEFAULT_SWEEP_BATCH_SIZE`] and aims every full batch at about
-/// [`AUTO_BATCH_TARGET`] from its start to its commit, growing at most
-/// twofold and shrinking at most fourfold from one batch to the next, within
-/// [`AUTO_BATCH_MIN`]..=[`AUTO_BATCH_MAX`] (at most
-/// [`AUTO_BATCH_MAX_LOADED`] when the batch's rows are read into the
-/// process, for row handlers or values computed in Rust). The size each
-/// entity ended on is recorded in the ledger (`sweep_run_entity_summary.batch_size`,
-/// [`EntityOutcome::batch_size`](crate::EntityOutcome::batch_size)).
-/// Erasures and the other uses of the batch size take the first size.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BatchSize {
-    /// Every batch locks at most this many rows (1..=100000).
-    Fixed(u32),
-    /// Sized from the measured time of the batches before.
-    Auto,
-}
+mod batch;
+mod env;
+mod services;
 
-/// Where `sweep_batch_size = "auto"` starts and what it aims each batch at.
-pub const AUTO_BATCH_TARGET: Duration = Duration::from_millis(500);
-/// The smallest batch `"auto"` chooses.
-pub const AUTO_BATCH_MIN: u32 = 500;
-/// The largest batch `"auto"` chooses.
-pub const AUTO_BATCH_MAX: u32 = MAX_SWEEP_BATCH_SIZE;
-/// The largest batch `"auto"` chooses when the rows are read into the
-/// process (row handlers, custom anonymisers, hashed columns): memory
-/// grows with the batch there.
-pub const AUTO_BATCH_MAX_LOADED: u32 = 10_000;
-
-impl BatchSize {
-    /// The size of a first batch (`Auto`: [`DEFAULT_SWEEP_BATCH_SIZE`]).
-    pub fn first(self) -> u32 {
-        match self {
-            BatchSize::Fixed(n) => n,
-            BatchSize::Auto => DEFAULT_SWEEP_BATCH_SIZE,
-        }
-    }
-
-    /// Whether batches are sized from their measured time.
-    pub fn is_auto(self) -> bool {
-        self == BatchSize::Auto
-    }
-}
-
-impl From<u32> for BatchSize {
-    fn from(n: u32) -> Self {
-        BatchSize::Fixed(n)
-    }
-}
-
-impl std::fmt::Display for BatchSize {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            BatchSize::Fixed(n) => write!(f, "{n}"),
-            BatchSize::Auto => f.write_str("auto"),
-        }
-    }
-}
-
-impl std::str::FromStr for BatchSize {
-    type Err = String;
-
-    fn from_str(s: &str) -> std::result::Result<Self, String> {
-        let s = s.trim();
-        if s == "auto" {
-            return Ok(BatchSize::Auto);
-        }
-        s.parse::<u32>()
-            .map(BatchSize::Fixed)
-            .map_err(|_| format!("{s:?} is neither a whole number of rows nor \"auto\""))
-    }
-}
-
-impl Serialize for BatchSize {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
-        match self {
-            BatchSize::Fixed(n) => s.serialize_u32(*n),
-            BatchSize::Auto => s.serialize_str("auto"),
-        }
-    }
-}
-
-impl<'de> Deserialize<'de> for BatchSize {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
-        struct Visitor;
-        impl serde::de::Visitor<'_> for Visitor {
-            type Value = BatchSize;
-
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("a whole number of rows (1..=100000) or \"auto\"")
-            }
-
-            fn visit_i64<E: serde::de::Error>(self, v: i64) -> std::result::Result<BatchSize, E> {
-                u32::try_from(v).map(BatchSize::Fixed).map_err(|_| {
-                    E::custom(format!(
-                        "sweep_batch_size = {v} is out of range 1..={MAX_SWEEP_BATCH_SIZE}"
-                    ))
-                })
-            }
-
-            fn visit_u64<E: serde::de::Error>(self, v: u64) -> std::result::Result<BatchSize, E> {
-                u32::try_from(v).map(BatchSize::Fixed).map_err(|_| {
-                    E::custom(format!(
-                        "sweep_batch_size = {v} is out of range 1..={MAX_SWEEP_BATCH_SIZE}"
-                    ))
-                })
-            }
-
-            fn visit_str<E: serde::de::Error>(self, v: &str) -> std::result::Result<BatchSize, E> {
-                match v {
-                    "auto" => Ok(BatchSize::Auto),
-                    other => Err(E::custom(format!(
-                        "sweep_batch_size = {other:?}: expected a whole number of rows or \"auto\""
-                    ))),
-                }
-            }
-        }
-        d.deserialize_any(Visitor)
-    }
-}
-
-/// Default connections one entity is swept on at once (one: the run's own).
-pub const DEFAULT_SWEEP_PARALLELISM: u32 = 1;
-/// Largest accepted sweep parallelism (the pool must also be able to serve
-/// it: validation checks that against the pool's size).
-pub const MAX_SWEEP_PARALLELISM: u32 = 64;
-
-/// Default seconds between the dispatcher's polls for due work.
-pub const DEFAULT_DISPATCH_POLL_INTERVAL_SECS: i64 = 10;
-/// Default rows the dispatcher claims per poll.
-pub const DEFAULT_DISPATCH_BATCH_SIZE: u32 = 50;
-/// Largest accepted dispatch batch.
-pub const MAX_DISPATCH_BATCH_SIZE: u32 = 10_000;
-/// Default deliveries at once.
-pub const DEFAULT_DISPATCH_MAX_PARALLELISM: u32 = 4;
-/// Largest accepted number of deliveries at once.
-pub const MAX_DISPATCH_MAX_PARALLELISM: u32 = 256;
-/// Default attempts before a delivery is dead-lettered.
-pub const DEFAULT_DISPATCH_MAX_ATTEMPTS: u32 = 10;
-/// Largest accepted number of attempts.
-pub const MAX_DISPATCH_MAX_ATTEMPTS: u32 = 1_000;
-/// Default first retry delay in seconds (it doubles per attempt).
-pub const DEFAULT_DISPATCH_BASE_BACKOFF_SECS: i64 = 1;
-/// Default seconds a claim lasts before the work may be reclaimed.
-pub const DEFAULT_DISPATCH_CLAIM_TIMEOUT_SECS: i64 = 300;
-/// Default seconds a run may stay started before it is recovered.
-pub const DEFAULT_SETTLE_TIMEOUT_SECS: i64 = 3600;
-/// Default seconds after which captured payloads are scrubbed (30 days).
-pub const DEFAULT_PAYLOAD_RETENTION_SECS: i64 = 30 * 86_400;
-/// Default seconds between background pruning passes.
-pub const DEFAULT_PRUNE_INTERVAL_SECS: i64 = 3600;
-
-/// Row-handler dispatcher settings (SPEC §8). Defaults: poll 10 s, batch 50
-/// (1..=10000), parallelism 4 (1..=256), attempts 10 (1..=1000), base
-/// backoff 1 s, claim time-out 5 min, settle time-out 1 h, payload retention 30 d.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct DispatchConfig {
-    /// How often the dispatcher polls for due work.
-    pub poll_interval: Period,
-    /// Rows claimed per poll.
-    pub batch_size: u32,
-    /// Rows delivered at once.
-    pub max_parallelism: u32,
-    /// Attempts before dead-lettering.
-    pub max_attempts: u32,
-    /// First retry delay; doubles per attempt.
-    pub base_backoff: Period,
-    /// How long a claim lasts before it may be reclaimed.
-    pub claim_timeout: Period,
-    /// How long a run may stay Started before it is recovered as Failed.
-    pub settle_timeout: Period,
-    /// Backstop age after which captured payloads are scrubbed.
-    pub payload_retention: Period,
-}
-
-impl Default for DispatchConfig {
-    fn default() -> Self {
-        Self {
-            poll_interval: secs(DEFAULT_DISPATCH_POLL_INTERVAL_SECS),
-            batch_size: DEFAULT_DISPATCH_BATCH_SIZE,
-            max_parallelism: DEFAULT_DISPATCH_MAX_PARALLELISM,
-            max_attempts: DEFAULT_DISPATCH_MAX_ATTEMPTS,
-            base_backoff: secs(DEFAULT_DISPATCH_BASE_BACKOFF_SECS),
-            claim_timeout: secs(DEFAULT_DISPATCH_CLAIM_TIMEOUT_SECS),
-            settle_timeout: secs(DEFAULT_SETTLE_TIMEOUT_SECS),
-            payload_retention: secs(DEFAULT_PAYLOAD_RETENTION_SECS),
-        }
-    }
-}
-
-impl DispatchConfig {
-    /// Every problem of these settings (the one place they are checked:
-    /// [`CohortConfig::validate`] and the dispatcher's constructor both
-    /// ask).
-    pub(crate) fn problems(&self) -> Vec<String> {
-        let mut problems = Vec::new();
-        for (name, value, max) in [
-            (
-                "dispatch.batch_size",
-                self.batch_size,
-                MAX_DISPATCH_BATCH_SIZE,
-            ),
-            (
-                "dispatch.max_parallelism",
-                self.max_parallelism,
-                MAX_DISPATCH_MAX_PARALLELISM,
-            ),
-            (
-                "dispatch.max_attempts",
-                self.max_attempts,
-                MAX_DISPATCH_MAX_ATTEMPTS,
-            ),
-        ] {
-            if !(1..=max).contains(&value) {
-                problems.push(format!("{name} = {value} is out of range 1..={max}"));
-            }
-        }
-        // Settings that measure elapsed time: positive, of fixed length
-        // (calendar units have none).
-        for (name, p) in [
-            ("dispatch.poll_interval", self.poll_interval),
-            ("dispatch.base_backoff", self.base_backoff),
-            ("dispatch.claim_timeout", self.claim_timeout),
-            ("dispatch.settle_timeout", self.settle_timeout),
-            ("dispatch.payload_retention", self.payload_retention),
-        ] {
-            if p.is_zero() {
-                problems.push(format!("{name} must be greater than zero"));
-            }
-            if let Err(e) = p.require_fixed() {
-                problems.push(format!("{name}: {e}"));
-            }
-        }
-        problems
-    }
-}
-
-fn secs(n: i64) -> Period {
-    Period::from_seconds(n).expect("constant in range")
-}
-
-/// Default rows per pruning batch.
-pub const DEFAULT_PRUNE_BATCH_SIZE: u32 = 1000;
-/// Largest accepted pruning batch.
-pub const MAX_PRUNE_BATCH_SIZE: u32 = 100_000;
-
-/// History-pruner settings; nothing is pruned unless a limit is set.
-/// Defaults: batch 1000 (1..=100000), a pass every hour.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct PruneConfig {
-    /// Shorthand for both run limits below (what older configurations
-    /// set): delete settled runs, with their summaries and details, older
-    /// than this. Refused together with either of them.
-    pub runs_older_than: Option<Period>,
-    /// Delete runs that succeeded, settled longer ago than this.
-    pub succeeded_runs_older_than: Option<Period>,
-    /// Delete runs that failed, partially failed or were cancelled,
-    /// settled longer ago than this (keep them longer than successes: they
-    /// are what an investigation reads).
-    pub failed_runs_older_than: Option<Period>,
-    /// Delete released or expired holds inactive for longer than this.
-    pub inactive_holds_older_than: Option<Period>,
-    /// Runs (or holds) deleted per transaction.
-    pub batch_size: u32,
-    /// How often the background pruner runs a pass.
-    pub interval: Period,
-}
-
-impl PruneConfig {
-    /// The limit of runs that succeeded: its own, else `runs_older_than`.
-    pub fn succeeded_runs(&self) -> Option<Period> {
-        self.succeeded_runs_older_than.or(self.runs_older_than)
-    }
-
-    /// The limit of runs that failed, partially failed or were cancelled:
-    /// its own, else `runs_older_than`.
-    pub fn failed_runs(&self) -> Option<Period> {
-        self.failed_runs_older_than.or(self.runs_older_than)
-    }
-
-    /// Whether any limit is set.
-    pub fn prunes_anything(&self) -> bool {
-        self.succeeded_runs().is_some()
-            || self.failed_runs().is_some()
-            || self.inactive_holds_older_than.is_some()
-    }
-
-    /// Every problem of these settings (the one place they are checked:
-    /// [`CohortConfig::validate`] and the pruner's constructor both ask).
-    pub(crate) fn problems(&self) -> Vec<String> {
-        let mut problems = Vec::new();
-        if !(1..=MAX_PRUNE_BATCH_SIZE).contains(&self.batch_size) {
-            problems.push(format!(
-                "prune.batch_size = {} is out of range 1..={MAX_PRUNE_BATCH_SIZE}",
-                self.batch_size
-            ));
-        }
-        if self.interval.is_zero() {
-            problems.push("prune.interval must be greater than zero".into());
-        }
-        if let Err(e) = self.interval.require_fixed() {
-            problems.push(format!("prune.interval: {e}"));
-        }
-        if self.runs_older_than.is_some()
-            && (self.succeeded_runs_older_than.is_some() || self.failed_runs_older_than.is_some())
-        {
-            problems.push(
-                "prune.runs_older_than sets both run limits, so it cannot be combined with prune.succeeded_runs_older_than or prune.failed_runs_older_than: replace it with the two of them".into(),
-            );
-        }
-        for (name, p) in [
-            ("prune.runs_older_than", self.runs_older_than),
-            (
-                "prune.succeeded_runs_older_than",
-                self.succeeded_runs_older_than,
-            ),
-            ("prune.failed_runs_older_than", self.failed_runs_older_than),
-            (
-                "prune.inactive_holds_older_than",
-                self.inactive_holds_older_than,
-            ),
-        ] {
-            if p.is_some_and(|p| p.is_zero()) {
-                problems.push(format!(
-                    "{name} must be greater than zero (leave it out to keep history forever)"
-                ));
-            }
-        }
-        problems
-    }
-}
-
-impl Default for PruneConfig {
-    fn default() -> Self {
-        Self {
-            runs_older_than: None,
-            succeeded_runs_older_than: None,
-            failed_runs_older_than: None,
-            inactive_holds_older_than: None,
-            batch_size: DEFAULT_PRUNE_BATCH_SIZE,
-            interval: secs(DEFAULT_PRUNE_INTERVAL_SECS),
-        }
-    }
-}
+pub(crate) use batch::check_sweep_parallelism;
+pub use batch::{
+    BatchSize, AUTO_BATCH_MAX, AUTO_BATCH_MAX_LOADED, AUTO_BATCH_MIN, AUTO_BATCH_TARGET,
+    DEFAULT_SWEEP_BATCH_SIZE, DEFAULT_SWEEP_PARALLELISM, MAX_SWEEP_BATCH_SIZE,
+    MAX_SWEEP_PARALLELISM,
+};
+use services::secs;
+pub use services::{
+    DispatchConfig, PruneConfig, DEFAULT_DISPATCH_BASE_BACKOFF_SECS, DEFAULT_DISPATCH_BATCH_SIZE,
+    DEFAULT_DISPATCH_CLAIM_TIMEOUT_SECS, DEFAULT_DISPATCH_MAX_ATTEMPTS,
+    DEFAULT_DISPATCH_MAX_PARALLELISM, DEFAULT_DISPATCH_POLL_INTERVAL_SECS,
+    DEFAULT_PAYLOAD_RETENTION_SECS, DEFAULT_PRUNE_BATCH_SIZE, DEFAULT_PRUNE_INTERVAL_SECS,
+    DEFAULT_SETTLE_TIMEOUT_SECS, MAX_DISPATCH_BATCH_SIZE, MAX_DISPATCH_MAX_ATTEMPTS,
+    MAX_DISPATCH_MAX_PARALLELISM, MAX_PRUNE_BATCH_SIZE,
+};
 
 /// Cohort's settings. Build in code, or load with [`CohortConfig::from_toml`]
 /// and [`CohortConfig::apply_env`]; check with [`CohortConfig::validate`]
@@ -542,18 +209,6 @@ pub(crate) fn toml_problem(text: &str, e: &toml::de::Error) -> String {
     }
 }
 
-/// Checks a sweep parallelism against its range (`1..=64`); the error
-/// reads after `sweep_parallelism = `.
-pub(crate) fn check_sweep_parallelism(n: u32) -> std::result::Result<(), String> {
-    if (1..=MAX_SWEEP_PARALLELISM).contains(&n) {
-        Ok(())
-    } else {
-        Err(format!(
-            "{n} is out of range 1..={MAX_SWEEP_PARALLELISM} (1 sweeps on the run's own connection)"
-        ))
-    }
-}
-
 /// The shortest accepted hash key, in bytes.
 pub const MIN_HASH_KEY_BYTES: usize = 16;
 
@@ -597,127 +252,9 @@ impl CohortConfig {
         self.default_table_schema.as_deref().unwrap_or("public")
     }
 
-    /// Overlays `COHORT_…` variables from `vars` (pass `std::env::vars()`):
-    /// `COHORT_SCHEMA`, `COHORT_SWEEP_BATCH_SIZE`, `COHORT_SWEEP_PARALLELISM`, `COHORT_SCHEDULE`,
-    /// `COHORT_DRY_RUN`, `COHORT_KILL_SWITCH`, `COHORT_OBSERVER_TIMEOUT`,
-    /// `COHORT_SHUTDOWN_GRACE_PERIOD`, `COHORT_PARTITION_LOCK_TIMEOUT`, `COHORT_HASH_KEY`,
-    /// `COHORT_DISPATCH__<FIELD>` (e.g. `COHORT_DISPATCH__BATCH_SIZE`),
-    /// `COHORT_PRUNE__<FIELD>` (e.g. `COHORT_PRUNE__RUNS_OLDER_THAN`).
-    /// Unknown `COHORT_` variables are errors, so typos do not pass silently.
-    pub fn apply_env(&mut self, vars: impl IntoIterator<Item = (String, String)>) -> Result<()> {
-        for (key, value) in vars {
-            let Some(name) = key.strip_prefix("COHORT_") else {
-                continue;
-            };
-            let bad = |what: &str| {
-                let shown = if name == "HASH_KEY" || name == "LEDGER_KEY" {
-                    "<redacted>"
-                } else {
-                    value.as_str()
-                };
-                Error::Config(Problems::one(format!("{key}={shown:?}: {what}")))
-            };
-            let int = || {
-                value
-                    .trim()
-                    .parse::<u32>()
-                    .map_err(|_| bad("expected a whole number"))
-            };
-            let period = || value.parse::<Period>().map_err(|e| bad(&e.to_string()));
-            let boolean = || match value.trim().to_ascii_lowercase().as_str() {
-                "1" | "true" | "yes" | "on" => Ok(true),
-                "0" | "false" | "no" | "off" => Ok(false),
-                _ => Err(bad("expected true or false")),
-            };
-            match name {
-                "SCHEMA" => self.schema = value.clone(),
-                "HASH_KEY" => self.hash_key = Some(HashKey::new(value.clone())),
-                "LEDGER_KEY" => {
-                    self.ledger_key = Some(
-                        crate::domain::chain::LedgerKey::from_hex(&value).map_err(|e| bad(&e))?,
-                    )
-                }
-                "SWEEP_BATCH_SIZE" => {
-                    self.sweep_batch_size = value.parse::<BatchSize>().map_err(|e| bad(&e))?
-                }
-                "SWEEP_PARALLELISM" => self.sweep_parallelism = int()?,
-                "SCHEDULE" => self.schedule = Some(value.clone()).filter(|s| !s.trim().is_empty()),
-                "DRY_RUN" => self.dry_run = boolean()?,
-                "KILL_SWITCH" => self.kill_switch = boolean()?,
-                "CDC_MARKER" => self.cdc_marker = boolean()?,
-                "VACUUM_AFTER" => {
-                    self.vacuum_after = value.parse::<VacuumAfter>().map_err(|e| bad(&e))?
-                }
-                "MAX_ROWS_PER_SECOND" => {
-                    self.max_rows_per_second = match value.trim() {
-                        "" => None,
-                        _ => Some(int()?),
-                    }
-                }
-                "MAX_REPLICA_LAG" => {
-                    self.max_replica_lag = match value.trim() {
-                        "" => None,
-                        _ => Some(period()?),
-                    }
-                }
-                "VACUUM_AFTER_ROWS" => {
-                    self.vacuum_after_rows = value
-                        .trim()
-                        .parse::<u64>()
-                        .map_err(|_| bad("expected a whole number"))?
-                }
-                "OBSERVER_TIMEOUT" => self.observer_timeout = period()?,
-                "SHUTDOWN_GRACE_PERIOD" => self.shutdown_grace_period = period()?,
-                "PARTITION_LOCK_TIMEOUT" => self.partition_lock_timeout = period()?,
-                "DISPATCH__POLL_INTERVAL" => self.dispatch.poll_interval = period()?,
-                "DISPATCH__BATCH_SIZE" => self.dispatch.batch_size = int()?,
-                "DISPATCH__MAX_PARALLELISM" => self.dispatch.max_parallelism = int()?,
-                "DISPATCH__MAX_ATTEMPTS" => self.dispatch.max_attempts = int()?,
-                "DISPATCH__BASE_BACKOFF" => self.dispatch.base_backoff = period()?,
-                "DISPATCH__CLAIM_TIMEOUT" => self.dispatch.claim_timeout = period()?,
-                "DISPATCH__SETTLE_TIMEOUT" => self.dispatch.settle_timeout = period()?,
-                "DISPATCH__PAYLOAD_RETENTION" => self.dispatch.payload_retention = period()?,
-                "PRUNE__RUNS_OLDER_THAN" => self.prune.runs_older_than = Some(period()?),
-                "PRUNE__SUCCEEDED_RUNS_OLDER_THAN" => {
-                    self.prune.succeeded_runs_older_than = Some(period()?)
-                }
-                "PRUNE__FAILED_RUNS_OLDER_THAN" => {
-                    self.prune.failed_runs_older_than = Some(period()?)
-                }
-                "PRUNE__INACTIVE_HOLDS_OLDER_THAN" => {
-                    self.prune.inactive_holds_older_than = Some(period()?)
-                }
-                "PRUNE__BATCH_SIZE" => self.prune.batch_size = int()?,
-                "PRUNE__INTERVAL" => self.prune.interval = period()?,
-                _ => {
-                    return Err(Error::Config(Problems::one(format!(
-                        "unknown setting {key}"
-                    ))))
-                }
-            }
-        }
-        Ok(())
-    }
-
     /// Checks every range; reports all problems at once.
     pub fn validate(&self) -> Result<()> {
-        let mut problems = Vec::new();
-        if let Err(e) = check_schema_name(&self.schema) {
-            problems.push(format!("schema: {e}"));
-        }
-        if let Some(s) = &self.default_table_schema {
-            if let Err(e) = check_schema_name(s) {
-                problems.push(format!("default_table_schema: {e}"));
-            }
-        }
-        if let Some(k) = &self.hash_key {
-            if k.expose().len() < MIN_HASH_KEY_BYTES {
-                problems.push(format!(
-                    "hash_key is {} bytes; a key shorter than {MIN_HASH_KEY_BYTES} bytes can be guessed",
-                    k.expose().len()
-                ));
-            }
-        }
+        let mut problems = self.name_and_key_problems();
         if let Some(lag) = self.max_replica_lag {
             if let Err(e) = lag.as_replica_lag() {
                 problems.push(format!("max_replica_lag = {lag}: {e}"));
@@ -734,11 +271,6 @@ impl CohortConfig {
                 "vacuum_after_rows = 0: at least 1 (a sweep that changed nothing leaves nothing to vacuum)"
                     .to_owned(),
             );
-        }
-        for table in &self.ignore_tables {
-            if let Err(e) = QualifiedName::parse(table, self.table_schema()) {
-                problems.push(format!("ignore_tables: {table:?}: {e}"));
-            }
         }
         let lock_timeout = self.partition_lock_timeout.as_seconds();
         if !(1..=600).contains(&lock_timeout) {
@@ -783,6 +315,33 @@ impl CohortConfig {
         } else {
             Err(Error::Config(Problems::global(problems)))
         }
+    }
+
+    /// The schemas and tables named, and the hash key's length.
+    fn name_and_key_problems(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        if let Err(e) = check_schema_name(&self.schema) {
+            problems.push(format!("schema: {e}"));
+        }
+        if let Some(s) = &self.default_table_schema {
+            if let Err(e) = check_schema_name(s) {
+                problems.push(format!("default_table_schema: {e}"));
+            }
+        }
+        if let Some(k) = &self.hash_key {
+            if k.expose().len() < MIN_HASH_KEY_BYTES {
+                problems.push(format!(
+                    "hash_key is {} bytes; a key shorter than {MIN_HASH_KEY_BYTES} bytes can be guessed",
+                    k.expose().len()
+                ));
+            }
+        }
+        for table in &self.ignore_tables {
+            if let Err(e) = QualifiedName::parse(table, self.table_schema()) {
+                problems.push(format!("ignore_tables: {table:?}: {e}"));
+            }
+        }
+        problems
     }
 
     /// Settings that are accepted but would do nothing as combined: one
