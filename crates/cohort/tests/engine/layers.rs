@@ -21,8 +21,8 @@ use std::path::{Path, PathBuf};
 /// for a folder (`base/`, `domain/`, …) is that folder: its modules are
 /// `folder/module`, and the folder holds no other layer's module
 /// (`every_folder_is_one_layer`). The root keeps `lib.rs`, the facade's
-/// `cohort.rs` and `sea_orm.rs` and `error.rs` (a leaf); `config/` and
-/// `policy/` are the loading layer's two folders.
+/// `sea_orm.rs` and `error.rs` (a leaf); the facade's `cohort/`, and
+/// `config/` and `policy/` (loading), are folders of one module each.
 const LAYERS: &[(&str, &[&str])] = &[
     (
         "base/ (leaves)",
