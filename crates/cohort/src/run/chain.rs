@@ -17,8 +17,7 @@ use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
 use sqlx::postgres::types::PgInterval;
-use sqlx::postgres::PgRow;
-use sqlx::{PgConnection, Row};
+use sqlx::PgConnection;
 use uuid::Uuid;
 
 use crate::domain::chain::{
@@ -36,68 +35,113 @@ fn micros(t: Option<DateTime<Utc>>) -> Option<i64> {
     t.map(chain::micros)
 }
 
-fn summary(r: &PgRow) -> Result<SummaryRecord, sqlx::Error> {
-    Ok(SummaryRecord {
-        summary_id: r.try_get("summary_id")?,
-        retention_entity_id: r.try_get("retention_entity_id")?,
-        entity_type: r.try_get("entity_type")?,
-        category: r.try_get("category")?,
-        tenant_id: r.try_get("tenant_id")?,
-        strategy: r.try_get("strategy")?,
-        stage: r.try_get("stage")?,
-        affected_count: r.try_get("affected_count")?,
-        held_count: r.try_get("held_count")?,
-        held_by_subject_count: r.try_get("held_by_subject_count")?,
-        skipped_count: r.try_get("skipped_count")?,
-        null_anchor_count: r.try_get("null_anchor_count")?,
-        kept_by_legal_min_count: r.try_get("kept_by_legal_min_count")?,
-        kept_by_policy_count: r.try_get("kept_by_policy_count")?,
-        cutoff: micros(r.try_get("cutoff")?),
-        resolved_period: interval(r.try_get("resolved_period")?),
-        legal_min: r
-            .try_get::<Option<PgInterval>, _>("legal_min")?
-            .map(interval),
-        rule_source: r.try_get("rule_source")?,
-        rule_reason: r.try_get("rule_reason")?,
-        error: r.try_get("error")?,
-        batch_size: r.try_get("batch_size")?,
-        note: r.try_get("note")?,
-        paused: r.try_get("paused")?,
-        throttled_ms: r.try_get("throttled_ms")?,
-        lag_waited_ms: r.try_get("lag_waited_ms")?,
-        dead_tuples_before: r.try_get("dead_tuples_before")?,
-        dead_tuples_after: r.try_get("dead_tuples_after")?,
-        table_bytes_before: r.try_get("table_bytes_before")?,
-        table_bytes_after: r.try_get("table_bytes_after")?,
-        vacuumed: r.try_get("vacuumed")?,
-    })
+fn summary(r: statements::SummaryRow) -> SummaryRecord {
+    let statements::SummaryRow {
+        summary_id,
+        run_id: _,
+        retention_entity_id,
+        entity_type,
+        category,
+        tenant_id,
+        strategy,
+        stage,
+        affected_count,
+        held_count,
+        held_by_subject_count,
+        skipped_count,
+        null_anchor_count,
+        kept_by_legal_min_count,
+        kept_by_policy_count,
+        cutoff,
+        resolved_period,
+        legal_min,
+        rule_source,
+        rule_reason,
+        error,
+        batch_size,
+        note,
+        paused,
+        throttled_ms,
+        lag_waited_ms,
+        dead_tuples_before,
+        dead_tuples_after,
+        table_bytes_before,
+        table_bytes_after,
+        vacuumed,
+    } = r;
+    SummaryRecord {
+        summary_id,
+        retention_entity_id,
+        entity_type,
+        category,
+        tenant_id,
+        strategy,
+        stage,
+        affected_count,
+        held_count,
+        held_by_subject_count,
+        skipped_count,
+        null_anchor_count,
+        kept_by_legal_min_count,
+        kept_by_policy_count,
+        cutoff: micros(cutoff),
+        resolved_period: interval(resolved_period),
+        legal_min: legal_min.map(interval),
+        rule_source,
+        rule_reason,
+        error,
+        batch_size,
+        note,
+        paused,
+        throttled_ms,
+        lag_waited_ms,
+        dead_tuples_before,
+        dead_tuples_after,
+        table_bytes_before,
+        table_bytes_after,
+        vacuumed,
+    }
 }
 
-fn run(
-    r: &PgRow,
-    summaries: Vec<SummaryRecord>,
-    details: DetailsDigest,
-) -> Result<RunRecord, sqlx::Error> {
-    Ok(RunRecord {
-        run_id: r.try_get("run_id")?,
-        kind: r.try_get("kind")?,
-        trigger: r.try_get("trigger")?,
-        dry_run: r.try_get("dry_run")?,
-        tenant_id: r.try_get("tenant_id")?,
-        status: r.try_get("status")?,
-        logical_now: chain::micros(r.try_get("logical_now")?),
-        started_at: chain::micros(r.try_get("started_at")?),
-        settled_at: micros(r.try_get("settled_at")?),
-        error: r.try_get("error")?,
-        failures: r.try_get("failures")?,
-        occurrence: micros(r.try_get("occurrence")?),
-        occurrence_pass: r.try_get("occurrence_pass")?,
-        occurrence_passes: r.try_get("occurrence_passes")?,
-        policy_fingerprint: r.try_get("policy_fingerprint")?,
-        erasure_subject_kind: r.try_get("erasure_subject_kind")?,
+fn run(r: statements::RunRow, summaries: Vec<SummaryRecord>, details: DetailsDigest) -> RunRecord {
+    let statements::RunRow {
+        run_id,
+        kind,
+        trigger,
+        dry_run,
+        tenant_id,
+        status,
+        logical_now,
+        started_at,
+        settled_at,
+        error,
+        failures,
+        occurrence,
+        occurrence_pass,
+        occurrence_passes,
+        policy_fingerprint,
+        erasure_subject_kind,
+    } = r;
+    RunRecord {
+        run_id,
+        kind,
+        trigger,
+        dry_run,
+        tenant_id,
+        status,
+        logical_now: chain::micros(logical_now),
+        started_at: chain::micros(started_at),
+        settled_at: micros(settled_at),
+        error,
+        failures,
+        occurrence: micros(occurrence),
+        occurrence_pass,
+        occurrence_passes,
+        policy_fingerprint,
+        erasure_subject_kind,
         summaries,
         details: Some(details),
-    })
+    }
 }
 
 /// A hold as read: its placing's record and, when released, the time.
@@ -106,45 +150,51 @@ pub(crate) struct HoldRows {
     pub(crate) released_at: Option<DateTime<Utc>>,
 }
 
-fn hold(r: &PgRow) -> Result<HoldRows, sqlx::Error> {
-    let hold_id: Uuid = r.try_get("hold_id")?;
-    let reason: String = r.try_get("reason")?;
-    let subject: Option<String> = r.try_get("subject_text")?;
-    let forms: [Option<String>; 3] = [
-        r.try_get("subject_citext")?,
-        r.try_get("subject_uuid")?,
-        r.try_get("subject_int")?,
-    ];
-    let forms = subject.as_ref().map(|_| {
-        let text = forms
+fn hold(r: statements::HoldRow) -> HoldRows {
+    let statements::HoldRow {
+        hold_id,
+        retention_entity_id,
+        record_id,
+        tenant_id,
+        reason,
+        created_at,
+        expires_at,
+        released_at,
+        subject_kind,
+        subject_text,
+        subject_citext,
+        subject_uuid,
+        subject_int,
+        journal_entry,
+        journal_hash,
+    } = r;
+    let forms = subject_text.as_ref().map(|_| {
+        let text = [subject_citext, subject_uuid, subject_int]
             .iter()
             .map(|f| f.as_deref().unwrap_or("\u{0}"))
             .collect::<Vec<_>>()
             .join("\n");
         chain::salted(hold_id, &text)
     });
-    Ok(HoldRows {
+    HoldRows {
         placed: HoldRecord {
             hold_id,
-            retention_entity_id: r.try_get("retention_entity_id")?,
-            record_id: r.try_get("record_id")?,
-            tenant_id: r.try_get("tenant_id")?,
+            retention_entity_id,
+            record_id,
+            tenant_id,
             reason: chain::salted(hold_id, &reason),
-            created_at: chain::micros(r.try_get("created_at")?),
-            expires_at: micros(r.try_get("expires_at")?),
-            subject_kind: r.try_get("subject_kind")?,
-            subject: subject.map(|s| chain::salted(hold_id, &s)),
+            created_at: chain::micros(created_at),
+            expires_at: micros(expires_at),
+            subject_kind,
+            subject: subject_text.map(|s| chain::salted(hold_id, &s)),
             forms,
-            journal: match (
-                r.try_get::<Option<i64>, _>("journal_entry")?,
-                r.try_get::<Option<String>, _>("journal_hash")?,
-            ) {
+            journal: match (journal_entry, journal_hash) {
                 (Some(seq), Some(hash)) => Some(format!("{seq}:{hash}")),
                 _ => None,
             },
         },
-        released_at: r.try_get("released_at")?,
-    })
+        released_at,
+    }
 }
 
 /// The runs of `ids` as records, with their summaries.
@@ -155,44 +205,36 @@ pub(crate) async fn read_runs(
 ) -> Result<HashMap<Uuid, RunRecord>, sqlx::Error> {
     let mut by_run: HashMap<Uuid, Vec<SummaryRecord>> = HashMap::new();
     for r in statements::summaries(schema, ids.to_vec())
-        .query()
+        .query_as::<statements::SummaryRow>()
         .fetch_all(&mut *conn)
         .await?
     {
-        by_run
-            .entry(r.try_get("run_id")?)
-            .or_default()
-            .push(summary(&r)?);
+        by_run.entry(r.run_id).or_default().push(summary(r));
     }
     let mut digests: HashMap<Uuid, DetailsDigest> = HashMap::new();
     for r in statements::details_digests(schema, ids.to_vec())
-        .query()
+        .query_as::<statements::DetailsRow>()
         .fetch_all(&mut *conn)
         .await?
     {
-        digests.insert(
-            r.try_get("run_id")?,
-            DetailsDigest {
-                rows: r.try_get("rows")?,
-                sha256: r.try_get("sha256")?,
-            },
-        );
+        let digest = DetailsDigest {
+            rows: r.rows,
+            sha256: r.sha256,
+        };
+        digests.insert(r.run_id, digest);
     }
     let mut out = HashMap::new();
     for r in statements::runs(schema, ids.to_vec())
-        .query()
+        .query_as::<statements::RunRow>()
         .fetch_all(&mut *conn)
         .await?
     {
-        let id: Uuid = r.try_get("run_id")?;
+        let id = r.run_id;
         let details = digests.remove(&id).unwrap_or_else(|| DetailsDigest {
             rows: 0,
             sha256: chain::digest(""),
         });
-        out.insert(
-            id,
-            run(&r, by_run.remove(&id).unwrap_or_default(), details)?,
-        );
+        out.insert(id, run(r, by_run.remove(&id).unwrap_or_default(), details));
     }
     Ok(out)
 }
@@ -203,16 +245,17 @@ pub(crate) async fn read_holds(
     schema: &str,
     ids: &[Uuid],
 ) -> Result<HashMap<Uuid, HoldRows>, sqlx::Error> {
-    let mut out = HashMap::new();
-    for r in statements::holds(schema, ids.to_vec())
-        .query()
+    let rows = statements::holds(schema, ids.to_vec())
+        .query_as::<statements::HoldRow>()
         .fetch_all(&mut *conn)
-        .await?
-    {
-        let h = hold(&r)?;
-        out.insert(h.placed.hold_id, h);
-    }
-    Ok(out)
+        .await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| {
+            let h = hold(r);
+            (h.placed.hold_id, h)
+        })
+        .collect())
 }
 
 /// Appends one link under the chain's lock; `conn` is inside a READ
@@ -251,7 +294,7 @@ async fn append(
             });
     };
     let head = statements::keyed_head(schema)
-        .query()
+        .query_as::<(i64, String, DateTime<Utc>)>()
         .fetch_optional(&mut *conn)
         .await?
         .ok_or_else(|| {
@@ -259,11 +302,7 @@ async fn append(
                 "the ledger's hash chain has no link to follow (its start link is gone): run `cohort verify`".into(),
             )
         })?;
-    let (head_id, prev, now): (i64, String, DateTime<Utc>) = (
-        head.try_get("link_id")?,
-        head.try_get("link")?,
-        head.try_get("now")?,
-    );
+    let (head_id, prev, now) = head;
     let link_id = head_id + 1;
     // The hash covers the time in microseconds, as stored.
     let linked_at = DateTime::<Utc>::from_timestamp_micros(chain::micros(now)).unwrap_or(now);
@@ -425,22 +464,21 @@ pub(crate) async fn read_request_events(
     schema: &str,
     ids: &[i64],
 ) -> Result<HashMap<i64, (Uuid, RequestEventPart)>, sqlx::Error> {
-    let mut out = HashMap::new();
-    for r in statements::request_events(schema, ids.to_vec())
-        .query()
+    let rows = statements::request_events(schema, ids.to_vec())
+        .query_as::<statements::RequestEventRow>()
         .fetch_all(&mut *conn)
-        .await?
-    {
-        let detail: String = r.try_get("detail")?;
+        .await?;
+    let mut out = HashMap::new();
+    for r in rows {
         let part = RequestEventPart {
-            event_id: r.try_get("event_id")?,
-            state: r.try_get("state")?,
-            at: chain::micros(r.try_get("at")?),
-            run_id: r.try_get("run_id")?,
-            detail: chain::digest(&detail),
-            recorded_by: r.try_get("recorded_by")?,
+            event_id: r.event_id,
+            state: r.state,
+            at: chain::micros(r.at),
+            run_id: r.run_id,
+            detail: chain::digest(&r.detail),
+            recorded_by: r.recorded_by,
         };
-        out.insert(part.event_id, (r.try_get("request_id")?, part));
+        out.insert(part.event_id, (r.request_id, part));
     }
     Ok(out)
 }
@@ -451,21 +489,21 @@ pub(crate) async fn read_requests(
     schema: &str,
     ids: &[Uuid],
 ) -> Result<HashMap<Uuid, RequestPart>, sqlx::Error> {
-    let mut out = HashMap::new();
-    for r in statements::requests(schema, ids.to_vec())
-        .query()
+    let rows = statements::requests(schema, ids.to_vec())
+        .query_as::<statements::RequestRow>()
         .fetch_all(&mut *conn)
-        .await?
-    {
+        .await?;
+    let mut out = HashMap::new();
+    for r in rows {
         let part = RequestPart {
-            request_id: r.try_get("request_id")?,
-            reference: r.try_get("reference")?,
-            tenant_id: r.try_get("tenant_id")?,
-            subject_hash: r.try_get("subject_hash")?,
-            state: r.try_get("state")?,
-            received_at: chain::micros(r.try_get("received_at")?),
-            due_at: chain::micros(r.try_get("due_at")?),
-            completed_at: micros(r.try_get("completed_at")?),
+            request_id: r.request_id,
+            reference: r.reference,
+            tenant_id: r.tenant_id,
+            subject_hash: r.subject_hash,
+            state: r.state,
+            received_at: chain::micros(r.received_at),
+            due_at: chain::micros(r.due_at),
+            completed_at: micros(r.completed_at),
         };
         out.insert(part.request_id, part);
     }

@@ -14,6 +14,48 @@ const COLUMNS: &str = "SELECT r.request_id, r.reference, r.tenant_id, r.subject_
      r.received_at, r.due_at, r.due_reason, r.attempted_at, r.resume_at, r.completed_at, \
      r.last_run_id, r.waiting, r.error FROM ";
 
+/// A request as every read returns it ([`COLUMNS`]).
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct RequestRow {
+    pub(crate) request_id: Uuid,
+    pub(crate) reference: String,
+    pub(crate) tenant_id: Option<String>,
+    pub(crate) subject_kind: Option<String>,
+    pub(crate) subject_text: Option<String>,
+    pub(crate) subject_hash: String,
+    pub(crate) allow_soft_delete: bool,
+    pub(crate) stage: Option<i32>,
+    pub(crate) note: Option<String>,
+    pub(crate) state: String,
+    pub(crate) received_at: DateTime<Utc>,
+    pub(crate) due_at: DateTime<Utc>,
+    pub(crate) due_reason: Option<String>,
+    pub(crate) attempted_at: Option<DateTime<Utc>>,
+    pub(crate) resume_at: Option<DateTime<Utc>>,
+    pub(crate) completed_at: Option<DateTime<Utc>>,
+    pub(crate) last_run_id: Option<Uuid>,
+    pub(crate) waiting: serde_json::Value,
+    pub(crate) error: Option<String>,
+}
+
+/// A line of a request's history as [`events`] returns it.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct EventRow {
+    pub(crate) state: String,
+    pub(crate) at: DateTime<Utc>,
+    pub(crate) run_id: Option<Uuid>,
+    pub(crate) detail: String,
+    pub(crate) recorded_by: String,
+}
+
+/// One state's requests as [`by_state`] counts them.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct StateCount {
+    pub(crate) state: String,
+    pub(crate) requests: i64,
+    pub(crate) overdue: i64,
+}
+
 /// A new request, in state `open`.
 #[derive(Debug)]
 pub(crate) struct Insert {

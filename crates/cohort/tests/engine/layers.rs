@@ -784,3 +784,100 @@ fn the_architecture_page_draws_these_layers() {
         "modules docs/architecture.md does not name in their layer: {missing:?}"
     );
 }
+
+/// Rows are decoded where their statements are written: `sql/`. Elsewhere
+/// a column read by name (`try_get("…")`, `.get("…")`) is a second place
+/// that must agree with the statement's text, and nothing makes it. The
+/// files below still decode rows; each may hold at most its count, a file
+/// not listed none. A count that drops must be lowered here too, so the
+/// list only shrinks (issue 56: typed rows).
+const ROWS_DECODED_OUTSIDE_SQL: &[(&str, usize)] = &[
+    ("base/ident.rs", 2),
+    ("context/settings.rs", 10),
+    ("domain/model/anonymise.rs", 1),
+    ("ops/dead_letters.rs", 16),
+    ("ops/guarded.rs", 3),
+    ("ops/history.rs", 50),
+    ("ops/holds/mod.rs", 11),
+    ("ops/holds/place.rs", 2),
+    ("ops/report/read.rs", 31),
+    ("ops/restore/mod.rs", 9),
+    ("ops/verify/mod.rs", 13),
+    ("run/capture.rs", 2),
+    ("run/counts.rs", 6),
+    ("run/health.rs", 2),
+    ("run/pacing.rs", 8),
+    ("run/partitions.rs", 11),
+    ("run/passes.rs", 9),
+    ("run/recorder.rs", 3),
+    ("schema/migrate.rs", 1),
+    ("sea_orm.rs", 5),
+    ("services/dispatcher/command.rs", 1),
+    ("services/dispatcher/mod.rs", 15),
+    ("services/rescuer.rs", 2),
+    ("validate/catalog.rs", 51),
+    ("validate/chain_key.rs", 2),
+    ("validate/partitions.rs", 3),
+];
+
+#[test]
+fn rows_are_decoded_in_sql_and_what_remains_elsewhere_only_shrinks() {
+    let mut files = Vec::new();
+    rust_files(&src_root(), &mut files);
+    files.sort();
+    let mut found: Vec<(String, usize)> = Vec::new();
+    for file in &files {
+        let rel = file
+            .strip_prefix(src_root())
+            .unwrap()
+            .to_string_lossy()
+            .replace('\\', "/");
+        if rel.starts_with("sql/") {
+            continue;
+        }
+        let text = production_text(&std::fs::read_to_string(file).expect("read source"));
+        let n = text.matches("try_get").count()
+            + text.matches(".get(\"").count()
+            + text.matches(".get::<").count();
+        if n > 0 {
+            found.push((rel, n));
+        }
+    }
+    // The scan sees decoding where it is: sql/ reads rows by name.
+    let in_sql = production_text(
+        &std::fs::read_to_string(src_root().join("sql/statement.rs"))
+            .expect("read sql/statement.rs"),
+    );
+    assert!(
+        in_sql.contains("try_get"),
+        "the scan does not see the decoding in sql/statement.rs"
+    );
+    let allowed: std::collections::BTreeMap<&str, usize> =
+        ROWS_DECODED_OUTSIDE_SQL.iter().copied().collect();
+    let mut wrong = Vec::new();
+    for (file, n) in &found {
+        match allowed.get(file.as_str()) {
+            Some(max) if n == max => {}
+            Some(max) if n < max => wrong.push(format!("{file}: {n}, lower its count from {max}")),
+            Some(max) => wrong.push(format!("{file}: {n} columns read by name, more than {max}")),
+            None => wrong.push(format!("{file}: {n} columns read by name, none allowed")),
+        }
+    }
+    for (file, max) in ROWS_DECODED_OUTSIDE_SQL {
+        if !found.iter().any(|(f, _)| f == file) {
+            wrong.push(format!(
+                "{file}: decodes no row now, remove it from the list (was {max})"
+            ));
+        }
+    }
+    let current: Vec<String> = found
+        .iter()
+        .map(|(f, n)| format!("    (\"{f}\", {n}),"))
+        .collect();
+    assert!(
+        wrong.is_empty(),
+        "rows decoded outside sql/:\n  {}\nthe list as it stands:\n{}",
+        wrong.join("\n  "),
+        current.join("\n")
+    );
+}

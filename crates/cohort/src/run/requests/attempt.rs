@@ -34,8 +34,11 @@ pub(crate) async fn attempt(
 ) -> Result<ErasureResult> {
     let schema = &cx.config.schema;
     let mut tx = cx.pool.begin_with(crate::sql::READ_COMMITTED).await?;
-    let row = sql::lock(schema, id).query().fetch_one(&mut *tx).await?;
-    let current = super::read::record(&row, now)?;
+    let row = sql::lock(schema, id)
+        .query_as::<sql::RequestRow>()
+        .fetch_one(&mut *tx)
+        .await?;
+    let current = super::read::record(row, now)?;
     let subject = current.subject.clone().ok_or_else(|| {
         Error::Conflict(format!(
             "erasure request {:?} is completed",

@@ -2,8 +2,6 @@
 //! its history, and the counts per state.
 
 use chrono::{DateTime, Utc};
-use sqlx::postgres::PgRow;
-use sqlx::Row;
 use uuid::Uuid;
 
 use crate::context::Context;
@@ -16,49 +14,45 @@ use crate::error::{Error, Result};
 use crate::sql::requests as sql;
 
 /// A request as read from its row, `overdue` at `now`.
-pub(super) fn record(r: &PgRow, now: DateTime<Utc>) -> Result<RequestRecord> {
-    let state = parse_state(&r.try_get::<String, _>("state")?)?;
-    let waiting: serde_json::Value = r.try_get("waiting")?;
-    let waiting: Vec<WaitingPart> = serde_json::from_value(waiting)
+pub(super) fn record(r: sql::RequestRow, now: DateTime<Utc>) -> Result<RequestRecord> {
+    let state = parse_state(&r.state)?;
+    let waiting: Vec<WaitingPart> = serde_json::from_value(r.waiting)
         .map_err(|e| Error::Migration(format!("an erasure request's parts do not read: {e}")))?;
-    let due_at: DateTime<Utc> = r.try_get("due_at")?;
     Ok(RequestRecord {
-        request_id: r.try_get("request_id")?,
-        reference: r.try_get("reference")?,
-        tenant: r.try_get("tenant_id")?,
-        kind: r.try_get("subject_kind")?,
-        subject: r.try_get("subject_text")?,
-        subject_hash: r.try_get("subject_hash")?,
-        allow_soft_delete: r.try_get("allow_soft_delete")?,
-        stage: r
-            .try_get::<Option<i32>, _>("stage")?
-            .and_then(|s| u16::try_from(s).ok()),
-        note: r.try_get("note")?,
+        request_id: r.request_id,
+        reference: r.reference,
+        tenant: r.tenant_id,
+        kind: r.subject_kind,
+        subject: r.subject_text,
+        subject_hash: r.subject_hash,
+        allow_soft_delete: r.allow_soft_delete,
+        stage: r.stage.and_then(|s| u16::try_from(s).ok()),
+        note: r.note,
         state,
-        received_at: r.try_get("received_at")?,
-        due_at,
-        due_reason: r.try_get("due_reason")?,
-        attempted_at: r.try_get("attempted_at")?,
-        resume_at: r.try_get("resume_at")?,
-        completed_at: r.try_get("completed_at")?,
-        last_run_id: r.try_get("last_run_id")?,
+        received_at: r.received_at,
+        due_at: r.due_at,
+        due_reason: r.due_reason,
+        attempted_at: r.attempted_at,
+        resume_at: r.resume_at,
+        completed_at: r.completed_at,
+        last_run_id: r.last_run_id,
         waiting,
-        error: r.try_get("error")?,
-        overdue: state != RequestState::Completed && due_at < now,
+        error: r.error,
+        overdue: state != RequestState::Completed && r.due_at < now,
     })
 }
 
 pub(super) async fn read(cx: &Context, id: Uuid, now: DateTime<Utc>) -> Result<RequestRecord> {
     let row = sql::by_id(&cx.config.schema, id)
-        .query()
+        .query_as::<sql::RequestRow>()
         .fetch_one(&cx.pool)
         .await?;
-    record(&row, now)
+    record(row, now)
 }
 
 pub(super) async fn by_reference(cx: &Context, reference: &str) -> Result<RequestRecord> {
     let row = sql::by_reference(&cx.config.schema, reference.to_owned())
-        .query()
+        .query_as::<sql::RequestRow>()
         .fetch_optional(&cx.pool)
         .await?
         .ok_or_else(|| {
@@ -66,7 +60,7 @@ pub(super) async fn by_reference(cx: &Context, reference: &str) -> Result<Reques
                 "no erasure request has the reference {reference:?}"
             ))
         })?;
-    record(&row, Utc::now())
+    record(row, Utc::now())
 }
 
 /// Requests as `filter` selects them, oldest received first.
@@ -85,29 +79,29 @@ pub(crate) async fn list(cx: &Context, filter: RequestFilter) -> Result<Vec<Requ
             limit,
         },
     )
-    .query()
+    .query_as::<sql::RequestRow>()
     .fetch_all(&cx.pool)
     .await?;
     let now = filter.overdue_at.unwrap_or_else(Utc::now);
-    rows.iter().map(|r| record(r, now)).collect()
+    rows.into_iter().map(|r| record(r, now)).collect()
 }
 
 /// One request by its reference, with its history.
 pub(crate) async fn show(cx: &Context, reference: &str) -> Result<RequestHistory> {
     let request = by_reference(cx, reference).await?;
     let rows = sql::events(&cx.config.schema, request.request_id)
-        .query()
+        .query_as::<sql::EventRow>()
         .fetch_all(&cx.pool)
         .await?;
     let events = rows
-        .iter()
+        .into_iter()
         .map(|r| {
             Ok(RequestEvent {
-                state: parse_state(&r.try_get::<String, _>("state")?)?,
-                at: r.try_get("at")?,
-                run_id: r.try_get("run_id")?,
-                detail: r.try_get("detail")?,
-                recorded_by: r.try_get("recorded_by")?,
+                state: parse_state(&r.state)?,
+                at: r.at,
+                run_id: r.run_id,
+                detail: r.detail,
+                recorded_by: r.recorded_by,
             })
         })
         .collect::<Result<Vec<_>>>()?;
@@ -118,7 +112,7 @@ pub(crate) async fn show(cx: &Context, reference: &str) -> Result<RequestHistory
 pub(crate) async fn counts(cx: &Context) -> Result<RequestCounts> {
     let now = crate::sql::database_now(&cx.pool).await?;
     let rows = sql::by_state(&cx.config.schema, now)
-        .query()
+        .query_as::<sql::StateCount>()
         .fetch_all(&cx.pool)
         .await?;
     let mut counts = RequestCounts {
@@ -126,17 +120,14 @@ pub(crate) async fn counts(cx: &Context) -> Result<RequestCounts> {
         overdue: 0,
     };
     for r in rows {
-        let state: String = r.try_get("state")?;
-        let n: i64 = r.try_get("requests")?;
-        let overdue: i64 = r.try_get("overdue")?;
         if let Some(slot) = counts
             .by_state
             .iter_mut()
-            .find(|(s, _)| s.as_str() == state)
+            .find(|(s, _)| s.as_str() == r.state)
         {
-            slot.1 = n.max(0) as u64;
+            slot.1 = r.requests.max(0) as u64;
         }
-        counts.overdue += overdue.max(0) as u64;
+        counts.overdue += r.overdue.max(0) as u64;
     }
     Ok(counts)
 }

@@ -35,10 +35,10 @@ pub(crate) async fn extend(
     let schema = &cx.config.schema;
     let mut tx = cx.pool.begin_with(crate::sql::READ_COMMITTED).await?;
     let row = sql::lock(schema, current.request_id)
-        .query()
+        .query_as::<sql::RequestRow>()
         .fetch_one(&mut *tx)
         .await?;
-    let current = record(&row, now)?;
+    let current = record(row, now)?;
     let due_at = moved_due(&current, due, reason, now)?;
     sql::set_due(
         schema,
