@@ -363,7 +363,7 @@ period = "30d"
     let mut scrape = String::new();
     wait_until(
         "every documented metric in a scrape",
-        Duration::from_secs(90),
+        Duration::from_secs(240),
         async || {
             let (status, body) = http_get(&addr, "/metrics");
             assert_eq!(status, 200);
@@ -596,7 +596,7 @@ period = "30d"
     assert_eq!(seen, Some(at.timestamp() as f64), "before the occurrence");
 
     // The occurrence runs: T1, T2, the tenantless events.
-    wait_until("the occurrence's three passes", Duration::from_secs(90), async || {
+    wait_until("the occurrence's three passes", Duration::from_secs(240), async || {
         sqlx::query_scalar::<_, i64>(
             "SELECT count(*) FROM retention.sweep_run WHERE trigger = 'scheduled' AND status <> 'started'",
         )
