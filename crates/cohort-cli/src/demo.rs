@@ -223,6 +223,18 @@ VALUES ('11111111-1111-1111-1111-111111111111', now() - interval '3000 days', 12
 
 /// Writes the demo's policy file to `path` to start from (never over an
 /// existing file).
+/// `cohort demo`: writes the demo's policy file to `write_policy`, or
+/// runs the demo.
+pub(crate) async fn start(
+    write_policy: Option<&std::path::Path>,
+    json: bool,
+) -> Result<(), Failure> {
+    match write_policy {
+        Some(path) => self::write_policy(path),
+        None => run(json).await,
+    }
+}
+
 pub(crate) fn write_policy(path: &std::path::Path) -> Result<(), Failure> {
     use std::io::Write;
     let text = format!(

@@ -36,10 +36,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use cohort::Error;
+use cohort::Cohort;
 
 pub(crate) use exit::Failure;
-use open::{open, open_with};
+use open::open;
 
 /// Annotation-driven data retention for PostgreSQL.
 #[derive(Debug, Parser)]
@@ -289,20 +289,10 @@ fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli) -> Result<(), Failure> {
+    let json = cli.json;
     match &cli.command {
-        Command::Demo {
-            write_policy: Some(path),
-        } => demo::write_policy(path),
-        Command::Demo { write_policy: None } => demo::run(cli.json).await,
-        Command::NewId => {
-            let id = uuid::Uuid::new_v4();
-            if cli.json {
-                output::print_json(&serde_json::json!({ "id": id }));
-            } else {
-                outln!("{id}");
-            }
-            Ok(())
-        }
+        Command::Demo { write_policy } => demo::start(write_policy.as_deref(), json).await,
+        Command::NewId => commands::new_id(json),
         Command::Init(args) if args.update => {
             init::update(&cli, args.schema.as_deref(), &args.output).await
         }
@@ -310,8 +300,10 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Migrate(args) => commands::setup::migrate(&cli, args).await,
         Command::Validate => commands::setup::validate(&cli).await,
         Command::Preview { scope, now } => {
-            let (cohort, _) = open(&cli).await?;
-            commands::preview(&cohort, cli.json, scope, now.as_deref()).await
+            opened(&cli, async |c| {
+                commands::preview(c, json, scope, now.as_deref()).await
+            })
+            .await
         }
         Command::Sweep {
             scope,
@@ -319,99 +311,64 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             dry_run,
             allow_future_now,
         } => {
-            let (cohort, _) = open(&cli).await?;
-            commands::sweep(
-                &cohort,
-                cli.json,
-                scope,
-                now.as_deref(),
-                (*dry_run, *allow_future_now),
-            )
+            let flags = (*dry_run, *allow_future_now);
+            opened(&cli, async |c| {
+                commands::sweep(c, json, scope, now.as_deref(), flags).await
+            })
             .await
         }
-        Command::Erase(args) => {
-            let terms = commands::RequestTerms::new(
-                &args.reference,
-                &args.due,
-                &args.due_reason,
-                &args.note,
-            )?;
-            let (cohort, _) = open(&cli).await?;
-            commands::erase_with(&cohort, cli.json, args, terms).await
-        }
+        Command::Erase(args) => commands::erase(&cli, args).await,
         Command::EraseRequests(cmd) => {
-            let (cohort, _) = open(&cli).await?;
-            commands::requests(&cohort, cli.json, cmd).await
+            opened(&cli, async |c| commands::requests(c, json, cmd).await).await
         }
-        Command::Holds(cmd) => {
-            let (cohort, _) = open(&cli).await?;
-            commands::holds(&cohort, cli.json, cmd).await
-        }
-        Command::Runs(cmd) => {
-            let (cohort, _) = open(&cli).await?;
-            commands::runs(&cohort, cli.json, cmd).await
-        }
-        Command::Dispatch { once } => {
-            let (cohort, policy) = open_with(&cli, true, false).await?;
-            commands::dispatch(&cohort, &policy, cli.json, *once).await
-        }
-        Command::Maintain { once } => {
-            if !once {
-                return Err(Failure::Input(Error::InvalidInput(
-                    "cohort maintain runs one pass with --once; the maintenance service runs continuously inside `cohort worker`".into(),
-                )));
-            }
-            let (cohort, _) = open_with(&cli, true, false).await?;
-            services::maintain_once(&cohort, cli.json).await
-        }
+        Command::Holds(cmd) => opened(&cli, async |c| commands::holds(c, json, cmd).await).await,
+        Command::Runs(cmd) => opened(&cli, async |c| commands::runs(c, json, cmd).await).await,
+        Command::Dispatch { once } => commands::dispatch_command(&cli, *once).await,
+        Command::Maintain { once } => services::maintain(&cli, *once).await,
         Command::DeadLetters(cmd) => {
-            let (cohort, _) = open(&cli).await?;
-            commands::dead_letters(&cohort, cli.json, cmd).await
+            opened(&cli, async |c| commands::dead_letters(c, json, cmd).await).await
         }
         Command::Worker {
             metrics_addr,
             ignore_restore_gap,
-        } => {
-            let (cohort, _) = open_with(&cli, true, metrics_addr.is_some()).await?;
-            restore::refuse_gap(&cohort, *ignore_restore_gap).await?;
-            services::worker(&cohort, *metrics_addr).await
-        }
-        Command::RestoreCheck => {
-            let (cohort, _) = open(&cli).await?;
-            restore::check(&cohort, cli.json).await
-        }
+        } => services::worker_command(&cli, *metrics_addr, *ignore_restore_gap).await,
+        Command::RestoreCheck => opened(&cli, async |c| restore::check(c, json).await).await,
         Command::Replay {
             dry_run,
             journal_copy,
         } => {
-            let (cohort, _) = open(&cli).await?;
-            restore::replay(&cohort, cli.json, *dry_run, journal_copy.as_deref()).await
+            let copy = journal_copy.as_deref();
+            opened(&cli, async |c| {
+                restore::replay(c, json, *dry_run, copy).await
+            })
+            .await
         }
         Command::Settings(cmd) => {
-            let (cohort, _) = open(&cli).await?;
-            services::settings(&cohort, cli.json, cmd).await
+            opened(&cli, async |c| services::settings(c, json, cmd).await).await
         }
         Command::Pause { entity } => {
-            let (cohort, _) = open(&cli).await?;
-            pacing::pause(&cohort, cli.json, entity, true).await
+            opened(&cli, async |c| pacing::pause(c, json, entity, true).await).await
         }
         Command::Resume { entity } => {
-            let (cohort, _) = open(&cli).await?;
-            pacing::pause(&cohort, cli.json, entity, false).await
+            opened(&cli, async |c| pacing::pause(c, json, entity, false).await).await
         }
-        Command::Serve { listen } => {
-            let token = console::token(*listen)?;
-            let (cohort, _) = open(&cli).await?;
-            console::serve(cohort, *listen, token).await
-        }
+        Command::Serve { listen } => console::serve_command(&cli, *listen).await,
         Command::Report(args) => commands::audit::report(&cli, args).await,
         Command::Keys {
             command: KeysCommand::Generate { out },
         } => commands::audit::keys_generate(&cli, out),
         Command::Verify(args) => commands::audit::verify(&cli, args).await,
         Command::Prune { dry_run } => {
-            let (cohort, _) = open(&cli).await?;
-            services::prune(&cohort, cli.json, *dry_run).await
+            opened(&cli, async |c| services::prune(c, json, *dry_run).await).await
         }
     }
+}
+
+/// Runs `command` on the handle the policy file and database open.
+async fn opened(
+    cli: &Cli,
+    command: impl AsyncFnOnce(&Cohort) -> Result<(), Failure>,
+) -> Result<(), Failure> {
+    let (cohort, _) = open(cli).await?;
+    command(&cohort).await
 }

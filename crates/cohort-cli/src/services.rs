@@ -87,6 +87,29 @@ const MAINTENANCE_DOES: &str = "every minute: resumes waiting erasure requests (
 /// `cohort maintain --once`: one maintenance pass, what it did on stdout;
 /// exit 0 whatever it found (an erasure request still waiting is not a
 /// failure of the pass).
+/// `cohort maintain`: one pass with `--once`; refused without it (the
+/// service runs continuously inside `cohort worker`).
+pub(crate) async fn maintain(cli: &crate::Cli, once: bool) -> Result<(), Failure> {
+    if !once {
+        return Err(Failure::Input(Error::InvalidInput(
+            "cohort maintain runs one pass with --once; the maintenance service runs continuously inside `cohort worker`".into(),
+        )));
+    }
+    let (cohort, _) = crate::open::open_with(cli, true, false).await?;
+    maintain_once(&cohort, cli.json).await
+}
+
+/// `cohort worker`: refused on a restore gap unless told to ignore it.
+pub(crate) async fn worker_command(
+    cli: &crate::Cli,
+    metrics_addr: Option<std::net::SocketAddr>,
+    ignore_restore_gap: bool,
+) -> Result<(), Failure> {
+    let (cohort, _) = crate::open::open_with(cli, true, metrics_addr.is_some()).await?;
+    crate::restore::refuse_gap(&cohort, ignore_restore_gap).await?;
+    worker(&cohort, metrics_addr).await
+}
+
 pub(crate) async fn maintain_once(cohort: &Cohort, json: bool) -> Result<(), Failure> {
     // Resuming a request runs its erasure: the grants of runs too.
     cohort

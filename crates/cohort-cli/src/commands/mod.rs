@@ -26,6 +26,30 @@ use uuid::Uuid;
 
 use crate::Failure;
 
+/// `cohort new-id`: a new random id, for a hold or a request.
+pub(crate) fn new_id(json: bool) -> Result<(), Failure> {
+    let id = Uuid::new_v4();
+    if json {
+        crate::output::print_json(&serde_json::json!({ "id": id }));
+    } else {
+        outln!("{id}");
+    }
+    Ok(())
+}
+
+/// `cohort erase`: its terms checked before the database is opened.
+pub(crate) async fn erase(cli: &crate::Cli, args: &EraseArgs) -> Result<(), Failure> {
+    let terms = RequestTerms::new(&args.reference, &args.due, &args.due_reason, &args.note)?;
+    let (cohort, _) = crate::open::open(cli).await?;
+    erase_with(&cohort, cli.json, args, terms).await
+}
+
+/// `cohort dispatch`: the dispatcher, with the policy's handlers.
+pub(crate) async fn dispatch_command(cli: &crate::Cli, once: bool) -> Result<(), Failure> {
+    let (cohort, policy) = crate::open::open_with(cli, true, false).await?;
+    dispatch(&cohort, &policy, cli.json, once).await
+}
+
 /// `--tenant T`, `--tenantless` or `--all-tenants`.
 #[derive(Debug, Args)]
 #[group(required = true, multiple = false)]

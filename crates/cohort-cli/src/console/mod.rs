@@ -84,6 +84,14 @@ pub(crate) fn token(listen: SocketAddr) -> Result<Option<String>, Failure> {
     token_for(listen, std::env::var(TOKEN_VAR).ok())
 }
 
+/// `cohort serve`: the access token settled before the database is
+/// opened, then [`serve`].
+pub(crate) async fn serve_command(cli: &crate::Cli, listen: SocketAddr) -> Result<(), Failure> {
+    let token = token(listen)?;
+    let (cohort, _) = crate::open::open(cli).await?;
+    serve(cohort, listen, token).await
+}
+
 /// Binds and serves until SIGINT/SIGTERM.
 pub(crate) async fn serve(
     cohort: Cohort,
