@@ -266,6 +266,51 @@ pub struct RequestPart {
     pub received_at: i64,
     pub due_at: i64,
     pub completed_at: Option<i64>,
+    /// What the request erases. Links written before it was covered do
+    /// not carry it (their text is unchanged); `verify` then compares the
+    /// request without it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope: Option<RequestScope>,
+}
+
+impl RequestPart {
+    /// The fields no line of a request's history changes once it is
+    /// opened, where `self` and `later` (a later link of the same request)
+    /// differ: names only, for a break's text. The scope is compared when
+    /// both links carry it.
+    pub fn changed_since_opened(&self, later: &RequestPart) -> Vec<&'static str> {
+        let mut out = Vec::new();
+        if self.reference != later.reference {
+            out.push("reference");
+        }
+        if self.tenant_id != later.tenant_id {
+            out.push("tenant_id");
+        }
+        if self.subject_hash != later.subject_hash {
+            out.push("subject_hash");
+        }
+        if self.received_at != later.received_at {
+            out.push("received_at");
+        }
+        if let (Some(a), Some(b)) = (&self.scope, &later.scope) {
+            if a != b {
+                out.push("scope");
+            }
+        }
+        out
+    }
+}
+
+/// What an erasure request erases (`erasure_request`): the subject's kind,
+/// a stage, and whether soft deletes may stand for purges. Nothing changes
+/// it once the request is open; a row changed by hand narrows what a
+/// resumed attempt erases.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[allow(missing_docs)]
+pub struct RequestScope {
+    pub subject_kind: Option<String>,
+    pub stage: Option<i32>,
+    pub allow_soft_delete: bool,
 }
 
 /// One entity summary of a [`RunRecord`]: its counts, the rule it applied

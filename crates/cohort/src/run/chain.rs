@@ -504,6 +504,11 @@ pub(crate) async fn read_requests(
             received_at: chain::micros(r.received_at),
             due_at: chain::micros(r.due_at),
             completed_at: micros(r.completed_at),
+            scope: Some(chain::RequestScope {
+                subject_kind: r.subject_kind,
+                stage: r.stage,
+                allow_soft_delete: r.allow_soft_delete,
+            }),
         };
         out.insert(part.request_id, part);
     }

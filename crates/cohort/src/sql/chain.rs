@@ -140,6 +140,9 @@ covered_row! {
         received_at: DateTime<Utc>,
         due_at: DateTime<Utc>,
         completed_at: Option<DateTime<Utc>>,
+        subject_kind: Option<String>,
+        stage: Option<i32>,
+        allow_soft_delete: bool,
     }
 }
 
@@ -486,9 +489,6 @@ const NOT_COVERED: &[(CohortTable, &str, &str)] = &[
     (CohortTable::Hold, "written_xid", "the writing transaction's id, stamped by a trigger for sweeps to see holds written while they ran; a dump and restore changes it"),
     (CohortTable::ErasureRequest, "subject_text", "the person's identifier, cleared on completion; subject_hash, which is covered, stands for it"),
     (CohortTable::ErasureRequest, "note", "free text that may name the person; not covered"),
-    (CohortTable::ErasureRequest, "subject_kind", "not covered by the request part of schema 20's record: changing it narrows what a resumed attempt erases unseen by verify"),
-    (CohortTable::ErasureRequest, "allow_soft_delete", "not covered by schema 20's record (as subject_kind)"),
-    (CohortTable::ErasureRequest, "stage", "not covered by schema 20's record (as subject_kind)"),
     (CohortTable::ErasureRequest, "due_reason", "not covered by schema 20's record; the line of history that moved the due date is, with its reason in its detail"),
     (CohortTable::ErasureRequest, "attempted_at", "an attempt's working state; each attempt's outcome is a covered line of history"),
     (CohortTable::ErasureRequest, "resume_at", "an attempt's working state (as attempted_at)"),

@@ -576,12 +576,10 @@ async fn a_release_committed_after_the_attempt_looked_resumes_the_request_whatev
     assert_eq!(again.resumed, 0);
 }
 
-#[tokio::test]
-async fn request_histories_and_row_details_are_in_the_chain() {
-    let db = migrated_db().await;
-    let pool = db.pool();
+/// A handle on `pool` (its tables created) whose erasures audit each row.
+async fn chained(pool: &sqlx::PgPool) -> Cohort {
     exec(pool, TABLES).await;
-    let cohort = Cohort::builder(pool.clone())
+    Cohort::builder(pool.clone())
         .config(test_config())
         .rules(
             StaticRuleProvider::builder()
@@ -604,7 +602,14 @@ async fn request_histories_and_row_details_are_in_the_chain() {
         )
         .build()
         .await
-        .unwrap();
+        .unwrap()
+}
+
+#[tokio::test]
+async fn request_histories_and_row_details_are_in_the_chain() {
+    let db = migrated_db().await;
+    let pool = db.pool();
+    let cohort = chained(pool).await;
     hold_contact_1(&cohort).await;
     let r = cohort.erase(erase("SAR-CHAIN")).await.unwrap();
     assert_eq!(r.request.unwrap().state, RequestState::Waiting);
@@ -678,4 +683,89 @@ async fn request_histories_and_row_details_are_in_the_chain() {
     )
     .await;
     named("details.sha256").await;
+}
+
+/// A request's scope changed by hand (what it erases narrowed) is named
+/// against its newest link, and still after the next line of its history
+/// links the changed row; a due date moved through Cohort is not.
+#[tokio::test]
+async fn a_narrowed_request_is_named_even_after_its_next_line_links_it() {
+    let db = migrated_db().await;
+    let pool = db.pool();
+    let cohort = chained(pool).await;
+    hold_contact_1(&cohort).await;
+    let r = cohort.erase(erase("SAR-SCOPE")).await.unwrap();
+    assert_eq!(r.request.unwrap().state, RequestState::Waiting);
+    let breaks = async || {
+        let report = cohort.verify_chain(None).await.unwrap();
+        report
+            .breaks
+            .iter()
+            .map(|b| b.to_string())
+            .collect::<Vec<_>>()
+    };
+    // A line written through Cohort changes the due date: nothing is named.
+    cohort
+        .extend_erasure_request(
+            "SAR-SCOPE",
+            Due::parse("2099-01-31").unwrap(),
+            "complex request",
+        )
+        .await
+        .unwrap();
+    assert_eq!(breaks().await, Vec::<String>::new());
+
+    // The subject's kind changed by hand: a resumed attempt would erase
+    // only the columns of a kind nothing declares.
+    exec(
+        pool,
+        "UPDATE public.erasure_request SET subject_kind = 'nobody' WHERE reference = 'SAR-SCOPE'",
+    )
+    .await;
+    let named = breaks().await;
+    assert!(
+        named
+            .iter()
+            .any(|b| b.contains("SAR-SCOPE") && b.contains("scope")),
+        "{named:?}"
+    );
+    // The next line links the changed row (here a due date moved, as an
+    // operator would): the change stays named, against the earlier link.
+    cohort
+        .extend_erasure_request(
+            "SAR-SCOPE",
+            Due::parse("2099-03-31").unwrap(),
+            "still complex",
+        )
+        .await
+        .unwrap();
+    let named = breaks().await;
+    assert!(
+        named
+            .iter()
+            .any(|b| b.contains("scope changed since its earlier linked line")),
+        "{named:?}"
+    );
+    // And a stage or soft deletes allowed the same way, each on a request
+    // of its own.
+    for (reference, change) in [
+        ("SAR-STAGE", "stage = 2"),
+        ("SAR-SOFT", "allow_soft_delete = NOT allow_soft_delete"),
+    ] {
+        let r = cohort.erase(erase(reference)).await.unwrap();
+        assert_eq!(r.request.unwrap().state, RequestState::Waiting);
+        assert!(!breaks().await.iter().any(|b| b.contains(reference)));
+        exec(
+            pool,
+            &format!("UPDATE public.erasure_request SET {change} WHERE reference = '{reference}'"),
+        )
+        .await;
+        let named = breaks().await;
+        assert!(
+            named
+                .iter()
+                .any(|b| b.contains(reference) && b.contains("scope")),
+            "{change}: {named:?}"
+        );
+    }
 }

@@ -200,6 +200,20 @@ pub(super) async fn check_request_events(
                 }
             }
         }
+        if let Some((earlier_link, earlier)) = walk.requests.get(&request_id) {
+            let changed = earlier.changed_since_opened(&r.request);
+            if !changed.is_empty() {
+                walk.broken(
+                    Some(link_id),
+                    format!("erasure request {}", r.request.reference),
+                    BreakKind::Changed,
+                    format!(
+                        "{} changed since its earlier linked line (link {earlier_link}); no line of a request's history changes them",
+                        changed.join(", ")
+                    ),
+                );
+            }
+        }
         walk.requests.insert(request_id, (link_id, r.request));
     }
     Ok(())
@@ -222,7 +236,13 @@ pub(super) async fn check_requests(
     let mut found = Vec::new();
     for (request_id, (link_id, linked)) in &requests {
         let name = format!("erasure request {}", linked.reference);
-        match now.get(request_id) {
+        // A link written before the scope was covered carries none: the
+        // request is compared without it.
+        let now_part = now.get(request_id).map(|current| chain::RequestPart {
+            scope: linked.scope.as_ref().and(current.scope.clone()),
+            ..current.clone()
+        });
+        match now_part.as_ref() {
             None => found.push((
                 *link_id,
                 name,
