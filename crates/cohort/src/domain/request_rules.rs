@@ -115,6 +115,29 @@ pub(crate) fn opened_detail(terms: &Terms, due_at: DateTime<Utc>) -> String {
     )
 }
 
+/// The line of history that moves a due date from `from` to `to`.
+pub(crate) fn due_moved_detail(from: DateTime<Utc>, to: DateTime<Utc>, reason: &str) -> String {
+    format!(
+        "due date moved from {} to {}: {reason}",
+        from.to_rfc3339(),
+        to.to_rfc3339()
+    )
+}
+
+/// The dates a line of history moved a due date between, in microseconds
+/// (as the ledger stores them); `None` for any other line.
+pub(crate) fn due_moved_in(detail: &str) -> Option<(i64, i64)> {
+    let rest = detail.strip_prefix("due date moved from ")?;
+    let (from, rest) = rest.split_once(" to ")?;
+    let (to, _reason) = rest.split_once(": ")?;
+    let micros = |t: &str| {
+        DateTime::parse_from_rfc3339(t)
+            .ok()
+            .map(|t| t.with_timezone(&Utc).timestamp_micros())
+    };
+    Some((micros(from)?, micros(to)?))
+}
+
 /// Whether the reference's existing request is the one `req` asks for
 /// (same tenant, kind and subject), and may run again (not completed).
 /// `canonical` spells a stored tenant the way `req`'s is spelled.
@@ -691,5 +714,30 @@ mod tests {
             opened_detail(&terms, at(31)),
             "opened: due 2026-03-31T12:00:00+00:00 (complex request)"
         );
+    }
+
+    #[test]
+    fn a_moved_due_date_reads_back_from_its_line_and_no_other_line_moves_one() {
+        let (from, to) = (at(31), at(20) + chrono::Duration::days(40));
+        let line = due_moved_detail(from, to, "complex: two systems");
+        assert_eq!(
+            due_moved_in(&line),
+            Some((from.timestamp_micros(), to.timestamp_micros()))
+        );
+        let fine = Utc.with_ymd_and_hms(2026, 3, 1, 0, 0, 0).unwrap()
+            + chrono::Duration::nanoseconds(1_234_567);
+        let line = due_moved_detail(at(1), fine, "x");
+        assert_eq!(
+            due_moved_in(&line).map(|(_, to)| to),
+            Some(fine.timestamp_micros())
+        );
+        for other in [
+            "opened: due 2026-03-31T12:00:00+00:00",
+            "attempt started",
+            "due date moved from yesterday to tomorrow: x",
+            "due date moved from 2026-03-31T12:00:00+00:00 to 2026-04-30T12:00:00+00:00",
+        ] {
+            assert_eq!(due_moved_in(other), None, "{other}");
+        }
     }
 }

@@ -458,12 +458,20 @@ pub(crate) async fn link_hold_released(
     .map(drop)
 }
 
-/// The history lines of `ids`, by event id, each with its request.
+/// A line of a request's history as read: its request, what its link
+/// records, and its text (the record holds only the text's digest).
+pub(crate) struct EventLine {
+    pub(crate) request_id: Uuid,
+    pub(crate) part: RequestEventPart,
+    pub(crate) detail: String,
+}
+
+/// The history lines of `ids`, by event id.
 pub(crate) async fn read_request_events(
     conn: &mut PgConnection,
     schema: &str,
     ids: &[i64],
-) -> Result<HashMap<i64, (Uuid, RequestEventPart)>, sqlx::Error> {
+) -> Result<HashMap<i64, EventLine>, sqlx::Error> {
     let rows = statements::request_events(schema, ids.to_vec())
         .query_as::<statements::RequestEventRow>()
         .fetch_all(&mut *conn)
@@ -478,7 +486,12 @@ pub(crate) async fn read_request_events(
             detail: chain::digest(&r.detail),
             recorded_by: r.recorded_by,
         };
-        out.insert(part.event_id, (r.request_id, part));
+        let line = EventLine {
+            request_id: r.request_id,
+            part,
+            detail: r.detail,
+        };
+        out.insert(r.event_id, line);
     }
     Ok(out)
 }
@@ -524,7 +537,11 @@ pub(crate) async fn link_request_event(
     key: Option<&LedgerKey>,
     event_id: i64,
 ) -> Result<(), sqlx::Error> {
-    let (request_id, event) = read_request_events(&mut *conn, schema, &[event_id])
+    let EventLine {
+        request_id,
+        part: event,
+        ..
+    } = read_request_events(&mut *conn, schema, &[event_id])
         .await?
         .remove(&event_id)
         .ok_or(sqlx::Error::RowNotFound)?;

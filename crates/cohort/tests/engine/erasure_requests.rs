@@ -685,9 +685,9 @@ async fn request_histories_and_row_details_are_in_the_chain() {
     named("details.sha256").await;
 }
 
-/// A request's scope changed by hand (what it erases narrowed) is named
-/// against its newest link, and still after the next line of its history
-/// links the changed row; a due date moved through Cohort is not.
+/// A request's scope or due date changed by hand is named against its
+/// newest link, and still after the next line of its history links the
+/// changed row; a due date moved through Cohort is not.
 #[tokio::test]
 async fn a_narrowed_request_is_named_even_after_its_next_line_links_it() {
     let db = migrated_db().await;
@@ -768,4 +768,27 @@ async fn a_narrowed_request_is_named_even_after_its_next_line_links_it() {
             "{change}: {named:?}"
         );
     }
+    // A due date moved by hand (the report's "on time" would follow it),
+    // then moved through Cohort from the forged date: the line that linked
+    // it moved another date than the one linked before.
+    let r = cohort.erase(erase("SAR-DUE")).await.unwrap();
+    assert_eq!(r.request.unwrap().state, RequestState::Waiting);
+    exec(
+        pool,
+        "UPDATE public.erasure_request SET due_at = due_at + interval '60 days' \
+         WHERE reference = 'SAR-DUE'",
+    )
+    .await;
+    cohort
+        .extend_erasure_request("SAR-DUE", Due::parse("2099-05-31").unwrap(), "audit")
+        .await
+        .unwrap();
+    let named = breaks().await;
+    assert!(
+        named
+            .iter()
+            .any(|b| b.contains("SAR-DUE")
+                && b.contains("due_at changed since its earlier linked line")),
+        "{named:?}"
+    );
 }

@@ -8,6 +8,7 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use crate::domain::chain::{self, BreakKind, LinkKind, ReleaseRecord};
+use crate::domain::request_rules::due_moved_in;
 use crate::error::Result;
 use crate::run::chain as records;
 use crate::sql::chain as statements;
@@ -183,7 +184,11 @@ pub(super) async fn check_request_events(
                 BreakKind::Missing,
                 "its history line was deleted".into(),
             ),
-            Some((owner, line)) => {
+            Some(records::EventLine {
+                request_id: owner,
+                part: line,
+                ..
+            }) => {
                 if *owner != request_id || *line != r.event {
                     let fields = chain::differences(
                         &chain::canonical(&r.event),
@@ -201,14 +206,24 @@ pub(super) async fn check_request_events(
             }
         }
         if let Some((earlier_link, earlier)) = walk.requests.get(&request_id) {
-            let changed = earlier.changed_since_opened(&r.request);
+            let mut changed = earlier.changed_since_opened(&r.request);
+            // A due date moves only by a line that says so, between the
+            // two dates.
+            let moved = now
+                .get(&r.event.event_id)
+                .and_then(|l| due_moved_in(&l.detail));
+            if earlier.due_at != r.request.due_at
+                && moved != Some((earlier.due_at, r.request.due_at))
+            {
+                changed.push("due_at");
+            }
             if !changed.is_empty() {
                 walk.broken(
                     Some(link_id),
                     format!("erasure request {}", r.request.reference),
                     BreakKind::Changed,
                     format!(
-                        "{} changed since its earlier linked line (link {earlier_link}); no line of a request's history changes them",
+                        "{} changed since its earlier linked line (link {earlier_link}) by a line that does not change them",
                         changed.join(", ")
                     ),
                 );

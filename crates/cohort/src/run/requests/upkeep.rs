@@ -14,7 +14,7 @@ use crate::domain::erasure_requests::{
     subject_hash, Due, RequestRecord, RequestState, ResumeReport,
 };
 use crate::domain::journal::JournalConfig;
-use crate::domain::request_rules::moved_due;
+use crate::domain::request_rules::{due_moved_detail, moved_due};
 use crate::error::{Error, Problems, Result};
 use crate::sql::locks::{try_lock, unlock, Held};
 use crate::sql::requests as sql;
@@ -57,11 +57,7 @@ pub(crate) async fn extend(
         current.request_id,
         current.state,
         None,
-        format!(
-            "due date moved from {} to {}: {reason}",
-            current.due_at.to_rfc3339(),
-            due_at.to_rfc3339()
-        ),
+        due_moved_detail(current.due_at, due_at, reason),
     )
     .await?;
     tx.commit().await?;
