@@ -2,8 +2,6 @@
 
 use chrono::{DateTime, Utc};
 use sqlx::postgres::types::PgInterval;
-use sqlx::postgres::PgRow;
-use sqlx::Row;
 use uuid::Uuid;
 
 use crate::context::Context;
@@ -87,20 +85,20 @@ pub(crate) async fn record_history(
         limit: RECORD_HISTORY_LIMIT,
     };
     let rows = statements::record_details(&cx.config.schema, params)
-        .query()
+        .query_as::<statements::RecordDetailRow>()
         .fetch_all(&cx.pool)
         .await?;
-    rows.iter()
+    rows.into_iter()
         .map(|r| {
             Ok(RecordEvent {
-                run_id: r.try_get("run_id")?,
-                kind: kind(r.try_get("kind")?),
-                trigger: trigger(r.try_get("trigger")?),
-                status: status(r.try_get("status")?)?,
-                dry_run: r.try_get("dry_run")?,
-                action: r.try_get("action")?,
-                tenant: r.try_get("tenant_id")?,
-                recorded_at: r.try_get("recorded_at")?,
+                run_id: r.run_id,
+                kind: kind(&r.kind),
+                trigger: trigger(&r.trigger),
+                status: status(&r.status)?,
+                dry_run: r.dry_run,
+                action: r.action,
+                tenant: r.tenant_id,
+                recorded_at: r.recorded_at,
             })
         })
         .collect()
@@ -143,23 +141,23 @@ pub(crate) async fn list(cx: &Context, limit: i64) -> Result<Vec<RunLine>> {
     }
     let schema = &cx.config.schema;
     let rows = statements::recent_runs(schema, statements::Limit(limit))
-        .query()
+        .query_as::<statements::RunLineRow>()
         .fetch_all(&cx.pool)
         .await?;
-    rows.iter()
+    rows.into_iter()
         .map(|r| {
             Ok(RunLine {
-                run_id: r.try_get("run_id")?,
-                kind: kind(r.try_get("kind")?),
-                trigger: trigger(r.try_get("trigger")?),
-                status: status(r.try_get("status")?)?,
-                dry_run: r.try_get("dry_run")?,
-                tenant: r.try_get("tenant_id")?,
-                started_at: r.try_get("started_at")?,
-                settled_at: r.try_get("settled_at")?,
-                affected: count(r.try_get("affected")?),
-                held: count(r.try_get("held")?),
-                skipped: count(r.try_get("skipped")?),
+                run_id: r.run_id,
+                kind: kind(&r.kind),
+                trigger: trigger(&r.trigger),
+                status: status(&r.status)?,
+                dry_run: r.dry_run,
+                tenant: r.tenant_id,
+                started_at: r.started_at,
+                settled_at: r.settled_at,
+                affected: count(r.affected),
+                held: count(r.held),
+                skipped: count(r.skipped),
             })
         })
         .collect()
@@ -177,77 +175,66 @@ pub(crate) async fn show(cx: &Context, run_id: Uuid) -> Result<SweepResult> {
     let schema = &cx.config.schema;
     let pool = &cx.pool;
     let Some(run) = statements::run(schema, statements::Run(run_id))
-        .query()
+        .query_as::<statements::RunRow>()
         .fetch_optional(pool)
         .await?
     else {
         return Err(Error::NotFound(format!("no run with id {run_id}")));
     };
     let summaries = statements::summaries(schema, statements::Run(run_id))
-        .query()
+        .query_as::<statements::SummaryRow>()
         .fetch_all(pool)
         .await?;
-    let mut entities = Vec::new();
-    for s in &summaries {
-        entities.push(entity_outcome(s)?);
-    }
-    let failures = run_failures(&run, run_id, &entities)?;
+    let entities = summaries
+        .into_iter()
+        .map(entity_outcome)
+        .collect::<Result<Vec<_>>>()?;
+    let failures = run_failures(run.failures, run.error.as_deref(), run_id, &entities)?;
     Ok(SweepResult {
         run_id,
-        kind: kind(run.try_get("kind")?),
-        trigger: trigger(run.try_get("trigger")?),
-        status: status(run.try_get("status")?)?,
-        dry_run: run.try_get("dry_run")?,
-        tenant: run.try_get("tenant_id")?,
-        started_at: run.try_get("started_at")?,
-        settled_at: run.try_get("settled_at")?,
-        erasure_kind: run.try_get("erasure_subject_kind")?,
+        kind: kind(&run.kind),
+        trigger: trigger(&run.trigger),
+        status: status(&run.status)?,
+        dry_run: run.dry_run,
+        tenant: run.tenant_id,
+        started_at: run.started_at,
+        settled_at: run.settled_at,
+        erasure_kind: run.erasure_subject_kind,
         entities,
         failures,
     })
 }
 
 /// One entity's outcome, from its summary row.
-fn entity_outcome(s: &PgRow) -> Result<EntityOutcome> {
+fn entity_outcome(s: statements::SummaryRow) -> Result<EntityOutcome> {
     let n = |v: i64| v.max(0) as u64;
-    let strategy: String = s.try_get("strategy")?;
-    let period = |col: &str| -> Result<Option<Period>> {
-        let interval: Option<PgInterval> = s.try_get(col)?;
-        interval.map(period_of).transpose()
-    };
+    let period = |i: Option<PgInterval>| i.map(period_of).transpose();
     Ok(EntityOutcome {
-        entity_id: s.try_get("retention_entity_id")?,
-        entity: s.try_get("entity_type")?,
-        category: s.try_get("category")?,
-        strategy: strategy
+        entity_id: s.retention_entity_id,
+        strategy: s
+            .strategy
             .parse::<Strategy>()
             .map_err(|e| Error::Migration(e.to_string()))?,
-        affected: n(s.try_get("affected_count")?),
-        held: n(s.try_get("held_count")?),
-        held_by_subject: n(s.try_get("held_by_subject_count")?),
-        skipped: n(s.try_get("skipped_count")?),
-        kept_by_legal_min: n(s.try_get("kept_by_legal_min_count")?),
+        affected: n(s.affected_count),
+        held: n(s.held_count),
+        held_by_subject: n(s.held_by_subject_count),
+        skipped: n(s.skipped_count),
+        kept_by_legal_min: n(s.kept_by_legal_min_count),
         kept_by_legal_min_until: None,
-        kept_by_policy: n(s.try_get("kept_by_policy_count")?),
-        null_anchor: n(s.try_get("null_anchor_count")?),
-        cutoff: s.try_get("cutoff")?,
-        period: period("resolved_period")?.unwrap_or_default(),
-        legal_min: period("legal_min")?,
-        stage: s
-            .try_get::<Option<i16>, _>("stage")?
-            .and_then(|n| u16::try_from(n).ok()),
-        batch_size: s
-            .try_get::<Option<i32>, _>("batch_size")?
-            .and_then(|n| u32::try_from(n).ok()),
-        note: s.try_get("note")?,
-        table: table_health(s)?,
-        throttled_ms: s
-            .try_get::<Option<i64>, _>("throttled_ms")?
-            .map(|v| v.max(0) as u64),
-        lag_waited_ms: s
-            .try_get::<Option<i64>, _>("lag_waited_ms")?
-            .map(|v| v.max(0) as u64),
-        paused: s.try_get("paused")?,
+        kept_by_policy: n(s.kept_by_policy_count),
+        null_anchor: n(s.null_anchor_count),
+        cutoff: s.cutoff,
+        period: period(s.resolved_period)?.unwrap_or_default(),
+        legal_min: period(s.legal_min)?,
+        stage: s.stage.and_then(|n| u16::try_from(n).ok()),
+        batch_size: s.batch_size.and_then(|n| u32::try_from(n).ok()),
+        table: table_health(&s),
+        throttled_ms: s.throttled_ms.map(n),
+        lag_waited_ms: s.lag_waited_ms.map(n),
+        paused: s.paused,
+        note: s.note,
+        entity: s.entity_type,
+        category: s.category,
         pacing_notes: Vec::new(),
         partition_notes: Vec::new(),
     })
@@ -255,41 +242,30 @@ fn entity_outcome(s: &PgRow) -> Result<EntityOutcome> {
 
 /// What the sweep left in the entity's table, when it was recorded
 /// (schema version 16 on, runs that changed rows).
-fn table_health(s: &PgRow) -> Result<Option<crate::domain::outcome::TableHealth>> {
-    let n = |col: &str| -> Result<Option<u64>> {
-        Ok(s.try_get::<Option<i64>, _>(col)?.map(|v| v.max(0) as u64))
-    };
-    let (Some(dead_tuples_before), Some(dead_tuples_after), Some(bytes_before), Some(bytes_after)) = (
-        n("dead_tuples_before")?,
-        n("dead_tuples_after")?,
-        n("table_bytes_before")?,
-        n("table_bytes_after")?,
-    ) else {
-        return Ok(None);
-    };
-    Ok(Some(crate::domain::outcome::TableHealth {
-        dead_tuples_before,
-        dead_tuples_after,
-        bytes_before,
-        bytes_after,
-        vacuumed: s.try_get("vacuumed")?,
-    }))
+fn table_health(s: &statements::SummaryRow) -> Option<crate::domain::outcome::TableHealth> {
+    let n = |v: Option<i64>| v.map(|v| v.max(0) as u64);
+    Some(crate::domain::outcome::TableHealth {
+        dead_tuples_before: n(s.dead_tuples_before)?,
+        dead_tuples_after: n(s.dead_tuples_after)?,
+        bytes_before: n(s.table_bytes_before)?,
+        bytes_after: n(s.table_bytes_after)?,
+        vacuumed: s.vacuumed.clone(),
+    })
 }
 
 /// The run's failures, as stored or (runs before schema version 3) from its text.
 fn run_failures(
-    run: &PgRow,
+    structured: Option<serde_json::Value>,
+    error: Option<&str>,
     run_id: Uuid,
     entities: &[EntityOutcome],
 ) -> Result<Vec<EntityFailure>> {
     // Failures are stored structurally since schema version 3; runs settled
     // before it are read from the sanitised text "entity <id>: <diagnostic>; …".
-    let structured: Option<serde_json::Value> = run.try_get("failures")?;
-    let error: Option<String> = run.try_get("error")?;
     let failures: Vec<EntityFailure> = match structured {
         Some(v) => serde_json::from_value(v)
             .map_err(|e| Error::Migration(format!("run {run_id} has unreadable failures: {e}")))?,
-        None => legacy_failures(error.as_deref(), entities),
+        None => legacy_failures(error, entities),
     };
     Ok(failures)
 }

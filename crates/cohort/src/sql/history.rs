@@ -1,6 +1,8 @@
 //! Statements that read the ledger back: recent runs with their totals,
 //! one run and its entity summaries, and a run found by an id prefix.
 
+use chrono::{DateTime, Utc};
+use sqlx::postgres::types::PgInterval;
 use uuid::Uuid;
 
 use super::statement::{Args, Params, Statement};
@@ -37,7 +39,82 @@ impl Params for Prefix {
     }
 }
 
-/// The newest runs with their totals (columns named as in `history::RunLine`).
+/// A run with its totals, as [`recent_runs`] returns it.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct RunLineRow {
+    pub(crate) run_id: Uuid,
+    pub(crate) kind: String,
+    pub(crate) trigger: String,
+    pub(crate) status: String,
+    pub(crate) dry_run: bool,
+    pub(crate) tenant_id: Option<String>,
+    pub(crate) started_at: DateTime<Utc>,
+    pub(crate) settled_at: Option<DateTime<Utc>>,
+    pub(crate) affected: i64,
+    pub(crate) held: i64,
+    pub(crate) skipped: i64,
+}
+
+/// One run's row, as [`run`] returns it.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct RunRow {
+    pub(crate) kind: String,
+    pub(crate) trigger: String,
+    pub(crate) status: String,
+    pub(crate) dry_run: bool,
+    pub(crate) tenant_id: Option<String>,
+    pub(crate) started_at: DateTime<Utc>,
+    pub(crate) settled_at: Option<DateTime<Utc>>,
+    pub(crate) error: Option<String>,
+    pub(crate) failures: Option<serde_json::Value>,
+    pub(crate) erasure_subject_kind: Option<String>,
+}
+
+/// An entity summary, as [`summaries`] returns it.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct SummaryRow {
+    pub(crate) retention_entity_id: Uuid,
+    pub(crate) entity_type: String,
+    pub(crate) category: String,
+    pub(crate) strategy: String,
+    pub(crate) affected_count: i64,
+    pub(crate) held_count: i64,
+    pub(crate) skipped_count: i64,
+    pub(crate) null_anchor_count: i64,
+    pub(crate) kept_by_legal_min_count: i64,
+    pub(crate) kept_by_policy_count: i64,
+    pub(crate) held_by_subject_count: i64,
+    pub(crate) cutoff: Option<DateTime<Utc>>,
+    pub(crate) resolved_period: Option<PgInterval>,
+    pub(crate) legal_min: Option<PgInterval>,
+    pub(crate) stage: Option<i16>,
+    pub(crate) batch_size: Option<i32>,
+    pub(crate) note: Option<String>,
+    pub(crate) dead_tuples_before: Option<i64>,
+    pub(crate) dead_tuples_after: Option<i64>,
+    pub(crate) table_bytes_before: Option<i64>,
+    pub(crate) table_bytes_after: Option<i64>,
+    pub(crate) vacuumed: Option<String>,
+    pub(crate) throttled_ms: Option<i64>,
+    pub(crate) paused: bool,
+    pub(crate) lag_waited_ms: Option<i64>,
+}
+
+/// A detail row of one record with its run, as [`record_details`]
+/// returns it.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct RecordDetailRow {
+    pub(crate) run_id: Uuid,
+    pub(crate) action: String,
+    pub(crate) tenant_id: Option<String>,
+    pub(crate) recorded_at: DateTime<Utc>,
+    pub(crate) kind: String,
+    pub(crate) trigger: String,
+    pub(crate) status: String,
+    pub(crate) dry_run: bool,
+}
+
+/// The newest runs with their totals ([`RunLineRow`]).
 pub(crate) fn recent_runs(schema: &str, limit: Limit) -> Statement<Limit> {
     let mut sql = SqlText::new(
         "SELECT r.run_id, r.kind, r.trigger, r.status, r.dry_run, r.tenant_id, r.started_at, r.settled_at, \

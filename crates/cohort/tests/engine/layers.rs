@@ -797,7 +797,6 @@ const ROWS_DECODED_OUTSIDE_SQL: &[(&str, usize)] = &[
     ("domain/model/anonymise.rs", 1),
     ("ops/dead_letters.rs", 16),
     ("ops/guarded.rs", 3),
-    ("ops/history.rs", 50),
     ("ops/holds/mod.rs", 11),
     ("ops/holds/place.rs", 2),
     ("ops/report/read.rs", 31),
