@@ -7,6 +7,8 @@
 //! (they changed nothing).
 
 use chrono::{DateTime, Utc};
+use sqlx::postgres::types::PgInterval;
+use uuid::Uuid;
 
 use super::statement::{Args, Params, Statement};
 use crate::base::ident::{from_template, QualifiedName};
@@ -92,6 +94,112 @@ macro_rules! concat_runs {
             $rest
         )
     };
+}
+
+/// The entity line a per-entity row belongs to: entity, category, stage.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, sqlx::FromRow)]
+pub(crate) struct Line {
+    pub(crate) retention_entity_id: Uuid,
+    pub(crate) category: String,
+    pub(crate) stage: Option<i16>,
+}
+
+/// Rows kept, and why, as [`entity_kept`] and [`erasures`] sum them.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct Kept {
+    pub(crate) held: i64,
+    pub(crate) held_by_subject: i64,
+    pub(crate) legal_minimum: i64,
+    pub(crate) null_anchor: i64,
+    pub(crate) skipped: i64,
+    pub(crate) kept_by_policy: i64,
+}
+
+/// A row of [`entity_runs`].
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct EntityRuns {
+    #[sqlx(flatten)]
+    pub(crate) line: Line,
+    pub(crate) entity_type: String,
+    pub(crate) runs: i64,
+    pub(crate) succeeded: i64,
+    pub(crate) failed: i64,
+    pub(crate) last_success: Option<DateTime<Utc>>,
+}
+
+/// A row of [`entity_rules`].
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct EntityRule {
+    #[sqlx(flatten)]
+    pub(crate) line: Line,
+    pub(crate) strategy: String,
+    pub(crate) resolved_period: PgInterval,
+    pub(crate) legal_min: Option<PgInterval>,
+    pub(crate) rule_source: Option<String>,
+    pub(crate) rule_reason: Option<String>,
+    pub(crate) runs: i64,
+    pub(crate) last_used: DateTime<Utc>,
+}
+
+/// A row of [`entity_months`].
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct EntityMonth {
+    #[sqlx(flatten)]
+    pub(crate) line: Line,
+    pub(crate) month: String,
+    pub(crate) strategy: String,
+    pub(crate) affected: i64,
+}
+
+/// A row of [`entity_kept`].
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct EntityKept {
+    #[sqlx(flatten)]
+    pub(crate) line: Line,
+    #[sqlx(flatten)]
+    pub(crate) kept: Kept,
+}
+
+/// A row of [`erasures`].
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct Erasure {
+    pub(crate) run_id: Uuid,
+    pub(crate) status: String,
+    pub(crate) erasure_subject_kind: Option<String>,
+    pub(crate) started_at: DateTime<Utc>,
+    pub(crate) settled_at: Option<DateTime<Utc>>,
+    pub(crate) affected: i64,
+    #[sqlx(flatten)]
+    pub(crate) kept: Kept,
+}
+
+/// A row of [`holds`]: one target's counts.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct HoldCount {
+    pub(crate) target: String,
+    pub(crate) placed: i64,
+    pub(crate) released: i64,
+    pub(crate) expired: i64,
+    pub(crate) in_force: i64,
+}
+
+/// A row of [`failures`]: the run's kind, the entity (`None`: the run's
+/// own error) and the sanitised text.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct Failure {
+    pub(crate) kind: String,
+    pub(crate) entity: Option<String>,
+    pub(crate) error: String,
+}
+
+/// A row of [`request_deadlines`].
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct Deadline {
+    pub(crate) reference: String,
+    pub(crate) state: String,
+    pub(crate) received_at: DateTime<Utc>,
+    pub(crate) due_at: DateTime<Utc>,
+    pub(crate) completed_at: Option<DateTime<Utc>>,
 }
 
 /// Per entity, category and stage: how many runs reached it, how many of

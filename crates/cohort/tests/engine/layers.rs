@@ -799,7 +799,6 @@ const ROWS_DECODED_OUTSIDE_SQL: &[(&str, usize)] = &[
     ("ops/guarded.rs", 3),
     ("ops/holds/mod.rs", 11),
     ("ops/holds/place.rs", 2),
-    ("ops/report/read.rs", 31),
     ("ops/restore/mod.rs", 9),
     ("ops/verify/mod.rs", 13),
     ("run/capture.rs", 2),

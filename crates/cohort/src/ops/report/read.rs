@@ -5,8 +5,7 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 use sqlx::postgres::types::PgInterval;
-use sqlx::{PgConnection, Row};
-use uuid::Uuid;
+use sqlx::PgConnection;
 
 use crate::context::Context;
 use crate::domain::rules::{Period, Strategy};
@@ -19,23 +18,24 @@ use super::{
     KeptCounts, MonthCounts, RequestDeadline, RuleInForce, RunCounts, Timeliness, Timely,
 };
 
-fn count(row: &sqlx::postgres::PgRow, column: &str) -> Result<u64> {
-    Ok(row.try_get::<i64, _>(column)?.max(0) as u64)
+/// A count the ledger sums as `int8`, never negative.
+fn count(n: i64) -> u64 {
+    n.max(0) as u64
 }
 
 fn period(interval: PgInterval) -> Result<Period> {
     crate::ops::history::period_of(interval)
 }
 
-fn kept(row: &sqlx::postgres::PgRow) -> Result<KeptCounts> {
-    Ok(KeptCounts {
-        held: count(row, "held")?,
-        held_by_subject: count(row, "held_by_subject")?,
-        legal_minimum: count(row, "legal_minimum")?,
-        null_anchor: count(row, "null_anchor")?,
-        skipped: count(row, "skipped")?,
-        kept_by_policy: count(row, "kept_by_policy")?,
-    })
+fn kept(k: statements::Kept) -> KeptCounts {
+    KeptCounts {
+        held: count(k.held),
+        held_by_subject: count(k.held_by_subject),
+        legal_minimum: count(k.legal_minimum),
+        null_anchor: count(k.null_anchor),
+        skipped: count(k.skipped),
+        kept_by_policy: count(k.kept_by_policy),
+    }
 }
 
 /// Linear interpolation between the closest ranks, as PostgreSQL's
@@ -55,8 +55,6 @@ fn failure_code(text: &str) -> String {
         .collect::<Vec<_>>()
         .join(" ")
 }
-
-type Group = (Uuid, String, Option<i16>);
 
 /// The tenant, canonical, if it is one Cohort knows: in the tenant
 /// directory, or in a run or a hold of the ledger. A tenant known nowhere
@@ -82,14 +80,6 @@ pub(super) async fn known_tenant(cx: &Context, tenant: &str) -> Result<String> {
     }
 }
 
-fn group(row: &sqlx::postgres::PgRow) -> Result<Group> {
-    Ok((
-        row.try_get("retention_entity_id")?,
-        row.try_get("category")?,
-        row.try_get("stage")?,
-    ))
-}
-
 /// The chain's heads (now, and at the period's end) and a walk of it.
 pub(super) async fn chain_evidence(cx: &Context, window: &Window) -> Result<Option<ChainEvidence>> {
     let mut conn = cx.pool.acquire().await?;
@@ -110,13 +100,8 @@ pub(super) async fn chain_evidence(cx: &Context, window: &Window) -> Result<Opti
     }))
 }
 
-/// Each entity line's place in the report's list, by its group.
-type Index = BTreeMap<Group, usize>;
-
-/// The entity line a per-entity row belongs to (`None`: a line no run reached).
-fn owner(index: &Index, row: &sqlx::postgres::PgRow) -> Result<Option<usize>> {
-    Ok(index.get(&group(row)?).copied())
-}
+/// Each entity line's place in the report's list.
+type Index = BTreeMap<statements::Line, usize>;
 
 /// The entity lines, with their rules, rows changed per month and rows kept.
 pub(super) async fn entity_reports(
@@ -140,35 +125,33 @@ async fn entity_lines(
     let mut entities = Vec::new();
     let mut index: Index = BTreeMap::new();
     for row in statements::entity_runs(schema, window.clone())
-        .query()
+        .query_as::<statements::EntityRuns>()
         .fetch_all(&mut *conn)
         .await?
     {
-        index.insert(group(&row)?, entities.len());
-        entities.push(entity_line(&row)?);
+        index.insert(row.line.clone(), entities.len());
+        entities.push(entity_line(row));
     }
     Ok((entities, index))
 }
 
 /// One entity line from a row of `entity_runs`.
-fn entity_line(row: &sqlx::postgres::PgRow) -> Result<EntityReport> {
-    Ok(EntityReport {
-        entity_id: row.try_get("retention_entity_id")?,
-        entity: row.try_get("entity_type")?,
-        category: row.try_get("category")?,
-        stage: row
-            .try_get::<Option<i16>, _>("stage")?
-            .and_then(|n| u16::try_from(n).ok()),
+fn entity_line(row: statements::EntityRuns) -> EntityReport {
+    EntityReport {
+        entity_id: row.line.retention_entity_id,
+        entity: row.entity_type,
+        category: row.line.category,
+        stage: row.line.stage.and_then(|n| u16::try_from(n).ok()),
         rules: Vec::new(),
         runs: RunCounts {
-            runs: count(row, "runs")?,
-            succeeded: count(row, "succeeded")?,
-            failed: count(row, "failed")?,
-            last_success: row.try_get("last_success")?,
+            runs: count(row.runs),
+            succeeded: count(row.succeeded),
+            failed: count(row.failed),
+            last_success: row.last_success,
         },
         months: Vec::new(),
         kept: KeptCounts::default(),
-    })
+    }
 }
 
 /// Adds the rules the runs resolved to each entity line.
@@ -180,34 +163,31 @@ async fn add_rules(
     index: &Index,
 ) -> Result<()> {
     for row in statements::entity_rules(schema, window.clone())
-        .query()
+        .query_as::<statements::EntityRule>()
         .fetch_all(&mut *conn)
         .await?
     {
-        let Some(i) = owner(index, &row)? else {
+        let Some(&i) = index.get(&row.line) else {
             continue;
         };
-        entities[i].rules.push(rule_in_force(&row)?);
+        entities[i].rules.push(rule_in_force(row)?);
     }
     Ok(())
 }
 
 /// One rule from a row of `entity_rules`.
-fn rule_in_force(row: &sqlx::postgres::PgRow) -> Result<RuleInForce> {
-    let strategy: String = row.try_get("strategy")?;
+fn rule_in_force(row: statements::EntityRule) -> Result<RuleInForce> {
     Ok(RuleInForce {
-        strategy: strategy
+        strategy: row
+            .strategy
             .parse::<Strategy>()
             .map_err(|e| Error::Migration(e.to_string()))?,
-        period: period(row.try_get("resolved_period")?)?,
-        legal_minimum: row
-            .try_get::<Option<PgInterval>, _>("legal_min")?
-            .map(period)
-            .transpose()?,
-        source: row.try_get("rule_source")?,
-        reason: row.try_get("rule_reason")?,
-        runs: count(row, "runs")?,
-        last_used: row.try_get("last_used")?,
+        period: period(row.resolved_period)?,
+        legal_minimum: row.legal_min.map(period).transpose()?,
+        source: row.rule_source,
+        reason: row.rule_reason,
+        runs: count(row.runs),
+        last_used: row.last_used,
     })
 }
 
@@ -220,24 +200,23 @@ async fn add_months(
     index: &Index,
 ) -> Result<()> {
     for row in statements::entity_months(schema, window.clone())
-        .query()
+        .query_as::<statements::EntityMonth>()
         .fetch_all(&mut *conn)
         .await?
     {
-        let Some(i) = owner(index, &row)? else {
+        let Some(&i) = index.get(&row.line) else {
             continue;
         };
-        add_month(&mut entities[i].months, &row)?;
+        add_month(&mut entities[i].months, row);
     }
     Ok(())
 }
 
 /// Counts a row of `entity_months` into `months` (oldest first; a new month adds a line).
-fn add_month(months: &mut Vec<MonthCounts>, row: &sqlx::postgres::PgRow) -> Result<()> {
-    let month: String = row.try_get("month")?;
-    if months.last().is_none_or(|m| m.month != month) {
+fn add_month(months: &mut Vec<MonthCounts>, row: statements::EntityMonth) {
+    if months.last().is_none_or(|m| m.month != row.month) {
         months.push(MonthCounts {
-            month,
+            month: row.month,
             purged: 0,
             soft_deleted: 0,
             anonymised: 0,
@@ -245,16 +224,14 @@ fn add_month(months: &mut Vec<MonthCounts>, row: &sqlx::postgres::PgRow) -> Resu
         });
     }
     let m = months.last_mut().expect("pushed");
-    let n = count(row, "affected")?;
-    let strategy: String = row.try_get("strategy")?;
-    match strategy.parse::<Strategy>() {
+    let n = count(row.affected);
+    match row.strategy.parse::<Strategy>() {
         Ok(Strategy::Purge) => m.purged += n,
         Ok(Strategy::SoftDelete) => m.soft_deleted += n,
         Ok(Strategy::Anonymise) => m.anonymised += n,
         Ok(Strategy::Archive) => m.archived += n,
         _ => {}
     }
-    Ok(())
 }
 
 /// Sets the rows kept, and why, on each entity line.
@@ -266,14 +243,14 @@ async fn add_kept(
     index: &Index,
 ) -> Result<()> {
     for row in statements::entity_kept(schema, window.clone())
-        .query()
+        .query_as::<statements::EntityKept>()
         .fetch_all(&mut *conn)
         .await?
     {
-        let Some(i) = owner(index, &row)? else {
+        let Some(&i) = index.get(&row.line) else {
             continue;
         };
-        entities[i].kept = kept(&row)?;
+        entities[i].kept = kept(row.kept);
     }
     Ok(())
 }
@@ -284,34 +261,30 @@ pub(super) async fn erasures_served(
     schema: &str,
     window: &Window,
 ) -> Result<Vec<ErasureServed>> {
-    let mut served = Vec::new();
-    for row in statements::erasures(schema, window.clone())
-        .query()
+    statements::erasures(schema, window.clone())
+        .query_as::<statements::Erasure>()
         .fetch_all(&mut *conn)
         .await?
-    {
-        served.push(erasure_served(&row)?);
-    }
-    Ok(served)
+        .into_iter()
+        .map(erasure_served)
+        .collect()
 }
 
 /// One erasure request from a row of `erasures`.
-fn erasure_served(row: &sqlx::postgres::PgRow) -> Result<ErasureServed> {
-    let status: String = row.try_get("status")?;
-    let status = RunStatus::parse(&status)
-        .ok_or_else(|| Error::Migration(format!("unknown run status {status:?}")))?;
-    let started_at: DateTime<Utc> = row.try_get("started_at")?;
-    let settled_at: Option<DateTime<Utc>> = row.try_get("settled_at")?;
+fn erasure_served(row: statements::Erasure) -> Result<ErasureServed> {
+    let status = RunStatus::parse(&row.status)
+        .ok_or_else(|| Error::Migration(format!("unknown run status {:?}", row.status)))?;
+    let (started_at, settled_at) = (row.started_at, row.settled_at);
     Ok(ErasureServed {
-        run_id: row.try_get("run_id")?,
+        run_id: row.run_id,
         status,
-        subject_kind: row.try_get("erasure_subject_kind")?,
+        subject_kind: row.erasure_subject_kind,
         started_at,
         settled_at,
         seconds: settled_at
             .map(|s| (s - started_at).num_microseconds().unwrap_or(i64::MAX) as f64 / 1e6),
-        removed: count(row, "affected")?,
-        kept: kept(row)?,
+        removed: count(row.affected),
+        kept: kept(row.kept),
     })
 }
 
@@ -324,30 +297,29 @@ pub(super) async fn request_deadlines(
     window: &Window,
     end: DateTime<Utc>,
 ) -> Result<Vec<RequestDeadline>> {
-    let mut out = Vec::new();
-    for row in statements::request_deadlines(schema, window.clone())
-        .query()
+    let rows = statements::request_deadlines(schema, window.clone())
+        .query_as::<statements::Deadline>()
         .fetch_all(&mut *conn)
-        .await?
-    {
-        let due_at: DateTime<Utc> = row.try_get("due_at")?;
-        let completed_at: Option<DateTime<Utc>> = row.try_get("completed_at")?;
-        let timely = match completed_at {
-            Some(done) if done <= due_at => Timely::OnTime,
-            Some(_) => Timely::Late,
-            None if due_at < end => Timely::Overdue,
-            None => Timely::NotYetDue,
-        };
-        out.push(RequestDeadline {
-            reference: row.try_get("reference")?,
-            state: row.try_get("state")?,
-            received_at: row.try_get("received_at")?,
-            due_at,
-            completed_at,
-            timely,
-        });
-    }
-    Ok(out)
+        .await?;
+    Ok(rows
+        .into_iter()
+        .map(|row| {
+            let timely = match row.completed_at {
+                Some(done) if done <= row.due_at => Timely::OnTime,
+                Some(_) => Timely::Late,
+                None if row.due_at < end => Timely::Overdue,
+                None => Timely::NotYetDue,
+            };
+            RequestDeadline {
+                reference: row.reference,
+                state: row.state,
+                received_at: row.received_at,
+                due_at: row.due_at,
+                completed_at: row.completed_at,
+                timely,
+            }
+        })
+        .collect())
 }
 
 pub(super) fn timeliness(deadlines: &[RequestDeadline]) -> Timeliness {
@@ -404,16 +376,15 @@ pub(super) async fn hold_counts(
         })
         .collect();
     for row in statements::holds(schema, window.clone())
-        .query()
+        .query_as::<statements::HoldCount>()
         .fetch_all(&mut *conn)
         .await?
     {
-        let target: String = row.try_get("target")?;
-        if let Some(h) = holds.iter_mut().find(|h| h.target == target) {
-            h.placed = count(&row, "placed")?;
-            h.released = count(&row, "released")?;
-            h.expired = count(&row, "expired")?;
-            h.in_force = count(&row, "in_force")?;
+        if let Some(h) = holds.iter_mut().find(|h| h.target == row.target) {
+            h.placed = count(row.placed);
+            h.released = count(row.released);
+            h.expired = count(row.expired);
+            h.in_force = count(row.in_force);
         }
     }
     Ok(holds)
@@ -430,11 +401,11 @@ pub(super) async fn failure_tally(
 ) -> Result<BTreeMap<FailureKey, u64>> {
     let mut failures: BTreeMap<FailureKey, u64> = BTreeMap::new();
     for row in statements::failures(schema, window)
-        .query()
+        .query_as::<statements::Failure>()
         .fetch_all(&mut *conn)
         .await?
     {
-        let (kind, entity, codes) = failure_codes(&row)?;
+        let (kind, entity, codes) = failure_codes(row);
         for code in codes {
             *failures.entry((kind, entity.clone(), code)).or_default() += 1;
         }
@@ -443,17 +414,13 @@ pub(super) async fn failure_tally(
 }
 
 /// A failure row's run kind, entity (`None`: the run's own error) and failure codes.
-fn failure_codes(
-    row: &sqlx::postgres::PgRow,
-) -> Result<(&'static str, Option<String>, Vec<String>)> {
-    let kind: String = row.try_get("kind")?;
-    let kind = if kind == "erasure" {
+fn failure_codes(row: statements::Failure) -> (&'static str, Option<String>, Vec<String>) {
+    let kind = if row.kind == "erasure" {
         "erasure"
     } else {
         "sweep"
     };
-    let entity: Option<String> = row.try_get("entity")?;
-    let error: String = row.try_get("error")?;
+    let (entity, error) = (row.entity, row.error);
     let codes: Vec<String> = if entity.is_some() {
         vec![failure_code(&error)]
     } else {
@@ -466,7 +433,7 @@ fn failure_codes(
             .map(|part| failure_code(part.strip_prefix("run: ").unwrap_or(part)))
             .collect()
     };
-    Ok((kind, entity, codes))
+    (kind, entity, codes)
 }
 
 /// The tallied failures as the report lists them.
