@@ -59,6 +59,23 @@ pub(crate) struct LedgerPlan {
     pub(super) active_subject_holds: SqlText,
 }
 
+/// A hold as the hold statements return it ([`HOLD_COLUMNS`]), `active`
+/// judged by the database clock.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct HoldRow {
+    pub(crate) hold_id: Uuid,
+    pub(crate) retention_entity_id: Option<Uuid>,
+    pub(crate) record_id: Option<String>,
+    pub(crate) subject_kind: Option<String>,
+    pub(crate) subject_text: Option<String>,
+    pub(crate) tenant_id: Option<String>,
+    pub(crate) reason: String,
+    pub(crate) created_at: DateTime<Utc>,
+    pub(crate) expires_at: Option<DateTime<Utc>>,
+    pub(crate) released_at: Option<DateTime<Utc>>,
+    pub(crate) active: bool,
+}
+
 const HOLD_COLUMNS: &str = concat!(
     " hold_id, retention_entity_id, record_id, subject_kind, subject_text, tenant_id, reason, \
     created_at, expires_at, released_at, ",

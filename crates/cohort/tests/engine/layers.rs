@@ -797,7 +797,6 @@ const ROWS_DECODED_OUTSIDE_SQL: &[(&str, usize)] = &[
     ("domain/model/anonymise.rs", 1),
     ("ops/dead_letters.rs", 16),
     ("ops/guarded.rs", 3),
-    ("ops/holds/mod.rs", 11),
     ("ops/holds/place.rs", 2),
     ("ops/restore/mod.rs", 9),
     ("ops/verify/mod.rs", 13),

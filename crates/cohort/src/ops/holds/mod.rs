@@ -27,8 +27,6 @@
 //! fires for every writer and is checked at startup (see `sql::sweep::fused`).
 
 use chrono::{DateTime, TimeZone, Utc};
-use sqlx::postgres::PgRow;
-use sqlx::Row;
 use uuid::Uuid;
 
 use crate::context::Context;
@@ -205,27 +203,26 @@ pub struct Hold {
     pub active: bool,
 }
 
-impl Hold {
-    fn from_row(r: &PgRow) -> std::result::Result<Self, sqlx::Error> {
-        let subject: Option<String> = r.try_get("subject_text")?;
-        Ok(Hold {
-            hold_id: r.try_get("hold_id")?,
-            target: if subject.is_some() {
+impl From<ledger::HoldRow> for Hold {
+    fn from(r: ledger::HoldRow) -> Self {
+        Hold {
+            hold_id: r.hold_id,
+            target: if r.subject_text.is_some() {
                 HoldTarget::Subject
             } else {
                 HoldTarget::Record
             },
-            retention_entity_id: r.try_get("retention_entity_id")?,
-            record_id: r.try_get("record_id")?,
-            subject,
-            subject_kind: r.try_get("subject_kind")?,
-            tenant_id: r.try_get("tenant_id")?,
-            reason: r.try_get("reason")?,
-            created_at: r.try_get("created_at")?,
-            expires_at: r.try_get("expires_at")?,
-            released_at: r.try_get("released_at")?,
-            active: r.try_get("active")?,
-        })
+            retention_entity_id: r.retention_entity_id,
+            record_id: r.record_id,
+            subject: r.subject_text,
+            subject_kind: r.subject_kind,
+            tenant_id: r.tenant_id,
+            reason: r.reason,
+            created_at: r.created_at,
+            expires_at: r.expires_at,
+            released_at: r.released_at,
+            active: r.active,
+        }
     }
 }
 
@@ -317,13 +314,10 @@ pub(crate) async fn list(cx: &Context, filter: &HoldFilter) -> Result<Vec<Hold>>
     let rows = ready
         .ledger
         .list_holds(listed)
-        .query()
+        .query_as::<ledger::HoldRow>()
         .fetch_all(&cx.pool)
         .await?;
-    Ok(rows
-        .iter()
-        .map(Hold::from_row)
-        .collect::<std::result::Result<_, _>>()?)
+    Ok(rows.into_iter().map(Hold::from).collect())
 }
 
 pub(crate) async fn release(cx: &Context, hold_id: Uuid) -> Result<Hold> {
@@ -341,11 +335,11 @@ pub(crate) async fn release_journaled(cx: &Context, hold_id: Uuid, journal: bool
     let released = ready
         .ledger
         .release_hold(hold_id)
-        .query()
+        .query_as::<ledger::HoldRow>()
         .fetch_optional(&mut *tx)
         .await?;
     if let Some(row) = released {
-        let hold = Hold::from_row(&row)?;
+        let hold = Hold::from(row);
         if let Some(at) = hold.released_at {
             crate::run::chain::link_hold_released(
                 &mut tx,

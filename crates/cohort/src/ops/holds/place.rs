@@ -117,7 +117,7 @@ async fn create_once(
     let inserted = ready
         .ledger
         .insert_hold(insert)
-        .query()
+        .query_as::<ledger::HoldRow>()
         .fetch_optional(&mut *tx)
         .await;
     let row = match inserted {
@@ -136,7 +136,7 @@ async fn create_once(
         }
         Err(e) => return Err(e.into()),
     };
-    let hold = Hold::from_row(&row)?;
+    let hold = Hold::from(row);
     let key = cx.config.ledger_key.as_ref();
     crate::run::chain::link_hold_placed(&mut tx, &cx.config.schema, key, hold.hold_id).await?;
     tx.commit().await?;
