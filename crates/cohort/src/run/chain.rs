@@ -35,6 +35,9 @@ fn micros(t: Option<DateTime<Utc>>) -> Option<i64> {
     t.map(chain::micros)
 }
 
+/// The rows are taken apart field by field, never with `..`: a column
+/// added to a covered row (`sql::chain::covered_row!`) stops the build
+/// here until its record says what it does with it.
 fn summary(r: statements::SummaryRow) -> SummaryRecord {
     let statements::SummaryRow {
         summary_id,
