@@ -3,7 +3,7 @@
 // The folders are the layers, bottom up (docs/architecture.md; the layer
 // test in tests/engine/layers.rs checks the imports): base, domain, the
 // loading of configuration (config, policy), sql, schema, validate,
-// context, store, run, services, ops, and the facade (cohort, sea_orm).
+// store, context, run, services, ops, and the facade (cohort, sea_orm).
 mod base;
 mod cohort;
 pub mod config;
@@ -28,7 +28,7 @@ pub use domain::{
     telemetry,
 };
 pub use ops::{guarded, history, holds, report, restore, verify};
-pub use store::peers;
+pub use run::peers;
 
 pub use base::cancel::Cancel;
 pub use base::ident::QualifiedName;

@@ -221,7 +221,7 @@ impl CohortBuilder {
                 },
                 ready: OnceCell::new(),
                 backlog_gauge: self.backlog_gauge,
-                journal: self.journal,
+                journal: self.journal.map(crate::store::journal::Journal::new),
             }),
         })
     }

@@ -176,8 +176,8 @@ impl Cohort {
     /// The live peers: processes running Cohort's services on this
     /// database, with their policy fingerprint (`same_policy` when it is
     /// this handle's) and handlers per entity.
-    pub async fn peers(&self) -> Result<Vec<crate::store::peers::Peer>> {
-        crate::store::peers::live(&self.cx, None).await
+    pub async fn peers(&self) -> Result<Vec<crate::run::peers::Peer>> {
+        crate::run::peers::live(&self.cx, None).await
     }
 
     /// One maintenance pass now (what the always-running maintenance

@@ -39,8 +39,9 @@ pub(crate) struct Context {
     /// Whether a sweep reads each entity's backlog after its batches, for
     /// the backlog gauge ([`crate::CohortBuilder::backlog_gauge`]).
     pub(crate) backlog_gauge: bool,
-    /// Where erasure requests and holds are journaled, if anywhere.
-    pub(crate) journal: Option<crate::domain::journal::JournalConfig>,
+    /// Where erasure requests and holds are journaled, if anywhere: opened
+    /// once, with the handle.
+    pub(crate) journal: Option<crate::store::journal::Journal>,
 }
 
 /// A validated model with its SQL plans, built once.

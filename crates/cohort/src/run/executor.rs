@@ -143,7 +143,7 @@ async fn run_works(
     let peers = if spec.dry_run {
         Ok(Vec::new())
     } else {
-        crate::store::peers::live(ctx.cx, None).await
+        crate::run::peers::live(ctx.cx, None).await
     };
     for work in works {
         if spec.cancel.is_cancelled() {
@@ -206,14 +206,14 @@ async fn run_works(
 /// that this process lacks, or the peers could not be read.
 fn refused_by_peers(
     ctx: &RunCtx<'_>,
-    peers: &std::result::Result<Vec<crate::store::peers::Peer>, crate::error::Error>,
+    peers: &std::result::Result<Vec<crate::run::peers::Peer>, crate::error::Error>,
     work: &Work<'_>,
 ) -> Option<Diagnostic> {
     if ctx.spec.dry_run || !work.rule.strategy().mutates() {
         return None;
     }
     match peers {
-        Ok(peers) => crate::store::peers::conflict(ctx.cx, peers, work.entity.id).map(|why| {
+        Ok(peers) => crate::run::peers::conflict(ctx.cx, peers, work.entity.id).map(|why| {
             crate::domain::telemetry::peer_conflict(&work.entity.name);
             Diagnostic::capture(
                 "peer",

@@ -15,6 +15,7 @@ pub(crate) mod lanes;
 pub(crate) mod pacing;
 pub(crate) mod partitions;
 pub(crate) mod passes;
+pub mod peers;
 pub(crate) mod recorder;
 pub(crate) mod requests;
 pub(crate) mod resolve;

@@ -58,7 +58,7 @@ impl<'a> RunRecorder<'a> {
             occurrence: spec.occurrence.map(|o| o.at),
             pass: spec.occurrence.map(|o| o.pass),
             passes: spec.occurrence.map(|o| o.passes),
-            policy_fingerprint: Some(crate::store::peers::fingerprint(self.cx, self.ready)),
+            policy_fingerprint: Some(crate::run::peers::fingerprint(self.cx, self.ready)),
             erasure_subject_kind: spec.erasure_kind.clone(),
         };
         let started_at = self

@@ -13,7 +13,7 @@
 //!    `payload_retention`, whatever became of their work.
 //!
 //! Between passes it keeps this process's peer record (see
-//! [`crate::store::peers`]), every ten seconds.
+//! [`crate::run::peers`]), every ten seconds.
 
 pub use super::reports::MaintenanceReport;
 use std::sync::Arc;
@@ -176,8 +176,8 @@ async fn recover_stale_runs(
 async fn dead_letter_orphans(cx: &Context, settle: f64) -> Result<u64> {
     // Handlers this process registers, and those of live peers: work a
     // live peer can deliver is not orphaned (a rolling deploy).
-    let mut known = crate::store::peers::own_handlers(cx);
-    for peer in crate::store::peers::live(cx, None).await? {
+    let mut known = crate::run::peers::own_handlers(cx);
+    for peer in crate::run::peers::live(cx, None).await? {
         for (entity, hs) in peer.handlers {
             known.entry(entity).or_default().extend(hs);
         }
@@ -227,7 +227,7 @@ async fn dead_letter_orphans(cx: &Context, settle: f64) -> Result<u64> {
 }
 
 /// Keeps this process's peer record (a heartbeat every
-/// [`crate::store::peers::PEER_HEARTBEAT_INTERVAL`], reporting peers whose policy
+/// [`crate::run::peers::PEER_HEARTBEAT_INTERVAL`], reporting peers whose policy
 /// differs) and runs a pass every interval until `cancel` fires; then it
 /// removes the peer record. A failed pass or heartbeat is logged and tried
 /// again at the next.
@@ -245,8 +245,8 @@ pub(crate) async fn run(
     let mut next_pass = tokio::time::Instant::now();
     let mut reported_other: Option<usize> = None;
     while !cancel.is_cancelled() {
-        match crate::store::peers::heartbeat(&cx, peer_id).await {
-            Ok(()) => match crate::store::peers::live(&cx, Some(peer_id)).await {
+        match crate::run::peers::heartbeat(&cx, peer_id).await {
+            Ok(()) => match crate::run::peers::live(&cx, Some(peer_id)).await {
                 Ok(peers) => {
                     let other = peers.iter().filter(|p| !p.same_policy).count();
                     crate::domain::telemetry::peers(peers.len() - other, other);
@@ -256,7 +256,7 @@ pub(crate) async fn run(
                         }
                     }
                     reported_other = Some(other);
-                    if let Err(e) = crate::store::peers::census(&cx).await {
+                    if let Err(e) = crate::run::peers::census(&cx).await {
                         tracing::warn!(error = %e, "counting the peer records failed");
                     }
                 }
@@ -285,14 +285,14 @@ pub(crate) async fn run(
             }
             next_pass = tokio::time::Instant::now() + config.interval;
         }
-        let wait = crate::store::peers::PEER_HEARTBEAT_INTERVAL
+        let wait = crate::run::peers::PEER_HEARTBEAT_INTERVAL
             .min(next_pass.saturating_duration_since(tokio::time::Instant::now()));
         tokio::select! {
             _ = cancel.cancelled() => break,
             _ = tokio::time::sleep(wait) => {}
         }
     }
-    if let Err(e) = crate::store::peers::leave(&cx, peer_id).await {
+    if let Err(e) = crate::run::peers::leave(&cx, peer_id).await {
         tracing::warn!(error = %e, "removing this process's peer record failed; it expires by itself");
     }
 }

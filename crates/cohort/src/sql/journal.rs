@@ -74,6 +74,12 @@ pub(crate) fn identity() -> Statement<()> {
     )
 }
 
+/// The server's clock now (entries are dated on the retained database's
+/// clock, the one its rows are written by).
+pub(crate) fn clock() -> Statement<()> {
+    Statement::new(SqlText::new("SELECT pg_catalog.clock_timestamp()"), ())
+}
+
 /// The server's system identifier (`pg_control_system()`), as text.
 pub(crate) fn system_identifier() -> Statement<()> {
     Statement::new(

@@ -949,6 +949,7 @@ fn request_statements() {
                 "system_identifier",
                 crate::sql::journal::system_identifier().checked().as_str()
             ),
+            ("clock", crate::sql::journal::clock().checked().as_str()),
         ])
     );
 }

@@ -1,4 +1,4 @@
-//! Stores outside a run: the journal's stores (a directory of files or another database) and the registry of peer processes.
+//! The journal's stores (a directory of files, or a table in another
+//! database), below the context: a handle opens its journal once.
 
 pub(crate) mod journal;
-pub mod peers;

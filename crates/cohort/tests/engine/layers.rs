@@ -59,11 +59,8 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("sql/ (statement text and typed binds)", &["sql"]),
     ("schema/ (Cohort's own tables)", &["schema"]),
     ("validate/", &["validate"]),
+    ("store/ (the journal's stores)", &["store/journal"]),
     ("context/", &["context"]),
-    (
-        "store/ (the journal's stores, the peer registry)",
-        &["store/journal", "store/peers"],
-    ),
     ("run/", &["run"]),
     ("services/", &["services"]),
     (

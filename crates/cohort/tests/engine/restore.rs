@@ -361,6 +361,84 @@ async fn a_journal_in_a_database_on_another_server_is_written_and_one_on_the_sam
     assert_eq!(contacts(db.pool()).await, [1, 2, 5, 6, 7]);
 }
 
+/// A journal in a database is opened once per handle: one connection
+/// serves every append and read, and one the server dropped is opened
+/// again at the next append, with no entry lost or written twice.
+#[tokio::test]
+async fn a_journal_database_keeps_one_connection_and_opens_another_once_it_is_dropped() {
+    use sqlx::Connection;
+    let db = migrated_db().await;
+    exec(db.pool(), TABLES).await;
+    let other = Cluster::start().await.unwrap();
+    let cohort = builder(
+        db.pool(),
+        JournalConfig::url(other.url().to_owned()).key(key()),
+    )
+    .build()
+    .await
+    .unwrap();
+    let mut watch = sqlx::PgConnection::connect_with(&other.connect_options())
+        .await
+        .unwrap();
+    const THEIRS: &str = "SELECT pid FROM pg_catalog.pg_stat_activity \
+         WHERE datname = pg_catalog.current_database() AND pid <> pg_catalog.pg_backend_pid() \
+         AND backend_type = 'client backend' ORDER BY pid";
+    let mut theirs = async || -> Vec<i32> {
+        sqlx::query_scalar(THEIRS)
+            .fetch_all(&mut watch)
+            .await
+            .unwrap()
+    };
+    cohort.erase(erase(S1, "SAR-30")).await.unwrap();
+    let first = theirs().await;
+    assert_eq!(
+        first.len(),
+        1,
+        "one connection for the check and three appends"
+    );
+    cohort.erase(erase(S0, "SAR-31")).await.unwrap();
+    assert!(cohort.restore_check().await.unwrap().is_clean());
+    assert_eq!(theirs().await, first, "the same connection, kept");
+
+    // The server drops it (a restart, an idle timeout): the next append
+    // opens another.
+    let mut admin = sqlx::PgConnection::connect_with(&other.connect_options())
+        .await
+        .unwrap();
+    let terminated: bool = sqlx::query_scalar("SELECT pg_catalog.pg_terminate_backend($1)")
+        .bind(first[0])
+        .fetch_one(&mut admin)
+        .await
+        .unwrap();
+    assert!(terminated);
+    admin.close().await.unwrap();
+    for _ in 0..200 {
+        if theirs().await.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert!(
+        theirs().await.is_empty(),
+        "the journal's connection was terminated"
+    );
+    cohort.erase(erase(S2, "SAR-32")).await.unwrap();
+    let second = theirs().await;
+    assert_eq!(second.len(), 1, "{second:?}");
+    assert_ne!(second, first, "a new connection");
+    let seqs: Vec<i64> = sqlx::query_scalar("SELECT seq FROM public.cohort_journal ORDER BY seq")
+        .fetch_all(&mut watch)
+        .await
+        .unwrap();
+    assert_eq!(
+        seqs,
+        (1..=9).collect::<Vec<i64>>(),
+        "three entries per request, none lost or doubled"
+    );
+    assert!(cohort.restore_check().await.unwrap().is_clean());
+    assert_eq!(contacts(db.pool()).await, [7]);
+}
+
 #[tokio::test]
 async fn entries_for_a_hold_and_a_request_that_never_came_to_exist_are_resolved_not_gaps() {
     let db = migrated_db().await;

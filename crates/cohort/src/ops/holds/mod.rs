@@ -351,20 +351,12 @@ pub(crate) async fn release_journaled(cx: &Context, hold_id: Uuid, journal: bool
             .await?;
         }
         tx.commit().await?;
-        if let (true, Some(config), Some(at)) = (journal, &cx.journal, hold.released_at) {
-            let appended = match crate::store::journal::Journal::open(config) {
-                Ok(j) => {
-                    j.append(
-                        cx,
-                        crate::domain::journal::Record::HoldReleased {
-                            hold_id,
-                            released_at: at,
-                        },
-                    )
-                    .await
-                }
-                Err(e) => Err(e),
+        if let (true, Some(j), Some(at)) = (journal, &cx.journal, hold.released_at) {
+            let record = crate::domain::journal::Record::HoldReleased {
+                hold_id,
+                released_at: at,
             };
+            let appended = j.append(pool, &cx.config.schema, record).await;
             if let Err(e) = appended {
                 tracing::error!(%hold_id, error = %e, "journaling a hold's release failed; after a restore the hold would stay");
                 return Err(e);

@@ -72,21 +72,12 @@ pub(crate) async fn create_journaled(
 /// Journals that a hold journaled as placed was refused. Logged, not
 /// returned: the caller returns the refusal itself.
 async fn journal_not_placed(cx: &Context, hold_id: Uuid, refusal: &Error) {
-    let Some(config) = &cx.journal else { return };
-    let appended = match crate::store::journal::Journal::open(config) {
-        Ok(j) => j
-            .append(
-                cx,
-                crate::domain::journal::Record::HoldNotPlaced {
-                    hold_id,
-                    why: format!("the database refused it: {refusal}"),
-                },
-            )
-            .await
-            .map(drop),
-        Err(e) => Err(e),
+    let Some(journal) = &cx.journal else { return };
+    let record = crate::domain::journal::Record::HoldNotPlaced {
+        hold_id,
+        why: format!("the database refused it: {refusal}"),
     };
-    if let Err(e) = appended {
+    if let Err(e) = journal.append(&cx.pool, &cx.config.schema, record).await {
         tracing::error!(%hold_id, error = %e, "journaling that a hold was refused failed; restore-check will name its entry until replay resolves it");
     }
 }
@@ -185,12 +176,12 @@ async fn lock_target(
 /// Journals a hold before it is placed (when a journal is configured);
 /// the entry's place and hash, which the hold's row records.
 async fn journal_placed(cx: &Context, req: &HoldRequest) -> Result<Option<(i64, String)>> {
-    let Some(config) = &cx.journal else {
+    let Some(journal) = &cx.journal else {
         return Ok(None);
     };
-    let journal = crate::store::journal::Journal::open(config)?;
+    let key = journal.key()?;
     let seal = |field: &str, text: &str| {
-        journal.key().seal(
+        key.seal(
             &crate::domain::journal::Record::context(req.hold_id, field),
             text,
         )
@@ -204,7 +195,8 @@ async fn journal_placed(cx: &Context, req: &HoldRequest) -> Result<Option<(i64, 
     };
     let entry = journal
         .append(
-            cx,
+            &cx.pool,
+            &cx.config.schema,
             crate::domain::journal::Record::HoldPlaced {
                 hold_id: req.hold_id,
                 entity_id,

@@ -148,7 +148,7 @@ pub struct ReplayReport {
     pub check: RestoreCheck,
 }
 
-fn configured(cx: &Context) -> Result<&crate::domain::journal::JournalConfig> {
+fn configured(cx: &Context) -> Result<&Journal> {
     cx.journal.as_ref().ok_or_else(|| {
         Error::InvalidInput(
             "no journal is configured: restore-check and replay compare the database with [journal] (dir = \"…\" or url = \"postgres://…\")".into(),
@@ -158,9 +158,7 @@ fn configured(cx: &Context) -> Result<&crate::domain::journal::JournalConfig> {
 
 /// Compares the database with the journal.
 pub(crate) async fn check(cx: &Context) -> Result<RestoreCheck> {
-    let config = configured(cx)?;
-    let journal = Journal::open(config)?;
-    let folded = fold(journal.read().await?);
+    let folded = fold(configured(cx)?.read().await?);
     compare(cx, &folded).await
 }
 
@@ -250,17 +248,16 @@ pub(crate) async fn replay(
 ) -> Result<ReplayReport> {
     let configured = configured(cx)?;
     let copied;
-    let config = match journal_copy {
+    let journal = match journal_copy {
         Some(dir) => {
-            copied = copy_journal(configured, dir).await?;
+            copied = Journal::new(copy_journal(configured, dir).await?);
             &copied
         }
         None => configured,
     };
-    let journal = Journal::open(config)?;
     let folded = fold(journal.read().await?);
     if journal_copy.is_none() && !dry_run {
-        refuse_another_cluster(cx, config, &folded).await?;
+        refuse_another_cluster(cx, journal, &folded).await?;
     }
     let before = compare(cx, &folded).await?;
     let mut report = ReplayReport {
@@ -280,7 +277,7 @@ pub(crate) async fn replay(
     }
     // 1. Holds first: an erasure run again must see every hold the journal
     //    says was there.
-    place_holds(cx, &journal, &folded, &before, &mut report).await?;
+    place_holds(cx, journal, &folded, &before, &mut report).await?;
     for id in &before.holds_to_release {
         match crate::ops::holds::release_journaled(cx, *id, false).await {
             Ok(_) | Err(Error::Conflict(_)) => report.holds_released.push(*id),
@@ -290,9 +287,9 @@ pub(crate) async fn replay(
     // 2. Requests the database lost, as the journal opened them, and
     // 3. each of them run again, now, journaled where this replay reads:
     //    a drill's copy stays apart from the production journal.
-    let to_run = restore_requests(cx, &journal, &folded, &before, &mut report).await?;
+    let to_run = restore_requests(cx, journal, &folded, &before, &mut report).await?;
     for (id, reference, why) in to_run {
-        match crate::run::requests::rerun(cx, Some(config), id, why).await {
+        match crate::run::requests::rerun(cx, Some(journal), id, why).await {
             Ok(state) => report.requests_run.push((reference, state.as_str().into())),
             Err(e) => report
                 .requests_run
@@ -305,7 +302,8 @@ pub(crate) async fn replay(
     if !before.is_clean() {
         journal
             .append(
-                cx,
+                &cx.pool,
+                &cx.config.schema,
                 Record::Replayed {
                     holds_placed: report.holds_placed.len() as u64,
                     holds_released: report.holds_released.len() as u64,

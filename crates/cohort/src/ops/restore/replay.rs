@@ -18,7 +18,7 @@ use crate::store::journal::Journal;
 /// system identifier is not this database's): a drill replays onto a copy.
 pub(super) async fn refuse_another_cluster(
     cx: &Context,
-    config: &crate::domain::journal::JournalConfig,
+    journal: &Journal,
     folded: &Folded,
 ) -> Result<()> {
     let ours: Option<String> = crate::sql::journal::system_identifier()
@@ -32,7 +32,7 @@ pub(super) async fn refuse_another_cluster(
             return Err(Error::Refused(format!(
                 "this database's cluster (system identifier {ours}) is not the one {} was written for ({theirs}): \
                  a replay here would append to another cluster's journal; a drill replays onto a copy with --journal-copy DIR",
-                config.describe()
+                journal.describe()
             )));
         }
     }
@@ -44,7 +44,7 @@ pub(super) async fn refuse_another_cluster(
 /// record is gone, say) is journaled as never to be placed.
 pub(super) async fn place_holds(
     cx: &Context,
-    journal: &Journal<'_>,
+    journal: &Journal,
     folded: &Folded,
     before: &RestoreCheck,
     report: &mut ReplayReport,
@@ -56,7 +56,7 @@ pub(super) async fn place_holds(
         let Some(placed @ Record::HoldPlaced { hold_id, .. }) = &h.placed else {
             continue;
         };
-        let Some(req) = hold_request(journal.key(), placed)? else {
+        let Some(req) = hold_request(journal.key()?, placed)? else {
             report
                 .skipped
                 .push(format!("hold {hold_id}: the journal names no target"));
@@ -71,7 +71,8 @@ pub(super) async fn place_holds(
                 let why = format!("replay could not place it again: {e}");
                 journal
                     .append(
-                        cx,
+                        &cx.pool,
+                        &cx.config.schema,
                         Record::HoldNotPlaced {
                             hold_id: *hold_id,
                             why: why.clone(),
@@ -140,14 +141,14 @@ type ToRun = (Uuid, String, String);
 /// with the line of history its run again starts with.
 pub(super) async fn restore_requests(
     cx: &Context,
-    journal: &Journal<'_>,
+    journal: &Journal,
     folded: &Folded,
     before: &RestoreCheck,
     report: &mut ReplayReport,
 ) -> Result<Vec<ToRun>> {
     let mut to_run: Vec<ToRun> = Vec::new();
     for gap in &before.missing_requests {
-        if let Some(run) = restore_missing(cx, journal.key(), folded, gap, report).await? {
+        if let Some(run) = restore_missing(cx, journal.key()?, folded, gap, report).await? {
             to_run.push(run);
         }
     }
@@ -247,14 +248,14 @@ async fn restore_missing(
 /// goes on from the first's copy), for a replay that must not write to
 /// the journal it was given.
 pub(super) async fn copy_journal(
-    config: &crate::domain::journal::JournalConfig,
+    journal: &Journal,
     dir: &std::path::Path,
 ) -> Result<crate::domain::journal::JournalConfig> {
-    let key = config.resolved_key()?;
+    let key = journal.key()?.clone();
     let copy = crate::domain::journal::JournalConfig::dir(dir).key(key);
     let target = dir.join(crate::domain::journal::FILE_NAME);
     if !target.exists() {
-        let lines = Journal::open(config)?.lines().await?;
+        let lines = journal.lines().await?;
         std::fs::create_dir_all(dir)
             .map_err(|e| Error::InvalidInput(format!("--journal-copy {}: {e}", dir.display())))?;
         let mut text = lines.join("\n");

@@ -413,19 +413,15 @@ async fn journal_head(
     walk: &mut Walk,
     warnings: &mut Vec<String>,
 ) -> Result<()> {
-    let Some(config) = &cx.journal else {
+    let Some(journal) = &cx.journal else {
         return Ok(());
     };
-    let entries = match crate::store::journal::Journal::open(config) {
-        Ok(j) => j.read().await,
-        Err(e) => Err(e),
-    };
-    let entries = match entries {
+    let entries = match journal.read().await {
         Ok(e) => e,
         Err(e) => {
             warnings.push(format!(
                 "{} was not compared with the chain: {e}",
-                config.describe()
+                journal.describe()
             ));
             return Ok(());
         }

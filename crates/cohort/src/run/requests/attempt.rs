@@ -9,7 +9,7 @@ use crate::context::Context;
 use crate::domain::chain::LedgerKey;
 use crate::domain::erasure::{ErasureRequest, ErasureScope};
 use crate::domain::erasure_requests::RequestState;
-use crate::domain::journal::{JournalConfig, Record};
+use crate::domain::journal::Record;
 use crate::domain::outcome::ErasureResult;
 use crate::domain::request_rules::Transition;
 use crate::error::{Error, Result};
@@ -18,7 +18,7 @@ use crate::store::journal::Journal;
 
 /// Where a request's changes are written: the journal (if any), the
 /// request, its reference and the attempt's logical time.
-type On<'a> = (Option<&'a JournalConfig>, Uuid, &'a str, DateTime<Utc>);
+type On<'a> = (Option<&'a Journal>, Uuid, &'a str, DateTime<Utc>);
 
 /// One attempt at request `id`, whose lock the caller holds: in
 /// progress, the erasure, then waiting, completed or failed, each change
@@ -26,7 +26,7 @@ type On<'a> = (Option<&'a JournalConfig>, Uuid, &'a str, DateTime<Utc>);
 /// connection) fails the request and is returned.
 pub(crate) async fn attempt(
     cx: &Context,
-    journal: Option<&JournalConfig>,
+    journal: Option<&Journal>,
     id: Uuid,
     now: DateTime<Utc>,
     allow_future_now: bool,
@@ -118,31 +118,22 @@ async fn transition(
 /// after a restore only runs the request once more.
 async fn journal_state(
     cx: &Context,
-    journal: Option<&JournalConfig>,
+    journal: Option<&Journal>,
     id: Uuid,
     reference: &str,
     state: RequestState,
     run_id: Option<Uuid>,
 ) {
-    let Some(config) = journal else {
+    let Some(journal) = journal else {
         return;
     };
-    let appended = match Journal::open(config) {
-        Ok(journal) => {
-            journal
-                .append(
-                    cx,
-                    Record::RequestState {
-                        request_id: id,
-                        reference: reference.to_owned(),
-                        state: state.as_str().to_owned(),
-                        run_id,
-                    },
-                )
-                .await
-        }
-        Err(e) => Err(e),
+    let record = Record::RequestState {
+        request_id: id,
+        reference: reference.to_owned(),
+        state: state.as_str().to_owned(),
+        run_id,
     };
+    let appended = journal.append(&cx.pool, &cx.config.schema, record).await;
     if let Err(e) = appended {
         tracing::error!(request_id = %id, %state, error = %e, "journaling an erasure request's state failed; the journal is behind the database");
     }

@@ -27,7 +27,6 @@ use crate::domain::request_rules::{check_terms, due_at, opened_detail, same_requ
 use crate::error::{Error, Problems, Result};
 use crate::sql::locks::{try_lock, unlock, Held};
 use crate::sql::requests as sql;
-use crate::store::journal::{check_apart, Journal};
 
 /// The secret key a request keeps a keyed hash of its subject with.
 fn hash_key(cx: &Context) -> Result<Vec<u8>> {
@@ -173,11 +172,11 @@ async fn journal_opening(
     request_id: Uuid,
     due_at: DateTime<Utc>,
 ) -> Result<Option<(i64, String)>> {
-    let Some(config) = &cx.journal else {
+    let Some(journal) = &cx.journal else {
         return Ok(None);
     };
-    let journal = Journal::open(config)?;
-    check_apart(config, &cx.pool).await?;
+    let key = journal.key()?;
+    journal.check_apart(&cx.pool).await?;
     let known = sql::by_reference(&cx.config.schema, terms.reference.clone())
         .query()
         .fetch_optional(&cx.pool)
@@ -186,14 +185,11 @@ async fn journal_opening(
         return Ok(None);
     }
     let scope = &req.scope;
-    let seal = |field: &str, text: &str| {
-        journal
-            .key()
-            .seal(&Record::context(request_id, field), text)
-    };
+    let seal = |field: &str, text: &str| key.seal(&Record::context(request_id, field), text);
     let entry = journal
         .append(
-            cx,
+            &cx.pool,
+            &cx.config.schema,
             Record::RequestOpened {
                 request_id,
                 reference: terms.reference.clone(),
@@ -215,21 +211,13 @@ async fn journal_opening(
 /// Journals that a request journaled as opened was never inserted.
 /// Logged, not returned.
 async fn not_opened(cx: &Context, request_id: Uuid, reference: &str) {
-    let Some(config) = &cx.journal else { return };
-    let appended = match Journal::open(config) {
-        Ok(j) => j
-            .append(
-                cx,
-                Record::RequestNotOpened {
-                    request_id,
-                    reference: reference.to_owned(),
-                    why: "another request took its reference first".into(),
-                },
-            )
-            .await
-            .map(drop),
-        Err(e) => Err(e),
+    let Some(journal) = &cx.journal else { return };
+    let record = Record::RequestNotOpened {
+        request_id,
+        reference: reference.to_owned(),
+        why: "another request took its reference first".into(),
     };
+    let appended = journal.append(&cx.pool, &cx.config.schema, record).await;
     if let Err(e) = appended {
         tracing::error!(%request_id, error = %e, "journaling that a request was not opened failed; restore-check will name its entry");
     }

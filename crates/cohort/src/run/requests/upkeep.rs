@@ -13,7 +13,6 @@ use crate::context::Context;
 use crate::domain::erasure_requests::{
     subject_hash, Due, RequestRecord, RequestState, ResumeReport,
 };
-use crate::domain::journal::JournalConfig;
 use crate::domain::request_rules::{due_moved_detail, moved_due};
 use crate::error::{Error, Problems, Result};
 use crate::sql::locks::{try_lock, unlock, Held};
@@ -186,7 +185,7 @@ pub(crate) async fn restore_opened(
 /// from).
 pub(crate) async fn rerun(
     cx: &Context,
-    journal: Option<&JournalConfig>,
+    journal: Option<&crate::store::journal::Journal>,
     id: Uuid,
     why: String,
 ) -> Result<RequestState> {

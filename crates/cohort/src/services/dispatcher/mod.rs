@@ -197,9 +197,9 @@ impl Dispatcher {
     /// deploy), so never claimed here and never dead-lettered as unknown.
     /// Read once per flush, not per claimed batch.
     async fn foreign_handlers(&self) -> Result<Vec<String>> {
-        let own = crate::store::peers::own_handlers(&self.cx);
+        let own = crate::run::peers::own_handlers(&self.cx);
         let mut foreign: Vec<String> = Vec::new();
-        for peer in crate::store::peers::live(&self.cx, None).await? {
+        for peer in crate::run::peers::live(&self.cx, None).await? {
             for (entity, theirs) in &peer.handlers {
                 if let Some(ours) = own.get(entity) {
                     foreign.extend(theirs.difference(ours).map(|h| format!("{entity}|{h}")));

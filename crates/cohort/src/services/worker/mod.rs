@@ -231,7 +231,7 @@ async fn latest_run(
     let params = sql::worker::LatestScheduled {
         dry_run,
         at,
-        fingerprint: crate::store::peers::fingerprint(cx, &prepared),
+        fingerprint: crate::run::peers::fingerprint(cx, &prepared),
     };
     let row: Option<(String, i32, i32)> = sql::worker::latest_scheduled(&cx.config.schema, params)
         .query_as()

@@ -40,7 +40,7 @@ async fn join(
     dry_run: bool,
 ) -> Result<Joined> {
     let schema = &cx.config.schema;
-    let fingerprint = crate::store::peers::fingerprint(cx, prepared);
+    let fingerprint = crate::run::peers::fingerprint(cx, prepared);
     let key = || occurrences::Key {
         at,
         dry_run,
@@ -119,7 +119,7 @@ async fn write_occurrence(
             dry_run: key.dry_run,
             fingerprint: key.fingerprint,
             passes,
-            created_by: crate::store::peers::process_name(),
+            created_by: crate::run::peers::process_name(),
         },
     )
     .query()
@@ -178,7 +178,7 @@ fn run_next(
 /// a live holder or a free lock.
 async fn next_pass(cx: &Context, occurrence: &Shared) -> Result<Next> {
     let schema = &cx.config.schema;
-    let by = crate::store::peers::process_name();
+    let by = crate::run::peers::process_name();
     let token = Uuid::new_v4();
     let mut conn = crate::sql::locks::Held::new(cx.pool.acquire().await?);
     let pending = claim_pending(cx, occurrence, &mut conn, token, &by).await?;

@@ -33,7 +33,7 @@ pub(super) async fn record_not_started(
             error: text.to_owned(),
             pass: position.pass,
             passes: position.passes,
-            policy_fingerprint: crate::store::peers::fingerprint(cx, &prepared),
+            policy_fingerprint: crate::run::peers::fingerprint(cx, &prepared),
         };
         let mut conn = cx.pool.acquire().await?;
         let mut tx = sqlx::Connection::begin_with(&mut *conn, crate::sql::READ_COMMITTED).await?;
