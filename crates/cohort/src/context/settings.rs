@@ -65,26 +65,20 @@ impl Context {
     /// Every live pacing row, `*` first.
     pub(crate) async fn live_pacing(&self) -> Result<Vec<LivePacing>> {
         let rows = pacing::all(&self.config.schema)
-            .query()
+            .query_as::<pacing::PacingRow>()
             .fetch_all(&self.pool)
             .await?;
-        rows.iter()
-            .map(|r| {
-                let entity: String = r.try_get("entity_type")?;
-                Ok(LivePacing {
-                    entity: (entity != pacing::EVERY_ENTITY).then_some(entity),
-                    paused: r.try_get("paused")?,
-                    max_rows_per_second: r
-                        .try_get::<Option<i32>, _>("max_rows_per_second")?
-                        .map(|n| n.max(1) as u32),
-                    max_replica_lag_ms: r
-                        .try_get::<Option<i64>, _>("lag_ms")?
-                        .map(|ms| ms.max(0) as u64),
-                    updated_at: r.try_get("updated_at")?,
-                    updated_by: r.try_get("updated_by")?,
-                })
+        Ok(rows
+            .into_iter()
+            .map(|r| LivePacing {
+                max_rows_per_second: r.rate(),
+                max_replica_lag_ms: r.lag().map(|d| d.as_millis() as u64),
+                entity: (r.entity_type != pacing::EVERY_ENTITY).then_some(r.entity_type),
+                paused: r.paused,
+                updated_at: r.updated_at,
+                updated_by: r.updated_by,
             })
-            .collect()
+            .collect())
     }
 
     /// Refuses (bad input, naming the grant) when this role cannot read

@@ -36,7 +36,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use sqlx::{PgConnection, Row};
+use sqlx::PgConnection;
 
 use crate::base::cancel::Cancel;
 use crate::sql::pacing as statements;
@@ -73,9 +73,17 @@ impl Limits {
 /// What the live rows say for one entity now.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Live {
-    /// Paused, and since when (the row's `updated_at`).
-    pub(crate) paused: Option<chrono::DateTime<chrono::Utc>>,
+    /// Paused, since when and until the read, on the database's clock.
+    pub(crate) paused: Option<Pause>,
     pub(crate) limits: Limits,
+}
+
+/// A pause as read: since its row's `updated_at`, and the database's
+/// clock at the read (so the time paused is measured on one clock).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Pause {
+    pub(crate) since: chrono::DateTime<chrono::Utc>,
+    pub(crate) now: chrono::DateTime<chrono::Utc>,
 }
 
 /// Reads the live rows that apply to `entity` (its own and `*`).
@@ -85,23 +93,21 @@ pub(crate) async fn live(
     entity: &str,
 ) -> Result<Live, sqlx::Error> {
     let rows = statements::for_entity(schema, entity)
-        .query()
+        .query_as::<statements::PacingRow>()
         .fetch_all(conn)
         .await?;
     let mut out = Live::default();
     for r in rows {
-        if r.try_get::<bool, _>("paused")? {
-            out.paused = Some(r.try_get("updated_at")?);
+        if r.paused {
+            out.paused = Some(Pause {
+                since: r.updated_at,
+                now: r.read_at,
+            });
         }
-        let row = Limits {
-            rate: r
-                .try_get::<Option<i32>, _>("max_rows_per_second")?
-                .map(|n| n.max(1) as u32),
-            lag: r
-                .try_get::<Option<i64>, _>("lag_ms")?
-                .map(|ms| Duration::from_millis(ms.max(0) as u64)),
-        };
-        out.limits = out.limits.strictest(row);
+        out.limits = out.limits.strictest(Limits {
+            rate: r.rate(),
+            lag: r.lag(),
+        });
     }
     Ok(out)
 }
@@ -198,8 +204,8 @@ impl Throttle {
 
     fn count_pause(&self, live: &Live) -> bool {
         match live.paused {
-            Some(since) => {
-                crate::domain::telemetry::paused(&self.entity, since, chrono::Utc::now());
+            Some(Pause { since, now }) => {
+                crate::domain::telemetry::paused(&self.entity, since, now);
                 true
             }
             None => false,
@@ -382,20 +388,22 @@ impl Throttle {
         conn: &mut PgConnection,
         lag: Duration,
     ) -> Result<Vec<String>, sqlx::Error> {
-        let rows = statements::standbys().query().fetch_all(conn).await?;
+        let rows = statements::standbys()
+            .query_as::<statements::StandbyRow>()
+            .fetch_all(conn)
+            .await?;
         let now = Instant::now();
-        let mut current = 0i64;
-        let mut standbys = Vec::with_capacity(rows.len());
-        for r in &rows {
-            current = r.try_get("current_lsn")?;
-            standbys.push(Standby {
-                name: r.try_get("name")?,
-                replay_lsn: r.try_get("replay_lsn")?,
+        let current = rows.last().map_or(0, |r| r.current_lsn);
+        let standbys: Vec<Standby> = rows
+            .iter()
+            .map(|r| Standby {
+                name: r.name.clone(),
+                replay_lsn: r.replay_lsn,
                 replay_lag: r
-                    .try_get::<Option<i64>, _>("replay_lag_ms")?
+                    .replay_lag_ms
                     .map(|ms| Duration::from_millis(ms.max(0) as u64)),
-            });
-        }
+            })
+            .collect();
         let mut s = self.state();
         let present: BTreeSet<String> = standbys.iter().map(|st| st.name.clone()).collect();
         let gone: Vec<String> = s.waited_for.difference(&present).cloned().collect();

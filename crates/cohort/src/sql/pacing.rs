@@ -1,6 +1,8 @@
 //! Statements of `retention_pacing` (live pauses and limits) and of the
 //! standbys' replay, which a paced sweep reads before each batch.
 
+use chrono::{DateTime, Utc};
+
 use super::statement::{Args, Params, Statement};
 use crate::base::ident::SqlText;
 use crate::sql::tables::CohortTable;
@@ -8,10 +10,52 @@ use crate::sql::tables::CohortTable;
 /// The scope of a live value: one entity type, or every entity.
 pub(crate) const EVERY_ENTITY: &str = "*";
 
-/// The columns every read returns, `lag_ms` as whole milliseconds.
+/// The columns every read returns ([`PacingRow`]), `lag_ms` as whole
+/// milliseconds, and the server's clock at the read (a pause is counted
+/// from its row's `updated_at` on that same clock).
 const COLUMNS: &str = "SELECT entity_type, paused, max_rows_per_second, \
      (pg_catalog.date_part('epoch', max_replica_lag) * 1000)::bigint AS lag_ms, \
-     updated_at, updated_by FROM ";
+     updated_at, updated_by, pg_catalog.statement_timestamp() AS read_at FROM ";
+
+/// One row of `retention_pacing`, as [`for_entity`] and [`all`] return it.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct PacingRow {
+    /// An entity type, or [`EVERY_ENTITY`].
+    pub(crate) entity_type: String,
+    pub(crate) paused: bool,
+    pub(crate) max_rows_per_second: Option<i32>,
+    /// `max_replica_lag` in whole milliseconds.
+    pub(crate) lag_ms: Option<i64>,
+    pub(crate) updated_at: DateTime<Utc>,
+    pub(crate) updated_by: String,
+    /// The server's clock when the row was read.
+    pub(crate) read_at: DateTime<Utc>,
+}
+
+impl PacingRow {
+    /// The rate limit, at least one row a second.
+    pub(crate) fn rate(&self) -> Option<u32> {
+        self.max_rows_per_second.map(|n| n.max(1) as u32)
+    }
+
+    /// The lag limit, never negative.
+    pub(crate) fn lag(&self) -> Option<std::time::Duration> {
+        self.lag_ms
+            .map(|ms| std::time::Duration::from_millis(ms.max(0) as u64))
+    }
+}
+
+/// One physical standby, as [`standbys`] returns it.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct StandbyRow {
+    pub(crate) name: String,
+    /// This server's WAL position, in bytes.
+    pub(crate) current_lsn: i64,
+    /// The standby's replay position, in bytes.
+    pub(crate) replay_lsn: Option<i64>,
+    /// PostgreSQL's replay lag, in milliseconds.
+    pub(crate) replay_lag_ms: Option<i64>,
+}
 
 /// The rows that apply to one entity: its own and `*`.
 pub(crate) fn for_entity(schema: &str, entity: &str) -> Statement<Entity> {
