@@ -8,13 +8,14 @@ use chrono::{DateTime, Utc};
 use sqlx::PgConnection;
 
 use super::capture::{capture, custom_values, dead_letter_skipped_rows, enqueue};
+use super::ctx::RunCtx;
 use super::pacing::Gate;
+use super::recorder::CommittedBatch;
 use super::sizing::Sizer;
-use super::work::{stop_from, RunCtx, Stop, Work};
+use super::work::{stop_from, Stop, Work};
 use super::EntityOutcome;
 use crate::config::{AUTO_BATCH_MAX, AUTO_BATCH_MAX_LOADED};
 use crate::domain::model::AnonymiseContext;
-use crate::domain::observer::AuditEvent;
 use crate::domain::rules::AuditDetail;
 use crate::domain::rules::Strategy;
 use crate::sql::ledger;
@@ -254,31 +255,19 @@ fn batch_done(
         sizer.observe(done.locked, done.took);
     }
     out.batch_size = out.batch_size.max(u32::try_from(limit).ok());
-    crate::domain::telemetry::batch(done.took);
-    crate::domain::telemetry::rows(&e.name, l.strategy, "affected", done.rows);
     out.affected += done.rows;
     out.skipped += done.left;
     let total = match l.lane.total {
         Some(all) => all.fetch_add(done.rows, Ordering::SeqCst) + done.rows,
         None => out.affected,
     };
-    let hub = &ctx.cx.observers;
-    hub.emit(AuditEvent::EntityProgress {
-        run_id: ctx.run_id,
-        entity_id: e.id,
-        strategy: l.strategy,
-        batch: done.rows,
+    let batch = CommittedBatch {
+        rows: done.rows,
+        took: done.took,
         total,
-    });
-    if let Some(record_ids) = done.per_row {
-        hub.emit(AuditEvent::RowDetail {
-            run_id: ctx.run_id,
-            entity_id: e.id,
-            tenant: ctx.spec.tenant.clone(),
-            record_ids,
-            action: l.strategy,
-        });
-    }
+        per_row: done.per_row,
+    };
+    ctx.recorder.batch_committed(e, l.strategy, batch);
 }
 
 /// One batch in its own transaction: lock, capture, mutate, audit, queue

@@ -6,7 +6,8 @@ use std::collections::HashMap;
 
 use sqlx::{Postgres, Row};
 
-use super::work::{stop_from, RunCtx, Stop, Work};
+use super::ctx::RunCtx;
+use super::work::{stop_from, Stop, Work};
 use crate::base::diagnostic::Diagnostic;
 use crate::sql::{DecodeKey, EntityPlan, KeyValue};
 

@@ -15,11 +15,12 @@ use uuid::Uuid;
 
 use super::batches::Progress;
 use super::counts::{counts, counts_after_run, outcome, Counts};
+use super::ctx::RunCtx;
 use super::lanes::sweep_rows;
 use super::pacing::{Limits, Throttle};
 use super::partitions::{self, RowPath};
 use super::recorder::RunRecorder;
-use super::work::{stop_from, RunCtx, RunSpec, Stop, Work};
+use super::work::{stop_from, RunSpec, Stop, Work};
 use super::{failure, EntityFailure, EntityOutcome, RunStatus, SweepResult};
 use crate::base::diagnostic::Diagnostic;
 use crate::base::locks::LockKey;
@@ -70,8 +71,9 @@ async fn execute_in_span(
         ready,
         run_id,
         spec: &spec,
+        recorder: &recorder,
     };
-    let ran = run_works(&ctx, &recorder, &mut conn, works).await;
+    let ran = run_works(&ctx, &mut conn, works).await;
     let error = ran.error_text();
     let settled = recorder
         .settled(
@@ -126,7 +128,6 @@ impl Ran {
 /// one entity's failure is recorded and the others go on.
 async fn run_works(
     ctx: &RunCtx<'_>,
-    recorder: &RunRecorder<'_>,
     conn: &mut PgConnection,
     works: Vec<std::result::Result<Work<'_>, EntityFailure>>,
 ) -> Ran {
@@ -159,7 +160,7 @@ async fn run_works(
             }
         };
         if let Some(d) = refused_by_peers(ctx, &peers, &work) {
-            recorder.entity_not_run(&work);
+            ctx.recorder.entity_not_run(&work);
             ran.outcomes.push(outcome(&work));
             ran.failures
                 .push(failure(work.entity.id, &work.entity.name, &d));
@@ -171,10 +172,10 @@ async fn run_works(
             entity = %work.entity.name,
             strategy = work.rule.strategy().as_str(),
         );
-        let result = run_entity(ctx, recorder, conn, &work, &mut out)
+        let result = run_entity(ctx, conn, &work, &mut out)
             .instrument(span.clone())
             .await;
-        span.in_scope(|| recorder.entity_reported(&work, &out, &result));
+        span.in_scope(|| ctx.recorder.entity_reported(&work, &out, &result));
         ran.outcomes.push(out);
         match result {
             Ok(()) => {}
@@ -236,12 +237,11 @@ fn refused_by_peers(
 /// counts, final summary. `out` holds only committed work.
 async fn run_entity(
     ctx: &RunCtx<'_>,
-    recorder: &RunRecorder<'_>,
     conn: &mut PgConnection,
     work: &Work<'_>,
     out: &mut EntityOutcome,
 ) -> std::result::Result<(), Stop> {
-    let summary_id = recorder.entity_opened(conn, work).await?;
+    let summary_id = ctx.recorder.entity_opened(conn, work).await?;
     let real = work.rule.strategy().mutates() && !ctx.spec.dry_run;
     let before = if real {
         super::health::measure(conn, work.entity).await
@@ -272,13 +272,14 @@ async fn run_entity(
         Err(Stop::Cancelled) => Some("cancelled".to_string()),
         _ => None,
     };
-    let finish = recorder
+    let finish = ctx
+        .recorder
         .entity_finished(conn, work, summary_id, out, error)
         .await;
     result?;
     measured.map_err(stop_from)?;
     finish.map_err(stop_from)?;
-    recorder.backlog(conn, work).await;
+    ctx.recorder.backlog(conn, work).await;
     Ok(())
 }
 

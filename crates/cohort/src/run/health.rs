@@ -5,7 +5,8 @@
 
 use sqlx::{PgConnection, Row};
 
-use super::work::{RunCtx, Work};
+use super::ctx::RunCtx;
+use super::work::Work;
 use crate::config::VacuumAfter;
 use crate::domain::model::EntityDescriptor;
 use crate::domain::outcome::TableHealth;

@@ -25,8 +25,9 @@ use chrono::{DateTime, Utc};
 use sqlx::PgConnection;
 
 use super::batches::{batches, Lane, Progress};
+use super::ctx::RunCtx;
 use super::pacing::Throttle;
-use super::work::{stop_from, RunCtx, Stop, Work};
+use super::work::{stop_from, Stop, Work};
 use super::EntityOutcome;
 use crate::sql::KeyValue;
 

@@ -8,6 +8,7 @@ pub(crate) mod batches;
 pub(crate) mod capture;
 pub(crate) mod chain;
 pub(crate) mod counts;
+pub(crate) mod ctx;
 pub(crate) mod erasure;
 pub(crate) mod executor;
 pub(crate) mod health;

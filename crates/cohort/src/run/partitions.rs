@@ -34,9 +34,9 @@ use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, Row};
 
 use super::counts::active_hold_keys;
-use super::work::{stop_from, RunCtx, Stop, Work};
+use super::ctx::RunCtx;
+use super::work::{stop_from, Stop, Work};
 use crate::base::ident::QualifiedName;
-use crate::domain::observer::AuditEvent;
 use crate::domain::rules::AuditDetail;
 use crate::domain::rules::Strategy;
 use crate::sql::partitions as statements;
@@ -162,23 +162,17 @@ pub(crate) async fn drop_expired(
             }
         };
         out.affected += n;
-        crate::domain::telemetry::rows(&e.name, Strategy::Purge, "affected", n);
-        tracing::info!(entity = %e.name, partition = %partition.table.display_plain(), rows = n, tenants = tenants.as_deref().unwrap_or("-"), "expired partition purged");
+        let name = partition.table.display_plain().to_string();
+        ctx.recorder
+            .partition_purged(e, &name, n, tenants.as_deref(), out.affected);
         match tenants {
-            Some(_) if n == 0 => empty.push(partition.table.display_plain().to_string()),
+            Some(_) if n == 0 => empty.push(name),
             Some(tenants) => out.partition_notes.push(format!(
                 "partition {} dropped whole with {n} rows, each due under its own tenant's rule: {tenants}",
                 partition.table.display_plain()
             )),
             None => {}
         }
-        ctx.cx.observers.emit(AuditEvent::EntityProgress {
-            run_id: ctx.run_id,
-            entity_id: e.id,
-            strategy: Strategy::Purge,
-            batch: n,
-            total: out.affected,
-        });
     }
     if !empty.is_empty() {
         out.partition_notes.push(format!(
@@ -636,7 +630,7 @@ async fn emit_details(
     work: &Work<'_>,
     first: Option<i64>,
 ) {
-    let Some(first) = first.filter(|_| !ctx.cx.observers.is_empty()) else {
+    let Some(first) = first.filter(|_| ctx.recorder.hears_rows()) else {
         return;
     };
     let e = work.entity;
@@ -673,12 +667,6 @@ async fn emit_details(
                 _ => return,
             }
         }
-        ctx.cx.observers.emit(AuditEvent::RowDetail {
-            run_id: ctx.run_id,
-            entity_id: e.id,
-            tenant: None,
-            record_ids: ids,
-            action: Strategy::Purge,
-        });
+        ctx.recorder.rows_changed(e, Strategy::Purge, None, ids);
     }
 }

@@ -11,9 +11,23 @@ use uuid::Uuid;
 use super::work::{stop_from, RunSpec, Stop, Work};
 use super::{EntityFailure, EntityOutcome, RunKind, RunStatus};
 use crate::context::{Context, Prepared};
+use crate::domain::model::EntityDescriptor;
 use crate::domain::observer::AuditEvent;
+use crate::domain::rules::Strategy;
 use crate::error::Result;
 use crate::sql::ledger;
+
+/// A batch as committed, for [`RunRecorder::batch_committed`].
+pub(crate) struct CommittedBatch {
+    /// Rows changed.
+    pub(crate) rows: u64,
+    /// From the batch's start to its commit.
+    pub(crate) took: std::time::Duration,
+    /// Rows changed so far by the entity (every lane of it).
+    pub(crate) total: u64,
+    /// The changed keys, when row details were written.
+    pub(crate) per_row: Option<Vec<String>>,
+}
 
 /// Records one run.
 pub(crate) struct RunRecorder<'a> {
@@ -90,6 +104,70 @@ impl<'a> RunRecorder<'a> {
                 self.backlog_scope(work),
             );
         }
+    }
+
+    /// A committed batch of `entity`: the batch and row metrics, then the
+    /// observers' progress and, with row details, the batch's rows.
+    pub(crate) fn batch_committed(
+        &self,
+        entity: &EntityDescriptor,
+        strategy: Strategy,
+        batch: CommittedBatch,
+    ) {
+        crate::domain::telemetry::batch(batch.took);
+        crate::domain::telemetry::rows(&entity.name, strategy, "affected", batch.rows);
+        self.progress(entity, strategy, batch.rows, batch.total);
+        if let Some(record_ids) = batch.per_row {
+            self.rows_changed(entity, strategy, self.spec.tenant.clone(), record_ids);
+        }
+    }
+
+    /// An expired partition dropped or emptied whole: the row metric, the
+    /// log line, the observers' progress.
+    pub(crate) fn partition_purged(
+        &self,
+        entity: &EntityDescriptor,
+        partition: &str,
+        rows: u64,
+        tenants: Option<&str>,
+        total: u64,
+    ) {
+        crate::domain::telemetry::rows(&entity.name, Strategy::Purge, "affected", rows);
+        tracing::info!(entity = %entity.name, partition, rows, tenants = tenants.unwrap_or("-"), "expired partition purged");
+        self.progress(entity, Strategy::Purge, rows, total);
+    }
+
+    /// Whether anything hears the rows a run changed (an observer): when
+    /// nothing does, they are not read back for it.
+    pub(crate) fn hears_rows(&self) -> bool {
+        !self.cx.observers.is_empty()
+    }
+
+    /// The keys of rows changed (`RowDetail`), for the observers.
+    pub(crate) fn rows_changed(
+        &self,
+        entity: &EntityDescriptor,
+        action: Strategy,
+        tenant: Option<String>,
+        record_ids: Vec<String>,
+    ) {
+        self.cx.observers.emit(AuditEvent::RowDetail {
+            run_id: self.run_id,
+            entity_id: entity.id,
+            tenant,
+            record_ids,
+            action,
+        });
+    }
+
+    fn progress(&self, entity: &EntityDescriptor, strategy: Strategy, batch: u64, total: u64) {
+        self.cx.observers.emit(AuditEvent::EntityProgress {
+            run_id: self.run_id,
+            entity_id: entity.id,
+            strategy,
+            batch,
+            total,
+        });
     }
 
     /// Opens the entity's summary row; returns its id.

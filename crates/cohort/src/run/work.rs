@@ -1,14 +1,12 @@
 //! What the run executor's parts share: one entity's work (its rule and
 //! planned statements with their bound values), what a run is, why an
-//! entity stopped, and the run's context.
+//! entity stopped (the run's context is in `ctx.rs`).
 
 use crate::base::cancel::Cancel;
 use chrono::{DateTime, Utc};
-use uuid::Uuid;
 
 use super::{RunKind, Trigger};
 use crate::base::diagnostic::Diagnostic;
-use crate::context::{Context, Prepared};
 use crate::domain::model::EntityDescriptor;
 use crate::domain::rules::RetentionRule;
 use crate::error::is_connection_error;
@@ -92,33 +90,5 @@ pub(crate) fn stop_from(e: sqlx::Error) -> Stop {
         Stop::Run(e)
     } else {
         Stop::Entity(Diagnostic::from_sqlx(&e))
-    }
-}
-
-pub(crate) struct RunCtx<'a> {
-    pub(crate) cx: &'a Context,
-    pub(crate) ready: &'a Prepared,
-    pub(crate) run_id: Uuid,
-    pub(crate) spec: &'a RunSpec,
-}
-
-impl RunCtx<'_> {
-    /// With `cdc_marker`, the content of a batch transaction's logical
-    /// decoding message: `{"run_id", "entity", "strategy", "rows"}`.
-    pub(crate) fn cdc_marker(
-        &self,
-        entity: &str,
-        strategy: crate::domain::rules::Strategy,
-        rows: i64,
-    ) -> Option<String> {
-        self.cx.config.cdc_marker.then(|| {
-            serde_json::json!({
-                "run_id": self.run_id,
-                "entity": entity,
-                "strategy": strategy.as_str(),
-                "rows": rows,
-            })
-            .to_string()
-        })
     }
 }
