@@ -389,8 +389,92 @@ pub(crate) async fn key_chain(
     Ok(Some(link_id))
 }
 
+/// How a run comes to be settled. [`settle_run`] writes it and links it
+/// in one call: no other code runs these statements (the layer test holds
+/// them to this file), so a settled run is never left out of the chain.
+pub(crate) enum Settling {
+    /// The executor settles its own run.
+    Ran(crate::sql::ledger::SettleRun),
+    /// A run a lost owner left `started`, settled `failed` (no row when it
+    /// settled meanwhile).
+    Recovered(crate::sql::queue::Recover),
+    /// A scheduled pass that never started, recorded `failed` at once.
+    NotStarted(crate::sql::ledger::InsertNotStarted),
+}
+
+/// Writes `settling` in the caller's transaction and links the run in the
+/// chain there; the run as settled (`None`: nothing was settled, and
+/// nothing linked).
+pub(crate) async fn settle_run(
+    tx: &mut PgConnection,
+    ready: &crate::context::Prepared,
+    (schema, key): (&str, Option<&LedgerKey>),
+    run_id: Uuid,
+    settling: Settling,
+) -> Result<Option<crate::sql::ledger::SettledRow>, sqlx::Error> {
+    let row: Option<crate::sql::ledger::SettledRow> = match settling {
+        Settling::Ran(p) => {
+            let statement = ready.ledger.settle_run(p);
+            statement.query_as().fetch_optional(&mut *tx).await?
+        }
+        Settling::Recovered(p) => {
+            let statement = ready.queue.recover_run(p);
+            statement.query_as().fetch_optional(&mut *tx).await?
+        }
+        Settling::NotStarted(p) => {
+            let statement = ready.ledger.insert_not_started(p);
+            statement.query_as().fetch_optional(&mut *tx).await?
+        }
+    };
+    if row.is_some() {
+        link_run(tx, schema, key, run_id).await?;
+    }
+    Ok(row)
+}
+
+/// Places a hold in the caller's transaction and links it there; the
+/// hold's row (`None`: its expiry was past, and nothing was written).
+pub(crate) async fn place_hold(
+    tx: &mut PgConnection,
+    ready: &crate::context::Prepared,
+    (schema, key): (&str, Option<&LedgerKey>),
+    insert: crate::sql::ledger::InsertHold,
+) -> Result<Option<crate::sql::ledger::HoldRow>, sqlx::Error> {
+    let hold_id = insert.hold_id;
+    let row = ready
+        .ledger
+        .insert_hold(insert)
+        .query_as::<crate::sql::ledger::HoldRow>()
+        .fetch_optional(&mut *tx)
+        .await?;
+    if row.is_some() {
+        link_hold_placed(tx, schema, key, hold_id).await?;
+    }
+    Ok(row)
+}
+
+/// Releases a hold in the caller's transaction and links the release
+/// there; the hold's row (`None`: no hold in force has that id).
+pub(crate) async fn release_hold(
+    tx: &mut PgConnection,
+    ready: &crate::context::Prepared,
+    (schema, key): (&str, Option<&LedgerKey>),
+    hold_id: Uuid,
+) -> Result<Option<crate::sql::ledger::HoldRow>, sqlx::Error> {
+    let row = ready
+        .ledger
+        .release_hold(hold_id)
+        .query_as::<crate::sql::ledger::HoldRow>()
+        .fetch_optional(&mut *tx)
+        .await?;
+    if let Some(at) = row.as_ref().and_then(|r| r.released_at) {
+        link_hold_released(tx, schema, key, hold_id, at).await?;
+    }
+    Ok(row)
+}
+
 /// Links a settled run (read back in this transaction, as settled).
-pub(crate) async fn link_run(
+async fn link_run(
     conn: &mut PgConnection,
     schema: &str,
     key: Option<&LedgerKey>,
@@ -411,7 +495,7 @@ pub(crate) async fn link_run(
 }
 
 /// Links a hold just placed (read back in this transaction).
-pub(crate) async fn link_hold_placed(
+async fn link_hold_placed(
     conn: &mut PgConnection,
     schema: &str,
     key: Option<&LedgerKey>,
@@ -436,7 +520,7 @@ pub(crate) async fn link_hold_placed(
 }
 
 /// Links a hold's release.
-pub(crate) async fn link_hold_released(
+async fn link_hold_released(
     conn: &mut PgConnection,
     schema: &str,
     key: Option<&LedgerKey>,

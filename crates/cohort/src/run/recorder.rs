@@ -443,21 +443,15 @@ impl<'a> RunRecorder<'a> {
         settle: ledger::SettleRun,
     ) -> std::result::Result<DateTime<Utc>, sqlx::Error> {
         let mut tx = sqlx::Connection::begin_with(&mut *conn, crate::sql::READ_COMMITTED).await?;
-        let row = self
-            .ready
-            .ledger
-            .settle_run(settle)
-            .query()
-            .fetch_one(&mut *tx)
-            .await?;
-        super::chain::link_run(
-            &mut tx,
-            &self.cx.config.schema,
+        let chain = (
+            self.cx.config.schema.as_str(),
             self.cx.config.ledger_key.as_ref(),
-            self.run_id,
-        )
-        .await?;
+        );
+        let settling = super::chain::Settling::Ran(settle);
+        let row = super::chain::settle_run(&mut tx, self.ready, chain, self.run_id, settling)
+            .await?
+            .ok_or(sqlx::Error::RowNotFound)?;
         tx.commit().await?;
-        row.try_get("settled_at")
+        Ok(row.settled_at)
     }
 }

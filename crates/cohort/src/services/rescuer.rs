@@ -19,7 +19,6 @@ pub use super::reports::MaintenanceReport;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::Row;
 use uuid::Uuid;
 
 use crate::base::cancel::Cancel;
@@ -305,26 +304,14 @@ async fn recover_linked(
     conn: &mut sqlx::PgConnection,
     run_id: Uuid,
     reason: &str,
-) -> std::result::Result<Option<sqlx::postgres::PgRow>, sqlx::Error> {
+) -> std::result::Result<Option<crate::sql::ledger::SettledRow>, sqlx::Error> {
     let mut tx = sqlx::Connection::begin_with(&mut *conn, crate::sql::READ_COMMITTED).await?;
-    let row = prepared
-        .queue
-        .recover_run(queue::Recover {
-            run_id,
-            reason: reason.to_owned(),
-        })
-        .query()
-        .fetch_optional(&mut *tx)
-        .await?;
-    if row.is_some() {
-        crate::run::chain::link_run(
-            &mut tx,
-            &cx.config.schema,
-            cx.config.ledger_key.as_ref(),
-            run_id,
-        )
-        .await?;
-    }
+    let settling = crate::run::chain::Settling::Recovered(queue::Recover {
+        run_id,
+        reason: reason.to_owned(),
+    });
+    let chain = (cx.config.schema.as_str(), cx.config.ledger_key.as_ref());
+    let row = crate::run::chain::settle_run(&mut tx, prepared, chain, run_id, settling).await?;
     tx.commit().await?;
     Ok(row)
 }
@@ -359,9 +346,7 @@ pub(crate) async fn recover_run(cx: &Context, run_id: Uuid, reason: &str) -> Res
     }
     Ok(match done? {
         Some(row) => {
-            let kind: String = row.try_get("kind")?;
-            let trigger: String = row.try_get("trigger")?;
-            crate::domain::telemetry::run_recorded_failed(&kind, &trigger);
+            crate::domain::telemetry::run_recorded_failed(&row.kind, &row.trigger);
             Recovery::Recovered
         }
         None => Recovery::Settled,

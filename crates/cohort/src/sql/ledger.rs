@@ -136,6 +136,14 @@ fn insert_run(t: &Tables) -> SqlText {
     insert_run
 }
 
+/// A run as settled: what the statements that settle one return.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct SettledRow {
+    pub(crate) kind: String,
+    pub(crate) trigger: String,
+    pub(crate) settled_at: chrono::DateTime<chrono::Utc>,
+}
+
 /// The statement of [`LedgerPlan::insert_not_started`].
 fn insert_not_started(t: &Tables) -> SqlText {
     let mut insert_not_started = SqlText::new("INSERT INTO ");
@@ -143,7 +151,8 @@ fn insert_not_started(t: &Tables) -> SqlText {
         " (run_id, kind, trigger, dry_run, tenant_id, status, logical_now, started_at, settled_at, \
            error, occurrence, occurrence_pass, occurrence_passes, policy_fingerprint) \
          VALUES ($1, 'sweep', 'scheduled', $2, $3, 'failed', $4, pg_catalog.clock_timestamp(), \
-           pg_catalog.clock_timestamp(), $5, $4, $6, $7, $8)",
+           pg_catalog.clock_timestamp(), $5, $4, $6, $7, $8) \
+         RETURNING kind, trigger, settled_at",
     );
     insert_not_started
 }
@@ -153,7 +162,7 @@ fn settle_run(t: &Tables) -> SqlText {
     let mut settle_run = SqlText::new("UPDATE ");
     settle_run.table(&t.run).push(
         " SET status = $2, settled_at = pg_catalog.clock_timestamp(), error = $3, failures = $4 \
-         WHERE run_id = $1 AND status = 'started' RETURNING settled_at",
+         WHERE run_id = $1 AND status = 'started' RETURNING kind, trigger, settled_at",
     );
     settle_run
 }

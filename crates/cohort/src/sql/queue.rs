@@ -267,7 +267,7 @@ fn recover_run(t: &Tables) -> SqlText {
     recover_run.table(&t.run).push(
         " SET status = 'failed', settled_at = pg_catalog.clock_timestamp(), \
            error = $2, failures = '[]'::jsonb \
-         WHERE run_id = $1 AND status = 'started' RETURNING kind, trigger",
+         WHERE run_id = $1 AND status = 'started' RETURNING kind, trigger, settled_at",
     );
     recover_run
 }
@@ -482,7 +482,7 @@ impl QueuePlan {
         Statement::new(self.stale_runs.clone(), One(secs))
     }
 
-    /// Settles a stale run failed; returns its kind and trigger.
+    /// Settles a stale run failed; returns a [`super::ledger::SettledRow`].
     pub(crate) fn recover_run(&self, p: Recover) -> Statement<Recover> {
         Statement::new(self.recover_run.clone(), p)
     }

@@ -350,6 +350,7 @@ fn ledger_statements() {
     let out: String = [
         ("insert_run", &l.insert_run),
         ("settle_run", &l.settle_run),
+        ("insert_not_started", &l.insert_not_started),
         ("insert_summary", &l.insert_summary),
         ("add_affected", &l.add_affected),
         ("add_affected_marked", &l.add_affected_marked),

@@ -332,24 +332,10 @@ pub(crate) async fn release_journaled(cx: &Context, hold_id: Uuid, journal: bool
     let pool = &cx.pool;
     let mut conn = pool.acquire().await?;
     let mut tx = sqlx::Connection::begin_with(&mut *conn, crate::sql::READ_COMMITTED).await?;
-    let released = ready
-        .ledger
-        .release_hold(hold_id)
-        .query_as::<ledger::HoldRow>()
-        .fetch_optional(&mut *tx)
-        .await?;
+    let chain = (cx.config.schema.as_str(), cx.config.ledger_key.as_ref());
+    let released = crate::run::chain::release_hold(&mut tx, &ready, chain, hold_id).await?;
     if let Some(row) = released {
         let hold = Hold::from(row);
-        if let Some(at) = hold.released_at {
-            crate::run::chain::link_hold_released(
-                &mut tx,
-                &cx.config.schema,
-                cx.config.ledger_key.as_ref(),
-                hold_id,
-                at,
-            )
-            .await?;
-        }
         tx.commit().await?;
         if let (true, Some(j), Some(at)) = (journal, &cx.journal, hold.released_at) {
             let record = crate::domain::journal::Record::HoldReleased {

@@ -105,12 +105,8 @@ async fn create_once(
         expires_at: req.expires_at,
         journal,
     };
-    let inserted = ready
-        .ledger
-        .insert_hold(insert)
-        .query_as::<ledger::HoldRow>()
-        .fetch_optional(&mut *tx)
-        .await;
+    let chain = (cx.config.schema.as_str(), cx.config.ledger_key.as_ref());
+    let inserted = crate::run::chain::place_hold(&mut tx, ready, chain, insert).await;
     let row = match inserted {
         Ok(Some(row)) => row,
         Ok(None) => {
@@ -127,11 +123,8 @@ async fn create_once(
         }
         Err(e) => return Err(e.into()),
     };
-    let hold = Hold::from(row);
-    let key = cx.config.ledger_key.as_ref();
-    crate::run::chain::link_hold_placed(&mut tx, &cx.config.schema, key, hold.hold_id).await?;
     tx.commit().await?;
-    Ok(hold)
+    Ok(Hold::from(row))
 }
 
 /// The hold's target locked in `tx` (`FOR KEY SHARE`) until it commits,

@@ -37,19 +37,9 @@ pub(super) async fn record_not_started(
         };
         let mut conn = cx.pool.acquire().await?;
         let mut tx = sqlx::Connection::begin_with(&mut *conn, crate::sql::READ_COMMITTED).await?;
-        prepared
-            .ledger
-            .insert_not_started(failed)
-            .query()
-            .execute(&mut *tx)
-            .await?;
-        crate::run::chain::link_run(
-            &mut tx,
-            &cx.config.schema,
-            cx.config.ledger_key.as_ref(),
-            run_id,
-        )
-        .await?;
+        let chain = (cx.config.schema.as_str(), cx.config.ledger_key.as_ref());
+        let settling = crate::run::chain::Settling::NotStarted(failed);
+        crate::run::chain::settle_run(&mut tx, &prepared, chain, run_id, settling).await?;
         tx.commit().await?;
         crate::domain::telemetry::run_recorded_failed("sweep", "scheduled");
         Ok::<_, Error>(())
