@@ -187,6 +187,43 @@ pub(crate) fn parse_state(state: &str) -> Result<RequestState> {
     })
 }
 
+/// Whether a request's state may go from `from` to `to` between two
+/// consecutive lines of its history, as Cohort writes them: an attempt
+/// starts (in progress) from open, waiting or failed, or again from in
+/// progress when a lost process left it there, and ends completed, waiting
+/// or failed; every other line (a due date moved, a replay's note) keeps
+/// the state; nothing leaves completed. A step outside these is a state
+/// changed by hand and linked by the next line.
+pub(crate) fn step_allowed(from: RequestState, to: RequestState) -> bool {
+    use RequestState::*;
+    from == to
+        || matches!(
+            (from, to),
+            (Open | Waiting | Failed, InProgress) | (InProgress, Completed | Waiting | Failed)
+        )
+}
+
+/// What is wrong with a request's step from the state `from` (its earlier
+/// linked line) to `to` (this line), when `moves_due` says whether this
+/// line moves its due date: `None` when Cohort writes such a step.
+pub(crate) fn step_refused(from: &str, to: &str, moves_due: bool) -> Option<String> {
+    let (Some(a), Some(b)) = (RequestState::parse(from), RequestState::parse(to)) else {
+        return Some(format!(
+            "its state went from {from:?} to {to:?}, not both states"
+        ));
+    };
+    if moves_due && a != b {
+        return Some(format!(
+            "its state went from {from} to {to} at a line that moves its due date, which keeps the state"
+        ));
+    }
+    (!step_allowed(a, b)).then(|| {
+        format!(
+            "its state went from {from} to {to}, a step no line of Cohort's takes (an attempt goes from open, waiting or failed to in_progress, and from in_progress to completed, waiting or failed)"
+        )
+    })
+}
+
 /// A change of a request's state, with what the request row and its line
 /// of history record.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -714,6 +751,55 @@ mod tests {
             opened_detail(&terms, at(31)),
             "opened: due 2026-03-31T12:00:00+00:00 (complex request)"
         );
+    }
+
+    #[test]
+    fn a_state_steps_only_as_an_attempt_takes_it() {
+        use RequestState::*;
+        let allowed = [
+            (Open, InProgress),
+            (Waiting, InProgress),
+            (Failed, InProgress),
+            (InProgress, InProgress),
+            (InProgress, Completed),
+            (InProgress, Waiting),
+            (InProgress, Failed),
+        ];
+        for from in RequestState::ALL {
+            for to in RequestState::ALL {
+                let expected = from == to || allowed.contains(&(from, to));
+                assert_eq!(step_allowed(from, to), expected, "{from:?} -> {to:?}");
+                assert_eq!(
+                    step_refused(from.as_str(), to.as_str(), false).is_none(),
+                    expected,
+                    "{from:?} -> {to:?}"
+                );
+            }
+        }
+        // The steps an attacker wants: work that must be done called
+        // failed or done without an attempt.
+        for (from, to) in [
+            (Waiting, Failed),
+            (Open, Completed),
+            (Waiting, Completed),
+            (Failed, Completed),
+            (Completed, Waiting),
+        ] {
+            let why = step_refused(from.as_str(), to.as_str(), false).unwrap();
+            assert!(
+                why.contains(&format!("from {} to {}", from.as_str(), to.as_str())),
+                "{why}"
+            );
+        }
+        // A line moving the due date keeps the state, even a step an
+        // attempt may take.
+        assert!(step_refused("in_progress", "failed", true)
+            .unwrap()
+            .contains("moves its due date"));
+        assert_eq!(step_refused("waiting", "waiting", true), None);
+        assert!(step_refused("waiting", "gone", false)
+            .unwrap()
+            .contains("not both states"));
     }
 
     #[test]

@@ -791,4 +791,25 @@ async fn a_narrowed_request_is_named_even_after_its_next_line_links_it() {
                 && b.contains("due_at changed since its earlier linked line")),
         "{named:?}"
     );
+    // A waiting request called failed by hand (maintenance then never
+    // resumes it: what it must erase stays), then linked by the next line
+    // (a due date moved through Cohort): the step is named.
+    let r = cohort.erase(erase("SAR-STATE")).await.unwrap();
+    assert_eq!(r.request.unwrap().state, RequestState::Waiting);
+    assert!(!breaks().await.iter().any(|b| b.contains("SAR-STATE")));
+    exec(
+        pool,
+        "UPDATE public.erasure_request SET state = 'failed' WHERE reference = 'SAR-STATE'",
+    )
+    .await;
+    cohort
+        .extend_erasure_request("SAR-STATE", Due::parse("2099-07-31").unwrap(), "audit")
+        .await
+        .unwrap();
+    let named = breaks().await;
+    assert!(
+        named.iter().any(|b| b.contains("SAR-STATE")
+            && b.contains("its state went from waiting to failed")),
+        "{named:?}"
+    );
 }

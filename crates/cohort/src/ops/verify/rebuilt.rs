@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use crate::domain::chain::{self, BreakKind, LinkKind, ReleaseRecord};
-use crate::domain::request_rules::due_moved_in;
+use crate::domain::request_rules::{due_moved_in, step_refused};
 use crate::error::Result;
 use crate::run::chain as records;
 use crate::sql::chain as statements;
@@ -205,7 +205,7 @@ pub(super) async fn check_request_events(
                 }
             }
         }
-        if let Some((earlier_link, earlier)) = walk.requests.get(&request_id) {
+        if let Some((earlier_link, earlier)) = walk.requests.get(&request_id).cloned() {
             let mut changed = earlier.changed_since_opened(&r.request);
             // A due date moves only by a line that says so, between the
             // two dates.
@@ -216,6 +216,17 @@ pub(super) async fn check_request_events(
                 && moved != Some((earlier.due_at, r.request.due_at))
             {
                 changed.push("due_at");
+            }
+            // Its state steps only as a line of Cohort's takes it: a state
+            // set by hand (work called failed or done) and then linked by
+            // the next line is named here.
+            if let Some(why) = step_refused(&earlier.state, &r.request.state, moved.is_some()) {
+                walk.broken(
+                    Some(link_id),
+                    format!("erasure request {}", r.request.reference),
+                    BreakKind::Changed,
+                    format!("{why} (since its earlier linked line, link {earlier_link})"),
+                );
             }
             if !changed.is_empty() {
                 walk.broken(
