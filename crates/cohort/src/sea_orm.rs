@@ -49,7 +49,9 @@ impl Cohort {
         txn: &DatabaseTransaction,
         request: GuardedDeletion,
     ) -> Result<Guarded<()>> {
-        crate::ops::guarded::guard_on(&self.context(), &mut SeaSession(txn), request).await
+        let cx = self.context();
+        let ready = cx.ready().await?;
+        crate::ops::guarded::guard_on(&ready, &mut SeaSession(txn), request).await
     }
 }
 

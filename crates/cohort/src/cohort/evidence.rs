@@ -12,15 +12,15 @@ impl Cohort {
     /// Reads only. Refused without a journal, and when the journal's chain
     /// is broken (naming the entry).
     pub async fn restore_check(&self) -> Result<crate::ops::restore::RestoreCheck> {
-        self.cx.prepared().await?;
-        crate::ops::restore::check(&self.cx).await
+        let ready = self.cx.ready().await?;
+        crate::ops::restore::check(&ready).await
     }
 
     /// Brings the database back to the journal after a restore (see
     /// [`crate::ops::restore`]); with `dry_run`, only says what it would do.
     pub async fn replay(&self, dry_run: bool) -> Result<crate::ops::restore::ReplayReport> {
-        self.cx.prepared().await?;
-        crate::ops::restore::replay(&self.cx, dry_run, None).await
+        let ready = self.cx.ready().await?;
+        crate::ops::restore::replay(&ready, dry_run, None).await
     }
 
     /// [`Cohort::replay`] onto a copy of the journal in `dir` (copied
@@ -33,8 +33,8 @@ impl Cohort {
         dry_run: bool,
         dir: &std::path::Path,
     ) -> Result<crate::ops::restore::ReplayReport> {
-        self.cx.prepared().await?;
-        crate::ops::restore::replay(&self.cx, dry_run, Some(dir)).await
+        let ready = self.cx.ready().await?;
+        crate::ops::restore::replay(&ready, dry_run, Some(dir)).await
     }
 
     /// Whether a journal is configured.
@@ -63,7 +63,8 @@ impl Cohort {
         entity_id: uuid::Uuid,
         record_id: &str,
     ) -> Result<Vec<crate::ops::history::RecordEvent>> {
-        crate::ops::history::record_history(&self.cx, entity_id, record_id).await
+        let ready = self.cx.ready().await?;
+        crate::ops::history::record_history(&ready, entity_id, record_id).await
     }
 
     /// One run as recorded in the ledger, with its entity summaries.
@@ -80,7 +81,8 @@ impl Cohort {
         &self,
         request: &crate::ops::report::ReportRequest,
     ) -> Result<crate::ops::report::Report> {
-        crate::ops::report::build(&self.cx, request).await
+        let ready = self.cx.ready().await?;
+        crate::ops::report::build(&ready, request).await
     }
 
     /// Walks the ledger's hash chain (see [`crate::ops::verify`]) in one

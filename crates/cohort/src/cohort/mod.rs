@@ -44,15 +44,17 @@ impl Cohort {
     /// The validated model, validating first if this handle has not been
     /// validated yet. Only success is cached.
     pub async fn ready(&self) -> Result<Arc<ValidatedModel>> {
-        Ok(Arc::clone(&self.cx.prepared().await?.model))
+        Ok(Arc::clone(&self.cx.ready().await?.plans().model))
     }
 
     /// Sweeps one tenant's tenant-scoped entities (or the tenantless ones):
     /// see the run model in the crate documentation. Returns the settled
     /// result; a bad request is refused before anything is written.
     pub async fn sweep(&self, mut request: crate::SweepRequest) -> Result<crate::SweepResult> {
-        crate::run::passes::scoped(&self.cx, &mut request.tenancy, "sweep").await?;
-        crate::run::sweep::sweep(&self.cx, request).await
+        let ready = self.cx.ready().await?;
+        crate::run::passes::scoped(&ready, &mut request.tenancy, "sweep").await?;
+        let ready = self.cx.ready().await?;
+        crate::run::sweep::sweep(&ready, request).await
     }
 
     /// Erases one data subject's rows (see [`crate::domain::erasure`]). Returns the
@@ -61,11 +63,14 @@ impl Cohort {
         &self,
         mut request: crate::domain::erasure::ErasureRequest,
     ) -> Result<crate::ErasureResult> {
-        crate::run::passes::scoped(&self.cx, &mut request.tenancy, "erasure").await?;
+        let ready = self.cx.ready().await?;
+        crate::run::passes::scoped(&ready, &mut request.tenancy, "erasure").await?;
         if request.terms.is_some() {
-            return crate::run::requests::open(&self.cx, request).await;
+            let ready = self.cx.ready().await?;
+            return crate::run::requests::open(&ready, request).await;
         }
-        crate::run::erasure::erase(&self.cx, request).await
+        let ready = self.cx.ready().await?;
+        crate::run::erasure::erase(&ready, request).await
     }
 
     /// Sweeps every tenant of `request`'s source, one pass each in
@@ -79,7 +84,8 @@ impl Cohort {
         &self,
         request: crate::SweepAllRequest,
     ) -> Result<crate::SweepAllResult> {
-        crate::run::passes::sweep_all(&self.cx, request).await
+        let ready = self.cx.ready().await?;
+        crate::run::passes::sweep_all(&ready, request).await
     }
 
     /// The tenants of `source` (the directory, a tenants query or a list),
@@ -89,7 +95,8 @@ impl Cohort {
     /// query that cannot run, or of the wrong shape, is `InvalidInput`.
     /// A query is streamed, never read whole.
     pub async fn tenants(&self, source: &crate::TenantSource) -> Result<crate::TenantDiscovery> {
-        crate::run::passes::discover(&self.cx, source).await
+        let ready = self.cx.ready().await?;
+        crate::run::passes::discover(&ready, source).await
     }
 
     /// Previews every pass `sweep_all` would make for the request's
@@ -99,7 +106,8 @@ impl Cohort {
         &self,
         request: crate::PreviewAllRequest,
     ) -> Result<crate::PreviewAllResult> {
-        crate::run::passes::preview_all(&self.cx, request).await
+        let ready = self.cx.ready().await?;
+        crate::run::passes::preview_all(&ready, request).await
     }
 
     /// Counts what a sweep would change now, without writing anything.
@@ -107,8 +115,10 @@ impl Cohort {
         &self,
         mut request: crate::PreviewRequest,
     ) -> Result<crate::PreviewResult> {
-        crate::run::passes::scoped(&self.cx, &mut request.tenancy, "preview").await?;
-        crate::run::sweep::preview(&self.cx, request).await
+        let ready = self.cx.ready().await?;
+        crate::run::passes::scoped(&ready, &mut request.tenancy, "preview").await?;
+        let ready = self.cx.ready().await?;
+        crate::run::sweep::preview(&ready, request).await
     }
 
     /// This process's own values of the live settings, to flip without a

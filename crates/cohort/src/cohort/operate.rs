@@ -24,7 +24,8 @@ impl Cohort {
         &self,
         selection: &crate::domain::handlers::RetrySelection,
     ) -> Result<u64> {
-        crate::ops::dead_letters::retry(&self.cx, selection).await
+        let ready = self.cx.ready().await?;
+        crate::ops::dead_letters::retry(&ready, selection).await
     }
 
     /// Row-handler work by state (pending, in flight, dead-lettered), read
@@ -40,8 +41,8 @@ impl Cohort {
     /// kind, read from the ledger now; also sets
     /// `cohort_last_success_timestamp_seconds` (see [`crate::domain::telemetry`]).
     pub async fn last_success(&self) -> Result<crate::domain::telemetry::LastSuccess> {
-        self.cx.prepared().await?;
-        crate::run::status::last_success(&self.cx).await
+        let ready = self.cx.ready().await?;
+        crate::run::status::last_success(&ready).await
     }
 
     /// How far behind retention is, per entity, as of the database's clock
@@ -51,16 +52,17 @@ impl Cohort {
     /// per entity and pass; nothing is written and no gauge is set (the
     /// worker's gauge is measured after each of its runs).
     pub async fn backlog(&self) -> Result<Vec<crate::domain::telemetry::EntityBacklog>> {
-        self.cx.prepared().await?;
+        self.cx.ready().await?;
         let now = crate::sql::database_now(&self.cx.pool).await?;
-        crate::run::status::backlog(&self.cx, &self.cx.tenant_source, now).await
+        let ready = self.cx.ready().await?;
+        crate::run::status::backlog(&ready, &self.cx.tenant_source, now).await
     }
 
     /// Rows real sweeps changed per UTC day and category over the last
     /// `days` days (today included), oldest first.
     pub async fn rows_per_day(&self, days: u32) -> Result<Vec<crate::ops::history::CategoryDay>> {
-        self.cx.prepared().await?;
-        crate::run::status::rows_per_day(&self.cx, days).await
+        let ready = self.cx.ready().await?;
+        crate::run::status::rows_per_day(&ready, days).await
     }
 
     /// The next occurrence of the configured `schedule` after the
@@ -78,7 +80,7 @@ impl Cohort {
     /// them: its own values, the database's, and their OR (see
     /// [`crate::domain::settings`]).
     pub async fn settings(&self) -> Result<crate::domain::settings::LiveSettings> {
-        self.cx.prepared().await?;
+        self.cx.ready().await?;
         self.cx.live_settings().await
     }
 
@@ -89,7 +91,7 @@ impl Cohort {
         setting: crate::domain::settings::Setting,
         enabled: bool,
     ) -> Result<crate::domain::settings::LiveSettings> {
-        self.cx.prepared().await?;
+        self.cx.ready().await?;
         self.cx.set_setting(setting, enabled).await
     }
 
@@ -127,7 +129,7 @@ impl Cohort {
         let scope = match entity {
             Some(e) => self.entity_name(e).await?,
             None => {
-                self.cx.prepared().await?;
+                self.cx.ready().await?;
                 crate::sql::pacing::EVERY_ENTITY.to_owned()
             }
         };
@@ -158,7 +160,7 @@ impl Cohort {
 
     /// Every live pacing row (every entity's first, written `*`).
     pub async fn pacing(&self) -> Result<Vec<crate::domain::settings::LivePacing>> {
-        self.cx.prepared().await?;
+        self.cx.ready().await?;
         self.cx.live_pacing().await
     }
 
@@ -177,7 +179,8 @@ impl Cohort {
     /// database, with their policy fingerprint (`same_policy` when it is
     /// this handle's) and handlers per entity.
     pub async fn peers(&self) -> Result<Vec<crate::run::peers::Peer>> {
-        crate::run::peers::live(&self.cx, None).await
+        let ready = self.cx.ready().await?;
+        crate::run::peers::live(&ready, None).await
     }
 
     /// One maintenance pass now (what the always-running maintenance
@@ -190,7 +193,8 @@ impl Cohort {
         &self,
         config: &crate::services::MaintenanceConfig,
     ) -> Result<crate::services::MaintenanceReport> {
-        crate::services::rescuer::pass(&self.cx, config).await
+        let ready = self.cx.ready().await?;
+        crate::services::rescuer::pass(&ready, config).await
     }
 
     /// One history-pruning pass now (see [`crate::services::pruner`]):
@@ -201,9 +205,9 @@ impl Cohort {
         &self,
         request: crate::services::PruneRequest,
     ) -> Result<crate::services::PruneReport> {
-        self.cx.prepared().await?;
+        let ready = self.cx.ready().await?;
         crate::services::pruner::pass(
-            &self.cx,
+            &ready,
             &request.config,
             request.dry_run,
             crate::services::pruner::StopCheck::Explicit(&request.cancel),
@@ -216,6 +220,7 @@ impl Cohort {
     /// `[Access::Console]` for a read-only dashboard); one error lists
     /// every missing grant, before anything runs.
     pub async fn check_grants(&self, accesses: &[crate::services::Access]) -> Result<()> {
-        crate::services::grants::check(&self.cx, accesses).await
+        let ready = self.cx.ready().await?;
+        crate::services::grants::check(&ready, accesses).await
     }
 }

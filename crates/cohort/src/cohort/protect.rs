@@ -12,8 +12,8 @@ impl Cohort {
         &self,
         filter: crate::domain::erasure_requests::RequestFilter,
     ) -> Result<Vec<crate::domain::erasure_requests::RequestRecord>> {
-        self.cx.prepared().await?;
-        crate::run::requests::list(&self.cx, filter).await
+        let ready = self.cx.ready().await?;
+        crate::run::requests::list(&ready, filter).await
     }
 
     /// One erasure request by its reference, with its history; an unknown
@@ -22,8 +22,8 @@ impl Cohort {
         &self,
         reference: &str,
     ) -> Result<crate::domain::erasure_requests::RequestHistory> {
-        self.cx.prepared().await?;
-        crate::run::requests::show(&self.cx, reference).await
+        let ready = self.cx.ready().await?;
+        crate::run::requests::show(&ready, reference).await
     }
 
     /// Moves an erasure request's due date, recording why (a line of its
@@ -35,8 +35,8 @@ impl Cohort {
         due: crate::domain::erasure_requests::Due,
         reason: &str,
     ) -> Result<crate::domain::erasure_requests::RequestRecord> {
-        self.cx.prepared().await?;
-        crate::run::requests::extend(&self.cx, reference, due, reason).await
+        let ready = self.cx.ready().await?;
+        crate::run::requests::extend(&ready, reference, due, reason).await
     }
 
     /// Runs again, at `now`, every erasure request that may have something
@@ -51,10 +51,11 @@ impl Cohort {
         now: chrono::DateTime<Tz>,
         allow_future_now: bool,
     ) -> Result<crate::domain::erasure_requests::ResumeReport> {
-        self.cx.prepared().await?;
+        self.cx.ready().await?;
         let now = crate::domain::outcome::logical_now(now);
         crate::run::resolve::check_now(&self.cx, now, true, allow_future_now).await?;
-        crate::run::requests::resume(&self.cx, now, allow_future_now, &crate::Cancel::new()).await
+        let ready = self.cx.ready().await?;
+        crate::run::requests::resume(&ready, now, allow_future_now, &crate::Cancel::new()).await
     }
 
     /// Erasure requests per state and those overdue, read now; also sets
@@ -63,8 +64,8 @@ impl Cohort {
     pub async fn erasure_request_counts(
         &self,
     ) -> Result<crate::domain::erasure_requests::RequestCounts> {
-        self.cx.prepared().await?;
-        let counts = crate::run::requests::counts(&self.cx).await?;
+        let ready = self.cx.ready().await?;
+        let counts = crate::run::requests::counts(&ready).await?;
         counts.record();
         Ok(counts)
     }
@@ -96,7 +97,8 @@ impl Cohort {
     where
         F: for<'c> FnOnce(&'c mut sqlx::PgConnection) -> crate::ops::guarded::CallbackFuture<'c, T>,
     {
-        crate::ops::guarded::delete(&self.cx, request, callback).await
+        let ready = self.cx.ready().await?;
+        crate::ops::guarded::delete(&ready, request, callback).await
     }
 
     /// Guards a deletion the application makes in its **own** transaction
@@ -133,7 +135,8 @@ impl Cohort {
         tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
         request: crate::ops::guarded::GuardedDeletion,
     ) -> Result<crate::ops::guarded::Guarded<()>> {
-        crate::ops::guarded::guard_in(&self.cx, tx, request).await
+        let ready = self.cx.ready().await?;
+        crate::ops::guarded::guard_in(&ready, tx, request).await
     }
 
     /// Places a legal hold (see [`crate::ops::holds`] for every check it makes).
@@ -141,14 +144,16 @@ impl Cohort {
         &self,
         request: crate::ops::holds::HoldRequest,
     ) -> Result<crate::ops::holds::Hold> {
-        crate::ops::holds::create(&self.cx, request).await
+        let ready = self.cx.ready().await?;
+        crate::ops::holds::create(&ready, request).await
     }
 
     /// Whether a record is under an active hold now (database clock),
     /// whatever tenant it belongs to. An unknown entity is `NotFound`, a
     /// malformed record id `InvalidInput`.
     pub async fn is_held(&self, entity_id: uuid::Uuid, record_id: &str) -> Result<bool> {
-        crate::ops::holds::is_held(&self.cx, entity_id, record_id, None).await
+        let ready = self.cx.ready().await?;
+        crate::ops::holds::is_held(&ready, entity_id, record_id, None).await
     }
 
     /// Whether a record was (or, for a time to come, will still be) under
@@ -162,7 +167,8 @@ impl Cohort {
         as_of: chrono::DateTime<Tz>,
     ) -> Result<bool> {
         let at = as_of.with_timezone(&chrono::Utc);
-        crate::ops::holds::is_held(&self.cx, entity_id, record_id, Some(at)).await
+        let ready = self.cx.ready().await?;
+        crate::ops::holds::is_held(&ready, entity_id, record_id, Some(at)).await
     }
 
     /// Lists holds.
@@ -170,12 +176,14 @@ impl Cohort {
         &self,
         filter: &crate::ops::holds::HoldFilter,
     ) -> Result<Vec<crate::ops::holds::Hold>> {
-        crate::ops::holds::list(&self.cx, filter).await
+        let ready = self.cx.ready().await?;
+        crate::ops::holds::list(&ready, filter).await
     }
 
     /// Releases an active hold now.
     pub async fn release_hold(&self, hold_id: uuid::Uuid) -> Result<crate::ops::holds::Hold> {
-        crate::ops::holds::release(&self.cx, hold_id).await
+        let ready = self.cx.ready().await?;
+        crate::ops::holds::release(&ready, hold_id).await
     }
 
     /// The id of the hold whose id starts with `prefix` (the 8 characters

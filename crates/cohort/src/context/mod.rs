@@ -44,6 +44,31 @@ pub(crate) struct Context {
     pub(crate) journal: Option<crate::store::journal::Journal>,
 }
 
+/// A handle's context once validated, with its model and plans: what
+/// the operations and runs below the facade take. Only
+/// [`Context::ready`] makes one, so holding one means validation passed;
+/// it reads as the [`Context`] it wraps.
+#[derive(Clone, Copy)]
+pub(crate) struct Ready<'a> {
+    cx: &'a Context,
+    plans: &'a Arc<Prepared>,
+}
+
+impl<'a> Ready<'a> {
+    /// The validated model and its plans.
+    pub(crate) fn plans(&self) -> &'a Arc<Prepared> {
+        self.plans
+    }
+}
+
+impl std::ops::Deref for Ready<'_> {
+    type Target = Context;
+
+    fn deref(&self) -> &Context {
+        self.cx
+    }
+}
+
 /// A validated model with its SQL plans, built once.
 pub(crate) struct Prepared {
     pub(crate) model: Arc<ValidatedModel>,
@@ -128,8 +153,8 @@ impl Context {
     /// The canonical form of a tenant id, by the tenant columns' type; a
     /// spelling that cannot be one is bad input.
     pub(crate) async fn canonical_tenant(&self, tenant: &str) -> Result<String> {
-        let ready = self.prepared().await?;
-        let identity = ready.model.tenant_identity();
+        let ready = self.ready().await?;
+        let identity = ready.plans().model.tenant_identity();
         identity.canonical(tenant).ok_or_else(|| {
             Error::InvalidInput(format!(
                 "{tenant:?} is not a valid tenant id ({identity:?} tenant columns)"
@@ -137,8 +162,17 @@ impl Context {
         })
     }
 
-    /// The validated model with its plans; what every operation starts with.
-    pub(crate) async fn prepared(&self) -> Result<Arc<Prepared>> {
+    /// The handle, validated: the model passed and its plans are built
+    /// (validated on first use, once). The facade and each service's
+    /// iteration take it, and hand it down: nothing below them validates.
+    pub(crate) async fn ready(&self) -> Result<Ready<'_>> {
+        self.prepared().await?;
+        let plans = self.ready.get().expect("validated just above");
+        Ok(Ready { cx: self, plans })
+    }
+
+    /// The validated model with its plans (validated on first use).
+    async fn prepared(&self) -> Result<Arc<Prepared>> {
         self.ready
             .get_or_try_init(|| async {
                 let mut conn = self.pool.acquire().await?;

@@ -5,7 +5,7 @@
 
 use sqlx::{PgConnection, Row};
 
-use crate::context::Context;
+use crate::context::{Context, Ready};
 use crate::domain::handlers::{DeadLetter, DeadLetterFilter, RetrySelection};
 use crate::error::{Error, Result};
 use crate::sql::dead_letters as statements;
@@ -49,9 +49,9 @@ pub(crate) async fn list(cx: &Context, filter: &DeadLetterFilter) -> Result<Vec<
 /// Requeues dead letters: due now, attempts reset, error cleared. With ids,
 /// an unknown id, one that is not dead-lettered or one whose payload was
 /// scrubbed refuses the whole request and changes nothing.
-pub(crate) async fn retry(cx: &Context, selection: &RetrySelection) -> Result<u64> {
+pub(crate) async fn retry(cx: &Ready<'_>, selection: &RetrySelection) -> Result<u64> {
     let schema = &cx.config.schema;
-    let prepared = cx.prepared().await?;
+    let prepared = cx.plans();
     // Work of an entity this process knows, for a handler it does not
     // register, would only dead-letter again: refused, naming the handler.
     // (An entity this process does not know, e.g. a Rust handler's entity

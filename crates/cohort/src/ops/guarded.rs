@@ -24,7 +24,7 @@ use sqlx::{PgConnection, Row};
 use uuid::Uuid;
 
 use crate::base::ident::SqlText;
-use crate::context::Context;
+use crate::context::Ready;
 use crate::error::{Error, Result};
 use crate::sql::{bind_array, KeyType, KeyValue};
 
@@ -77,7 +77,7 @@ pub enum Guarded<T> {
 }
 
 pub(crate) async fn delete<T, F>(
-    cx: &Context,
+    cx: &Ready<'_>,
     req: GuardedDeletion,
     callback: F,
 ) -> Result<Guarded<T>>
@@ -118,7 +118,7 @@ where
 /// hold check would read the transaction's first snapshot and could miss a
 /// hold committed while the lock waited.
 pub(crate) async fn guard_in(
-    cx: &Context,
+    cx: &Ready<'_>,
     tx: &mut PgConnection,
     req: GuardedDeletion,
 ) -> Result<Guarded<()>> {
@@ -127,7 +127,7 @@ pub(crate) async fn guard_in(
 
 /// [`guard_in`] on any session (sqlx, or SeaORM's transaction).
 pub(crate) async fn guard_on(
-    cx: &Context,
+    cx: &Ready<'_>,
     session: &mut dyn GuardSession,
     req: GuardedDeletion,
 ) -> Result<Guarded<()>> {
@@ -230,8 +230,8 @@ struct Target {
 
 impl Target {
     /// Everything that can be checked without the database rows.
-    async fn resolve(cx: &Context, req: &GuardedDeletion) -> Result<Self> {
-        let ready = cx.prepared().await?;
+    async fn resolve(cx: &Ready<'_>, req: &GuardedDeletion) -> Result<Self> {
+        let ready = cx.plans();
         let entity = ready.model.requested_entity(req.entity_id)?;
         let facts = &ready.model.facts[&entity.id];
         if req.record_ids.is_empty() {
@@ -249,7 +249,7 @@ impl Target {
         let tenant = facts.request_tenant(&entity.name, req.tenant.as_deref())?;
         let entity_id = entity.id;
         Ok(Target {
-            ready,
+            ready: std::sync::Arc::clone(ready),
             entity_id,
             keys,
             tenant,

@@ -4,7 +4,7 @@ use chrono::{DateTime, Utc};
 use sqlx::postgres::types::PgInterval;
 use uuid::Uuid;
 
-use crate::context::Context;
+use crate::context::{Context, Ready};
 use crate::domain::rules::{Period, Strategy};
 use crate::error::{Error, Result};
 use crate::run::{EntityFailure, EntityOutcome, RunKind, RunStatus, SweepResult, Trigger};
@@ -72,11 +72,11 @@ pub const RECORD_HISTORY_LIMIT: i64 = 1_000;
 /// for rows set aside): at most [`RECORD_HISTORY_LIMIT`]. The record id is
 /// taken in the entity's key type and compared canonically.
 pub(crate) async fn record_history(
-    cx: &Context,
+    cx: &Ready<'_>,
     entity_id: Uuid,
     record_id: &str,
 ) -> Result<Vec<RecordEvent>> {
-    let ready = cx.prepared().await?;
+    let ready = cx.plans();
     let entity = ready.model.requested_entity(entity_id)?;
     let record = ready.model.facts[&entity.id].record_key(&entity.name, record_id)?;
     let params = statements::RecordOf {

@@ -5,11 +5,12 @@ use uuid::Uuid;
 
 use super::recorder::RunRecorder;
 use super::work::RunSpec;
-use crate::context::{Context, Prepared};
+use crate::context::{Prepared, Ready};
 
 /// One run, as its parts see it.
 pub(crate) struct RunCtx<'a> {
-    pub(crate) cx: &'a Context,
+    /// The handle, validated (it reads as its [`Context`]).
+    pub(crate) cx: &'a Ready<'a>,
     pub(crate) ready: &'a Prepared,
     pub(crate) run_id: Uuid,
     pub(crate) spec: &'a RunSpec,

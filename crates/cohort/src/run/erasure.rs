@@ -5,7 +5,7 @@ use super::executor::execute;
 use super::resolve::{check_now, pass_of, rule_for, PassScope};
 use super::work::{RunSpec, Work};
 use super::{failure, EntityFailure, ErasureResult, NotReached, RunKind, Trigger};
-use crate::context::{Context, Prepared};
+use crate::context::{Context, Prepared, Ready};
 use crate::domain::erasure::ErasureRequest;
 use crate::domain::model::EntityDescriptor;
 use crate::domain::rules::{RetentionRule, Strategy};
@@ -14,10 +14,10 @@ use crate::error::{Error, Result};
 use crate::sql::{ErasurePlan, KeyValue, Scope};
 use chrono::{DateTime, Utc};
 
-pub(crate) async fn erase(cx: &Context, req: ErasureRequest) -> Result<ErasureResult> {
-    let ready = cx.prepared().await?;
+pub(crate) async fn erase(cx: &Ready<'_>, req: ErasureRequest) -> Result<ErasureResult> {
+    let ready = cx.plans();
     check_now(cx, req.now, !req.dry_run, req.allow_future_now).await?;
-    let (pass, tenant_facts) = pass_of(&ready, &req.tenancy)?;
+    let (pass, tenant_facts) = pass_of(ready, &req.tenancy)?;
     if !req.dry_run {
         if let Some(refused) =
             crate::validate::hash_key_missing(&cx.config, pass.entities.iter().copied())
@@ -26,15 +26,15 @@ pub(crate) async fn erase(cx: &Context, req: ErasureRequest) -> Result<ErasureRe
         }
     }
     let scope = &req.scope;
-    check_scope(&ready, scope)?;
+    check_scope(ready, scope)?;
 
-    let mut not_reached = outside_tenancy(&ready, &pass, scope);
+    let mut not_reached = outside_tenancy(ready, &pass, scope);
     let mut works = Vec::new();
     for e in &pass.entities {
-        match subject_columns(&ready, e, scope) {
+        match subject_columns(ready, e, scope) {
             Ok(columns) if columns.is_empty() => {}
             Ok(columns) => {
-                works.push(entity_work(cx, &ready, e, &req, &pass, &tenant_facts, columns).await?)
+                works.push(entity_work(cx, ready, e, &req, &pass, &tenant_facts, columns).await?)
             }
             Err(why) => not_reached.push(why),
         }
@@ -53,7 +53,6 @@ pub(crate) async fn erase(cx: &Context, req: ErasureRequest) -> Result<ErasureRe
     }
     let run = execute(
         cx,
-        &ready,
         RunSpec {
             kind: RunKind::Erasure,
             trigger: Trigger::Manual,

@@ -24,14 +24,13 @@ use super::work::{stop_from, RunSpec, Stop, Work};
 use super::{failure, EntityFailure, EntityOutcome, RunStatus, SweepResult};
 use crate::base::diagnostic::Diagnostic;
 use crate::base::locks::LockKey;
-use crate::context::{Context, Prepared};
+use crate::context::{Prepared, Ready};
 use crate::error::Result;
 use crate::sql::locks;
 
 /// Runs the works of one run: lock, Started, entities, settle.
 pub(crate) async fn execute(
-    cx: &Context,
-    ready: &Prepared,
+    cx: &Ready<'_>,
     spec: RunSpec,
     works: Vec<std::result::Result<Work<'_>, EntityFailure>>,
 ) -> Result<SweepResult> {
@@ -44,18 +43,18 @@ pub(crate) async fn execute(
         tenant = spec.tenant.as_deref(),
         dry_run = spec.dry_run,
     );
-    execute_in_span(cx, ready, spec, works, run_id)
+    execute_in_span(cx, spec, works, run_id)
         .instrument(span)
         .await
 }
 
 async fn execute_in_span(
-    cx: &Context,
-    ready: &Prepared,
+    cx: &Ready<'_>,
     spec: RunSpec,
     works: Vec<std::result::Result<Work<'_>, EntityFailure>>,
     run_id: Uuid,
 ) -> Result<SweepResult> {
+    let ready: &Prepared = cx.plans();
     let recorder = RunRecorder::new(cx, ready, run_id, &spec);
     let mut conn = crate::sql::locks::Held::new(cx.pool.acquire().await?);
     locks::lock(&mut conn, LockKey::Run(run_id)).await?;

@@ -11,7 +11,7 @@ use sqlx::Row;
 
 use super::{SweepRequest, SweepResult, Trigger};
 use crate::base::cancel::Cancel;
-use crate::context::Context;
+use crate::context::Ready;
 use crate::domain::tenants::TenantEntry;
 pub use crate::domain::tenants::TenantSource;
 use crate::error::{Error, ErrorKind, Result};
@@ -206,8 +206,8 @@ impl Dedup {
 /// them all) and de-duplicating as they arrive. A row that cannot be a
 /// tenant is reported, not fatal; a query that cannot run at all (bad SQL,
 /// wrong number of columns) is an error.
-pub(crate) async fn discover(cx: &Context, source: &TenantSource) -> Result<TenantDiscovery> {
-    let prepared = cx.prepared().await?;
+pub(crate) async fn discover(cx: &Ready<'_>, source: &TenantSource) -> Result<TenantDiscovery> {
+    let prepared = cx.plans();
     let mut dedup = Dedup::new(prepared.model.tenant_identity());
     match source {
         TenantSource::Directory => cx.tenants.iter().cloned().for_each(|t| dedup.push(Ok(t))),
@@ -365,7 +365,7 @@ pub(crate) fn pass_request(pass: &Pass, now: DateTime<Utc>) -> Option<SweepReque
 }
 
 pub(crate) async fn pass_list(
-    cx: &Context,
+    cx: &Ready<'_>,
     prepared: &crate::context::Prepared,
     source: &TenantSource,
 ) -> Result<PassList> {
@@ -397,10 +397,10 @@ pub(crate) async fn pass_list(
     })
 }
 
-pub(crate) async fn sweep_all(cx: &Context, req: SweepAllRequest) -> Result<SweepAllResult> {
-    let prepared = cx.prepared().await?;
+pub(crate) async fn sweep_all(cx: &Ready<'_>, req: SweepAllRequest) -> Result<SweepAllResult> {
+    let prepared = cx.plans();
     super::resolve::check_now(cx, req.now, !req.dry_run, req.allow_future_now).await?;
-    let list = pass_list(cx, &prepared, &req.source).await?;
+    let list = pass_list(cx, prepared, &req.source).await?;
     let mut result = SweepAllResult {
         conflicting_duplicates: list.conflicting_duplicates,
         ..SweepAllResult::default()
@@ -475,9 +475,12 @@ pub struct PreviewAllResult {
 
 /// Previews every pass an all-tenants sweep would make, in the same order;
 /// a tenant that cannot be previewed is reported, the others go on.
-pub(crate) async fn preview_all(cx: &Context, req: PreviewAllRequest) -> Result<PreviewAllResult> {
-    let prepared = cx.prepared().await?;
-    let list = pass_list(cx, &prepared, &req.source).await?;
+pub(crate) async fn preview_all(
+    cx: &Ready<'_>,
+    req: PreviewAllRequest,
+) -> Result<PreviewAllResult> {
+    let prepared = cx.plans();
+    let list = pass_list(cx, prepared, &req.source).await?;
     let mut out = PreviewAllResult {
         passes: Vec::with_capacity(list.passes.len()),
         conflicting_duplicates: list.conflicting_duplicates,
@@ -516,7 +519,7 @@ pub(crate) async fn preview_all(cx: &Context, req: PreviewAllRequest) -> Result<
 /// its jurisdiction and tags are the tenant source's listing
 /// ([`listing`]).
 pub(crate) async fn scoped(
-    cx: &Context,
+    cx: &Ready<'_>,
     tenancy: &mut crate::domain::tenants::TenantScope,
     what: &str,
 ) -> Result<()> {
@@ -541,7 +544,7 @@ pub(crate) async fn scoped(
 /// Returns the jurisdiction and tags to run with. The worker's passes
 /// come from the source already and do not ask again.
 async fn listing(
-    cx: &Context,
+    cx: &Ready<'_>,
     tenant: Option<&str>,
     jurisdiction: Option<String>,
     tags: Option<Vec<String>>,
@@ -555,7 +558,7 @@ async fn listing(
         return Ok((jurisdiction, tags));
     };
     let wanted = cx.canonical_tenant(tenant).await?;
-    let identity = cx.prepared().await?.model.tenant_identity();
+    let identity = cx.plans().model.tenant_identity();
     let discovered = discover(cx, &cx.tenant_source).await?;
     let Some(listed) = discovered
         .tenants

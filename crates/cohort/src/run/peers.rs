@@ -19,7 +19,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use crate::context::{Context, Prepared};
+use crate::context::{Context, Prepared, Ready};
 use crate::error::Result;
 use crate::sql::peers as statements;
 
@@ -129,14 +129,14 @@ pub(crate) fn process_name() -> String {
 }
 
 /// Renews (or creates) this process's record.
-pub(crate) async fn heartbeat(cx: &Context, peer_id: Uuid) -> Result<()> {
-    let prepared = cx.prepared().await?;
+pub(crate) async fn heartbeat(cx: &Ready<'_>, peer_id: Uuid) -> Result<()> {
+    let prepared = cx.plans();
     let handlers = serde_json::to_value(own_handlers(cx)).expect("handler sets serialise");
     let params = statements::Heartbeat {
         peer_id,
         host: host_name(),
         pid: i32::try_from(std::process::id()).unwrap_or(i32::MAX),
-        policy_fingerprint: fingerprint(cx, &prepared),
+        policy_fingerprint: fingerprint(cx, prepared),
         handlers,
     };
     statements::heartbeat(&cx.config.schema, params)
@@ -161,9 +161,9 @@ pub(crate) async fn leave(cx: &Context, peer_id: Uuid) -> Result<()> {
 }
 
 /// The live peers other than `me`.
-pub(crate) async fn live(cx: &Context, me: Option<Uuid>) -> Result<Vec<Peer>> {
-    let prepared = cx.prepared().await?;
-    let ours = fingerprint(cx, &prepared);
+pub(crate) async fn live(cx: &Ready<'_>, me: Option<Uuid>) -> Result<Vec<Peer>> {
+    let prepared = cx.plans();
+    let ours = fingerprint(cx, prepared);
     let params = statements::Live {
         timeout_secs: PEER_TIMEOUT_SECONDS,
         me,

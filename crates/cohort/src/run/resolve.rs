@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use crate::base::diagnostic::Diagnostic;
-use crate::context::{Context, Prepared};
+use crate::context::{Context, Prepared, Ready};
 use crate::domain::model::EntityDescriptor;
 use crate::domain::rules::{ResolutionContext, ResolveError, RetentionRule, TenantContext};
 use crate::error::{Error, Result};
@@ -78,8 +78,8 @@ pub(crate) fn tenant_keys<'a>(ready: &'a Prepared, tenant: Option<&str>) -> Resu
 /// of the tenantless entities) that nothing is in scope of: a run that
 /// could change nothing would report `succeeded` on an empty table. The
 /// passes of `sweep_all` and of the worker never ask for an empty scope.
-pub(crate) async fn in_scope(cx: &Context, tenanted: bool, what: &str) -> Result<()> {
-    let ready = cx.prepared().await?;
+pub(crate) async fn in_scope(cx: &Ready<'_>, tenanted: bool, what: &str) -> Result<()> {
+    let ready = cx.plans();
     if ready
         .model
         .entities

@@ -6,7 +6,7 @@
 
 use chrono::{DateTime, Utc};
 
-use crate::context::Context;
+use crate::context::{Context, Ready};
 use crate::domain::telemetry::{EntityBacklog, LastSuccess};
 use crate::domain::tenants::TenantSource;
 use crate::error::{Error, Result};
@@ -39,12 +39,12 @@ pub(crate) async fn last_success(cx: &Context) -> Result<LastSuccess> {
 /// tenant, then the tenantless entities): per entity the worst pass. A
 /// tenant that cannot be read is skipped (its sweep reports it).
 pub(crate) async fn backlog(
-    cx: &Context,
+    cx: &Ready<'_>,
     source: &TenantSource,
     now: DateTime<Utc>,
 ) -> Result<Vec<EntityBacklog>> {
-    let prepared = cx.prepared().await?;
-    let list = super::passes::pass_list(cx, &prepared, source).await?;
+    let prepared = cx.plans();
+    let list = super::passes::pass_list(cx, prepared, source).await?;
     let mut worst: Vec<EntityBacklog> = Vec::new();
     for pass in list.passes {
         let request = match &pass {

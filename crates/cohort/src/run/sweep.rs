@@ -9,7 +9,7 @@ use super::resolve::{check_now, pass_of, rule_for};
 use super::work::{RunSpec, Work};
 use super::{failure, PreviewRequest, PreviewResult, RunKind, SweepRequest, SweepResult};
 use crate::base::diagnostic::Diagnostic;
-use crate::context::{Context, Prepared};
+use crate::context::{Prepared, Ready};
 use crate::domain::model::EntityDescriptor;
 use crate::domain::rules::RetentionRule;
 use crate::error::Result;
@@ -197,9 +197,9 @@ pub(super) fn render_literals(
         .collect()
 }
 
-pub(crate) async fn preview(cx: &Context, req: PreviewRequest) -> Result<PreviewResult> {
-    let ready = cx.prepared().await?;
-    let (pass, facts) = pass_of(&ready, &req.tenancy)?;
+pub(crate) async fn preview(cx: &Ready<'_>, req: PreviewRequest) -> Result<PreviewResult> {
+    let ready = cx.plans();
+    let (pass, facts) = pass_of(ready, &req.tenancy)?;
     let mut conn = cx.pool.acquire().await?;
     let mut result = PreviewResult {
         tenant: pass.tenant.clone(),
@@ -208,8 +208,8 @@ pub(crate) async fn preview(cx: &Context, req: PreviewRequest) -> Result<Preview
     };
     let batch = i64::from(cx.config.sweep_batch_size.first());
     for e in pass.entities {
-        let works = match rule_for(cx, &ready, e, result.tenant.as_deref(), &facts, req.now).await {
-            Ok(rule) => entity_works(&ready, e, rule, req.now, pass.keys.get(&e.id), (batch, 1)),
+        let works = match rule_for(cx, ready, e, result.tenant.as_deref(), &facts, req.now).await {
+            Ok(rule) => entity_works(ready, e, rule, req.now, pass.keys.get(&e.id), (batch, 1)),
             Err(d) => vec![Err(d)],
         };
         for work in works {
@@ -234,7 +234,7 @@ pub(crate) async fn preview(cx: &Context, req: PreviewRequest) -> Result<Preview
             let partitions =
                 super::partitions::preview_note(cx, &mut conn, &work, result.tenant.is_some())
                     .await?;
-            let notes: Vec<String> = kept_for_good(&ready, &work, o.skipped)
+            let notes: Vec<String> = kept_for_good(ready, &work, o.skipped)
                 .into_iter()
                 .chain(partitions)
                 .collect();
@@ -249,10 +249,10 @@ pub(crate) async fn preview(cx: &Context, req: PreviewRequest) -> Result<Preview
     Ok(result)
 }
 
-pub(crate) async fn sweep(cx: &Context, req: SweepRequest) -> Result<SweepResult> {
-    let ready = cx.prepared().await?;
+pub(crate) async fn sweep(cx: &Ready<'_>, req: SweepRequest) -> Result<SweepResult> {
+    let ready = cx.plans();
     check_now(cx, req.now, !req.dry_run, req.allow_future_now).await?;
-    let (pass, facts) = pass_of(&ready, &req.tenancy)?;
+    let (pass, facts) = pass_of(ready, &req.tenancy)?;
     if !req.dry_run {
         if let Some(refused) =
             crate::validate::hash_key_missing(&cx.config, pass.entities.iter().copied())
@@ -265,10 +265,10 @@ pub(crate) async fn sweep(cx: &Context, req: SweepRequest) -> Result<SweepResult
     for e in &pass.entities {
         // The entity's own parallelism wins over the global one.
         let lanes = e.sweep_parallelism.unwrap_or(cx.config.sweep_parallelism);
-        match rule_for(cx, &ready, e, pass.tenant.as_deref(), &facts, req.now).await {
+        match rule_for(cx, ready, e, pass.tenant.as_deref(), &facts, req.now).await {
             Ok(rule) => works.extend(
                 entity_works(
-                    &ready,
+                    ready,
                     e,
                     rule,
                     req.now,
@@ -289,7 +289,6 @@ pub(crate) async fn sweep(cx: &Context, req: SweepRequest) -> Result<SweepResult
     }
     execute(
         cx,
-        &ready,
         RunSpec {
             erasure_kind: None,
             kind: RunKind::Sweep,
@@ -310,16 +309,16 @@ pub(crate) async fn sweep(cx: &Context, req: SweepRequest) -> Result<SweepResult
 /// oldest still-eligible row per stage. Nothing is written. An entity whose
 /// rule cannot be resolved is left out (a sweep reports it as a failure).
 pub(crate) async fn backlog(
-    cx: &Context,
+    cx: &Ready<'_>,
     req: PreviewRequest,
 ) -> Result<Vec<crate::domain::telemetry::EntityBacklog>> {
-    let ready = cx.prepared().await?;
-    let (pass, facts) = pass_of(&ready, &req.tenancy)?;
+    let ready = cx.plans();
+    let (pass, facts) = pass_of(ready, &req.tenancy)?;
     let mut conn = cx.pool.acquire().await?;
     let batch = i64::from(cx.config.sweep_batch_size.first());
     let mut out = Vec::new();
     for e in pass.entities {
-        let Ok(rule) = rule_for(cx, &ready, e, pass.tenant.as_deref(), &facts, req.now).await
+        let Ok(rule) = rule_for(cx, ready, e, pass.tenant.as_deref(), &facts, req.now).await
         else {
             continue;
         };
@@ -329,7 +328,7 @@ pub(crate) async fn backlog(
             oldest: None,
             tenant: None,
         };
-        for work in entity_works(&ready, e, rule, req.now, pass.keys.get(&e.id), (batch, 1))
+        for work in entity_works(ready, e, rule, req.now, pass.keys.get(&e.id), (batch, 1))
             .into_iter()
             .flatten()
         {

@@ -5,7 +5,7 @@
 //! or a delivery.
 
 use crate::base::ident::QualifiedName;
-use crate::context::{Context, Prepared};
+use crate::context::{Prepared, Ready};
 use crate::domain::rules::Strategy;
 use crate::error::{Error, Problems, Result};
 use crate::schema::CohortTable;
@@ -253,14 +253,14 @@ fn retained_tables(ready: &Prepared) -> Vec<Need> {
 }
 
 /// Checks every grant `accesses` need; one error lists all that are missing.
-pub(crate) async fn check(cx: &Context, accesses: &[Access]) -> Result<()> {
-    let ready = cx.prepared().await?;
+pub(crate) async fn check(cx: &Ready<'_>, accesses: &[Access]) -> Result<()> {
+    let ready = cx.plans();
     let mut needs: Vec<Need> = Vec::new();
     for access in accesses {
         needs.extend(cohort_tables(&cx.config.schema, *access));
         needs.extend(cohort_functions(&cx.config.schema, *access));
         if *access == Access::Runs {
-            needs.extend(retained_tables(&ready));
+            needs.extend(retained_tables(ready));
         }
     }
     needs.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));

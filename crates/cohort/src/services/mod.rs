@@ -196,7 +196,8 @@ impl Services {
             accesses.push(Access::Pruner);
         }
         accesses.push(Access::Maintenance);
-        grants::check(&self.cx, &accesses).await
+        let ready = self.cx.ready().await?;
+        grants::check(&ready, &accesses).await
     }
 
     /// Starts them on the current tokio runtime (call it from within one).

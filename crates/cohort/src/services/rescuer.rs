@@ -23,7 +23,7 @@ use uuid::Uuid;
 
 use crate::base::cancel::Cancel;
 use crate::base::locks::LockKey;
-use crate::context::Context;
+use crate::context::{Context, Ready};
 use crate::domain::rules::Period;
 use crate::error::{Error, Result};
 use crate::sql::locks;
@@ -109,11 +109,11 @@ impl MaintenanceConfig {
 }
 
 /// One maintenance pass now.
-pub(crate) async fn pass(cx: &Context, config: &MaintenanceConfig) -> Result<MaintenanceReport> {
-    let prepared = cx.prepared().await?;
+pub(crate) async fn pass(cx: &Ready<'_>, config: &MaintenanceConfig) -> Result<MaintenanceReport> {
+    let prepared = cx.plans();
     let settle = config.settle_timeout.as_seconds() as f64;
     let report = MaintenanceReport {
-        recovered_runs: recover_stale_runs(cx, &prepared, settle).await?,
+        recovered_runs: recover_stale_runs(cx, prepared, settle).await?,
         orphaned_work: dead_letter_orphans(cx, settle).await?,
         scrubbed: prepared
             .queue
@@ -142,7 +142,7 @@ pub(crate) async fn pass(cx: &Context, config: &MaintenanceConfig) -> Result<Mai
 /// Settles as failed each run left started whose run lock no one has
 /// held past `settle` seconds. Returns how many.
 async fn recover_stale_runs(
-    cx: &Context,
+    cx: &Ready<'_>,
     prepared: &crate::context::Prepared,
     settle: f64,
 ) -> Result<u64> {
@@ -172,7 +172,7 @@ async fn recover_stale_runs(
 /// Dead-letters handler work no registered handler can deliver, older
 /// than `settle` seconds, then the work waiting behind it. Returns how
 /// many.
-async fn dead_letter_orphans(cx: &Context, settle: f64) -> Result<u64> {
+async fn dead_letter_orphans(cx: &Ready<'_>, settle: f64) -> Result<u64> {
     // Handlers this process registers, and those of live peers: work a
     // live peer can deliver is not orphaned (a rolling deploy).
     let mut known = crate::run::peers::own_handlers(cx);
@@ -244,45 +244,20 @@ pub(crate) async fn run(
     let mut next_pass = tokio::time::Instant::now();
     let mut reported_other: Option<usize> = None;
     while !cancel.is_cancelled() {
-        match crate::run::peers::heartbeat(&cx, peer_id).await {
-            Ok(()) => match crate::run::peers::live(&cx, Some(peer_id)).await {
-                Ok(peers) => {
-                    let other = peers.iter().filter(|p| !p.same_policy).count();
-                    crate::domain::telemetry::peers(peers.len() - other, other);
-                    if other > 0 && reported_other != Some(other) {
-                        for p in peers.iter().filter(|p| !p.same_policy) {
-                            tracing::warn!(host = %p.host, pid = p.pid, fingerprint = %p.policy_fingerprint, "a live peer sweeps this database with another policy (other entities or handlers): each policy runs its own occurrences, and entities whose handlers differ are left alone until the replicas agree");
-                        }
-                    }
-                    reported_other = Some(other);
-                    if let Err(e) = crate::run::peers::census(&cx).await {
-                        tracing::warn!(error = %e, "counting the peer records failed");
-                    }
-                }
-                Err(e) => tracing::warn!(error = %e, "reading the peer records failed"),
-            },
-            Err(e) => tracing::warn!(error = %e, "peer heartbeat failed; retrying"),
-        }
-        if tokio::time::Instant::now() >= next_pass {
-            let done = pass(&cx, &config).await;
-            if let Ok(r) = &done {
-                events.send(super::events::ServiceEvent::MaintenancePass(*r));
-            }
-            match done {
-                Ok(r) if r != MaintenanceReport::default() => {
-                    tracing::info!(
-                        recovered_runs = r.recovered_runs,
-                        orphaned_work = r.orphaned_work,
-                        scrubbed = r.scrubbed,
-                        "maintenance pass"
-                    );
-                }
-                Ok(_) => {}
-                Err(e) => {
-                    tracing::warn!(error = %e, "maintenance pass failed; retrying at the next")
+        // Validated once; until then (a schema not yet migrated, say) each
+        // beat says why and tries again.
+        match cx.ready().await {
+            Ok(ready) => {
+                beat(&ready, peer_id, &mut reported_other).await;
+                if tokio::time::Instant::now() >= next_pass {
+                    let done = pass(&ready, &config).await;
+                    report_pass(&events, done);
+                    next_pass = tokio::time::Instant::now() + config.interval;
                 }
             }
-            next_pass = tokio::time::Instant::now() + config.interval;
+            Err(e) => {
+                tracing::warn!(error = %e, "the handle is not valid; maintenance retries at its next heartbeat")
+            }
         }
         let wait = crate::run::peers::PEER_HEARTBEAT_INTERVAL
             .min(next_pass.saturating_duration_since(tokio::time::Instant::now()));
@@ -293,6 +268,53 @@ pub(crate) async fn run(
     }
     if let Err(e) = crate::run::peers::leave(&cx, peer_id).await {
         tracing::warn!(error = %e, "removing this process's peer record failed; it expires by itself");
+    }
+}
+
+/// This process's heartbeat, and what it says of the live peers: their
+/// count by policy, a warning once per change when one runs another policy.
+async fn beat(ready: &Ready<'_>, peer_id: uuid::Uuid, reported_other: &mut Option<usize>) {
+    if let Err(e) = crate::run::peers::heartbeat(ready, peer_id).await {
+        tracing::warn!(error = %e, "peer heartbeat failed; retrying");
+        return;
+    }
+    let peers = match crate::run::peers::live(ready, Some(peer_id)).await {
+        Ok(peers) => peers,
+        Err(e) => {
+            tracing::warn!(error = %e, "reading the peer records failed");
+            return;
+        }
+    };
+    let other = peers.iter().filter(|p| !p.same_policy).count();
+    crate::domain::telemetry::peers(peers.len() - other, other);
+    if other > 0 && *reported_other != Some(other) {
+        for p in peers.iter().filter(|p| !p.same_policy) {
+            tracing::warn!(host = %p.host, pid = p.pid, fingerprint = %p.policy_fingerprint, "a live peer sweeps this database with another policy (other entities or handlers): each policy runs its own occurrences, and entities whose handlers differ are left alone until the replicas agree");
+        }
+    }
+    *reported_other = Some(other);
+    if let Err(e) = crate::run::peers::census(ready).await {
+        tracing::warn!(error = %e, "counting the peer records failed");
+    }
+}
+
+/// Says how a maintenance pass went: an event, and a log line when it did
+/// something or failed.
+fn report_pass(events: &super::events::Events, done: Result<MaintenanceReport>) {
+    if let Ok(r) = &done {
+        events.send(super::events::ServiceEvent::MaintenancePass(*r));
+    }
+    match done {
+        Ok(r) if r != MaintenanceReport::default() => {
+            tracing::info!(
+                recovered_runs = r.recovered_runs,
+                orphaned_work = r.orphaned_work,
+                scrubbed = r.scrubbed,
+                "maintenance pass"
+            );
+        }
+        Ok(_) => {}
+        Err(e) => tracing::warn!(error = %e, "maintenance pass failed; retrying at the next"),
     }
 }
 
@@ -330,13 +352,13 @@ pub(crate) enum Recovery {
 
 /// Settles `failed` a run left `started` if its run lock can be taken (a
 /// live run holds it, so it is never recovered).
-pub(crate) async fn recover_run(cx: &Context, run_id: Uuid, reason: &str) -> Result<Recovery> {
-    let prepared = cx.prepared().await?;
+pub(crate) async fn recover_run(cx: &Ready<'_>, run_id: Uuid, reason: &str) -> Result<Recovery> {
+    let prepared = cx.plans();
     let mut conn = cx.pool.acquire().await?;
     if !locks::try_lock(&mut conn, LockKey::Run(run_id)).await? {
         return Ok(Recovery::Live);
     }
-    let done = recover_linked(cx, &prepared, &mut conn, run_id, reason).await;
+    let done = recover_linked(cx, prepared, &mut conn, run_id, reason).await;
     if locks::unlock(&mut conn, LockKey::Run(run_id))
         .await
         .is_err()

@@ -622,6 +622,44 @@ fn the_pure_layers_do_no_io() {
     );
 }
 
+/// A handle is validated at the top (the facade, and each service's
+/// iteration, which may start before the schema is migrated) and handed
+/// down as a `Ready`: the runs and operations below take one, so none of
+/// them validates, and holding one means validation passed.
+/// (`Context::prepared` is private to the context: nothing else can call it.)
+#[test]
+fn only_the_facade_and_the_services_validate() {
+    const TOP: &[&str] = &["cohort/", "sea_orm.rs", "services/", "context/mod.rs"];
+    let mut files = Vec::new();
+    rust_files(&src_root(), &mut files);
+    files.sort();
+    let mut below = Vec::new();
+    let mut at_top = 0;
+    for file in files {
+        let rel = file
+            .strip_prefix(src_root())
+            .unwrap()
+            .to_string_lossy()
+            .replace('\\', "/");
+        let text = production_text(&std::fs::read_to_string(&file).expect("read source"));
+        let compact: String = text.split_whitespace().collect();
+        if !compact.contains(".ready().await") {
+            continue;
+        }
+        if TOP.iter().any(|t| rel.starts_with(t)) {
+            at_top += 1;
+        } else {
+            below.push(rel);
+        }
+    }
+    // The checker sees the facade's calls.
+    assert!(at_top >= 4, "{at_top}");
+    assert!(
+        below.is_empty(),
+        "validated below the facade and the services (take a `Ready` from the caller): {below:?}"
+    );
+}
+
 /// The statements that settle a run or change a hold run only in
 /// `run/chain.rs`, whose `settle_run`, `place_hold` and `release_hold` link
 /// each in the hash chain in the same call: a new path cannot settle a run

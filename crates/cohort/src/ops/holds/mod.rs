@@ -29,7 +29,7 @@
 use chrono::{DateTime, TimeZone, Utc};
 use uuid::Uuid;
 
-use crate::context::Context;
+use crate::context::Ready;
 use crate::error::{Error, Result};
 use crate::sql::ledger;
 
@@ -274,12 +274,12 @@ impl HoldFilter {
 /// Whether the record is held now (`as_of` `None`, database clock) or was
 /// (will be) held at `as_of`.
 pub(crate) async fn is_held(
-    cx: &Context,
+    cx: &Ready<'_>,
     entity_id: Uuid,
     record_id: &str,
     as_of: Option<chrono::DateTime<chrono::Utc>>,
 ) -> Result<bool> {
-    let ready = cx.prepared().await?;
+    let ready = cx.plans();
     let entity = ready.model.requested_entity(entity_id)?;
     let record = ready.model.facts[&entity.id].record_key(&entity.name, record_id)?;
     let plan = &ready.plans[&entity.id];
@@ -291,13 +291,13 @@ pub(crate) async fn is_held(
     Ok(crate::sql::Targets::read_is_held(&row)?)
 }
 
-pub(crate) async fn list(cx: &Context, filter: &HoldFilter) -> Result<Vec<Hold>> {
+pub(crate) async fn list(cx: &Ready<'_>, filter: &HoldFilter) -> Result<Vec<Hold>> {
     if let Some(n) = filter.limit.filter(|n| !(1..=10_000).contains(n)) {
         return Err(Error::InvalidInput(format!(
             "a hold list limit must be between 1 and 10000, not {n}"
         )));
     }
-    let ready = cx.prepared().await?;
+    let ready = cx.plans();
     let tenant = filter.tenant.as_deref().map(|t| {
         ready
             .model
@@ -320,20 +320,24 @@ pub(crate) async fn list(cx: &Context, filter: &HoldFilter) -> Result<Vec<Hold>>
     Ok(rows.into_iter().map(Hold::from).collect())
 }
 
-pub(crate) async fn release(cx: &Context, hold_id: Uuid) -> Result<Hold> {
+pub(crate) async fn release(cx: &Ready<'_>, hold_id: Uuid) -> Result<Hold> {
     release_journaled(cx, hold_id, true).await
 }
 
 /// Releases a hold; with `journal` (and a journal configured) the release
 /// is journaled once the database has it (a release the journal misses
 /// only keeps the hold after a restore).
-pub(crate) async fn release_journaled(cx: &Context, hold_id: Uuid, journal: bool) -> Result<Hold> {
-    let ready = cx.prepared().await?;
+pub(crate) async fn release_journaled(
+    cx: &Ready<'_>,
+    hold_id: Uuid,
+    journal: bool,
+) -> Result<Hold> {
+    let ready = cx.plans();
     let pool = &cx.pool;
     let mut conn = pool.acquire().await?;
     let mut tx = sqlx::Connection::begin_with(&mut *conn, crate::sql::READ_COMMITTED).await?;
     let chain = (cx.config.schema.as_str(), cx.config.ledger_key.as_ref());
-    let released = crate::run::chain::release_hold(&mut tx, &ready, chain, hold_id).await?;
+    let released = crate::run::chain::release_hold(&mut tx, ready, chain, hold_id).await?;
     if let Some(row) = released {
         let hold = Hold::from(row);
         tx.commit().await?;

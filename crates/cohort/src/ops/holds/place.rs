@@ -6,13 +6,13 @@ use sqlx::Row;
 use uuid::Uuid;
 
 use super::{Hold, HoldRequest, Target};
-use crate::context::{Context, Prepared};
+use crate::context::{Context, Prepared, Ready};
 use crate::domain::model::SubjectForm;
 use crate::error::{Error, Result};
 use crate::sql::{ledger, lock_subject_rows, KeyValue};
 use crate::validate::requests::reaches;
 
-pub(crate) async fn create(cx: &Context, req: HoldRequest) -> Result<Hold> {
+pub(crate) async fn create(cx: &Ready<'_>, req: HoldRequest) -> Result<Hold> {
     create_journaled(cx, req, true).await
 }
 
@@ -20,11 +20,11 @@ pub(crate) async fn create(cx: &Context, req: HoldRequest) -> Result<Hold> {
 /// journaled first, so that a restore cannot lose it (replay places the
 /// journal's holds without journaling them again).
 pub(crate) async fn create_journaled(
-    cx: &Context,
+    cx: &Ready<'_>,
     req: HoldRequest,
     journal: bool,
 ) -> Result<Hold> {
-    let ready = cx.prepared().await?;
+    let ready = cx.plans();
     if req.reason.trim().is_empty() {
         return Err(Error::InvalidInput("a hold needs a reason".into()));
     }
@@ -45,7 +45,7 @@ pub(crate) async fn create_journaled(
     // breaks as a deadlock. The hold is then simply placed again.
     let mut attempts = 0;
     let placed = loop {
-        match create_once(cx, &ready, &req, entry.clone()).await {
+        match create_once(cx, ready, &req, entry.clone()).await {
             Err(Error::Database(e))
                 if attempts < 3
                     && e.as_database_error().and_then(|d| d.code()).as_deref() == Some("40P01") =>

@@ -14,7 +14,7 @@ use chrono::{DateTime, NaiveDate, Utc};
 use serde::Serialize;
 use uuid::Uuid;
 
-use crate::context::Context;
+use crate::context::Ready;
 use crate::domain::rules::{Period, Strategy};
 use crate::error::{Error, Result};
 use crate::run::{RunKind, RunStatus};
@@ -392,7 +392,7 @@ pub fn kept_figures(k: &KeptCounts) -> [(&'static str, u64); 6] {
 }
 
 /// Reads the report `request` asks for from the ledger, every figure from one snapshot.
-pub(crate) async fn build(cx: &Context, request: &ReportRequest) -> Result<Report> {
+pub(crate) async fn build(cx: &Ready<'_>, request: &ReportRequest) -> Result<Report> {
     let tenant = match &request.tenant {
         Some(t) => Some(known_tenant(cx, t).await?),
         None => None,

@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use sqlx::postgres::types::PgInterval;
 use sqlx::PgConnection;
 
-use crate::context::Context;
+use crate::context::{Context, Ready};
 use crate::domain::rules::{Period, Strategy};
 use crate::error::{Error, Result};
 use crate::run::{RunKind, RunStatus};
@@ -60,9 +60,9 @@ fn failure_code(text: &str) -> String {
 /// directory, or in a run or a hold of the ledger. A tenant known nowhere
 /// is refused (an empty report for it would say "nothing happened" about
 /// a tenant that was probably mistyped).
-pub(super) async fn known_tenant(cx: &Context, tenant: &str) -> Result<String> {
+pub(super) async fn known_tenant(cx: &Ready<'_>, tenant: &str) -> Result<String> {
     let canonical = cx.canonical_tenant(tenant).await?;
-    let identity = cx.prepared().await?.model.tenant_identity();
+    let identity = cx.plans().model.tenant_identity();
     let listed = cx
         .tenants
         .iter()

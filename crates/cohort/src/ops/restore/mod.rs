@@ -31,7 +31,7 @@ use uuid::Uuid;
 
 use self::journaled::{fold, judge, DatabaseView, Folded};
 use self::replay::{copy_journal, place_holds, refuse_another_cluster, restore_requests};
-use crate::context::Context;
+use crate::context::{Context, Ready};
 use crate::domain::journal::Record;
 use crate::error::{Error, Result};
 use crate::store::journal::Journal;
@@ -242,7 +242,7 @@ async fn read_database(cx: &Context, folded: &Folded) -> Result<DatabaseView> {
 /// it was. Without it, a replay on a database whose system identifier is
 /// not the one the journal's entries recorded is refused.
 pub(crate) async fn replay(
-    cx: &Context,
+    cx: &Ready<'_>,
     dry_run: bool,
     journal_copy: Option<&std::path::Path>,
 ) -> Result<ReplayReport> {

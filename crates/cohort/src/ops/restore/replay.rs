@@ -8,7 +8,7 @@ use uuid::Uuid;
 
 use super::journaled::Folded;
 use super::{ReplayReport, RequestGap, RestoreCheck};
-use crate::context::Context;
+use crate::context::{Context, Ready};
 use crate::domain::journal::{JournalKey, Record};
 use crate::error::{Error, Result};
 use crate::ops::holds::HoldRequest;
@@ -43,7 +43,7 @@ pub(super) async fn refuse_another_cluster(
 /// without journaling them again; one that is refused as it stands (its
 /// record is gone, say) is journaled as never to be placed.
 pub(super) async fn place_holds(
-    cx: &Context,
+    cx: &Ready<'_>,
     journal: &Journal,
     folded: &Folded,
     before: &RestoreCheck,

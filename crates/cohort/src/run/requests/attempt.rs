@@ -5,7 +5,7 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use crate::base::cancel::Cancel;
-use crate::context::Context;
+use crate::context::{Context, Ready};
 use crate::domain::chain::LedgerKey;
 use crate::domain::erasure::{ErasureRequest, ErasureScope};
 use crate::domain::erasure_requests::RequestState;
@@ -25,7 +25,7 @@ type On<'a> = (Option<&'a Journal>, Uuid, &'a str, DateTime<Utc>);
 /// with its line of history. The erasure's own error (a refusal, a lost
 /// connection) fails the request and is returned.
 pub(crate) async fn attempt(
-    cx: &Context,
+    cx: &Ready<'_>,
     journal: Option<&Journal>,
     id: Uuid,
     now: DateTime<Utc>,

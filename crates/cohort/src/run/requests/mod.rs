@@ -18,7 +18,7 @@ use uuid::Uuid;
 
 use self::attempt::{attempt, event};
 use crate::base::locks::LockKey;
-use crate::context::Context;
+use crate::context::{Context, Ready};
 use crate::domain::erasure::ErasureRequest;
 use crate::domain::erasure_requests::{subject_hash, RequestState, Terms};
 use crate::domain::journal::Record;
@@ -40,7 +40,7 @@ fn hash_key(cx: &Context) -> Result<Vec<u8>> {
 
 /// Opens the request `req` carries (or takes up the one its reference
 /// names, if it is the same request and not completed) and runs it.
-pub(crate) async fn open(cx: &Context, mut req: ErasureRequest) -> Result<ErasureResult> {
+pub(crate) async fn open(cx: &Ready<'_>, mut req: ErasureRequest) -> Result<ErasureResult> {
     let terms = req.terms.take().expect("a request's terms");
     check_terms(req.dry_run, &terms)?;
     let key = hash_key(cx)?;
@@ -149,10 +149,10 @@ async fn insert(
 
 /// The request the reference already names, when it is the one asked for
 /// and no other process runs it, locked on `conn`.
-async fn take_up(cx: &Context, conn: &mut Held, o: &Opening<'_>) -> Result<Uuid> {
+async fn take_up(cx: &Ready<'_>, conn: &mut Held, o: &Opening<'_>) -> Result<Uuid> {
     let reference = &o.terms.reference;
     let existing = read::by_reference(cx, reference).await?;
-    let identity = cx.prepared().await?.model.tenant_identity();
+    let identity = cx.plans().model.tenant_identity();
     same_request(&existing, o.req, o.hash, o.terms, |t| identity.canonical(t))?;
     if !try_lock(conn, LockKey::Request(existing.request_id)).await? {
         return Err(Error::Conflict(format!(

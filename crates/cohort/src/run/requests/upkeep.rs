@@ -9,7 +9,7 @@ use super::attempt::{attempt, event};
 use super::read::{by_reference, read, record};
 use crate::base::cancel::Cancel;
 use crate::base::locks::LockKey;
-use crate::context::Context;
+use crate::context::{Context, Ready};
 use crate::domain::erasure_requests::{
     subject_hash, Due, RequestRecord, RequestState, ResumeReport,
 };
@@ -66,7 +66,7 @@ pub(crate) async fn extend(
 /// Runs again, at logical time `now`, each request that may have
 /// something left to do (see the module documentation).
 pub(crate) async fn resume(
-    cx: &Context,
+    cx: &Ready<'_>,
     now: DateTime<Utc>,
     allow_future_now: bool,
     cancel: &Cancel,
@@ -184,7 +184,7 @@ pub(crate) async fn restore_opened(
 /// reads (a drill's copy, never the production journal it was copied
 /// from).
 pub(crate) async fn rerun(
-    cx: &Context,
+    cx: &Ready<'_>,
     journal: Option<&crate::store::journal::Journal>,
     id: Uuid,
     why: String,

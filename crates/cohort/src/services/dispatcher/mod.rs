@@ -20,7 +20,7 @@ pub use config::{
 
 use crate::base::cancel::Cancel;
 use crate::base::diagnostic::Diagnostic;
-use crate::context::{Context, Prepared};
+use crate::context::{Context, Prepared, Ready};
 use crate::domain::handlers::{AfterContext, Snapshot};
 use crate::domain::rules::Strategy;
 use crate::error::Result;
@@ -132,7 +132,8 @@ impl Dispatcher {
     /// left (in flight elsewhere, or pending for later).
     pub async fn flush(&self) -> Result<FlushReport> {
         let config = crate::services::MaintenanceConfig::from_config(&self.cx.config)?;
-        let maintained = crate::services::rescuer::pass(&self.cx, &config).await?;
+        let ready = self.cx.ready().await?;
+        let maintained = crate::services::rescuer::pass(&ready, &config).await?;
         let mut report = self.deliver_until(&Cancel::new()).await?;
         report.recovered_runs = maintained.recovered_runs;
         report.scrubbed = maintained.scrubbed;
@@ -144,15 +145,16 @@ impl Dispatcher {
     /// fires. Maintenance is not the dispatcher's: the maintenance service
     /// runs beside it in [`crate::services::Services`].
     async fn deliver_until(&self, cancel: &Cancel) -> Result<FlushReport> {
-        let prepared = self.cx.prepared().await?;
-        let foreign = self.foreign_handlers().await?;
+        let ready = self.cx.ready().await?;
+        let prepared = ready.plans();
+        let foreign = self.foreign_handlers(&ready).await?;
         let mut report = FlushReport::default();
         while !cancel.is_cancelled() {
-            let claimed = self.claim(&prepared, &foreign).await?;
+            let claimed = self.claim(prepared, &foreign).await?;
             if claimed.is_empty() {
                 break;
             }
-            for outcome in self.deliver_all(&prepared, claimed).await {
+            for outcome in self.deliver_all(prepared, claimed).await {
                 match outcome {
                     Outcome::Delivered => report.delivered += 1,
                     Outcome::Failed => report.failed += 1,
@@ -196,10 +198,10 @@ impl Dispatcher {
     /// and this process does not: the peer's to deliver (a rolling
     /// deploy), so never claimed here and never dead-lettered as unknown.
     /// Read once per flush, not per claimed batch.
-    async fn foreign_handlers(&self) -> Result<Vec<String>> {
+    async fn foreign_handlers(&self, ready: &Ready<'_>) -> Result<Vec<String>> {
         let own = crate::run::peers::own_handlers(&self.cx);
         let mut foreign: Vec<String> = Vec::new();
-        for peer in crate::run::peers::live(&self.cx, None).await? {
+        for peer in crate::run::peers::live(ready, None).await? {
             for (entity, theirs) in &peer.handlers {
                 if let Some(ours) = own.get(entity) {
                     foreign.extend(theirs.difference(ours).map(|h| format!("{entity}|{h}")));

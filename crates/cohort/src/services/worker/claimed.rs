@@ -10,7 +10,7 @@ use super::orphans::{record_not_started, settle_orphans};
 use super::AbortOnDrop;
 use crate::base::cancel::Cancel;
 use crate::base::locks::LockKey;
-use crate::context::Context;
+use crate::context::{Context, Ready};
 use crate::error::Result;
 use crate::run::{RunStatus, Trigger};
 use crate::sql;
@@ -75,6 +75,7 @@ pub(super) async fn settle_claim(
 /// replica took it over) and the occurrence fails.
 pub(super) async fn run_claimed(
     cx: &Arc<Context>,
+    ready: &Ready<'_>,
     occurrence: &Shared,
     mut claimed: Claimed,
     cancel: &Cancel,
@@ -88,7 +89,7 @@ pub(super) async fn run_claimed(
         Some(failure) => {
             tracing::error!(occurrence = %occurrence.at, position = failure.position, error = %failure.error, "scheduled pass cannot run; the other passes go on");
             let text = format!("pass: did not start: kind=invalid_input {}", failure.error);
-            let run_id = record_not_started(cx, None, position, occurrence.dry_run, &text).await;
+            let run_id = record_not_started(ready, None, position, occurrence.dry_run, &text).await;
             (
                 PassEnd {
                     run_id,
@@ -100,6 +101,7 @@ pub(super) async fn run_claimed(
         None => {
             run_pass(
                 cx,
+                ready,
                 &mut claimed.conn,
                 &claimed.spec,
                 position,
@@ -165,6 +167,7 @@ const LOCK_KEEPALIVE: Duration = Duration::from_secs(30);
 /// the lock's session if it was lost meanwhile.
 async fn run_pass(
     cx: &Arc<Context>,
+    ready: &Ready<'_>,
     lock_conn: &mut sqlx::PgConnection,
     pass: &crate::run::passes::Pass,
     position: crate::run::OccurrencePass,
@@ -185,7 +188,7 @@ async fn run_pass(
     req.cancel = cancel.clone();
     let mut task = AbortOnDrop(tokio::spawn({
         let cx = Arc::clone(cx);
-        async move { crate::run::sweep::sweep(&cx, req).await }
+        async move { crate::run::sweep::sweep(&cx.ready().await?, req).await }
     }));
     let mut lost: Option<sqlx::Error> = None;
     let joined = loop {
@@ -219,14 +222,15 @@ async fn run_pass(
             tracing::error!(tenant = shown, error = %e, "scheduled pass failed before its run started; the other passes go on");
             let text = format!("pass: did not start: kind={} {e}", e.kind().as_str());
             PassEnd {
-                run_id: record_not_started(cx, tenant.as_deref(), position, dry_run, &text).await,
+                run_id: record_not_started(ready, tenant.as_deref(), position, dry_run, &text)
+                    .await,
                 cancelled: false,
             }
         }
         Err(e) => {
             tracing::error!(tenant = shown, error = %e, "scheduled pass panicked; the other passes go on");
             PassEnd {
-                run_id: after_panic(cx, tenant.as_deref(), position, dry_run).await,
+                run_id: after_panic(ready, tenant.as_deref(), position, dry_run).await,
                 cancelled: false,
             }
         }
@@ -239,7 +243,7 @@ async fn run_pass(
 /// panicked before its run existed, that is recorded as a failed run
 /// (whose id is returned).
 async fn after_panic(
-    cx: &Context,
+    cx: &Ready<'_>,
     tenant: Option<&str>,
     position: crate::run::OccurrencePass,
     dry_run: bool,

@@ -32,7 +32,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use crate::base::cancel::Cancel;
-use crate::context::Context;
+use crate::context::{Context, Ready};
 use crate::domain::schedule::{next_occurrence, parse_schedule, retry_delay, Latest};
 use crate::error::{Error, Problems, Result};
 use crate::run::RunStatus;
@@ -218,7 +218,7 @@ async fn wait_for_next(
 
 /// The latest Scheduled run of kind `dry_run` for occurrence `at` or later.
 async fn latest_run(
-    cx: &Context,
+    cx: &Ready<'_>,
     conn: &mut sqlx::PgConnection,
     dry_run: bool,
     at: DateTime<Utc>,
@@ -227,11 +227,11 @@ async fn latest_run(
     // with another policy (other entities, other handlers) sweeps it too.
     // Runs from before schema version 5 have no fingerprint and count for
     // every policy.
-    let prepared = cx.prepared().await?;
+    let prepared = cx.plans();
     let params = sql::worker::LatestScheduled {
         dry_run,
         at,
-        fingerprint: crate::run::peers::fingerprint(cx, &prepared),
+        fingerprint: crate::run::peers::fingerprint(cx, prepared),
     };
     let row: Option<(String, i32, i32)> = sql::worker::latest_scheduled(&cx.config.schema, params)
         .query_as()

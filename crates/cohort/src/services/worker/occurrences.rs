@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 
 use crate::base::cancel::Cancel;
 use crate::base::locks::LockKey;
-use crate::context::Context;
+use crate::context::{Context, Ready};
 use crate::domain::schedule::{decide, next_occurrence, Decision};
 use crate::error::{Error, Result};
 use crate::schema::CohortTable;
@@ -34,7 +34,7 @@ enum Joined {
 /// passes. The first replica to arrive lists the tenants once, for every
 /// replica, under a transaction lock the others wait on.
 async fn join(
-    cx: &Context,
+    cx: &Ready<'_>,
     prepared: &crate::context::Prepared,
     at: DateTime<Utc>,
     dry_run: bool,
@@ -97,7 +97,7 @@ async fn join(
 /// Lists the tenants once and writes the occurrence with its passes, in
 /// the first replica's transaction. Returns its id and how many passes.
 async fn write_occurrence(
-    cx: &Context,
+    cx: &Ready<'_>,
     prepared: &crate::context::Prepared,
     tx: &mut sqlx::PgConnection,
     key: occurrences::Key,
@@ -176,7 +176,7 @@ fn run_next(
 /// replica was lost (its lock is free). A pending pass is locked by the
 /// statement that claims it, so a claim other replicas can see always has
 /// a live holder or a free lock.
-async fn next_pass(cx: &Context, occurrence: &Shared) -> Result<Next> {
+async fn next_pass(cx: &Ready<'_>, occurrence: &Shared) -> Result<Next> {
     let schema = &cx.config.schema;
     let by = crate::run::peers::process_name();
     let token = Uuid::new_v4();
@@ -294,7 +294,7 @@ enum TakeOver {
 /// (the pass is then done with that run: a finished pass is never swept
 /// again), or that run's session is still ending (try again shortly).
 async fn take_over(
-    cx: &Context,
+    cx: &Ready<'_>,
     occurrence: &Shared,
     conn: &mut sqlx::PgConnection,
     pass: i32,
@@ -367,7 +367,8 @@ pub(crate) async fn occurrence(
     cancel: &Cancel,
 ) -> Result<Occurrence> {
     // Validation (first use) before anything is written.
-    let prepared = cx.prepared().await?;
+    let ready = cx.ready().await?;
+    let prepared = ready.plans();
     let give_up = next_occurrence(&config.schedule, at, None);
     let too_late = |now: DateTime<Utc>| give_up.is_some_and(|g| now >= g);
     if cancel.is_cancelled() {
@@ -379,7 +380,7 @@ pub(crate) async fn occurrence(
         return Ok(Occurrence::KillSwitch { passes: 0 });
     }
     let dry_run = settings.dry_run.effective;
-    let shared = match join(cx, &prepared, at, dry_run).await? {
+    let shared = match join(&ready, prepared, at, dry_run).await? {
         Joined::Shared(shared) => shared,
         Joined::Completed => return Ok(Occurrence::AlreadyRan),
         Joined::Missed => {
@@ -388,7 +389,7 @@ pub(crate) async fn occurrence(
         }
     };
     // Runs of earlier occurrences whose replica was lost.
-    recover_orphans(cx).await?;
+    recover_orphans(&ready).await?;
     let round = crate::domain::telemetry::backlog_round_started();
     let (mut ran, mut rerun) = (0usize, false);
     loop {
@@ -408,11 +409,11 @@ pub(crate) async fn occurrence(
                 return Ok(Occurrence::DryRunChanged { passes: ran });
             }
         }
-        match next_pass(cx, &shared).await? {
+        match next_pass(&ready, &shared).await? {
             Next::Run(claimed) => {
                 ran += 1;
                 rerun |= claimed.attempts > 1;
-                run_claimed(cx, &shared, *claimed, cancel).await?;
+                run_claimed(cx, &ready, &shared, *claimed, cancel).await?;
             }
             Next::Wait => {
                 if too_late(db_now(&cx.pool).await?) {

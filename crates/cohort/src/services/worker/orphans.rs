@@ -1,7 +1,7 @@
 //! Runs that lost their worker replica, and passes that failed before
 //! their run existed: settled so the ledger says what happened.
 
-use crate::context::Context;
+use crate::context::Ready;
 use crate::error::{Error, Result};
 use crate::sql;
 use uuid::Uuid;
@@ -12,7 +12,7 @@ use uuid::Uuid;
 /// replica would sweep it again). A failure to record is only logged.
 /// Returns the run's id when it was recorded.
 pub(super) async fn record_not_started(
-    cx: &Context,
+    cx: &Ready<'_>,
     tenant: Option<&str>,
     position: crate::run::OccurrencePass,
     dry_run: bool,
@@ -20,7 +20,7 @@ pub(super) async fn record_not_started(
 ) -> Option<Uuid> {
     let run_id = Uuid::new_v4();
     let recorded = async {
-        let prepared = cx.prepared().await?;
+        let prepared = cx.plans();
         // The tenant as the ledger stores every other run's: canonical (an
         // id that cannot be a tenant, often why the pass failed, as listed).
         let identity = prepared.model.tenant_identity();
@@ -33,13 +33,13 @@ pub(super) async fn record_not_started(
             error: text.to_owned(),
             pass: position.pass,
             passes: position.passes,
-            policy_fingerprint: crate::run::peers::fingerprint(cx, &prepared),
+            policy_fingerprint: crate::run::peers::fingerprint(cx, prepared),
         };
         let mut conn = cx.pool.acquire().await?;
         let mut tx = sqlx::Connection::begin_with(&mut *conn, crate::sql::READ_COMMITTED).await?;
         let chain = (cx.config.schema.as_str(), cx.config.ledger_key.as_ref());
         let settling = crate::run::chain::Settling::NotStarted(failed);
-        crate::run::chain::settle_run(&mut tx, &prepared, chain, run_id, settling).await?;
+        crate::run::chain::settle_run(&mut tx, prepared, chain, run_id, settling).await?;
         tx.commit().await?;
         crate::domain::telemetry::run_recorded_failed("sweep", "scheduled");
         Ok::<_, Error>(())
@@ -57,7 +57,7 @@ pub(super) async fn record_not_started(
 /// free: a live run holds its own lock from before it is written as
 /// started, so such a run lost its owner. Returns (recovered, still
 /// holding their lock: live, on this replica or another).
-pub(super) async fn settle_orphans(cx: &Context, reason: &str) -> Result<(u64, u64)> {
+pub(super) async fn settle_orphans(cx: &Ready<'_>, reason: &str) -> Result<(u64, u64)> {
     let orphans: Vec<uuid::Uuid> = sql::worker::started_scheduled(&cx.config.schema)
         .query_scalar()
         .fetch_all(&cx.pool)
@@ -77,7 +77,7 @@ pub(super) async fn settle_orphans(cx: &Context, reason: &str) -> Result<(u64, u
 }
 
 /// [`settle_orphans`] for runs whose worker replica was lost.
-pub(super) async fn recover_orphans(cx: &Context) -> Result<()> {
+pub(super) async fn recover_orphans(cx: &Ready<'_>) -> Result<()> {
     let reason = "run: recovered: the worker running this scheduled occurrence stopped before it settled (owner lost)";
     settle_orphans(cx, reason).await.map(drop)
 }
