@@ -3,7 +3,7 @@
 //! until the `payload_retention` backstop scrubs it; a scrubbed one cannot
 //! be retried.
 
-use sqlx::{PgConnection, Row};
+use sqlx::PgConnection;
 
 use crate::context::{Context, Ready};
 use crate::domain::handlers::{DeadLetter, DeadLetterFilter, RetrySelection};
@@ -23,27 +23,10 @@ pub(crate) async fn list(cx: &Context, filter: &DeadLetterFilter) -> Result<Vec<
         limit: filter.limit,
     };
     let rows = statements::list(&cx.config.schema, params)
-        .query()
+        .query_as::<statements::DeadLetterRow>()
         .fetch_all(&cx.pool)
         .await?;
-    rows.iter()
-        .map(|r| {
-            Ok(DeadLetter {
-                id: r.try_get(0)?,
-                run_id: r.try_get(1)?,
-                entity_id: r.try_get(2)?,
-                entity: r.try_get(3)?,
-                record_id: r.try_get(4)?,
-                tenant: r.try_get(5)?,
-                handler: r.try_get(6)?,
-                attempts: r.try_get(7)?,
-                last_error: r.try_get(8)?,
-                dead_lettered_at: r.try_get(9)?,
-                action: r.try_get(10)?,
-            })
-        })
-        .collect::<std::result::Result<_, sqlx::Error>>()
-        .map_err(Into::into)
+    Ok(rows.into_iter().map(DeadLetter::from).collect())
 }
 
 /// Requeues dead letters: due now, attempts reset, error cleared. With ids,
@@ -96,28 +79,25 @@ async fn lock_named(conn: &mut PgConnection, schema: &str, ids: &[i64]) -> Resul
         ));
     }
     let found = statements::lock_ids(schema, statements::Ids(ids.to_vec()))
-        .query()
+        .query_as::<statements::LockedRow>()
         .fetch_all(&mut *conn)
         .await?;
     for id in ids {
-        let Some(row) = found
-            .iter()
-            .find(|r| r.try_get::<i64, _>(0).ok() == Some(*id))
-        else {
+        let Some(row) = found.iter().find(|r| r.handler_status_id == *id) else {
             return Err(Error::NotFound(format!("no handler work with id {id}")));
         };
-        let status: String = row.try_get(1)?;
-        if status != "dead_lettered" {
+        if row.status != "dead_lettered" {
             return Err(Error::Conflict(format!(
-                "work {id} is {status}, not dead-lettered"
+                "work {id} is {}, not dead-lettered",
+                row.status
             )));
         }
-        if row.try_get::<bool, _>(3)? {
+        if row.skipped {
             return Err(Error::Refused(format!(
                 "work {id} cannot be retried: its row was never mutated (a handler's on_before failed for it, so the run left it as it was); the next run tries the row again"
             )));
         }
-        if !row.try_get::<bool, _>(2)? {
+        if !row.has_payload {
             return Err(Error::Refused(format!(
                 "work {id} cannot be retried: its payload was scrubbed after payload_retention"
             )));
@@ -183,13 +163,8 @@ async fn deliverable(
 /// pruner keeps short).
 pub(crate) async fn depth(cx: &Context) -> Result<crate::domain::telemetry::QueueDepth> {
     let row = statements::depth(&cx.config.schema)
-        .query()
+        .query_as::<statements::DepthRow>()
         .fetch_one(&cx.pool)
         .await?;
-    let count = |i: usize| -> Result<u64> { Ok(row.try_get::<i64, _>(i)?.max(0) as u64) };
-    Ok(crate::domain::telemetry::QueueDepth {
-        pending: count(0)?,
-        in_flight: count(1)?,
-        dead_lettered: count(2)?,
-    })
+    Ok(row.into())
 }

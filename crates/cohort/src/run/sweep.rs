@@ -318,8 +318,7 @@ pub(crate) async fn backlog(
     let batch = i64::from(cx.config.sweep_batch_size.first());
     let mut out = Vec::new();
     for e in pass.entities {
-        let Ok(rule) = rule_for(cx, ready, e, pass.tenant.as_deref(), &facts, req.now).await
-        else {
+        let Ok(rule) = rule_for(cx, ready, e, pass.tenant.as_deref(), &facts, req.now).await else {
             continue;
         };
         let mut worst = crate::domain::telemetry::EntityBacklog {

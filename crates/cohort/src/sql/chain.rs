@@ -170,6 +170,40 @@ pub(crate) struct DetailsRow {
 const LINK_COLUMNS: &str =
     "link_id, kind, subject_id, record, digest, prev, link, covers, linked_at, mac";
 
+/// One link as [`links_after`] returns it ([`LINK_COLUMNS`]).
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub(crate) struct LinkRow {
+    pub(crate) link_id: i64,
+    pub(crate) kind: String,
+    #[sqlx(rename = "subject_id")]
+    pub(crate) subject: Option<Uuid>,
+    pub(crate) record: String,
+    pub(crate) digest: String,
+    pub(crate) prev: String,
+    pub(crate) link: String,
+    pub(crate) covers: Vec<i64>,
+    pub(crate) linked_at: DateTime<Utc>,
+    pub(crate) mac: Option<String>,
+}
+
+/// The chain's head as [`head`] returns it.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct HeadRow {
+    pub(crate) link_id: i64,
+    pub(crate) link: String,
+    pub(crate) linked_at: DateTime<Utc>,
+}
+
+impl From<HeadRow> for crate::domain::chain::ChainHead {
+    fn from(r: HeadRow) -> Self {
+        Self {
+            link_id: r.link_id,
+            link: r.link,
+            linked_at: r.linked_at,
+        }
+    }
+}
+
 fn table(schema: &str, t: CohortTable) -> crate::base::ident::QualifiedName {
     t.qualified(schema)
 }
@@ -404,8 +438,17 @@ pub(crate) fn link_hash_of(schema: &str, link_id: i64) -> Statement<(i64,)> {
     Statement::new(sql, (link_id,))
 }
 
-/// The journal entries the chain's hold links recorded: columns `hold`
-/// and `journal` (`SEQ:HASH`), for `restore-check`.
+/// A hold's link and the journal entry it records, as [`journal_links`]
+/// returns it.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct JournalLinkRow {
+    pub(crate) hold: Option<Uuid>,
+    /// `SEQ:HASH`.
+    pub(crate) journal: String,
+}
+
+/// The journal entries the chain's hold links recorded ([`JournalLinkRow`]),
+/// for `restore-check`.
 pub(crate) fn journal_links(schema: &str) -> Statement<()> {
     let mut sql = SqlText::new(
         "SELECT l.subject_id AS hold, \

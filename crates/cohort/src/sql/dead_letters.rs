@@ -2,6 +2,7 @@
 //! `dead_lettered`): listing, locking for a retry, requeueing, and the
 //! queue's depth by state.
 
+use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use super::statement::{Args, Params, Statement};
@@ -29,9 +30,41 @@ impl Params for List {
     }
 }
 
-/// Columns, in order: `handler_status_id, run_id, retention_entity_id,
-/// entity_type, record_id, tenant_id, handler_id, attempts, last_error,
-/// updated_at, action`; newest first.
+/// A dead letter as [`list`] returns it.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct DeadLetterRow {
+    pub(crate) handler_status_id: i64,
+    pub(crate) run_id: Uuid,
+    pub(crate) retention_entity_id: Uuid,
+    pub(crate) entity_type: String,
+    pub(crate) record_id: String,
+    pub(crate) tenant_id: Option<String>,
+    pub(crate) handler_id: String,
+    pub(crate) attempts: i32,
+    pub(crate) last_error: Option<String>,
+    pub(crate) updated_at: DateTime<Utc>,
+    pub(crate) action: String,
+}
+
+impl From<DeadLetterRow> for crate::domain::handlers::DeadLetter {
+    fn from(r: DeadLetterRow) -> Self {
+        Self {
+            id: r.handler_status_id,
+            run_id: r.run_id,
+            entity_id: r.retention_entity_id,
+            entity: r.entity_type,
+            record_id: r.record_id,
+            tenant: r.tenant_id,
+            handler: r.handler_id,
+            attempts: r.attempts,
+            last_error: r.last_error,
+            dead_lettered_at: r.updated_at,
+            action: r.action,
+        }
+    }
+}
+
+/// The dead letters a [`List`] selects ([`DeadLetterRow`]), newest first.
 pub(crate) fn list(schema: &str, params: List) -> Statement<List> {
     let (hs, detail) = tables(schema);
     let mut sql = SqlText::new(
@@ -82,9 +115,18 @@ pub(crate) fn lock_retryable(schema: &str) -> Statement<()> {
     Statement::new(sql, ())
 }
 
-/// The named work, locked: `(handler_status_id, status, has_payload,
-/// skipped)`, `skipped` when its row was set aside by a failing
-/// `on_before` (never mutated).
+/// Named work as [`lock_ids`] returns it.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct LockedRow {
+    pub(crate) handler_status_id: i64,
+    pub(crate) status: String,
+    /// Its payload is still there (not scrubbed).
+    pub(crate) has_payload: bool,
+    /// Its row was set aside by a failing `on_before` (never mutated).
+    pub(crate) skipped: bool,
+}
+
+/// The named work, locked ([`LockedRow`]).
 pub(crate) fn lock_ids(schema: &str, ids: Ids) -> Statement<Ids> {
     let (hs, detail) = tables(schema);
     let mut sql = SqlText::new(
@@ -111,15 +153,34 @@ pub(crate) fn requeue(schema: &str, ids: Ids) -> Statement<Ids> {
     Statement::new(sql, ids)
 }
 
-/// Counts of pending, in-flight and dead-lettered work (three columns).
+/// The queue's depth as [`depth`] returns it.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct DepthRow {
+    pub(crate) pending: i64,
+    pub(crate) in_flight: i64,
+    pub(crate) dead_lettered: i64,
+}
+
+impl From<DepthRow> for crate::domain::telemetry::QueueDepth {
+    fn from(r: DepthRow) -> Self {
+        let n = |c: i64| c.max(0) as u64;
+        Self {
+            pending: n(r.pending),
+            in_flight: n(r.in_flight),
+            dead_lettered: n(r.dead_lettered),
+        }
+    }
+}
+
+/// Counts of pending, in-flight and dead-lettered work ([`DepthRow`]).
 pub(crate) fn depth(schema: &str) -> Statement<()> {
     let (hs, _) = tables(schema);
     let mut sql = SqlText::new("SELECT (SELECT pg_catalog.count(*) FROM ");
     sql.table(&hs)
-        .push(" WHERE status = 'pending'), (SELECT pg_catalog.count(*) FROM ")
+        .push(" WHERE status = 'pending') AS pending, (SELECT pg_catalog.count(*) FROM ")
         .table(&hs)
-        .push(" WHERE status = 'in_flight'), (SELECT pg_catalog.count(*) FROM ")
+        .push(" WHERE status = 'in_flight') AS in_flight, (SELECT pg_catalog.count(*) FROM ")
         .table(&hs)
-        .push(" WHERE status = 'dead_lettered')");
+        .push(" WHERE status = 'dead_lettered') AS dead_lettered");
     Statement::new(sql, ())
 }

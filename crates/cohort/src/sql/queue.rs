@@ -135,6 +135,32 @@ fn dead_letter_skipped(t: &Tables) -> SqlText {
     dead_letter_skipped
 }
 
+/// One piece of claimed work, as [`QueuePlan::claim`] returns it.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct ClaimedRow {
+    pub(crate) handler_status_id: i64,
+    pub(crate) row_detail_id: i64,
+    pub(crate) handler_id: String,
+    pub(crate) attempts: i32,
+    pub(crate) claim_token: Uuid,
+    pub(crate) captured_payload: Option<serde_json::Value>,
+    pub(crate) scrubbed: bool,
+    pub(crate) run_id: Uuid,
+    pub(crate) retention_entity_id: Uuid,
+    pub(crate) record_id: String,
+    pub(crate) tenant_id: Option<String>,
+    pub(crate) action: String,
+    /// The run's kind.
+    pub(crate) kind: String,
+}
+
+/// What [`QueuePlan::outstanding`] counts.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct OutstandingRow {
+    pub(crate) pending: i64,
+    pub(crate) in_flight: i64,
+}
+
 /// The statement of [`QueuePlan::claim`].
 fn claim(t: &Tables) -> SqlText {
     let mut claim = SqlText::new("WITH c AS (SELECT h.handler_status_id FROM ");

@@ -322,10 +322,33 @@ pub(crate) fn by_state(schema: &str, now: DateTime<Utc>) -> Statement<(DateTime<
     Statement::new(sql, (now,))
 }
 
-/// Every request's id, reference and state: what `restore-check` compares
-/// with the journal.
+/// A request's state, as [`states`] returns it.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct StateRow {
+    pub(crate) request_id: Uuid,
+    pub(crate) state: String,
+}
+
+/// A hold's state, as [`hold_states`] returns it.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct HoldStateRow {
+    pub(crate) hold_id: Uuid,
+    pub(crate) released_at: Option<DateTime<Utc>>,
+}
+
+/// A journal entry a row recorded, as [`journal_records`] returns it.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct JournalRecordRow {
+    /// `hold …` or `erasure request …`.
+    pub(crate) what: String,
+    pub(crate) entry: i64,
+    pub(crate) hash: Option<String>,
+}
+
+/// Every request's id and state ([`StateRow`]): what `restore-check`
+/// compares with the journal.
 pub(crate) fn states(schema: &str) -> Statement<()> {
-    let mut sql = SqlText::new("SELECT r.request_id, r.reference, r.state FROM ");
+    let mut sql = SqlText::new("SELECT r.request_id, r.state FROM ");
     sql.table(&CohortTable::ErasureRequest.qualified(schema))
         .push(" r ORDER BY r.received_at, r.reference");
     Statement::new(sql, ())

@@ -26,7 +26,6 @@ mod replay;
 use std::collections::BTreeMap;
 
 use serde::Serialize;
-use sqlx::Row;
 use uuid::Uuid;
 
 use self::journaled::{fold, judge, DatabaseView, Folded};
@@ -174,38 +173,34 @@ async fn read_database(cx: &Context, folded: &Folded) -> Result<DatabaseView> {
     let schema = &cx.config.schema;
     let pool = &cx.pool;
     let requests = crate::sql::requests::states(schema)
-        .query()
+        .query_as::<crate::sql::requests::StateRow>()
         .fetch_all(pool)
         .await?
-        .iter()
-        .map(|r| Ok((r.try_get("request_id")?, r.try_get("state")?)))
-        .collect::<std::result::Result<_, sqlx::Error>>()?;
+        .into_iter()
+        .map(|r| (r.request_id, r.state))
+        .collect();
     let holds = crate::sql::requests::hold_states(schema)
-        .query()
+        .query_as::<crate::sql::requests::HoldStateRow>()
         .fetch_all(pool)
         .await?
-        .iter()
-        .map(|r| Ok((r.try_get("hold_id")?, r.try_get("released_at")?)))
-        .collect::<std::result::Result<_, sqlx::Error>>()?;
+        .into_iter()
+        .map(|r| (r.hold_id, r.released_at))
+        .collect();
     let mut recorded: BTreeMap<String, (i64, Option<String>)> = BTreeMap::new();
     for r in crate::sql::requests::journal_records(schema)
-        .query()
+        .query_as::<crate::sql::requests::JournalRecordRow>()
         .fetch_all(pool)
         .await?
     {
-        recorded.insert(
-            r.try_get("what")?,
-            (r.try_get("entry")?, r.try_get("hash")?),
-        );
+        recorded.insert(r.what, (r.entry, r.hash));
     }
     // A hold's link in the chain outlives its row.
     for r in crate::sql::chain::journal_links(schema)
-        .query()
+        .query_as::<crate::sql::chain::JournalLinkRow>()
         .fetch_all(pool)
         .await?
     {
-        let hold: Option<Uuid> = r.try_get("hold")?;
-        let journal: String = r.try_get("journal")?;
+        let (hold, journal) = (r.hold, r.journal);
         let Some((entry, hash)) = journal.split_once(':') else {
             continue;
         };

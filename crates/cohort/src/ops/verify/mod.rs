@@ -18,7 +18,6 @@ mod rebuilt;
 use std::collections::{BTreeMap, HashMap};
 
 use chrono::{DateTime, Utc};
-use sqlx::Row;
 use uuid::Uuid;
 
 use crate::context::Context;
@@ -44,19 +43,7 @@ pub(super) const FIELDS: usize = 5;
 pub(super) const KEEP: usize = 10_000;
 
 /// One link as read.
-#[derive(Clone)]
-pub(super) struct LinkRow {
-    link_id: i64,
-    kind: String,
-    subject: Option<Uuid>,
-    record: String,
-    digest: String,
-    prev: String,
-    link: String,
-    covers: Vec<i64>,
-    linked_at: DateTime<Utc>,
-    mac: Option<String>,
-}
+pub(super) use crate::sql::chain::LinkRow;
 
 /// The walk's state between pages.
 #[derive(Default)]
@@ -290,25 +277,9 @@ pub(crate) async fn verify(
 /// One page of links after `after`, in order.
 async fn read_page(tx: &mut sqlx::PgConnection, schema: &str, after: i64) -> Result<Vec<LinkRow>> {
     Ok(statements::links_after(schema, after, PAGE)
-        .query()
+        .query_as::<LinkRow>()
         .fetch_all(&mut *tx)
-        .await?
-        .iter()
-        .map(|r| {
-            Ok(LinkRow {
-                link_id: r.try_get("link_id")?,
-                kind: r.try_get("kind")?,
-                subject: r.try_get("subject_id")?,
-                record: r.try_get("record")?,
-                digest: r.try_get("digest")?,
-                prev: r.try_get("prev")?,
-                link: r.try_get("link")?,
-                covers: r.try_get("covers")?,
-                linked_at: r.try_get("linked_at")?,
-                mac: r.try_get("mac")?,
-            })
-        })
-        .collect::<std::result::Result<_, sqlx::Error>>()?)
+        .await?)
 }
 
 /// What the report says of the chain's key: not keyed, or keyed and
@@ -458,17 +429,10 @@ async fn journal_head(
 /// `None`); `None` before schema 19's start link exists.
 pub(crate) async fn head(cx: &Context, at: Option<DateTime<Utc>>) -> Result<Option<ChainHead>> {
     let row = statements::head(&cx.config.schema, at)
-        .query()
+        .query_as::<statements::HeadRow>()
         .fetch_optional(&cx.pool)
         .await?;
-    Ok(match row {
-        Some(r) => Some(ChainHead {
-            link_id: r.try_get("link_id")?,
-            link: r.try_get("link")?,
-            linked_at: r.try_get("linked_at")?,
-        }),
-        None => None,
-    })
+    Ok(row.map(ChainHead::from))
 }
 
 /// A checkpoint against the records it stands for: each must be gone with

@@ -3,7 +3,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::Row;
 use tracing::Instrument;
 use uuid::Uuid;
 
@@ -101,6 +100,26 @@ struct Claimed {
     run_kind: String,
 }
 
+impl From<queue::ClaimedRow> for Claimed {
+    fn from(r: queue::ClaimedRow) -> Self {
+        Self {
+            id: r.handler_status_id,
+            row_detail_id: r.row_detail_id,
+            handler: r.handler_id,
+            attempt: r.attempts,
+            token: r.claim_token,
+            payload: r.captured_payload,
+            scrubbed: r.scrubbed,
+            run_id: r.run_id,
+            entity_id: r.retention_entity_id,
+            record_id: r.record_id,
+            tenant: r.tenant_id,
+            action: r.action,
+            run_kind: r.kind,
+        }
+    }
+}
+
 enum Outcome {
     Delivered,
     Failed,
@@ -168,11 +187,11 @@ impl Dispatcher {
         let row = prepared
             .queue
             .outstanding()
-            .query()
+            .query_as::<queue::OutstandingRow>()
             .fetch_one(&self.cx.pool)
             .await?;
-        report.pending = row.try_get::<i64, _>("pending")?.max(0) as u64;
-        report.in_flight = row.try_get::<i64, _>("in_flight")?.max(0) as u64;
+        report.pending = row.pending.max(0) as u64;
+        report.in_flight = row.in_flight.max(0) as u64;
         Ok(report)
     }
 
@@ -222,29 +241,10 @@ impl Dispatcher {
         let rows = prepared
             .queue
             .claim(claim)
-            .query()
+            .query_as::<queue::ClaimedRow>()
             .fetch_all(&self.cx.pool)
             .await?;
-        rows.iter()
-            .map(|r| {
-                Ok(Claimed {
-                    id: r.try_get("handler_status_id")?,
-                    row_detail_id: r.try_get("row_detail_id")?,
-                    handler: r.try_get("handler_id")?,
-                    attempt: r.try_get("attempts")?,
-                    token: r.try_get("claim_token")?,
-                    payload: r.try_get("captured_payload")?,
-                    scrubbed: r.try_get("scrubbed")?,
-                    run_id: r.try_get("run_id")?,
-                    entity_id: r.try_get("retention_entity_id")?,
-                    record_id: r.try_get("record_id")?,
-                    tenant: r.try_get("tenant_id")?,
-                    action: r.try_get("action")?,
-                    run_kind: r.try_get("kind")?,
-                })
-            })
-            .collect::<std::result::Result<_, sqlx::Error>>()
-            .map_err(Into::into)
+        Ok(rows.into_iter().map(Claimed::from).collect())
     }
 
     /// Delivers a claimed batch, at most `max_parallelism` at once.
