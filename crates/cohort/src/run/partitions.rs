@@ -31,7 +31,7 @@
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
-use sqlx::{PgConnection, Row};
+use sqlx::PgConnection;
 
 use super::counts::active_hold_keys;
 use super::ctx::RunCtx;
@@ -196,18 +196,17 @@ async fn expired_partitions(
     cutoff: DateTime<Utc>,
 ) -> Result<Vec<Expired>, sqlx::Error> {
     let rows = statements::expired(parent.schema.clone(), parent.name.clone(), cutoff)
-        .query()
+        .query_as::<statements::ExpiredRow>()
         .fetch_all(conn)
         .await?;
-    rows.iter()
-        .map(|r| {
-            Ok(Expired {
-                table: QualifiedName::from_columns(r, "schema", "name")?,
-                lower: r.try_get("lower")?,
-                upper: r.try_get("upper")?,
-            })
+    Ok(rows
+        .into_iter()
+        .map(|r| Expired {
+            table: QualifiedName::new(r.schema, r.name),
+            lower: r.lower,
+            upper: r.upper,
         })
-        .collect()
+        .collect())
 }
 
 /// Whether any row of the partition is under an active hold. Driven from
@@ -232,11 +231,10 @@ async fn held(
     };
     let params = statements::Held { entity: e.id, keys };
     let hold = &ctx.ready.plans[&e.id].held;
-    let row = statements::held(partition, e, &facts.casts, hold, params)
-        .query()
+    statements::held(partition, e, &facts.casts, hold, params)
+        .query_scalar()
         .fetch_one(conn)
-        .await?;
-    row.try_get(0)
+        .await
 }
 
 enum Dropped {
@@ -411,15 +409,14 @@ async fn tenants_due(
     let e = work.entity;
     let text = tenant_text(ctx, e).expect("tenanted entity");
     let rows = statements::tenants_in(&partition.table, &text)
-        .query()
+        .query_as::<statements::TenantRowsRow>()
         .fetch_all(&mut *tx)
         .await
         .map_err(stop_from)?;
     let mut named = Vec::with_capacity(rows.len());
     let mut total = 0;
     for r in rows {
-        let tenant: Option<String> = r.try_get("tenant").map_err(stop_from)?;
-        let n: i64 = r.try_get("n").map_err(stop_from)?;
+        let (tenant, n) = (r.tenant, r.n);
         let keeps = |why: &str| {
             tracing::info!(entity = %e.name, partition = %partition.table.display_plain(), why, "partition of several tenants kept: its rows go by the row path");
         };
@@ -529,13 +526,11 @@ async fn purge_unheld(
         &ctx.ready.plans[&e.id].held,
         params,
     )
-    .query()
+    .query_as::<statements::PurgedRow>()
     .fetch_one(&mut *tx)
     .await
     .map_err(stop_from)?;
-    let n: i64 = row.try_get("n").map_err(stop_from)?;
-    let first: Option<i64> = row.try_get("first").map_err(stop_from)?;
-    Ok((n, first))
+    Ok((row.n, row.first))
 }
 
 /// A partition about to be dropped: its rows counted, or, under per-row
@@ -572,14 +567,11 @@ async fn count_and_detail(
         tenant.as_ref(),
         details,
     )
-    .query()
+    .query_as::<statements::PurgedRow>()
     .fetch_one(&mut *tx)
     .await
     .map_err(stop_from)?;
-    Ok((
-        row.try_get("n").map_err(stop_from)?,
-        row.try_get("first").map_err(stop_from)?,
-    ))
+    Ok((row.n, row.first))
 }
 
 /// Adds `n` purged rows to the entity's summary and commits (unless the
@@ -643,7 +635,7 @@ async fn emit_details(
             limit: i64::from(ctx.cx.config.sweep_batch_size.first()),
         };
         let rows = statements::detail_page(&ctx.cx.config.schema, page)
-            .query()
+            .query_as::<statements::DetailRow>()
             .fetch_all(&mut *conn)
             .await;
         let rows = match rows {
@@ -654,19 +646,8 @@ async fn emit_details(
                 return;
             }
         };
-        let mut ids = Vec::with_capacity(rows.len());
-        for r in &rows {
-            match (
-                r.try_get::<i64, _>("row_detail_id"),
-                r.try_get::<String, _>("record_id"),
-            ) {
-                (Ok(id), Ok(record)) => {
-                    after = id + 1;
-                    ids.push(record);
-                }
-                _ => return,
-            }
-        }
+        after = rows.last().map_or(after, |r| r.row_detail_id + 1);
+        let ids = rows.into_iter().map(|r| r.record_id).collect();
         ctx.recorder.rows_changed(e, Strategy::Purge, None, ids);
     }
 }

@@ -31,6 +31,7 @@ mod erasure;
 mod fragments;
 pub(crate) mod grants;
 pub(crate) mod history;
+pub(crate) mod holds;
 pub(crate) mod journal;
 mod key;
 pub(crate) mod ledger;

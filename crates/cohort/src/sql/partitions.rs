@@ -17,6 +17,38 @@ use crate::sql::{bound_rows, BoundHolds, Casts};
 /// lower bound reads as NULL). Partitions being detached concurrently,
 /// `DEFAULT` and `MAXVALUE` ones, and trees holding a foreign table never
 /// qualify.
+/// An expired partition, as [`expired`] returns it.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct ExpiredRow {
+    pub(crate) schema: String,
+    pub(crate) name: String,
+    pub(crate) lower: Option<DateTime<Utc>>,
+    pub(crate) upper: DateTime<Utc>,
+}
+
+/// What a partition's rows came to: how many, and the first detail row
+/// written for them (`None` without details), as [`insert_details`] and
+/// [`purge_unheld`] return it.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct PurgedRow {
+    pub(crate) n: i64,
+    pub(crate) first: Option<i64>,
+}
+
+/// One tenant's rows in a partition, as [`tenants_in`] returns it.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct TenantRowsRow {
+    pub(crate) tenant: Option<String>,
+    pub(crate) n: i64,
+}
+
+/// A detail row of a purged partition, as [`detail_page`] returns it.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct DetailRow {
+    pub(crate) row_detail_id: i64,
+    pub(crate) record_id: String,
+}
+
 pub(crate) fn expired(
     schema: String,
     name: String,

@@ -880,7 +880,6 @@ const ROWS_DECODED_OUTSIDE_SQL: &[(&str, usize)] = &[
     ("run/capture.rs", 2),
     ("run/counts.rs", 6),
     ("run/health.rs", 2),
-    ("run/partitions.rs", 11),
     ("run/passes.rs", 9),
     ("run/recorder.rs", 2),
     ("schema/migrate.rs", 1),

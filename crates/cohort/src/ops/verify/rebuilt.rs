@@ -206,43 +206,66 @@ pub(super) async fn check_request_events(
             }
         }
         if let Some((earlier_link, earlier)) = walk.requests.get(&request_id).cloned() {
-            let mut changed = earlier.changed_since_opened(&r.request);
-            // A due date moves only by a line that says so, between the
-            // two dates.
             let moved = now
                 .get(&r.event.event_id)
                 .and_then(|l| due_moved_in(&l.detail));
-            if earlier.due_at != r.request.due_at
-                && moved != Some((earlier.due_at, r.request.due_at))
-            {
-                changed.push("due_at");
-            }
-            // Its state steps only as a line of Cohort's takes it: a state
-            // set by hand (work called failed or done) and then linked by
-            // the next line is named here.
-            if let Some(why) = step_refused(&earlier.state, &r.request.state, moved.is_some()) {
-                walk.broken(
-                    Some(link_id),
-                    format!("erasure request {}", r.request.reference),
-                    BreakKind::Changed,
-                    format!("{why} (since its earlier linked line, link {earlier_link})"),
-                );
-            }
-            if !changed.is_empty() {
-                walk.broken(
-                    Some(link_id),
-                    format!("erasure request {}", r.request.reference),
-                    BreakKind::Changed,
-                    format!(
-                        "{} changed since its earlier linked line (link {earlier_link}) by a line that does not change them",
-                        changed.join(", ")
-                    ),
-                );
-            }
+            let step = Step {
+                earlier_link,
+                earlier: &earlier,
+                link_id,
+                now: &r.request,
+                moved,
+            };
+            check_step(walk, step);
         }
         walk.requests.insert(request_id, (link_id, r.request));
     }
     Ok(())
+}
+
+/// A request between two consecutive links of its history.
+struct Step<'a> {
+    earlier_link: i64,
+    earlier: &'a chain::RequestPart,
+    link_id: i64,
+    now: &'a chain::RequestPart,
+    /// The due date this link's line moved (from, to), if it moves one.
+    moved: Option<(i64, i64)>,
+}
+
+/// What no line of Cohort's changes between two links of a request: its
+/// terms once open, its due date but by a line that moves it (between the
+/// two dates), its state but as an attempt steps it (a state set by hand,
+/// work called failed or done, and then linked by the next line is named).
+fn check_step(walk: &mut Walk, s: Step<'_>) {
+    let name = format!("erasure request {}", s.now.reference);
+    let mut changed = s.earlier.changed_since_opened(s.now);
+    if s.earlier.due_at != s.now.due_at && s.moved != Some((s.earlier.due_at, s.now.due_at)) {
+        changed.push("due_at");
+    }
+    if let Some(why) = step_refused(&s.earlier.state, &s.now.state, s.moved.is_some()) {
+        walk.broken(
+            Some(s.link_id),
+            name.clone(),
+            BreakKind::Changed,
+            format!(
+                "{why} (since its earlier linked line, link {})",
+                s.earlier_link
+            ),
+        );
+    }
+    if !changed.is_empty() {
+        walk.broken(
+            Some(s.link_id),
+            name,
+            BreakKind::Changed,
+            format!(
+                "{} changed since its earlier linked line (link {}) by a line that does not change them",
+                changed.join(", "),
+                s.earlier_link
+            ),
+        );
+    }
 }
 
 /// Each linked request as it stands now against its newest link (its
