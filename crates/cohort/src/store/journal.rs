@@ -101,6 +101,9 @@ pub(crate) struct Journal {
     /// Whether a URL journal was found on another server than the
     /// retained database's (checked until it is).
     apart: AtomicBool,
+    /// Whether a URL journal's table is known to be there (created on the
+    /// first append, and again after any failed one).
+    table_made: AtomicBool,
 }
 
 impl std::fmt::Debug for Journal {
@@ -126,6 +129,7 @@ impl Journal {
             key,
             conn: tokio::sync::Mutex::new(None),
             apart: AtomicBool::new(false),
+            table_made: AtomicBool::new(false),
         }
     }
 
@@ -165,8 +169,10 @@ impl Journal {
             }
             JournalTarget::Url(url) => {
                 let mut conn = self.conn.lock().await;
-                let result =
-                    append_db(connected(&mut conn, url).await, key, record, stamp, at).await;
+                let make = !self.table_made.load(Ordering::Acquire);
+                let conn_now = connected(&mut conn, url).await;
+                let result = append_db(conn_now, make, key, record, stamp, at).await;
+                self.table_made.store(result.is_ok(), Ordering::Release);
                 if result.is_err() {
                     // Whatever state the connection is in, the next use opens another.
                     *conn = None;
@@ -416,13 +422,16 @@ async fn connect(url: &str) -> Stored<PgConnection> {
 
 async fn append_db(
     conn: Stored<&mut PgConnection>,
+    make_table: bool,
     key: &JournalKey,
     record: Record,
     stamp: Stamp,
     at: DateTime<Utc>,
 ) -> Stored<Entry> {
     let conn = conn?;
-    sql::create().query().execute(&mut *conn).await?;
+    if make_table {
+        sql::create().query().execute(&mut *conn).await?;
+    }
     let mut tx = conn.begin().await?;
     sql::lock().query().execute(&mut *tx).await?;
     let last: Option<String> = sql::last().query_scalar().fetch_optional(&mut *tx).await?;

@@ -127,6 +127,26 @@ fn module_of(path: &Path) -> Option<String> {
     Some(first.trim_end_matches(".rs").to_owned())
 }
 
+/// Every source file, by its path under `src/` (`/`-separated, sorted),
+/// with its production text.
+fn production_files() -> Vec<(String, String)> {
+    let mut files = Vec::new();
+    rust_files(&src_root(), &mut files);
+    files.sort();
+    files
+        .into_iter()
+        .map(|file| {
+            let rel = file
+                .strip_prefix(src_root())
+                .unwrap()
+                .to_string_lossy()
+                .replace('\\', "/");
+            let text = production_text(&std::fs::read_to_string(&file).expect("read source"));
+            (rel, text)
+        })
+        .collect()
+}
+
 /// Source without line comments and without test modules.
 fn production_text(src: &str) -> String {
     let mut text = String::with_capacity(src.len());
@@ -630,18 +650,9 @@ fn the_pure_layers_do_no_io() {
 #[test]
 fn only_the_facade_and_the_services_validate() {
     const TOP: &[&str] = &["cohort/", "sea_orm.rs", "services/", "context/mod.rs"];
-    let mut files = Vec::new();
-    rust_files(&src_root(), &mut files);
-    files.sort();
     let mut below = Vec::new();
     let mut at_top = 0;
-    for file in files {
-        let rel = file
-            .strip_prefix(src_root())
-            .unwrap()
-            .to_string_lossy()
-            .replace('\\', "/");
-        let text = production_text(&std::fs::read_to_string(&file).expect("read source"));
+    for (rel, text) in production_files() {
         let compact: String = text.split_whitespace().collect();
         if !compact.contains(".ready().await") {
             continue;
@@ -673,21 +684,12 @@ fn only_the_chain_settles_a_run_or_changes_a_hold() {
         ".insert_hold(",
         ".release_hold(",
     ];
-    let mut files = Vec::new();
-    rust_files(&src_root(), &mut files);
-    files.sort();
     let mut elsewhere = Vec::new();
     let mut in_chain = Vec::new();
-    for file in files {
-        let rel = file
-            .strip_prefix(src_root())
-            .unwrap()
-            .to_string_lossy()
-            .replace('\\', "/");
+    for (rel, text) in production_files() {
         if rel.starts_with("sql/") || rel.ends_with("_test.rs") {
             continue;
         }
-        let text = production_text(&std::fs::read_to_string(&file).expect("read source"));
         for statement in LINKED.iter().filter(|s| text.contains(**s)) {
             if rel == "run/chain.rs" {
                 in_chain.push(*statement);
