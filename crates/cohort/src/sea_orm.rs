@@ -20,7 +20,8 @@ use crate::base::ident::SqlText;
 use crate::error::{Error, Problems, Result};
 use crate::ops::guarded::{GuardSession, Guarded, GuardedDeletion};
 use crate::schema::MigrationReport;
-use crate::sql::{KeyType, KeyValue};
+use crate::sql::sea::first;
+use crate::sql::{KeyType, KeyValue, LockedRow, RecordRow};
 use crate::{Cohort, CohortBuilder};
 
 /// A [`CohortBuilder`] on the PostgreSQL pool of a SeaORM connection.
@@ -126,7 +127,7 @@ impl GuardSession for SeaSession<'_> {
             .await
             .map_err(db_err)?
             .ok_or_else(|| Error::Orm("no row for the isolation level".into()))?;
-        row.try_get("", "isolation").map_err(db_err)
+        first(&row).map_err(db_err)
     }
 
     async fn lock(
@@ -142,10 +143,8 @@ impl GuardSession for SeaSession<'_> {
             .map_err(db_err)?;
         rows.iter()
             .map(|r| {
-                Ok((
-                    r.try_get("", "record").map_err(db_err)?,
-                    r.try_get("", "tenant").map_err(db_err)?,
-                ))
+                let row = LockedRow::from_sea(r).map_err(db_err)?;
+                Ok((row.record, row.tenant))
             })
             .collect()
     }
@@ -174,7 +173,7 @@ impl GuardSession for SeaSession<'_> {
             .await
             .map_err(db_err)?;
         rows.iter()
-            .map(|r| r.try_get("", "record").map_err(db_err))
+            .map(|r| Ok(RecordRow::from_sea(r).map_err(db_err)?.record))
             .collect()
     }
 }
@@ -247,7 +246,7 @@ async fn apply<T: ConnectionTrait>(
         .await
         .map_err(db_err)?;
     let found: Option<Option<String>> = row
-        .map(|r| r.try_get("", "comment").map_err(db_err))
+        .map(|r| first(&r).map_err(db_err))
         .transpose()?;
     let from = plan.version_from(found)?;
     let mut applied = Vec::new();

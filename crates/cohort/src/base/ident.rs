@@ -115,19 +115,6 @@ impl QualifiedName {
         format!("{}.{}", path_part(&self.schema), path_part(&self.name))
     }
 
-    /// Reads a name from two text columns of a catalog row.
-    pub(crate) fn from_columns(
-        row: &sqlx::postgres::PgRow,
-        schema: &str,
-        name: &str,
-    ) -> Result<Self, sqlx::Error> {
-        use sqlx::Row;
-        Ok(Self::new(
-            row.try_get::<String, _>(schema)?,
-            row.try_get::<String, _>(name)?,
-        ))
-    }
-
     /// The unquoted `schema.table` form, for messages.
     pub fn display_plain(&self) -> String {
         format!("{}.{}", self.schema, self.name)

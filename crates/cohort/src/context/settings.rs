@@ -1,9 +1,6 @@
 //! Reading and setting the live settings (`settings`) and the live pacing
 //! (`retention_pacing`) in the database.
 
-use chrono::{DateTime, Utc};
-use sqlx::Row;
-
 use super::Context;
 use crate::domain::settings::{LivePacing, LiveSettings, Setting, SettingValue};
 use crate::error::Result;
@@ -14,20 +11,14 @@ impl Context {
     /// Reads the database's values and combines them with this process's.
     pub(crate) async fn live_settings(&self) -> Result<LiveSettings> {
         let rows = statements::read(&self.config.schema)
-            .query()
+            .query_as::<statements::SettingRow>()
             .fetch_all(&self.pool)
             .await?;
         let value = |setting: Setting| -> Result<SettingValue> {
             let process = self.switches.get(setting);
-            let row = rows
-                .iter()
-                .find(|r| r.try_get::<String, _>("name").ok().as_deref() == Some(setting.name()));
+            let row = rows.iter().find(|r| r.name == setting.name());
             let (database, updated_at, updated_by) = match row {
-                Some(r) => (
-                    r.try_get::<bool, _>("enabled")?,
-                    Some(r.try_get::<DateTime<Utc>, _>("updated_at")?),
-                    Some(r.try_get::<String, _>("updated_by")?),
-                ),
+                Some(r) => (r.enabled, Some(r.updated_at), Some(r.updated_by.clone())),
                 None => (false, None, None),
             };
             Ok(SettingValue::new(process, database, updated_at, updated_by))

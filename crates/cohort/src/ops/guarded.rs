@@ -20,13 +20,14 @@
 use std::future::Future;
 use std::pin::Pin;
 
-use sqlx::{PgConnection, Row};
+use sqlx::postgres::PgRow;
+use sqlx::{FromRow, PgConnection};
 use uuid::Uuid;
 
 use crate::base::ident::SqlText;
 use crate::context::Ready;
 use crate::error::{Error, Result};
-use crate::sql::{bind_array, KeyType, KeyValue};
+use crate::sql::{bind_array, KeyType, KeyValue, LockedRow, RecordRow};
 
 /// The error type callbacks return.
 pub type CallbackError = Box<dyn std::error::Error + Send + Sync>;
@@ -192,11 +193,10 @@ impl GuardSession for SqlxSession<'_> {
         keys: &[KeyValue],
     ) -> Result<Vec<(String, Option<String>)>> {
         let rows = bind_array(sqlx::query(sql.sql()), key_type, keys)
+            .try_map(|r: PgRow| LockedRow::from_row(&r))
             .fetch_all(&mut *self.0)
             .await?;
-        rows.iter()
-            .map(|r| Ok((r.try_get("record")?, r.try_get("tenant")?)))
-            .collect()
+        Ok(rows.into_iter().map(|r| (r.record, r.tenant)).collect())
     }
 
     async fn execute(&mut self, sql: &str) -> Result<()> {
@@ -214,9 +214,10 @@ impl GuardSession for SqlxSession<'_> {
         keys: &[KeyValue],
     ) -> Result<Vec<String>> {
         let rows = bind_array(sqlx::query(sql.sql()).bind(entity), key_type, keys)
+            .try_map(|r: PgRow| RecordRow::from_row(&r))
             .fetch_all(&mut *self.0)
             .await?;
-        rows.iter().map(|r| Ok(r.try_get("record")?)).collect()
+        Ok(rows.into_iter().map(|r| r.record).collect())
     }
 }
 

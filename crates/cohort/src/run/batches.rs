@@ -602,7 +602,7 @@ async fn insert_details(
     l: &Loop<'_, '_>,
     tx: &mut PgConnection,
     changed: &[String],
-) -> std::result::Result<Vec<sqlx::postgres::PgRow>, Stop> {
+) -> std::result::Result<Vec<ledger::DetailRow>, Stop> {
     let (ctx, e) = (l.ctx, l.work.entity);
     ctx.ready
         .ledger
@@ -614,7 +614,7 @@ async fn insert_details(
             action: l.strategy.as_str(),
             record_ids: changed.to_vec(),
         })
-        .query()
+        .query_as()
         .fetch_all(&mut *tx)
         .await
         .map_err(stop_from)

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use sqlx::{Postgres, Row};
+use sqlx::Postgres;
 
 use super::ctx::RunCtx;
 use super::work::{stop_from, Stop, Work};
@@ -152,7 +152,7 @@ pub(super) async fn enqueue(
     tx: &mut sqlx::Transaction<'_, Postgres>,
     handlers: &[crate::domain::handlers::Registered],
     captured: &HashMap<String, Vec<serde_json::Value>>,
-    details: &[sqlx::postgres::PgRow],
+    details: &[crate::sql::ledger::DetailRow],
 ) -> std::result::Result<(), Stop> {
     let mut detail_ids = Vec::new();
     let mut identities = Vec::new();
@@ -161,8 +161,7 @@ pub(super) async fn enqueue(
     let mut requires_earlier = Vec::new();
     let mut payloads = Vec::new();
     for d in details {
-        let detail_id: i64 = d.try_get("row_detail_id").map_err(stop_from)?;
-        let record: String = d.try_get("record_id").map_err(stop_from)?;
+        let (detail_id, record) = (d.row_detail_id, d.record_id.clone());
         let Some(snapshots) = captured.get(&record) else {
             return Err(Stop::Entity(Diagnostic::capture(
                 "handler",

@@ -2,14 +2,14 @@
 //! a preview and after a run, through the active holds' keys when they can
 //! be bound.
 
-use sqlx::{PgConnection, Row};
+use sqlx::PgConnection;
 
 use super::work::Work;
 use super::EntityOutcome;
 use crate::context::Prepared;
 use crate::domain::model::EntityDescriptor;
 use crate::sql::ledger;
-use crate::sql::BoundHolds;
+use crate::sql::{BoundHolds, CountsRow};
 
 pub(crate) struct Counts {
     pub(crate) eligible: u64,
@@ -45,7 +45,7 @@ pub(super) async fn oldest_eligible(
     let mut tx = sqlx::Connection::begin_with(&mut *conn, crate::sql::BATCH_BEGIN).await?;
     let row = q.fetch_optional(&mut *tx).await?;
     tx.commit().await?;
-    row.map(|r| r.try_get("oldest")).transpose()
+    Ok(row.and_then(|r| r.oldest))
 }
 
 pub(crate) async fn counts(
@@ -55,7 +55,7 @@ pub(crate) async fn counts(
     let q = work.statements.counts_query(work.entity.id, &work.scope);
     let mut tx = sqlx::Connection::begin_with(&mut *conn, crate::sql::BATCH_BEGIN).await?;
     let row = q.fetch_one(&mut *tx).await?;
-    let mut c = read_counts(row)?;
+    let mut c = Counts::from(row);
     if let Some(kept) = kept_by_legal_min(&mut tx, work).await? {
         c.kept_by_legal_min = kept;
     }
@@ -79,8 +79,8 @@ async fn kept_by_legal_min(
     else {
         return Ok(None);
     };
-    let n: i64 = q.fetch_one(conn).await?.try_get("kept_by_legal_min")?;
-    Ok(Some(n.max(0) as u64))
+    let row = q.fetch_one(conn).await?;
+    Ok(Some(CountsRow::count(row.kept_by_legal_min)))
 }
 
 /// The most active holds of one entity whose keys are bound into one
@@ -125,7 +125,7 @@ pub(crate) async fn active_hold_keys(
     let rows = ready
         .ledger
         .active_subject_holds(MAX_BOUND_HOLDS + 1)
-        .query()
+        .query_as::<ledger::SubjectHoldRow>()
         .fetch_all(&mut *conn)
         .await?;
     if rows.len() as i64 > MAX_BOUND_HOLDS {
@@ -133,17 +133,16 @@ pub(crate) async fn active_hold_keys(
     }
     for column in &entity.subjects {
         let ty = facts.subjects[&column.column];
-        let form = ty.subject_form().hold_column();
+        let form = ty.subject_form();
         let mut values = Vec::new();
         for row in &rows {
-            let kind: Option<String> = row.try_get("subject_kind")?;
-            if column.kind.is_some() && kind.is_some() && column.kind != kind {
+            let kind = &row.subject_kind;
+            if column.kind.is_some() && kind.is_some() && &column.kind != kind {
                 continue;
             }
-            let text: Option<String> = row.try_get(form)?;
             // A form out of this column's range (a bigint for an integer
             // column) names no row of it.
-            if let Some(value) = text.and_then(|t| ty.parse(&t).ok()) {
+            if let Some(value) = row.form(form).and_then(|t| ty.parse(t).ok()) {
                 values.push(value);
             }
         }
@@ -179,7 +178,7 @@ pub(super) async fn counts_after_run(
         .expect("checked above");
     let mut tx = sqlx::Connection::begin_with(&mut *conn, crate::sql::BATCH_BEGIN).await?;
     let row = q.fetch_one(&mut *tx).await?;
-    let mut c = read_counts(row)?;
+    let mut c = Counts::from(row);
     if let Some(kept) = kept_by_legal_min(&mut tx, work).await? {
         c.kept_by_legal_min = kept;
     }
@@ -188,24 +187,19 @@ pub(super) async fn counts_after_run(
     Ok(c)
 }
 
-pub(super) fn read_counts(row: sqlx::postgres::PgRow) -> std::result::Result<Counts, sqlx::Error> {
-    let n = |name: &str| -> std::result::Result<u64, sqlx::Error> {
-        Ok(row.try_get::<i64, _>(name)?.max(0) as u64)
-    };
-    Ok(Counts {
-        eligible: n("eligible")?,
-        held: n("held")?,
-        held_by_subject: n("held_by_subject")?,
-        null_anchor: n("null_anchor")?,
-        skipped: n("skipped")?,
-        kept_by_legal_min: n("kept_by_legal_min")?,
-        legal_min_oldest: match row.try_get("legal_min_oldest") {
-            Ok(oldest) => oldest,
-            Err(sqlx::Error::ColumnNotFound(_)) => None,
-            Err(e) => return Err(e),
-        },
-        eligible_measured: true,
-    })
+impl From<CountsRow> for Counts {
+    fn from(row: CountsRow) -> Self {
+        Counts {
+            eligible: CountsRow::count(row.eligible),
+            held: CountsRow::count(row.held),
+            held_by_subject: CountsRow::count(row.held_by_subject),
+            null_anchor: CountsRow::count(row.null_anchor),
+            skipped: CountsRow::count(row.skipped),
+            kept_by_legal_min: CountsRow::count(row.kept_by_legal_min),
+            legal_min_oldest: row.legal_min_oldest,
+            eligible_measured: true,
+        }
+    }
 }
 
 pub(crate) fn outcome(work: &Work<'_>) -> EntityOutcome {

@@ -3,7 +3,7 @@
 //! the opt-in `vacuum_after` that runs `ANALYZE` or `VACUUM (ANALYZE)`
 //! on it outside the batch transactions once a sweep changed enough rows.
 
-use sqlx::{PgConnection, Row};
+use sqlx::PgConnection;
 
 use super::ctx::RunCtx;
 use super::work::Work;
@@ -22,10 +22,10 @@ pub(super) type Measured = (i64, i64);
 pub(super) async fn measure(conn: &mut PgConnection, e: &EntityDescriptor) -> Option<Measured> {
     let read = async {
         let row = statements::table_health(e.table.to_string())
-            .query()
+            .query_as::<statements::HealthRow>()
             .fetch_one(&mut *conn)
             .await?;
-        Ok::<_, sqlx::Error>((row.try_get("dead")?, row.try_get("bytes")?))
+        Ok::<_, sqlx::Error>((row.dead, row.bytes))
     };
     match read.await {
         Ok(m) => Some(m),

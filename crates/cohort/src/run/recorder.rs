@@ -5,7 +5,7 @@
 //! executor decides what happens, the recorder says so.
 
 use chrono::{DateTime, Utc};
-use sqlx::{PgConnection, Row};
+use sqlx::PgConnection;
 use uuid::Uuid;
 
 use super::work::{stop_from, RunSpec, Stop, Work};
@@ -79,10 +79,9 @@ impl<'a> RunRecorder<'a> {
             .ready
             .ledger
             .insert_run(insert)
-            .query()
+            .query_scalar::<DateTime<Utc>>()
             .fetch_one(&mut *conn)
-            .await?
-            .try_get::<DateTime<Utc>, _>("started_at")?;
+            .await?;
         tracing::info!(entities, now = %spec.now, "run started");
         self.cx.observers.emit(AuditEvent::Started {
             run_id: self.run_id,
@@ -199,11 +198,9 @@ impl<'a> RunRecorder<'a> {
         self.ready
             .ledger
             .insert_summary(summary)
-            .query()
+            .query_scalar()
             .fetch_one(&mut *conn)
             .await
-            .map_err(stop_from)?
-            .try_get("summary_id")
             .map_err(stop_from)
     }
 

@@ -6,7 +6,7 @@
 //! installed version is recorded as the comment of `sweep_run`, so no sixth
 //! table is needed. Runtime code never runs DDL.
 
-use sqlx::{Connection, PgConnection, Row};
+use sqlx::{Connection, PgConnection};
 
 use crate::base::ident::check_schema_name;
 use crate::base::ident::{from_template, SqlText};
@@ -246,12 +246,11 @@ pub fn sqlx_migrator(schema: &str) -> Result<sqlx::migrate::Migrator> {
 /// `sweep_run` does not exist there; an error when it exists without a
 /// version comment (created by hand or by something else).
 pub async fn installed_version(conn: &mut PgConnection, schema: &str) -> Result<Option<u32>> {
-    let row = statements::installed_comment(schema.to_owned())
-        .query()
+    let row: Option<Option<String>> = statements::installed_comment(schema.to_owned())
+        .query_scalar()
         .fetch_optional(&mut *conn)
         .await?;
-    let Some(row) = row else { return Ok(None) };
-    let comment: Option<String> = row.try_get("comment")?;
+    let Some(comment) = row else { return Ok(None) };
     if comment.as_deref() == Some(MOVED_COMMENT) {
         let to: Option<String> = statements::moved_to(schema)
             .query_scalar()

@@ -352,6 +352,14 @@ pub(crate) fn append_keyed(schema: &str, values: AppendKeyed) -> Statement<Appen
 
 /// The newest `key` link's record (which key the chain is keyed with),
 /// or no row when the chain was never keyed.
+/// The row of [`key_link`].
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct KeyLinkRow {
+    pub(crate) link_id: i64,
+    /// The link's record: a `chain::KeyRecord` as JSON.
+    pub(crate) record: String,
+}
+
 pub(crate) fn key_link(schema: &str) -> Statement<()> {
     let mut sql = SqlText::new("SELECT link_id, record FROM ");
     sql.table(&table(schema, CohortTable::LedgerLink))

@@ -100,6 +100,31 @@ pub(super) fn active_holds(hold: &QualifiedName) -> SqlText {
     active_holds
 }
 
+/// An active subject hold as the counts bind it: its kind and its
+/// canonical text in each form it can take (the rows of
+/// `LedgerPlan::active_subject_holds`).
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct SubjectHoldRow {
+    pub(crate) subject_kind: Option<String>,
+    subject_text: Option<String>,
+    subject_citext: Option<String>,
+    subject_uuid: Option<String>,
+    subject_int: Option<String>,
+}
+
+impl SubjectHoldRow {
+    /// The subject in `form` (`None`: it has no such form).
+    pub(crate) fn form(&self, form: crate::domain::model::SubjectForm) -> Option<&str> {
+        use crate::domain::model::SubjectForm;
+        match form {
+            SubjectForm::Text => self.subject_text.as_deref(),
+            SubjectForm::CiText => self.subject_citext.as_deref(),
+            SubjectForm::Uuid => self.subject_uuid.as_deref(),
+            SubjectForm::Int => self.subject_int.as_deref(),
+        }
+    }
+}
+
 /// The statement of `LedgerPlan::active_subject_holds`.
 pub(super) fn active_subject_holds(hold: &QualifiedName) -> SqlText {
     let mut active_subject_holds = SqlText::new(

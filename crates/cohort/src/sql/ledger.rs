@@ -5,7 +5,7 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use super::holds;
-pub(crate) use super::holds::{ActiveHolds, HoldRow, InsertHold, ListHolds};
+pub(crate) use super::holds::{ActiveHolds, HoldRow, InsertHold, ListHolds, SubjectHoldRow};
 use super::statement::{Args, Params, Statement};
 use crate::base::ident::{QualifiedName, SqlText};
 use crate::sql::tables::CohortTable;
@@ -112,6 +112,15 @@ fn insert_run(t: &Tables) -> SqlText {
          RETURNING started_at",
     );
     insert_run
+}
+
+/// A row detail: its id and the record it is about (what an audited
+/// statement, the detail insert and a purged partition's detail page
+/// return).
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct DetailRow {
+    pub(crate) row_detail_id: i64,
+    pub(crate) record_id: String,
 }
 
 /// A run as settled: what the statements that settle one return.

@@ -50,15 +50,19 @@ pub(crate) mod settings;
 pub(crate) mod statement;
 mod sweep;
 pub(crate) mod tables;
+pub(crate) mod tenants;
+pub(crate) mod values;
 pub(crate) mod worker;
 
 pub(crate) use erasure::ErasurePlan;
 pub(crate) use fragments::{bound_rows, canonical_text, Casts, HoldKeys, KeyPart};
 pub(crate) use key::{bind_array, BindKey, BoundHolds, DecodeKey, IncomingKey, KeyType, KeyValue};
 pub(crate) use ledger::LedgerPlan;
+#[cfg(feature = "sea-orm")]
+pub(crate) use sweep::sea;
 pub(crate) use sweep::{
-    lock_subject_rows, Audit, Batch, Change, Changed, Cursor, EntityPlan, Rows, RunParam, RunValue,
-    Scope, StageScope, SweepStatements, Targets,
+    lock_subject_rows, Audit, Batch, Change, Changed, CountsRow, Cursor, EntityPlan, LockedRow,
+    RecordRow, Rows, RunParam, RunValue, Scope, StageScope, SweepStatements, Targets,
 };
 
 /// Every Cohort transaction that relies on a later statement seeing rows

@@ -42,12 +42,7 @@ pub(crate) struct TenantRowsRow {
     pub(crate) n: i64,
 }
 
-/// A detail row of a purged partition, as [`detail_page`] returns it.
-#[derive(Debug, sqlx::FromRow)]
-pub(crate) struct DetailRow {
-    pub(crate) row_detail_id: i64,
-    pub(crate) record_id: String,
-}
+pub(crate) use super::ledger::DetailRow;
 
 pub(crate) fn expired(
     schema: String,

@@ -5,6 +5,16 @@ use crate::base::ident::SqlText;
 use crate::sql::tables::CohortTable;
 
 /// Every setting the database holds.
+/// A setting as stored (the rows of [`read`]).
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct SettingRow {
+    pub(crate) name: String,
+    pub(crate) enabled: bool,
+    pub(crate) updated_at: chrono::DateTime<chrono::Utc>,
+    /// The role that set it.
+    pub(crate) updated_by: String,
+}
+
 pub(crate) fn read(schema: &str) -> Statement<()> {
     let mut sql = SqlText::new("SELECT name, enabled, updated_at, updated_by FROM ");
     sql.table(&CohortTable::Setting.qualified(schema));

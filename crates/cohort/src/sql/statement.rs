@@ -106,6 +106,22 @@ impl<P: Params> Statement<P> {
     }
 }
 
+/// A query whose text is built per entity (the sweep's statements, bound
+/// by hand for their key arrays), each row read as `O`.
+pub(crate) type Typed<'q, O> = Map<'q, Postgres, fn(PgRow) -> Result<O, sqlx::Error>, PgArguments>;
+
+/// Reads each row of `query` as the row type `O` (declared in `sql/`).
+pub(crate) fn typed<'q, O>(query: Query<'q, Postgres, PgArguments>) -> Typed<'q, O>
+where
+    O: for<'r> FromRow<'r, PgRow> + Send + Unpin,
+{
+    query.try_map(from_row::<O> as fn(PgRow) -> Result<O, sqlx::Error>)
+}
+
+fn from_row<O: for<'r> FromRow<'r, PgRow>>(row: PgRow) -> Result<O, sqlx::Error> {
+    O::from_row(&row)
+}
+
 /// Tuples bind their elements in order: for statements whose parameters
 /// are few and plainly named by the function that builds them (catalog
 /// lookups by schema and name, say).

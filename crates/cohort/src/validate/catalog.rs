@@ -4,18 +4,17 @@
 //! same-named table elsewhere can change what is inspected.
 
 use sqlx::postgres::types::Oid;
-use sqlx::{PgConnection, Row};
+use sqlx::PgConnection;
 
 use crate::base::ident::QualifiedName;
 use crate::sql::catalog as statements;
+pub(crate) use crate::sql::catalog::{
+    CascadeEdge, ColumnInfo, ForeignKeyInfo, IndexInfo, InsertHook, ServerInfo, StampTrigger,
+};
+use crate::sql::catalog::{
+    CascadeRow, ForeignKeyRow, IncomingKeyRow, NameRow, OwnerRow, TableRow, TimestampedRow,
+};
 pub(crate) use crate::sql::IncomingKey;
-
-/// The server's identity.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct ServerInfo {
-    pub(crate) version_num: i32,
-    pub(crate) version: String,
-}
 
 /// Column type families Cohort accepts per role (base `typname`s).
 pub(super) const TEXT_TYPES: &[&str] = &["text", "varchar", "bpchar", "citext"];
@@ -23,74 +22,6 @@ pub(super) const TEXT_TYPES: &[&str] = &["text", "varchar", "bpchar", "citext"];
 pub(super) const KEY_TYPES: &[&str] = &[
     "uuid", "int2", "int4", "int8", "text", "varchar", "bpchar", "citext",
 ];
-
-/// A column as the catalog reports it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct ColumnInfo {
-    pub(crate) name: String,
-    /// `format_type` output, e.g. `timestamp with time zone`.
-    pub(crate) display_type: String,
-    /// The base type's `typname`, e.g. `timestamptz`, `int4`.
-    pub(crate) type_name: String,
-    /// Whether its collation compares deterministically (byte-wise equal
-    /// means equal); a non-deterministic collation (e.g. case-insensitive
-    /// ICU) makes SQL equality disagree with Cohort's identity of values.
-    pub(crate) deterministic: bool,
-    /// The schema of that base type (`pg_catalog`, or where an extension
-    /// such as citext is installed).
-    pub(crate) type_schema: String,
-    /// The declared length of `varchar(n)` / `char(n)` (also through a
-    /// domain), in characters.
-    pub(crate) max_chars: Option<i32>,
-    /// The type modifier in force (`atttypmod`, or a domain's
-    /// `typtypmod`): `-1` when the type is unconstrained.
-    pub(crate) typmod: i32,
-    pub(crate) not_null: bool,
-    /// Whether the column has a DEFAULT expression.
-    pub(crate) has_default: bool,
-    /// That expression, as the server prints it (`pg_get_expr`).
-    pub(crate) default_expr: Option<String>,
-    /// Whether it is an identity column (filled by its sequence).
-    pub(crate) identity: bool,
-    /// Whether it is a generated column (computed; cannot be written).
-    pub(crate) generated: bool,
-}
-
-impl ColumnInfo {
-    /// The base type, schema-qualified (for casts in SQL).
-    pub(crate) fn qualified_type(&self) -> QualifiedName {
-        QualifiedName::new(self.type_schema.clone(), self.type_name.clone())
-    }
-}
-
-/// An index's key columns (an expression shows as an empty name).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct IndexInfo {
-    pub(crate) primary: bool,
-    pub(crate) unique: bool,
-    pub(crate) partial: bool,
-    /// A partial index's predicate as the server prints it
-    /// (`pg_get_expr`, e.g. `(is_deleted IS NOT TRUE)`).
-    pub(crate) predicate: Option<String>,
-    /// `indisvalid AND indisready AND indimmediate`: an index left invalid
-    /// by a failed `CREATE INDEX CONCURRENTLY`, or a deferrable one, does
-    /// not guarantee uniqueness when a statement runs.
-    pub(crate) usable: bool,
-    /// `indisvalid`: the planner reads through it. An index a failed
-    /// `CREATE INDEX CONCURRENTLY` left behind is not, so it serves no
-    /// scan and silences no advice.
-    pub(crate) valid: bool,
-    pub(crate) columns: Vec<String>,
-}
-
-/// A foreign key of the table.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct ForeignKeyInfo {
-    pub(crate) name: String,
-    /// `pg_constraint.confdeltype`: `c` is ON DELETE CASCADE.
-    pub(crate) on_delete: String,
-    pub(crate) references: QualifiedName,
-}
 
 /// A relation found by schema and name.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -127,11 +58,7 @@ impl TableInfo {
 }
 
 pub(crate) async fn server_info(conn: &mut PgConnection) -> Result<ServerInfo, sqlx::Error> {
-    let row = statements::server_info().query().fetch_one(conn).await?;
-    Ok(ServerInfo {
-        version_num: row.try_get("num")?,
-        version: row.try_get("version")?,
-    })
+    statements::server_info().query_as().fetch_one(conn).await
 }
 
 /// What a table that does not exist may have been meant to be: the same
@@ -141,17 +68,14 @@ pub(crate) async fn did_you_mean_table(
     conn: &mut PgConnection,
     missing: &QualifiedName,
 ) -> Result<String, sqlx::Error> {
-    let rows = statements::near_tables(missing.schema.clone(), missing.name.clone())
-        .query()
-        .fetch_all(&mut *conn)
-        .await?;
-    let mut names = Vec::with_capacity(rows.len());
-    for row in &rows {
-        names.push(QualifiedName::new(
-            row.try_get::<String, _>("schema")?,
-            row.try_get::<String, _>("name")?,
-        ));
-    }
+    let names: Vec<QualifiedName> =
+        statements::near_tables(missing.schema.clone(), missing.name.clone())
+            .query_as::<NameRow>()
+            .fetch_all(&mut *conn)
+            .await?
+            .into_iter()
+            .map(QualifiedName::from)
+            .collect();
     let elsewhere: Vec<String> = names
         .iter()
         .filter(|n| n.name == missing.name && n.schema != missing.schema)
@@ -185,13 +109,13 @@ pub(crate) async fn load_table(
     name: &QualifiedName,
 ) -> Result<Option<TableInfo>, sqlx::Error> {
     let Some(row) = statements::table(name.schema.clone(), name.name.clone())
-        .query()
+        .query_as::<TableRow>()
         .fetch_optional(&mut *conn)
         .await?
     else {
         return Ok(None);
     };
-    let oid: Oid = row.try_get("oid")?;
+    let oid = row.oid;
     let columns = load_columns(conn, oid).await?;
     let indexes = load_indexes(conn, oid).await?;
     let foreign_keys = load_foreign_keys(conn, oid).await?;
@@ -200,11 +124,11 @@ pub(crate) async fn load_table(
         referenced_by,
         oid: oid.0,
         name: name.clone(),
-        relkind: row.try_get("relkind")?,
-        is_partition: row.try_get("relispartition")?,
-        inherits: row.try_get("inherits")?,
-        has_inheritance_children: row.try_get("has_children")?,
-        comment: row.try_get("comment")?,
+        relkind: row.relkind,
+        is_partition: row.relispartition,
+        inherits: row.inherits,
+        has_inheritance_children: row.has_children,
+        comment: row.comment,
         columns,
         indexes,
         foreign_keys,
@@ -214,48 +138,17 @@ pub(crate) async fn load_table(
 /// The columns of the relation `oid`, in order.
 async fn load_columns(conn: &mut PgConnection, oid: Oid) -> Result<Vec<ColumnInfo>, sqlx::Error> {
     statements::columns(oid)
-        .query()
+        .query_as()
         .fetch_all(&mut *conn)
-        .await?
-        .into_iter()
-        .map(|r| {
-            Ok(ColumnInfo {
-                name: r.try_get("name")?,
-                display_type: r.try_get("display_type")?,
-                type_name: r.try_get("type_name")?,
-                deterministic: r.try_get("deterministic")?,
-                type_schema: r.try_get("type_schema")?,
-                max_chars: r.try_get("max_chars")?,
-                typmod: r.try_get("typmod")?,
-                not_null: r.try_get("not_null")?,
-                has_default: r.try_get("has_default")?,
-                default_expr: r.try_get("default_expr")?,
-                identity: r.try_get("identity")?,
-                generated: r.try_get("generated")?,
-            })
-        })
-        .collect()
+        .await
 }
 
 /// The indexes of the relation `oid`.
 async fn load_indexes(conn: &mut PgConnection, oid: Oid) -> Result<Vec<IndexInfo>, sqlx::Error> {
     statements::indexes(oid)
-        .query()
+        .query_as()
         .fetch_all(&mut *conn)
-        .await?
-        .into_iter()
-        .map(|r| {
-            Ok(IndexInfo {
-                primary: r.try_get("is_primary")?,
-                unique: r.try_get("is_unique")?,
-                partial: r.try_get("partial")?,
-                predicate: r.try_get("predicate")?,
-                usable: r.try_get("usable")?,
-                valid: r.try_get("valid")?,
-                columns: r.try_get("columns")?,
-            })
-        })
-        .collect()
+        .await
 }
 
 /// The foreign keys of the relation `oid`.
@@ -263,19 +156,11 @@ async fn load_foreign_keys(
     conn: &mut PgConnection,
     oid: Oid,
 ) -> Result<Vec<ForeignKeyInfo>, sqlx::Error> {
-    statements::foreign_keys(oid)
-        .query()
+    let rows = statements::foreign_keys(oid)
+        .query_as::<ForeignKeyRow>()
         .fetch_all(&mut *conn)
-        .await?
-        .into_iter()
-        .map(|r| {
-            Ok(ForeignKeyInfo {
-                name: r.try_get("name")?,
-                on_delete: r.try_get("on_delete")?,
-                references: QualifiedName::from_columns(&r, "ref_schema", "ref_table")?,
-            })
-        })
-        .collect()
+        .await?;
+    Ok(rows.into_iter().map(ForeignKeyInfo::from).collect())
 }
 
 /// The foreign keys that reference the relation `oid`.
@@ -283,51 +168,11 @@ async fn load_referenced_by(
     conn: &mut PgConnection,
     oid: Oid,
 ) -> Result<Vec<IncomingKey>, sqlx::Error> {
-    statements::referenced_by(oid)
-        .query()
+    let rows = statements::referenced_by(oid)
+        .query_as::<IncomingKeyRow>()
         .fetch_all(&mut *conn)
-        .await?
-        .into_iter()
-        .map(|r| {
-            Ok(IncomingKey {
-                name: r.try_get("name")?,
-                on_delete: r.try_get("on_delete")?,
-                child: QualifiedName::from_columns(&r, "child_schema", "child_table")?,
-                child_columns: r.try_get("child_columns")?,
-                parent_columns: r.try_get("parent_columns")?,
-                child_indexed: r.try_get("child_indexed")?,
-            })
-        })
-        .collect()
-}
-
-/// A foreign-key action that a DELETE from a table sets off, directly or
-/// through a chain of `ON DELETE CASCADE` keys (through any tables,
-/// retained or not).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct CascadeEdge {
-    /// The constraint's name.
-    pub(crate) name: String,
-    /// `c` CASCADE, `n` SET NULL, `d` SET DEFAULT.
-    pub(crate) action: String,
-    /// The table whose rows the action deletes or changes.
-    pub(crate) child: QualifiedName,
-    /// The tables from the deleted one to `child`, in order.
-    pub(crate) path: Vec<QualifiedName>,
-    /// For SET NULL / SET DEFAULT: key columns of `child` the action would
-    /// set to NULL although they are NOT NULL (so every delete fails).
-    pub(crate) failing_columns: Vec<String>,
-}
-
-impl CascadeEdge {
-    /// `CASCADE`, `SET NULL` or `SET DEFAULT`.
-    pub(crate) fn action_sql(&self) -> &'static str {
-        match self.action.as_str() {
-            "c" => "CASCADE",
-            "n" => "SET NULL",
-            _ => "SET DEFAULT",
-        }
-    }
+        .await?;
+    Ok(rows.into_iter().map(IncomingKey::from).collect())
 }
 
 /// Every CASCADE / SET NULL / SET DEFAULT action a DELETE from `table`
@@ -336,39 +181,11 @@ pub(crate) async fn cascade_edges(
     conn: &mut PgConnection,
     table: u32,
 ) -> Result<Vec<CascadeEdge>, sqlx::Error> {
-    statements::cascade_edges(Oid(table))
-        .query()
+    let rows = statements::cascade_edges(Oid(table))
+        .query_as::<CascadeRow>()
         .fetch_all(conn)
-        .await?
-        .into_iter()
-        .map(|r| {
-            let schemas: Vec<String> = r.try_get("path_schemas")?;
-            let names: Vec<String> = r.try_get("path_names")?;
-            Ok(CascadeEdge {
-                name: r.try_get("name")?,
-                action: r.try_get("action")?,
-                child: QualifiedName::from_columns(&r, "child_schema", "child_table")?,
-                path: schemas
-                    .into_iter()
-                    .zip(names)
-                    .map(|(s, n)| QualifiedName::new(s, n))
-                    .collect(),
-                failing_columns: r.try_get("failing_columns")?,
-            })
-        })
-        .collect()
-}
-
-/// An INSERT rule or a `BEFORE INSERT` row trigger on a table (or one of
-/// its partitions): something that can change or swallow a row on its way
-/// in.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct InsertHook {
-    /// `rule` or `trigger`.
-    pub(crate) kind: String,
-    pub(crate) name: String,
-    /// The relation it is on, as `schema.table`.
-    pub(crate) relation: String,
+        .await?;
+    Ok(rows.into_iter().map(CascadeEdge::from).collect())
 }
 
 /// The INSERT rules and `BEFORE INSERT` row triggers of `table` and its
@@ -378,30 +195,9 @@ pub(crate) async fn insert_hooks(
     table: u32,
 ) -> Result<Vec<InsertHook>, sqlx::Error> {
     statements::insert_hooks(Oid(table))
-        .query()
+        .query_as()
         .fetch_all(conn)
-        .await?
-        .iter()
-        .map(|r| {
-            Ok(InsertHook {
-                kind: r.try_get("kind")?,
-                name: r.try_get("name")?,
-                relation: r.try_get("relation")?,
-            })
-        })
-        .collect()
-}
-
-/// A trigger on the hold table as the catalog has it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct StampTrigger {
-    /// `pg_trigger.tgenabled` (`A` always, `O` origin, `R` replica, `D`
-    /// disabled).
-    pub(crate) enabled: String,
-    /// `pg_trigger.tgtype`: row, before, on which events.
-    pub(crate) tgtype: i32,
-    /// Its function's source.
-    pub(crate) source: String,
+        .await
 }
 
 /// The hold trigger `name` in `schema` (`retention_hold_stamp`,
@@ -412,18 +208,10 @@ pub(crate) async fn hold_trigger(
     schema: &str,
     name: &'static str,
 ) -> Result<Option<StampTrigger>, sqlx::Error> {
-    let row = statements::hold_trigger(schema.to_owned(), name)
-        .query()
+    statements::hold_trigger(schema.to_owned(), name)
+        .query_as()
         .fetch_optional(conn)
-        .await?;
-    row.map(|r| {
-        Ok(StampTrigger {
-            enabled: r.try_get("enabled")?,
-            tgtype: r.try_get("tgtype")?,
-            source: r.try_get("source")?,
-        })
-    })
-    .transpose()
+        .await
 }
 
 /// Whether `schema` holds Cohort's ledger (a `sweep_run` table carrying a
@@ -456,20 +244,16 @@ pub(crate) async fn timestamped_tables(
     schemas: Vec<String>,
 ) -> Result<Vec<TimestampedTable>, sqlx::Error> {
     let rows = statements::timestamped_tables(schemas)
-        .query()
+        .query_as::<TimestampedRow>()
         .fetch_all(&mut *conn)
         .await?;
-    rows.iter()
-        .map(|r| {
-            Ok(TimestampedTable {
-                name: QualifiedName::new(
-                    r.try_get::<String, _>("schema")?,
-                    r.try_get::<String, _>("name")?,
-                ),
-                timestamps: r.try_get("timestamps")?,
-            })
+    Ok(rows
+        .into_iter()
+        .map(|r| TimestampedTable {
+            name: QualifiedName::new(r.schema, r.name),
+            timestamps: r.timestamps,
         })
-        .collect()
+        .collect())
 }
 
 /// A server setting's current value.
@@ -490,23 +274,8 @@ pub(crate) async fn not_owned(
     oid: u32,
 ) -> Result<Vec<(QualifiedName, String)>, sqlx::Error> {
     let rows = statements::tables_not_owned(Oid(oid))
-        .query()
+        .query_as::<OwnerRow>()
         .fetch_all(&mut *conn)
         .await?;
-    owners(&rows)
-}
-
-/// Rows of `schema, name, owner` (the ownership statements') as
-/// (relation, owner).
-pub(crate) fn owners(
-    rows: &[sqlx::postgres::PgRow],
-) -> Result<Vec<(QualifiedName, String)>, sqlx::Error> {
-    rows.iter()
-        .map(|r| {
-            Ok((
-                QualifiedName::from_columns(r, "schema", "name")?,
-                r.try_get("owner")?,
-            ))
-        })
-        .collect()
+    Ok(rows.into_iter().map(Into::into).collect())
 }

@@ -2,7 +2,7 @@
 //! with (see [`crate::domain::chain::LedgerKey`]): checked when a process that
 //! links runs and holds starts, before it writes anything.
 
-use sqlx::{PgConnection, Row};
+use sqlx::PgConnection;
 
 use crate::domain::chain::{self, LedgerKey};
 use crate::error::{Error, Problems};
@@ -41,15 +41,13 @@ pub(crate) async fn keyed_with(
     conn: &mut PgConnection,
     schema: &str,
 ) -> Result<Option<String>, sqlx::Error> {
-    let Some(row) = statements::key_link(schema)
-        .query()
+    let Some(statements::KeyLinkRow { link_id, record }) = statements::key_link(schema)
+        .query_as()
         .fetch_optional(&mut *conn)
         .await?
     else {
         return Ok(None);
     };
-    let record: String = row.try_get("record")?;
-    let link_id: i64 = row.try_get("link_id")?;
     serde_json::from_str::<chain::KeyRecord>(&record)
         .map(|k| Some(k.key_id))
         .map_err(|_| {

@@ -4,7 +4,7 @@
 
 use crate::sql::catalog as statements;
 use sqlx::postgres::types::Oid;
-use sqlx::{PgConnection, Row};
+use sqlx::PgConnection;
 
 use super::catalog::TableInfo;
 use crate::base::ident::QualifiedName;
@@ -34,33 +34,29 @@ pub(crate) async fn load(
 ) -> Result<Option<Partitioning>, sqlx::Error> {
     let oid = Oid(oid);
     let Some(row) = statements::partitioning(oid)
-        .query()
+        .query_as::<statements::PartitioningRow>()
         .fetch_optional(&mut *conn)
         .await?
     else {
         return Ok(None);
     };
-    let rows = statements::partitions_not_owned(oid)
-        .query()
-        .fetch_all(&mut *conn)
-        .await?;
-    let not_owned = super::catalog::owners(&rows)?;
-    let referenced_by = statements::partition_tree_referenced_by(oid)
-        .query()
+    let not_owned = statements::partitions_not_owned(oid)
+        .query_as::<statements::OwnerRow>()
         .fetch_all(&mut *conn)
         .await?
         .into_iter()
-        .map(|r| {
-            Ok((
-                r.try_get("name")?,
-                QualifiedName::from_columns(&r, "child_schema", "child_table")?,
-                QualifiedName::from_columns(&r, "parent_schema", "parent_table")?,
-            ))
-        })
-        .collect::<Result<Vec<_>, sqlx::Error>>()?;
+        .map(Into::into)
+        .collect();
+    let referenced_by = statements::partition_tree_referenced_by(oid)
+        .query_as::<statements::TreeKeyRow>()
+        .fetch_all(&mut *conn)
+        .await?
+        .into_iter()
+        .map(Into::into)
+        .collect();
     Ok(Some(Partitioning {
-        strategy: row.try_get("strategy")?,
-        key: row.try_get("key")?,
+        strategy: row.strategy,
+        key: row.key,
         not_owned,
         referenced_by,
     }))

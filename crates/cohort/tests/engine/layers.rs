@@ -869,28 +869,12 @@ fn the_architecture_page_draws_these_layers() {
 
 /// Rows are decoded where their statements are written: `sql/`. Elsewhere
 /// a column read by name (`try_get("…")`, `.get("…")`) is a second place
-/// that must agree with the statement's text, and nothing makes it. The
-/// files below still decode rows; each may hold at most its count, a file
-/// not listed none. A count that drops must be lowered here too, so the
-/// list only shrinks (issue 56: typed rows).
-const ROWS_DECODED_OUTSIDE_SQL: &[(&str, usize)] = &[
-    ("base/ident.rs", 2),
-    ("context/settings.rs", 4),
-    ("domain/model/anonymise.rs", 1),
-    ("ops/guarded.rs", 3),
-    ("ops/holds/place.rs", 2),
-    ("run/capture.rs", 2),
-    ("run/counts.rs", 6),
-    ("run/health.rs", 2),
-    ("run/passes.rs", 9),
-    ("run/recorder.rs", 2),
-    ("schema/migrate.rs", 1),
-    ("sea_orm.rs", 5),
-    ("services/dispatcher/command.rs", 1),
-    ("validate/catalog.rs", 51),
-    ("validate/chain_key.rs", 2),
-    ("validate/partitions.rs", 3),
-];
+/// that must agree with the statement's text, and nothing makes it. One
+/// read stays outside, for a reason the layers impose: a per-row
+/// anonymiser reads its own column in the Rust type of the user's closure,
+/// which only the domain's typed wrapper knows, and the domain sits below
+/// `sql/` (issue 56: typed rows; 340 reads in 26 files when it began).
+const ROWS_DECODED_OUTSIDE_SQL: &[(&str, usize)] = &[("domain/model/anonymise.rs", 1)];
 
 #[test]
 fn rows_are_decoded_in_sql_and_what_remains_elsewhere_only_shrinks() {

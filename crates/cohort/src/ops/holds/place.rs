@@ -2,7 +2,6 @@
 //! its target locked, inserted and linked in the chain in one transaction
 //! (see the module above for what the locks guarantee).
 
-use sqlx::Row;
 use uuid::Uuid;
 
 use super::{Hold, HoldRequest, Target};
@@ -240,8 +239,7 @@ async fn lock_record(
         )));
     };
     // The tenant authorises the hold; protection then follows the record.
-    let stored_record: String = row.try_get("record")?;
-    let owner: Option<String> = row.try_get("tenant")?;
+    let (stored_record, owner) = (row.record, row.tenant);
     let owner = facts.canonical_owner(owner);
     if owner != tenant {
         return Err(Error::InvalidInput(format!(

@@ -6,9 +6,9 @@
 use std::process::Stdio;
 use std::time::Duration;
 
-use chrono::{DateTime, NaiveDate, NaiveDateTime, Utc};
+use chrono::Utc;
 use sqlx::postgres::PgRow;
-use sqlx::Row;
+
 use tokio::io::AsyncWriteExt;
 
 use crate::domain::handlers::{
@@ -31,32 +31,6 @@ pub(crate) fn registered(spec: PolicyHandler) -> Registered {
 
 pub(crate) struct CommandHandler {
     pub(crate) spec: PolicyHandler,
-}
-
-/// A column's value as a snapshot value, whatever its (common) type.
-fn column_value(row: &PgRow, column: &str) -> Result<SnapshotValue, HandlerError> {
-    macro_rules! try_as {
-        ($($t:ty => $conv:expr),* $(,)?) => {$(
-            if let Ok(v) = row.try_get::<Option<$t>, _>(column) {
-                #[allow(clippy::redundant_closure_call)]
-                return Ok(v.map_or(SnapshotValue::Null, $conv));
-            }
-        )*};
-    }
-    try_as!(
-        String => SnapshotValue::Text,
-        i64 => SnapshotValue::Int,
-        i32 => |n: i32| SnapshotValue::Int(n.into()),
-        i16 => |n: i16| SnapshotValue::Int(n.into()),
-        bool => SnapshotValue::Bool,
-        f64 => SnapshotValue::Float,
-        uuid::Uuid => SnapshotValue::Uuid,
-        DateTime<Utc> => SnapshotValue::Timestamp,
-        NaiveDateTime => |t: NaiveDateTime| SnapshotValue::Text(t.to_string()),
-        NaiveDate => |d: NaiveDate| SnapshotValue::Text(d.to_string()),
-        serde_json::Value => |v: serde_json::Value| SnapshotValue::Text(v.to_string()),
-    );
-    Err(format!("column {column:?} has a type a command handler cannot capture").into())
 }
 
 /// A snapshot value as plain JSON (SPEC §8a: text, numbers, booleans, null;
@@ -109,8 +83,10 @@ impl CommandHandler {
 impl ErasedHandler for CommandHandler {
     async fn before(&self, row: &PgRow, ctx: &mut BeforeContext) -> Result<(), HandlerError> {
         for column in &self.spec.capture {
-            ctx.snapshot
-                .insert(column.clone(), column_value(row, column)?)?;
+            ctx.snapshot.insert(
+                column.clone(),
+                crate::sql::values::snapshot_value(row, column)?,
+            )?;
         }
         Ok(())
     }

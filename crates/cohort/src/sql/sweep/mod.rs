@@ -27,6 +27,7 @@ pub(crate) mod fused;
 mod lock;
 mod mutate;
 mod params;
+mod rows;
 mod shape;
 mod targets;
 mod values;
@@ -36,6 +37,9 @@ use std::sync::Arc;
 
 pub(crate) use fused::Fused;
 pub(crate) use params::{Audit, Batch, Change, Changed, Cursor, Rows, RunParam, Scope};
+#[cfg(feature = "sea-orm")]
+pub(crate) use rows::sea;
+pub(crate) use rows::{CountsRow, LockedRow, RecordRow};
 pub(crate) use shape::StageScope;
 pub(crate) use targets::{lock_subject_rows, Targets};
 pub(crate) use values::{marks, RunValue, Values};

@@ -12,8 +12,11 @@ use sqlx::postgres::{PgArguments, PgRow};
 use sqlx::{PgConnection, Postgres, Row};
 use uuid::Uuid;
 
+use super::rows::{CountsRow, KeptRow, LockedRow, OldestRow};
 use super::{marks, SweepStatements, Targets, Values};
 use crate::domain::rules::Strategy;
+use crate::sql::ledger::DetailRow;
+use crate::sql::statement::{typed, Typed};
 use crate::sql::{bind_array, BindKey, BoundHolds, DecodeKey, KeyType, KeyValue};
 
 /// A query being bound.
@@ -289,7 +292,7 @@ pub(crate) struct Changed {
     pub(crate) rows: u64,
     /// The row details it wrote (audited form), each with `row_detail_id`
     /// and `record_id`.
-    pub(crate) details: Option<Vec<PgRow>>,
+    pub(crate) details: Option<Vec<DetailRow>>,
 }
 
 /// What a mutation statement returns.
@@ -313,11 +316,8 @@ impl Mutation<'_> {
     pub(crate) async fn run(self, conn: &mut PgConnection) -> Result<Changed, sqlx::Error> {
         Ok(match self.returns {
             Returns::Details => {
-                let details = self.query.fetch_all(&mut *conn).await?;
-                let keys = details
-                    .iter()
-                    .map(|r| r.try_get::<String, _>("record_id"))
-                    .collect::<Result<Vec<_>, _>>()?;
+                let details = typed::<DetailRow>(self.query).fetch_all(&mut *conn).await?;
+                let keys: Vec<String> = details.iter().map(|d| d.record_id.clone()).collect();
                 Changed {
                     rows: keys.len() as u64,
                     keys,
@@ -510,8 +510,12 @@ impl SweepStatements {
     }
 
     /// The counts in scope (see [`SweepStatements::counts`]).
-    pub(crate) fn counts_query<'q>(&'q self, entity_id: Uuid, scope: &'q Scope) -> Query<'q> {
-        scope.bind_counts(sqlx::query(self.counts.sql()).bind(entity_id))
+    pub(crate) fn counts_query<'q>(
+        &'q self,
+        entity_id: Uuid,
+        scope: &'q Scope,
+    ) -> Typed<'q, CountsRow> {
+        typed(scope.bind_counts(sqlx::query(self.counts.sql()).bind(entity_id)))
     }
 
     /// The counts after a run, the entity's active holds bound (see
@@ -522,10 +526,10 @@ impl SweepStatements {
         scope: &'q Scope,
         holds: &'q BoundHolds,
         key_type: KeyType,
-    ) -> Option<Query<'q>> {
+    ) -> Option<Typed<'q, CountsRow>> {
         let text = self.counts_after.as_ref()?;
         let q = scope.bind_counts(sqlx::query(text.sql()).bind(entity_id));
-        Some(holds.bind(q, key_type))
+        Some(typed(holds.bind(q, key_type)))
     }
 
     /// The rows the legal minimum keeps past `period_cutoff`, column
@@ -536,10 +540,10 @@ impl SweepStatements {
         entity_id: Uuid,
         scope: &'q Scope,
         period_cutoff: DateTime<Utc>,
-    ) -> Option<Query<'q>> {
+    ) -> Option<Typed<'q, KeptRow>> {
         let text = self.kept_by_legal_min.as_ref()?;
         let q = scope.bind_counts(sqlx::query(text.sql()).bind(entity_id));
-        Some(q.bind(period_cutoff))
+        Some(typed(q.bind(period_cutoff)))
     }
 
     /// The oldest eligible row's anchor, column `oldest` (see
@@ -548,9 +552,11 @@ impl SweepStatements {
         &'q self,
         entity_id: Uuid,
         scope: &'q Scope,
-    ) -> Option<Query<'q>> {
+    ) -> Option<Typed<'q, OldestRow>> {
         let text = self.backlog.as_ref()?;
-        Some(scope.bind_counts(sqlx::query(text.sql()).bind(entity_id)))
+        Some(typed(
+            scope.bind_counts(sqlx::query(text.sql()).bind(entity_id)),
+        ))
     }
 }
 
@@ -565,8 +571,8 @@ impl Targets {
     }
 
     /// Locks the row with this key (see [`Targets::lock_target`]).
-    pub(crate) fn lock_target_query<'q>(&'q self, record: &KeyValue) -> Query<'q> {
-        record.bind(sqlx::query(self.lock_target.sql()))
+    pub(crate) fn lock_target_query<'q>(&'q self, record: &KeyValue) -> Typed<'q, LockedRow> {
+        typed(record.bind(sqlx::query(self.lock_target.sql())))
     }
 
     /// Whether the record is held now, or at `as_of` (see
