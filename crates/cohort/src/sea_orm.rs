@@ -245,9 +245,7 @@ async fn apply<T: ConnectionTrait>(
         ))
         .await
         .map_err(db_err)?;
-    let found: Option<Option<String>> = row
-        .map(|r| first(&r).map_err(db_err))
-        .transpose()?;
+    let found: Option<Option<String>> = row.map(|r| first(&r).map_err(db_err)).transpose()?;
     let from = plan.version_from(found)?;
     let mut applied = Vec::new();
     for m in plan.pending(from) {

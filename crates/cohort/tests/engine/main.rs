@@ -1,8 +1,12 @@
 //! Cohort's end-to-end tests in one binary (one link of the library, one
 //! process): a module per guarantee, each on databases of its own, cloned
-//! from a migrated template by `support`. Tests that install a process-wide
-//! tracing subscriber or allocator, and the derive macro's, keep binaries
-//! of their own beside this folder.
+//! from a migrated template by `support`. The binary's one tracing
+//! subscriber is `support::logs`'s and captures per test thread, so the
+//! tests that read logs run beside the others. One test keeps a binary of
+//! its own: `tests/bounded_failures.rs` measures the process's peak heap
+//! through its global allocator, which other tests beside it would move
+//! (a per-thread counting allocator needs `unsafe`, which the workspace
+//! forbids).
 
 mod support;
 
@@ -20,9 +24,11 @@ mod composite_keys;
 mod concurrency;
 mod contract;
 mod data_loss;
+mod derive;
 mod docs;
 mod erasure;
 mod erasure_requests;
+mod failures;
 mod faults;
 mod fused;
 mod guarded;
@@ -41,6 +47,7 @@ mod passes;
 mod peers;
 mod pooler;
 mod privileges;
+mod replica_lag;
 mod restore;
 mod schema;
 mod services;
@@ -48,5 +55,6 @@ mod stages;
 mod subject_holds;
 mod sweep;
 mod table_health;
+mod telemetry;
 mod tenant_tags;
 mod validation;

@@ -564,10 +564,6 @@ async fn the_role_must_be_able_to_drop_every_partition() {
 
 #[tokio::test]
 async fn two_sweeps_at_once_drop_each_partition_once_and_count_each_row_once() {
-    let _ = tracing_subscriber::fmt()
-        .with_test_writer()
-        .with_max_level(tracing_subscriber::filter::LevelFilter::ERROR)
-        .try_init();
     let (db, cohort) = setup("per_row", "").await;
     let runs = both(&cohort).await;
     let mut affected = 0;

@@ -1,5 +1,9 @@
 //! `#[derive(Retained)]` through `cohort::Retained`: each test builds the
-//! expected declaration by hand with the builder and compares.
+//! expected declaration by hand with the builder and compares; `ui` holds
+//! the inputs that must compile and those that must fail with clear
+//! messages (the expected compiler output is in `tests/ui/fail/*.stderr`;
+//! regenerate it with `TRYBUILD=overwrite cargo test -p cohort --test
+//! engine derive::ui`).
 
 use chrono::{DateTime, Utc};
 use cohort::model::{
@@ -54,7 +58,7 @@ fn session_note() {
     assert_eq!(
         decl.declared_origin(),
         &Origin::Derive {
-            type_path: "derive::SessionNote".to_owned()
+            type_path: "engine::derive::SessionNote".to_owned()
         }
     );
 }
@@ -152,7 +156,7 @@ mod anonymisers {
 #[allow(dead_code)]
 struct PathAnonymiser {
     created_at: DateTime<Utc>,
-    #[anonymise(with = "crate::anonymisers::last_digits")]
+    #[anonymise(with = "crate::derive::anonymisers::last_digits")]
     amount: Option<i64>,
 }
 
@@ -161,7 +165,7 @@ fn custom_anonymiser_by_path() {
     let decl = format!("{:?}", PathAnonymiser::declaration());
     assert!(
         decl.contains(
-            r#"("amount", Custom(CustomAnonymiser { name: "crate::anonymisers::last_digits""#
+            r#"("amount", Custom(CustomAnonymiser { name: "crate::derive::anonymisers::last_digits""#
         ),
         "{decl}"
     );
@@ -532,7 +536,7 @@ fn expansion_is_hygienic() {
     assert_eq!(
         decl.declared_origin(),
         &Origin::Derive {
-            type_path: "derive::shadowing::Shadowed".to_owned()
+            type_path: "engine::derive::shadowing::Shadowed".to_owned()
         }
     );
 }
@@ -564,4 +568,11 @@ fn audited_note() {
         .column("tenant_id", "tenant_id", "Uuid")
         .column("created_at", "created_at", "DateTime<Utc>");
     assert_eq!(AuditedNote::declaration(), expected);
+}
+
+#[test]
+fn ui() {
+    let t = trybuild::TestCases::new();
+    t.pass("tests/ui/pass/*.rs");
+    t.compile_fail("tests/ui/fail/*.rs");
 }

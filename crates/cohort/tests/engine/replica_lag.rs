@@ -10,51 +10,23 @@
 //! primary's unix socket; its replay is paused with
 //! `pg_wal_replay_pause()`, so its lag grows for real.
 
-#[path = "engine/support/mod.rs"]
-mod support;
-
 use std::time::{Duration, Instant};
 
+use crate::support::*;
 use cohort::rules::Period;
 use cohort::settings::PacingLimit;
 use cohort::{Cohort, CohortConfig, ErrorKind, RunStatus, SweepRequest};
 use cohort_pgtemp::Cluster;
 use sqlx::PgPool;
-use support::*;
-
-/// Every JSON line this test binary logged at debug and above.
-fn captured() -> &'static LogBuffer {
-    static LOGS: std::sync::OnceLock<LogBuffer> = std::sync::OnceLock::new();
-    LOGS.get_or_init(|| {
-        let logs = LogBuffer::default();
-        let subscriber = tracing_subscriber::fmt()
-            .json()
-            .with_max_level(tracing::Level::DEBUG)
-            .with_writer(logs.clone())
-            .finish();
-        tracing::subscriber::set_global_default(subscriber).expect("one global subscriber");
-        logs
-    })
-}
-
-/// How many lines this test binary logged with `message`.
-fn logged(message: &str) -> usize {
-    let raw = captured().0.lock().unwrap().clone();
-    String::from_utf8(raw)
-        .unwrap()
-        .lines()
-        .filter(|l| l.contains(message))
-        .count()
-}
 
 /// How many times a sweep started waiting for a standby.
-fn waits_logged() -> usize {
-    logged("waiting for standby replay before the next batch")
+fn waits_logged(logs: &logs::Capture) -> usize {
+    logs.count("waiting for standby replay before the next batch")
 }
 
 /// How many polls a waiting sweep made.
-fn polls_logged() -> usize {
-    logged("still waiting for standby replay")
+fn polls_logged(logs: &logs::Capture) -> usize {
+    logs.count("still waiting for standby replay")
 }
 
 async fn primary() -> (Cluster, PgPool) {
@@ -111,9 +83,9 @@ async fn wait_for_streaming(pool: &PgPool) {
     }
 }
 
-async fn wait_for_waits(n: usize) {
+async fn wait_for_waits(logs: &logs::Capture, n: usize) {
     let deadline = Instant::now() + Duration::from_secs(60);
-    while waits_logged() < n {
+    while waits_logged(logs) < n {
         assert!(
             Instant::now() < deadline,
             "the sweep never waited for the standby"
@@ -124,7 +96,7 @@ async fn wait_for_waits(n: usize) {
 
 #[tokio::test]
 async fn a_sweep_waits_for_a_stalled_standby_and_goes_on_when_it_replays() {
-    captured();
+    let logs = logs::capture(logs::Format::Json);
     let (primary, pool) = primary().await;
     let standby = primary.start_standby().await.unwrap();
     let replica = PgPool::connect(standby.url()).await.unwrap();
@@ -142,7 +114,7 @@ async fn a_sweep_waits_for_a_stalled_standby_and_goes_on_when_it_replays() {
     assert_eq!(run.status, RunStatus::Succeeded);
     assert_eq!(run.entities[0].affected, 13);
     assert_eq!(run.entities[0].lag_waited_ms, None);
-    assert_eq!(waits_logged(), 0);
+    assert_eq!(waits_logged(&logs), 0);
 
     // With max_replica_lag = 1s, the sweep of tenant A waits once the
     // stalled standby is more than a second behind, and not before.
@@ -157,7 +129,7 @@ async fn a_sweep_waits_for_a_stalled_standby_and_goes_on_when_it_replays() {
                 .unwrap()
         })
     };
-    wait_for_waits(1).await;
+    wait_for_waits(&logs, 1).await;
     let late_left = format!(
         "SELECT count(*) FROM app.notes WHERE tenant_id = '{TENANT_A}' AND body LIKE 'late%'"
     );
@@ -166,9 +138,9 @@ async fn a_sweep_waits_for_a_stalled_standby_and_goes_on_when_it_replays() {
     assert!(left > 0, "rows are left while it waits");
     // Held while replay stays paused: five polls (a second) later, the
     // sweep has not taken another batch.
-    let polls = polls_logged();
+    let polls = polls_logged(&logs);
     let deadline = Instant::now() + Duration::from_secs(60);
-    while polls_logged() < polls + 5 {
+    while polls_logged(&logs) < polls + 5 {
         assert!(Instant::now() < deadline, "the sweep stopped polling");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -202,7 +174,7 @@ async fn a_sweep_waits_for_a_stalled_standby_and_goes_on_when_it_replays() {
                 .unwrap()
         })
     };
-    wait_for_waits(2).await;
+    wait_for_waits(&logs, 2).await;
     drop(standby);
     let run = sweeping.await.unwrap();
     let notes = &run.entities[0];

@@ -2,39 +2,17 @@
 //! run, entity, batch and delivery with the SPEC's fields, events at the
 //! right levels, and no row value anywhere.
 
-#[path = "engine/support/mod.rs"]
-mod support;
-
+use crate::support::*;
 use cohort::handlers::{
     AfterContext, BeforeContext, HandlerError, HandlerRegistration, RowHandler,
 };
 use cohort::holds::HoldRequest;
 use cohort::{Cohort, CohortConfig, RunStatus, SweepRequest};
 use serde_json::Value;
-use support::*;
 use uuid::Uuid;
 
-/// Every JSON line this test binary logged at debug and above.
-fn captured() -> &'static LogBuffer {
-    static LOGS: std::sync::OnceLock<LogBuffer> = std::sync::OnceLock::new();
-    LOGS.get_or_init(|| {
-        let logs = LogBuffer::default();
-        let subscriber = tracing_subscriber::fmt()
-            .json()
-            .with_current_span(true)
-            .with_span_list(true)
-            .with_max_level(tracing::Level::DEBUG)
-            .with_writer(logs.clone())
-            .finish();
-        tracing::subscriber::set_global_default(subscriber).expect("one global subscriber");
-        logs
-    })
-}
-
-fn lines() -> Vec<Value> {
-    let raw = captured().0.lock().unwrap().clone();
-    String::from_utf8(raw)
-        .unwrap()
+fn lines(logs: &logs::Capture) -> Vec<Value> {
+    logs.text()
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect()
@@ -75,7 +53,7 @@ impl RowHandler<Body> for Refusing {
 /// RS-008: spans and events of a sweep and a dispatch.
 #[tokio::test]
 async fn runs_entities_batches_and_deliveries_have_spans_with_their_fields_and_no_row_values() {
-    captured();
+    let captured = logs::capture(logs::Format::Json);
     let db = engine_db().await;
     // Every note body is a value that must never reach a log.
     exec(
@@ -123,7 +101,7 @@ async fn runs_entities_batches_and_deliveries_have_spans_with_their_fields_and_n
     let flushed = cohort.dispatcher().flush().await.unwrap();
     assert_eq!(flushed.dead_lettered, notes.affected);
 
-    let logs = lines();
+    let logs = lines(&captured);
     let run_id = r.run_id.to_string();
     let mine: Vec<&Value> = logs
         .iter()
@@ -190,7 +168,7 @@ async fn runs_entities_batches_and_deliveries_have_spans_with_their_fields_and_n
         assert_eq!(delivery["run_id"], run_id.as_str());
     }
     // No row value anywhere in the log (record ids are allowed).
-    let text = captured().text();
+    let text = captured.text();
     // (sqlx logs every statement at debug: Cohort's carry placeholders,
     // never values; the one statement allowed to show them is this test's
     // own seeding UPDATE.)

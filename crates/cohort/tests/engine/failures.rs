@@ -2,11 +2,9 @@
 //! observers and sanitised diagnostics.
 #![allow(clippy::type_complexity)] // tuple rows read back from SQL
 
-#[path = "engine/support/mod.rs"]
-mod support;
-
 use std::sync::{Arc, Mutex};
 
+use crate::support::*;
 use cohort::async_trait;
 use cohort::model::{AnonymiseMethod, CustomAnonymiser};
 use cohort::observer::{AuditEvent, AuditObserver};
@@ -14,7 +12,6 @@ use cohort::rules::{
     CategoryCapabilities, ResolutionContext, ResolveError, RetentionRule, RuleProvider, Strategy,
 };
 use cohort::{Cancel, Cohort, CohortConfig, Error, RunStatus, SweepRequest};
-use support::*;
 
 async fn cohort_with(
     db: &cohort_pgtemp::TestDatabase,
@@ -31,23 +28,6 @@ async fn cohort_with(
     b.build().await.unwrap()
 }
 
-/// Everything this test binary logs. One global subscriber: a scoped one
-/// (`set_default`) races with the other tests' threads over tracing's
-/// per-callsite interest cache and sometimes misses events.
-fn captured_logs() -> &'static LogBuffer {
-    static LOGS: std::sync::OnceLock<LogBuffer> = std::sync::OnceLock::new();
-    LOGS.get_or_init(|| {
-        let logs = LogBuffer::default();
-        let subscriber = tracing_subscriber::fmt()
-            .with_writer(logs.clone())
-            .with_ansi(false)
-            .finish();
-        tracing::subscriber::set_global_default(subscriber)
-            .expect("no other global subscriber in this test binary");
-        logs
-    })
-}
-
 #[tokio::test]
 async fn one_entity_failing_mid_run_keeps_committed_batches_and_the_other_entities_work() {
     let db = engine_db().await;
@@ -57,7 +37,7 @@ async fn one_entity_failing_mid_run_keeps_committed_batches_and_the_other_entiti
         CREATE TRIGGER refuse BEFORE UPDATE ON app.tickets FOR EACH ROW EXECUTE FUNCTION app.refuse();").await;
     let config = batches_of(1);
     let cohort = cohort_with(&db, config, engine_entities()).await;
-    let logs = captured_logs();
+    let logs = logs::capture(logs::Format::Text);
     let result = cohort
         .sweep(SweepRequest::tenanted(TENANT_A, now()))
         .await
