@@ -440,7 +440,7 @@ fn the_readme_keeps_the_commands_ci_runs_and_stays_short() {
     for line in [
         "cargo install --locked --path crates/cohort-cli",
         "cargo run -p cohort-cli -- demo",
-        "cargo run -q -p cohort-pgtemp -- exec -- cargo test --workspace --locked",
+        "cargo run -q -p cohort-pgtemp -- exec -- cargo test --workspace --locked --no-fail-fast",
         "cohort init",
         "cohort migrate",
         "cohort validate",
@@ -452,7 +452,7 @@ fn the_readme_keeps_the_commands_ci_runs_and_stays_short() {
     }
     let ci = std::fs::read_to_string(root().join(".ci/run")).unwrap();
     assert!(ci.contains(
-        "cargo run -q --locked -p cohort-pgtemp -- exec -- cargo test --workspace --locked"
+        "cargo run -q --locked -p cohort-pgtemp -- exec -- cargo test --workspace --locked --no-fail-fast"
     ));
     let lines = readme.lines().count();
     assert!(lines <= 300, "the README has {lines} lines (at most 300)");
