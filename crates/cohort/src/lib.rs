@@ -24,7 +24,7 @@ pub mod validate;
 // Public paths as they were before the folders: `cohort::model`,
 // `cohort::holds`, ….
 pub use domain::{
-    chain, erasure, erasure_requests, handlers, journal, model, observer, rules, settings,
+    chain, erasure, erasure_requests, handlers, journal, model, observer, rules, settings, signals,
     telemetry,
 };
 pub use ops::{guarded, history, holds, report, restore, verify};

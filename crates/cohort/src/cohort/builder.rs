@@ -30,6 +30,7 @@ pub struct CohortBuilder {
     handlers: Vec<crate::domain::handlers::Registered>,
     backlog_gauge: bool,
     journal: Option<crate::domain::journal::JournalConfig>,
+    signals: Option<crate::domain::signals::TestSignals>,
 }
 
 impl std::fmt::Debug for CohortBuilder {
@@ -55,6 +56,7 @@ impl Cohort {
             tenant_source: None,
             handlers: Vec::new(),
             backlog_gauge: true,
+            signals: None,
             journal: None,
         }
     }
@@ -103,6 +105,14 @@ impl CohortBuilder {
     /// [`Cohort::backlog`] still reads the backlog on demand.
     pub fn backlog_gauge(mut self, measured: bool) -> Self {
         self.backlog_gauge = measured;
+        self
+    }
+
+    /// Sends this handle's pacing moments to `signals`, for a test to
+    /// wait on ([`crate::signals`]). Not for production: a wait is
+    /// measured and reported by the run's summary and the metrics.
+    pub fn test_signals(mut self, signals: crate::domain::signals::TestSignals) -> Self {
+        self.signals = Some(signals);
         self
     }
 
@@ -221,6 +231,7 @@ impl CohortBuilder {
                 },
                 ready: OnceCell::new(),
                 backlog_gauge: self.backlog_gauge,
+                signals: self.signals,
                 journal: self.journal.map(crate::store::journal::Journal::new),
             }),
         })

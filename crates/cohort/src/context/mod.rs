@@ -42,6 +42,9 @@ pub(crate) struct Context {
     /// Where erasure requests and holds are journaled, if anywhere: opened
     /// once, with the handle.
     pub(crate) journal: Option<crate::store::journal::Journal>,
+    /// Where pacing moments go, when a test asked
+    /// ([`crate::CohortBuilder::test_signals`]).
+    pub(crate) signals: Option<crate::domain::signals::TestSignals>,
 }
 
 /// A handle's context once validated, with its model and plans: what

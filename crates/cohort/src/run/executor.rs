@@ -336,6 +336,7 @@ fn throttle_of(ctx: &RunCtx<'_>, work: &Work<'_>) -> Option<Throttle> {
         &work.entity.name,
         &config.schema,
         global.strictest(own),
+        ctx.cx.signals.clone(),
     ))
 }
 

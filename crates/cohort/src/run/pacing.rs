@@ -39,6 +39,7 @@ use std::time::{Duration, Instant};
 use sqlx::PgConnection;
 
 use crate::base::cancel::Cancel;
+use crate::domain::signals::{Signal, TestSignals};
 use crate::sql::pacing as statements;
 
 /// How often a waiting lane reads the live rows (and the standbys' lag)
@@ -144,6 +145,8 @@ pub(crate) struct Throttle {
     rate_applied: AtomicBool,
     /// Whether a lag limit applied to any batch.
     lag_applied: AtomicBool,
+    /// Where its moments go, when a test listens.
+    signals: Option<TestSignals>,
 }
 
 #[derive(Debug, Default)]
@@ -178,7 +181,12 @@ struct Standby {
 impl Throttle {
     /// The configured limits for `entity`; the live ones are read at each
     /// check.
-    pub(crate) fn new(entity: &str, schema: &str, configured: Limits) -> Self {
+    pub(crate) fn new(
+        entity: &str,
+        schema: &str,
+        configured: Limits,
+        signals: Option<TestSignals>,
+    ) -> Self {
         Throttle {
             entity: entity.to_owned(),
             schema: schema.to_owned(),
@@ -188,6 +196,14 @@ impl Throttle {
             lag_waited_us: AtomicU64::new(0),
             rate_applied: AtomicBool::new(false),
             lag_applied: AtomicBool::new(false),
+            signals,
+        }
+    }
+
+    /// Sends a test signal, when a test listens.
+    fn signal(&self, signal: impl FnOnce(String) -> Signal) {
+        if let Some(s) = &self.signals {
+            s.send(signal(self.entity.clone()));
         }
     }
 
@@ -206,6 +222,7 @@ impl Throttle {
         match live.paused {
             Some(Pause { since, now }) => {
                 crate::domain::telemetry::paused(&self.entity, since, now);
+                self.signal(|entity| Signal::Paused { entity });
                 true
             }
             None => false,
@@ -287,6 +304,7 @@ impl Throttle {
             self.rate_waited_us
                 .fetch_add(waited.as_micros() as u64, Ordering::SeqCst);
             crate::domain::telemetry::throttled(&self.entity, "rate", waited);
+            self.signal(|entity| Signal::RateWaited { entity });
             if !finished {
                 return Ok(Paced::Stop(Gate::Cancelled));
             }
@@ -356,6 +374,10 @@ impl Throttle {
                     max_replica_lag_ms = lag.as_millis() as u64,
                     "waiting for standby replay before the next batch"
                 );
+                self.signal(|entity| Signal::StandbyWaitBegan {
+                    entity,
+                    standbys: behind.clone(),
+                });
                 logged = true;
             }
             let (finished, waited) = sleep(POLL, cancel).await;
@@ -367,6 +389,7 @@ impl Throttle {
                 waited_ms = self.lag_waited_us.load(Ordering::SeqCst) / 1_000,
                 "still waiting for standby replay"
             );
+            self.signal(|entity| Signal::StandbyPolled { entity });
             if !finished {
                 return Ok(Gate::Cancelled);
             }
@@ -538,7 +561,7 @@ mod tests {
 
     #[test]
     fn a_batch_moves_the_next_start_by_its_rows_over_the_rate() {
-        let t = Throttle::new("E", "cohort", Limits::default());
+        let t = Throttle::new("E", "cohort", Limits::default(), None);
         t.state().rate = Some(1_000);
         let started = Instant::now();
         t.after_batch(2_000, started);

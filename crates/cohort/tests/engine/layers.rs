@@ -53,6 +53,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "domain/handlers",
             "domain/observer",
             "domain/telemetry",
+            "domain/signals",
         ],
     ),
     ("loading", &["config", "policy"]),

@@ -8,8 +8,10 @@
 use crate::support;
 
 use cohort::settings::PacingLimit;
+use cohort::signals::{Signal, TestSignals};
 use cohort::{Cohort, CohortConfig, ErrorKind, RunStatus, SweepRequest};
 use support::*;
+use tokio::sync::broadcast::Receiver;
 
 /// Notes and Tickets of the engine fixture, with `config`.
 async fn notes_and_tickets(pool: &sqlx::PgPool, config: CohortConfig) -> Cohort {
@@ -308,9 +310,24 @@ async fn late_notes_left(pool: &sqlx::PgPool, left: i64) {
 #[tokio::test]
 async fn a_pause_or_a_lifted_or_raised_limit_ends_a_rate_wait_at_once() {
     let db = engine_db().await;
-    let cohort = notes_and_tickets(db.pool(), batches_of(100)).await;
+    let signals = TestSignals::new();
+    let mut heard = signals.subscribe();
+    let cohort = Cohort::builder(db.pool().clone())
+        .config(batches_of(100))
+        .rules(rules())
+        .declaration(engine_entities().remove(0))
+        .declaration(engine_entities().remove(2))
+        .test_signals(signals)
+        .build()
+        .await
+        .unwrap();
     let other = notes_and_tickets(db.pool(), test_config()).await;
     let bound = std::time::Duration::from_secs(30);
+    // The first batch committed and the sweep waits for the rate (what
+    // earlier sweeps sent is read first).
+    let waiting_for_the_rate = async |heard: &mut Receiver<Signal>| {
+        next_signal(heard, bound, |s| matches!(s, Signal::RateWaited { .. })).await;
+    };
     let sweep = || {
         let cohort = cohort.clone();
         tokio::spawn(async move {
@@ -327,10 +344,13 @@ async fn a_pause_or_a_lifted_or_raised_limit_ends_a_rate_wait_at_once() {
 
     // A pause: the wait ends paused, the batch before it stays.
     late_notes(db.pool(), 150).await;
+    while heard.try_recv().is_ok() {}
     let sweeping = sweep();
     late_notes_left(db.pool(), 50).await;
+    waiting_for_the_rate(&mut heard).await;
     assert!(!sweeping.is_finished(), "waiting out 100 s for the rate");
     other.pause("Note").await.unwrap();
+    next_signal(&mut heard, bound, |s| matches!(s, Signal::Paused { .. })).await;
     let run = tokio::time::timeout(bound, sweeping)
         .await
         .expect("the pause ended the wait")
@@ -344,8 +364,10 @@ async fn a_pause_or_a_lifted_or_raised_limit_ends_a_rate_wait_at_once() {
     // A lifted limit: the wait ends and the sweep goes on.
     other.resume("Note").await.unwrap();
     late_notes(db.pool(), 100).await;
+    while heard.try_recv().is_ok() {}
     let sweeping = sweep();
     late_notes_left(db.pool(), 50).await;
+    waiting_for_the_rate(&mut heard).await;
     assert!(!sweeping.is_finished(), "waiting out 100 s for the rate");
     other
         .set_pacing(Some("Note"), PacingLimit::MaxRowsPerSecond(None))
@@ -365,8 +387,10 @@ async fn a_pause_or_a_lifted_or_raised_limit_ends_a_rate_wait_at_once() {
         .await
         .unwrap();
     late_notes(db.pool(), 150).await;
+    while heard.try_recv().is_ok() {}
     let sweeping = sweep();
     late_notes_left(db.pool(), 50).await;
+    waiting_for_the_rate(&mut heard).await;
     assert!(!sweeping.is_finished(), "waiting out 100 s for the rate");
     other
         .set_pacing(Some("Note"), PacingLimit::MaxRowsPerSecond(Some(1_000_000)))

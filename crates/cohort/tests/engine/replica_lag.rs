@@ -15,19 +15,11 @@ use std::time::{Duration, Instant};
 use crate::support::*;
 use cohort::rules::Period;
 use cohort::settings::PacingLimit;
+use cohort::signals::{Signal, TestSignals};
 use cohort::{Cohort, CohortConfig, ErrorKind, RunStatus, SweepRequest};
 use cohort_pgtemp::Cluster;
 use sqlx::PgPool;
-
-/// How many times a sweep started waiting for a standby.
-fn waits_logged(logs: &logs::Capture) -> usize {
-    logs.count("waiting for standby replay before the next batch")
-}
-
-/// How many polls a waiting sweep made.
-fn polls_logged(logs: &logs::Capture) -> usize {
-    logs.count("still waiting for standby replay")
-}
+use tokio::sync::broadcast::Receiver;
 
 async fn primary() -> (Cluster, PgPool) {
     let cluster = Cluster::start().await.unwrap();
@@ -41,9 +33,11 @@ async fn primary() -> (Cluster, PgPool) {
 
 /// Notes only, one row a batch, paced at four rows a second (so a sweep
 /// of a dozen rows lasts long enough for a stalled standby's lag to pass
-/// one second), waiting for standbys behind by more than `lag`.
-async fn handle(pool: &PgPool, lag: Option<u64>) -> Cohort {
+/// one second), waiting for standbys behind by more than `lag`; its pacing
+/// moments go to `signals`.
+async fn handle(pool: &PgPool, lag: Option<u64>, signals: &TestSignals) -> Cohort {
     Cohort::builder(pool.clone())
+        .test_signals(signals.clone())
         .config(CohortConfig {
             max_rows_per_second: Some(4),
             max_replica_lag: lag.map(|s| Period::from_seconds(s as i64).unwrap()),
@@ -83,20 +77,30 @@ async fn wait_for_streaming(pool: &PgPool) {
     }
 }
 
-async fn wait_for_waits(logs: &logs::Capture, n: usize) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while waits_logged(logs) < n {
-        assert!(
-            Instant::now() < deadline,
-            "the sweep never waited for the standby"
+/// Waits until a sweep begins to wait for a standby.
+async fn standby_wait_began(signals: &mut Receiver<Signal>) {
+    next_signal(signals, Duration::from_secs(60), |s| {
+        matches!(s, Signal::StandbyWaitBegan { .. })
+    })
+    .await;
+}
+
+/// Whether any signal received so far says a sweep waited for a standby.
+fn waited_for_a_standby(signals: &mut Receiver<Signal>) -> bool {
+    let mut waited = false;
+    while let Ok(s) = signals.try_recv() {
+        waited |= matches!(
+            s,
+            Signal::StandbyWaitBegan { .. } | Signal::StandbyPolled { .. }
         );
-        tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    waited
 }
 
 #[tokio::test]
 async fn a_sweep_waits_for_a_stalled_standby_and_goes_on_when_it_replays() {
-    let logs = logs::capture(logs::Format::Json);
+    let signals = TestSignals::new();
+    let mut heard = signals.subscribe();
     let (primary, pool) = primary().await;
     let standby = primary.start_standby().await.unwrap();
     let replica = PgPool::connect(standby.url()).await.unwrap();
@@ -106,7 +110,7 @@ async fn a_sweep_waits_for_a_stalled_standby_and_goes_on_when_it_replays() {
     // Without the setting, a stalled standby changes nothing: the sweep
     // of tenant B finishes while replay stays paused.
     late_notes(&pool, TENANT_B).await;
-    let run = handle(&pool, None)
+    let run = handle(&pool, None, &signals)
         .await
         .sweep(SweepRequest::tenanted(TENANT_B, now()))
         .await
@@ -114,12 +118,12 @@ async fn a_sweep_waits_for_a_stalled_standby_and_goes_on_when_it_replays() {
     assert_eq!(run.status, RunStatus::Succeeded);
     assert_eq!(run.entities[0].affected, 13);
     assert_eq!(run.entities[0].lag_waited_ms, None);
-    assert_eq!(waits_logged(&logs), 0);
+    assert!(!waited_for_a_standby(&mut heard));
 
     // With max_replica_lag = 1s, the sweep of tenant A waits once the
     // stalled standby is more than a second behind, and not before.
     late_notes(&pool, TENANT_A).await;
-    let cohort = handle(&pool, Some(1)).await;
+    let cohort = handle(&pool, Some(1), &signals).await;
     let sweeping = {
         let cohort = cohort.clone();
         tokio::spawn(async move {
@@ -129,7 +133,7 @@ async fn a_sweep_waits_for_a_stalled_standby_and_goes_on_when_it_replays() {
                 .unwrap()
         })
     };
-    wait_for_waits(&logs, 1).await;
+    standby_wait_began(&mut heard).await;
     let late_left = format!(
         "SELECT count(*) FROM app.notes WHERE tenant_id = '{TENANT_A}' AND body LIKE 'late%'"
     );
@@ -138,11 +142,11 @@ async fn a_sweep_waits_for_a_stalled_standby_and_goes_on_when_it_replays() {
     assert!(left > 0, "rows are left while it waits");
     // Held while replay stays paused: five polls (a second) later, the
     // sweep has not taken another batch.
-    let polls = polls_logged(&logs);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while polls_logged(&logs) < polls + 5 {
-        assert!(Instant::now() < deadline, "the sweep stopped polling");
-        tokio::time::sleep(Duration::from_millis(20)).await;
+    for _ in 0..5 {
+        next_signal(&mut heard, Duration::from_secs(60), |s| {
+            matches!(s, Signal::StandbyPolled { .. })
+        })
+        .await;
     }
     assert!(!sweeping.is_finished(), "waiting, not done");
     assert_eq!(
@@ -165,6 +169,7 @@ async fn a_sweep_waits_for_a_stalled_standby_and_goes_on_when_it_replays() {
     exec(&replica, "SELECT pg_wal_replay_pause()").await;
     replica.close().await;
     late_notes(&pool, TENANT_A).await;
+    waited_for_a_standby(&mut heard); // what the last sweep sent, read
     let sweeping = {
         let cohort = cohort.clone();
         tokio::spawn(async move {
@@ -174,7 +179,7 @@ async fn a_sweep_waits_for_a_stalled_standby_and_goes_on_when_it_replays() {
                 .unwrap()
         })
     };
-    wait_for_waits(&logs, 2).await;
+    standby_wait_began(&mut heard).await;
     drop(standby);
     let run = sweeping.await.unwrap();
     let notes = &run.entities[0];

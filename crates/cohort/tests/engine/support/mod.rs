@@ -405,6 +405,27 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LogBuffer {
     }
 }
 
+/// The next test signal that `wanted` accepts (others are skipped),
+/// failing the test after `limit`: a test waits for a moment of a sweep's
+/// pacing instead of sleeping or reading log lines.
+pub async fn next_signal(
+    signals: &mut tokio::sync::broadcast::Receiver<cohort::signals::Signal>,
+    limit: std::time::Duration,
+    mut wanted: impl FnMut(&cohort::signals::Signal) -> bool,
+) -> cohort::signals::Signal {
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        let signal = tokio::time::timeout_at(deadline, signals.recv())
+            .await
+            .expect("timed out waiting for a test signal");
+        match signal {
+            Ok(s) if wanted(&s) => return s,
+            Ok(_) => {}
+            Err(e) => panic!("test signals lost or ended: {e}"),
+        }
+    }
+}
+
 /// The next event of the services that `wanted` accepts (others are
 /// skipped), failing the test after `limit`: a test waits for what a
 /// service did instead of sleeping.
