@@ -509,7 +509,13 @@ async fn bad_sweep_requests_are_refused_before_anything_is_written() {
 #[tokio::test]
 async fn a_terminated_run_connection_settles_the_run_failed_with_no_half_batch() {
     let db = engine_db().await;
-    exec(db.pool(), "INSERT INTO app.notes (tenant_id, created_at, body) SELECT 'aaaaaaaa-0000-0000-0000-00000000000a', timestamptz '2026-01-01' - make_interval(secs => g), 'bulk:' || g FROM generate_series(1, 40) g").await;
+    factory::notes(TENANT_A)
+        .created(factory::at("2025-12-31T23:59:59Z"))
+        .spaced(chrono::TimeDelta::seconds(1))
+        .numbered("bulk:")
+        .count(40)
+        .insert(db.pool())
+        .await;
     struct Killer(sqlx::PgPool, Arc<Mutex<bool>>);
     #[async_trait]
     impl AuditObserver for Killer {

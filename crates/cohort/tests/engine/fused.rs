@@ -27,13 +27,17 @@ const GATE_LOCK: i64 = 4242;
 async fn gated_db() -> (cohort_pgtemp::TestDatabase, sqlx::PgPool) {
     let db = engine_db().await;
     let role = format!("cohort_gate_{}", &db.name()[db.name().len() - 12..]);
+    factory::notes(TENANT_A)
+        .created(factory::at("2025-12-31T23:59:59Z"))
+        .spaced(chrono::TimeDelta::seconds(1))
+        .numbered("bulk:")
+        .count(200)
+        .insert(db.pool())
+        .await;
     exec(
         db.pool(),
         &format!(
-            "INSERT INTO app.notes (tenant_id, created_at, body)
-             SELECT '{TENANT_A}', timestamptz '2026-01-01' - make_interval(secs => g), 'bulk:' || g
-             FROM generate_series(1, 200) g;
-             CREATE FUNCTION app.gate(body text) RETURNS boolean LANGUAGE plpgsql VOLATILE AS $$
+            "CREATE FUNCTION app.gate(body text) RETURNS boolean LANGUAGE plpgsql VOLATILE AS $$
              BEGIN
                  IF body = '{GATED}' THEN
                      PERFORM pg_catalog.pg_advisory_lock_shared({GATE_LOCK});

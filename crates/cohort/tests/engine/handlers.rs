@@ -825,12 +825,12 @@ async fn an_outcome_that_cannot_be_recorded_leaves_the_work_in_flight() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_sweeps_queue_each_row_once() {
     let db = engine_db().await;
-    exec(
-        db.pool(),
-        "INSERT INTO app.notes (tenant_id, created_at, body)
-         SELECT 'aaaaaaaa-0000-0000-0000-00000000000a', '2026-01-01', 'bulk:' || g FROM generate_series(1, 3000) g",
-    )
-    .await;
+    factory::notes(TENANT_A)
+        .created(factory::at("2026-01-01T00:00:00Z"))
+        .numbered("bulk:")
+        .count(3000)
+        .insert(db.pool())
+        .await;
     let log: Log = Arc::default();
     let build = || async {
         let mut config = test_config();

@@ -212,15 +212,12 @@ async fn live_limits_pace_every_sweep_and_the_strictest_wins() {
     let rows = cohort.pacing().await.unwrap();
     assert_eq!(rows[0].entity, None, "* first");
     assert_eq!(rows[0].max_rows_per_second, Some(20));
-    exec(
-        db.pool(),
-        &format!(
-            "INSERT INTO app.notes (tenant_id, created_at, body)
-             SELECT '{TENANT_A}', timestamptz '2025-01-01T00:00:00Z', 'late ' || n
-             FROM generate_series(1, 3) n"
-        ),
-    )
-    .await;
+    factory::notes(TENANT_A)
+        .created(factory::at("2025-01-01T00:00:00Z"))
+        .numbered("late ")
+        .count(3)
+        .insert(db.pool())
+        .await;
     let run = cohort
         .sweep(SweepRequest::tenanted(TENANT_A, now()))
         .await
@@ -271,16 +268,13 @@ async fn an_entity_of_its_own_pace_is_paced_and_a_zero_is_refused() {
 }
 
 /// `n` more notes of tenant A past every cutoff.
-async fn late_notes(pool: &sqlx::PgPool, n: u32) {
-    exec(
-        pool,
-        &format!(
-            "INSERT INTO app.notes (tenant_id, created_at, body)
-             SELECT '{TENANT_A}', timestamptz '2025-01-01T00:00:00Z', 'late ' || n
-             FROM generate_series(1, {n}) n"
-        ),
-    )
-    .await;
+async fn late_notes(pool: &sqlx::PgPool, n: i64) {
+    factory::notes(TENANT_A)
+        .created(factory::at("2025-01-01T00:00:00Z"))
+        .numbered("late ")
+        .count(n)
+        .insert(pool)
+        .await;
 }
 
 /// Waits until tenant A has `left` late notes (a batch committed; the

@@ -130,11 +130,10 @@ async fn a_sweep_leaves_alone_an_entity_for_which_a_live_peer_has_a_handler_it_l
     // The new replica stops (its record goes): the old one is no longer held back.
     assert!(services.shutdown().await.clean());
     assert!(old.peers().await.unwrap().is_empty());
-    exec(
-        db.pool(),
-        "INSERT INTO app.notes (tenant_id, created_at, body) VALUES ('aaaaaaaa-0000-0000-0000-00000000000a', now() - interval '400 days', 'late')",
-    )
-    .await;
+    factory::notes(TENANT_A)
+        .body("late")
+        .insert(db.pool())
+        .await;
     let before = count(db.pool(), NOTES_A).await;
     let result = old
         .sweep(SweepRequest::tenanted(TENANT_A, now()))
@@ -171,11 +170,10 @@ async fn a_dead_peer_holds_nobody_back() {
         "UPDATE public.retention_peer SET heartbeat_at = now()",
     )
     .await;
-    exec(
-        db.pool(),
-        "INSERT INTO app.notes (tenant_id, created_at, body) VALUES ('aaaaaaaa-0000-0000-0000-00000000000a', now() - interval '400 days', 'late')",
-    )
-    .await;
+    factory::notes(TENANT_A)
+        .body("late")
+        .insert(db.pool())
+        .await;
     let result = old
         .sweep(SweepRequest::tenanted(TENANT_A, now()))
         .await

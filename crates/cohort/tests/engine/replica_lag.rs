@@ -52,15 +52,12 @@ async fn handle(pool: &PgPool, lag: Option<u64>, signals: &TestSignals) -> Cohor
 
 /// Ten more notes of `tenant` past every cutoff.
 async fn late_notes(pool: &PgPool, tenant: &str) {
-    exec(
-        pool,
-        &format!(
-            "INSERT INTO app.notes (tenant_id, created_at, body)
-             SELECT '{tenant}', timestamptz '2025-01-01T00:00:00Z', 'late ' || n
-             FROM generate_series(1, 10) n"
-        ),
-    )
-    .await;
+    factory::notes(tenant)
+        .created(factory::at("2025-01-01T00:00:00Z"))
+        .numbered("late ")
+        .count(10)
+        .insert(pool)
+        .await;
 }
 
 async fn wait_for_streaming(pool: &PgPool) {

@@ -440,7 +440,13 @@ async fn caller_times_with_any_offset_are_normalised_to_utc() {
 #[tokio::test]
 async fn small_batches_commit_alone_and_add_up() {
     let db = engine_db().await;
-    exec(db.pool(), "INSERT INTO app.notes (tenant_id, created_at, body) SELECT 'aaaaaaaa-0000-0000-0000-00000000000a', timestamptz '2026-01-01' - make_interval(secs => g), 'bulk:' || g FROM generate_series(1, 23) g").await;
+    factory::notes(TENANT_A)
+        .created(factory::at("2025-12-31T23:59:59Z"))
+        .spaced(chrono::TimeDelta::seconds(1))
+        .numbered("bulk:")
+        .count(23)
+        .insert(db.pool())
+        .await;
     let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let cohort = cohort::Cohort::builder(db.pool().clone())
         .config(batches_of(4))
@@ -806,10 +812,17 @@ async fn literal_templates_render_once_per_run_with_its_now_and_tenant() {
 #[tokio::test]
 async fn auto_sized_batches_change_the_same_rows_and_record_their_size() {
     let db = engine_db().await;
-    let seed = "INSERT INTO app.notes (tenant_id, created_at, body)
-         SELECT 'aaaaaaaa-0000-0000-0000-00000000000a', timestamptz '2026-01-01' - make_interval(secs => g), 'bulk:' || g
-         FROM generate_series(1, 12000) g;
-         INSERT INTO app.contacts (id, tenant_id, created_at, email, full_name, phone, reference, user_id)
+    let bulk_notes = async |pool| {
+        factory::notes(TENANT_A)
+            .created(factory::at("2025-12-31T23:59:59Z"))
+            .spaced(chrono::TimeDelta::seconds(1))
+            .numbered("bulk:")
+            .count(12000)
+            .insert(pool)
+            .await
+    };
+    bulk_notes(db.pool()).await;
+    let seed = "INSERT INTO app.contacts (id, tenant_id, created_at, email, full_name, phone, reference, user_id)
          SELECT 1000 + g, 'aaaaaaaa-0000-0000-0000-00000000000a', timestamptz '2025-06-01' - make_interval(secs => g),
                 'bulk@example.com', 'Bulk ' || g, '+1', 'R' || g, gen_random_uuid()
          FROM generate_series(1, 12000) g;";
@@ -890,6 +903,7 @@ async fn auto_sized_batches_change_the_same_rows_and_record_their_size() {
     // A fixed size records itself, and changes the same rows.
     exec(db.pool(), "DELETE FROM app.contacts WHERE id > 1000").await;
     exec(db.pool(), seed).await;
+    bulk_notes(db.pool()).await;
     let fixed = engine(cohort::BatchSize::Fixed(700)).await;
     let f = fixed
         .sweep(SweepRequest::tenanted(TENANT_A, now()))

@@ -2,6 +2,7 @@
 //! that already has Cohort's migrations in `public`.
 #![allow(dead_code, unreachable_pub)]
 
+pub mod factory;
 pub mod logs;
 mod wait;
 #[allow(unused_imports)]
