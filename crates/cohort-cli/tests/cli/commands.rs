@@ -2,6 +2,7 @@
 //! database-URL precedence, and a real database behind every command.
 #![allow(clippy::type_complexity)] // tuple rows read back from SQL
 use crate::support::cli;
+use crate::support::scenario::{json, scenario, succeeded};
 
 use crate::support::wait;
 
@@ -53,32 +54,8 @@ const TABLES: &str = "CREATE SCHEMA app;
     CREATE TABLE app.case_contacts (id bigint PRIMARY KEY, tenant_id uuid NOT NULL, created_at timestamptz,
         anonymised_at timestamptz, email text, phone text NOT NULL, user_id uuid NOT NULL);";
 
-/// Asserts the command exited 0, showing its stderr if not.
-fn succeeded(out: &Output) {
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-fn json(out: &Output) -> Value {
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "stdout is not one JSON document ({e}):\n{}\nstderr:\n{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )
-    })
-}
-
 async fn setup() -> (TestDatabase, tempfile::TempDir) {
-    let db = cohort_pgtemp::fresh_empty_database().await.unwrap();
-    sqlx::raw_sql(TABLES).execute(db.pool()).await.unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("cohort.toml"), POLICY).unwrap();
-    (db, dir)
+    scenario(TABLES, POLICY).await
 }
 
 #[tokio::test]
@@ -1230,8 +1207,7 @@ async fn kill_9_mid_archive_moves_whole_batches_only_and_a_rerun_finishes() {
 /// not reach.
 #[tokio::test]
 async fn cli_tenant_spellings_resolve_one_tenant() {
-    let db = cohort_pgtemp::fresh_empty_database().await.unwrap();
-    sqlx::raw_sql(
+    let (db, dir) = scenario(
         "CREATE SCHEMA app;
          CREATE TABLE app.notes (id bigint PRIMARY KEY, tenant_id uuid NOT NULL, created_at timestamptz, user_id text);
          CREATE INDEX ON app.notes (tenant_id, created_at);
@@ -1240,13 +1216,6 @@ async fn cli_tenant_spellings_resolve_one_tenant() {
            (1, '33333333-3333-4333-a333-333333333333', now() - interval '100 days', 'u-1'),
            (2, '33333333-3333-4333-a333-333333333333', now() - interval '100 days', 'u-2');
          INSERT INTO app.globals VALUES (1, now() - interval '100 days', 'u-1');",
-    )
-    .execute(db.pool())
-    .await
-    .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(
-        dir.path().join("cohort.toml"),
         r#"
 [[entity]]
 name = "Note"
@@ -1284,7 +1253,7 @@ id = "3333333333334333A333333333333333"
 jurisdiction = "EU"
 "#,
     )
-    .unwrap();
+    .await;
     let dir = dir.path();
     let url = Some(db.url());
     assert_eq!(cohort(dir, &["migrate"], url).status.code(), Some(0));
@@ -1722,8 +1691,7 @@ async fn newcomer_commands_do_what_the_output_suggests() {
 /// query does not list is refused rather than swept under default rules.
 #[tokio::test]
 async fn single_tenant_runs_take_their_jurisdiction_from_the_tenants_query() {
-    let db = cohort_pgtemp::fresh_empty_database().await.unwrap();
-    sqlx::raw_sql(
+    let (db, dir) = scenario(
         "CREATE SCHEMA app;
          CREATE TABLE app.orgs (id uuid PRIMARY KEY, region text);
          INSERT INTO app.orgs VALUES ('33333333-3333-4333-a333-333333333333', 'EU');
@@ -1732,13 +1700,6 @@ async fn single_tenant_runs_take_their_jurisdiction_from_the_tenants_query() {
          INSERT INTO app.notes VALUES
            (1, '33333333-3333-4333-a333-333333333333', now() - interval '100 days', 'u-1'),
            (2, '44444444-4444-4444-8444-444444444444', now() - interval '100 days', 'u-1');",
-    )
-    .execute(db.pool())
-    .await
-    .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(
-        dir.path().join("cohort.toml"),
         r#"
 tenants_query = "SELECT id, region FROM app.orgs"
 
@@ -1761,7 +1722,7 @@ period = "3650d"
 legal_min = "2190d"
 "#,
     )
-    .unwrap();
+    .await;
     let dir = dir.path();
     let url = Some(db.url());
     assert_eq!(cohort(dir, &["migrate"], url).status.code(), Some(0));
@@ -3197,20 +3158,12 @@ async fn validate_exits_2_while_the_hold_stamp_trigger_is_disabled() {
 /// it exits 0.
 #[tokio::test]
 async fn validate_exits_2_naming_every_grant_the_role_lacks() {
-    let db = cohort_pgtemp::fresh_empty_database().await.unwrap();
-    sqlx::raw_sql(
+    let (db, dir) = scenario(
         "CREATE SCHEMA app; CREATE SCHEMA vault;
          CREATE TABLE app.contacts (id bigint PRIMARY KEY, tenant_id uuid NOT NULL, created_at timestamptz, note text);
          CREATE INDEX ON app.contacts (tenant_id, created_at);
          CREATE TABLE vault.contacts_archive (id bigint PRIMARY KEY, tenant_id uuid NOT NULL,
              created_at timestamptz, note text, archived_at timestamptz NOT NULL, run_id uuid NOT NULL);",
-    )
-    .execute(db.pool())
-    .await
-    .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(
-        dir.path().join("cohort.toml"),
         r#"
 [cohort]
 schema = "retention"
@@ -3229,7 +3182,7 @@ strategy = "archive"
 period = "30d"
 "#,
     )
-    .unwrap();
+    .await;
     succeeded(&cohort(dir.path(), &["migrate"], Some(db.url())));
     let role = format!("runner_{}", uuid::Uuid::new_v4().simple());
     sqlx::raw_sql(AssertSqlSafe(format!(
@@ -3299,8 +3252,7 @@ fn out_text(out: &Output) -> String {
 /// unknown argument), and `holds create --subject -1` places the hold.
 #[tokio::test]
 async fn a_negative_subject_is_a_value() {
-    let db = cohort_pgtemp::fresh_empty_database().await.unwrap();
-    sqlx::raw_sql(
+    let (db, dir) = scenario(
         "CREATE SCHEMA app;
          CREATE TABLE app.accounts (id bigint PRIMARY KEY, tenant_id uuid NOT NULL, created_at timestamptz, owner_id bigint);
          CREATE INDEX ON app.accounts (tenant_id, created_at);
@@ -3309,13 +3261,6 @@ async fn a_negative_subject_is_a_value() {
            (1, '11111111-1111-1111-1111-111111111111', now(), -9223372036854775808),
            (2, '11111111-1111-1111-1111-111111111111', now(), -1),
            (3, '11111111-1111-1111-1111-111111111111', now(), 7);",
-    )
-    .execute(db.pool())
-    .await
-    .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(
-        dir.path().join("cohort.toml"),
         r#"
 [cohort]
 schema = "retention"
@@ -3334,7 +3279,7 @@ strategy = "purge"
 period = "30d"
 "#,
     )
-    .unwrap();
+    .await;
     let url = Some(db.url());
     succeeded(&cohort(dir.path(), &["migrate"], url));
     let out = cohort(
@@ -3546,8 +3491,7 @@ fn the_demo_prints_no_warning_lines_between_its_steps() {
 /// its JSON and the ledger (`runs show`).
 #[tokio::test]
 async fn a_parent_kept_by_a_table_cohort_never_empties_is_named_by_validate_and_by_every_run() {
-    let db = cohort_pgtemp::fresh_empty_database().await.unwrap();
-    sqlx::raw_sql(
+    let (db, dir) = scenario(
         "CREATE SCHEMA app;
          CREATE TABLE app.orders (id bigint PRIMARY KEY, tenant_id uuid NOT NULL, created_at timestamptz);
          CREATE INDEX ON app.orders (tenant_id, created_at);
@@ -3563,13 +3507,6 @@ async fn a_parent_kept_by_a_table_cohort_never_empties_is_named_by_validate_and_
              SELECT g, '11111111-1111-4111-8111-111111111111', now() - interval '60 days' FROM generate_series(1, 4) g;
          INSERT INTO app.order_notes VALUES (1, 1), (2, 2);
          INSERT INTO app.invoices VALUES (1, '11111111-1111-4111-8111-111111111111', now(), 3);",
-    )
-    .execute(db.pool())
-    .await
-    .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(
-        dir.path().join("cohort.toml"),
         r#"
 [cohort]
 schema = "retention"
@@ -3600,7 +3537,7 @@ strategy = "purge"
 period = "30d"
 "#,
     )
-    .unwrap();
+    .await;
     succeeded(&cohort(dir.path(), &["migrate"], Some(db.url())));
 
     let out = cohort(dir.path(), &["--json", "validate"], Some(db.url()));
@@ -4329,21 +4266,13 @@ async fn init_update_keeps_the_files_line_endings() {
 /// written (RS-038).
 #[tokio::test]
 async fn a_composite_key_is_a_json_array_on_the_command_line() {
-    let db = cohort_pgtemp::fresh_empty_database().await.unwrap();
-    sqlx::raw_sql(
+    let (db, dir) = scenario(
         "CREATE SCHEMA app;
          CREATE TABLE app.order_lines (order_id bigint NOT NULL, line_no int NOT NULL,
              tenant_id uuid NOT NULL, created_at timestamptz, PRIMARY KEY (order_id, line_no));
          INSERT INTO app.order_lines
            SELECT o, l, '11111111-1111-1111-1111-111111111111', '2026-01-01Z'
            FROM generate_series(1, 2) o, generate_series(1, 3) l;",
-    )
-    .execute(db.pool())
-    .await
-    .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(
-        dir.path().join("cohort.toml"),
         r#"
 [cohort]
 schema = "retention"
@@ -4363,7 +4292,7 @@ period = "30d"
 audit = "per_row"
 "#,
     )
-    .unwrap();
+    .await;
     let (dir, url) = (dir.path(), Some(db.url()));
     succeeded(&cohort(dir, &["migrate"], url));
     let tenant = "11111111-1111-1111-1111-111111111111";

@@ -2,6 +2,7 @@
 //! real database with real runs, holds and dead letters, read over HTTP
 //! and in headless Chromium.
 use crate::support::cli;
+use crate::support::scenario::scenario;
 
 use crate::support::chromium;
 use crate::support::wait;
@@ -74,10 +75,7 @@ fn cohort(dir: &Path, args: &[&str], url: &str) -> Output {
 /// A database with a succeeded tenant sweep, a tenantless one, a dry run,
 /// one held row (with a reason naming a person) and 19 dead letters.
 async fn setup() -> (TestDatabase, tempfile::TempDir) {
-    let db = cohort_pgtemp::fresh_empty_database().await.unwrap();
-    sqlx::raw_sql(TABLES).execute(db.pool()).await.unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("cohort.toml"), POLICY).unwrap();
+    let (db, dir) = scenario(TABLES, POLICY).await;
     let d = dir.path();
     cohort(d, &["migrate"], db.url());
     cohort(
@@ -811,18 +809,14 @@ async fn the_holds_page_shows_a_composite_key_as_its_json_array() {
 /// (RS-031).
 #[tokio::test]
 async fn the_erasure_requests_page_shows_deadlines_and_parts_but_not_the_person() {
-    let db = cohort_pgtemp::fresh_empty_database().await.unwrap();
-    sqlx::raw_sql(
+    let (db, dir) = scenario(
         "CREATE SCHEMA app;
          CREATE TABLE app.session_notes (id bigint PRIMARY KEY, tenant_id uuid NOT NULL, created_at timestamptz, body text);
          CREATE TABLE app.events (id bigint PRIMARY KEY, created_at timestamptz, owner_email text);
          INSERT INTO app.events SELECT g, now() - interval '90 days', 'ann@example.com' FROM generate_series(1, 3) g;",
+        POLICY,
     )
-    .execute(db.pool())
-    .await
-    .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("cohort.toml"), POLICY).unwrap();
+    .await;
     let d = dir.path();
     cohort(d, &["migrate"], db.url());
     cohort(

@@ -4,6 +4,7 @@
 //! init's proposals) and swept; every other table must be unchanged, by
 //! digest.
 use crate::support::cli;
+use crate::support::scenario::{json, succeeded};
 
 use cli::cohort;
 use std::collections::BTreeMap;
@@ -13,14 +14,8 @@ use serde_json::Value;
 use sqlx::{AssertSqlSafe, PgPool, Row};
 
 fn json_of(out: &Output) -> Value {
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "stdout:\n{}\nstderr:\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("one JSON document")
+    succeeded(out);
+    json(out)
 }
 
 /// Tables whose names break naive quoting, splitting or casing, in

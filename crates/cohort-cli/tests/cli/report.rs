@@ -3,6 +3,7 @@
 //! back in time), checked figure by figure against the ledger, in three
 //! formats that must agree, and opened in a real browser.
 use crate::support::cli;
+use crate::support::scenario::scenario;
 
 use crate::support::chromium;
 
@@ -127,10 +128,7 @@ async fn run_at(
 /// - holds: one on a record (placed, in force), one on a subject placed
 ///   and released in the period.
 async fn history() -> (TestDatabase, tempfile::TempDir) {
-    let db = cohort_pgtemp::fresh_empty_database().await.unwrap();
-    sqlx::raw_sql(TABLES).execute(db.pool()).await.unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("cohort.toml"), POLICY).unwrap();
+    let (db, dir) = scenario(TABLES, POLICY).await;
     let d = dir.path();
     let url = db.url();
     assert_eq!(cohort(d, &["migrate"], url).status.code(), Some(0));

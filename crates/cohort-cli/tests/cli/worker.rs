@@ -4,6 +4,7 @@
 //! from another process.
 #![allow(clippy::type_complexity)] // tuple rows read back from SQL
 use crate::support::cli;
+use crate::support::scenario::scenario;
 
 use cli::{cohort_with_env as cohort, command};
 use std::collections::BTreeMap;
@@ -71,10 +72,7 @@ const SLOW: &str = "CREATE FUNCTION app.slow() RETURNS trigger LANGUAGE plpgsql 
     CREATE TRIGGER slow BEFORE DELETE ON app.session_notes FOR EACH ROW EXECUTE FUNCTION app.slow();";
 
 async fn setup(policy_text: &str) -> (TestDatabase, tempfile::TempDir) {
-    let db = cohort_pgtemp::fresh_empty_database().await.unwrap();
-    sqlx::raw_sql(TABLES).execute(db.pool()).await.unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("cohort.toml"), policy_text).unwrap();
+    let (db, dir) = scenario(TABLES, policy_text).await;
     let out = cohort(dir.path(), &["migrate"], db.url(), &[]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     (db, dir)

@@ -4,5 +4,6 @@
 pub(crate) mod chromium;
 pub(crate) mod cli;
 pub(crate) mod relink;
+pub(crate) mod scenario;
 #[path = "../../../../cohort/tests/engine/support/wait.rs"]
 pub(crate) mod wait;
