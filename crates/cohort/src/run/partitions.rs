@@ -22,9 +22,11 @@
 //! resolved them at its `now`; a tenant outside the directory keeps the
 //! partition.
 //!
-//! The locks are waited for `partition_lock_timeout` at most. When a
-//! partition's locks are not granted in time (a long query on the table,
-//! say), it and every row from its lower bound up are left for the next
+//! The locks are waited for `partition_lock_timeout` at most: the
+//! partition's, the parent's catalog entry while another run detaches a
+//! partition, and the hold gate while a subject hold is being placed. When
+//! one is not granted in time (a long query on the table, say), the
+//! partition and every row from its lower bound up are left for the next
 //! run: the row path of this run stops below that bound, so those rows are
 //! not deleted one by one just because a report was running.
 
@@ -468,27 +470,26 @@ async fn lock_partition(
         return not_now(&err).map(Some).ok_or_else(|| stop_from(err));
     }
     // Still this parent's partition, still wholly expired (not detached
-    // and attached again with other bounds since it was listed)?
+    // and attached again with other bounds since it was listed)? The
+    // catalog read waits for a detach of another partition under way (its
+    // lock on the parent), within the same time-out.
     let cutoff = work.cutoff.expect("checked by applies");
-    let still = expired_partitions(&mut *tx, &work.entity.table, cutoff)
-        .await
-        .map_err(stop_from)?
-        .iter()
-        .any(|p| p.table == partition.table);
+    let still = match expired_partitions(&mut *tx, &work.entity.table, cutoff).await {
+        Ok(list) => list.iter().any(|p| p.table == partition.table),
+        Err(err) => return not_now(&err).map(Some).ok_or_else(|| stop_from(err)),
+    };
     if !still {
         return Ok(Some(Dropped::Gone));
     }
     // The hold gate, shared: a subject hold whose lock statement ran
     // before a row of this partition became the subject's has either
     // committed (and the re-check below sees it) or waits for this
-    // transaction (see `locks::HOLD_GATE_CLASS`).
-    ctx.ready
-        .ledger
-        .hold_gate()
-        .query()
-        .execute(&mut *tx)
-        .await
-        .map_err(stop_from)?;
+    // transaction (see `locks::HOLD_GATE_CLASS`). Waiting for it longer
+    // than the time-out is "not now" too, like the partition's own lock.
+    let gate = ctx.ready.ledger.hold_gate().query().execute(&mut *tx).await;
+    if let Err(err) = gate {
+        return not_now(&err).map(Some).ok_or_else(|| stop_from(err));
+    }
     Ok(None)
 }
 

@@ -586,6 +586,42 @@ async fn two_sweeps_at_once_drop_each_partition_once_and_count_each_row_once() {
     assert_eq!(partitions(db.pool()).await.len(), 3);
 }
 
+/// A partition whose hold gate is not granted within
+/// `partition_lock_timeout` (a subject hold being placed: here the test
+/// holds the gate open) is left for the next run, as one whose own lock
+/// is not granted: the run succeeds and drops nothing, and once the gate
+/// is free the next run drops every expired partition. (Before, the wait
+/// failed the entity; so could the re-check of the parent's partitions
+/// while another run detached one, which is how two sweeps at once could
+/// fail on a busy server.)
+#[tokio::test]
+async fn a_partition_waiting_too_long_for_the_hold_gate_is_left_for_the_next_run() {
+    let (db, cohort) = setup("summary", "").await;
+    let before = partitions(db.pool()).await;
+    let mut gate = db.pool().begin().await.unwrap();
+    sqlx::query(
+        "SELECT pg_catalog.pg_advisory_xact_lock(1131375665, \
+         'public.retention_hold'::pg_catalog.regclass::pg_catalog.oid::int4)",
+    )
+    .execute(&mut *gate)
+    .await
+    .unwrap();
+    let sweep = || cohort.sweep(SweepRequest::tenantless(now()));
+    let waited = tokio::time::timeout(std::time::Duration::from_secs(60), sweep())
+        .await
+        .expect("the sweep waits for the gate no longer than its time-out")
+        .unwrap();
+    assert_eq!(waited.status, cohort::RunStatus::Succeeded, "{waited:?}");
+    assert_eq!(summary(db.pool(), waited.run_id).await.0, 0);
+    assert_eq!(partitions(db.pool()).await, before, "no partition dropped");
+
+    gate.rollback().await.unwrap();
+    let freed = sweep().await.unwrap();
+    assert_eq!(freed.status, cohort::RunStatus::Succeeded, "{freed:?}");
+    assert_eq!(summary(db.pool(), freed.run_id).await, (41, 0, 0, 3));
+    assert_eq!(partitions(db.pool()).await.len(), 3);
+}
+
 async fn both(cohort: &Cohort) -> Vec<cohort::SweepResult> {
     let a = tokio::spawn({
         let cohort = cohort.clone();
