@@ -46,11 +46,6 @@ impl Capture {
     pub fn text(&self) -> String {
         self.buffer.text()
     }
-
-    /// How many captured lines contain `needle`.
-    pub fn count(&self, needle: &str) -> usize {
-        self.text().lines().filter(|l| l.contains(needle)).count()
-    }
 }
 
 impl Drop for Capture {
