@@ -1,6 +1,8 @@
 //! Erasure statements, built per request from an entity's plan.
 
 use super::fragments::{blocked, not_done, Blocked, Casts};
+use super::statement::Numbering;
+use super::sweep::after_head;
 use super::EntityPlan;
 use crate::base::ident::SqlText;
 use crate::domain::model::EntityDescriptor;
@@ -10,8 +12,9 @@ use crate::domain::rules::Strategy;
 /// built per request (they depend on which subject columns apply).
 ///
 /// Parameters of `lock` and `counts`: `$1` entity id, `$2` limit (unused by
-/// `counts`), then the [`ErasureParams`] from `$3`. `mutate` binds the same
-/// values after its own (`$1` entity id, `$2` keys, literals, custom).
+/// `counts`), then the [`ErasureParams`] (`lock_after`: then the cursor).
+/// `mutate` binds the same values after its own (`$1` entity id, `$2`
+/// keys, the strategy's values), each numbered where it is declared.
 #[derive(Debug, Clone)]
 pub(crate) struct ErasurePlan {
     /// Lock candidates, waiting for locked rows (`FOR UPDATE`): a row whose
@@ -28,29 +31,30 @@ pub(crate) struct ErasurePlan {
 }
 
 /// Positions of the erasure's values: tenant (if tenant-scoped), the
-/// legal-minimum cutoff (if any), then one value per subject column.
+/// legal-minimum cutoff (if any), one value per subject column, then a
+/// lock's cursor.
 #[derive(Debug, Clone, Copy)]
 struct ErasureParams {
     tenant: Option<usize>,
     cutoff: Option<usize>,
+    /// The first subject column's value.
     subjects: usize,
+    /// The previous batch's last key (`lock_after` only).
+    cursor: usize,
 }
 
 impl ErasureParams {
-    fn from(first: usize, tenanted: bool, with_cutoff: bool) -> Self {
-        let mut n = first;
-        let mut next = |on: bool| {
-            on.then(|| {
-                n += 1;
-                n - 1
-            })
-        };
-        let tenant = next(tenanted);
-        let cutoff = next(with_cutoff);
+    /// The values numbered from where `n` stands, for `subjects` subject
+    /// columns.
+    fn numbered(n: &mut Numbering, tenanted: bool, with_cutoff: bool, subjects: usize) -> Self {
+        let tenant = n.next_if(tenanted);
+        let cutoff = n.next_if(with_cutoff);
+        let subjects = n.many(subjects);
         Self {
             tenant,
             cutoff,
-            subjects: n,
+            subjects,
+            cursor: n.next(),
         }
     }
 
@@ -110,6 +114,9 @@ impl ErasurePlan {
     ) -> Self {
         let done = not_done(e, strategy);
         let blocked = blocked(strategy, plan.referenced.as_ref());
+        let mut n = Numbering::default();
+        n.next(); // the entity
+        let limit = n.next();
         let parts = Parts {
             e,
             plan,
@@ -119,7 +126,8 @@ impl ErasurePlan {
             with_cutoff,
             done: &done,
             blocked: &blocked,
-            p: ErasureParams::from(3, e.tenant.is_some(), with_cutoff),
+            limit,
+            p: ErasureParams::numbered(&mut n, e.tenant.is_some(), with_cutoff, subjects.len()),
         };
         let (lock, lock_after) = locks(&parts);
         ErasurePlan {
@@ -144,6 +152,8 @@ struct Parts<'a> {
     done: &'a SqlText,
     /// Rows a restricting reference keeps.
     blocked: &'a Blocked,
+    /// The lock statements' limit (bound, unread, by the counts too).
+    limit: usize,
     /// The positions of the lock statements' and the counts' values.
     p: ErasureParams,
 }
@@ -157,6 +167,7 @@ fn locks(r: &Parts<'_>) -> (SqlText, SqlText) {
         subjects,
         done,
         blocked,
+        limit,
         p,
         ..
     } = *r;
@@ -179,10 +190,12 @@ fn locks(r: &Parts<'_>) -> (SqlText, SqlText) {
             .append(held)
             .push(" ORDER BY ")
             .append(&casts.key_columns(e))
-            .push(" LIMIT $2 FOR UPDATE");
+            .push(" LIMIT ")
+            .param(limit)
+            .push(" FOR UPDATE");
         lock
     };
-    let (lock, lock_after) = (lock(None), lock(Some(p.subjects + subjects.len())));
+    let (lock, lock_after) = (lock(None), lock(Some(p.cursor)));
 
     (lock, lock_after)
 }
@@ -205,10 +218,11 @@ fn mutate(r: &Parts<'_>) -> SqlText {
         .statements(strategy)
         .and_then(|s| s.mutate_head.as_ref())
     {
-        let m = ErasureParams::from(
-            3 + plan.values.params_after_keys(strategy),
+        let m = ErasureParams::numbered(
+            &mut after_head(&plan.values, strategy),
             e.tenant.is_some(),
             with_cutoff,
+            subjects.len(),
         );
         mutate = head.clone();
         mutate
@@ -278,7 +292,9 @@ fn counts(r: &Parts<'_>) -> SqlText {
     counts
         .push(" FROM ")
         .table(table)
-        .push(" t WHERE $2::int8 IS NOT NULL")
+        .push(" t WHERE ")
+        .param(r.limit)
+        .push("::int8 IS NOT NULL")
         .append(&p.tenant_and_subjects(e, casts, subjects))
         .append(done);
     counts

@@ -285,20 +285,16 @@ pub(crate) struct Blocked {
 }
 
 impl Blocked {
-    /// `count(*) FILTER (…) AS skipped`, or `0 AS skipped`.
-    pub(crate) fn skipped_column(
-        &self,
-        anchor: &str,
-        cutoff: &'static str,
-        held: &SqlText,
-    ) -> SqlText {
+    /// `count(*) FILTER (…) AS skipped`, or `0 AS skipped` (the cutoff
+    /// bound as `$cutoff`).
+    pub(crate) fn skipped_column(&self, anchor: &str, cutoff: usize, held: &SqlText) -> SqlText {
         let mut s = SqlText::default();
         match &self.referenced {
             Some(r) => {
                 s.push("pg_catalog.count(*) FILTER (WHERE ")
                     .col(anchor)
                     .push(" < ")
-                    .push(cutoff)
+                    .param(cutoff)
                     .push(" AND NOT ")
                     .append(held)
                     .push(" AND ")

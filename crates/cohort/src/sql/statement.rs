@@ -36,6 +36,37 @@ impl Params for () {
     }
 }
 
+/// Numbers a statement's parameters in the order they are declared:
+/// the first [`Numbering::next`] is `$1`. A builder asks it for each
+/// value's position instead of computing one, so the positions follow
+/// from the order alone.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Numbering {
+    last: usize,
+}
+
+impl Numbering {
+    /// The next parameter's position.
+    pub(crate) fn next(&mut self) -> usize {
+        self.last += 1;
+        self.last
+    }
+
+    /// The next parameter's position when `present`; nothing is taken
+    /// otherwise.
+    pub(crate) fn next_if(&mut self, present: bool) -> Option<usize> {
+        present.then(|| self.next())
+    }
+
+    /// `count` consecutive parameters: the first's position (where the
+    /// next would be, when `count` is 0).
+    pub(crate) fn many(&mut self, count: usize) -> usize {
+        let first = self.last + 1;
+        self.last += count;
+        first
+    }
+}
+
 /// Statement text and its parameters.
 #[derive(Debug)]
 pub(crate) struct Statement<P> {

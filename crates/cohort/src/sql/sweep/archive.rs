@@ -4,10 +4,10 @@
 
 use std::collections::BTreeMap;
 
-use super::values::{anonymised_values, per_row_values, Values};
+use super::slots::{MutationSlots, Own};
+use super::values::{anonymised_values, per_row_values};
 use crate::base::ident::{QualifiedName, SqlText};
 use crate::domain::model::EntityDescriptor;
-use crate::domain::rules::Strategy;
 use crate::sql::fragments::Casts;
 
 /// The archive strategy's three statements.
@@ -33,10 +33,9 @@ pub(super) struct ArchiveStatements {
 /// replaced by their anonymised values (parameters after the run id).
 pub(super) fn archive_statements(
     e: &EntityDescriptor,
-    plan: &Values,
     casts: &Casts,
     delete: &SqlText,
-    next: usize,
+    at: &MutationSlots,
     cohort_schema: &str,
 ) -> ArchiveStatements {
     let mut moved = SqlText::new("WITH moved AS (");
@@ -48,7 +47,7 @@ pub(super) fn archive_statements(
         .append(&archive_checked(
             e,
             casts,
-            &archive_insert(e, plan, casts, 3),
+            &archive_insert(e, casts, &at.own),
             cohort_schema,
         ));
 
@@ -70,15 +69,15 @@ pub(super) fn archive_statements(
         .push(" INSERT INTO ")
         .table(&crate::sql::tables::CohortTable::RowDetail.qualified(cohort_schema))
         .push(" (run_id, retention_entity_id, entity_type, record_id, tenant_id, action) SELECT ")
-        .param(next)
+        .param(at.audit.run)
         .push(", $1, ")
-        .param(next + 1)
+        .param(at.audit.entity)
         .push(", ")
         .append(&moved_key(e, casts))
         .push(", ")
-        .param(next + 2)
+        .param(at.audit.tenant)
         .push(", ")
-        .param(next + 3)
+        .param(at.audit.action)
         .push(" FROM moved, verdict RETURNING row_detail_id, record_id");
     ArchiveStatements {
         count,
@@ -157,15 +156,10 @@ pub(super) fn archive_returning(e: &EntityDescriptor, casts: &Casts) -> SqlText 
 /// columns (with anonymise-on-archive) replaced by their anonymised
 /// values, bound after the run id; the `now` comes last of the
 /// strategy's values.
-pub(super) fn archive_insert(
-    e: &EntityDescriptor,
-    plan: &Values,
-    casts: &Casts,
-    run_id: usize,
-) -> SqlText {
+pub(super) fn archive_insert(e: &EntityDescriptor, casts: &Casts, own: &Own) -> SqlText {
     let archive = e.archive.as_ref().expect("validated: archive has a table");
     let anonymised: BTreeMap<&str, SqlText> = if archive.anonymise {
-        anonymised_values(e, run_id + 1).into_iter().collect()
+        anonymised_values(e, own.literals).into_iter().collect()
     } else {
         BTreeMap::new()
     };
@@ -197,16 +191,16 @@ pub(super) fn archive_insert(
         insert.push(", ");
     }
     insert
-        .param(run_id + plan.params_after_keys(Strategy::Archive) - 1)
+        .param(own.mark.expect("archive marks its copies"))
         .push("::timestamptz, ")
-        .param(run_id)
+        .param(own.run.expect("archive binds its run"))
         .push(" FROM moved");
-    if archive.anonymise && !plan.custom.is_empty() {
+    if own.per_row.is_some() {
         // Every moved row is copied, whether or not its computed values
         // came along (a missing object anonymises to NULL, never the original).
         insert
             .push(" LEFT JOIN ")
-            .append(&per_row_values(e, casts, run_id + 1 + plan.literals.len()))
+            .append(&per_row_values(e, casts, own))
             .push(" ON ")
             .append(&casts.moved_matches_v(e));
     }

@@ -3,9 +3,10 @@
 //! rows) and the backlog's oldest eligible row.
 
 use super::shape::Shape;
+use super::slots::{CountSlots, Filter};
 use crate::base::ident::SqlText;
 use crate::domain::rules::Strategy;
-use crate::sql::fragments::{bound_rows, tenant_filter, Blocked};
+use crate::sql::fragments::{bound_rows, Blocked};
 
 /// Counts in scope: eligible (past cutoff, not held), skipped (still
 /// referenced), held (past cutoff, held), held_by_subject (of those,
@@ -13,23 +14,31 @@ use crate::sql::fragments::{bound_rows, tenant_filter, Blocked};
 /// `$3` tenant (then the stage floor).
 pub(super) fn counts(s: &Shape<'_>, done: &SqlText, blocked: &Blocked) -> SqlText {
     let e = s.e;
+    let at = CountSlots::of(s);
+    let cutoff = at.cutoff;
     let mut c = SqlText::new("SELECT pg_catalog.count(*) FILTER (WHERE ");
     c.col(&e.anchor)
-        .push(" < $2 AND NOT ")
+        .push(" < ")
+        .param(cutoff)
+        .push(" AND NOT ")
         .append(&s.held)
         .append(&blocked.unblocked)
         .push(") AS eligible, ");
-    c.append(&blocked.skipped_column(&e.anchor, "$2", &s.held))
+    c.append(&blocked.skipped_column(&e.anchor, cutoff, &s.held))
         .push(", pg_catalog.count(*) FILTER (WHERE ")
         .col(&e.anchor)
-        .push(" < $2 AND ")
+        .push(" < ")
+        .param(cutoff)
+        .push(" AND ")
         .append(&s.held)
         .push(") AS held, ");
     match &s.subject_held {
         Some(subject) => {
             c.push("pg_catalog.count(*) FILTER (WHERE ")
                 .col(&e.anchor)
-                .push(" < $2 AND ")
+                .push(" < ")
+                .param(cutoff)
+                .push(" AND ")
                 .append(subject)
                 .push(") AS held_by_subject, ");
         }
@@ -46,10 +55,12 @@ pub(super) fn counts(s: &Shape<'_>, done: &SqlText, blocked: &Blocked) -> SqlTex
         // before the cutoff, and its NULLs), never the newer rows.
         .push(" t WHERE (")
         .col(&e.anchor)
-        .push(" < $2 OR ")
+        .push(" < ")
+        .param(cutoff)
+        .push(" OR ")
         .col(&e.anchor)
         .push(" IS NULL)")
-        .append(&s.tenant_and_floor(3))
+        .append(&s.filter(&at.filter))
         .append(done);
     c
 }
@@ -64,27 +75,36 @@ pub(super) fn counts(s: &Shape<'_>, done: &SqlText, blocked: &Blocked) -> SqlTex
 /// legal minimum keeps them first, as an erasure counts them.
 pub(super) fn kept_by_legal_min(s: &Shape<'_>, done: &SqlText) -> SqlText {
     let e = s.e;
-    let period_cutoff = 3 + s.t() + s.f();
+    let at = CountSlots::of(s);
+    let period_cutoff = at.then;
     let mut k = SqlText::new("SELECT pg_catalog.count(*) AS kept_by_legal_min FROM ");
     k.table(&e.table).push(" t WHERE $1::uuid IS NOT NULL AND ");
     match s.stage {
         Some(stage) => {
+            let tenant_only = Filter {
+                floor: None,
+                ..at.filter
+            };
             k.col(&e.anchor)
-                .push(" < $2 AND ")
+                .push(" < ")
+                .param(at.cutoff)
+                .push(" AND ")
                 .param(period_cutoff)
                 .push("::timestamptz IS NOT NULL AND ")
                 .col(&stage.floor)
                 .push(" >= ")
-                .param(3 + s.t())
-                .append(&tenant_filter(e, s.casts, 3));
+                .param(at.filter.floor.expect("a stage binds its floor"))
+                .append(&s.filter(&tenant_only));
         }
         None => {
             k.col(&e.anchor)
-                .push(" >= $2 AND ")
+                .push(" >= ")
+                .param(at.cutoff)
+                .push(" AND ")
                 .col(&e.anchor)
                 .push(" < ")
                 .param(period_cutoff)
-                .append(&s.tenant_and_floor(3));
+                .append(&s.filter(&at.filter));
         }
     }
     k.append(done);
@@ -98,14 +118,16 @@ pub(super) fn kept_by_legal_min(s: &Shape<'_>, done: &SqlText) -> SqlText {
 /// anchor index. Binds as [`counts`].
 pub(super) fn backlog(s: &Shape<'_>, done: &SqlText) -> SqlText {
     let e = s.e;
+    let at = CountSlots::of(s);
     let mut b = SqlText::new("SELECT ");
     b.col(&e.anchor)
         .push(" AS oldest FROM ")
         .table(&e.table)
         .push(" t WHERE ")
         .col(&e.anchor)
-        .push(" < $2")
-        .append(&s.tenant_and_floor(3))
+        .push(" < ")
+        .param(at.cutoff)
+        .append(&s.filter(&at.filter))
         .append(done)
         .push(" AND NOT ")
         .append(&s.held)
@@ -125,15 +147,19 @@ pub(super) fn backlog(s: &Shape<'_>, done: &SqlText) -> SqlText {
 pub(super) fn counts_after(s: &Shape<'_>, strategy: Strategy, done: &SqlText) -> SqlText {
     let e = s.e;
     let table = &e.table;
-    let keys = 3 + s.t() + s.f();
-    let tenant_and_floor = s.tenant_and_floor(3);
+    let mut at = CountSlots::of(s);
+    let keys = at.then;
+    let first_subject = at.rest.many(e.subjects.len());
+    let mut before_cutoff = SqlText::new(" < ");
+    before_cutoff.param(at.cutoff);
+    let tenant_and_floor = s.filter(&at.filter);
     let mut a = SqlText::new("SELECT 0::int8 AS eligible, (SELECT pg_catalog.count(*) FROM ");
     a.table(table)
         .push(" t WHERE ")
         .append(&bound_rows(e, s.casts, keys))
         .push(" AND ")
         .col(&e.anchor)
-        .push(" < $2")
+        .append(&before_cutoff)
         .append(&tenant_and_floor)
         .append(done)
         .push(" AND ")
@@ -152,7 +178,7 @@ pub(super) fn counts_after(s: &Shape<'_>, strategy: Strategy, done: &SqlText) ->
                 .table(table)
                 .push(" t WHERE ")
                 .col(&e.anchor)
-                .push(" < $2")
+                .append(&before_cutoff)
                 .append(&tenant_and_floor)
                 .push(" AND NOT ")
                 .append(&s.held)
@@ -173,7 +199,7 @@ pub(super) fn counts_after(s: &Shape<'_>, strategy: Strategy, done: &SqlText) ->
                 if i > 0 {
                     arms.push(" OR ");
                 }
-                arms.append(&s.casts.any(&e.subjects[i].column, keys + 1 + i));
+                arms.append(&s.casts.any(&e.subjects[i].column, first_subject + i));
             }
             arms.push(")");
             a.push("(SELECT pg_catalog.count(*) FROM ")
@@ -182,7 +208,7 @@ pub(super) fn counts_after(s: &Shape<'_>, strategy: Strategy, done: &SqlText) ->
                 .append(&arms)
                 .push(" AND ")
                 .col(&e.anchor)
-                .push(" < $2")
+                .append(&before_cutoff)
                 .append(&tenant_and_floor)
                 .append(done)
                 .push(" AND ")

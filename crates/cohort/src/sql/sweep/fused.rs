@@ -43,6 +43,7 @@
 //! are fused; the rest keep the two statements.
 
 use super::lock::keyset_bound;
+use super::slots::{Audit, FusedSlots};
 use crate::base::ident::{QualifiedName, SqlText};
 use crate::domain::model::EntityDescriptor;
 use crate::sql::fragments::Casts;
@@ -53,11 +54,12 @@ pub(super) const LOCKED_UNLESS_RECENT: &str =
     "t.ctid = ANY(ARRAY(SELECT c.addr FROM c)) AND NOT (SELECT r.recent FROM r)";
 
 /// A fused statement in each of the four ways a batch is bounded, as the
-/// lock statements are: `$1` entity id, `$2` cutoff, `$3` limit, then the
-/// tenant and the stage floor as `lock` binds them, then the strategy's
-/// own values (archive's run id, anonymise's literals), then (audited
-/// forms) the run id, the entity's display name, the tenant as text and
-/// the action, then the cursor and the range's end.
+/// lock statements are, bound as [`FusedSlots`]: `$1` entity id, the
+/// cutoff, the limit, the tenant and the stage floor as `lock` binds them,
+/// then the strategy's own values (archive's run id, anonymise's
+/// literals, the marker's value), then (audited forms) the run id, the
+/// entity's display name, the tenant as text and the action, then the
+/// cursor and the range's end.
 ///
 /// Returns `k, a, addr, locked, changed` (and `ids`, the changed records
 /// as text, on the last row of an audited form): the last locked row
@@ -105,10 +107,8 @@ pub(super) struct Parts<'a> {
     pub(super) candidates: &'a SqlText,
     /// The hold check of the candidates.
     pub(super) held: &'a SqlText,
-    /// The last parameter before the strategy's own values.
-    pub(super) head: usize,
-    /// How many values of its own the strategy binds.
-    pub(super) extras: usize,
+    /// Where the counted and the audited forms bind their values.
+    pub(super) slots: (FusedSlots, FusedSlots),
     /// The mutation of the rows [`LOCKED_UNLESS_RECENT`] matches, with its
     /// re-checks (without the hold check: its snapshot is the candidates').
     pub(super) mutation: SqlText,
@@ -124,28 +124,32 @@ pub(super) struct Parts<'a> {
 /// Builds a strategy's fused statements.
 pub(super) fn build(p: &Parts<'_>) -> Fused {
     Fused {
-        count: forms(p, None),
-        audited: forms(p, Some(p.head + p.extras + 1)),
+        count: forms(p, &p.slots.0),
+        audited: forms(p, &p.slots.1),
     }
 }
 
-fn forms(p: &Parts<'_>, audit: Option<usize>) -> FusedForms {
-    let cursor = p.head + p.extras + 1 + if audit.is_some() { 4 } else { 0 };
+fn forms(p: &Parts<'_>, at: &FusedSlots) -> FusedForms {
+    let [plain, after, until, after_until] = at
+        .lock
+        .bounds
+        .forms()
+        .map(|bounds| statement(p, at, bounds));
     FusedForms {
-        plain: statement(p, audit, None, None),
-        after: statement(p, audit, Some(cursor), None),
-        until: statement(p, audit, None, Some(cursor)),
-        after_until: statement(p, audit, Some(cursor), Some(cursor + 2)),
+        plain,
+        after,
+        until,
+        after_until,
     }
 }
 
 fn statement(
     p: &Parts<'_>,
-    audit: Option<usize>,
-    after: Option<usize>,
-    until: Option<usize>,
+    at: &FusedSlots,
+    (after, until): (Option<usize>, Option<usize>),
 ) -> SqlText {
     let e = p.e;
+    let audit = at.audit;
     let mut s = SqlText::new("WITH c AS (SELECT ");
     if p.casts.composite() {
         // The parts as they are: the key's text is built for the rows
@@ -176,7 +180,9 @@ fn statement(
         .col(&e.anchor)
         .push(", ")
         .append(&p.casts.order_columns(e))
-        .push(" LIMIT $3 FOR UPDATE SKIP LOCKED), n AS (SELECT pg_catalog.count(*) AS locked FROM c), r AS (SELECT ")
+        .push(" LIMIT ")
+        .param(at.lock.limit)
+        .push(" FOR UPDATE SKIP LOCKED), n AS (SELECT pg_catalog.count(*) AS locked FROM c), r AS (SELECT ")
         .table(&QualifiedName::new(p.cohort_schema, "retention_hold_recent"))
         // The statement's own snapshot is read here; the function's
         // queries run in new ones.
@@ -197,7 +203,7 @@ fn statement(
             p.cohort_schema,
         ));
     }
-    if let Some(a) = audit {
+    if let Some(a) = &audit {
         s.append(&details(p, a));
     }
     s.append(&last_or_all(p, audit.is_some()));
@@ -205,20 +211,20 @@ fn statement(
 }
 
 /// `, d AS (INSERT …)`: one row detail per changed row, the run id, the
-/// entity's name, the tenant and the action bound from `$a` on.
-fn details(p: &Parts<'_>, a: usize) -> SqlText {
+/// entity's name, the tenant and the action bound where `a` says.
+fn details(p: &Parts<'_>, a: &Audit) -> SqlText {
     let mut s = SqlText::default();
     s.push(", d AS (INSERT INTO ")
         .table(&crate::sql::tables::CohortTable::RowDetail.qualified(p.cohort_schema))
         .push(" (run_id, retention_entity_id, entity_type, record_id, tenant_id, action) SELECT ")
-        .param(a)
+        .param(a.run)
         .push(", $1, ")
-        .param(a + 1)
+        .param(a.entity)
         .append(&moved_key(p))
         .push(", ")
-        .param(a + 2)
+        .param(a.tenant)
         .push(", ")
-        .param(a + 3)
+        .param(a.action)
         .push(" FROM moved RETURNING record_id)");
     s
 }

@@ -3,18 +3,25 @@
 //! within a key range), and the key ranges of a parallel sweep.
 
 use super::shape::Shape;
+use super::slots::LockSlots;
 use crate::base::ident::SqlText;
 use crate::domain::model::EntityDescriptor;
 use crate::sql::fragments::{Blocked, Casts};
 
 /// The candidates' conditions, shared by the lock statements and the key
-/// ranges: past the cutoff (`$2`), in the tenant (`$4`), above the stage's
-/// floor, not done, not blocked by a reference.
-pub(super) fn candidates(s: &Shape<'_>, done: &SqlText, blocked: &Blocked) -> SqlText {
+/// ranges: past the cutoff, in the tenant, above the stage's floor (each
+/// where `at` binds it), not done, not blocked by a reference.
+pub(super) fn candidates(
+    s: &Shape<'_>,
+    at: &LockSlots,
+    done: &SqlText,
+    blocked: &Blocked,
+) -> SqlText {
     let mut c = SqlText::default();
     c.col(&s.e.anchor)
-        .push(" < $2")
-        .append(&s.tenant_and_floor(4))
+        .push(" < ")
+        .param(at.cutoff)
+        .append(&s.filter(&at.filter))
         .append(done)
         .append(&blocked.unblocked);
     c
@@ -22,17 +29,18 @@ pub(super) fn candidates(s: &Shape<'_>, done: &SqlText, blocked: &Blocked) -> Sq
 
 /// Locks candidates in (anchor, key) order, so a run can continue each
 /// batch after the last one's final row instead of walking again past
-/// every row it already did. `$1` entity id, `$2` cutoff, `$3` limit, `$4`
-/// tenant (then the floor); `after`: the cursor's (anchor, key) from that
-/// position; `until`: the range's last (anchor, key) from that position.
+/// every row it already did. Binds as [`LockSlots`]: `$1` entity id, the
+/// candidates' values, the limit at `limit`; `after`: the cursor's
+/// (anchor, key) from that position; `until`: the range's last (anchor,
+/// key) from that position.
 /// Returns the record key, the anchor and, `by_address`, the row's `ctid`
 /// as text.
 pub(super) fn lock(
     s: &Shape<'_>,
     candidates: &SqlText,
     by_address: bool,
-    after: Option<usize>,
-    until: Option<usize>,
+    limit: usize,
+    (after, until): (Option<usize>, Option<usize>),
 ) -> SqlText {
     let e = s.e;
     let mut l = SqlText::new("SELECT ");
@@ -58,23 +66,25 @@ pub(super) fn lock(
         .col(&e.anchor)
         .push(", ")
         .append(&s.casts.order_columns(e))
-        .push(" LIMIT $3 FOR UPDATE SKIP LOCKED");
+        .push(" LIMIT ")
+        .param(limit)
+        .push(" FOR UPDATE SKIP LOCKED");
     l
 }
 
 /// The key ranges of a parallel sweep: of the candidates `lock` would
-/// choose (unlocked, in (anchor, key) order), split into `$3` tiles of
+/// choose (unlocked, in (anchor, key) order), split into as many tiles of
 /// equal size, the (key, anchor) of each tile's last row but the last
 /// tile's, in order. Binds as `lock`, the number of ranges in place of
 /// the limit.
-pub(super) fn ranges(s: &Shape<'_>, candidates: &SqlText) -> SqlText {
+pub(super) fn ranges(s: &Shape<'_>, at: &LockSlots, candidates: &SqlText) -> SqlText {
     let e = s.e;
     let mut r = SqlText::new("SELECT s.k, s.a FROM (SELECT r.k, r.a, r.n, r.tile, pg_catalog.lead(r.tile) OVER (ORDER BY r.n) AS next FROM (SELECT ");
     s.casts.key_select(&mut r, e);
     r.push(" AS k, ")
         .col(&e.anchor)
         .push(" AS a, pg_catalog.row_number() OVER w AS n, pg_catalog.ntile(")
-        .param(3)
+        .param(at.limit)
         .push("::int4) OVER w AS tile FROM ")
         .table(&e.table)
         .push(" t WHERE ")

@@ -29,6 +29,7 @@ mod mutate;
 mod params;
 mod rows;
 mod shape;
+mod slots;
 mod targets;
 mod values;
 
@@ -41,6 +42,7 @@ pub(crate) use params::{Audit, Batch, Change, Changed, Cursor, Rows, RunParam, S
 pub(crate) use rows::sea;
 pub(crate) use rows::{CountsRow, LockedRow, RecordRow};
 pub(crate) use shape::StageScope;
+pub(crate) use slots::after_head;
 pub(crate) use targets::{lock_subject_rows, Targets};
 pub(crate) use values::{marks, RunValue, Values};
 
@@ -50,6 +52,7 @@ use crate::domain::model::{CustomAnonymiser, EntityDescriptor};
 use crate::domain::rules::{CategoryCapabilities, Strategy};
 use crate::sql::IncomingKey;
 use shape::Shape;
+use slots::LockSlots;
 
 /// The statements of one entity.
 #[derive(Debug, Clone)]
@@ -118,7 +121,7 @@ pub(crate) struct SweepStatements {
     /// Mutate locked rows that are still not held, not done, past the
     /// cutoff and in the tenant. `$1` entity id, `$2` record keys (array;
     /// addresses when `by_address`), then the strategy's own values
-    /// ([`Values::params_after_keys`]); then the cutoff and the tenant.
+    /// (numbered by `slots::MutationSlots`); then the cutoff and the tenant.
     /// Returns `record::text`.
     pub(crate) mutate: SqlText,
     /// `mutate` without RETURNING: for batches that need only the count
@@ -228,10 +231,12 @@ fn sweep_statements(
             ..SweepStatements::default()
         };
     }
-    let candidates = lock::candidates(s, &done, &blocked);
-    let lock = |after, until| lock::lock(s, &candidates, plain_table, after, until);
-    // The cursor, and a range's last row after it, follow the tenant and floor.
-    let cursor = 4 + s.t() + s.f();
+    let at = LockSlots::of(s);
+    let candidates = lock::candidates(s, &at, &done, &blocked);
+    let [plain, after, until, after_until] = at
+        .bounds
+        .forms()
+        .map(|bounds| lock::lock(s, &candidates, plain_table, at.limit, bounds));
     let m = mutate::mutations(
         s,
         values,
@@ -245,11 +250,11 @@ fn sweep_statements(
         counts_after: Some(counts::counts_after(s, strategy, &done)),
         backlog: Some(counts::backlog(s, &done)),
         kept_by_legal_min: Some(counts::kept_by_legal_min(s, &done)),
-        lock: lock(None, None),
-        lock_after: Some(lock(Some(cursor), None)),
-        lock_until: Some(lock(None, Some(cursor))),
-        lock_after_until: Some(lock(Some(cursor), Some(cursor + 2))),
-        ranges: Some(lock::ranges(s, &candidates)),
+        lock: plain,
+        lock_after: Some(after),
+        lock_until: Some(until),
+        lock_after_until: Some(after_until),
+        ranges: Some(lock::ranges(s, &at, &candidates)),
         mutate: m.keys,
         mutate_count: Some(m.count),
         mutate_audited: Some(m.audited),

@@ -7,6 +7,7 @@
 use super::archive::{archive_insert, archive_returning, archive_statements};
 use super::fused;
 use super::shape::Shape;
+use super::slots::{FusedSlots, MutationSlots, Own};
 use super::values::{anonymised_values, per_row_values, Values};
 use crate::base::ident::SqlText;
 use crate::domain::rules::Strategy;
@@ -40,14 +41,14 @@ struct Mutation<'s, 'a> {
 
 impl Mutation<'_, '_> {
     /// The mutation without its cutoff and tenant re-checks: `key_match`
-    /// picks the rows; `first_literal` is where the strategy's own values
-    /// start (anonymise's literals first; the run's `now` for the marker
-    /// last); `recheck_held`: whether the hold check is repeated (not in a
-    /// fused statement, whose snapshot is its candidates').
-    fn body(&self, key_match: &SqlText, first_literal: usize, recheck_held: bool) -> SqlText {
+    /// picks the rows; `own` is where the strategy's own values bind
+    /// (anonymise's literals, the run's `now` for the marker);
+    /// `recheck_held`: whether the hold check is repeated (not in a fused
+    /// statement, whose snapshot is its candidates').
+    fn body(&self, key_match: &SqlText, own: &Own, recheck_held: bool) -> SqlText {
         let e = self.s.e;
         let table = &e.table;
-        let mark = self.plan.params_after_keys(self.strategy).saturating_sub(1);
+        let mark = own.mark;
         let mut m = SqlText::default();
         match self.strategy {
             Strategy::Purge | Strategy::Archive => {
@@ -66,7 +67,7 @@ impl Mutation<'_, '_> {
                     m.push(", ")
                         .ident(d)
                         .push(" = ")
-                        .param(first_literal + mark)
+                        .param(mark.expect("a soft delete marks its rows"))
                         .push("::timestamptz");
                 }
                 m.push(" WHERE ").append(key_match);
@@ -74,7 +75,7 @@ impl Mutation<'_, '_> {
             Strategy::Anonymise => {
                 m.push("UPDATE ").table(table).push(" t SET ");
                 for (i, (column, value)) in
-                    anonymised_values(e, first_literal).into_iter().enumerate()
+                    anonymised_values(e, own.literals).into_iter().enumerate()
                 {
                     if i > 0 {
                         m.push(", ");
@@ -84,7 +85,7 @@ impl Mutation<'_, '_> {
                 m.push(", ")
                     .ident(e.anonymised_at.as_deref().expect("validated"))
                     .push(" = ")
-                    .param(first_literal + mark)
+                    .param(mark.expect("an anonymisation marks its rows"))
                     .push("::timestamptz");
                 if self.plan.custom.is_empty() {
                     m.push(" WHERE ").append(key_match);
@@ -92,11 +93,7 @@ impl Mutation<'_, '_> {
                     // The values computed in Rust come with their keys,
                     // which pick the rows.
                     m.push(" FROM ")
-                        .append(&per_row_values(
-                            e,
-                            self.s.casts,
-                            3 + self.plan.literals.len(),
-                        ))
+                        .append(&per_row_values(e, self.s.casts, own))
                         .push(" WHERE ")
                         .append(&self.s.casts.key_matches_v(e));
                 }
@@ -113,11 +110,10 @@ impl Mutation<'_, '_> {
     }
 }
 
-/// A mutating strategy's statements. Parameters: `$1` entity id, `$2`
-/// the rows (keys, or addresses `by_address`), then the strategy's own
-/// values ([`Values::params_after_keys`]), then the cutoff, tenant and
-/// floor; `audited` binds the run id, entity name, tenant text and action
-/// after them.
+/// A mutating strategy's statements, bound as [`MutationSlots`]: `$1`
+/// entity id, the rows (keys, or addresses `by_address`), the strategy's
+/// own values, then the cutoff, tenant and floor; `audited` binds the run
+/// id, entity name, tenant text and action after them.
 pub(super) fn mutations(
     s: &Shape<'_>,
     plan: &Values,
@@ -128,8 +124,7 @@ pub(super) fn mutations(
 ) -> Mutations {
     let e = s.e;
     let casts = s.casts;
-    let t = s.t();
-    let f = s.f();
+    let at = MutationSlots::of(s, plan, strategy);
     let m = Mutation {
         s,
         plan,
@@ -137,31 +132,31 @@ pub(super) fn mutations(
         done,
         blocked,
     };
-    // Parameters after the keys: the strategy's own, then the cutoff,
-    // tenant and floor.
-    let after = 3 + plan.params_after_keys(strategy);
     let addressed = plain_table && !plan.computes_per_row(strategy);
-    let next = after + 1 + t + f;
-    let by_key = casts.key_any(e, 2);
-    let head = m.body(&by_key, 3, true);
+    let by_key = casts.key_any(e, at.rows);
+    let head = m.body(&by_key, &at.own, true);
     // A sweep's rows by address, read where they lie instead of through
     // the key index (see `SweepStatements::by_address`).
-    let sweep_match = if addressed { at_addresses(2) } else { by_key };
-    let mut keys = m.body(&sweep_match, 3, true);
+    let sweep_match = if addressed {
+        at_addresses(at.rows)
+    } else {
+        by_key
+    };
+    let mut keys = m.body(&sweep_match, &at.own, true);
     // A sweep's mutation re-checks what the candidate query chose by
     // (cutoff and tenant) besides the keys, so no key collision,
     // concurrent update or planner surprise reaches another row.
     keys.push(" AND ")
         .col(&e.anchor)
         .push(" < ")
-        .param(after)
-        .append(&s.tenant_and_floor(after + 1));
+        .param(at.cutoff)
+        .append(&s.filter(&at.filter));
     // One statement per batch where nothing is read into the process and
     // no restricting reference can appear after the snapshot.
     let fused = (addressed && !(strategy.deletes() && s.referenced.is_some()))
         .then(|| fused_batch(&m, candidates));
     if strategy == Strategy::Archive {
-        let statements = archive_statements(e, plan, casts, &keys, next, s.cohort_schema);
+        let statements = archive_statements(e, casts, &keys, &at, s.cohort_schema);
         return Mutations {
             keys: statements.keys,
             count: statements.count,
@@ -180,13 +175,13 @@ pub(super) fn mutations(
         .push(" AS r) INSERT INTO ")
         .table(&crate::sql::tables::CohortTable::RowDetail.qualified(s.cohort_schema))
         .push(" (run_id, retention_entity_id, entity_type, record_id, tenant_id, action) SELECT ")
-        .param(next)
+        .param(at.audit.run)
         .push(", $1, ")
-        .param(next + 1)
+        .param(at.audit.entity)
         .push(", m.r, ")
-        .param(next + 2)
+        .param(at.audit.tenant)
         .push(", ")
-        .param(next + 3)
+        .param(at.audit.action)
         .push(" FROM m RETURNING row_detail_id, record_id");
     keys.push(" RETURNING ").append(&casts.key_text(e));
     Mutations {
@@ -205,15 +200,20 @@ pub(super) fn mutations(
 fn fused_batch(m: &Mutation<'_, '_>, candidates: &SqlText) -> fused::Fused {
     let s = m.s;
     let e = s.e;
-    let head = 3 + s.t() + s.f();
     let archive = m.strategy == Strategy::Archive;
-    let extras = m.plan.params_after_keys(m.strategy);
-    let mut mutation = m.body(&SqlText::new(fused::LOCKED_UNLESS_RECENT), head + 1, false);
+    // The counted and audited forms number alike up to the audit's values.
+    let [count, audited] = [false, true].map(|a| FusedSlots::of(s, m.plan, m.strategy, a));
+    let mut mutation = m.body(
+        &SqlText::new(fused::LOCKED_UNLESS_RECENT),
+        &count.own,
+        false,
+    );
     mutation
         .push(" AND ")
         .col(&e.anchor)
-        .push(" < $2")
-        .append(&s.tenant_and_floor(4));
+        .push(" < ")
+        .param(count.lock.cutoff)
+        .append(&s.filter(&count.lock.filter));
     let returning = if archive {
         archive_returning(e, s.casts)
     } else {
@@ -231,12 +231,11 @@ fn fused_batch(m: &Mutation<'_, '_>, candidates: &SqlText) -> fused::Fused {
         cohort_schema: s.cohort_schema,
         candidates,
         held: &s.held,
-        head,
-        extras,
+        slots: (count, audited),
         mutation,
         count_returning: (s.casts.composite() && !archive).then(|| SqlText::new("1 AS cohort_key")),
         returning,
-        archive_insert: archive.then(|| archive_insert(e, m.plan, s.casts, head + 1)),
+        archive_insert: archive.then(|| archive_insert(e, s.casts, &count.own)),
     };
     fused::build(&parts)
 }

@@ -2,6 +2,7 @@
 //! from: the entity, its casts, the hold and reference checks, and, for a
 //! stage measured from a marker, the stage's scope.
 
+use super::slots::Filter;
 use crate::base::ident::SqlText;
 use crate::domain::model::EntityDescriptor;
 use crate::domain::rules::Strategy;
@@ -67,23 +68,15 @@ pub(super) struct Shape<'a> {
 }
 
 impl Shape<'_> {
-    /// Parameters the tenant takes (1 for a tenanted entity, else 0).
-    pub(super) fn t(&self) -> usize {
-        usize::from(self.e.tenant.is_some())
-    }
-
-    /// Parameters the stage's floor takes (1 for a stage measured from a
-    /// marker, else 0).
-    pub(super) fn f(&self) -> usize {
-        usize::from(self.stage.is_some())
-    }
-
-    /// ` AND (anchor < $n OR $n IS NULL)` on the entity's own anchor for a
-    /// stage measured from a marker (the legal minimum's floor, NULL: no
-    /// floor); empty otherwise.
-    fn floor(&self, n: usize) -> SqlText {
+    /// The tenant filter, then, for a stage measured from a marker,
+    /// ` AND (anchor < $n OR $n IS NULL)` on the entity's own anchor (the
+    /// legal minimum's floor, NULL: no floor), each where `at` binds it.
+    pub(super) fn filter(&self, at: &Filter) -> SqlText {
         let mut s = SqlText::default();
-        if let Some(stage) = self.stage {
+        if let Some(n) = at.tenant {
+            s.append(&tenant_filter(self.e, self.casts, n));
+        }
+        if let (Some(stage), Some(n)) = (self.stage, at.floor) {
             s.push(" AND (")
                 .col(&stage.floor)
                 .push(" < ")
@@ -92,13 +85,6 @@ impl Shape<'_> {
                 .param(n)
                 .push("::timestamptz IS NULL)");
         }
-        s
-    }
-
-    /// The tenant filter bound as `$n`, then the stage's floor after it.
-    pub(super) fn tenant_and_floor(&self, n: usize) -> SqlText {
-        let mut s = tenant_filter(self.e, self.casts, n);
-        s.append(&self.floor(n + self.t()));
         s
     }
 

@@ -5,7 +5,7 @@
 use crate::base::ident::SqlText;
 use crate::domain::model::EntityDescriptor;
 use crate::sql::fragments::{subject_hold, tenant_filter, Casts, HoldKeys};
-use crate::sql::statement::{Args, Params, Statement};
+use crate::sql::statement::{Args, Numbering, Params, Statement};
 use crate::sql::tables::CohortTable;
 use crate::sql::{BindKey, KeyValue};
 
@@ -195,16 +195,17 @@ pub(crate) fn lock_subject_rows(
 ) -> Statement<SubjectRows> {
     let mut s = SqlText::new("SELECT pg_catalog.count(*) FROM (SELECT 1 FROM ");
     s.table(&e.table).push(" t WHERE (");
+    let mut n = Numbering::default();
     for (i, (column, _)) in columns.iter().enumerate() {
         if i > 0 {
             s.push(" OR ");
         }
         s.col(column).push(" = ");
-        casts.param(&mut s, column, i + 1);
+        casts.param(&mut s, column, n.next());
     }
     s.push(")");
     if tenant.is_some() {
-        s.append(&tenant_filter(e, casts, columns.len() + 1));
+        s.append(&tenant_filter(e, casts, n.next()));
     }
     s.push(" FOR KEY SHARE OF t) locked");
     let values = columns.into_iter().map(|(_, v)| v).collect();
