@@ -1,7 +1,9 @@
 //! Custom anonymisers in their three modes (.NET Cohort's PerRow,
 //! PerRowWithOriginalValue and Static), on a real server: per row from the
 //! original value with the row's context, and once per run applied to the
-//! whole batch in SQL.
+//! whole batch in SQL. A custom anonymiser sees the column's value typed
+//! and writes the column's type; the keyed hash works on citext and
+//! varchar columns too.
 
 use crate::support;
 
@@ -292,4 +294,105 @@ async fn erasure_applies_per_run_and_context_anonymisers_too() {
         assert_eq!(phone, format!("erased for {TENANT_A}"));
         assert_eq!(reference, format!("record {id}"));
     }
+}
+
+#[allow(clippy::ptr_arg)] // a custom anonymiser receives &T of the column's Rust type
+fn mask(v: &String) -> String {
+    format!("{}***", &v[..2])
+}
+
+#[tokio::test]
+async fn custom_anonymisers_see_typed_values_and_write_the_column_type() {
+    let db = engine_db().await;
+    let contact = cohort::EntityDeclaration::new("Contact", CONTACT_ID)
+        .category("contacts")
+        .anchor("created_at")
+        .table("app.contacts")
+        .anonymise(
+            "reference",
+            AnonymiseMethod::Custom(CustomAnonymiser::new("mask", mask)),
+        )
+        // integer column, typed input, i64 output converted to integer by PostgreSQL
+        .anonymise(
+            "score",
+            AnonymiseMethod::Custom(CustomAnonymiser::new("bucket", |v: &Option<i32>| {
+                v.map(|n| i64::from(n) * 100)
+            })),
+        )
+        .anonymise("phone", AnonymiseMethod::Literal("[redacted]".into()));
+    let cohort = crate::failures::cohort_with(&db, test_config(), vec![contact]).await;
+    let result = cohort
+        .sweep(SweepRequest::tenanted(TENANT_A, now()))
+        .await
+        .unwrap();
+    assert_eq!(result.entities[0].affected, 3);
+    let rows: Vec<(String, Option<i32>, String, Option<String>)> = sqlx::query_as(
+        "SELECT reference, score, phone, email FROM app.contacts WHERE tenant_id = $1::uuid AND anonymised_at IS NOT NULL ORDER BY id",
+    )
+    .bind(TENANT_A)
+    .fetch_all(db.pool())
+    .await
+    .unwrap();
+    assert_eq!(rows.len(), 3);
+    for r in rows {
+        assert_eq!(
+            (r.0.as_str(), r.1, r.2.as_str()),
+            ("RE***", Some(700), "[redacted]")
+        );
+        assert_eq!(
+            r.3.as_deref(),
+            Some("person@example.com"),
+            "undeclared column untouched"
+        );
+    }
+}
+
+/// The keyed hash is computed in Rust from the column's value, also for a
+/// citext column (decoded as text).
+#[tokio::test]
+async fn hashing_works_on_citext_and_varchar_columns() {
+    let db = migrated_db().await;
+    exec(
+        db.pool(),
+        "CREATE EXTENSION citext;
+         CREATE SCHEMA app;
+         CREATE TABLE app.contacts (id bigint PRIMARY KEY, tenant_id uuid NOT NULL, created_at timestamptz,
+             anonymised_at timestamptz, email citext, phone varchar(80));
+         INSERT INTO app.contacts VALUES
+           (1, 'aaaaaaaa-0000-0000-0000-00000000000a', '2026-01-01', NULL, 'Ada@Example.com', '+44 1'),
+           (2, 'aaaaaaaa-0000-0000-0000-00000000000a', '2026-01-01', NULL, NULL, '+44 2');",
+    )
+    .await;
+    let policy = r#"
+[[entity]]
+name = "Contact"
+id = "b7316df4-7db5-46ad-aea7-f65c4b430f73"
+table = "app.contacts"
+category = "contacts"
+anchor = "created_at"
+anonymise = { email = "hash", phone = "hash" }
+
+[[category]]
+name = "contacts"
+strategy = "anonymise"
+period = "30d"
+"#;
+    let cohort = from_policy(&db, policy).await.unwrap();
+    let r = cohort
+        .sweep(SweepRequest::tenanted(TENANT_A, now()))
+        .await
+        .unwrap();
+    assert!(r.failures.is_empty(), "{:?}", r.failures);
+    assert_eq!(r.affected(), 2);
+    let rows: Vec<(Option<String>, String)> =
+        sqlx::query_as("SELECT email::text, phone FROM app.contacts ORDER BY id")
+            .fetch_all(db.pool())
+            .await
+            .unwrap();
+    assert_eq!(
+        rows[0].0.as_deref(),
+        Some(test_hmac_hex("Ada@Example.com").as_str())
+    );
+    assert_eq!(rows[0].1, test_hmac_hex("+44 1"));
+    assert_eq!(rows[1].0, None, "NULL stays NULL");
 }

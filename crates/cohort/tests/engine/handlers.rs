@@ -207,7 +207,7 @@ async fn handlers_run_in_order_with_their_snapshots_and_held_rows_queue_nothing(
 
 /// The seeds' rule: a failing `on_before` leaves its row as it was and
 /// dead-letters its work once; the rest of the batch is mutated and
-/// queued, and the run succeeds (tests/before_failures.rs goes further).
+/// queued, and the run succeeds (failures.rs goes further).
 #[tokio::test]
 async fn an_on_before_failure_skips_only_its_row() {
     let db = engine_db().await;

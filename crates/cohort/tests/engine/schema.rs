@@ -1,9 +1,12 @@
 //! Cohort's own tables: migrations create exactly the contract, in exactly
-//! the configured schema, once, whatever the search path.
+//! the configured schema, once, whatever the search path. Any schema name
+//! is quoted in one pass; a version-1 database upgrades keeping its
+//! history; released migrations are pinned by their checksums.
 
 use crate::support;
 
 use cohort::schema::{self, CohortTable, SCHEMA_VERSION};
+use cohort::Cohort;
 use sqlx::{AssertSqlSafe, Row};
 use support::*;
 
@@ -600,4 +603,215 @@ async fn a_moved_sqlx_history_still_runs_clean() {
             .unwrap(),
         Some(SCHEMA_VERSION)
     );
+}
+
+/// F.12: schema names holding braces, quotes and placeholders stay inside
+/// their own quotes.
+#[tokio::test]
+async fn migrations_quote_any_schema_name_in_one_pass() {
+    let db = empty_db().await;
+    let mut conn = db.connect().await.unwrap();
+    for schema in [
+        "x{retention_hold}",
+        "{sweep_run_entity_summary}",
+        "{sweep_run}",
+        "we\"ird {",
+        "}{",
+    ] {
+        let report = cohort::schema::migrate(&mut conn, schema).await.unwrap();
+        assert_eq!(report.to_version, cohort::schema::SCHEMA_VERSION);
+        let tables: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM pg_tables WHERE schemaname = $1")
+                .bind(schema)
+                .fetch_one(&mut conn)
+                .await
+                .unwrap();
+        assert_eq!(
+            tables as usize,
+            cohort::schema::CohortTable::ALL.len(),
+            "{schema:?}"
+        );
+        assert_eq!(
+            cohort::schema::installed_version(&mut conn, schema)
+                .await
+                .unwrap(),
+            Some(cohort::schema::SCHEMA_VERSION)
+        );
+        let config = cohort::CohortConfig {
+            schema: schema.into(),
+            ..test_config()
+        };
+        Cohort::builder(db.pool().clone())
+            .config(config)
+            .build()
+            .await
+            .unwrap_or_else(|e| panic!("{schema:?}: {e}"));
+    }
+}
+
+/// Migration 0002 upgrades a version-1 database keeping its history, and a
+/// handle refuses a database that is behind.
+#[tokio::test]
+async fn a_version_one_database_upgrades_keeping_history() {
+    let db = empty_db().await;
+    let mut conn = db.connect().await.unwrap();
+    let v1 = &cohort::schema::migrations("public").unwrap()[0];
+    assert_eq!(v1.version, 1);
+    sqlx::raw_sql(sqlx::AssertSqlSafe(v1.sql.clone()))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    exec(
+        db.pool(),
+        "INSERT INTO public.sweep_run (run_id, kind, trigger, dry_run, status, logical_now, started_at, settled_at, error)
+           VALUES ('11111111-1111-4111-8111-111111111111', 'sweep', 'manual', false, 'partially_failed', now(), now(), now(), 'entity x: kind=db code=22001 diagnostic_id=abc');
+         INSERT INTO public.sweep_run_entity_summary (run_id, retention_entity_id, entity_type, category, strategy,
+             affected_count, held_count, skipped_count, null_anchor_count, resolved_period)
+           VALUES ('11111111-1111-4111-8111-111111111111', 'a3f467fe-c5d0-4f17-9897-83c373cc1dc8', 'Note', 'notes', 'purge', 5, 1, 0, 2, interval '30 days');",
+    )
+    .await;
+    // The columns of version 1, value for value (later versions add columns).
+    const V1_RUNS: &str =
+        "(SELECT run_id, kind, trigger, dry_run, tenant_id, status, logical_now, \
+        started_at, settled_at, error FROM public.sweep_run)";
+    let before = table_digest(db.pool(), V1_RUNS).await;
+    let err = Cohort::builder(db.pool().clone())
+        .config(test_config())
+        .build()
+        .await
+        .unwrap_err();
+    assert!(
+        problems_text(&err).contains(&format!(
+            "is version 1, older than this build's {}; run `cohort migrate`",
+            cohort::schema::SCHEMA_VERSION
+        )),
+        "{err}"
+    );
+    let report = cohort::schema::migrate(&mut conn, "public").await.unwrap();
+    assert_eq!(
+        (report.from_version, report.applied),
+        (1, (2..=cohort::schema::SCHEMA_VERSION).collect::<Vec<_>>())
+    );
+    // The runs table is byte for byte as it was, error texts included.
+    assert_eq!(table_digest(db.pool(), V1_RUNS).await, before);
+    let cohort = Cohort::builder(db.pool().clone())
+        .config(test_config())
+        .build()
+        .await
+        .unwrap();
+    let run = cohort
+        .show_run(uuid::Uuid::parse_str("11111111-1111-4111-8111-111111111111").unwrap())
+        .await
+        .unwrap();
+    let note = run.entity("Note").unwrap();
+    assert_eq!(
+        (
+            note.affected,
+            note.held,
+            note.null_anchor,
+            note.kept_by_legal_min
+        ),
+        (5, 1, 2, 0)
+    );
+}
+
+/// Released migrations are never edited: their checksums are pinned.
+#[test]
+fn released_migrations_are_pinned() {
+    use sha2::Digest;
+    let pinned = [
+        (
+            1,
+            "608e187d69252026253c8487bf78d7024f388d117640699d1f28ff6f314622c1",
+        ),
+        (
+            2,
+            "3983322a06f8235d7f6e2b5210f2a523572e856d33297deb0669c1a2eb9a224e",
+        ),
+        (
+            3,
+            "b8d9fc32d3501bd6f79c129c54855d04493726568eefa30269dbaae07a9a3962",
+        ),
+        (
+            4,
+            "45dffbf9579bdc6115b338ed578e004f432442d925d590ff8c9a834331463886",
+        ),
+        (
+            5,
+            "01e42d47e1412e09959ba1925c2d8a1cdfff6cf49e2cfd0b8ae5404af3d39d2a",
+        ),
+        (
+            6,
+            "78e92c0354c4b7f4892f7498575515605add9e139bd25af81f9d195308742d68",
+        ),
+        (
+            7,
+            "947d0fd514d6a1e88128faa9be1fa88b241d589cf433adc32657f6338efc9e18",
+        ),
+        (
+            8,
+            "934b14d7bde011bd94d43d676c19e9520a026edb578391f28a3feff3029eff96",
+        ),
+        (
+            9,
+            "299e9c4ab01bcbe9fa816b646776f330a9c07b048e96cb4434398b4938dea694",
+        ),
+        (
+            10,
+            "3c2fc499810bcf26a4f130a068837d63170f2bf582e4044ac3247c53b3044c5b",
+        ),
+        (
+            11,
+            "bae5a3019c4873d968a41f53d143f03d80ef01549e081cd19cd8de98a6832033",
+        ),
+        (
+            12,
+            "d4dfe5a116ee3541fcc86656d2255b1ff63c5dbc2d71fe29fb7c35af2dff8e47",
+        ),
+        (
+            13,
+            "96a37b109645c155c33e578c171115b0f9ceb1741c1f4fcf176ebca7037c0c77",
+        ),
+        (
+            14,
+            "439702dae9baaf9f036fd03b6dc30a9a1b4d0016f75c698023cfcf69215e6130",
+        ),
+        (
+            15,
+            "6675ea972d634df6f4936ba01060fbb538f22c2bc15d44232932fcedd162605d",
+        ),
+        (
+            16,
+            "41c72e36cb1e109778f293314d66e3de11cb0b6de95b0d887cebc75a9ad64e1f",
+        ),
+        (
+            17,
+            "346ea9aefa8375d62bd71855d7a6646bc48206f6a7da4f5ba838491af5fe2991",
+        ),
+        (
+            18,
+            "49c58b0a5990045a70fd54a8d73099706540de5a6349532281ab71a567a2eae4",
+        ),
+        (
+            19,
+            "8747c88981cb2dff681e795a4db0f779f494ed23c66c4797456063ead5620518",
+        ),
+        (
+            20,
+            "ddc2bcff47a5c41746414a6ec672e6942a0d59ff605c2db9594d5277f58b909e",
+        ),
+    ];
+    assert_eq!(
+        pinned.len(),
+        cohort::schema::migrations("public").unwrap().len(),
+        "pin every released migration"
+    );
+    for (version, digest) in pinned {
+        let m = &cohort::schema::migrations("public").unwrap()[version - 1];
+        let hex: String = sha2::Sha256::digest(m.sql.as_bytes())
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        assert_eq!(hex, digest, "migration {version} was edited after release");
+    }
 }

@@ -4,7 +4,10 @@
 
 pub mod factory;
 pub mod logs;
+mod policy;
 mod wait;
+#[allow(unused_imports)]
+pub use policy::{expect_refused, from_policy, problems_text};
 #[allow(unused_imports)]
 pub use wait::{wait_until, wait_until_blocking};
 
