@@ -14,7 +14,7 @@ use crate::sql::fragments::{bound_rows, Blocked};
 /// `$3` tenant (then the stage floor).
 pub(super) fn counts(s: &Shape<'_>, done: &SqlText, blocked: &Blocked) -> SqlText {
     let e = s.e;
-    let at = CountSlots::of(s);
+    let at = CountSlots::of(s.scoped());
     let cutoff = at.cutoff;
     let mut c = SqlText::new("SELECT pg_catalog.count(*) FILTER (WHERE ");
     c.col(&e.anchor)
@@ -75,7 +75,7 @@ pub(super) fn counts(s: &Shape<'_>, done: &SqlText, blocked: &Blocked) -> SqlTex
 /// legal minimum keeps them first, as an erasure counts them.
 pub(super) fn kept_by_legal_min(s: &Shape<'_>, done: &SqlText) -> SqlText {
     let e = s.e;
-    let at = CountSlots::of(s);
+    let at = CountSlots::of(s.scoped());
     let period_cutoff = at.then;
     let mut k = SqlText::new("SELECT pg_catalog.count(*) AS kept_by_legal_min FROM ");
     k.table(&e.table).push(" t WHERE $1::uuid IS NOT NULL AND ");
@@ -118,7 +118,7 @@ pub(super) fn kept_by_legal_min(s: &Shape<'_>, done: &SqlText) -> SqlText {
 /// anchor index. Binds as [`counts`].
 pub(super) fn backlog(s: &Shape<'_>, done: &SqlText) -> SqlText {
     let e = s.e;
-    let at = CountSlots::of(s);
+    let at = CountSlots::of(s.scoped());
     let mut b = SqlText::new("SELECT ");
     b.col(&e.anchor)
         .push(" AS oldest FROM ")
@@ -147,7 +147,7 @@ pub(super) fn backlog(s: &Shape<'_>, done: &SqlText) -> SqlText {
 pub(super) fn counts_after(s: &Shape<'_>, strategy: Strategy, done: &SqlText) -> SqlText {
     let e = s.e;
     let table = &e.table;
-    let mut at = CountSlots::of(s);
+    let mut at = CountSlots::of(s.scoped());
     let keys = at.then;
     let first_subject = at.rest.many(e.subjects.len());
     let mut before_cutoff = SqlText::new(" < ");

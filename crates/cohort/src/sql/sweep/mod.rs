@@ -231,7 +231,7 @@ fn sweep_statements(
             ..SweepStatements::default()
         };
     }
-    let at = LockSlots::of(s);
+    let at = LockSlots::of(s.scoped());
     let candidates = lock::candidates(s, &at, &done, &blocked);
     let [plain, after, until, after_until] = at
         .bounds

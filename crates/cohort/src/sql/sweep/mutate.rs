@@ -124,7 +124,7 @@ pub(super) fn mutations(
 ) -> Mutations {
     let e = s.e;
     let casts = s.casts;
-    let at = MutationSlots::of(s, plan, strategy);
+    let at = MutationSlots::of(s.scoped(), plan, strategy);
     let m = Mutation {
         s,
         plan,
@@ -202,7 +202,7 @@ fn fused_batch(m: &Mutation<'_, '_>, candidates: &SqlText) -> fused::Fused {
     let e = s.e;
     let archive = m.strategy == Strategy::Archive;
     // The counted and audited forms number alike up to the audit's values.
-    let [count, audited] = [false, true].map(|a| FusedSlots::of(s, m.plan, m.strategy, a));
+    let [count, audited] = [false, true].map(|a| FusedSlots::of(s.scoped(), m.plan, m.strategy, a));
     let mut mutation = m.body(
         &SqlText::new(fused::LOCKED_UNLESS_RECENT),
         &count.own,

@@ -2,7 +2,7 @@
 //! from: the entity, its casts, the hold and reference checks, and, for a
 //! stage measured from a marker, the stage's scope.
 
-use super::slots::Filter;
+use super::slots::{Filter, Scoped};
 use crate::base::ident::SqlText;
 use crate::domain::model::EntityDescriptor;
 use crate::domain::rules::Strategy;
@@ -68,6 +68,14 @@ pub(super) struct Shape<'a> {
 }
 
 impl Shape<'_> {
+    /// What the entity's scope binds besides the cutoff.
+    pub(super) fn scoped(&self) -> Scoped {
+        Scoped {
+            tenant: self.e.tenant.is_some(),
+            floor: self.stage.is_some(),
+        }
+    }
+
     /// The tenant filter, then, for a stage measured from a marker,
     /// ` AND (anchor < $n OR $n IS NULL)` on the entity's own anchor (the
     /// legal minimum's floor, NULL: no floor), each where `at` binds it.

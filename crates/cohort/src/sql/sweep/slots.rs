@@ -14,10 +14,17 @@
 //! | mutation | entity, rows, [`Own`], cutoff, [`Filter`], [`Audit`] |
 //! | fused batch | entity, cutoff, limit, [`Filter`], [`Own`], [`Audit`], cursor, range's end |
 
-use super::shape::Shape;
 use super::values::{marks, Values};
 use crate::domain::rules::Strategy;
 use crate::sql::statement::Numbering;
+
+/// What a statement's scope binds besides its cutoff: a tenant (a
+/// tenanted entity) and a floor (a stage measured from a marker).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Scoped {
+    pub(super) tenant: bool,
+    pub(super) floor: bool,
+}
 
 /// The scope's filter: the tenant (a tenanted entity), then the legal
 /// minimum's floor (a stage measured from a marker).
@@ -28,10 +35,10 @@ pub(super) struct Filter {
 }
 
 impl Filter {
-    fn numbered(s: &Shape<'_>, n: &mut Numbering) -> Self {
+    fn numbered(s: Scoped, n: &mut Numbering) -> Self {
         Filter {
-            tenant: n.next_if(s.e.tenant.is_some()),
-            floor: n.next_if(s.stage.is_some()),
+            tenant: n.next_if(s.tenant),
+            floor: n.next_if(s.floor),
         }
     }
 }
@@ -49,7 +56,7 @@ pub(super) struct CountSlots {
 }
 
 impl CountSlots {
-    pub(super) fn of(s: &Shape<'_>) -> Self {
+    pub(super) fn of(s: Scoped) -> Self {
         let mut n = Numbering::default();
         n.next(); // the entity
         let cutoff = n.next();
@@ -133,7 +140,7 @@ pub(super) struct MutationSlots {
 }
 
 impl MutationSlots {
-    pub(super) fn of(s: &Shape<'_>, plan: &Values, strategy: Strategy) -> Self {
+    pub(super) fn of(s: Scoped, plan: &Values, strategy: Strategy) -> Self {
         let (rows, own, mut n) = head(plan, strategy);
         let cutoff = n.next();
         let filter = Filter::numbered(s, &mut n);
@@ -206,7 +213,7 @@ impl Bounds {
 }
 
 impl LockSlots {
-    pub(super) fn of(s: &Shape<'_>) -> Self {
+    pub(super) fn of(s: Scoped) -> Self {
         let mut n = Numbering::default();
         n.next(); // the entity
         let cutoff = n.next();
@@ -232,7 +239,7 @@ pub(super) struct FusedSlots {
 }
 
 impl FusedSlots {
-    pub(super) fn of(s: &Shape<'_>, plan: &Values, strategy: Strategy, audited: bool) -> Self {
+    pub(super) fn of(s: Scoped, plan: &Values, strategy: Strategy, audited: bool) -> Self {
         let mut n = Numbering::default();
         n.next(); // the entity
         let cutoff = n.next();
