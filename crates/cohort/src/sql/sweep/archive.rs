@@ -200,7 +200,7 @@ pub(super) fn archive_insert(e: &EntityDescriptor, casts: &Casts, own: &Own) -> 
         // came along (a missing object anonymises to NULL, never the original).
         insert
             .push(" LEFT JOIN ")
-            .append(&per_row_values(e, casts, own))
+            .append(&per_row_values(e, casts, own.per_row_join()))
             .push(" ON ")
             .append(&casts.moved_matches_v(e));
     }

@@ -93,7 +93,7 @@ impl Mutation<'_, '_> {
                     // The values computed in Rust come with their keys,
                     // which pick the rows.
                     m.push(" FROM ")
-                        .append(&per_row_values(e, self.s.casts, own))
+                        .append(&per_row_values(e, self.s.casts, own.per_row_join()))
                         .push(" WHERE ")
                         .append(&self.s.casts.key_matches_v(e));
                 }

@@ -91,6 +91,17 @@ pub(super) struct Own {
 }
 
 impl Own {
+    /// Where the values computed in Rust per row bind, and the keys they
+    /// are joined by: (keys, values).
+    pub(super) fn per_row_join(&self) -> (usize, usize) {
+        (
+            self.keys
+                .expect("values computed per row are joined by key"),
+            self.per_row
+                .expect("a strategy computing values per row binds them"),
+        )
+    }
+
     fn numbered(plan: &Values, strategy: Strategy, keys: Option<usize>, n: &mut Numbering) -> Self {
         let anonymises = strategy == Strategy::Anonymise
             || (strategy == Strategy::Archive && plan.archive_anonymises);

@@ -3,7 +3,6 @@
 //! values computed in Rust per row (custom anonymisers, hashed columns),
 //! archive's run id, and the run's `now` for the marker.
 
-use super::slots::Own;
 use crate::base::ident::SqlText;
 use crate::domain::model::{AnonymiseMethod, CustomAnonymiser, EntityDescriptor};
 use crate::domain::rules::Strategy;
@@ -158,16 +157,16 @@ pub(super) fn anonymised_values(
 }
 
 /// `ROWS FROM (…) AS v(k, j)`: the batch's keys (`$keys`) aligned with
-/// one JSON object of values computed in Rust per key (`$param`).
-pub(super) fn per_row_values(e: &EntityDescriptor, casts: &Casts, own: &Own) -> SqlText {
-    let keys = own.keys.expect("values computed per row are joined by key");
-    let param = own
-        .per_row
-        .expect("a strategy computing values per row binds them");
+/// one JSON object of values computed in Rust per key (`$values`).
+pub(super) fn per_row_values(
+    e: &EntityDescriptor,
+    casts: &Casts,
+    (keys, values): (usize, usize),
+) -> SqlText {
     let mut s = SqlText::new("ROWS FROM (pg_catalog.unnest(");
     casts.key_array(&mut s, e, keys);
     s.push("), pg_catalog.unnest(")
-        .param(param)
+        .param(values)
         .push("::jsonb[])) AS v(k, j)");
     s
 }
