@@ -6,6 +6,8 @@
 //! varchar columns too.
 
 use crate::support;
+use cohort_pgtemp::TestDatabase;
+use cohort_test_macros::db_test;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -90,9 +92,8 @@ fn rfc3339(now: chrono::DateTime<chrono::Utc>) -> String {
     now.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
 }
 
-#[tokio::test]
-async fn a_context_anonymiser_sees_its_entity_column_tenant_run_time_and_record() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn a_context_anonymiser_sees_its_entity_column_tenant_run_time_and_record(db: TestDatabase) {
     let anonymiser = CustomAnonymiser::with_context(
         "describe",
         |cx: &AnonymiseContext<'_>, original: &String| {
@@ -146,9 +147,10 @@ async fn a_context_anonymiser_sees_its_entity_column_tenant_run_time_and_record(
     assert!(anonymised(db.pool(), TENANT_B).await.is_empty());
 }
 
-#[tokio::test]
-async fn a_per_run_anonymiser_is_computed_once_per_run_and_applied_to_every_row_in_sql() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn a_per_run_anonymiser_is_computed_once_per_run_and_applied_to_every_row_in_sql(
+    db: TestDatabase,
+) {
     let calls = Arc::new(AtomicUsize::new(0));
     let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
     let (c1, s1) = (Arc::clone(&calls), Arc::clone(&seen));
@@ -248,9 +250,8 @@ async fn a_per_run_anonymiser_is_computed_once_per_run_and_applied_to_every_row_
     assert_eq!(kept as usize + rows.len(), 6);
 }
 
-#[tokio::test]
-async fn erasure_applies_per_run_and_context_anonymisers_too() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn erasure_applies_per_run_and_context_anonymisers_too(db: TestDatabase) {
     let calls = Arc::new(AtomicUsize::new(0));
     let c = Arc::clone(&calls);
     let cohort = cohort_with(
@@ -301,9 +302,8 @@ fn mask(v: &String) -> String {
     format!("{}***", &v[..2])
 }
 
-#[tokio::test]
-async fn custom_anonymisers_see_typed_values_and_write_the_column_type() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn custom_anonymisers_see_typed_values_and_write_the_column_type(db: TestDatabase) {
     let contact = cohort::EntityDeclaration::new("Contact", CONTACT_ID)
         .category("contacts")
         .anchor("created_at")
@@ -349,9 +349,8 @@ async fn custom_anonymisers_see_typed_values_and_write_the_column_type() {
 
 /// The keyed hash is computed in Rust from the column's value, also for a
 /// citext column (decoded as text).
-#[tokio::test]
-async fn hashing_works_on_citext_and_varchar_columns() {
-    let db = migrated_db().await;
+#[db_test(migrated)]
+async fn hashing_works_on_citext_and_varchar_columns(db: TestDatabase) {
     exec(
         db.pool(),
         "CREATE EXTENSION citext;

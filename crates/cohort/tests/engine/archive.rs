@@ -7,6 +7,8 @@
 //! through the archive's own entity.
 
 use crate::support;
+use cohort_pgtemp::TestDatabase;
+use cohort_test_macros::db_test;
 
 use cohort::erasure::{ErasureRequest, ErasureScope};
 use cohort::holds::HoldRequest;
@@ -367,9 +369,8 @@ async fn erasure_deletes_the_subjects_rows_and_their_archived_copies() {
 
 /// Each broken archive set-up is refused at startup with a message that
 /// names the problem, and nothing is changed.
-#[tokio::test]
-async fn a_broken_archive_is_refused_at_startup() {
-    let db = migrated_db().await;
+#[db_test(migrated)]
+async fn a_broken_archive_is_refused_at_startup(db: TestDatabase) {
     exec(db.pool(), TABLES).await;
     exec(
         db.pool(),
@@ -508,9 +509,8 @@ async fn a_broken_archive_is_refused_at_startup() {
 /// the source, and UPDATE on the source (a batch locks its rows `FOR
 /// UPDATE`, which PostgreSQL allows only with UPDATE): the grants check
 /// names each missing one, and with them granted the role archives.
-#[tokio::test]
-async fn archiving_needs_insert_on_the_archive_table() {
-    let db = migrated_db().await;
+#[db_test(migrated)]
+async fn archiving_needs_insert_on_the_archive_table(db: TestDatabase) {
     exec(db.pool(), TABLES).await;
     let role = format!("archiver_{}", &db.name()[db.name().len() - 12..]);
     exec(
@@ -849,9 +849,8 @@ async fn a_copy_the_archive_table_drops_or_rewrites_fails_the_batch_and_deletes_
 /// swallowed: an INSERT rule, a `BEFORE INSERT` row trigger (on the table
 /// or on one of its partitions), naming each. An AFTER trigger and a
 /// statement-level trigger are accepted.
-#[tokio::test]
-async fn an_archive_table_whose_insert_can_be_rewritten_is_refused() {
-    let db = migrated_db().await;
+#[db_test(migrated)]
+async fn an_archive_table_whose_insert_can_be_rewritten_is_refused(db: TestDatabase) {
     exec(db.pool(), TABLES).await;
     exec(
         db.pool(),
@@ -897,9 +896,8 @@ async fn an_archive_table_whose_insert_can_be_rewritten_is_refused() {
 /// cut values silently, another bit length or interval modifier would
 /// change or refuse them. Each is refused, naming the column; wider
 /// modifiers and unconstrained columns are accepted.
-#[tokio::test]
-async fn an_archive_column_narrower_than_its_source_is_refused() {
-    let db = migrated_db().await;
+#[db_test(migrated)]
+async fn an_archive_column_narrower_than_its_source_is_refused(db: TestDatabase) {
     exec(
         db.pool(),
         "CREATE SCHEMA app; CREATE SCHEMA vault;
@@ -1021,9 +1019,8 @@ async fn an_archive_column_narrower_than_its_source_is_refused() {
 /// An erasure of the source's subject kind must reach the archived
 /// copies: an archive entity declaring the same column with another kind
 /// is refused; the same kind, or none, is accepted.
-#[tokio::test]
-async fn an_archive_whose_subject_column_has_another_kind_is_refused() {
-    let db = migrated_db().await;
+#[db_test(migrated)]
+async fn an_archive_whose_subject_column_has_another_kind_is_refused(db: TestDatabase) {
     exec(db.pool(), TABLES).await;
     let err = build(
         &db,

@@ -3,6 +3,8 @@
 //! successful runs, against backdated rows on a real database.
 
 use crate::support;
+use cohort_pgtemp::TestDatabase;
+use cohort_test_macros::db_test;
 
 use chrono::{DateTime, TimeDelta, Utc};
 use cohort::holds::HoldRequest;
@@ -87,9 +89,10 @@ async fn anchor(pool: &sqlx::PgPool, table: &str, id: i64) -> DateTime<Utc> {
 /// the worst tenant, 0 for an exempt entity; after sweeps catch up it is
 /// 0 everywhere, and the last success is the ledger's latest real sweep
 /// (a dry run does not count).
-#[tokio::test]
-async fn backlog_is_the_oldest_eligible_row_per_entity_and_last_success_the_latest_real_run() {
-    let db = migrated_db().await;
+#[db_test(migrated)]
+async fn backlog_is_the_oldest_eligible_row_per_entity_and_last_success_the_latest_real_run(
+    db: TestDatabase,
+) {
     let pool = db.pool();
     exec(pool, TABLES).await;
     exec(
@@ -298,9 +301,8 @@ impl Gauges {
 /// batches passed over (`SKIP LOCKED`). `backlog_gauge(false)`, for a
 /// process that exports no metrics (`cohort sweep`), skips the read: the
 /// same sweep sets no gauge, and changes the same rows.
-#[tokio::test]
-async fn the_backlog_gauge_is_read_after_a_sweep_unless_turned_off() {
-    let db = migrated_db().await;
+#[db_test(migrated)]
+async fn the_backlog_gauge_is_read_after_a_sweep_unless_turned_off(db: TestDatabase) {
     let pool = db.pool();
     exec(pool, TABLES).await;
     let seed = format!(

@@ -4,6 +4,8 @@
 //! read back keep the units as written.
 
 use crate::support;
+use cohort_pgtemp::TestDatabase;
+use cohort_test_macros::db_test;
 
 use chrono::{DateTime, Utc};
 use cohort::erasure::{ErasureRequest, ErasureScope};
@@ -93,9 +95,8 @@ const NOWS: [&str; 5] = [
     "2026-05-31T06:00:00Z",
 ];
 
-#[tokio::test]
-async fn a_legal_minimum_in_years_keeps_every_row_postgres_would_keep() {
-    let db = migrated_db().await;
+#[db_test(migrated)]
+async fn a_legal_minimum_in_years_keeps_every_row_postgres_would_keep(db: TestDatabase) {
     exec(db.pool(), TABLES).await;
     // Period 30 days, legal minimum seven calendar years: the legal minimum wins.
     let rule = RetentionRule::new(days(30), Strategy::Purge).with_legal_min(p("7y"));
@@ -155,9 +156,8 @@ async fn a_legal_minimum_in_years_keeps_every_row_postgres_would_keep() {
     }
 }
 
-#[tokio::test]
-async fn a_period_in_months_ends_where_postgres_says_at_month_ends() {
-    let db = migrated_db().await;
+#[db_test(migrated)]
+async fn a_period_in_months_ends_where_postgres_says_at_month_ends(db: TestDatabase) {
     exec(db.pool(), TABLES).await;
     let cohort = cohort_with(&db, RetentionRule::new(p("18mo"), Strategy::Purge)).await;
     for now in NOWS.map(at) {
@@ -182,9 +182,8 @@ async fn a_period_in_months_ends_where_postgres_says_at_month_ends() {
     }
 }
 
-#[tokio::test]
-async fn erasure_waits_for_a_legal_minimum_in_calendar_years() {
-    let db = migrated_db().await;
+#[db_test(migrated)]
+async fn erasure_waits_for_a_legal_minimum_in_calendar_years(db: TestDatabase) {
     exec(db.pool(), TABLES).await;
     let rule = RetentionRule::new(days(30), Strategy::Purge).with_legal_min(p("7y"));
     let cohort = cohort_with(&db, rule).await;

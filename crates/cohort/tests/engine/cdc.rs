@@ -6,6 +6,8 @@
 //! transaction does.
 
 use crate::support;
+use cohort_pgtemp::TestDatabase;
+use cohort_test_macros::db_test;
 
 use std::collections::BTreeMap;
 
@@ -313,9 +315,8 @@ period = "30d"
 /// A marker no consumer could read is advice: `cdc_marker` on a server
 /// whose `wal_level` is not `logical` (the shared test cluster's, unless
 /// `DATABASE_URL` names one that decodes).
-#[tokio::test]
-async fn cdc_markers_without_logical_decoding_are_advice() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn cdc_markers_without_logical_decoding_are_advice(db: TestDatabase) {
     let level: String = sqlx::query_scalar("SHOW wal_level")
         .fetch_one(db.pool())
         .await

@@ -5,6 +5,8 @@
 //! one gapless chain; a head recorded earlier catches a rewrite.
 
 use crate::support;
+use cohort_pgtemp::TestDatabase;
+use cohort_test_macros::db_test;
 
 use chrono::Duration;
 use cohort::chain::{
@@ -107,9 +109,8 @@ fn kind(k: &str) -> LinkKind {
     LinkKind::parse(k).unwrap()
 }
 
-#[tokio::test]
-async fn every_settled_run_and_hold_change_is_linked_from_the_migrations_start() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn every_settled_run_and_hold_change_is_linked_from_the_migrations_start(db: TestDatabase) {
     // The migration wrote the start, hashed in SQL as the library hashes.
     let start = links(db.pool()).await;
     assert_eq!(start.len(), 1);
@@ -180,9 +181,8 @@ async fn every_settled_run_and_hold_change_is_linked_from_the_migrations_start()
     assert_eq!(cohort.chain_head(None).await.unwrap(), Some(head));
 }
 
-#[tokio::test]
-async fn a_changed_count_is_named_and_so_is_every_later_attempt_to_hide_it() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn a_changed_count_is_named_and_so_is_every_later_attempt_to_hide_it(db: TestDatabase) {
     let (cohort, runs, _) = history(&db).await;
     assert!(verify(&cohort).await.intact);
     let summary: (i64, i64) = sqlx::query_as(
@@ -269,9 +269,8 @@ async fn a_changed_count_is_named_and_so_is_every_later_attempt_to_hide_it() {
     assert_eq!((b.link_id, b.kind), (Some(3), BreakKind::Reordered), "{b}");
 }
 
-#[tokio::test]
-async fn a_deleted_run_is_missing_and_an_inserted_run_is_named() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn a_deleted_run_is_missing_and_an_inserted_run_is_named(db: TestDatabase) {
     let (cohort, runs, _) = history(&db).await;
     assert!(verify(&cohort).await.intact);
     delete_run_by_hand(db.pool(), runs[1]).await;
@@ -319,9 +318,8 @@ async fn a_deleted_run_is_missing_and_an_inserted_run_is_named() {
     assert!(gap.detail.contains("link 4 is gone"), "{}", gap.detail);
 }
 
-#[tokio::test]
-async fn two_links_swapped_are_named_as_reordered() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn two_links_swapped_are_named_as_reordered(db: TestDatabase) {
     let (cohort, runs, _) = history(&db).await;
     assert!(verify(&cohort).await.intact);
     exec(
@@ -365,9 +363,8 @@ async fn rewrite(pool: &PgPool, edit: impl Fn(LinkKind, &str) -> String) {
     }
 }
 
-#[tokio::test]
-async fn pruning_writes_a_checkpoint_and_a_recorded_head_catches_a_rewrite() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn pruning_writes_a_checkpoint_and_a_recorded_head_catches_a_rewrite(db: TestDatabase) {
     let (cohort, runs, hold) = history(&db).await;
     let recorded: ChainHead = verify(&cohort).await.head.unwrap();
 
@@ -469,9 +466,8 @@ async fn pruning_writes_a_checkpoint_and_a_recorded_head_catches_a_rewrite() {
     );
 }
 
-#[tokio::test]
-async fn concurrent_settles_wait_for_the_chain_and_make_one_gapless_chain() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn concurrent_settles_wait_for_the_chain_and_make_one_gapless_chain(db: TestDatabase) {
     let replicas = [
         engine_cohort_on(db.pool().clone(), test_config()).await,
         engine_cohort_on(db.pool().clone(), test_config()).await,
@@ -533,9 +529,8 @@ async fn concurrent_settles_wait_for_the_chain_and_make_one_gapless_chain() {
     assert_eq!(r.records_checked, 6);
 }
 
-#[tokio::test]
-async fn verify_reads_with_select_only_and_refuses_a_ledger_before_the_chain() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn verify_reads_with_select_only_and_refuses_a_ledger_before_the_chain(db: TestDatabase) {
     let (_, _, _) = history(&db).await;
     exec(
         db.pool(),
@@ -596,9 +591,10 @@ async fn append(pool: &PgPool, kind: LinkKind, record: &str, covers: &[i64]) {
     .unwrap();
 }
 
-#[tokio::test]
-async fn a_forged_checkpoint_is_named_when_its_cutoffs_miss_and_warned_of_against_the_policy() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn a_forged_checkpoint_is_named_when_its_cutoffs_miss_and_warned_of_against_the_policy(
+    db: TestDatabase,
+) {
     let (_, runs, _) = history(&db).await;
     // Run 2 deleted by hand, and a checkpoint appended for it that claims
     // a cutoff from before the run settled: the cutoff does not reach it.

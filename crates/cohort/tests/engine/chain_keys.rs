@@ -6,6 +6,8 @@
 //! key (or with another) is refused before it writes a link.
 
 use crate::support;
+use cohort_pgtemp::TestDatabase;
+use cohort_test_macros::db_test;
 
 use chrono::Utc;
 use cohort::chain::{
@@ -84,9 +86,8 @@ async fn keyed_history(db: &cohort_pgtemp::TestDatabase) -> (Cohort, Vec<Uuid>) 
     (cohort, runs)
 }
 
-#[tokio::test]
-async fn a_process_is_refused_before_it_links_anything_without_the_chains_key() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn a_process_is_refused_before_it_links_anything_without_the_chains_key(db: TestDatabase) {
     // A key given for a chain not keyed yet is refused, not ignored.
     let err = build(db.pool(), Some(key())).await.unwrap_err();
     assert!(err.to_string().contains("not keyed yet"), "{err}");
@@ -111,9 +112,10 @@ async fn a_process_is_refused_before_it_links_anything_without_the_chains_key() 
     build(db.pool(), Some(key())).await.unwrap();
 }
 
-#[tokio::test]
-async fn a_keyed_chain_verifies_with_its_key_and_names_every_link_written_without_it() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn a_keyed_chain_verifies_with_its_key_and_names_every_link_written_without_it(
+    db: TestDatabase,
+) {
     let pool = db.pool();
     let (cohort, runs) = keyed_history(&db).await;
     let clean = cohort.verify_chain(None).await.unwrap();
@@ -271,9 +273,10 @@ fn build_unvalidated(pool: &PgPool) -> Cohort {
     b.build_unvalidated().unwrap()
 }
 
-#[tokio::test]
-async fn an_unkeyed_chain_is_named_as_such_and_a_forged_release_before_its_hold_is_named() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn an_unkeyed_chain_is_named_as_such_and_a_forged_release_before_its_hold_is_named(
+    db: TestDatabase,
+) {
     let pool = db.pool();
     let cohort = build(pool, None).await.unwrap();
     let hold = cohort

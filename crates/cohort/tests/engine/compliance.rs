@@ -38,7 +38,10 @@ fn test_fns(source: &str) -> Vec<String> {
     let lines: Vec<&str> = source.lines().map(str::trim).collect();
     let mut out = Vec::new();
     for (i, line) in lines.iter().enumerate() {
-        if !(line.starts_with("#[test]") || line.starts_with("#[tokio::test")) {
+        if !(line.starts_with("#[test]")
+            || line.starts_with("#[tokio::test")
+            || line.starts_with("#[db_test"))
+        {
             continue;
         }
         for next in lines.iter().skip(i + 1).take(3) {

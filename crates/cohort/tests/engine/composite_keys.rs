@@ -10,6 +10,7 @@
 #![allow(clippy::type_complexity)] // tuple rows read back from SQL
 
 use crate::support;
+use cohort_test_macros::db_test;
 
 use std::collections::BTreeSet;
 
@@ -208,9 +209,8 @@ async fn every_strategy_sweeps_a_composite_key_in_tied_batches_and_a_hold_keeps_
     }
 }
 
-#[tokio::test]
-async fn a_composite_key_given_badly_is_refused_and_nothing_is_written() {
-    let db = migrated_db().await;
+#[db_test(migrated)]
+async fn a_composite_key_given_badly_is_refused_and_nothing_is_written(db: TestDatabase) {
     exec(db.pool(), LINES).await;
     let cohort = build(&db, &lines_policy("purge", "")).await.unwrap();
     for (raw, says) in [
@@ -243,9 +243,8 @@ async fn a_composite_key_given_badly_is_refused_and_nothing_is_written() {
     );
 }
 
-#[tokio::test]
-async fn guarded_deletion_names_held_composite_keys_and_runs_otherwise() {
-    let db = migrated_db().await;
+#[db_test(migrated)]
+async fn guarded_deletion_names_held_composite_keys_and_runs_otherwise(db: TestDatabase) {
     exec(db.pool(), LINES).await;
     let cohort = build(&db, &lines_policy("purge", "")).await.unwrap();
     cohort
@@ -420,9 +419,8 @@ async fn the_partitioned_multi_tenant_audit_log_is_retained_on_the_row_path_with
     assert!(!details.contains(r#"[6, "2026-01-06T00:00:00.000000Z"]"#));
 }
 
-#[tokio::test]
-async fn validation_requires_a_unique_not_null_key_of_supported_types() {
-    let db = migrated_db().await;
+#[db_test(migrated)]
+async fn validation_requires_a_unique_not_null_key_of_supported_types(db: TestDatabase) {
     exec(
         db.pool(),
         &format!(
@@ -553,9 +551,10 @@ async fn an_archive_copy_whose_key_part_is_rewritten_fails_the_batch_and_deletes
     }
 }
 
-#[tokio::test]
-async fn a_command_handler_receives_each_composite_key_as_a_json_array_with_its_snapshot() {
-    let db = migrated_db().await;
+#[db_test(migrated)]
+async fn a_command_handler_receives_each_composite_key_as_a_json_array_with_its_snapshot(
+    db: TestDatabase,
+) {
     exec(db.pool(), LINES).await;
     let dir = tempfile::tempdir().unwrap();
     // One file per delivery: deliveries run at once.
@@ -592,9 +591,8 @@ async fn a_command_handler_receives_each_composite_key_as_a_json_array_with_its_
     assert_eq!(seen, expected);
 }
 
-#[tokio::test]
-async fn stages_carry_a_composite_key_from_soft_delete_to_purge_past_a_hold() {
-    let db = migrated_db().await;
+#[db_test(migrated)]
+async fn stages_carry_a_composite_key_from_soft_delete_to_purge_past_a_hold(db: TestDatabase) {
     exec(db.pool(), LINES).await;
     let policy = lines_policy("soft_delete", "").replace(
         "audit = \"per_row\"\n",
@@ -750,9 +748,8 @@ async fn a_hold_written_by_sql_with_a_key_that_is_no_json_array_stops_the_sweep_
 /// Every part type, with values that need escaping: the key text Cohort
 /// writes is exactly the `jsonb` array PostgreSQL prints for the parts,
 /// and what Rust canonicalises from a user's spelling is the same text.
-#[tokio::test]
-async fn the_key_text_is_the_jsonb_array_of_its_parts_for_every_part_type() {
-    let db = migrated_db().await;
+#[db_test(migrated)]
+async fn the_key_text_is_the_jsonb_array_of_its_parts_for_every_part_type(db: TestDatabase) {
     exec(
         db.pool(),
         "CREATE EXTENSION IF NOT EXISTS citext;
@@ -834,9 +831,10 @@ audit = "per_row"
 /// Partition purge of a tenantless table keyed by `(id, created_at)`: the
 /// expired partitions go whole, the one holding a held key stays with
 /// that row alone, and every row gone has its detail under its JSON key.
-#[tokio::test]
-async fn partition_purge_drops_whole_partitions_of_a_composite_key_and_keeps_a_held_one() {
-    let db = migrated_db().await;
+#[db_test(migrated)]
+async fn partition_purge_drops_whole_partitions_of_a_composite_key_and_keeps_a_held_one(
+    db: TestDatabase,
+) {
     exec(
         db.pool(),
         "CREATE SCHEMA app;

@@ -4,6 +4,8 @@
 #![allow(clippy::type_complexity)] // tuple rows read back from SQL
 
 use crate::support;
+use cohort_pgtemp::TestDatabase;
+use cohort_test_macros::db_test;
 
 use std::collections::BTreeMap;
 
@@ -35,9 +37,8 @@ async fn engine(db: &cohort_pgtemp::TestDatabase, batch: u32) -> Cohort {
     engine_cohort_on(pool, batches_of(batch)).await
 }
 
-#[tokio::test]
-async fn two_sweeps_with_5000_row_batches_on_a_default_server_never_double_count() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn two_sweeps_with_5000_row_batches_on_a_default_server_never_double_count(db: TestDatabase) {
     let locks: String = sqlx::query_scalar("SHOW max_locks_per_transaction")
         .fetch_one(db.pool())
         .await
@@ -121,15 +122,13 @@ async fn two_sweeps_with_5000_row_batches_on_a_default_server_never_double_count
     assert_eq!(ledger_total, 3 * 12003);
 }
 
-#[tokio::test]
-async fn hold_creation_racing_two_sweeps_never_loses_a_protected_row() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn hold_creation_racing_two_sweeps_never_loses_a_protected_row(db: TestDatabase) {
     race_holds_against_sweeps(&db).await;
 }
 
-#[tokio::test]
-async fn hold_races_are_safe_even_when_the_database_defaults_to_repeatable_read() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn hold_races_are_safe_even_when_the_database_defaults_to_repeatable_read(db: TestDatabase) {
     // Cohort must not inherit this: its re-check needs a fresh snapshot per statement.
     exec(
         db.pool(),
@@ -243,9 +242,8 @@ async fn race_holds_against_sweeps(db: &cohort_pgtemp::TestDatabase) {
     assert_eq!(after.affected(), 0);
 }
 
-#[tokio::test]
-async fn a_callers_open_transaction_neither_blocks_nor_is_joined_by_a_sweep() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn a_callers_open_transaction_neither_blocks_nor_is_joined_by_a_sweep(db: TestDatabase) {
     let cohort = engine_cohort(&db).await;
     let mut caller = db.connect().await.unwrap();
     sqlx::query("BEGIN").execute(&mut caller).await.unwrap();
@@ -287,9 +285,10 @@ async fn a_callers_open_transaction_neither_blocks_nor_is_joined_by_a_sweep() {
 /// anchors tied in groups of ten: every eligible row is changed and
 /// reported exactly once, for each strategy, and the per-row audit names
 /// each row once.
-#[tokio::test]
-async fn keyset_batches_with_tied_anchors_under_four_concurrent_sweeps_change_each_row_once() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn keyset_batches_with_tied_anchors_under_four_concurrent_sweeps_change_each_row_once(
+    db: TestDatabase,
+) {
     // Ten rows per anchor value: ties broken by key.
     exec(
         db.pool(),
@@ -368,9 +367,8 @@ async fn futures_join(engines: &[Cohort; 4]) -> Vec<cohort::SweepResult> {
 /// A row another transaction holds locked while a sweep passes over it
 /// (SKIP LOCKED) is not changed or counted by that sweep, and is not lost:
 /// the next run changes it. The batches after it continue past it.
-#[tokio::test]
-async fn a_row_locked_elsewhere_is_left_to_the_next_run_and_counted_once() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn a_row_locked_elsewhere_is_left_to_the_next_run_and_counted_once(db: TestDatabase) {
     exec(db.pool(), &BULK.replace("$N", "200")).await;
     let a = engine(&db, 10).await;
     let before = count(

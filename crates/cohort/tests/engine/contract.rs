@@ -4,6 +4,8 @@
 //! any time zone.
 
 use crate::support;
+use cohort_pgtemp::TestDatabase;
+use cohort_test_macros::db_test;
 
 use cohort::holds::HoldRequest;
 use cohort::rules::{
@@ -14,9 +16,8 @@ use support::*;
 
 /// SCHEMA-002: a table without a schema resolves to the configured default,
 /// then `public`, never to Cohort's own ledger schema.
-#[tokio::test]
-async fn tables_without_a_schema_resolve_to_the_default_then_public() {
-    let db = empty_db().await;
+#[db_test(empty)]
+async fn tables_without_a_schema_resolve_to_the_default_then_public(db: TestDatabase) {
     let mut conn = db.connect().await.unwrap();
     cohort::schema::migrate(&mut conn, "ledger").await.unwrap();
     exec(
@@ -62,9 +63,8 @@ async fn tables_without_a_schema_resolve_to_the_default_then_public() {
 
 /// Settings that would do nothing as combined are reported, never
 /// accepted silently; worker-only settings do not change manual runs.
-#[tokio::test]
-async fn settings_without_effect_are_reported_by_validation() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn settings_without_effect_are_reported_by_validation(db: TestDatabase) {
     let mut config = test_config();
     config.schedule = Some("0 2 * * *".into());
     config.dry_run = true;
@@ -124,9 +124,8 @@ async fn settings_without_effect_are_reported_by_validation() {
 }
 
 /// "Is this record held?" for one record, whatever the spelling of its id.
-#[tokio::test]
-async fn is_held_answers_for_one_record() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn is_held_answers_for_one_record(db: TestDatabase) {
     let cohort = engine_cohort(&db).await;
     let note: uuid::Uuid = sqlx::query_scalar(
         "SELECT id FROM app.notes WHERE body = 'aaaaaaaa-0000-0000-0000-00000000000a:45d'",
@@ -160,9 +159,8 @@ async fn is_held_answers_for_one_record() {
 /// "Was this record held at that time?" (.NET's `HasActiveHoldAsync(asOf)`):
 /// a hold counts from its creation until its release or expiry, whichever
 /// comes first, on either spelling of the record id; errors as `is_held`.
-#[tokio::test]
-async fn is_held_as_of_follows_a_holds_life() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn is_held_as_of_follows_a_holds_life(db: TestDatabase) {
     let cohort = engine_cohort(&db).await;
     let note: uuid::Uuid = sqlx::query_scalar(
         "SELECT id FROM app.notes WHERE body = 'aaaaaaaa-0000-0000-0000-00000000000a:45d'",
@@ -222,9 +220,8 @@ async fn is_held_as_of_follows_a_holds_life() {
 
 /// A mutating run dated later than the database clock is refused (nothing
 /// written); dry runs and previews may look ahead; the caller may allow it.
-#[tokio::test]
-async fn a_future_now_is_refused_for_mutating_runs() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn a_future_now_is_refused_for_mutating_runs(db: TestDatabase) {
     let cohort = engine_cohort(&db).await;
     let future = chrono::Utc::now() + chrono::Duration::days(30);
     let before = table_digest(db.pool(), "app.notes").await;
@@ -285,9 +282,8 @@ impl RuleProvider for FailsFor {
 
 /// Failures are stored structurally: read back with their entity names,
 /// also for entities that failed before they had a summary row.
-#[tokio::test]
-async fn failures_read_back_structurally() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn failures_read_back_structurally(db: TestDatabase) {
     let mut b = Cohort::builder(db.pool().clone())
         .config(test_config())
         .rules(FailsFor("contacts"));
@@ -310,9 +306,8 @@ async fn failures_read_back_structurally() {
 
 /// Database errors read as the server's message and SQLSTATE, without the
 /// server's source line; `Debug` is as readable as `Display`.
-#[tokio::test]
-async fn database_errors_read_cleanly() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn database_errors_read_cleanly(db: TestDatabase) {
     let cohort = engine_cohort(&db).await;
     exec(db.pool(), "DROP TABLE public.retention_hold").await;
     let err = cohort

@@ -4,6 +4,8 @@
 #![allow(clippy::type_complexity)] // tuple rows read back from SQL
 
 use crate::support;
+use cohort_pgtemp::TestDatabase;
+use cohort_test_macros::db_test;
 
 use std::time::Duration;
 
@@ -482,9 +484,8 @@ async fn bad_erasure_requests_are_refused_before_anything_is_written() {
     );
 }
 
-#[tokio::test]
-async fn jurisdiction_overrides_apply_to_erasure() {
-    let db = migrated_db().await;
+#[db_test(migrated)]
+async fn jurisdiction_overrides_apply_to_erasure(db: TestDatabase) {
     exec(db.pool(), TABLES).await;
     // Accounts in the UK keep a one-year legal minimum; elsewhere none.
     let rules = StaticRuleProvider::builder()

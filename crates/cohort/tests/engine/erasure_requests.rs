@@ -4,6 +4,8 @@
 //! the subject once completed.
 
 use crate::support;
+use cohort_pgtemp::TestDatabase;
+use cohort_test_macros::db_test;
 
 use chrono::{DateTime, Duration, Utc};
 use cohort::erasure::{ErasureRequest, ErasureScope};
@@ -605,9 +607,8 @@ async fn chained(pool: &sqlx::PgPool) -> Cohort {
         .unwrap()
 }
 
-#[tokio::test]
-async fn request_histories_and_row_details_are_in_the_chain() {
-    let db = migrated_db().await;
+#[db_test(migrated)]
+async fn request_histories_and_row_details_are_in_the_chain(db: TestDatabase) {
     let pool = db.pool();
     let cohort = chained(pool).await;
     hold_contact_1(&cohort).await;
@@ -688,9 +689,8 @@ async fn request_histories_and_row_details_are_in_the_chain() {
 /// A request's scope or due date changed by hand is named against its
 /// newest link, and still after the next line of its history links the
 /// changed row; a due date moved through Cohort is not.
-#[tokio::test]
-async fn a_narrowed_request_is_named_even_after_its_next_line_links_it() {
-    let db = migrated_db().await;
+#[db_test(migrated)]
+async fn a_narrowed_request_is_named_even_after_its_next_line_links_it(db: TestDatabase) {
     let pool = db.pool();
     let cohort = chained(pool).await;
     hold_contact_1(&cohort).await;

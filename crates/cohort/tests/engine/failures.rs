@@ -14,6 +14,8 @@
 //! whose every row fails stops the entity's loop.
 
 use crate::support;
+use cohort_pgtemp::TestDatabase;
+use cohort_test_macros::db_test;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -440,9 +442,8 @@ async fn terminating_the_run_connection_mid_sweep_fails_the_run_cleanly() {
     cluster.stop();
 }
 
-#[tokio::test]
-async fn a_terminated_run_connection_settles_the_run_failed_with_no_half_batch() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn a_terminated_run_connection_settles_the_run_failed_with_no_half_batch(db: TestDatabase) {
     factory::notes(TENANT_A)
         .created(factory::at("2025-12-31T23:59:59Z"))
         .spaced(chrono::TimeDelta::seconds(1))
@@ -669,9 +670,8 @@ pub(crate) async fn cohort_with(
     b.build().await.unwrap()
 }
 
-#[tokio::test]
-async fn a_cancelled_run_rolls_back_its_open_batch_and_settles_cancelled() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn a_cancelled_run_rolls_back_its_open_batch_and_settles_cancelled(db: TestDatabase) {
     let token = Cancel::new();
     let trip = token.clone();
     // The custom anonymiser runs inside the batch, after the rows are locked: cancel there.
@@ -725,9 +725,10 @@ async fn a_cancelled_run_rolls_back_its_open_batch_and_settles_cancelled() {
     assert_eq!(later.entity("Contact").unwrap().affected, 3);
 }
 
-#[tokio::test]
-async fn one_entity_failing_mid_run_keeps_committed_batches_and_the_other_entities_work() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn one_entity_failing_mid_run_keeps_committed_batches_and_the_other_entities_work(
+    db: TestDatabase,
+) {
     // Soft-deleting the '45d' ticket fails, with subject data in the message.
     exec(db.pool(), "CREATE FUNCTION app.refuse() RETURNS trigger LANGUAGE plpgsql AS $$
         BEGIN IF NEW.subject = 'ticket 45d' THEN RAISE EXCEPTION 'cannot delete ticket of alice@example.com'; END IF; RETURN NEW; END $$;
@@ -795,9 +796,10 @@ async fn one_entity_failing_mid_run_keeps_committed_batches_and_the_other_entiti
     assert!(!run_error.contains("alice"));
 }
 
-#[tokio::test]
-async fn per_row_detail_and_provenance_are_recorded_and_a_rolled_back_batch_leaves_none() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn per_row_detail_and_provenance_are_recorded_and_a_rolled_back_batch_leaves_none(
+    db: TestDatabase,
+) {
     exec(db.pool(), "CREATE FUNCTION app.refuse() RETURNS trigger LANGUAGE plpgsql AS $$
         BEGIN IF OLD.body LIKE '%:45d' THEN RAISE EXCEPTION 'no'; END IF; RETURN OLD; END $$;
         CREATE TRIGGER refuse BEFORE DELETE ON app.notes FOR EACH ROW EXECUTE FUNCTION app.refuse();").await;

@@ -11,6 +11,8 @@
 //! lets the sweep go on.
 
 use crate::support;
+use cohort_pgtemp::TestDatabase;
+use cohort_test_macros::db_test;
 
 use cohort::holds::HoldRequest;
 use cohort::{Cohort, RunStatus, SweepRequest, SweepResult};
@@ -421,9 +423,8 @@ async fn gated_id(db: &cohort_pgtemp::TestDatabase) -> String {
 /// hold committed before the snapshot is not "recent" (schema 12 took
 /// every such batch to the two-statement fallback); one committed after
 /// it is.
-#[tokio::test]
-async fn the_re_check_looks_only_for_holds_the_batch_snapshot_could_not_see() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn the_re_check_looks_only_for_holds_the_batch_snapshot_could_not_see(db: TestDatabase) {
     let owner = engine_cohort(&db).await;
     let note = Uuid::parse_str(NOTE_ID).unwrap();
     // A transaction with an xid, left open for the whole test.
@@ -471,9 +472,8 @@ async fn the_re_check_looks_only_for_holds_the_batch_snapshot_could_not_see() {
 /// whose stamp trigger does not fire for every writer (disabled, origin
 /// only, replica only, missing, or its function no longer stamping),
 /// naming the statement that fixes it; after that statement it starts.
-#[tokio::test]
-async fn startup_refuses_a_stamp_trigger_that_does_not_fire_always() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn startup_refuses_a_stamp_trigger_that_does_not_fire_always(db: TestDatabase) {
     let fix =
         "ALTER TABLE \"public\".\"retention_hold\" ENABLE ALWAYS TRIGGER retention_hold_stamp;";
     for (break_it, says) in [

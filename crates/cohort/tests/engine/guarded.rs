@@ -2,6 +2,8 @@
 //! run on Cohort's transaction, and roll back on error.
 
 use crate::support;
+use cohort_pgtemp::TestDatabase;
+use cohort_test_macros::db_test;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -26,9 +28,8 @@ async fn note(pool: &sqlx::PgPool, label: &str) -> String {
         .to_string()
 }
 
-#[tokio::test]
-async fn unheld_targets_are_deleted_by_the_callback_on_cohorts_transaction() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn unheld_targets_are_deleted_by_the_callback_on_cohorts_transaction(db: TestDatabase) {
     let cohort = engine_cohort(&db).await;
     let (a, b) = (note(db.pool(), "1d").await, note(db.pool(), "45d").await);
     let ids = vec![a.clone(), b.to_uppercase(), a.clone()];
@@ -52,9 +53,8 @@ async fn unheld_targets_are_deleted_by_the_callback_on_cohorts_transaction() {
     assert_eq!(count(db.pool(), "SELECT count(*) FROM app.notes").await, 10);
 }
 
-#[tokio::test]
-async fn a_held_target_returns_protected_and_the_callback_never_runs() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn a_held_target_returns_protected_and_the_callback_never_runs(db: TestDatabase) {
     let cohort = engine_cohort(&db).await;
     let (a, b) = (note(db.pool(), "1d").await, note(db.pool(), "45d").await);
     cohort
@@ -78,9 +78,8 @@ async fn a_held_target_returns_protected_and_the_callback_never_runs() {
     assert_eq!(count(db.pool(), "SELECT count(*) FROM app.notes").await, 12);
 }
 
-#[tokio::test]
-async fn a_callback_error_rolls_back_and_is_returned() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn a_callback_error_rolls_back_and_is_returned(db: TestDatabase) {
     let cohort = engine_cohort(&db).await;
     let a = note(db.pool(), "1d").await;
     let err = cohort
@@ -104,9 +103,8 @@ async fn a_callback_error_rolls_back_and_is_returned() {
     assert_eq!(count(db.pool(), "SELECT count(*) FROM app.notes").await, 12);
 }
 
-#[tokio::test]
-async fn bad_targets_are_refused_and_nothing_runs() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn bad_targets_are_refused_and_nothing_runs(db: TestDatabase) {
     let cohort = engine_cohort(&db).await;
     let a = note(db.pool(), "1d").await;
     let cases: Vec<(GuardedDeletion, &str)> = vec![
@@ -158,9 +156,8 @@ async fn bad_targets_are_refused_and_nothing_runs() {
     assert_eq!(count(db.pool(), "SELECT count(*) FROM app.notes").await, 12);
 }
 
-#[tokio::test]
-async fn a_hold_created_concurrently_never_ends_with_a_deleted_held_row() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn a_hold_created_concurrently_never_ends_with_a_deleted_held_row(db: TestDatabase) {
     let cohort = engine_cohort(&db).await;
     let a = note(db.pool(), "45d").await;
 
@@ -276,9 +273,8 @@ async fn a_hold_created_concurrently_never_ends_with_a_deleted_held_row() {
 /// ORM and sqlx users: the guard in the application's own sqlx transaction. The
 /// application's earlier writes in it and the deletion commit together;
 /// a held target is reported and the application's transaction is its own.
-#[tokio::test]
-async fn the_guard_runs_in_the_applications_own_transaction() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn the_guard_runs_in_the_applications_own_transaction(db: TestDatabase) {
     let cohort = engine_cohort(&db).await;
     let (a, b) = (note(db.pool(), "1d").await, note(db.pool(), "45d").await);
     exec(db.pool(), "CREATE TABLE app.audit (what text)").await;
@@ -374,9 +370,8 @@ async fn the_guard_runs_in_the_applications_own_transaction() {
 
 /// Under REPEATABLE READ or SERIALIZABLE the hold check would read a stale
 /// snapshot: refused, with the reason, and nothing locked.
-#[tokio::test]
-async fn the_guard_refuses_a_transaction_that_is_not_read_committed() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn the_guard_refuses_a_transaction_that_is_not_read_committed(db: TestDatabase) {
     let cohort = engine_cohort(&db).await;
     let a = note(db.pool(), "1d").await;
     for (level, set) in [
@@ -412,9 +407,8 @@ async fn the_guard_refuses_a_transaction_that_is_not_read_committed() {
 
 /// A hold being created while the application's transaction guards the
 /// row: the guard waits for it and reports the row held.
-#[tokio::test]
-async fn a_hold_committed_while_the_guard_waits_is_seen() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn a_hold_committed_while_the_guard_waits_is_seen(db: TestDatabase) {
     let cohort = engine_cohort(&db).await;
     let a = note(db.pool(), "45d").await;
     let mut other = db.connect().await.unwrap();

@@ -4,6 +4,8 @@
 //! runs a crashed process left started.
 
 use crate::support;
+use cohort_pgtemp::TestDatabase;
+use cohort_test_macros::db_test;
 
 use std::sync::{Arc, Mutex};
 
@@ -117,9 +119,8 @@ async fn queue(pool: &sqlx::PgPool, filter: &str) -> i64 {
     .await
 }
 
-#[tokio::test]
-async fn handlers_run_in_order_with_their_snapshots_and_held_rows_queue_nothing() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn handlers_run_in_order_with_their_snapshots_and_held_rows_queue_nothing(db: TestDatabase) {
     let log: Log = Arc::default();
     let cohort = cohort_with(
         &db,
@@ -208,9 +209,8 @@ async fn handlers_run_in_order_with_their_snapshots_and_held_rows_queue_nothing(
 /// The seeds' rule: a failing `on_before` leaves its row as it was and
 /// dead-letters its work once; the rest of the batch is mutated and
 /// queued, and the run succeeds (failures.rs goes further).
-#[tokio::test]
-async fn an_on_before_failure_skips_only_its_row() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn an_on_before_failure_skips_only_its_row(db: TestDatabase) {
     let log: Log = Arc::default();
     let mut failing = recording("fussy", &log);
     failing.fail_capture_for = Some(":45d");
@@ -250,9 +250,8 @@ async fn an_on_before_failure_skips_only_its_row() {
     assert!(r.entity("Ticket").unwrap().affected > 0);
 }
 
-#[tokio::test]
-async fn failed_deliveries_retry_with_backoff_then_succeed_or_dead_letter() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn failed_deliveries_retry_with_backoff_then_succeed_or_dead_letter(db: TestDatabase) {
     let log: Log = Arc::default();
     let mut config = test_config();
     config.dispatch.max_attempts = 3;
@@ -370,9 +369,8 @@ impl RowHandler<Note> for Blocking {
     }
 }
 
-#[tokio::test]
-async fn a_stale_delivery_cannot_settle_once_its_claim_was_taken_over() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn a_stale_delivery_cannot_settle_once_its_claim_was_taken_over(db: TestDatabase) {
     let release = Arc::new(tokio::sync::Notify::new());
     let started = Arc::new(tokio::sync::Notify::new());
     let calls = Arc::new(Mutex::new(0));
@@ -431,9 +429,8 @@ async fn a_stale_delivery_cannot_settle_once_its_claim_was_taken_over() {
     assert_eq!(*calls.lock().unwrap(), 2);
 }
 
-#[tokio::test]
-async fn unknown_tampered_and_scrubbed_work_dead_letters_with_its_reason() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn unknown_tampered_and_scrubbed_work_dead_letters_with_its_reason(db: TestDatabase) {
     let log: Log = Arc::default();
     let with = cohort_with(
         &db,
@@ -506,9 +503,10 @@ async fn unknown_tampered_and_scrubbed_work_dead_letters_with_its_reason() {
     assert_eq!(report.delivered, ids.len() as u64 - 2);
 }
 
-#[tokio::test]
-async fn after_sweep_settled_work_waits_for_its_run_and_only_dead_runs_are_recovered() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn after_sweep_settled_work_waits_for_its_run_and_only_dead_runs_are_recovered(
+    db: TestDatabase,
+) {
     let log: Log = Arc::default();
     let mut config = test_config();
     config.dispatch.settle_timeout = "1m".parse().unwrap();
@@ -664,9 +662,8 @@ async fn dead_letters_are_listed_and_retried_and_bad_retries_change_nothing() {
 
 /// ERASURE-007: a dry-run erasure runs no handlers and queues nothing; a
 /// live erasure queues work only for the rows it changed (held ones not).
-#[tokio::test]
-async fn erasure_queues_work_only_for_the_rows_it_changes() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn erasure_queues_work_only_for_the_rows_it_changes(db: TestDatabase) {
     let log: Log = Arc::default();
     // Notes gain a subject column for this test.
     exec(db.pool(), "ALTER TABLE app.notes ADD COLUMN user_id text; UPDATE app.notes SET user_id = 'u-1' WHERE tenant_id = 'aaaaaaaa-0000-0000-0000-00000000000a'").await;
@@ -750,9 +747,8 @@ impl RowHandler<Note> for LocksItsRow {
 /// DISPATCH-002: recording an outcome has its own bounded time-out; when it
 /// cannot be recorded, the delivery stays in flight (to be reclaimed) and
 /// the flush goes on instead of hanging.
-#[tokio::test]
-async fn an_outcome_that_cannot_be_recorded_leaves_the_work_in_flight() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn an_outcome_that_cannot_be_recorded_leaves_the_work_in_flight(db: TestDatabase) {
     let held = Arc::new(tokio::sync::Mutex::new(None));
     let mut config = test_config();
     config.dispatch.claim_timeout = "10s".parse().unwrap(); // cleanup time-out: 1 s
@@ -822,9 +818,8 @@ async fn an_outcome_that_cannot_be_recorded_leaves_the_work_in_flight() {
 
 /// CONCURRENCY-001 with handlers: two sweeps at once queue each mutated
 /// row's work exactly once, and it is delivered exactly once.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn concurrent_sweeps_queue_each_row_once() {
-    let db = engine_db().await;
+#[db_test(engine, flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_sweeps_queue_each_row_once(db: TestDatabase) {
     factory::notes(TENANT_A)
         .created(factory::at("2026-01-01T00:00:00Z"))
         .numbered("bulk:")
@@ -875,9 +870,8 @@ async fn concurrent_sweeps_queue_each_row_once() {
 /// Policy handlers that could never work are refused before anything runs:
 /// a captured column of a type they cannot capture, a time-out past the
 /// delivery deadline, a webhook whose signing secret is missing.
-#[tokio::test]
-async fn policy_handlers_that_could_never_work_are_refused() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn policy_handlers_that_could_never_work_are_refused(db: TestDatabase) {
     exec(db.pool(), "ALTER TABLE app.notes ADD COLUMN amount numeric").await;
     let policy = |handler: &str| {
         format!(

@@ -3,6 +3,8 @@
 #![allow(clippy::type_complexity)] // tuple rows read back from SQL
 
 use crate::support;
+use cohort_pgtemp::TestDatabase;
+use cohort_test_macros::db_test;
 
 use cohort::holds::{HoldFilter, HoldRequest};
 use cohort::{Error, SweepRequest};
@@ -46,9 +48,8 @@ async fn contact_id(pool: &sqlx::PgPool, label: &str) -> i64 {
     .unwrap()
 }
 
-#[tokio::test]
-async fn active_holds_protect_rows_from_every_strategy_and_are_counted() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn active_holds_protect_rows_from_every_strategy_and_are_counted(db: TestDatabase) {
     let cohort = engine_cohort(&db).await;
     let note = note_id(db.pool(), TENANT_A, "45d").await;
     let ticket = ticket_id(db.pool(), "45d").await;
@@ -95,9 +96,8 @@ async fn active_holds_protect_rows_from_every_strategy_and_are_counted() {
     }
 }
 
-#[tokio::test]
-async fn holds_stop_protecting_at_expiry_or_release_judged_by_the_database_clock() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn holds_stop_protecting_at_expiry_or_release_judged_by_the_database_clock(db: TestDatabase) {
     let cohort = engine_cohort(&db).await;
     let expired = note_id(db.pool(), TENANT_A, "45d").await;
     let released = note_id(db.pool(), TENANT_A, "400d").await;
@@ -177,9 +177,8 @@ async fn holds_stop_protecting_at_expiry_or_release_judged_by_the_database_clock
     assert_eq!(labels(db.pool(), "SELECT split_part(body, ':', 2) FROM app.notes WHERE tenant_id = 'aaaaaaaa-0000-0000-0000-00000000000a'").await, vec!["null".to_string(), "past-cutoff".to_string()]);
 }
 
-#[tokio::test]
-async fn holds_are_scoped_by_entity_record_and_tenant_with_canonical_ids() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn holds_are_scoped_by_entity_record_and_tenant_with_canonical_ids(db: TestDatabase) {
     let cohort = engine_cohort(&db).await;
     // Global (tenantless, bigint key) record 4 and Contact (tenant A) record 4 share the id text "4".
     let global = cohort
@@ -237,9 +236,8 @@ async fn holds_are_scoped_by_entity_record_and_tenant_with_canonical_ids() {
     );
 }
 
-#[tokio::test]
-async fn bad_hold_requests_are_refused_and_change_nothing() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn bad_hold_requests_are_refused_and_change_nothing(db: TestDatabase) {
     let cohort = engine_cohort(&db).await;
     let note = note_id(db.pool(), TENANT_A, "45d").await.to_string();
     let missing = Uuid::new_v4().to_string();
@@ -318,9 +316,8 @@ async fn bad_hold_requests_are_refused_and_change_nothing() {
     );
 }
 
-#[tokio::test]
-async fn a_hold_whose_creation_holds_the_row_lock_makes_the_sweep_skip_the_row() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn a_hold_whose_creation_holds_the_row_lock_makes_the_sweep_skip_the_row(db: TestDatabase) {
     let cohort = engine_cohort(&db).await;
     let note = note_id(db.pool(), TENANT_A, "45d").await;
     // Another session locks the row the way hold creation does and has not committed yet.

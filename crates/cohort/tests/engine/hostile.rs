@@ -7,6 +7,8 @@
 //! policy file are refused at load: `refused.rs`.)
 
 use crate::support;
+use cohort_pgtemp::TestDatabase;
+use cohort_test_macros::db_test;
 
 use cohort::erasure::{ErasureRequest, ErasureScope};
 use cohort::guarded::GuardedDeletion;
@@ -127,9 +129,8 @@ async fn everything(pool: &sqlx::PgPool) -> Vec<String> {
 /// record id, hold reason and entity name: each call is refused with a
 /// typed error (or, where any text is valid, matches nothing), and no
 /// table changes.
-#[tokio::test]
-async fn injection_strings_and_enormous_values_change_nothing() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn injection_strings_and_enormous_values_change_nothing(db: TestDatabase) {
     let cohort = engine_cohort(&db).await;
     let note = Uuid::parse_str(NOTE_ID).unwrap();
     let contact = Uuid::parse_str(CONTACT_ID).unwrap();

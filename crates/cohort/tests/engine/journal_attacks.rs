@@ -6,6 +6,8 @@
 //! each, and nothing they refuse releases a hold.
 
 use crate::support;
+use cohort_pgtemp::TestDatabase;
+use cohort_test_macros::db_test;
 
 use cohort::erasure::{ErasureRequest, ErasureScope};
 use cohort::holds::HoldRequest;
@@ -140,9 +142,8 @@ async fn a_journal_cut_short_after_a_hold_was_lost_is_named_and_the_sweep_is_not
     );
 }
 
-#[tokio::test]
-async fn an_entry_appended_without_the_key_is_refused_and_releases_nothing() {
-    let db = migrated_db().await;
+#[db_test(migrated)]
+async fn an_entry_appended_without_the_key_is_refused_and_releases_nothing(db: TestDatabase) {
     let pool = db.pool();
     exec(pool, TABLES).await;
     let dir = tempfile::tempdir().unwrap();
@@ -251,9 +252,8 @@ async fn a_drill_on_another_cluster_replays_onto_a_copy_and_never_into_the_journ
     );
 }
 
-#[tokio::test]
-async fn the_journal_records_the_chain_and_verify_names_links_cut_from_its_end() {
-    let db = migrated_db().await;
+#[db_test(migrated)]
+async fn the_journal_records_the_chain_and_verify_names_links_cut_from_its_end(db: TestDatabase) {
     let pool = db.pool();
     exec(pool, TABLES).await;
     let dir = tempfile::tempdir().unwrap();

@@ -6,6 +6,8 @@
 //! strictest wins).
 
 use crate::support;
+use cohort_pgtemp::TestDatabase;
+use cohort_test_macros::db_test;
 
 use cohort::settings::PacingLimit;
 use cohort::signals::{Signal, TestSignals};
@@ -33,9 +35,8 @@ async fn notes_left(pool: &sqlx::PgPool, tenant: &str) -> i64 {
     .await
 }
 
-#[tokio::test]
-async fn a_paused_entity_is_skipped_and_reported_paused_until_it_is_resumed() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn a_paused_entity_is_skipped_and_reported_paused_until_it_is_resumed(db: TestDatabase) {
     let cohort = notes_and_tickets(db.pool(), test_config()).await;
     let before = notes_left(db.pool(), TENANT_A).await;
 
@@ -95,9 +96,8 @@ async fn a_paused_entity_is_skipped_and_reported_paused_until_it_is_resumed() {
     assert_eq!(cohort.pacing().await.unwrap().len(), 1);
 }
 
-#[tokio::test]
-async fn a_pause_stops_a_running_sweep_before_its_next_batch() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn a_pause_stops_a_running_sweep_before_its_next_batch(db: TestDatabase) {
     // The first delete of a note waits on an advisory lock the test holds:
     // the sweep is inside its first batch while the pause commits.
     exec(
@@ -158,9 +158,8 @@ async fn a_pause_stops_a_running_sweep_before_its_next_batch() {
     assert_eq!(run.entity("Note").unwrap().affected, 2);
 }
 
-#[tokio::test]
-async fn live_limits_pace_every_sweep_and_the_strictest_wins() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn live_limits_pace_every_sweep_and_the_strictest_wins(db: TestDatabase) {
     // Configured far above what three rows need: no wait from it alone.
     let cohort = notes_and_tickets(
         db.pool(),
@@ -238,9 +237,8 @@ async fn live_limits_pace_every_sweep_and_the_strictest_wins() {
     assert_eq!(cohort.pacing().await.unwrap(), rows);
 }
 
-#[tokio::test]
-async fn an_entity_of_its_own_pace_is_paced_and_a_zero_is_refused() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn an_entity_of_its_own_pace_is_paced_and_a_zero_is_refused(db: TestDatabase) {
     let paced = |rate: u32| {
         let pool = db.pool().clone();
         async move {
@@ -301,9 +299,8 @@ async fn late_notes_left(pool: &sqlx::PgPool, left: i64) {
 /// changes. At one row a second, a batch of 100 rows is followed by a
 /// wait of 100 s; a pause, a lifted limit or a raised one each end it
 /// within the bound (far under the wait it replaces).
-#[tokio::test]
-async fn a_pause_or_a_lifted_or_raised_limit_ends_a_rate_wait_at_once() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn a_pause_or_a_lifted_or_raised_limit_ends_a_rate_wait_at_once(db: TestDatabase) {
     let signals = TestSignals::new();
     let mut heard = signals.subscribe();
     let cohort = Cohort::builder(db.pool().clone())

@@ -7,6 +7,7 @@
 #![allow(clippy::type_complexity)] // tuple rows read back from SQL
 
 use crate::support;
+use cohort_test_macros::db_test;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -504,9 +505,10 @@ async fn a_terminated_connection_of_a_four_connection_sweep_leaves_whole_batches
 /// Refused at build, naming the setting: more connections than the pool
 /// has (globally or for one entity), 0, more than 64; an entity's own
 /// setting from a policy file is what its sweep uses.
-#[tokio::test]
-async fn a_parallelism_the_pool_cannot_serve_zero_or_absurd_is_refused_naming_the_setting() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn a_parallelism_the_pool_cannot_serve_zero_or_absurd_is_refused_naming_the_setting(
+    db: TestDatabase,
+) {
     let pool = |max: u32| {
         PgPoolOptions::new()
             .max_connections(max)

@@ -9,6 +9,8 @@
 //! reaches the static methods (`null`, `empty`, `literal`, `hash`).
 
 use crate::support;
+use cohort_pgtemp::TestDatabase;
+use cohort_test_macros::db_test;
 
 use chrono::{DateTime, Utc};
 use cohort::policy::PolicyFile;
@@ -276,9 +278,8 @@ fn meaning(model: &cohort::validate::ValidatedModel) -> Vec<String> {
     out
 }
 
-#[tokio::test]
-async fn types_using_every_key_and_one_policy_file_validate_to_the_same_model() {
-    let db = migrated_db().await;
+#[db_test(migrated)]
+async fn types_using_every_key_and_one_policy_file_validate_to_the_same_model(db: TestDatabase) {
     exec(db.pool(), TABLES).await;
     let policy = PolicyFile::parse(POLICY).unwrap();
     let rules = policy.rules.clone();

@@ -6,6 +6,7 @@
 #![allow(clippy::type_complexity)] // tuple rows read back from SQL
 
 use crate::support;
+use cohort_test_macros::db_test;
 
 use std::collections::BTreeSet;
 
@@ -206,9 +207,8 @@ async fn a_partition_with_a_held_row_stays_and_only_its_unheld_rows_go() {
 /// RS-014: a held partition's other rows go in one statement (one
 /// transaction), not batch by batch through the row path, even with a
 /// batch of two rows; exactly audited.
-#[tokio::test]
-async fn a_held_partition_s_other_rows_go_in_one_statement() {
-    let db = migrated_db().await;
+#[db_test(migrated)]
+async fn a_held_partition_s_other_rows_go_in_one_statement(db: TestDatabase) {
     exec(db.pool(), TABLES).await;
     // Which transaction deleted each row of February.
     exec(
@@ -367,9 +367,8 @@ async fn dry_runs_count_and_drop_nothing() {
     assert_eq!(table_digest(db.pool(), "app.events").await, digest);
 }
 
-#[tokio::test]
-async fn validation_names_what_partition_purge_needs() {
-    let db = migrated_db().await;
+#[db_test(migrated)]
+async fn validation_names_what_partition_purge_needs(db: TestDatabase) {
     exec(
         db.pool(),
         "CREATE SCHEMA app;
@@ -502,9 +501,8 @@ async fn validation_names_what_partition_purge_needs() {
     );
 }
 
-#[tokio::test]
-async fn the_role_must_be_able_to_drop_every_partition() {
-    let db = migrated_db().await;
+#[db_test(migrated)]
+async fn the_role_must_be_able_to_drop_every_partition(db: TestDatabase) {
     exec(db.pool(), TABLES).await;
     let suffix = &db.name()[db.name().len() - 12..];
     let (app, other) = (
@@ -634,9 +632,8 @@ async fn both(cohort: &Cohort) -> Vec<cohort::SweepResult> {
     vec![a.await.unwrap().unwrap(), b.await.unwrap().unwrap()]
 }
 
-#[tokio::test]
-async fn an_erasure_never_drops_partitions() {
-    let db = migrated_db().await;
+#[db_test(migrated)]
+async fn an_erasure_never_drops_partitions(db: TestDatabase) {
     exec(
         db.pool(),
         "CREATE SCHEMA app;
@@ -716,9 +713,8 @@ async fn a_hold_in_another_spelling_of_the_id_keeps_its_partition() {
 /// A subject hold keeps the partition holding one of the subject's rows,
 /// as a record hold does, though it names no record: the partition check
 /// reads every row when a subject hold is active.
-#[tokio::test]
-async fn a_partition_with_a_row_of_a_held_subject_stays() {
-    let db = migrated_db().await;
+#[db_test(migrated)]
+async fn a_partition_with_a_row_of_a_held_subject_stays(db: TestDatabase) {
     exec(db.pool(), TABLES).await;
     exec(
         db.pool(),
@@ -769,9 +765,8 @@ async fn a_partition_with_a_row_of_a_held_subject_stays() {
 /// drops whole months only), a held row keeps its month, partman's
 /// maintenance goes on working after Cohort's drops, and the primary key
 /// `(id, created_at)` is the only index, as partman tables often have.
-#[tokio::test]
-async fn partman_creates_the_partitions_and_cohort_drops_the_expired_ones() {
-    let db = migrated_db().await;
+#[db_test(migrated)]
+async fn partman_creates_the_partitions_and_cohort_drops_the_expired_ones(db: TestDatabase) {
     exec(
         db.pool(),
         "CREATE SCHEMA partman; CREATE EXTENSION pg_partman SCHEMA partman;

@@ -5,6 +5,8 @@
 //! stops later passes.
 
 use crate::support;
+use cohort_pgtemp::TestDatabase;
+use cohort_test_macros::db_test;
 
 use std::sync::{Arc, Mutex};
 
@@ -73,9 +75,8 @@ async fn cohort_with(
     b.build().await.unwrap()
 }
 
-#[tokio::test]
-async fn every_tenant_once_in_first_seen_order_then_the_tenantless_pass() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn every_tenant_once_in_first_seen_order_then_the_tenantless_pass(db: TestDatabase) {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let cohort = cohort_with(&db, seen.clone(), None).await;
     let list = vec![
@@ -140,9 +141,8 @@ async fn every_tenant_once_in_first_seen_order_then_the_tenantless_pass() {
     );
 }
 
-#[tokio::test]
-async fn cancellation_stops_the_open_pass_and_skips_the_rest() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn cancellation_stops_the_open_pass_and_skips_the_rest(db: TestDatabase) {
     let cancel = Cancel::new();
     let seen = Arc::new(Mutex::new(Vec::new()));
     let cohort = cohort_with(
@@ -174,9 +174,8 @@ async fn cancellation_stops_the_open_pass_and_skips_the_rest() {
     );
 }
 
-#[tokio::test]
-async fn no_tenants_at_all_fails_loudly_and_the_tenantless_pass_still_runs() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn no_tenants_at_all_fails_loudly_and_the_tenantless_pass_still_runs(db: TestDatabase) {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let cohort = cohort_with(&db, seen, None).await;
     let result = cohort
@@ -254,9 +253,8 @@ async fn no_tenants_at_all_fails_loudly_and_the_tenantless_pass_still_runs() {
 /// of another type, a jurisdiction that is not text): each bad row is a
 /// pass that did not start, named by position; the others and the
 /// tenantless pass run.
-#[tokio::test]
-async fn a_row_that_cannot_be_a_tenant_fails_only_itself() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn a_row_that_cannot_be_a_tenant_fails_only_itself(db: TestDatabase) {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let cohort = cohort_with(&db, seen, None).await;
     let query = format!(

@@ -5,6 +5,8 @@
 //! again once the peer is gone.
 
 use crate::support;
+use cohort_pgtemp::TestDatabase;
+use cohort_test_macros::db_test;
 
 use std::time::Duration;
 
@@ -64,9 +66,10 @@ const NOTES_A: &str =
 /// alone with a clear failure (a dry run is not held back), while the new
 /// replica sweeps them with their handler work. Once the new replica
 /// stops, the old one sweeps notes again.
-#[tokio::test]
-async fn a_sweep_leaves_alone_an_entity_for_which_a_live_peer_has_a_handler_it_lacks() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn a_sweep_leaves_alone_an_entity_for_which_a_live_peer_has_a_handler_it_lacks(
+    db: TestDatabase,
+) {
     let new = handle(
         &db,
         "[[entity.handler]]\nname = \"crm-forget\"\ncommand = [\"true\"]",
@@ -145,9 +148,8 @@ async fn a_sweep_leaves_alone_an_entity_for_which_a_live_peer_has_a_handler_it_l
 
 /// RS-024: a peer whose heartbeat is older than the timeout (it died
 /// without removing its record) holds nobody back.
-#[tokio::test]
-async fn a_dead_peer_holds_nobody_back() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn a_dead_peer_holds_nobody_back(db: TestDatabase) {
     let old = handle(&db, "").await;
     exec(
         db.pool(),
@@ -185,9 +187,8 @@ async fn a_dead_peer_holds_nobody_back() {
 /// peer registers for the same entity never claims that handler's work
 /// (so it never dead-letters it as unknown); it delivers its own. Once the
 /// peer is gone, such work is unknown everywhere and dead-letters.
-#[tokio::test]
-async fn a_dispatcher_leaves_a_live_peer_s_handler_work_alone() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn a_dispatcher_leaves_a_live_peer_s_handler_work_alone(db: TestDatabase) {
     let both = "[[entity.handler]]\nname = \"audit\"\ncommand = [\"true\"]\n\n\
                 [[entity.handler]]\nname = \"crm-forget\"\ncommand = [\"true\"]";
     let new = handle(&db, both).await;

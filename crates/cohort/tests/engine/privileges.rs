@@ -2,15 +2,16 @@
 //! only the grants docs/migrations.md documents (*Minimal grants*).
 
 use crate::support;
+use cohort_pgtemp::TestDatabase;
+use cohort_test_macros::db_test;
 
 use cohort::erasure::{ErasureRequest, ErasureScope};
 use cohort::holds::HoldRequest;
 use cohort::{Cohort, RunStatus, SweepRequest};
 use support::*;
 
-#[tokio::test]
-async fn a_least_privilege_role_can_validate_sweep_hold_and_erase() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn a_least_privilege_role_can_validate_sweep_hold_and_erase(db: TestDatabase) {
     let role = format!("cohort_app_{}", &db.name()[db.name().len() - 12..]);
     // The documented grants (docs/migrations.md), nothing more.
     exec(

@@ -7,6 +7,8 @@
 //! that says what it did not do.
 
 use crate::support;
+use cohort_pgtemp::TestDatabase;
+use cohort_test_macros::db_test;
 
 use cohort::erasure::{ErasureRequest, ErasureScope};
 use cohort::holds::HoldRequest;
@@ -54,9 +56,8 @@ const UUID_TENANT_TABLES: &str = "CREATE SCHEMA app;
 
 /// A.1: every spelling of a uuid tenant resolves the same jurisdiction and
 /// overrides, on the library path (the CLI path is in the CLI tests).
-#[tokio::test]
-async fn every_spelling_of_a_uuid_tenant_gets_its_jurisdiction_and_overrides() {
-    let db = migrated_db().await;
+#[db_test(migrated)]
+async fn every_spelling_of_a_uuid_tenant_gets_its_jurisdiction_and_overrides(db: TestDatabase) {
     exec(db.pool(), UUID_TENANT_TABLES).await;
     let cohort = from_policy(&db, UUID_TENANT_POLICY).await.unwrap();
     let spellings = [
@@ -160,9 +161,8 @@ jurisdiction = "US"
 
 /// A.1 and A.2: text tenants are exact — `acme` and `ACME` are two tenants,
 /// and a uuid-looking text tenant is never lower-cased.
-#[tokio::test]
-async fn text_tenants_are_compared_exactly_never_case_folded() {
-    let db = migrated_db().await;
+#[db_test(migrated)]
+async fn text_tenants_are_compared_exactly_never_case_folded(db: TestDatabase) {
     exec(
         db.pool(),
         "CREATE SCHEMA app;
@@ -227,9 +227,8 @@ async fn text_tenants_are_compared_exactly_never_case_folded() {
 
 /// A.3: citext tenants and keys compare case-insensitively in SQL, and
 /// overrides, holds and guarded deletion agree.
-#[tokio::test]
-async fn citext_tenants_and_keys_compare_case_insensitively() {
-    let db = migrated_db().await;
+#[db_test(migrated)]
+async fn citext_tenants_and_keys_compare_case_insensitively(db: TestDatabase) {
     exec(
         db.pool(),
         "CREATE EXTENSION citext;
@@ -313,9 +312,8 @@ period = "3650d"
 /// B.4(b): the mutation re-checks tenant, cutoff and "not done" itself, so a
 /// key that stops being unique after validation (the key index dropped or
 /// rebuilt under a live handle) cannot carry the delete to other rows.
-#[tokio::test]
-async fn a_mutation_reaches_only_rows_the_candidate_query_would_choose() {
-    let db = migrated_db().await;
+#[db_test(migrated)]
+async fn a_mutation_reaches_only_rows_the_candidate_query_would_choose(db: TestDatabase) {
     exec(
         db.pool(),
         "CREATE SCHEMA app;
@@ -376,9 +374,8 @@ period = "30d"
 
 /// C.5: a hold protects its record wherever the row moves: counted held
 /// and left alone by the new tenant's sweep and erasure.
-#[tokio::test]
-async fn a_hold_follows_its_record_into_another_tenant() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn a_hold_follows_its_record_into_another_tenant(db: TestDatabase) {
     let cohort = engine_cohort(&db).await;
     let note: uuid::Uuid = sqlx::query_scalar(
         "SELECT id FROM app.notes WHERE body = 'aaaaaaaa-0000-0000-0000-00000000000a:45d'",
@@ -487,9 +484,8 @@ period = "3650d"
 
 /// D.7: cascades are followed through unretained tables to the end; SET
 /// NULL / SET DEFAULT that would fail every purge are refused as well.
-#[tokio::test]
-async fn cascades_are_followed_through_unretained_tables() {
-    let db = migrated_db().await;
+#[db_test(migrated)]
+async fn cascades_are_followed_through_unretained_tables(db: TestDatabase) {
     exec(
         db.pool(),
         "CREATE SCHEMA app;
@@ -546,9 +542,8 @@ async fn cascades_are_followed_through_unretained_tables() {
 }
 
 /// G.13: an erasure accounts for every entity holding subject columns.
-#[tokio::test]
-async fn erasure_reports_what_it_did_not_do() {
-    let db = migrated_db().await;
+#[db_test(migrated)]
+async fn erasure_reports_what_it_did_not_do(db: TestDatabase) {
     exec(
         db.pool(),
         "CREATE SCHEMA app;

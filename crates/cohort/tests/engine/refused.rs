@@ -12,6 +12,8 @@
 
 use crate::hostile::POLICY;
 use crate::support;
+use cohort_pgtemp::TestDatabase;
+use cohort_test_macros::db_test;
 
 use cohort::async_trait;
 use cohort::config::HashKey;
@@ -69,9 +71,8 @@ fn hostile_identifiers_in_a_policy_are_refused_at_load() {
 // --- At startup: validation lists every problem
 
 /// A: tenant columns that give one spelling different meanings are refused.
-#[tokio::test]
-async fn tenant_columns_of_different_types_are_refused() {
-    let db = migrated_db().await;
+#[db_test(migrated)]
+async fn tenant_columns_of_different_types_are_refused(db: TestDatabase) {
     exec(
         db.pool(),
         "CREATE SCHEMA app;
@@ -149,9 +150,8 @@ period = "30d"
 
 /// B.4(a): a record key whose only unique index is invalid (a failed
 /// CREATE UNIQUE INDEX CONCURRENTLY) or deferrable is refused.
-#[tokio::test]
-async fn record_keys_need_a_valid_immediate_unique_index() {
-    let db = migrated_db().await;
+#[db_test(migrated)]
+async fn record_keys_need_a_valid_immediate_unique_index(db: TestDatabase) {
     exec(
         db.pool(),
         "CREATE SCHEMA app;
@@ -196,9 +196,8 @@ async fn record_keys_need_a_valid_immediate_unique_index() {
 
 /// Key-like columns must compare the way Cohort identifies values: no
 /// non-deterministic collations, no char(n) tenants or subjects.
-#[tokio::test]
-async fn key_columns_must_compare_deterministically() {
-    let db = migrated_db().await;
+#[db_test(migrated)]
+async fn key_columns_must_compare_deterministically(db: TestDatabase) {
     exec(
         db.pool(),
         "CREATE SCHEMA app;
@@ -234,9 +233,8 @@ period = "30d"
 
 /// C.6: columns other rows reference, and the columns Cohort relies on,
 /// are never anonymised.
-#[tokio::test]
-async fn referenced_key_columns_cannot_be_anonymised() {
-    let db = migrated_db().await;
+#[db_test(migrated)]
+async fn referenced_key_columns_cannot_be_anonymised(db: TestDatabase) {
     exec(
         db.pool(),
         "CREATE SCHEMA app;
@@ -283,9 +281,8 @@ period = "30d"
 
 /// E.8: an anonymise output that cannot fit its column would fail every
 /// batch; NUL characters cannot be stored at all.
-#[tokio::test]
-async fn anonymise_outputs_must_fit_their_columns() {
-    let db = migrated_db().await;
+#[db_test(migrated)]
+async fn anonymise_outputs_must_fit_their_columns(db: TestDatabase) {
     exec(
         db.pool(),
         "CREATE SCHEMA app;
@@ -362,9 +359,8 @@ period = "30d"
 /// A fixed value written into a unique column would fail every batch of two
 /// rows or more; an unqualified table that also exists in Cohort's schema is
 /// ambiguous since the default table schema became `public`.
-#[tokio::test]
-async fn constant_scrubs_of_unique_columns_and_ambiguous_tables_are_refused() {
-    let db = migrated_db().await;
+#[db_test(migrated)]
+async fn constant_scrubs_of_unique_columns_and_ambiguous_tables_are_refused(db: TestDatabase) {
     let mut conn = db.connect().await.unwrap();
     cohort::schema::migrate(&mut conn, "ledger").await.unwrap();
     exec(
@@ -412,9 +408,8 @@ period = "30d"
 }
 
 /// A cascade that loops back into the purged table is reported too.
-#[tokio::test]
-async fn cascades_that_loop_back_are_refused() {
-    let db = migrated_db().await;
+#[db_test(migrated)]
+async fn cascades_that_loop_back_are_refused(db: TestDatabase) {
     exec(
         db.pool(),
         "CREATE SCHEMA app;
@@ -447,9 +442,8 @@ period = "30d"
 
 /// E.9, E.10, E.11: Cohort's own tables, duplicate names and PostgreSQL's
 /// own schemas are refused.
-#[tokio::test]
-async fn cohort_tables_duplicate_names_and_reserved_schemas_are_refused() {
-    let db = migrated_db().await;
+#[db_test(migrated)]
+async fn cohort_tables_duplicate_names_and_reserved_schemas_are_refused(db: TestDatabase) {
     let mut conn = db.connect().await.unwrap();
     cohort::schema::migrate(&mut conn, "ledger2").await.unwrap();
     let policy = r#"
@@ -553,9 +547,10 @@ period = "30d"
 
 // --- At run time: before the run is recorded, or before a row is touched
 
-#[tokio::test]
-async fn a_handle_built_without_validation_checks_readiness_before_writing_started() {
-    let db = migrated_db().await;
+#[db_test(migrated)]
+async fn a_handle_built_without_validation_checks_readiness_before_writing_started(
+    db: TestDatabase,
+) {
     let mut b = Cohort::builder(db.pool().clone())
         .config(test_config())
         .rules(rules());
@@ -588,9 +583,8 @@ async fn a_handle_built_without_validation_checks_readiness_before_writing_start
     assert_eq!(result.entity("Note").unwrap().affected, 3);
 }
 
-#[tokio::test]
-async fn bad_sweep_requests_are_refused_before_anything_is_written() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn bad_sweep_requests_are_refused_before_anything_is_written(db: TestDatabase) {
     let cohort = engine_cohort(&db).await;
     let err = cohort
         .sweep(SweepRequest::tenanted("not-a-tenant-uuid", now()))
@@ -608,9 +602,8 @@ async fn bad_sweep_requests_are_refused_before_anything_is_written() {
 /// refused before anything runs (a sweep, an erasure, the worker's and
 /// `cohort validate`'s check for runs), while reading (previews, dry runs,
 /// holds, history) works: a read-only view needs no secret.
-#[tokio::test]
-async fn hashing_requires_a_key() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn hashing_requires_a_key(db: TestDatabase) {
     let mut b = Cohort::builder(db.pool().clone()).rules(rules());
     for d in engine_entities() {
         b = b.declaration(d);
@@ -724,9 +717,8 @@ impl RuleProvider for Misbehaving {
     }
 }
 
-#[tokio::test]
-async fn undeclared_strategies_and_unknown_categories_are_rejected_at_run_time() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn undeclared_strategies_and_unknown_categories_are_rejected_at_run_time(db: TestDatabase) {
     let decls = engine_entities();
     let tickets_as_notes = cohort::EntityDeclaration::new("Ticket", TICKET_ID)
         .category("tickets")

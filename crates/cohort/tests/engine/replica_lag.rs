@@ -10,6 +10,8 @@
 //! primary's unix socket; its replay is paused with
 //! `pg_wal_replay_pause()`, so its lag grows for real.
 
+use cohort_pgtemp::TestDatabase;
+use cohort_test_macros::db_test;
 use std::time::{Duration, Instant};
 
 use crate::support::*;
@@ -186,9 +188,8 @@ async fn a_sweep_waits_for_a_stalled_standby_and_goes_on_when_it_replays() {
     assert!(notes.lag_waited_ms.unwrap() > 0, "{notes:?}");
 }
 
-#[tokio::test]
-async fn the_setting_is_refused_without_the_grant_and_noted_without_a_standby() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn the_setting_is_refused_without_the_grant_and_noted_without_a_standby(db: TestDatabase) {
     exec(
         db.pool(),
         "CREATE ROLE lag_blind LOGIN PASSWORD 'pw' NOSUPERUSER;

@@ -6,6 +6,8 @@
 //! same rows as the original, and a second replay does nothing.
 
 use crate::support;
+use cohort_pgtemp::TestDatabase;
+use cohort_test_macros::db_test;
 
 use std::time::Duration;
 
@@ -254,9 +256,8 @@ async fn a_point_in_time_recovery_is_replayed_to_the_rows_of_the_original() {
     pool.close().await;
 }
 
-#[tokio::test]
-async fn an_erasure_never_runs_without_its_journal_entry() {
-    let db = migrated_db().await;
+#[db_test(migrated)]
+async fn an_erasure_never_runs_without_its_journal_entry(db: TestDatabase) {
     exec(db.pool(), TABLES).await;
     let dir = tempfile::tempdir().unwrap();
     let missing = dir.path().join("not-there");
@@ -322,9 +323,10 @@ async fn an_erasure_never_runs_without_its_journal_entry() {
     assert_eq!(e.kind(), ErrorKind::InvalidInput, "{e}");
 }
 
-#[tokio::test]
-async fn a_journal_in_a_database_on_another_server_is_written_and_one_on_the_same_server_refused() {
-    let db = migrated_db().await;
+#[db_test(migrated)]
+async fn a_journal_in_a_database_on_another_server_is_written_and_one_on_the_same_server_refused(
+    db: TestDatabase,
+) {
     exec(db.pool(), TABLES).await;
     let other = Cluster::start().await.unwrap();
     let with_url = |url: String| builder(db.pool(), JournalConfig::url(url).key(key()));
@@ -439,9 +441,10 @@ async fn a_journal_database_keeps_one_connection_and_opens_another_once_it_is_dr
     assert_eq!(contacts(db.pool()).await, [7]);
 }
 
-#[tokio::test]
-async fn entries_for_a_hold_and_a_request_that_never_came_to_exist_are_resolved_not_gaps() {
-    let db = migrated_db().await;
+#[db_test(migrated)]
+async fn entries_for_a_hold_and_a_request_that_never_came_to_exist_are_resolved_not_gaps(
+    db: TestDatabase,
+) {
     let pool = db.pool();
     exec(pool, TABLES).await;
     let dir = tempfile::tempdir().unwrap();

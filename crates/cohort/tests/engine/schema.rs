@@ -4,6 +4,8 @@
 //! history; released migrations are pinned by their checksums.
 
 use crate::support;
+use cohort_pgtemp::TestDatabase;
+use cohort_test_macros::db_test;
 
 use cohort::schema::{self, CohortTable, SCHEMA_VERSION};
 use cohort::Cohort;
@@ -31,9 +33,8 @@ async fn catalog_columns(
     .collect()
 }
 
-#[tokio::test]
-async fn migrations_create_exactly_the_table_contract() {
-    let db = empty_db().await;
+#[db_test(empty)]
+async fn migrations_create_exactly_the_table_contract(db: TestDatabase) {
     let mut conn = db.connect().await.unwrap();
     schema::migrate(&mut conn, "public").await.unwrap();
     for table in CohortTable::ALL {
@@ -57,9 +58,8 @@ async fn migrations_create_exactly_the_table_contract() {
     );
 }
 
-#[tokio::test]
-async fn concurrent_migrations_apply_once_and_rerun_is_a_no_op() {
-    let db = empty_db().await;
+#[db_test(empty)]
+async fn concurrent_migrations_apply_once_and_rerun_is_a_no_op(db: TestDatabase) {
     let mut tasks = Vec::new();
     for _ in 0..4 {
         let options = db.connect_options();
@@ -83,9 +83,8 @@ async fn concurrent_migrations_apply_once_and_rerun_is_a_no_op() {
     );
 }
 
-#[tokio::test]
-async fn tables_land_exactly_in_the_named_schema_whatever_the_search_path() {
-    let db = empty_db().await;
+#[db_test(empty)]
+async fn tables_land_exactly_in_the_named_schema_whatever_the_search_path(db: TestDatabase) {
     exec(db.pool(), "CREATE SCHEMA decoy").await;
     let options = db.connect_options().options([("search_path", "decoy")]);
     let mut conn = sqlx::ConnectOptions::connect(&options).await.unwrap();
@@ -106,9 +105,8 @@ async fn tables_land_exactly_in_the_named_schema_whatever_the_search_path() {
     assert_eq!(counts, vec![("Retention Ledger".to_string(), 13)]);
 }
 
-#[tokio::test]
-async fn host_migration_tools_can_apply_the_rendered_sql() {
-    let db = empty_db().await;
+#[db_test(empty)]
+async fn host_migration_tools_can_apply_the_rendered_sql(db: TestDatabase) {
     exec(db.pool(), "CREATE SCHEMA audit").await;
     for m in schema::migrations("audit").unwrap() {
         sqlx::raw_sql(AssertSqlSafe(m.sql))
@@ -133,9 +131,8 @@ async fn host_migration_tools_can_apply_the_rendered_sql() {
 /// own, with a history table of its own, creates its schema (any name),
 /// and agrees with `cohort migrate` afterwards; a schema `cohort migrate`
 /// installed is adopted with `skip`.
-#[tokio::test]
-async fn the_sqlx_migrator_runs_beside_the_applications_own_migrations() {
-    let db = empty_db().await;
+#[db_test(empty)]
+async fn the_sqlx_migrator_runs_beside_the_applications_own_migrations(db: TestDatabase) {
     let app = sqlx::migrate::Migrator::with_migrations(vec![sqlx::migrate::Migration::new(
         1,
         "app tables".into(),
@@ -204,9 +201,8 @@ async fn the_sqlx_migrator_runs_beside_the_applications_own_migrations() {
     assert!(schema::sqlx_migrator("").is_err());
 }
 
-#[tokio::test]
-async fn unknown_or_newer_schemas_are_refused_and_left_alone() {
-    let db = empty_db().await;
+#[db_test(empty)]
+async fn unknown_or_newer_schemas_are_refused_and_left_alone(db: TestDatabase) {
     exec(db.pool(), "CREATE TABLE public.sweep_run (id int)").await;
     let mut conn = db.connect().await.unwrap();
     let err = schema::migrate(&mut conn, "public").await.unwrap_err();
@@ -237,9 +233,10 @@ async fn unknown_or_newer_schemas_are_refused_and_left_alone() {
 /// From version 5: a ledger written then is kept row for row; afterwards a
 /// row detail may record a `skipped` row (any other unknown action is
 /// still refused), and runs have a subject kind (none for the old run).
-#[tokio::test]
-async fn upgrading_from_version_5_keeps_the_ledger_and_adds_skipped_rows_and_subject_kinds() {
-    let db = empty_db().await;
+#[db_test(empty)]
+async fn upgrading_from_version_5_keeps_the_ledger_and_adds_skipped_rows_and_subject_kinds(
+    db: TestDatabase,
+) {
     for m in schema::migrations("public")
         .unwrap()
         .into_iter()
@@ -318,9 +315,8 @@ async fn upgrading_from_version_5_keeps_the_ledger_and_adds_skipped_rows_and_sub
     );
 }
 
-#[tokio::test]
-async fn ledger_constraints_reject_incoherent_rows() {
-    let db = migrated_db().await;
+#[db_test(migrated)]
+async fn ledger_constraints_reject_incoherent_rows(db: TestDatabase) {
     // A settled status without settled_at, an unknown kind, and a hold with an empty reason are refused.
     for bad in [
         "INSERT INTO sweep_run (run_id, kind, trigger, dry_run, status, logical_now) VALUES (gen_random_uuid(), 'sweep', 'manual', false, 'succeeded', now())",
@@ -375,9 +371,8 @@ async fn shape(pool: &sqlx::PgPool, schema: &str) -> Vec<String> {
 /// row, index, constraint, grant and sequence position, and behaviour
 /// (holds still protect, history reads back, ids continue); refusals
 /// change nothing.
-#[tokio::test]
-async fn moving_cohorts_tables_keeps_data_indexes_constraints_and_behaviour() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn moving_cohorts_tables_keeps_data_indexes_constraints_and_behaviour(db: TestDatabase) {
     exec(
         db.pool(),
         "CREATE ROLE cohort_reader_move; GRANT SELECT ON public.sweep_run TO cohort_reader_move",
@@ -578,9 +573,8 @@ async fn moving_cohorts_tables_keeps_data_indexes_constraints_and_behaviour() {
 
 /// A sqlx migration history moves with the tables, its checksums rewritten
 /// for the new schema: the application's next start runs clean.
-#[tokio::test]
-async fn a_moved_sqlx_history_still_runs_clean() {
-    let db = empty_db().await;
+#[db_test(empty)]
+async fn a_moved_sqlx_history_still_runs_clean(db: TestDatabase) {
     schema::sqlx_migrator("first")
         .unwrap()
         .run(db.pool())
@@ -607,9 +601,8 @@ async fn a_moved_sqlx_history_still_runs_clean() {
 
 /// F.12: schema names holding braces, quotes and placeholders stay inside
 /// their own quotes.
-#[tokio::test]
-async fn migrations_quote_any_schema_name_in_one_pass() {
-    let db = empty_db().await;
+#[db_test(empty)]
+async fn migrations_quote_any_schema_name_in_one_pass(db: TestDatabase) {
     let mut conn = db.connect().await.unwrap();
     for schema in [
         "x{retention_hold}",
@@ -651,9 +644,8 @@ async fn migrations_quote_any_schema_name_in_one_pass() {
 
 /// Migration 0002 upgrades a version-1 database keeping its history, and a
 /// handle refuses a database that is behind.
-#[tokio::test]
-async fn a_version_one_database_upgrades_keeping_history() {
-    let db = empty_db().await;
+#[db_test(empty)]
+async fn a_version_one_database_upgrades_keeping_history(db: TestDatabase) {
     let mut conn = db.connect().await.unwrap();
     let v1 = &cohort::schema::migrations("public").unwrap()[0];
     assert_eq!(v1.version, 1);

@@ -4,6 +4,8 @@
 //! pruner keeps what it must keep and stops on the kill switch.
 
 use crate::support;
+use cohort_pgtemp::TestDatabase;
+use cohort_test_macros::db_test;
 
 use std::time::Duration;
 
@@ -197,9 +199,8 @@ async fn advisory_locks(pool: &PgPool) -> i64 {
 /// only: its run is settled failed at once, the other tenants and the
 /// tenantless pass run, later occurrences run, and no advisory lock is
 /// left behind in the pool.
-#[tokio::test]
-async fn a_panicking_pass_fails_alone_and_leaves_no_lock_behind() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn a_panicking_pass_fails_alone_and_leaves_no_lock_behind(db: TestDatabase) {
     let mut b = Cohort::builder(db.pool().clone())
         .config(test_config())
         .rules(FailsForTenant)
@@ -255,9 +256,8 @@ async fn a_panicking_pass_fails_alone_and_leaves_no_lock_behind() {
 
 /// The process's own kill switch (configuration, flipped at run time
 /// through `Cohort::switches`) stops later occurrences without a restart.
-#[tokio::test]
-async fn the_process_kill_switch_flips_without_a_restart() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn the_process_kill_switch_flips_without_a_restart(db: TestDatabase) {
     let cohort = cohort_with(&db, test_config()).await;
     let services = Services::new(&cohort)
         .unwrap()
@@ -352,9 +352,8 @@ async fn ids(pool: &PgPool, sql: &'static str) -> Vec<String> {
 /// the limit; it keeps recent runs, unsettled runs, any run with pending
 /// handler work, recent and active holds. `--dry-run` counts only. The
 /// schema itself refuses to delete queued work with its run.
-#[tokio::test]
-async fn the_pruner_keeps_pending_work_and_active_holds() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn the_pruner_keeps_pending_work_and_active_holds(db: TestDatabase) {
     exec(db.pool(), HISTORY).await;
     let config = prune_config(1);
     let cohort = cohort_with(&db, config.clone()).await;
@@ -428,9 +427,10 @@ async fn the_pruner_keeps_pending_work_and_active_holds() {
 /// written before the run limit, with their passes, in batches, but never
 /// the newest occurrence (a replica may still be deciding about it) nor a
 /// recent one; the dry run counts exactly what the pass deletes.
-#[tokio::test]
-async fn the_pruner_deletes_old_occurrences_with_their_passes_but_never_the_newest() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn the_pruner_deletes_old_occurrences_with_their_passes_but_never_the_newest(
+    db: TestDatabase,
+) {
     exec(
         db.pool(),
         "INSERT INTO public.sweep_occurrence (occurrence_id, occurrence, dry_run, policy_fingerprint, passes, created_at, created_by, completed_at) VALUES
@@ -476,9 +476,8 @@ async fn the_pruner_deletes_old_occurrences_with_their_passes_but_never_the_newe
 /// 400-day-old failure goes. The dry run counts exactly what the pass
 /// deletes; `runs_older_than` (both limits at once) combined with either
 /// is refused before anything is deleted.
-#[tokio::test]
-async fn failed_runs_are_kept_longer_than_successes() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn failed_runs_are_kept_longer_than_successes(db: TestDatabase) {
     exec(
         db.pool(),
         "INSERT INTO public.sweep_run (run_id, kind, trigger, dry_run, status, logical_now, started_at, settled_at, error) VALUES
@@ -540,9 +539,8 @@ async fn failed_runs_are_kept_longer_than_successes() {
 
 /// RS-017: the background pruner stops after its batch when the kill
 /// switch turns on, and does not start while it is on.
-#[tokio::test]
-async fn the_background_pruner_stops_on_the_kill_switch() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn the_background_pruner_stops_on_the_kill_switch(db: TestDatabase) {
     exec(
         db.pool(),
         "INSERT INTO public.sweep_run (run_id, kind, trigger, dry_run, status, logical_now, started_at, settled_at)
@@ -696,9 +694,10 @@ FROM public.sweep_run_row_detail;
 /// lock keeps it), work no registered handler can deliver is dead-lettered
 /// with the reason once it has waited `settle_timeout`, and payloads past
 /// `payload_retention` are scrubbed.
-#[tokio::test]
-async fn maintenance_settles_lost_runs_dead_letters_orphaned_work_and_scrubs_without_handlers() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn maintenance_settles_lost_runs_dead_letters_orphaned_work_and_scrubs_without_handlers(
+    db: TestDatabase,
+) {
     exec(db.pool(), ABANDONED).await;
     let cohort = cohort_with(&db, test_config()).await;
     // A live run (a5): its process holds the run lock.
@@ -782,9 +781,8 @@ async fn maintenance_settles_lost_runs_dead_letters_orphaned_work_and_scrubs_wit
 
 /// FAILURE-007: the services a host spawns with no schedule, no handlers
 /// and no pruner still include maintenance, which settles a lost run.
-#[tokio::test]
-async fn the_maintenance_service_always_runs() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn the_maintenance_service_always_runs(db: TestDatabase) {
     exec(db.pool(), ABANDONED).await;
     let cohort = cohort_with(&db, test_config()).await;
     let services = Services::new(&cohort)
@@ -812,9 +810,8 @@ async fn the_maintenance_service_always_runs() {
 /// orphaned, then the work behind it, naming the earlier handler (it
 /// stayed pending for good, and `retry --all` could not help). Work of the
 /// same handler with nothing earlier in its way stays pending.
-#[tokio::test]
-async fn work_behind_a_removed_handlers_work_is_dead_lettered_with_the_reason() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn work_behind_a_removed_handlers_work_is_dead_lettered_with_the_reason(db: TestDatabase) {
     exec(
         db.pool(),
         &format!(

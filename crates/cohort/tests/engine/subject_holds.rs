@@ -5,6 +5,8 @@
 //! is released or expires. Counted as held, and as held by a subject.
 
 use crate::support;
+use cohort_pgtemp::TestDatabase;
+use cohort_test_macros::db_test;
 
 use cohort::erasure::{ErasureRequest, ErasureScope};
 use cohort::guarded::{Guarded, GuardedDeletion};
@@ -393,9 +395,10 @@ async fn a_subject_hold_that_would_protect_nothing_or_the_wrong_thing_is_refused
     );
 }
 
-#[tokio::test]
-async fn without_kinds_a_subject_hold_needs_none_and_reaches_every_subject_column() {
-    let db = migrated_db().await;
+#[db_test(migrated)]
+async fn without_kinds_a_subject_hold_needs_none_and_reaches_every_subject_column(
+    db: TestDatabase,
+) {
     exec(db.pool(), TABLES).await;
     let cohort = Cohort::builder(db.pool().clone())
         .config(test_config())

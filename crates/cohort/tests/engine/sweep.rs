@@ -4,6 +4,8 @@
 #![allow(clippy::type_complexity)] // tuple rows read back from SQL
 
 use crate::support;
+use cohort_pgtemp::TestDatabase;
+use cohort_test_macros::db_test;
 
 use cohort::{PreviewRequest, RunStatus, Strategy, SweepRequest};
 use support::*;
@@ -27,9 +29,8 @@ fn all_labels() -> Vec<String> {
     v
 }
 
-#[tokio::test]
-async fn sweep_applies_every_strategy_to_exactly_the_eligible_rows_of_one_tenant() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn sweep_applies_every_strategy_to_exactly_the_eligible_rows_of_one_tenant(db: TestDatabase) {
     let cohort = engine_cohort(&db).await;
     let result = cohort
         .sweep(SweepRequest::tenanted(TENANT_A, now()))
@@ -142,9 +143,8 @@ async fn sweep_applies_every_strategy_to_exactly_the_eligible_rows_of_one_tenant
     assert_eq!(summaries.len(), 4);
 }
 
-#[tokio::test]
-async fn rerunning_a_sweep_changes_nothing_more() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn rerunning_a_sweep_changes_nothing_more(db: TestDatabase) {
     let cohort = engine_cohort(&db).await;
     cohort
         .sweep(SweepRequest::tenanted(TENANT_A, now()))
@@ -186,9 +186,8 @@ async fn rerunning_a_sweep_changes_nothing_more() {
     assert!(summaries.iter().all(|s| s.2 == 0));
 }
 
-#[tokio::test]
-async fn tenantless_pass_touches_only_tenantless_entities() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn tenantless_pass_touches_only_tenantless_entities(db: TestDatabase) {
     let cohort = engine_cohort(&db).await;
     let result = cohort.sweep(SweepRequest::tenantless(now())).await.unwrap();
     assert_eq!(result.entities.len(), 1);
@@ -217,9 +216,8 @@ async fn tenantless_pass_touches_only_tenantless_entities() {
     assert_eq!(tenant, None);
 }
 
-#[tokio::test]
-async fn zero_period_makes_rows_eligible_at_once_but_null_anchors_survive() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn zero_period_makes_rows_eligible_at_once_but_null_anchors_survive(db: TestDatabase) {
     let rules = cohort::rules::StaticRuleProvider::builder()
         .category(
             "notes",
@@ -247,9 +245,8 @@ async fn zero_period_makes_rows_eligible_at_once_but_null_anchors_survive() {
     assert_eq!(summaries[0].5, 1, "null anchors are reported");
 }
 
-#[tokio::test]
-async fn dry_run_counts_and_audits_without_changing_a_row() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn dry_run_counts_and_audits_without_changing_a_row(db: TestDatabase) {
     let cohort = engine_cohort(&db).await;
     let before = table_digest(db.pool(), "app.notes").await;
     let contacts = table_digest(db.pool(), "app.contacts").await;
@@ -290,9 +287,8 @@ async fn dry_run_counts_and_audits_without_changing_a_row() {
     }
 }
 
-#[tokio::test]
-async fn preview_counts_and_writes_nothing() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn preview_counts_and_writes_nothing(db: TestDatabase) {
     let cohort = engine_cohort(&db).await;
     let p = cohort
         .preview(PreviewRequest::tenanted(TENANT_B, now()))
@@ -331,9 +327,10 @@ async fn preview_counts_and_writes_nothing() {
     );
 }
 
-#[tokio::test]
-async fn legal_minimum_wins_over_a_shorter_period_with_the_exact_boundary_kept_and_counted() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn legal_minimum_wins_over_a_shorter_period_with_the_exact_boundary_kept_and_counted(
+    db: TestDatabase,
+) {
     // Period 10 days but legal minimum 45 days: cutoff = now - 45d; the 45d row is exactly on it.
     let rules = cohort::rules::StaticRuleProvider::builder()
         .category(
@@ -418,9 +415,8 @@ async fn legal_minimum_wins_over_a_shorter_period_with_the_exact_boundary_kept_a
     );
 }
 
-#[tokio::test]
-async fn caller_times_with_any_offset_are_normalised_to_utc() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn caller_times_with_any_offset_are_normalised_to_utc(db: TestDatabase) {
     let cohort = engine_cohort(&db).await;
     let same_instant = chrono::DateTime::parse_from_rfc3339("2026-06-01T05:30:00+05:30").unwrap();
     let result = cohort
@@ -437,9 +433,8 @@ async fn caller_times_with_any_offset_are_normalised_to_utc() {
     assert_eq!(logical, now());
 }
 
-#[tokio::test]
-async fn small_batches_commit_alone_and_add_up() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn small_batches_commit_alone_and_add_up(db: TestDatabase) {
     factory::notes(TENANT_A)
         .created(factory::at("2025-12-31T23:59:59Z"))
         .spaced(chrono::TimeDelta::seconds(1))
@@ -476,9 +471,8 @@ async fn small_batches_commit_alone_and_add_up() {
     assert_eq!(summaries[0].2, 26);
 }
 
-#[tokio::test]
-async fn the_ledger_reads_back_as_the_result() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn the_ledger_reads_back_as_the_result(db: TestDatabase) {
     let cohort = engine_cohort(&db).await;
     let result = cohort
         .sweep(SweepRequest::tenanted(TENANT_A, now()))
@@ -503,9 +497,8 @@ async fn the_ledger_reads_back_as_the_result() {
     ));
 }
 
-#[tokio::test]
-async fn dependents_go_first_and_rows_still_referenced_are_skipped_not_failed() {
-    let db = migrated_db().await;
+#[db_test(migrated)]
+async fn dependents_go_first_and_rows_still_referenced_are_skipped_not_failed(db: TestDatabase) {
     exec(db.pool(), "CREATE SCHEMA app;
         CREATE TABLE app.cases (id bigint PRIMARY KEY, tenant_id uuid NOT NULL, created_at timestamptz);
         CREATE TABLE app.case_notes (id bigint PRIMARY KEY, tenant_id uuid NOT NULL, created_at timestamptz,
@@ -809,9 +802,8 @@ async fn literal_templates_render_once_per_run_with_its_now_and_tenant() {
 /// time, within bounds (smaller where rows are read into the process, as
 /// the hashed column here), change exactly the rows a fixed size does, and
 /// the size each entity reached is recorded in the ledger and read back.
-#[tokio::test]
-async fn auto_sized_batches_change_the_same_rows_and_record_their_size() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn auto_sized_batches_change_the_same_rows_and_record_their_size(db: TestDatabase) {
     let bulk_notes = async |pool| {
         factory::notes(TENANT_A)
             .created(factory::at("2025-12-31T23:59:59Z"))
@@ -919,9 +911,8 @@ async fn auto_sized_batches_change_the_same_rows_and_record_their_size() {
 /// the record's id is read in the entity's key type (`0003` is `3`), a
 /// record with no detail has an empty history, and an id the key type
 /// cannot hold is refused as bad input.
-#[tokio::test]
-async fn a_records_history_is_an_index_lookup_in_its_key_type() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn a_records_history_is_an_index_lookup_in_its_key_type(db: TestDatabase) {
     let rules = cohort::rules::StaticRuleProvider::builder()
         .category(
             "notes",

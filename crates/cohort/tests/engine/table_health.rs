@@ -5,6 +5,8 @@
 //! PostgreSQL would skip it.
 
 use crate::support;
+use cohort_pgtemp::TestDatabase;
+use cohort_test_macros::db_test;
 
 use cohort::config::VacuumAfter;
 use cohort::{Cohort, CohortConfig, RunStatus, SweepRequest};
@@ -37,9 +39,8 @@ async fn maintained(pool: &sqlx::PgPool, table: &str) -> (i64, i64) {
     .unwrap()
 }
 
-#[tokio::test]
-async fn a_sweep_records_what_it_left_and_vacuums_past_its_threshold() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn a_sweep_records_what_it_left_and_vacuums_past_its_threshold(db: TestDatabase) {
     assert_eq!(maintained(db.pool(), "app.notes").await, (0, 0));
     // Tenant A: notes purge 3 rows, at the threshold: vacuumed.
     let cohort = handle(db.pool(), VacuumAfter::Vacuum, 3).await;
@@ -92,9 +93,8 @@ async fn a_sweep_records_what_it_left_and_vacuums_past_its_threshold() {
 /// PostgreSQL skips VACUUM and ANALYZE of a table the role does not own,
 /// with a warning only: `vacuum_after` is refused there, naming the
 /// table and its owner, and accepted once the role owns it.
-#[tokio::test]
-async fn vacuum_after_is_refused_on_a_table_the_role_does_not_own() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn vacuum_after_is_refused_on_a_table_the_role_does_not_own(db: TestDatabase) {
     let suffix = &db.name()[db.name().len() - 12..];
     let app = format!("cohort_vac_{suffix}");
     exec(
@@ -146,9 +146,8 @@ async fn vacuum_after_is_refused_on_a_table_the_role_does_not_own() {
 /// RS-027 (pacing): with `max_rows_per_second`, a sweep waits between
 /// batches so its rows stay under the rate, and records how long (the
 /// result, the ledger, `runs show`); without it, it never waits.
-#[tokio::test]
-async fn a_paced_sweep_waits_between_batches_and_records_how_long() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn a_paced_sweep_waits_between_batches_and_records_how_long(db: TestDatabase) {
     let with = |rate: Option<u32>| {
         let pool = db.pool().clone();
         async move {

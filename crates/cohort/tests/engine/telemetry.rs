@@ -5,6 +5,8 @@
 //! events of a run add up to its ledger.
 #![allow(clippy::type_complexity)] // tuple rows read back from SQL
 
+use cohort_pgtemp::TestDatabase;
+use cohort_test_macros::db_test;
 use std::sync::Arc;
 
 use crate::support::*;
@@ -213,9 +215,10 @@ impl AuditObserver for Hung {
     }
 }
 
-#[tokio::test]
-async fn observers_get_committed_events_in_order_and_cannot_block_or_change_the_run() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn observers_get_committed_events_in_order_and_cannot_block_or_change_the_run(
+    db: TestDatabase,
+) {
     let events: Events = Arc::default();
     let mut b = Cohort::builder(db.pool().clone())
         .config(test_config())
@@ -285,9 +288,8 @@ async fn observers_get_committed_events_in_order_and_cannot_block_or_change_the_
 /// `EntitySummary` carries the summary row's values (the failed entity's
 /// too, with its sanitised error); `Settled` carries the totals of the
 /// summaries, the run's error and a duration.
-#[tokio::test]
-async fn the_events_of_a_run_add_up_to_its_ledger() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn the_events_of_a_run_add_up_to_its_ledger(db: TestDatabase) {
     exec(db.pool(), "CREATE FUNCTION app.refuse() RETURNS trigger LANGUAGE plpgsql AS $$
         BEGIN IF NEW.subject = 'ticket 45d' THEN RAISE EXCEPTION 'no'; END IF; RETURN NEW; END $$;
         CREATE TRIGGER refuse BEFORE UPDATE ON app.tickets FOR EACH ROW EXECUTE FUNCTION app.refuse();").await;

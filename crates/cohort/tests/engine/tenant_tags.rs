@@ -6,6 +6,8 @@
 //! operator wrote refuses it instead).
 
 use crate::support;
+use cohort_pgtemp::TestDatabase;
+use cohort_test_macros::db_test;
 
 use std::sync::{Arc, Mutex};
 
@@ -64,9 +66,8 @@ async fn notes_left(db: &cohort_pgtemp::TestDatabase, tenant: &str) -> Vec<Strin
 const AFTER_30_DAYS: [&str; 3] = ["1d", "null", "on-cutoff"];
 const AFTER_60_DAYS: [&str; 5] = ["1d", "45d", "null", "on-cutoff", "past-cutoff"];
 
-#[tokio::test]
-async fn a_tag_from_the_tenant_directory_selects_its_override() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn a_tag_from_the_tenant_directory_selects_its_override(db: TestDatabase) {
     let cohort = handle(
         &db,
         &format!(
@@ -149,9 +150,8 @@ async fn tags_from_a_tenants_query_array_or_comma_text_select_the_override() {
     }
 }
 
-#[tokio::test]
-async fn tags_of_the_wrong_type_fail_only_their_row() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn tags_of_the_wrong_type_fail_only_their_row(db: TestDatabase) {
     let query = format!(
         "SELECT t, NULL::text, CASE WHEN t = '{TENANT_A}' THEN 42 ELSE NULL END FROM (VALUES ('{TENANT_A}'), ('{TENANT_B}')) v(t) ORDER BY t"
     );
@@ -194,9 +194,8 @@ impl RuleProvider for Recording {
     }
 }
 
-#[tokio::test]
-async fn providers_see_the_tags_of_a_list_and_the_first_listing_wins() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn providers_see_the_tags_of_a_list_and_the_first_listing_wins(db: TestDatabase) {
     let seen = Arc::default();
     let cohort = Cohort::builder(db.pool().clone())
         .config(test_config())
@@ -317,9 +316,8 @@ async fn a_request_that_contradicts_the_directorys_tags_is_refused_and_bad_tags_
 /// the notes the override keeps, as the control below shows); a tenant the
 /// query does not list is refused with nothing written, and so is a
 /// request naming other tags.
-#[tokio::test]
-async fn a_single_tenant_sweep_takes_its_listing_from_the_tenants_query() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn a_single_tenant_sweep_takes_its_listing_from_the_tenants_query(db: TestDatabase) {
     sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
         "CREATE TABLE app.orgs (id uuid, region text, tags text[]);
          INSERT INTO app.orgs VALUES ('{TENANT_A}', NULL, ARRAY['vip']);"

@@ -3,6 +3,7 @@
 //! database changes.
 
 use crate::support;
+use cohort_test_macros::db_test;
 
 use cohort::model::{AnonymiseMethod, EntityDeclaration, Marker};
 use cohort::{Cohort, CohortConfig, Error};
@@ -92,9 +93,8 @@ async fn expect_problems(
     problems
 }
 
-#[tokio::test]
-async fn valid_model_passes_and_resolves_conventions() {
-    let db = migrated_db().await;
+#[db_test(migrated)]
+async fn valid_model_passes_and_resolves_conventions(db: TestDatabase) {
     exec(db.pool(), NOTES).await;
     exec(db.pool(), "CREATE INDEX ON notes (tenant_id, created_at)").await;
     let cohort = build(&db, vec![note("notes")]).await.unwrap();
@@ -108,9 +108,8 @@ async fn valid_model_passes_and_resolves_conventions() {
     assert!(cohort.is_ready());
 }
 
-#[tokio::test]
-async fn naive_timestamp_anchor_is_rejected() {
-    let db = migrated_db().await;
+#[db_test(migrated)]
+async fn naive_timestamp_anchor_is_rejected(db: TestDatabase) {
     exec(
         db.pool(),
         "CREATE TABLE notes (id uuid PRIMARY KEY, tenant_id uuid, created_at timestamp);
@@ -129,9 +128,8 @@ async fn naive_timestamp_anchor_is_rejected() {
     .await;
 }
 
-#[tokio::test]
-async fn missing_column_is_rejected() {
-    let db = migrated_db().await;
+#[db_test(migrated)]
+async fn missing_column_is_rejected(db: TestDatabase) {
     exec(db.pool(), NOTES).await;
     let decl = note("notes")
         .anchor("written_at")
@@ -148,9 +146,8 @@ async fn missing_column_is_rejected() {
     .await;
 }
 
-#[tokio::test]
-async fn missing_table_is_rejected() {
-    let db = migrated_db().await;
+#[db_test(migrated)]
+async fn missing_table_is_rejected(db: TestDatabase) {
     expect_problems(
         &db,
         vec![note("nowhere")],
@@ -160,9 +157,8 @@ async fn missing_table_is_rejected() {
     .await;
 }
 
-#[tokio::test]
-async fn two_entities_on_one_table_are_rejected() {
-    let db = migrated_db().await;
+#[db_test(migrated)]
+async fn two_entities_on_one_table_are_rejected(db: TestDatabase) {
     exec(db.pool(), NOTES).await;
     let second = EntityDeclaration::new("NoteAgain", OTHER_ID)
         .category("notes")
@@ -181,9 +177,8 @@ async fn two_entities_on_one_table_are_rejected() {
     assert_eq!(problems.len(), 2, "{problems:?}");
 }
 
-#[tokio::test]
-async fn inherited_tables_are_rejected() {
-    let db = migrated_db().await;
+#[db_test(migrated)]
+async fn inherited_tables_are_rejected(db: TestDatabase) {
     exec(
         db.pool(),
         "CREATE TABLE parent_notes (id uuid PRIMARY KEY, tenant_id uuid, created_at timestamptz);
@@ -207,9 +202,10 @@ async fn inherited_tables_are_rejected() {
     .await;
 }
 
-#[tokio::test]
-async fn declarative_partitioning_of_the_retained_table_is_accepted_but_a_partition_is_not() {
-    let db = migrated_db().await;
+#[db_test(migrated)]
+async fn declarative_partitioning_of_the_retained_table_is_accepted_but_a_partition_is_not(
+    db: TestDatabase,
+) {
     exec(db.pool(), "CREATE TABLE events (id uuid, tenant_id uuid, created_at timestamptz NOT NULL, PRIMARY KEY (id))
             PARTITION BY HASH (id);
         CREATE TABLE events_0 PARTITION OF events FOR VALUES WITH (MODULUS 2, REMAINDER 0);
@@ -224,9 +220,8 @@ async fn declarative_partitioning_of_the_retained_table_is_accepted_but_a_partit
     .await;
 }
 
-#[tokio::test]
-async fn on_delete_cascade_from_a_purgeable_entity_into_another_is_rejected() {
-    let db = migrated_db().await;
+#[db_test(migrated)]
+async fn on_delete_cascade_from_a_purgeable_entity_into_another_is_rejected(db: TestDatabase) {
     exec(
         db.pool(),
         "CREATE TABLE cases (id uuid PRIMARY KEY, tenant_id uuid, created_at timestamptz);
@@ -261,9 +256,8 @@ async fn on_delete_cascade_from_a_purgeable_entity_into_another_is_rejected() {
     build(&db, vec![cases, notes]).await.unwrap();
 }
 
-#[tokio::test]
-async fn anonymise_without_marker_or_columns_is_rejected() {
-    let db = migrated_db().await;
+#[db_test(migrated)]
+async fn anonymise_without_marker_or_columns_is_rejected(db: TestDatabase) {
     exec(
         db.pool(),
         "CREATE TABLE contacts (id uuid PRIMARY KEY, tenant_id uuid, created_at timestamptz,
@@ -324,9 +318,10 @@ async fn anonymise_without_marker_or_columns_is_rejected() {
     build(&db, vec![good]).await.unwrap();
 }
 
-#[tokio::test]
-async fn soft_delete_without_flag_is_rejected_also_when_only_an_override_may_soft_delete() {
-    let db = migrated_db().await;
+#[db_test(migrated)]
+async fn soft_delete_without_flag_is_rejected_also_when_only_an_override_may_soft_delete(
+    db: TestDatabase,
+) {
     exec(db.pool(), NOTES).await;
     let soft = EntityDeclaration::new("Note", NOTE_ID)
         .category("soft")
@@ -369,9 +364,8 @@ async fn soft_delete_without_flag_is_rejected_also_when_only_an_override_may_sof
     assert_eq!(model.entities[0].soft_delete.as_deref(), Some("is_deleted"));
 }
 
-#[tokio::test]
-async fn tenantless_entity_that_has_a_tenant_column_is_rejected() {
-    let db = migrated_db().await;
+#[db_test(migrated)]
+async fn tenantless_entity_that_has_a_tenant_column_is_rejected(db: TestDatabase) {
     exec(db.pool(), NOTES).await;
     expect_problems(
         &db,
@@ -416,9 +410,8 @@ async fn tenantless_entity_that_has_a_tenant_column_is_rejected() {
 /// naming the column and both ways out; `not_tenant` names the column
 /// as not a tenant and the entity validates; `not_tenant` that would do
 /// nothing is refused, not ignored.
-#[tokio::test]
-async fn tenantless_on_a_table_with_a_tenant_look_alike_column_needs_not_tenant() {
-    let db = migrated_db().await;
+#[db_test(migrated)]
+async fn tenantless_on_a_table_with_a_tenant_look_alike_column_needs_not_tenant(db: TestDatabase) {
     for column in ["\"TenantId\"", "tenantid", "\"Tenant_ID\"", "org_id"] {
         exec(
             db.pool(),
@@ -470,9 +463,8 @@ async fn tenantless_on_a_table_with_a_tenant_look_alike_column_needs_not_tenant(
     .await;
 }
 
-#[tokio::test]
-async fn duplicate_and_malformed_ids_are_rejected() {
-    let db = migrated_db().await;
+#[db_test(migrated)]
+async fn duplicate_and_malformed_ids_are_rejected(db: TestDatabase) {
     exec(db.pool(), NOTES).await;
     exec(db.pool(), "CREATE TABLE notes2 (LIKE notes INCLUDING ALL); CREATE TABLE notes3 (LIKE notes INCLUDING ALL);").await;
     let dup = EntityDeclaration::new("NoteCopy", NOTE_ID)
@@ -500,9 +492,8 @@ async fn duplicate_and_malformed_ids_are_rejected() {
     .await;
 }
 
-#[tokio::test]
-async fn duplicate_markers_are_rejected() {
-    let db = migrated_db().await;
+#[db_test(migrated)]
+async fn duplicate_markers_are_rejected(db: TestDatabase) {
     exec(db.pool(), NOTES).await;
     exec(db.pool(), "ALTER TABLE notes ADD COLUMN org uuid").await;
     let decl = note("notes")
@@ -517,9 +508,8 @@ async fn duplicate_markers_are_rejected() {
     .await;
 }
 
-#[tokio::test]
-async fn composite_and_non_unique_keys_are_rejected() {
-    let db = migrated_db().await;
+#[db_test(migrated)]
+async fn composite_and_non_unique_keys_are_rejected(db: TestDatabase) {
     exec(db.pool(), "CREATE TABLE pairs (id uuid, tenant_id uuid, created_at timestamptz, PRIMARY KEY (tenant_id, id));
         CREATE TABLE loose (id uuid, tenant_id uuid, created_at timestamptz);").await;
     expect_problems(&db, vec![note("pairs")], &["pairs"], &["public.pairs has a composite primary key (tenant_id, id) and the record key is \"id\" alone; declare the key's columns, record_id = [\"tenant_id\", \"id\"]"]).await;
@@ -532,9 +522,8 @@ async fn composite_and_non_unique_keys_are_rejected() {
     .await;
 }
 
-#[tokio::test]
-async fn every_problem_is_reported_at_once() {
-    let db = migrated_db().await;
+#[db_test(migrated)]
+async fn every_problem_is_reported_at_once(db: TestDatabase) {
     exec(
         db.pool(),
         "CREATE TABLE bad (id uuid, tenant_id uuid, created_at timestamp, is_deleted int)",
@@ -561,9 +550,8 @@ async fn every_problem_is_reported_at_once() {
     assert!(problems.len() >= 5);
 }
 
-#[tokio::test]
-async fn unknown_category_is_rejected() {
-    let db = migrated_db().await;
+#[db_test(migrated)]
+async fn unknown_category_is_rejected(db: TestDatabase) {
     exec(db.pool(), NOTES).await;
     let decl = note("notes").category("no-such-category");
     expect_problems(
@@ -579,9 +567,8 @@ async fn unknown_category_is_rejected() {
 /// catalog or the policy knows the answer: a table in another schema, a
 /// near-miss table name, a near-miss category (with the known ones
 /// listed), a near-miss policy key or strategy. Nothing changes.
-#[tokio::test]
-async fn errors_name_what_was_probably_meant() {
-    let db = migrated_db().await;
+#[db_test(migrated)]
+async fn errors_name_what_was_probably_meant(db: TestDatabase) {
     exec(db.pool(), NOTES).await;
     exec(
         db.pool(),
@@ -645,9 +632,8 @@ async fn errors_name_what_was_probably_meant() {
     );
 }
 
-#[tokio::test]
-async fn erasure_subjects_several_columns_and_incompatible_types() {
-    let db = migrated_db().await;
+#[db_test(migrated)]
+async fn erasure_subjects_several_columns_and_incompatible_types(db: TestDatabase) {
     exec(
         db.pool(),
         "CREATE TABLE messages (id uuid PRIMARY KEY, tenant_id uuid, created_at timestamptz,
@@ -679,9 +665,8 @@ async fn erasure_subjects_several_columns_and_incompatible_types() {
     .await;
 }
 
-#[tokio::test]
-async fn retained_and_exempt_at_once_is_rejected() {
-    let db = migrated_db().await;
+#[db_test(migrated)]
+async fn retained_and_exempt_at_once_is_rejected(db: TestDatabase) {
     exec(db.pool(), NOTES).await;
     expect_problems(
         &db,
@@ -701,9 +686,8 @@ async fn retained_and_exempt_at_once_is_rejected() {
     assert_eq!(model.entities.len(), 1);
 }
 
-#[tokio::test]
-async fn missing_cohort_schema_is_rejected() {
-    let db = empty_db().await;
+#[db_test(empty)]
+async fn missing_cohort_schema_is_rejected(db: TestDatabase) {
     exec(db.pool(), NOTES).await;
     let err = build(&db, vec![note("notes")]).await.unwrap_err();
     let text = err.to_string();
@@ -715,9 +699,8 @@ async fn missing_cohort_schema_is_rejected() {
     );
 }
 
-#[tokio::test]
-async fn incomplete_or_old_cohort_schema_is_rejected() {
-    let db = migrated_db().await;
+#[db_test(migrated)]
+async fn incomplete_or_old_cohort_schema_is_rejected(db: TestDatabase) {
     exec(db.pool(), NOTES).await;
     exec(
         db.pool(),
@@ -770,9 +753,8 @@ async fn expect_problems_global(db: &TestDatabase, expected: &[&str]) {
     }
 }
 
-#[tokio::test]
-async fn a_same_named_table_in_another_schema_is_never_inspected() {
-    let db = migrated_db().await;
+#[db_test(migrated)]
+async fn a_same_named_table_in_another_schema_is_never_inspected(db: TestDatabase) {
     // The right table is in `app`; `public.notes` has a bad shape and must be ignored,
     // even when it is first on the search path.
     exec(
@@ -822,9 +804,8 @@ async fn a_same_named_table_in_another_schema_is_never_inspected() {
     .await;
 }
 
-#[tokio::test]
-async fn catalog_reads_cannot_be_shadowed_through_search_path() {
-    let db = migrated_db().await;
+#[db_test(migrated)]
+async fn catalog_reads_cannot_be_shadowed_through_search_path(db: TestDatabase) {
     exec(db.pool(), NOTES).await;
     exec(db.pool(), "CREATE SCHEMA evil;
         CREATE VIEW evil.pg_class AS SELECT * FROM pg_catalog.pg_class WHERE false;
@@ -857,9 +838,8 @@ async fn catalog_reads_cannot_be_shadowed_through_search_path() {
     assert_eq!(model.entities[0].tenant.as_deref(), Some("tenant_id"));
 }
 
-#[tokio::test]
-async fn missing_index_is_advised_with_the_statement_to_create_it() {
-    let db = migrated_db().await;
+#[db_test(migrated)]
+async fn missing_index_is_advised_with_the_statement_to_create_it(db: TestDatabase) {
     exec(db.pool(), NOTES).await;
     exec(
         db.pool(),
@@ -887,9 +867,8 @@ async fn missing_index_is_advised_with_the_statement_to_create_it() {
 /// A failed `CREATE INDEX CONCURRENTLY` leaves an invalid index behind
 /// with the right columns; the planner never reads through it, so it must
 /// not silence the advice. Once rebuilt, it does.
-#[tokio::test]
-async fn an_index_left_invalid_by_a_failed_concurrent_build_is_still_advised_on() {
-    let db = migrated_db().await;
+#[db_test(migrated)]
+async fn an_index_left_invalid_by_a_failed_concurrent_build_is_still_advised_on(db: TestDatabase) {
     exec(db.pool(), NOTES).await;
     // Two rows with the same (tenant_id, created_at): a unique build fails.
     exec(
@@ -926,9 +905,8 @@ async fn an_index_left_invalid_by_a_failed_concurrent_build_is_still_advised_on(
 /// leaves them out, each run reads past all of them. Validation advises
 /// that index, the advice's own statement creates one that satisfies it,
 /// and the planner then takes it for the sweep's statements.
-#[tokio::test]
-async fn rows_a_sweep_leaves_in_place_get_partial_index_advice() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn rows_a_sweep_leaves_in_place_get_partial_index_advice(db: TestDatabase) {
     let advice = |warnings: &[String]| -> Vec<String> {
         warnings
             .iter()
@@ -1011,9 +989,10 @@ async fn rows_a_sweep_leaves_in_place_get_partial_index_advice() {
 /// no advice. As soon as a strategy reads every row by the anchor (a
 /// purge, here for all but one tenant), the full index is advised again,
 /// and a partial index with another predicate never counts.
-#[tokio::test]
-async fn a_done_rows_partial_index_serves_the_anchor_scan_only_when_every_read_uses_it() {
-    let db = migrated_db().await;
+#[db_test(migrated)]
+async fn a_done_rows_partial_index_serves_the_anchor_scan_only_when_every_read_uses_it(
+    db: TestDatabase,
+) {
     exec(db.pool(), NOTES).await;
     exec(
         db.pool(),
@@ -1050,9 +1029,8 @@ async fn a_done_rows_partial_index_serves_the_anchor_scan_only_when_every_read_u
 /// Subject columns without an index are advised on: erasing a subject,
 /// placing a hold on one and the held counts while one is active would scan
 /// the table. A multi-column index that starts with the column serves.
-#[tokio::test]
-async fn a_subject_column_without_an_index_gets_advice() {
-    let db = migrated_db().await;
+#[db_test(migrated)]
+async fn a_subject_column_without_an_index_gets_advice(db: TestDatabase) {
     exec(db.pool(), NOTES).await;
     exec(
         db.pool(),
@@ -1085,9 +1063,8 @@ async fn a_subject_column_without_an_index_gets_advice() {
     assert!(model.warnings.is_empty(), "{:?}", model.warnings);
 }
 
-#[tokio::test]
-async fn cohort_tables_are_found_exactly_in_the_configured_schema() {
-    let db = empty_db().await;
+#[db_test(empty)]
+async fn cohort_tables_are_found_exactly_in_the_configured_schema(db: TestDatabase) {
     exec(db.pool(), NOTES).await;
     let mut conn = db.connect().await.unwrap();
     let report = cohort::schema::migrate(&mut conn, "retention")
@@ -1120,9 +1097,8 @@ async fn cohort_tables_are_found_exactly_in_the_configured_schema() {
     build_with(&db, vec![note("notes")], config).await.unwrap();
 }
 
-#[tokio::test]
-async fn unvalidated_handle_checks_readiness_itself_and_caches_only_success() {
-    let db = migrated_db().await;
+#[db_test(migrated)]
+async fn unvalidated_handle_checks_readiness_itself_and_caches_only_success(db: TestDatabase) {
     let cohort = Cohort::builder(db.pool().clone())
         .config(test_config())
         .rules(rules())
@@ -1145,9 +1121,8 @@ async fn unvalidated_handle_checks_readiness_itself_and_caches_only_success() {
     cohort.ready().await.unwrap();
 }
 
-#[tokio::test]
-async fn out_of_range_configuration_is_rejected_before_touching_the_database() {
-    let db = migrated_db().await;
+#[db_test(migrated)]
+async fn out_of_range_configuration_is_rejected_before_touching_the_database(db: TestDatabase) {
     let mut config = batches_of(0);
     config.dispatch.max_parallelism = 1000;
     let err = Cohort::builder(db.pool().clone())
@@ -1238,9 +1213,8 @@ mod derived {
 /// A derived type finds its markers among its own fields: when the table
 /// has `anonymised_at` but the struct does not, the message says to add the
 /// field (not the column, which exists).
-#[tokio::test]
-async fn a_derived_type_missing_its_marker_field_is_told_to_add_the_field() {
-    let db = migrated_db().await;
+#[db_test(migrated)]
+async fn a_derived_type_missing_its_marker_field_is_told_to_add_the_field(db: TestDatabase) {
     exec(
         db.pool(),
         "CREATE SCHEMA crm; CREATE TABLE crm.contacts (id bigint PRIMARY KEY, org uuid NOT NULL,
@@ -1268,9 +1242,8 @@ async fn a_derived_type_missing_its_marker_field_is_told_to_add_the_field() {
     );
 }
 
-#[tokio::test]
-async fn derive_and_policy_file_resolve_to_the_same_entity() {
-    let db = migrated_db().await;
+#[db_test(migrated)]
+async fn derive_and_policy_file_resolve_to_the_same_entity(db: TestDatabase) {
     exec(
         db.pool(),
         "CREATE SCHEMA crm; CREATE TABLE crm.contacts (id bigint PRIMARY KEY, org uuid NOT NULL,
@@ -1340,9 +1313,8 @@ period = "90d"
     assert!(a.declared_columns.is_some() && b.declared_columns.is_none());
 }
 
-#[tokio::test]
-async fn self_referencing_cascades_nullable_and_padded_keys_are_rejected() {
-    let db = migrated_db().await;
+#[db_test(migrated)]
+async fn self_referencing_cascades_nullable_and_padded_keys_are_rejected(db: TestDatabase) {
     exec(
         db.pool(),
         "CREATE TABLE threads (id uuid PRIMARY KEY, tenant_id uuid, created_at timestamptz,
@@ -1373,9 +1345,10 @@ async fn self_referencing_cascades_nullable_and_padded_keys_are_rejected() {
 /// Foreign keys among entities that may purge must not form a cycle: the
 /// cycle is named at startup and nothing runs. The same cycle through
 /// entities that only anonymise deletes nothing and is accepted.
-#[tokio::test]
-async fn a_foreign_key_cycle_among_purging_entities_is_refused_with_the_cycle_named() {
-    let db = migrated_db().await;
+#[db_test(migrated)]
+async fn a_foreign_key_cycle_among_purging_entities_is_refused_with_the_cycle_named(
+    db: TestDatabase,
+) {
     exec(
         db.pool(),
         "CREATE TABLE app_a (id bigint PRIMARY KEY, b_id bigint, created_at timestamptz, anonymised_at timestamptz, email text);
@@ -1430,9 +1403,8 @@ async fn a_foreign_key_cycle_among_purging_entities_is_refused_with_the_cycle_na
 /// epoch marks rows never soft deleted; a soft-delete flag defaulting to
 /// true hides new rows. Validation refuses each, naming the column and
 /// the statement that fixes it, and accepts the table once fixed.
-#[tokio::test]
-async fn a_marker_rows_carry_without_cohort_is_refused() {
-    let db = engine_db().await;
+#[db_test(engine)]
+async fn a_marker_rows_carry_without_cohort_is_refused(db: TestDatabase) {
     let validated = engine_cohort(&db).await;
     exec(
         db.pool(),
@@ -1512,9 +1484,8 @@ async fn a_marker_rows_carry_without_cohort_is_refused() {
 /// `varchar(n)` is refused, naming why (every sweep of a tenant failed
 /// with 22001 before); one that fits, and the same literal without the
 /// tenant, are accepted.
-#[tokio::test]
-async fn a_tenant_literal_that_cannot_fit_its_column_is_refused() {
-    let db = migrated_db().await;
+#[db_test(migrated)]
+async fn a_tenant_literal_that_cannot_fit_its_column_is_refused(db: TestDatabase) {
     exec(
         db.pool(),
         "CREATE TABLE contacts (id uuid PRIMARY KEY, tenant_id uuid NOT NULL, created_at timestamptz,

@@ -3,46 +3,29 @@
 #![allow(dead_code, unreachable_pub)]
 
 pub mod factory;
+mod fixture;
 pub mod logs;
 mod policy;
 mod wait;
+#[allow(unused_imports)]
+pub use fixture::{fixture, Fixture};
 #[allow(unused_imports)]
 pub use policy::{expect_refused, from_policy, problems_text};
 #[allow(unused_imports)]
 pub use wait::{wait_until, wait_until_blocking};
 
 use cohort::rules::{Period, RetentionRule, StaticRuleProvider, Strategy};
-use cohort_pgtemp::{TemplateSpec, TestDatabase};
+use cohort_pgtemp::TestDatabase;
 use sqlx::{AssertSqlSafe, PgPool, Row};
-
-/// A template key that changes whenever the migrations change.
-fn template() -> TemplateSpec {
-    let sql: String = cohort::schema::migrations("public")
-        .unwrap()
-        .into_iter()
-        .map(|m| m.sql)
-        .collect();
-    TemplateSpec::new(TemplateSpec::hashed_key("cohort", sql.as_bytes()), |pool| {
-        Box::pin(async move {
-            let mut conn = pool.acquire().await?;
-            cohort::schema::migrate(&mut conn, "public").await?;
-            Ok(())
-        })
-    })
-}
 
 /// A fresh database with Cohort's tables in `public`.
 pub async fn migrated_db() -> TestDatabase {
-    cohort_pgtemp::fresh_database(&template())
-        .await
-        .expect("test database")
+    fixture(Fixture::Migrated).await
 }
 
 /// A fresh database with nothing in it.
 pub async fn empty_db() -> TestDatabase {
-    cohort_pgtemp::fresh_empty_database()
-        .await
-        .expect("test database")
+    fixture(Fixture::Empty).await
 }
 
 /// Runs SQL written by the test (several statements allowed).
@@ -207,11 +190,9 @@ pub fn engine_entities() -> Vec<cohort::EntityDeclaration> {
     ]
 }
 
-/// A database seeded with [`ENGINE_TABLES`].
+/// A database seeded with [`ENGINE_TABLES`] (a clone of its template).
 pub async fn engine_db() -> TestDatabase {
-    let db = migrated_db().await;
-    exec(db.pool(), ENGINE_TABLES).await;
-    db
+    fixture(Fixture::Engine).await
 }
 
 /// A pool of `connections` on `db` as `role` (logging in with `password`):
