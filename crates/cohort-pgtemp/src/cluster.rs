@@ -42,7 +42,6 @@ PG="$1"; DATA="$2"; SOCK="$3"; LOG="$4"; DIR="$5"; PORT="$6"; MAXCONN="$7"
 exec 3<&0
 "$PG" -D "$DATA" -k "$SOCK" -p "$PORT" \
   -c listen_addresses= \
-  -c fsync=off -c synchronous_commit=off -c full_page_writes=off \
   -c max_connections="$MAXCONN" \
   </dev/null 3<&- >>"$LOG" 2>&1 &
 PGPID=$!
@@ -61,6 +60,18 @@ if [ -e "$DIR/stop-requested" ]; then
 fi
 exit "$CODE"
 "#;
+
+/// What every throw-away cluster runs with, for speed: nothing it holds
+/// must outlive a crash of the machine. A cluster's own settings (or the
+/// environment's) come after these in postgresql.conf and so win: a crash
+/// test that needs commits to survive an immediate shutdown starts its
+/// cluster with `synchronous_commit=on`.
+const SPEED_SETTINGS: &str = "
+# cohort-pgtemp: speed over durability
+fsync = off
+synchronous_commit = off
+full_page_writes = off
+";
 
 /// Extra server settings for new clusters: `name=value` pairs separated by
 /// `;` (e.g. `shared_buffers=2GB;work_mem=64MB`).
@@ -491,9 +502,12 @@ impl Cluster {
                 ),
             });
         }
-        // Extra server settings (e.g. a bigger `shared_buffers` for a
-        // benchmark), appended to the new cluster's postgresql.conf: the
-        // environment's, then this cluster's own.
+        // The speed settings first, then extra server settings (e.g. a
+        // bigger `shared_buffers` for a benchmark, `synchronous_commit=on`
+        // for a crash test), appended to the new cluster's postgresql.conf:
+        // the environment's, then this cluster's own. Later lines win, so
+        // every extra setting takes effect (on the command line the speed
+        // settings would silently override them).
         let from_env = match std::env::var_os(SETTINGS_ENV) {
             Some(text) => Some(parse_settings(&text.to_string_lossy()).map_err(|problem| {
                 Error::Settings {
@@ -503,8 +517,11 @@ impl Cluster {
             })?),
             None => None,
         };
-        let lines: String = from_env.into_iter().chain(self.settings.clone()).collect();
-        if !lines.is_empty() {
+        let lines: String = std::iter::once(SPEED_SETTINGS.to_owned())
+            .chain(from_env)
+            .chain(self.settings.clone())
+            .collect();
+        {
             let conf = self.data_dir.join("postgresql.conf");
             let mut file = std::fs::OpenOptions::new()
                 .append(true)

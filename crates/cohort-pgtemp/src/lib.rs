@@ -12,7 +12,9 @@
 //! **A cluster** ([`Cluster::start`]) lives in a temporary directory:
 //! `initdb --no-sync` into `<dir>/data`, then `postgres` listening only on a
 //! unix socket in `<dir>/sock` (`listen_addresses=''`), with `fsync`,
-//! `synchronous_commit` and `full_page_writes` off and `max_connections=200`.
+//! `synchronous_commit` and `full_page_writes` off (in postgresql.conf,
+//! before any setting of the environment's or the cluster's own, which
+//! win) and `max_connections=200`.
 //! Everything else keeps PostgreSQL's defaults (notably
 //! `max_locks_per_transaction = 64`) so tests prove things work on a
 //! default-configured server. `COHORT_PGTEMP_SETTINGS` adds settings to a

@@ -28,6 +28,8 @@ async fn show(conn: &mut PgConnection, setting: &'static str) -> String {
         "max_locks_per_transaction" => "SHOW max_locks_per_transaction",
         "fsync" => "SHOW fsync",
         "max_connections" => "SHOW max_connections",
+        "synchronous_commit" => "SHOW synchronous_commit",
+        "full_page_writes" => "SHOW full_page_writes",
         other => panic!("unexpected setting {other}"),
     };
     sqlx::query_scalar(sql).fetch_one(conn).await.unwrap()
@@ -59,6 +61,28 @@ async fn cluster_starts_with_default_lock_settings_and_fast_io() {
             .unwrap();
     assert!(is_super);
     via_url.close().await.unwrap();
+}
+
+/// A cluster's own settings win over the speed settings every cluster
+/// runs with (they once sat on the server's command line, where they
+/// silently overrode `synchronous_commit=on` asked by a crash test).
+#[tokio::test]
+async fn a_clusters_own_settings_win_over_the_speed_settings() {
+    let default = Cluster::start().await.unwrap();
+    let mut conn = default.connect_options().connect().await.unwrap();
+    assert_eq!(show(&mut conn, "synchronous_commit").await, "off");
+    assert_eq!(show(&mut conn, "full_page_writes").await, "off");
+    conn.close().await.unwrap();
+    default.stop();
+
+    let durable = Cluster::start_with_settings("synchronous_commit=on;full_page_writes=on")
+        .await
+        .unwrap();
+    let mut conn = durable.connect_options().connect().await.unwrap();
+    assert_eq!(show(&mut conn, "synchronous_commit").await, "on");
+    assert_eq!(show(&mut conn, "full_page_writes").await, "on");
+    assert_eq!(show(&mut conn, "fsync").await, "off", "the rest stays fast");
+    conn.close().await.unwrap();
 }
 
 #[tokio::test]

@@ -306,7 +306,10 @@ async fn run(args: Args) -> Result<bool, Box<dyn std::error::Error>> {
         duration.as_secs(),
         args.workers
     );
-    let mut cluster = cohort_pgtemp::Cluster::start().await?;
+    // The chaos loop crashes the server: what was committed before a crash
+    // must survive it for the invariants to hold, so commits are written
+    // before they return (the throw-away default is off, for speed).
+    let mut cluster = cohort_pgtemp::Cluster::start_with_settings("synchronous_commit=on").await?;
     let url = cluster.url().to_string();
     let pool = sqlx::postgres::PgPoolOptions::new()
         .max_connections(10)

@@ -61,9 +61,14 @@ const TABLES: &str = "CREATE SCHEMA app;
         BEGIN PERFORM pg_sleep(0.004); RETURN OLD; END $$;
     CREATE TRIGGER slow BEFORE DELETE ON app.items FOR EACH ROW EXECUTE FUNCTION app.slow();";
 
-/// A cluster of the test's own (it is crashed), migrated and seeded.
+/// A cluster of the test's own (it is crashed), migrated and seeded. A
+/// commit must survive the crash, so it is written before it returns
+/// (`synchronous_commit=on`; the throw-away clusters' default is off,
+/// which may lose the last commits to an immediate shutdown).
 async fn server() -> (Cluster, PgPool) {
-    let cluster = Cluster::start().await.unwrap();
+    let cluster = Cluster::start_with_settings("synchronous_commit=on")
+        .await
+        .unwrap();
     let pool = PgPoolOptions::new()
         .max_connections(8)
         .acquire_timeout(Duration::from_secs(5))
