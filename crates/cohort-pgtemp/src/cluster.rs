@@ -521,15 +521,13 @@ impl Cluster {
             .chain(from_env)
             .chain(self.settings.clone())
             .collect();
-        {
-            let conf = self.data_dir.join("postgresql.conf");
-            let mut file = std::fs::OpenOptions::new()
-                .append(true)
-                .open(&conf)
-                .map_err(|e| Error::io(format!("opening {}", conf.display()), e))?;
-            std::io::Write::write_all(&mut file, lines.as_bytes())
-                .map_err(|e| Error::io(format!("writing {}", conf.display()), e))?;
-        }
+        let conf = self.data_dir.join("postgresql.conf");
+        let mut file = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&conf)
+            .map_err(|e| Error::io(format!("opening {}", conf.display()), e))?;
+        std::io::Write::write_all(&mut file, lines.as_bytes())
+            .map_err(|e| Error::io(format!("writing {}", conf.display()), e))?;
         Ok(())
     }
 
